@@ -1,0 +1,115 @@
+from django.conf import settings
+from rest_framework import serializers
+
+from catalog.models import (
+    AcceleratorModel,
+    BareMetalProfile,
+    Image,
+    ResourceSpec,
+    Service,
+    ServingModel,
+    ServingTemplate,
+    SliceProfile,
+)
+
+
+class PricedMixin(serializers.Serializer):
+    currency = serializers.SerializerMethodField()
+
+    def get_currency(self, _obj) -> str:
+        return settings.CATALOG_CURRENCY
+
+
+class AcceleratorModelSerializer(serializers.ModelSerializer):
+    vendor = serializers.SlugRelatedField(slug_field="slug", read_only=True)
+    vendor_name = serializers.CharField(source="vendor.name", read_only=True)
+
+    class Meta:
+        model = AcceleratorModel
+        fields = ["id", "slug", "name", "vendor", "vendor_name", "kind", "memory_gb", "interconnect"]
+
+
+class SliceProfileSerializer(serializers.ModelSerializer):
+    accelerator = serializers.SlugRelatedField(slug_field="slug", read_only=True)
+
+    class Meta:
+        model = SliceProfile
+        fields = ["name", "kind", "accelerator", "compute_fraction", "memory_gb", "max_per_device"]
+
+
+class ResourceSpecSerializer(PricedMixin, serializers.ModelSerializer):
+    accelerator_models = AcceleratorModelSerializer(many=True, read_only=True)
+    slice_profile = SliceProfileSerializer(read_only=True)
+    gpu_equivalents = serializers.DecimalField(max_digits=8, decimal_places=4, read_only=True)
+    accelerator_memory_gb = serializers.IntegerField(read_only=True)
+
+    class Meta:
+        model = ResourceSpec
+        fields = [
+            "id", "slug", "name", "description", "accelerator_models", "accelerator_count", "slice_profile",
+            "gpu_equivalents", "accelerator_memory_gb", "cpu_cores", "memory_gb", "local_disk_gb",
+            "hourly_price", "currency", "max_duration_hours", "status", "deprecated_at",
+        ]
+
+
+class ImageSerializer(serializers.ModelSerializer):
+    compatible_vendors = serializers.SlugRelatedField(slug_field="slug", many=True, read_only=True)
+
+    class Meta:
+        model = Image
+        fields = [
+            "id", "name", "version", "reference", "os", "driver_version", "runtime", "runtime_version",
+            "monitoring_agent", "configuration", "compatible_vendors", "approved",
+        ]
+
+
+class ImageSummarySerializer(serializers.ModelSerializer):
+    class Meta:
+        model = Image
+        fields = ["id", "name", "version", "os"]
+
+
+class BareMetalProfileSerializer(PricedMixin, serializers.ModelSerializer):
+    accelerator_model = AcceleratorModelSerializer(read_only=True)
+    os_image = ImageSummarySerializer(read_only=True)
+
+    class Meta:
+        model = BareMetalProfile
+        fields = [
+            "id", "slug", "name", "server_class", "accelerator_model", "accelerator_count", "cpu_cores",
+            "memory_gb", "os_image", "driver_version", "monitoring_agent", "target_cluster",
+            "validation_suite", "hourly_price", "currency", "max_duration_hours", "active",
+        ]
+
+
+class ServingTemplateSerializer(serializers.ModelSerializer):
+    spec = serializers.SlugRelatedField(slug_field="slug", read_only=True)
+
+    class Meta:
+        model = ServingTemplate
+        fields = ["id", "name", "runtime", "replicas", "context_length", "max_tokens", "spec"]
+
+
+class ServingModelSerializer(serializers.ModelSerializer):
+    templates = ServingTemplateSerializer(many=True, read_only=True)
+
+    class Meta:
+        model = ServingModel
+        fields = [
+            "id", "name", "version", "family", "parameters_billion", "artifact_uri", "license",
+            "max_context_length", "min_accelerator_memory_gb", "templates", "approved",
+        ]
+
+
+class ServiceSerializer(serializers.ModelSerializer):
+    specs = ResourceSpecSerializer(many=True, read_only=True)
+    images = ImageSerializer(many=True, read_only=True)
+    bare_metal_profiles = BareMetalProfileSerializer(many=True, read_only=True)
+    serving_models = ServingModelSerializer(many=True, read_only=True)
+
+    class Meta:
+        model = Service
+        fields = [
+            "id", "slug", "name", "kind", "description", "default_duration_hours", "max_duration_hours",
+            "visibility", "active", "specs", "images", "bare_metal_profiles", "serving_models",
+        ]

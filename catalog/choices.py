@@ -1,0 +1,61 @@
+from django.db import models
+
+
+class AcceleratorKind(models.TextChoices):
+    GPU = "gpu", "GPU"
+    NPU = "npu", "NPU"
+
+
+class Interconnect(models.TextChoices):
+    PCIE = "pcie", "PCIe"
+    NVLINK = "nvlink", "NVLink"
+    NVSWITCH = "nvswitch", "NVLink + NVSwitch"
+    INFINITY_FABRIC = "infinity_fabric", "AMD Infinity Fabric"
+    HCCS = "hccs", "Huawei HCCS"
+    ROCE = "roce", "Integrated RoCE"
+
+
+class SliceKind(models.TextChoices):
+    MIG = "mig", "MIG partition (hardware-isolated)"
+    SHARE = "share", "Fractional share (time-sliced)"
+
+
+class SpecStatus(models.TextChoices):
+    ACTIVE = "active", "Active"
+    DEPRECATED = "deprecated", "Deprecated"
+
+
+class Runtime(models.TextChoices):
+    CUDA = "cuda", "CUDA"
+    ROCM = "rocm", "ROCm"
+    CANN = "cann", "CANN"
+    SYNAPSE_AI = "synapse_ai", "SynapseAI"
+    NONE = "none", "None (CPU only)"
+
+
+class ServingRuntime(models.TextChoices):
+    VLLM = "vllm", "vLLM"
+    TGI = "tgi", "Text Generation Inference"
+    TRITON = "triton", "Triton Inference Server"
+    MINDIE = "mindie", "MindIE (Ascend)"
+
+
+class ServiceKind(models.TextChoices):
+    COMPUTE = "compute", "Compute (container or VM on accelerators)"
+    BARE_METAL = "bare_metal", "Bare-metal server"
+    MODEL_SERVING = "model_serving", "Model-serving endpoint"
+
+
+class Visibility(models.TextChoices):
+    ALL = "all", "Everyone"
+    RESTRICTED = "restricted", "Chosen tenants and projects"
+
+
+class ValidationCheck(models.TextChoices):
+    """Hardware checks a bare-metal profile can demand before and after install."""
+
+    BMC_REACHABLE = "bmc_reachable", "BMC reachable"
+    SYSTEM_HEALTH = "system_health", "System health OK"
+    INVENTORY_MATCH = "inventory_match", "CPU, memory and accelerator count match inventory"
+    ACCELERATOR_BURN_IN = "accelerator_burn_in", "Accelerator burn-in"
+    COLLECTIVE_BANDWIDTH = "collective_bandwidth", "Collective bandwidth (NCCL/HCCL all-reduce)"

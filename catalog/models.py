@@ -1,0 +1,308 @@
+"""The standard, approved things a developer can order: accelerators, specs, images, profiles, models, services."""
+
+from decimal import Decimal
+
+from django.conf import settings
+from django.core.exceptions import ValidationError
+from django.core.validators import MaxValueValidator, MinValueValidator
+from django.db import models
+from django.db.models import Q
+
+from catalog.choices import (
+    AcceleratorKind,
+    Interconnect,
+    Runtime,
+    ServiceKind,
+    ServingRuntime,
+    SliceKind,
+    SpecStatus,
+    ValidationCheck,
+    Visibility,
+)
+from tenancy.models import slug_validator
+
+
+def _money_field():
+    return models.DecimalField(max_digits=10, decimal_places=2, validators=[MinValueValidator(Decimal(0))],
+                               help_text=f"Price per hour in {settings.CATALOG_CURRENCY}.")
+
+
+class Vendor(models.Model):
+    slug = models.SlugField(max_length=40, unique=True, validators=[slug_validator])
+    name = models.CharField(max_length=80, unique=True)
+    software_stack = models.CharField(max_length=40, choices=Runtime.choices)
+
+    class Meta:
+        ordering = ["name"]
+
+    def __str__(self):
+        return self.name
+
+
+class AcceleratorModel(models.Model):
+    vendor = models.ForeignKey(Vendor, on_delete=models.PROTECT, related_name="accelerator_models")
+    name = models.CharField(max_length=80, unique=True, help_text="e.g. H100 80GB SXM")
+    slug = models.SlugField(max_length=60, unique=True, validators=[slug_validator])
+    kind = models.CharField(max_length=8, choices=AcceleratorKind.choices)
+    memory_gb = models.PositiveIntegerField(validators=[MinValueValidator(1)])
+    interconnect = models.CharField(max_length=20, choices=Interconnect.choices)
+    active = models.BooleanField(default=True)
+
+    class Meta:
+        ordering = ["vendor__name", "name"]
+        constraints = [
+            models.CheckConstraint(condition=Q(memory_gb__gte=1), name="accelerator_memory_positive"),
+            models.CheckConstraint(condition=Q(kind__in=AcceleratorKind.values), name="accelerator_kind_valid"),
+        ]
+
+    def __str__(self):
+        return f"{self.vendor.name} {self.name}"
+
+
+class SliceProfile(models.Model):
+    """A partition of one card: a MIG profile such as 1g.10gb, or a fractional time-sliced share."""
+
+    accelerator = models.ForeignKey(AcceleratorModel, on_delete=models.CASCADE, related_name="slice_profiles")
+    name = models.CharField(max_length=30, help_text="e.g. 1g.10gb, 3g.40gb or 0.25")
+    kind = models.CharField(max_length=8, choices=SliceKind.choices)
+    compute_fraction = models.DecimalField(
+        max_digits=5, decimal_places=4,
+        validators=[MinValueValidator(Decimal("0.0001")), MaxValueValidator(Decimal(1))],
+        help_text="Share of one card's compute, counted against the GPU quota (1g of 7 = 0.1429).",
+    )
+    memory_gb = models.PositiveIntegerField(validators=[MinValueValidator(1)])
+    max_per_device = models.PositiveSmallIntegerField(
+        validators=[MinValueValidator(1)], help_text="How many of these fit on one card at most."
+    )
+
+    class Meta:
+        ordering = ["accelerator", "compute_fraction"]
+        constraints = [
+            models.UniqueConstraint(fields=["accelerator", "name"], name="slice_profile_unique_per_model"),
+            models.CheckConstraint(
+                condition=Q(compute_fraction__gt=0) & Q(compute_fraction__lte=1), name="slice_fraction_in_0_1"
+            ),
+            models.CheckConstraint(condition=Q(max_per_device__gte=1), name="slice_fits_at_least_once"),
+        ]
+
+    def __str__(self):
+        return f"{self.accelerator.name} {self.name}"
+
+    def clean(self):
+        if self.accelerator_id and self.memory_gb and self.memory_gb > self.accelerator.memory_gb:
+            raise ValidationError({"memory_gb": "A slice cannot have more memory than its card."})
+
+
+class ResourceSpec(models.Model):
+    """A standard spec: N cards (or N slices) of a compatible model with CPU, memory, disk and a price."""
+
+    name = models.CharField(max_length=120, unique=True)
+    slug = models.SlugField(max_length=60, unique=True, validators=[slug_validator])
+    description = models.TextField(blank=True)
+    accelerator_models = models.ManyToManyField(
+        AcceleratorModel, related_name="specs", help_text="Any of these models satisfies the spec."
+    )
+    accelerator_count = models.PositiveSmallIntegerField(validators=[MinValueValidator(1)])
+    slice_profile = models.ForeignKey(
+        SliceProfile, null=True, blank=True, on_delete=models.PROTECT, related_name="specs",
+        help_text="Empty for whole cards; otherwise every unit is one slice of this profile.",
+    )
+    cpu_cores = models.PositiveIntegerField(validators=[MinValueValidator(1)])
+    memory_gb = models.PositiveIntegerField(validators=[MinValueValidator(1)])
+    local_disk_gb = models.PositiveIntegerField(default=0)
+    hourly_price = _money_field()
+    max_duration_hours = models.PositiveIntegerField(validators=[MinValueValidator(1)])
+    status = models.CharField(max_length=12, choices=SpecStatus.choices, default=SpecStatus.ACTIVE)
+    deprecated_at = models.DateTimeField(null=True, blank=True)
+    deprecation_reason = models.TextField(blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["name"]
+        constraints = [
+            models.CheckConstraint(condition=Q(accelerator_count__gte=1), name="spec_count_positive"),
+            models.CheckConstraint(condition=Q(hourly_price__gte=0), name="spec_price_non_negative"),
+            models.CheckConstraint(condition=Q(status__in=SpecStatus.values), name="spec_status_valid"),
+            models.CheckConstraint(
+                condition=Q(status=SpecStatus.ACTIVE, deprecated_at__isnull=True)
+                | Q(status=SpecStatus.DEPRECATED, deprecated_at__isnull=False),
+                name="spec_deprecated_at_matches_status",
+            ),
+        ]
+
+    def __str__(self):
+        return self.name
+
+    @property
+    def is_slice(self) -> bool:
+        return self.slice_profile_id is not None
+
+    @property
+    def gpu_equivalents(self) -> Decimal:
+        """Whole-card equivalents charged against the GPU quota."""
+        if self.slice_profile is None:
+            return Decimal(self.accelerator_count)
+        return (self.slice_profile.compute_fraction * self.accelerator_count).quantize(Decimal("0.0001"))
+
+    @property
+    def accelerator_memory_gb(self) -> int:
+        """Accelerator memory guaranteed by the spec: the smallest compatible card, or the slice's memory."""
+        if self.slice_profile is not None:
+            return self.slice_profile.memory_gb * self.accelerator_count
+        memories = [model.memory_gb for model in self.accelerator_models.all()]
+        return min(memories, default=0) * self.accelerator_count
+
+    def clean(self):
+        if self.slice_profile_id and self.accelerator_count > self.slice_profile.max_per_device:
+            raise ValidationError(
+                {"accelerator_count": f"At most {self.slice_profile.max_per_device} slices of "
+                                      f"{self.slice_profile.name} fit on one card."}
+            )
+
+
+class Image(models.Model):
+    """An approved software image: OS, driver, runtime and monitoring agent, for the vendors it supports."""
+
+    name = models.CharField(max_length=120)
+    version = models.CharField(max_length=40)
+    reference = models.CharField(max_length=300, help_text="Registry reference or OS image URL.")
+    os = models.CharField("operating system", max_length=80)
+    driver_version = models.CharField(max_length=40, blank=True)
+    runtime = models.CharField(max_length=12, choices=Runtime.choices)
+    runtime_version = models.CharField(max_length=40, blank=True)
+    monitoring_agent = models.CharField(max_length=80, blank=True)
+    configuration = models.JSONField(default=dict, blank=True, help_text="Environment and defaults applied at start.")
+    compatible_vendors = models.ManyToManyField(Vendor, related_name="images")
+    approved = models.BooleanField(default=False, help_text="Only approved images can be ordered.")
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["name", "-version"]
+        constraints = [models.UniqueConstraint(fields=["name", "version"], name="image_name_version_unique")]
+
+    def __str__(self):
+        return f"{self.name}:{self.version}"
+
+
+class BareMetalProfile(models.Model):
+    """A whole server, installed from an approved OS image and registered into a cluster."""
+
+    name = models.CharField(max_length=120, unique=True)
+    slug = models.SlugField(max_length=60, unique=True, validators=[slug_validator])
+    server_class = models.CharField(max_length=120, help_text="e.g. HGX H100 8-GPU, 2x Xeon 8480+")
+    accelerator_model = models.ForeignKey(AcceleratorModel, on_delete=models.PROTECT, related_name="profiles")
+    accelerator_count = models.PositiveSmallIntegerField(validators=[MinValueValidator(1)])
+    cpu_cores = models.PositiveIntegerField(validators=[MinValueValidator(1)])
+    memory_gb = models.PositiveIntegerField(validators=[MinValueValidator(1)])
+    os_image = models.ForeignKey(Image, on_delete=models.PROTECT, related_name="bare_metal_profiles")
+    driver_version = models.CharField(max_length=40)
+    monitoring_agent = models.CharField(max_length=80)
+    target_cluster = models.CharField(max_length=120, help_text="Cluster the server registers into.")
+    validation_suite = models.JSONField(default=list, blank=True, help_text="Ordered hardware checks.")
+    hourly_price = _money_field()
+    max_duration_hours = models.PositiveIntegerField(validators=[MinValueValidator(1)])
+    active = models.BooleanField(default=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["name"]
+        constraints = [models.CheckConstraint(condition=Q(hourly_price__gte=0), name="profile_price_non_negative")]
+
+    def __str__(self):
+        return self.name
+
+    def clean(self):
+        unknown = [check for check in self.validation_suite or [] if check not in ValidationCheck.values]
+        if not isinstance(self.validation_suite, list) or unknown:
+            raise ValidationError(
+                {"validation_suite": f"Must be a list of checks from {', '.join(ValidationCheck.values)}."}
+            )
+        if self.os_image_id and self.accelerator_model_id and not self.os_image.compatible_vendors.filter(
+            pk=self.accelerator_model.vendor_id
+        ).exists():
+            raise ValidationError({"os_image": "The OS image does not support this accelerator's vendor."})
+
+
+class ServingTemplate(models.Model):
+    """How a model is served: runtime, replicas, context and output limits, on which spec."""
+
+    name = models.CharField(max_length=120, unique=True)
+    runtime = models.CharField(max_length=12, choices=ServingRuntime.choices)
+    replicas = models.PositiveSmallIntegerField(default=1, validators=[MinValueValidator(1)])
+    context_length = models.PositiveIntegerField(validators=[MinValueValidator(1)])
+    max_tokens = models.PositiveIntegerField(validators=[MinValueValidator(1)])
+    spec = models.ForeignKey(ResourceSpec, on_delete=models.PROTECT, related_name="serving_templates",
+                             help_text="Resources of one replica.")
+    active = models.BooleanField(default=True)
+
+    class Meta:
+        ordering = ["name"]
+        constraints = [
+            models.CheckConstraint(condition=Q(replicas__gte=1), name="template_replicas_positive"),
+            models.CheckConstraint(condition=Q(max_tokens__lte=models.F("context_length")),
+                                   name="template_max_tokens_within_context"),
+        ]
+
+    def __str__(self):
+        return self.name
+
+
+class ServingModel(models.Model):
+    """An approved model that may be deployed behind the gateway."""
+
+    name = models.CharField(max_length=120)
+    version = models.CharField(max_length=40)
+    family = models.CharField(max_length=60, blank=True)
+    parameters_billion = models.DecimalField(max_digits=7, decimal_places=2, validators=[MinValueValidator(0)])
+    artifact_uri = models.CharField(max_length=300, help_text="Where the weights are mirrored internally.")
+    license = models.CharField(max_length=80)
+    max_context_length = models.PositiveIntegerField(validators=[MinValueValidator(1)])
+    min_accelerator_memory_gb = models.PositiveIntegerField(help_text="Memory one replica needs to load.")
+    templates = models.ManyToManyField(ServingTemplate, related_name="models")
+    approved = models.BooleanField(default=False)
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["name", "-version"]
+        constraints = [models.UniqueConstraint(fields=["name", "version"], name="serving_model_unique")]
+
+    def __str__(self):
+        return f"{self.name} {self.version}"
+
+
+class Service(models.Model):
+    """A catalog entry a developer orders, bundling the specs, images, profiles or models it allows."""
+
+    name = models.CharField(max_length=120, unique=True)
+    slug = models.SlugField(max_length=60, unique=True, validators=[slug_validator])
+    kind = models.CharField(max_length=16, choices=ServiceKind.choices)
+    description = models.TextField()
+    specs = models.ManyToManyField(ResourceSpec, blank=True, related_name="services")
+    images = models.ManyToManyField(Image, blank=True, related_name="services")
+    bare_metal_profiles = models.ManyToManyField(BareMetalProfile, blank=True, related_name="services")
+    serving_models = models.ManyToManyField(ServingModel, blank=True, related_name="services")
+    default_duration_hours = models.PositiveIntegerField(validators=[MinValueValidator(1)])
+    max_duration_hours = models.PositiveIntegerField(validators=[MinValueValidator(1)])
+    visibility = models.CharField(max_length=12, choices=Visibility.choices, default=Visibility.ALL)
+    visible_tenants = models.ManyToManyField("tenancy.Tenant", blank=True, related_name="+")
+    visible_projects = models.ManyToManyField("tenancy.Project", blank=True, related_name="+")
+    active = models.BooleanField(default=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["kind", "name"]
+        constraints = [
+            models.CheckConstraint(condition=Q(kind__in=ServiceKind.values), name="service_kind_valid"),
+            models.CheckConstraint(
+                condition=Q(default_duration_hours__lte=models.F("max_duration_hours")),
+                name="service_default_duration_within_max",
+            ),
+        ]
+
+    def __str__(self):
+        return self.name

@@ -1,0 +1,69 @@
+"""API conventions shared by every app: pagination and the one error shape {code, message, details}."""
+
+import logging
+
+from django.core.exceptions import PermissionDenied
+from django.core.exceptions import ValidationError as DjangoValidationError
+from django.http import Http404
+from rest_framework import exceptions, status
+from rest_framework.pagination import PageNumberPagination
+from rest_framework.response import Response
+from rest_framework.views import exception_handler as drf_exception_handler
+
+from config.errors import DomainError
+
+logger = logging.getLogger(__name__)
+
+
+class StandardPagination(PageNumberPagination):
+    page_size_query_param = "page_size"
+    max_page_size = 200
+
+
+def error_body(code: str, message: str, details=None) -> dict:
+    return {"code": code, "message": message, "details": details if details is not None else {}}
+
+
+def _first_message(detail) -> str:
+    """The first human sentence inside a DRF error detail (str, list or dict)."""
+    if isinstance(detail, dict):
+        for key, value in detail.items():
+            text = _first_message(value)
+            return text if key in ("non_field_errors", "detail") else f"{key}: {text}"
+        return "Invalid input."
+    if isinstance(detail, list):
+        return _first_message(detail[0]) if detail else "Invalid input."
+    return str(detail)
+
+
+def _as_drf_exception(exc):
+    if isinstance(exc, Http404):
+        return exceptions.NotFound()
+    if isinstance(exc, PermissionDenied):
+        return exceptions.PermissionDenied()
+    if isinstance(exc, DjangoValidationError):
+        return exceptions.ValidationError(
+            exc.message_dict if hasattr(exc, "error_dict") else {"non_field_errors": exc.messages}
+        )
+    return exc
+
+
+def exception_handler(exc, context):
+    """Turn every API error into {code, message, details}; unexpected errors become a logged 500 body."""
+    if isinstance(exc, DomainError):
+        return Response(error_body(exc.code, exc.message, exc.details), status=exc.status_code)
+    exc = _as_drf_exception(exc)
+    response = drf_exception_handler(exc, context)
+    if response is None:
+        logger.exception("Unhandled API error", exc_info=exc)
+        return Response(
+            error_body("server_error", "An unexpected error occurred; it has been logged."),
+            status=status.HTTP_500_INTERNAL_SERVER_ERROR,
+        )
+    if isinstance(exc, exceptions.ValidationError):
+        response.data = error_body("validation_error", _first_message(exc.detail), exc.detail)
+    else:
+        code = exc.get_codes() if isinstance(exc, exceptions.APIException) else "error"
+        message = exc.detail if isinstance(exc, exceptions.APIException) else str(exc)
+        response.data = error_body(str(code) if isinstance(code, str) else "error", str(message))
+    return response

@@ -1,0 +1,26 @@
+"""Domain errors: what a service raises when it refuses, carried to clients as {code, message, details}."""
+
+from typing import Any
+
+
+class DomainError(Exception):
+    """A refusal with a machine-readable code, a human sentence and the numbers involved."""
+
+    status_code = 422
+    code = "invalid_request"
+
+    def __init__(self, message: str, *, code: str | None = None, details: Any = None):
+        super().__init__(message)
+        self.message = message
+        self.code = code or self.code
+        self.details = details if details is not None else {}
+
+
+class NotPermitted(DomainError):
+    status_code = 403
+    code = "permission_denied"
+
+
+class Conflict(DomainError):
+    status_code = 409
+    code = "conflict"

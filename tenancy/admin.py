@@ -1,0 +1,288 @@
+"""Operator console for tenants, projects, memberships and quotas. Every save goes through a service."""
+
+from django import forms
+from django.contrib import admin, messages
+from django.contrib.auth.admin import UserAdmin as DjangoUserAdmin
+from django.db.models import Count
+from django.shortcuts import redirect
+from django.urls import reverse
+from guardian.admin import GuardedModelAdmin
+
+from config.admin_actions import action_with_reason
+from config.errors import DomainError
+from tenancy import services
+from tenancy.choices import QuotaDimension, Role
+from tenancy.models import AuditEvent, Membership, Project, ProjectQuota, Tenant, TenantQuota, User
+
+QUOTA_FIELDS = tuple(QuotaDimension.values)
+
+
+class UserChangeForm(DjangoUserAdmin.form):
+    def clean_manager(self):
+        manager = self.cleaned_data.get("manager")
+        try:
+            services.manager_chain_check(user=self.instance, manager=manager)
+        except DomainError as refusal:
+            raise forms.ValidationError(refusal.message) from refusal
+        return manager
+
+
+@admin.register(User)
+class UserAdmin(DjangoUserAdmin):
+    form = UserChangeForm
+    list_display = ["username", "email", "first_name", "last_name", "manager", "is_staff", "is_active"]
+    list_select_related = ["manager"]
+    autocomplete_fields = ["manager"]
+    fieldsets = [*DjangoUserAdmin.fieldsets, ("Organisation", {"fields": ["manager"]})]
+
+    def save_model(self, request, obj, form, change):
+        manager = obj.manager
+        if "manager" in form.changed_data:
+            obj.manager_id = form.initial.get("manager")  # user_set_manager changes and records it
+        super().save_model(request, obj, form, change)
+        if "manager" in form.changed_data:
+            services.user_set_manager(user=obj, manager=manager, actor=request.user)
+
+
+class TenantQuotaInline(admin.StackedInline):
+    model = TenantQuota
+    fields = QUOTA_FIELDS
+    can_delete = False
+    extra = 0
+
+
+@admin.register(Tenant)
+class TenantAdmin(admin.ModelAdmin):
+    list_display = ["name", "slug", "active", "project_count"]
+    list_filter = ["active"]
+    search_fields = ["name", "slug"]
+    prepopulated_fields = {"slug": ["name"]}
+    inlines = [TenantQuotaInline]
+
+    def get_queryset(self, request):
+        return super().get_queryset(request).annotate(project_count=Count("projects"))
+
+    @admin.display(ordering="project_count", description="Projects")
+    def project_count(self, tenant):
+        return tenant.project_count
+
+    def save_model(self, request, obj, form, change):
+        if change:
+            super().save_model(request, obj, form, change)
+            services.audit_record(actor=request.user, action="tenant.updated", target=obj,
+                                  data={"fields": form.changed_data})
+        else:
+            created = services.tenant_create(name=obj.name, slug=obj.slug, description=obj.description,
+                                             actor=request.user)
+            obj.pk = created.pk
+
+    def save_formset(self, request, form, formset, change):
+        _save_quota_formset(request, formset, owner=form.instance)
+
+
+def _save_quota_formset(request, formset, *, owner) -> None:
+    """Quota inlines never save themselves: quota_set records every changed limit."""
+    for quota_form in formset.forms:
+        if not quota_form.has_changed() or not quota_form.is_valid():
+            continue
+        limits = {field: quota_form.cleaned_data.get(field) for field in QUOTA_FIELDS}
+        quota = quota_form.instance if quota_form.instance.pk else _quota_row(owner, request.user)
+        services.quota_set(quota=quota, limits=limits, actor=request.user, reason="Edited in the operator console")
+
+
+def _quota_row(owner, actor):
+    if isinstance(owner, Tenant):
+        return services.tenant_quota_ensure(tenant=owner, actor=actor)
+    return owner.quota
+
+
+class MembershipInlineFormSet(forms.BaseInlineFormSet):
+    def clean(self):
+        super().clean()
+        lead = self.instance.lead if self.instance.lead_id else None
+        for form in self.forms:
+            user = form.cleaned_data.get("user")
+            if lead is None or user != lead:
+                continue
+            if form.cleaned_data.get("DELETE") or form.cleaned_data.get("role") != Role.LEAD:
+                raise forms.ValidationError(f"{lead} leads this project; appoint another lead first.")
+
+
+class MembershipInline(admin.TabularInline):
+    model = Membership
+    formset = MembershipInlineFormSet
+    fk_name = "project"
+    fields = ["user", "role", "granted_by", "created_at"]
+    readonly_fields = ["granted_by", "created_at"]
+    autocomplete_fields = ["user"]
+    extra = 0
+
+    def get_queryset(self, request):
+        return super().get_queryset(request).select_related("user", "granted_by")
+
+
+class ProjectQuotaInline(admin.StackedInline):
+    model = ProjectQuota
+    fields = QUOTA_FIELDS
+    readonly_fields = ["updated_by"]
+    can_delete = False
+    extra = 0
+
+
+@admin.register(Project)
+class ProjectAdmin(GuardedModelAdmin):
+    """Projects with their members and quota. The object-permission page shows who holds what;
+    permissions themselves follow membership roles and are changed only through memberships."""
+
+    list_display = ["name", "tenant", "lead", "cost_centre", "active", "member_count"]
+    list_filter = ["active", "tenant"]
+    list_select_related = ["tenant", "lead"]
+    search_fields = ["name", "slug", "cost_centre", "tenant__name", "lead__username"]
+    autocomplete_fields = ["tenant", "lead"]
+    prepopulated_fields = {"slug": ["name"]}
+    inlines = [ProjectQuotaInline, MembershipInline]
+    actions = ["deactivate_projects", "activate_projects"]
+
+    def get_queryset(self, request):
+        return super().get_queryset(request).annotate(member_count=Count("memberships"))
+
+    @admin.display(ordering="member_count", description="Members")
+    def member_count(self, project):
+        return project.member_count
+
+    def save_model(self, request, obj, form, change):
+        if not change:
+            created = services.project_create(
+                tenant=obj.tenant, name=obj.name, slug=obj.slug, lead=obj.lead, cost_centre=obj.cost_centre,
+                description=obj.description, actor=request.user,
+            )
+            obj.pk = created.pk
+            return
+        changes = {field: form.cleaned_data[field] for field in form.changed_data}
+        if changes:
+            services.project_update(project=Project.objects.get(pk=obj.pk), actor=request.user, **changes)
+
+    def save_formset(self, request, form, formset, change):
+        if formset.model is ProjectQuota:
+            _save_quota_formset(request, formset, owner=form.instance)
+        else:
+            _save_membership_formset(request, formset, project=Project.objects.get(pk=form.instance.pk))
+
+    def obj_perms_manage_user_view(self, request, object_pk, user_id):
+        return self._permissions_follow_roles(request, object_pk)
+
+    def obj_perms_manage_group_view(self, request, object_pk, group_id):
+        return self._permissions_follow_roles(request, object_pk)
+
+    def _permissions_follow_roles(self, request, object_pk):
+        self.message_user(request, "Project permissions follow membership roles: change the member's role "
+                                   "on the project instead.", messages.WARNING)
+        return redirect(reverse("admin:tenancy_project_change", args=[object_pk]))
+
+    deactivate_projects = action_with_reason(
+        name="deactivate_projects", description="Deactivate selected projects (no new requests)",
+        verb="Deactivated", permission="change",
+        change=lambda project, reason, actor: services.project_update(project=project, actor=actor, active=False),
+    )
+    activate_projects = action_with_reason(
+        name="activate_projects", description="Reactivate selected projects", verb="Reactivated",
+        permission="change",
+        change=lambda project, reason, actor: services.project_update(project=project, actor=actor, active=True),
+    )
+
+
+def _save_membership_formset(request, formset, *, project: Project) -> None:
+    for membership_form in formset.forms:
+        if not membership_form.has_changed() or not membership_form.cleaned_data:
+            continue
+        user = membership_form.cleaned_data["user"]
+        if user == project.lead:
+            continue  # the lead's role follows the project's lead field
+        if membership_form.cleaned_data.get("DELETE"):
+            services.membership_revoke(project=project, user=user, actor=request.user)
+        else:
+            services.membership_grant(project=project, user=user, role=membership_form.cleaned_data["role"],
+                                      actor=request.user)
+
+
+@admin.register(Membership)
+class MembershipAdmin(admin.ModelAdmin):
+    list_display = ["user", "project", "role", "granted_by", "created_at"]
+    list_filter = ["role", "project__tenant"]
+    list_select_related = ["user", "project__tenant", "granted_by"]
+    search_fields = ["user__username", "project__name", "project__slug"]
+    autocomplete_fields = ["user", "project"]
+    readonly_fields = ["granted_by", "created_at", "updated_at"]
+
+    def get_readonly_fields(self, request, obj=None):
+        fixed = ["user", "project"] if obj is not None else []
+        return [*fixed, *self.readonly_fields]
+
+    def save_model(self, request, obj, form, change):
+        granted = services.membership_grant(project=obj.project, user=obj.user, role=obj.role, actor=request.user)
+        obj.pk = granted.pk
+
+    def delete_model(self, request, obj):
+        services.membership_revoke(project=obj.project, user=obj.user, actor=request.user)
+
+    def delete_queryset(self, request, queryset):
+        for membership in queryset.select_related("project", "user"):
+            self.delete_model(request, membership)
+
+
+class QuotaAdminBase(admin.ModelAdmin):
+    list_display_links = None
+    readonly_fields = ["updated_at", "updated_by"]
+
+    def save_model(self, request, obj, form, change):
+        limits = {field: form.cleaned_data[field] for field in form.changed_data if field in QUOTA_FIELDS}
+        original = type(obj).objects.get(pk=obj.pk)
+        services.quota_set(quota=original, limits=limits, actor=request.user,
+                           reason="Edited in the operator console")
+
+    def has_add_permission(self, request):
+        return False  # quota rows come with their project; tenant caps are added on the tenant
+
+    def has_delete_permission(self, request, obj=None):
+        return False
+
+
+@admin.register(ProjectQuota)
+class ProjectQuotaAdmin(QuotaAdminBase):
+    list_display = ["project", *QUOTA_FIELDS, "updated_at"]
+    list_display_links = ["project"]
+    list_filter = ["project__tenant"]
+    list_select_related = ["project__tenant"]
+    search_fields = ["project__name", "project__slug"]
+    fields = ["project", *QUOTA_FIELDS, "updated_at", "updated_by"]
+    readonly_fields = ["project", "updated_at", "updated_by"]
+
+
+@admin.register(TenantQuota)
+class TenantQuotaAdmin(QuotaAdminBase):
+    list_display = ["tenant", *QUOTA_FIELDS, "updated_at"]
+    list_display_links = ["tenant"]
+    list_select_related = ["tenant"]
+    search_fields = ["tenant__name"]
+    fields = ["tenant", *QUOTA_FIELDS, "updated_at", "updated_by"]
+    readonly_fields = ["tenant", "updated_at", "updated_by"]
+
+
+@admin.register(AuditEvent)
+class AuditEventAdmin(admin.ModelAdmin):
+    """The append-only audit trail of administrative changes."""
+
+    list_display = ["created_at", "action", "target_repr", "target_type", "actor", "reason"]
+    list_filter = ["action", "target_type"]
+    list_select_related = ["actor", "target_type"]
+    search_fields = ["target_repr", "action", "actor__username", "reason"]
+    date_hierarchy = "created_at"
+
+    def has_add_permission(self, request):
+        return False
+
+    def has_change_permission(self, request, obj=None):
+        return False
+
+    def has_delete_permission(self, request, obj=None):
+        return False

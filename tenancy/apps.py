@@ -1,0 +1,25 @@
+from django.apps import AppConfig
+from django.db.models.signals import post_migrate
+
+
+def _crud(app_label: str, model: str, *verbs: str) -> list[str]:
+    return [f"{app_label}.{verb}_{model}" for verb in verbs]
+
+
+class TenancyConfig(AppConfig):
+    name = "tenancy"
+    verbose_name = "Tenancy, projects and quotas"
+    operator_permissions = [
+        "tenancy.view_user",
+        *_crud("tenancy", "tenant", "view", "add", "change"),
+        *_crud("tenancy", "project", "view", "add", "change"),
+        *_crud("tenancy", "membership", "view", "add", "change", "delete"),
+        *_crud("tenancy", "projectquota", "view", "change"),
+        *_crud("tenancy", "tenantquota", "view", "add", "change"),
+        "tenancy.view_auditevent",
+    ]
+
+    def ready(self):
+        from tenancy.operators import sync_operator_group
+
+        post_migrate.connect(sync_operator_group, dispatch_uid="tenancy.sync_operator_group")

@@ -1,0 +1,170 @@
+from decimal import Decimal
+
+from django.conf import settings
+from django.contrib.auth.models import AbstractUser
+from django.contrib.contenttypes.models import ContentType
+from django.core.validators import MinValueValidator, RegexValidator
+from django.db import models
+from django.db.models import Q
+
+from tenancy.choices import ProjectPermission, QuotaDimension, Role
+
+slug_validator = RegexValidator(r"^[a-z0-9]+(?:-[a-z0-9]+)*$", "Use lowercase letters, digits and single hyphens.")
+
+
+class User(AbstractUser):
+    manager = models.ForeignKey(
+        "self", null=True, blank=True, on_delete=models.SET_NULL, related_name="reports",
+        help_text="Line manager; approval routing can send requests to them.",
+    )
+
+    class Meta(AbstractUser.Meta):
+        swappable = "AUTH_USER_MODEL"
+        constraints = [
+            models.CheckConstraint(condition=~Q(manager=models.F("id")), name="user_not_own_manager"),
+        ]
+
+
+class Tenant(models.Model):
+    name = models.CharField(max_length=120, unique=True)
+    slug = models.SlugField(max_length=60, unique=True, validators=[slug_validator])
+    description = models.TextField(blank=True)
+    active = models.BooleanField(default=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["name"]
+
+    def __str__(self):
+        return self.name
+
+
+class Project(models.Model):
+    tenant = models.ForeignKey(Tenant, on_delete=models.PROTECT, related_name="projects")
+    name = models.CharField(max_length=120)
+    slug = models.SlugField(max_length=60, unique=True, validators=[slug_validator])
+    description = models.TextField(blank=True)
+    lead = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="led_projects",
+        help_text="Accountable person; always holds the lead role on the project.",
+    )
+    cost_centre = models.CharField(max_length=40, help_text="Finance cost centre charged for usage.")
+    active = models.BooleanField(default=True, help_text="Inactive projects accept no new requests.")
+    members = models.ManyToManyField(
+        settings.AUTH_USER_MODEL, through="Membership", through_fields=("project", "user"), related_name="projects"
+    )
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["tenant__name", "name"]
+        constraints = [models.UniqueConstraint(fields=["tenant", "name"], name="project_name_unique_in_tenant")]
+        permissions = [(perm.value, perm.label) for perm in ProjectPermission if perm != ProjectPermission.VIEW]
+
+    def __str__(self):
+        return f"{self.tenant.name} / {self.name}"
+
+
+class Membership(models.Model):
+    user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="memberships")
+    project = models.ForeignKey(Project, on_delete=models.CASCADE, related_name="memberships")
+    role = models.CharField(max_length=20, choices=Role.choices, default=Role.MEMBER)
+    granted_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["project", "user__username"]
+        constraints = [
+            models.UniqueConstraint(fields=["user", "project"], name="one_membership_per_user_and_project"),
+            models.CheckConstraint(condition=Q(role__in=Role.values), name="membership_role_valid"),
+        ]
+
+    def __str__(self):
+        return f"{self.user} is {self.get_role_display().lower()} of {self.project.slug}"
+
+
+def _limit_field(decimal: bool, help_text: str):
+    """One quota dimension: empty means no limit on that dimension."""
+    common = {"null": True, "blank": True, "help_text": f"{help_text} Empty means unlimited."}
+    if decimal:
+        return models.DecimalField(
+            max_digits=12, decimal_places=2, validators=[MinValueValidator(Decimal(0))], **common
+        )
+    return models.PositiveIntegerField(**common)
+
+
+class QuotaLimits(models.Model):
+    gpus = _limit_field(True, "Whole-card equivalents; a slice counts as its fraction of a card.")
+    accelerator_memory_gb = _limit_field(False, "Accelerator memory in GB.")
+    cpu_cores = _limit_field(False, "CPU cores.")
+    memory_gb = _limit_field(False, "Host memory in GB.")
+    concurrent_tasks = _limit_field(False, "Requests holding resources at the same time.")
+    monthly_card_hours = _limit_field(True, "Accelerator card-hours per calendar month.")
+    updated_at = models.DateTimeField(auto_now=True)
+    updated_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+
+    class Meta:
+        abstract = True
+
+    def limits(self) -> dict[str, Decimal | int | None]:
+        return {dimension: getattr(self, dimension) for dimension in QuotaDimension.values}
+
+
+class ProjectQuota(QuotaLimits):
+    project = models.OneToOneField(Project, on_delete=models.CASCADE, related_name="quota")
+
+    class Meta:
+        constraints = [
+            models.CheckConstraint(condition=Q(gpus__gte=0), name="project_quota_gpus_non_negative"),
+            models.CheckConstraint(
+                condition=Q(monthly_card_hours__gte=0), name="project_quota_card_hours_non_negative"
+            ),
+        ]
+
+    def __str__(self):
+        return f"Quota of {self.project}"
+
+
+class TenantQuota(QuotaLimits):
+    """Optional cap on the sum of all the tenant's projects."""
+
+    tenant = models.OneToOneField(Tenant, on_delete=models.CASCADE, related_name="quota")
+
+    class Meta:
+        constraints = [
+            models.CheckConstraint(condition=Q(gpus__gte=0), name="tenant_quota_gpus_non_negative"),
+            models.CheckConstraint(
+                condition=Q(monthly_card_hours__gte=0), name="tenant_quota_card_hours_non_negative"
+            ),
+        ]
+
+    def __str__(self):
+        return f"Quota of {self.tenant}"
+
+
+class AuditEvent(models.Model):
+    """Append-only record of an administrative change (membership, quota, catalog lifecycle)."""
+
+    actor = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    action = models.CharField(max_length=60)
+    target_type = models.ForeignKey(ContentType, on_delete=models.PROTECT, related_name="+")
+    target_id = models.CharField(max_length=64)
+    target_repr = models.CharField(max_length=200)
+    reason = models.TextField(blank=True)
+    data = models.JSONField(default=dict, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True, db_index=True)
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
+        indexes = [models.Index(fields=["target_type", "target_id"], name="audit_target_idx")]
+
+    def __str__(self):
+        return f"{self.action} on {self.target_repr}"

@@ -1,0 +1,39 @@
+"""Reads of tenancy data; every "which projects may this user see" question is answered here."""
+
+from django.contrib.contenttypes.models import ContentType
+from django.db.models import QuerySet
+from guardian.shortcuts import get_objects_for_user
+
+from tenancy.choices import ProjectPermission
+from tenancy.models import AuditEvent, Project, User
+
+
+def projects_with_permission(*, user: User, permission: str) -> QuerySet[Project]:
+    """Projects on which the user holds the object permission, or all of them with the global permission."""
+    if not user.is_authenticated:
+        return Project.objects.none()
+    return get_objects_for_user(
+        user, f"tenancy.{permission}", klass=Project, accept_global_perms=True, with_superuser=True
+    )
+
+
+def project_list_visible_to(*, user: User) -> QuerySet[Project]:
+    return (
+        projects_with_permission(user=user, permission=ProjectPermission.VIEW)
+        .select_related("tenant", "tenant__quota", "lead", "quota")
+        .order_by("tenant__name", "name")
+    )
+
+
+def user_has_project_permission(*, user: User, project: Project, permission: str) -> bool:
+    if not user.is_authenticated or not user.is_active:
+        return False
+    codename = f"tenancy.{permission}"
+    return user.has_perm(codename) or user.has_perm(codename, project)
+
+
+def audit_events_for(*, target) -> QuerySet[AuditEvent]:
+    return AuditEvent.objects.filter(
+        target_type=ContentType.objects.get_for_model(target, for_concrete_model=False),
+        target_id=str(target.pk),
+    ).select_related("actor")

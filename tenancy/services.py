@@ -1,0 +1,195 @@
+"""Every write to tenancy: tenants, projects, memberships (and the object permissions they imply), quotas."""
+
+from decimal import Decimal
+from typing import Any
+
+from django.contrib.contenttypes.models import ContentType
+from django.db import models, transaction
+from guardian.shortcuts import assign_perm, get_user_perms, remove_perm
+
+from config.errors import Conflict, DomainError
+from tenancy.choices import ROLE_PERMISSIONS, ProjectPermission, QuotaDimension, Role
+from tenancy.models import AuditEvent, Membership, Project, ProjectQuota, Tenant, TenantQuota, User
+
+
+def _jsonable(value: Any) -> Any:
+    return str(value) if isinstance(value, Decimal) else value
+
+
+def audit_record(*, actor: User | None, action: str, target: models.Model, reason: str = "",
+                 data: dict | None = None) -> AuditEvent:
+    """Append one audit row; call it inside the transaction that made the change."""
+    return AuditEvent.objects.create(
+        actor=actor if actor is not None and actor.is_authenticated else None,
+        action=action,
+        target_type=ContentType.objects.get_for_model(target, for_concrete_model=False),
+        target_id=str(target.pk),
+        target_repr=str(target)[:200],
+        reason=reason,
+        data={key: _jsonable(value) for key, value in (data or {}).items()},
+    )
+
+
+@transaction.atomic
+def tenant_create(*, name: str, slug: str, actor: User | None, description: str = "") -> Tenant:
+    tenant = Tenant(name=name, slug=slug, description=description)
+    tenant.full_clean()
+    tenant.save()
+    audit_record(actor=actor, action="tenant.created", target=tenant)
+    return tenant
+
+
+@transaction.atomic
+def project_create(*, tenant: Tenant, name: str, slug: str, lead: User, cost_centre: str, actor: User | None,
+                   description: str = "", quota: dict[str, Any] | None = None) -> Project:
+    """Create a project with its quota row and its lead's membership."""
+    project = Project(tenant=tenant, name=name, slug=slug, lead=lead, cost_centre=cost_centre,
+                      description=description)
+    project.full_clean()
+    project.save()
+    ProjectQuota.objects.create(project=project, updated_by=_user_or_none(actor), **_checked_limits(quota or {}))
+    audit_record(actor=actor, action="project.created", target=project, data={"lead": lead.username})
+    membership_grant(project=project, user=lead, role=Role.LEAD, actor=actor)
+    return project
+
+
+_PROJECT_EDITABLE = {"tenant", "name", "slug", "description", "lead", "cost_centre", "active"}
+
+
+@transaction.atomic
+def project_update(*, project: Project, actor: User | None, **changes: Any) -> Project:
+    """Change project fields; a new lead takes the lead role and the previous lead becomes a member."""
+    unknown = set(changes) - _PROJECT_EDITABLE
+    if unknown:
+        raise DomainError(f"Cannot change {', '.join(sorted(unknown))} of a project.", code="invalid_field",
+                          details={"fields": sorted(unknown)})
+    project = Project.objects.select_for_update().get(pk=project.pk)
+    previous_lead = project.lead
+    before = {field: getattr(project, field) for field in changes}
+    for field, value in changes.items():
+        setattr(project, field, value)
+    project.full_clean()
+    project.save()
+    changed = {field: [_describe(before[field]), _describe(value)]
+               for field, value in changes.items() if before[field] != value}
+    if changed:
+        audit_record(actor=actor, action="project.updated", target=project, data=changed)
+    if project.lead != previous_lead:
+        membership_grant(project=project, user=project.lead, role=Role.LEAD, actor=actor)
+        membership_grant(project=project, user=previous_lead, role=Role.MEMBER, actor=actor)
+    return project
+
+
+def _describe(value: Any) -> Any:
+    return str(value) if isinstance(value, models.Model | Decimal) else value
+
+
+def _user_or_none(actor: User | None) -> User | None:
+    return actor if actor is not None and actor.is_authenticated else None
+
+
+def _sync_project_permissions(*, user: User, project: Project, role: str | None) -> None:
+    """Make the user's object permissions on the project exactly those of the role (none for no role)."""
+    wanted = ROLE_PERMISSIONS.get(role, frozenset())
+    held = set(get_user_perms(user, project)) & set(ProjectPermission.values)
+    for codename in wanted - held:
+        assign_perm(f"tenancy.{codename}", user, project)
+    for codename in held - wanted:
+        remove_perm(f"tenancy.{codename}", user, project)
+
+
+@transaction.atomic
+def membership_grant(*, project: Project, user: User, role: str, actor: User | None) -> Membership:
+    """Give the user a role on the project (or change it) and exactly that role's object permissions."""
+    if role not in Role.values:
+        raise DomainError(f"Unknown role {role!r}.", code="invalid_role", details={"allowed": Role.values})
+    if project.lead_id == user.pk and role != Role.LEAD:
+        raise Conflict(f"{user.username} leads {project.slug}; appoint another lead first.",
+                       code="lead_role_required")
+    membership, created = Membership.objects.select_for_update().get_or_create(
+        user=user, project=project, defaults={"role": role, "granted_by": _user_or_none(actor)}
+    )
+    previous_role = None if created else membership.role
+    if previous_role != role:
+        membership.role = role
+        membership.granted_by = _user_or_none(actor)
+        membership.save()
+        audit_record(actor=actor, action="membership.granted", target=project,
+                     data={"user": user.username, "role": role, "previous_role": previous_role})
+    _sync_project_permissions(user=user, project=project, role=role)
+    return membership
+
+
+@transaction.atomic
+def membership_revoke(*, project: Project, user: User, actor: User | None) -> None:
+    """Remove the user from the project together with every object permission the membership gave."""
+    if project.lead_id == user.pk:
+        raise Conflict(f"{user.username} leads {project.slug}; appoint another lead first.",
+                       code="lead_role_required")
+    deleted, _ = Membership.objects.filter(user=user, project=project).delete()
+    _sync_project_permissions(user=user, project=project, role=None)
+    if deleted:
+        audit_record(actor=actor, action="membership.revoked", target=project, data={"user": user.username})
+
+
+def _checked_limits(limits: dict[str, Any]) -> dict[str, Any]:
+    unknown = set(limits) - set(QuotaDimension.values)
+    if unknown:
+        raise DomainError(f"Unknown quota dimension(s): {', '.join(sorted(unknown))}.",
+                          code="unknown_quota_dimension", details={"allowed": QuotaDimension.values})
+    negative = {dim: value for dim, value in limits.items() if value is not None and value < 0}
+    if negative:
+        raise DomainError("Quota limits cannot be negative.", code="negative_quota",
+                          details={dim: str(value) for dim, value in negative.items()})
+    return limits
+
+
+@transaction.atomic
+def quota_set(*, quota: ProjectQuota | TenantQuota, limits: dict[str, Any], actor: User | None,
+              reason: str = "") -> ProjectQuota | TenantQuota:
+    """Change quota limits (None lifts a limit); records before and after for every changed dimension."""
+    _checked_limits(limits)
+    quota = type(quota).objects.select_for_update().get(pk=quota.pk)
+    changed = {dim: [_jsonable(getattr(quota, dim)), _jsonable(value)]
+               for dim, value in limits.items() if getattr(quota, dim) != value}
+    if not changed:
+        return quota
+    for dimension, value in limits.items():
+        setattr(quota, dimension, value)
+    quota.updated_by = _user_or_none(actor)
+    quota.full_clean()
+    quota.save()
+    audit_record(actor=actor, action="quota.changed", target=quota, reason=reason, data=changed)
+    return quota
+
+
+@transaction.atomic
+def tenant_quota_ensure(*, tenant: Tenant, actor: User | None) -> TenantQuota:
+    """The tenant's quota row, created unlimited when the tenant has none yet."""
+    quota, created = TenantQuota.objects.get_or_create(tenant=tenant, defaults={"updated_by": _user_or_none(actor)})
+    if created:
+        audit_record(actor=actor, action="quota.created", target=quota)
+    return quota
+
+
+def manager_chain_check(*, user: User, manager: User | None) -> None:
+    """Refuse a manager whose own chain of managers leads back to the user."""
+    cursor = manager
+    while cursor is not None:
+        if cursor.pk == user.pk:
+            raise Conflict("A manager chain cannot loop back to the user.", code="manager_cycle",
+                           details={"user": user.username, "manager": manager.username})
+        cursor = cursor.manager
+
+
+@transaction.atomic
+def user_set_manager(*, user: User, manager: User | None, actor: User | None) -> User:
+    """Set the user's line manager, refusing a chain that would loop back to the user."""
+    manager_chain_check(user=user, manager=manager)
+    previous = User.objects.get(pk=user.pk).manager
+    user.manager = manager
+    user.save(update_fields=["manager"])
+    audit_record(actor=actor, action="user.manager_changed", target=user,
+                 data={"from": previous.username if previous else None,
+                       "to": manager.username if manager else None})
+    return user
