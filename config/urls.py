@@ -1,10 +1,10 @@
 from django.contrib import admin
-from django.urls import include, path
-from django.views.generic import RedirectView
+from django.urls import include, path, re_path
+from django.views.generic import TemplateView
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 from rest_framework.authtoken.views import obtain_auth_token
 
-from config.views import healthz
+from config.views import healthz, not_found
 
 api_v1 = [
     path("auth/token/", obtain_auth_token, name="auth-token"),
@@ -13,12 +13,13 @@ api_v1 = [
 ]
 
 urlpatterns = [
-    path("", RedirectView.as_view(url="/api/v1/catalog/services/", permanent=False), name="home"),
+    path("", TemplateView.as_view(template_name="home.html"), name="home"),
     path("admin/", admin.site.urls),
     path("api/v1/", include(api_v1)),
     path("api/schema/", SpectacularAPIView.as_view(), name="api-schema"),
     path("api/docs/", SpectacularSwaggerView.as_view(url_name="api-schema"), name="api-docs"),
     path("healthz", healthz, name="healthz"),
+    re_path(r"^api/", not_found),  # unknown API paths answer in the API's error shape, DEBUG or not
 ]
 
 handler404 = "config.views.not_found"

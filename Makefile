@@ -1,0 +1,55 @@
+# Compute Catalog: `make run` for the demo, `make test` for the suite. See README.md.
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+HOST ?= 127.0.0.1
+PORT ?= 8000
+# The demo runs on the embedded defaults (SQLite, django-q2's ORM broker) unless DATABASE_URL/REDIS_URL say otherwise.
+DEMO_ENV := DEBUG=1
+
+.PHONY: install run migrate seed test bench lint format clean
+
+install: $(STAMP)
+
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade pip
+	$(BIN)/pip install --quiet ".[dev]"
+	touch $(STAMP)
+
+migrate: install
+	$(DEMO_ENV) $(BIN)/python manage.py migrate --no-input
+
+seed: migrate
+	$(DEMO_ENV) $(BIN)/python manage.py seed_demo
+
+run: seed
+	@echo ""
+	@echo "  Catalog API   http://$(HOST):$(PORT)/api/v1/catalog/services/"
+	@echo "  API docs      http://$(HOST):$(PORT)/api/docs/"
+	@echo "  Operator      http://$(HOST):$(PORT)/admin/   (operator or admin)"
+	@echo "  Health        http://$(HOST):$(PORT)/healthz"
+	@echo "  Logins: developer, approver, lead, operator, admin with the password printed above."
+	@echo ""
+	@trap 'kill 0' INT TERM EXIT; \
+	$(DEMO_ENV) $(BIN)/python manage.py qcluster & \
+	$(DEMO_ENV) $(BIN)/python manage.py runserver $(HOST):$(PORT)
+
+# Runs on PostgreSQL: DATABASE_URL when set, else postgres@127.0.0.1:5432 (config/settings_test.py).
+test: install
+	$(BIN)/pytest
+
+bench: install
+	$(BIN)/python -m tests.bench.run
+
+lint: install
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+
+format: install
+	$(BIN)/ruff check --fix .
+	$(BIN)/ruff format .
+
+clean:
+	rm -rf $(VENV) db.sqlite3 staticfiles .pytest_cache .ruff_cache

@@ -1,0 +1,34 @@
+import pytest
+from django.db import connection
+from rest_framework.test import APIClient
+
+from tests import factories
+
+
+@pytest.fixture(autouse=True, scope="session")
+def _postgresql_only(django_db_setup, django_db_blocker):
+    """The suite runs on PostgreSQL, like production; SQLite would hide locking and constraint behaviour."""
+    with django_db_blocker.unblock():
+        assert connection.vendor == "postgresql", "Tests need PostgreSQL: set DATABASE_URL or start it locally."
+
+
+@pytest.fixture
+def api():
+    return APIClient()
+
+
+@pytest.fixture
+def api_as(api):
+    """An API client authenticated with a real token for the given user."""
+
+    def authenticate(user):
+        api.credentials(HTTP_AUTHORIZATION=f"Token {factories.token_for(user)}")
+        return api
+
+    return authenticate
+
+
+@pytest.fixture
+def roles(db):
+    """One project with a member and an approver, a second project with its own developer, an operator."""
+    return factories.role_matrix()
