@@ -79,13 +79,22 @@ def _services_visible_to(queryset: QuerySet[Service], user: User) -> QuerySet[Se
     return queryset.filter(pk__in=matching)
 
 
-def service_list(*, user: User) -> QuerySet[Service]:
-    """Services the user may order from (all of them for catalog operators), with what each one offers."""
+def service_list(*, user: User, detailed: bool = True) -> QuerySet[Service]:
+    """Services the user may order from (all of them for catalog operators), with what each one offers.
+
+    `detailed=False` loads only the offerings' own rows (enough to name and price them), for list pages.
+    """
+    if detailed:
+        offerings = {"specs": spec_list(user=user), "images": image_list(user=user),
+                     "bare_metal_profiles": bare_metal_profile_list(user=user),
+                     "serving_models": serving_model_list(user=user)}
+    else:
+        offerings = {"specs": _visible(ResourceSpec.objects.select_related("slice_profile"), user),
+                     "images": _visible(Image.objects.all(), user),
+                     "bare_metal_profiles": _visible(BareMetalProfile.objects.all(), user),
+                     "serving_models": _visible(ServingModel.objects.all(), user)}
     queryset = Service.objects.prefetch_related(
-        Prefetch("specs", queryset=spec_list(user=user)),
-        Prefetch("images", queryset=image_list(user=user)),
-        Prefetch("bare_metal_profiles", queryset=bare_metal_profile_list(user=user)),
-        Prefetch("serving_models", queryset=serving_model_list(user=user)),
+        *(Prefetch(field, queryset=rows) for field, rows in offerings.items())
     )
     if sees_whole_catalog(user, Service):
         return queryset

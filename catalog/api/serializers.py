@@ -101,11 +101,26 @@ class ServingModelSerializer(serializers.ModelSerializer):
         ]
 
 
-class ServiceSerializer(serializers.ModelSerializer):
-    specs = ResourceSpecSerializer(many=True, read_only=True)
-    images = ImageSerializer(many=True, read_only=True)
-    bare_metal_profiles = BareMetalProfileSerializer(many=True, read_only=True)
-    serving_models = ServingModelSerializer(many=True, read_only=True)
+class SpecSummarySerializer(serializers.ModelSerializer):
+    gpu_equivalents = serializers.DecimalField(max_digits=8, decimal_places=4, read_only=True)
+
+    class Meta:
+        model = ResourceSpec
+        fields = ["id", "slug", "name", "accelerator_count", "gpu_equivalents", "hourly_price"]
+
+
+class NamedSummarySerializer(serializers.Serializer):
+    id = serializers.IntegerField()
+    name = serializers.CharField(source="__str__")
+
+
+class ServiceSummarySerializer(serializers.ModelSerializer):
+    """A list row: what the service offers, by name; the detail endpoint carries every field."""
+
+    specs = SpecSummarySerializer(many=True, read_only=True)
+    images = NamedSummarySerializer(many=True, read_only=True)
+    bare_metal_profiles = NamedSummarySerializer(many=True, read_only=True)
+    serving_models = NamedSummarySerializer(many=True, read_only=True)
 
     class Meta:
         model = Service
@@ -113,3 +128,13 @@ class ServiceSerializer(serializers.ModelSerializer):
             "id", "slug", "name", "kind", "description", "default_duration_hours", "max_duration_hours",
             "visibility", "active", "specs", "images", "bare_metal_profiles", "serving_models",
         ]
+
+
+class ServiceSerializer(ServiceSummarySerializer):
+    specs = ResourceSpecSerializer(many=True, read_only=True)
+    images = ImageSerializer(many=True, read_only=True)
+    bare_metal_profiles = BareMetalProfileSerializer(many=True, read_only=True)
+    serving_models = ServingModelSerializer(many=True, read_only=True)
+
+    class Meta(ServiceSummarySerializer.Meta):
+        pass

@@ -23,6 +23,12 @@ class ServiceViewSet(CatalogViewSet):
     filterset_class = filters.ServiceFilter
     search_fields = ["name", "description"]
 
+    def get_queryset(self):
+        return selectors.service_list(user=self.request.user, detailed=self.action != "list")
+
+    def get_serializer_class(self):
+        return serializers.ServiceSummarySerializer if self.action == "list" else serializers.ServiceSerializer
+
 
 class ResourceSpecViewSet(CatalogViewSet):
     """Standard resource specs; deprecated ones are listed only for operators."""
