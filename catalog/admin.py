@@ -84,10 +84,19 @@ class SliceProfileAdmin(admin.ModelAdmin):
         return False
 
 
+class AcceleratorModelListFilter(admin.RelatedFieldListFilter):
+    """Choices labelled "<vendor> <model>" from one query, not one vendor query per accelerator model."""
+
+    def field_choices(self, field, request, model_admin):
+        queryset = AcceleratorModel.objects.select_related("vendor")
+        ordering = self.field_admin_ordering(field, request, model_admin)
+        if ordering:
+            queryset = queryset.order_by(*ordering)
+        return [(model.pk, str(model)) for model in queryset]
+
+
 class ResourceSpecForm(forms.ModelForm):
-    class Meta:
-        model = ResourceSpec
-        fields = "__all__"
+    """Admin form (the admin supplies model and fields)."""
 
     def clean(self):
         cleaned = super().clean()
@@ -104,7 +113,8 @@ class ResourceSpecAdmin(AuditedSaveMixin, admin.ModelAdmin):
     form = ResourceSpecForm
     list_display = ["name", "accelerators", "accelerator_count", "slice_profile", "cpu_cores", "memory_gb",
                     "hourly_price", "max_duration_hours", "status"]
-    list_filter = ["status", "accelerator_models__vendor", "accelerator_models", "slice_profile__kind"]
+    list_filter = ["status", "accelerator_models__vendor", ("accelerator_models", AcceleratorModelListFilter),
+                   "slice_profile__kind"]
     list_select_related = ["slice_profile__accelerator"]
     search_fields = ["name", "slug", "accelerator_models__name"]
     prepopulated_fields = {"slug": ["name"]}
@@ -202,9 +212,7 @@ _REQUIRED_OFFERINGS = {
 
 
 class ServiceForm(forms.ModelForm):
-    class Meta:
-        model = Service
-        fields = "__all__"
+    """Admin form (the admin supplies model and fields)."""
 
     def clean(self):
         cleaned = super().clean()

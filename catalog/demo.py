@@ -7,9 +7,8 @@ from decimal import Decimal
 
 from django.db import transaction
 
-from catalog.choices import AcceleratorKind, Interconnect, Runtime, ServiceKind, ServingRuntime, SliceKind
+from catalog.choices import AcceleratorKind, Interconnect, Runtime, ServiceKind, ServingRuntime, SliceKind, Visibility
 from catalog.choices import ValidationCheck as Check
-from catalog.choices import Visibility
 from catalog.models import (
     AcceleratorModel,
     BareMetalProfile,

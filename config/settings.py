@@ -145,6 +145,11 @@ SPECTACULAR_SETTINGS = {
     "SWAGGER_UI_DIST": "SIDECAR",
     "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
     "REDOC_DIST": "SIDECAR",
+    "ENUM_NAME_OVERRIDES": {
+        "AcceleratorKindEnum": "catalog.choices.AcceleratorKind",
+        "ServiceKindEnum": "catalog.choices.ServiceKind",
+        "SliceKindEnum": "catalog.choices.SliceKind",
+    },
 }
 
 REDIS_URL = env_str("REDIS_URL")
