@@ -89,7 +89,10 @@ class SliceProfile(models.Model):
         return f"{self.accelerator.name} {self.name}"
 
     def clean(self):
-        if self.accelerator_id and self.memory_gb and self.memory_gb > self.accelerator.memory_gb:
+        # The accelerator may still be unsaved (a new model with its slices inline in the admin), so look at
+        # the related object when it is attached, not only at the id.
+        has_accelerator = self.accelerator_id is not None or type(self).accelerator.is_cached(self)
+        if has_accelerator and self.memory_gb and self.memory_gb > self.accelerator.memory_gb:
             raise ValidationError({"memory_gb": "A slice cannot have more memory than its card."})
 
 

@@ -1,0 +1,217 @@
+"""The demo seed: refuses production, builds a coherent heterogeneous catalog and tenancy, idempotently."""
+
+import pytest
+from django.apps import apps
+from django.core.management import CommandError, call_command
+from guardian.models import UserObjectPermission
+
+from catalog import selectors
+from catalog.choices import AcceleratorKind, ServiceKind, SliceKind, SpecStatus
+from catalog.demo import DEMO_PASSWORD_DEFAULT
+from catalog.models import AcceleratorModel, BareMetalProfile, ResourceSpec, Service, ServingModel
+from tenancy.choices import ProjectPermission
+from tenancy.models import Project, ProjectQuota, Tenant, User
+from tenancy.operators import OPERATOR_GROUP
+from tenancy.selectors import user_has_project_permission
+
+pytestmark = pytest.mark.django_db
+
+DEMO_PASSWORD = "demo-pass-for-tests"
+
+
+@pytest.fixture
+def seeded(settings, monkeypatch):
+    settings.DEBUG = True
+    monkeypatch.setenv("DEMO_PASSWORD", DEMO_PASSWORD)
+    call_command("seed_demo")
+
+
+# --- refusing production --------------------------------------------------------------------------------
+
+
+def test_refuses_with_debug_off(settings):
+    settings.DEBUG = False
+    with pytest.raises(CommandError, match="--force"):
+        call_command("seed_demo")
+    assert not User.objects.filter(username="admin").exists()
+    assert not AcceleratorModel.objects.exists()
+
+
+def test_force_seeds_with_debug_off(settings, monkeypatch):
+    settings.DEBUG = False
+    monkeypatch.setenv("DEMO_PASSWORD", DEMO_PASSWORD)
+    call_command("seed_demo", force=True)
+    assert User.objects.filter(username="admin").exists()
+
+
+# --- users ----------------------------------------------------------------------------------------------
+
+
+@pytest.mark.usefixtures("seeded")
+def test_creates_demo_users():
+    usernames = set(User.objects.values_list("username", flat=True))
+    assert {"developer", "approver", "operator", "admin"} <= usernames
+
+
+@pytest.mark.usefixtures("seeded")
+def test_operator_is_staff_in_operators_group():
+    operator = User.objects.get(username="operator")
+    assert operator.is_staff
+    assert not operator.is_superuser
+    assert operator.groups.filter(name=OPERATOR_GROUP).exists()
+    assert operator.has_perm("catalog.change_resourcespec")
+    assert not operator.has_perm("catalog.delete_resourcespec")
+
+
+@pytest.mark.usefixtures("seeded")
+def test_admin_is_superuser_and_developer_is_not_staff():
+    assert User.objects.get(username="admin").is_superuser
+    developer = User.objects.get(username="developer")
+    assert not developer.is_staff
+    assert not developer.is_superuser
+
+
+@pytest.mark.usefixtures("seeded")
+@pytest.mark.parametrize("username", ["developer", "approver", "operator", "admin"])
+def test_demo_password_comes_from_environment(username):
+    user = User.objects.get(username=username)
+    assert user.check_password(DEMO_PASSWORD)
+    assert not user.check_password(DEMO_PASSWORD_DEFAULT)
+
+
+def test_default_password_when_environment_has_none(settings, monkeypatch):
+    settings.DEBUG = True
+    monkeypatch.delenv("DEMO_PASSWORD", raising=False)
+    call_command("seed_demo")
+    assert User.objects.get(username="developer").check_password(DEMO_PASSWORD_DEFAULT)
+
+
+@pytest.mark.usefixtures("seeded")
+def test_reseeding_with_a_new_password_updates_it(monkeypatch):
+    monkeypatch.setenv("DEMO_PASSWORD", "a-newer-demo-pass")
+    call_command("seed_demo")
+    assert User.objects.get(username="developer").check_password("a-newer-demo-pass")
+
+
+# --- catalog --------------------------------------------------------------------------------------------
+
+
+@pytest.mark.usefixtures("seeded")
+def test_h100_has_mig_slice_profiles():
+    h100 = AcceleratorModel.objects.get(slug="h100-80gb")
+    assert h100.vendor.slug == "nvidia"
+    mig = h100.slice_profiles.filter(kind=SliceKind.MIG)
+    assert mig.count() >= 2
+    assert all(profile.memory_gb <= h100.memory_gb for profile in mig)
+
+
+@pytest.mark.usefixtures("seeded")
+@pytest.mark.parametrize(
+    ("name_part", "vendor", "kind"),
+    [("H100", "nvidia", AcceleratorKind.GPU), ("A100", "nvidia", AcceleratorKind.GPU),
+     ("L40S", "nvidia", AcceleratorKind.GPU), ("T4", "nvidia", AcceleratorKind.GPU),
+     ("MI300X", "amd", AcceleratorKind.GPU), ("Ascend 910B", "huawei-ascend", AcceleratorKind.NPU)],
+)
+def test_heterogeneous_accelerators(name_part, vendor, kind):
+    model = AcceleratorModel.objects.get(name__contains=name_part)
+    assert (model.vendor.slug, model.kind) == (vendor, kind)
+
+
+@pytest.mark.usefixtures("seeded")
+def test_bare_metal_profile_and_service():
+    profile = BareMetalProfile.objects.get()
+    assert profile.active
+    assert profile.validation_suite
+    assert Service.objects.filter(kind=ServiceKind.BARE_METAL, bare_metal_profiles=profile).exists()
+
+
+@pytest.mark.usefixtures("seeded")
+def test_approved_serving_model_with_templates_and_service():
+    model = ServingModel.objects.filter(approved=True).first()
+    assert model is not None
+    assert model.templates.exists()
+    assert Service.objects.filter(kind=ServiceKind.MODEL_SERVING, serving_models=model).exists()
+
+
+@pytest.mark.usefixtures("seeded")
+def test_seeds_one_deprecated_spec_with_reason():
+    deprecated = ResourceSpec.objects.filter(status=SpecStatus.DEPRECATED)
+    assert deprecated.count() >= 1
+    assert all(spec.deprecation_reason and spec.deprecated_at for spec in deprecated)
+
+
+@pytest.mark.usefixtures("seeded")
+def test_seeded_catalog_passes_model_validation():
+    for model in apps.get_app_config("catalog").get_models():
+        for entry in model.objects.all():
+            entry.full_clean()
+
+
+@pytest.mark.usefixtures("seeded")
+def test_slice_specs_run_only_on_their_profile_model():
+    for spec in ResourceSpec.objects.exclude(slice_profile=None):
+        assert list(spec.accelerator_models.all()) == [spec.slice_profile.accelerator]
+
+
+# --- tenancy --------------------------------------------------------------------------------------------
+
+
+@pytest.mark.usefixtures("seeded")
+def test_two_tenants_with_projects_and_quotas():
+    tenants = Tenant.objects.all()
+    assert tenants.count() == 2
+    for tenant in tenants:
+        assert tenant.projects.exists()
+    for project in Project.objects.all():
+        quota = ProjectQuota.objects.get(project=project)
+        assert quota.gpus is not None and quota.gpus > 0
+
+
+@pytest.mark.usefixtures("seeded")
+def test_developer_sees_own_projects_only():
+    developer = User.objects.get(username="developer")
+    view = ProjectPermission.VIEW
+    own, foreign = Project.objects.get(slug="llm-pretraining"), Project.objects.get(slug="recommendations")
+    assert user_has_project_permission(user=developer, project=own, permission=view)
+    assert not user_has_project_permission(user=developer, project=foreign, permission=view)
+
+
+@pytest.mark.usefixtures("seeded")
+def test_restricted_services_follow_tenant_membership():
+    developer, developer2 = User.objects.get(username="developer"), User.objects.get(username="developer2")
+    visible = set(selectors.service_list(user=developer).values_list("slug", flat=True))
+    visible2 = set(selectors.service_list(user=developer2).values_list("slug", flat=True))
+    assert "ascend-npu-training" in visible
+    assert "ascend-npu-training" not in visible2
+    assert "gpu-workspace" in visible & visible2
+
+
+# --- idempotence ----------------------------------------------------------------------------------------
+
+
+def _row_counts() -> dict[str, int]:
+    models = [*apps.get_app_config("catalog").get_models(), *apps.get_app_config("tenancy").get_models(),
+              UserObjectPermission]
+    counts = {model._meta.label: model.objects.count() for model in models}
+    for model in apps.get_app_config("catalog").get_models():
+        for field in model._meta.many_to_many:
+            through = field.remote_field.through
+            counts[through._meta.label] = through.objects.count()
+    return counts
+
+
+@pytest.mark.usefixtures("seeded")
+def test_running_twice_changes_no_row_counts():
+    before = _row_counts()
+    assert before["tenancy.AuditEvent"] > 0
+    call_command("seed_demo")
+    assert _row_counts() == before
+
+
+@pytest.mark.usefixtures("seeded")
+def test_running_twice_keeps_the_deprecated_spec_deprecated():
+    deprecated_before = dict(ResourceSpec.objects.filter(status=SpecStatus.DEPRECATED)
+                             .values_list("slug", "deprecated_at"))
+    call_command("seed_demo")
+    assert dict(ResourceSpec.objects.filter(status=SpecStatus.DEPRECATED)
+                .values_list("slug", "deprecated_at")) == deprecated_before
