@@ -182,12 +182,16 @@ class ProjectAdmin(GuardedModelAdmin):
     deactivate_projects = action_with_reason(
         name="deactivate_projects", description="Deactivate selected projects (no new requests)",
         verb="Deactivated", permission="change",
-        change=lambda project, reason, actor: services.project_update(project=project, actor=actor, active=False),
+        change=lambda project, reason, actor: services.project_update(
+            project=project, actor=actor, reason=reason, active=False
+        ),
     )
     activate_projects = action_with_reason(
         name="activate_projects", description="Reactivate selected projects", verb="Reactivated",
         permission="change",
-        change=lambda project, reason, actor: services.project_update(project=project, actor=actor, active=True),
+        change=lambda project, reason, actor: services.project_update(
+            project=project, actor=actor, reason=reason, active=True
+        ),
     )
 
 
@@ -205,8 +209,19 @@ def _save_membership_formset(request, formset, *, project: Project) -> None:
                                       actor=request.user)
 
 
+class MembershipForm(forms.ModelForm):
+    def clean(self):
+        cleaned = super().clean()
+        user = cleaned.get("user") or (self.instance.user if self.instance.user_id else None)
+        project = cleaned.get("project") or (self.instance.project if self.instance.project_id else None)
+        if user and project and project.lead_id == user.pk and cleaned.get("role") != Role.LEAD:
+            raise forms.ValidationError(f"{user} leads {project.slug}; appoint another lead first.")
+        return cleaned
+
+
 @admin.register(Membership)
 class MembershipAdmin(admin.ModelAdmin):
+    form = MembershipForm
     list_display = ["user", "project", "role", "granted_by", "created_at"]
     list_filter = ["role", "project__tenant"]
     list_select_related = ["user", "project__tenant", "granted_by"]
@@ -221,6 +236,15 @@ class MembershipAdmin(admin.ModelAdmin):
     def save_model(self, request, obj, form, change):
         granted = services.membership_grant(project=obj.project, user=obj.user, role=obj.role, actor=request.user)
         obj.pk = granted.pk
+
+    def get_deleted_objects(self, objs, request):
+        """A project lead's membership follows the project's lead field: deleting it is refused."""
+        deleted, counts, refused, protected = super().get_deleted_objects(objs, request)
+        pairs = {(membership.project_id, membership.user_id) for membership in objs}
+        projects = Project.objects.filter(pk__in={project_id for project_id, _ in pairs})
+        if pairs.intersection(projects.values_list("pk", "lead_id")):
+            refused = {*refused, "the membership of a project's lead (appoint another lead first)"}
+        return deleted, counts, refused, protected
 
     def delete_model(self, request, obj):
         services.membership_revoke(project=obj.project, user=obj.user, actor=request.user)

@@ -57,7 +57,7 @@ _PROJECT_EDITABLE = {"tenant", "name", "slug", "description", "lead", "cost_cent
 
 
 @transaction.atomic
-def project_update(*, project: Project, actor: User | None, **changes: Any) -> Project:
+def project_update(*, project: Project, actor: User | None, reason: str = "", **changes: Any) -> Project:
     """Change project fields; a new lead takes the lead role and the previous lead becomes a member."""
     unknown = set(changes) - _PROJECT_EDITABLE
     if unknown:
@@ -73,7 +73,7 @@ def project_update(*, project: Project, actor: User | None, **changes: Any) -> P
     changed = {field: [_describe(before[field]), _describe(value)]
                for field, value in changes.items() if before[field] != value}
     if changed:
-        audit_record(actor=actor, action="project.updated", target=project, data=changed)
+        audit_record(actor=actor, action="project.updated", target=project, reason=reason, data=changed)
     if project.lead != previous_lead:
         membership_grant(project=project, user=project.lead, role=Role.LEAD, actor=actor)
         membership_grant(project=project, user=previous_lead, role=Role.MEMBER, actor=actor)

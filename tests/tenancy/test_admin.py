@@ -1,0 +1,212 @@
+"""The tenancy operator console: who gets in, what pages cost, and that every save goes through a service."""
+
+from decimal import Decimal
+
+import pytest
+from django.contrib.admin.helpers import ACTION_CHECKBOX_NAME
+
+from tenancy import services
+from tenancy.choices import ROLE_PERMISSIONS, ProjectPermission, Role
+from tenancy.models import AuditEvent, Membership, Project, ProjectQuota, User
+from tests import factories
+
+pytestmark = pytest.mark.django_db
+
+CHANGELIST_QUERY_BOUND = 12
+TENANCY_CHANGELISTS = [
+    "/admin/tenancy/project/",
+    "/admin/tenancy/tenant/",
+    "/admin/tenancy/membership/",
+    "/admin/tenancy/projectquota/",
+    "/admin/tenancy/tenantquota/",
+    "/admin/tenancy/auditevent/",
+    "/admin/tenancy/user/",
+]
+
+
+def held_permissions(user: User, project: Project) -> set[str]:
+    fresh = User.objects.get(pk=user.pk)
+    return {perm for perm in ProjectPermission.values if fresh.has_perm(f"tenancy.{perm}", project)}
+
+
+@pytest.fixture
+def operator_client(client, roles):
+    client.force_login(roles.operator)
+    return client
+
+
+def _populate(count: int) -> None:
+    """Rows for every tenancy changelist: projects with tenant caps, members with managers, audit events."""
+    for _ in range(count):
+        project = factories.project()
+        services.tenant_quota_ensure(tenant=project.tenant, actor=None)
+        developer = factories.member(project)
+        services.user_set_manager(user=developer, manager=project.lead, actor=None)
+        services.quota_set(quota=project.quota, limits={"gpus": Decimal("2")}, actor=None)
+
+
+def _changelist_queries(client, url: str, assert_max_queries) -> int:
+    with assert_max_queries(CHANGELIST_QUERY_BOUND) as queries:
+        response = client.get(url)
+    assert response.status_code == 200
+    return len(queries)
+
+
+@pytest.mark.parametrize("url", TENANCY_CHANGELISTS)
+def test_operator_opens_changelist_with_query_count_independent_of_rows(
+    operator_client, url, django_assert_max_num_queries
+):
+    _populate(2)
+    operator_client.get(url)  # warm per-process caches (content types, permissions) before measuring
+
+    with_few_rows = _changelist_queries(operator_client, url, django_assert_max_num_queries)
+    _populate(15)
+    with_many_rows = _changelist_queries(operator_client, url, django_assert_max_num_queries)
+
+    assert with_few_rows == with_many_rows
+
+
+@pytest.mark.parametrize("url", ["/admin/tenancy/project/", "/admin/tenancy/projectquota/"])
+def test_changelist_shows_the_rows(operator_client, roles, url):
+    response = operator_client.get(url)
+
+    assert roles.project.name in response.content.decode()
+    assert roles.other_project.name in response.content.decode()
+
+
+@pytest.mark.parametrize("url", ["/admin/", "/admin/tenancy/project/"])
+def test_developer_is_redirected_to_admin_login(client, roles, url):
+    client.force_login(roles.developer)
+
+    response = client.get(url)
+
+    assert response.status_code == 302
+    assert response.url.startswith("/admin/login/")
+
+
+def test_adding_a_membership_in_admin_assigns_object_permissions(operator_client, roles):
+    newcomer = factories.UserFactory()
+
+    response = operator_client.post("/admin/tenancy/membership/add/", {
+        "user": newcomer.pk, "project": roles.project.pk, "role": Role.APPROVER,
+    })
+
+    assert response.status_code == 302, response.content
+    membership = Membership.objects.get(user=newcomer, project=roles.project)
+    assert membership.role == Role.APPROVER
+    assert membership.granted_by == roles.operator
+    assert held_permissions(newcomer, roles.project) == set(ROLE_PERMISSIONS[Role.APPROVER])
+    event = AuditEvent.objects.filter(action="membership.granted").latest("id")
+    assert (event.actor, event.data["user"]) == (roles.operator, newcomer.username)
+
+
+def test_deleting_a_membership_in_admin_removes_object_permissions(operator_client, roles):
+    membership = Membership.objects.get(user=roles.developer, project=roles.project)
+
+    response = operator_client.post(f"/admin/tenancy/membership/{membership.pk}/delete/", {"post": "yes"})
+
+    assert response.status_code == 302
+    assert not Membership.objects.filter(pk=membership.pk).exists()
+    assert held_permissions(roles.developer, roles.project) == set()
+
+
+def test_object_permission_page_redirects_without_assigning(operator_client, roles):
+    url = f"/admin/tenancy/project/{roles.project.pk}/permissions/user-manage/{roles.outsider.pk}/"
+
+    response = operator_client.post(url, {"permissions": ["manage_project", "view_project"]})
+
+    assert response.status_code == 302
+    assert response.url == f"/admin/tenancy/project/{roles.project.pk}/change/"
+    assert held_permissions(roles.outsider, roles.project) == set()
+    assert not Membership.objects.filter(user=roles.outsider).exists()
+
+
+def test_deactivate_action_first_asks_for_a_reason(operator_client, roles):
+    response = operator_client.post("/admin/tenancy/project/", {
+        "action": "deactivate_projects", ACTION_CHECKBOX_NAME: [roles.project.pk],
+    })
+
+    assert response.status_code == 200
+    assert 'name="reason"' in response.content.decode()
+    roles.project.refresh_from_db()
+    assert roles.project.active is True
+
+
+def test_deactivate_action_with_reason_deactivates_and_audits(operator_client, roles):
+    response = operator_client.post("/admin/tenancy/project/", {
+        "action": "deactivate_projects", ACTION_CHECKBOX_NAME: [roles.project.pk],
+        "apply": "Confirm", "reason": "Budget closed for the year",
+    })
+
+    assert response.status_code == 302
+    roles.project.refresh_from_db()
+    roles.other_project.refresh_from_db()
+    assert roles.project.active is False
+    assert roles.other_project.active is True
+    event = AuditEvent.objects.filter(action="project.updated").latest("id")
+    assert event.actor == roles.operator
+    assert event.target_id == str(roles.project.pk)
+    assert event.data == {"active": [True, False]}
+    assert event.reason == "Budget closed for the year"
+
+
+def test_changing_a_quota_in_admin_writes_a_quota_changed_audit_event(operator_client, roles):
+    quota = roles.project.quota
+    form = {dimension: "" for dimension in ("accelerator_memory_gb", "cpu_cores", "memory_gb",
+                                            "concurrent_tasks", "monthly_card_hours")}
+
+    response = operator_client.post(f"/admin/tenancy/projectquota/{quota.pk}/change/", {**form, "gpus": "8"})
+
+    assert response.status_code == 302, response.content
+    quota = ProjectQuota.objects.get(pk=quota.pk)
+    assert quota.gpus == Decimal("8")
+    assert quota.updated_by == roles.operator
+    event = AuditEvent.objects.filter(action="quota.changed").latest("id")
+    assert event.actor == roles.operator
+    assert event.target_id == str(quota.pk)
+    assert event.data == {"gpus": [None, "8"]}
+
+
+def test_demoting_the_lead_in_membership_admin_is_a_form_error(operator_client, roles):
+    membership = Membership.objects.get(user=roles.lead, project=roles.project)
+    url = f"/admin/tenancy/membership/{membership.pk}/change/"
+
+    response = operator_client.post(url, {"role": Role.MEMBER})
+
+    assert response.status_code == 200
+    assert "appoint another lead first" in response.content.decode()
+    assert Membership.objects.get(pk=membership.pk).role == Role.LEAD
+    assert held_permissions(roles.lead, roles.project) == set(ProjectPermission.values)
+
+
+def test_changing_a_members_role_in_membership_admin_goes_through_the_service(operator_client, roles):
+    membership = Membership.objects.get(user=roles.developer, project=roles.project)
+    url = f"/admin/tenancy/membership/{membership.pk}/change/"
+
+    response = operator_client.post(url, {"role": Role.APPROVER})
+
+    assert response.status_code == 302
+    assert Membership.objects.get(pk=membership.pk).role == Role.APPROVER
+    assert held_permissions(roles.developer, roles.project) == set(ROLE_PERMISSIONS[Role.APPROVER])
+
+
+def test_deleting_the_lead_membership_in_admin_is_refused(operator_client, roles):
+    membership = Membership.objects.get(user=roles.lead, project=roles.project)
+    url = f"/admin/tenancy/membership/{membership.pk}/delete/"
+
+    assert "appoint another lead first" in operator_client.get(url).content.decode()
+    assert operator_client.post(url, {"post": "yes"}).status_code == 403
+    assert Membership.objects.filter(pk=membership.pk).exists()
+    assert held_permissions(roles.lead, roles.project) == set(ProjectPermission.values)
+
+
+def test_bulk_delete_including_a_lead_membership_deletes_nothing(operator_client, roles):
+    lead_row = Membership.objects.get(user=roles.lead, project=roles.project)
+    member_row = Membership.objects.get(user=roles.developer, project=roles.project)
+
+    response = operator_client.post("/admin/tenancy/membership/", {
+        "action": "delete_selected", ACTION_CHECKBOX_NAME: [lead_row.pk, member_row.pk], "post": "yes",
+    })
+
+    assert response.status_code == 403
+    assert Membership.objects.filter(pk__in=[lead_row.pk, member_row.pk]).count() == 2
