@@ -1,11 +1,8 @@
-"""Demo data: a heterogeneous catalog, two tenants with projects and quotas, and the demo users.
-
-Every function is idempotent: running the seed twice leaves the database as one run left it.
+"""Demo catalog: accelerators of four vendors with MIG slices and shares, specs, images, a bare-metal
+profile, serving models and the services that offer them. Idempotent, like every app's demo module.
 """
 
 from decimal import Decimal
-
-from django.db import transaction
 
 from catalog.choices import AcceleratorKind, Interconnect, Runtime, ServiceKind, ServingRuntime, SliceKind, Visibility
 from catalog.choices import ValidationCheck as Check
@@ -21,10 +18,7 @@ from catalog.models import (
     Vendor,
 )
 from catalog.services import spec_deprecate
-from tenancy import services as tenancy_services
-from tenancy.choices import Role
-from tenancy.models import Project, Tenant, User
-from tenancy.operators import sync_operator_group
+from tenancy.models import Project
 
 D = Decimal
 
@@ -46,23 +40,23 @@ ACCELERATORS = [
     ("gaudi2-96gb", "intel-gaudi", "Gaudi 2 96GB", AcceleratorKind.NPU, 96, Interconnect.ROCE, []),
 ]
 
-# slug, name, models, count, slice, cpu, memory, disk, price, max hours
+# slug, name, models, count, slice, cpu, memory, disk, price per accelerator and hour, max hours
 SPECS = [
     ("h100-1x", "1x H100 80GB, 16 vCPU, 128 GiB", ["h100-80gb"], 1, None, 16, 128, 1000, "3.90", 336),
-    ("h100-8x", "8x H100 80GB, 128 vCPU, 1.5 TiB", ["h100-80gb"], 8, None, 128, 1536, 7000, "31.20", 336),
+    ("h100-8x", "8x H100 80GB, 128 vCPU, 1.5 TiB", ["h100-80gb"], 8, None, 128, 1536, 7000, "3.90", 336),
     ("h100-mig-1g", "H100 MIG 1g.10gb, 4 vCPU, 32 GiB", ["h100-80gb"], 1, "1g.10gb", 4, 32, 200, "0.60", 720),
     ("h100-mig-3g", "H100 MIG 3g.40gb, 8 vCPU, 64 GiB", ["h100-80gb"], 1, "3g.40gb", 8, 64, 400, "1.70", 720),
     ("a100-1x", "1x A100 40GB, 12 vCPU, 96 GiB", ["a100-40gb"], 1, None, 12, 96, 500, "1.80", 336),
-    ("a100-4x", "4x A100 40GB, 48 vCPU, 384 GiB", ["a100-40gb"], 4, None, 48, 384, 2000, "7.20", 336),
+    ("a100-4x", "4x A100 40GB, 48 vCPU, 384 GiB", ["a100-40gb"], 4, None, 48, 384, 2000, "1.80", 336),
     ("ampere-or-ada-1x", "1x A100 40GB or L40S, 8 vCPU, 64 GiB", ["a100-40gb", "l40s-48gb"], 1, None, 8, 64,
      300, "1.40", 168),
     ("l40s-1x", "1x L40S 48GB, 8 vCPU, 64 GiB", ["l40s-48gb"], 1, None, 8, 64, 300, "1.20", 336),
     ("t4-quarter", "T4 quarter share, 2 vCPU, 8 GiB", ["t4-16gb"], 1, "0.25", 2, 8, 50, "0.10", 720),
-    ("t4-2x", "2x T4 16GB, 8 vCPU, 32 GiB", ["t4-16gb"], 2, None, 8, 32, 200, "0.70", 336),
+    ("t4-2x", "2x T4 16GB, 8 vCPU, 32 GiB", ["t4-16gb"], 2, None, 8, 32, 200, "0.35", 336),
     ("mi300x-1x", "1x MI300X 192GB, 16 vCPU, 256 GiB", ["mi300x-192gb"], 1, None, 16, 256, 1000, "3.40", 336),
-    ("mi300x-8x", "8x MI300X 192GB, 128 vCPU, 2 TiB", ["mi300x-192gb"], 8, None, 128, 2048, 8000, "27.00", 336),
+    ("mi300x-8x", "8x MI300X 192GB, 128 vCPU, 2 TiB", ["mi300x-192gb"], 8, None, 128, 2048, 8000, "3.40", 336),
     ("ascend-910b-1x", "1x Ascend 910B, 24 vCPU, 192 GiB", ["ascend-910b"], 1, None, 24, 192, 800, "2.10", 336),
-    ("ascend-910b-8x", "8x Ascend 910B, 192 vCPU, 1.5 TiB", ["ascend-910b"], 8, None, 192, 1536, 6000, "16.50",
+    ("ascend-910b-8x", "8x Ascend 910B, 192 vCPU, 1.5 TiB", ["ascend-910b"], 8, None, 192, 1536, 6000, "2.10",
      336),
     ("gaudi2-1x", "1x Gaudi 2 96GB, 12 vCPU, 128 GiB", ["gaudi2-96gb"], 1, None, 12, 128, 500, "1.90", 336),
 ]
@@ -85,9 +79,6 @@ IMAGES = [
     ("pytorch-nightly", "2.6.dev", "registry.internal/ml/pytorch-nightly:latest", "Ubuntu 24.04", "560.35.03",
      Runtime.CUDA, "12.6", "dcgm-exporter 3.3.8", ["nvidia"], False),
 ]
-
-DEMO_PASSWORD_DEFAULT = "catalog-demo-2026"
-
 
 def _upsert(model, lookup: dict, values: dict, many: dict | None = None):
     obj, _ = model.objects.update_or_create(**lookup, defaults=values)
@@ -187,74 +178,5 @@ def _service(slug, name, kind, description, default_hours, max_hours, visible_te
     }, {**offerings, "visible_tenants": list(visible_tenants), "visible_projects": list(visible_projects)})
 
 
-def _user(username: str, password: str, *, first: str, last: str, staff=False, superuser=False) -> User:
-    user, created = User.objects.get_or_create(username=username, defaults={
-        "first_name": first, "last_name": last, "email": f"{username}@example.com",
-        "is_staff": staff or superuser, "is_superuser": superuser})
-    if created or not user.check_password(password):
-        user.set_password(password)
-        user.save(update_fields=["password"])
-    return user
-
-
-def seed_people(password: str) -> dict[str, User]:
-    users = {
-        "admin": _user("admin", password, first="Ada", last="Admin", superuser=True),
-        "operator": _user("operator", password, first="Oscar", last="Operator", staff=True),
-        "lead": _user("lead", password, first="Lena", last="Lead"),
-        "approver": _user("approver", password, first="Arjun", last="Approver"),
-        "developer": _user("developer", password, first="Dana", last="Developer"),
-        "developer2": _user("developer2", password, first="Dmitri", last="Developer"),
-    }
-    users["operator"].groups.add(sync_operator_group())
-    for report in ("developer", "developer2", "approver"):
-        if users[report].manager_id != users["lead"].pk:
-            tenancy_services.user_set_manager(user=users[report], manager=users["lead"], actor=None)
-    return users
-
-
-# tenant slug, name, cap, [(project slug, name, cost centre, quota, members)]
-TENANTS = [
-    ("acme-research", "Acme Research", {"gpus": D(48), "monthly_card_hours": D(20000)}, [
-        ("llm-pretraining", "LLM Pretraining", "CC-4100",
-         {"gpus": D(32), "accelerator_memory_gb": 3072, "cpu_cores": 768, "memory_gb": 8192,
-          "concurrent_tasks": 12, "monthly_card_hours": D(12000)},
-         {"developer": Role.MEMBER, "approver": Role.APPROVER}),
-        ("vision", "Computer Vision", "CC-4200",
-         {"gpus": D(8), "accelerator_memory_gb": 512, "cpu_cores": 128, "memory_gb": 1024,
-          "concurrent_tasks": 6, "monthly_card_hours": D(2500)},
-         {"developer": Role.MEMBER, "approver": Role.APPROVER}),
-    ]),
-    ("acme-retail", "Acme Retail", None, [
-        ("recommendations", "Recommendations", "CC-7300",
-         {"gpus": D(4), "accelerator_memory_gb": 192, "cpu_cores": 64, "memory_gb": 512,
-          "concurrent_tasks": 4, "monthly_card_hours": D(1500)},
-         {"developer2": Role.MEMBER, "approver": Role.APPROVER}),
-    ]),
-]
-
-
-def seed_tenancy(users: dict[str, User]) -> dict[str, Tenant]:
-    tenants = {}
-    for slug, name, cap, projects in TENANTS:
-        tenant = Tenant.objects.filter(slug=slug).first() or tenancy_services.tenant_create(
-            name=name, slug=slug, actor=None)
-        tenants[slug] = tenant
-        if cap and not hasattr(tenant, "quota"):
-            quota = tenancy_services.tenant_quota_ensure(tenant=tenant, actor=None)
-            tenancy_services.quota_set(quota=quota, limits=cap, actor=None, reason="Demo data")
-        for project_slug, project_name, cost_centre, quota, members in projects:
-            project = Project.objects.filter(slug=project_slug).first() or tenancy_services.project_create(
-                tenant=tenant, name=project_name, slug=project_slug, lead=users["lead"],
-                cost_centre=cost_centre, quota=quota, actor=None)
-            for username, role in members.items():
-                tenancy_services.membership_grant(project=project, user=users[username], role=role, actor=None)
-    return tenants
-
-
-@transaction.atomic
-def seed_demo(password: str) -> dict[str, User]:
-    users = seed_people(password)
-    tenants = seed_tenancy(users)
-    seed_offerings(seed_catalog(), tenants)
-    return users
+def seed(context: dict) -> None:
+    seed_offerings(seed_catalog(), context["tenants"])

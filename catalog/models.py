@@ -22,9 +22,9 @@ from catalog.choices import (
 from tenancy.models import slug_validator
 
 
-def _money_field():
+def _money_field(per: str):
     return models.DecimalField(max_digits=10, decimal_places=2, validators=[MinValueValidator(Decimal(0))],
-                               help_text=f"Price per hour in {settings.CATALOG_CURRENCY}.")
+                               help_text=f"Price per {per} per hour in {settings.CATALOG_CURRENCY}.")
 
 
 class Vendor(models.Model):
@@ -113,7 +113,7 @@ class ResourceSpec(models.Model):
     cpu_cores = models.PositiveIntegerField(validators=[MinValueValidator(1)])
     memory_gb = models.PositiveIntegerField(validators=[MinValueValidator(1)])
     local_disk_gb = models.PositiveIntegerField(default=0)
-    hourly_price = _money_field()
+    hourly_price = _money_field("accelerator (card or slice)")
     max_duration_hours = models.PositiveIntegerField(validators=[MinValueValidator(1)])
     status = models.CharField(max_length=12, choices=SpecStatus.choices, default=SpecStatus.ACTIVE)
     deprecated_at = models.DateTimeField(null=True, blank=True)
@@ -147,6 +147,11 @@ class ResourceSpec(models.Model):
         if self.slice_profile is None:
             return Decimal(self.accelerator_count)
         return (self.slice_profile.compute_fraction * self.accelerator_count).quantize(Decimal("0.0001"))
+
+    @property
+    def hourly_cost(self) -> Decimal:
+        """Price of the whole spec per hour: the per-accelerator price times the count."""
+        return self.hourly_price * self.accelerator_count
 
     @property
     def accelerator_memory_gb(self) -> int:
@@ -204,7 +209,7 @@ class BareMetalProfile(models.Model):
     monitoring_agent = models.CharField(max_length=80)
     target_cluster = models.CharField(max_length=120, help_text="Cluster the server registers into.")
     validation_suite = models.JSONField(default=list, blank=True, help_text="Ordered hardware checks.")
-    hourly_price = _money_field()
+    hourly_price = _money_field("server")
     max_duration_hours = models.PositiveIntegerField(validators=[MinValueValidator(1)])
     active = models.BooleanField(default=True)
     created_at = models.DateTimeField(auto_now_add=True)

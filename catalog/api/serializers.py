@@ -42,13 +42,15 @@ class ResourceSpecSerializer(PricedMixin, serializers.ModelSerializer):
     slice_profile = SliceProfileSerializer(read_only=True)
     gpu_equivalents = serializers.DecimalField(max_digits=8, decimal_places=4, read_only=True)
     accelerator_memory_gb = serializers.IntegerField(read_only=True)
+    hourly_cost = serializers.DecimalField(max_digits=12, decimal_places=2, read_only=True,
+                                           help_text="Whole spec per hour: hourly_price (per accelerator) x count.")
 
     class Meta:
         model = ResourceSpec
         fields = [
             "id", "slug", "name", "description", "accelerator_models", "accelerator_count", "slice_profile",
             "gpu_equivalents", "accelerator_memory_gb", "cpu_cores", "memory_gb", "local_disk_gb",
-            "hourly_price", "currency", "max_duration_hours", "status", "deprecated_at",
+            "hourly_price", "hourly_cost", "currency", "max_duration_hours", "status", "deprecated_at",
         ]
 
 
@@ -103,10 +105,11 @@ class ServingModelSerializer(serializers.ModelSerializer):
 
 class SpecSummarySerializer(serializers.ModelSerializer):
     gpu_equivalents = serializers.DecimalField(max_digits=8, decimal_places=4, read_only=True)
+    hourly_cost = serializers.DecimalField(max_digits=12, decimal_places=2, read_only=True)
 
     class Meta:
         model = ResourceSpec
-        fields = ["id", "slug", "name", "accelerator_count", "gpu_equivalents", "hourly_price"]
+        fields = ["id", "slug", "name", "accelerator_count", "gpu_equivalents", "hourly_price", "hourly_cost"]
 
 
 class NamedSummarySerializer(serializers.Serializer):

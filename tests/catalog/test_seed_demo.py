@@ -7,9 +7,9 @@ from guardian.models import UserObjectPermission
 
 from catalog import selectors
 from catalog.choices import AcceleratorKind, ServiceKind, SliceKind, SpecStatus
-from catalog.demo import DEMO_PASSWORD_DEFAULT
 from catalog.models import AcceleratorModel, BareMetalProfile, ResourceSpec, Service, ServingModel
 from tenancy.choices import ProjectPermission
+from tenancy.demo import DEMO_PASSWORD_DEFAULT
 from tenancy.models import Project, ProjectQuota, Tenant, User
 from tenancy.operators import OPERATOR_GROUP
 from tenancy.selectors import user_has_project_permission
