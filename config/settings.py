@@ -115,6 +115,8 @@ STORAGES = {
 LOGIN_URL = "admin:login"
 
 CATALOG_CURRENCY = env_str("CATALOG_CURRENCY", "USD")
+# Pending approvals older than this get a reminder on their timeline (hourly django-q2 schedule).
+APPROVAL_REMINDER_HOURS = env_int("APPROVAL_REMINDER_HOURS", 24)
 
 REST_FRAMEWORK = {
     # Token first: its WWW-Authenticate header turns "not authenticated" into 401 rather than 403.

@@ -10,3 +10,4 @@ from config.settings import *  # noqa: F403
 
 PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]  # fast user creation in tests
 STORAGES["staticfiles"]["BACKEND"] = "django.contrib.staticfiles.storage.StaticFilesStorage"  # noqa: F405
+Q_CLUSTER = {**Q_CLUSTER, "sync": True}  # noqa: F405  tasks run inline so tests see their effects

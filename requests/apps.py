@@ -1,15 +1,35 @@
 import sys
 
 from django.apps import AppConfig
+from django.db.models.signals import post_migrate
+
+_OPERATED = ["resourcerequest", "requestevent", "approvalpolicy", "approvalrule", "approvalrulestage", "approval",
+             "approvalstage", "approvalassignment", "quotachangerequest"]
 
 
 class RequestsConfig(AppConfig):
     name = "requests"
     label = "requests"
-    verbose_name = "Resource requests"
+    verbose_name = "Requests and approvals"
+    operator_permissions = [f"requests.view_{model}" for model in _OPERATED] + [
+        "requests.change_resourcerequest",
+        *[f"requests.{verb}_{model}" for model in ("approvalpolicy", "approvalrule", "approvalrulestage")
+          for verb in ("add", "change", "delete")],
+    ]
 
     def ready(self):
         _hide_from_drf_compat()
+        from requests import approvals
+        from requests.models import QuotaChangeRequest, ResourceRequest
+        from requests.quota_changes import QuotaChangeApprovals
+        from requests.schedules import ensure_schedules, readmit_on_quota_change
+        from requests.services import RequestApprovals
+        from tenancy.signals import quota_changed
+
+        approvals.register_subject(ResourceRequest, RequestApprovals())
+        approvals.register_subject(QuotaChangeRequest, QuotaChangeApprovals())
+        quota_changed.connect(readmit_on_quota_change, dispatch_uid="requests.readmit_on_quota_change")
+        post_migrate.connect(ensure_schedules, sender=self, dispatch_uid="requests.ensure_schedules")
 
 
 def _hide_from_drf_compat():

@@ -29,6 +29,10 @@ class Tenant(models.Model):
     name = models.CharField(max_length=120, unique=True)
     slug = models.SlugField(max_length=60, unique=True, validators=[slug_validator])
     description = models.TextField(blank=True)
+    admins = models.ManyToManyField(
+        settings.AUTH_USER_MODEL, blank=True, related_name="administered_tenants",
+        help_text="Tenant administrators; approval stages can route to them.",
+    )
     active = models.BooleanField(default=True)
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
@@ -168,3 +172,26 @@ class AuditEvent(models.Model):
 
     def __str__(self):
         return f"{self.action} on {self.target_repr}"
+
+
+class MonthlyUsage(models.Model):
+    """The quota ledger: card-hours metered per project and calendar month (metering keeps it current).
+
+    Admission reads it for the monthly card-hours dimension, so the request workflow never imports metering.
+    """
+
+    project = models.ForeignKey(Project, on_delete=models.CASCADE, related_name="monthly_usage")
+    month = models.DateField(help_text="First day of the month.")
+    card_hours = models.DecimalField(max_digits=14, decimal_places=4, default=Decimal(0))
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["-month", "project"]
+        constraints = [
+            models.UniqueConstraint(fields=["project", "month"], name="one_usage_row_per_project_month"),
+            models.CheckConstraint(condition=Q(month__day=1), name="usage_month_is_first_day"),
+            models.CheckConstraint(condition=Q(card_hours__gte=0), name="usage_card_hours_non_negative"),
+        ]
+
+    def __str__(self):
+        return f"{self.project.slug} {self.month:%Y-%m}: {self.card_hours} card-hours"

@@ -10,6 +10,7 @@ from guardian.shortcuts import assign_perm, get_user_perms, remove_perm
 from config.errors import Conflict, DomainError
 from tenancy.choices import ROLE_PERMISSIONS, ProjectPermission, QuotaDimension, Role
 from tenancy.models import AuditEvent, Membership, Project, ProjectQuota, Tenant, TenantQuota, User
+from tenancy.signals import quota_changed
 
 
 def _jsonable(value: Any) -> Any:
@@ -160,6 +161,9 @@ def quota_set(*, quota: ProjectQuota | TenantQuota, limits: dict[str, Any], acto
     quota.full_clean()
     quota.save()
     audit_record(actor=actor, action="quota.changed", target=quota, reason=reason, data=changed)
+    affected = [quota.project_id] if isinstance(quota, ProjectQuota) else list(
+        quota.tenant.projects.values_list("pk", flat=True))
+    transaction.on_commit(lambda: quota_changed.send(sender=type(quota), project_ids=affected))
     return quota
 
 

@@ -1,0 +1,312 @@
+"""The approval engine: choose a route, resolve approvers, record decisions, hand the result back.
+
+It is generic over what it approves. A subject model registers a handler (see `register_subject`) that
+supplies the facts policies match on and receives the outcome; the engine never imports the subject's app.
+"""
+
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from decimal import Decimal
+from typing import Any, Protocol
+
+from django.contrib.contenttypes.models import ContentType
+from django.db import models, transaction
+from django.db.models import Q
+from django.utils import timezone
+
+from config.errors import Conflict, DomainError, NotPermitted
+from requests.choices import (
+    ApprovalMode,
+    ApprovalState,
+    ApprovalSubject,
+    ApproverSource,
+    Decision,
+    EventCode,
+    StageState,
+)
+from requests.models import Approval, ApprovalAssignment, ApprovalRule, ApprovalRuleStage, ApprovalStage
+from tenancy.models import Membership, Project, User
+from tenancy.operators import OPERATOR_GROUP
+
+
+@dataclass(frozen=True)
+class Facts:
+    """What approval rules can look at, taken from the subject when it is submitted."""
+
+    subject: str
+    project: Project
+    requester: User
+    summary: str
+    service_kind: str = ""
+    vendor_ids: frozenset[int] = frozenset()
+    accelerator_model_ids: frozenset[int] = frozenset()
+    spec_id: int | None = None
+    accelerator_count: int = 0
+    cost_estimate: Decimal = Decimal(0)
+    parameters: dict[str, Any] = field(default_factory=dict)
+    quota_exception: bool = False
+
+
+class SubjectHandler(Protocol):
+    def on_approved(self, subject: models.Model, *, actor: User | None) -> None: ...
+
+    def on_rejected(self, subject: models.Model, *, actor: User, comment: str) -> None: ...
+
+    def note(self, subject: models.Model, *, code: str, message: str, actor: User | None, data: dict) -> None: ...
+
+
+_handlers: dict[type[models.Model], SubjectHandler] = {}
+
+
+def register_subject(model: type[models.Model], handler: SubjectHandler) -> None:
+    _handlers[model] = handler
+
+
+def _handler_for(subject: models.Model) -> SubjectHandler:
+    return _handlers[type(subject)]
+
+
+# --- Routing -----------------------------------------------------------------------------------------------
+
+def rule_matches(rule: ApprovalRule, facts: Facts) -> bool:
+    checks = [
+        not rule.service_kind or rule.service_kind == facts.service_kind,
+        rule.vendor_id is None or rule.vendor_id in facts.vendor_ids,
+        rule.accelerator_model_id is None or rule.accelerator_model_id in facts.accelerator_model_ids,
+        rule.spec_id is None or rule.spec_id == facts.spec_id,
+        rule.tenant_id is None or rule.tenant_id == facts.project.tenant_id,
+        rule.project_id is None or rule.project_id == facts.project.pk,
+        rule.min_accelerator_count is None or facts.accelerator_count >= rule.min_accelerator_count,
+        rule.min_cost_estimate is None or facts.cost_estimate >= rule.min_cost_estimate,
+        not rule.parameter_name or str(facts.parameters.get(rule.parameter_name, "")) == rule.parameter_value,
+        rule.quota_exception is None or rule.quota_exception == facts.quota_exception,
+    ]
+    return all(checks)
+
+
+def matching_rule(facts: Facts) -> ApprovalRule | None:
+    """The first rule, by policy order then rule order, whose conditions all hold."""
+    rules = (
+        ApprovalRule.objects.filter(policy__subject=facts.subject, policy__active=True)
+        .select_related("policy")
+        .prefetch_related("stages__users")
+        .order_by("policy__order", "policy__name", "order", "id")
+    )
+    return next((rule for rule in rules if rule_matches(rule, facts)), None)
+
+
+@dataclass
+class ResolvedStage:
+    order: int
+    name: str
+    source: str
+    mode: str
+    approvers: list[User]
+    note: str = ""
+
+
+@dataclass
+class Route:
+    """The stages a subject will pass through; no stages means automatic approval."""
+
+    name: str
+    rule: ApprovalRule | None
+    stages: list[ResolvedStage]
+
+    @property
+    def automatic(self) -> bool:
+        return not self.stages
+
+    def as_data(self) -> dict:
+        return {
+            "name": self.name,
+            "automatic": self.automatic,
+            "stages": [{"order": stage.order, "name": stage.name, "mode": stage.mode, "source": stage.source,
+                        "approvers": [user.username for user in stage.approvers], "note": stage.note}
+                       for stage in self.stages],
+        }
+
+
+def _active(users: Iterable[User] | models.QuerySet) -> list[User]:
+    return sorted({user for user in users if user.is_active}, key=lambda user: user.username)
+
+
+def operators() -> list[User]:
+    return _active(User.objects.filter(Q(groups__name=OPERATOR_GROUP) | Q(is_superuser=True), is_staff=True))
+
+
+def _candidates(stage: ApprovalRuleStage, facts: Facts) -> list[User]:
+    match stage.source:
+        case ApproverSource.USERS:
+            return _active(stage.users.all())
+        case ApproverSource.GROUP:
+            return _active(stage.group.user_set.all())
+        case ApproverSource.PROJECT_ROLE:
+            holders = Membership.objects.filter(project=facts.project, role=stage.project_role)
+            return _active(User.objects.filter(pk__in=holders.values("user_id")))
+        case ApproverSource.MANAGER:
+            manager = facts.requester.manager
+            return _active([manager] if manager else [])
+        case ApproverSource.TENANT_ADMINS:
+            return _active(facts.project.tenant.admins.all())
+        case ApproverSource.OPERATORS:
+            return operators()
+    raise ValueError(f"Unknown approver source {stage.source!r}")
+
+
+def _resolve(stage: ApprovalRuleStage, facts: Facts) -> ResolvedStage:
+    """Approvers of one stage, never including the requester; operators stand in when nobody is left."""
+    approvers = [user for user in _candidates(stage, facts) if user.pk != facts.requester.pk]
+    note = ""
+    if not approvers:
+        approvers = [user for user in operators() if user.pk != facts.requester.pk]
+        note = f"No eligible approver from '{stage.get_source_display()}'; routed to operators."
+    if not approvers:
+        raise DomainError(f"Stage '{stage.name}' has no eligible approver and no operator can stand in.",
+                          code="no_eligible_approver", details={"stage": stage.name})
+    return ResolvedStage(stage.order, stage.name, stage.source, stage.mode, approvers, note)
+
+
+def _operators_stage(name: str) -> ApprovalRuleStage:
+    return ApprovalRuleStage(order=1, name=name, source=ApproverSource.OPERATORS, mode=ApprovalMode.ANY)
+
+
+def route_for(facts: Facts) -> Route:
+    """Resolve the route now, without storing anything (used by preview and by submission)."""
+    rule = matching_rule(facts)
+    if rule is not None:
+        stages = [_resolve(stage, facts) for stage in rule.stages.all()]
+        return Route(name=f"{rule.policy.name} / {rule.name}", rule=rule, stages=stages)
+    if facts.quota_exception or facts.subject == ApprovalSubject.QUOTA_CHANGE:
+        # Governance floor: going over or changing a quota is never approved automatically.
+        stage = _resolve(_operators_stage("Operators"), facts)
+        return Route(name="Default: operators decide quota matters", rule=None, stages=[stage])
+    return Route(name="No matching rule: automatic approval", rule=None, stages=[])
+
+
+# --- Lifecycle ---------------------------------------------------------------------------------------------
+
+@transaction.atomic
+def approval_start(*, subject: models.Model, facts: Facts) -> tuple[Approval | None, Route]:
+    """Resolve and store the approval of a subject; (None, route) when the route is automatic."""
+    route = route_for(facts)
+    if route.automatic:
+        return None, route
+    approval = Approval.objects.create(
+        subject_type=ContentType.objects.get_for_model(subject), subject_id=subject.pk, project=facts.project,
+        requester=facts.requester, rule=route.rule, route_name=route.name[:250], summary=facts.summary[:250],
+    )
+    for position, resolved in enumerate(route.stages):
+        stage = ApprovalStage.objects.create(
+            approval=approval, order=position + 1, name=resolved.name, source=resolved.source,
+            mode=resolved.mode, note=resolved.note,
+            state=StageState.PENDING if position == 0 else StageState.WAITING,
+        )
+        ApprovalAssignment.objects.bulk_create(
+            ApprovalAssignment(stage=stage, approver=user) for user in resolved.approvers
+        )
+    return approval, route
+
+
+def approval_for(subject: models.Model) -> Approval | None:
+    return Approval.objects.filter(subject_type=ContentType.objects.get_for_model(subject),
+                                   subject_id=subject.pk).first()
+
+
+@transaction.atomic
+def approval_decide(*, assignment: ApprovalAssignment, decision: str, comment: str, actor: User) -> Approval:
+    """Record one approver's decision and move the approval on; the subject hears the final outcome."""
+    assignment = (ApprovalAssignment.objects.select_for_update()
+                  .select_related("stage__approval").get(pk=assignment.pk))
+    stage = assignment.stage
+    approval = Approval.objects.select_for_update().get(pk=stage.approval_id)
+    _check_can_decide(assignment, approval, decision, comment, actor)
+    now = timezone.now()
+    assignment.decision, assignment.comment, assignment.decided_at = decision, comment.strip(), now
+    assignment.save(update_fields=["decision", "comment", "decided_at"])
+    subject = approval.subject
+    handler = _handler_for(subject)
+    if decision == Decision.REJECT:
+        _close(approval, stage, ApprovalState.REJECTED, StageState.REJECTED, now)
+        handler.on_rejected(subject, actor=actor, comment=assignment.comment)
+        return approval
+    if not _stage_complete(stage):
+        handler.note(subject, code=EventCode.STAGE_VOTE, actor=actor, data={"stage": stage.name},
+                     message=f"{actor.username} approved; '{stage.name}' needs every approver.")
+        return approval
+    stage.state, stage.decided_at = StageState.APPROVED, now
+    stage.save(update_fields=["state", "decided_at"])
+    following = approval.stages.filter(order__gt=stage.order).order_by("order").first()
+    if following is not None:
+        following.state = StageState.PENDING
+        following.save(update_fields=["state"])
+        handler.note(subject, code=EventCode.STAGE_APPROVED, actor=actor,
+                     data={"stage": stage.name, "next": following.name},
+                     message=f"'{stage.name}' approved by {actor.username}; next: '{following.name}'.")
+        return approval
+    approval.state, approval.decided_at = ApprovalState.APPROVED, now
+    approval.save(update_fields=["state", "decided_at"])
+    handler.on_approved(subject, actor=actor)
+    return approval
+
+
+def _check_can_decide(assignment, approval, decision, comment, actor) -> None:
+    if decision not in Decision.values:
+        raise DomainError(f"Decision must be one of {', '.join(Decision.values)}.", code="invalid_decision")
+    if actor.pk == approval.requester_id:
+        raise NotPermitted("You cannot approve or reject your own request.", code="self_approval")
+    if assignment.approver_id != actor.pk:
+        raise NotPermitted("This approval task belongs to someone else.", code="not_your_approval")
+    if assignment.decision:
+        raise Conflict("You have already decided on this stage.", code="already_decided",
+                       details={"decision": assignment.decision})
+    if approval.state != ApprovalState.PENDING or assignment.stage.state != StageState.PENDING:
+        raise Conflict("This approval is not waiting for this stage's decision.", code="approval_not_pending",
+                       details={"approval_state": approval.state, "stage_state": assignment.stage.state})
+    if decision == Decision.REJECT and not comment.strip():
+        raise DomainError("Say why you reject it; the requester sees your comment.", code="comment_required")
+
+
+def _stage_complete(stage: ApprovalStage) -> bool:
+    decisions = list(stage.assignments.values_list("decision", flat=True))
+    if stage.mode == ApprovalMode.ANY:
+        return Decision.APPROVE in decisions
+    return all(decision == Decision.APPROVE for decision in decisions)
+
+
+def _close(approval: Approval, stage: ApprovalStage | None, state: str, stage_state: str, now) -> None:
+    approval.state, approval.decided_at = state, now
+    approval.save(update_fields=["state", "decided_at"])
+    open_stages = approval.stages.filter(state__in=[StageState.PENDING, StageState.WAITING])
+    if stage is not None:
+        open_stages.filter(pk=stage.pk).update(state=stage_state, decided_at=now)
+    open_stages.update(state=StageState.CANCELLED)
+
+
+@transaction.atomic
+def approval_cancel(*, subject: models.Model) -> None:
+    """Withdraw a pending approval because its subject went away (cancelled by the requester)."""
+    approval = approval_for(subject)
+    if approval is not None and approval.state == ApprovalState.PENDING:
+        _close(approval, None, ApprovalState.CANCELLED, StageState.CANCELLED, timezone.now())
+
+
+def approvals_remind_stale(*, older_than) -> int:
+    """Note a reminder on every pending approval not decided (or reminded) within the SLA."""
+    cutoff = timezone.now() - older_than
+    stale = Approval.objects.filter(state=ApprovalState.PENDING, created_at__lt=cutoff).filter(
+        Q(reminded_at__isnull=True) | Q(reminded_at__lt=cutoff))
+    reminded = 0
+    for approval in stale.prefetch_related("stages__assignments__approver"):
+        with transaction.atomic():
+            waiting_on = [assignment.approver.username for stage in approval.stages.all()
+                          if stage.state == StageState.PENDING for assignment in stage.assignments.all()
+                          if not assignment.decision]
+            _handler_for(approval.subject).note(
+                approval.subject, code=EventCode.REMINDER, actor=None, data={"waiting_on": waiting_on},
+                message=f"Approval pending since {approval.created_at:%Y-%m-%d %H:%M} UTC; waiting on "
+                        f"{', '.join(waiting_on) or 'nobody'}.")
+            Approval.objects.filter(pk=approval.pk).update(reminded_at=timezone.now())
+            reminded += 1
+    return reminded
+

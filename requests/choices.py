@@ -1,0 +1,121 @@
+from django.db import models
+
+
+class RequestState(models.TextChoices):
+    SUBMITTED = "submitted", "Submitted"
+    WAITING_FOR_QUOTA = "waiting_for_quota", "Waiting for quota"
+    PENDING_APPROVAL = "pending_approval", "Pending approval"
+    APPROVED = "approved", "Approved"
+    QUEUED = "queued", "Queued"
+    ALLOCATED = "allocated", "Allocated"
+    PROVISIONING = "provisioning", "Provisioning"
+    ACTIVE = "active", "Active"
+    RELEASING = "releasing", "Releasing"
+    RELEASED = "released", "Released"
+    REJECTED = "rejected", "Rejected"
+    CANCELLED = "cancelled", "Cancelled"
+    FAILED = "failed", "Failed"
+
+
+TERMINAL_STATES = frozenset({RequestState.RELEASED, RequestState.REJECTED, RequestState.CANCELLED,
+                             RequestState.FAILED})
+# States whose demand counts against quota: admitted and not yet given back.
+COMMITTED_STATES = frozenset({
+    RequestState.PENDING_APPROVAL, RequestState.APPROVED, RequestState.QUEUED, RequestState.ALLOCATED,
+    RequestState.PROVISIONING, RequestState.ACTIVE, RequestState.RELEASING,
+})
+CANCELLABLE_STATES = frozenset({RequestState.SUBMITTED, RequestState.WAITING_FOR_QUOTA,
+                                RequestState.PENDING_APPROVAL, RequestState.APPROVED, RequestState.QUEUED})
+
+
+class PriorityClass(models.TextChoices):
+    """Scheduling priority; the rank orders the queue (higher first)."""
+
+    BATCH = "batch", "Batch (preemptible)"
+    STANDARD = "standard", "Standard"
+    HIGH = "high", "High"
+    CRITICAL = "critical", "Critical"
+
+
+PRIORITY_RANK = {PriorityClass.BATCH: 10, PriorityClass.STANDARD: 50, PriorityClass.HIGH: 80,
+                 PriorityClass.CRITICAL: 100}
+
+
+class OverQuota(models.TextChoices):
+    """What the requester wants when a submission does not fit the quota."""
+
+    REJECT = "reject", "Refuse it and tell me which limit"
+    WAIT = "wait", "Keep it waiting until quota frees up"
+    EXCEPTION = "exception", "Ask for a quota exception through approval"
+
+
+class EventCode(models.TextChoices):
+    SUBMITTED = "submitted", "Submitted"
+    ADMITTED = "admitted", "Admitted within quota"
+    QUOTA_EXCEEDED = "quota_exceeded", "Over quota"
+    QUOTA_EXCEPTION = "quota_exception", "Quota exception requested"
+    READMITTED = "readmitted", "Re-admitted"
+    ROUTED = "approval_routed", "Routed for approval"
+    AUTO_APPROVED = "auto_approved", "Approved automatically"
+    STAGE_VOTE = "stage_vote", "Approval recorded"
+    STAGE_APPROVED = "stage_approved", "Approval stage passed"
+    APPROVED = "approved", "Approved"
+    REJECTED = "rejected", "Rejected"
+    REMINDER = "approval_reminder", "Approval reminder"
+    QUEUED = "queued", "Queued for scheduling"
+    CANCELLED = "cancelled", "Cancelled"
+    ALLOCATED = "allocated", "Allocated"
+    PROVISIONING = "provisioning", "Provisioning"
+    ACTIVE = "active", "Active"
+    RELEASING = "releasing", "Releasing"
+    RELEASED = "released", "Released"
+    FAILED = "failed", "Failed"
+    PREEMPTED = "preempted", "Preempted"
+
+
+class ApprovalSubject(models.TextChoices):
+    """What an approval policy applies to; the approval engine is generic over these."""
+
+    RESOURCE_REQUEST = "resource_request", "Resource requests"
+    QUOTA_CHANGE = "quota_change", "Quota change requests"
+
+
+class ApproverSource(models.TextChoices):
+    USERS = "users", "Named users"
+    GROUP = "group", "Members of a group"
+    PROJECT_ROLE = "project_role", "Project role (approver or lead)"
+    MANAGER = "manager", "The requester's manager"
+    TENANT_ADMINS = "tenant_admins", "Tenant administrators"
+    OPERATORS = "operators", "Operators"
+
+
+class ApprovalMode(models.TextChoices):
+    ANY = "any", "Any one approver"
+    ALL = "all", "All approvers"
+
+
+class ApprovalState(models.TextChoices):
+    PENDING = "pending", "Pending"
+    APPROVED = "approved", "Approved"
+    REJECTED = "rejected", "Rejected"
+    CANCELLED = "cancelled", "Cancelled"
+
+
+class StageState(models.TextChoices):
+    WAITING = "waiting", "Waiting for an earlier stage"
+    PENDING = "pending", "Pending"
+    APPROVED = "approved", "Approved"
+    REJECTED = "rejected", "Rejected"
+    CANCELLED = "cancelled", "Cancelled"
+
+
+class Decision(models.TextChoices):
+    APPROVE = "approve", "Approve"
+    REJECT = "reject", "Reject"
+
+
+class QuotaChangeState(models.TextChoices):
+    PENDING_APPROVAL = "pending_approval", "Pending approval"
+    APPLIED = "applied", "Approved and applied"
+    REJECTED = "rejected", "Rejected"
+    CANCELLED = "cancelled", "Cancelled"

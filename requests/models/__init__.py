@@ -1,0 +1,22 @@
+from requests.models.approval import (
+    Approval,
+    ApprovalAssignment,
+    ApprovalPolicy,
+    ApprovalRule,
+    ApprovalRuleStage,
+    ApprovalStage,
+)
+from requests.models.quota_change import QuotaChangeRequest
+from requests.models.request import RequestEvent, ResourceRequest
+
+__all__ = [
+    "Approval",
+    "ApprovalAssignment",
+    "ApprovalPolicy",
+    "ApprovalRule",
+    "ApprovalRuleStage",
+    "ApprovalStage",
+    "QuotaChangeRequest",
+    "RequestEvent",
+    "ResourceRequest",
+]

@@ -1,0 +1,43 @@
+from django.conf import settings
+from django.db import models
+from django.db.models import Q
+from django_fsm import ConcurrentTransitionMixin, FSMField, transition
+
+from requests.choices import QuotaChangeState
+
+Q_ = QuotaChangeState
+
+
+class QuotaChangeRequest(ConcurrentTransitionMixin, models.Model):
+    """A project lead's request for different quota limits, decided through the approval engine."""
+
+    project = models.ForeignKey("tenancy.Project", on_delete=models.PROTECT, related_name="quota_change_requests")
+    requested_by = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="+")
+    limits = models.JSONField(help_text="Requested limit per dimension (null lifts a limit).")
+    previous_limits = models.JSONField(help_text="The limits when the change was asked for.")
+    justification = models.TextField()
+    state = FSMField(default=Q_.PENDING_APPROVAL, choices=QuotaChangeState.choices, protected=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+    decided_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
+        constraints = [
+            models.CheckConstraint(condition=Q(state__in=QuotaChangeState.values), name="quota_change_state_valid"),
+            models.CheckConstraint(condition=~Q(justification=""), name="quota_change_justified"),
+        ]
+
+    def __str__(self):
+        return f"Quota change #{self.pk} for {self.project.slug}"
+
+    @transition(field=state, source=Q_.PENDING_APPROVAL, target=Q_.APPLIED)
+    def apply(self):
+        pass
+
+    @transition(field=state, source=Q_.PENDING_APPROVAL, target=Q_.REJECTED)
+    def reject(self):
+        pass
+
+    @transition(field=state, source=Q_.PENDING_APPROVAL, target=Q_.CANCELLED)
+    def cancel(self):
+        pass

@@ -1,0 +1,192 @@
+"""A request for compute, its state machine and its timeline."""
+
+import hashlib
+import json
+
+from django.conf import settings
+from django.core.validators import MinValueValidator
+from django.db import models
+from django.db.models import Q
+from django_fsm import ConcurrentTransitionMixin, FSMField, transition
+
+from requests.choices import (
+    CANCELLABLE_STATES,
+    PRIORITY_RANK,
+    TERMINAL_STATES,
+    EventCode,
+    PriorityClass,
+    RequestState,
+)
+
+S = RequestState
+
+
+def snapshot_hash(snapshot: dict) -> str:
+    canonical = json.dumps(snapshot, sort_keys=True, separators=(",", ":"), default=str)
+    return hashlib.sha256(canonical.encode()).hexdigest()
+
+
+class SnapshotTampered(Exception):
+    """Raised when code tries to change a request's approved snapshot after approval."""
+
+
+class ResourceRequest(ConcurrentTransitionMixin, models.Model):
+    tenant = models.ForeignKey("tenancy.Tenant", on_delete=models.PROTECT, related_name="requests")
+    project = models.ForeignKey("tenancy.Project", on_delete=models.PROTECT, related_name="requests")
+    requester = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="requests")
+    service = models.ForeignKey("catalog.Service", on_delete=models.PROTECT, related_name="requests")
+    spec = models.ForeignKey("catalog.ResourceSpec", null=True, blank=True, on_delete=models.PROTECT,
+                             related_name="requests")
+    image = models.ForeignKey("catalog.Image", null=True, blank=True, on_delete=models.PROTECT,
+                              related_name="requests")
+    bare_metal_profile = models.ForeignKey("catalog.BareMetalProfile", null=True, blank=True,
+                                           on_delete=models.PROTECT, related_name="requests")
+    serving_model = models.ForeignKey("catalog.ServingModel", null=True, blank=True, on_delete=models.PROTECT,
+                                      related_name="requests")
+    serving_template = models.ForeignKey("catalog.ServingTemplate", null=True, blank=True,
+                                         on_delete=models.PROTECT, related_name="requests")
+    duration_hours = models.PositiveIntegerField(validators=[MinValueValidator(1)])
+    priority = models.CharField(max_length=12, choices=PriorityClass.choices, default=PriorityClass.STANDARD)
+    justification = models.TextField(blank=True)
+    parameters = models.JSONField(default=dict, blank=True, help_text="Free-form order fields, e.g. environment.")
+    state = FSMField(default=S.SUBMITTED, choices=RequestState.choices, protected=True, db_index=True)
+
+    # Demand, fixed at submission: what admission counts against the quota.
+    gpu_equivalents = models.DecimalField(max_digits=10, decimal_places=4)
+    accelerator_count = models.PositiveIntegerField()
+    accelerator_memory_gb = models.PositiveIntegerField()
+    cpu_cores = models.PositiveIntegerField()
+    memory_gb = models.PositiveIntegerField()
+    card_hours = models.DecimalField(max_digits=14, decimal_places=4)
+    hourly_cost = models.DecimalField(max_digits=12, decimal_places=2)
+    cost_estimate = models.DecimalField(max_digits=14, decimal_places=2)
+
+    quota_exception = models.BooleanField(default=False, help_text="Admitted over quota through approval.")
+    quota_reasons = models.JSONField(default=list, blank=True, help_text="Why the request is or was over quota.")
+    approved_spec = models.JSONField(null=True, blank=True, editable=False)
+    approved_spec_hash = models.CharField(max_length=64, blank=True, editable=False)
+    approved_at = models.DateTimeField(null=True, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True, db_index=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
+        indexes = [models.Index(fields=["project", "state"], name="request_project_state_idx")]
+        constraints = [
+            models.CheckConstraint(condition=Q(state__in=RequestState.values), name="request_state_valid"),
+            models.CheckConstraint(
+                condition=Q(approved_spec__isnull=True, approved_spec_hash="")
+                | Q(approved_spec__isnull=False, approved_at__isnull=False) & ~Q(approved_spec_hash=""),
+                name="request_snapshot_complete",
+            ),
+        ]
+
+    def __str__(self):
+        return f"#{self.pk} {self.service.name} for {self.project.slug}"
+
+    def save(self, *args, **kwargs):
+        loaded = getattr(self, "_loaded_spec_hash", "")
+        if loaded and (self.approved_spec is None or snapshot_hash(self.approved_spec) != loaded):
+            raise SnapshotTampered(f"Request {self.pk}: the approved snapshot is frozen; order a new request.")
+        super().save(*args, **kwargs)
+        self._loaded_spec_hash = self.approved_spec_hash
+
+    @classmethod
+    def from_db(cls, db, field_names, values):
+        instance = super().from_db(db, field_names, values)
+        instance._loaded_spec_hash = instance.__dict__.get("approved_spec_hash", "")
+        return instance
+
+    @property
+    def is_terminal(self) -> bool:
+        return self.state in TERMINAL_STATES
+
+    @property
+    def is_cancellable(self) -> bool:
+        return self.state in CANCELLABLE_STATES
+
+    @property
+    def priority_rank(self) -> int:
+        return PRIORITY_RANK[self.priority]
+
+    @property
+    def snapshot_intact(self) -> bool:
+        return self.approved_spec is not None and snapshot_hash(self.approved_spec) == self.approved_spec_hash
+
+    # Transitions change only the state; services save, write the timeline and start side effects.
+    @transition(field=state, source=S.SUBMITTED, target=S.WAITING_FOR_QUOTA)
+    def wait_for_quota(self):
+        pass
+
+    @transition(field=state, source=[S.SUBMITTED, S.WAITING_FOR_QUOTA], target=S.PENDING_APPROVAL)
+    def route_for_approval(self):
+        pass
+
+    @transition(field=state, source=[S.SUBMITTED, S.WAITING_FOR_QUOTA, S.PENDING_APPROVAL], target=S.APPROVED)
+    def approve(self):
+        pass
+
+    @transition(field=state, source=S.PENDING_APPROVAL, target=S.REJECTED)
+    def reject(self):
+        pass
+
+    @transition(field=state, source=S.APPROVED, target=S.QUEUED)
+    def enqueue(self):
+        pass
+
+    @transition(field=state, source=list(CANCELLABLE_STATES), target=S.CANCELLED)
+    def cancel(self):
+        pass
+
+    @transition(field=state, source=S.QUEUED, target=S.ALLOCATED)
+    def allocate(self):
+        pass
+
+    @transition(field=state, source=S.ALLOCATED, target=S.PROVISIONING)
+    def start_provisioning(self):
+        pass
+
+    @transition(field=state, source=S.PROVISIONING, target=S.ACTIVE)
+    def activate(self):
+        pass
+
+    @transition(field=state, source=[S.ALLOCATED, S.PROVISIONING, S.ACTIVE], target=S.QUEUED)
+    def preempt(self):
+        pass
+
+    @transition(field=state, source=[S.ALLOCATED, S.PROVISIONING, S.ACTIVE], target=S.RELEASING)
+    def start_release(self):
+        pass
+
+    @transition(field=state, source=S.RELEASING, target=S.RELEASED)
+    def finish_release(self):
+        pass
+
+    @transition(field=state, source=[S.ALLOCATED, S.PROVISIONING, S.ACTIVE, S.RELEASING], target=S.FAILED)
+    def fail(self):
+        pass
+
+
+class RequestEvent(models.Model):
+    """One entry on a request's timeline: a state change or a note, with its reason as data."""
+
+    request = models.ForeignKey(ResourceRequest, on_delete=models.CASCADE, related_name="events")
+    actor = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL,
+                              related_name="+")
+    from_state = models.CharField(max_length=20, choices=RequestState.choices, blank=True)
+    to_state = models.CharField(max_length=20, choices=RequestState.choices, blank=True)
+    code = models.CharField(max_length=40, choices=EventCode.choices)
+    message = models.TextField()
+    data = models.JSONField(default=dict, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True, db_index=True)
+
+    class Meta:
+        ordering = ["created_at", "id"]
+
+    def __str__(self):
+        return f"#{self.request_id} {self.code}: {self.message}"
+
+    @property
+    def is_transition(self) -> bool:
+        return bool(self.to_state) and self.from_state != self.to_state
+

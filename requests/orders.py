@@ -1,0 +1,187 @@
+"""An order as a developer fills it in: validated against the catalog, priced, and turned into demand."""
+
+from dataclasses import dataclass, field
+from decimal import Decimal
+from typing import Any
+
+from catalog.choices import ServiceKind, SpecStatus
+from catalog.models import BareMetalProfile, Image, ResourceSpec, Service, ServingModel, ServingTemplate
+from config.errors import DomainError
+from requests.approvals import Facts
+from requests.choices import ApprovalSubject, PriorityClass
+from requests.quota import Demand
+from tenancy.choices import ProjectPermission
+from tenancy.models import Project, User
+from tenancy.selectors import user_has_project_permission
+
+
+class OrderInvalid(DomainError):
+    status_code = 422
+    code = "invalid_order"
+
+
+@dataclass
+class Order:
+    service: Service
+    project: Project
+    duration_hours: int
+    spec: ResourceSpec | None = None
+    image: Image | None = None
+    bare_metal_profile: BareMetalProfile | None = None
+    serving_model: ServingModel | None = None
+    serving_template: ServingTemplate | None = None
+    priority: str = PriorityClass.STANDARD
+    justification: str = ""
+    parameters: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def replicas(self) -> int:
+        return self.serving_template.replicas if self.serving_template else 1
+
+
+def _refuse(code: str, message: str, **details) -> None:
+    raise OrderInvalid(message, code=code, details=details)
+
+
+def validate_order(order: Order, requester: User) -> None:
+    """Refuse, with a specific code, anything the catalog or the project does not allow."""
+    project, service = order.project, order.service
+    if not user_has_project_permission(user=requester, project=project, permission=ProjectPermission.REQUEST):
+        _refuse("not_permitted_on_project", f"You may not order for project {project.slug}.", project=project.slug)
+    if not project.active:
+        _refuse("project_inactive", f"Project {project.slug} is inactive and accepts no new requests.")
+    if not service.active:
+        _refuse("service_unavailable", f"{service.name} is closed for new orders.", service=service.slug)
+    _validate_offering(order)
+    _validate_duration(order)
+
+
+def _offered(service: Service, relation: str, item) -> bool:
+    return getattr(service, relation).filter(pk=item.pk).exists()
+
+
+def _validate_offering(order: Order) -> None:
+    service = order.service
+    if service.kind == ServiceKind.BARE_METAL:
+        profile = order.bare_metal_profile
+        if profile is None:
+            _refuse("bare_metal_profile_required", "Choose a bare-metal profile.", field="bare_metal_profile")
+        if not profile.active or not _offered(service, "bare_metal_profiles", profile):
+            _refuse("profile_not_offered", f"{profile.name} is not offered by {service.name}.",
+                    field="bare_metal_profile")
+        return
+    spec = order.spec
+    if spec is None:
+        _refuse("spec_required", "Choose a resource spec.", field="spec")
+    if not _offered(service, "specs", spec):
+        _refuse("spec_not_offered", f"{spec.name} is not offered by {service.name}.", field="spec")
+    if spec.status != SpecStatus.ACTIVE:
+        _refuse("spec_deprecated", f"{spec.name} is deprecated: {spec.deprecation_reason}", field="spec")
+    if service.kind == ServiceKind.COMPUTE:
+        _validate_image(order)
+    else:
+        _validate_serving(order)
+
+
+def _validate_image(order: Order) -> None:
+    image, spec = order.image, order.spec
+    if image is None:
+        _refuse("image_required", "Choose an image.", field="image")
+    if not image.approved or not _offered(order.service, "images", image):
+        _refuse("image_not_offered", f"{image} is not an approved image of {order.service.name}.", field="image")
+    spec_vendors = {model.vendor_id for model in spec.accelerator_models.all()}
+    image_vendors = set(image.compatible_vendors.values_list("pk", flat=True))
+    if not spec_vendors <= image_vendors:
+        _refuse("image_incompatible", f"{image} does not support every accelerator vendor of {spec.name}.",
+                field="image", image_vendors=sorted(image.compatible_vendors.values_list("slug", flat=True)))
+
+
+def _validate_serving(order: Order) -> None:
+    model, template = order.serving_model, order.serving_template
+    if model is None:
+        _refuse("serving_model_required", "Choose a model to serve.", field="serving_model")
+    if not model.approved or not _offered(order.service, "serving_models", model):
+        _refuse("serving_model_not_offered", f"{model} is not offered by {order.service.name}.",
+                field="serving_model")
+    if template is None:
+        _refuse("serving_template_required", "Choose a serving template.", field="serving_template")
+    if not template.active or not model.templates.filter(pk=template.pk).exists():
+        _refuse("serving_template_not_offered", f"{template} is not a template for {model}.",
+                field="serving_template")
+
+
+def _validate_duration(order: Order) -> None:
+    limits = {"service": order.service.max_duration_hours}
+    if order.spec is not None:
+        limits["spec"] = order.spec.max_duration_hours
+    if order.bare_metal_profile is not None:
+        limits["bare_metal_profile"] = order.bare_metal_profile.max_duration_hours
+    maximum = min(limits.values())
+    if order.duration_hours < 1 or order.duration_hours > maximum:
+        _refuse("duration_out_of_range", f"Duration must be between 1 and {maximum} hours.",
+                field="duration_hours", requested=order.duration_hours, maximum=maximum, limits=limits)
+
+
+@dataclass(frozen=True)
+class Sizing:
+    """Demand and price of an order, as stored on the request."""
+
+    gpu_equivalents: Decimal
+    accelerator_count: int
+    accelerator_memory_gb: int
+    cpu_cores: int
+    memory_gb: int
+    hourly_cost: Decimal
+    duration_hours: int
+
+    @property
+    def card_hours(self) -> Decimal:
+        return self.gpu_equivalents * self.duration_hours
+
+    @property
+    def cost_estimate(self) -> Decimal:
+        return self.hourly_cost * self.duration_hours
+
+    @property
+    def demand(self) -> Demand:
+        return Demand(gpus=self.gpu_equivalents, accelerator_memory_gb=self.accelerator_memory_gb,
+                      cpu_cores=self.cpu_cores, memory_gb=self.memory_gb, concurrent_tasks=1,
+                      monthly_card_hours=self.card_hours)
+
+    def request_fields(self) -> dict:
+        return {"gpu_equivalents": self.gpu_equivalents, "accelerator_count": self.accelerator_count,
+                "accelerator_memory_gb": self.accelerator_memory_gb, "cpu_cores": self.cpu_cores,
+                "memory_gb": self.memory_gb, "card_hours": self.card_hours, "hourly_cost": self.hourly_cost,
+                "cost_estimate": self.cost_estimate}
+
+
+def size_order(order: Order) -> Sizing:
+    profile = order.bare_metal_profile
+    if profile is not None:
+        return Sizing(Decimal(profile.accelerator_count), profile.accelerator_count,
+                      profile.accelerator_count * profile.accelerator_model.memory_gb, profile.cpu_cores,
+                      profile.memory_gb, profile.hourly_price, order.duration_hours)
+    spec, replicas = order.spec, order.replicas
+    return Sizing(spec.gpu_equivalents * replicas, spec.accelerator_count * replicas,
+                  spec.accelerator_memory_gb * replicas, spec.cpu_cores * replicas, spec.memory_gb * replicas,
+                  spec.hourly_cost * replicas, order.duration_hours)
+
+
+def approval_facts(order: Order, sizing: Sizing, requester: User, *, quota_exception: bool) -> Facts:
+    models = ([order.bare_metal_profile.accelerator_model] if order.bare_metal_profile
+              else list(order.spec.accelerator_models.all()))
+    return Facts(
+        subject=ApprovalSubject.RESOURCE_REQUEST, project=order.project, requester=requester,
+        summary=f"{order.service.name}: {describe_order(order)} for {order.project.slug}",
+        service_kind=order.service.kind, vendor_ids=frozenset(model.vendor_id for model in models),
+        accelerator_model_ids=frozenset(model.pk for model in models),
+        spec_id=order.spec.pk if order.spec else None, accelerator_count=sizing.accelerator_count,
+        cost_estimate=sizing.cost_estimate, parameters=order.parameters, quota_exception=quota_exception,
+    )
+
+
+def describe_order(order: Order) -> str:
+    what = order.bare_metal_profile.name if order.bare_metal_profile else order.spec.name
+    if order.serving_model:
+        what = f"{order.serving_model} on {order.replicas}x {what}"
+    return f"{what}, {order.duration_hours} h"

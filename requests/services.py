@@ -1,0 +1,268 @@
+"""Every write to a resource request: submission with quota admission, approval outcomes, cancellation.
+
+State changes go through `_transition`, which calls the django-fsm transition, saves, and appends the
+timeline event in the caller's transaction. Follow-up work is started after commit.
+"""
+
+from decimal import Decimal
+
+from django.conf import settings
+from django.db import transaction
+from django.utils import timezone
+from django_fsm import TransitionNotAllowed
+
+from config.errors import Conflict, DomainError, NotPermitted
+from requests import approvals
+from requests.choices import EventCode, OverQuota, RequestState
+from requests.models import RequestEvent, ResourceRequest
+from requests.models.request import snapshot_hash
+from requests.orders import Order, approval_facts, describe_order, size_order, validate_order
+from requests.quota import Demand, exceeded, lock_quota_scope, quota_impact
+from requests.signals import request_queued
+from tenancy.choices import ProjectPermission
+from tenancy.models import User
+from tenancy.selectors import user_has_project_permission
+
+
+class QuotaExceeded(Conflict):
+    code = "quota_exceeded"
+
+
+def _transition(request: ResourceRequest, name: str, *, actor: User | None, code: str, message: str,
+                data: dict | None = None) -> ResourceRequest:
+    before = request.state
+    try:
+        getattr(request, name)()
+    except TransitionNotAllowed as refusal:
+        raise Conflict(f"Request #{request.pk} is {request.get_state_display().lower()}; it cannot be {name}d.",
+                       code="illegal_transition", details={"state": before, "action": name}) from refusal
+    request.save()
+    record_event(request, actor=actor, code=code, message=message, data=data, from_state=before)
+    return request
+
+
+def record_event(request: ResourceRequest, *, actor: User | None, code: str, message: str, data: dict | None = None,
+                 from_state: str | None = None) -> RequestEvent:
+    """Append to the timeline; without from_state it is a note that leaves the state as it is."""
+    return RequestEvent.objects.create(
+        request=request, actor=actor if actor is not None and actor.is_authenticated else None,
+        from_state=from_state if from_state is not None else request.state, to_state=request.state,
+        code=code, message=message, data=data or {},
+    )
+
+
+def _locked(request: ResourceRequest) -> ResourceRequest:
+    return ResourceRequest.objects.select_for_update().get(pk=request.pk)
+
+
+# --- Preview and submission --------------------------------------------------------------------------------
+
+def request_preview(*, order: Order, requester: User, over_quota: str = OverQuota.REJECT) -> dict:
+    """Cost, quota impact and approval route of an order, without storing anything."""
+    validate_order(order, requester)
+    sizing = size_order(order)
+    impacts = quota_impact(order.project, sizing.demand)
+    reasons = exceeded(impacts)
+    exception = bool(reasons) and over_quota == OverQuota.EXCEPTION
+    facts = approval_facts(order, sizing, requester, quota_exception=exception)
+    return {
+        "summary": describe_order(order),
+        "cost": {"hourly": str(sizing.hourly_cost), "duration_hours": order.duration_hours,
+                 "total": str(sizing.cost_estimate), "currency": settings.CATALOG_CURRENCY},
+        "demand": {key: str(value) if isinstance(value, Decimal) else value
+                   for key, value in sizing.demand.__dict__.items()},
+        "quota": [impact.as_data() for impact in impacts],
+        "fits_quota": not reasons,
+        "quota_reasons": reasons,
+        "approval_route": approvals.route_for(facts).as_data(),
+        "placement": None,  # filled by the scheduler's estimator once scheduling exists
+    }
+
+
+@transaction.atomic
+def request_submit(*, order: Order, requester: User, over_quota: str = OverQuota.REJECT) -> ResourceRequest:
+    """Admit an order under the project's (and tenant's) quota lock, then route it for approval."""
+    if over_quota not in OverQuota.values:
+        raise DomainError(f"over_quota must be one of {', '.join(OverQuota.values)}.", code="invalid_over_quota")
+    validate_order(order, requester)
+    if over_quota == OverQuota.EXCEPTION and not order.justification.strip():
+        raise DomainError("A quota exception needs a justification.", code="justification_required")
+    sizing = size_order(order)
+    lock_quota_scope(order.project)
+    reasons = exceeded(quota_impact(order.project, sizing.demand))
+    if reasons and over_quota == OverQuota.REJECT:
+        raise QuotaExceeded(_quota_sentence(reasons), details={"reasons": reasons})
+    request = ResourceRequest.objects.create(
+        tenant_id=order.project.tenant_id, project=order.project, requester=requester, service=order.service,
+        spec=order.spec, image=order.image, bare_metal_profile=order.bare_metal_profile,
+        serving_model=order.serving_model, serving_template=order.serving_template,
+        duration_hours=order.duration_hours, priority=order.priority, justification=order.justification,
+        parameters=order.parameters, quota_reasons=reasons,
+        quota_exception=bool(reasons) and over_quota == OverQuota.EXCEPTION, **sizing.request_fields(),
+    )
+    record_event(request, actor=requester, code=EventCode.SUBMITTED, from_state="",
+                 message=f"{requester.username} ordered {describe_order(order)}.",
+                 data={"cost_estimate": str(sizing.cost_estimate), "over_quota": over_quota})
+    if reasons and over_quota == OverQuota.WAIT:
+        return _transition(request, "wait_for_quota", actor=requester, code=EventCode.QUOTA_EXCEEDED,
+                           message=_quota_sentence(reasons) + " Waiting until quota frees up.",
+                           data={"reasons": reasons})
+    if reasons:
+        record_event(request, actor=requester, code=EventCode.QUOTA_EXCEPTION, data={"reasons": reasons},
+                     message=_quota_sentence(reasons) + " Quota exception requested.")
+    else:
+        record_event(request, actor=requester, code=EventCode.ADMITTED, message="Fits the project's quota.")
+    return _route(request, order, actor=requester)
+
+
+def _quota_sentence(reasons: list[dict]) -> str:
+    return "Over quota: " + " ".join(reason["message"] for reason in reasons)
+
+
+def _route(request: ResourceRequest, order: Order, *, actor: User | None) -> ResourceRequest:
+    facts = approval_facts(order, size_order(order), request.requester, quota_exception=request.quota_exception)
+    approval, route = approvals.approval_start(subject=request, facts=facts)
+    if approval is None:
+        _transition(request, "approve", actor=None, code=EventCode.AUTO_APPROVED, message=route.name,
+                    data={"route": route.as_data()})
+        return _freeze_and_queue(request)
+    stages = "; ".join(f"{stage.name} ({stage.mode}: {', '.join(user.username for user in stage.approvers)})"
+                       for stage in route.stages)
+    return _transition(request, "route_for_approval", actor=actor, code=EventCode.ROUTED,
+                       message=f"{route.name} — {stages}", data={"route": route.as_data()})
+
+
+def order_of(request: ResourceRequest) -> Order:
+    return Order(service=request.service, project=request.project, duration_hours=request.duration_hours,
+                 spec=request.spec, image=request.image, bare_metal_profile=request.bare_metal_profile,
+                 serving_model=request.serving_model, serving_template=request.serving_template,
+                 priority=request.priority, justification=request.justification, parameters=request.parameters)
+
+
+# --- Approval outcome and the frozen snapshot --------------------------------------------------------------
+
+def approved_snapshot(request: ResourceRequest) -> dict:
+    """Everything scheduling and provisioning need, copied so later catalog edits cannot change it."""
+    spec, image, profile = request.spec, request.image, request.bare_metal_profile
+    return {
+        "request": request.pk, "tenant": request.tenant_id, "project": request.project.slug,
+        "service": {"slug": request.service.slug, "kind": request.service.kind},
+        "spec": None if spec is None else {
+            "slug": spec.slug, "name": spec.name, "accelerator_count": spec.accelerator_count,
+            "accelerator_models": sorted(model.slug for model in spec.accelerator_models.all()),
+            "slice_profile": spec.slice_profile.name if spec.slice_profile else None,
+            "cpu_cores": spec.cpu_cores, "memory_gb": spec.memory_gb, "local_disk_gb": spec.local_disk_gb,
+            "hourly_price": str(spec.hourly_price)},
+        "image": None if image is None else {"name": image.name, "version": image.version,
+                                             "reference": image.reference, "configuration": image.configuration},
+        "bare_metal_profile": None if profile is None else {
+            "slug": profile.slug, "accelerator_model": profile.accelerator_model.slug,
+            "accelerator_count": profile.accelerator_count, "os_image": str(profile.os_image),
+            "driver_version": profile.driver_version, "monitoring_agent": profile.monitoring_agent,
+            "target_cluster": profile.target_cluster, "validation_suite": profile.validation_suite},
+        "serving": None if request.serving_model is None else {
+            "model": str(request.serving_model), "artifact_uri": request.serving_model.artifact_uri,
+            "runtime": request.serving_template.runtime, "replicas": request.serving_template.replicas,
+            "context_length": request.serving_template.context_length,
+            "max_tokens": request.serving_template.max_tokens},
+        "duration_hours": request.duration_hours, "priority": request.priority, "parameters": request.parameters,
+        "demand": {"gpu_equivalents": str(request.gpu_equivalents), "accelerator_count": request.accelerator_count,
+                   "accelerator_memory_gb": request.accelerator_memory_gb, "cpu_cores": request.cpu_cores,
+                   "memory_gb": request.memory_gb, "card_hours": str(request.card_hours)},
+        "cost_estimate": str(request.cost_estimate), "quota_exception": request.quota_exception,
+    }
+
+
+def _freeze_and_queue(request: ResourceRequest) -> ResourceRequest:
+    request.approved_spec = approved_snapshot(request)
+    request.approved_spec_hash = snapshot_hash(request.approved_spec)
+    request.approved_at = timezone.now()
+    _transition(request, "enqueue", actor=None, code=EventCode.QUEUED,
+                message="Approved spec frozen; waiting for the scheduler.",
+                data={"approved_spec_hash": request.approved_spec_hash})
+    request_id = request.pk
+    transaction.on_commit(lambda: request_queued.send(sender=ResourceRequest, request_id=request_id))
+    return request
+
+
+class RequestApprovals:
+    """How the approval engine reports back to resource requests."""
+
+    def on_approved(self, request: ResourceRequest, *, actor: User | None) -> None:
+        request = _locked(request)
+        _transition(request, "approve", actor=actor, code=EventCode.APPROVED,
+                    message=f"Approved by {actor.username if actor else 'policy'}.")
+        _freeze_and_queue(request)
+
+    def on_rejected(self, request: ResourceRequest, *, actor: User, comment: str) -> None:
+        request = _locked(request)
+        _transition(request, "reject", actor=actor, code=EventCode.REJECTED,
+                    message=f"Rejected by {actor.username}: {comment}", data={"comment": comment})
+        _readmit_after_commit(request.project_id)
+
+    def note(self, request: ResourceRequest, *, code: str, message: str, actor: User | None, data: dict) -> None:
+        record_event(request, actor=actor, code=code, message=message, data=data)
+
+
+# --- Cancellation and operator rejection -------------------------------------------------------------------
+
+def can_cancel(user: User, request: ResourceRequest) -> bool:
+    return (user.pk == request.requester_id or user.has_perm("requests.change_resourcerequest")
+            or user_has_project_permission(user=user, project=request.project, permission=ProjectPermission.MANAGE))
+
+
+@transaction.atomic
+def request_cancel(*, request: ResourceRequest, actor: User, reason: str = "") -> ResourceRequest:
+    request = _locked(request)
+    if not can_cancel(actor, request):
+        raise NotPermitted("Only the requester, the project lead or an operator can cancel this request.")
+    _transition(request, "cancel", actor=actor, code=EventCode.CANCELLED,
+                message=f"Cancelled by {actor.username}" + (f": {reason}" if reason else "."),
+                data={"reason": reason})
+    approvals.approval_cancel(subject=request)
+    _readmit_after_commit(request.project_id)
+    return request
+
+
+@transaction.atomic
+def request_reject_by_operator(*, request: ResourceRequest, actor: User, reason: str) -> ResourceRequest:
+    """An operator ends a pending request outside the approver set (e.g. a policy mistake), with a reason."""
+    if not actor.has_perm("requests.change_resourcerequest"):
+        raise NotPermitted("Only operators can reject a request outside its approval route.")
+    if not reason.strip():
+        raise DomainError("Give a reason; the requester sees it.", code="reason_required")
+    request = _locked(request)
+    _transition(request, "reject", actor=actor, code=EventCode.REJECTED,
+                message=f"Rejected by operator {actor.username}: {reason}", data={"comment": reason})
+    approvals.approval_cancel(subject=request)
+    _readmit_after_commit(request.project_id)
+    return request
+
+
+# --- Waiting for quota -------------------------------------------------------------------------------------
+
+def _readmit_after_commit(project_id: int) -> None:
+    from django_q.tasks import async_task
+
+    transaction.on_commit(lambda: async_task("requests.tasks.readmit_waiting", project_id))
+
+
+@transaction.atomic
+def request_readmit_waiting(*, project_id: int) -> list[ResourceRequest]:
+    """Admit waiting requests first come, first served; stop at the first that still does not fit."""
+    waiting = list(ResourceRequest.objects.filter(project_id=project_id, state=RequestState.WAITING_FOR_QUOTA)
+                   .select_related("project", "service", "spec", "requester").order_by("created_at", "id"))
+    if not waiting:
+        return []
+    lock_quota_scope(waiting[0].project)
+    admitted = []
+    for request in waiting:
+        reasons = exceeded(quota_impact(request.project, Demand.of(request)))
+        if reasons:
+            ResourceRequest.objects.filter(pk=request.pk).update(quota_reasons=reasons)
+            break
+        request = _locked(request)
+        request.quota_reasons = []
+        record_event(request, actor=None, code=EventCode.READMITTED, message="Quota freed up; re-admitted.")
+        admitted.append(_route(request, order_of(request), actor=None))
+    return admitted
