@@ -23,8 +23,19 @@ AUDIT_FIELDS = ["created_at", "updated_at"]
 
 
 class AuditedSaveMixin:
+    """Saves of the entry and of its inline rows go through catalog services, so each one is audited."""
+
     def save_model(self, request, obj, form, change):
         services.catalog_entry_save(entry=obj, changed_fields=form.changed_data, actor=request.user)
+
+    def save_formset(self, request, form, formset, change):
+        formset.save(commit=False)
+        for entry in formset.deleted_objects:
+            services.catalog_entry_delete(entry=entry, actor=request.user)
+        changed = [(entry, []) for entry in formset.new_objects] + list(formset.changed_objects)
+        for entry, fields in changed:
+            services.catalog_entry_save(entry=entry, changed_fields=fields, actor=request.user)
+        formset.save_m2m()
 
 
 def availability_actions(noun: str, on: tuple[str, str], off: tuple[str, str]):

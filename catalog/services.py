@@ -21,6 +21,13 @@ def catalog_entry_save(*, entry: models.Model, changed_fields: list[str], actor:
     return entry
 
 
+@transaction.atomic
+def catalog_entry_delete(*, entry: models.Model, actor: User | None) -> None:
+    """Delete a catalog row nothing refers to any more (the admin refuses protected ones first)."""
+    audit_record(actor=actor, action=f"{entry._meta.model_name}.deleted", target=entry)
+    entry.delete()
+
+
 def _require_reason(reason: str) -> str:
     reason = (reason or "").strip()
     if not reason:

@@ -365,3 +365,22 @@ def test_change_accelerator_with_oversized_slice_is_refused(console):
     assert response.status_code == 200
     assert "memory_gb" in _inline_errors(response)
     assert not SliceProfile.objects.filter(name="too-big").exists()
+
+
+@pytest.mark.django_db
+def test_inline_slice_profiles_are_saved_through_the_audited_service(client, django_user_model):
+    admin_user = django_user_model.objects.create_superuser("root-inline", "root@example.com", "pw-inline-123")
+    client.force_login(admin_user)
+    accelerator = factories.AcceleratorModelFactory()
+    response = client.post(f"/admin/catalog/acceleratormodel/{accelerator.pk}/change/", {
+        "vendor": accelerator.vendor_id, "name": accelerator.name, "slug": accelerator.slug, "kind": "gpu",
+        "memory_gb": 80, "interconnect": "nvlink", "active": "on",
+        "slice_profiles-TOTAL_FORMS": "1", "slice_profiles-INITIAL_FORMS": "0",
+        "slice_profiles-MIN_NUM_FORMS": "0", "slice_profiles-MAX_NUM_FORMS": "1000",
+        "slice_profiles-0-name": "2g.20gb", "slice_profiles-0-kind": "mig",
+        "slice_profiles-0-compute_fraction": "0.2857",
+        "slice_profiles-0-memory_gb": "20", "slice_profiles-0-max_per_device": "3",
+    })
+    assert response.status_code == 302
+    assert accelerator.slice_profiles.filter(name="2g.20gb").exists()
+    assert AuditEvent.objects.filter(action="sliceprofile.created").count() == 1
