@@ -1,0 +1,98 @@
+"""Reads for requests and approvals; visibility rules live here and nowhere else."""
+
+from django.contrib.contenttypes.models import ContentType
+from django.db.models import Prefetch, Q, QuerySet
+from django.http import Http404
+
+from requests.choices import ApprovalState, StageState
+from requests.models import (
+    Approval,
+    ApprovalAssignment,
+    ApprovalStage,
+    QuotaChangeRequest,
+    RequestEvent,
+    ResourceRequest,
+)
+from requests.quota import DimensionImpact, usage_of
+from tenancy.choices import ProjectPermission, QuotaDimension
+from tenancy.models import Project, User
+from tenancy.selectors import projects_with_permission
+
+
+def _assigned_subject_ids(user: User, model) -> QuerySet:
+    return ApprovalAssignment.objects.filter(
+        approver=user, stage__approval__subject_type=ContentType.objects.get_for_model(model)
+    ).values("stage__approval__subject_id")
+
+
+def request_list_visible_to(*, user: User) -> QuerySet[ResourceRequest]:
+    """Requests of projects the user may view, plus those the user was asked to approve."""
+    queryset = ResourceRequest.objects.select_related(
+        "project__tenant", "requester", "service", "spec", "image", "bare_metal_profile", "serving_model"
+    )
+    if not user.is_authenticated:
+        return queryset.none()
+    if user.has_perm("requests.view_resourcerequest"):
+        return queryset
+    projects = projects_with_permission(user=user, permission=ProjectPermission.VIEW).values("pk")
+    return queryset.filter(Q(project__in=projects) | Q(pk__in=_assigned_subject_ids(user, ResourceRequest)))
+
+
+def request_get(*, user: User, pk: int) -> ResourceRequest:
+    try:
+        return request_list_visible_to(user=user).get(pk=pk)
+    except (ResourceRequest.DoesNotExist, ValueError, TypeError) as missing:
+        raise Http404("No such request.") from missing
+
+
+def _approval_with_decisions() -> QuerySet[Approval]:
+    assignments = ApprovalAssignment.objects.select_related("approver")
+    stages = ApprovalStage.objects.prefetch_related(Prefetch("assignments", queryset=assignments))
+    return Approval.objects.prefetch_related(Prefetch("stages", queryset=stages))
+
+
+def approval_of(subject) -> Approval | None:
+    """The subject's approval with every stage and decision (three queries)."""
+    return _approval_with_decisions().filter(
+        subject_type=ContentType.objects.get_for_model(subject), subject_id=subject.pk).first()
+
+
+def timeline_of(request: ResourceRequest) -> QuerySet[RequestEvent]:
+    return request.events.select_related("actor").order_by("created_at", "id")
+
+
+def approval_inbox(*, user: User) -> QuerySet[ApprovalAssignment]:
+    """What waits for this user's decision now: current stage, undecided, approval still open."""
+    return (
+        ApprovalAssignment.objects.filter(
+            approver=user, decision="", stage__state=StageState.PENDING,
+            stage__approval__state=ApprovalState.PENDING,
+        )
+        .select_related("stage__approval__project__tenant", "stage__approval__requester",
+                        "stage__approval__subject_type")
+        .prefetch_related("stage__approval__subject")
+        .order_by("stage__approval__created_at", "id")
+    )
+
+
+def approval_task_get(*, user: User, pk: int) -> ApprovalAssignment:
+    try:
+        return ApprovalAssignment.objects.select_related("stage__approval").get(pk=pk, approver=user)
+    except (ApprovalAssignment.DoesNotExist, ValueError, TypeError) as missing:
+        raise Http404("No such approval task.") from missing
+
+
+def project_quota_usage(project: Project) -> list[DimensionImpact]:
+    """Per dimension: used now and the project's limit (requested is zero: nothing is being ordered)."""
+    usage = usage_of([project.pk])
+    limits = project.quota.limits()
+    return [DimensionImpact("project", dimension, usage[dimension], 0, limits[dimension])
+            for dimension in QuotaDimension.values]
+
+
+def quota_change_list_visible_to(*, user: User) -> QuerySet[QuotaChangeRequest]:
+    queryset = QuotaChangeRequest.objects.select_related("project__tenant", "requested_by")
+    if user.has_perm("requests.view_quotachangerequest"):
+        return queryset
+    projects = projects_with_permission(user=user, permission=ProjectPermission.VIEW).values("pk")
+    return queryset.filter(Q(project__in=projects) | Q(pk__in=_assigned_subject_ids(user, QuotaChangeRequest)))
