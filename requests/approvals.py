@@ -176,12 +176,18 @@ def route_for(facts: Facts) -> Route:
     rule = matching_rule(facts)
     if rule is not None:
         stages = [_resolve(stage, facts) for stage in rule.stages.all()]
-        return Route(name=f"{rule.policy.name} / {rule.name}", rule=rule, stages=stages)
-    if facts.quota_exception or facts.subject == ApprovalSubject.QUOTA_CHANGE:
-        # Governance floor: going over or changing a quota is never approved automatically.
+        if stages or not _quota_matter(facts):
+            return Route(name=f"{rule.policy.name} / {rule.name}", rule=rule, stages=stages)
+    if _quota_matter(facts):
+        # Governance floor: going over or changing a quota is never approved automatically, not even by a
+        # matching rule without stages.
         stage = _resolve(_operators_stage("Operators"), facts)
         return Route(name="Default: operators decide quota matters", rule=None, stages=[stage])
     return Route(name="No matching rule: automatic approval", rule=None, stages=[])
+
+
+def _quota_matter(facts: Facts) -> bool:
+    return facts.quota_exception or facts.subject == ApprovalSubject.QUOTA_CHANGE
 
 
 # --- Lifecycle ---------------------------------------------------------------------------------------------

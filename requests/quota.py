@@ -20,6 +20,7 @@ from tenancy.models import MonthlyUsage, Project, ProjectQuota, Tenant, TenantQu
 
 D = QuotaDimension
 ZERO = Decimal(0)
+LIMIT_PRECISION = Decimal("0.01")  # decimal places of the quota limit fields
 
 
 @dataclass(frozen=True)
@@ -57,7 +58,14 @@ class DimensionImpact:
 
     @property
     def fits(self) -> bool:
-        return self.limit is None or self.used + self.requested <= self.limit
+        if self.limit is None:
+            return True
+        total = self.used + self.requested
+        if isinstance(total, Decimal):
+            # Limits are kept to 0.01; compare at that precision so that slice fractions rounded to four
+            # places (1g.10gb = 0.1429 of a card) add up to whole cards: 7 x 0.1429 = 1.0003 fits a limit of 1.
+            total = total.quantize(LIMIT_PRECISION)
+        return total <= self.limit
 
     @property
     def message(self) -> str:

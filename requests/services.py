@@ -34,7 +34,8 @@ def _transition(request: ResourceRequest, name: str, *, actor: User | None, code
     try:
         getattr(request, name)()
     except TransitionNotAllowed as refusal:
-        raise Conflict(f"Request #{request.pk} is {request.get_state_display().lower()}; it cannot be {name}d.",
+        raise Conflict(f"Request #{request.pk} is {request.get_state_display().lower()}; "
+                       f"'{name.replace('_', ' ')}' is not possible from there.",
                        code="illegal_transition", details={"state": before, "action": name}) from refusal
     request.save()
     record_event(request, actor=actor, code=code, message=message, data=data, from_state=before)
@@ -166,11 +167,18 @@ def approved_snapshot(request: ResourceRequest) -> dict:
             "context_length": request.serving_template.context_length,
             "max_tokens": request.serving_template.max_tokens},
         "duration_hours": request.duration_hours, "priority": request.priority, "parameters": request.parameters,
-        "demand": {"gpu_equivalents": str(request.gpu_equivalents), "accelerator_count": request.accelerator_count,
+        "demand": {"gpu_equivalents": _as_stored(request, "gpu_equivalents"),
+                   "accelerator_count": request.accelerator_count,
                    "accelerator_memory_gb": request.accelerator_memory_gb, "cpu_cores": request.cpu_cores,
-                   "memory_gb": request.memory_gb, "card_hours": str(request.card_hours)},
-        "cost_estimate": str(request.cost_estimate), "quota_exception": request.quota_exception,
+                   "memory_gb": request.memory_gb, "card_hours": _as_stored(request, "card_hours")},
+        "cost_estimate": _as_stored(request, "cost_estimate"), "quota_exception": request.quota_exception,
     }
+
+
+def _as_stored(request: ResourceRequest, field: str) -> str:
+    """A decimal as the database keeps it, so a fresh and a reloaded request freeze the same snapshot."""
+    places = ResourceRequest._meta.get_field(field).decimal_places
+    return str(getattr(request, field).quantize(Decimal(1).scaleb(-places)))
 
 
 def _freeze_and_queue(request: ResourceRequest) -> ResourceRequest:
@@ -250,13 +258,14 @@ def _readmit_after_commit(project_id: int) -> None:
 @transaction.atomic
 def request_readmit_waiting(*, project_id: int) -> list[ResourceRequest]:
     """Admit waiting requests first come, first served; stop at the first that still does not fit."""
-    waiting = list(ResourceRequest.objects.filter(project_id=project_id, state=RequestState.WAITING_FOR_QUOTA)
-                   .select_related("project", "service", "spec", "requester").order_by("created_at", "id"))
-    if not waiting:
+    waiting = (ResourceRequest.objects.filter(project_id=project_id, state=RequestState.WAITING_FOR_QUOTA)
+               .select_related("project", "service", "spec", "requester").order_by("created_at", "id"))
+    first = waiting.first()
+    if first is None:
         return []
-    lock_quota_scope(waiting[0].project)
+    lock_quota_scope(first.project)
     admitted = []
-    for request in waiting:
+    for request in list(waiting):  # read again under the lock: a concurrent run may have admitted some already
         reasons = exceeded(quota_impact(request.project, Demand.of(request)))
         if reasons:
             ResourceRequest.objects.filter(pk=request.pk).update(quota_reasons=reasons)
