@@ -5,7 +5,7 @@ import logging
 from django.core.exceptions import PermissionDenied
 from django.core.exceptions import ValidationError as DjangoValidationError
 from django.http import Http404
-from rest_framework import exceptions, status
+from rest_framework import exceptions, serializers, status
 from rest_framework.pagination import PageNumberPagination
 from rest_framework.response import Response
 from rest_framework.views import exception_handler as drf_exception_handler
@@ -18,6 +18,14 @@ logger = logging.getLogger(__name__)
 class StandardPagination(PageNumberPagination):
     page_size_query_param = "page_size"
     max_page_size = 200
+
+
+class ErrorSerializer(serializers.Serializer):
+    """The body of every API error; documents 4xx responses in the OpenAPI schema."""
+
+    code = serializers.CharField(help_text="Machine-readable reason, e.g. quota_exceeded or spec_deprecated.")
+    message = serializers.CharField(help_text="One human sentence.")
+    details = serializers.JSONField(help_text="The numbers involved; for validation errors, messages per field.")
 
 
 def error_body(code: str, message: str, details=None) -> dict:

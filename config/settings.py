@@ -151,6 +151,10 @@ SPECTACULAR_SETTINGS = {
         "AcceleratorKindEnum": "catalog.choices.AcceleratorKind",
         "ServiceKindEnum": "catalog.choices.ServiceKind",
         "SliceKindEnum": "catalog.choices.SliceKind",
+        "RequestStateEnum": "requests.choices.RequestState",
+        "ApprovalStateEnum": "requests.choices.ApprovalState",
+        "StageStateEnum": "requests.choices.StageState",
+        "QuotaChangeStateEnum": "requests.choices.QuotaChangeState",
     },
 }
 

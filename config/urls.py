@@ -10,6 +10,7 @@ api_v1 = [
     path("auth/token/", obtain_auth_token, name="auth-token"),
     path("catalog/", include("catalog.api.urls")),
     path("", include("tenancy.api.urls")),
+    path("", include("requests.api.urls")),
 ]
 
 urlpatterns = [

@@ -21,13 +21,16 @@ class RequestsConfig(AppConfig):
         _hide_from_drf_compat()
         from requests import approvals
         from requests.models import QuotaChangeRequest, ResourceRequest
+        from requests.quota import usage_by_project
         from requests.quota_changes import QuotaChangeApprovals
         from requests.schedules import ensure_schedules, readmit_on_quota_change
         from requests.services import RequestApprovals
+        from tenancy import hooks
         from tenancy.signals import quota_changed
 
         approvals.register_subject(ResourceRequest, RequestApprovals())
         approvals.register_subject(QuotaChangeRequest, QuotaChangeApprovals())
+        hooks.project_usage_provider = usage_by_project
         quota_changed.connect(readmit_on_quota_change, dispatch_uid="requests.readmit_on_quota_change")
         post_migrate.connect(ensure_schedules, sender=self, dispatch_uid="requests.ensure_schedules")
 

@@ -4,7 +4,7 @@ from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import Any
 
-from catalog.choices import ServiceKind, SpecStatus
+from catalog.choices import ServiceKind, SpecStatus, Visibility
 from catalog.models import BareMetalProfile, Image, ResourceSpec, Service, ServingModel, ServingTemplate
 from config.errors import DomainError
 from requests.approvals import Facts
@@ -52,8 +52,17 @@ def validate_order(order: Order, requester: User) -> None:
         _refuse("project_inactive", f"Project {project.slug} is inactive and accepts no new requests.")
     if not service.active:
         _refuse("service_unavailable", f"{service.name} is closed for new orders.", service=service.slug)
+    if not _open_to(service, project):
+        _refuse("service_not_offered_to_project", f"{service.name} is not offered to project {project.slug}.",
+                service=service.slug, project=project.slug)
     _validate_offering(order)
     _validate_duration(order)
+
+
+def _open_to(service: Service, project: Project) -> bool:
+    """A restricted service takes orders only for the tenants and projects it names (as the catalog shows it)."""
+    return (service.visibility == Visibility.ALL or service.visible_projects.filter(pk=project.pk).exists()
+            or service.visible_tenants.filter(pk=project.tenant_id).exists())
 
 
 def _offered(service: Service, relation: str, item) -> bool:

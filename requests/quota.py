@@ -5,7 +5,8 @@ quota ledger says was metered this month. Callers that decide on admission hold 
 project (see `lock_quota_scope`) so that concurrent submissions see each other's demand.
 """
 
-from dataclasses import asdict, dataclass
+from collections.abc import Iterable
+from dataclasses import asdict, dataclass, replace
 from datetime import date
 from decimal import Decimal
 
@@ -53,6 +54,10 @@ class DimensionImpact:
     limit: Decimal | int | None
 
     @property
+    def label(self) -> str:
+        return D(self.dimension).label
+
+    @property
     def remaining_after(self):
         return None if self.limit is None else self.limit - self.used - self.requested
 
@@ -69,7 +74,7 @@ class DimensionImpact:
 
     @property
     def message(self) -> str:
-        label = D(self.dimension).label
+        label = self.label
         where = "the tenant" if self.scope == "tenant" else "the project"
         if self.limit is None:
             return f"{label}: no limit for {where}."
@@ -80,7 +85,8 @@ class DimensionImpact:
 
     def as_data(self) -> dict:
         data = {key: _json(value) for key, value in asdict(self).items()}
-        return {**data, "remaining_after": _json(self.remaining_after), "fits": self.fits, "message": self.message}
+        return {**data, "label": self.label, "remaining_after": _json(self.remaining_after), "fits": self.fits,
+                "message": self.message}
 
     def as_reason(self) -> dict:
         data = self.as_data()
@@ -102,42 +108,107 @@ def month_start(today: date | None = None) -> date:
     return (today or timezone.now().date()).replace(day=1)
 
 
+def _committed_totals() -> dict:
+    """Sums over requests in committed states; `_usage` adds the ledger to the projected card-hours."""
+    return {
+        "gpus": Coalesce(Sum("gpu_equivalents"), ZERO),
+        "accelerator_memory_gb": Coalesce(Sum("accelerator_memory_gb"), 0),
+        "cpu_cores": Coalesce(Sum("cpu_cores"), 0),
+        "memory_gb": Coalesce(Sum("memory_gb"), 0),
+        "concurrent_tasks": Count("id"),
+        "projected_card_hours": Coalesce(Sum("card_hours"), ZERO),
+    }
+
+
+_NOTHING_COMMITTED = {"gpus": ZERO, "accelerator_memory_gb": 0, "cpu_cores": 0, "memory_gb": 0, "concurrent_tasks": 0,
+                      "projected_card_hours": ZERO}
+
+
+def _usage(committed: dict, metered: Decimal) -> dict[str, Decimal | int]:
+    usage = {key: value for key, value in committed.items() if key != "projected_card_hours"}
+    # Committed projections count whole; metering refines this to the unmetered remainder of running work.
+    usage[D.MONTHLY_CARD_HOURS] = metered + committed["projected_card_hours"]
+    return usage
+
+
 def usage_of(project_ids: list[int]) -> dict[str, Decimal | int]:
     """Current usage per dimension of the given projects together (two queries)."""
     committed = ResourceRequest.objects.filter(project_id__in=project_ids, state__in=COMMITTED_STATES).aggregate(
-        gpus=Coalesce(Sum("gpu_equivalents"), ZERO),
-        accelerator_memory_gb=Coalesce(Sum("accelerator_memory_gb"), 0),
-        cpu_cores=Coalesce(Sum("cpu_cores"), 0),
-        memory_gb=Coalesce(Sum("memory_gb"), 0),
-        concurrent_tasks=Count("id"),
-        projected_card_hours=Coalesce(Sum("card_hours"), ZERO),
-    )
+        **_committed_totals())
     metered = MonthlyUsage.objects.filter(project_id__in=project_ids, month=month_start()).aggregate(
         hours=Coalesce(Sum("card_hours"), ZERO))["hours"]
-    # Committed projections count whole; metering refines this to the unmetered remainder of running work.
-    committed[D.MONTHLY_CARD_HOURS] = metered + committed.pop("projected_card_hours")
-    return committed
+    return _usage(committed, metered)
 
 
-def _impacts(scope: str, limits: dict, usage: dict, demand: Demand) -> list[DimensionImpact]:
-    return [DimensionImpact(scope, dimension, usage[dimension], demand.get(dimension), limits[dimension])
-            for dimension in D.values]
+def _usage_grouped_by(key: str, ids: list[int]) -> dict[int, dict[str, Decimal | int]]:
+    """Current usage of each project ("project_id") or tenant ("project__tenant_id"): two grouped queries."""
+    committed = {row.pop(key): row for row in ResourceRequest.objects.filter(
+        **{f"{key}__in": ids}, state__in=COMMITTED_STATES).values(key).annotate(**_committed_totals())}
+    metered = dict(MonthlyUsage.objects.filter(**{f"{key}__in": ids}, month=month_start())
+                   .values(key).annotate(hours=Sum("card_hours")).values_list(key, "hours"))
+    return {pk: _usage(committed.get(pk, _NOTHING_COMMITTED), metered.get(pk, ZERO)) for pk in ids}
 
 
-def quota_impact(project: Project, demand: Demand) -> list[DimensionImpact]:
+def usage_by_project(project_ids: list[int]) -> dict[int, dict[str, Decimal | int]]:
+    """Current usage of each project separately; the query count does not grow with the number of projects."""
+    return _usage_grouped_by("project_id", project_ids)
+
+
+@dataclass(frozen=True)
+class QuotaScope:
+    """Limits and current usage of one scope (the project, or its capped tenant)."""
+
+    name: str
+    limits: dict
+    usage: dict
+
+    def impacts(self, demand: Demand) -> list[DimensionImpact]:
+        return [DimensionImpact(self.name, dimension, self.usage[dimension], demand.get(dimension),
+                                self.limits[dimension])
+                for dimension in D.values if self.name == "project" or self.limits[dimension] is not None]
+
+
+def quota_scopes(project: Project) -> list[QuotaScope]:
+    """The project's scope, and the tenant's when the tenant caps any dimension."""
+    return quota_scopes_by_project([project])[project.pk]
+
+
+def quota_scopes_by_project(projects: Iterable[Project]) -> dict[int, list[QuotaScope]]:
+    """`quota_scopes` of many projects at once (at most six queries, however many projects and tenants)."""
+    projects = {project.pk: project for project in projects}
+    project_limits = {quota.project_id: quota.limits()
+                      for quota in ProjectQuota.objects.filter(project_id__in=projects)}
+    tenant_quotas = TenantQuota.objects.filter(tenant_id__in={project.tenant_id for project in projects.values()})
+    capped_tenants = {quota.tenant_id: quota.limits() for quota in tenant_quotas
+                      if any(limit is not None for limit in quota.limits().values())}
+    project_usage = usage_by_project(list(projects))
+    tenant_usage = _usage_grouped_by("project__tenant_id", list(capped_tenants))
+    scopes = {}
+    for pk, project in projects.items():
+        scopes[pk] = [QuotaScope("project", project_limits.get(pk, dict.fromkeys(D.values)), project_usage[pk])]
+        if project.tenant_id in capped_tenants:
+            scopes[pk].append(QuotaScope("tenant", capped_tenants[project.tenant_id],
+                                         tenant_usage[project.tenant_id]))
+    return scopes
+
+
+def quota_impact(project: Project, demand: Demand, scopes: list[QuotaScope] | None = None) -> list[DimensionImpact]:
     """Impact on every project dimension, then on every capped tenant dimension."""
-    quota = ProjectQuota.objects.filter(project=project).first()
-    limits = quota.limits() if quota else dict.fromkeys(D.values)
-    impacts = _impacts("project", limits, usage_of([project.pk]), demand)
-    tenant_quota = TenantQuota.objects.filter(tenant_id=project.tenant_id).first()
-    if tenant_quota is not None:
-        capped = {dim: limit for dim, limit in tenant_quota.limits().items() if limit is not None}
-        if capped:
-            tenant_projects = list(Project.objects.filter(tenant_id=project.tenant_id).values_list("pk", flat=True))
-            tenant_usage = usage_of(tenant_projects)
-            impacts += [impact for impact in _impacts("tenant", tenant_quota.limits(), tenant_usage, demand)
-                        if impact.dimension in capped]
-    return impacts
+    return [impact for scope in (scopes or quota_scopes(project)) for impact in scope.impacts(demand)]
+
+
+def request_quota_impact(request: ResourceRequest, scopes: list[QuotaScope] | None = None) -> list[DimensionImpact]:
+    """Where a stored request stands against its quota now.
+
+    A request awaiting approval already counts in `used`; its demand is taken out there so that it shows once,
+    as `requested`, and an approver sees whether approving it keeps the project within its limits.
+    """
+    demand = Demand.of(request)
+    scopes = scopes or quota_scopes(request.project)
+    if request.state in COMMITTED_STATES:
+        scopes = [replace(scope, usage={dimension: used - demand.get(dimension)
+                                        for dimension, used in scope.usage.items()}) for scope in scopes]
+    return quota_impact(request.project, demand, scopes)
 
 
 def exceeded(impacts: list[DimensionImpact]) -> list[dict]:
@@ -148,3 +219,9 @@ def lock_quota_scope(project: Project) -> None:
     """Serialise admission per tenant: lock the tenant row, then the project row (always in that order)."""
     Tenant.objects.select_for_update().filter(pk=project.tenant_id).get()
     Project.objects.select_for_update().filter(pk=project.pk).get()
+
+
+def dimensions_over(demand: Demand, usage: list[DimensionImpact]) -> list[str]:
+    """Labels of the dimensions where `demand` on top of current usage would pass the limit."""
+    with_demand = (replace(row, requested=demand.get(row.dimension)) for row in usage)
+    return [impact.label for impact in with_demand if not impact.fits]

@@ -1,8 +1,10 @@
 from decimal import Decimal
 
 from django.core.exceptions import ObjectDoesNotExist
+from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
+from tenancy import hooks
 from tenancy.models import Project, QuotaLimits, Tenant
 
 
@@ -12,10 +14,28 @@ class TenantSummarySerializer(serializers.ModelSerializer):
         fields = ["id", "slug", "name"]
 
 
+def numbers_representation(values: dict) -> dict:
+    """Numbers per dimension as JSON: decimals as strings, so no precision is lost."""
+    return {dimension: str(value) if isinstance(value, Decimal) else value for dimension, value in values.items()}
+
+
 def limits_representation(quota: QuotaLimits) -> dict:
-    """Limits per dimension as JSON (decimals as strings); null means unlimited on that dimension."""
-    return {dimension: str(value) if isinstance(value, Decimal) else value
-            for dimension, value in quota.limits().items()}
+    """Limits per dimension as JSON; null means unlimited on that dimension."""
+    return numbers_representation(quota.limits())
+
+
+def _usage_of(projects: list[Project]) -> dict | None:
+    provider = hooks.project_usage_provider
+    return None if provider is None else provider([project.pk for project in projects])
+
+
+class ProjectListSerializer(serializers.ListSerializer):
+    """Asks the usage provider once for the whole page rather than once per project."""
+
+    def to_representation(self, data):
+        projects = list(data)
+        self.context["usage"] = _usage_of(projects)
+        return super().to_representation(projects)
 
 
 class ProjectSerializer(serializers.ModelSerializer):
@@ -26,11 +46,15 @@ class ProjectSerializer(serializers.ModelSerializer):
     tenant_quota = serializers.SerializerMethodField(
         help_text="Cap on the sum of the tenant's projects, or null when the tenant has none."
     )
+    usage = serializers.SerializerMethodField(
+        help_text="Current usage per dimension, or null when no installed app tracks usage."
+    )
 
     class Meta:
         model = Project
         fields = ["id", "slug", "name", "description", "tenant", "lead", "cost_centre", "active", "my_role",
-                  "quota", "tenant_quota"]
+                  "quota", "tenant_quota", "usage"]
+        list_serializer_class = ProjectListSerializer
 
     def get_my_role(self, project) -> str | None:
         memberships = getattr(project, "my_memberships", [])
@@ -44,3 +68,8 @@ class ProjectSerializer(serializers.ModelSerializer):
             return limits_representation(project.tenant.quota)
         except ObjectDoesNotExist:
             return None
+
+    @extend_schema_field({"type": "object", "nullable": True, "additionalProperties": {}})
+    def get_usage(self, project) -> dict | None:
+        usage = self.context["usage"] if "usage" in self.context else _usage_of([project])
+        return None if usage is None else numbers_representation(usage[project.pk])

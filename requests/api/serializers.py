@@ -1,0 +1,370 @@
+"""Shapes of the request workflow API: the order form in; requests, approval tasks and quota changes out.
+
+Output serializers only read. Every decision (is the order valid, does it fit, who approves) is made by the
+services; the input serializers only turn ids into objects and refuse malformed JSON.
+"""
+
+from drf_spectacular.utils import extend_schema_field
+from rest_framework import serializers
+
+from catalog.api.serializers import ImageSummarySerializer, NamedSummarySerializer, PricedMixin
+from catalog.models import BareMetalProfile, Image, ResourceSpec, Service, ServingModel, ServingTemplate
+from requests import selectors
+from requests.choices import OverQuota, PriorityClass
+from requests.models import (
+    Approval,
+    ApprovalAssignment,
+    ApprovalStage,
+    QuotaChangeRequest,
+    RequestEvent,
+    ResourceRequest,
+)
+from requests.orders import Order
+from requests.quota import quota_scopes_by_project, request_quota_impact
+from tenancy.api.serializers import TenantSummarySerializer
+from tenancy.models import Project
+
+# --- Input -------------------------------------------------------------------------------------------------
+
+
+@extend_schema_field({"oneOf": [{"type": "string"}, {"type": "number"}]})
+class ParameterValueField(serializers.Field):
+    """An order-form value: a string or a number, which is what approval rules compare against."""
+
+    default_error_messages = {"invalid": "Must be a string or a number."}
+
+    def to_internal_value(self, data):
+        if isinstance(data, bool) or not isinstance(data, str | int | float):
+            self.fail("invalid")
+        return data
+
+    def to_representation(self, value):
+        return value
+
+
+def _optional(model) -> serializers.PrimaryKeyRelatedField:
+    return serializers.PrimaryKeyRelatedField(queryset=model.objects.all(), required=False, allow_null=True)
+
+
+class OrderSerializer(serializers.Serializer):
+    """The order form. Ids may name anything that exists: whether it can be ordered is the service's call,
+    answered with a specific 422 code (spec_deprecated, image_incompatible, ...), never a bare 400."""
+
+    service = serializers.PrimaryKeyRelatedField(queryset=Service.objects.all())
+    project = serializers.PrimaryKeyRelatedField(queryset=Project.objects.select_related("tenant"))
+    spec = _optional(ResourceSpec)
+    image = _optional(Image)
+    bare_metal_profile = _optional(BareMetalProfile)
+    serving_model = _optional(ServingModel)
+    serving_template = _optional(ServingTemplate)
+    duration_hours = serializers.IntegerField()
+    priority = serializers.ChoiceField(choices=PriorityClass.choices, default=PriorityClass.STANDARD)
+    justification = serializers.CharField(allow_blank=True, default="", max_length=4000)
+    parameters = serializers.DictField(child=ParameterValueField(), default=dict,
+                                       help_text="Free-form order fields, e.g. environment: production.")
+    over_quota = serializers.ChoiceField(choices=OverQuota.choices, default=OverQuota.REJECT)
+
+    def order(self) -> Order:
+        return Order(**{field: value for field, value in self.validated_data.items() if field != "over_quota"})
+
+
+class CancelSerializer(serializers.Serializer):
+    reason = serializers.CharField(allow_blank=True, default="", max_length=1000)
+
+
+class DecisionSerializer(serializers.Serializer):
+    comment = serializers.CharField(allow_blank=True, default="", max_length=4000,
+                                    help_text="Required to reject; the requester sees it.")
+
+
+class BulkApproveSerializer(DecisionSerializer):
+    ids = serializers.ListField(child=serializers.IntegerField(min_value=1), min_length=1, max_length=200,
+                                help_text="Approval task ids from the inbox.")
+
+
+class QuotaChangeCreateSerializer(serializers.Serializer):
+    project = serializers.PrimaryKeyRelatedField(queryset=Project.objects.select_related("tenant"))
+    limits = serializers.DictField(
+        # The precision of the quota fields, so that an approved change can always be applied.
+        child=serializers.DecimalField(max_digits=12, decimal_places=2, allow_null=True),
+        help_text="New limit per quota dimension; null lifts the limit.",
+    )
+    justification = serializers.CharField(allow_blank=True, max_length=4000)
+
+
+# --- Quota numbers -----------------------------------------------------------------------------------------
+
+
+@extend_schema_field({"oneOf": [{"type": "string", "format": "decimal"}, {"type": "integer"}], "nullable": True})
+class QuotaNumberField(serializers.Field):
+    """A quota amount as the quota module renders it: decimals as strings, counts as integers."""
+
+    def to_representation(self, value):
+        return value
+
+
+class QuotaReasonSerializer(serializers.Serializer):
+    code = serializers.CharField()
+    scope = serializers.CharField(help_text="project or tenant")
+    dimension = serializers.CharField()
+    requested = QuotaNumberField()
+    used = QuotaNumberField()
+    limit = QuotaNumberField()
+    message = serializers.CharField()
+
+
+class QuotaImpactSerializer(serializers.Serializer):
+    scope = serializers.CharField(help_text="project or tenant")
+    dimension = serializers.CharField()
+    label = serializers.CharField()
+    used = QuotaNumberField(help_text="In use now, not counting this request.")
+    requested = QuotaNumberField()
+    limit = QuotaNumberField(help_text="null: no limit.")
+    remaining_after = QuotaNumberField()
+    fits = serializers.BooleanField()
+    message = serializers.CharField()
+
+
+# --- Preview -----------------------------------------------------------------------------------------------
+
+
+class CostSerializer(serializers.Serializer):
+    hourly = serializers.DecimalField(max_digits=12, decimal_places=2)
+    duration_hours = serializers.IntegerField()
+    total = serializers.DecimalField(max_digits=14, decimal_places=2)
+    currency = serializers.CharField()
+
+
+class RouteStageSerializer(serializers.Serializer):
+    order = serializers.IntegerField()
+    name = serializers.CharField()
+    mode = serializers.CharField()
+    source = serializers.CharField()
+    approvers = serializers.ListField(child=serializers.CharField())
+    note = serializers.CharField()
+
+
+class RouteSerializer(serializers.Serializer):
+    name = serializers.CharField()
+    automatic = serializers.BooleanField(help_text="No stages: approved on submission.")
+    stages = RouteStageSerializer(many=True)
+
+
+class RequestPreviewSerializer(serializers.Serializer):
+    summary = serializers.CharField()
+    cost = CostSerializer()
+    demand = serializers.DictField(help_text="What the order counts against each quota dimension.")
+    quota = QuotaImpactSerializer(many=True)
+    fits_quota = serializers.BooleanField()
+    quota_reasons = QuotaReasonSerializer(many=True)
+    approval_route = RouteSerializer()
+    placement = serializers.JSONField(allow_null=True, help_text="Whether it would fit now; null until scheduling "
+                                                                 "estimates it.")
+
+
+# --- Requests ----------------------------------------------------------------------------------------------
+
+
+class ProjectRefSerializer(serializers.ModelSerializer):
+    class Meta:
+        model = Project
+        fields = ["id", "slug", "name"]
+
+
+class ServiceRefSerializer(serializers.ModelSerializer):
+    class Meta:
+        model = Service
+        fields = ["id", "slug", "name", "kind"]
+
+
+class RequestSummarySerializer(PricedMixin, serializers.ModelSerializer):
+    """A list row: only what the list query already loaded."""
+
+    state_label = serializers.CharField(source="get_state_display", read_only=True)
+    project = ProjectRefSerializer(read_only=True)
+    requester = serializers.SlugRelatedField(slug_field="username", read_only=True)
+    service = ServiceRefSerializer(read_only=True)
+    spec = NamedSummarySerializer(read_only=True, allow_null=True)
+    bare_metal_profile = NamedSummarySerializer(read_only=True, allow_null=True)
+    serving_model = NamedSummarySerializer(read_only=True, allow_null=True)
+
+    class Meta:
+        model = ResourceRequest
+        fields = ["id", "state", "state_label", "project", "requester", "service", "spec", "bare_metal_profile",
+                  "serving_model", "duration_hours", "priority", "gpu_equivalents", "accelerator_count",
+                  "cost_estimate", "currency", "quota_exception", "created_at"]
+
+
+class AssignmentSerializer(serializers.ModelSerializer):
+    approver = serializers.SlugRelatedField(slug_field="username", read_only=True)
+
+    class Meta:
+        model = ApprovalAssignment
+        fields = ["approver", "decision", "comment", "decided_at"]
+
+
+class StageSerializer(serializers.ModelSerializer):
+    assignments = AssignmentSerializer(many=True, read_only=True)
+
+    class Meta:
+        model = ApprovalStage
+        fields = ["order", "name", "mode", "state", "note", "decided_at", "assignments"]
+
+
+class ApprovalSerializer(serializers.ModelSerializer):
+    stages = StageSerializer(many=True, read_only=True)
+
+    class Meta:
+        model = Approval
+        fields = ["route_name", "summary", "state", "created_at", "decided_at", "stages"]
+
+
+class EventSerializer(serializers.ModelSerializer):
+    at = serializers.DateTimeField(source="created_at", read_only=True)
+    actor = serializers.SlugRelatedField(slug_field="username", read_only=True, allow_null=True)
+
+    class Meta:
+        model = RequestEvent
+        fields = ["at", "actor", "from_state", "to_state", "code", "message", "data"]
+
+
+_LATER = {"type": "object", "nullable": True, "description": "Filled once scheduling, provisioning and metering "
+                                                            "exist; null until then."}
+
+
+class RequestDetailSerializer(RequestSummarySerializer):
+    """Everything about one request: what was ordered, why it is where it is, and what happened."""
+
+    tenant = TenantSummarySerializer(read_only=True)
+    image = ImageSummarySerializer(read_only=True, allow_null=True)
+    serving_template = NamedSummarySerializer(read_only=True, allow_null=True)
+    quota_reasons = QuotaReasonSerializer(many=True, read_only=True)
+    approved_spec = serializers.JSONField(read_only=True, allow_null=True)
+    approval = serializers.SerializerMethodField()
+    timeline = serializers.SerializerMethodField()
+    allocation = serializers.SerializerMethodField(method_name="filled_later")
+    provisioning = serializers.SerializerMethodField(method_name="filled_later")
+    endpoint = serializers.SerializerMethodField(method_name="filled_later")
+    usage = serializers.SerializerMethodField(method_name="filled_later")
+    queue = serializers.SerializerMethodField(method_name="filled_later")
+
+    class Meta(RequestSummarySerializer.Meta):
+        fields = [*RequestSummarySerializer.Meta.fields, "tenant", "image", "serving_template", "parameters",
+                  "justification", "hourly_cost", "card_hours", "accelerator_memory_gb", "cpu_cores", "memory_gb",
+                  "quota_reasons", "approved_spec", "approved_spec_hash", "approved_at", "updated_at", "approval",
+                  "timeline", "allocation", "provisioning", "endpoint", "usage", "queue"]
+
+    @extend_schema_field(ApprovalSerializer(allow_null=True))
+    def get_approval(self, resource_request) -> dict | None:
+        approval = selectors.approval_of(resource_request)
+        return None if approval is None else ApprovalSerializer(approval).data
+
+    @extend_schema_field(EventSerializer(many=True))
+    def get_timeline(self, resource_request) -> list[dict]:
+        return EventSerializer(selectors.timeline_of(resource_request), many=True).data
+
+    @extend_schema_field(_LATER)
+    def filled_later(self, _resource_request) -> None:
+        return None
+
+
+# --- Approval tasks ----------------------------------------------------------------------------------------
+
+
+class TaskStageSerializer(serializers.ModelSerializer):
+    class Meta:
+        model = ApprovalStage
+        fields = ["order", "name", "mode", "state"]
+
+
+class RequestToApproveSerializer(PricedMixin, serializers.ModelSerializer):
+    """What an approver weighs: the order, its cost, and where the project's quota would stand."""
+
+    service = ServiceRefSerializer(read_only=True)
+    spec = NamedSummarySerializer(read_only=True, allow_null=True)
+    bare_metal_profile = NamedSummarySerializer(read_only=True, allow_null=True)
+    serving_model = NamedSummarySerializer(read_only=True, allow_null=True)
+    quota_impact = serializers.SerializerMethodField()
+
+    class Meta:
+        model = ResourceRequest
+        fields = ["id", "state", "service", "spec", "bare_metal_profile", "serving_model", "duration_hours",
+                  "priority", "cost_estimate", "currency", "quota_exception", "justification", "quota_impact"]
+
+    @extend_schema_field(QuotaImpactSerializer(many=True))
+    def get_quota_impact(self, resource_request) -> list[dict]:
+        scopes = self.context.get("quota_scopes", {}).get(resource_request.project_id)
+        impacts = request_quota_impact(resource_request, scopes)
+        return QuotaImpactSerializer([impact.as_data() for impact in impacts], many=True).data
+
+
+class QuotaChangeSerializer(serializers.ModelSerializer):
+    project = ProjectRefSerializer(read_only=True)
+    requested_by = serializers.SlugRelatedField(slug_field="username", read_only=True)
+    state_label = serializers.CharField(source="get_state_display", read_only=True)
+    limits = serializers.DictField(read_only=True, help_text="Requested limit per dimension (null: unlimited).")
+    previous_limits = serializers.DictField(read_only=True, help_text="The limits when the change was asked for.")
+
+    class Meta:
+        model = QuotaChangeRequest
+        fields = ["id", "project", "requested_by", "state", "state_label", "limits", "previous_limits",
+                  "justification", "created_at", "decided_at"]
+
+
+def _subject(task: ApprovalAssignment):
+    """The approved object: attached in bulk by the inbox selector, loaded on its own for a single task."""
+    return getattr(task, "subject", None) or task.stage.approval.subject
+
+
+class ApprovalTaskListSerializer(serializers.ListSerializer):
+    """Loads quota limits and usage once for all projects on the page, not once per row."""
+
+    def to_representation(self, data):
+        tasks = list(data)
+        projects = [subject.project for subject in map(_subject, tasks) if isinstance(subject, ResourceRequest)]
+        self.context["quota_scopes"] = quota_scopes_by_project(projects)
+        return super().to_representation(tasks)
+
+
+class ApprovalTaskSerializer(serializers.ModelSerializer):
+    """One decision asked of the caller, with the approval it belongs to and what is being approved."""
+
+    stage = TaskStageSerializer(read_only=True)
+    summary = serializers.CharField(source="stage.approval.summary", read_only=True)
+    route = serializers.CharField(source="stage.approval.route_name", read_only=True)
+    approval_state = serializers.CharField(source="stage.approval.state", read_only=True)
+    requester = serializers.CharField(source="stage.approval.requester.username", read_only=True)
+    project = ProjectRefSerializer(source="stage.approval.project", read_only=True)
+    created_at = serializers.DateTimeField(source="stage.approval.created_at", read_only=True)
+    request = serializers.SerializerMethodField()
+    quota_change = serializers.SerializerMethodField()
+
+    class Meta:
+        model = ApprovalAssignment
+        fields = ["id", "stage", "summary", "route", "approval_state", "requester", "project", "created_at",
+                  "decision", "comment", "decided_at", "request", "quota_change"]
+        list_serializer_class = ApprovalTaskListSerializer
+
+    @extend_schema_field(RequestToApproveSerializer(allow_null=True))
+    def get_request(self, task) -> dict | None:
+        subject = _subject(task)
+        if not isinstance(subject, ResourceRequest):
+            return None
+        return RequestToApproveSerializer(subject, context=self.context).data
+
+    @extend_schema_field(QuotaChangeSerializer(allow_null=True))
+    def get_quota_change(self, task) -> dict | None:
+        subject = _subject(task)
+        return QuotaChangeSerializer(subject).data if isinstance(subject, QuotaChangeRequest) else None
+
+
+class BulkResultSerializer(serializers.Serializer):
+    id = serializers.IntegerField()
+    ok = serializers.BooleanField()
+    code = serializers.CharField(allow_null=True, help_text="Why this one was not approved.")
+    message = serializers.CharField(allow_null=True)
+
+
+class BulkApproveResultSerializer(serializers.Serializer):
+    results = BulkResultSerializer(many=True)
+

@@ -1,0 +1,176 @@
+"""Request workflow endpoints. Selectors decide what the caller sees, services decide what may change."""
+
+import django_filters
+from django.http import Http404
+from django_filters.rest_framework import DjangoFilterBackend
+from drf_spectacular.utils import OpenApiResponse, extend_schema
+from rest_framework import mixins, status, viewsets
+from rest_framework.decorators import action
+from rest_framework.filters import OrderingFilter
+from rest_framework.response import Response
+
+from catalog.choices import ServiceKind
+from config.api import ErrorSerializer
+from config.errors import DomainError
+from requests import approvals, quota_changes, selectors, services
+from requests.api import serializers
+from requests.choices import Decision, QuotaChangeState, RequestState
+from requests.models import ApprovalAssignment, QuotaChangeRequest, ResourceRequest
+
+
+def _refusals(*statuses: int) -> dict:
+    return {status_code: OpenApiResponse(ErrorSerializer) for status_code in statuses}
+
+
+def _parsed(serializer_class, data):
+    """The request body checked for shape only; malformed input is a 400 validation_error."""
+    body = serializer_class(data=data)
+    body.is_valid(raise_exception=True)
+    return body
+
+
+class RequestFilter(django_filters.FilterSet):
+    state = django_filters.ChoiceFilter(choices=RequestState.choices)
+    project = django_filters.NumberFilter(field_name="project_id")
+    service_kind = django_filters.ChoiceFilter(field_name="service__kind", choices=ServiceKind.choices)
+
+    class Meta:
+        model = ResourceRequest
+        fields = ["state", "project", "service_kind"]
+
+
+class QuotaChangeFilter(django_filters.FilterSet):
+    state = django_filters.ChoiceFilter(choices=QuotaChangeState.choices)
+    project = django_filters.NumberFilter(field_name="project_id")
+
+    class Meta:
+        model = QuotaChangeRequest
+        fields = ["state", "project"]
+
+
+class RequestViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.GenericViewSet):
+    """Requests of the caller's projects and those the caller was asked to approve; order, preview, cancel."""
+
+    filter_backends = [DjangoFilterBackend, OrderingFilter]
+    filterset_class = RequestFilter
+    ordering_fields = ["created_at", "cost_estimate", "id"]
+    lookup_value_regex = r"\d+"
+
+    def get_queryset(self):
+        return selectors.request_list_visible_to(user=self.request.user)
+
+    def get_object(self):
+        return selectors.request_get(user=self.request.user, pk=self.kwargs["pk"])
+
+    def get_serializer_class(self):
+        return serializers.RequestSummarySerializer if self.action == "list" else serializers.RequestDetailSerializer
+
+    def _detail(self, resource_request, status_code=status.HTTP_200_OK) -> Response:
+        return Response(self.get_serializer(resource_request).data, status=status_code)
+
+    @extend_schema(
+        request=serializers.OrderSerializer,
+        responses={201: serializers.RequestDetailSerializer, **_refusals(400, 409, 422)},
+        description="Submit an order. 409 quota_exceeded lists every exceeded dimension in details.reasons and "
+                    "stores nothing; with over_quota=wait the request is stored as waiting_for_quota.",
+    )
+    def create(self, request):
+        order_input = _parsed(serializers.OrderSerializer, request.data)
+        submitted = services.request_submit(order=order_input.order(), requester=request.user,
+                                            over_quota=order_input.validated_data["over_quota"])
+        return self._detail(submitted, status.HTTP_201_CREATED)
+
+    @extend_schema(request=serializers.OrderSerializer,
+                   responses={200: serializers.RequestPreviewSerializer, **_refusals(400, 422)},
+                   description="What submitting this order would cost and trigger; stores nothing.")
+    @action(detail=False, methods=["post"])
+    def preview(self, request):
+        order_input = _parsed(serializers.OrderSerializer, request.data)
+        preview = services.request_preview(order=order_input.order(), requester=request.user,
+                                           over_quota=order_input.validated_data["over_quota"])
+        return Response(serializers.RequestPreviewSerializer(preview).data)
+
+    @extend_schema(request=serializers.CancelSerializer,
+                   responses={200: serializers.RequestDetailSerializer, **_refusals(400, 403, 404, 409)})
+    @action(detail=True, methods=["post"])
+    def cancel(self, request, pk=None):
+        reason = _parsed(serializers.CancelSerializer, request.data).validated_data["reason"]
+        cancelled = services.request_cancel(request=self.get_object(), actor=request.user, reason=reason)
+        return self._detail(cancelled)
+
+
+class ApprovalTaskViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.GenericViewSet):
+    """The caller's approval tasks: the inbox of open ones, and decisions on them."""
+
+    serializer_class = serializers.ApprovalTaskSerializer
+    filter_backends = []  # the inbox is a list in approval order, not a filterable queryset
+    lookup_value_regex = r"\d+"
+
+    def get_queryset(self):
+        if getattr(self, "swagger_fake_view", False):  # schema generation has no user
+            return ApprovalAssignment.objects.none()
+        return selectors.approval_inbox_with_subjects(user=self.request.user)
+
+    def get_object(self):
+        return selectors.approval_task_get(user=self.request.user, pk=self.kwargs["pk"])
+
+    def _decide(self, decision: str) -> Response:
+        comment = _parsed(serializers.DecisionSerializer, self.request.data).validated_data["comment"]
+        approvals.approval_decide(assignment=self.get_object(), decision=decision, comment=comment,
+                                  actor=self.request.user)
+        return Response(self.get_serializer(self.get_object()).data)  # read again: the decision changed it
+
+    @extend_schema(request=serializers.DecisionSerializer,
+                   responses={200: serializers.ApprovalTaskSerializer, **_refusals(400, 403, 404, 409)})
+    @action(detail=True, methods=["post"])
+    def approve(self, request, pk=None):
+        return self._decide(Decision.APPROVE)
+
+    @extend_schema(request=serializers.DecisionSerializer,
+                   responses={200: serializers.ApprovalTaskSerializer, **_refusals(400, 403, 404, 409, 422)},
+                   description="Reject with a comment (422 comment_required without one); the requester sees it.")
+    @action(detail=True, methods=["post"])
+    def reject(self, request, pk=None):
+        return self._decide(Decision.REJECT)
+
+    @extend_schema(request=serializers.BulkApproveSerializer,
+                   responses={200: serializers.BulkApproveResultSerializer, **_refusals(400)},
+                   description="Approve each task on its own; one refusal does not stop the others.")
+    @action(detail=False, methods=["post"], url_path="bulk-approve")
+    def bulk_approve(self, request):
+        bulk = _parsed(serializers.BulkApproveSerializer, request.data)
+        comment = bulk.validated_data["comment"]
+        results = [self._approve_one(pk, comment) for pk in dict.fromkeys(bulk.validated_data["ids"])]
+        return Response(serializers.BulkApproveResultSerializer({"results": results}).data)
+
+    def _approve_one(self, pk: int, comment: str) -> dict:
+        try:
+            task = selectors.approval_task_get(user=self.request.user, pk=pk)
+            approvals.approval_decide(assignment=task, decision=Decision.APPROVE, comment=comment,
+                                      actor=self.request.user)
+        except Http404:
+            return {"id": pk, "ok": False, "code": "not_found", "message": "No such approval task."}
+        except DomainError as refusal:
+            return {"id": pk, "ok": False, "code": refusal.code, "message": refusal.message}
+        return {"id": pk, "ok": True, "code": None, "message": None}
+
+
+class QuotaChangeRequestViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.GenericViewSet):
+    """Quota change requests of the caller's projects; project leads ask for new limits here."""
+
+    serializer_class = serializers.QuotaChangeSerializer
+    filter_backends = [DjangoFilterBackend, OrderingFilter]
+    filterset_class = QuotaChangeFilter
+    ordering_fields = ["created_at", "id"]
+    lookup_value_regex = r"\d+"
+
+    def get_queryset(self):
+        return selectors.quota_change_list_visible_to(user=self.request.user)
+
+    @extend_schema(request=serializers.QuotaChangeCreateSerializer,
+                   responses={201: serializers.QuotaChangeSerializer, **_refusals(400, 403, 422)},
+                   description="Only the project lead may ask (403 not_project_lead); operators decide by default.")
+    def create(self, request):
+        change_input = _parsed(serializers.QuotaChangeCreateSerializer, request.data)
+        change = quota_changes.quota_change_request_submit(actor=request.user, **change_input.validated_data)
+        return Response(self.get_serializer(change).data, status=status.HTTP_201_CREATED)
