@@ -8,7 +8,7 @@ PORT ?= 8000
 # The demo runs on the embedded defaults (SQLite, django-q2's ORM broker) unless DATABASE_URL/REDIS_URL say otherwise.
 DEMO_ENV := DEBUG=1
 
-.PHONY: install run migrate seed test bench lint format clean
+.PHONY: install browser run migrate seed test bench lint format clean
 
 install: $(STAMP)
 
@@ -18,6 +18,11 @@ $(STAMP): pyproject.toml
 	$(BIN)/pip install --quiet ".[dev]"
 	touch $(STAMP)
 
+# The page tests drive Debian's Chromium through Playwright (no browser download); install it when missing.
+browser:
+	@command -v chromium >/dev/null 2>&1 || { echo "Installing Debian's chromium for the browser tests"; \
+	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium; }
+
 migrate: install
 	$(DEMO_ENV) $(BIN)/python manage.py migrate --no-input
 
@@ -26,6 +31,7 @@ seed: migrate
 
 run: seed
 	@echo ""
+	@echo "  Portal        http://$(HOST):$(PORT)/   (catalog, orders, requests, approvals)"
 	@echo "  Catalog API   http://$(HOST):$(PORT)/api/v1/catalog/services/"
 	@echo "  API docs      http://$(HOST):$(PORT)/api/docs/"
 	@echo "  Operator      http://$(HOST):$(PORT)/admin/   (operator or admin)"
@@ -37,7 +43,7 @@ run: seed
 	$(DEMO_ENV) $(BIN)/python manage.py runserver $(HOST):$(PORT)
 
 # Runs on PostgreSQL: DATABASE_URL when set, else postgres@127.0.0.1:5432 (config/settings_test.py).
-test: install
+test: install browser
 	$(BIN)/pytest
 
 bench: install

@@ -67,6 +67,7 @@ class SliceProfileInline(admin.TabularInline):
 
 @admin.register(AcceleratorModel)
 class AcceleratorModelAdmin(AuditedSaveMixin, admin.ModelAdmin):
+    ordering = ["vendor__name", "name"]
     list_display = ["name", "vendor", "kind", "memory_gb", "interconnect", "slice_profile_count", "active"]
     list_filter = ["vendor", "kind", "interconnect", "active"]
     list_select_related = ["vendor"]

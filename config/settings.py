@@ -67,6 +67,7 @@ TEMPLATES = [
                 "django.template.context_processors.request",
                 "django.contrib.auth.context_processors.auth",
                 "django.contrib.messages.context_processors.messages",
+                "requests.context_processors.inbox_count",
             ],
         },
     },
@@ -104,6 +105,7 @@ USE_TZ = True
 
 STATIC_URL = "static/"
 STATIC_ROOT = BASE_DIR / "staticfiles"
+STATICFILES_DIRS = [BASE_DIR / "config" / "static"]
 STORAGES = {
     "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
     "staticfiles": {
@@ -112,7 +114,9 @@ STORAGES = {
         else "django.contrib.staticfiles.storage.StaticFilesStorage"
     },
 }
-LOGIN_URL = "admin:login"
+LOGIN_URL = "login"
+LOGIN_REDIRECT_URL = "portal:catalog"
+LOGOUT_REDIRECT_URL = "login"
 
 CATALOG_CURRENCY = env_str("CATALOG_CURRENCY", "USD")
 # Pending approvals older than this get a reminder on their timeline (hourly django-q2 schedule).

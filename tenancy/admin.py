@@ -53,6 +53,7 @@ class TenantQuotaInline(admin.StackedInline):
 
 @admin.register(Tenant)
 class TenantAdmin(admin.ModelAdmin):
+    ordering = ["name"]  # the count annotation drops Meta.ordering; autocomplete pages need a stable order
     list_display = ["name", "slug", "active", "project_count"]
     list_filter = ["active"]
     search_fields = ["name", "slug"]
@@ -134,6 +135,7 @@ class ProjectAdmin(GuardedModelAdmin):
     """Projects with their members and quota. The object-permission page shows who holds what;
     permissions themselves follow membership roles and are changed only through memberships."""
 
+    ordering = ["tenant__name", "name"]
     list_display = ["name", "tenant", "lead", "cost_centre", "active", "member_count"]
     list_filter = ["active", "tenant"]
     list_select_related = ["tenant", "lead"]

@@ -30,6 +30,11 @@ class QuotaChangeRequest(ConcurrentTransitionMixin, models.Model):
     def __str__(self):
         return f"Quota change #{self.pk} for {self.project.slug}"
 
+    @property
+    def changes(self) -> list[tuple[str, str | None, str | None]]:
+        """(dimension, previous limit, requested limit) for each dimension asked about."""
+        return [(dimension, self.previous_limits.get(dimension), value) for dimension, value in self.limits.items()]
+
     @transition(field=state, source=Q_.PENDING_APPROVAL, target=Q_.APPLIED)
     def apply(self):
         pass

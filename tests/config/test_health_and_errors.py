@@ -87,8 +87,11 @@ def test_docs_page_serves_swagger_from_local_assets(client):
     assert "cdn.jsdelivr" not in body
 
 
-def test_home_page(client):
+def test_home_page_asks_anonymous_visitors_to_sign_in(client):
     response = client.get("/")
 
-    assert response.status_code == 200
-    assert b"/api/docs/" in response.content
+    assert response.status_code == 302
+    assert response["Location"].startswith("/accounts/login/")
+    login = client.get(response["Location"])
+    assert login.status_code == 200
+    assert b"/api/docs/" in login.content

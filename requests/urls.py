@@ -1,0 +1,19 @@
+from django.urls import path
+
+from requests import views
+
+app_name = "portal"
+
+urlpatterns = [
+    path("", views.catalog, name="catalog"),
+    path("order/<slug:slug>/", views.order, name="order"),
+    path("order/<slug:slug>/preview/", views.order_preview, name="order-preview"),
+    path("requests/", views.request_list, name="request-list"),
+    path("requests/<int:pk>/", views.request_detail, name="request-detail"),
+    path("requests/<int:pk>/cancel/", views.request_cancel, name="request-cancel"),
+    path("approvals/", views.approval_inbox, name="approval-inbox"),
+    path("approvals/<int:pk>/decide/", views.approval_decide, name="approval-decide"),
+    path("approvals/bulk-approve/", views.approval_bulk_approve, name="approval-bulk-approve"),
+    path("projects/", views.project_list, name="project-list"),
+    path("projects/<int:pk>/quota/", views.project_quota, name="project-quota"),
+]

@@ -1,0 +1,213 @@
+"""Portal pages: catalog, order form with live preview, requests, approval inbox, project quota panel.
+
+Views parse input, call selectors and services, and render; refusals come back as DomainErrors with a code and
+a sentence, which the pages show as they are.
+"""
+
+from itertools import groupby
+
+from django.contrib import messages
+from django.contrib.auth.decorators import login_required
+from django.db.models import OuterRef, Subquery
+from django.http import Http404
+from django.shortcuts import get_object_or_404, redirect, render
+from django.views.decorators.http import require_POST
+
+from catalog import selectors as catalog_selectors
+from catalog.choices import ServiceKind
+from config.errors import DomainError
+from requests import approvals, quota_changes, selectors, services
+from requests.choices import TERMINAL_STATES, Decision, RequestState
+from requests.forms import DecisionForm, OrderForm, QuotaChangeForm, orderable_projects
+from requests.models import RequestEvent, ResourceRequest
+from requests.orders import Order, size_order
+from requests.quota import dimensions_over, quota_scopes_by_project, request_quota_impact
+from tenancy.choices import ProjectPermission
+from tenancy.selectors import project_list_visible_to, user_has_project_permission
+
+
+@login_required
+def catalog(request):
+    projects = list(orderable_projects(request.user))
+    project = next((p for p in projects if str(p.pk) == request.GET.get("project")), projects[0] if projects else None)
+    usage = selectors.project_quota_usage(project) if project else []
+    services_by_kind = []
+    visible = catalog_selectors.service_list(user=request.user).order_by("kind", "name")
+    for kind, group in groupby(visible, key=lambda service: service.kind):
+        rows = [(service, _offer_rows(service, project, usage)) for service in group]
+        services_by_kind.append((ServiceKind(kind).label, rows))
+    return render(request, "requests/catalog.html", {
+        "projects": projects, "project": project, "usage": usage, "services_by_kind": services_by_kind})
+
+
+def _offer_rows(service, project, usage) -> list[dict]:
+    """Each orderable spec or profile with its price and whether it fits the project's remaining quota."""
+    offers = [("spec", spec) for spec in service.specs.all()] if service.kind != ServiceKind.BARE_METAL else []
+    offers += [("bare_metal_profile", profile) for profile in service.bare_metal_profiles.all()]
+    rows = []
+    for field, offer in offers:
+        sizing = size_order(Order(service=service, project=project, duration_hours=service.default_duration_hours,
+                                  **{field: offer}))
+        over = dimensions_over(sizing.demand, usage) if project else []
+        rows.append({"offer": offer, "field": field, "sizing": sizing, "over": over})
+    return rows
+
+
+def _order_form(request, service):
+    return OrderForm(request.POST or None, user=request.user, service=service,
+                     initial={"project": request.GET.get("project")})
+
+
+def _orderable_service(request, slug):
+    service = catalog_selectors.service_list(user=request.user).filter(slug=slug, active=True).first()
+    if service is None:
+        raise Http404("No such service in your catalog.")
+    return service
+
+
+@login_required
+def order(request, slug):
+    service = _orderable_service(request, slug)
+    form = _order_form(request, service)
+    refusal = None
+    if request.method == "POST" and form.is_valid():
+        try:
+            created = services.request_submit(order=form.order(), requester=request.user,
+                                              over_quota=form.cleaned_data["over_quota"])
+        except DomainError as error:
+            refusal = error
+        else:
+            messages.success(request, f"Request #{created.pk} submitted: {created.get_state_display().lower()}.")
+            return redirect("portal:request-detail", pk=created.pk)
+    status = 200 if refusal is None and not form.errors else 422 if refusal else 400
+    return render(request, "requests/order.html", {"service": service, "form": form, "refusal": refusal,
+                                                   "preview": _preview(request, form)}, status=status)
+
+
+def _preview(request, form) -> dict:
+    if not form.is_bound or not form.is_valid():
+        return {}
+    try:
+        return {"data": services.request_preview(order=form.order(), requester=request.user,
+                                                 over_quota=form.cleaned_data["over_quota"])}
+    except DomainError as error:
+        return {"refusal": error}
+
+
+@login_required
+@require_POST
+def order_preview(request, slug):
+    """The live preview (htmx): cost, quota impact and approval route for the form as it stands."""
+    service = _orderable_service(request, slug)
+    form = _order_form(request, service)
+    return render(request, "requests/_preview.html", {"form": form, "preview": _preview(request, form)})
+
+
+@login_required
+def request_list(request):
+    latest = RequestEvent.objects.filter(request=OuterRef("pk")).order_by("-created_at", "-id")
+    queryset = selectors.request_list_visible_to(user=request.user).annotate(
+        latest_message=Subquery(latest.values("message")[:1]))
+    state = request.GET.get("state", "")
+    if state in RequestState.values:
+        queryset = queryset.filter(state=state)
+    if request.GET.get("mine", "1") == "1":
+        queryset = queryset.filter(requester=request.user)
+    return render(request, "requests/request_list.html", {
+        "requests": queryset[:200], "states": RequestState.choices, "state": state,
+        "mine": request.GET.get("mine", "1"), "terminal": TERMINAL_STATES})
+
+
+@login_required
+def request_detail(request, pk):
+    resource_request = selectors.request_get(user=request.user, pk=pk)
+    return render(request, "requests/request_detail.html", {
+        "r": resource_request, "timeline": selectors.timeline_of(resource_request),
+        "approval": selectors.approval_of(resource_request),
+        "can_cancel": resource_request.is_cancellable and services.can_cancel(request.user, resource_request)})
+
+
+@login_required
+@require_POST
+def request_cancel(request, pk):
+    resource_request = selectors.request_get(user=request.user, pk=pk)
+    try:
+        services.request_cancel(request=resource_request, actor=request.user, reason=request.POST.get("reason", ""))
+    except DomainError as error:
+        messages.error(request, error.message)
+    else:
+        messages.success(request, f"Request #{pk} cancelled.")
+    return redirect("portal:request-detail", pk=pk)
+
+
+@login_required
+def approval_inbox(request):
+    tasks = selectors.approval_inbox_with_subjects(user=request.user)
+    scopes = quota_scopes_by_project({task.stage.approval.project for task in tasks})
+    rows = [{"task": task, "subject": task.subject,
+             "impact": request_quota_impact(task.subject, scopes[task.subject.project_id])
+             if isinstance(task.subject, ResourceRequest) else None}
+            for task in tasks]
+    return render(request, "requests/approval_inbox.html", {"rows": rows, "form": DecisionForm()})
+
+
+@login_required
+@require_POST
+def approval_decide(request, pk):
+    task = selectors.approval_task_get(user=request.user, pk=pk)
+    decision = request.POST.get("decision")
+    form = DecisionForm(request.POST)
+    form.is_valid()
+    try:
+        approvals.approval_decide(assignment=task, decision=decision, comment=form.cleaned_data.get("comment", ""),
+                                  actor=request.user)
+    except DomainError as error:
+        messages.error(request, error.message)
+    else:
+        verb = "Approved" if decision == Decision.APPROVE else "Rejected"
+        messages.success(request, f"{verb}: {task.stage.approval.summary}")
+    return redirect("portal:approval-inbox")
+
+
+@login_required
+@require_POST
+def approval_bulk_approve(request):
+    done, refused = 0, []
+    for pk in request.POST.getlist("task"):
+        try:
+            task = selectors.approval_task_get(user=request.user, pk=pk)
+            approvals.approval_decide(assignment=task, decision=Decision.APPROVE, comment="", actor=request.user)
+        except (DomainError, Http404) as error:
+            refused.append(f"#{pk}: {getattr(error, 'message', 'not found')}")
+        else:
+            done += 1
+    if done:
+        messages.success(request, f"Approved {done} item{'s' if done != 1 else ''}.")
+    for line in refused:
+        messages.error(request, line)
+    return redirect("portal:approval-inbox")
+
+
+@login_required
+def project_list(request):
+    return render(request, "requests/project_list.html", {"projects": project_list_visible_to(user=request.user)})
+
+
+@login_required
+def project_quota(request, pk):
+    project = get_object_or_404(project_list_visible_to(user=request.user), pk=pk)
+    is_lead = user_has_project_permission(user=request.user, project=project, permission=ProjectPermission.MANAGE)
+    form = QuotaChangeForm(request.POST or None)
+    if request.method == "POST" and is_lead and form.is_valid():
+        try:
+            change = quota_changes.quota_change_request_submit(
+                project=project, limits=form.limits(), justification=form.cleaned_data["justification"],
+                actor=request.user)
+        except DomainError as error:
+            form.add_error(None, error.message)
+        else:
+            messages.success(request, f"Quota change #{change.pk} sent for approval.")
+            return redirect("portal:project-quota", pk=pk)
+    return render(request, "requests/project_quota.html", {
+        "project": project, "usage": selectors.project_quota_usage(project), "form": form, "is_lead": is_lead,
+        "changes": selectors.quota_change_list_visible_to(user=request.user).filter(project=project)[:20]})

@@ -1,0 +1,69 @@
+"""End to end in headless Chromium (Debian's package, driven by Playwright): order, approve, see it queued."""
+
+import os
+import shutil
+
+import pytest
+
+from requests.choices import ApprovalMode
+from tests import factories
+from tests.requests.conftest import approval_rule, approver_stage
+
+CHROMIUM = os.environ.get("CHROMIUM_PATH") or shutil.which("chromium") or "/usr/bin/chromium"
+CHROMIUM_ARGS = ["--headless=new", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+                 "--disable-background-networking", "--disable-component-update", "--disable-sync"]
+
+
+@pytest.fixture(scope="module")
+def browser():
+    # Playwright's sync API runs an event loop in this thread; the ORM calls in fixtures are still synchronous.
+    os.environ.setdefault("DJANGO_ALLOW_ASYNC_UNSAFE", "true")
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as playwright:
+        chromium = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        yield chromium
+        chromium.close()
+
+
+def _signed_in(browser, live_server, user):
+    page = browser.new_context(viewport={"width": 1366, "height": 900}).new_page()
+    page.set_default_timeout(10_000)
+    page.goto(f"{live_server.url}/accounts/login/")
+    page.fill("#id_username", user.username)
+    page.fill("#id_password", factories.PASSWORD)
+    page.click("button[type=submit]")
+    page.wait_for_url(f"{live_server.url}/")
+    return page
+
+
+@pytest.mark.django_db(transaction=True)
+def test_developer_orders_approver_approves_developer_sees_it_queued(browser, live_server, shop, team):
+    approval_rule(approver_stage(mode=ApprovalMode.ANY))
+
+    developer = _signed_in(browser, live_server, team.developer)
+    developer.click(f"text=Order {shop.service.name}")
+    developer.select_option("#id_spec", str(shop.whole.pk))
+    developer.fill("#id_duration_hours", "10")
+    developer.fill("#id_justification", "Fine-tuning run")
+    developer.wait_for_selector("#preview-cost >> text=for 10 h")  # the live preview follows the form
+    developer.wait_for_selector("#preview-route >> text=Stage 1")
+    assert "80.00" in developer.inner_text("#preview-cost")  # 2 cards x 4.00 x 10 h
+    developer.click("text=Submit request")
+    developer.wait_for_selector("#request-state >> text=Pending approval")
+    request_url = developer.url
+
+    approver = _signed_in(browser, live_server, team.approver)
+    approver.click("text=Approvals")
+    row = approver.locator("#inbox tbody tr").first
+    assert team.developer.username in row.inner_text()
+    row.locator("textarea").fill("Looks right")
+    row.locator("button[value=approve]").click()
+    approver.wait_for_selector("text=Nothing is waiting for your decision.")
+
+    developer.goto(request_url)
+    developer.wait_for_selector("#request-state >> text=Queued")
+    timeline = developer.inner_text("#timeline")
+    for step in ("ordered", "Stage 1", "Approved by", "waiting for the scheduler"):
+        assert step in timeline
+    assert developer.locator("#timeline li[data-code=queued]").count() == 1

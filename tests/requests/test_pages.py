@@ -1,0 +1,189 @@
+"""Portal pages: who may open what, the order flow with its refusals, the inbox, and query-count bounds."""
+
+from decimal import Decimal
+
+import pytest
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
+
+from requests import services
+from requests.choices import RequestState
+from requests.models import ApprovalAssignment, ResourceRequest
+from tenancy.services import quota_set
+from tests import factories
+from tests.requests.conftest import approval_rule, approver_stage, make_order
+
+PAGES = ["/", "/requests/", "/approvals/", "/projects/"]
+
+
+def _order_post(shop, project, **overrides):
+    data = {"project": project.pk, "spec": shop.whole.pk, "image": shop.image.pk, "duration_hours": 10,
+            "priority": "standard", "environment": "development", "parameters": "", "justification": "",
+            "over_quota": "reject"}
+    return {**data, **overrides}
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize("path", [*PAGES, "/requests/1/", "/projects/1/quota/", "/order/any/"])
+def test_anonymous_visitors_are_sent_to_sign_in(client, path):
+    response = client.get(path)
+    assert response.status_code == 302
+    assert response["Location"].startswith("/accounts/login/")
+
+
+@pytest.mark.parametrize("path", PAGES)
+def test_every_role_can_open_the_main_pages(client, team, path):
+    for user in (team.developer, team.approver, team.lead, team.operator):
+        client.force_login(user)
+        assert client.get(path).status_code == 200
+
+
+def test_catalog_shows_the_service_with_prices_and_quota_fit(client, shop, team):
+    client.force_login(team.developer)
+    body = client.get("/").content.decode()
+    assert shop.service.name in body and shop.whole.name in body
+    assert "8.00" in body  # 2 cards x 4.00 per hour
+    assert "fits" in body
+
+
+def test_order_submits_and_lands_on_the_request_page(client, shop, team):
+    client.force_login(team.developer)
+    response = client.post(f"/order/{shop.service.slug}/", _order_post(shop, team.project))
+    created = ResourceRequest.objects.get()
+    assert response.status_code == 302 and response["Location"] == f"/requests/{created.pk}/"
+    assert created.parameters == {"environment": "development"}
+    assert created.state == RequestState.QUEUED  # no policy: approved automatically
+
+
+def test_order_over_quota_is_refused_with_every_reason_and_stores_nothing(client, shop, team):
+    quota_set(quota=team.project.quota, limits={"gpus": Decimal(1), "cpu_cores": 8},
+                                         actor=None)
+    client.force_login(team.developer)
+    response = client.post(f"/order/{shop.service.slug}/", _order_post(shop, team.project))
+    body = response.content.decode()
+    assert response.status_code == 422
+    assert "quota_exceeded" in body and "GPUs" in body and "CPU cores" in body
+    assert not ResourceRequest.objects.exists()
+
+
+def test_order_with_bad_parameters_is_a_form_error(client, shop, team):
+    client.force_login(team.developer)
+    response = client.post(f"/order/{shop.service.slug}/", _order_post(shop, team.project, parameters="nonsense"))
+    assert response.status_code == 400
+    assert "is not key=value" in response.content.decode()
+    assert not ResourceRequest.objects.exists()
+
+
+def test_order_for_a_project_the_user_cannot_order_on_is_refused(client, shop, team):
+    outsider_project = factories.project()
+    client.force_login(team.developer)
+    response = client.post(f"/order/{shop.service.slug}/", _order_post(shop, outsider_project))
+    assert response.status_code == 400
+    assert not ResourceRequest.objects.exists()
+
+
+def test_live_preview_returns_cost_quota_and_route(client, shop, team):
+    approval_rule(approver_stage())
+    client.force_login(team.developer)
+    response = client.post(f"/order/{shop.service.slug}/preview/", _order_post(shop, team.project))
+    body = response.content.decode()
+    assert response.status_code == 200
+    assert "80.00" in body and "Stage 1" in body and team.approver.username in body
+    assert not ResourceRequest.objects.exists()
+
+
+def test_request_detail_is_hidden_from_other_projects(client, shop, team):
+    created = services.request_submit(order=make_order(shop, team.project), requester=team.developer)
+    stranger = factories.member(factories.project())
+    client.force_login(stranger)
+    assert client.get(f"/requests/{created.pk}/").status_code == 404
+    assert client.post(f"/requests/{created.pk}/cancel/").status_code == 404
+    assert client.get(f"/projects/{team.project.pk}/quota/").status_code == 404
+    client.force_login(team.developer2)  # same project: may look, may not cancel someone else's
+    assert client.get(f"/requests/{created.pk}/").status_code == 200
+    client.post(f"/requests/{created.pk}/cancel/")
+    created.refresh_from_db()
+    assert created.state == RequestState.QUEUED
+
+
+def test_requester_cancels_from_the_detail_page(client, shop, team):
+    created = services.request_submit(order=make_order(shop, team.project), requester=team.developer)
+    client.force_login(team.developer)
+    client.post(f"/requests/{created.pk}/cancel/", {"reason": "Not needed"})
+    created.refresh_from_db()
+    assert created.state == RequestState.CANCELLED
+    assert created.events.filter(code="cancelled", message__contains="Not needed").exists()
+
+
+def test_approver_approves_from_the_inbox(client, shop, team):
+    approval_rule(approver_stage())
+    created = services.request_submit(order=make_order(shop, team.project), requester=team.developer)
+    client.force_login(team.approver)
+    inbox = client.get("/approvals/").content.decode()
+    assert f"#{created.pk}" in inbox and "80.00" in inbox
+    task = created_task(created)
+    client.post(f"/approvals/{task.pk}/decide/", {"decision": "approve", "comment": "ok"})
+    created.refresh_from_db()
+    assert created.state == RequestState.QUEUED
+
+
+def test_reject_without_comment_is_refused_and_changes_nothing(client, shop, team):
+    approval_rule(approver_stage())
+    created = services.request_submit(order=make_order(shop, team.project), requester=team.developer)
+    client.force_login(team.approver)
+    response = client.post(f"/approvals/{created_task(created).pk}/decide/", {"decision": "reject"}, follow=True)
+    assert "Say why you reject it" in response.content.decode()
+    created.refresh_from_db()
+    assert created.state == RequestState.PENDING_APPROVAL
+
+
+def test_someone_elses_approval_task_is_not_found(client, shop, team):
+    approval_rule(approver_stage())
+    created = services.request_submit(order=make_order(shop, team.project), requester=team.developer)
+    client.force_login(team.developer2)
+    assert client.post(f"/approvals/{created_task(created).pk}/decide/", {"decision": "approve"}).status_code == 404
+
+
+def test_bulk_approve(client, shop, team):
+    approval_rule(approver_stage())
+    created = [services.request_submit(order=make_order(shop, team.project, spec=shop.sliced),
+                                       requester=team.developer) for _ in range(3)]
+    client.force_login(team.approver)
+    client.post("/approvals/bulk-approve/", {"task": [created_task(r).pk for r in created]})
+    assert set(ResourceRequest.objects.values_list("state", flat=True)) == {RequestState.QUEUED}
+
+
+def test_lead_asks_for_a_quota_change_from_the_quota_panel(client, team):
+    client.force_login(team.lead)
+    response = client.post(f"/projects/{team.project.pk}/quota/", {"gpus": "24", "justification": "New model"})
+    assert response.status_code == 302
+    assert team.project.quota_change_requests.get().limits == {"gpus": "24"}
+    client.force_login(team.developer)
+    page = client.get(f"/projects/{team.project.pk}/quota/").content.decode()
+    assert "Only the project lead" in page
+
+
+def created_task(request) -> ApprovalAssignment:
+    return ApprovalAssignment.objects.get(stage__approval__subject_id=request.pk, decision="")
+
+
+def _query_count(client, path) -> int:
+    with CaptureQueriesContext(connection) as queries:
+        assert client.get(path).status_code == 200
+    return len(queries)
+
+
+@pytest.mark.parametrize("path", ["/requests/?mine=0", "/approvals/", "/", "/projects/"])
+def test_list_pages_run_a_constant_number_of_queries(client, shop, team, path):
+    approval_rule(approver_stage())
+    client.force_login(team.approver)
+
+    def add_requests(count):
+        for _ in range(count):
+            services.request_submit(order=make_order(shop, team.project, spec=shop.sliced), requester=team.developer)
+        factories.ServiceFactory(specs=[shop.whole], images=[shop.image])
+
+    add_requests(2)
+    few = _query_count(client, path)
+    add_requests(6)
+    assert _query_count(client, path) == few
