@@ -17,7 +17,7 @@ from catalog.models import (
     SliceProfile,
     Vendor,
 )
-from config.admin_actions import action_with_reason
+from config.admin_actions import action_with_reason, related_list_filter
 
 AUDIT_FIELDS = ["created_at", "updated_at"]
 
@@ -96,17 +96,6 @@ class SliceProfileAdmin(admin.ModelAdmin):
         return False
 
 
-class AcceleratorModelListFilter(admin.RelatedFieldListFilter):
-    """Choices labelled "<vendor> <model>" from one query, not one vendor query per accelerator model."""
-
-    def field_choices(self, field, request, model_admin):
-        queryset = AcceleratorModel.objects.select_related("vendor")
-        ordering = self.field_admin_ordering(field, request, model_admin)
-        if ordering:
-            queryset = queryset.order_by(*ordering)
-        return [(model.pk, str(model)) for model in queryset]
-
-
 class ResourceSpecForm(forms.ModelForm):
     """Admin form (the admin supplies model and fields)."""
 
@@ -125,7 +114,7 @@ class ResourceSpecAdmin(AuditedSaveMixin, admin.ModelAdmin):
     form = ResourceSpecForm
     list_display = ["name", "accelerators", "accelerator_count", "slice_profile", "cpu_cores", "memory_gb",
                     "hourly_price", "max_duration_hours", "status"]
-    list_filter = ["status", "accelerator_models__vendor", ("accelerator_models", AcceleratorModelListFilter),
+    list_filter = ["status", "accelerator_models__vendor", ("accelerator_models", related_list_filter("vendor")),
                    "slice_profile__kind"]
     list_select_related = ["slice_profile__accelerator"]
     search_fields = ["name", "slug", "accelerator_models__name"]

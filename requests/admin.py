@@ -12,7 +12,7 @@ from django.db.models import Count, Prefetch
 from django.urls import reverse
 from django.utils.html import format_html, format_html_join
 
-from config.admin_actions import action_with_reason
+from config.admin_actions import action_with_reason, related_list_filter
 from requests import services
 from requests.choices import ApproverSource, RequestState
 from requests.models import (
@@ -27,7 +27,6 @@ from requests.models import (
     ResourceRequest,
 )
 from requests.selectors import approval_of
-from tenancy.models import Project
 
 S = RequestState
 _STATE_COLOURS = {
@@ -53,15 +52,8 @@ class ReadOnlyAdminMixin:
         return False
 
 
-class ProjectListFilter(admin.RelatedFieldListFilter):
-    """Project choices labelled "<tenant> / <project>" from one query, not one tenant query per project."""
-
-    def field_choices(self, field, request, model_admin):
-        queryset = Project.objects.select_related("tenant")
-        ordering = self.field_admin_ordering(field, request, model_admin)
-        if ordering:
-            queryset = queryset.order_by(*ordering)
-        return [(project.pk, str(project)) for project in queryset]
+# Project choices are labelled "<tenant> / <project>": load the tenants with them.
+ProjectListFilter = related_list_filter("tenant")
 
 
 def pretty_json(field: str, description: str):

@@ -25,17 +25,20 @@ def _assigned_subject_ids(user: User, model) -> QuerySet:
     ).values("stage__approval__subject_id")
 
 
-def request_list_visible_to(*, user: User) -> QuerySet[ResourceRequest]:
-    """Requests of projects the user may view, plus those the user was asked to approve."""
-    queryset = ResourceRequest.objects.select_related(
-        "project__tenant", "requester", "service", "spec", "image", "bare_metal_profile", "serving_model"
-    )
+def _visible(queryset: QuerySet, user: User) -> QuerySet:
+    """Rows of projects the user may view, plus those the user was asked to approve; operators see all."""
+    model = queryset.model
     if not user.is_authenticated:
         return queryset.none()
-    if user.has_perm("requests.view_resourcerequest"):
+    if user.has_perm(f"requests.view_{model._meta.model_name}"):
         return queryset
     projects = projects_with_permission(user=user, permission=ProjectPermission.VIEW).values("pk")
-    return queryset.filter(Q(project__in=projects) | Q(pk__in=_assigned_subject_ids(user, ResourceRequest)))
+    return queryset.filter(Q(project__in=projects) | Q(pk__in=_assigned_subject_ids(user, model)))
+
+
+def request_list_visible_to(*, user: User) -> QuerySet[ResourceRequest]:
+    return _visible(ResourceRequest.objects.select_related(
+        "project__tenant", "requester", "service", "spec", "image", "bare_metal_profile", "serving_model"), user)
 
 
 def request_get(*, user: User, pk: int) -> ResourceRequest:
@@ -108,10 +111,4 @@ def project_quota_usage(project: Project) -> list[DimensionImpact]:
 
 
 def quota_change_list_visible_to(*, user: User) -> QuerySet[QuotaChangeRequest]:
-    queryset = QuotaChangeRequest.objects.select_related("project__tenant", "requested_by")
-    if not user.is_authenticated:
-        return queryset.none()
-    if user.has_perm("requests.view_quotachangerequest"):
-        return queryset
-    projects = projects_with_permission(user=user, permission=ProjectPermission.VIEW).values("pk")
-    return queryset.filter(Q(project__in=projects) | Q(pk__in=_assigned_subject_ids(user, QuotaChangeRequest)))
+    return _visible(QuotaChangeRequest.objects.select_related("project__tenant", "requested_by"), user)
