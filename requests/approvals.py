@@ -256,6 +256,22 @@ def approval_decide(*, assignment: ApprovalAssignment, decision: str, comment: s
     return approval
 
 
+def approvals_bulk_approve(*, task_ids: list[int], comment: str, actor: User) -> list[dict]:
+    """Approve each of the actor's tasks on its own (own transaction); one refusal does not stop the others."""
+    tasks = ApprovalAssignment.objects.filter(approver=actor).in_bulk(task_ids)
+    results = []
+    for pk in dict.fromkeys(task_ids):
+        try:
+            if pk not in tasks:
+                raise DomainError("No such approval task.", code="not_found")
+            approval_decide(assignment=tasks[pk], decision=Decision.APPROVE, comment=comment, actor=actor)
+        except DomainError as refusal:
+            results.append({"id": pk, "ok": False, "code": refusal.code, "message": refusal.message})
+        else:
+            results.append({"id": pk, "ok": True, "code": None, "message": None})
+    return results
+
+
 def _check_can_decide(assignment, approval, decision, comment, actor) -> None:
     if decision not in Decision.values:
         raise DomainError(f"Decision must be one of {', '.join(Decision.values)}.", code="invalid_decision")

@@ -172,19 +172,14 @@ def approval_decide(request, pk):
 @login_required
 @require_POST
 def approval_bulk_approve(request):
-    done, refused = 0, []
-    for pk in request.POST.getlist("task"):
-        try:
-            task = selectors.approval_task_get(user=request.user, pk=pk)
-            approvals.approval_decide(assignment=task, decision=Decision.APPROVE, comment="", actor=request.user)
-        except (DomainError, Http404) as error:
-            refused.append(f"#{pk}: {getattr(error, 'message', 'not found')}")
-        else:
-            done += 1
-    if done:
-        messages.success(request, f"Approved {done} item{'s' if done != 1 else ''}.")
-    for line in refused:
-        messages.error(request, line)
+    task_ids = [int(pk) for pk in request.POST.getlist("task") if pk.isdigit()]
+    results = approvals.approvals_bulk_approve(task_ids=task_ids, comment="", actor=request.user)
+    approved = sum(result["ok"] for result in results)
+    if approved:
+        messages.success(request, f"Approved {approved} item{'s' if approved != 1 else ''}.")
+    for result in results:
+        if not result["ok"]:
+            messages.error(request, f"#{result['id']}: {result['message']}")
     return redirect("portal:approval-inbox")
 
 

@@ -1,7 +1,6 @@
 """Request workflow endpoints. Selectors decide what the caller sees, services decide what may change."""
 
 import django_filters
-from django.http import Http404
 from django_filters.rest_framework import DjangoFilterBackend
 from drf_spectacular.utils import OpenApiResponse, extend_schema
 from rest_framework import mixins, status, viewsets
@@ -11,7 +10,6 @@ from rest_framework.response import Response
 
 from catalog.choices import ServiceKind
 from config.api import ErrorSerializer
-from config.errors import DomainError
 from requests import approvals, quota_changes, selectors, services
 from requests.api import serializers
 from requests.choices import Decision, QuotaChangeState, RequestState
@@ -139,20 +137,9 @@ class ApprovalTaskViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, view
     @action(detail=False, methods=["post"], url_path="bulk-approve")
     def bulk_approve(self, request):
         bulk = _parsed(serializers.BulkApproveSerializer, request.data)
-        comment = bulk.validated_data["comment"]
-        results = [self._approve_one(pk, comment) for pk in dict.fromkeys(bulk.validated_data["ids"])]
+        results = approvals.approvals_bulk_approve(task_ids=bulk.validated_data["ids"],
+                                                   comment=bulk.validated_data["comment"], actor=request.user)
         return Response(serializers.BulkApproveResultSerializer({"results": results}).data)
-
-    def _approve_one(self, pk: int, comment: str) -> dict:
-        try:
-            task = selectors.approval_task_get(user=self.request.user, pk=pk)
-            approvals.approval_decide(assignment=task, decision=Decision.APPROVE, comment=comment,
-                                      actor=self.request.user)
-        except Http404:
-            return {"id": pk, "ok": False, "code": "not_found", "message": "No such approval task."}
-        except DomainError as refusal:
-            return {"id": pk, "ok": False, "code": refusal.code, "message": refusal.message}
-        return {"id": pk, "ok": True, "code": None, "message": None}
 
 
 class QuotaChangeRequestViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.GenericViewSet):
