@@ -9,6 +9,7 @@ from django.test.utils import CaptureQueriesContext
 from requests import services
 from requests.choices import RequestState
 from requests.models import ApprovalAssignment, ResourceRequest
+from tenancy.choices import Role
 from tenancy.services import quota_set
 from tests import factories
 from tests.requests.conftest import approval_rule, approver_stage, make_order
@@ -187,3 +188,21 @@ def test_list_pages_run_a_constant_number_of_queries(client, shop, team, path):
     few = _query_count(client, path)
     add_requests(6)
     assert _query_count(client, path) == few
+
+
+def test_role_matrix_for_a_pending_request(client, shop, team):
+    """Who sees a pending request's page, its inbox entry, and may decide it."""
+    approval_rule(approver_stage())
+    created = services.request_submit(order=make_order(shop, team.project), requester=team.developer)
+    other_project = factories.project()
+    expectations = [  # user, sees detail, has it in the inbox
+        (team.developer, True, False),
+        (team.approver, True, True),
+        (team.operator, True, False),
+        (factories.member(other_project), False, False),
+        (factories.member(other_project, Role.APPROVER), False, False),
+    ]
+    for user, sees_detail, in_inbox in expectations:
+        client.force_login(user)
+        assert client.get(f"/requests/{created.pk}/").status_code == (200 if sees_detail else 404), user
+        assert (f"#{created.pk}" in client.get("/approvals/").content.decode()) is in_inbox, user
