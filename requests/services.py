@@ -10,6 +10,7 @@ from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 from django_fsm import TransitionNotAllowed
+from django_q.tasks import async_task
 
 from config.errors import Conflict, DomainError, NotPermitted
 from requests import approvals
@@ -250,8 +251,6 @@ def request_reject_by_operator(*, request: ResourceRequest, actor: User, reason:
 # --- Waiting for quota -------------------------------------------------------------------------------------
 
 def _readmit_after_commit(project_id: int) -> None:
-    from django_q.tasks import async_task
-
     transaction.on_commit(lambda: async_task("requests.tasks.readmit_waiting", project_id))
 
 
