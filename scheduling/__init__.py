@@ -1,0 +1,1 @@
+"""GPU/NPU scheduling. `scheduling.placement` is the pure placement engine (no Django imports)."""

@@ -1,0 +1,753 @@
+"""Placement engine: heterogeneous, health- and topology-aware GPU/NPU placement over an in-memory snapshot.
+
+Pure Python, no Django: the scheduler service loads a `Snapshot`, calls `PlacementEngine(snapshot).place(demands)`
+and commits the returned bindings. Units are integers: milli-CPU, MiB, and milli-device shares (1000 = one card).
+
+Policies (`POLICIES`): ``fgd`` (Fragmentation Gradient Descent as in the FGD paper's simulator: quantised sigmoid of
+the node's fragmentation decrease), ``bestfit`` and ``random`` baselines, and ``fgd-pack`` (the production
+``default``): exact fragmentation gradient measured with memory-aware shapes, ties broken by packing.
+Ties between equally scored nodes go to a fixed node order drawn from the engine's seed.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+import random
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from itertools import combinations
+
+from scheduling.frag import MILLI, FragTable, Shape, typical_shapes
+
+HEALTHY, DEGRADED, ISOLATED = "healthy", "degraded", "isolated"
+
+NO_MATCHING_SPEC = "no_matching_spec"
+INSUFFICIENT_HEALTHY_CAPACITY = "insufficient_healthy_capacity"
+CAPACITY_IN_USE = "capacity_in_use"
+TOPOLOGY_CONSTRAINT = "topology_constraint"
+FRAGMENTATION = "fragmentation"
+HIGHER_PRIORITY_AHEAD = "higher_priority_ahead"
+REASONS = (NO_MATCHING_SPEC, INSUFFICIENT_HEALTHY_CAPACITY, CAPACITY_IN_USE, TOPOLOGY_CONSTRAINT, FRAGMENTATION,
+           HIGHER_PRIORITY_AHEAD)
+
+MAX_SPEC_CPU, MAX_SPEC_GPU = 128000, 8000  # BestFit normalisation, as in the FGD simulator
+
+
+# ---------------------------------------------------------------------------------------------------- data model
+
+
+@dataclass(frozen=True)
+class Device:
+    index: int
+    model: str
+    vendor: str = "nvidia"
+    memory_mib: int = 0
+    capacity: int = MILLI  # whole-card capacity in milli-shares
+    health: str = HEALTHY
+    slice_profiles: Mapping[str, int] = field(default_factory=dict)  # MIG profile -> milli-share it occupies
+
+
+@dataclass(frozen=True)
+class Node:
+    name: str
+    cpu_milli: int
+    memory_mib: int
+    devices: tuple[Device, ...] = ()
+    domains: Mapping[str, str] = field(default_factory=dict)  # level -> domain, e.g. {"rack": "r12", "nvlink": ..}
+    schedulable: bool = True
+
+
+@dataclass(frozen=True)
+class Allocation:
+    """A running allocation: devices is a tuple of (device index, milli)."""
+
+    id: str
+    node: str
+    devices: tuple[tuple[int, int], ...]
+    cpu_milli: int = 0
+    memory_mib: int = 0
+    priority: int = 0
+    preemptible: bool = False
+    started_at: float = 0.0
+
+
+@dataclass(frozen=True)
+class Demand:
+    """What to place. ``share`` is milli per device (1000 = whole card); ``slice_profile`` asks for a MIG slice
+    instead (its share comes from each device's profile table). ``models`` empty means any model. A gang of
+    ``members`` > 1 places that many copies, each on one node, all within one domain of ``domain_level``."""
+
+    id: str
+    count: int = 1
+    share: int = MILLI
+    slice_profile: str | None = None
+    models: frozenset = frozenset()
+    cpu_milli: int = 0
+    memory_mib: int = 0
+    priority: int = 0
+    preemptible: bool = False
+    allow_degraded: bool = False
+    members: int = 1
+    domain_level: str | None = None
+
+    @property
+    def label(self) -> str:
+        what = "/".join(sorted(self.models)) or "any"
+        per = self.slice_profile or ("" if self.share >= MILLI else f"{self.share}m of ")
+        return f"{self.count}×{per}{what}"  # noqa: RUF001
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    nodes: Sequence[Node]
+    allocations: Sequence[Allocation] = ()
+
+
+@dataclass(frozen=True)
+class Binding:
+    demand_id: str
+    node: str
+    devices: tuple[tuple[int, int], ...]  # (device index, milli)
+    cpu_milli: int
+    memory_mib: int
+    member: int = 0
+    degraded: bool = False
+
+
+@dataclass(frozen=True)
+class Pending:
+    demand_id: str
+    reason: str
+    message: str
+    numbers: Mapping[str, object] = field(default_factory=dict)
+
+
+@dataclass
+class PlacementResult:
+    bindings: list[Binding] = field(default_factory=list)
+    pending: list[Pending] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class PreemptionPlan:
+    feasible: bool
+    node: str | None = None
+    victims: tuple[str, ...] = ()
+    message: str = ""
+
+
+# ------------------------------------------------------------------------------------------------------ policies
+
+
+def _sigmoid(x: float) -> float:
+    if x < -700:
+        return 0.0
+    return 1.0 / (1.0 + math.exp(-x))
+
+
+class Policy:
+    """Scores one node state for one demand shape; lower keys are better, ties go to the node order."""
+
+    name = "base"
+    memory_in_shapes = False
+    cpu_pods_count = False
+
+    def __init__(self, shapes: list[Shape]):
+        self.table = FragTable(shapes, cpu_pods_count=self.cpu_pods_count)
+
+    def key(self, cpu: int, mem: int, devs: tuple, new_cpu: int, new_mem: int, new_devs: tuple, need: int):
+        raise NotImplementedError
+
+
+class FGD(Policy):
+    """FGD as the paper's simulator scores it: int(100·sigmoid(ΔF/1000)), ΔF = fragmentation decrease."""
+
+    name = "fgd"
+    cpu_pods_count = True
+
+    def key(self, cpu, mem, devs, new_cpu, new_mem, new_devs, need):
+        frag = self.table.frag
+        delta = frag(cpu, mem, devs) - frag(new_cpu, new_mem, new_devs)
+        return (-int(_sigmoid(delta / 1000) * 100),)
+
+
+class FGDPack(Policy):
+    """Exact fragmentation increase against memory-aware shapes, then the tightest fit (least idle GPU left, then
+    least free CPU share), so that equally fragmenting choices fill partly used nodes before opening empty ones."""
+
+    name = "fgd-pack"
+    memory_in_shapes = True
+
+    def key(self, cpu, mem, devs, new_cpu, new_mem, new_devs, need):
+        frag = self.table.frag
+        increase = frag(new_cpu, new_mem, new_devs) - frag(cpu, mem, devs)
+        idle = 0
+        for _model, free in new_devs:
+            idle += free
+        return (round(increase, 6), idle, new_cpu)
+
+
+class BestFit(Policy):
+    """The simulator's BestFit: least leftover (CPU/128 cores + GPU/8 cards, equally weighted), quantised."""
+
+    name = "bestfit"
+
+    def key(self, cpu, mem, devs, new_cpu, new_mem, new_devs, need):
+        idle = 0
+        for _model, free in new_devs:
+            idle += free
+        score = (1.0 - (new_cpu / MAX_SPEC_CPU * 0.5 + idle / MAX_SPEC_GPU * 0.5)) * 100
+        return (-int(score),)
+
+
+class RandomPolicy(Policy):
+    name = "random"
+
+    def key(self, cpu, mem, devs, new_cpu, new_mem, new_devs, need):
+        return (0,)
+
+
+POLICIES = {"fgd": FGD, "fgd-pack": FGDPack, "bestfit": BestFit, "random": RandomPolicy}
+DEFAULT_POLICY = "fgd-pack"
+
+
+def make_policy(name: str, shapes_source: Iterable[tuple[int, int, int, int, frozenset]]) -> Policy:
+    name = DEFAULT_POLICY if name == "default" else name
+    if name not in POLICIES:
+        raise ValueError(f"unknown policy {name!r}; choose from {', '.join(sorted(POLICIES))} or default")
+    cls = POLICIES[name]
+    return cls(typical_shapes(shapes_source, with_memory=cls.memory_in_shapes))
+
+
+# ---------------------------------------------------------------------------------------------------- the engine
+
+
+class _Shape:
+    """Resolved demand shape for the cached path: per-model share, compatible models."""
+
+    __slots__ = ("count", "cpu", "key", "mem", "models", "profile", "share")
+
+    def __init__(self, demand: Demand):
+        self.cpu, self.mem, self.count = demand.cpu_milli, demand.memory_mib, demand.count
+        self.share, self.models, self.profile = demand.share, demand.models, demand.slice_profile
+        self.key = (self.cpu, self.mem, self.count, self.share, self.models, self.profile)
+
+
+class PlacementEngine:
+    """Mutable cluster state plus a policy. ``place`` binds demands in order and explains the rest."""
+
+    def __init__(self, snapshot: Snapshot, policy: str | Policy = "default", seed: int = 0,
+                 workload: Iterable[Demand] | None = None):
+        self.nodes = list(snapshot.nodes)
+        self.node_index = {node.name: i for i, node in enumerate(self.nodes)}
+        order = list(range(len(self.nodes)))
+        random.Random(seed).shuffle(order)
+        self.rank = [0] * len(self.nodes)
+        for position, i in enumerate(order):
+            self.rank[i] = position
+        self.rng = random.Random(seed + 1_000_003)
+        self.cpu = [node.cpu_milli for node in self.nodes]
+        self.mem = [node.memory_mib for node in self.nodes]
+        self.free = [[device.capacity if device.health != ISOLATED else 0 for device in node.devices]
+                     for node in self.nodes]
+        self.allocations: dict[str, Allocation] = {}
+        for allocation in snapshot.allocations:
+            self._apply(self.node_index[allocation.node], allocation.devices, allocation.cpu_milli,
+                        allocation.memory_mib, refresh=False)
+            self.allocations[allocation.id] = allocation
+        if isinstance(policy, Policy):
+            self.policy = policy
+        else:
+            demands = list(workload or [])
+            source = [(d.cpu_milli, d.memory_mib, d.count, d.share, d.models) for d in demands]
+            if not source:  # no workload given: what is running now stands for recent demand
+                source = [(a.cpu_milli, a.memory_mib, len(a.devices), a.devices[0][1] if a.devices else 0,
+                           frozenset()) for a in snapshot.allocations]
+            self.policy = make_policy(policy, source)
+        self.is_random = isinstance(self.policy, RandomPolicy)
+        self.version = [0] * len(self.nodes)
+        self.changed: list[int] = []
+        self.state = [self._state(i) for i in range(len(self.nodes))]
+        self._indexes: dict = {}
+        self._gpu_memo: dict = {}
+        self._build_aggregates()
+
+    # -- state ------------------------------------------------------------------------------------------------
+
+    def _state(self, i: int, with_degraded: bool = False):
+        node = self.nodes[i]
+        free = self.free[i]
+        devs = tuple(sorted((device.model, free[j]) for j, device in enumerate(node.devices)
+                            if device.health == HEALTHY or (with_degraded and device.health == DEGRADED)))
+        return (self.cpu[i], self.mem[i], devs)
+
+    def _apply(self, i: int, devices, cpu: int, mem: int, sign: int = -1, refresh: bool = True):
+        free = self.free[i]
+        for j, milli in devices:
+            free[j] += sign * milli
+        self.cpu[i] += sign * cpu
+        self.mem[i] += sign * mem
+        if refresh:
+            self.version[i] += 1
+            self.changed.append(i)
+            self.state[i] = self._state(i)
+            self._aggregate_update(i, devices, sign)
+
+    def _build_aggregates(self):
+        """Per model: devices, healthy devices, and a histogram of healthy free milli (for pending reasons)."""
+        self.model_devices: dict[str, int] = {}
+        self.model_healthy: dict[str, int] = {}
+        self.model_hist: dict[str, dict[int, int]] = {}
+        for i, node in enumerate(self.nodes):
+            for j, device in enumerate(node.devices):
+                if not node.schedulable:
+                    continue
+                self.model_devices[device.model] = self.model_devices.get(device.model, 0) + 1
+                if device.health == HEALTHY:
+                    self.model_healthy[device.model] = self.model_healthy.get(device.model, 0) + 1
+                    hist = self.model_hist.setdefault(device.model, {})
+                    hist[self.free[i][j]] = hist.get(self.free[i][j], 0) + 1
+
+    def _aggregate_update(self, i: int, devices, sign: int):
+        node = self.nodes[i]
+        if not node.schedulable:
+            return
+        for j, milli in devices:
+            device = node.devices[j]
+            if device.health != HEALTHY:
+                continue
+            hist = self.model_hist[device.model]
+            after = self.free[i][j]
+            before = after - sign * milli
+            hist[before] -= 1
+            hist[after] = hist.get(after, 0) + 1
+
+    # -- evaluation -------------------------------------------------------------------------------------------
+
+    def _share(self, shape: _Shape, model: str, node: Node | None = None) -> int | None:
+        if shape.models and model not in shape.models:
+            return None
+        if shape.profile is None:
+            return shape.share
+        for device in node.devices if node else ():
+            if device.model == model:
+                return device.slice_profiles.get(shape.profile)
+        return None
+
+    def _gpu_options(self, devs: tuple, shape: _Shape, node: Node):
+        """Ways to take the shape's devices from a device tuple: list of (new device tuple, picks, need)."""
+        memo_key = (devs, shape.count, shape.share, shape.models, shape.profile,
+                    node.name if shape.profile else None)
+        options = self._gpu_memo.get(memo_key)
+        if options is not None:
+            return options
+        options = []
+        if shape.count == 0:
+            options.append((devs, (), 0))
+        else:
+            shares = {}
+            eligible = []  # positions in devs, ascending free milli (the simulator's packing order)
+            for position, (model, free) in enumerate(devs):
+                if model not in shares:
+                    shares[model] = self._share(shape, model, node)
+                share = shares[model]
+                if share is not None and free >= share:
+                    eligible.append(position)
+            if len(eligible) >= shape.count:
+                if (shape.count == 1 and shape.share < MILLI) or shape.profile:
+                    seen = set()
+                    for position in eligible:  # each distinct (model, free) is one option
+                        model, free = devs[position]
+                        if (model, free) in seen:
+                            continue
+                        seen.add((model, free))
+                        new = list(devs)
+                        new[position] = (model, free - shares[model])
+                        options.append((tuple(sorted(new)), (((model, free),),), shares[model]))
+                else:
+                    eligible.sort(key=lambda position: devs[position][1])
+                    taken = eligible[: shape.count]
+                    new = list(devs)
+                    picks = []
+                    need = 0
+                    for position in taken:
+                        model, free = devs[position]
+                        new[position] = (model, free - shares[model])
+                        picks.append(((model, free),))
+                        need += shares[model]
+                    options.append((tuple(sorted(new)), tuple(picks), need))
+        self._gpu_memo[memo_key] = options
+        return options
+
+    def _evaluate(self, state, shape: _Shape, node: Node):
+        """Best (key, picks) for this node state, or None when the shape cannot run there."""
+        cpu, mem, devs = state
+        if shape.cpu > cpu or shape.mem > mem:
+            return None
+        options = self._gpu_options(devs, shape, node)
+        if not options:
+            return None
+        new_cpu, new_mem = cpu - shape.cpu, mem - shape.mem
+        best = None
+        key_fn = self.policy.key
+        for new_devs, picks, need in options:
+            key = key_fn(cpu, mem, devs, new_cpu, new_mem, new_devs, need)
+            if best is None or key < best[0]:
+                best = (key, picks)
+            elif key == best[0] and picks:  # equal scores: any of these device values, first index wins
+                best = (key, tuple(a + b for a, b in zip(best[1], picks, strict=True)))
+        return best
+
+    def _index(self, shape: _Shape):
+        index = self._indexes.get(shape.key)
+        if index is None:
+            index = self._indexes[shape.key] = _ShapeIndex()
+        return index
+
+    def _best_node(self, shape: _Shape, candidates: set[int] | None = None):
+        """(node index, picks) of the best feasible schedulable node, or None."""
+        if self.is_random:
+            return self._random_node(shape, candidates)
+        if candidates is not None:
+            best = None
+            for i in candidates:
+                if not self.nodes[i].schedulable:
+                    continue
+                result = self._evaluate(self.state[i], shape, self.nodes[i])
+                if result and (best is None or (result[0], self.rank[i]) < (best[0], best[1])):
+                    best = (result[0], self.rank[i], i, result[1])
+            return None if best is None else (best[2], best[3])
+        index = self._index(shape)
+        heap, version, rank, nodes, state = index.heap, self.version, self.rank, self.nodes, self.state
+        evaluate, push = self._evaluate, heapq.heappush
+        if index.seen is None:
+            todo: Iterable[int] = range(len(nodes))
+            index.seen = 0
+        else:
+            todo = set(self.changed[index.seen:])
+        index.seen = len(self.changed)
+        memo = index.memo
+        for i in todo:
+            node = nodes[i]
+            if not node.schedulable:
+                continue
+            st = state[i]
+            memo_key = st if not shape.profile else (st, node.name)
+            result = memo.get(memo_key, _MISSING)
+            if result is _MISSING:
+                result = memo[memo_key] = evaluate(st, shape, node)
+            if result is not None:
+                push(heap, (result[0], rank[i], i, version[i], result[1]))
+        while heap:
+            _key, _rank, i, ver, picks = heap[0]
+            if ver == version[i]:
+                return i, picks
+            heapq.heappop(heap)
+        return None
+
+    def _random_node(self, shape: _Shape, candidates: set[int] | None):
+        pool = sorted(candidates) if candidates is not None else list(range(len(self.nodes)))
+        self.rng.shuffle(pool)
+        for i in pool:
+            if not self.nodes[i].schedulable:
+                continue
+            result = self._evaluate(self.state[i], shape, self.nodes[i])
+            if result is not None:
+                picks = result[1]
+                if picks and len(picks) == 1 and len(picks[0]) > 1:  # shared: a random eligible device value
+                    picks = ((self.rng.choice(sorted(picks[0])),),)
+                return i, picks
+        return None
+
+    def _choose_devices(self, i: int, picks, shape: _Shape, with_degraded: bool = False):
+        node = self.nodes[i]
+        free = self.free[i]
+        used: set[int] = set()
+        chosen = []
+        allowed = (HEALTHY, DEGRADED) if with_degraded else (HEALTHY,)
+        for values in picks:
+            for j, device in enumerate(node.devices):
+                if j in used or device.health not in allowed or (device.model, free[j]) not in values:
+                    continue
+                used.add(j)
+                chosen.append((j, self._share(shape, device.model, node)))
+                break
+            else:  # pragma: no cover - picks always come from this node's state
+                raise RuntimeError(f"no device on {node.name} matches {values}")
+        return tuple(sorted(chosen))
+
+    # -- public API -------------------------------------------------------------------------------------------
+
+    def place(self, demands: Sequence[Demand], backfill: bool = False) -> PlacementResult:
+        """Bind demands in the given (priority) order. Without ``backfill``, once a demand stays pending, lower-
+        priority demands competing for the same models are held back (``higher_priority_ahead``)."""
+        result = PlacementResult()
+        blocked: list[Demand] = []
+        for demand in demands:
+            blocker = None if backfill else next(
+                (b for b in blocked if b.priority > demand.priority and _overlap(b.models, demand.models)), None)
+            if blocker is not None and self.fits(demand):
+                result.pending.append(Pending(
+                    demand.id, HIGHER_PRIORITY_AHEAD,
+                    f"needs {demand.label}; it would fit now but is held back for {blocker.id} "
+                    f"(priority {blocker.priority} > {demand.priority}) which is still pending",
+                    {"blocked_by": blocker.id, "blocker_priority": blocker.priority, "priority": demand.priority}))
+                continue
+            outcome = self.place_one(demand)
+            if isinstance(outcome, Pending):
+                result.pending.append(outcome)
+                blocked.append(demand)
+            else:
+                result.bindings.extend(outcome)
+        return result
+
+    def place_one(self, demand: Demand) -> list[Binding] | Pending:
+        """Bind one demand now (healthy devices first, degraded ones only when allowed and nothing healthy fits)."""
+        shape = _Shape(demand)
+        if demand.members > 1 or demand.domain_level:
+            bindings = self._place_gang(demand, shape)
+            return bindings if bindings is not None else self.diagnose(demand)
+        found = self._best_node(shape)
+        degraded = False
+        if found is None and demand.allow_degraded:
+            found = self._best_degraded(shape)
+            degraded = found is not None
+        if found is None:
+            return self.diagnose(demand)
+        i, picks = found
+        devices = self._choose_devices(i, picks, shape, with_degraded=degraded)
+        self._apply(i, devices, demand.cpu_milli, demand.memory_mib)
+        return [Binding(demand.id, self.nodes[i].name, devices, demand.cpu_milli, demand.memory_mib,
+                        degraded=degraded)]
+
+    def fits(self, demand: Demand) -> bool:
+        shape = _Shape(demand)
+        if demand.members > 1 or demand.domain_level:
+            return self._gang_plan(demand, shape) is not None
+        return self._best_node(shape) is not None or (demand.allow_degraded and self._best_degraded(shape) is not None)
+
+    def release(self, binding: Binding) -> None:
+        """Give a binding's resources back (used by preemption planning and by simulations with departures)."""
+        self._apply(self.node_index[binding.node], binding.devices, binding.cpu_milli, binding.memory_mib, sign=+1)
+
+    def _best_degraded(self, shape: _Shape):
+        best = None
+        for i, node in enumerate(self.nodes):
+            if not node.schedulable or not any(d.health == DEGRADED for d in node.devices):
+                continue
+            result = self._evaluate(self._state(i, with_degraded=True), shape, node)
+            if result and (best is None or (result[0], self.rank[i]) < (best[0], best[1])):
+                best = (result[0], self.rank[i], i, result[1])
+        return None if best is None else (best[2], best[3])
+
+    # -- gangs ------------------------------------------------------------------------------------------------
+
+    def _domains(self, level: str | None) -> dict[str, set[int]]:
+        domains: dict[str, set[int]] = {}
+        for i, node in enumerate(self.nodes):
+            if node.schedulable:
+                domains.setdefault(node.domains.get(level, "") if level else "*", set()).add(i)
+        return domains
+
+    def _gang_plan(self, demand: Demand, shape: _Shape, commit: bool = False):
+        """Try each domain: place members one by one with the policy, keep the domain whose placement leaves the
+        least fragmentation behind (ties: domain name). Returns list of (node index, devices) or None."""
+        best = None
+        for name, members in sorted(self._domains(demand.domain_level).items()):
+            placed = []
+            for _ in range(demand.members):
+                found = self._best_node(shape, candidates=members)
+                if found is None:
+                    break
+                i, picks = found
+                devices = self._choose_devices(i, picks, shape)
+                self._apply(i, devices, shape.cpu, shape.mem)
+                placed.append((i, devices))
+            cost = sum(self.policy.table.frag(*self.state[i]) for i, _ in placed) if placed else 0.0
+            for i, devices in reversed(placed):
+                self._apply(i, devices, shape.cpu, shape.mem, sign=+1)
+            if len(placed) == demand.members and (best is None or cost < best[0]):
+                best = (cost, name, placed)
+        return None if best is None else best[2]
+
+    def _place_gang(self, demand: Demand, shape: _Shape):
+        plan = self._gang_plan(demand, shape)
+        if plan is None:
+            return None
+        bindings = []
+        for member, (i, devices) in enumerate(plan):
+            self._apply(i, devices, demand.cpu_milli, demand.memory_mib)
+            bindings.append(Binding(demand.id, self.nodes[i].name, devices, demand.cpu_milli, demand.memory_mib,
+                                    member=member))
+        return bindings
+
+    # -- reasons ----------------------------------------------------------------------------------------------
+
+    def diagnose(self, demand: Demand) -> Pending:
+        """Why a demand cannot be placed now, with numbers (cluster-wide counts from incremental aggregates)."""
+        models = [m for m in self.model_devices if not demand.models or m in demand.models]
+        label = demand.label
+        total = sum(self.model_devices[m] for m in models)
+        per_member = demand.count
+        needed = per_member * demand.members
+        if total == 0:
+            wanted = "/".join(sorted(demand.models)) or "accelerator"
+            return Pending(demand.id, NO_MATCHING_SPEC, f"needs {label}; no {wanted} device exists in the cluster",
+                           {"needed": needed, "devices": 0})
+        healthy = sum(self.model_healthy.get(m, 0) for m in models)
+        usable = healthy + (self._count_degraded(models) if demand.allow_degraded else 0)
+        share = demand.share if not demand.slice_profile else self._profile_share(demand, models)
+        if usable < needed or share is None:
+            return Pending(demand.id, INSUFFICIENT_HEALTHY_CAPACITY,
+                           f"needs {label}; {total} exist but only {usable} are healthy "
+                           f"({total - usable} isolated or unhealthy)",
+                           {"needed": needed, "devices": total, "healthy": usable})
+        fitting = 0
+        free_milli = 0
+        for m in models:
+            for free, n in self.model_hist.get(m, {}).items():
+                free_milli += free * n
+                if free >= share:
+                    fitting += n
+        if fitting >= needed:
+            block, node = self._largest_block(demand, models, share) if per_member > 1 else (1, None)
+            if block < per_member:
+                scope = "on one node" if demand.members == 1 else f"per member on nodes of one {demand.domain_level}"
+                where = f"node {node}" if node else "no node"
+                return Pending(demand.id, TOPOLOGY_CONSTRAINT,
+                               f"needs {label} {scope}; {fitting} fitting devices are free in total but the "
+                               f"largest free block is {block} on {where}",
+                               {"needed": needed, "free_devices": fitting, "largest_block": block,
+                                "largest_block_node": node})
+            if demand.members > 1 or demand.domain_level:
+                return Pending(demand.id, TOPOLOGY_CONSTRAINT,
+                               f"needs {demand.members} members of {label} within one {demand.domain_level}; no "
+                               f"single domain has room for all of them ({fitting} fitting devices free in total)",
+                               {"needed": needed, "free_devices": fitting, "members": demand.members})
+            return Pending(demand.id, CAPACITY_IN_USE,
+                           f"needs {label} with {demand.cpu_milli}m CPU and {demand.memory_mib} MiB; the nodes "
+                           f"with {per_member} free fitting devices have no CPU or memory left",
+                           {"needed": needed, "free_devices": fitting, "cpu_milli": demand.cpu_milli,
+                            "memory_mib": demand.memory_mib})
+        if free_milli >= needed * share:
+            return Pending(demand.id, FRAGMENTATION,
+                           f"needs {label} ({needed * share}m); {free_milli}m is free in total but split so that "
+                           f"only {fitting} device(s) have {share}m free",
+                           {"needed_milli": needed * share, "free_milli": free_milli, "fitting_devices": fitting})
+        return Pending(demand.id, CAPACITY_IN_USE,
+                       f"needs {label} ({needed * share}m); {usable} healthy devices exist but only {free_milli}m "
+                       f"is free",
+                       {"needed_milli": needed * share, "free_milli": free_milli, "healthy": usable})
+
+    def _count_degraded(self, models) -> int:
+        return sum(1 for node in self.nodes if node.schedulable for d in node.devices
+                   if d.health == DEGRADED and d.model in models)
+
+    def _profile_share(self, demand: Demand, models) -> int | None:
+        shares = [d.slice_profiles[demand.slice_profile] for node in self.nodes for d in node.devices
+                  if d.model in models and demand.slice_profile in d.slice_profiles]
+        return min(shares) if shares else None
+
+    def _largest_block(self, demand: Demand, models, share: int):
+        best, where = 0, None
+        for i, node in enumerate(self.nodes):
+            if not node.schedulable:
+                continue
+            free = self.free[i]
+            block = sum(1 for j, d in enumerate(node.devices)
+                        if d.model in models and d.health == HEALTHY and free[j] >= share)
+            if block > best or (block == best and where is not None and node.name < where):
+                best, where = block, node.name
+        return best, where
+
+    # -- reporting --------------------------------------------------------------------------------------------
+
+    def cluster_frag(self, table: FragTable | None = None) -> float:
+        """Expected stranded device milli over all schedulable nodes."""
+        table = table or self.policy.table
+        return sum(table.frag(*self.state[i]) for i, node in enumerate(self.nodes) if node.schedulable)
+
+    # -- preemption -------------------------------------------------------------------------------------------
+
+    def plan_preemption(self, demand: Demand, max_combinations: int = 200_000) -> PreemptionPlan:
+        """Smallest set of running, preemptible, strictly lower-priority allocations whose eviction lets a one-node
+        demand fit: fewest victims, then lowest priorities, then youngest. Exhaustive per node by victim count."""
+        if demand.members > 1 or demand.domain_level:
+            return PreemptionPlan(False, message="preemption planning covers one-node demands only")
+        if self.fits(demand):
+            return PreemptionPlan(True, message="fits without preemption")
+        shape = _Shape(demand)
+        by_node: dict[int, list[Allocation]] = {}
+        for allocation in self.allocations.values():
+            if allocation.preemptible and allocation.priority < demand.priority:
+                by_node.setdefault(self.node_index[allocation.node], []).append(allocation)
+        best = None
+        budget = max_combinations
+        for i, victims in sorted(by_node.items()):
+            victims.sort(key=lambda a: (a.priority, -a.started_at, a.id))
+            for size in range(1, len(victims) + 1):
+                if best is not None and size > best[0][0]:
+                    break
+                found = None
+                for subset in combinations(victims, size):
+                    budget -= 1
+                    if budget < 0:
+                        break
+                    key = _victim_key(subset)
+                    if best is not None and key >= best[0]:
+                        continue
+                    if found is not None and key >= found[0]:
+                        continue
+                    if self._fits_without(i, subset, shape, demand):
+                        found = (key, i, subset)
+                if found is not None:
+                    if best is None or found[0] < best[0]:
+                        best = found
+                    break
+        if best is None:
+            return PreemptionPlan(False, message=f"needs {demand.label}; no set of preemptible lower-priority "
+                                                 f"allocations frees enough room on one node")
+        _key, i, subset = best
+        ids = tuple(a.id for a in subset)
+        return PreemptionPlan(True, self.nodes[i].name, ids,
+                              f"evict {len(ids)} allocation(s) on {self.nodes[i].name}: {', '.join(ids)}")
+
+    def _fits_without(self, i: int, subset, shape: _Shape, demand: Demand) -> bool:
+        for a in subset:
+            self._apply(i, a.devices, a.cpu_milli, a.memory_mib, sign=+1, refresh=False)
+        try:
+            state = self._state(i, with_degraded=demand.allow_degraded)
+            return self._evaluate(state, shape, self.nodes[i]) is not None
+        finally:
+            for a in subset:
+                self._apply(i, a.devices, a.cpu_milli, a.memory_mib, refresh=False)
+
+
+def _victim_key(subset) -> tuple:
+    priorities = sorted((a.priority for a in subset), reverse=True)
+    return (len(subset), priorities, -sum(a.started_at for a in subset), tuple(sorted(a.id for a in subset)))
+
+
+def _overlap(a: frozenset, b: frozenset) -> bool:
+    return not a or not b or bool(a & b)
+
+
+_MISSING = object()
+
+
+class _ShapeIndex:
+    """Per demand shape: a lazy max-heap of node scores, refreshed only for nodes changed since the last query."""
+
+    __slots__ = ("heap", "memo", "seen")
+
+    def __init__(self):
+        self.heap: list = []
+        self.memo: dict = {}
+        self.seen: int | None = None
+
+
+def place(snapshot: Snapshot, demands: Sequence[Demand], policy: str = "default", seed: int = 0,
+          workload: Iterable[Demand] | None = None, backfill: bool = False) -> PlacementResult:
+    """One-shot placement: demands in priority order over a snapshot."""
+    return PlacementEngine(snapshot, policy, seed=seed, workload=workload).place(demands, backfill=backfill)
