@@ -142,7 +142,9 @@ def run(nodes_path: str, pods_path: str, policy: str, seeds: list[int], inflate:
 
 def summarise(policy: str, seeds: list[int], runs: list[dict]) -> dict:
     def stat(key):
-        values = [r[key] for r in runs]
+        values = [r[key] for r in runs if r[key] == r[key]]  # NaN: no event at that arrival level
+        if not values:
+            return {"mean": None, "std": None}
         return {"mean": round(statistics.fmean(values), 2),
                 "std": round(statistics.stdev(values), 2) if len(values) > 1 else 0.0}
 
@@ -152,6 +154,10 @@ def summarise(policy: str, seeds: list[int], runs: list[dict]) -> dict:
             "alloc_at_100": stat("alloc_at_100"), "alloc_at_130": stat("alloc_at_130"),
             "frag_at_100": stat("frag_at_100"), "decisions_per_s": round(total_pods / total_time),
             "peak_mem_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)}
+
+
+def fmt(stat: dict) -> str:
+    return "n/a" if stat["mean"] is None else f"{stat['mean']:.2f} ± {stat['std']:.2f}"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -168,10 +174,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.json:
         print(json.dumps(summary))
     else:
-        a100, a130, frag = summary["alloc_at_100"], summary["alloc_at_130"], summary["frag_at_100"]
-        print(f"policy {summary['policy']}  seeds {args.seeds}  alloc@100 {a100['mean']:.2f}±{a100['std']:.2f}%  "
-              f"alloc@{round(100 * args.inflate)} {a130['mean']:.2f}±{a130['std']:.2f}%  "
-              f"frag@100 {frag['mean']:.2f}±{frag['std']:.2f}%  {summary['decisions_per_s']} decisions/s  "
+        print(f"policy {summary['policy']}  seeds {args.seeds}  alloc@100 {fmt(summary['alloc_at_100'])}%  "
+              f"alloc@{round(100 * args.inflate)} {fmt(summary['alloc_at_130'])}%  "
+              f"frag@100 {fmt(summary['frag_at_100'])}%  {summary['decisions_per_s']} decisions/s  "
               f"peak {summary['peak_mem_mb']} MB")
     return 0
 

@@ -5,7 +5,7 @@ and commits the returned bindings. Units are integers: milli-CPU, MiB, and milli
 
 Policies (`POLICIES`): ``fgd`` (Fragmentation Gradient Descent as in the FGD paper's simulator: quantised sigmoid of
 the node's fragmentation decrease), ``bestfit`` and ``random`` baselines, and ``fgd-pack`` (the production
-``default``): exact fragmentation gradient measured with memory-aware shapes, ties broken by packing.
+``default``): FGD against memory-aware shapes covering the whole workload, ties broken by packing.
 Ties between equally scored nodes go to a fixed node order drawn from the engine's seed.
 """
 
@@ -152,6 +152,7 @@ class Policy:
     name = "base"
     memory_in_shapes = False
     cpu_pods_count = False
+    threshold = 0.95
 
     def __init__(self, shapes: list[Shape]):
         self.table = FragTable(shapes, cpu_pods_count=self.cpu_pods_count)
@@ -173,19 +174,24 @@ class FGD(Policy):
 
 
 class FGDPack(Policy):
-    """Exact fragmentation increase against memory-aware shapes, then the tightest fit (least idle GPU left, then
-    least free CPU share), so that equally fragmenting choices fill partly used nodes before opening empty ones."""
+    """FGD with a finer view of demand and a packing tie-break (the production default).
+
+    Differences from ``fgd``: typical shapes carry memory and cover the whole workload (rare 8-card shapes keep their
+    say), the fragmentation decrease is scored as int(100·sigmoid(ΔF/2000)), and equal scores go to the node left
+    with the least free resources (BestFit leftover) before the seeded node order."""
 
     name = "fgd-pack"
     memory_in_shapes = True
+    cpu_pods_count = True
+    threshold = 1.0
 
     def key(self, cpu, mem, devs, new_cpu, new_mem, new_devs, need):
         frag = self.table.frag
-        increase = frag(new_cpu, new_mem, new_devs) - frag(cpu, mem, devs)
+        delta = frag(cpu, mem, devs) - frag(new_cpu, new_mem, new_devs)
         idle = 0
         for _model, free in new_devs:
             idle += free
-        return (round(increase, 6), idle, new_cpu)
+        return (-int(_sigmoid(delta / 2000) * 100), idle / MAX_SPEC_GPU + new_cpu / MAX_SPEC_CPU)
 
 
 class BestFit(Policy):
@@ -217,7 +223,7 @@ def make_policy(name: str, shapes_source: Iterable[tuple[int, int, int, int, fro
     if name not in POLICIES:
         raise ValueError(f"unknown policy {name!r}; choose from {', '.join(sorted(POLICIES))} or default")
     cls = POLICIES[name]
-    return cls(typical_shapes(shapes_source, with_memory=cls.memory_in_shapes))
+    return cls(typical_shapes(shapes_source, threshold=cls.threshold, with_memory=cls.memory_in_shapes))
 
 
 # ---------------------------------------------------------------------------------------------------- the engine
@@ -599,9 +605,9 @@ class PlacementEngine:
         usable = healthy + (self._count_degraded(models) if demand.allow_degraded else 0)
         share = demand.share if not demand.slice_profile else self._profile_share(demand, models)
         if usable < needed or share is None:
-            return Pending(demand.id, INSUFFICIENT_HEALTHY_CAPACITY,
-                           f"needs {label}; {total} exist but only {usable} are healthy "
-                           f"({total - usable} isolated or unhealthy)",
+            detail = (f"only {total} exist in the cluster" if total < needed else
+                      f"{total} exist but only {usable} are healthy ({total - usable} isolated or unhealthy)")
+            return Pending(demand.id, INSUFFICIENT_HEALTHY_CAPACITY, f"needs {label}; {detail}",
                            {"needed": needed, "devices": total, "healthy": usable})
         fitting = 0
         free_milli = 0

@@ -1,0 +1,151 @@
+"""Crafted scenarios: one per pending reason code (code and numbers), preemption planning, degraded fallback."""
+
+from scheduling.placement import (
+    CAPACITY_IN_USE,
+    DEGRADED,
+    FRAGMENTATION,
+    HIGHER_PRIORITY_AHEAD,
+    INSUFFICIENT_HEALTHY_CAPACITY,
+    ISOLATED,
+    NO_MATCHING_SPEC,
+    TOPOLOGY_CONSTRAINT,
+    Allocation,
+    Demand,
+    Device,
+    Node,
+    PlacementEngine,
+    Snapshot,
+    place,
+)
+
+H100 = frozenset({"H100"})
+
+
+def node(name, n, model="H100", health=None, cpu=128000, mem=1 << 20, rack="r1"):
+    health = health or {}
+    devices = tuple(Device(j, model, health=health.get(j, "healthy")) for j in range(n))
+    return Node(name, cpu, mem, devices, domains={"rack": rack})
+
+
+def pending_of(result, demand_id):
+    return next(p for p in result.pending if p.demand_id == demand_id)
+
+
+def test_no_matching_spec():
+    result = place(Snapshot([node("a", 8, model="A100")]), [Demand("d", count=8, models=H100)])
+    p = pending_of(result, "d")
+    assert p.reason == NO_MATCHING_SPEC and p.numbers == {"needed": 8, "devices": 0}
+    assert "no H100 device exists" in p.message
+
+
+def test_insufficient_healthy_capacity():
+    snapshot = Snapshot([node("a", 8, health={0: ISOLATED, 1: ISOLATED, 2: DEGRADED})])
+    p = pending_of(place(snapshot, [Demand("d", count=8, models=H100)]), "d")
+    assert p.reason == INSUFFICIENT_HEALTHY_CAPACITY
+    assert p.numbers == {"needed": 8, "devices": 8, "healthy": 5}
+    assert "8 exist but only 5 are healthy" in p.message
+
+
+def test_capacity_in_use():
+    snapshot = Snapshot([node("a", 4)], [Allocation("x", "a", ((0, 1000), (1, 1000), (2, 1000)))])
+    p = pending_of(place(snapshot, [Demand("d", count=2, models=H100)]), "d")
+    assert p.reason == CAPACITY_IN_USE
+    assert p.numbers == {"needed_milli": 2000, "free_milli": 1000, "healthy": 4}
+
+
+def test_topology_constraint_states_largest_block():
+    snapshot = Snapshot([node("r12-n04", 8), node("r12-n05", 8)],
+                        [Allocation("x", "r12-n04", ((0, 1000), (1, 1000))),
+                         Allocation("y", "r12-n05", tuple((j, 1000) for j in range(6)))])
+    p = pending_of(place(snapshot, [Demand("d", count=8, models=H100)]), "d")
+    assert p.reason == TOPOLOGY_CONSTRAINT
+    assert p.numbers == {"needed": 8, "free_devices": 8, "largest_block": 6, "largest_block_node": "r12-n04"}
+    assert "needs 8×H100 on one node" in p.message  # noqa: RUF001 and "largest free block is 6 on node r12-n04" in p.message
+
+
+def test_gang_needs_one_domain():
+    snapshot = Snapshot([node("a", 4, rack="r1"), node("b", 4, rack="r2")])
+    demand = Demand("g", count=4, models=H100, members=2, domain_level="rack")
+    p = pending_of(place(snapshot, [demand]), "g")
+    assert p.reason == TOPOLOGY_CONSTRAINT and p.numbers["members"] == 2
+    ok = place(Snapshot([node("a", 4, rack="r1"), node("b", 4, rack="r1"), node("c", 4, rack="r2")]), [demand])
+    assert sorted(b.node for b in ok.bindings) == ["a", "b"]
+
+
+def test_fragmentation():
+    snapshot = Snapshot([node("a", 2), node("b", 2)],
+                        [Allocation("x", "a", ((0, 600), (1, 600))), Allocation("y", "b", ((0, 600), (1, 1000)))])
+    p = pending_of(place(snapshot, [Demand("d", share=500, models=H100)]), "d")
+    assert p.reason == FRAGMENTATION
+    assert p.numbers == {"needed_milli": 500, "free_milli": 1200, "fitting_devices": 0}
+
+
+def test_higher_priority_ahead():
+    snapshot = Snapshot([node("a", 4)])
+    big = Demand("big", count=8, models=H100, priority=10)
+    small = Demand("small", count=1, models=H100, priority=1)
+    result = place(snapshot, [big, small])
+    assert pending_of(result, "big").reason == INSUFFICIENT_HEALTHY_CAPACITY
+    assert "only 4 exist in the cluster" in pending_of(result, "big").message
+    p = pending_of(result, "small")
+    assert p.reason == HIGHER_PRIORITY_AHEAD
+    assert p.numbers == {"blocked_by": "big", "blocker_priority": 10, "priority": 1}
+    assert [b.demand_id for b in place(snapshot, [big, small], backfill=True).bindings] == ["small"]
+
+
+def test_degraded_only_when_allowed_and_nothing_healthy_fits():
+    snapshot = Snapshot([node("a", 2, health={0: DEGRADED}), node("b", 1)])
+    result = place(snapshot, [Demand("d1", models=H100, allow_degraded=True),
+                              Demand("d2", models=H100, allow_degraded=True),
+                              Demand("d3", models=H100)])
+    bound = {b.demand_id: (b.node, b.devices, b.degraded) for b in result.bindings}
+    healthy_first = {bound["d1"][:2], bound["d2"][:2]}
+    assert healthy_first == {("a", ((1, 1000),)), ("b", ((0, 1000),))}
+    assert not bound["d1"][2] and not bound["d2"][2]
+    assert pending_of(result, "d3").reason == CAPACITY_IN_USE
+    result = place(snapshot, [Demand(f"d{k}", models=H100, allow_degraded=True) for k in range(3)])
+    assert [b.degraded for b in result.bindings] == [False, False, True]
+
+
+def test_isolated_never_used():
+    snapshot = Snapshot([node("a", 2, health={0: ISOLATED})])
+    result = place(snapshot, [Demand("d1", models=H100, allow_degraded=True), Demand("d2", allow_degraded=True)])
+    assert [b.devices for b in result.bindings] == [((1, 1000),)]
+
+
+def test_slice_profiles_use_the_profile_share():
+    mig = Device(0, "A100", slice_profiles={"3g.40gb": 428, "1g.10gb": 142})
+    snapshot = Snapshot([Node("a", 64000, 1 << 19, (mig,))])
+    result = place(snapshot, [Demand(f"s{k}", slice_profile="3g.40gb") for k in range(3)])
+    assert [b.devices for b in result.bindings] == [((0, 428),), ((0, 428),)]
+    p = pending_of(result, "s2")
+    assert p.reason == CAPACITY_IN_USE and p.numbers == {"needed_milli": 428, "free_milli": 144, "healthy": 1}
+
+
+def _busy_node():
+    return Snapshot([node("a", 4), node("b", 4)], [
+        Allocation("a-old-low", "a", ((0, 1000),), priority=1, preemptible=True, started_at=1),
+        Allocation("a-new-low", "a", ((1, 1000),), priority=1, preemptible=True, started_at=5),
+        Allocation("a-mid", "a", ((2, 1000), (3, 1000)), priority=3, preemptible=True, started_at=2),
+        Allocation("b-fixed", "b", ((0, 1000), (1, 1000)), priority=1, preemptible=False),
+        Allocation("b-low", "b", ((2, 1000),), priority=2, preemptible=True, started_at=9),
+        Allocation("b-high", "b", ((3, 1000),), priority=9, preemptible=True, started_at=9),
+    ])
+
+
+def test_preemption_picks_fewest_then_lowest_then_youngest():
+    engine = PlacementEngine(_busy_node(), "bestfit")
+    plan = engine.plan_preemption(Demand("one", count=1, priority=5))
+    assert plan.feasible and plan.victims == ("a-new-low",) and plan.node == "a"
+    plan = engine.plan_preemption(Demand("two", count=2, priority=5))
+    assert plan.feasible and plan.node == "a" and plan.victims == ("a-mid",)  # one victim beats two
+    plan = engine.plan_preemption(Demand("three", count=3, priority=5))
+    assert plan.feasible and set(plan.victims) == {"a-mid", "a-new-low"}
+
+
+def test_preemption_respects_priority_and_preemptible():
+    engine = PlacementEngine(_busy_node(), "bestfit")
+    assert not engine.plan_preemption(Demand("x", count=4, priority=1)).feasible
+    plan = engine.plan_preemption(Demand("y", count=4, priority=10))
+    assert plan.feasible and plan.node == "a" and len(plan.victims) == 3
+    assert not engine.plan_preemption(Demand("z", count=5, priority=10)).feasible
