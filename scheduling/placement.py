@@ -4,8 +4,8 @@ Pure Python, no Django: the scheduler service loads a `Snapshot`, calls `Placeme
 and commits the returned bindings. Units are integers: milli-CPU, MiB, and milli-device shares (1000 = one card).
 
 Policies (`POLICIES`): ``fgd`` (Fragmentation Gradient Descent as in the FGD paper's simulator: quantised sigmoid of
-the node's fragmentation decrease), ``bestfit`` and ``random`` baselines, and ``fgd-pack`` (the production
-``default``): FGD against memory-aware shapes covering the whole workload, ties broken by packing.
+the node's fragmentation decrease, also the production ``default``), ``bestfit`` and ``random`` baselines, and
+``fgd-pack`` (experimental): FGD against memory-aware shapes covering the whole workload, ties broken by packing.
 Ties between equally scored nodes go to a fixed node order drawn from the engine's seed.
 """
 
@@ -174,7 +174,7 @@ class FGD(Policy):
 
 
 class FGDPack(Policy):
-    """FGD with a finer view of demand and a packing tie-break (the production default).
+    """FGD with a finer view of demand and a packing tie-break (experimental; see docs/BENCHMARKS.md).
 
     Differences from ``fgd``: typical shapes carry memory and cover the whole workload (rare 8-card shapes keep their
     say), the fragmentation decrease is scored as int(100·sigmoid(ΔF/2000)), and equal scores go to the node left
@@ -215,7 +215,7 @@ class RandomPolicy(Policy):
 
 
 POLICIES = {"fgd": FGD, "fgd-pack": FGDPack, "bestfit": BestFit, "random": RandomPolicy}
-DEFAULT_POLICY = "fgd-pack"
+DEFAULT_POLICY = "fgd"  # fgd-pack wins on openb default/multigpu50 but loses 1.2 points on gpuspec33
 
 
 def make_policy(name: str, shapes_source: Iterable[tuple[int, int, int, int, frozenset]]) -> Policy:
