@@ -71,16 +71,17 @@ def approval_inbox(*, user: User) -> QuerySet[ApprovalAssignment]:
             approver=user, decision="", stage__state=StageState.PENDING,
             stage__approval__state=ApprovalState.PENDING,
         )
-        .select_related("stage__approval__project__tenant", "stage__approval__requester",
-                        "stage__approval__subject_type")
-        .prefetch_related("stage__approval__subject")
+        .select_related("stage__approval__project__tenant", "stage__approval__requester")
         .order_by("stage__approval__created_at", "id")
     )
 
 
 def approval_inbox_with_subjects(*, user: User) -> list[ApprovalAssignment]:
-    """The inbox with each task's subject loaded with what the inbox shows (constant query count)."""
-    tasks = list(approval_inbox(user=user).prefetch_related(None))
+    return with_subjects(list(approval_inbox(user=user)))
+
+
+def with_subjects(tasks: list[ApprovalAssignment]) -> list[ApprovalAssignment]:
+    """Attach to each task its subject, loaded with what an inbox shows (two queries, however many tasks)."""
     loaders = {
         ResourceRequest: ResourceRequest.objects.select_related(
             "project__tenant", "requester", "service", "spec", "bare_metal_profile", "serving_model"),
@@ -89,7 +90,7 @@ def approval_inbox_with_subjects(*, user: User) -> list[ApprovalAssignment]:
     for model, queryset in loaders.items():
         content_type = ContentType.objects.get_for_model(model)
         mine = [task for task in tasks if task.stage.approval.subject_type_id == content_type.pk]
-        subjects = queryset.in_bulk([task.stage.approval.subject_id for task in mine])
+        subjects = queryset.in_bulk([task.stage.approval.subject_id for task in mine]) if mine else {}
         for task in mine:
             task.subject = subjects[task.stage.approval.subject_id]
     return tasks

@@ -107,7 +107,7 @@ class ApprovalTaskViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, view
     def get_queryset(self):
         if getattr(self, "swagger_fake_view", False):  # schema generation has no user
             return ApprovalAssignment.objects.none()
-        return selectors.approval_inbox_with_subjects(user=self.request.user)
+        return selectors.approval_inbox(user=self.request.user)  # paginated first; subjects load per page
 
     def get_object(self):
         return selectors.approval_task_get(user=self.request.user, pk=self.kwargs["pk"])

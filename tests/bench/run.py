@@ -7,13 +7,14 @@ import os
 import platform
 import subprocess
 import sys
+import warnings
 from datetime import UTC, datetime
 from pathlib import Path
 
 import psycopg
 
 ROOT = Path(__file__).resolve().parents[2]
-BENCHMARKS = ["tests.bench.bench_catalog_api", "tests.bench.bench_placement"]
+BENCHMARKS = ["tests.bench.bench_catalog_api", "tests.bench.bench_requests", "tests.bench.bench_placement"]
 SERVER_URL = os.environ.get("BENCH_DATABASE_SERVER", "postgres://postgres@127.0.0.1:5432")
 DATABASE = "compute_catalog_bench"
 
@@ -47,6 +48,8 @@ def main() -> int:
                       ALLOWED_HOSTS="testserver",
                       DJANGO_SETTINGS_MODULE="config.settings")
     import django
+
+    warnings.filterwarnings("ignore", message="No directory at")  # WhiteNoise: no collectstatic for benchmarks
     from django.core.management import call_command
 
     django.setup()
