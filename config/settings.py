@@ -40,6 +40,7 @@ INSTALLED_APPS = [
     "tenancy",
     "catalog",
     "requests",
+    "scheduling",
 ]
 
 MIDDLEWARE = [

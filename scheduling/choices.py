@@ -1,0 +1,32 @@
+from django.db import models
+
+
+class DeviceHealth(models.TextChoices):
+    """Health as signals report it; isolation (no new placements) is a separate, operator-visible flag."""
+
+    HEALTHY = "healthy", "Healthy"
+    DEGRADED = "degraded", "Degraded"
+    UNHEALTHY = "unhealthy", "Unhealthy"
+
+
+class AllocationState(models.TextChoices):
+    ACTIVE = "active", "Active"
+    RELEASED = "released", "Released"
+
+
+class HealthSource(models.TextChoices):
+    DCGM = "dcgm", "NVIDIA dcgm-exporter metric"
+    BMC = "bmc", "BMC / Redfish health state"
+    AGENT = "agent", "Structured agent event"
+
+
+class HealthAction(models.TextChoices):
+    DEGRADE = "degrade", "Mark degraded"
+    ISOLATE = "isolate", "Isolate (no new placements)"
+
+
+class Comparison(models.TextChoices):
+    GT = "gt", ">"
+    GTE = "gte", "≥"
+    EQ = "eq", "="
+    IN = "in", "one of"

@@ -1,0 +1,217 @@
+"""Inventory (sites, racks, nodes, devices), allocations of devices to requests, and health rules.
+
+A device's `allocated_milli` is the database's own guard against double binding: a CHECK keeps it within
+0..1000 (one whole card), and binding adds to it with an UPDATE, so a second whole-card binding or an
+over-committed share fails in PostgreSQL, whatever the code above it believes.
+"""
+
+from django.conf import settings
+from django.core.validators import MaxValueValidator, MinValueValidator
+from django.db import models
+from django.db.models import Q
+
+from scheduling.choices import AllocationState, Comparison, DeviceHealth, HealthAction, HealthSource
+from scheduling.placement import MILLI
+
+
+class Site(models.Model):
+    name = models.CharField(max_length=80, unique=True)
+
+    class Meta:
+        ordering = ["name"]
+
+    def __str__(self):
+        return self.name
+
+
+class Rack(models.Model):
+    site = models.ForeignKey(Site, on_delete=models.PROTECT, related_name="racks")
+    name = models.CharField(max_length=80)
+
+    class Meta:
+        ordering = ["site__name", "name"]
+        constraints = [models.UniqueConstraint(fields=["site", "name"], name="rack_name_unique_in_site")]
+
+    def __str__(self):
+        return f"{self.site.name}/{self.name}"
+
+
+class Node(models.Model):
+    name = models.CharField(max_length=120, unique=True)
+    serial_number = models.CharField(max_length=120, unique=True)
+    bmc_address = models.CharField(max_length=200, blank=True, help_text="Redfish endpoint of the node's BMC.")
+    bmc_credentials_ref = models.CharField(
+        max_length=200, blank=True, help_text="Name of the secret holding BMC credentials; never the credentials.")
+    rack = models.ForeignKey(Rack, null=True, blank=True, on_delete=models.PROTECT, related_name="nodes")
+    topology_domain = models.CharField(max_length=120, blank=True,
+                                       help_text="Gang placement domain, e.g. an NVLink/InfiniBand island.")
+    cpu_milli = models.PositiveIntegerField(help_text="Allocatable CPU in milli-cores.")
+    memory_mib = models.PositiveBigIntegerField(help_text="Allocatable memory in MiB.")
+    schedulable = models.BooleanField(default=True)
+    cordon_reason = models.TextField(blank=True)
+    cordoned_at = models.DateTimeField(null=True, blank=True)
+    cordoned_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL,
+                                    related_name="+")
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["name"]
+        constraints = [
+            models.CheckConstraint(condition=Q(schedulable=True) | ~Q(cordon_reason=""),
+                                   name="cordoned_node_has_reason"),
+        ]
+
+    def __str__(self):
+        return self.name
+
+
+class Device(models.Model):
+    node = models.ForeignKey(Node, on_delete=models.CASCADE, related_name="devices")
+    index = models.PositiveSmallIntegerField()
+    uuid = models.CharField(max_length=80, unique=True)
+    model = models.ForeignKey("catalog.AcceleratorModel", on_delete=models.PROTECT, related_name="devices")
+    memory_gb = models.PositiveIntegerField()
+    health = models.CharField(max_length=12, choices=DeviceHealth.choices, default=DeviceHealth.HEALTHY)
+    health_detail = models.CharField(max_length=300, blank=True, help_text="The last signal that set the health.")
+    isolated = models.BooleanField(default=False, help_text="Isolated devices receive no new placements.")
+    isolation_reason = models.TextField(blank=True)
+    isolated_at = models.DateTimeField(null=True, blank=True)
+    allocated_milli = models.PositiveIntegerField(
+        default=0, validators=[MaxValueValidator(MILLI)],
+        help_text="Milli-shares bound to active allocations (1000 = the whole card).")
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["node__name", "index"]
+        constraints = [
+            models.UniqueConstraint(fields=["node", "index"], name="device_index_unique_on_node"),
+            models.CheckConstraint(condition=Q(allocated_milli__gte=0) & Q(allocated_milli__lte=MILLI),
+                                   name="device_never_overcommitted"),
+            models.CheckConstraint(condition=Q(isolated=False) | ~Q(isolation_reason=""),
+                                   name="isolated_device_has_reason"),
+            models.CheckConstraint(condition=Q(health__in=DeviceHealth.values), name="device_health_valid"),
+        ]
+        permissions = [
+            ("clear_device_isolation", "Clear a device's health isolation (with a second operator's approval)"),
+            ("ingest_health", "Send health events and metrics"),
+        ]
+
+    def __str__(self):
+        return f"{self.node.name}/gpu{self.index} ({self.model.name})"
+
+    @property
+    def free_milli(self) -> int:
+        return MILLI - self.allocated_milli
+
+
+class Allocation(models.Model):
+    """Devices bound to one request; released allocations stay for history and metering."""
+
+    request = models.ForeignKey("requests.ResourceRequest", on_delete=models.PROTECT, related_name="allocations")
+    node = models.ForeignKey(Node, on_delete=models.PROTECT, related_name="allocations")
+    state = models.CharField(max_length=10, choices=AllocationState.choices, default=AllocationState.ACTIVE)
+    cpu_milli = models.PositiveIntegerField()
+    memory_mib = models.PositiveBigIntegerField()
+    priority = models.PositiveSmallIntegerField()
+    preemptible = models.BooleanField(default=False)
+    started_at = models.DateTimeField(auto_now_add=True)
+    expires_at = models.DateTimeField()
+    heartbeat_at = models.DateTimeField(null=True, blank=True)
+    released_at = models.DateTimeField(null=True, blank=True)
+    release_reason = models.CharField(max_length=300, blank=True)
+
+    class Meta:
+        ordering = ["-started_at", "-id"]
+        indexes = [models.Index(fields=["state", "expires_at"], name="allocation_state_expiry_idx")]
+        constraints = [
+            models.CheckConstraint(condition=Q(state=AllocationState.ACTIVE, released_at__isnull=True)
+                                   | Q(state=AllocationState.RELEASED, released_at__isnull=False),
+                                   name="released_allocation_has_time"),
+        ]
+
+    def __str__(self):
+        return f"Allocation #{self.pk} of request #{self.request_id} on {self.node.name}"
+
+
+class AllocationDevice(models.Model):
+    allocation = models.ForeignKey(Allocation, on_delete=models.CASCADE, related_name="devices")
+    device = models.ForeignKey(Device, on_delete=models.PROTECT, related_name="bindings")
+    milli = models.PositiveIntegerField(validators=[MinValueValidator(1), MaxValueValidator(MILLI)])
+
+    class Meta:
+        ordering = ["allocation", "device__index"]
+        constraints = [
+            models.UniqueConstraint(fields=["allocation", "device"], name="device_bound_once_per_allocation"),
+            models.CheckConstraint(condition=Q(milli__gte=1) & Q(milli__lte=MILLI), name="binding_share_in_range"),
+        ]
+
+    def __str__(self):
+        return f"{self.device} x {self.milli}m"
+
+
+class HealthRule(models.Model):
+    """Maps a health signal to an action, e.g. DCGM_FI_DEV_ECC_DBE_VOL_TOTAL > 0 isolates the card."""
+
+    name = models.CharField(max_length=120, unique=True)
+    source = models.CharField(max_length=8, choices=HealthSource.choices)
+    signal = models.CharField(max_length=120, help_text="Metric name, BMC health value or agent event type.")
+    comparison = models.CharField(max_length=4, choices=Comparison.choices, default=Comparison.GT)
+    threshold = models.CharField(max_length=200, help_text="A number, or a comma-separated list for 'one of'.")
+    action = models.CharField(max_length=8, choices=HealthAction.choices)
+    active = models.BooleanField(default=True)
+
+    class Meta:
+        ordering = ["source", "signal", "name"]
+
+    def __str__(self):
+        return self.name
+
+
+class HealthEvent(models.Model):
+    """Every signal received that matched a rule, and what it did: the device's health history."""
+
+    device = models.ForeignKey(Device, on_delete=models.CASCADE, related_name="health_events")
+    rule = models.ForeignKey(HealthRule, null=True, blank=True, on_delete=models.SET_NULL, related_name="+")
+    source = models.CharField(max_length=8, choices=HealthSource.choices)
+    signal = models.CharField(max_length=120)
+    value = models.CharField(max_length=200)
+    action = models.CharField(max_length=8, choices=HealthAction.choices, blank=True)
+    received_at = models.DateTimeField(auto_now_add=True, db_index=True)
+
+    class Meta:
+        ordering = ["-received_at", "-id"]
+
+    def __str__(self):
+        return f"{self.device}: {self.signal}={self.value}"
+
+
+class IsolationClearance(models.Model):
+    """A request to clear a device's health isolation; a second operator approves it (four eyes)."""
+
+    class State(models.TextChoices):
+        PENDING = "pending", "Pending approval"
+        APPLIED = "applied", "Approved and cleared"
+        REJECTED = "rejected", "Rejected"
+
+    device = models.ForeignKey(Device, on_delete=models.CASCADE, related_name="clearances")
+    requested_by = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="+")
+    reason = models.TextField()
+    state = models.CharField(max_length=10, choices=State.choices, default=State.PENDING)
+    approved_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.PROTECT,
+                                    related_name="+")
+    created_at = models.DateTimeField(auto_now_add=True)
+    decided_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
+        constraints = [
+            models.CheckConstraint(condition=~Q(reason=""), name="clearance_has_reason"),
+            models.UniqueConstraint(fields=["device"], condition=Q(state="pending"),
+                                    name="one_pending_clearance_per_device"),
+            models.CheckConstraint(condition=Q(approved_by__isnull=True) | ~Q(approved_by=models.F("requested_by")),
+                                   name="clearance_needs_a_second_person"),
+        ]
+
+    def __str__(self):
+        return f"Clear isolation of {self.device}"
