@@ -66,6 +66,10 @@ class ResourceRequest(ConcurrentTransitionMixin, models.Model):
     approved_spec = models.JSONField(null=True, blank=True, editable=False)
     approved_spec_hash = models.CharField(max_length=64, blank=True, editable=False)
     approved_at = models.DateTimeField(null=True, blank=True)
+    # Written by each scheduling cycle while the request waits in the queue.
+    queue_position = models.PositiveIntegerField(null=True, blank=True)
+    queue_reason = models.JSONField(default=dict, blank=True, help_text="code, message and numbers of the wait.")
+    queue_updated_at = models.DateTimeField(null=True, blank=True)
     created_at = models.DateTimeField(auto_now_add=True, db_index=True)
     updated_at = models.DateTimeField(auto_now=True)
 
