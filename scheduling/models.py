@@ -117,7 +117,8 @@ class Allocation(models.Model):
     preemptible = models.BooleanField(default=False)
     started_at = models.DateTimeField(auto_now_add=True)
     expires_at = models.DateTimeField()
-    heartbeat_at = models.DateTimeField(null=True, blank=True)
+    expiry_warned_at = models.DateTimeField(null=True, blank=True)
+    heartbeat_at = models.DateTimeField(null=True, blank=True, help_text="Last sign of life from the runtime.")
     released_at = models.DateTimeField(null=True, blank=True)
     release_reason = models.CharField(max_length=300, blank=True)
 
