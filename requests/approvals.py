@@ -2,6 +2,8 @@
 
 It is generic over what it approves. A subject model registers a handler (see `register_subject`) that
 supplies the facts policies match on and receives the outcome; the engine never imports the subject's app.
+A handler may also name who decides when no policy rule matches (`default_route`): such a subject is
+governed, and is never approved automatically, not even by a matching rule without stages.
 """
 
 from collections.abc import Iterable
@@ -9,6 +11,7 @@ from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import Any, Protocol
 
+from django.contrib.auth.models import Permission
 from django.contrib.contenttypes.models import ContentType
 from django.db import models, transaction
 from django.db.models import Q
@@ -18,7 +21,6 @@ from config.errors import Conflict, DomainError, NotPermitted
 from requests.choices import (
     ApprovalMode,
     ApprovalState,
-    ApprovalSubject,
     ApproverSource,
     Decision,
     EventCode,
@@ -34,7 +36,7 @@ class Facts:
     """What approval rules can look at, taken from the subject when it is submitted."""
 
     subject: str
-    project: Project
+    project: Project | None  # None for subjects outside any project (e.g. an operator's isolation clearance)
     requester: User
     summary: str
     service_kind: str = ""
@@ -47,7 +49,23 @@ class Facts:
     quota_exception: bool = False
 
 
+@dataclass(frozen=True)
+class DefaultRoute:
+    """Who decides a governed subject when no policy rule routes it; the requester is dropped by the engine."""
+
+    name: str
+    stage: str
+    approvers: list[User]
+    source: str = ApproverSource.OPERATORS
+    note: str = ""
+
+
 class SubjectHandler(Protocol):
+    """What a subject app registers. Optionally it also defines `default_route(facts) -> DefaultRoute | None`:
+    a route for when no rule matches, which also makes the subject governed (never approved automatically)."""
+
+    subject: str  # the ApprovalSubject value its Facts carry
+
     def on_approved(self, subject: models.Model, *, actor: User | None) -> None: ...
 
     def on_rejected(self, subject: models.Model, *, actor: User, comment: str) -> None: ...
@@ -56,14 +74,23 @@ class SubjectHandler(Protocol):
 
 
 _handlers: dict[type[models.Model], SubjectHandler] = {}
+_handlers_by_subject: dict[str, SubjectHandler] = {}
 
 
 def register_subject(model: type[models.Model], handler: SubjectHandler) -> None:
     _handlers[model] = handler
+    _handlers_by_subject[handler.subject] = handler
 
 
 def _handler_for(subject: models.Model) -> SubjectHandler:
     return _handlers[type(subject)]
+
+
+def default_route(facts: Facts) -> DefaultRoute | None:
+    """The subject's own route when no rule decides; None when the subject may be approved automatically."""
+    handler = _handlers_by_subject.get(facts.subject)
+    provider = getattr(handler, "default_route", None)
+    return provider(facts) if provider is not None else None
 
 
 # --- Routing -----------------------------------------------------------------------------------------------
@@ -74,8 +101,8 @@ def rule_matches(rule: ApprovalRule, facts: Facts) -> bool:
         rule.vendor_id is None or rule.vendor_id in facts.vendor_ids,
         rule.accelerator_model_id is None or rule.accelerator_model_id in facts.accelerator_model_ids,
         rule.spec_id is None or rule.spec_id == facts.spec_id,
-        rule.tenant_id is None or rule.tenant_id == facts.project.tenant_id,
-        rule.project_id is None or rule.project_id == facts.project.pk,
+        rule.tenant_id is None or (facts.project is not None and rule.tenant_id == facts.project.tenant_id),
+        rule.project_id is None or (facts.project is not None and rule.project_id == facts.project.pk),
         rule.min_accelerator_count is None or facts.accelerator_count >= rule.min_accelerator_count,
         rule.min_cost_estimate is None or facts.cost_estimate >= rule.min_cost_estimate,
         not rule.parameter_name or str(facts.parameters.get(rule.parameter_name, "")) == rule.parameter_value,
@@ -135,12 +162,29 @@ def operators() -> list[User]:
     return _active(User.objects.filter(Q(groups__name=OPERATOR_GROUP) | Q(is_superuser=True), is_staff=True))
 
 
+def permission_holders(permission: str) -> list[User]:
+    """Active users holding an "app_label.codename" permission directly, through a group, or as superusers."""
+    app_label, codename = permission.split(".", 1)
+    granted = Q(content_type__app_label=app_label, codename=codename)
+    holders = User.objects.filter(
+        Q(is_superuser=True) | Q(user_permissions__in=Permission.objects.filter(granted))
+        | Q(groups__permissions__in=Permission.objects.filter(granted)))
+    return _active(holders.distinct())
+
+
+def operators_decide(name: str) -> DefaultRoute:
+    """The default route of quota matters: any operator decides."""
+    return DefaultRoute(name=name, stage="Operators", approvers=operators())
+
+
 def _candidates(stage: ApprovalRuleStage, facts: Facts) -> list[User]:
     match stage.source:
         case ApproverSource.USERS:
             return _active(stage.users.all())
         case ApproverSource.GROUP:
             return _active(stage.group.user_set.all())
+        case ApproverSource.PROJECT_ROLE | ApproverSource.TENANT_ADMINS if facts.project is None:
+            return []
         case ApproverSource.PROJECT_ROLE:
             holders = Membership.objects.filter(project=facts.project, role=stage.project_role)
             return _active(User.objects.filter(pk__in=holders.values("user_id")))
@@ -154,21 +198,32 @@ def _candidates(stage: ApprovalRuleStage, facts: Facts) -> list[User]:
     raise ValueError(f"Unknown approver source {stage.source!r}")
 
 
+def _others(users: Iterable[User], facts: Facts) -> list[User]:
+    return [user for user in users if user.pk != facts.requester.pk]
+
+
 def _resolve(stage: ApprovalRuleStage, facts: Facts) -> ResolvedStage:
-    """Approvers of one stage, never including the requester; operators stand in when nobody is left."""
-    approvers = [user for user in _candidates(stage, facts) if user.pk != facts.requester.pk]
+    """Approvers of one stage, never including the requester; when nobody is left, the subject's default
+    approvers stand in (operators for subjects without a default route)."""
+    approvers = _others(_candidates(stage, facts), facts)
     note = ""
     if not approvers:
-        approvers = [user for user in operators() if user.pk != facts.requester.pk]
-        note = f"No eligible approver from '{stage.get_source_display()}'; routed to operators."
+        fallback = default_route(facts)
+        approvers = _others(fallback.approvers if fallback else operators(), facts)
+        note = (f"No eligible approver from '{stage.get_source_display()}'; routed to "
+                f"{fallback.stage.lower() if fallback else 'operators'}.")
     if not approvers:
-        raise DomainError(f"Stage '{stage.name}' has no eligible approver and no operator can stand in.",
+        raise DomainError(f"Stage '{stage.name}' has no eligible approver and nobody can stand in.",
                           code="no_eligible_approver", details={"stage": stage.name})
     return ResolvedStage(stage.order, stage.name, stage.source, stage.mode, approvers, note)
 
 
-def _operators_stage(name: str) -> ApprovalRuleStage:
-    return ApprovalRuleStage(order=1, name=name, source=ApproverSource.OPERATORS, mode=ApprovalMode.ANY)
+def _default_stage(route: DefaultRoute, facts: Facts) -> ResolvedStage:
+    approvers = _others(route.approvers, facts)
+    if not approvers:
+        raise DomainError(f"Nobody but the requester can decide '{route.stage}'.", code="no_eligible_approver",
+                          details={"stage": route.stage})
+    return ResolvedStage(1, route.stage, route.source, ApprovalMode.ANY, approvers, route.note)
 
 
 def route_for(facts: Facts) -> Route:
@@ -176,18 +231,16 @@ def route_for(facts: Facts) -> Route:
     rule = matching_rule(facts)
     if rule is not None:
         stages = [_resolve(stage, facts) for stage in rule.stages.all()]
-        if stages or not _quota_matter(facts):
+        if stages:
             return Route(name=f"{rule.policy.name} / {rule.name}", rule=rule, stages=stages)
-    if _quota_matter(facts):
-        # Governance floor: going over or changing a quota is never approved automatically, not even by a
-        # matching rule without stages.
-        stage = _resolve(_operators_stage("Operators"), facts)
-        return Route(name="Default: operators decide quota matters", rule=None, stages=[stage])
+    # Governance floor: a subject with a default route (quota changes and exceptions, isolation clearances)
+    # is never approved automatically, not even by a matching rule without stages.
+    fallback = default_route(facts)
+    if fallback is not None:
+        return Route(name=fallback.name, rule=None, stages=[_default_stage(fallback, facts)])
+    if rule is not None:
+        return Route(name=f"{rule.policy.name} / {rule.name}", rule=rule, stages=[])
     return Route(name="No matching rule: automatic approval", rule=None, stages=[])
-
-
-def _quota_matter(facts: Facts) -> bool:
-    return facts.quota_exception or facts.subject == ApprovalSubject.QUOTA_CHANGE
 
 
 # --- Lifecycle ---------------------------------------------------------------------------------------------

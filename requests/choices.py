@@ -71,6 +71,7 @@ class EventCode(models.TextChoices):
     RELEASED = "released", "Released"
     FAILED = "failed", "Failed"
     PREEMPTED = "preempted", "Preempted"
+    DEVICE_ISOLATED = "device_isolated", "Device isolated"
 
 
 class ApprovalSubject(models.TextChoices):
@@ -78,6 +79,7 @@ class ApprovalSubject(models.TextChoices):
 
     RESOURCE_REQUEST = "resource_request", "Resource requests"
     QUOTA_CHANGE = "quota_change", "Quota change requests"
+    ISOLATION_CLEARANCE = "isolation_clearance", "Device isolation clearances"
 
 
 class ApproverSource(models.TextChoices):

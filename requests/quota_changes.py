@@ -69,6 +69,12 @@ def quota_change_request_submit(*, project: Project, limits: dict, justification
 class QuotaChangeApprovals:
     """How the approval engine reports back to quota change requests."""
 
+    subject = ApprovalSubject.QUOTA_CHANGE
+
+    def default_route(self, facts: approvals.Facts) -> approvals.DefaultRoute:
+        """Changing a quota is never approved automatically: operators decide unless a rule names approvers."""
+        return approvals.operators_decide("Default: operators decide quota matters")
+
     def on_approved(self, change: QuotaChangeRequest, *, actor: User | None) -> None:
         change = QuotaChangeRequest.objects.select_for_update().get(pk=change.pk)
         change.apply()

@@ -93,6 +93,16 @@ def with_subjects(tasks: list[ApprovalAssignment]) -> list[ApprovalAssignment]:
         subjects = queryset.in_bulk([task.stage.approval.subject_id for task in mine]) if mine else {}
         for task in mine:
             task.subject = subjects[task.stage.approval.subject_id]
+    # Subjects of other apps (e.g. isolation clearances): one query per kind present on the page.
+    others: dict[int, list[ApprovalAssignment]] = {}
+    for task in tasks:
+        if not hasattr(task, "subject"):
+            others.setdefault(task.stage.approval.subject_type_id, []).append(task)
+    for type_id, mine in others.items():
+        model = ContentType.objects.get_for_id(type_id).model_class()
+        subjects = model._default_manager.in_bulk([task.stage.approval.subject_id for task in mine])
+        for task in mine:
+            task.subject = subjects.get(task.stage.approval.subject_id)
     return tasks
 
 

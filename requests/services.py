@@ -14,7 +14,7 @@ from django_q.tasks import async_task
 
 from config.errors import Conflict, DomainError, NotPermitted
 from requests import approvals
-from requests.choices import EventCode, OverQuota, RequestState
+from requests.choices import ApprovalSubject, EventCode, OverQuota, RequestState
 from requests.models import RequestEvent, ResourceRequest
 from requests.models.request import snapshot_hash
 from requests.orders import Order, approval_facts, describe_order, size_order, validate_order
@@ -196,6 +196,12 @@ def _freeze_and_queue(request: ResourceRequest) -> ResourceRequest:
 
 class RequestApprovals:
     """How the approval engine reports back to resource requests."""
+
+    subject = ApprovalSubject.RESOURCE_REQUEST
+
+    def default_route(self, facts: approvals.Facts) -> approvals.DefaultRoute | None:
+        """A quota exception is never approved automatically; other requests are when no rule matches."""
+        return approvals.operators_decide("Default: operators decide quota matters") if facts.quota_exception else None
 
     def on_approved(self, request: ResourceRequest, *, actor: User | None) -> None:
         request = _locked(request)

@@ -143,7 +143,7 @@ def request_cancel(request, pk):
 @login_required
 def approval_inbox(request):
     tasks = selectors.approval_inbox_with_subjects(user=request.user)
-    scopes = quota_scopes_by_project({task.stage.approval.project for task in tasks})
+    scopes = quota_scopes_by_project({task.stage.approval.project for task in tasks if task.stage.approval.project})
     rows = [{"task": task, "subject": task.subject,
              "impact": request_quota_impact(task.subject, scopes[task.subject.project_id])
              if isinstance(task.subject, ResourceRequest) else None}

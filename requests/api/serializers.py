@@ -341,7 +341,7 @@ class ApprovalTaskSerializer(serializers.ModelSerializer):
     route = serializers.CharField(source="stage.approval.route_name", read_only=True)
     approval_state = serializers.CharField(source="stage.approval.state", read_only=True)
     requester = serializers.CharField(source="stage.approval.requester.username", read_only=True)
-    project = ProjectRefSerializer(source="stage.approval.project", read_only=True)
+    project = ProjectRefSerializer(source="stage.approval.project", read_only=True, allow_null=True)
     created_at = serializers.DateTimeField(source="stage.approval.created_at", read_only=True)
     request = serializers.SerializerMethodField()
     quota_change = serializers.SerializerMethodField()

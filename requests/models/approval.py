@@ -105,7 +105,8 @@ class Approval(models.Model):
     subject_type = models.ForeignKey(ContentType, on_delete=models.PROTECT, related_name="+")
     subject_id = models.PositiveBigIntegerField()
     subject = GenericForeignKey("subject_type", "subject_id")
-    project = models.ForeignKey("tenancy.Project", on_delete=models.PROTECT, related_name="approvals")
+    project = models.ForeignKey("tenancy.Project", null=True, blank=True, on_delete=models.PROTECT,
+                                related_name="approvals", help_text="Empty for subjects outside any project.")
     requester = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="+")
     rule = models.ForeignKey(ApprovalRule, null=True, blank=True, on_delete=models.SET_NULL, related_name="+")
     route_name = models.CharField(max_length=250, help_text="Policy and rule that chose the route.")
