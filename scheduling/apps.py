@@ -9,5 +9,17 @@ class SchedulingConfig(AppConfig):
     operator_permissions = [
         *[f"scheduling.{verb}_{model}" for model in _INVENTORY for verb in ("view", "add", "change")],
         "scheduling.view_allocation", "scheduling.view_allocationdevice", "scheduling.view_healthevent",
-        "scheduling.delete_healthrule",
+        "scheduling.delete_healthrule", "scheduling.view_isolationclearance",
     ]
+    # Not for operators: scheduling.clear_device_isolation is granted person by person (four eyes).
+
+    def ready(self):
+        _register_approval_subjects()
+
+
+def _register_approval_subjects():
+    from requests import approvals
+    from scheduling.models import IsolationClearance
+    from scheduling.services import IsolationClearanceApprovals
+
+    approvals.register_subject(IsolationClearance, IsolationClearanceApprovals())
