@@ -1,14 +1,21 @@
 """Inventory services (cordon, isolation, health) and the import_inventory command."""
 
-import pytest
+from io import StringIO
+from pathlib import Path
 
+import pytest
+from django.core.management import CommandError, call_command
+
+from catalog.models import AcceleratorModel
 from config.errors import Conflict, DomainError
 from requests.choices import EventCode
 from scheduling import services
 from scheduling.choices import DeviceHealth
+from scheduling.inventory_formats import device_uuid
 from scheduling.models import Device, Node
 from tenancy.models import AuditEvent
 from tests import factories
+from tests.factories import AcceleratorModelFactory
 from tests.scheduling.inventory_helpers import active_request, allocate, node
 
 pytestmark = pytest.mark.django_db
@@ -122,3 +129,135 @@ def test_set_health_records_changes_only(operator):
     with pytest.raises(DomainError) as refusal:
         services.device_set_health(device, "on fire", "?")
     assert refusal.value.code == "invalid_health"
+
+
+# --- import_inventory ----------------------------------------------------------------------------------
+
+OPENB = Path("/work/shared/data/openb/openb_node_list_gpu_node.csv")
+
+
+def run_import(*args) -> str:
+    out = StringIO()
+    call_command("import_inventory", *map(str, args), stdout=out)
+    return out.getvalue()
+
+
+def snapshot():
+    return (list(Node.objects.order_by("pk").values()), list(Device.objects.order_by("pk").values()),
+            AuditEvent.objects.count())
+
+
+@pytest.mark.skipif(not OPENB.exists(), reason="openb node list not present")
+def test_openb_node_list_imports_1213_nodes_6212_devices_and_a_second_run_changes_nothing():
+    output = run_import(OPENB)
+    assert "1213 created" in output
+    assert Node.objects.count() == 1213 and Device.objects.count() == 6212
+    models = {model.slug: model.memory_gb for model in AcceleratorModel.objects.filter(devices__isnull=False)
+              .distinct()}
+    assert models == {"t4-16gb": 16, "p100-16gb": 16, "v100-16gb": 16, "v100-32gb": 32, "a10-24gb": 24,
+                      "openb-g2": 32, "openb-g3": 32}
+    first = Node.objects.get(name="openb-node-0000")
+    assert first.serial_number == "openb-node-0000" and first.cpu_milli == 64000 and first.memory_mib == 262144
+    assert list(first.devices.values_list("index", "model__slug")) == [(0, "p100-16gb"), (1, "p100-16gb")]
+    assert first.devices.get(index=0).uuid == device_uuid("openb-node-0000", 0)
+    before = snapshot()
+    output = run_import(OPENB, "--format", "openb")
+    assert "0 created, 0 updated, 1213 unchanged" in output
+    assert snapshot() == before
+
+
+OPENB_SMALL = """sn,cpu_milli,memory_mib,gpu,model
+n-1,64000,262144,2,P100
+n-2,96000,786432,8,G2
+n-3,32000,131072,1,A10
+"""
+
+
+def test_openb_rerun_updates_changed_rows_only_and_keeps_operational_state(tmp_path, operator):
+    path = tmp_path / "nodes.csv"
+    path.write_text(OPENB_SMALL)
+    run_import(path)
+    node = Node.objects.get(name="n-1")
+    services.node_cordon(node, "Maintenance", operator)
+    device = node.devices.get(index=0)
+    services.device_isolate(device, "XID 79", actor=operator)
+    before = snapshot()
+    assert "0 created, 0 updated, 3 unchanged" in run_import(path)
+    assert snapshot() == before
+
+    path.write_text(OPENB_SMALL.replace("n-1,64000,262144,2,P100", "n-1,64000,524288,3,P100"))
+    output = run_import(path, "--site", "dc2")
+    assert "0 created, 3 updated, 0 unchanged" in output and "Devices: 1 created, 0 updated" in output
+    node.refresh_from_db()
+    assert node.memory_mib == 524288 and node.devices.count() == 3
+    assert node.rack.site.name == "dc2" and node.rack.name == "default"
+    assert not node.schedulable and node.cordon_reason == "Maintenance"
+    assert Device.objects.get(pk=device.pk).isolated
+    audit = AuditEvent.objects.get(action="node.import_updated", target_id=str(node.pk))
+    assert set(audit.data["changed"]) == {"memory_mib", "rack", "gpu2 added"}
+
+
+def test_generic_csv_with_devices_and_empty_cells(tmp_path):
+    model = AcceleratorModelFactory(slug="h100-80gb", name="H100 80GB SXM", memory_gb=80)
+    path = tmp_path / "inventory.csv"
+    path.write_text(
+        "name,serial_number,cpu_cores,memory_gib,site,rack,topology_domain,bmc_address,gpu_model,gpu_count,gpu_uuids\n"
+        "dgx-01,SN-1,112,2048,dc1,r01,nvl-1,https://dgx-01-bmc.example,h100-80gb,2,GPU-a;GPU-b\n"
+        "cpu-01,,64,256,dc1,,,,,,\n")
+    assert "2 created" in run_import(path)
+    dgx = Node.objects.get(name="dgx-01")
+    assert (dgx.serial_number, dgx.cpu_milli, dgx.memory_mib) == ("SN-1", 112000, 2048 * 1024)
+    assert (dgx.rack.site.name, dgx.rack.name, dgx.topology_domain) == ("dc1", "r01", "nvl-1")
+    assert list(dgx.devices.values_list("uuid", "model", "memory_gb")) == [("GPU-a", model.pk, 80),
+                                                                          ("GPU-b", model.pk, 80)]
+    cpu = Node.objects.get(name="cpu-01")
+    assert cpu.serial_number == "cpu-01" and cpu.rack.name == "default" and not cpu.devices.exists()
+    assert "0 updated, 2 unchanged" in run_import(path, "--format", "csv")
+
+
+def test_yaml_with_device_list_and_defaults(tmp_path):
+    AcceleratorModelFactory(slug="mi300x", name="MI300X 192GB", memory_gb=192)
+    path = tmp_path / "inventory.yaml"
+    path.write_text("""
+site: dc3
+nodes:
+  - name: mi-01
+    cpu_milli: 96000
+    memory_mib: 1048576
+    rack: r7
+    devices:
+      - {index: 0, model: mi300x, uuid: GPU-mi-0}
+      - {index: 1, model: "MI300X 192GB", memory_gb: 190}
+""")
+    assert "1 created" in run_import(path)
+    node = Node.objects.get(name="mi-01")
+    assert node.rack.site.name == "dc3" and node.rack.name == "r7"
+    assert list(node.devices.values_list("index", "uuid", "memory_gb")) == [
+        (0, "GPU-mi-0", 192), (1, device_uuid("mi-01", 1), 190)]
+    assert "0 created, 0 updated, 1 unchanged" in run_import(path)
+
+
+def test_bad_rows_are_all_reported_and_nothing_is_imported(tmp_path):
+    path = tmp_path / "bad.csv"
+    path.write_text("name,cpu_cores,memory_gib,gpu_model,gpu_count\n"
+                    "ok-1,8,64,,\n"
+                    "bad-1,eight,64,,\n"
+                    "bad-2,8,64,nonexistent,2\n"
+                    ",8,64,,\n")
+    with pytest.raises(CommandError) as error:
+        run_import(path)
+    assert "line 3" in str(error.value) and "line 5" in str(error.value)
+    assert not Node.objects.exists()
+    path.write_text("name,cpu_cores,memory_gib,gpu_model,gpu_count\nok-1,8,64,nonexistent,2\n")
+    with pytest.raises(CommandError, match="nonexistent"):
+        run_import(path)
+    assert not Node.objects.exists()
+
+
+def test_serial_of_another_node_is_a_conflict(tmp_path):
+    node(name="existing")
+    path = tmp_path / "clash.csv"
+    path.write_text("name,serial_number,cpu_cores,memory_gib\nnewcomer,SN-existing,8,64\n")
+    with pytest.raises(CommandError, match="belongs to node existing"):
+        run_import(path)
+    assert not Node.objects.filter(name="newcomer").exists()
