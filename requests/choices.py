@@ -63,6 +63,8 @@ class EventCode(models.TextChoices):
     REJECTED = "rejected", "Rejected"
     REMINDER = "approval_reminder", "Approval reminder"
     QUEUED = "queued", "Queued for scheduling"
+    QUEUE_REASON = "queue_reason", "Waiting in the queue"
+    EXPIRY_WARNING = "expiry_warning", "Expiry warning"
     CANCELLED = "cancelled", "Cancelled"
     ALLOCATED = "allocated", "Allocated"
     PROVISIONING = "provisioning", "Provisioning"

@@ -1,10 +1,10 @@
 """Reads for requests and approvals; visibility rules live here and nowhere else."""
 
 from django.contrib.contenttypes.models import ContentType
-from django.db.models import Prefetch, Q, QuerySet
+from django.db.models import F, Prefetch, Q, QuerySet
 from django.http import Http404
 
-from requests.choices import ApprovalState, StageState
+from requests.choices import ApprovalState, RequestState, StageState
 from requests.models import (
     Approval,
     ApprovalAssignment,
@@ -39,6 +39,12 @@ def _visible(queryset: QuerySet, user: User) -> QuerySet:
 def request_list_visible_to(*, user: User) -> QuerySet[ResourceRequest]:
     return _visible(ResourceRequest.objects.select_related(
         "project__tenant", "requester", "service", "spec", "image", "bare_metal_profile", "serving_model"), user)
+
+
+def queue_visible_to(*, user: User) -> QuerySet[ResourceRequest]:
+    """Queued requests in queue order; those not yet seen by a cycle come last, oldest first."""
+    return request_list_visible_to(user=user).filter(state=RequestState.QUEUED).order_by(
+        F("queue_position").asc(nulls_last=True), "created_at", "id")
 
 
 def request_get(*, user: User, pk: int) -> ResourceRequest:

@@ -19,7 +19,7 @@ from requests.models import RequestEvent, ResourceRequest
 from requests.models.request import snapshot_hash
 from requests.orders import Order, approval_facts, describe_order, size_order, validate_order
 from requests.quota import Demand, exceeded, lock_quota_scope, quota_impact
-from requests.signals import request_queued
+from requests.signals import request_queued, request_releasing
 from tenancy.choices import ProjectPermission
 from tenancy.models import User
 from tenancy.selectors import user_has_project_permission
@@ -280,3 +280,74 @@ def request_readmit_waiting(*, project_id: int) -> list[ResourceRequest]:
         record_event(request, actor=None, code=EventCode.READMITTED, message="Quota freed up; re-admitted.")
         admitted.append(_route(request, order_of(request), actor=None))
     return admitted
+
+
+# --- Scheduling outcomes (called by the scheduler cycle, in bulk) --------------------------------------------
+
+def requests_allocate(*, placed: list[tuple[ResourceRequest, str, dict]]) -> None:
+    """queued -> allocated for many requests at once: one UPDATE guarded on the state, one INSERT of events.
+
+    The instances' FSM transition is run first so an illegal one fails exactly like a single transition would;
+    the guarded UPDATE then refuses any request whose state changed under the caller's lock.
+    """
+    now = timezone.now()
+    events = []
+    for request, message, data in placed:
+        before = request.state
+        try:
+            request.allocate()
+        except TransitionNotAllowed as refusal:
+            raise Conflict(f"Request #{request.pk} is {before}; it cannot be allocated.", code="illegal_transition",
+                           details={"state": before, "action": "allocate"}) from refusal
+        events.append(RequestEvent(request=request, from_state=before, to_state=request.state,
+                                   code=EventCode.ALLOCATED, message=message, data=data, created_at=now))
+    ids = [request.pk for request, _, _ in placed]
+    updated = ResourceRequest.objects.filter(pk__in=ids, state=RequestState.QUEUED).update(
+        state=RequestState.ALLOCATED, queue_position=None, queue_reason={}, queue_updated_at=now, updated_at=now)
+    if updated != len(ids):
+        raise Conflict("Some requests left the queue while they were being allocated.", code="queue_changed",
+                       details={"expected": len(ids), "updated": updated})
+    RequestEvent.objects.bulk_create(events)
+
+
+def requests_note_queue(*, waiting: list[tuple[ResourceRequest, int, dict]]) -> None:
+    """Store each queued request's position and reason; a changed reason code also goes on the timeline."""
+    now = timezone.now()
+    events = []
+    for request, position, reason in waiting:
+        if request.queue_reason.get("code") != reason["code"]:
+            events.append(RequestEvent(request=request, from_state=request.state, to_state=request.state,
+                                       code=EventCode.QUEUE_REASON, message=reason["message"], data=reason,
+                                       created_at=now))
+        request.queue_position, request.queue_reason, request.queue_updated_at = position, reason, now
+    ResourceRequest.objects.bulk_update([request for request, _, _ in waiting],
+                                        ["queue_position", "queue_reason", "queue_updated_at"], batch_size=2000)
+    RequestEvent.objects.bulk_create(events)
+
+
+def can_release(user: User, request: ResourceRequest) -> bool:
+    return can_cancel(user, request)
+
+
+@transaction.atomic
+def request_release(*, request: ResourceRequest, actor: User | None, reason: str) -> ResourceRequest:
+    """Give the resources back (early release, expiry, stale reclamation): releasing now, released once the
+    scheduler has freed the devices (it listens to request_releasing)."""
+    request = _locked(request)
+    if actor is not None and not can_release(actor, request):
+        raise NotPermitted("Only the requester, the project lead or an operator can release this request.")
+    who = actor.username if actor is not None else "the platform"
+    _transition(request, "start_release", actor=actor, code=EventCode.RELEASING,
+                message=f"Release started by {who}: {reason}", data={"reason": reason})
+    request_id = request.pk
+    transaction.on_commit(lambda: request_releasing.send(sender=ResourceRequest, request_id=request_id,
+                                                         reason=reason))
+    return request
+
+
+@transaction.atomic
+def request_finish_release(*, request: ResourceRequest, message: str) -> ResourceRequest:
+    request = _locked(request)
+    _transition(request, "finish_release", actor=None, code=EventCode.RELEASED, message=message)
+    _readmit_after_commit(request.project_id)
+    return request

@@ -16,7 +16,7 @@ from django.views.decorators.http import require_POST
 from catalog import selectors as catalog_selectors
 from catalog.choices import ServiceKind
 from config.errors import DomainError
-from requests import approvals, quota_changes, selectors, services
+from requests import approvals, hooks, quota_changes, selectors, services
 from requests.choices import TERMINAL_STATES, Decision, RequestState
 from requests.forms import DecisionForm, OrderForm, QuotaChangeForm, orderable_projects
 from requests.models import RequestEvent, ResourceRequest
@@ -121,10 +121,13 @@ def request_list(request):
 @login_required
 def request_detail(request, pk):
     resource_request = selectors.request_get(user=request.user, pk=pk)
+    holding = resource_request.state in (RequestState.ALLOCATED, RequestState.PROVISIONING, RequestState.ACTIVE)
     return render(request, "requests/request_detail.html", {
         "r": resource_request, "timeline": selectors.timeline_of(resource_request),
         "approval": selectors.approval_of(resource_request),
-        "can_cancel": resource_request.is_cancellable and services.can_cancel(request.user, resource_request)})
+        "allocation": hooks.allocation_details(resource_request) if hooks.allocation_details else None,
+        "can_cancel": resource_request.is_cancellable and services.can_cancel(request.user, resource_request),
+        "can_release": holding and services.can_release(request.user, resource_request)})
 
 
 @login_required
@@ -137,6 +140,20 @@ def request_cancel(request, pk):
         messages.error(request, error.message)
     else:
         messages.success(request, f"Request #{pk} cancelled.")
+    return redirect("portal:request-detail", pk=pk)
+
+
+@login_required
+@require_POST
+def request_release(request, pk):
+    resource_request = selectors.request_get(user=request.user, pk=pk)
+    try:
+        services.request_release(request=resource_request, actor=request.user,
+                                 reason=request.POST.get("reason", "") or "released early")
+    except DomainError as error:
+        messages.error(request, error.message)
+    else:
+        messages.success(request, f"Request #{pk} is being released.")
     return redirect("portal:request-detail", pk=pk)
 
 

@@ -14,6 +14,9 @@ class SchedulingConfig(AppConfig):
     # Not for operators: scheduling.clear_device_isolation is granted person by person (four eyes).
 
     def ready(self):
+        from scheduling import wiring
+
+        wiring.connect()
         _register_approval_subjects()
 
 

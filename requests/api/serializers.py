@@ -11,8 +11,8 @@ from rest_framework import serializers
 
 from catalog.api.serializers import ImageSummarySerializer, NamedSummarySerializer, PricedMixin
 from catalog.models import BareMetalProfile, Image, ResourceSpec, Service, ServingModel, ServingTemplate
-from requests import selectors
-from requests.choices import OverQuota, PriorityClass
+from requests import hooks, selectors
+from requests.choices import OverQuota, PriorityClass, RequestState
 from requests.models import (
     Approval,
     ApprovalAssignment,
@@ -179,8 +179,20 @@ class ServiceRefSerializer(serializers.ModelSerializer):
         fields = ["id", "slug", "name", "kind"]
 
 
+class QueueStatusSerializer(serializers.Serializer):
+    position = serializers.IntegerField(source="queue_position", allow_null=True,
+                                        help_text="1 is next; null until the first scheduling cycle saw it.")
+    code = serializers.CharField(source="queue_reason.code", default=None, allow_null=True,
+                                 help_text="Why it waits: quota_exhausted, no_matching_spec, capacity_in_use, ...")
+    message = serializers.CharField(source="queue_reason.message", default=None, allow_null=True)
+    numbers = serializers.JSONField(source="queue_reason.numbers", default=None, allow_null=True)
+    updated_at = serializers.DateTimeField(source="queue_updated_at", allow_null=True)
+
+
 class RequestSummarySerializer(PricedMixin, serializers.ModelSerializer):
     """A list row: only what the list query already loaded."""
+
+    queue = serializers.SerializerMethodField(help_text="Position and reason while queued, else null.")
 
     state_label = serializers.CharField(source="get_state_display", read_only=True)
     project = ProjectRefSerializer(read_only=True)
@@ -194,7 +206,13 @@ class RequestSummarySerializer(PricedMixin, serializers.ModelSerializer):
         model = ResourceRequest
         fields = ["id", "state", "state_label", "project", "requester", "service", "spec", "bare_metal_profile",
                   "serving_model", "duration_hours", "priority", "gpu_equivalents", "accelerator_count",
-                  "cost_estimate", "currency", "quota_exception", "created_at"]
+                  "cost_estimate", "currency", "quota_exception", "created_at", "queue"]
+
+    @extend_schema_field(QueueStatusSerializer(allow_null=True))
+    def get_queue(self, resource_request) -> dict | None:
+        if resource_request.state != RequestState.QUEUED:
+            return None
+        return QueueStatusSerializer(resource_request).data
 
 
 class AssignmentSerializer(serializers.ModelSerializer):
@@ -244,11 +262,10 @@ class RequestDetailSerializer(RequestSummarySerializer):
     approved_spec = serializers.JSONField(read_only=True, allow_null=True)
     approval = serializers.SerializerMethodField()
     timeline = serializers.SerializerMethodField()
-    allocation = serializers.SerializerMethodField(method_name="filled_later")
+    allocation = serializers.SerializerMethodField()
     provisioning = serializers.SerializerMethodField(method_name="filled_later")
     endpoint = serializers.SerializerMethodField(method_name="filled_later")
     usage = serializers.SerializerMethodField(method_name="filled_later")
-    queue = serializers.SerializerMethodField(method_name="filled_later")
 
     class Meta(RequestSummarySerializer.Meta):
         fields = [*RequestSummarySerializer.Meta.fields, "tenant", "image", "serving_template", "parameters",
@@ -268,6 +285,11 @@ class RequestDetailSerializer(RequestSummarySerializer):
     @extend_schema_field(_LATER)
     def filled_later(self, _resource_request) -> None:
         return None
+
+    @extend_schema_field({"type": "object", "nullable": True,
+                          "description": "Node, devices and expiry of the request's allocation, once allocated."})
+    def get_allocation(self, resource_request) -> dict | None:
+        return hooks.allocation_details(resource_request) if hooks.allocation_details else None
 
 
 # --- Approval tasks ----------------------------------------------------------------------------------------

@@ -97,6 +97,27 @@ class RequestViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.
         return self._detail(cancelled)
 
 
+    @extend_schema(request=serializers.CancelSerializer,
+                   responses={200: serializers.RequestDetailSerializer, **_refusals(400, 403, 404, 409)},
+                   description="Release early: the devices go back to the pool and the request ends released.")
+    @action(detail=True, methods=["post"])
+    def release(self, request, pk=None):
+        reason = _parsed(serializers.CancelSerializer, request.data).validated_data["reason"] or "released early"
+        released = services.request_release(request=self.get_object(), actor=request.user, reason=reason)
+        return self._detail(released)
+
+
+class QueueViewSet(mixins.ListModelMixin, viewsets.GenericViewSet):
+    """Queued requests the caller may see, in queue order, each with its position and current reason."""
+
+    serializer_class = serializers.RequestSummarySerializer
+    filter_backends = [DjangoFilterBackend]
+    filterset_class = RequestFilter
+
+    def get_queryset(self):
+        return selectors.queue_visible_to(user=self.request.user)
+
+
 class ApprovalTaskViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.GenericViewSet):
     """The caller's approval tasks: the inbox of open ones, and decisions on them."""
 

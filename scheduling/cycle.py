@@ -1,0 +1,207 @@
+"""The scheduling cycle: queued requests -> placement engine -> allocations, in one transaction.
+
+One cycle at a time cluster-wide (PostgreSQL advisory lock held for the transaction). The snapshot, the queue
+and the writes each take a fixed number of queries, however many nodes and requests there are.
+"""
+
+import logging
+from dataclasses import dataclass, field
+from datetime import timedelta
+
+from django.db import connection, transaction
+from django.db.models import Count
+from django.utils import timezone
+
+from catalog.models import SliceProfile
+from requests.choices import PRIORITY_RANK, PriorityClass, RequestState
+from requests.models import ResourceRequest
+from requests.services import requests_allocate, requests_note_queue
+from scheduling import placement
+from scheduling.choices import AllocationState, DeviceHealth
+from scheduling.models import Allocation, AllocationDevice, Device, Node
+from scheduling.signals import requests_allocated
+from tenancy.models import ProjectQuota
+
+logger = logging.getLogger(__name__)
+
+CYCLE_LOCK_ID = 0x5C4ED  # any constant shared by every worker
+QUOTA_EXHAUSTED = "quota_exhausted"
+HOLDING_STATES = [RequestState.ALLOCATED, RequestState.PROVISIONING, RequestState.ACTIVE, RequestState.RELEASING]
+
+
+@dataclass
+class CycleResult:
+    ran: bool
+    allocated: list[int] = field(default_factory=list)
+    waiting: dict[int, str] = field(default_factory=dict)  # request id -> reason code
+    queries: int = 0
+
+
+def _take_cycle_lock() -> bool:
+    if connection.vendor != "postgresql":
+        return True  # the embedded SQLite demo has one writer at a time anyway
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_try_advisory_xact_lock(%s)", [CYCLE_LOCK_ID])
+        return cursor.fetchone()[0]
+
+
+@dataclass
+class ClusterSnapshot:
+    """The engine's snapshot plus the way back from engine positions to database rows."""
+
+    snapshot: placement.Snapshot
+    device_ids: dict[tuple[str, int], int]  # (node name, engine device position) -> Device.pk
+    node_ids: dict[str, int]
+
+
+def _engine_health(device: Device) -> str:
+    if device.isolated or device.health == DeviceHealth.UNHEALTHY:
+        return placement.ISOLATED
+    return placement.DEGRADED if device.health == DeviceHealth.DEGRADED else placement.HEALTHY
+
+
+def load_snapshot() -> ClusterSnapshot:
+    """Nodes, devices, slice tables and running allocations in five queries."""
+    profiles: dict[int, dict[str, int]] = {}
+    for profile in SliceProfile.objects.all():
+        profiles.setdefault(profile.accelerator_id, {})[profile.name] = int(profile.compute_fraction * placement.MILLI)
+    devices_by_node: dict[int, list[Device]] = {}
+    for device in Device.objects.select_related("model__vendor").order_by("node_id", "index"):
+        devices_by_node.setdefault(device.node_id, []).append(device)
+    nodes, device_ids, node_ids, positions = [], {}, {}, {}
+    for node in Node.objects.order_by("name"):
+        engine_devices = []
+        for position, device in enumerate(devices_by_node.get(node.pk, [])):
+            engine_devices.append(placement.Device(
+                index=position, model=device.model.slug, vendor=device.model.vendor.slug,
+                memory_mib=device.memory_gb * 1024, health=_engine_health(device),
+                slice_profiles=profiles.get(device.model_id, {})))
+            device_ids[(node.name, position)] = device.pk
+            positions[device.pk] = position
+        node_ids[node.name] = node.pk
+        nodes.append(placement.Node(node.name, node.cpu_milli, node.memory_mib, tuple(engine_devices),
+                                    {"domain": node.topology_domain} if node.topology_domain else {},
+                                    schedulable=node.schedulable))
+    bound: dict[int, list[tuple[int, int]]] = {}
+    for binding in AllocationDevice.objects.filter(allocation__state=AllocationState.ACTIVE):
+        bound.setdefault(binding.allocation_id, []).append((positions[binding.device_id], binding.milli))
+    allocations = [
+        placement.Allocation(str(allocation.request_id), allocation.node.name, tuple(bound.get(allocation.pk, ())),
+                             allocation.cpu_milli, allocation.memory_mib, allocation.priority, allocation.preemptible,
+                             allocation.started_at.timestamp())
+        for allocation in Allocation.objects.filter(state=AllocationState.ACTIVE).select_related("node")
+    ]
+    return ClusterSnapshot(placement.Snapshot(nodes, allocations), device_ids, node_ids)
+
+
+def demand_of(request: ResourceRequest) -> placement.Demand:
+    """The engine's view of a request, from its approved snapshot only."""
+    spec, profile = request.approved_spec.get("spec"), request.approved_spec.get("bare_metal_profile")
+    serving = request.approved_spec.get("serving") or {}
+    priority = PRIORITY_RANK[request.priority]
+    common = {"id": str(request.pk), "priority": priority, "preemptible": request.priority == PriorityClass.BATCH,
+              "cpu_milli": request.cpu_cores * 1000, "memory_mib": request.memory_gb * 1024}
+    if profile is not None:
+        return placement.Demand(count=profile["accelerator_count"], models=frozenset([profile["accelerator_model"]]),
+                                **common)
+    return placement.Demand(count=spec["accelerator_count"] * serving.get("replicas", 1),
+                            slice_profile=spec["slice_profile"], models=frozenset(spec["accelerator_models"]),
+                            **common)
+
+
+def queue_order(requests: list[ResourceRequest]) -> list[ResourceRequest]:
+    """Priority class first (highest first), then submission time."""
+    return sorted(requests, key=lambda request: (-PRIORITY_RANK[request.priority], request.created_at, request.pk))
+
+
+def _over_concurrency(queue: list[ResourceRequest]) -> dict[int, dict]:
+    """Requests whose project already holds as many allocations as its concurrent-task limit allows."""
+    holding = dict(ResourceRequest.objects.filter(
+        project_id__in={request.project_id for request in queue}, state__in=HOLDING_STATES)
+        .values("project_id").annotate(n=Count("id")).values_list("project_id", "n"))
+    limits = dict(ProjectQuota.objects.filter(project_id__in={request.project_id for request in queue})
+                  .values_list("project_id", "concurrent_tasks"))
+    refused = {}
+    for request in queue:
+        limit, held = limits.get(request.project_id), holding.get(request.project_id, 0)
+        if limit is not None and held >= limit:
+            refused[request.pk] = {
+                "code": QUOTA_EXHAUSTED, "numbers": {"holding": held, "limit": limit},
+                "message": f"The project already holds {held} of its {limit} concurrent tasks; waits for one "
+                           "to end."}
+        elif limit is not None:
+            holding[request.project_id] = held + 1  # admitted requests of this cycle count too
+    return refused
+
+
+def _binding_rows(bindings, cluster: ClusterSnapshot, requests: dict[int, ResourceRequest], now):
+    allocations, devices = [], []
+    for binding in bindings:
+        request = requests[int(binding.demand_id)]
+        allocations.append(Allocation(
+            request=request, node_id=cluster.node_ids[binding.node], cpu_milli=binding.cpu_milli,
+            memory_mib=binding.memory_mib, priority=PRIORITY_RANK[request.priority],
+            preemptible=request.priority == PriorityClass.BATCH,
+            expires_at=now + timedelta(hours=request.duration_hours)))
+        devices.append([(cluster.device_ids[(binding.node, position)], milli) for position, milli in binding.devices])
+    return allocations, devices
+
+
+def _bind_devices(device_shares: list[tuple[int, int]]) -> None:
+    """Add shares to devices in one statement; the CHECK on allocated_milli refuses any over-commit."""
+    if not device_shares:
+        return
+    totals: dict[int, int] = {}
+    for device_id, milli in device_shares:
+        totals[device_id] = totals.get(device_id, 0) + milli
+    values = ", ".join(["(%s, %s)"] * len(totals))
+    params = [number for pair in totals.items() for number in pair]
+    table = Device._meta.db_table
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"UPDATE {table} SET allocated_milli = {table}.allocated_milli + v.delta "
+            f"FROM (VALUES {values}) AS v(id, delta) WHERE {table}.id = v.id", params)
+
+
+def _commit_bindings(result, cluster: ClusterSnapshot, requests: dict[int, ResourceRequest], now) -> list[int]:
+    allocations, device_lists = _binding_rows(result.bindings, cluster, requests, now)
+    Allocation.objects.bulk_create(allocations)
+    rows = [AllocationDevice(allocation=allocation, device_id=device_id, milli=milli)
+            for allocation, shares in zip(allocations, device_lists, strict=True) for device_id, milli in shares]
+    AllocationDevice.objects.bulk_create(rows)
+    _bind_devices([(row.device_id, row.milli) for row in rows])
+    placed = []
+    for binding, shares in zip(result.bindings, device_lists, strict=True):
+        placed.append((requests[int(binding.demand_id)],
+                       f"Allocated on {binding.node}: {len(shares)} device(s)"
+                       + (" (degraded devices: nothing healthy fitted)" if binding.degraded else "") + ".",
+                       {"node": binding.node, "devices": shares}))
+    requests_allocate(placed=placed)
+    return [request.pk for request, _, _ in placed]
+
+
+def run_cycle(*, policy: str = "default") -> CycleResult:
+    """Place what the queue holds; record every other request's position and reason."""
+    with transaction.atomic():
+        if not _take_cycle_lock():
+            return CycleResult(ran=False)
+        now = timezone.now()
+        queue = queue_order(list(ResourceRequest.objects.select_for_update(skip_locked=True)
+                                 .filter(state=RequestState.QUEUED)))
+        if not queue:
+            return CycleResult(ran=True)
+        refused = _over_concurrency(queue)
+        candidates = [request for request in queue if request.pk not in refused]
+        cluster = load_snapshot()
+        demands = [demand_of(request) for request in candidates]
+        result = placement.PlacementEngine(cluster.snapshot, policy, workload=demands).place(demands)
+        by_id = {request.pk: request for request in queue}
+        allocated = _commit_bindings(result, cluster, by_id, now)
+        reasons = {**refused, **{int(pending.demand_id): {"code": pending.reason, "message": pending.message,
+                                                          "numbers": dict(pending.numbers)}
+                                 for pending in result.pending}}
+        waiting = [request for request in queue if request.pk in reasons]
+        requests_note_queue(waiting=[(request, position, reasons[request.pk])
+                                     for position, request in enumerate(waiting, start=1)])
+        transaction.on_commit(lambda: requests_allocated.send(sender=Allocation, request_ids=allocated))
+    return CycleResult(ran=True, allocated=allocated, waiting={pk: reason["code"] for pk, reason in reasons.items()})

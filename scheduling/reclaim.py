@@ -1,0 +1,84 @@
+"""Giving resources back: release of an allocation, expiry warnings and expiry, stale allocations."""
+
+from datetime import timedelta
+
+from django.conf import settings
+from django.db import connection, transaction
+from django.db.models import Q
+from django.utils import timezone
+
+from requests.choices import EventCode, RequestState
+from requests.models import ResourceRequest
+from requests.services import record_event, request_finish_release, request_release
+from scheduling.choices import AllocationState
+from scheduling.models import Allocation, AllocationDevice, Device
+
+
+def _unbind_devices(allocation: Allocation) -> None:
+    shares = list(AllocationDevice.objects.filter(allocation=allocation).values_list("device_id", "milli"))
+    if not shares:
+        return
+    table = Device._meta.db_table
+    values = ", ".join(["(%s, %s)"] * len(shares))
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"UPDATE {table} SET allocated_milli = {table}.allocated_milli - v.delta "
+            f"FROM (VALUES {values}) AS v(id, delta) WHERE {table}.id = v.id",
+            [number for pair in shares for number in pair])
+
+
+@transaction.atomic
+def allocation_free(*, request_id: int, reason: str) -> ResourceRequest:
+    """Return a releasing request's devices to the pool and finish its release (idempotent)."""
+    request = ResourceRequest.objects.select_for_update().get(pk=request_id)
+    if request.state != RequestState.RELEASING:
+        return request
+    for allocation in Allocation.objects.select_for_update().filter(request=request, state=AllocationState.ACTIVE):
+        _unbind_devices(allocation)
+        allocation.state, allocation.released_at, allocation.release_reason = (
+            AllocationState.RELEASED, timezone.now(), reason[:300])
+        allocation.save(update_fields=["state", "released_at", "release_reason"])
+    return request_finish_release(request=request, message=f"Devices returned to the pool ({reason}).")
+
+
+def warn_expiring(*, now=None) -> int:
+    """Put one warning on the timeline of each allocation that expires within the warning window."""
+    now = now or timezone.now()
+    window = now + timedelta(hours=settings.EXPIRY_WARNING_HOURS)
+    due = Allocation.objects.filter(state=AllocationState.ACTIVE, expires_at__lte=window, expires_at__gt=now,
+                                    expiry_warned_at__isnull=True).select_related("request")
+    warned = 0
+    for allocation in due:
+        with transaction.atomic():
+            record_event(allocation.request, actor=None, code=EventCode.EXPIRY_WARNING,
+                         message=f"Expires at {allocation.expires_at:%Y-%m-%d %H:%M} UTC; release or ask for an "
+                                 "extension before then.", data={"expires_at": allocation.expires_at.isoformat()})
+            Allocation.objects.filter(pk=allocation.pk).update(expiry_warned_at=now)
+            warned += 1
+    return warned
+
+
+def _release_all(allocations, reason: str) -> list[int]:
+    released = []
+    for allocation in allocations:
+        request = allocation.request
+        if request.state in (RequestState.ALLOCATED, RequestState.PROVISIONING, RequestState.ACTIVE):
+            request_release(request=request, actor=None, reason=reason)
+            released.append(request.pk)
+    return released
+
+
+def reclaim_expired(*, now=None) -> list[int]:
+    now = now or timezone.now()
+    expired = Allocation.objects.filter(state=AllocationState.ACTIVE, expires_at__lte=now).select_related("request")
+    return _release_all(expired, "expired: the approved duration is over")
+
+
+def reclaim_stale(*, now=None) -> list[int]:
+    """Allocations whose runtime has stopped reporting for longer than the heartbeat timeout."""
+    now = now or timezone.now()
+    cutoff = now - timedelta(minutes=settings.ALLOCATION_HEARTBEAT_TIMEOUT_MINUTES)
+    stale = Allocation.objects.filter(state=AllocationState.ACTIVE, heartbeat_at__isnull=False).filter(
+        Q(heartbeat_at__lt=cutoff)).select_related("request")
+    return _release_all(stale, f"stale: no heartbeat from the runtime for "
+                               f"{settings.ALLOCATION_HEARTBEAT_TIMEOUT_MINUTES} minutes")

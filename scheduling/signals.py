@@ -1,0 +1,14 @@
+"""Signals that scheduling sends for higher layers (the scheduling cycle, metering) to connect to.
+
+`health_changed` is sent after the commit of a health ingestion that changed at least one device
+(isolated it or changed its health). Receivers get ``device_ids`` (a list of Device primary keys) and
+``isolated_ids`` (the subset that was newly isolated); they should enqueue work, not do it inline.
+"""
+
+from django.dispatch import Signal
+
+health_changed = Signal()
+
+# Sent after the commit of a scheduling cycle that allocated requests. kwargs: request_ids (list[int]).
+# Provisioning connects here.
+requests_allocated = Signal()

@@ -1,0 +1,16 @@
+"""django-q2 entry points: take ids, call one service."""
+
+from scheduling import cycle, reclaim
+
+
+def run_cycle() -> int:
+    return len(cycle.run_cycle().allocated)
+
+
+def free_released(request_id: int, reason: str) -> None:
+    reclaim.allocation_free(request_id=request_id, reason=reason)
+
+
+def reclaim_allocations() -> int:
+    reclaim.warn_expiring()
+    return len(reclaim.reclaim_expired()) + len(reclaim.reclaim_stale())

@@ -1,0 +1,37 @@
+"""What starts scheduling work: signals from requests and health, and the periodic schedules."""
+
+from django_q.models import Schedule
+from django_q.tasks import async_task
+
+CYCLE_TASK = "scheduling.tasks.run_cycle"
+RECLAIM_TASK = "scheduling.tasks.reclaim_allocations"
+
+
+def trigger_cycle(**_kwargs) -> None:
+    async_task(CYCLE_TASK)
+
+
+def free_devices(*, request_id: int, reason: str, **_kwargs) -> None:
+    async_task("scheduling.tasks.free_released", request_id, reason)
+
+
+def ensure_schedules(**_kwargs) -> None:
+    """A cycle every minute as a safety net (events trigger one at once), reclamation every minute."""
+    for name, func in (("Scheduling cycle", CYCLE_TASK), ("Reclaim expired and stale allocations", RECLAIM_TASK)):
+        Schedule.objects.get_or_create(func=func, defaults={"name": name, "schedule_type": Schedule.MINUTES,
+                                                            "minutes": 1, "repeats": -1})
+
+
+def connect() -> None:
+    from django.db.models.signals import post_migrate
+
+    from requests import hooks
+    from requests.signals import request_queued, request_releasing
+    from scheduling.allocations import allocation_details
+    from scheduling.signals import health_changed
+
+    hooks.allocation_details = allocation_details
+    request_queued.connect(trigger_cycle, dispatch_uid="scheduling.cycle_on_queue")
+    health_changed.connect(trigger_cycle, dispatch_uid="scheduling.cycle_on_health")
+    request_releasing.connect(free_devices, dispatch_uid="scheduling.free_on_release")
+    post_migrate.connect(ensure_schedules, dispatch_uid="scheduling.ensure_schedules")

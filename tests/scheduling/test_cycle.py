@@ -1,0 +1,264 @@
+"""The scheduling cycle end to end on PostgreSQL: queue -> engine -> allocations, reasons, release, expiry."""
+
+import threading
+from datetime import timedelta
+from decimal import Decimal
+
+import pytest
+import time_machine
+from django.db import IntegrityError, connection, transaction
+from django.db.models import Sum
+from django.test.utils import CaptureQueriesContext
+from django.utils import timezone
+
+from requests import services
+from requests.choices import PriorityClass, RequestState
+from requests.models import ResourceRequest
+from scheduling import cycle, reclaim
+from scheduling.choices import AllocationState
+from scheduling.models import Allocation, AllocationDevice, Device, Node
+from tenancy.choices import Role
+from tenancy.services import quota_set
+from tests import factories
+from tests.requests.conftest import GENEROUS_QUOTA, make_order
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture
+def shop(db):
+    """A compute service: whole cards (2 per request) and a 1g slice spec, on one 80 GB accelerator model."""
+    from types import SimpleNamespace
+
+    accelerator = factories.AcceleratorModelFactory(memory_gb=80)
+    slice_profile = factories.SliceProfileFactory(accelerator=accelerator, name="1g.10gb",
+                                                  compute_fraction=Decimal("0.1429"), memory_gb=10)
+    whole = factories.ResourceSpecFactory(accelerator_models=[accelerator], accelerator_count=2, cpu_cores=8,
+                                          memory_gb=64)
+    sliced = factories.ResourceSpecFactory(accelerator_models=[accelerator], accelerator_count=1,
+                                           slice_profile=slice_profile, cpu_cores=1, memory_gb=8)
+    image = factories.ImageFactory()
+    service = factories.ServiceFactory(specs=[whole, sliced], images=[image], max_duration_hours=168)
+    return SimpleNamespace(service=service, whole=whole, sliced=sliced, image=image, accelerator=accelerator)
+
+
+@pytest.fixture
+def team(db):
+    from types import SimpleNamespace
+
+    project = factories.project(quota=GENEROUS_QUOTA)
+    return SimpleNamespace(project=project, developer=factories.member(project), operator=factories.operator(),
+                           approver=factories.member(project, Role.APPROVER))
+
+
+def add_node(accelerator, name="n1", cards=4, cpu_cores=64, memory_gb=512) -> Node:
+    node = Node.objects.create(name=name, serial_number=f"sn-{name}", cpu_milli=cpu_cores * 1000,
+                               memory_mib=memory_gb * 1024)
+    for index in range(cards):
+        Device.objects.create(node=node, index=index, uuid=f"GPU-{name}-{index}", model=accelerator, memory_gb=80)
+    return node
+
+
+def queued(shop, team, spec=None, priority=PriorityClass.STANDARD, **order) -> ResourceRequest:
+    request = services.request_submit(order=make_order(shop, team.project, spec=spec, priority=priority, **order),
+                                      requester=team.developer)
+    assert request.state == RequestState.QUEUED  # no approval policy: approved automatically
+    return request
+
+
+def device_totals_match_bindings():
+    """The database's own accounting: allocated_milli equals the sum of active bindings, never above 1000."""
+    for device in Device.objects.all():
+        bound = AllocationDevice.objects.filter(device=device, allocation__state=AllocationState.ACTIVE).aggregate(
+            total=Sum("milli"))["total"] or 0
+        assert device.allocated_milli == bound <= 1000, device
+
+
+def test_cycle_allocates_queued_requests_onto_free_cards(shop, team):
+    add_node(shop.accelerator)
+    first, second = queued(shop, team), queued(shop, team)
+    result = cycle.run_cycle()
+    assert sorted(result.allocated) == sorted([first.pk, second.pk])
+    for request in (first, second):
+        request.refresh_from_db()
+        assert request.state == RequestState.ALLOCATED
+        assert request.events.filter(code="allocated").exists()
+        allocation = request.allocations.get()
+        assert allocation.devices.count() == 2
+        lasts = allocation.expires_at - allocation.started_at
+        assert abs(lasts - timedelta(hours=request.duration_hours)) < timedelta(seconds=5)
+    assert set(Device.objects.values_list("allocated_milli", flat=True)) == {1000}
+    device_totals_match_bindings()
+
+
+def test_seven_slices_share_one_card(shop, team):
+    add_node(shop.accelerator, cards=1)
+    requests = [queued(shop, team, spec=shop.sliced) for _ in range(8)]
+    result = cycle.run_cycle()
+    assert len(result.allocated) == 7
+    waiting = ResourceRequest.objects.get(pk=requests[-1].pk)
+    assert waiting.queue_reason["code"] in {"capacity_in_use", "fragmentation"}
+    device_totals_match_bindings()
+
+
+def test_waiting_requests_show_position_and_reason_with_numbers(shop, team, api_as):
+    add_node(shop.accelerator, cards=2)
+    running, blocked, behind = queued(shop, team), queued(shop, team), queued(shop, team)
+    cycle.run_cycle()
+    body = api_as(team.developer).get(f"/api/v1/requests/{blocked.pk}/").json()
+    assert body["state"] == "queued"
+    assert body["queue"]["position"] == 1 and body["queue"]["code"] == "capacity_in_use"
+    assert body["queue"]["message"]
+    queue = api_as(team.developer).get("/api/v1/queue/").json()["results"]
+    assert [row["id"] for row in queue] == [blocked.pk, behind.pk]
+    assert running.pk not in [row["id"] for row in queue]
+
+
+@pytest.mark.parametrize("setup, code", [
+    ("no_devices", "no_matching_spec"),
+    ("isolated", "insufficient_healthy_capacity"),
+    ("concurrency", "quota_exhausted"),
+])
+def test_reason_codes_reach_the_api(shop, team, api_as, setup, code):
+    if setup == "isolated":
+        node = add_node(shop.accelerator, cards=2)
+        node.devices.update(isolated=True, isolation_reason="XID 79")
+    if setup == "concurrency":
+        add_node(shop.accelerator, cards=8)
+    first, request = queued(shop, team), queued(shop, team)
+    if setup == "concurrency":  # the limit was lowered after both were admitted
+        quota_set(quota=team.project.quota, limits={"concurrent_tasks": 1}, actor=None)
+    cycle.run_cycle()
+    body = api_as(team.developer).get(f"/api/v1/requests/{request.pk}/").json()
+    assert body["state"] == "queued"
+    assert body["queue"]["code"] == code
+    assert body["queue"]["message"]
+    if setup == "concurrency":
+        assert body["queue"]["numbers"] == {"holding": 1, "limit": 1}
+        first.refresh_from_db()
+        assert first.state == RequestState.ALLOCATED
+
+
+def test_higher_priority_runs_first_and_holds_back_lower(shop, team):
+    add_node(shop.accelerator, cards=2)
+    low = queued(shop, team, priority=PriorityClass.BATCH)
+    high = queued(shop, team, priority=PriorityClass.HIGH)
+    cycle.run_cycle()
+    high.refresh_from_db()
+    low.refresh_from_db()
+    assert high.state == RequestState.ALLOCATED and low.state == RequestState.QUEUED
+
+
+def test_database_refuses_to_overcommit_a_card(shop, team):
+    node = add_node(shop.accelerator, cards=1)
+    device = node.devices.get()
+    with pytest.raises(IntegrityError), transaction.atomic():
+        cycle._bind_devices([(device.pk, 600), (device.pk, 600)])
+    Device.objects.filter(pk=device.pk).update(allocated_milli=1000)
+    with pytest.raises(IntegrityError), transaction.atomic():
+        cycle._bind_devices([(device.pk, 1)])
+
+
+def test_release_returns_devices_and_ends_released(shop, team, django_capture_on_commit_callbacks):
+    add_node(shop.accelerator, cards=2)
+    request = queued(shop, team)
+    cycle.run_cycle()
+    request.refresh_from_db()
+    with django_capture_on_commit_callbacks(execute=True):
+        services.request_release(request=request, actor=team.developer, reason="done early")
+    request.refresh_from_db()
+    assert request.state == RequestState.RELEASED
+    assert list(request.events.values_list("code", flat=True))[-2:] == ["releasing", "released"]
+    assert set(Device.objects.values_list("allocated_milli", flat=True)) == {0}
+    assert Allocation.objects.get().state == AllocationState.RELEASED
+
+
+def test_release_by_someone_else_is_refused(shop, team):
+    add_node(shop.accelerator, cards=2)
+    request = queued(shop, team)
+    cycle.run_cycle()
+    stranger = factories.member(team.project, Role.APPROVER)
+    with pytest.raises(services.NotPermitted):
+        services.request_release(request=request, actor=stranger, reason="mine now")
+
+
+def test_expiry_warns_then_reclaims(shop, team, django_capture_on_commit_callbacks):
+    add_node(shop.accelerator, cards=2)
+    request = queued(shop, team)  # 10 hours
+    cycle.run_cycle()
+    start = timezone.now()
+    with time_machine.travel(start + timedelta(hours=7), tick=False):
+        assert reclaim.warn_expiring() == 1
+        assert reclaim.warn_expiring() == 0  # once
+        assert reclaim.reclaim_expired() == []
+    with time_machine.travel(start + timedelta(hours=10, minutes=1), tick=False), \
+            django_capture_on_commit_callbacks(execute=True):
+        assert reclaim.reclaim_expired() == [request.pk]
+    request.refresh_from_db()
+    assert request.state == RequestState.RELEASED
+    assert request.events.filter(code="expiry_warning").count() == 1
+    assert "expired" in request.events.get(code="releasing").message
+
+
+def test_stale_allocation_without_heartbeat_is_reclaimed(shop, team, settings, django_capture_on_commit_callbacks):
+    settings.ALLOCATION_HEARTBEAT_TIMEOUT_MINUTES = 30
+    add_node(shop.accelerator, cards=2)
+    request = queued(shop, team)
+    cycle.run_cycle()
+    Allocation.objects.update(heartbeat_at=timezone.now() - timedelta(minutes=31))
+    with django_capture_on_commit_callbacks(execute=True):
+        assert reclaim.reclaim_stale() == [request.pk]
+    request.refresh_from_db()
+    assert request.state == RequestState.RELEASED
+    assert "no heartbeat" in request.events.get(code="releasing").message
+
+
+def test_cycle_query_count_does_not_grow_with_requests(shop, team):
+    quota_set(quota=team.project.quota, limits={"concurrent_tasks": 1000}, actor=None)
+    for name in ("a", "b", "c", "d"):
+        add_node(shop.accelerator, name=name, cards=8)
+
+    def measured(count):
+        for _ in range(count):
+            queued(shop, team, spec=shop.sliced)
+        with CaptureQueriesContext(connection) as queries:
+            cycle.run_cycle()
+        return len(queries)
+
+    assert measured(3) == measured(30)
+
+
+@pytest.mark.django_db(transaction=True, serialized_rollback=True)
+def test_concurrent_cycles_and_releases_never_bind_a_device_twice(shop, team):
+    quota_set(quota=team.project.quota, limits={"concurrent_tasks": 1000}, actor=None)
+    add_node(shop.accelerator, name="x", cards=2)
+    add_node(shop.accelerator, name="y", cards=2)
+    requests = [queued(shop, team, spec=shop.sliced) for _ in range(20)] + [queued(shop, team) for _ in range(4)]
+    barrier = threading.Barrier(4)
+    errors = []
+
+    def worker(index):
+        try:
+            barrier.wait()
+            for _ in range(3):
+                cycle.run_cycle()
+                if index == 0:
+                    for request in ResourceRequest.objects.filter(state=RequestState.ALLOCATED)[:2]:
+                        try:
+                            services.request_release(request=request, actor=None, reason="test churn")
+                            reclaim.allocation_free(request_id=request.pk, reason="test churn")
+                        except services.Conflict:
+                            pass  # another thread got there first
+        except Exception as error:  # surfaced below
+            errors.append(error)
+        finally:
+            connection.close()
+
+    threads = [threading.Thread(target=worker, args=(n,)) for n in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert not errors
+    device_totals_match_bindings()
+    assert ResourceRequest.objects.filter(pk__in=[r.pk for r in requests], state=RequestState.ALLOCATED).exists()
