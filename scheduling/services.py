@@ -69,6 +69,23 @@ def node_uncordon(node: Node, reason: str, actor: User | None) -> Node:
     return node
 
 
+@transaction.atomic
+def inventory_entry_save(entry, changed_fields: list[str], actor: User | None):
+    """Save a site, rack, node, device or health rule edited by an operator, with an audit row. Cordons, health,
+    isolation and allocated shares are not editable this way (the admin shows them read-only)."""
+    protected = {"schedulable", "cordon_reason", "cordoned_at", "cordoned_by", "health", "health_detail",
+                 "isolated", "isolation_reason", "isolated_at", "allocated_milli"} & set(changed_fields)
+    if protected:
+        raise DomainError(f"{', '.join(sorted(protected))} change only through cordon, health and isolation actions.",
+                          code="protected_field", details={"fields": sorted(protected)})
+    created = entry.pk is None
+    entry.full_clean()
+    entry.save()
+    audit_record(actor=actor, action=f"{entry._meta.model_name}.{'created' if created else 'updated'}",
+                 target=entry, data={"fields": sorted(changed_fields)})
+    return entry
+
+
 # --- Devices -----------------------------------------------------------------------------------------------
 
 def _locked_device(device: Device) -> Device:

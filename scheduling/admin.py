@@ -1,0 +1,246 @@
+"""Operator console for inventory: cordons, isolation and clearances go through scheduling services (audited).
+
+Cordon state, health, isolation and allocated shares are read-only in every form; they change only through the
+actions here, health ingestion and the scheduler. Every changelist runs a constant number of queries.
+"""
+
+from django.contrib import admin
+from django.core.exceptions import PermissionDenied
+from django.db.models import Count
+from django.template.response import TemplateResponse
+from django.urls import path, reverse
+from django.utils.html import format_html
+
+from config.admin_actions import action_with_reason, related_list_filter
+from scheduling import selectors, services
+from scheduling.models import (
+    Allocation,
+    AllocationDevice,
+    Device,
+    HealthEvent,
+    HealthRule,
+    IsolationClearance,
+    Node,
+    Rack,
+    Site,
+)
+from scheduling.placement import MILLI
+
+
+class AuditedSaveMixin:
+    """Adds and edits go through scheduling services, so each one is audited."""
+
+    def save_model(self, request, obj, form, change):
+        services.inventory_entry_save(obj, form.changed_data, request.user)
+
+
+class ReadOnlyAdmin(admin.ModelAdmin):
+    """History: operators look, nobody edits here."""
+
+    def has_add_permission(self, request):
+        return False
+
+    def has_change_permission(self, request, obj=None):
+        return False
+
+    def has_delete_permission(self, request, obj=None):
+        return False
+
+
+def _badge(ok: bool, good: str, bad: str):
+    colour = "#2e7d32" if ok else "#c62828"
+    return format_html('<span style="color:#fff;background:{};padding:1px 6px;border-radius:8px">{}</span>',
+                       colour, good if ok else bad)
+
+
+@admin.register(Site)
+class SiteAdmin(AuditedSaveMixin, admin.ModelAdmin):
+    list_display = ["name", "rack_count"]
+    search_fields = ["name"]
+
+    def get_queryset(self, request):
+        return super().get_queryset(request).annotate(rack_count=Count("racks"))
+
+    @admin.display(description="Racks", ordering="rack_count")
+    def rack_count(self, site):
+        return site.rack_count
+
+
+@admin.register(Rack)
+class RackAdmin(AuditedSaveMixin, admin.ModelAdmin):
+    list_display = ["name", "site", "node_count"]
+    list_filter = ["site"]
+    list_select_related = ["site"]
+    search_fields = ["name", "site__name"]
+
+    def get_queryset(self, request):
+        return super().get_queryset(request).annotate(node_count=Count("nodes"))
+
+    @admin.display(description="Nodes", ordering="node_count")
+    def node_count(self, rack):
+        return rack.node_count
+
+
+class DeviceInline(admin.TabularInline):
+    model = Device
+    fields = ["index", "uuid", "model", "memory_gb", "health", "isolated", "allocated_milli"]
+    readonly_fields = fields
+    extra = 0
+    can_delete = False
+    show_change_link = True
+
+    def has_add_permission(self, request, obj=None):
+        return False
+
+    def get_queryset(self, request):
+        return super().get_queryset(request).select_related("model__vendor", "node")
+
+
+@admin.register(Node)
+class NodeAdmin(AuditedSaveMixin, admin.ModelAdmin):
+    change_list_template = "admin/scheduling/node/change_list.html"
+    list_display = ["name", "rack", "topology_domain", "cpu_cores", "memory_gib", "device_count", "allocated_free",
+                    "schedulable_badge"]
+    list_filter = ["schedulable", ("rack__site", related_list_filter()), ("rack", related_list_filter("site")),
+                   "topology_domain"]
+    search_fields = ["name", "serial_number", "topology_domain", "bmc_address"]
+    readonly_fields = ["schedulable", "cordon_reason", "cordoned_at", "cordoned_by", "created_at", "updated_at"]
+    fieldsets = [
+        (None, {"fields": ["name", "serial_number", "rack", "topology_domain", "cpu_milli", "memory_mib"]}),
+        ("BMC", {"fields": ["bmc_address", "bmc_credentials_ref"]}),
+        ("Cordon (use the Cordon / Uncordon actions)", {"fields": ["schedulable", "cordon_reason", "cordoned_at",
+                                                                   "cordoned_by"]}),
+        ("History", {"fields": ["created_at", "updated_at"]}),
+    ]
+    inlines = [DeviceInline]
+    actions = [
+        action_with_reason(name="cordon_nodes", description="Cordon selected nodes (no new placements)",
+                           verb="Cordoned", permission="change",
+                           change=lambda node, reason, actor: services.node_cordon(node, reason, actor)),
+        action_with_reason(name="uncordon_nodes", description="Uncordon selected nodes", verb="Uncordoned",
+                           permission="change",
+                           change=lambda node, reason, actor: services.node_uncordon(node, reason, actor)),
+    ]
+
+    def get_queryset(self, request):
+        return selectors.nodes_with_capacity().select_related("cordoned_by")
+
+    def get_urls(self):
+        capacity = path("capacity/", self.admin_site.admin_view(self.capacity_view), name="scheduling_capacity")
+        return [capacity, *super().get_urls()]
+
+    def capacity_view(self, request):
+        if not self.has_view_permission(request):
+            raise PermissionDenied
+        context = {**self.admin_site.each_context(request), "title": "Capacity by accelerator model",
+                   "opts": self.model._meta, "models": selectors.capacity_by_model()}
+        return TemplateResponse(request, "admin/scheduling/capacity.html", context)
+
+    def changelist_view(self, request, extra_context=None):
+        extra = {"capacity_url": reverse("admin:scheduling_capacity"), **(extra_context or {})}
+        return super().changelist_view(request, extra_context=extra)
+
+    @admin.display(description="CPU cores", ordering="cpu_milli")
+    def cpu_cores(self, node):
+        return f"{node.cpu_milli / 1000:g}"
+
+    @admin.display(description="Memory GiB", ordering="memory_mib")
+    def memory_gib(self, node):
+        return f"{node.memory_mib / 1024:g}"
+
+    @admin.display(description="Devices", ordering="device_count")
+    def device_count(self, node):
+        return node.device_count
+
+    @admin.display(description="Allocated / free cards")
+    def allocated_free(self, node):
+        free = node.free_milli if node.schedulable else 0
+        return f"{node.allocated_milli / MILLI:g} / {free / MILLI:g}"
+
+    @admin.display(description="Schedulable", ordering="schedulable")
+    def schedulable_badge(self, node):
+        return _badge(node.schedulable, "schedulable", "cordoned")
+
+
+def _request_clearance(device, reason, actor):
+    services.isolation_clearance_request(device, reason, actor)
+
+
+@admin.register(Device)
+class DeviceAdmin(AuditedSaveMixin, admin.ModelAdmin):
+    list_display = ["__str__", "uuid", "model", "memory_gb", "health", "isolated", "allocated_milli"]
+    list_filter = [("model", related_list_filter("vendor")), "health", "isolated", ("node", related_list_filter())]
+    list_select_related = ["node", "model__vendor"]
+    search_fields = ["uuid", "node__name", "node__serial_number"]
+    readonly_fields = ["health", "health_detail", "isolated", "isolation_reason", "isolated_at", "allocated_milli",
+                       "updated_at"]
+    fieldsets = [
+        (None, {"fields": ["node", "index", "uuid", "model", "memory_gb"]}),
+        ("Health and isolation (use the Isolate / clearance actions)", {
+            "fields": ["health", "health_detail", "isolated", "isolation_reason", "isolated_at"]}),
+        ("Scheduling", {"fields": ["allocated_milli", "updated_at"]}),
+    ]
+    actions = [
+        action_with_reason(name="isolate_devices", description="Isolate selected devices (no new placements)",
+                           verb="Isolated", permission="change",
+                           change=lambda device, reason, actor: services.device_isolate(device, reason, actor)),
+        action_with_reason(name="request_isolation_clearance",
+                           description="Request isolation clearance (a second holder approves)",
+                           verb="Requested clearance of", permission="clear_isolation", change=_request_clearance),
+    ]
+
+    def has_clear_isolation_permission(self, request):
+        return request.user.has_perm(services.CLEAR_ISOLATION)
+
+    def get_queryset(self, request):
+        return super().get_queryset(request).select_related("node", "model__vendor")
+
+
+@admin.register(Allocation)
+class AllocationAdmin(ReadOnlyAdmin):
+    list_display = ["id", "request", "node", "state", "device_count", "cpu_milli", "priority", "started_at",
+                    "expires_at", "released_at"]
+    list_filter = ["state", "preemptible"]
+    list_select_related = ["node", "request__service", "request__project"]
+    search_fields = ["node__name", "=request__id"]
+    date_hierarchy = "started_at"
+
+    def get_queryset(self, request):
+        return super().get_queryset(request).select_related("node", "request__service", "request__project").annotate(
+            device_count=Count("devices"))
+
+    @admin.display(description="Devices", ordering="device_count")
+    def device_count(self, allocation):
+        return allocation.device_count
+
+
+@admin.register(AllocationDevice)
+class AllocationDeviceAdmin(ReadOnlyAdmin):
+    list_display = ["allocation", "device", "milli"]
+    list_select_related = ["allocation__node", "device__node", "device__model__vendor"]
+    search_fields = ["device__uuid", "device__node__name"]
+
+
+@admin.register(IsolationClearance)
+class IsolationClearanceAdmin(ReadOnlyAdmin):
+    list_display = ["device", "state", "requested_by", "approved_by", "reason", "created_at", "decided_at"]
+    list_filter = ["state"]
+    list_select_related = ["device__node", "device__model__vendor", "requested_by", "approved_by"]
+    search_fields = ["device__uuid", "device__node__name", "requested_by__username", "reason"]
+
+
+@admin.register(HealthRule)
+class HealthRuleAdmin(AuditedSaveMixin, admin.ModelAdmin):
+    list_display = ["name", "source", "signal", "comparison", "threshold", "action", "active"]
+    list_filter = ["source", "action", "active"]
+    list_editable = ["active"]
+    search_fields = ["name", "signal"]
+
+
+@admin.register(HealthEvent)
+class HealthEventAdmin(ReadOnlyAdmin):
+    list_display = ["received_at", "device", "source", "signal", "value", "action", "rule"]
+    list_filter = ["source", "action"]
+    list_select_related = ["device__node", "device__model__vendor", "rule"]
+    search_fields = ["device__uuid", "device__node__name", "signal"]
+    date_hierarchy = "received_at"

@@ -1,0 +1,56 @@
+"""Reads of inventory and capacity, each in a constant number of queries however large the cluster."""
+
+from decimal import Decimal
+
+from django.db.models import Count, F, Q, QuerySet, Sum, Value
+from django.db.models.functions import Coalesce
+
+from scheduling.choices import DeviceHealth
+from scheduling.models import Device, Node
+from scheduling.placement import MILLI
+
+# A device the scheduler may place on: not isolated, not unhealthy, on a schedulable node.
+PLACEABLE = Q(isolated=False, node__schedulable=True) & ~Q(health=DeviceHealth.UNHEALTHY)
+
+
+def _cards(milli: int | None) -> Decimal:
+    return (Decimal(milli or 0) / MILLI).quantize(Decimal("0.001"))
+
+
+def capacity_by_model() -> list[dict]:
+    """Per accelerator model: devices in total, healthy, isolated; cards allocated (from milli-shares) and free
+    (unallocated shares on placeable devices). One query."""
+    rows = (
+        Device.objects.values("model_id", "model__slug", "model__name", "model__vendor__name", "model__memory_gb")
+        .annotate(n_total=Count("id"), n_healthy=Count("id", filter=Q(health=DeviceHealth.HEALTHY)),
+                  n_isolated=Count("id", filter=Q(isolated=True)), allocated_sum=Sum("allocated_milli"),
+                  free_sum=Sum(Value(MILLI) - F("allocated_milli"), filter=Q(PLACEABLE)))
+        .order_by("model__vendor__name", "model__name")
+    )
+    return [{"model_id": row["model_id"], "slug": row["model__slug"], "name": row["model__name"],
+             "vendor": row["model__vendor__name"], "memory_gb": row["model__memory_gb"], "total": row["n_total"],
+             "healthy": row["n_healthy"], "isolated": row["n_isolated"], "allocated": _cards(row["allocated_sum"]),
+             "free": _cards(row["free_sum"])} for row in rows]
+
+
+def nodes_with_capacity() -> QuerySet[Node]:
+    """Nodes annotated with device_count, allocated_milli and free_milli (placeable shares), rack and site joined."""
+    placeable = Q(devices__isolated=False) & ~Q(devices__health=DeviceHealth.UNHEALTHY)
+    return Node.objects.select_related("rack__site").annotate(
+        device_count=Count("devices"),
+        allocated_milli=Coalesce(Sum("devices__allocated_milli"), 0),
+        free_milli=Coalesce(Sum(Value(MILLI) - F("devices__allocated_milli"), filter=placeable), 0),
+    )
+
+
+def capacity_by_node() -> list[dict]:
+    """Per node: devices, cards allocated and free (zero free on a cordoned node). One query."""
+    return [{"node_id": node.pk, "name": node.name, "site": node.rack.site.name if node.rack else "",
+             "rack": node.rack.name if node.rack else "", "schedulable": node.schedulable,
+             "devices": node.device_count, "allocated": _cards(node.allocated_milli),
+             "free": _cards(node.free_milli if node.schedulable else 0)}
+            for node in nodes_with_capacity().order_by("name")]
+
+
+def devices_with_relations() -> QuerySet[Device]:
+    return Device.objects.select_related("node", "model__vendor")
