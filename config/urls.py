@@ -10,6 +10,7 @@ api_v1 = [
     path("catalog/", include("catalog.api.urls")),
     path("", include("tenancy.api.urls")),
     path("", include("requests.api.urls")),
+    path("inventory/", include("scheduling.api.urls")),
 ]
 
 urlpatterns = [
