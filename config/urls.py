@@ -11,6 +11,7 @@ api_v1 = [
     path("", include("tenancy.api.urls")),
     path("", include("requests.api.urls")),
     path("inventory/", include("scheduling.api.urls")),
+    path("health/", include("scheduling.api.health_urls")),
 ]
 
 urlpatterns = [

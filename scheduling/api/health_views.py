@@ -1,0 +1,71 @@
+"""Health ingestion endpoint for agents and exporters (token of a user with scheduling.ingest_health)."""
+
+from drf_spectacular.utils import OpenApiExample, OpenApiResponse, extend_schema
+from rest_framework import exceptions, permissions
+from rest_framework.authentication import TokenAuthentication
+from rest_framework.parsers import BaseParser, JSONParser
+from rest_framework.response import Response
+from rest_framework.views import APIView
+
+from config.api import ErrorSerializer
+from scheduling.api import health_serializers as serializers
+from scheduling.health import health_ingest, parse_dcgm_text
+
+MAX_TEXT_BYTES = 8 * 1024 * 1024
+
+
+class PrometheusTextParser(BaseParser):
+    """Prometheus text exposition (`text/plain; version=0.0.4`), as dcgm-exporter serves it: the body as text."""
+
+    media_type = "text/plain"
+
+    def parse(self, stream, media_type=None, parser_context=None):
+        raw = stream.read(MAX_TEXT_BYTES + 1) if stream is not None else b""
+        if len(raw) > MAX_TEXT_BYTES:
+            raise exceptions.ValidationError({"body": f"At most {MAX_TEXT_BYTES} bytes of exposition text."})
+        try:
+            return raw.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise exceptions.ValidationError({"body": "Exposition text must be UTF-8."}) from exc
+
+
+class CanIngestHealth(permissions.BasePermission):
+    message = "Sending health events needs the scheduling.ingest_health permission."
+
+    def has_permission(self, request, view):
+        return bool(request.user and request.user.is_authenticated
+                    and request.user.has_perm("scheduling.ingest_health"))
+
+
+class HealthEventsView(APIView):
+    """Health signals in; every matching signal is recorded and may degrade or isolate devices at once."""
+
+    authentication_classes = [TokenAuthentication]
+    permission_classes = [CanIngestHealth]
+    parser_classes = [JSONParser, PrometheusTextParser]
+
+    @extend_schema(
+        request={"application/json": serializers.HealthEventsInSerializer,
+                 "text/plain": {"type": "string", "description": "dcgm-exporter text exposition (0.0.4)"}},
+        responses={200: serializers.IngestReportSerializer, **{
+            code: OpenApiResponse(ErrorSerializer) for code in (400, 401, 403)}},
+        examples=[OpenApiExample("BMC critical for a whole node", request_only=True, media_type="application/json",
+                                 value={"events": [{"node": "node-1", "source": "bmc", "signal": "Status.Health",
+                                                    "value": "Critical"}]})],
+        description="Structured events (JSON) or dcgm-exporter metrics (text/plain; version=0.0.4). Samples are "
+                    "matched against the health rules; the strongest action per device is applied (isolate beats "
+                    "degrade). Signals naming no known device are listed in unknown_devices. Bad input is a 400 "
+                    "validation_error and changes nothing.",
+    )
+    def post(self, request):
+        if request.content_type.split(";")[0].strip().lower() == PrometheusTextParser.media_type:
+            try:
+                samples = parse_dcgm_text(request.data if isinstance(request.data, str) else "")
+            except ValueError as exc:
+                raise exceptions.ValidationError({"body": [str(exc)]}) from exc
+        else:
+            body = serializers.HealthEventsInSerializer(data=request.data)
+            body.is_valid(raise_exception=True)
+            samples = body.samples()
+        report = health_ingest(samples, actor=request.user)
+        return Response(serializers.IngestReportSerializer(report).data)

@@ -1,0 +1,297 @@
+"""Health ingestion: signals from dcgm-exporter, BMCs and agents, matched against operator-editable rules.
+
+The evaluation is pure (no database): `HealthSample` is one signal about a device or a node, `parse_dcgm_text`
+turns dcgm-exporter's Prometheus text exposition into samples, `rule_matches`/`evaluate` match a sample against
+rules (any objects with source, signal, comparison, threshold, action, active; `HealthRule` rows in production).
+
+`health_ingest(samples, actor)` is the service: in one transaction it resolves each sample to devices, records a
+`HealthEvent` per device for every sample that matched a rule, and applies the strongest action per device
+(isolate beats degrade) through `device_isolate` / `device_set_health`. Repeating a sample changes nothing more:
+a device already isolated (or already degraded) is left alone, so no second isolation and no second audit row.
+After the commit it sends `health_changed` for the scheduling cycle to pick up.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from django.db import transaction
+from django.db.models import Q
+from prometheus_client.parser import text_string_to_metric_families
+
+from scheduling.choices import Comparison, DeviceHealth, HealthAction, HealthSource
+from scheduling.models import Device, HealthEvent, HealthRule, Node
+from scheduling.services import device_isolate, device_set_health
+from scheduling.signals import health_changed
+
+ACTION_RANK = {HealthAction.DEGRADE: 1, HealthAction.ISOLATE: 2}
+MAX_SAMPLES = 20_000
+
+# Outcomes per event, as the API reports them.
+MATCHED, NO_RULE, UNKNOWN_DEVICE = "matched", "no_rule", "unknown_device"
+
+
+# ------------------------------------------------------------------------------------------------ pure part
+
+
+@dataclass(frozen=True)
+class HealthSample:
+    """One signal: a device by UUID, a device by node name + index, or (no index, no UUID) every device of a node."""
+
+    source: str
+    signal: str
+    value: Any
+    device_uuid: str = ""
+    node: str = ""
+    index: int | None = None
+
+    @property
+    def node_wide(self) -> bool:
+        return not self.device_uuid and bool(self.node) and self.index is None
+
+    def target(self) -> dict:
+        target = {}
+        if self.device_uuid:
+            target["device_uuid"] = self.device_uuid
+        if self.node:
+            target["node"] = self.node
+        if self.index is not None:
+            target["index"] = self.index
+        return target
+
+
+class RuleLike(Protocol):
+    name: str
+    source: str
+    signal: str
+    comparison: str
+    threshold: str
+    action: str
+
+
+def _number(value: Any) -> float | None:
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int | float):
+        number = float(value)
+    else:
+        try:
+            number = float(str(value).strip())
+        except ValueError:
+            return None
+    return None if math.isnan(number) else number
+
+
+def value_text(value: Any) -> str:
+    """A value as stored and shown: 79.0 -> "79", True -> "true"."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, float) and value.is_integer():
+        return str(int(value))
+    return str(value).strip()
+
+
+def _equal(value: Any, expected: str) -> bool:
+    number, wanted = _number(value), _number(expected)
+    if number is not None and wanted is not None:
+        return number == wanted
+    return value_text(value).casefold() == expected.strip().casefold()
+
+
+def rule_matches(rule: RuleLike, sample: HealthSample) -> bool:
+    """Does the sample meet the rule? gt/gte compare numbers; eq and in compare numbers, else text (any case)."""
+    if rule.source != sample.source or rule.signal != sample.signal:
+        return False
+    if rule.comparison == Comparison.IN:
+        return any(_equal(sample.value, item) for item in rule.threshold.split(",") if item.strip())
+    if rule.comparison == Comparison.EQ:
+        return _equal(sample.value, rule.threshold)
+    number, threshold = _number(sample.value), _number(rule.threshold)
+    if number is None or threshold is None:
+        return False
+    if rule.comparison == Comparison.GT:
+        return number > threshold
+    if rule.comparison == Comparison.GTE:
+        return number >= threshold
+    return False
+
+
+def evaluate(sample: HealthSample, rules: Iterable[RuleLike]) -> RuleLike | None:
+    """The strongest active rule the sample meets (isolate beats degrade; among equals, the first), or None."""
+    matched = [rule for rule in rules if getattr(rule, "active", True) and rule_matches(rule, sample)]
+    return max(matched, key=lambda rule: ACTION_RANK[rule.action], default=None)
+
+
+def strongest(actions: Iterable[str]) -> str | None:
+    return max(actions, key=ACTION_RANK.__getitem__, default=None)
+
+
+_SAMPLE_NAME = re.compile(r"\s*([^\s{]+)")
+
+
+def parse_dcgm_text(text: str) -> list[HealthSample]:
+    """Samples from Prometheus text exposition (format 0.0.4) as NVIDIA dcgm-exporter prints it.
+
+    The signal is the metric name as written on the wire (prometheus_client renames counters, e.g. it reports
+    DCGM_FI_DEV_ECC_DBE_VOL_TOTAL samples as ..._TOTAL_total). Devices are named by the UUID label, with
+    Hostname + gpu as the fallback. Raises ValueError for text that is not the exposition format.
+    """
+    wire_names = set()
+    for line in text.splitlines():
+        stripped = line.strip()
+        if stripped and not stripped.startswith("#"):
+            wire_names.add(_SAMPLE_NAME.match(stripped).group(1))
+    try:
+        families = list(text_string_to_metric_families(text))
+    except (ValueError, IndexError, KeyError, TypeError) as exc:
+        raise ValueError(f"Not Prometheus text exposition format: {exc or type(exc).__name__}.") from exc
+    samples = []
+    for family in families:
+        for sample in family.samples:
+            labels = sample.labels
+            gpu = labels.get("gpu", "")
+            samples.append(HealthSample(
+                source=HealthSource.DCGM,
+                signal=sample.name if sample.name in wire_names else family.name,
+                value=sample.value,
+                device_uuid=labels.get("UUID", "") or labels.get("uuid", ""),
+                node=labels.get("Hostname", "") or labels.get("hostname", ""),
+                index=int(gpu) if gpu.isdigit() else None,
+            ))
+    if not samples:
+        raise ValueError("The text holds no samples.")
+    if len(samples) > MAX_SAMPLES:
+        raise ValueError(f"At most {MAX_SAMPLES} samples per request; got {len(samples)}.")
+    return samples
+
+
+# --------------------------------------------------------------------------------------------------- service
+
+
+@dataclass
+class EventOutcome:
+    sample: HealthSample
+    outcome: str  # MATCHED, NO_RULE or UNKNOWN_DEVICE
+    devices: list[str] = field(default_factory=list)  # UUIDs the sample applied to
+    rule: str | None = None
+    action: str | None = None
+
+
+@dataclass
+class DeviceOutcome:
+    uuid: str
+    node: str
+    index: int
+    action: str  # the strongest action the batch asked for
+    changed: bool  # False when the device was already in that state
+    health: str
+    isolated: bool
+
+
+@dataclass
+class IngestReport:
+    events: list[EventOutcome]
+    devices: list[DeviceOutcome]
+
+    @property
+    def unknown(self) -> list[dict]:
+        seen, unknown = set(), []
+        for event in self.events:
+            key = tuple(sorted(event.sample.target().items()))
+            if event.outcome == UNKNOWN_DEVICE and key not in seen:
+                seen.add(key)
+                unknown.append(event.sample.target())
+        return unknown
+
+
+def _resolve(samples: Sequence[HealthSample]) -> list[list[int] | None]:
+    """Device ids per sample (None: no such device or node), from two queries whatever the batch size."""
+    uuids = {sample.device_uuid for sample in samples if sample.device_uuid}
+    node_names = {sample.node for sample in samples if sample.node}
+    by_uuid, by_position, by_node = {}, {}, {}
+    rows = Device.objects.filter(Q(uuid__in=uuids) | Q(node__name__in=node_names)).values_list(
+        "pk", "uuid", "node__name", "index").order_by("node__name", "index")
+    for pk, uuid, node_name, index in rows:
+        by_uuid[uuid] = pk
+        by_position[(node_name, index)] = pk
+        by_node.setdefault(node_name, []).append(pk)
+    node_wide = {sample.node for sample in samples if sample.node_wide}
+    known_nodes = set(Node.objects.filter(name__in=node_wide).values_list("name", flat=True)) if node_wide else set()
+    resolved = []
+    for sample in samples:
+        if sample.device_uuid in by_uuid:
+            resolved.append([by_uuid[sample.device_uuid]])
+        elif sample.node and sample.index is not None and (sample.node, sample.index) in by_position:
+            resolved.append([by_position[(sample.node, sample.index)]])
+        elif sample.node_wide and sample.node in known_nodes:
+            resolved.append(by_node.get(sample.node, []))
+        else:
+            resolved.append(None)
+    return resolved
+
+
+def _detail(rule: RuleLike, sample: HealthSample) -> str:
+    return f"{sample.source} {sample.signal}={value_text(sample.value)} (rule: {rule.name})"[:300]
+
+
+def _apply(device: Device, action: str, detail: str, actor) -> bool:
+    """Bring the device to the action's state through the services; False when it already was there.
+
+    Isolation is the flag placement reads; it leaves `health` alone, so a four-eyes clearance alone makes the
+    card placeable again. Degrading an isolated card records its health and leaves it isolated.
+    """
+    if action == HealthAction.ISOLATE and not device.isolated:
+        device_isolate(device=device, reason=detail, actor=actor)
+        return True
+    if action == HealthAction.DEGRADE and device.health == DeviceHealth.HEALTHY:
+        device_set_health(device=device, health=DeviceHealth.DEGRADED, detail=detail, actor=actor)
+        return True
+    return False
+
+
+def health_ingest(samples: Sequence[HealthSample], actor=None) -> IngestReport:
+    """Record what matched, apply the strongest action per device, and tell the scheduler after the commit."""
+    rules = list(HealthRule.objects.filter(active=True))
+    with transaction.atomic():
+        resolved = _resolve(samples)
+        wanted_ids = sorted({pk for ids in resolved if ids for pk in ids})
+        devices = {device.pk: device for device in Device.objects.select_for_update(of=("self",))
+                   .select_related("node", "model").filter(pk__in=wanted_ids).order_by("pk")}
+        events, health_events = [], []
+        wanted: dict[int, tuple[str, str]] = {}  # device id -> (action, detail) of the strongest match
+        for sample, ids in zip(samples, resolved, strict=True):
+            if ids is None:
+                events.append(EventOutcome(sample, UNKNOWN_DEVICE))
+                continue
+            rule = evaluate(sample, rules)
+            uuids = [devices[pk].uuid for pk in ids]
+            if rule is None:
+                events.append(EventOutcome(sample, NO_RULE, uuids))
+                continue
+            events.append(EventOutcome(sample, MATCHED, uuids, rule.name, rule.action))
+            for pk in ids:
+                health_events.append(HealthEvent(device_id=pk, rule=rule, source=sample.source, signal=sample.signal,
+                                                 value=value_text(sample.value)[:200], action=rule.action))
+                if pk not in wanted or ACTION_RANK[rule.action] > ACTION_RANK[wanted[pk][0]]:
+                    wanted[pk] = (rule.action, _detail(rule, sample))
+        HealthEvent.objects.bulk_create(health_events)
+        outcomes, changed_ids, isolated_ids = [], [], []
+        for pk in sorted(wanted):
+            device, (action, detail) = devices[pk], wanted[pk]
+            was_isolated = device.isolated
+            changed = _apply(device, action, detail, actor)
+            if changed:
+                device.refresh_from_db(fields=["health", "isolated"])
+                changed_ids.append(pk)
+                if device.isolated and not was_isolated:
+                    isolated_ids.append(pk)
+            outcomes.append(DeviceOutcome(device.uuid, device.node.name, device.index, action, changed,
+                                          device.health, device.isolated))
+        if changed_ids:
+            transaction.on_commit(lambda: health_changed.send(
+                sender=HealthEvent, device_ids=changed_ids, isolated_ids=isolated_ids))
+    return IngestReport(events, outcomes)
