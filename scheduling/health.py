@@ -254,7 +254,10 @@ def _apply(device: Device, action: str, detail: str, actor) -> bool:
 
 
 def health_ingest(samples: Sequence[HealthSample], actor=None) -> IngestReport:
-    """Record what matched, apply the strongest action per device, and tell the scheduler after the commit."""
+    """Record what matched, apply the strongest action per device, and tell the scheduler after the commit.
+
+    Each HealthEvent carries the action its rule asks for; whether that changed the device is in the report.
+    """
     rules = list(HealthRule.objects.filter(active=True))
     with transaction.atomic():
         resolved = _resolve(samples)
@@ -267,6 +270,7 @@ def health_ingest(samples: Sequence[HealthSample], actor=None) -> IngestReport:
             if ids is None:
                 events.append(EventOutcome(sample, UNKNOWN_DEVICE))
                 continue
+            ids = [pk for pk in ids if pk in devices]  # a device deleted since _resolve is simply gone
             rule = evaluate(sample, rules)
             uuids = [devices[pk].uuid for pk in ids]
             if rule is None:

@@ -1,10 +1,17 @@
 """POST /api/v1/health/events/: who may send, structured events and dcgm-exporter text in, outcomes out."""
 
+from types import SimpleNamespace
+
 import pytest
 
+from requests import services as request_services
+from requests.choices import EventCode, RequestState
+from scheduling import cycle
 from scheduling.choices import DeviceHealth
 from scheduling.models import Device, HealthEvent
 from tenancy.models import AuditEvent
+from tests import factories
+from tests.requests.conftest import GENEROUS_QUOTA, make_order
 from tests.scheduling.health_inventory import DCGM_TEXT, HOSTNAME, UUIDS, device, gpu_node, ingest_user
 
 URL = "/api/v1/health/events/"
@@ -138,6 +145,45 @@ def test_repeated_scrapes_change_nothing_more_in_a_constant_number_of_queries(
         body = send_text(agent, DCGM_TEXT).json()
     assert device_states() == states and AuditEvent.objects.count() == audits
     assert not any(d["changed"] for d in body["devices"])
+
+
+def test_an_xid_on_a_running_card_reaches_its_request_and_the_next_cycle_avoids_isolated_cards(
+        agent, django_capture_on_commit_callbacks):
+    """End to end: a 2-card request runs on the node, a fatal XID arrives for one of its cards and for a free one;
+    the running request hears of it on its timeline, and the cycle that health_changed triggers keeps the next
+    2-card request waiting instead of placing it on the isolated card."""
+    accelerator = factories.AcceleratorModelFactory(memory_gb=80)
+    spec = factories.ResourceSpecFactory(accelerator_models=[accelerator], accelerator_count=2, cpu_cores=8,
+                                         memory_gb=64)
+    image = factories.ImageFactory()
+    shop = SimpleNamespace(service=factories.ServiceFactory(specs=[spec], images=[image]), image=image)
+    project = factories.project(quota=GENEROUS_QUOTA)
+    developer = factories.member(project)
+    gpu_node(model=accelerator)
+
+    running = request_services.request_submit(order=make_order(shop, project, spec=spec), requester=developer)
+    cycle.run_cycle()
+    running.refresh_from_db()
+    assert running.state == RequestState.ALLOCATED
+    bound = sorted(running.allocations.get().devices.values_list("device__uuid", flat=True))
+    free = sorted(set(UUIDS) - set(bound))
+    waiting = request_services.request_submit(order=make_order(shop, project, spec=spec), requester=developer)
+    assert waiting.state == RequestState.QUEUED  # submitted outside on_commit capture: no cycle ran yet
+
+    xids = [{**XID_79, "device_uuid": bound[0]}, {**XID_79, "device_uuid": free[0]}]
+    with django_capture_on_commit_callbacks(execute=True):
+        assert agent.post(URL, {"events": xids}, format="json").status_code == 200
+
+    note = running.events.get(code=EventCode.DEVICE_ISOLATED)
+    assert note.data["device"] == bound[0] and note.actor.username == "dcgm-exporter"
+    running.refresh_from_db()
+    assert running.state == RequestState.ALLOCATED  # isolation stops new placements, it does not evict
+    waiting.refresh_from_db()
+    assert waiting.state == RequestState.QUEUED
+    # the triggered cycle ran: of the two free cards only one is healthy, so the pair no longer fits
+    assert waiting.queue_reason["code"] == "capacity_in_use"
+    assert waiting.queue_reason["numbers"]["free_milli"] == 1000
+    assert not Device.objects.filter(uuid=free[0], bindings__allocation__request=waiting).exists()
 
 
 # --- bad input ---------------------------------------------------------------------------------------------
