@@ -4,10 +4,11 @@ State changes go through `_transition`, which calls the django-fsm transition, s
 timeline event in the caller's transaction. Follow-up work is started after commit.
 """
 
+import json
 from decimal import Decimal
 
 from django.conf import settings
-from django.db import transaction
+from django.db import connection, transaction
 from django.utils import timezone
 from django_fsm import TransitionNotAllowed
 from django_q.tasks import async_task
@@ -311,18 +312,37 @@ def requests_allocate(*, placed: list[tuple[ResourceRequest, str, dict]]) -> Non
 
 
 def requests_note_queue(*, waiting: list[tuple[ResourceRequest, int, dict]]) -> None:
-    """Store each queued request's position and reason; a changed reason code also goes on the timeline."""
+    """Store each queued request's position and reason; a changed reason code also goes on the timeline.
+
+    Only rows whose position or reason changed are written, in one UPDATE ... FROM (VALUES ...) statement:
+    a cycle over thousands of waiting requests must not cost thousands of queries (or Django's slow CASE form).
+    """
     now = timezone.now()
-    events = []
+    events, changed = [], []
     for request, position, reason in waiting:
         if request.queue_reason.get("code") != reason["code"]:
             events.append(RequestEvent(request=request, from_state=request.state, to_state=request.state,
                                        code=EventCode.QUEUE_REASON, message=reason["message"], data=reason,
                                        created_at=now))
-        request.queue_position, request.queue_reason, request.queue_updated_at = position, reason, now
-    ResourceRequest.objects.bulk_update([request for request, _, _ in waiting],
-                                        ["queue_position", "queue_reason", "queue_updated_at"], batch_size=2000)
+        if (request.queue_position, request.queue_reason) != (position, reason):
+            changed.append((request.pk, position, json.dumps(reason, default=str)))
+    _write_queue_status(changed, now)
     RequestEvent.objects.bulk_create(events)
+
+
+def _write_queue_status(rows: list[tuple[int, int, str]], now) -> None:
+    if not rows:
+        return
+    postgres = connection.vendor == "postgresql"
+    row_sql = "(%s::bigint, %s::integer, %s::jsonb)" if postgres else "(%s, %s, %s)"
+    table = ResourceRequest._meta.db_table
+    with connection.cursor() as cursor:
+        for start in range(0, len(rows), 5000):
+            batch = rows[start:start + 5000]
+            cursor.execute(
+                f"UPDATE {table} SET queue_position = v.position, queue_reason = v.reason, queue_updated_at = %s "
+                f"FROM (VALUES {', '.join([row_sql] * len(batch))}) AS v(id, position, reason) "
+                f"WHERE {table}.id = v.id", [now, *[value for row in batch for value in row]])
 
 
 def can_release(user: User, request: ResourceRequest) -> bool:
