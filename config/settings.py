@@ -122,8 +122,9 @@ LOGOUT_REDIRECT_URL = "login"
 CATALOG_CURRENCY = env_str("CATALOG_CURRENCY", "USD")
 # Pending approvals older than this get a reminder on their timeline (hourly django-q2 schedule).
 APPROVAL_REMINDER_HOURS = env_int("APPROVAL_REMINDER_HOURS", 24)
-# Scheduling: cycle cadence, expiry warnings, and when an allocation without heartbeats counts as stale.
-SCHEDULER_CYCLE_SECONDS = env_int("SCHEDULER_CYCLE_SECONDS", 10)
+# /metrics: when set, scrapers must send `Authorization: Bearer <token>`.
+METRICS_TOKEN = env_str("METRICS_TOKEN")
+# Scheduling: expiry warnings, and when an allocation without heartbeats counts as stale.
 EXPIRY_WARNING_HOURS = env_int("EXPIRY_WARNING_HOURS", 4)
 ALLOCATION_HEARTBEAT_TIMEOUT_MINUTES = env_int("ALLOCATION_HEARTBEAT_TIMEOUT_MINUTES", 30)
 

@@ -3,6 +3,7 @@ from django.urls import include, path, re_path
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 from rest_framework.authtoken.views import obtain_auth_token
 
+from config.metrics import metrics
 from config.views import healthz, not_found
 
 api_v1 = [
@@ -22,6 +23,7 @@ urlpatterns = [
     path("api/schema/", SpectacularAPIView.as_view(), name="api-schema"),
     path("api/docs/", SpectacularSwaggerView.as_view(url_name="api-schema"), name="api-docs"),
     path("healthz", healthz, name="healthz"),
+    path("metrics", metrics, name="metrics"),
     re_path(r"^api/", not_found),  # unknown API paths answer in the API's error shape, DEBUG or not
 ]
 

@@ -25,12 +25,15 @@ def ensure_schedules(**_kwargs) -> None:
 def connect() -> None:
     from django.db.models.signals import post_migrate
 
+    from config import metrics
     from requests import hooks
     from requests.signals import request_queued, request_releasing
     from scheduling.allocations import allocation_details
+    from scheduling.metrics import SchedulerCollector
     from scheduling.signals import health_changed
 
     hooks.allocation_details = allocation_details
+    metrics.register(SchedulerCollector())
     request_queued.connect(trigger_cycle, dispatch_uid="scheduling.cycle_on_queue")
     health_changed.connect(trigger_cycle, dispatch_uid="scheduling.cycle_on_health")
     request_releasing.connect(free_devices, dispatch_uid="scheduling.free_on_release")
