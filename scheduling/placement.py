@@ -541,10 +541,14 @@ class PlacementEngine:
         """Bind demands in the given (priority) order. Without ``backfill``, once a demand stays pending, lower-
         priority demands competing for the same models are held back (``higher_priority_ahead``)."""
         result = PlacementResult()
-        blocked: list[Demand] = []
+        blockers: dict[frozenset, Demand] = {}  # per model set: the highest-priority demand left pending
+        # Shapes that did not fit. Within one call nothing frees up, so the same shape fails the same way again
+        # and needs no second search (a cycle over thousands of identical waiting requests stays fast).
+        failed: dict[tuple, Pending] = {}
         for demand in demands:
             blocker = None if backfill else next(
-                (b for b in blocked if b.priority > demand.priority and _overlap(b.models, demand.models)), None)
+                (b for b in blockers.values() if b.priority > demand.priority and _overlap(b.models, demand.models)),
+                None)
             if blocker is not None and self.fits(demand):
                 result.pending.append(Pending(
                     demand.id, HIGHER_PRIORITY_AHEAD,
@@ -552,10 +556,16 @@ class PlacementEngine:
                     f"(priority {blocker.priority} > {demand.priority}) which is still pending",
                     {"blocked_by": blocker.id, "blocker_priority": blocker.priority, "priority": demand.priority}))
                 continue
-            outcome = self.place_one(demand)
+            key = (*_Shape(demand).key, demand.allow_degraded, demand.members, demand.domain_level)
+            known = failed.get(key)
+            outcome = self.place_one(demand) if known is None else Pending(
+                demand.id, known.reason, known.message, known.numbers)
             if isinstance(outcome, Pending):
                 result.pending.append(outcome)
-                blocked.append(demand)
+                failed.setdefault(key, outcome)
+                current = blockers.get(demand.models)
+                if current is None or demand.priority > current.priority:
+                    blockers[demand.models] = demand
             else:
                 result.bindings.extend(outcome)
         return result
