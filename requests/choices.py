@@ -73,6 +73,8 @@ class EventCode(models.TextChoices):
     RELEASED = "released", "Released"
     FAILED = "failed", "Failed"
     PREEMPTED = "preempted", "Preempted"
+    PREEMPTION_SCHEDULED = "preemption_scheduled", "Preemption scheduled"
+    PREEMPTION_CALLED_OFF = "preemption_called_off", "Preemption called off"
     DEVICE_ISOLATED = "device_isolated", "Device isolated"
 
 

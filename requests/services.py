@@ -20,7 +20,7 @@ from requests.models import RequestEvent, ResourceRequest
 from requests.models.request import snapshot_hash
 from requests.orders import Order, approval_facts, describe_order, size_order, validate_order
 from requests.quota import Demand, exceeded, lock_quota_scope, quota_impact
-from requests.signals import request_queued, request_releasing
+from requests.signals import request_preempted, request_queued, request_releasing
 from tenancy.choices import ProjectPermission
 from tenancy.models import User
 from tenancy.selectors import user_has_project_permission
@@ -309,6 +309,48 @@ def requests_allocate(*, placed: list[tuple[ResourceRequest, str, dict]]) -> Non
         raise Conflict("Some requests left the queue while they were being allocated.", code="queue_changed",
                        details={"expected": len(ids), "updated": updated})
     RequestEvent.objects.bulk_create(events)
+
+
+PREEMPTABLE_STATES = (RequestState.ALLOCATED, RequestState.PROVISIONING, RequestState.ACTIVE)
+
+
+def requests_preempt(*, preempted: list[tuple[ResourceRequest, int, str, dict]]) -> None:
+    """allocated/provisioning/active -> queued for the victims of a preemption (request, winner id, message, data):
+    one UPDATE guarded on the states, one INSERT of PREEMPTED events. The scheduler has already returned their
+    devices; it places them again like any queued request (the approved snapshot stays the contract)."""
+    now = timezone.now()
+    events = []
+    for request, _winner, message, data in preempted:
+        before = request.state
+        try:
+            request.preempt()
+        except TransitionNotAllowed as refusal:
+            raise Conflict(f"Request #{request.pk} is {before}; it cannot be preempted.", code="illegal_transition",
+                           details={"state": before, "action": "preempt"}) from refusal
+        events.append(RequestEvent(request=request, from_state=before, to_state=request.state,
+                                   code=EventCode.PREEMPTED, message=message, data=data, created_at=now))
+    ids = [request.pk for request, _, _, _ in preempted]
+    updated = ResourceRequest.objects.filter(pk__in=ids, state__in=PREEMPTABLE_STATES).update(
+        state=RequestState.QUEUED, queue_position=None, queue_reason={}, queue_updated_at=now, updated_at=now)
+    if updated != len(ids):
+        raise Conflict("Some requests stopped running while they were being preempted.", code="state_changed",
+                       details={"expected": len(ids), "updated": updated})
+    RequestEvent.objects.bulk_create(events)
+    pairs = [(request.pk, winner) for request, winner, _, _ in preempted]
+
+    def announce():
+        for request_id, winner_id in pairs:
+            request_preempted.send(sender=ResourceRequest, request_id=request_id, winner_id=winner_id)
+
+    transaction.on_commit(announce)
+
+
+def requests_note(*, code: str, notes: list[tuple[ResourceRequest, str, dict]]) -> None:
+    """Put one note (same code) on many timelines in one INSERT; the states stay as they are."""
+    now = timezone.now()
+    RequestEvent.objects.bulk_create([
+        RequestEvent(request=request, from_state=request.state, to_state=request.state, code=code, message=message,
+                     data=data, created_at=now) for request, message, data in notes])
 
 
 def requests_note_queue(*, waiting: list[tuple[ResourceRequest, int, dict]]) -> None:

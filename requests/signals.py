@@ -8,3 +8,7 @@ request_queued = Signal()
 # Sent after commit when a request starts releasing. kwargs: request_id (int), reason (str). The scheduler frees
 # the devices and finishes the release.
 request_releasing = Signal()
+
+# Sent after commit when a running request is preempted back to the queue. kwargs: request_id (int), winner_id (int).
+# Provisioning listens to stop the environment.
+request_preempted = Signal()

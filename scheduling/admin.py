@@ -21,6 +21,7 @@ from scheduling.models import (
     HealthRule,
     IsolationClearance,
     Node,
+    PreemptionRule,
     Rack,
     Site,
 )
@@ -199,7 +200,7 @@ class DeviceAdmin(AuditedSaveMixin, admin.ModelAdmin):
 @admin.register(Allocation)
 class AllocationAdmin(ReadOnlyAdmin):
     list_display = ["id", "request", "node", "state", "device_count", "cpu_milli", "priority", "started_at",
-                    "expires_at", "released_at"]
+                    "expires_at", "preempt_at", "released_at"]
     list_filter = ["state", "preemptible"]
     list_select_related = ["node", "request__service", "request__project"]
     search_fields = ["node__name", "=request__id"]
@@ -244,3 +245,12 @@ class HealthEventAdmin(ReadOnlyAdmin):
     list_select_related = ["device__node", "device__model__vendor", "rule"]
     search_fields = ["device__uuid", "device__node__name", "signal"]
     date_hierarchy = "received_at"
+
+
+@admin.register(PreemptionRule)
+class PreemptionRuleAdmin(AuditedSaveMixin, admin.ModelAdmin):
+    """Which priority class may preempt which, with the victims' grace period; the scheduler reads active rules."""
+
+    list_display = ["preemptor", "victim", "grace_period_seconds", "active"]
+    list_filter = ["preemptor", "victim", "active"]
+    list_editable = ["grace_period_seconds", "active"]

@@ -10,6 +10,7 @@ class SchedulingConfig(AppConfig):
         *[f"scheduling.{verb}_{model}" for model in _INVENTORY for verb in ("view", "add", "change")],
         "scheduling.view_allocation", "scheduling.view_allocationdevice", "scheduling.view_healthevent",
         "scheduling.delete_healthrule", "scheduling.view_isolationclearance",
+        *[f"scheduling.{verb}_preemptionrule" for verb in ("view", "add", "change", "delete")],
     ]
     # Not for operators: scheduling.clear_device_isolation is granted person by person (four eyes).
 

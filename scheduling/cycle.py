@@ -16,7 +16,7 @@ from catalog.models import SliceProfile
 from requests.choices import PRIORITY_RANK, PriorityClass, RequestState
 from requests.models import ResourceRequest
 from requests.services import requests_allocate, requests_note_queue
-from scheduling import placement
+from scheduling import placement, preemption
 from scheduling.choices import AllocationState, DeviceHealth
 from scheduling.models import Allocation, AllocationDevice, Device, Node
 from scheduling.signals import requests_allocated
@@ -35,6 +35,7 @@ class CycleResult:
     allocated: list[int] = field(default_factory=list)
     waiting: dict[int, str] = field(default_factory=dict)  # request id -> reason code
     queries: int = 0
+    preempted: list[int] = field(default_factory=list)  # requests preempted (back in the queue) by this cycle
 
 
 def _take_cycle_lock() -> bool:
@@ -186,10 +187,11 @@ def run_cycle(*, policy: str = "default") -> CycleResult:
         if not _take_cycle_lock():
             return CycleResult(ran=False)
         now = timezone.now()
+        carried = preemption.carry_out(now)  # due preemptions first: this cycle places their winners
         queue = queue_order(list(ResourceRequest.objects.select_for_update(skip_locked=True)
                                  .filter(state=RequestState.QUEUED)))
         if not queue:
-            return CycleResult(ran=True)
+            return CycleResult(ran=True, preempted=carried.preempted)
         refused = _over_concurrency(queue)
         candidates = [request for request in queue if request.pk not in refused]
         cluster = load_snapshot()
@@ -200,8 +202,11 @@ def run_cycle(*, policy: str = "default") -> CycleResult:
         reasons = {**refused, **{int(pending.demand_id): {"code": pending.reason, "message": pending.message,
                                                           "numbers": dict(pending.numbers)}
                                  for pending in result.pending}}
+        reasons.update(preemption.schedule(cluster=cluster, result=result, demands=demands, requests=by_id,
+                                           scheduled=carried.scheduled, policy=policy, now=now))
         waiting = [request for request in queue if request.pk in reasons]
         requests_note_queue(waiting=[(request, position, reasons[request.pk])
                                      for position, request in enumerate(waiting, start=1)])
         transaction.on_commit(lambda: requests_allocated.send(sender=Allocation, request_ids=allocated))
-    return CycleResult(ran=True, allocated=allocated, waiting={pk: reason["code"] for pk, reason in reasons.items()})
+    return CycleResult(ran=True, allocated=allocated, waiting={pk: reason["code"] for pk, reason in reasons.items()},
+                       preempted=carried.preempted)

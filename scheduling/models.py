@@ -5,11 +5,16 @@ A device's `allocated_milli` is the database's own guard against double binding:
 over-committed share fails in PostgreSQL, whatever the code above it believes.
 """
 
+import operator
+from functools import reduce
+
 from django.conf import settings
+from django.core.exceptions import ValidationError
 from django.core.validators import MaxValueValidator, MinValueValidator
 from django.db import models
 from django.db.models import Q
 
+from requests.choices import PRIORITY_RANK, PriorityClass
 from scheduling.choices import AllocationState, Comparison, DeviceHealth, HealthAction, HealthSource
 from scheduling.placement import MILLI
 
@@ -121,14 +126,25 @@ class Allocation(models.Model):
     heartbeat_at = models.DateTimeField(null=True, blank=True, help_text="Last sign of life from the runtime.")
     released_at = models.DateTimeField(null=True, blank=True)
     release_reason = models.CharField(max_length=300, blank=True)
+    preempt_at = models.DateTimeField(null=True, blank=True,
+                                      help_text="When the scheduler preempts it for a higher-priority request.")
+    preempted_for = models.ForeignKey("requests.ResourceRequest", null=True, blank=True, on_delete=models.PROTECT,
+                                      related_name="preempting", help_text="The request it makes room for.")
 
     class Meta:
         ordering = ["-started_at", "-id"]
-        indexes = [models.Index(fields=["state", "expires_at"], name="allocation_state_expiry_idx")]
+        indexes = [
+            models.Index(fields=["state", "expires_at"], name="allocation_state_expiry_idx"),
+            models.Index(fields=["preempt_at"], condition=Q(preempt_at__isnull=False),
+                         name="allocation_preempt_at_idx"),
+        ]
         constraints = [
             models.CheckConstraint(condition=Q(state=AllocationState.ACTIVE, released_at__isnull=True)
                                    | Q(state=AllocationState.RELEASED, released_at__isnull=False),
                                    name="released_allocation_has_time"),
+            models.CheckConstraint(condition=Q(preempt_at__isnull=True, preempted_for__isnull=True)
+                                   | Q(preempt_at__isnull=False, preempted_for__isnull=False),
+                                   name="preemption_has_time_and_winner"),
         ]
 
     def __str__(self):
@@ -216,3 +232,39 @@ class IsolationClearance(models.Model):
 
     def __str__(self):
         return f"Clear isolation of {self.device}"
+
+
+def _lower_pairs() -> Q:
+    """preemptor/victim pairs where the victim ranks strictly lower (the database refuses any other rule)."""
+    pairs = [Q(preemptor=preemptor, victim__in=[victim for victim in PriorityClass.values
+                                                 if PRIORITY_RANK[victim] < PRIORITY_RANK[preemptor]])
+             for preemptor in PriorityClass.values if PRIORITY_RANK[preemptor] > min(PRIORITY_RANK.values())]
+    return reduce(operator.or_, pairs)
+
+
+class PreemptionRule(models.Model):
+    """Operator policy: a waiting request of `preemptor` priority may evict running allocations of `victim`
+    priority, which keep running for `grace_period_seconds` after the preemption is scheduled."""
+
+    preemptor = models.CharField(max_length=12, choices=PriorityClass.choices,
+                                 help_text="Priority class of the waiting request.")
+    victim = models.CharField(max_length=12, choices=PriorityClass.choices,
+                              help_text="Priority class of the running allocations it may preempt (a lower one).")
+    grace_period_seconds = models.PositiveIntegerField(
+        default=300, help_text="How long a victim keeps running after its preemption is scheduled.")
+    active = models.BooleanField(default=True)
+
+    class Meta:
+        ordering = ["preemptor", "victim"]
+        constraints = [
+            models.UniqueConstraint(fields=["preemptor", "victim"], name="one_preemption_rule_per_pair"),
+            models.CheckConstraint(condition=_lower_pairs(), name="preemption_victim_ranks_lower"),
+        ]
+
+    def __str__(self):
+        return (f"{self.get_preemptor_display()} may preempt {self.get_victim_display()} "
+                f"(grace {self.grace_period_seconds} s)")
+
+    def clean(self):
+        if self.preemptor and self.victim and PRIORITY_RANK.get(self.victim, 0) >= PRIORITY_RANK.get(self.preemptor, 0):
+            raise ValidationError({"victim": "A request can only preempt a lower priority class."})

@@ -1,0 +1,198 @@
+"""Preemption inside the scheduling cycle: operator rules say which priority class may evict which.
+
+Two steps, both under the cycle's advisory lock and transaction:
+
+1. `carry_out` (start of the cycle): allocations whose grace period is over are preempted (devices back to the
+   pool, allocation released "preempted for #N", request back to the queue with a PREEMPTED event), so the same
+   cycle's placement gives their devices to the waiting winner. Preemptions whose winner no longer waits (it was
+   placed elsewhere, cancelled, ...) are called off.
+2. `schedule` (after placement): for each higher-priority request still waiting for capacity, in queue order, the
+   engine plans the smallest set of running allocations whose eviction makes room. When every victim's class may
+   be preempted by the request's class under an active `PreemptionRule` and no victim is already promised to
+   another request, the victims' allocations get `preempt_at` (now + the longest grace among the rules involved,
+   one time for the whole set) and `preempted_for`, their timelines say when and for whom, and the winner's queue
+   reason becomes `preemption_pending` with the victims and the time.
+
+Queries are constant per cycle (a handful when anything is scheduled or due, however many requests wait).
+Planning runs the engine over a copy of the post-placement cluster in which only the victims the rules allow for
+the request's class are preemptible; the copy is rebuilt after each accepted plan so one cycle never promises the
+same victim twice.
+"""
+
+from collections import defaultdict
+from dataclasses import dataclass, field, replace
+from datetime import UTC, timedelta
+
+from requests.choices import PRIORITY_RANK, EventCode, RequestState
+from requests.services import PREEMPTABLE_STATES, requests_note, requests_preempt
+from scheduling import placement
+from scheduling.choices import AllocationState
+from scheduling.models import Allocation, PreemptionRule
+from scheduling.reclaim import unbind_devices
+
+PREEMPTION_PENDING = "preemption_pending"
+PLANNABLE = frozenset({placement.CAPACITY_IN_USE, placement.FRAGMENTATION})  # waits that evicting can end
+MAX_PLANS_PER_CYCLE = 25  # engine plans tried per cycle (each is an exhaustive search); the rest wait a cycle
+CLASS_OF_RANK = {rank: str(priority.value) for priority, rank in PRIORITY_RANK.items()}
+
+
+@dataclass
+class CarriedOut:
+    preempted: list[int] = field(default_factory=list)  # victim request ids, now queued again
+    called_off: list[int] = field(default_factory=list)  # victim request ids that keep running
+    scheduled: dict[int, list[Allocation]] = field(default_factory=dict)  # winner id -> victims still to come
+
+
+def _at(moment) -> str:
+    return f"{moment.astimezone(UTC):%Y-%m-%d %H:%M:%S} UTC"
+
+
+def carry_out(now) -> CarriedOut:
+    """Preempt what is due, call off what is no longer needed, and report what is still scheduled."""
+    rows = list(Allocation.objects.select_for_update(of=("self", "request"))
+                .filter(state=AllocationState.ACTIVE, preempt_at__isnull=False)
+                .select_related("request", "preempted_for").order_by("preempt_at", "pk"))
+    outcome = CarriedOut()
+    due: list[Allocation] = []
+    called_off: list[Allocation] = []
+    for allocation in rows:
+        winner = allocation.preempted_for
+        if winner.state != RequestState.QUEUED:
+            called_off.append(allocation)
+        elif allocation.preempt_at <= now and allocation.request.state in PREEMPTABLE_STATES:
+            due.append(allocation)
+        else:  # not yet due, or the victim is being released anyway: the winner keeps waiting for it
+            outcome.scheduled.setdefault(winner.pk, []).append(allocation)
+    if called_off:
+        Allocation.objects.filter(pk__in=[allocation.pk for allocation in called_off]).update(
+            preempt_at=None, preempted_for=None)
+        victims = {allocation.request_id: allocation for allocation in called_off}
+        requests_note(code=EventCode.PREEMPTION_CALLED_OFF, notes=[
+            (allocation.request, f"Preemption called off: request #{allocation.preempted_for_id} no longer needs "
+                                 "these devices.", {"for_request": allocation.preempted_for_id})
+            for allocation in victims.values()])
+        outcome.called_off = list(victims)
+    if due:
+        unbind_devices([allocation.pk for allocation in due])
+        for allocation in due:
+            allocation.state, allocation.released_at = AllocationState.RELEASED, now
+            allocation.release_reason = f"preempted for #{allocation.preempted_for_id}"
+        Allocation.objects.bulk_update(due, ["state", "released_at", "release_reason"])
+        victims = {}
+        for allocation in due:
+            victims.setdefault(allocation.request_id, allocation)
+        requests_preempt(preempted=[
+            (allocation.request, allocation.preempted_for_id,
+             f"Preempted for request #{allocation.preempted_for_id} (priority {allocation.preempted_for.priority}); "
+             "devices returned to the pool, back in the queue.",
+             {"for_request": allocation.preempted_for_id, "priority": allocation.preempted_for.priority,
+              "allocations": [row.pk for row in due if row.request_id == request_id]})
+            for request_id, allocation in victims.items()])
+        outcome.preempted = list(victims)
+    return outcome
+
+
+def _pending_reason(victims: list[int], preempt_at, node: str, priority: str) -> dict:
+    names = ", ".join(f"#{victim}" for victim in victims)
+    return {"code": PREEMPTION_PENDING,
+            "message": f"Waiting for preemption of {names} on {node} at {_at(preempt_at)} "
+                       f"(priority {priority} may preempt them).",
+            "numbers": {"victims": victims, "preempt_at": preempt_at.isoformat(), "node": node}}
+
+
+def _active_rules() -> dict[str, dict[str, int]]:
+    rules: dict[str, dict[str, int]] = defaultdict(dict)
+    for rule in PreemptionRule.objects.filter(active=True):
+        rules[rule.preemptor][rule.victim] = rule.grace_period_seconds
+    return rules
+
+
+def schedule(*, cluster, result: placement.PlacementResult, demands: list[placement.Demand], requests: dict,
+             scheduled: dict[int, list[Allocation]], policy, now) -> dict[int, dict]:
+    """Plan and record preemptions for waiting requests; returns queue reasons (preemption_pending) by request id.
+
+    `cluster` is the cycle's ClusterSnapshot (before placement), `result` the placement just committed.
+    """
+    pending = {int(item.demand_id): item.reason for item in result.pending}
+    running = {allocation.id: allocation for allocation in cluster.snapshot.allocations}
+    reasons: dict[int, dict] = {}
+    for winner_id, allocations in scheduled.items():  # still waiting for an earlier plan: same reason as before
+        if winner_id in pending:
+            victims = sorted({allocation.request_id for allocation in allocations})
+            node = running[str(victims[0])].node if str(victims[0]) in running else "?"
+            reasons[winner_id] = _pending_reason(victims, max(a.preempt_at for a in allocations), node,
+                                                 requests[winner_id].priority)
+    candidates = [demand for demand in demands
+                  if pending.get(int(demand.id)) in PLANNABLE and int(demand.id) not in scheduled]
+    if not candidates:
+        return reasons
+    rules = _active_rules()
+    candidates = [demand for demand in candidates if rules.get(CLASS_OF_RANK[demand.priority])]
+    if not candidates:
+        return reasons
+
+    promised = {str(allocation.request_id) for allocations in scheduled.values() for allocation in allocations}
+    placed_now = [placement.Allocation(binding.demand_id, binding.node, binding.devices, binding.cpu_milli,
+                                       binding.memory_mib, PRIORITY_RANK[requests[int(binding.demand_id)].priority],
+                                       preemptible=False, started_at=now.timestamp())
+                  for binding in result.bindings]
+    engines: dict[str, placement.PlacementEngine] = {}
+
+    def engine_for(priority: str) -> placement.PlacementEngine:
+        if priority not in engines:
+            allowed = rules[priority]
+            allocations = [replace(allocation, preemptible=allocation.id not in promised
+                                   and CLASS_OF_RANK.get(allocation.priority) in allowed)
+                           for allocation in cluster.snapshot.allocations] + placed_now
+            engines[priority] = placement.PlacementEngine(
+                placement.Snapshot(cluster.snapshot.nodes, allocations), policy, workload=demands)
+        return engines[priority]
+
+    plans = []  # (winner id, victim ids, node, preempt_at, grace seconds, priority)
+    hopeless: set = set()  # (class, demand shape) that found no plan this cycle
+    for demand in candidates[:MAX_PLANS_PER_CYCLE]:
+        priority = CLASS_OF_RANK[demand.priority]
+        shape = (priority, replace(demand, id=""))
+        if shape in hopeless:
+            continue
+        plan = engine_for(priority).plan_preemption(demand)
+        if not plan.feasible or not plan.victims:
+            hopeless.add(shape)
+            continue
+        allowed = rules[priority]
+        victim_classes = [CLASS_OF_RANK.get(running[victim].priority) if victim in running else None
+                          for victim in plan.victims]
+        if any(victim in promised for victim in plan.victims) or any(c not in allowed for c in victim_classes):
+            continue  # defensive: the planning copy only offers allowed, unpromised victims
+        grace = max(allowed[c] for c in victim_classes)
+        preempt_at = now + timedelta(seconds=grace)
+        victims = sorted(int(victim) for victim in plan.victims)
+        plans.append((int(demand.id), victims, plan.node, preempt_at, grace, priority))
+        promised.update(plan.victims)
+        engines.clear()  # the next plan must not count on these victims
+        reasons[int(demand.id)] = _pending_reason(victims, preempt_at, plan.node, priority)
+    if plans:
+        _mark(plans)
+    return reasons
+
+
+def _mark(plans) -> None:
+    """Write the plans: victims' allocations get preempt_at/preempted_for (two queries), timelines one INSERT."""
+    by_victim = {victim: (winner, node, preempt_at, grace, priority)
+                 for winner, victims, node, preempt_at, grace, priority in plans for victim in victims}
+    rows = list(Allocation.objects.filter(request_id__in=list(by_victim), state=AllocationState.ACTIVE)
+                .select_related("request"))
+    for allocation in rows:
+        winner, _node, preempt_at, _grace, _priority = by_victim[allocation.request_id]
+        allocation.preempt_at, allocation.preempted_for_id = preempt_at, winner
+    Allocation.objects.bulk_update(rows, ["preempt_at", "preempted_for"])
+    notes = {}
+    for allocation in rows:
+        winner, node, preempt_at, grace, priority = by_victim[allocation.request_id]
+        notes[allocation.request_id] = (
+            allocation.request,
+            f"Will be preempted at {_at(preempt_at)} for request #{winner} (priority {priority}); save your work "
+            "before then. The request then goes back to the queue.",
+            {"for_request": winner, "priority": priority, "preempt_at": preempt_at.isoformat(), "node": node,
+             "grace_seconds": grace})
+    requests_note(code=EventCode.PREEMPTION_SCHEDULED, notes=list(notes.values()))
