@@ -6,3 +6,6 @@ from typing import Any
 
 # scheduling: the request's allocation (node, devices, expiry) as a dict, or None.
 allocation_details: Callable[[Any], dict | None] | None = None
+
+# scheduling: would an order fit now ({fits_now, node, queued_ahead, code, message}), given (order, sizing).
+placement_estimate: Callable[[Any, Any], dict | None] | None = None

@@ -14,7 +14,7 @@ from django_fsm import TransitionNotAllowed
 from django_q.tasks import async_task
 
 from config.errors import Conflict, DomainError, NotPermitted
-from requests import approvals
+from requests import approvals, hooks
 from requests.choices import ApprovalSubject, EventCode, OverQuota, RequestState
 from requests.models import RequestEvent, ResourceRequest
 from requests.models.request import snapshot_hash
@@ -78,7 +78,7 @@ def request_preview(*, order: Order, requester: User, over_quota: str = OverQuot
         "fits_quota": not reasons,
         "quota_reasons": reasons,
         "approval_route": approvals.route_for(facts).as_data(),
-        "placement": None,  # filled by the scheduler's estimator once scheduling exists
+        "placement": hooks.placement_estimate(order, sizing) if hooks.placement_estimate else None,
     }
 
 

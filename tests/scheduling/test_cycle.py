@@ -262,3 +262,17 @@ def test_concurrent_cycles_and_releases_never_bind_a_device_twice(shop, team):
     assert not errors
     device_totals_match_bindings()
     assert ResourceRequest.objects.filter(pk__in=[r.pk for r in requests], state=RequestState.ALLOCATED).exists()
+
+
+def test_preview_says_where_an_order_fits_now_or_what_it_would_wait_behind(shop, team, api_as):
+    add_node(shop.accelerator, name="only", cards=2)
+    body = {"service": shop.service.pk, "project": team.project.pk, "spec": shop.whole.pk, "image": shop.image.pk,
+            "duration_hours": 10}
+    preview = api_as(team.developer).post("/api/v1/requests/preview/", body, format="json").json()
+    assert "placement" in preview, preview
+    assert preview["placement"]["fits_now"] is True and preview["placement"]["node"] == "only"
+    queued(shop, team)  # takes both cards once scheduled
+    preview = api_as(team.developer).post("/api/v1/requests/preview/", body, format="json").json()
+    assert preview["placement"]["fits_now"] is False
+    assert preview["placement"]["queued_ahead"] == 1
+    assert preview["placement"]["code"] == "capacity_in_use"
