@@ -124,7 +124,9 @@ CATALOG_CURRENCY = env_str("CATALOG_CURRENCY", "USD")
 APPROVAL_REMINDER_HOURS = env_int("APPROVAL_REMINDER_HOURS", 24)
 # /metrics: when set, scrapers must send `Authorization: Bearer <token>`.
 METRICS_TOKEN = env_str("METRICS_TOKEN")
-# Scheduling: expiry warnings, and when an allocation without heartbeats counts as stale.
+# Scheduling: anti-starvation aging, optional fair share, expiry warnings, when an allocation counts as stale.
+SCHEDULER_STARVATION_MINUTES = env_int("SCHEDULER_STARVATION_MINUTES", 30)
+SCHEDULER_FAIR_SHARE = env_bool("SCHEDULER_FAIR_SHARE", default=False)
 EXPIRY_WARNING_HOURS = env_int("EXPIRY_WARNING_HOURS", 4)
 ALLOCATION_HEARTBEAT_TIMEOUT_MINUTES = env_int("ALLOCATION_HEARTBEAT_TIMEOUT_MINUTES", 30)
 

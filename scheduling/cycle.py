@@ -8,6 +8,7 @@ import logging
 from dataclasses import dataclass, field
 from datetime import timedelta
 
+from django.conf import settings
 from django.db import connection, transaction
 from django.db.models import Count
 from django.utils import timezone
@@ -15,12 +16,13 @@ from django.utils import timezone
 from catalog.models import SliceProfile
 from requests.choices import PRIORITY_RANK, PriorityClass, RequestState
 from requests.models import ResourceRequest
+from requests.quota import month_start
 from requests.services import requests_allocate, requests_note_queue
 from scheduling import placement, preemption
 from scheduling.choices import AllocationState, DeviceHealth
 from scheduling.models import Allocation, AllocationDevice, Device, Node
 from scheduling.signals import requests_allocated
-from tenancy.models import ProjectQuota
+from tenancy.models import MonthlyUsage, ProjectQuota
 
 logger = logging.getLogger(__name__)
 
@@ -95,24 +97,55 @@ def load_snapshot() -> ClusterSnapshot:
     return ClusterSnapshot(placement.Snapshot(nodes, allocations), device_ids, node_ids)
 
 
-def demand_of(request: ResourceRequest) -> placement.Demand:
-    """The engine's view of a request, from its approved snapshot only."""
+def make_demand(demand_id: str, priority_class: str, *, cpu_cores: int, memory_gb: int, count: int,
+                models: frozenset, slice_profile: str | None = None, boost: int = 0) -> placement.Demand:
+    """The engine's demand for a request or an order: one shape for both, so the preview matches the cycle."""
+    return placement.Demand(id=demand_id, count=count, slice_profile=slice_profile, models=models,
+                            cpu_milli=cpu_cores * 1000, memory_mib=memory_gb * 1024,
+                            priority=PRIORITY_RANK[priority_class] + boost,
+                            preemptible=priority_class == PriorityClass.BATCH)
+
+
+# Waiting reasons that mean "the capacity exists but others got it": such a request ages (see `starving`).
+_CROWDED_OUT = {"capacity_in_use", "fragmentation", "topology_constraint", "higher_priority_ahead"}
+# Less than the gap between two priority classes: aging reorders within a class, never across classes.
+AGING_BOOST = 5
+
+
+def starving(request: ResourceRequest, now) -> bool:
+    """Queued longer than SCHEDULER_STARVATION_MINUTES while crowded out by later, smaller requests."""
+    waited = now - (request.approved_at or request.created_at)
+    return (request.queue_reason.get("code") in _CROWDED_OUT
+            and waited > timedelta(minutes=settings.SCHEDULER_STARVATION_MINUTES))
+
+
+def demand_of(request: ResourceRequest, now=None) -> placement.Demand:
+    """The engine's view of a request, from its approved snapshot only. A starving request gets a small boost:
+    the engine then holds back younger requests of its class that want the same models (`higher_priority_ahead`)
+    until it fits, so large requests are not starved by a stream of small ones."""
     spec, profile = request.approved_spec.get("spec"), request.approved_spec.get("bare_metal_profile")
     serving = request.approved_spec.get("serving") or {}
-    priority = PRIORITY_RANK[request.priority]
-    common = {"id": str(request.pk), "priority": priority, "preemptible": request.priority == PriorityClass.BATCH,
-              "cpu_milli": request.cpu_cores * 1000, "memory_mib": request.memory_gb * 1024}
+    sizes = {"cpu_cores": request.cpu_cores, "memory_gb": request.memory_gb,
+             "boost": AGING_BOOST if now is not None and starving(request, now) else 0}
     if profile is not None:
-        return placement.Demand(count=profile["accelerator_count"], models=frozenset([profile["accelerator_model"]]),
-                                **common)
-    return placement.Demand(count=spec["accelerator_count"] * serving.get("replicas", 1),
-                            slice_profile=spec["slice_profile"], models=frozenset(spec["accelerator_models"]),
-                            **common)
+        return make_demand(str(request.pk), request.priority, count=profile["accelerator_count"],
+                           models=frozenset([profile["accelerator_model"]]), **sizes)
+    return make_demand(str(request.pk), request.priority, count=spec["accelerator_count"] * serving.get("replicas", 1),
+                       slice_profile=spec["slice_profile"], models=frozenset(spec["accelerator_models"]), **sizes)
 
 
 def queue_order(requests: list[ResourceRequest]) -> list[ResourceRequest]:
-    """Priority class first (highest first), then submission time."""
-    return sorted(requests, key=lambda request: (-PRIORITY_RANK[request.priority], request.created_at, request.pk))
+    """Priority class first (highest first); with SCHEDULER_FAIR_SHARE, projects that used fewer card-hours this
+    month go first within a class; then submission time."""
+    usage = _card_hours_this_month({request.project_id for request in requests}) if settings.SCHEDULER_FAIR_SHARE \
+        else {}
+    return sorted(requests, key=lambda request: (-PRIORITY_RANK[request.priority], usage.get(request.project_id, 0),
+                                                 request.created_at, request.pk))
+
+
+def _card_hours_this_month(project_ids: set[int]) -> dict[int, object]:
+    return dict(MonthlyUsage.objects.filter(project_id__in=project_ids, month=month_start())
+                .values_list("project_id", "card_hours"))
 
 
 def _over_concurrency(queue: list[ResourceRequest]) -> dict[int, dict]:
@@ -195,7 +228,7 @@ def run_cycle(*, policy: str = "default") -> CycleResult:
         refused = _over_concurrency(queue)
         candidates = [request for request in queue if request.pk not in refused]
         cluster = load_snapshot()
-        demands = [demand_of(request) for request in candidates]
+        demands = [demand_of(request, now) for request in candidates]
         result = placement.PlacementEngine(cluster.snapshot, policy, workload=demands).place(demands)
         by_id = {request.pk: request for request in queue}
         allocated = _commit_bindings(result, cluster, by_id, now)

@@ -1,26 +1,26 @@
 """The order preview's "would it fit now?": the queue ahead of the order is placed first, then the order."""
 
-from requests.choices import PRIORITY_RANK, PriorityClass, RequestState
+from django.utils import timezone
+
+from requests.choices import PRIORITY_RANK, RequestState
 from requests.models import ResourceRequest
 from scheduling import placement
-from scheduling.cycle import demand_of, load_snapshot, queue_order
+from scheduling.cycle import demand_of, load_snapshot, make_demand, queue_order
 
 PREVIEW_ID = "preview"
 
 
 def order_demand(order, sizing) -> placement.Demand:
     """The engine's view of an order that is not stored yet (the same shape a queued request would have)."""
-    common = {"id": PREVIEW_ID, "priority": PRIORITY_RANK[order.priority],
-              "preemptible": order.priority == PriorityClass.BATCH,
-              "cpu_milli": sizing.cpu_cores * 1000, "memory_mib": sizing.memory_gb * 1024}
+    sizes = {"cpu_cores": sizing.cpu_cores, "memory_gb": sizing.memory_gb}
     if order.bare_metal_profile is not None:
         profile = order.bare_metal_profile
-        return placement.Demand(count=profile.accelerator_count, models=frozenset([profile.accelerator_model.slug]),
-                                **common)
+        return make_demand(PREVIEW_ID, order.priority, count=profile.accelerator_count,
+                           models=frozenset([profile.accelerator_model.slug]), **sizes)
     spec = order.spec
-    return placement.Demand(count=sizing.accelerator_count,
-                            slice_profile=spec.slice_profile.name if spec.slice_profile else None,
-                            models=frozenset(model.slug for model in spec.accelerator_models.all()), **common)
+    return make_demand(PREVIEW_ID, order.priority, count=sizing.accelerator_count,
+                       slice_profile=spec.slice_profile.name if spec.slice_profile else None,
+                       models=frozenset(model.slug for model in spec.accelerator_models.all()), **sizes)
 
 
 def placement_estimate(order, sizing) -> dict:
@@ -28,7 +28,7 @@ def placement_estimate(order, sizing) -> dict:
     ahead = [request for request in queue_order(list(ResourceRequest.objects.filter(state=RequestState.QUEUED)))
              if PRIORITY_RANK[request.priority] >= demand.priority]
     engine = placement.PlacementEngine(load_snapshot().snapshot, workload=[demand])
-    engine.place([demand_of(request) for request in ahead])
+    engine.place([demand_of(request, timezone.now()) for request in ahead])
     outcome = engine.place_one(demand)
     if isinstance(outcome, placement.Pending):
         return {"fits_now": False, "queued_ahead": len(ahead), "code": outcome.reason,

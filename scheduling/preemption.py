@@ -127,7 +127,7 @@ def schedule(*, cluster, result: placement.PlacementResult, demands: list[placem
     if not candidates:
         return reasons
     rules = _active_rules()
-    candidates = [demand for demand in candidates if rules.get(CLASS_OF_RANK[demand.priority])]
+    candidates = [demand for demand in candidates if rules.get(requests[int(demand.id)].priority)]
     if not candidates:
         return reasons
 
@@ -151,7 +151,7 @@ def schedule(*, cluster, result: placement.PlacementResult, demands: list[placem
     plans = []  # (winner id, victim ids, node, preempt_at, grace seconds, priority)
     hopeless: set = set()  # (class, demand shape) that found no plan this cycle
     for demand in candidates[:MAX_PLANS_PER_CYCLE]:
-        priority = CLASS_OF_RANK[demand.priority]
+        priority = requests[int(demand.id)].priority  # the class: demand.priority may carry an aging boost
         shape = (priority, replace(demand, id=""))
         if shape in hopeless:
             continue

@@ -276,3 +276,41 @@ def test_preview_says_where_an_order_fits_now_or_what_it_would_wait_behind(shop,
     assert preview["placement"]["fits_now"] is False
     assert preview["placement"]["queued_ahead"] == 1
     assert preview["placement"]["code"] == "capacity_in_use"
+
+
+def test_a_starving_large_request_holds_back_younger_small_ones(shop, team, settings):
+    """Anti-starvation: once the big request has waited past the limit, smaller ones of its class stop jumping in."""
+    settings.SCHEDULER_STARVATION_MINUTES = 30
+    node = add_node(shop.accelerator, cards=2)
+    quota_set(quota=team.project.quota, limits={"concurrent_tasks": 1000}, actor=None)
+    small = queued(shop, team, spec=shop.sliced)
+    cycle.run_cycle()  # the slice takes one card
+    big = queued(shop, team)  # needs both cards
+    cycle.run_cycle()
+    big.refresh_from_db()
+    assert big.queue_reason["code"] in {"capacity_in_use", "fragmentation"}
+    younger = queued(shop, team, spec=shop.sliced)
+    cycle.run_cycle()
+    younger.refresh_from_db()
+    assert younger.state == RequestState.ALLOCATED  # not starving yet: backfill allowed
+    later = queued(shop, team, spec=shop.sliced)
+    with time_machine.travel(timezone.now() + timedelta(minutes=31), tick=False):
+        cycle.run_cycle()
+    later.refresh_from_db()
+    assert later.state == RequestState.QUEUED
+    assert later.queue_reason["code"] == "higher_priority_ahead"
+    assert node.devices.filter(allocated_milli__gt=0).count() >= 1 and small.pk
+
+
+def test_fair_share_puts_the_lighter_project_first_within_a_class(shop, team, settings):
+    from requests.quota import month_start
+    from tenancy.models import MonthlyUsage
+
+    settings.SCHEDULER_FAIR_SHARE = True
+    heavy = queued(shop, team)
+    light_project = factories.project(quota=GENEROUS_QUOTA)
+    light = services.request_submit(order=make_order(shop, light_project), requester=factories.member(light_project))
+    MonthlyUsage.objects.create(project=team.project, month=month_start(), card_hours=Decimal(500))
+    assert [r.pk for r in cycle.queue_order([heavy, light])] == [light.pk, heavy.pk]
+    settings.SCHEDULER_FAIR_SHARE = False
+    assert [r.pk for r in cycle.queue_order([heavy, light])] == [heavy.pk, light.pk]
