@@ -9,7 +9,13 @@ from django.utils import timezone
 
 from requests.choices import EventCode, RequestState
 from requests.models import ResourceRequest
-from requests.services import record_event, request_finish_release, request_release
+from requests.services import (
+    PREEMPTABLE_STATES,
+    record_event,
+    request_finish_release,
+    request_release,
+    requests_preempt,
+)
 from scheduling.choices import AllocationState
 from scheduling.models import Allocation, AllocationDevice, Device
 
@@ -88,3 +94,27 @@ def reclaim_stale(*, now=None) -> list[int]:
         Q(heartbeat_at__lt=cutoff)).select_related("request")
     return _release_all(stale, f"stale: no heartbeat from the runtime for "
                                f"{settings.ALLOCATION_HEARTBEAT_TIMEOUT_MINUTES} minutes")
+
+
+@transaction.atomic
+def requeue_from_device(*, device_id: int) -> list[int]:
+    """Requests running on an isolated device give it back and return to the queue (SCHEDULER_REQUEUE_ON_ISOLATION).
+
+    Their approved snapshot stays the contract; the next cycle places them on healthy hardware.
+    """
+    allocations = list(Allocation.objects.select_for_update(of=("self",))
+                       .filter(state=AllocationState.ACTIVE, request__state__in=PREEMPTABLE_STATES,
+                               pk__in=AllocationDevice.objects.filter(device_id=device_id).values("allocation_id"))
+                       .select_related("request"))
+    if not allocations:
+        return []
+    now = timezone.now()
+    unbind_devices([allocation.pk for allocation in allocations])
+    for allocation in allocations:
+        allocation.state, allocation.released_at = AllocationState.RELEASED, now
+        allocation.release_reason = f"requeued: device #{device_id} was isolated"
+    Allocation.objects.bulk_update(allocations, ["state", "released_at", "release_reason"])
+    requests_preempt(preempted=[(allocation.request, None, "Requeued: a device of the allocation was isolated; the "
+                                 "request waits for healthy hardware.", {"device": device_id})
+                                for allocation in allocations])
+    return [allocation.request_id for allocation in allocations]

@@ -6,9 +6,11 @@ DomainError (code, message, details) that leaves the record as it was.
 
 from dataclasses import dataclass, field
 
+from django.conf import settings
 from django.db import IntegrityError, transaction
 from django.db.models import Q
 from django.utils import timezone
+from django_q.tasks import async_task
 
 from catalog.choices import AcceleratorKind
 from catalog.models import AcceleratorModel, Vendor
@@ -122,20 +124,26 @@ def device_isolate(device: Device, reason: str, actor: User | None = None) -> De
         return device
     device.isolated, device.isolation_reason, device.isolated_at = True, reason, timezone.now()
     device.save(update_fields=["isolated", "isolation_reason", "isolated_at", "updated_at"])
-    holders = (AllocationDevice.objects.filter(device=device, allocation__state=AllocationState.ACTIVE)
-               .select_related("allocation__request"))
+    holders = list(AllocationDevice.objects.filter(device=device, allocation__state=AllocationState.ACTIVE)
+                   .select_related("allocation__request"))
+    requeue = bool(holders) and settings.SCHEDULER_REQUEUE_ON_ISOLATION
+    consequence = ("Your request goes back to the queue for healthy hardware." if requeue
+                   else "Your allocation still holds it; new placements avoid it.")
     affected = []
     for binding in holders:
         request = binding.allocation.request
         affected.append(request.pk)
         record_event(request, actor=actor, code=EventCode.DEVICE_ISOLATED,
                      message=f"Device {device.node.name}/gpu{device.index} ({device.uuid}) was isolated by "
-                             f"{_who(actor)}: {reason}. Your allocation still holds it; new placements avoid it.",
+                             f"{_who(actor)}: {reason}. {consequence}",
                      data={"device": device.uuid, "node": device.node.name, "index": device.index,
                            "allocation": binding.allocation_id, "reason": reason})
     audit_record(actor=actor, action="device.isolated", target=device, reason=reason,
                  data={"node": device.node.name, "index": device.index, "uuid": device.uuid,
                        "affected_requests": affected})
+    if requeue:
+        device_id = device.pk
+        transaction.on_commit(lambda: async_task("scheduling.tasks.requeue_from_device", device_id))
     return device
 
 

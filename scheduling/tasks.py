@@ -14,3 +14,10 @@ def free_released(request_id: int, reason: str) -> None:
 def reclaim_allocations() -> int:
     reclaim.warn_expiring()
     return len(reclaim.reclaim_expired()) + len(reclaim.reclaim_stale())
+
+
+def requeue_from_device(device_id: int) -> int:
+    requeued = reclaim.requeue_from_device(device_id=device_id)
+    if requeued:
+        cycle.run_cycle()
+    return len(requeued)

@@ -314,3 +314,35 @@ def test_fair_share_puts_the_lighter_project_first_within_a_class(shop, team, se
     assert [r.pk for r in cycle.queue_order([heavy, light])] == [light.pk, heavy.pk]
     settings.SCHEDULER_FAIR_SHARE = False
     assert [r.pk for r in cycle.queue_order([heavy, light])] == [heavy.pk, light.pk]
+
+
+def test_isolating_a_busy_card_requeues_its_request_elsewhere(shop, team, django_capture_on_commit_callbacks):
+    from scheduling.services import device_isolate
+
+    first = add_node(shop.accelerator, name="a", cards=2)
+    request = queued(shop, team)
+    cycle.run_cycle()
+    assert request.allocations.get().node == first
+    add_node(shop.accelerator, name="b", cards=2)
+    with django_capture_on_commit_callbacks(execute=True):
+        device_isolate(first.devices.get(index=0), "XID 79: fallen off the bus")
+    request.refresh_from_db()
+    assert request.state == RequestState.ALLOCATED
+    assert request.allocations.get(state=AllocationState.ACTIVE).node.name == "b"
+    codes = list(request.events.values_list("code", flat=True))
+    assert "device_isolated" in codes and "preempted" in codes
+    device_totals_match_bindings()
+
+
+def test_with_requeue_off_the_request_keeps_its_card(shop, team, settings, django_capture_on_commit_callbacks):
+    from scheduling.services import device_isolate
+
+    settings.SCHEDULER_REQUEUE_ON_ISOLATION = False
+    node = add_node(shop.accelerator, cards=2)
+    request = queued(shop, team)
+    cycle.run_cycle()
+    with django_capture_on_commit_callbacks(execute=True):
+        device_isolate(node.devices.get(index=0), "ECC")
+    request.refresh_from_db()
+    assert request.state == RequestState.ALLOCATED and request.allocations.count() == 1
+    assert "still holds it" in request.events.get(code="device_isolated").message

@@ -148,10 +148,12 @@ def test_repeated_scrapes_change_nothing_more_in_a_constant_number_of_queries(
 
 
 def test_an_xid_on_a_running_card_reaches_its_request_and_the_next_cycle_avoids_isolated_cards(
-        agent, django_capture_on_commit_callbacks):
+        agent, django_capture_on_commit_callbacks, settings):
     """End to end: a 2-card request runs on the node, a fatal XID arrives for one of its cards and for a free one;
     the running request hears of it on its timeline, and the cycle that health_changed triggers keeps the next
-    2-card request waiting instead of placing it on the isolated card."""
+    2-card request waiting instead of placing it on the isolated card. (Requeueing the running request is a
+    policy, off here; tests/scheduling/test_cycle.py covers it.)"""
+    settings.SCHEDULER_REQUEUE_ON_ISOLATION = False
     accelerator = factories.AcceleratorModelFactory(memory_gb=80)
     spec = factories.ResourceSpecFactory(accelerator_models=[accelerator], accelerator_count=2, cpu_cores=8,
                                          memory_gb=64)
@@ -177,7 +179,7 @@ def test_an_xid_on_a_running_card_reaches_its_request_and_the_next_cycle_avoids_
     note = running.events.get(code=EventCode.DEVICE_ISOLATED)
     assert note.data["device"] == bound[0] and note.actor.username == "dcgm-exporter"
     running.refresh_from_db()
-    assert running.state == RequestState.ALLOCATED  # isolation stops new placements, it does not evict
+    assert running.state == RequestState.ALLOCATED  # with requeue off, isolation stops new placements only
     waiting.refresh_from_db()
     assert waiting.state == RequestState.QUEUED
     # the triggered cycle ran: of the two free cards only one is healthy, so the pair no longer fits
