@@ -69,3 +69,16 @@ def related_list_filter(*select_related: str) -> type[admin.RelatedFieldListFilt
             return [(obj.pk, str(obj)) for obj in queryset]
 
     return RelatedListFilter
+
+
+class ReadOnlyAdminMixin:
+    """Rows that change only through services (or never): the console shows them and edits nothing."""
+
+    def has_add_permission(self, request, obj=None):
+        return False
+
+    def has_change_permission(self, request, obj=None):
+        return False
+
+    def has_delete_permission(self, request, obj=None):
+        return False

@@ -12,7 +12,7 @@ from django.db.models import Count, Prefetch
 from django.urls import reverse
 from django.utils.html import format_html, format_html_join
 
-from config.admin_actions import action_with_reason, related_list_filter
+from config.admin_actions import ReadOnlyAdminMixin, action_with_reason, related_list_filter
 from requests import services
 from requests.choices import ApproverSource, RequestState
 from requests.models import (
@@ -37,19 +37,6 @@ _OTHER_STATE_COLOUR = "#2b6cb0"
 RULE_CONDITIONS = ["service_kind", "vendor", "accelerator_model", "spec", "tenant", "project", "min_accelerator_count",
                    "min_cost_estimate", "parameter_name", "parameter_value", "quota_exception"]
 RULE_CONDITION_LOOKUPS = ["vendor", "accelerator_model", "spec", "tenant", "project"]
-
-
-class ReadOnlyAdminMixin:
-    """Rows that change only through services (or never): the console shows them and edits nothing."""
-
-    def has_add_permission(self, request, obj=None):
-        return False
-
-    def has_change_permission(self, request, obj=None):
-        return False
-
-    def has_delete_permission(self, request, obj=None):
-        return False
 
 
 # Project choices are labelled "<tenant> / <project>": load the tenants with them.

@@ -285,57 +285,45 @@ def request_readmit_waiting(*, project_id: int) -> list[ResourceRequest]:
 
 # --- Scheduling outcomes (called by the scheduler cycle, in bulk) --------------------------------------------
 
-def requests_allocate(*, placed: list[tuple[ResourceRequest, str, dict]]) -> None:
-    """queued -> allocated for many requests at once: one UPDATE guarded on the state, one INSERT of events.
-
-    The instances' FSM transition is run first so an illegal one fails exactly like a single transition would;
-    the guarded UPDATE then refuses any request whose state changed under the caller's lock.
-    """
+def _bulk_transition(items: list[tuple[ResourceRequest, str, dict]], *, transition: str, sources, code: str,
+                     refusal: str) -> None:
+    """One transition for many requests: each instance's FSM transition first (an illegal one fails as a single
+    transition would), then one UPDATE guarded on the source states and one INSERT of timeline events."""
     now = timezone.now()
     events = []
-    for request, message, data in placed:
+    for request, message, data in items:
         before = request.state
         try:
-            request.allocate()
-        except TransitionNotAllowed as refusal:
-            raise Conflict(f"Request #{request.pk} is {before}; it cannot be allocated.", code="illegal_transition",
-                           details={"state": before, "action": "allocate"}) from refusal
-        events.append(RequestEvent(request=request, from_state=before, to_state=request.state,
-                                   code=EventCode.ALLOCATED, message=message, data=data, created_at=now))
-    ids = [request.pk for request, _, _ in placed]
-    updated = ResourceRequest.objects.filter(pk__in=ids, state=RequestState.QUEUED).update(
-        state=RequestState.ALLOCATED, queue_position=None, queue_reason={}, queue_updated_at=now, updated_at=now)
-    if updated != len(ids):
-        raise Conflict("Some requests left the queue while they were being allocated.", code="queue_changed",
-                       details={"expected": len(ids), "updated": updated})
+            getattr(request, transition)()
+        except TransitionNotAllowed as error:
+            raise Conflict(f"Request #{request.pk} is {before}; '{transition}' is not possible from there.",
+                           code="illegal_transition", details={"state": before, "action": transition}) from error
+        events.append(RequestEvent(request=request, from_state=before, to_state=request.state, code=code,
+                                   message=message, data=data, created_at=now))
+    target = items[0][0].state if items else None
+    updated = ResourceRequest.objects.filter(pk__in=[request.pk for request, _, _ in items], state__in=sources).update(
+        state=target, queue_position=None, queue_reason={}, queue_updated_at=now, updated_at=now)
+    if updated != len(items):
+        raise Conflict(refusal, code="state_changed", details={"expected": len(items), "updated": updated})
     RequestEvent.objects.bulk_create(events)
+
+
+def requests_allocate(*, placed: list[tuple[ResourceRequest, str, dict]]) -> None:
+    """queued -> allocated for the requests a scheduling cycle placed."""
+    _bulk_transition(placed, transition="allocate", sources=[RequestState.QUEUED], code=EventCode.ALLOCATED,
+                     refusal="Some requests left the queue while they were being allocated.")
 
 
 PREEMPTABLE_STATES = (RequestState.ALLOCATED, RequestState.PROVISIONING, RequestState.ACTIVE)
 
 
-def requests_preempt(*, preempted: list[tuple[ResourceRequest, int, str, dict]]) -> None:
-    """allocated/provisioning/active -> queued for the victims of a preemption (request, winner id, message, data):
-    one UPDATE guarded on the states, one INSERT of PREEMPTED events. The scheduler has already returned their
-    devices; it places them again like any queued request (the approved snapshot stays the contract)."""
-    now = timezone.now()
-    events = []
-    for request, _winner, message, data in preempted:
-        before = request.state
-        try:
-            request.preempt()
-        except TransitionNotAllowed as refusal:
-            raise Conflict(f"Request #{request.pk} is {before}; it cannot be preempted.", code="illegal_transition",
-                           details={"state": before, "action": "preempt"}) from refusal
-        events.append(RequestEvent(request=request, from_state=before, to_state=request.state,
-                                   code=EventCode.PREEMPTED, message=message, data=data, created_at=now))
-    ids = [request.pk for request, _, _, _ in preempted]
-    updated = ResourceRequest.objects.filter(pk__in=ids, state__in=PREEMPTABLE_STATES).update(
-        state=RequestState.QUEUED, queue_position=None, queue_reason={}, queue_updated_at=now, updated_at=now)
-    if updated != len(ids):
-        raise Conflict("Some requests stopped running while they were being preempted.", code="state_changed",
-                       details={"expected": len(ids), "updated": updated})
-    RequestEvent.objects.bulk_create(events)
+def requests_preempt(*, preempted: list[tuple[ResourceRequest, int | None, str, dict]]) -> None:
+    """allocated/provisioning/active -> queued for the victims of a preemption (request, winner id or None,
+    message, data). The scheduler has already returned their devices; it places them again like any queued
+    request (the approved snapshot stays the contract)."""
+    _bulk_transition([(request, message, data) for request, _winner, message, data in preempted],
+                     transition="preempt", sources=PREEMPTABLE_STATES, code=EventCode.PREEMPTED,
+                     refusal="Some requests stopped running while they were being preempted.")
     pairs = [(request.pk, winner) for request, winner, _, _ in preempted]
 
     def announce():

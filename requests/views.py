@@ -130,31 +130,29 @@ def request_detail(request, pk):
         "can_release": holding and services.can_release(request.user, resource_request)})
 
 
-@login_required
-@require_POST
-def request_cancel(request, pk):
-    resource_request = selectors.request_get(user=request.user, pk=pk)
+def _act_on_request(request, pk: int, act, done: str):
+    """Run one service on a request the user may see; the outcome or the refusal is a message on its page."""
     try:
-        services.request_cancel(request=resource_request, actor=request.user, reason=request.POST.get("reason", ""))
+        act(selectors.request_get(user=request.user, pk=pk), request.POST.get("reason", "").strip())
     except DomainError as error:
         messages.error(request, error.message)
     else:
-        messages.success(request, f"Request #{pk} cancelled.")
+        messages.success(request, f"Request #{pk} {done}.")
     return redirect("portal:request-detail", pk=pk)
+
+
+@login_required
+@require_POST
+def request_cancel(request, pk):
+    return _act_on_request(request, pk, lambda target, reason: services.request_cancel(
+        request=target, actor=request.user, reason=reason), "cancelled")
 
 
 @login_required
 @require_POST
 def request_release(request, pk):
-    resource_request = selectors.request_get(user=request.user, pk=pk)
-    try:
-        services.request_release(request=resource_request, actor=request.user,
-                                 reason=request.POST.get("reason", "") or "released early")
-    except DomainError as error:
-        messages.error(request, error.message)
-    else:
-        messages.success(request, f"Request #{pk} is being released.")
-    return redirect("portal:request-detail", pk=pk)
+    return _act_on_request(request, pk, lambda target, reason: services.request_release(
+        request=target, actor=request.user, reason=reason or "released early"), "is being released")
 
 
 @login_required

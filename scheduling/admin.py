@@ -11,7 +11,7 @@ from django.template.response import TemplateResponse
 from django.urls import path, reverse
 from django.utils.html import format_html
 
-from config.admin_actions import action_with_reason, related_list_filter
+from config.admin_actions import ReadOnlyAdminMixin, action_with_reason, related_list_filter
 from scheduling import selectors, services
 from scheduling.models import (
     Allocation,
@@ -35,17 +35,8 @@ class AuditedSaveMixin:
         services.inventory_entry_save(obj, form.changed_data, request.user)
 
 
-class ReadOnlyAdmin(admin.ModelAdmin):
+class ReadOnlyAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
     """History: operators look, nobody edits here."""
-
-    def has_add_permission(self, request):
-        return False
-
-    def has_change_permission(self, request, obj=None):
-        return False
-
-    def has_delete_permission(self, request, obj=None):
-        return False
 
 
 def _badge(ok: bool, good: str, bad: str):

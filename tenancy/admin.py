@@ -8,7 +8,7 @@ from django.shortcuts import redirect
 from django.urls import reverse
 from guardian.admin import GuardedModelAdmin
 
-from config.admin_actions import action_with_reason
+from config.admin_actions import ReadOnlyAdminMixin, action_with_reason
 from config.errors import DomainError
 from tenancy import services
 from tenancy.choices import QuotaDimension, Role
@@ -295,7 +295,7 @@ class TenantQuotaAdmin(QuotaAdminBase):
 
 
 @admin.register(AuditEvent)
-class AuditEventAdmin(admin.ModelAdmin):
+class AuditEventAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
     """The append-only audit trail of administrative changes."""
 
     list_display = ["created_at", "action", "target_repr", "target_type", "actor", "reason"]
@@ -303,12 +303,3 @@ class AuditEventAdmin(admin.ModelAdmin):
     list_select_related = ["actor", "target_type"]
     search_fields = ["target_repr", "action", "actor__username", "reason"]
     date_hierarchy = "created_at"
-
-    def has_add_permission(self, request):
-        return False
-
-    def has_change_permission(self, request, obj=None):
-        return False
-
-    def has_delete_permission(self, request, obj=None):
-        return False
