@@ -8,12 +8,13 @@ import json
 from decimal import Decimal
 
 from django.conf import settings
-from django.db import connection, transaction
+from django.db import transaction
 from django.utils import timezone
 from django_fsm import TransitionNotAllowed
 from django_q.tasks import async_task
 
 from config.errors import Conflict, DomainError, NotPermitted
+from config.sql import update_from_values
 from requests import approvals, hooks
 from requests.choices import ApprovalSubject, EventCode, OverQuota, RequestState
 from requests.models import RequestEvent, ResourceRequest
@@ -361,18 +362,10 @@ def requests_note_queue(*, waiting: list[tuple[ResourceRequest, int, dict]]) -> 
 
 
 def _write_queue_status(rows: list[tuple[int, int, str]], now) -> None:
-    if not rows:
-        return
-    postgres = connection.vendor == "postgresql"
-    row_sql = "(%s::bigint, %s::integer, %s::jsonb)" if postgres else "(%s, %s, %s)"
     table = ResourceRequest._meta.db_table
-    with connection.cursor() as cursor:
-        for start in range(0, len(rows), 5000):
-            batch = rows[start:start + 5000]
-            cursor.execute(
-                f"UPDATE {table} SET queue_position = v.position, queue_reason = v.reason, queue_updated_at = %s "
-                f"FROM (VALUES {', '.join([row_sql] * len(batch))}) AS v(id, position, reason) "
-                f"WHERE {table}.id = v.id", [now, *[value for row in batch for value in row]])
+    update_from_values(table=table, columns=[("id", "bigint"), ("position", "integer"), ("reason", "jsonb")],
+                       rows=rows, set_params=[now],
+                       set_sql="queue_position = v.position, queue_reason = v.reason, queue_updated_at = %s")
 
 
 def can_release(user: User, request: ResourceRequest) -> bool:

@@ -1,6 +1,16 @@
-"""Reads about allocations that other apps show (through requests.hooks)."""
+"""Device accounting for allocations, and the allocation details other apps show (through requests.hooks)."""
 
-from scheduling.models import Allocation, AllocationDevice
+from config.sql import update_from_values
+from scheduling.models import Allocation, AllocationDevice, Device
+
+
+def adjust_device_shares(deltas: dict[int, int]) -> None:
+    """Add (or, negative, take back) milli-shares on devices in one statement. The CHECK on allocated_milli
+    (0..1000) makes the database refuse any double binding or over-commit, whatever the caller believed."""
+    table = Device._meta.db_table
+    update_from_values(table=table, columns=[("id", "bigint"), ("delta", "integer")],
+                       rows=[(device_id, delta) for device_id, delta in deltas.items() if delta],
+                       set_sql=f"allocated_milli = {table}.allocated_milli + v.delta")
 
 
 def allocation_details(request) -> dict | None:

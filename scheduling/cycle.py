@@ -19,6 +19,7 @@ from requests.models import ResourceRequest
 from requests.quota import month_start
 from requests.services import requests_allocate, requests_note_queue
 from scheduling import placement, preemption
+from scheduling.allocations import adjust_device_shares
 from scheduling.choices import AllocationState, DeviceHealth
 from scheduling.models import Allocation, AllocationDevice, Device, Node
 from scheduling.signals import requests_allocated
@@ -182,19 +183,10 @@ def _binding_rows(bindings, cluster: ClusterSnapshot, requests: dict[int, Resour
 
 
 def _bind_devices(device_shares: list[tuple[int, int]]) -> None:
-    """Add shares to devices in one statement; the CHECK on allocated_milli refuses any over-commit."""
-    if not device_shares:
-        return
     totals: dict[int, int] = {}
     for device_id, milli in device_shares:
         totals[device_id] = totals.get(device_id, 0) + milli
-    values = ", ".join(["(%s, %s)"] * len(totals))
-    params = [number for pair in totals.items() for number in pair]
-    table = Device._meta.db_table
-    with connection.cursor() as cursor:
-        cursor.execute(
-            f"UPDATE {table} SET allocated_milli = {table}.allocated_milli + v.delta "
-            f"FROM (VALUES {values}) AS v(id, delta) WHERE {table}.id = v.id", params)
+    adjust_device_shares(totals)
 
 
 def _commit_bindings(result, cluster: ClusterSnapshot, requests: dict[int, ResourceRequest], now) -> list[int]:

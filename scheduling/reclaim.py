@@ -3,7 +3,7 @@
 from datetime import timedelta
 
 from django.conf import settings
-from django.db import connection, transaction
+from django.db import transaction
 from django.db.models import Q, Sum
 from django.utils import timezone
 
@@ -16,8 +16,9 @@ from requests.services import (
     request_release,
     requests_preempt,
 )
+from scheduling.allocations import adjust_device_shares
 from scheduling.choices import AllocationState
-from scheduling.models import Allocation, AllocationDevice, Device
+from scheduling.models import Allocation, AllocationDevice
 
 
 def _unbind_devices(allocation: Allocation) -> None:
@@ -26,17 +27,9 @@ def _unbind_devices(allocation: Allocation) -> None:
 
 def unbind_devices(allocation_ids: list[int]) -> None:
     """Take the allocations' shares off their devices: one read, one UPDATE, however many allocations."""
-    shares = list(AllocationDevice.objects.filter(allocation_id__in=allocation_ids).values("device_id")
-                  .annotate(total=Sum("milli")).values_list("device_id", "total").order_by())
-    if not shares:
-        return
-    table = Device._meta.db_table
-    values = ", ".join(["(%s, %s)"] * len(shares))
-    with connection.cursor() as cursor:
-        cursor.execute(
-            f"UPDATE {table} SET allocated_milli = {table}.allocated_milli - v.delta "
-            f"FROM (VALUES {values}) AS v(id, delta) WHERE {table}.id = v.id",
-            [number for pair in shares for number in pair])
+    shares = (AllocationDevice.objects.filter(allocation_id__in=allocation_ids).values("device_id")
+              .annotate(total=Sum("milli")).values_list("device_id", "total").order_by())
+    adjust_device_shares({device_id: -total for device_id, total in shares})
 
 
 @transaction.atomic

@@ -1,0 +1,26 @@
+"""Set-based SQL the ORM does not express well, written once for PostgreSQL and the embedded SQLite."""
+
+from collections.abc import Sequence
+
+from django.db import connection
+
+BATCH = 5000
+
+
+def update_from_values(*, table: str, columns: Sequence[tuple[str, str]], rows: Sequence[Sequence],
+                       set_sql: str, set_params: Sequence = ()) -> None:
+    """UPDATE `table` from a list of rows in one statement per batch: `WITH v(cols) AS (VALUES ...) UPDATE ...
+    FROM v WHERE table.id = v.id`. `columns` are (name, PostgreSQL type) with "id" first; `set_sql` refers to the
+    rows as `v.<name>` and may use %s placeholders filled from `set_params`."""
+    if not rows:
+        return
+    postgres = connection.vendor == "postgresql"
+    row_sql = "(" + ", ".join(f"%s::{kind}" if postgres else "%s" for _, kind in columns) + ")"
+    names = ", ".join(name for name, _ in columns)
+    with connection.cursor() as cursor:
+        for start in range(0, len(rows), BATCH):
+            batch = rows[start:start + BATCH]
+            cursor.execute(
+                f"WITH v({names}) AS (VALUES {', '.join([row_sql] * len(batch))}) "
+                f"UPDATE {table} SET {set_sql} FROM v WHERE {table}.id = v.id",
+                [value for row in batch for value in row] + list(set_params))
