@@ -21,8 +21,8 @@ DESCRIPTION = (
     "and `random` follow the FGD paper's simulator (published alloc@100 on openb default: FGD 95.23, BestFit "
     f"92.86, Random 86.30; gpuspec33: FGD 87.84, BestFit 80.40; multigpu50: FGD 97.09, BestFit 95.62). Seeds "
     f"{SEEDS}, except `random` on {FEW_SEEDS} (it scans nodes in random order, the slowest baseline). The "
-    "production default is `fgd`: `fgd-plus` (FGD behind a per-model pressure routing learnt from the workload's "
-    "shapes) ties it on default and multigpu50 and gains about 6 points on gpuspec33; `fgd-pack` gains 0.1 point "
+    "production default is `fgd-plus` (FGD behind a per-model pressure routing learnt from the workload's shapes): "
+    "it ties `fgd` on default and multigpu50 and gains about 6 points on gpuspec33; `fgd-pack` gains 0.1 point "
     "on default and multigpu50 but loses on gpuspec33. The issue's 96.0% target on default is not reached (see "
     "the analysis in the issue's closing note)."
 )
