@@ -24,7 +24,8 @@ import time
 from dataclasses import dataclass
 
 from scheduling.frag import MILLI, FragTable, typical_shapes
-from scheduling.placement import DEFAULT_POLICY, Demand, Device, Node, PlacementEngine, Snapshot, make_policy
+from scheduling.placement import Demand, Device, Node, PlacementEngine, Snapshot
+from scheduling.policies import DEFAULT_POLICY, make_policy
 
 
 @dataclass(frozen=True)

@@ -8,7 +8,6 @@ from scheduling.placement import (
     DEGRADED,
     HEALTHY,
     ISOLATED,
-    POLICIES,
     REASONS,
     Binding,
     Demand,
@@ -17,6 +16,7 @@ from scheduling.placement import (
     PlacementEngine,
     Snapshot,
 )
+from scheduling.policies import POLICIES
 
 MODELS = ["H100", "A100", "T4"]
 
