@@ -111,3 +111,20 @@ def requeue_from_device(*, device_id: int) -> list[int]:
                                  "request waits for healthy hardware.", {"device": device_id})
                                 for allocation in allocations])
     return [allocation.request_id for allocation in allocations]
+
+
+def runtime_report(*, reports: list[tuple[int, str]], now=None) -> dict[int, str]:
+    """What the runtime (agents on the nodes) says about requests' workloads: "running" refreshes the heartbeat,
+    "gone" reclaims the allocation at once. Returns, per request id, what was done."""
+    now = now or timezone.now()
+    statuses = dict(reports)
+    active = {allocation.request_id: allocation for allocation in Allocation.objects.filter(
+        state=AllocationState.ACTIVE, request_id__in=statuses).select_related("request")}
+    outcome = {request_id: "no_active_allocation" for request_id in statuses if request_id not in active}
+    running = [request_id for request_id, status in statuses.items() if status == "running" and request_id in active]
+    Allocation.objects.filter(pk__in=[active[request_id].pk for request_id in running]).update(heartbeat_at=now)
+    outcome.update(dict.fromkeys(running, "heartbeat"))
+    gone = [active[request_id] for request_id, status in statuses.items() if status == "gone" and request_id in active]
+    for request_id in _release_all(gone, "stale: the runtime reports the workload gone"):
+        outcome[request_id] = "reclaimed"
+    return outcome

@@ -346,3 +346,37 @@ def test_with_requeue_off_the_request_keeps_its_card(shop, team, settings, djang
     request.refresh_from_db()
     assert request.state == RequestState.ALLOCATED and request.allocations.count() == 1
     assert "still holds it" in request.events.get(code="device_isolated").message
+
+
+@pytest.fixture
+def runtime_agent(api_as):
+    from django.contrib.auth.models import Permission
+
+    user = factories.UserFactory(username="node-agent")
+    user.user_permissions.add(Permission.objects.get(codename="ingest_health"))
+    return api_as(user)
+
+
+def test_runtime_reports_refresh_heartbeats_and_reclaim_gone_workloads(shop, team, runtime_agent,
+                                                                       django_capture_on_commit_callbacks):
+    add_node(shop.accelerator, cards=4)
+    alive, dead = queued(shop, team), queued(shop, team)
+    cycle.run_cycle()
+    with django_capture_on_commit_callbacks(execute=True):
+        response = runtime_agent.post("/api/v1/health/runtime/", {"reports": [
+            {"request": alive.pk, "status": "running"}, {"request": dead.pk, "status": "gone"},
+            {"request": 999999, "status": "running"}]}, format="json")
+    assert response.status_code == 200
+    assert response.json()["results"] == {str(alive.pk): "heartbeat", str(dead.pk): "reclaimed",
+                                          "999999": "no_active_allocation"}
+    assert Allocation.objects.get(request=alive).heartbeat_at is not None
+    dead.refresh_from_db()
+    assert dead.state == RequestState.RELEASED
+    assert "workload gone" in dead.events.get(code="releasing").message
+
+
+def test_runtime_reports_need_the_ingest_permission(shop, team, api_as, api):
+    assert api.post("/api/v1/health/runtime/", {"reports": []}, format="json").status_code == 401
+    response = api_as(team.developer).post("/api/v1/health/runtime/", {"reports": [{"request": 1, "status": "gone"}]},
+                                           format="json")
+    assert response.status_code == 403 and response.json()["code"] == "permission_denied"
