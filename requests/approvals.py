@@ -79,7 +79,9 @@ _handlers_by_subject: dict[str, SubjectHandler] = {}
 
 def register_subject(model: type[models.Model], handler: SubjectHandler) -> None:
     _handlers[model] = handler
-    _handlers_by_subject[handler.subject] = handler
+    # The first model registered for a subject kind owns its default route (e.g. resource requests own it for
+    # the extensions of resource requests, which are approved by the same rules).
+    _handlers_by_subject.setdefault(handler.subject, handler)
 
 
 def _handler_for(subject: models.Model) -> SubjectHandler:

@@ -3,8 +3,8 @@ import sys
 from django.apps import AppConfig
 from django.db.models.signals import post_migrate
 
-_OPERATED = ["resourcerequest", "requestevent", "approvalpolicy", "approvalrule", "approvalrulestage", "approval",
-             "approvalstage", "approvalassignment", "quotachangerequest"]
+_OPERATED = ["resourcerequest", "requestextension", "requestevent", "approvalpolicy", "approvalrule",
+             "approvalrulestage", "approval", "approvalstage", "approvalassignment", "quotachangerequest"]
 
 
 class RequestsConfig(AppConfig):
@@ -20,7 +20,8 @@ class RequestsConfig(AppConfig):
     def ready(self):
         _hide_from_drf_compat()
         from requests import approvals
-        from requests.models import QuotaChangeRequest, ResourceRequest
+        from requests.extensions import ExtensionApprovals
+        from requests.models import QuotaChangeRequest, RequestExtension, ResourceRequest
         from requests.quota import usage_by_project
         from requests.quota_changes import QuotaChangeApprovals
         from requests.schedules import ensure_schedules, readmit_on_quota_change
@@ -30,6 +31,7 @@ class RequestsConfig(AppConfig):
 
         approvals.register_subject(ResourceRequest, RequestApprovals())
         approvals.register_subject(QuotaChangeRequest, QuotaChangeApprovals())
+        approvals.register_subject(RequestExtension, ExtensionApprovals())
         hooks.project_usage_provider = usage_by_project
         quota_changed.connect(readmit_on_quota_change, dispatch_uid="requests.readmit_on_quota_change")
         post_migrate.connect(ensure_schedules, sender=self, dispatch_uid="requests.ensure_schedules")

@@ -64,6 +64,9 @@ class EventCode(models.TextChoices):
     REMINDER = "approval_reminder", "Approval reminder"
     QUEUED = "queued", "Queued for scheduling"
     QUEUE_REASON = "queue_reason", "Waiting in the queue"
+    EXTENSION_REQUESTED = "extension_requested", "Extension requested"
+    EXTENDED = "extended", "Extended"
+    EXTENSION_REJECTED = "extension_rejected", "Extension rejected"
     EXPIRY_WARNING = "expiry_warning", "Expiry warning"
     CANCELLED = "cancelled", "Cancelled"
     ALLOCATED = "allocated", "Allocated"
@@ -125,3 +128,9 @@ class QuotaChangeState(models.TextChoices):
     APPLIED = "applied", "Approved and applied"
     REJECTED = "rejected", "Rejected"
     CANCELLED = "cancelled", "Cancelled"
+
+
+class ExtensionState(models.TextChoices):
+    PENDING_APPROVAL = "pending_approval", "Pending approval"
+    APPLIED = "applied", "Approved and applied"
+    REJECTED = "rejected", "Rejected"

@@ -12,3 +12,7 @@ request_releasing = Signal()
 # Sent after commit when a running request is preempted back to the queue. kwargs: request_id (int), winner_id (int).
 # Provisioning listens to stop the environment.
 request_preempted = Signal()
+
+# Sent after commit when an extension of a running request is approved. kwargs: request_id, hours. The
+# scheduler moves the allocation's expiry.
+request_extended = Signal()

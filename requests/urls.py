@@ -12,6 +12,7 @@ urlpatterns = [
     path("requests/<int:pk>/", views.request_detail, name="request-detail"),
     path("requests/<int:pk>/cancel/", views.request_cancel, name="request-cancel"),
     path("requests/<int:pk>/release/", views.request_release, name="request-release"),
+    path("requests/<int:pk>/extend/", views.request_extend, name="request-extend"),
     path("approvals/", views.approval_inbox, name="approval-inbox"),
     path("approvals/<int:pk>/decide/", views.approval_decide, name="approval-decide"),
     path("approvals/bulk-approve/", views.approval_bulk_approve, name="approval-bulk-approve"),

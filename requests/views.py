@@ -16,7 +16,7 @@ from django.views.decorators.http import require_POST
 from catalog import selectors as catalog_selectors
 from catalog.choices import ServiceKind
 from config.errors import DomainError
-from requests import approvals, hooks, quota_changes, selectors, services
+from requests import approvals, extensions, hooks, quota_changes, selectors, services
 from requests.choices import TERMINAL_STATES, Decision, RequestState
 from requests.forms import DecisionForm, OrderForm, QuotaChangeForm, orderable_projects
 from requests.models import RequestEvent, ResourceRequest
@@ -153,6 +153,18 @@ def request_cancel(request, pk):
 def request_release(request, pk):
     return _act_on_request(request, pk, lambda target, reason: services.request_release(
         request=target, actor=request.user, reason=reason or "released early"), "is being released")
+
+
+@login_required
+@require_POST
+def request_extend(request, pk):
+    hours = request.POST.get("hours", "")
+    if not hours.isdigit():
+        messages.error(request, "Give the extra hours as a whole number.")
+        return redirect("portal:request-detail", pk=pk)
+    return _act_on_request(request, pk, lambda target, _reason: extensions.request_extension_submit(
+        request=target, hours=int(hours), justification=request.POST.get("justification", ""), actor=request.user),
+        "extension sent")
 
 
 @login_required

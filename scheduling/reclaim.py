@@ -4,7 +4,7 @@ from datetime import timedelta
 
 from django.conf import settings
 from django.db import transaction
-from django.db.models import Q, Sum
+from django.db.models import F, Q, Sum
 from django.utils import timezone
 
 from requests.choices import EventCode, RequestState
@@ -128,3 +128,9 @@ def runtime_report(*, reports: list[tuple[int, str]], now=None) -> dict[int, str
     for request_id in _release_all(gone, "stale: the runtime reports the workload gone"):
         outcome[request_id] = "reclaimed"
     return outcome
+
+
+def allocation_extend(*, request_id: int, hours: int) -> int:
+    """An approved extension moves the active allocation's expiry; a new warning will come before the new end."""
+    return Allocation.objects.filter(request_id=request_id, state=AllocationState.ACTIVE).update(
+        expires_at=F("expires_at") + timedelta(hours=hours), expiry_warned_at=None)

@@ -15,6 +15,12 @@ def free_devices(*, request_id: int, reason: str, **_kwargs) -> None:
     async_task("scheduling.tasks.free_released", request_id, reason)
 
 
+def extend_allocation(*, request_id: int, hours: int, **_kwargs) -> None:
+    from scheduling.reclaim import allocation_extend
+
+    allocation_extend(request_id=request_id, hours=hours)
+
+
 def ensure_schedules(**_kwargs) -> None:
     """A cycle every minute as a safety net (events trigger one at once), reclamation every minute."""
     for name, func in (("Scheduling cycle", CYCLE_TASK), ("Reclaim expired and stale allocations", RECLAIM_TASK)):
@@ -27,7 +33,7 @@ def connect() -> None:
 
     from config import metrics
     from requests import hooks
-    from requests.signals import request_queued, request_releasing
+    from requests.signals import request_extended, request_queued, request_releasing
     from scheduling.allocations import allocation_details
     from scheduling.estimate import placement_estimate
     from scheduling.metrics import SchedulerCollector
@@ -39,4 +45,5 @@ def connect() -> None:
     request_queued.connect(trigger_cycle, dispatch_uid="scheduling.cycle_on_queue")
     health_changed.connect(trigger_cycle, dispatch_uid="scheduling.cycle_on_health")
     request_releasing.connect(free_devices, dispatch_uid="scheduling.free_on_release")
+    request_extended.connect(extend_allocation, dispatch_uid="scheduling.extend_allocation")
     post_migrate.connect(ensure_schedules, dispatch_uid="scheduling.ensure_schedules")

@@ -74,6 +74,11 @@ class CancelSerializer(serializers.Serializer):
     reason = serializers.CharField(allow_blank=True, default="", max_length=1000)
 
 
+class ExtendSerializer(serializers.Serializer):
+    hours = serializers.IntegerField(min_value=1, max_value=100000)
+    justification = serializers.CharField(max_length=4000)
+
+
 class DecisionSerializer(serializers.Serializer):
     comment = serializers.CharField(allow_blank=True, default="", max_length=4000,
                                     help_text="Required to reject; the requester sees it.")

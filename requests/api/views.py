@@ -10,7 +10,7 @@ from rest_framework.response import Response
 
 from catalog.choices import ServiceKind
 from config.api import ErrorSerializer
-from requests import approvals, quota_changes, selectors, services
+from requests import approvals, extensions, quota_changes, selectors, services
 from requests.api import serializers
 from requests.choices import Decision, QuotaChangeState, RequestState
 from requests.models import ApprovalAssignment, QuotaChangeRequest, ResourceRequest
@@ -105,6 +105,19 @@ class RequestViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.
         reason = _parsed(serializers.CancelSerializer, request.data).validated_data["reason"] or "released early"
         released = services.request_release(request=self.get_object(), actor=request.user, reason=reason)
         return self._detail(released)
+
+
+    @extend_schema(request=serializers.ExtendSerializer,
+                   responses={200: serializers.RequestDetailSerializer, **_refusals(400, 403, 404, 409, 422)},
+                   description="Ask for more hours for a running request: checked against the monthly card-hour "
+                               "budget (409 quota_exceeded) and the service's maximum (422), approved by the same "
+                               "rules as a new order; the allocation's expiry moves once approved.")
+    @action(detail=True, methods=["post"])
+    def extend(self, request, pk=None):
+        body = _parsed(serializers.ExtendSerializer, request.data).validated_data
+        extensions.request_extension_submit(request=self.get_object(), hours=body["hours"],
+                                            justification=body["justification"], actor=request.user)
+        return self._detail(self.get_object())
 
 
 class QueueViewSet(mixins.ListModelMixin, viewsets.GenericViewSet):

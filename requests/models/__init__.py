@@ -6,6 +6,7 @@ from requests.models.approval import (
     ApprovalRuleStage,
     ApprovalStage,
 )
+from requests.models.extension import RequestExtension
 from requests.models.quota_change import QuotaChangeRequest
 from requests.models.request import RequestEvent, ResourceRequest
 
@@ -18,5 +19,6 @@ __all__ = [
     "ApprovalStage",
     "QuotaChangeRequest",
     "RequestEvent",
+    "RequestExtension",
     "ResourceRequest",
 ]
