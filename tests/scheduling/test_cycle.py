@@ -380,3 +380,20 @@ def test_runtime_reports_need_the_ingest_permission(shop, team, api_as, api):
     response = api_as(team.developer).post("/api/v1/health/runtime/", {"reports": [{"request": 1, "status": "gone"}]},
                                            format="json")
     assert response.status_code == 403 and response.json()["code"] == "permission_denied"
+
+
+def test_topology_and_priority_reasons_reach_the_api(shop, team, api_as):
+    """Two single-card nodes: a two-card request has the cards, but not on one node (topology_constraint); a
+    starving big request then holds back a younger one that would fit (higher_priority_ahead)."""
+    add_node(shop.accelerator, name="left", cards=1)
+    add_node(shop.accelerator, name="right", cards=1)
+    pair = queued(shop, team)  # 2 whole cards on one node
+    cycle.run_cycle()
+    body = api_as(team.developer).get(f"/api/v1/requests/{pair.pk}/").json()
+    assert body["queue"]["code"] == "topology_constraint", body["queue"]
+    high = queued(shop, team, priority=PriorityClass.HIGH)  # also 2 cards: pending, and it outranks what follows
+    low = queued(shop, team, spec=shop.sliced)
+    cycle.run_cycle()
+    body = api_as(team.developer).get(f"/api/v1/requests/{low.pk}/").json()
+    assert body["queue"]["code"] == "higher_priority_ahead"
+    assert body["queue"]["numbers"]["blocked_by"] == str(high.pk)
