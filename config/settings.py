@@ -124,8 +124,7 @@ CATALOG_CURRENCY = env_str("CATALOG_CURRENCY", "USD")
 APPROVAL_REMINDER_HOURS = env_int("APPROVAL_REMINDER_HOURS", 24)
 # /metrics: when set, scrapers must send `Authorization: Bearer <token>`.
 METRICS_TOKEN = env_str("METRICS_TOKEN")
-# Scheduling: anti-starvation aging, optional fair share, expiry warnings, when an allocation counts as stale.
-SCHEDULER_STARVATION_MINUTES = env_int("SCHEDULER_STARVATION_MINUTES", 30)
+# Scheduling: optional fair share, requeue on isolation, expiry warnings, when an allocation counts as stale.
 SCHEDULER_FAIR_SHARE = env_bool("SCHEDULER_FAIR_SHARE", default=False)
 SCHEDULER_REQUEUE_ON_ISOLATION = env_bool("SCHEDULER_REQUEUE_ON_ISOLATION", default=True)
 EXPIRY_WARNING_HOURS = env_int("EXPIRY_WARNING_HOURS", 4)

@@ -6,7 +6,7 @@ and the writes each take a fixed number of queries, however many nodes and reque
 
 import logging
 from dataclasses import dataclass, field
-from datetime import timedelta
+from datetime import datetime, timedelta
 
 from django.conf import settings
 from django.db import connection, transaction
@@ -18,7 +18,7 @@ from requests.choices import PRIORITY_RANK, PriorityClass, RequestState
 from requests.models import ResourceRequest
 from requests.quota import month_start
 from requests.services import requests_allocate, requests_note_queue
-from scheduling import placement, preemption
+from scheduling import backfill, placement, preemption
 from scheduling.allocations import adjust_device_shares
 from scheduling.choices import AllocationState, DeviceHealth
 from scheduling.models import Allocation, AllocationDevice, Device, Node
@@ -56,6 +56,7 @@ class ClusterSnapshot:
     snapshot: placement.Snapshot
     device_ids: dict[tuple[str, int], int]  # (node name, engine device position) -> Device.pk
     node_ids: dict[str, int]
+    expires: dict[str, datetime]  # engine allocation id (request id) -> when it ends
 
 
 def _engine_health(device: Device) -> str:
@@ -89,45 +90,31 @@ def load_snapshot() -> ClusterSnapshot:
     bound: dict[int, list[tuple[int, int]]] = {}
     for binding in AllocationDevice.objects.filter(allocation__state=AllocationState.ACTIVE):
         bound.setdefault(binding.allocation_id, []).append((positions[binding.device_id], binding.milli))
+    active = list(Allocation.objects.filter(state=AllocationState.ACTIVE).select_related("node"))
     allocations = [
         placement.Allocation(str(allocation.request_id), allocation.node.name, tuple(bound.get(allocation.pk, ())),
                              allocation.cpu_milli, allocation.memory_mib, allocation.priority, allocation.preemptible,
                              allocation.started_at.timestamp())
-        for allocation in Allocation.objects.filter(state=AllocationState.ACTIVE).select_related("node")
+        for allocation in active
     ]
-    return ClusterSnapshot(placement.Snapshot(nodes, allocations), device_ids, node_ids)
+    expires = {str(allocation.request_id): allocation.expires_at for allocation in active}
+    return ClusterSnapshot(placement.Snapshot(nodes, allocations), device_ids, node_ids, expires)
 
 
 def make_demand(demand_id: str, priority_class: str, *, cpu_cores: int, memory_gb: int, count: int,
-                models: frozenset, slice_profile: str | None = None, boost: int = 0) -> placement.Demand:
+                models: frozenset, slice_profile: str | None = None) -> placement.Demand:
     """The engine's demand for a request or an order: one shape for both, so the preview matches the cycle."""
     return placement.Demand(id=demand_id, count=count, slice_profile=slice_profile, models=models,
                             cpu_milli=cpu_cores * 1000, memory_mib=memory_gb * 1024,
-                            priority=PRIORITY_RANK[priority_class] + boost,
+                            priority=PRIORITY_RANK[priority_class],
                             preemptible=priority_class == PriorityClass.BATCH)
 
 
-# Waiting reasons that mean "the capacity exists but others got it": such a request ages (see `starving`).
-_CROWDED_OUT = {"capacity_in_use", "fragmentation", "topology_constraint", "higher_priority_ahead"}
-# Less than the gap between two priority classes: aging reorders within a class, never across classes.
-AGING_BOOST = 5
-
-
-def starving(request: ResourceRequest, now) -> bool:
-    """Queued longer than SCHEDULER_STARVATION_MINUTES while crowded out by later, smaller requests."""
-    waited = now - (request.approved_at or request.created_at)
-    return (request.queue_reason.get("code") in _CROWDED_OUT
-            and waited > timedelta(minutes=settings.SCHEDULER_STARVATION_MINUTES))
-
-
-def demand_of(request: ResourceRequest, now=None) -> placement.Demand:
-    """The engine's view of a request, from its approved snapshot only. A starving request gets a small boost:
-    the engine then holds back younger requests of its class that want the same models (`higher_priority_ahead`)
-    until it fits, so large requests are not starved by a stream of small ones."""
+def demand_of(request: ResourceRequest) -> placement.Demand:
+    """The engine's view of a request, from its approved snapshot only."""
     spec, profile = request.approved_spec.get("spec"), request.approved_spec.get("bare_metal_profile")
     serving = request.approved_spec.get("serving") or {}
-    sizes = {"cpu_cores": request.cpu_cores, "memory_gb": request.memory_gb,
-             "boost": AGING_BOOST if now is not None and starving(request, now) else 0}
+    sizes = {"cpu_cores": request.cpu_cores, "memory_gb": request.memory_gb}
     if profile is not None:
         return make_demand(str(request.pk), request.priority, count=profile["accelerator_count"],
                            models=frozenset([profile["accelerator_model"]]), **sizes)
@@ -206,6 +193,14 @@ def _commit_bindings(result, cluster: ClusterSnapshot, requests: dict[int, Resou
     return [request.pk for request, _, _ in placed]
 
 
+def _reserve_for_the_head(cluster: ClusterSnapshot, result, demands, requests, now, policy: str) -> None:
+    hours = {demand.id: requests[int(demand.id)].duration_hours for demand in demands}
+    reservation = backfill.reserve_for_head(snapshot=cluster.snapshot, expires=cluster.expires, result=result,
+                                            demands=demands, hours=hours, now=now, policy=policy)
+    if reservation is not None:
+        backfill.hold_back_delaying(result, reservation, demands, hours, now)
+
+
 def run_cycle(*, policy: str = "default") -> CycleResult:
     """Place what the queue holds; record every other request's position and reason."""
     with transaction.atomic():
@@ -220,9 +215,10 @@ def run_cycle(*, policy: str = "default") -> CycleResult:
         refused = _over_concurrency(queue)
         candidates = [request for request in queue if request.pk not in refused]
         cluster = load_snapshot()
-        demands = [demand_of(request, now) for request in candidates]
+        demands = [demand_of(request) for request in candidates]
         result = placement.PlacementEngine(cluster.snapshot, policy, workload=demands).place(demands)
         by_id = {request.pk: request for request in queue}
+        _reserve_for_the_head(cluster, result, demands, by_id, now, policy)
         allocated = _commit_bindings(result, cluster, by_id, now)
         reasons = {**refused, **{int(pending.demand_id): {"code": pending.reason, "message": pending.message,
                                                           "numbers": dict(pending.numbers)}

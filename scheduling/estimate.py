@@ -1,7 +1,5 @@
 """The order preview's "would it fit now?": the queue ahead of the order is placed first, then the order."""
 
-from django.utils import timezone
-
 from requests.choices import PRIORITY_RANK, RequestState
 from requests.models import ResourceRequest
 from scheduling import placement
@@ -28,7 +26,7 @@ def placement_estimate(order, sizing) -> dict:
     ahead = [request for request in queue_order(list(ResourceRequest.objects.filter(state=RequestState.QUEUED)))
              if PRIORITY_RANK[request.priority] >= demand.priority]
     engine = placement.PlacementEngine(load_snapshot().snapshot, workload=[demand])
-    engine.place([demand_of(request, timezone.now()) for request in ahead])
+    engine.place([demand_of(request) for request in ahead])
     outcome = engine.place_one(demand)
     if isinstance(outcome, placement.Pending):
         return {"fits_now": False, "queued_ahead": len(ahead), "code": outcome.reason,

@@ -278,28 +278,27 @@ def test_preview_says_where_an_order_fits_now_or_what_it_would_wait_behind(shop,
     assert preview["placement"]["code"] == "capacity_in_use"
 
 
-def test_a_starving_large_request_holds_back_younger_small_ones(shop, team, settings):
-    """Anti-starvation: once the big request has waited past the limit, smaller ones of its class stop jumping in."""
-    settings.SCHEDULER_STARVATION_MINUTES = 30
-    node = add_node(shop.accelerator, cards=2)
+def test_head_of_line_reservation_lets_only_harmless_work_backfill(shop, team):
+    """A two-card request waits for a running slice to end; a younger 10-hour slice would still be running then
+    on the only node that can take it, so it waits; a 1-hour slice ends in time and backfills."""
     quota_set(quota=team.project.quota, limits={"concurrent_tasks": 1000}, actor=None)
-    small = queued(shop, team, spec=shop.sliced)
-    cycle.run_cycle()  # the slice takes one card
-    big = queued(shop, team)  # needs both cards
+    add_node(shop.accelerator, name="only", cards=2)
+    queued(shop, team, spec=shop.sliced)  # 10 hours on one card
+    cycle.run_cycle()
+    big = queued(shop, team)  # needs both cards: crowded out until the slice ends
     cycle.run_cycle()
     big.refresh_from_db()
     assert big.queue_reason["code"] in {"capacity_in_use", "fragmentation"}
-    younger = queued(shop, team, spec=shop.sliced)
+    long_slice = queued(shop, team, spec=shop.sliced)
+    short_slice = queued(shop, team, spec=shop.sliced, duration_hours=1)
     cycle.run_cycle()
-    younger.refresh_from_db()
-    assert younger.state == RequestState.ALLOCATED  # not starving yet: backfill allowed
-    later = queued(shop, team, spec=shop.sliced)
-    with time_machine.travel(timezone.now() + timedelta(minutes=31), tick=False):
-        cycle.run_cycle()
-    later.refresh_from_db()
-    assert later.state == RequestState.QUEUED
-    assert later.queue_reason["code"] == "higher_priority_ahead"
-    assert node.devices.filter(allocated_milli__gt=0).count() >= 1 and small.pk
+    long_slice.refresh_from_db()
+    short_slice.refresh_from_db()
+    assert long_slice.state == RequestState.QUEUED
+    assert long_slice.queue_reason["code"] == "higher_priority_ahead"
+    assert long_slice.queue_reason["numbers"]["reserved_for"] == str(big.pk)
+    assert long_slice.queue_reason["numbers"]["node"] == "only"
+    assert short_slice.state == RequestState.ALLOCATED
 
 
 def test_fair_share_puts_the_lighter_project_first_within_a_class(shop, team, settings):
@@ -384,7 +383,7 @@ def test_runtime_reports_need_the_ingest_permission(shop, team, api_as, api):
 
 def test_topology_and_priority_reasons_reach_the_api(shop, team, api_as):
     """Two single-card nodes: a two-card request has the cards, but not on one node (topology_constraint); a
-    starving big request then holds back a younger one that would fit (higher_priority_ahead)."""
+    pending high-priority request then holds back a lower one that would fit (higher_priority_ahead)."""
     add_node(shop.accelerator, name="left", cards=1)
     add_node(shop.accelerator, name="right", cards=1)
     pair = queued(shop, team)  # 2 whole cards on one node

@@ -1,0 +1,65 @@
+"""Reservation for the head of the queue (EASY backfilling).
+
+When the first request in queue order is crowded out, the cycle works out where and when it could start: on the
+current allocations' expiry times, releasing them earliest first until it fits. Requests behind it may still
+start now, but not on that node if they would still be running at that time: they wait with
+`higher_priority_ahead`, so large requests are not starved by a stream of small ones.
+"""
+
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+from scheduling import placement
+
+CROWDED_OUT = {placement.CAPACITY_IN_USE, placement.FRAGMENTATION, placement.TOPOLOGY_CONSTRAINT}
+MAX_RELEASES = 2000  # how far ahead the reservation looks, in released allocations
+
+
+@dataclass(frozen=True)
+class Reservation:
+    request_id: str
+    node: str
+    start: datetime
+
+
+def reserve_for_head(*, snapshot: placement.Snapshot, expires: dict[str, datetime], result, demands, hours, now,
+                     policy: str) -> Reservation | None:
+    """Where and from when the first crowded-out request could run, given everything ahead of it."""
+    reasons = {pending.demand_id: pending.reason for pending in result.pending}
+    head_at = next((i for i, demand in enumerate(demands) if reasons.get(demand.id) in CROWDED_OUT), None)
+    if head_at is None:
+        return None
+    head, ahead = demands[head_at], {demand.id for demand in demands[:head_at]}
+    placed_ahead = [binding for binding in result.bindings if binding.demand_id in ahead]
+    running = list(snapshot.allocations) + [
+        placement.Allocation(binding.demand_id, binding.node, binding.devices, binding.cpu_milli, binding.memory_mib)
+        for binding in placed_ahead]
+    ends = {**expires, **{binding.demand_id: now + timedelta(hours=hours[binding.demand_id])
+                          for binding in placed_ahead}}
+    engine = placement.PlacementEngine(placement.Snapshot(snapshot.nodes, running), policy, workload=demands)
+    for allocation in sorted(running, key=lambda allocation: ends[allocation.id])[:MAX_RELEASES]:
+        engine.release(placement.Binding(allocation.id, allocation.node, allocation.devices, allocation.cpu_milli,
+                                         allocation.memory_mib))
+        outcome = engine.place_one(head)
+        if not isinstance(outcome, placement.Pending):
+            return Reservation(head.id, outcome[0].node, ends[allocation.id])
+    return None
+
+
+def hold_back_delaying(result, reservation: Reservation, demands, hours, now) -> None:
+    """Turn the bindings that would delay the reservation into pending `higher_priority_ahead` (in place)."""
+    position = {demand.id: i for i, demand in enumerate(demands)}
+    head = position[reservation.request_id]
+    delaying = [binding for binding in result.bindings
+                if position[binding.demand_id] > head and binding.node == reservation.node
+                and now + timedelta(hours=hours[binding.demand_id]) > reservation.start]
+    if not delaying:
+        return
+    held = {binding.demand_id for binding in delaying}
+    result.bindings = [binding for binding in result.bindings if binding.demand_id not in held]
+    result.pending.extend(placement.Pending(
+        binding.demand_id, placement.HIGHER_PRIORITY_AHEAD,
+        f"would still be running on {binding.node} when request #{reservation.request_id} is due to start there "
+        f"({reservation.start:%Y-%m-%d %H:%M} UTC); it waits so that larger request is not starved",
+        {"reserved_for": reservation.request_id, "node": binding.node, "reserved_from": reservation.start.isoformat()})
+        for binding in delaying)
