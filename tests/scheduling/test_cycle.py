@@ -229,7 +229,7 @@ def test_cycle_query_count_does_not_grow_with_requests(shop, team):
 
 
 @pytest.mark.django_db(transaction=True, serialized_rollback=True)
-def test_concurrent_cycles_and_releases_never_bind_a_device_twice(shop, team):
+def test_concurrent_cycles_submissions_and_releases_never_bind_a_device_twice(shop, team):
     quota_set(quota=team.project.quota, limits={"concurrent_tasks": 1000}, actor=None)
     add_node(shop.accelerator, name="x", cards=2)
     add_node(shop.accelerator, name="y", cards=2)
@@ -242,6 +242,8 @@ def test_concurrent_cycles_and_releases_never_bind_a_device_twice(shop, team):
             barrier.wait()
             for _ in range(3):
                 cycle.run_cycle()
+                if index == 1:  # submissions race the cycles and the releases
+                    queued(shop, team, spec=shop.sliced)
                 if index == 0:
                     for request in ResourceRequest.objects.filter(state=RequestState.ALLOCATED)[:2]:
                         try:
