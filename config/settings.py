@@ -166,7 +166,7 @@ SPECTACULAR_SETTINGS = {
         "RequestStateEnum": "requests.choices.RequestState",
         "ApprovalStateEnum": "requests.choices.ApprovalState",
         "StageStateEnum": "requests.choices.StageState",
-        "QuotaChangeStateEnum": "requests.choices.QuotaChangeState",
+        "ChangeStateEnum": "requests.choices.ChangeState",
     },
 }
 

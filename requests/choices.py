@@ -123,14 +123,10 @@ class Decision(models.TextChoices):
     REJECT = "reject", "Reject"
 
 
-class QuotaChangeState(models.TextChoices):
+class ChangeState(models.TextChoices):
+    """States of a change request (a quota change, an extension)."""
+
     PENDING_APPROVAL = "pending_approval", "Pending approval"
     APPLIED = "applied", "Approved and applied"
     REJECTED = "rejected", "Rejected"
     CANCELLED = "cancelled", "Cancelled"
-
-
-class ExtensionState(models.TextChoices):
-    PENDING_APPROVAL = "pending_approval", "Pending approval"
-    APPLIED = "applied", "Approved and applied"
-    REJECTED = "rejected", "Rejected"

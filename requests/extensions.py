@@ -5,11 +5,10 @@ card-hours grow, and the scheduler moves the allocation's expiry (request_extend
 from dataclasses import replace
 
 from django.db import transaction
-from django.utils import timezone
 
 from config.errors import Conflict, DomainError, NotPermitted
 from requests import approvals
-from requests.choices import ApprovalSubject, EventCode, RequestState
+from requests.choices import ApprovalSubject, ChangeState, EventCode, RequestState
 from requests.models import RequestExtension, ResourceRequest
 from requests.orders import OrderInvalid, approval_facts, size_order
 from requests.quota import Demand, exceeded, lock_quota_scope, quota_impact
@@ -43,7 +42,7 @@ def request_extension_submit(*, request: ResourceRequest, hours: int, justificat
         raise OrderInvalid(f"The whole duration must stay within {maximum} hours (now {request.duration_hours}).",
                            code="duration_out_of_range", details={"requested": hours, "maximum": maximum,
                                                                   "current": request.duration_hours})
-    if request.extensions.filter(state=RequestExtension.state.field.default).exists():
+    if request.extensions.filter(state=ChangeState.PENDING_APPROVAL).exists():
         raise Conflict("An extension of this request is already waiting for approval.", code="extension_pending")
     extra = Demand(gpus=0, accelerator_memory_gb=0, cpu_cores=0, memory_gb=0, concurrent_tasks=0,
                    monthly_card_hours=request.gpu_equivalents * hours)
@@ -73,8 +72,7 @@ class ExtensionApprovals:
     def on_approved(self, extension: RequestExtension, *, actor: User | None) -> None:
         extension = RequestExtension.objects.select_for_update().get(pk=extension.pk)
         request = ResourceRequest.objects.select_for_update().get(pk=extension.request_id)
-        extension.apply()
-        extension.decided_at = timezone.now()
+        extension.decide(approved=True)
         extension.save()
         request.duration_hours += extension.hours
         request.card_hours += request.gpu_equivalents * extension.hours
@@ -90,8 +88,7 @@ class ExtensionApprovals:
 
     def on_rejected(self, extension: RequestExtension, *, actor: User, comment: str) -> None:
         extension = RequestExtension.objects.select_for_update().get(pk=extension.pk)
-        extension.reject()
-        extension.decided_at = timezone.now()
+        extension.decide(approved=False)
         extension.save()
         record_event(extension.request, actor=actor, code=EventCode.EXTENSION_REJECTED, data={"comment": comment},
                      message=f"Extension by {extension.hours} hours rejected by {actor.username}: {comment}")

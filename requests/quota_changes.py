@@ -3,7 +3,6 @@
 from decimal import Decimal, InvalidOperation
 
 from django.db import transaction
-from django.utils import timezone
 
 from config.errors import DomainError, NotPermitted
 from requests import approvals
@@ -77,16 +76,14 @@ class QuotaChangeApprovals:
 
     def on_approved(self, change: QuotaChangeRequest, *, actor: User | None) -> None:
         change = QuotaChangeRequest.objects.select_for_update().get(pk=change.pk)
-        change.apply()
-        change.decided_at = timezone.now()
+        change.decide(approved=True)
         change.save()
         quota_set(quota=change.project.quota, limits=_parsed_limits(change.limits), actor=actor,
                   reason=f"Quota change #{change.pk} approved: {change.justification}")
 
     def on_rejected(self, change: QuotaChangeRequest, *, actor: User, comment: str) -> None:
         change = QuotaChangeRequest.objects.select_for_update().get(pk=change.pk)
-        change.reject()
-        change.decided_at = timezone.now()
+        change.decide(approved=False)
         change.save()
         audit_record(actor=actor, action="quota_change.rejected", target=change, reason=comment)
 

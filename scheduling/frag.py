@@ -58,37 +58,6 @@ def typical_shapes(pods: Iterable[tuple[int, int, int, int, frozenset]], thresho
             for (cpu, mem, count, milli, models), n in chosen]
 
 
-def node_frag(cpu_free: int, mem_free: int, devices: tuple, shapes: list[Shape], cpu_pods_count: bool = False) -> float:
-    """Expected stranded GPU milli of one node state against the shapes.
-
-    ``cpu_pods_count`` reproduces the simulator, which counts all idle GPU milli as fragment for every CPU-only shape
-    (a constant per node that shifts its quantised scores); otherwise a CPU-only shape that fits strands nothing.
-    """
-    idle = 0
-    for _model, free in devices:
-        idle += free
-    if idle == 0:
-        return 0.0
-    total = 0.0
-    for cpu, mem, count, milli, models, weight in shapes:
-        if milli == 0:
-            if cpu_pods_count or cpu > cpu_free or mem > mem_free:
-                total += weight * idle
-            continue
-        if cpu > cpu_free or mem > mem_free:
-            total += weight * idle
-            continue
-        fit = 0
-        stranded = 0
-        for model, free in devices:
-            if free >= milli and (not models or model in models):
-                fit += 1
-            else:
-                stranded += free
-        total += weight * (stranded if fit >= count else idle)
-    return total
-
-
 class FragTable:
     """Memoised fragmentation of node states against a fixed list of shapes.
 

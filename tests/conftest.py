@@ -32,3 +32,16 @@ def api_as(api):
 def roles(db):
     """One project with a member and an approver, a second project with its own developer, an operator."""
     return factories.role_matrix()
+
+
+@pytest.fixture
+def operator(db):
+    """A staff user in the Operators group."""
+    return factories.operator()
+
+
+@pytest.fixture
+def console(client, operator):
+    """The Django test client signed in to the operator console."""
+    client.force_login(operator)
+    return client

@@ -12,7 +12,7 @@ from catalog.choices import ServiceKind
 from config.api import ErrorSerializer
 from requests import approvals, extensions, quota_changes, selectors, services
 from requests.api import serializers
-from requests.choices import Decision, QuotaChangeState, RequestState
+from requests.choices import ChangeState, Decision, RequestState
 from requests.models import ApprovalAssignment, QuotaChangeRequest, ResourceRequest
 
 
@@ -38,7 +38,7 @@ class RequestFilter(django_filters.FilterSet):
 
 
 class QuotaChangeFilter(django_filters.FilterSet):
-    state = django_filters.ChoiceFilter(choices=QuotaChangeState.choices)
+    state = django_filters.ChoiceFilter(choices=ChangeState.choices)
     project = django_filters.NumberFilter(field_name="project_id")
 
     class Meta:

@@ -2,26 +2,19 @@ from django.conf import settings
 from django.core.validators import MinValueValidator
 from django.db import models
 from django.db.models import Q
-from django_fsm import ConcurrentTransitionMixin, FSMField, transition
 
-from requests.choices import ExtensionState
-
-E = ExtensionState
+from requests.models.change import ChangeRequest
 
 
-class RequestExtension(ConcurrentTransitionMixin, models.Model):
+class RequestExtension(ChangeRequest):
     """More hours for a running request, approved by the same rules as a new request."""
 
     request = models.ForeignKey("requests.ResourceRequest", on_delete=models.CASCADE, related_name="extensions")
     requested_by = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="+")
     hours = models.PositiveIntegerField(validators=[MinValueValidator(1)])
     justification = models.TextField()
-    state = FSMField(default=E.PENDING_APPROVAL, choices=ExtensionState.choices, protected=True)
-    created_at = models.DateTimeField(auto_now_add=True)
-    decided_at = models.DateTimeField(null=True, blank=True)
 
-    class Meta:
-        ordering = ["-created_at", "-id"]
+    class Meta(ChangeRequest.Meta):
         constraints = [
             models.CheckConstraint(condition=Q(hours__gte=1), name="extension_hours_positive"),
             models.CheckConstraint(condition=~Q(justification=""), name="extension_justified"),
@@ -31,11 +24,3 @@ class RequestExtension(ConcurrentTransitionMixin, models.Model):
 
     def __str__(self):
         return f"Extension of #{self.request_id} by {self.hours} h"
-
-    @transition(field=state, source=E.PENDING_APPROVAL, target=E.APPLIED)
-    def apply(self):
-        pass
-
-    @transition(field=state, source=E.PENDING_APPROVAL, target=E.REJECTED)
-    def reject(self):
-        pass

@@ -1,14 +1,12 @@
 from django.conf import settings
 from django.db import models
 from django.db.models import Q
-from django_fsm import ConcurrentTransitionMixin, FSMField, transition
 
-from requests.choices import QuotaChangeState
-
-Q_ = QuotaChangeState
+from requests.choices import ChangeState
+from requests.models.change import ChangeRequest
 
 
-class QuotaChangeRequest(ConcurrentTransitionMixin, models.Model):
+class QuotaChangeRequest(ChangeRequest):
     """A project lead's request for different quota limits, decided through the approval engine."""
 
     project = models.ForeignKey("tenancy.Project", on_delete=models.PROTECT, related_name="quota_change_requests")
@@ -16,14 +14,10 @@ class QuotaChangeRequest(ConcurrentTransitionMixin, models.Model):
     limits = models.JSONField(help_text="Requested limit per dimension (null lifts a limit).")
     previous_limits = models.JSONField(help_text="The limits when the change was asked for.")
     justification = models.TextField()
-    state = FSMField(default=Q_.PENDING_APPROVAL, choices=QuotaChangeState.choices, protected=True)
-    created_at = models.DateTimeField(auto_now_add=True)
-    decided_at = models.DateTimeField(null=True, blank=True)
 
-    class Meta:
-        ordering = ["-created_at", "-id"]
+    class Meta(ChangeRequest.Meta):
         constraints = [
-            models.CheckConstraint(condition=Q(state__in=QuotaChangeState.values), name="quota_change_state_valid"),
+            models.CheckConstraint(condition=Q(state__in=ChangeState.values), name="quota_change_state_valid"),
             models.CheckConstraint(condition=~Q(justification=""), name="quota_change_justified"),
         ]
 
@@ -34,15 +28,3 @@ class QuotaChangeRequest(ConcurrentTransitionMixin, models.Model):
     def changes(self) -> list[tuple[str, str | None, str | None]]:
         """(dimension, previous limit, requested limit) for each dimension asked about."""
         return [(dimension, self.previous_limits.get(dimension), value) for dimension, value in self.limits.items()]
-
-    @transition(field=state, source=Q_.PENDING_APPROVAL, target=Q_.APPLIED)
-    def apply(self):
-        pass
-
-    @transition(field=state, source=Q_.PENDING_APPROVAL, target=Q_.REJECTED)
-    def reject(self):
-        pass
-
-    @transition(field=state, source=Q_.PENDING_APPROVAL, target=Q_.CANCELLED)
-    def cancel(self):
-        pass

@@ -27,17 +27,6 @@ CATALOG_MODELS = ["vendor", "acceleratormodel", "resourcespec", "image", "bareme
                   "servingtemplate", "servingmodel", "service"]
 
 
-@pytest.fixture
-def operator():
-    return factories.operator()
-
-
-@pytest.fixture
-def console(client, operator):
-    client.force_login(operator)
-    return client
-
-
 def _url(model: str, suffix: str = "") -> str:
     return f"/admin/catalog/{model}/{suffix}"
 

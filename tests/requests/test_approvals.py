@@ -14,9 +14,9 @@ from requests.choices import (
     ApprovalMode,
     ApprovalState,
     ApproverSource,
+    ChangeState,
     EventCode,
     OverQuota,
-    QuotaChangeState,
     RequestState,
     StageState,
 )
@@ -341,12 +341,12 @@ def test_approved_quota_change_is_applied_audited_and_readmits(shop, team, djang
                                       over_quota=OverQuota.WAIT)
     change = quota_change_request_submit(project=team.project, limits={"concurrent_tasks": 2},
                                          justification="Second training run", actor=team.lead)
-    assert change.state == QuotaChangeState.PENDING_APPROVAL
+    assert change.state == ChangeState.PENDING_APPROVAL
     [stage] = approval_of(change).stages.all()
     assert (stage.source, approvers(change)) == (ApproverSource.OPERATORS, [[team.operator.username]])
     with django_capture_on_commit_callbacks(execute=True):
         decide(change, team.operator)
-    assert QuotaChangeRequest.objects.get(pk=change.pk).state == QuotaChangeState.APPLIED
+    assert QuotaChangeRequest.objects.get(pk=change.pk).state == ChangeState.APPLIED
     assert ProjectQuota.objects.get(project=team.project).concurrent_tasks == 2
     audit = AuditEvent.objects.get(action="quota.changed")
     assert (audit.actor, audit.data) == (team.operator, {"concurrent_tasks": [1, 2]})
@@ -357,7 +357,7 @@ def test_quota_change_is_never_approved_by_a_rule_without_stages(team):
     approval_rule(subject="quota_change")
     change = quota_change_request_submit(project=team.project, limits={"gpus": 20}, justification="More",
                                          actor=team.lead)
-    assert change.state == QuotaChangeState.PENDING_APPROVAL
+    assert change.state == ChangeState.PENDING_APPROVAL
     assert approvers(change) == [[team.operator.username]]
 
 
@@ -373,7 +373,7 @@ def test_rejected_quota_change_leaves_the_quota_alone(team):
     change = quota_change_request_submit(project=team.project, limits={"gpus": 20}, justification="More",
                                          actor=team.lead)
     decide(change, team.operator, "reject", "Capacity is booked until June.")
-    assert QuotaChangeRequest.objects.get(pk=change.pk).state == QuotaChangeState.REJECTED
+    assert QuotaChangeRequest.objects.get(pk=change.pk).state == ChangeState.REJECTED
     assert ProjectQuota.objects.get(project=team.project).gpus == Decimal(16)
     assert not AuditEvent.objects.filter(action="quota.changed").exists()
     assert AuditEvent.objects.filter(action="quota_change.rejected", reason="Capacity is booked until June.").exists()

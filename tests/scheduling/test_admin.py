@@ -18,17 +18,6 @@ MODELS = ["site", "rack", "node", "device", "allocation", "allocationdevice", "i
           "healthevent"]
 
 
-@pytest.fixture
-def operator():
-    return factories.operator()
-
-
-@pytest.fixture
-def console(client, operator):
-    client.force_login(operator)
-    return client
-
-
 def _url(model: str, suffix: str = "") -> str:
     return f"/admin/scheduling/{model}/{suffix}"
 

@@ -14,16 +14,10 @@ from scheduling.choices import DeviceHealth
 from scheduling.inventory_formats import device_uuid
 from scheduling.models import Device, Node
 from tenancy.models import AuditEvent
-from tests import factories
 from tests.factories import AcceleratorModelFactory
 from tests.scheduling.inventory_helpers import active_request, allocate, node
 
 pytestmark = pytest.mark.django_db
-
-
-@pytest.fixture
-def operator():
-    return factories.operator()
 
 
 # --- cordon / uncordon ---------------------------------------------------------------------------------

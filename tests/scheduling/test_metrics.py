@@ -27,7 +27,7 @@ def test_queue_gauges_per_reason_and_device_capacity(client, shop, team):  # noq
     model = shop.accelerator.slug
     assert samples[("catalog_devices", (("model", model), ("state", "total")))] == 2
     assert samples[("catalog_devices_allocated_cards", (("model", model),))] == 2
-    assert running.pk
+    assert ResourceRequest.objects.get(pk=running.pk).state == "allocated"
 
 
 def test_metrics_token_is_required_when_configured(client, settings):
