@@ -3,12 +3,16 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
+# The sushy-tools Redfish emulator for the BMC driver tests, in its own venv: it imports the PyPI `requests`,
+# which our `requests` app shadows.
+REDFISH_VENV := .venv-redfish
+REDFISH_STAMP := $(REDFISH_VENV)/.installed
 HOST ?= 127.0.0.1
 PORT ?= 8000
 # The demo runs on the embedded defaults (SQLite, django-q2's ORM broker) unless DATABASE_URL/REDIS_URL say otherwise.
 DEMO_ENV := DEBUG=1
 
-.PHONY: install browser run migrate seed test bench lint format clean
+.PHONY: install browser redfish-emulator run migrate seed test bench lint format clean
 
 install: $(STAMP)
 
@@ -22,6 +26,12 @@ $(STAMP): pyproject.toml
 browser:
 	@command -v chromium >/dev/null 2>&1 || { echo "Installing Debian's chromium for the browser tests"; \
 	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium; }
+
+redfish-emulator: $(REDFISH_STAMP)
+
+$(REDFISH_STAMP):
+	$(PYTHON) -m venv $(REDFISH_VENV) && $(REDFISH_VENV)/bin/pip install --quiet sushy-tools
+	touch $(REDFISH_STAMP)
 
 migrate: install
 	$(DEMO_ENV) $(BIN)/python manage.py migrate --no-input
@@ -43,7 +53,7 @@ run: seed
 	$(DEMO_ENV) $(BIN)/python manage.py runserver $(HOST):$(PORT)
 
 # Runs on PostgreSQL: DATABASE_URL when set, else postgres@127.0.0.1:5432 (config/settings_test.py).
-test: install browser
+test: install browser redfish-emulator
 	$(BIN)/pytest
 
 bench: install
@@ -58,4 +68,4 @@ format: install
 	$(BIN)/ruff format .
 
 clean:
-	rm -rf $(VENV) db.sqlite3 staticfiles .pytest_cache .ruff_cache
+	rm -rf $(VENV) $(REDFISH_VENV) db.sqlite3 staticfiles .pytest_cache .ruff_cache

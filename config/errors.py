@@ -24,3 +24,8 @@ class NotPermitted(DomainError):
 class Conflict(DomainError):
     status_code = 409
     code = "conflict"
+
+
+class NotFound(DomainError):
+    status_code = 404
+    code = "not_found"

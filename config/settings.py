@@ -9,7 +9,7 @@ from pathlib import Path
 import dj_database_url
 from django.core.exceptions import ImproperlyConfigured
 
-from config.env import env_bool, env_int, env_list, env_str
+from config.env import env_bool, env_float, env_int, env_json, env_list, env_str
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 
@@ -41,6 +41,7 @@ INSTALLED_APPS = [
     "catalog",
     "requests",
     "scheduling",
+    "provisioning",
 ]
 
 MIDDLEWARE = [
@@ -129,6 +130,27 @@ SCHEDULER_FAIR_SHARE = env_bool("SCHEDULER_FAIR_SHARE", default=False)
 SCHEDULER_REQUEUE_ON_ISOLATION = env_bool("SCHEDULER_REQUEUE_ON_ISOLATION", default=True)
 EXPIRY_WARNING_HOURS = env_int("EXPIRY_WARNING_HOURS", 4)
 ALLOCATION_HEARTBEAT_TIMEOUT_MINUTES = env_int("ALLOCATION_HEARTBEAT_TIMEOUT_MINUTES", 30)
+# Provisioning (docs/provisioning.md). The BMC driver for bare metal: "simulated" (embedded default) or "redfish".
+PROVISIONING_BMC_DRIVER = env_str("PROVISIONING_BMC_DRIVER", "simulated")
+# Attempts per step and the exponential backoff between them (base * 2^(attempt-1), capped).
+PROVISIONING_MAX_ATTEMPTS = env_int("PROVISIONING_MAX_ATTEMPTS", 4)
+PROVISIONING_BACKOFF_SECONDS = env_float("PROVISIONING_BACKOFF_SECONDS", 2.0)
+PROVISIONING_BACKOFF_MAX_SECONDS = env_float("PROVISIONING_BACKOFF_MAX_SECONDS", 120.0)
+# A worker sleeps through waits up to this long; longer ones go back to the minute sweeper (or an event).
+PROVISIONING_INLINE_WAIT_SECONDS = env_float("PROVISIONING_INLINE_WAIT_SECONDS", 30.0)
+# Per-step timeout overrides in seconds, e.g. {"wait_for_install": 5400}.
+PROVISIONING_STEP_TIMEOUTS = env_json("PROVISIONING_STEP_TIMEOUTS", {})
+# Where OS installers post their completion callback.
+PUBLIC_BASE_URL = env_str("PUBLIC_BASE_URL", "http://127.0.0.1:8000")
+# The simulated drivers: a multiplier on their realistic durations (0 = instant), and injected faults:
+# [{"step": "install_gpu_driver", "attempts": [1, 2] or "all", "code": "...", "message": "...", "retryable": true}].
+PROVISIONING_SIMULATED_SPEED = env_float("PROVISIONING_SIMULATED_SPEED", 0.1)
+PROVISIONING_FAULTS = env_json("PROVISIONING_FAULTS", [])
+# Redfish: per-request timeout, TLS verification, and BMC credentials by reference (Node.bmc_credentials_ref):
+# {"<ref>": {"username": "...", "password": "..."}}, from a JSON file that is not in the repository.
+REDFISH_TIMEOUT_SECONDS = env_float("REDFISH_TIMEOUT_SECONDS", 10.0)
+REDFISH_VERIFY_TLS = env_bool("REDFISH_VERIFY_TLS", default=True)
+BMC_CREDENTIALS = env_json("BMC_CREDENTIALS", {})
 
 REST_FRAMEWORK = {
     # Token first: its WWW-Authenticate header turns "not authenticated" into 401 rather than 403.

@@ -6,8 +6,13 @@ os.environ.setdefault("DATABASE_URL", "postgres://postgres@127.0.0.1:5432/comput
 os.environ.setdefault("SECRET_KEY", "tests-only-secret-key")
 os.environ.setdefault("SECURE_COOKIES", "0")
 
+from config.env import env_bool, env_float
 from config.settings import *  # noqa: F403
 
 PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]  # fast user creation in tests
 STORAGES["staticfiles"]["BACKEND"] = "django.contrib.staticfiles.storage.StaticFilesStorage"  # noqa: F405
-Q_CLUSTER = {**Q_CLUSTER, "sync": True}  # noqa: F405  tasks run inline so tests see their effects
+# Tasks run inline so tests see their effects; a worker process started by a test (Q_SYNC=0) uses the broker.
+Q_CLUSTER = {**Q_CLUSTER, "sync": env_bool("Q_SYNC", default=True)}  # noqa: F405
+# Simulated provisioning runs instantly and retries quickly unless a test (or its subprocess) says otherwise.
+PROVISIONING_SIMULATED_SPEED = env_float("PROVISIONING_SIMULATED_SPEED", 0.0)
+PROVISIONING_BACKOFF_SECONDS = env_float("PROVISIONING_BACKOFF_SECONDS", 0.01)

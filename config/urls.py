@@ -13,6 +13,7 @@ api_v1 = [
     path("", include("requests.api.urls")),
     path("inventory/", include("scheduling.api.urls")),
     path("health/", include("scheduling.api.health_urls")),
+    path("provisioning/", include("provisioning.api.urls")),
 ]
 
 urlpatterns = [

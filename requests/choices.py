@@ -79,6 +79,9 @@ class EventCode(models.TextChoices):
     PREEMPTION_SCHEDULED = "preemption_scheduled", "Preemption scheduled"
     PREEMPTION_CALLED_OFF = "preemption_called_off", "Preemption called off"
     DEVICE_ISOLATED = "device_isolated", "Device isolated"
+    PROVISIONING_STEP_FAILED = "provisioning_step_failed", "Provisioning step failed"
+    PROVISIONING_RETRIED = "provisioning_retried", "Provisioning retried"
+    CLEANED_UP = "cleaned_up", "Cleaned up"
 
 
 class ApprovalSubject(models.TextChoices):

@@ -32,7 +32,7 @@ class QuotaExceeded(Conflict):
 
 
 def _transition(request: ResourceRequest, name: str, *, actor: User | None, code: str, message: str,
-                data: dict | None = None) -> ResourceRequest:
+                data: dict | None = None, intervention: bool = False) -> ResourceRequest:
     before = request.state
     try:
         getattr(request, name)()
@@ -41,18 +41,36 @@ def _transition(request: ResourceRequest, name: str, *, actor: User | None, code
                        f"'{name.replace('_', ' ')}' is not possible from there.",
                        code="illegal_transition", details={"state": before, "action": name}) from refusal
     request.save()
-    record_event(request, actor=actor, code=code, message=message, data=data, from_state=before)
+    record_event(request, actor=actor, code=code, message=message, data=data, from_state=before,
+                 intervention=intervention)
     return request
 
 
 def record_event(request: ResourceRequest, *, actor: User | None, code: str, message: str, data: dict | None = None,
-                 from_state: str | None = None) -> RequestEvent:
-    """Append to the timeline; without from_state it is a note that leaves the state as it is."""
+                 from_state: str | None = None, intervention: bool = False) -> RequestEvent:
+    """Append to the timeline; without from_state it is a note that leaves the state as it is. `intervention`
+    marks a manual operator action (the zero-touch KPI counts them)."""
     return RequestEvent.objects.create(
         request=request, actor=actor if actor is not None and actor.is_authenticated else None,
         from_state=from_state if from_state is not None else request.state, to_state=request.state,
-        code=code, message=message, data=data or {},
+        code=code, message=message, data=data or {}, intervention=intervention,
     )
+
+
+def is_operator_intervention(actor: User | None, request: ResourceRequest) -> bool:
+    """An operator acting on someone else's request (not the requester, not through an approval)."""
+    return bool(actor is not None and actor.is_authenticated and actor.pk != request.requester_id
+                and actor.has_perm("requests.change_resourcerequest"))
+
+
+@transaction.atomic
+def request_transition(*, request: ResourceRequest, transition: str, code: str, message: str,
+                       data: dict | None = None, actor: User | None = None,
+                       intervention: bool = False) -> ResourceRequest:
+    """A transition driven by a later stage (provisioning: started, active, failed, retried), on a locked row."""
+    request = _locked(request)
+    return _transition(request, transition, actor=actor, code=code, message=message, data=data,
+                       intervention=intervention)
 
 
 def _locked(request: ResourceRequest) -> ResourceRequest:
@@ -162,6 +180,7 @@ def approved_snapshot(request: ResourceRequest) -> dict:
         "bare_metal_profile": None if profile is None else {
             "slug": profile.slug, "accelerator_model": profile.accelerator_model.slug,
             "accelerator_count": profile.accelerator_count, "os_image": str(profile.os_image),
+            "os_image_url": profile.os_image.reference,
             "driver_version": profile.driver_version, "monitoring_agent": profile.monitoring_agent,
             "target_cluster": profile.target_cluster, "validation_suite": profile.validation_suite},
         "serving": None if request.serving_model is None else {
@@ -235,7 +254,7 @@ def request_cancel(*, request: ResourceRequest, actor: User, reason: str = "") -
         raise NotPermitted("Only the requester, the project lead or an operator can cancel this request.")
     _transition(request, "cancel", actor=actor, code=EventCode.CANCELLED,
                 message=f"Cancelled by {actor.username}" + (f": {reason}" if reason else "."),
-                data={"reason": reason})
+                data={"reason": reason}, intervention=is_operator_intervention(actor, request))
     approvals.approval_cancel(subject=request)
     _readmit_after_commit(request.project_id)
     return request
@@ -250,7 +269,8 @@ def request_reject_by_operator(*, request: ResourceRequest, actor: User, reason:
         raise DomainError("Give a reason; the requester sees it.", code="reason_required")
     request = _locked(request)
     _transition(request, "reject", actor=actor, code=EventCode.REJECTED,
-                message=f"Rejected by operator {actor.username}: {reason}", data={"comment": reason})
+                message=f"Rejected by operator {actor.username}: {reason}", data={"comment": reason},
+                intervention=True)
     approvals.approval_cancel(subject=request)
     _readmit_after_commit(request.project_id)
     return request
@@ -381,7 +401,8 @@ def request_release(*, request: ResourceRequest, actor: User | None, reason: str
         raise NotPermitted("Only the requester, the project lead or an operator can release this request.")
     who = actor.username if actor is not None else "the platform"
     _transition(request, "start_release", actor=actor, code=EventCode.RELEASING,
-                message=f"Release started by {who}: {reason}", data={"reason": reason})
+                message=f"Release started by {who}: {reason}", data={"reason": reason},
+                intervention=is_operator_intervention(actor, request))
     request_id = request.pk
     transaction.on_commit(lambda: request_releasing.send(sender=ResourceRequest, request_id=request_id,
                                                          reason=reason))

@@ -118,6 +118,10 @@ def request_list(request):
         "mine": request.GET.get("mine", "1"), "terminal": TERMINAL_STATES})
 
 
+# While the request is in one of these, its provisioning panel refreshes itself.
+LIVE_STATES = frozenset({RequestState.ALLOCATED, RequestState.PROVISIONING, RequestState.RELEASING})
+
+
 @login_required
 def request_detail(request, pk):
     resource_request = selectors.request_get(user=request.user, pk=pk)
@@ -126,8 +130,22 @@ def request_detail(request, pk):
         "r": resource_request, "timeline": selectors.timeline_of(resource_request),
         "approval": selectors.approval_of(resource_request),
         "allocation": hooks.allocation_details(resource_request) if hooks.allocation_details else None,
+        **_provisioning_context(resource_request),
         "can_cancel": resource_request.is_cancellable and services.can_cancel(request.user, resource_request),
         "can_release": holding and services.can_release(request.user, resource_request)})
+
+
+@login_required
+def request_provisioning(request, pk):
+    """The provisioning panel alone, polled by the detail page while steps are running."""
+    resource_request = selectors.request_get(user=request.user, pk=pk)
+    return render(request, "requests/_provisioning.html", {"r": resource_request,
+                                                           **_provisioning_context(resource_request)})
+
+
+def _provisioning_context(resource_request) -> dict:
+    return {"provisioning": hooks.provisioning_details(resource_request) if hooks.provisioning_details else None,
+            "live": resource_request.state in LIVE_STATES}
 
 
 def _act_on_request(request, pk: int, act, done: str):

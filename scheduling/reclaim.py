@@ -3,10 +3,12 @@
 from datetime import timedelta
 
 from django.conf import settings
-from django.db import transaction
+from django.db import IntegrityError, transaction
 from django.db.models import F, Q, Sum
+from django.db.models.functions import Coalesce
 from django.utils import timezone
 
+from config.errors import Conflict
 from requests.choices import EventCode, RequestState
 from requests.models import ResourceRequest
 from requests.services import (
@@ -16,9 +18,10 @@ from requests.services import (
     request_release,
     requests_preempt,
 )
+from scheduling import hooks
 from scheduling.allocations import adjust_device_shares
-from scheduling.choices import AllocationState
-from scheduling.models import Allocation, AllocationDevice
+from scheduling.choices import AllocationState, DeviceHealth
+from scheduling.models import Allocation, AllocationDevice, Node
 
 
 def _unbind_devices(allocation: Allocation) -> None:
@@ -32,18 +35,76 @@ def unbind_devices(allocation_ids: list[int]) -> None:
     adjust_device_shares({device_id: -total for device_id, total in shares})
 
 
+def allocation_release(*, request_id: int, reason: str) -> None:
+    """A releasing request: its environment is torn down first when provisioning built one (the teardown frees the
+    devices at its end), otherwise the devices are freed now."""
+    if hooks.release_teardown is None or not hooks.release_teardown(request_id=request_id, reason=reason):
+        allocation_free(request_id=request_id, reason=reason)
+
+
 @transaction.atomic
 def allocation_free(*, request_id: int, reason: str) -> ResourceRequest:
     """Return a releasing request's devices to the pool and finish its release (idempotent)."""
     request = ResourceRequest.objects.select_for_update().get(pk=request_id)
     if request.state != RequestState.RELEASING:
         return request
-    for allocation in Allocation.objects.select_for_update().filter(request=request, state=AllocationState.ACTIVE):
+    allocation_return(request_id=request_id, reason=reason)
+    return request_finish_release(request=request, message=f"Devices returned to the pool ({reason}).")
+
+
+@transaction.atomic
+def allocation_return(*, request_id: int, reason: str) -> int:
+    """Give the request's active allocations back whatever its state (e.g. the cleanup after a failed
+    provisioning); idempotent. Returns how many were released."""
+    allocations = list(Allocation.objects.select_for_update().filter(request_id=request_id,
+                                                                     state=AllocationState.ACTIVE))
+    for allocation in allocations:
         _unbind_devices(allocation)
         allocation.state, allocation.released_at, allocation.release_reason = (
             AllocationState.RELEASED, timezone.now(), reason[:300])
         allocation.save(update_fields=["state", "released_at", "release_reason"])
-    return request_finish_release(request=request, message=f"Devices returned to the pool ({reason}).")
+    return len(allocations)
+
+
+@transaction.atomic
+def allocation_rebind(*, allocation: Allocation) -> Allocation:
+    """Bind a released allocation's devices (same shares, same node) to its request again, for an operator's retry
+    of a failed provisioning. Refused when the devices, the node or its CPU/memory are no longer free."""
+    node = Node.objects.select_for_update().get(pk=allocation.node_id)
+    bindings = list(allocation.devices.select_related("device"))
+    _check_rebindable(allocation, node, bindings)
+    rebound = Allocation.objects.create(
+        request_id=allocation.request_id, node=node, cpu_milli=allocation.cpu_milli,
+        memory_mib=allocation.memory_mib, priority=allocation.priority, preemptible=allocation.preemptible,
+        expires_at=allocation.expires_at)
+    AllocationDevice.objects.bulk_create([AllocationDevice(allocation=rebound, device=binding.device,
+                                                           milli=binding.milli) for binding in bindings])
+    try:
+        with transaction.atomic():
+            adjust_device_shares({binding.device_id: binding.milli for binding in bindings})
+    except IntegrityError as taken:
+        raise Conflict("The devices have been given to other work since; the request must be ordered again.",
+                       code="capacity_taken", details={"node": node.name}) from taken
+    return rebound
+
+
+def _check_rebindable(allocation: Allocation, node: Node, bindings: list[AllocationDevice]) -> None:
+    if allocation.state != AllocationState.RELEASED or allocation.expires_at <= timezone.now():
+        raise Conflict("Only a released allocation that has not expired can be bound again.",
+                       code="not_rebindable", details={"allocation": allocation.pk, "state": allocation.state})
+    if not node.schedulable:
+        raise Conflict(f"{node.name} is isolated: {node.cordon_reason} Clear it before retrying.",
+                       code="node_isolated", details={"node": node.name, "reason": node.cordon_reason})
+    unusable = [binding.device.uuid for binding in bindings
+                if binding.device.isolated or binding.device.health == DeviceHealth.UNHEALTHY]
+    if unusable:
+        raise Conflict("Devices of the allocation are isolated or unhealthy.", code="devices_unusable",
+                       details={"devices": unusable})
+    used = Allocation.objects.filter(node=node, state=AllocationState.ACTIVE).aggregate(
+        cpu=Coalesce(Sum("cpu_milli"), 0), memory=Coalesce(Sum("memory_mib"), 0))
+    if used["cpu"] + allocation.cpu_milli > node.cpu_milli or used["memory"] + allocation.memory_mib > node.memory_mib:
+        raise Conflict(f"{node.name}'s CPU or memory has been given to other work since.", code="capacity_taken",
+                       details={"node": node.name})
 
 
 def warn_expiring(*, now=None) -> int:

@@ -8,7 +8,7 @@ def run_cycle() -> int:
 
 
 def free_released(request_id: int, reason: str) -> None:
-    reclaim.allocation_free(request_id=request_id, reason=reason)
+    reclaim.allocation_release(request_id=request_id, reason=reason)
 
 
 def reclaim_allocations() -> int:

@@ -268,7 +268,7 @@ class RequestDetailSerializer(RequestSummarySerializer):
     approval = serializers.SerializerMethodField()
     timeline = serializers.SerializerMethodField()
     allocation = serializers.SerializerMethodField()
-    provisioning = serializers.SerializerMethodField(method_name="filled_later")
+    provisioning = serializers.SerializerMethodField()
     endpoint = serializers.SerializerMethodField(method_name="filled_later")
     usage = serializers.SerializerMethodField(method_name="filled_later")
 
@@ -290,6 +290,13 @@ class RequestDetailSerializer(RequestSummarySerializer):
     @extend_schema_field(_LATER)
     def filled_later(self, _resource_request) -> None:
         return None
+
+    @extend_schema_field({"type": "object", "nullable": True,
+                          "description": "Provisioning runs with their steps (state, attempts, duration, log excerpt, "
+                                         "output, error) and, while active, what was delivered (node, devices, "
+                                         "addresses, image, access details, start and expiry)."})
+    def get_provisioning(self, resource_request) -> dict | None:
+        return hooks.provisioning_details(resource_request) if hooks.provisioning_details else None
 
     @extend_schema_field({"type": "object", "nullable": True,
                           "description": "Node, devices and expiry of the request's allocation, once allocated."})

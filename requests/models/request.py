@@ -170,6 +170,10 @@ class ResourceRequest(ConcurrentTransitionMixin, models.Model):
     def fail(self):
         pass
 
+    @transition(field=state, source=S.FAILED, target=S.PROVISIONING)
+    def retry_provisioning(self):
+        """An operator retries a failed provisioning run on the same devices."""
+
 
 class RequestEvent(models.Model):
     """One entry on a request's timeline: a state change or a note, with its reason as data."""
@@ -182,6 +186,9 @@ class RequestEvent(models.Model):
     code = models.CharField(max_length=40, choices=EventCode.choices)
     message = models.TextField()
     data = models.JSONField(default=dict, blank=True)
+    intervention = models.BooleanField(
+        default=False, help_text="A manual operator intervention (forced transition, retry, manual reclamation, "
+                                 "admin edit): what the zero-touch delivery KPI counts.")
     created_at = models.DateTimeField(auto_now_add=True, db_index=True)
 
     class Meta:

@@ -14,8 +14,10 @@ CHROMIUM_ARGS = ["--headless=new", "--no-sandbox", "--disable-gpu", "--disable-q
                  "--disable-background-networking", "--disable-component-update", "--disable-sync"]
 
 
-@pytest.fixture(scope="module")
-def browser():
+@pytest.fixture
+def browser(transactional_db):
+    # After the database fixture: a transactional test restores the migrations' data (vendors, content types)
+    # before it starts, which goes wrong once Playwright's event loop runs in this thread.
     # Playwright's sync API runs an event loop in this thread; the ORM calls in fixtures are still synchronous.
     os.environ.setdefault("DJANGO_ALLOW_ASYNC_UNSAFE", "true")
     from playwright.sync_api import sync_playwright
@@ -37,7 +39,7 @@ def _signed_in(browser, live_server, user):
     return page
 
 
-@pytest.mark.django_db(transaction=True)
+@pytest.mark.django_db(transaction=True, serialized_rollback=True)
 def test_developer_orders_approver_approves_developer_sees_it_queued(browser, live_server, shop, team):
     approval_rule(approver_stage(mode=ApprovalMode.ANY))
 
@@ -67,3 +69,25 @@ def test_developer_orders_approver_approves_developer_sees_it_queued(browser, li
     for step in ("ordered", "Stage 1", "Approved by", "waiting for the scheduler"):
         assert step in timeline
     assert developer.locator("#timeline li[data-code=queued]").count() == 1
+
+
+@pytest.mark.django_db(transaction=True, serialized_rollback=True)
+def test_an_order_with_free_hardware_is_delivered_and_released_without_an_operator(browser, live_server, shop, team):
+    from tests.provisioning.conftest import add_node
+
+    add_node(shop.accelerator)
+    developer = _signed_in(browser, live_server, team.developer)
+    developer.click(f"text=Order {shop.service.name}")
+    developer.select_option("#id_spec", str(shop.whole.pk))
+    developer.fill("#id_duration_hours", "4")
+    developer.click("text=Submit request")
+    developer.wait_for_selector("#request-state >> text=Active")  # approved, placed and provisioned meanwhile
+    for step in ("prepare_image", "start_workload", "readiness_check", "publish_access"):
+        assert developer.locator(f"#provisioning tr[data-step={step}][data-state=succeeded]").count() == 1
+    delivered = developer.inner_text("#delivered")
+    assert "GPU-n1-0" in delivered and "ssh -p" in delivered
+
+    developer.fill("#release-reason", "Finished")
+    developer.click("text=Release now")
+    developer.wait_for_selector("#request-state >> text=Released")
+    assert developer.locator("#provisioning tr[data-step=return_capacity][data-state=succeeded]").count() == 1

@@ -1,0 +1,82 @@
+"""Operator console for provisioning: runs with their steps, filters by state, driver and step, and retry."""
+
+from django.contrib import admin
+from django.db.models import F, OuterRef, Subquery
+
+from config.admin_actions import ReadOnlyAdminMixin, action_with_reason
+from provisioning import services
+from provisioning.models import ProvisioningRun, ProvisioningStep
+
+
+class StepInline(ReadOnlyAdminMixin, admin.TabularInline):
+    model = ProvisioningStep
+    fields = ["position", "name", "state", "attempts", "max_attempts", "started_at", "finished_at", "duration",
+              "error", "log"]
+    readonly_fields = fields
+    ordering = ["position"]
+    extra = 0
+
+    @admin.display(description="Seconds")
+    def duration(self, step):
+        return step.duration_seconds
+
+
+class StepFilter(admin.SimpleListFilter):
+    """The run's current step (where it is, or where it failed)."""
+
+    title = "step"
+    parameter_name = "step"
+
+    def lookups(self, request, model_admin):
+        names = ProvisioningStep.objects.values_list("name", flat=True).distinct().order_by("name")
+        return [(name, name) for name in names]
+
+    def queryset(self, request, queryset):
+        if self.value():
+            return queryset.filter(current_step=self.value())
+        return queryset
+
+
+def _retry(run: ProvisioningRun, reason: str, actor) -> ProvisioningRun:
+    return services.run_retry(run=run, actor=actor, reason=reason)
+
+
+@admin.register(ProvisioningRun)
+class ProvisioningRunAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
+    list_display = ["id", "request", "kind", "pipeline", "driver", "state", "current_step", "failed_because",
+                    "created_at", "finished_at"]
+    list_filter = ["state", "driver", "kind", "pipeline", StepFilter]
+    list_select_related = ["request__service", "request__project"]
+    search_fields = ["=request__id", "allocation__node__name"]
+    date_hierarchy = "created_at"
+    inlines = [StepInline]
+    readonly_fields = ["request", "allocation", "kind", "pipeline", "driver", "state", "reason", "current_position",
+                       "retry_of", "failure", "delivered", "installer_reported_at", "installer_report", "created_at",
+                       "finished_at"]
+    exclude = ["installer_token_hash"]
+    actions = [action_with_reason(name="retry_runs", description="Retry selected failed runs from the failed step",
+                                  verb="Retried", permission="retry", change=_retry)]
+
+    def has_retry_permission(self, request):
+        return services.can_retry(request.user)
+
+    def get_queryset(self, request):
+        current = ProvisioningStep.objects.filter(run=OuterRef("pk"), position=OuterRef("current_position"))
+        return super().get_queryset(request).annotate(current_step=Subquery(current.values("name")[:1]))
+
+    @admin.display(description="Current step", ordering="current_step")
+    def current_step(self, run):
+        return run.current_step or "—"
+
+    @admin.display(description="Failure")
+    def failed_because(self, run):
+        return f"{run.failure['step']}: {run.failure['code']}" if run.failure else ""
+
+
+@admin.register(ProvisioningStep)
+class ProvisioningStepAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
+    list_display = ["id", "run", "position", "name", "state", "attempts", "started_at", "finished_at"]
+    list_filter = ["state", "name"]
+    list_select_related = ["run"]
+    search_fields = ["=run__id", "=run__request__id", "name"]
+    ordering = [F("run_id").desc(), "position"]

@@ -1,0 +1,13 @@
+from django.apps import AppConfig
+
+
+class ProvisioningConfig(AppConfig):
+    name = "provisioning"
+    verbose_name = "Provisioning"
+    operator_permissions = ["provisioning.view_provisioningrun", "provisioning.view_provisioningstep",
+                            "provisioning.retry_provisioningrun"]
+
+    def ready(self):
+        from provisioning import wiring
+
+        wiring.connect()

@@ -1,0 +1,38 @@
+from django.db import models
+
+
+class Pipeline(models.TextChoices):
+    COMPUTE = "compute", "Compute (image on allocated cards)"
+    BARE_METAL = "bare_metal", "Bare metal (Redfish)"
+
+
+class RunKind(models.TextChoices):
+    PROVISION = "provision", "Provision"
+    RELEASE = "release", "Release"  # requested release or expiry: tear down, then return the capacity
+    CLEANUP = "cleanup", "Clean up after a failure"  # tear down, return the capacity; the request stays failed
+    TEARDOWN = "teardown", "Tear down after preemption"  # the scheduler has already taken the devices back
+
+
+class RunState(models.TextChoices):
+    RUNNING = "running", "Running"
+    SUCCEEDED = "succeeded", "Succeeded"
+    FAILED = "failed", "Failed"
+    CANCELLED = "cancelled", "Cancelled"
+
+
+class StepState(models.TextChoices):
+    PENDING = "pending", "Pending"
+    RUNNING = "running", "Running"
+    WAITING = "waiting", "Waiting"  # for a retry after backoff, or for an outside event (power, installer)
+    SUCCEEDED = "succeeded", "Succeeded"
+    FAILED = "failed", "Failed"
+    CANCELLED = "cancelled", "Cancelled"
+
+
+class Wait(models.TextChoices):
+    NONE = "", "Not waiting"
+    RETRY = "retry", "Backoff before the next attempt"
+    EVENT = "event", "An outside event (not an attempt)"
+
+
+FINISHED_STEP_STATES = frozenset({StepState.SUCCEEDED, StepState.FAILED, StepState.CANCELLED})

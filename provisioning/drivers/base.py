@@ -1,0 +1,126 @@
+"""The interface every provisioning driver implements, and the outcomes a driver call can have.
+
+A driver does one side effect per call and must be idempotent: a step interrupted by a dying worker is run
+again by another one, so a call must cope with finding its work already (partly) done.
+
+Two families of operations:
+- out-of-band, through the server's BMC (power, boot override, virtual media, hardware inventory): the
+  `simulated` driver and the `redfish` driver (DMTF Redfish over HTTP);
+- in-band, on the running host (container workloads, GPU driver, monitoring agent, cluster registration,
+  health checks): the `simulated` host agent until a real agent driver (SSH, Ansible, Kubernetes) exists.
+"""
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass, field
+
+
+@dataclass(frozen=True)
+class Target:
+    """What a step acts on: the allocation's node and devices, and the request's frozen snapshot."""
+
+    run_id: int
+    request_id: int
+    node: str
+    devices: tuple[dict, ...]  # {index, uuid, model, milli}
+    snapshot: dict
+    bmc_address: str = ""
+    bmc_credentials_ref: str = ""
+    inventory: dict = field(default_factory=dict)  # what the platform believes: cpu_cores, memory_gb, accelerators
+    attempt: int = 1
+
+
+class StepError(Exception):
+    """A driver call failed. `retryable` failures are tried again with backoff until the step's attempts run out."""
+
+    def __init__(self, code: str, message: str, *, retryable: bool = True, details: dict | None = None):
+        super().__init__(message)
+        self.code, self.message, self.retryable, self.details = code, message, retryable, details or {}
+
+
+class StepPending(Exception):
+    """Not done yet (a power transition, an installer): ask again after `retry_after` seconds."""
+
+    def __init__(self, message: str, *, retry_after: float):
+        super().__init__(message)
+        self.message, self.retry_after = message, retry_after
+
+
+class BmcDriver(ABC):
+    """Out-of-band control of a whole server. Every method returns a JSON-able summary for the step's output."""
+
+    name: str
+
+    @abstractmethod
+    def inventory(self, target: Target) -> dict:
+        """{reachable, health, power_state, cpu_cores, memory_gb, accelerators}; None for what the BMC does not
+        report."""
+
+    @abstractmethod
+    def insert_media(self, target: Target, image_url: str) -> dict:
+        """Insert the OS installer as virtual media (no-op when that image is already inserted)."""
+
+    @abstractmethod
+    def set_one_time_boot(self, target: Target, source: str) -> dict:
+        """Boot once from `source` ("Cd" for virtual media, "Pxe" for network boot)."""
+
+    @abstractmethod
+    def power_state(self, target: Target) -> str:
+        """"On", "Off", or a transitional state such as "PoweringOn"."""
+
+    @abstractmethod
+    def power(self, target: Target, action: str) -> dict:
+        """Request a power action: "On", "ForceOff", "ForceRestart", "GracefulShutdown"."""
+
+    @abstractmethod
+    def eject_media(self, target: Target) -> dict:
+        """Eject any inserted virtual media (no-op when none)."""
+
+    def close(self) -> None:  # noqa: B027  (optional hook: most drivers hold no connections)
+        """Let go of connections (the step is done with the driver)."""
+
+
+class HostDriver(ABC):
+    """In-band work on the allocated node: container/VM workloads and the post-install steps of bare metal."""
+
+    name: str
+
+    @abstractmethod
+    def prepare_image(self, target: Target, image: dict) -> dict:
+        """Make the approved image available on the node (pull and verify)."""
+
+    @abstractmethod
+    def start_workload(self, target: Target, image: dict) -> dict:
+        """Start (or find already started) the workload with the allocated devices bound: {workload, host, ports}."""
+
+    @abstractmethod
+    def workload_ready(self, target: Target) -> dict:
+        """Raise StepPending until the workload answers its readiness probe."""
+
+    @abstractmethod
+    def stop_workload(self, target: Target) -> dict:
+        """Stop and remove the workload (no-op when it is gone)."""
+
+    @abstractmethod
+    def install_gpu_driver(self, target: Target, version: str) -> dict:
+        ...
+
+    @abstractmethod
+    def install_monitoring_agent(self, target: Target, agent: str) -> dict:
+        ...
+
+    @abstractmethod
+    def register_in_cluster(self, target: Target, cluster: str) -> dict:
+        ...
+
+    @abstractmethod
+    def deregister_from_cluster(self, target: Target, cluster: str) -> dict:
+        ...
+
+    @abstractmethod
+    def health_check(self, target: Target, checks: list[str]) -> dict:
+        """Post-install checks (driver loaded, all accelerators visible, agent reporting, plus the profile's
+        burn-in and collective-bandwidth checks when listed); StepError when one fails."""
+
+    @abstractmethod
+    def request_cleaning(self, target: Target) -> dict:
+        """Queue the disk wipe and firmware reset that must happen before the server serves another tenant."""

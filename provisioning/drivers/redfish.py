@@ -1,0 +1,260 @@
+"""Out-of-band control of a server through its BMC's DMTF Redfish REST API, spoken with httpx.
+
+Not `sushy`: it imports the PyPI `requests` library, which our `requests` app shadows (DESIGN.md). Resources are
+found by following the links the BMC publishes (`@odata.id`), never by guessing vendor-specific paths.
+"""
+
+import logging
+
+import httpx
+from django.conf import settings
+
+from provisioning.drivers.base import BmcDriver, StepError, Target
+from provisioning.secrets import bmc_credentials
+
+logger = logging.getLogger(__name__)
+
+SYSTEMS_PATH = "/redfish/v1/Systems"
+OPTICAL_MEDIA_TYPES = {"CD", "DVD"}
+ACCELERATOR_PROCESSOR_TYPES = {"GPU", "Accelerator"}
+# Reset types whose outcome is a steady state: asking for the state the system is already in is a no-op.
+RESET_OUTCOMES = {"On": "On", "ForceOn": "On", "ForceOff": "Off", "GracefulShutdown": "Off"}
+
+
+class RedfishBmc(BmcDriver):
+    name = "redfish"
+
+    def __init__(self) -> None:
+        self._client: httpx.Client | None = None
+
+    @property
+    def client(self) -> httpx.Client:
+        # Built on first use, so the settings in force then (timeout, TLS verification) apply.
+        if self._client is None:
+            self._client = httpx.Client(
+                timeout=getattr(settings, "REDFISH_TIMEOUT_SECONDS", 10),
+                verify=getattr(settings, "REDFISH_VERIFY_TLS", True),
+                follow_redirects=True,
+                headers={"Accept": "application/json", "OData-Version": "4.0"},
+            )
+        return self._client
+
+    def close(self) -> None:
+        if self._client is not None:
+            self._client.close()
+            self._client = None
+
+    def inventory(self, target: Target) -> dict:
+        bmc = self._connect(target)
+        system = bmc.get(bmc.system_path)
+        processors = system.get("ProcessorSummary", {})
+        return {
+            "reachable": True,
+            "health": system.get("Status", {}).get("Health"),
+            "power_state": system.get("PowerState"),
+            # Redfish's `Count` is processor packages; cores are `CoreCount` (ComputerSystem v1.14+).
+            "cpu_cores": processors.get("CoreCount"),
+            "cpu_sockets": processors.get("Count"),
+            "memory_gb": system.get("MemorySummary", {}).get("TotalSystemMemoryGiB"),
+            "accelerators": _accelerator_count(bmc, system),
+            "manufacturer": system.get("Manufacturer"),
+            "model": system.get("Model"),
+            "system": system.get("@odata.id", bmc.system_path),
+        }
+
+    def insert_media(self, target: Target, image_url: str) -> dict:
+        bmc = self._connect(target)
+        optical = _optical_media(bmc)
+        if not optical:
+            raise StepError("vmedia_unsupported", "The BMC offers no CD/DVD virtual media", retryable=False)
+        media = optical[0]
+        summary = {"media": media.get("Id"), "image": image_url}
+        if _is_inserted(media) and media.get("Image") == image_url:
+            return {**summary, "changed": False}
+        if _is_inserted(media):
+            # Most BMCs refuse to insert over an inserted image.
+            bmc.post(_action_target(media, "#VirtualMedia.EjectMedia"), {})
+        body = {"Image": image_url, "Inserted": True, "WriteProtected": True}
+        bmc.post(_action_target(media, "#VirtualMedia.InsertMedia"), body)
+        logger.info("Inserted %s as virtual media %s of %s", image_url, media.get("Id"), bmc.system_path)
+        return {**summary, "changed": True}
+
+    def set_one_time_boot(self, target: Target, source: str) -> dict:
+        bmc = self._connect(target)
+        boot = bmc.get(bmc.system_path).get("Boot", {})
+        allowed = boot.get("BootSourceOverrideTarget@Redfish.AllowableValues")
+        _require_allowed(source, allowed, code="boot_source_unsupported", what="Boot source")
+        # Always sent: setting the same override again is harmless, and a consumed one must be set again.
+        bmc.patch(bmc.system_path, {"Boot": {"BootSourceOverrideTarget": source, "BootSourceOverrideEnabled": "Once"}})
+        logger.info("Set one-time boot from %s on %s", source, bmc.system_path)
+        return {"boot_source": source, "enabled": "Once"}
+
+    def power_state(self, target: Target) -> str:
+        bmc = self._connect(target)
+        return bmc.get(bmc.system_path).get("PowerState")
+
+    def power(self, target: Target, action: str) -> dict:
+        bmc = self._connect(target)
+        system = bmc.get(bmc.system_path)
+        reset = system.get("Actions", {}).get("#ComputerSystem.Reset")
+        if not reset:
+            raise StepError("power_action_unsupported", "The BMC offers no ComputerSystem.Reset", retryable=False)
+        allowed = reset.get("ResetType@Redfish.AllowableValues")
+        _require_allowed(action, allowed, code="power_action_unsupported", what="Reset type")
+        state = system.get("PowerState")
+        if RESET_OUTCOMES.get(action) == state:
+            return {"action": action, "power_state": state, "changed": False}
+        bmc.post(reset["target"], {"ResetType": action})
+        logger.info("Requested %s on %s (was %s)", action, bmc.system_path, state)
+        return {"action": action, "power_state": state, "changed": True}
+
+    def eject_media(self, target: Target) -> dict:
+        bmc = self._connect(target)
+        inserted = [media for media in _optical_media(bmc) if _is_inserted(media)]
+        for media in inserted:
+            bmc.post(_action_target(media, "#VirtualMedia.EjectMedia"), {})
+            logger.info("Ejected %s from virtual media %s", media.get("Image"), media.get("Id"))
+        return {"ejected": [media.get("Id") for media in inserted], "changed": bool(inserted)}
+
+    def _connect(self, target: Target) -> "_Session":
+        if not target.bmc_address:
+            raise StepError("bmc_not_configured", f"Node {target.node} has no BMC address", retryable=False)
+        auth = bmc_credentials(target.bmc_credentials_ref)
+        if target.bmc_credentials_ref and auth is None:
+            raise StepError(
+                "bmc_credentials_missing",
+                f"No BMC credentials named {target.bmc_credentials_ref!r} are configured",
+                retryable=False,
+            )
+        return _Session(self.client, target.bmc_address, auth)
+
+
+class _Session:
+    """One call's conversation with one BMC: its origin, its credentials and the system it controls."""
+
+    def __init__(self, client: httpx.Client, bmc_address: str, auth: tuple[str, str] | None):
+        # A bare host means the BMC's HTTPS service; user info in the address is dropped (credentials come by ref).
+        url = httpx.URL(bmc_address if "://" in bmc_address else f"https://{bmc_address}")
+        if url.scheme not in ("http", "https") or not url.host:
+            raise StepError("bmc_address_invalid", f"{bmc_address!r} is not a BMC URL", retryable=False)
+        self.client, self.auth = client, auth
+        self.origin = f"{url.scheme}://{url.netloc.decode()}"
+        self.system_path = self._system_path(url.path.rstrip("/"))
+
+    def get(self, path: str) -> dict:
+        response = self._send("GET", path)
+        try:
+            return response.json()
+        except ValueError:
+            raise StepError(
+                "bmc_bad_response", f"BMC {self.origin} answered GET {path} with no JSON", details={"path": path}
+            ) from None
+
+    def post(self, path: str, body: dict) -> None:
+        self._send("POST", path, json=body)
+
+    def patch(self, path: str, body: dict) -> None:
+        self._send("PATCH", path, json=body)
+
+    def _system_path(self, address_path: str) -> str:
+        if address_path.startswith(f"{SYSTEMS_PATH}/"):
+            return address_path
+        members = self.get(SYSTEMS_PATH).get("Members", [])
+        systems = [member["@odata.id"] for member in members]
+        if len(systems) > 1:
+            raise StepError(
+                "bmc_ambiguous_system",
+                f"BMC {self.origin} serves {len(systems)} systems: give the system URL as the BMC address",
+                retryable=False,
+                details={"systems": systems},
+            )
+        if not systems:
+            raise StepError("bmc_no_system", f"BMC {self.origin} reports no computer system", retryable=False)
+        return systems[0]
+
+    def _send(self, method: str, path: str, **kwargs) -> httpx.Response:
+        url = str(httpx.URL(self.origin).join(path))
+        # `from None` below: the httpx exception holds the request, and with it the Authorization header.
+        try:
+            response = self.client.request(method, url, auth=self.auth, **kwargs)
+        except httpx.TimeoutException:
+            raise StepError(
+                "bmc_unreachable", f"BMC {self.origin} did not answer {method} {path} in time", details={"url": url}
+            ) from None
+        except httpx.RequestError as exc:
+            raise StepError("bmc_unreachable", f"Cannot reach BMC {self.origin}: {exc}", details={"url": url}) from None
+        _raise_for_status(response, method, path)
+        return response
+
+
+def _raise_for_status(response: httpx.Response, method: str, path: str) -> None:
+    if response.is_success:
+        return
+    status, message = response.status_code, _redfish_message(response)
+    details = {"status": status, "method": method, "path": path, "message": message}
+    if status in (401, 403):
+        raise StepError("bmc_auth_failed", f"BMC refused the credentials ({status})", retryable=False, details=details)
+    # 501 Not Implemented will not change by asking again.
+    code, retryable = ("bmc_error", status != 501) if status >= 500 else ("bmc_rejected", False)
+    raise StepError(code, f"BMC answered {status} to {method} {path}: {message}", retryable=retryable, details=details)
+
+
+def _redfish_message(response: httpx.Response) -> str:
+    """The human part of a Redfish error body ({"error": {"message", "@Message.ExtendedInfo"}}), else the reason."""
+    try:
+        error = response.json()["error"]
+        extended = error.get("@Message.ExtendedInfo") or [{}]
+        return error.get("message") or extended[0].get("Message") or response.reason_phrase
+    except (ValueError, LookupError, TypeError, AttributeError):
+        return response.reason_phrase
+
+
+def _require_allowed(value: str, allowed: list | None, *, code: str, what: str) -> None:
+    # BMCs that publish no AllowableValues get the request and answer for themselves.
+    if allowed is not None and value not in allowed:
+        raise StepError(
+            code,
+            f"{what} {value!r} is not supported by this BMC",
+            retryable=False,
+            details={"requested": value, "allowed": allowed},
+        )
+
+
+def _accelerator_count(bmc: _Session, system: dict) -> int | None:
+    if "Processors" not in system:
+        return None
+    members = bmc.get(system["Processors"]["@odata.id"]).get("Members", [])
+    processors = [bmc.get(member["@odata.id"]) for member in members]
+    return sum(processor.get("ProcessorType") in ACCELERATOR_PROCESSOR_TYPES for processor in processors)
+
+
+def _optical_media(bmc: _Session) -> list[dict]:
+    """The CD/DVD virtual media of the system, or of its manager when the system links none."""
+    collection = _virtual_media_collection(bmc)
+    if collection is None:
+        return []
+    media = [bmc.get(member["@odata.id"]) for member in bmc.get(collection).get("Members", [])]
+    return [item for item in media if OPTICAL_MEDIA_TYPES & set(item.get("MediaTypes", []))]
+
+
+def _virtual_media_collection(bmc: _Session) -> str | None:
+    system = bmc.get(bmc.system_path)
+    link = system.get("VirtualMedia")
+    managers = system.get("Links", {}).get("ManagedBy", [])
+    if link is None and managers:
+        link = bmc.get(managers[0]["@odata.id"]).get("VirtualMedia")
+    return link["@odata.id"] if link else None
+
+
+def _is_inserted(media: dict) -> bool:
+    # Some BMCs omit `Inserted`; an image URL then means it is in.
+    return media.get("Inserted", bool(media.get("Image")))
+
+
+def _action_target(media: dict, action: str) -> str:
+    try:
+        return media["Actions"][action]["target"]
+    except KeyError:
+        raise StepError(
+            "vmedia_unsupported", f"Virtual media {media.get('Id')} offers no {action} action", retryable=False
+        ) from None

@@ -1,0 +1,167 @@
+"""The `simulated` drivers, the embedded default: realistic durations (scaled by PROVISIONING_SIMULATED_SPEED), a
+BMC whose state lives in the database so every worker sees the same machine, and fault injection
+(PROVISIONING_FAULTS) for tests and demos.
+
+A fault: {"op": <method name>, "attempts": [1, 2] | "all", "node": <optional node name>, and either
+"code"/"message"/"retryable" (the call fails) or "result" (keys merged into what the call returns, e.g.
+{"op": "inventory", "result": {"accelerators": 7}} for a server that lost a GPU)}.
+"""
+
+import time
+from datetime import timedelta
+from urllib.parse import parse_qs, urlsplit
+
+from django.conf import settings
+from django.utils import timezone
+
+from provisioning.drivers.base import BmcDriver, HostDriver, StepError, StepPending, Target
+
+# Seconds a real system takes, roughly; scaled by PROVISIONING_SIMULATED_SPEED.
+DURATIONS = {
+    "inventory": 3, "insert_media": 8, "set_one_time_boot": 2, "power": 2, "power_transition": 25, "eject_media": 2,
+    "install_os": 300, "prepare_image": 45, "start_workload": 12, "workload_ready": 6, "stop_workload": 8,
+    "install_gpu_driver": 120, "install_monitoring_agent": 20, "register_in_cluster": 15,
+    "deregister_from_cluster": 8, "health_check": 40, "request_cleaning": 4,
+}
+
+
+def simulated_seconds(operation: str) -> float:
+    return DURATIONS[operation] * settings.PROVISIONING_SIMULATED_SPEED
+
+
+def _work(operation: str, target: Target) -> dict:
+    """Spend the operation's time, then apply any injected fault; returns the fault's result overrides."""
+    time.sleep(simulated_seconds(operation))
+    for fault in settings.PROVISIONING_FAULTS:
+        if fault.get("op") != operation or fault.get("node", target.node) != target.node:
+            continue
+        attempts = fault.get("attempts", "all")
+        if attempts != "all" and target.attempt not in attempts:
+            continue
+        if "result" in fault:
+            return dict(fault["result"])
+        raise StepError(fault.get("code", "simulated_fault"), fault.get("message", f"Injected fault in {operation}."),
+                        retryable=fault.get("retryable", True))
+    return {}
+
+
+class SimulatedBmc(BmcDriver):
+    name = "simulated"
+
+    def _machine(self, target: Target):
+        from provisioning.models import SimulatedMachine
+
+        machine, _ = SimulatedMachine.objects.get_or_create(node=target.node)
+        if machine.pending_power and machine.power_lands_at <= timezone.now():
+            machine.power_state, machine.pending_power, machine.power_lands_at = machine.pending_power, "", None
+            machine.save(update_fields=["power_state", "pending_power", "power_lands_at"])
+        return machine
+
+    def inventory(self, target: Target) -> dict:
+        overrides = _work("inventory", target)
+        machine = self._machine(target)
+        return {"reachable": True, "health": "OK", "power_state": machine.power_state,
+                "cpu_cores": target.inventory.get("cpu_cores"), "memory_gb": target.inventory.get("memory_gb"),
+                "accelerators": target.inventory.get("accelerators"), "manufacturer": "Simulated",
+                "model": "simulated server", "system": f"simulated://{target.node}", **overrides}
+
+    def insert_media(self, target: Target, image_url: str) -> dict:
+        _work("insert_media", target)
+        machine = self._machine(target)
+        changed = machine.media_image != image_url
+        machine.media_image = image_url
+        machine.save(update_fields=["media_image"])
+        return {"media": "Cd", "changed": changed}
+
+    def set_one_time_boot(self, target: Target, source: str) -> dict:
+        _work("set_one_time_boot", target)
+        machine = self._machine(target)
+        machine.boot_override = source
+        machine.save(update_fields=["boot_override"])
+        return {"boot_source": source, "enabled": "Once"}
+
+    def power_state(self, target: Target) -> str:
+        machine = self._machine(target)
+        return f"Powering{machine.pending_power}" if machine.pending_power else machine.power_state
+
+    def power(self, target: Target, action: str) -> dict:
+        _work("power", target)
+        machine = self._machine(target)
+        landing = "Off" if action in ("ForceOff", "GracefulShutdown") else "On"
+        if "Restart" in action:
+            machine.power_state = "Off"
+        machine.pending_power = landing
+        machine.power_lands_at = timezone.now() + timedelta(seconds=simulated_seconds("power_transition"))
+        machine.save()
+        if landing == "On" and machine.boot_override == "Cd" and machine.media_image:
+            self._boot_installer(machine)
+        return {"reset_type": action}
+
+    def _boot_installer(self, machine) -> None:
+        """Booting from the installer media runs the installer, which reports back with the token it was given."""
+        from django_q.tasks import async_task
+
+        query = parse_qs(urlsplit(machine.media_image).query)
+        machine.boot_override = ""  # a one-time override is spent by the boot
+        machine.save(update_fields=["boot_override"])
+        if "token" in query:
+            async_task("provisioning.tasks.simulated_installer", query["token"][0],
+                       simulated_seconds("install_os") + simulated_seconds("power_transition"))
+
+    def eject_media(self, target: Target) -> dict:
+        _work("eject_media", target)
+        machine = self._machine(target)
+        ejected = bool(machine.media_image)
+        machine.media_image = ""
+        machine.save(update_fields=["media_image"])
+        return {"ejected": ejected}
+
+
+class SimulatedHost(HostDriver):
+    name = "simulated"
+
+    def prepare_image(self, target: Target, image: dict) -> dict:
+        _work("prepare_image", target)
+        return {"image": f"{image['name']}:{image['version']}", "reference": image["reference"], "cached": True}
+
+    def start_workload(self, target: Target, image: dict) -> dict:
+        overrides = _work("start_workload", target)
+        base_port = 20000 + (target.request_id % 2000) * 10
+        return {"workload": f"req-{target.request_id}", "host": f"{target.node}.compute.internal",
+                "ports": {"ssh": base_port + 2, "jupyter": base_port + 8},
+                "devices": [device["uuid"] for device in target.devices], **overrides}
+
+    def workload_ready(self, target: Target) -> dict:
+        overrides = _work("workload_ready", target)
+        if overrides.get("ready") is False:
+            raise StepPending("The workload is not answering its readiness probe yet.", retry_after=2)
+        return {"ready": True}
+
+    def stop_workload(self, target: Target) -> dict:
+        _work("stop_workload", target)
+        return {"workload": f"req-{target.request_id}", "stopped": True}
+
+    def install_gpu_driver(self, target: Target, version: str) -> dict:
+        _work("install_gpu_driver", target)
+        return {"driver_version": version, "accelerators_visible": len(target.devices)}
+
+    def install_monitoring_agent(self, target: Target, agent: str) -> dict:
+        _work("install_monitoring_agent", target)
+        return {"agent": agent, "reporting": True}
+
+    def register_in_cluster(self, target: Target, cluster: str) -> dict:
+        _work("register_in_cluster", target)
+        return {"cluster": cluster, "node_name": target.node, "address": f"{target.node}.{cluster}.internal"}
+
+    def deregister_from_cluster(self, target: Target, cluster: str) -> dict:
+        _work("deregister_from_cluster", target)
+        return {"cluster": cluster, "deregistered": True}
+
+    def health_check(self, target: Target, checks: list[str]) -> dict:
+        overrides = _work("health_check", target)
+        return {"checks": {check: "passed" for check in ["driver_loaded", "accelerators_visible",
+                                                          "agent_reporting", *checks]}, **overrides}
+
+    def request_cleaning(self, target: Target) -> dict:
+        _work("request_cleaning", target)
+        return {"cleaning": "queued", "wipe": "secure-erase", "firmware": "reset to baseline"}

@@ -1,0 +1,224 @@
+"""Executing steps, crash-safe.
+
+A worker claims the run's current step under a lease (row lock, attempt counted), runs the handler outside any
+transaction, and records the outcome only if the lease is still its own. A worker that dies mid-step leaves a
+lease that expires; the minute sweeper (or the next event) hands the step to another worker, which runs it again
+(handlers are idempotent). Completed steps are never run again: the run's current position only moves forward.
+"""
+
+import logging
+import time
+import uuid
+from dataclasses import dataclass
+from datetime import timedelta
+
+from django.conf import settings
+from django.db import transaction
+from django.db.models import F, Q
+from django.utils import timezone
+from django_q.tasks import async_task
+
+from provisioning import services
+from provisioning.choices import RunState, StepState, Wait
+from provisioning.drivers.base import StepError, StepPending, Target
+from provisioning.models import ProvisioningRun, ProvisioningStep
+from provisioning.pipelines import definition_of
+from provisioning.steps import StepContext
+from requests.choices import EventCode
+from requests.services import record_event
+from scheduling.models import AllocationDevice
+
+logger = logging.getLogger(__name__)
+
+POLL_LEASE_SECONDS = 60  # a polling step's attempt is one quick check
+LOG_LIMIT = 4000
+
+
+@dataclass
+class Done:
+    output: dict
+
+
+@dataclass
+class Waiting:
+    seconds: float
+    message: str
+
+
+def step_execute(*, step_id: int) -> None:
+    """The task body: attempt until the step is finished, or waits longer than a worker should sleep, or belongs
+    to another worker."""
+    while True:
+        owner = uuid.uuid4()
+        step = _claim(step_id, owner)
+        if step is None:
+            return
+        delay = _record(step_id, owner, _attempt(step))
+        if delay is None or delay > settings.PROVISIONING_INLINE_WAIT_SECONDS:
+            return
+        time.sleep(delay)
+
+
+def steps_resume_due(*, now=None) -> int:
+    """The sweeper: hand every current step that is due (pending, back from a wait, or with a dead worker's
+    expired lease) to a worker. Claims are exclusive, so a step handed out twice still runs once."""
+    now = now or timezone.now()
+    due = list(ProvisioningStep.objects.filter(run__state=RunState.RUNNING, position=F("run__current_position"))
+               .filter(Q(state=StepState.PENDING) | Q(state=StepState.WAITING, retry_at__lte=now)
+                       | Q(state=StepState.RUNNING, lease_expires_at__lt=now)).values_list("pk", flat=True))
+    for step_id in due:
+        async_task(services.STEP_TASK, step_id)
+    return len(due)
+
+
+# --- Claim ------------------------------------------------------------------------------------------------
+
+@transaction.atomic
+def _claim(step_id: int, owner: uuid.UUID) -> ProvisioningStep | None:
+    step = (ProvisioningStep.objects.select_for_update(of=("self",)).select_related("run")
+            .filter(pk=step_id).first())
+    now = timezone.now()
+    if step is None or step.run.state != RunState.RUNNING or step.position != step.run.current_position:
+        return None
+    if _lease_expired(step, now):
+        _append_log(step, f"attempt {step.attempts}: its worker stopped answering (lease expired)")
+        if step.attempts >= step.max_attempts:
+            _fail(step, StepError("worker_lost", "The worker running the last attempt stopped answering.",
+                                  retryable=False))
+            return None
+    elif not _claimable(step, now):
+        return None
+    definition = definition_of(step.run.pipeline, step.run.kind, step.position)
+    step.attempts += 0 if step.waiting_for == Wait.EVENT else 1
+    step.state, step.lease_owner, step.waiting_for, step.retry_at = StepState.RUNNING, owner, Wait.NONE, None
+    step.started_at = step.started_at or now
+    if definition.polls and step.deadline_at is None:
+        step.deadline_at = now + timedelta(seconds=step.timeout_seconds)
+    step.lease_expires_at = now + timedelta(seconds=POLL_LEASE_SECONDS if definition.polls else step.timeout_seconds)
+    step.save()
+    return step
+
+
+def _lease_expired(step: ProvisioningStep, now) -> bool:
+    return step.state == StepState.RUNNING and step.lease_expires_at < now
+
+
+def _claimable(step: ProvisioningStep, now) -> bool:
+    return step.state == StepState.PENDING or (step.state == StepState.WAITING and step.retry_at <= now)
+
+
+# --- Attempt ----------------------------------------------------------------------------------------------
+
+def _attempt(step: ProvisioningStep) -> Done | Waiting | StepError:
+    started = time.monotonic()
+    context = None
+    try:
+        context = _context(step)
+        output = definition_of(step.run.pipeline, step.run.kind, step.position).handler(context)
+    except StepPending as pending:
+        return _waiting(step, pending)
+    except StepError as error:
+        return error
+    except Exception as error:  # a bug or an unexpected answer must fail the attempt, not kill the worker
+        logger.exception("Provisioning step %s (#%s) raised", step.name, step.pk)
+        return StepError("internal_error", f"Unexpected {type(error).__name__}: {error}")
+    finally:
+        if context is not None:
+            context.close()
+    output.setdefault("seconds", round(time.monotonic() - started, 3))
+    return Done(output)
+
+
+def _waiting(step: ProvisioningStep, pending: StepPending) -> Waiting | StepError:
+    remaining = (step.deadline_at - timezone.now()).total_seconds() if step.deadline_at else pending.retry_after
+    if remaining <= 0:
+        return StepError("step_timeout", f"Still not done after {step.timeout_seconds} s: {pending.message}",
+                         retryable=False)
+    return Waiting(min(pending.retry_after, remaining), pending.message)
+
+
+def _context(step: ProvisioningStep) -> StepContext:
+    run = ProvisioningRun.objects.select_related("request__requester", "allocation__node").get(pk=step.run_id)
+    node = run.allocation.node
+    bindings = AllocationDevice.objects.filter(allocation=run.allocation).select_related("device__model")
+    target = Target(
+        run_id=run.pk, request_id=run.request_id, node=node.name, snapshot=run.request.approved_spec,
+        devices=tuple({"index": binding.device.index, "uuid": binding.device.uuid, "model": binding.device.model.name,
+                       "milli": binding.milli} for binding in bindings),
+        bmc_address=node.bmc_address, bmc_credentials_ref=node.bmc_credentials_ref, attempt=step.attempts,
+        inventory={"cpu_cores": node.cpu_milli // 1000, "memory_gb": node.memory_mib // 1024,
+                   "accelerators": node.devices.count()})
+    return StepContext(run=run, step=step, target=target)
+
+
+# --- Record -----------------------------------------------------------------------------------------------
+
+@transaction.atomic
+def _record(step_id: int, owner: uuid.UUID, outcome: Done | Waiting | StepError) -> float | None:
+    """Store the attempt's outcome if the lease is still ours; returns how long to wait before the next attempt
+    (None when the step is finished or no longer ours)."""
+    # The run is locked too: a release cancelling it waits for this record, or this record sees it cancelled.
+    step = ProvisioningStep.objects.select_for_update(of=("self", "run")).select_related("run").get(pk=step_id)
+    if step.state != StepState.RUNNING or step.lease_owner != owner:
+        return None  # our lease expired and another worker took the step over: its result counts, not ours
+    step.lease_owner = step.lease_expires_at = None
+    if step.run.state != RunState.RUNNING:
+        step.state, step.finished_at = StepState.CANCELLED, timezone.now()
+        _append_log(step, f"attempt {step.attempts}: the run was {step.run.state}; result discarded")
+        step.save()
+        return None
+    if isinstance(outcome, Done):
+        return _succeed(step, outcome.output)
+    if isinstance(outcome, Waiting):
+        return _wait(step, outcome.seconds, Wait.EVENT, outcome.message)
+    return _retry_or_fail(step, outcome)
+
+
+def _succeed(step: ProvisioningStep, output: dict) -> None:
+    step.state, step.finished_at, step.output, step.error = StepState.SUCCEEDED, timezone.now(), output, {}
+    _append_log(step, f"attempt {step.attempts}: done in {output.get('seconds', 0)} s")
+    step.save()
+    run = step.run
+    run.current_position = step.position + 1
+    run.save(update_fields=["current_position"])
+    following = run.steps.filter(position=run.current_position).values_list("pk", flat=True).first()
+    if following is None:
+        services.run_succeeded(run, output)
+    else:
+        services.enqueue_step(following)
+
+
+def _wait(step: ProvisioningStep, seconds: float, waiting_for: str, message: str) -> float:
+    step.state, step.waiting_for = StepState.WAITING, waiting_for
+    step.retry_at = timezone.now() + timedelta(seconds=seconds)
+    if not step.log.endswith(f" {message}\n"):  # a poll repeats itself; log it once
+        _append_log(step, message)
+    step.save()
+    return seconds
+
+
+def _retry_or_fail(step: ProvisioningStep, error: StepError) -> float | None:
+    step.error = {"code": error.code, "message": error.message, "details": error.details}
+    if not error.retryable or step.attempts >= step.max_attempts:
+        _fail(step, error)
+        return None
+    backoff = min(settings.PROVISIONING_BACKOFF_SECONDS * 2 ** (step.attempts - 1),
+                  settings.PROVISIONING_BACKOFF_MAX_SECONDS)
+    message = (f"Step '{step.name}' failed (attempt {step.attempts} of {step.max_attempts}): {error.message} "
+               f"Retrying in {backoff:g} s.")
+    record_event(step.run.request, actor=None, code=EventCode.PROVISIONING_STEP_FAILED, message=message,
+                 data={"run": step.run_id, "step": step.name, "attempt": step.attempts, "code": error.code})
+    return _wait(step, backoff, Wait.RETRY, f"attempt {step.attempts}: {error.code}: {error.message}")
+
+
+def _fail(step: ProvisioningStep, error: StepError) -> None:
+    step.state, step.finished_at = StepState.FAILED, timezone.now()
+    step.lease_owner = step.lease_expires_at = None
+    step.error = {"code": error.code, "message": error.message, "details": error.details}
+    _append_log(step, f"attempt {step.attempts}: failed for good: {error.code}: {error.message}")
+    step.save()
+    services.run_failed(step.run, step, error)
+
+
+def _append_log(step: ProvisioningStep, line: str) -> None:
+    step.log = (step.log + f"{timezone.now():%H:%M:%S} {line}\n")[-LOG_LIMIT:]

@@ -1,0 +1,97 @@
+"""Provisioning runs: the ordered steps that build (or tear down) the environment of one allocation."""
+
+
+from django.db import models
+from django.db.models import Q
+
+from provisioning.choices import Pipeline, RunKind, RunState, StepState, Wait
+
+
+class ProvisioningRun(models.Model):
+    request = models.ForeignKey("requests.ResourceRequest", on_delete=models.PROTECT, related_name="provisioning_runs")
+    allocation = models.ForeignKey("scheduling.Allocation", on_delete=models.PROTECT, related_name="provisioning_runs")
+    kind = models.CharField(max_length=10, choices=RunKind.choices)
+    pipeline = models.CharField(max_length=12, choices=Pipeline.choices)
+    driver = models.CharField(max_length=20, help_text="Out-of-band driver for bare metal; the host agent otherwise.")
+    state = models.CharField(max_length=10, choices=RunState.choices, default=RunState.RUNNING)
+    reason = models.CharField(max_length=300, blank=True, help_text="Why a teardown run runs (release, expiry...).")
+    current_position = models.PositiveSmallIntegerField(default=0, help_text="The step that runs next.")
+    retry_of = models.ForeignKey("self", null=True, blank=True, on_delete=models.PROTECT, related_name="retries")
+    failure = models.JSONField(default=dict, blank=True, help_text="{step, code, message, details} of a failed run.")
+    delivered = models.JSONField(default=dict, blank=True, help_text="What the requester got: node, devices, "
+                                                                     "addresses, image, access details.")
+    installer_token_hash = models.CharField(max_length=64, blank=True)
+    installer_reported_at = models.DateTimeField(null=True, blank=True)
+    installer_report = models.JSONField(default=dict, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
+        constraints = [
+            models.UniqueConstraint(fields=["allocation", "kind"], condition=~Q(kind=RunKind.PROVISION),
+                                    name="one_teardown_run_per_allocation_and_kind"),
+            models.UniqueConstraint(fields=["allocation"], condition=Q(kind=RunKind.PROVISION),
+                                    name="one_provision_run_per_allocation"),
+            models.UniqueConstraint(fields=["installer_token_hash"], condition=~Q(installer_token_hash=""),
+                                    name="installer_token_unique"),
+        ]
+        indexes = [models.Index(fields=["state"], condition=Q(state=RunState.RUNNING), name="running_runs_idx")]
+        permissions = [("retry_provisioningrun", "Can retry a failed provisioning run")]
+
+    def __str__(self):
+        return f"{self.get_kind_display()} #{self.pk} of request #{self.request_id}"
+
+
+class ProvisioningStep(models.Model):
+    run = models.ForeignKey(ProvisioningRun, on_delete=models.CASCADE, related_name="steps")
+    position = models.PositiveSmallIntegerField()
+    name = models.CharField(max_length=40)
+    state = models.CharField(max_length=10, choices=StepState.choices, default=StepState.PENDING)
+    waiting_for = models.CharField(max_length=5, choices=Wait.choices, blank=True, default=Wait.NONE)
+    attempts = models.PositiveSmallIntegerField(default=0)
+    max_attempts = models.PositiveSmallIntegerField()
+    timeout_seconds = models.PositiveIntegerField()
+    lease_owner = models.UUIDField(null=True, blank=True, help_text="The worker executing the step now.")
+    lease_expires_at = models.DateTimeField(null=True, blank=True)
+    retry_at = models.DateTimeField(null=True, blank=True)
+    deadline_at = models.DateTimeField(null=True, blank=True, help_text="The step fails when still unfinished.")
+    started_at = models.DateTimeField(null=True, blank=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+    log = models.TextField(blank=True, help_text="The latest lines of the step's log.")
+    output = models.JSONField(default=dict, blank=True)
+    error = models.JSONField(default=dict, blank=True)
+
+    class Meta:
+        ordering = ["run", "position"]
+        constraints = [
+            models.UniqueConstraint(fields=["run", "position"], name="one_step_per_run_position"),
+            models.CheckConstraint(condition=~Q(state=StepState.RUNNING) | Q(lease_owner__isnull=False),
+                                   name="running_step_has_lease"),
+        ]
+        indexes = [models.Index(fields=["state", "retry_at"], name="step_due_idx",
+                                condition=Q(state__in=[StepState.PENDING, StepState.RUNNING, StepState.WAITING]))]
+
+    def __str__(self):
+        return f"{self.name} ({self.state})"
+
+    @property
+    def duration_seconds(self) -> float | None:
+        if self.started_at is None or self.finished_at is None:
+            return None
+        return round((self.finished_at - self.started_at).total_seconds(), 3)
+
+
+class SimulatedMachine(models.Model):
+    """The state the `simulated` BMC driver keeps per node, in the database so every worker sees the same
+    machine: power (with a pending transition that lands after a delay, like a real BMC), boot override, media."""
+
+    node = models.CharField(max_length=120, unique=True)
+    power_state = models.CharField(max_length=12, default="Off")
+    pending_power = models.CharField(max_length=12, blank=True)
+    power_lands_at = models.DateTimeField(null=True, blank=True)
+    boot_override = models.CharField(max_length=12, blank=True)
+    media_image = models.URLField(max_length=1000, blank=True)
+
+    def __str__(self):
+        return f"{self.node}: {self.power_state}"

@@ -1,0 +1,270 @@
+"""Provisioning runs: start one per allocation, finish it (the request becomes active or failed), tear down on
+release, preemption or failure, retry from the failed step, and take the OS installer's callback.
+
+Executing steps is provisioning/engine.py; what each step does is provisioning/steps.py.
+"""
+
+import hashlib
+import secrets
+
+from django.conf import settings
+from django.db import transaction
+from django.utils import timezone
+from django_q.tasks import async_task
+
+from config.errors import Conflict, DomainError, NotFound, NotPermitted
+from provisioning.choices import Pipeline, RunKind, RunState, StepState
+from provisioning.drivers.base import StepError
+from provisioning.models import ProvisioningRun, ProvisioningStep
+from provisioning.pipelines import pipeline_for, restart_position, steps_for
+from requests.choices import EventCode, RequestState
+from requests.models import ResourceRequest
+from requests.services import record_event, request_transition
+from scheduling.choices import AllocationState
+from scheduling.models import Allocation
+from tenancy.models import User
+from tenancy.services import audit_record
+
+STEP_TASK = "provisioning.tasks.run_step"
+
+
+def enqueue_step(step_id: int) -> None:
+    transaction.on_commit(lambda: async_task(STEP_TASK, step_id))
+
+
+def _driver_for(pipeline: str) -> str:
+    return settings.PROVISIONING_BMC_DRIVER if pipeline == Pipeline.BARE_METAL else "simulated"
+
+
+def _create_run(request: ResourceRequest, allocation: Allocation, kind: str, *, reason: str = "",
+                start_at: int = 0, retry_of: ProvisioningRun | None = None) -> ProvisioningRun:
+    """The run with all its steps; steps before `start_at` are carried over (succeeded) from `retry_of`."""
+    pipeline = pipeline_for(request.approved_spec["service"]["kind"])
+    run = ProvisioningRun.objects.create(request=request, allocation=allocation, kind=kind, pipeline=pipeline,
+                                         driver=_driver_for(pipeline), reason=reason[:300],
+                                         current_position=start_at, retry_of=retry_of)
+    carried = {step.position: step for step in retry_of.steps.all()} if retry_of else {}
+    timeouts = settings.PROVISIONING_STEP_TIMEOUTS
+    ProvisioningStep.objects.bulk_create([
+        ProvisioningStep(run=run, position=position, name=definition.name,
+                         max_attempts=settings.PROVISIONING_MAX_ATTEMPTS,
+                         timeout_seconds=timeouts.get(definition.name, definition.timeout),
+                         **_carried_over(carried.get(position)) if position < start_at else {})
+        for position, definition in enumerate(steps_for(pipeline, kind))])
+    enqueue_step(run.steps.get(position=start_at).pk)
+    return run
+
+
+def _carried_over(step: ProvisioningStep) -> dict:
+    return {"state": StepState.SUCCEEDED, "attempts": 0, "output": step.output, "started_at": step.started_at,
+            "finished_at": step.finished_at, "log": f"Carried over from run #{step.run_id}; not run again."}
+
+
+# --- Start ------------------------------------------------------------------------------------------------
+
+def runs_start(*, request_ids: list[int]) -> list[ProvisioningRun]:
+    """Provision each newly allocated request (after the scheduler's commit); safe to call twice."""
+    return [run for request_id in request_ids if (run := _start(request_id)) is not None]
+
+
+@transaction.atomic
+def _start(request_id: int) -> ProvisioningRun | None:
+    request = ResourceRequest.objects.select_for_update().get(pk=request_id)
+    allocation = Allocation.objects.filter(request=request, state=AllocationState.ACTIVE).first()
+    pipeline = pipeline_for(request.approved_spec["service"]["kind"]) if request.approved_spec else None
+    if request.state != RequestState.ALLOCATED or allocation is None or pipeline is None:
+        return None
+    if ProvisioningRun.objects.filter(allocation=allocation, kind=RunKind.PROVISION).exists():
+        return None
+    run = _create_run(request, allocation, RunKind.PROVISION)
+    request_transition(request=request, transition="start_provisioning", code=EventCode.PROVISIONING,
+                       message=f"Provisioning started on {allocation.node.name}: {run.get_pipeline_display()}, "
+                               f"{run.steps.count()} steps ({run.driver} driver).",
+                       data={"run": run.pk, "pipeline": run.pipeline, "driver": run.driver})
+    return run
+
+
+# --- Finish -----------------------------------------------------------------------------------------------
+
+def run_succeeded(run: ProvisioningRun, last_output: dict) -> None:
+    """Called by the engine inside the transaction that records the run's last step."""
+    run.state, run.finished_at = RunState.SUCCEEDED, timezone.now()
+    if run.kind == RunKind.PROVISION:
+        run.delivered = last_output
+    run.save(update_fields=["state", "finished_at", "delivered"])
+    if run.kind == RunKind.PROVISION and _request_still(run, RequestState.PROVISIONING):
+        request_transition(request=run.request, transition="activate", code=EventCode.ACTIVE,
+                           message=f"Active: delivered on {last_output['node']} ({last_output['host']}), "
+                                   f"{run.steps.count()} steps with no manual step.",
+                           data={"run": run.pk, "delivered": last_output})
+    elif run.kind != RunKind.RELEASE:  # a release's last step already finished the request's release
+        record_event(run.request, actor=None, code=EventCode.CLEANED_UP,
+                     message=f"Cleaned up after the {'preemption' if run.kind == RunKind.TEARDOWN else 'failure'}: "
+                             f"{', '.join(_step_names(run))}.", data={"run": run.pk})
+
+
+# The request state a run of each kind moves on; anything else (a release overtaking provisioning) means the
+# request has moved on and the run only leaves a note.
+_DRIVES = {RunKind.PROVISION: RequestState.PROVISIONING, RunKind.RELEASE: RequestState.RELEASING}
+
+
+def _request_still(run: ProvisioningRun, state: str | None) -> bool:
+    return state is not None and ResourceRequest.objects.select_for_update().get(pk=run.request_id).state == state
+
+
+def _step_names(run: ProvisioningRun) -> list[str]:
+    return list(run.steps.values_list("name", flat=True))
+
+
+def run_failed(run: ProvisioningRun, step: ProvisioningStep, error: StepError) -> None:
+    """Called by the engine inside the transaction that records the step's final failure."""
+    failure = {"step": step.name, "code": error.code, "message": error.message, "attempts": step.attempts,
+               "details": error.details}
+    run.state, run.finished_at, run.failure = RunState.FAILED, timezone.now(), failure
+    run.save(update_fields=["state", "finished_at", "failure"])
+    isolated = _isolate_if_needed(run, step, error)
+    request = run.request
+    what = "Provisioning" if run.kind == RunKind.PROVISION else f"{run.get_kind_display()}"
+    message = (f"{what} failed at step '{step.name}' after {step.attempts} attempt(s): {error.message}"
+               + (f" Node {run.allocation.node.name} isolated for an operator." if isolated else ""))
+    failing_the_request = _request_still(run, _DRIVES.get(run.kind))
+    if failing_the_request:
+        request_transition(request=request, transition="fail", code=EventCode.FAILED, message=message,
+                           data={"run": run.pk, "failure": failure})
+    else:
+        record_event(request, actor=None, code=EventCode.PROVISIONING_STEP_FAILED, message=message,
+                     data={"run": run.pk, "failure": failure})
+    if run.kind == RunKind.PROVISION:
+        if failing_the_request:  # otherwise a release overtook it, and its teardown cleans up
+            _create_run(request, run.allocation, RunKind.CLEANUP, reason=f"provisioning failed at {step.name}")
+    elif run.kind != RunKind.TEARDOWN:  # a teardown's devices went back when the request was preempted
+        _return_capacity_anyway(run)
+
+
+def _isolate_if_needed(run: ProvisioningRun, step: ProvisioningStep, error: StepError) -> bool:
+    """Hardware findings, and any failure to tear down, keep new work off the node until an operator looks."""
+    from scheduling.services import node_cordon
+
+    if not (error.details.get("isolate") or run.kind != RunKind.PROVISION):
+        return False
+    node = run.allocation.node
+    if node.schedulable:
+        node_cordon(node, f"Isolated by provisioning run #{run.pk} (request #{run.request_id}) at step "
+                          f"'{step.name}': {error.message}", actor=None)
+    return True
+
+
+def _return_capacity_anyway(run: ProvisioningRun) -> None:
+    """The node is isolated, so its devices can go back to the pool's books without anyone landing there."""
+    from scheduling.reclaim import allocation_return
+
+    allocation_return(request_id=run.request_id, reason=f"{run.kind} failed; node isolated ({run.reason})")
+
+
+# --- Tear down --------------------------------------------------------------------------------------------
+
+def _cancel_provisioning(allocation_id: int) -> None:
+    """Stop a provisioning run that is still going; an in-flight step's worker sees it and discards its result."""
+    for run in ProvisioningRun.objects.select_for_update().filter(allocation_id=allocation_id,
+                                                                   kind=RunKind.PROVISION, state=RunState.RUNNING):
+        run.state, run.finished_at = RunState.CANCELLED, timezone.now()
+        run.save(update_fields=["state", "finished_at"])
+        run.steps.filter(state__in=[StepState.PENDING, StepState.WAITING]).update(state=StepState.CANCELLED)
+
+
+@transaction.atomic
+def teardown_start(*, request_id: int, reason: str, kind: str = RunKind.RELEASE) -> bool:
+    """Tear down the request's environment (a release run returns the capacity at its end). False when nothing
+    was provisioned on its allocation, so the scheduler frees the devices at once."""
+    # A release tears down what runs now; after a preemption the scheduler has already released the allocation
+    # (and may have placed the request anew), so the teardown is for the latest released one.
+    state = AllocationState.RELEASED if kind == RunKind.TEARDOWN else AllocationState.ACTIVE
+    allocation = (Allocation.objects.filter(request_id=request_id, state=state).order_by("-started_at", "-id")
+                  .select_related("request").first())
+    if allocation is None or not allocation.provisioning_runs.filter(kind=RunKind.PROVISION).exists():
+        return False
+    if allocation.provisioning_runs.exclude(kind=RunKind.PROVISION).exists():
+        return True
+    _cancel_provisioning(allocation.pk)
+    _create_run(allocation.request, allocation, kind, reason=reason)
+    return True
+
+
+def teardown_after_preemption(*, request_id: int, **_kwargs) -> bool:
+    return teardown_start(request_id=request_id, reason="preempted", kind=RunKind.TEARDOWN)
+
+
+# --- Retry ------------------------------------------------------------------------------------------------
+
+def can_retry(user: User) -> bool:
+    return user.has_perm("provisioning.retry_provisioningrun")
+
+
+@transaction.atomic
+def run_retry(*, run: ProvisioningRun, actor: User, reason: str) -> ProvisioningRun:
+    """An operator retries a failed provisioning on the same devices, from the failed step (or from the first
+    earlier step whose effect the failure cleanup undid). Audited; counts as a manual intervention."""
+    from scheduling.reclaim import allocation_rebind
+
+    if not can_retry(actor):
+        raise NotPermitted("Only operators can retry provisioning.")
+    if not reason.strip():
+        raise DomainError("Give a reason; it goes on the request's timeline.", code="reason_required")
+    run = ProvisioningRun.objects.select_for_update().get(pk=run.pk)
+    request = ResourceRequest.objects.select_for_update().get(pk=run.request_id)
+    _check_retryable(run, request)
+    allocation = allocation_rebind(allocation=run.allocation)
+    failed = run.steps.get(name=run.failure["step"])
+    start_at = restart_position(run.pipeline, failed.position)
+    retry = _create_run(request, allocation, RunKind.PROVISION, start_at=start_at, retry_of=run)
+    restart_name = retry.steps.get(position=start_at).name
+    request_transition(request=request, transition="retry_provisioning", code=EventCode.PROVISIONING_RETRIED,
+                       actor=actor, intervention=True,
+                       message=f"Provisioning retried by {actor.username} from step '{restart_name}' "
+                               f"(failed at '{failed.name}'): {reason}",
+                       data={"run": retry.pk, "retry_of": run.pk, "from_step": restart_name, "reason": reason})
+    audit_record(actor=actor, action="provisioning.retried", target=run, reason=reason,
+                 data={"request": request.pk, "new_run": retry.pk, "from_step": restart_name})
+    return retry
+
+
+def _check_retryable(run: ProvisioningRun, request: ResourceRequest) -> None:
+    if run.kind != RunKind.PROVISION or run.state != RunState.FAILED:
+        raise Conflict("Only a failed provisioning run can be retried.", code="not_retryable",
+                       details={"run": run.pk, "kind": run.kind, "state": run.state})
+    if request.state != RequestState.FAILED or run.retries.exists():
+        raise Conflict(f"Request #{request.pk} is {request.state}; only its latest failed run can be retried.",
+                       code="not_retryable", details={"request_state": request.state})
+    if run.allocation.provisioning_runs.filter(kind=RunKind.CLEANUP, state=RunState.RUNNING).exists():
+        raise Conflict("The cleanup after the failure is still running; retry when it has finished.",
+                       code="cleanup_in_progress", details={"run": run.pk})
+
+
+# --- The OS installer's callback --------------------------------------------------------------------------
+
+def _token_hash(token: str) -> str:
+    return hashlib.sha256(token.encode()).hexdigest()
+
+
+def installer_token_issue(run: ProvisioningRun) -> str:
+    """A new one-time token for this run's installer (a repeated boot step replaces the previous one)."""
+    token = secrets.token_urlsafe(32)
+    ProvisioningRun.objects.filter(pk=run.pk).update(installer_token_hash=_token_hash(token),
+                                                     installer_reported_at=None, installer_report={})
+    return token
+
+
+@transaction.atomic
+def installer_report(*, token: str, status: str, detail: str = "") -> ProvisioningRun:
+    run = ProvisioningRun.objects.select_for_update().filter(installer_token_hash=_token_hash(token or "")).first()
+    if run is None or not token:
+        raise NotFound("Unknown installer token.", code="unknown_token")
+    if run.installer_reported_at is not None:
+        raise Conflict("This installer token has already been used.", code="token_used")
+    run.installer_reported_at, run.installer_report = timezone.now(), {"status": status, "detail": detail[:2000]}
+    run.save(update_fields=["installer_reported_at", "installer_report"])
+    waiting = run.steps.filter(name="wait_for_install")
+    waiting.filter(state=StepState.WAITING).update(retry_at=run.installer_reported_at)  # due now, not at next poll
+    for step_id in waiting.values_list("pk", flat=True):
+        enqueue_step(step_id)
+    return run

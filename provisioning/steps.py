@@ -1,0 +1,237 @@
+"""What each pipeline step does. A handler takes the step's context, makes its driver calls (idempotent: a step
+whose worker died runs again) and returns the step's output; it raises StepError or StepPending otherwise."""
+
+from dataclasses import dataclass
+from functools import cached_property
+from urllib.parse import urlencode
+
+from django.conf import settings
+from django.urls import reverse
+from django.utils import timezone
+
+from provisioning.choices import RunKind, StepState
+from provisioning.drivers import bmc_driver, host_driver
+from provisioning.drivers.base import StepError, StepPending, Target
+from provisioning.models import ProvisioningRun, ProvisioningStep
+
+POWER_POLL_SECONDS = 2.0
+INSTALLER_POLL_SECONDS = 60.0
+BASIC_HARDWARE_CHECKS = ["bmc_reachable", "system_health", "inventory_match"]
+
+
+@dataclass
+class StepContext:
+    run: ProvisioningRun
+    step: ProvisioningStep
+    target: Target
+
+    @cached_property
+    def bmc(self):
+        return bmc_driver(self.run.driver)
+
+    @cached_property
+    def host(self):
+        return host_driver()
+
+    @property
+    def snapshot(self) -> dict:
+        return self.target.snapshot
+
+    def close(self) -> None:
+        if "bmc" in self.__dict__:  # only when a step used it
+            self.bmc.close()
+
+    def output_of(self, name: str) -> dict:
+        step = self.run.steps.filter(name=name, state=StepState.SUCCEEDED).first()
+        return step.output if step else {}
+
+
+# --- compute -----------------------------------------------------------------------------------------------
+
+def prepare_image(ctx: StepContext) -> dict:
+    return ctx.host.prepare_image(ctx.target, ctx.snapshot["image"])
+
+
+def start_workload(ctx: StepContext) -> dict:
+    return ctx.host.start_workload(ctx.target, ctx.snapshot["image"])
+
+
+def readiness_check(ctx: StepContext) -> dict:
+    return ctx.host.workload_ready(ctx.target)
+
+
+def _delivered_base(ctx: StepContext) -> dict:
+    allocation = ctx.run.allocation
+    return {"node": ctx.target.node, "devices": list(ctx.target.devices),
+            "started_at": allocation.started_at.isoformat(), "expires_at": allocation.expires_at.isoformat()}
+
+
+def publish_compute_access(ctx: StepContext) -> dict:
+    workload = ctx.output_of("start_workload")
+    host, ports = workload["host"], workload["ports"]
+    user = ctx.run.request.requester.username
+    image = ctx.snapshot["image"]
+    return {**_delivered_base(ctx), "host": host, "ports": ports, "workload": workload["workload"],
+            "image": f"{image['name']}:{image['version']}",
+            "access": {"ssh": f"ssh -p {ports['ssh']} {user}@{host}", "jupyter": f"https://{host}:{ports['jupyter']}/"}}
+
+
+def stop_workload(ctx: StepContext) -> dict:
+    _wait_for_inflight_provisioning(ctx)
+    return ctx.host.stop_workload(ctx.target)
+
+
+# --- bare metal --------------------------------------------------------------------------------------------
+
+def validate_hardware(ctx: StepContext) -> dict:
+    try:
+        found = ctx.bmc.inventory(ctx.target)
+    except StepError as unreachable:  # bmc_reachable is a check like the others: its final failure isolates
+        raise StepError(unreachable.code, unreachable.message, retryable=unreachable.retryable,
+                        details={**unreachable.details, "isolate": True}) from unreachable
+    checks = [check for check in ctx.snapshot["bare_metal_profile"]["validation_suite"] or BASIC_HARDWARE_CHECKS
+              if check in BASIC_HARDWARE_CHECKS]
+    results = {"bmc_reachable": "passed"}
+    if "system_health" in checks:
+        if found["health"] not in ("OK", None):
+            raise _isolating_error("hardware_unhealthy", f"The BMC reports system health {found['health']}.", found)
+        results["system_health"] = "passed" if found["health"] else "not reported"
+    if "inventory_match" in checks:
+        results["inventory_match"] = _inventory_match(ctx.target.inventory, found)
+    return {"inventory": found, "checks": results}
+
+
+def _inventory_match(expected: dict, found: dict) -> str:
+    mismatches = {key: {"inventory": expected[key], "bmc": found[key]} for key in ("cpu_cores", "memory_gb",
+                  "accelerators") if found.get(key) is not None and found[key] != expected.get(key)}
+    if mismatches:
+        described = ", ".join(f"{key} {values['bmc']} (inventory says {values['inventory']})"
+                              for key, values in mismatches.items())
+        raise _isolating_error("inventory_mismatch", f"The server does not match the inventory: {described}.",
+                               {"mismatches": mismatches})
+    unreported = [key for key in ("cpu_cores", "memory_gb", "accelerators") if found.get(key) is None]
+    return "passed" + (f" ({', '.join(unreported)} not reported by the BMC)" if unreported else "")
+
+
+def _isolating_error(code: str, message: str, details: dict) -> StepError:
+    """A hardware finding: retrying will not fix it, and the node must not take new work until someone looks."""
+    return StepError(code, message, retryable=False, details={**details, "isolate": True})
+
+
+def boot_installer(ctx: StepContext) -> dict:
+    from provisioning.services import installer_token_issue
+
+    image = ctx.snapshot["bare_metal_profile"]["os_image_url"]
+    if not image.startswith(("http://", "https://")):
+        raise StepError("installer_image_not_bootable", f"The OS image {image!r} is not an http(s) URL that "
+                        "virtual media can boot.", retryable=False)
+    token = installer_token_issue(ctx.run)
+    callback = settings.PUBLIC_BASE_URL.rstrip("/") + reverse("provisioning-installer-callback")
+    separator = "&" if "?" in image else "?"
+    media = ctx.bmc.insert_media(ctx.target, f"{image}{separator}{urlencode({'callback': callback, 'token': token})}")
+    boot = ctx.bmc.set_one_time_boot(ctx.target, "Cd")
+    return {"image": image, "media": media.get("media"), "boot": boot}
+
+
+def power_cycle(ctx: StepContext) -> dict:
+    action = "On" if ctx.bmc.power_state(ctx.target) == "Off" else "ForceRestart"
+    return ctx.bmc.power(ctx.target, action)
+
+
+def _await_power(ctx: StepContext, wanted: str) -> dict:
+    state = ctx.bmc.power_state(ctx.target)
+    if state != wanted:
+        raise StepPending(f"Power state is {state}; waiting for {wanted}.", retry_after=POWER_POLL_SECONDS)
+    return {"power_state": state}
+
+
+def wait_power_on(ctx: StepContext) -> dict:
+    return _await_power(ctx, "On")
+
+
+def wait_for_install(ctx: StepContext) -> dict:
+    run = ProvisioningRun.objects.get(pk=ctx.run.pk)
+    if run.installer_reported_at is None:
+        raise StepPending("Waiting for the OS installer's completion callback.", retry_after=INSTALLER_POLL_SECONDS)
+    report = run.installer_report
+    if report.get("status") != "succeeded":
+        raise StepError("installer_failed", f"The OS installer reported failure: {report.get('detail') or 'no detail'}",
+                        retryable=False, details={"report": report})
+    return {"reported_at": run.installer_reported_at.isoformat(), "os": ctx.snapshot["bare_metal_profile"]["os_image"]}
+
+
+def install_gpu_driver(ctx: StepContext) -> dict:
+    return ctx.host.install_gpu_driver(ctx.target, ctx.snapshot["bare_metal_profile"]["driver_version"])
+
+
+def install_monitoring_agent(ctx: StepContext) -> dict:
+    return ctx.host.install_monitoring_agent(ctx.target, ctx.snapshot["bare_metal_profile"]["monitoring_agent"])
+
+
+def register_cluster(ctx: StepContext) -> dict:
+    return ctx.host.register_in_cluster(ctx.target, ctx.snapshot["bare_metal_profile"]["target_cluster"])
+
+
+def post_install_health_check(ctx: StepContext) -> dict:
+    checks = [check for check in ctx.snapshot["bare_metal_profile"]["validation_suite"]
+              if check not in BASIC_HARDWARE_CHECKS]
+    try:
+        return ctx.host.health_check(ctx.target, checks)
+    except StepError as failure:
+        raise _isolating_error(failure.code, failure.message, failure.details) from failure
+
+
+def publish_bare_metal_access(ctx: StepContext) -> dict:
+    profile = ctx.snapshot["bare_metal_profile"]
+    address = ctx.output_of("register_cluster").get("address", ctx.target.node)
+    user = ctx.run.request.requester.username
+    return {**_delivered_base(ctx), "host": address, "os": profile["os_image"], "cluster": profile["target_cluster"],
+            "driver_version": profile["driver_version"], "monitoring_agent": profile["monitoring_agent"],
+            "access": {"ssh": f"ssh {user}@{address}"}}
+
+
+def deregister_cluster(ctx: StepContext) -> dict:
+    _wait_for_inflight_provisioning(ctx)
+    return ctx.host.deregister_from_cluster(ctx.target, ctx.snapshot["bare_metal_profile"]["target_cluster"])
+
+
+def power_off(ctx: StepContext) -> dict:
+    if ctx.bmc.power_state(ctx.target) == "Off":
+        return {"power_state": "Off", "changed": False}
+    return ctx.bmc.power(ctx.target, "ForceOff")
+
+
+def wait_power_off(ctx: StepContext) -> dict:
+    return _await_power(ctx, "Off")
+
+
+def eject_media(ctx: StepContext) -> dict:
+    return ctx.bmc.eject_media(ctx.target)
+
+
+def mark_for_cleaning(ctx: StepContext) -> dict:
+    return ctx.host.request_cleaning(ctx.target)
+
+
+# --- both --------------------------------------------------------------------------------------------------
+
+def return_capacity(ctx: StepContext) -> dict:
+    """Give the devices back to the scheduler; a release also finishes the request's release."""
+    from scheduling.reclaim import allocation_free, allocation_return
+
+    reason = ctx.run.reason or ctx.run.get_kind_display()
+    if ctx.run.kind == RunKind.RELEASE:
+        allocation_free(request_id=ctx.run.request_id, reason=reason)
+    else:
+        allocation_return(request_id=ctx.run.request_id, reason=reason)
+    return {"returned": [device["uuid"] for device in ctx.target.devices]}
+
+
+def _wait_for_inflight_provisioning(ctx: StepContext) -> None:
+    """Tearing down while a provisioning step is still running on another worker could leave what that step
+    creates behind: wait until it has stopped (its worker sees the cancelled run) or its lease has expired."""
+    inflight = ProvisioningStep.objects.filter(
+        run__allocation_id=ctx.run.allocation_id, run__kind=RunKind.PROVISION, state=StepState.RUNNING,
+        lease_expires_at__gt=timezone.now()).exclude(run=ctx.run).values_list("name", flat=True).first()
+    if inflight:
+        raise StepPending(f"Waiting for the in-flight step {inflight!r} to stop.", retry_after=1.0)

@@ -1,0 +1,40 @@
+"""What starts provisioning work: scheduling's signals and hooks, the sweeper schedule, metrics."""
+
+from django_q.models import Schedule
+from django_q.tasks import async_task
+
+SWEEP_TASK = "provisioning.tasks.resume_due_steps"
+
+
+def start_runs(*, request_ids: list[int], **_kwargs) -> None:
+    async_task("provisioning.tasks.start_runs", request_ids)
+
+
+def teardown_after_preemption(*, request_id: int, **_kwargs) -> None:
+    async_task("provisioning.tasks.teardown_after_preemption", request_id)
+
+
+def ensure_schedules(**_kwargs) -> None:
+    """Every minute: resume steps back from a wait, and steps whose worker died."""
+    Schedule.objects.get_or_create(func=SWEEP_TASK, defaults={
+        "name": "Resume provisioning steps", "schedule_type": Schedule.MINUTES, "minutes": 1, "repeats": -1})
+
+
+def connect() -> None:
+    from django.db.models.signals import post_migrate
+
+    from config import metrics
+    from provisioning.metrics import ProvisioningCollector
+    from provisioning.selectors import provisioning_details
+    from provisioning.services import teardown_start
+    from requests import hooks as request_hooks
+    from requests.signals import request_preempted
+    from scheduling import hooks as scheduling_hooks
+    from scheduling.signals import requests_allocated
+
+    request_hooks.provisioning_details = provisioning_details
+    scheduling_hooks.release_teardown = teardown_start
+    metrics.register(ProvisioningCollector())
+    requests_allocated.connect(start_runs, dispatch_uid="provisioning.start_on_allocation")
+    request_preempted.connect(teardown_after_preemption, dispatch_uid="provisioning.teardown_on_preemption")
+    post_migrate.connect(ensure_schedules, dispatch_uid="provisioning.ensure_schedules")

@@ -1,0 +1,92 @@
+"""Fixtures: the Redfish emulator and its stand-ins; compute and bare-metal shops on simulated hardware."""
+
+from decimal import Decimal
+from types import SimpleNamespace
+
+import pytest
+
+from catalog.choices import ServiceKind
+from requests import services as request_services
+from requests.choices import RequestState
+from scheduling import cycle
+from scheduling.models import Device, Node
+from tests import factories
+
+# --- Redfish BMC driver: the sushy-tools emulator, its image server and the fault-injecting stand-in --------------
+from tests.provisioning.redfish_emulator import (  # noqa: F401  (fixtures)
+    image_server,
+    redfish_stand_in,
+    sushy_emulator,
+    sushy_emulator_with_auth,
+)
+from tests.requests import conftest as request_fixtures
+from tests.requests.conftest import GENEROUS_QUOTA, make_order
+
+# --- Pipelines: a compute shop and a bare-metal shop on simulated hardware ---------------------------------------
+
+shop, team = request_fixtures.shop, request_fixtures.team
+BARE_METAL_QUOTA = {**GENEROUS_QUOTA, "gpus": Decimal(32), "cpu_cores": 512, "memory_gb": 8192,
+                    "accelerator_memory_gb": 4096}
+
+
+def add_node(accelerator, name="n1", cards=4, cpu_cores=64, memory_gb=512, **fields) -> Node:
+    node = Node.objects.create(name=name, serial_number=f"sn-{name}", cpu_milli=cpu_cores * 1000,
+                               memory_mib=memory_gb * 1024, **fields)
+    for index in range(cards):
+        Device.objects.create(node=node, index=index, uuid=f"GPU-{name}-{index}", model=accelerator, memory_gb=80)
+    return node
+
+
+@pytest.fixture
+def run_on_commit(django_capture_on_commit_callbacks):
+    """Run a callable with after-commit work executed, as it is in production (signals, then tasks inline)."""
+
+    def run(action, *args, **kwargs):
+        with django_capture_on_commit_callbacks(execute=True):
+            return action(*args, **kwargs)
+
+    return run
+
+
+@pytest.fixture
+def compute(shop, team, run_on_commit):
+    """A 4-card node and a helper that orders the 2-card spec and lets the scheduler and provisioning run."""
+    node = add_node(shop.accelerator)
+
+    def order(**overrides):
+        request = run_on_commit(request_services.request_submit,
+                                order=make_order(shop, team.project, **overrides), requester=team.developer)
+        assert request.state == RequestState.QUEUED
+        run_on_commit(cycle.run_cycle)
+        request.refresh_from_db()
+        return request
+
+    return SimpleNamespace(shop=shop, team=team, node=node, order=order)
+
+
+@pytest.fixture
+def bare_metal(team, run_on_commit):
+    """A bare-metal service with one profile (validation, driver, agent, cluster) and an 8-card server."""
+    accelerator = factories.AcceleratorModelFactory(memory_gb=80)
+    os_image = factories.ImageFactory(reference="http://images.test/ubuntu-22.04-gpu.iso")
+    profile = factories.BareMetalProfileFactory(
+        accelerator_model=accelerator, os_image=os_image, cpu_cores=96, memory_gb=1024,
+        validation_suite=["bmc_reachable", "system_health", "inventory_match", "accelerator_burn_in"])
+    service = factories.ServiceFactory(kind=ServiceKind.BARE_METAL, specs=[], images=[])
+    service.bare_metal_profiles.set([profile])
+    from tenancy.services import quota_set
+
+    quota_set(quota=team.project.quota, limits=BARE_METAL_QUOTA, actor=None)
+    node = add_node(accelerator, name="bm1", cards=8, cpu_cores=112, memory_gb=2048)
+
+    def order():
+        from requests.orders import Order
+
+        request = run_on_commit(request_services.request_submit, requester=team.developer, order=Order(
+            service=service, project=team.project, duration_hours=24, bare_metal_profile=profile))
+        assert request.state == RequestState.QUEUED
+        run_on_commit(cycle.run_cycle)
+        request.refresh_from_db()
+        return request
+
+    return SimpleNamespace(team=team, node=node, profile=profile, service=service, order=order)

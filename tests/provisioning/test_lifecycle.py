@@ -1,0 +1,181 @@
+"""Runs meeting the rest of the lifecycle: release while provisioning, preemption, a dead worker's lease, the
+installer callback's refusals, and the operator's retry from the failed step."""
+
+from datetime import timedelta
+
+import pytest
+from django.urls import reverse
+from django.utils import timezone
+
+from config.errors import Conflict, NotPermitted
+from provisioning import engine, services
+from provisioning.choices import RunKind, RunState, StepState
+from provisioning.models import ProvisioningRun, ProvisioningStep
+from requests import services as request_services
+from requests.choices import EventCode, RequestState
+from requests.models import ResourceRequest
+from scheduling.choices import AllocationState
+from scheduling.models import Allocation, Device
+from scheduling.services import device_isolate
+from tenancy.models import AuditEvent
+from tests import factories
+
+pytestmark = pytest.mark.django_db
+
+NEVER_READY = [{"op": "workload_ready", "result": {"ready": False}}]
+
+
+def test_release_while_provisioning_cancels_the_run_and_tears_down(compute, settings, run_on_commit):
+    settings.PROVISIONING_FAULTS = NEVER_READY
+    settings.PROVISIONING_INLINE_WAIT_SECONDS = 0  # the readiness poll goes back to the sweeper
+    request = compute.order()
+    assert request.state == RequestState.PROVISIONING
+    run_on_commit(request_services.request_release, request=request, actor=request.requester, reason="not needed")
+    request.refresh_from_db()
+    assert request.state == RequestState.RELEASED
+    provision = ProvisioningRun.objects.get(request=request, kind=RunKind.PROVISION)
+    assert provision.state == RunState.CANCELLED
+    assert provision.steps.get(name="readiness_check").state == StepState.CANCELLED
+    assert ProvisioningRun.objects.get(request=request, kind=RunKind.RELEASE).state == RunState.SUCCEEDED
+    assert set(Device.objects.values_list("allocated_milli", flat=True)) == {0}
+
+
+def test_preemption_tears_the_environment_down_and_the_request_runs_again(compute, run_on_commit):
+    request = compute.order()
+    run_on_commit(device_isolate, Device.objects.get(uuid="GPU-n1-0"), "XID 79")  # requeues what runs there
+    teardown = ProvisioningRun.objects.get(request=request, kind=RunKind.TEARDOWN)
+    assert teardown.state == RunState.SUCCEEDED
+    assert list(teardown.steps.values_list("name", flat=True)) == ["stop_workload"]
+    assert request.events.filter(code=EventCode.CLEANED_UP, message__contains="preemption").exists()
+    request.refresh_from_db()
+    assert request.state == RequestState.ACTIVE  # placed again on healthy cards, and provisioned there
+    again = Allocation.objects.get(request=request, state=AllocationState.ACTIVE)
+    assert "GPU-n1-0" not in again.devices.values_list("device__uuid", flat=True)
+    assert ProvisioningRun.objects.get(allocation=again, kind=RunKind.PROVISION).state == RunState.SUCCEEDED
+
+
+def test_an_expired_lease_is_resumed_by_another_worker_without_repeating_done_steps(compute, settings, monkeypatch,
+                                                                                    run_on_commit):
+    """In process: a claim whose worker never reports back (as if killed), then the sweeper."""
+    calls = []
+    real = engine._attempt
+    monkeypatch.setattr(engine, "_attempt", lambda step: calls.append(step.name) or real(step))
+    settings.PROVISIONING_FAULTS = NEVER_READY
+    settings.PROVISIONING_INLINE_WAIT_SECONDS = 0
+    request = compute.order()
+    step = ProvisioningStep.objects.get(run__request=request, name="readiness_check")
+    ProvisioningStep.objects.filter(pk=step.pk).update(retry_at=timezone.now())
+    assert engine._claim(step.pk, owner=engine.uuid.uuid4())  # a worker takes it, then dies
+    ProvisioningStep.objects.filter(pk=step.pk).update(lease_expires_at=timezone.now() - timedelta(seconds=1))
+    settings.PROVISIONING_FAULTS = []
+    assert run_on_commit(engine.steps_resume_due) == 1
+    request.refresh_from_db()
+    assert request.state == RequestState.ACTIVE
+    assert calls.count("prepare_image") == 1 and calls.count("start_workload") == 1
+    assert "lease expired" in ProvisioningStep.objects.get(pk=step.pk).log
+
+
+def test_a_worker_whose_lease_was_taken_over_discards_its_result(compute, settings):
+    settings.PROVISIONING_FAULTS = NEVER_READY
+    settings.PROVISIONING_INLINE_WAIT_SECONDS = 0
+    request = compute.order()
+    step = ProvisioningStep.objects.get(run__request=request, name="readiness_check")
+    ProvisioningStep.objects.filter(pk=step.pk).update(retry_at=timezone.now())
+    slow, fast = engine.uuid.uuid4(), engine.uuid.uuid4()
+    engine._claim(step.pk, owner=slow)
+    ProvisioningStep.objects.filter(pk=step.pk).update(lease_expires_at=timezone.now() - timedelta(seconds=1))
+    engine._claim(step.pk, owner=fast)
+    assert engine._record(step.pk, slow, engine.Done({"ready": True})) is None
+    step.refresh_from_db()
+    assert (step.state, step.lease_owner) == (StepState.RUNNING, fast)
+
+
+def test_installer_callback_refuses_unknown_and_reused_tokens_and_bad_input(bare_metal, api, settings):
+    settings.PROVISIONING_FAULTS = [{"op": "power", "result": {}}]  # no simulated installer: we play it
+    url = reverse("provisioning-installer-callback")
+    assert api.post(url, {"token": "nope", "status": "succeeded"}, format="json").json()["code"] == "unknown_token"
+    bad = api.post(url, {"token": "x", "status": "maybe"}, format="json")
+    assert bad.status_code == 400 and bad.json()["code"] == "validation_error"
+    run = ProvisioningRun.objects.create(
+        request=bare_metal_request(bare_metal), allocation=Allocation.objects.first(), kind=RunKind.CLEANUP,
+        pipeline="bare_metal", driver="simulated")
+    token = services.installer_token_issue(run)
+    assert api.post(url, {"token": token, "status": "failed", "detail": "disk"}, format="json").status_code == 202
+    assert api.post(url, {"token": token, "status": "failed"}, format="json").status_code == 409
+
+
+def bare_metal_request(bare_metal) -> ResourceRequest:
+    return bare_metal.order()
+
+
+def test_installer_failure_fails_the_request_at_the_wait_step(bare_metal, settings, run_on_commit, monkeypatch):
+    monkeypatch.setattr("provisioning.drivers.simulated.SimulatedBmc._boot_installer",
+                        lambda self, machine: None)  # the installer will report through the API instead
+    request = bare_metal.order()
+    run = ProvisioningRun.objects.get(request=request)
+    token = services.installer_token_issue(run)  # as if the boot step had handed it to the installer
+    run_on_commit(services.installer_report, token=token, status="failed", detail="No disk found")
+    request.refresh_from_db()
+    assert request.state == RequestState.FAILED
+    assert ProvisioningRun.objects.get(pk=run.pk).failure["code"] == "installer_failed"
+
+
+def failed_compute(compute, settings):
+    settings.PROVISIONING_FAULTS = [{"op": "start_workload", "code": "image_pull_failed",
+                                     "message": "manifest unknown", "retryable": False}]
+    request = compute.order()
+    assert request.state == RequestState.FAILED
+    settings.PROVISIONING_FAULTS = []
+    return request, ProvisioningRun.objects.get(request=request, kind=RunKind.PROVISION)
+
+
+def test_operator_retries_from_the_failed_step_on_the_same_devices(compute, settings, run_on_commit):
+    request, failed = failed_compute(compute, settings)
+    operator = compute.team.operator
+    retry = run_on_commit(services.run_retry, run=failed, actor=operator, reason="registry fixed")
+    request.refresh_from_db()
+    assert request.state == RequestState.ACTIVE
+    retry.refresh_from_db()
+    assert retry.retry_of == failed and retry.state == RunState.SUCCEEDED
+    steps = list(retry.steps.values_list("name", "attempts"))
+    assert steps == [("prepare_image", 0), ("start_workload", 1), ("readiness_check", 1), ("publish_access", 1)]
+    assert "Carried over" in retry.steps.get(name="prepare_image").log
+    allocations = Allocation.objects.filter(request=request).order_by("id")
+    assert [a.state for a in allocations] == [AllocationState.RELEASED, AllocationState.ACTIVE]
+    assert list(allocations[0].devices.values_list("device_id", "milli")) == list(
+        allocations[1].devices.values_list("device_id", "milli"))
+    event = request.events.get(code=EventCode.PROVISIONING_RETRIED)
+    assert event.intervention and event.actor == operator and "from step 'start_workload'" in event.message
+    assert AuditEvent.objects.filter(action="provisioning.retried", actor=operator).exists()
+
+
+def test_retry_is_for_operators_and_only_once(compute, settings, run_on_commit):
+    request, failed = failed_compute(compute, settings)
+    with pytest.raises(NotPermitted):
+        services.run_retry(run=failed, actor=request.requester, reason="please")
+    run_on_commit(services.run_retry, run=failed, actor=compute.team.operator, reason="registry fixed")
+    with pytest.raises(Conflict) as refusal:
+        services.run_retry(run=failed, actor=compute.team.operator, reason="again")
+    assert refusal.value.code == "not_retryable"
+
+
+def test_retry_is_refused_when_the_devices_went_to_other_work(compute, settings, run_on_commit):
+    request, failed = failed_compute(compute, settings)
+    other = compute.order()  # the freed cards go to the next request
+    assert other.state == RequestState.ACTIVE
+    third = compute.order()
+    assert third.state == RequestState.ACTIVE
+    with pytest.raises(Conflict) as refusal:
+        services.run_retry(run=failed, actor=compute.team.operator, reason="try again")
+    assert refusal.value.code == "capacity_taken"
+    request.refresh_from_db()
+    assert request.state == RequestState.FAILED
+
+
+def test_retry_is_refused_on_an_isolated_node(bare_metal, settings):
+    settings.PROVISIONING_FAULTS = [{"op": "inventory", "result": {"health": "Critical"}}]
+    request = bare_metal.order()
+    failed = ProvisioningRun.objects.get(request=request, kind=RunKind.PROVISION)
+    with pytest.raises(Conflict) as refusal:
+        services.run_retry(run=failed, actor=factories.operator(), reason="check")
+    assert refusal.value.code == "node_isolated"

@@ -1,0 +1,108 @@
+"""The bare-metal pipeline on the `redfish` driver against the real sushy-tools emulator: validation, virtual
+media, one-time boot, power transitions (polled honestly: the emulator lands them 1-11 s later), the installer's
+callback with its one-time token, release; and BMC faults that are retried, then fail clearly."""
+
+from urllib.parse import parse_qs, urlsplit
+
+import httpx
+import pytest
+from django.urls import reverse
+
+from provisioning.choices import RunKind, RunState, StepState
+from provisioning.models import ProvisioningRun
+from requests import services as request_services
+from requests.choices import EventCode, RequestState
+from scheduling.choices import AllocationState
+from scheduling.models import Allocation
+from tests.provisioning.redfish_emulator import free_loopback_port
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture
+def on_redfish(settings, bare_metal, image_server):
+    settings.PROVISIONING_BMC_DRIVER = "redfish"
+    settings.REDFISH_VERIFY_TLS = False
+    image = bare_metal.profile.os_image
+    image.reference = f"{image_server}/installer-a.iso"
+    image.save(update_fields=["reference"])
+    return bare_metal
+
+
+def redfish_get(url: str) -> dict:
+    return httpx.get(url, timeout=5).json()
+
+
+def installer_callback_from_media(system_url: str) -> tuple[str, str]:
+    """What the installer booted from the virtual media knows: where to report, and its token."""
+    media = redfish_get(f"{system_url}/VirtualMedia/Cd")
+    assert media["Inserted"] is True
+    query = parse_qs(urlsplit(media["Image"]).query)
+    return query["callback"][0], query["token"][0]
+
+
+def test_bare_metal_on_the_emulator_from_order_to_release(on_redfish, sushy_emulator, api, run_on_commit):
+    system_url = sushy_emulator.system_url("pipeline")
+    on_redfish.node.bmc_address = system_url
+    on_redfish.node.save(update_fields=["bmc_address"])
+
+    request = on_redfish.order()
+    run = ProvisioningRun.objects.get(request=request)
+    assert request.state == RequestState.PROVISIONING and run.driver == "redfish"
+    waiting = run.steps.get(name="wait_for_install")
+    assert (waiting.state, waiting.waiting_for) == (StepState.WAITING, "event")
+    system = redfish_get(system_url)
+    assert system["PowerState"] == "On" and system["Boot"]["BootSourceOverrideTarget"] == "Cd"
+    assert "not reported by the BMC" in run.steps.get(name="validate_hardware").output["checks"]["inventory_match"]
+
+    callback, token = installer_callback_from_media(system_url)
+    assert urlsplit(callback).path == reverse("provisioning-installer-callback")
+    answer = run_on_commit(api.post, urlsplit(callback).path, {"token": token, "status": "succeeded"}, format="json")
+    assert answer.status_code == 202
+    request.refresh_from_db()
+    assert request.state == RequestState.ACTIVE
+    assert api.post(urlsplit(callback).path, {"token": token, "status": "succeeded"},
+                    format="json").json()["code"] == "token_used"
+
+    run_on_commit(request_services.request_release, request=request, actor=request.requester, reason="done")
+    request.refresh_from_db()
+    assert request.state == RequestState.RELEASED
+    system = redfish_get(system_url)
+    assert system["PowerState"] == "Off"
+    assert redfish_get(f"{system_url}/VirtualMedia/Cd")["Inserted"] is False
+    assert Allocation.objects.get(request=request).state == AllocationState.RELEASED
+
+
+def _failing_bmc(kind: str, stand_in, settings) -> str:
+    if kind == "unreachable":
+        return f"http://127.0.0.1:{free_loopback_port()}/redfish/v1/Systems/gone"
+    path = "/redfish/v1/Systems/broken"
+    if kind == "http_500":
+        stand_in.answer(path, {"error": {"message": "Internal BMC fault"}}, status=500)
+    else:  # slow: answers after the client has given up
+        settings.REDFISH_TIMEOUT_SECONDS = 0.3
+        stand_in.answer(path, {"PowerState": "Off"}, delay=1.0)
+    return f"{stand_in.url}{path}"
+
+
+@pytest.mark.parametrize(("kind", "code"), [("unreachable", "bmc_unreachable"), ("http_500", "bmc_error"),
+                                            ("slow", "bmc_unreachable")])
+def test_bmc_faults_are_retried_then_fail_clearly_and_isolate_the_node(kind, code, on_redfish, redfish_stand_in,
+                                                                         settings):
+    settings.PROVISIONING_MAX_ATTEMPTS = 3
+    on_redfish.node.bmc_address = _failing_bmc(kind, redfish_stand_in, settings)
+    on_redfish.node.save(update_fields=["bmc_address"])
+
+    request = on_redfish.order()
+    assert request.state == RequestState.FAILED
+    run = ProvisioningRun.objects.get(request=request, kind=RunKind.PROVISION)
+    assert (run.failure["step"], run.failure["code"], run.failure["attempts"]) == ("validate_hardware", code, 3)
+    retries = request.events.filter(code=EventCode.PROVISIONING_STEP_FAILED, data__step="validate_hardware")
+    assert retries.count() == 2
+    on_redfish.node.refresh_from_db()
+    assert not on_redfish.node.schedulable and "validate_hardware" in on_redfish.node.cordon_reason
+    cleanup = ProvisioningRun.objects.get(request=request, kind=RunKind.CLEANUP)
+    assert cleanup.state == RunState.FAILED  # the BMC cannot power the server off either
+    assert Allocation.objects.get(request=request).state == AllocationState.RELEASED  # books balanced; node isolated
+    if kind == "http_500":
+        assert "Internal BMC fault" in run.failure["message"]
