@@ -29,31 +29,23 @@ def env_list(name: str, default: str = "") -> list[str]:
     return [item.strip() for item in os.environ.get(name, default).split(",") if item.strip()]
 
 
-def env_int(name: str, default: int) -> int:
+def _parsed(name: str, default, parse, kind: str):
     raw = os.environ.get(name)
     if raw is None or raw.strip() == "":
         return default
     try:
-        return int(raw)
+        return parse(raw)
     except ValueError as exc:
-        raise ImproperlyConfigured(f"{name} must be an integer, got {raw!r}") from exc
+        raise ImproperlyConfigured(f"{name} must be {kind}, got {raw!r}") from exc
+
+
+def env_int(name: str, default: int) -> int:
+    return _parsed(name, default, int, "an integer")
 
 
 def env_float(name: str, default: float) -> float:
-    raw = os.environ.get(name)
-    if raw is None or raw.strip() == "":
-        return default
-    try:
-        return float(raw)
-    except ValueError as exc:
-        raise ImproperlyConfigured(f"{name} must be a number, got {raw!r}") from exc
+    return _parsed(name, default, float, "a number")
 
 
 def env_json(name: str, default):
-    raw = os.environ.get(name)
-    if raw is None or raw.strip() == "":
-        return default
-    try:
-        return json.loads(raw)
-    except ValueError as exc:
-        raise ImproperlyConfigured(f"{name} must be JSON, got {raw!r}") from exc
+    return _parsed(name, default, json.loads, "JSON")
