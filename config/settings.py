@@ -42,6 +42,7 @@ INSTALLED_APPS = [
     "requests",
     "scheduling",
     "provisioning",
+    "metering",
 ]
 
 MIDDLEWARE = [
@@ -130,6 +131,18 @@ SCHEDULER_FAIR_SHARE = env_bool("SCHEDULER_FAIR_SHARE", default=False)
 SCHEDULER_REQUEUE_ON_ISOLATION = env_bool("SCHEDULER_REQUEUE_ON_ISOLATION", default=True)
 EXPIRY_WARNING_HOURS = env_int("EXPIRY_WARNING_HOURS", 4)
 ALLOCATION_HEARTBEAT_TIMEOUT_MINUTES = env_int("ALLOCATION_HEARTBEAT_TIMEOUT_MINUTES", 30)
+# Metering: telemetry driver (simulated or dcgm) and where each node's dcgm-exporter answers ({node} = node name),
+# sampling and raw-sample retention, whether exhausting the monthly budget releases running work, rightsizing.
+METERING_TELEMETRY_DRIVER = env_str("METERING_TELEMETRY_DRIVER", "simulated")
+METERING_DCGM_URL_TEMPLATE = env_str("METERING_DCGM_URL_TEMPLATE", "http://{node}:9400/metrics")
+METERING_DCGM_TIMEOUT_SECONDS = env_int("METERING_DCGM_TIMEOUT_SECONDS", 5)
+METERING_SAMPLE_INTERVAL_SECONDS = env_int("METERING_SAMPLE_INTERVAL_SECONDS", 60)
+METERING_SAMPLE_RETENTION_DAYS = env_int("METERING_SAMPLE_RETENTION_DAYS", 14)
+METERING_BUDGET_RELEASES_RUNNING = env_bool("METERING_BUDGET_RELEASES_RUNNING", default=False)
+METERING_RIGHTSIZING_WINDOW_DAYS = env_int("METERING_RIGHTSIZING_WINDOW_DAYS", 30)
+METERING_RIGHTSIZING_MIN_REQUESTS = env_int("METERING_RIGHTSIZING_MIN_REQUESTS", 3)
+METERING_RIGHTSIZING_MAX_MEAN_UTILIZATION = env_int("METERING_RIGHTSIZING_MAX_MEAN_UTILIZATION", 40)
+METERING_RIGHTSIZING_HEADROOM_PERCENT = env_int("METERING_RIGHTSIZING_HEADROOM_PERCENT", 20)
 # Provisioning (docs/provisioning.md). The BMC driver for bare metal: "simulated" (embedded default) or "redfish".
 PROVISIONING_BMC_DRIVER = env_str("PROVISIONING_BMC_DRIVER", "simulated")
 # Attempts per step and the exponential backoff between them (base * 2^(attempt-1), capped).
@@ -151,6 +164,9 @@ PROVISIONING_FAULTS = env_json("PROVISIONING_FAULTS", [])
 REDFISH_TIMEOUT_SECONDS = env_float("REDFISH_TIMEOUT_SECONDS", 10.0)
 REDFISH_VERIFY_TLS = env_bool("REDFISH_VERIFY_TLS", default=True)
 BMC_CREDENTIALS = env_json("BMC_CREDENTIALS", {})
+# Model serving: per-key rate limit when the order does not set one, and how long the gateway waits for a replica.
+SERVING_DEFAULT_RATE_LIMIT_PER_MINUTE = env_int("SERVING_DEFAULT_RATE_LIMIT_PER_MINUTE", 600)
+GATEWAY_UPSTREAM_TIMEOUT_SECONDS = env_float("GATEWAY_UPSTREAM_TIMEOUT_SECONDS", 60.0)
 
 REST_FRAMEWORK = {
     # Token first: its WWW-Authenticate header turns "not authenticated" into 401 rather than 403.
@@ -208,6 +224,9 @@ if REDIS_URL:
     Q_CLUSTER["redis"] = REDIS_URL
 else:
     Q_CLUSTER["orm"] = "default"
+# The gateway's rate-limit counters live here: shared through Redis when scaled out, in process for the demo.
+CACHES = {"default": {"BACKEND": "django.core.cache.backends.redis.RedisCache", "LOCATION": REDIS_URL} if REDIS_URL
+          else {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"}}
 
 LOGGING = {
     "version": 1,

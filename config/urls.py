@@ -5,6 +5,7 @@ from rest_framework.authtoken.views import obtain_auth_token
 
 from config.metrics import metrics
 from config.views import healthz, not_found
+from provisioning.serving import gateway
 
 api_v1 = [
     path("auth/token/", obtain_auth_token, name="auth-token"),
@@ -13,16 +14,20 @@ api_v1 = [
     path("", include("requests.api.urls")),
     path("inventory/", include("scheduling.api.urls")),
     path("health/", include("scheduling.api.health_urls")),
-    path("provisioning/", include("provisioning.api.urls")),
+    path("", include("provisioning.api.urls")),
+    path("usage/", include("metering.api.urls")),
 ]
 
 urlpatterns = [
     path("", include("requests.urls")),
+    path("", include("provisioning.urls")),
+    path("usage/", include("metering.urls")),
     path("accounts/", include("django.contrib.auth.urls")),
     path("admin/", admin.site.urls),
     path("api/v1/", include(api_v1)),
     path("api/schema/", SpectacularAPIView.as_view(), name="api-schema"),
     path("api/docs/", SpectacularSwaggerView.as_view(url_name="api-schema"), name="api-docs"),
+    re_path(r"^serve/(?P<slug>[-\w]+)/v1/(?P<path>.*)$", gateway.serve, name="serving-gateway"),
     path("healthz", healthz, name="healthz"),
     path("metrics", metrics, name="metrics"),
     re_path(r"^api/", not_found),  # unknown API paths answer in the API's error shape, DEBUG or not

@@ -4,6 +4,7 @@ from django.db import models
 class Pipeline(models.TextChoices):
     COMPUTE = "compute", "Compute (image on allocated cards)"
     BARE_METAL = "bare_metal", "Bare metal (Redfish)"
+    MODEL_SERVING = "model_serving", "Model serving (gateway)"
 
 
 class RunKind(models.TextChoices):

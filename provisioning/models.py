@@ -1,6 +1,7 @@
 """Provisioning runs: the ordered steps that build (or tear down) the environment of one allocation."""
 
 
+from django.conf import settings
 from django.db import models
 from django.db.models import Q
 
@@ -11,7 +12,7 @@ class ProvisioningRun(models.Model):
     request = models.ForeignKey("requests.ResourceRequest", on_delete=models.PROTECT, related_name="provisioning_runs")
     allocation = models.ForeignKey("scheduling.Allocation", on_delete=models.PROTECT, related_name="provisioning_runs")
     kind = models.CharField(max_length=10, choices=RunKind.choices)
-    pipeline = models.CharField(max_length=12, choices=Pipeline.choices)
+    pipeline = models.CharField(max_length=16, choices=Pipeline.choices)
     driver = models.CharField(max_length=20, help_text="Out-of-band driver for bare metal; the host agent otherwise.")
     state = models.CharField(max_length=10, choices=RunState.choices, default=RunState.RUNNING)
     reason = models.CharField(max_length=300, blank=True, help_text="Why a teardown run runs (release, expiry...).")
@@ -95,3 +96,72 @@ class SimulatedMachine(models.Model):
 
     def __str__(self):
         return f"{self.node}: {self.power_state}"
+
+
+class ServingDeployment(models.Model):
+    """A model-serving request's endpoint behind the gateway: /serve/<slug>/v1/... while it is serving."""
+
+    class State(models.TextChoices):
+        DEPLOYING = "deploying", "Deploying"
+        SERVING = "serving", "Serving"
+        STOPPED = "stopped", "Stopped"
+
+    request = models.OneToOneField("requests.ResourceRequest", on_delete=models.PROTECT, related_name="deployment")
+    project = models.ForeignKey("tenancy.Project", on_delete=models.PROTECT, related_name="deployments")
+    slug = models.SlugField(max_length=80, unique=True)
+    model_name = models.CharField(max_length=160, help_text="The model id clients send, as /v1/models lists it.")
+    state = models.CharField(max_length=10, choices=State.choices, default=State.DEPLOYING)
+    rate_limit_per_minute = models.PositiveIntegerField(help_text="Requests per minute per API key.")
+    monthly_token_budget = models.PositiveBigIntegerField(null=True, blank=True,
+                                                          help_text="Input + output tokens a month; empty = none.")
+    created_at = models.DateTimeField(auto_now_add=True)
+    stopped_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-created_at"]
+
+    def __str__(self):
+        return self.slug
+
+
+class ServingReplica(models.Model):
+    deployment = models.ForeignKey(ServingDeployment, on_delete=models.CASCADE, related_name="replicas")
+    name = models.CharField(max_length=40)
+    url = models.URLField(max_length=200, blank=True, help_text="Where the gateway sends this replica's traffic.")
+    pid = models.PositiveIntegerField(null=True, blank=True)
+    devices = models.JSONField(default=list, blank=True)
+    healthy = models.BooleanField(default=False)
+    checked_at = models.DateTimeField(null=True, blank=True)
+    last_error = models.CharField(max_length=300, blank=True)
+
+    class Meta:
+        ordering = ["deployment", "name"]
+        constraints = [models.UniqueConstraint(fields=["deployment", "name"], name="replica_name_unique")]
+
+    def __str__(self):
+        return f"{self.deployment.slug}/{self.name}"
+
+
+class ApiKey(models.Model):
+    """A project's key for its deployments: shown once, stored as a SHA-256 hash, found by its public prefix."""
+
+    project = models.ForeignKey("tenancy.Project", on_delete=models.CASCADE, related_name="api_keys")
+    name = models.CharField(max_length=80)
+    prefix = models.CharField(max_length=12, unique=True)
+    hashed = models.CharField(max_length=64)
+    created_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, on_delete=models.SET_NULL, related_name="+")
+    created_at = models.DateTimeField(auto_now_add=True)
+    last_used_at = models.DateTimeField(null=True, blank=True)
+    revoked_at = models.DateTimeField(null=True, blank=True)
+    replaced_by = models.OneToOneField("self", null=True, blank=True, on_delete=models.SET_NULL,
+                                       related_name="replaces", help_text="Set when rotated.")
+
+    class Meta:
+        ordering = ["project", "-created_at"]
+
+    def __str__(self):
+        return f"{self.name} ({self.prefix}…)"
+
+    @property
+    def active(self) -> bool:
+        return self.revoked_at is None

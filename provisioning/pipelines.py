@@ -45,14 +45,25 @@ BARE_METAL_TEARDOWN = [
     StepDefinition("eject_media", "Eject virtual media", steps.eject_media, 120),
     StepDefinition("mark_for_cleaning", "Mark the server for cleaning", steps.mark_for_cleaning, 300),
 ]
+MODEL_SERVING = [
+    StepDefinition("start_replicas", "Start one inference instance per replica", steps.start_replicas, 600),
+    StepDefinition("wait_replicas_ready", "Wait for the replicas' readiness", steps.wait_replicas_ready, 600,
+                   polls=True),
+    StepDefinition("register_routes", "Register the upstreams in the gateway", steps.register_routes, 60),
+    StepDefinition("publish_endpoint", "Publish the endpoint", steps.publish_endpoint, 60),
+]
+MODEL_SERVING_TEARDOWN = [
+    StepDefinition("unregister_routes", "Remove the gateway routes", steps.unregister_routes, 60),
+    StepDefinition("stop_replicas", "Stop the inference instances", steps.stop_replicas, 300),
+]
 RETURN_CAPACITY = StepDefinition("return_capacity", "Return the capacity", steps.return_capacity, 120)
 
-_BUILD = {Pipeline.COMPUTE: COMPUTE, Pipeline.BARE_METAL: BARE_METAL}
-_TEARDOWN = {Pipeline.COMPUTE: COMPUTE_TEARDOWN, Pipeline.BARE_METAL: BARE_METAL_TEARDOWN}
+_BUILD = {Pipeline.COMPUTE: COMPUTE, Pipeline.BARE_METAL: BARE_METAL, Pipeline.MODEL_SERVING: MODEL_SERVING}
+_TEARDOWN = {Pipeline.COMPUTE: COMPUTE_TEARDOWN, Pipeline.BARE_METAL: BARE_METAL_TEARDOWN,
+             Pipeline.MODEL_SERVING: MODEL_SERVING_TEARDOWN}
 
 
 def pipeline_for(service_kind: str) -> str | None:
-    """Model serving brings its own pipeline (with the gateway); until then it has none here."""
     return service_kind if service_kind in _BUILD else None
 
 

@@ -3,7 +3,7 @@ whose worker died runs again) and returns the step's output; it raises StepError
 
 from dataclasses import dataclass
 from functools import cached_property
-from urllib.parse import urlencode
+from urllib.parse import urlencode, urlsplit
 
 from django.conf import settings
 from django.urls import reverse
@@ -12,7 +12,15 @@ from django.utils import timezone
 from provisioning.choices import RunKind, StepState
 from provisioning.drivers import bmc_driver, host_driver
 from provisioning.drivers.base import StepError, StepPending, Target
-from provisioning.models import ProvisioningRun, ProvisioningStep
+from provisioning.models import ProvisioningRun, ProvisioningStep, ServingDeployment, ServingReplica
+from provisioning.serving.deployments import (
+    await_replicas,
+    deployment_for,
+    endpoint_url,
+    example_curl,
+    probe,
+    replica_devices,
+)
 
 POWER_POLL_SECONDS = 2.0
 INSTALLER_POLL_SECONDS = 60.0
@@ -235,3 +243,56 @@ def _wait_for_inflight_provisioning(ctx: StepContext) -> None:
         lease_expires_at__gt=timezone.now()).exclude(run=ctx.run).values_list("name", flat=True).first()
     if inflight:
         raise StepPending(f"Waiting for the in-flight step {inflight!r} to stop.", retry_after=1.0)
+
+
+# --- model serving -----------------------------------------------------------------------------------------
+
+def start_replicas(ctx: StepContext) -> dict:
+    """One inference server per replica on its share of the devices; a replica still running is kept."""
+    deployment = deployment_for(ctx.run.request)
+    serving = ctx.snapshot["serving"]
+    started = {}
+    for index, devices in enumerate(replica_devices(ctx.target, serving["replicas"])):
+        replica, _ = ServingReplica.objects.get_or_create(deployment=deployment, name=f"replica-{index}")
+        if replica.pid and not probe(replica):
+            continue
+        ctx.host.stop_inference(ctx.target, replica.pid)  # a half-started one from an interrupted attempt
+        instance = ctx.host.start_inference(ctx.target, replica.name, devices, serving)
+        replica.url, replica.pid, replica.devices = instance["url"], instance["pid"], instance["devices"]
+        replica.save(update_fields=["url", "pid", "devices"])
+        started[replica.name] = instance
+    return {"deployment": deployment.slug, "started": started}
+
+
+def wait_replicas_ready(ctx: StepContext) -> dict:
+    return await_replicas(deployment_for(ctx.run.request))
+
+
+def register_routes(ctx: StepContext) -> dict:
+    deployment = deployment_for(ctx.run.request)
+    ServingDeployment.objects.filter(pk=deployment.pk).update(state=ServingDeployment.State.SERVING, stopped_at=None)
+    return {"route": f"/serve/{deployment.slug}/v1/", "replicas": deployment.replicas.count()}
+
+
+def publish_endpoint(ctx: StepContext) -> dict:
+    deployment = deployment_for(ctx.run.request)
+    url = endpoint_url(deployment)
+    return {**_delivered_base(ctx), "host": urlsplit(url).netloc, "endpoint": url, "model": deployment.model_name,
+            "replicas": list(deployment.replicas.values("name", "devices")),
+            "rate_limit_per_minute": deployment.rate_limit_per_minute,
+            "monthly_token_budget": deployment.monthly_token_budget,
+            "access": {"curl": example_curl(url, deployment.model_name)}}
+
+
+def unregister_routes(ctx: StepContext) -> dict:
+    _wait_for_inflight_provisioning(ctx)
+    stopped = ServingDeployment.objects.filter(request=ctx.run.request).update(
+        state=ServingDeployment.State.STOPPED, stopped_at=timezone.now())
+    return {"routes_removed": stopped}
+
+
+def stop_replicas(ctx: StepContext) -> dict:
+    replicas = list(ServingReplica.objects.filter(deployment__request=ctx.run.request))
+    stopped = {replica.name: ctx.host.stop_inference(ctx.target, replica.pid) for replica in replicas}
+    ServingReplica.objects.filter(pk__in=[replica.pk for replica in replicas]).update(healthy=False, pid=None)
+    return {"stopped": stopped}

@@ -3,6 +3,7 @@
 import time
 
 from provisioning import engine, services
+from provisioning.serving.deployments import serving_replicas_check
 
 
 def run_step(step_id: int) -> None:
@@ -19,6 +20,10 @@ def teardown_after_preemption(request_id: int) -> bool:
 
 def resume_due_steps() -> int:
     return engine.steps_resume_due()
+
+
+def check_replicas() -> int:
+    return serving_replicas_check()
 
 
 def simulated_installer(token: str, seconds: float) -> None:

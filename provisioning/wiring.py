@@ -4,6 +4,7 @@ from django_q.models import Schedule
 from django_q.tasks import async_task
 
 SWEEP_TASK = "provisioning.tasks.resume_due_steps"
+REPLICA_CHECK_TASK = "provisioning.tasks.check_replicas"
 
 
 def start_runs(*, request_ids: list[int], **_kwargs) -> None:
@@ -15,9 +16,11 @@ def teardown_after_preemption(*, request_id: int, **_kwargs) -> None:
 
 
 def ensure_schedules(**_kwargs) -> None:
-    """Every minute: resume steps back from a wait, and steps whose worker died."""
-    Schedule.objects.get_or_create(func=SWEEP_TASK, defaults={
-        "name": "Resume provisioning steps", "schedule_type": Schedule.MINUTES, "minutes": 1, "repeats": -1})
+    """Every minute: resume steps back from a wait or whose worker died; health-check serving replicas."""
+    for name, func in (("Resume provisioning steps", SWEEP_TASK), ("Health-check serving replicas",
+                                                                   REPLICA_CHECK_TASK)):
+        Schedule.objects.get_or_create(func=func, defaults={"name": name, "schedule_type": Schedule.MINUTES,
+                                                            "minutes": 1, "repeats": -1})
 
 
 def connect() -> None:
@@ -27,12 +30,14 @@ def connect() -> None:
     from provisioning.metrics import ProvisioningCollector
     from provisioning.selectors import provisioning_details
     from provisioning.services import teardown_start
+    from provisioning.serving.selectors import endpoint_details
     from requests import hooks as request_hooks
     from requests.signals import request_preempted
     from scheduling import hooks as scheduling_hooks
     from scheduling.signals import requests_allocated
 
     request_hooks.provisioning_details = provisioning_details
+    request_hooks.endpoint_details = endpoint_details
     scheduling_hooks.release_teardown = teardown_start
     metrics.register(ProvisioningCollector())
     requests_allocated.connect(start_runs, dispatch_uid="provisioning.start_on_allocation")

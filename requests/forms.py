@@ -6,7 +6,7 @@ from catalog import selectors as catalog_selectors
 from catalog.choices import ServiceKind
 from catalog.models import Service
 from requests.choices import OverQuota, PriorityClass
-from requests.orders import Order
+from requests.orders import SERVING_LIMITS, Order
 from tenancy.choices import ProjectPermission, QuotaDimension
 from tenancy.models import User
 from tenancy.selectors import projects_with_permission
@@ -34,6 +34,10 @@ class OrderForm(forms.Form):
     duration_hours = forms.IntegerField(min_value=1, label="Duration (hours)")
     priority = forms.ChoiceField(choices=PriorityClass.choices, initial=PriorityClass.STANDARD)
     environment = forms.ChoiceField(choices=ENVIRONMENTS, initial="development")
+    rate_limit_per_minute = forms.IntegerField(min_value=1, required=False, label="Rate limit (requests/minute)",
+                                               help_text="Per API key. Empty: the platform default.")
+    monthly_token_budget = forms.IntegerField(min_value=1, required=False, label="Monthly token budget",
+                                              help_text="Input + output tokens a month. Empty: no budget.")
     parameters = forms.CharField(required=False, widget=forms.Textarea(attrs={"rows": 2}),
                                  help_text="Extra fields, one key=value per line.")
     justification = forms.CharField(required=False, widget=forms.Textarea(attrs={"rows": 3}),
@@ -62,6 +66,9 @@ class OrderForm(forms.Form):
         for name in _OFFERINGS[service.kind]:
             self.fields[name].required = True
             self.fields[name].empty_label = None
+        if service.kind != ServiceKind.MODEL_SERVING:
+            for name in SERVING_LIMITS:
+                del self.fields[name]
 
     def clean_parameters(self) -> dict[str, str]:
         parameters = {}
@@ -81,7 +88,8 @@ class OrderForm(forms.Form):
             spec=data.get("spec"), image=data.get("image"), bare_metal_profile=data.get("bare_metal_profile"),
             serving_model=data.get("serving_model"), serving_template=data.get("serving_template"),
             priority=data["priority"], justification=data["justification"],
-            parameters={"environment": data["environment"], **data["parameters"]},
+            parameters={"environment": data["environment"], **data["parameters"],
+                        **{name: str(data[name]) for name in SERVING_LIMITS if data.get(name)}},
         )
 
 

@@ -12,3 +12,14 @@ placement_estimate: Callable[[Any, Any], dict | None] | None = None
 
 # provisioning: the request's provisioning runs with their steps, and what was delivered ({runs, delivered}), or None.
 provisioning_details: Callable[[Any], dict | None] | None = None
+
+# provisioning: a model-serving request's endpoint (URL, replicas and their health, tokens this month, the
+# project's API keys), or None.
+endpoint_details: Callable[[Any], dict | None] | None = None
+
+# metering: the card-hours already metered for a request, as a query expression over ResourceRequest rows
+# (OuterRef("pk") is the request), so admission counts only the unmetered remainder of running work.
+metered_card_hours: Callable[[], Any] | None = None
+
+# metering: rightsizing advice for (user, project, spec or None), as a list of dicts with a "message".
+rightsizing_advice: Callable[[Any, Any, Any], list[dict]] | None = None

@@ -117,6 +117,21 @@ def _validate_serving(order: Order) -> None:
     if not template.active or not model.templates.filter(pk=template.pk).exists():
         _refuse("serving_template_not_offered", f"{template} is not a template for {model}.",
                 field="serving_template")
+    for name in SERVING_LIMITS:
+        _validate_positive_integer(order.parameters, name)
+
+
+# Service parameters of a model-serving order: the per-key rate limit and the deployment's monthly token budget.
+SERVING_LIMITS = ("rate_limit_per_minute", "monthly_token_budget")
+
+
+def _validate_positive_integer(parameters: dict, name: str) -> None:
+    value = parameters.get(name)
+    if value in (None, ""):
+        return
+    if not str(value).isdigit() or int(value) < 1:
+        _refuse("parameter_invalid", f"{name} must be a whole number above zero, not {value!r}.",
+                field="parameters", parameter=name)
 
 
 def _validate_duration(order: Order) -> None:

@@ -1,8 +1,9 @@
 """Quota arithmetic: what an order demands, what a project (and its tenant) already uses, what is left.
 
 Usage = requests in committed states (pending approval through releasing) plus, for card-hours, what the
-quota ledger says was metered this month. Callers that decide on admission hold row locks on the tenant and
-project (see `lock_quota_scope`) so that concurrent submissions see each other's demand.
+quota ledger says was metered this month and what committed work will still use: all of a request not running
+yet, the unmetered remainder of a running one, so nothing counts twice. Callers that decide on admission hold row
+locks on the tenant and project (see `lock_quota_scope`) so that concurrent submissions see each other's demand.
 """
 
 from collections.abc import Iterable
@@ -10,11 +11,12 @@ from dataclasses import asdict, dataclass, replace
 from datetime import date
 from decimal import Decimal
 
-from django.db.models import Count, Sum
-from django.db.models.functions import Coalesce
+from django.db.models import Case, Count, DecimalField, F, Sum, When
+from django.db.models.functions import Coalesce, Greatest
 from django.utils import timezone
 
-from requests.choices import COMMITTED_STATES
+from requests import hooks
+from requests.choices import COMMITTED_STATES, RequestState
 from requests.models import ResourceRequest
 from tenancy.choices import QuotaDimension
 from tenancy.models import MonthlyUsage, Project, ProjectQuota, Tenant, TenantQuota
@@ -22,6 +24,7 @@ from tenancy.models import MonthlyUsage, Project, ProjectQuota, Tenant, TenantQu
 D = QuotaDimension
 ZERO = Decimal(0)
 LIMIT_PRECISION = Decimal("0.01")  # decimal places of the quota limit fields
+CARD_HOUR_PRECISION = Decimal("0.0001")  # decimal places of card-hours on requests and in the ledger
 
 
 @dataclass(frozen=True)
@@ -108,6 +111,21 @@ def month_start(today: date | None = None) -> date:
     return (today or timezone.now().date()).replace(day=1)
 
 
+RUNNING_STATES = (RequestState.ALLOCATED, RequestState.PROVISIONING, RequestState.ACTIVE)
+
+
+def _projected_card_hours():
+    """Committed card-hours not metered yet. With metering installed (hooks.metered_card_hours): the whole demand of
+    a request not running yet, the unmetered remainder of a running one, nothing of one being released (what it
+    used is in the ledger). Without metering, every committed request counts whole."""
+    if hooks.metered_card_hours is None:
+        return Coalesce(Sum("card_hours"), ZERO)
+    remainder = Greatest(F("card_hours") - Coalesce(hooks.metered_card_hours(), ZERO), ZERO)
+    still_to_use = Case(When(state__in=RUNNING_STATES, then=remainder), When(state=RequestState.RELEASING, then=ZERO),
+                        default=F("card_hours"), output_field=DecimalField(max_digits=24, decimal_places=8))
+    return Coalesce(Sum(still_to_use), ZERO)
+
+
 def _committed_totals() -> dict:
     """Sums over requests in committed states; `_usage` adds the ledger to the projected card-hours."""
     return {
@@ -116,7 +134,7 @@ def _committed_totals() -> dict:
         "cpu_cores": Coalesce(Sum("cpu_cores"), 0),
         "memory_gb": Coalesce(Sum("memory_gb"), 0),
         "concurrent_tasks": Count("id"),
-        "projected_card_hours": Coalesce(Sum("card_hours"), ZERO),
+        "projected_card_hours": _projected_card_hours(),
     }
 
 
@@ -126,8 +144,7 @@ _NOTHING_COMMITTED = {"gpus": ZERO, "accelerator_memory_gb": 0, "cpu_cores": 0, 
 
 def _usage(committed: dict, metered: Decimal) -> dict[str, Decimal | int]:
     usage = {key: value for key, value in committed.items() if key != "projected_card_hours"}
-    # Committed projections count whole; metering refines this to the unmetered remainder of running work.
-    usage[D.MONTHLY_CARD_HOURS] = metered + committed["projected_card_hours"]
+    usage[D.MONTHLY_CARD_HOURS] = (metered + committed["projected_card_hours"]).quantize(CARD_HOUR_PRECISION)
     return usage
 
 

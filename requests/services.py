@@ -184,7 +184,8 @@ def approved_snapshot(request: ResourceRequest) -> dict:
             "driver_version": profile.driver_version, "monitoring_agent": profile.monitoring_agent,
             "target_cluster": profile.target_cluster, "validation_suite": profile.validation_suite},
         "serving": None if request.serving_model is None else {
-            "model": str(request.serving_model), "artifact_uri": request.serving_model.artifact_uri,
+            "model": str(request.serving_model), "model_name": request.serving_model.name,
+            "artifact_uri": request.serving_model.artifact_uri,
             "runtime": request.serving_template.runtime, "replicas": request.serving_template.replicas,
             "context_length": request.serving_template.context_length,
             "max_tokens": request.serving_template.max_tokens},

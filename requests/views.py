@@ -87,11 +87,14 @@ def order(request, slug):
 def _preview(request, form) -> dict:
     if not form.is_bound or not form.is_valid():
         return {}
+    order = form.order()
     try:
-        return {"data": services.request_preview(order=form.order(), requester=request.user,
-                                                 over_quota=form.cleaned_data["over_quota"])}
+        data = services.request_preview(order=order, requester=request.user,
+                                        over_quota=form.cleaned_data["over_quota"])
     except DomainError as error:
         return {"refusal": error}
+    advice = hooks.rightsizing_advice(request.user, order.project, order.spec) if hooks.rightsizing_advice else []
+    return {"data": data, "rightsizing": advice}
 
 
 @login_required
@@ -125,14 +128,20 @@ LIVE_STATES = frozenset({RequestState.ALLOCATED, RequestState.PROVISIONING, Requ
 @login_required
 def request_detail(request, pk):
     resource_request = selectors.request_get(user=request.user, pk=pk)
+    return render(request, "requests/request_detail.html", request_detail_context(request, resource_request))
+
+
+def request_detail_context(request, resource_request) -> dict:
+    """What the request page shows; higher apps render it too after their own actions (e.g. a new API key)."""
     holding = resource_request.state in (RequestState.ALLOCATED, RequestState.PROVISIONING, RequestState.ACTIVE)
-    return render(request, "requests/request_detail.html", {
+    return {
         "r": resource_request, "timeline": selectors.timeline_of(resource_request),
         "approval": selectors.approval_of(resource_request),
         "allocation": hooks.allocation_details(resource_request) if hooks.allocation_details else None,
+        "endpoint": hooks.endpoint_details(resource_request) if hooks.endpoint_details else None,
         **_provisioning_context(resource_request),
         "can_cancel": resource_request.is_cancellable and services.can_cancel(request.user, resource_request),
-        "can_release": holding and services.can_release(request.user, resource_request)})
+        "can_release": holding and services.can_release(request.user, resource_request)}
 
 
 @login_required

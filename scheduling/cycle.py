@@ -5,6 +5,7 @@ and the writes each take a fixed number of queries, however many nodes and reque
 """
 
 import logging
+import time
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
@@ -22,7 +23,7 @@ from scheduling import backfill, placement, preemption
 from scheduling.allocations import adjust_device_shares
 from scheduling.choices import AllocationState, DeviceHealth
 from scheduling.models import Allocation, AllocationDevice, Device, Node
-from scheduling.signals import requests_allocated
+from scheduling.signals import cycle_finished, requests_allocated
 from tenancy.models import MonthlyUsage, ProjectQuota
 
 logger = logging.getLogger(__name__)
@@ -202,7 +203,17 @@ def _reserve_for_the_head(cluster: ClusterSnapshot, result, demands, requests, n
 
 
 def run_cycle(*, policy: str = "default") -> CycleResult:
-    """Place what the queue holds; record every other request's position and reason."""
+    """Place what the queue holds; record every other request's position and reason. Cycles that ran report their
+    duration (cycle_finished)."""
+    started = time.perf_counter()
+    result = _cycle(policy)
+    if result.ran:
+        cycle_finished.send(sender=CycleResult, seconds=time.perf_counter() - started,
+                            allocated=len(result.allocated), waiting=len(result.waiting))
+    return result
+
+
+def _cycle(policy: str) -> CycleResult:
     with transaction.atomic():
         if not _take_cycle_lock():
             return CycleResult(ran=False)

@@ -18,7 +18,7 @@ from catalog.services import catalog_entry_save
 from config.errors import Conflict, DomainError, NotPermitted
 from requests import approvals
 from requests.choices import ApprovalSubject, ApproverSource, EventCode
-from requests.services import record_event
+from requests.services import is_operator_intervention, record_event
 from scheduling.choices import AllocationState, DeviceHealth
 from scheduling.inventory_formats import OPENB_MODELS, NodeRecord
 from scheduling.models import AllocationDevice, Device, IsolationClearance, Node, Rack, Site
@@ -137,7 +137,8 @@ def device_isolate(device: Device, reason: str, actor: User | None = None) -> De
                      message=f"Device {device.node.name}/gpu{device.index} ({device.uuid}) was isolated by "
                              f"{_who(actor)}: {reason}. {consequence}",
                      data={"device": device.uuid, "node": device.node.name, "index": device.index,
-                           "allocation": binding.allocation_id, "reason": reason})
+                           "allocation": binding.allocation_id, "reason": reason},
+                     intervention=is_operator_intervention(actor, request))
     audit_record(actor=actor, action="device.isolated", target=device, reason=reason,
                  data={"node": device.node.name, "index": device.index, "uuid": device.uuid,
                        "affected_requests": affected})

@@ -12,3 +12,7 @@ health_changed = Signal()
 # Sent after the commit of a scheduling cycle that allocated requests. kwargs: request_ids (list[int]).
 # Provisioning connects here.
 requests_allocated = Signal()
+
+# Sent after every scheduling cycle that ran (held the cycle lock). kwargs: seconds (float, wall time), allocated and
+# waiting (counts). Metering records the durations for /metrics.
+cycle_finished = Signal()

@@ -122,5 +122,13 @@ class HostDriver(ABC):
         burn-in and collective-bandwidth checks when listed); StepError when one fails."""
 
     @abstractmethod
+    def start_inference(self, target: Target, replica: str, devices: list[dict], serving: dict) -> dict:
+        """Start one inference server for a model-serving replica on its devices: {url, pid}."""
+
+    @abstractmethod
+    def stop_inference(self, target: Target, pid: int | None) -> dict:
+        """Stop a replica's inference server (no-op when it is gone)."""
+
+    @abstractmethod
     def request_cleaning(self, target: Target) -> dict:
         """Queue the disk wipe and firmware reset that must happen before the server serves another tenant."""

@@ -7,6 +7,11 @@ A fault: {"op": <method name>, "attempts": [1, 2] | "all", "node": <optional nod
 {"op": "inventory", "result": {"accelerators": 7}} for a server that lost a GPU)}.
 """
 
+import os
+import signal
+import socket
+import subprocess
+import sys
 import time
 from datetime import timedelta
 from urllib.parse import parse_qs, urlsplit
@@ -15,13 +20,15 @@ from django.conf import settings
 from django.utils import timezone
 
 from provisioning.drivers.base import BmcDriver, HostDriver, StepError, StepPending, Target
+from provisioning.serving.deployments import served_model_id
 
 # Seconds a real system takes, roughly; scaled by PROVISIONING_SIMULATED_SPEED.
 DURATIONS = {
     "inventory": 3, "insert_media": 8, "set_one_time_boot": 2, "power": 2, "power_transition": 25, "eject_media": 2,
     "install_os": 300, "prepare_image": 45, "start_workload": 12, "workload_ready": 6, "stop_workload": 8,
     "install_gpu_driver": 120, "install_monitoring_agent": 20, "register_in_cluster": 15,
-    "deregister_from_cluster": 8, "health_check": 40, "request_cleaning": 4,
+    "deregister_from_cluster": 8, "health_check": 40, "request_cleaning": 4, "start_inference": 20,
+    "stop_inference": 3,
 }
 
 
@@ -43,6 +50,12 @@ def _work(operation: str, target: Target) -> dict:
         raise StepError(fault.get("code", "simulated_fault"), fault.get("message", f"Injected fault in {operation}."),
                         retryable=fault.get("retryable", True))
     return {}
+
+
+def _free_loopback_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
 
 
 class SimulatedBmc(BmcDriver):
@@ -161,6 +174,28 @@ class SimulatedHost(HostDriver):
         overrides = _work("health_check", target)
         return {"checks": {check: "passed" for check in ["driver_loaded", "accelerators_visible",
                                                           "agent_reporting", *checks]}, **overrides}
+
+    def start_inference(self, target: Target, replica: str, devices: list[dict], serving: dict) -> dict:
+        """The project's own OpenAI-compatible server as a local process on a free loopback port."""
+        _work("start_inference", target)
+        port = _free_loopback_port()
+        process = subprocess.Popen(
+            [sys.executable, "-m", "provisioning.serving.inference_server", "--host", "127.0.0.1",
+             "--port", str(port), "--model", served_model_id(serving), "--replica", replica,
+             "--max-tokens", str(serving["max_tokens"]), "--context-length", str(serving["context_length"])],
+            cwd=settings.BASE_DIR, start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        return {"url": f"http://127.0.0.1:{port}", "pid": process.pid,
+                "devices": [device["uuid"] for device in devices]}
+
+    def stop_inference(self, target: Target, pid: int | None) -> dict:
+        _work("stop_inference", target)
+        if pid is None:
+            return {"stopped": False}
+        try:
+            os.kill(pid, signal.SIGTERM)
+        except ProcessLookupError:
+            return {"stopped": False, "pid": pid}
+        return {"stopped": True, "pid": pid}
 
     def request_cleaning(self, target: Target) -> dict:
         _work("request_cleaning", target)

@@ -269,7 +269,7 @@ class RequestDetailSerializer(RequestSummarySerializer):
     timeline = serializers.SerializerMethodField()
     allocation = serializers.SerializerMethodField()
     provisioning = serializers.SerializerMethodField()
-    endpoint = serializers.SerializerMethodField(method_name="filled_later")
+    endpoint = serializers.SerializerMethodField()
     usage = serializers.SerializerMethodField(method_name="filled_later")
 
     class Meta(RequestSummarySerializer.Meta):
@@ -297,6 +297,12 @@ class RequestDetailSerializer(RequestSummarySerializer):
                                          "addresses, image, access details, start and expiry)."})
     def get_provisioning(self, resource_request) -> dict | None:
         return hooks.provisioning_details(resource_request) if hooks.provisioning_details else None
+
+    @extend_schema_field({"type": "object", "nullable": True,
+                          "description": "A model-serving request's endpoint: URL, example curl, replicas with "
+                                         "their health, tokens this month, the project's API keys."})
+    def get_endpoint(self, resource_request) -> dict | None:
+        return hooks.endpoint_details(resource_request) if hooks.endpoint_details else None
 
     @extend_schema_field({"type": "object", "nullable": True,
                           "description": "Node, devices and expiry of the request's allocation, once allocated."})

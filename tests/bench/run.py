@@ -15,7 +15,7 @@ import psycopg
 
 ROOT = Path(__file__).resolve().parents[2]
 BENCHMARKS = ["tests.bench.bench_catalog_api", "tests.bench.bench_requests", "tests.bench.bench_scheduler",
-              "tests.bench.bench_placement"]
+              "tests.bench.bench_placement", "tests.bench.bench_metering", "tests.bench.bench_gateway"]
 SERVER_URL = os.environ.get("BENCH_DATABASE_SERVER", "postgres://postgres@127.0.0.1:5432")
 DATABASE = "compute_catalog_bench"
 

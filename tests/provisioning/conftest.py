@@ -1,5 +1,8 @@
 """Fixtures: the Redfish emulator and its stand-ins; compute and bare-metal shops on simulated hardware."""
 
+import contextlib
+import os
+import signal
 from decimal import Decimal
 from types import SimpleNamespace
 
@@ -90,3 +93,33 @@ def bare_metal(team, run_on_commit):
         return request
 
     return SimpleNamespace(team=team, node=node, profile=profile, service=service, order=order)
+
+
+@pytest.fixture
+def serving(shop, team, run_on_commit):
+    """A model-serving service (1 card a replica, 2 replicas) on a 4-card node, and an order helper. Inference
+    servers the tests start are stopped at the end."""
+    from provisioning.models import ServingReplica
+    from requests.orders import Order
+
+    one_card = factories.ResourceSpecFactory(accelerator_models=[shop.accelerator], accelerator_count=1, cpu_cores=4,
+                                             memory_gb=32)
+    template = factories.ServingTemplateFactory(spec=one_card, replicas=2, context_length=4096, max_tokens=256)
+    model = factories.ServingModelFactory(name="llama-3-8b-instruct", templates=[template])
+    service = factories.ServiceFactory(kind=ServiceKind.MODEL_SERVING, specs=[one_card], images=[])
+    service.serving_models.set([model])
+    add_node(shop.accelerator)
+
+    def order(**parameters):
+        request = run_on_commit(request_services.request_submit, requester=team.developer, order=Order(
+            service=service, project=team.project, duration_hours=8, spec=template.spec, serving_model=model,
+            serving_template=template, parameters={key: str(value) for key, value in parameters.items()}))
+        assert request.state == RequestState.QUEUED
+        run_on_commit(cycle.run_cycle)
+        request.refresh_from_db()
+        return request
+
+    yield SimpleNamespace(team=team, model=model, template=template, service=service, order=order)
+    for pid in ServingReplica.objects.exclude(pid=None).values_list("pid", flat=True):
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)

@@ -179,3 +179,11 @@ def test_retry_is_refused_on_an_isolated_node(bare_metal, settings):
     with pytest.raises(Conflict) as refusal:
         services.run_retry(run=failed, actor=factories.operator(), reason="check")
     assert refusal.value.code == "node_isolated"
+
+
+def test_an_operator_isolating_a_busy_card_counts_as_an_intervention_a_health_rule_does_not(compute, run_on_commit):
+    request = compute.order()
+    run_on_commit(device_isolate, Device.objects.get(uuid="GPU-n1-0"), "reseating", compute.team.operator)
+    run_on_commit(device_isolate, Device.objects.get(uuid="GPU-n1-1"), "XID 79")
+    isolations = request.events.filter(code=EventCode.DEVICE_ISOLATED).order_by("id")
+    assert [event.intervention for event in isolations] == [True, False]

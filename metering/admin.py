@@ -1,0 +1,71 @@
+"""Operator console for metering: raw telemetry, daily rollups and budget alerts (all read-only: they are written by
+the collector, the rollup and the budget check), and the usage report with the same figures as the portal page."""
+
+from django.contrib import admin
+from django.core.exceptions import PermissionDenied
+from django.template.response import TemplateResponse
+from django.urls import path, reverse
+
+from config.admin_actions import ReadOnlyAdminMixin, related_list_filter
+from metering.forms import UsageFilterForm
+from metering.models import BudgetAlert, DailyUsage, TelemetrySample
+from metering.views import usage_context
+
+
+@admin.register(TelemetrySample)
+class TelemetrySampleAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
+    list_display = ["sampled_at", "allocation", "device", "utilization_pct", "memory_used_mb", "power_w"]
+    list_select_related = ["allocation__node", "device__node", "device__model"]
+    search_fields = ["=allocation__id", "=allocation__request__id", "device__uuid"]
+    show_full_result_count = False  # millions of rows: no second COUNT(*) for the "show all" link
+
+
+@admin.register(DailyUsage)
+class DailyUsageAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
+    change_list_template = "admin/metering/dailyusage/change_list.html"
+    list_display = ["day", "allocation", "accelerator_model", "mean_utilization", "busy_cards_p95", "memory_p95_gb",
+                    "energy_kwh"]
+    list_filter = [("accelerator_model", related_list_filter("vendor"))]
+    list_select_related = ["allocation__node", "accelerator_model__vendor"]
+    search_fields = ["=allocation__id", "=allocation__request__id", "allocation__request__project__slug"]
+    date_hierarchy = "day"
+
+    @admin.display(description="Mean utilization %")
+    def mean_utilization(self, usage):
+        return round(usage.mean_utilization_pct, 1)
+
+    @admin.display(description="p95 memory GB", ordering="memory_p95_mb")
+    def memory_p95_gb(self, usage):
+        return round(usage.memory_p95_mb / 1024, 1)
+
+    def get_urls(self):
+        report = path("report/", self.admin_site.admin_view(self.report_view), name="metering_usage_report")
+        return [report, *super().get_urls()]
+
+    def report_view(self, request):
+        if not self.has_view_permission(request):
+            raise PermissionDenied
+        form = UsageFilterForm(request.GET, user=request.user)
+        context = {**self.admin_site.each_context(request), "title": "Usage report", "opts": self.model._meta,
+                   "form": form}
+        if form.is_valid():
+            chosen = form.cleaned_data
+            context.update(usage_context(user=request.user, project=chosen["project"], first=chosen["first"],
+                                         last=chosen["last"]))
+        return TemplateResponse(request, "admin/metering/usage_report.html", context)
+
+    def changelist_view(self, request, extra_context=None):
+        extra = {"report_url": reverse("admin:metering_usage_report"), **(extra_context or {})}
+        return super().changelist_view(request, extra_context=extra)
+
+
+@admin.register(BudgetAlert)
+class BudgetAlertAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
+    list_display = ["project", "month", "level", "card_hours", "limit", "percent", "created_at"]
+    list_filter = ["level", "month", ("project", related_list_filter("tenant"))]
+    list_select_related = ["project__tenant"]
+    search_fields = ["project__slug", "project__name"]
+
+    @admin.display(description="%")
+    def percent(self, alert):
+        return alert.percent

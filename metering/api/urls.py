@@ -1,0 +1,12 @@
+from django.urls import path
+
+from metering.api import views
+
+urlpatterns = [
+    path("", views.UsageReportView.as_view(), name="usage-report"),
+    path("export/", views.UsageExportView.as_view(), name="usage-export"),
+    path("budgets/", views.BudgetListView.as_view(), name="usage-budgets"),
+    path("recommendations/", views.RecommendationListView.as_view(), name="usage-recommendations"),
+    path("zero-touch/", views.ZeroTouchView.as_view(), name="usage-zero-touch"),
+    path("tokens/", views.TokenUsageView.as_view(), name="usage-tokens"),
+]

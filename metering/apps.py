@@ -1,0 +1,12 @@
+from django.apps import AppConfig
+
+
+class MeteringConfig(AppConfig):
+    name = "metering"
+    verbose_name = "Metering, budgets and usage"
+    operator_permissions = [f"metering.view_{model}" for model in ("telemetrysample", "dailyusage", "budgetalert")]
+
+    def ready(self):
+        from metering import wiring
+
+        wiring.connect()

@@ -1,0 +1,29 @@
+from decimal import Decimal
+
+from django.db import models
+
+
+class TelemetryDriver(models.TextChoices):
+    SIMULATED = "simulated", "Simulated curves per workload (embedded default)"
+    DCGM = "dcgm", "NVIDIA dcgm-exporter on each node (Prometheus text)"
+
+
+class BudgetLevel(models.TextChoices):
+    """How much of its monthly card-hour budget a project has used; each level is announced once a month."""
+
+    WARNING = "warning", "80% of the monthly budget used"
+    EXHAUSTED = "exhausted", "Monthly budget used up"
+
+
+BUDGET_THRESHOLDS = {BudgetLevel.WARNING: Decimal("0.8"), BudgetLevel.EXHAUSTED: Decimal(1)}
+
+
+class Grouping(models.TextChoices):
+    """What a usage report can be grouped by."""
+
+    PROJECT = "project", "Project"
+    TENANT = "tenant", "Tenant"
+    ACCELERATOR_MODEL = "accelerator_model", "Accelerator model"
+    SPEC = "spec", "Spec or server profile"
+    MONTH = "month", "Month"
+    REQUEST = "request", "Request"

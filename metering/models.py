@@ -1,0 +1,149 @@
+"""Telemetry samples, their daily rollups, budget alerts, and duration histograms kept for /metrics.
+
+Card-hours and cost are not stored here: they are computed from the allocations' bound intervals whenever they are
+read (selectors), so they are exact to the second, running allocations included. The monthly quota ledger
+(tenancy.MonthlyUsage) is the one stored copy, refreshed by services.ledger_refresh.
+"""
+
+from django.core.validators import MaxValueValidator, MinValueValidator
+from django.db import models
+from django.db.models import Q
+
+from metering.choices import BudgetLevel
+
+
+class TelemetrySample(models.Model):
+    """One reading of one device bound to a running allocation. Raw samples age out after
+    METERING_SAMPLE_RETENTION_DAYS; the daily rollups keep what reports and rightsizing need."""
+
+    # The unique constraint's index starts with the allocation: no separate index on the foreign key.
+    allocation = models.ForeignKey("scheduling.Allocation", on_delete=models.CASCADE, related_name="+",
+                                   db_index=False)
+    device = models.ForeignKey("scheduling.Device", on_delete=models.CASCADE, related_name="+", db_index=False)
+    sampled_at = models.DateTimeField()
+    utilization_pct = models.FloatField(validators=[MinValueValidator(0), MaxValueValidator(100)])
+    memory_used_mb = models.PositiveIntegerField()
+    power_w = models.FloatField(validators=[MinValueValidator(0)])
+
+    class Meta:
+        ordering = ["-sampled_at", "allocation", "device"]
+        indexes = [models.Index(fields=["sampled_at"], name="telemetry_sampled_at_idx")]
+        constraints = [
+            models.UniqueConstraint(fields=["allocation", "device", "sampled_at"], name="one_sample_per_binding_time"),
+            models.CheckConstraint(condition=Q(utilization_pct__gte=0) & Q(utilization_pct__lte=100),
+                                   name="sample_utilization_is_a_percentage"),
+            models.CheckConstraint(condition=Q(power_w__gte=0), name="sample_power_non_negative"),
+        ]
+
+    def __str__(self):
+        return f"Allocation #{self.allocation_id} device #{self.device_id} at {self.sampled_at:%Y-%m-%d %H:%M}"
+
+
+class DailyUsage(models.Model):
+    """One allocation's telemetry over one UTC day, across all its devices.
+
+    At each sampling instant the allocation's devices are added up (busy cards = sum of utilization / 100, memory
+    in use = sum over its devices); the 95th percentiles are taken over the day's instants (nearest rank).
+    """
+
+    allocation = models.ForeignKey("scheduling.Allocation", on_delete=models.CASCADE, related_name="+",
+                                   db_index=False)
+    day = models.DateField()
+    accelerator_model = models.ForeignKey("catalog.AcceleratorModel", on_delete=models.PROTECT, related_name="+")
+    samples = models.PositiveIntegerField(help_text="Sampling instants.")
+    device_samples = models.PositiveIntegerField(help_text="Device readings (instants x devices).")
+    utilization_sum = models.FloatField(help_text="Sum of every device reading's utilization in percent.")
+    busy_cards_p95 = models.FloatField(help_text="95th percentile of the cards kept busy (sum of utilization / 100).")
+    memory_sum_mb = models.FloatField(help_text="Sum over the instants of the memory in use on all devices.")
+    memory_p95_mb = models.FloatField(help_text="95th percentile of the memory in use on all devices.")
+    memory_max_mb = models.FloatField()
+    energy_kwh = models.FloatField(help_text="Power integrated over time (trapezoids between samples).")
+    updated_at = models.DateTimeField()
+
+    class Meta:
+        ordering = ["-day", "allocation"]
+        verbose_name_plural = "daily usage"
+        indexes = [models.Index(fields=["day"], name="daily_usage_day_idx")]
+        constraints = [
+            models.UniqueConstraint(fields=["allocation", "day"], name="one_usage_row_per_allocation_day"),
+            models.CheckConstraint(condition=Q(samples__gte=1) & Q(device_samples__gte=models.F("samples")),
+                                   name="daily_usage_has_samples"),
+        ]
+
+    def __str__(self):
+        return f"Allocation #{self.allocation_id} on {self.day:%Y-%m-%d}"
+
+    @property
+    def mean_utilization_pct(self) -> float:
+        return self.utilization_sum / self.device_samples
+
+    @property
+    def mean_memory_mb(self) -> float:
+        return self.memory_sum_mb / self.samples
+
+
+class BudgetAlert(models.Model):
+    """A project reached a share of its monthly card-hour budget (once per project, month and level)."""
+
+    project = models.ForeignKey("tenancy.Project", on_delete=models.CASCADE, related_name="budget_alerts")
+    month = models.DateField(help_text="First day of the month.")
+    level = models.CharField(max_length=10, choices=BudgetLevel.choices)
+    card_hours = models.DecimalField(max_digits=14, decimal_places=4, help_text="Metered when the level was reached.")
+    limit = models.DecimalField(max_digits=12, decimal_places=2)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
+        constraints = [
+            models.UniqueConstraint(fields=["project", "month", "level"], name="one_alert_per_project_month_level"),
+            models.CheckConstraint(condition=Q(month__day=1), name="budget_alert_month_is_first_day"),
+            models.CheckConstraint(condition=Q(level__in=BudgetLevel.values), name="budget_alert_level_valid"),
+        ]
+
+    def __str__(self):
+        return f"{self.project.slug} {self.month:%Y-%m}: {self.get_level_display()}"
+
+    @property
+    def percent(self) -> int:
+        return round(self.card_hours / self.limit * 100) if self.limit else 0
+
+
+class HistogramBucket(models.Model):
+    """One cumulative bucket of a duration histogram kept in the database, so that whichever process serves the
+    scrape reports every worker's observations. Only the +Inf bucket keeps a sum: the histogram's."""
+
+    metric = models.CharField(max_length=80)
+    le = models.FloatField(help_text="Upper bound in seconds (infinity for +Inf).")
+    count = models.BigIntegerField(default=0)
+    sum_seconds = models.FloatField(default=0)
+
+    class Meta:
+        ordering = ["metric", "le"]
+        constraints = [models.UniqueConstraint(fields=["metric", "le"], name="one_bucket_per_metric_bound")]
+
+    def __str__(self):
+        return f"{self.metric} le={self.le}"
+
+
+class TokenUsage(models.Model):
+    """Tokens a served model answered with, per deployment (its request), API key and day: what the gateway meters.
+
+    The key is kept by its public prefix (keys belong to provisioning, a higher layer)."""
+
+    request = models.ForeignKey("requests.ResourceRequest", on_delete=models.PROTECT, related_name="token_usage")
+    project = models.ForeignKey("tenancy.Project", on_delete=models.PROTECT, related_name="token_usage")
+    model = models.CharField(max_length=160)
+    key_prefix = models.CharField(max_length=12)
+    day = models.DateField()
+    requests = models.PositiveBigIntegerField(default=0)
+    prompt_tokens = models.PositiveBigIntegerField(default=0)
+    completion_tokens = models.PositiveBigIntegerField(default=0)
+
+    class Meta:
+        ordering = ["-day", "request"]
+        constraints = [models.UniqueConstraint(fields=["request", "key_prefix", "day"],
+                                               name="one_token_row_per_request_key_day")]
+        indexes = [models.Index(fields=["project", "day"], name="token_usage_project_day_idx")]
+
+    def __str__(self):
+        return f"#{self.request_id} {self.key_prefix} {self.day}: {self.prompt_tokens}+{self.completion_tokens}"

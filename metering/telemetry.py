@@ -1,0 +1,177 @@
+"""Telemetry drivers: what each device bound to a running allocation is doing (utilization, memory, power).
+
+A driver reads every binding at one instant and returns a Reading per binding it could measure, plus the errors of
+the nodes it could not. `simulated` (the embedded default) draws plausible, repeatable curves per workload, seeded
+by allocation, device and time. `dcgm` scrapes NVIDIA dcgm-exporter's Prometheus text endpoint on each node over
+HTTP (parsed with prometheus_client's parser, as health ingestion does) and matches samples to devices by UUID.
+
+A card shared by several allocations (milli < 1000) reports for the whole card; each allocation is attributed its
+share of the card's memory and power, and the card's utilization as measured.
+"""
+
+import math
+import random
+from collections import defaultdict
+from dataclasses import dataclass, field
+from datetime import datetime
+
+import httpx
+from django.conf import settings
+from django.core.exceptions import ImproperlyConfigured
+
+from catalog.choices import ServiceKind
+from metering.choices import TelemetryDriver
+from scheduling.health import parse_dcgm_text
+from scheduling.placement import MILLI
+
+UTILIZATION, MEMORY_USED, POWER = "DCGM_FI_DEV_GPU_UTIL", "DCGM_FI_DEV_FB_USED", "DCGM_FI_DEV_POWER_USAGE"
+
+
+@dataclass(frozen=True)
+class Binding:
+    allocation_id: int
+    device_id: int
+    device_uuid: str
+    node: str
+    position: int  # the device's place within its allocation, 0 first
+    memory_gb: int
+    milli: int
+    service_kind: str
+    workload: str = ""  # what the order declared (parameter "workload"), if anything
+
+    @property
+    def share(self) -> float:
+        return self.milli / MILLI
+
+
+@dataclass(frozen=True)
+class Reading:
+    allocation_id: int
+    device_id: int
+    utilization_pct: float
+    memory_used_mb: int
+    power_w: float
+
+
+@dataclass
+class DriverResult:
+    readings: list[Reading] = field(default_factory=list)
+    errors: list[str] = field(default_factory=list)
+
+
+def _percentage(value: float) -> float:
+    return min(100.0, max(0.0, value))
+
+
+# --- simulated ------------------------------------------------------------------------------------------------
+
+TRAINING, INFERENCE, INTERACTIVE, UNDERUSED = "training", "inference", "interactive", "underused"
+
+
+WORKLOADS = (TRAINING, INFERENCE, INTERACTIVE, UNDERUSED)
+
+
+def workload_of(binding: Binding) -> str:
+    """The workload the order declared; else serving follows the day, bare metal trains, and a compute allocation
+    gets one of three habits by its id."""
+    if binding.workload in WORKLOADS:
+        return binding.workload
+    if binding.service_kind == ServiceKind.MODEL_SERVING:
+        return INFERENCE
+    if binding.service_kind == ServiceKind.BARE_METAL:
+        return TRAINING
+    return random.Random(f"workload:{binding.allocation_id}").choices(
+        [TRAINING, INTERACTIVE, UNDERUSED], weights=[4, 3, 3])[0]
+
+
+def _utilization_and_memory(workload: str, binding: Binding, at: datetime, rng: random.Random) -> tuple[float, float]:
+    """(utilization %, share of the card's memory in use)."""
+    if workload == TRAINING:
+        return rng.uniform(86, 98), rng.uniform(0.8, 0.92)
+    if workload == INFERENCE:
+        daylight = (1 + math.sin(2 * math.pi * (at.hour + at.minute / 60 - 8) / 24)) / 2
+        return 15 + 50 * daylight + rng.uniform(-5, 5), rng.uniform(0.55, 0.6)
+    if workload == INTERACTIVE:
+        burst = random.Random(f"burst:{binding.allocation_id}:{int(at.timestamp()) // 600}").random() < 0.25
+        return (rng.uniform(40, 75), rng.uniform(0.2, 0.3)) if burst else (rng.uniform(0, 4), rng.uniform(0.1, 0.12))
+    if binding.position == 0:  # underused: one busy card, the rest idle
+        return rng.uniform(70, 95), rng.uniform(0.25, 0.3)
+    return 0.0, 0.0
+
+
+def _peak_power_w(memory_gb: int) -> float:
+    """Board power grows with the card's class: a 16 GB card draws ~260 W at most, an 80 GB one ~710 W."""
+    return min(150 + 7 * memory_gb, 750)
+
+
+class SimulatedDriver:
+    name = TelemetryDriver.SIMULATED
+
+    def read(self, bindings: list[Binding], at: datetime) -> DriverResult:
+        result = DriverResult()
+        for binding in bindings:
+            rng = random.Random(f"{binding.allocation_id}:{binding.device_id}:{int(at.timestamp())}")
+            utilization, memory = _utilization_and_memory(workload_of(binding), binding, at, rng)
+            utilization = _percentage(utilization)
+            peak = _peak_power_w(binding.memory_gb)
+            power = (0.1 * peak + 0.9 * peak * utilization / 100) * binding.share
+            result.readings.append(Reading(binding.allocation_id, binding.device_id, round(utilization, 2),
+                                           int(memory * binding.memory_gb * 1024 * binding.share), round(power, 2)))
+        return result
+
+
+# --- dcgm-exporter ---------------------------------------------------------------------------------------------
+
+def dcgm_device_values(text: str) -> dict[str, dict[str, float]]:
+    """{device UUID: {metric: value}} of the utilization, memory and power samples in dcgm-exporter output."""
+    values: dict[str, dict[str, float]] = defaultdict(dict)
+    for sample in parse_dcgm_text(text):
+        if sample.signal in (UTILIZATION, MEMORY_USED, POWER) and sample.device_uuid:
+            values[sample.device_uuid][sample.signal] = float(sample.value)
+    return values
+
+
+class DcgmDriver:
+    name = TelemetryDriver.DCGM
+
+    def __init__(self, *, url_template: str, timeout: float):
+        self.url_template, self.timeout = url_template, timeout
+
+    def read(self, bindings: list[Binding], at: datetime) -> DriverResult:
+        by_node: dict[str, list[Binding]] = defaultdict(list)
+        for binding in bindings:
+            by_node[binding.node].append(binding)
+        result = DriverResult()
+        with httpx.Client(timeout=self.timeout) as client:
+            for node, node_bindings in sorted(by_node.items()):
+                self._read_node(client, node, node_bindings, result)
+        return result
+
+    def _read_node(self, client: httpx.Client, node: str, bindings: list[Binding], result: DriverResult) -> None:
+        url = self.url_template.format(node=node)
+        try:
+            response = client.get(url)
+            response.raise_for_status()
+            values = dcgm_device_values(response.text)
+        except (httpx.HTTPError, ValueError) as error:
+            result.errors.append(f"{node}: {url} gave no readings ({error})")
+            return
+        for binding in bindings:
+            device = values.get(binding.device_uuid, {})
+            if not {UTILIZATION, MEMORY_USED, POWER} <= device.keys():
+                result.errors.append(f"{node}: no utilization, memory and power for {binding.device_uuid}")
+                continue
+            result.readings.append(Reading(
+                binding.allocation_id, binding.device_id, _percentage(device[UTILIZATION]),
+                int(device[MEMORY_USED] * binding.share), round(device[POWER] * binding.share, 3)))
+
+
+def driver_for(name: str | None = None):
+    name = name or settings.METERING_TELEMETRY_DRIVER
+    if name == TelemetryDriver.SIMULATED:
+        return SimulatedDriver()
+    if name == TelemetryDriver.DCGM:
+        return DcgmDriver(url_template=settings.METERING_DCGM_URL_TEMPLATE,
+                          timeout=settings.METERING_DCGM_TIMEOUT_SECONDS)
+    raise ImproperlyConfigured(f"METERING_TELEMETRY_DRIVER must be one of {', '.join(TelemetryDriver.values)}; "
+                               f"got {name!r}.")

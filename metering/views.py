@@ -1,0 +1,73 @@
+"""The usage page: card-hours, cost and energy over time, budgets and their burn-down, rightsizing advice and the
+zero-touch KPI of the projects the user may see. The operator console shows the same figures (admin.py)."""
+
+from collections import defaultdict
+from datetime import date
+from decimal import Decimal
+from urllib.parse import urlencode
+
+from django.conf import settings
+from django.contrib.auth.decorators import login_required
+from django.shortcuts import render
+from django.utils import timezone
+
+from metering import selectors
+from metering.charts import bar_chart, burn_down_chart
+from metering.choices import Grouping
+from metering.forms import UsageFilterForm
+from metering.periods import days_of_month, months
+from tenancy.models import Project, User
+
+G = Grouping
+
+
+def _totals(rows: list[dict], key: str, order: list[str] | None = None) -> list[dict]:
+    """The report's rows added up per value of one of its keys (a handful of rows: Python is fine here)."""
+    totals = defaultdict(lambda: {"card_hours": Decimal(0), "cost": Decimal(0), "energy_kwh": 0.0})
+    for row in rows:
+        for measure in ("card_hours", "cost", "energy_kwh"):
+            totals[row[key]][measure] += row[measure]
+    names = order if order is not None else sorted(totals, key=str)
+    return [{"name": name, **totals[name]} for name in names]
+
+
+def _burn_down(project: Project | None, now) -> dict | None:
+    if project is None or project.quota.monthly_card_hours is None:
+        return None
+    points = selectors.burn_down(project=project, now=now)
+    return burn_down_chart(f"Budget burn-down of {project.name}, {now:%B %Y}", "card-hours",
+                           [period.label for period in days_of_month(now.date())],
+                           [float(point["remaining"]) for point in points], float(project.quota.monthly_card_hours))
+
+
+def usage_context(*, user: User, project: Project | None, first: date, last: date) -> dict:
+    now = timezone.now()
+    project_id = project.pk if project is not None else None
+    rows = selectors.usage_report(user=user, first_month=first, last_month=last, project_id=project_id,
+                                  group_by=[G.PROJECT, G.ACCELERATOR_MODEL, G.MONTH], now=now)
+    by_month = _totals(rows, G.MONTH, order=[period.label for period in months(first, last)])
+    query = {"group_by": "project,tenant,accelerator_model,spec,month", "from": f"{first:%Y-%m}",
+             "to": f"{last:%Y-%m}", **({"project": project_id} if project_id else {})}
+    return {
+        "first": first, "last": last, "project": project, "currency": settings.CATALOG_CURRENCY,
+        "charts": [
+            bar_chart("Card-hours per month", "card-hours", [(m["name"], float(m["card_hours"])) for m in by_month]),
+            bar_chart("Cost per month", settings.CATALOG_CURRENCY, [(m["name"], float(m["cost"])) for m in by_month]),
+            bar_chart("Energy per month", "kWh", [(m["name"], m["energy_kwh"]) for m in by_month])],
+        "by_month": by_month, "by_project": _totals(rows, G.PROJECT), "by_model": _totals(rows, G.ACCELERATOR_MODEL),
+        "budgets": selectors.budget_list(user=user, project_id=project_id), "burn_down": _burn_down(project, now),
+        "recommendations": [advice.as_data() for advice in selectors.recommendations(user=user, project_id=project_id)],
+        "kpi": selectors.zero_touch_kpi(user=user, first_month=first, last_month=last),
+        "tokens": selectors.token_usage(user=user, first_month=first, last_month=last),
+        "export_query": urlencode(query),
+    }
+
+
+@login_required
+def usage(request):
+    form = UsageFilterForm(request.GET, user=request.user)  # every field is optional: no filter is a valid one
+    if not form.is_valid():
+        return render(request, "metering/usage.html", {"form": form}, status=400)
+    chosen = form.cleaned_data
+    return render(request, "metering/usage.html", {"form": form, **usage_context(
+        user=request.user, project=chosen["project"], first=chosen["first"], last=chosen["last"])})

@@ -1,0 +1,51 @@
+"""What starts metering work: signals from requests and scheduling, the hooks requests asks through, /metrics,
+and the periodic schedules."""
+
+from django.conf import settings
+from django_q.models import Schedule
+from django_q.tasks import async_task
+
+COLLECT_TASK = "metering.tasks.collect_telemetry"
+USAGE_TASK = "metering.tasks.refresh_usage"
+TELEMETRY_TASK = "metering.tasks.refresh_telemetry"
+
+
+def refresh_usage_after_release(**_kwargs) -> None:
+    async_task(USAGE_TASK)
+
+
+def record_cycle_duration(*, seconds: float, **_kwargs) -> None:
+    from metering.metrics import SCHEDULER_CYCLE_BOUNDS, SCHEDULER_CYCLE_SECONDS
+    from metering.services import duration_observe
+
+    duration_observe(metric=SCHEDULER_CYCLE_SECONDS, seconds=seconds, bounds=SCHEDULER_CYCLE_BOUNDS)
+
+
+def ensure_schedules(**_kwargs) -> None:
+    """Telemetry every sampling interval, the ledger and budgets every five minutes, rollups hourly."""
+    every = max(1, settings.METERING_SAMPLE_INTERVAL_SECONDS // 60)
+    for name, func, kind, minutes in (
+            ("Metering: collect telemetry", COLLECT_TASK, Schedule.MINUTES, every),
+            ("Metering: card-hour ledger and budgets", USAGE_TASK, Schedule.MINUTES, 5),
+            ("Metering: daily rollups and retention", TELEMETRY_TASK, Schedule.HOURLY, None)):
+        Schedule.objects.get_or_create(func=func, defaults={"name": name, "schedule_type": kind, "minutes": minutes,
+                                                            "repeats": -1})
+
+
+def connect() -> None:
+    from django.db.models.signals import post_migrate
+
+    from config import metrics
+    from metering.metrics import MeteringCollector
+    from metering.selectors import metered_card_hours_of_request, rightsizing_advice
+    from requests import hooks
+    from requests.signals import request_preempted, request_releasing
+    from scheduling.signals import cycle_finished
+
+    hooks.metered_card_hours = metered_card_hours_of_request
+    hooks.rightsizing_advice = rightsizing_advice
+    metrics.register(MeteringCollector())
+    request_releasing.connect(refresh_usage_after_release, dispatch_uid="metering.usage_on_release")
+    request_preempted.connect(refresh_usage_after_release, dispatch_uid="metering.usage_on_preemption")
+    cycle_finished.connect(record_cycle_duration, dispatch_uid="metering.cycle_duration")
+    post_migrate.connect(ensure_schedules, dispatch_uid="metering.ensure_schedules")

@@ -1,0 +1,95 @@
+"""Deployments of served models: their replicas (inference processes started by the host driver), health, and
+the endpoint the gateway publishes."""
+
+import json
+
+import httpx
+from django.conf import settings
+from django.db.models import F
+from django.urls import reverse
+from django.utils import timezone
+from django.utils.text import slugify
+
+from provisioning.drivers.base import StepPending, Target
+from provisioning.models import ServingDeployment, ServingReplica
+
+HEALTH_TIMEOUT_SECONDS = 2.0
+
+
+def served_model_id(serving: dict) -> str:
+    """The model id clients send and /v1/models lists: the catalog model's name."""
+    return serving.get("model_name") or serving["model"]
+
+
+def deployment_for(request) -> ServingDeployment:
+    """The request's deployment, created on first use from its approved snapshot (idempotent)."""
+    serving, parameters = request.approved_spec["serving"], request.approved_spec.get("parameters") or {}
+    deployment, _ = ServingDeployment.objects.get_or_create(request=request, defaults={
+        "project_id": request.project_id, "slug": f"{slugify(serving['model'])[:60]}-{request.pk}",
+        "model_name": served_model_id(serving),
+        "rate_limit_per_minute": int(parameters.get("rate_limit_per_minute")
+                                     or settings.SERVING_DEFAULT_RATE_LIMIT_PER_MINUTE),
+        "monthly_token_budget": int(parameters["monthly_token_budget"])
+        if parameters.get("monthly_token_budget") else None})
+    return deployment
+
+
+def replica_devices(target: Target, replicas: int) -> list[list[dict]]:
+    """The allocation's devices split evenly between the replicas (the scheduler bound count x replicas)."""
+    per_replica = max(1, len(target.devices) // replicas)
+    return [list(target.devices[i * per_replica:(i + 1) * per_replica]) for i in range(replicas)]
+
+
+def endpoint_url(deployment: ServingDeployment) -> str:
+    path = reverse("serving-gateway", kwargs={"slug": deployment.slug, "path": ""})
+    return settings.PUBLIC_BASE_URL.rstrip("/") + path.rstrip("/")
+
+
+def example_curl(url: str, model: str) -> str:
+    body = json.dumps({"model": model, "messages": [{"role": "user", "content": "Hello"}]})
+    return (f"curl {url}/chat/completions -H \"Authorization: Bearer $API_KEY\" "
+            f"-H 'Content-Type: application/json' -d '{body}'")
+
+
+def probe(replica: ServingReplica) -> str:
+    """"" when the replica answers its health check, else why not."""
+    if not replica.url:
+        return "not started"
+    try:
+        answer = httpx.get(f"{replica.url}/health", timeout=HEALTH_TIMEOUT_SECONDS)
+    except httpx.HTTPError as error:
+        return f"unreachable: {type(error).__name__}"
+    return "" if answer.status_code == 200 else f"health check answered {answer.status_code}"
+
+
+def replicas_check(replicas: list[ServingReplica]) -> list[ServingReplica]:
+    """Probe each replica and store its health; returns those that are down."""
+    now, down = timezone.now(), []
+    for replica in replicas:
+        problem = probe(replica)
+        replica.healthy, replica.last_error, replica.checked_at = not problem, problem[:300], now
+        if problem:
+            down.append(replica)
+    ServingReplica.objects.bulk_update(replicas, ["healthy", "last_error", "checked_at"])
+    return down
+
+
+def await_replicas(deployment: ServingDeployment) -> dict:
+    down = replicas_check(list(deployment.replicas.all()))
+    if down:
+        raise StepPending(f"Waiting for {', '.join(r.name for r in down)} to answer: {down[0].last_error}",
+                          retry_after=0.5)
+    return {"replicas": list(deployment.replicas.values_list("name", flat=True))}
+
+
+def replica_failed(replica: ServingReplica, reason: str) -> None:
+    """The gateway could not reach it: take it out of rotation until a health check finds it answering."""
+    ServingReplica.objects.filter(pk=replica.pk).update(healthy=False, last_error=reason[:300],
+                                                        checked_at=timezone.now())
+
+
+def serving_replicas_check() -> int:
+    """The minute health check of every serving deployment's replicas; returns how many are down."""
+    replicas = list(ServingReplica.objects.filter(deployment__state=ServingDeployment.State.SERVING)
+                    .annotate(slug=F("deployment__slug")))
+    return len(replicas_check(replicas))

@@ -1,0 +1,91 @@
+"""Project API keys for the gateway: created (shown once), rotated, revoked by project members; checked by the
+gateway in constant time. Only a SHA-256 hash and a public prefix are stored."""
+
+import hashlib
+import hmac
+import secrets
+from dataclasses import dataclass
+
+from django.db import transaction
+from django.utils import timezone
+
+from config.errors import Conflict, DomainError, NotPermitted
+from provisioning.models import ApiKey
+from tenancy.choices import ProjectPermission
+from tenancy.models import Project, User
+from tenancy.selectors import user_has_project_permission
+from tenancy.services import audit_record
+
+KEY_PREFIX = "cc"
+
+
+@dataclass(frozen=True)
+class IssuedKey:
+    key: ApiKey
+    secret: str  # the whole key; the only time anyone sees it
+
+
+def _hash(secret: str) -> str:
+    return hashlib.sha256(secret.encode()).hexdigest()
+
+
+def can_manage_keys(user: User, project: Project) -> bool:
+    return user_has_project_permission(user=user, project=project, permission=ProjectPermission.REQUEST)
+
+
+def _issue(project: Project, name: str, actor: User) -> IssuedKey:
+    prefix = secrets.token_hex(4)
+    secret = f"{KEY_PREFIX}_{prefix}_{secrets.token_urlsafe(32)}"
+    key = ApiKey.objects.create(project=project, name=name, prefix=prefix, hashed=_hash(secret), created_by=actor)
+    return IssuedKey(key, secret)
+
+
+@transaction.atomic
+def api_key_create(*, project: Project, name: str, actor: User) -> IssuedKey:
+    if not can_manage_keys(actor, project):
+        raise NotPermitted("Only members who may order for the project manage its API keys.")
+    if not name.strip():
+        raise DomainError("Give the key a name (what uses it).", code="name_required")
+    issued = _issue(project, name.strip()[:80], actor)
+    audit_record(actor=actor, action="api_key.created", target=issued.key, data={"project": project.slug})
+    return issued
+
+
+def _locked_active(key: ApiKey, actor: User) -> ApiKey:
+    key = ApiKey.objects.select_for_update().select_related("project").get(pk=key.pk)
+    if not can_manage_keys(actor, key.project):
+        raise NotPermitted("Only members who may order for the project manage its API keys.")
+    if key.revoked_at is not None:
+        raise Conflict("This key is already revoked.", code="key_revoked", details={"key": key.prefix})
+    return key
+
+
+@transaction.atomic
+def api_key_revoke(*, key: ApiKey, actor: User) -> ApiKey:
+    key = _locked_active(key, actor)
+    key.revoked_at = timezone.now()
+    key.save(update_fields=["revoked_at"])
+    audit_record(actor=actor, action="api_key.revoked", target=key, data={"project": key.project.slug})
+    return key
+
+
+@transaction.atomic
+def api_key_rotate(*, key: ApiKey, actor: User) -> IssuedKey:
+    """A new key with the same name; the old one stops working at once."""
+    key = _locked_active(key, actor)
+    issued = _issue(key.project, key.name, actor)
+    key.revoked_at, key.replaced_by = timezone.now(), issued.key
+    key.save(update_fields=["revoked_at", "replaced_by"])
+    audit_record(actor=actor, action="api_key.rotated", target=key, data={"new_key": issued.key.prefix})
+    return issued
+
+
+def api_key_authenticate(secret: str) -> ApiKey | None:
+    """The active key this secret belongs to, or None (unknown, malformed, revoked)."""
+    parts = secret.split("_", 2)
+    if len(parts) != 3 or parts[0] != KEY_PREFIX:
+        return None
+    key = ApiKey.objects.filter(prefix=parts[1], revoked_at__isnull=True).first()
+    if key is None or not hmac.compare_digest(key.hashed, _hash(secret)):
+        return None
+    return key

@@ -1,0 +1,42 @@
+"""What the request page and API show of a model-serving deployment: endpoint, replica health, tokens, keys."""
+
+from django.db.models import Sum
+from django.urls import reverse
+
+from metering.models import TokenUsage
+from provisioning.models import ApiKey, ServingDeployment
+from provisioning.serving.deployments import endpoint_url, example_curl
+from requests.quota import month_start
+
+
+def _tokens_this_month(deployment: ServingDeployment) -> dict:
+    totals = TokenUsage.objects.filter(request_id=deployment.request_id, day__gte=month_start()).aggregate(
+        requests=Sum("requests"), prompt=Sum("prompt_tokens"), completion=Sum("completion_tokens"))
+    return {name: value or 0 for name, value in totals.items()}
+
+
+def _key_data(key: ApiKey) -> dict:
+    return {"id": key.pk, "name": key.name, "prefix": key.prefix, "created_at": key.created_at,
+            "last_used_at": key.last_used_at, "revoked_at": key.revoked_at, "active": key.active,
+            "rotate_url": reverse("serving-key-rotate", args=[key.pk]),
+            "revoke_url": reverse("serving-key-revoke", args=[key.pk])}
+
+
+def project_keys(project_id: int) -> list[dict]:
+    return [_key_data(key) for key in ApiKey.objects.filter(project_id=project_id).order_by("-created_at")]
+
+
+def endpoint_details(request) -> dict | None:
+    """The request's deployment (four queries), or None for other kinds of request."""
+    deployment = ServingDeployment.objects.filter(request=request).first()
+    if deployment is None:
+        return None
+    url = endpoint_url(deployment)
+    return {"url": url, "slug": deployment.slug, "model": deployment.model_name, "state": deployment.state,
+            "rate_limit_per_minute": deployment.rate_limit_per_minute,
+            "monthly_token_budget": deployment.monthly_token_budget,
+            "replicas": list(deployment.replicas.order_by("name").values(
+                "name", "healthy", "checked_at", "last_error", "devices")),
+            "tokens_this_month": _tokens_this_month(deployment), "keys": project_keys(deployment.project_id),
+            "create_key_url": reverse("serving-key-create", args=[request.pk]),
+            "curl": example_curl(url, deployment.model_name)}

@@ -1,0 +1,102 @@
+"""The dcgm driver against recorded dcgm-exporter output of an 8-GPU HGX node, served by a real local HTTP server."""
+
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+import pytest
+
+from metering import services
+from metering.models import TelemetrySample
+from metering.telemetry import MEMORY_USED, POWER, UTILIZATION, dcgm_device_values
+from scheduling.models import Device, Node
+from tests.metering.conftest import at, bound
+
+pytestmark = pytest.mark.django_db
+
+OUTPUT = Path(__file__).parent / "fixtures" / "dcgm_exporter_hgx.txt"
+NODE = "hgx-h100-07"
+UUIDS = ["GPU-1f3c9a2e-6b4d-4e8a-9c07-5d2b8e1a7f01", "GPU-2a7e4b90-3c1f-4d6b-8e52-9f0a6c3d2b12",
+         "GPU-3b8f5ca1-4d2a-4e7c-9f63-a01b7d4e3c23", "GPU-4c906db2-5e3b-4f8d-a074-b12c8e5f4d34",
+         "GPU-5da17ec3-6f4c-409e-b185-c23d9f60a545", "GPU-6eb28fd4-705d-41af-c296-d34ea071b656",
+         "GPU-7fc390e5-816e-42b0-d3a7-e45fb182c767", "GPU-80d4a1f6-927f-43c1-e4b8-f560c293d878"]
+
+
+@pytest.fixture
+def exporter():
+    """http://127.0.0.1:<port>/hgx-h100-07/metrics answers with the recorded output; other nodes get 404."""
+    body = OUTPUT.read_bytes()
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_GET(self):
+            if self.path != f"/{NODE}/metrics":
+                self.send_error(404)
+                return
+            self.send_response(200)
+            self.send_header("Content-Type", "text/plain; version=0.0.4; charset=utf-8")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args):
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{server.server_port}"
+    server.shutdown()
+    server.server_close()
+
+
+@pytest.fixture
+def hgx(world):
+    node = Node.objects.create(name=NODE, serial_number="SN-HGX-07", cpu_milli=112_000, memory_mib=2_097_152)
+    Device.objects.bulk_create(Device(node=node, index=index, uuid=uuid, model=world.model, memory_gb=80)
+                               for index, uuid in enumerate(UUIDS))
+    return list(node.devices.order_by("index"))
+
+
+def test_the_recorded_output_parses_to_utilization_memory_and_power_per_uuid():
+    values = dcgm_device_values(OUTPUT.read_text())
+    assert set(values) == set(UUIDS)
+    assert values[UUIDS[2]] == {UTILIZATION: 97, MEMORY_USED: 71234, POWER: pytest.approx(689.224)}
+
+
+def test_collector_scrapes_each_node_and_matches_devices_by_uuid(world, hgx, exporter, settings):
+    settings.METERING_TELEMETRY_DRIVER = "dcgm"
+    settings.METERING_DCGM_URL_TEMPLATE = exporter + "/{node}/metrics"
+    training = bound(world, started=at("2026-11-30 08:00"), devices=[hgx[2], hgx[3]])
+    serving = bound(world, spec=world.half, started=at("2026-11-30 09:00"), devices=[hgx[6]])
+    report = services.telemetry_collect(now=at("2026-11-30 10:00"))
+    assert (report.samples, report.errors) == (3, [])
+    rows = {(sample.allocation_id, sample.device_id): (sample.utilization_pct, sample.memory_used_mb, sample.power_w)
+            for sample in TelemetrySample.objects.all()}
+    assert rows == {
+        (training.pk, hgx[2].pk): (97, 71234, pytest.approx(689.224)),
+        (training.pk, hgx[3].pk): (96, 71102, pytest.approx(676.87)),
+        (serving.pk, hgx[6].pk): (41, 30412 // 2, pytest.approx(288.731 / 2, abs=0.001)),  # half the card
+    }
+
+
+def test_an_unreachable_exporter_is_reported_and_the_other_nodes_still_sampled(world, hgx, exporter, settings):
+    settings.METERING_TELEMETRY_DRIVER = "dcgm"
+    settings.METERING_DCGM_URL_TEMPLATE = exporter + "/{node}/metrics"
+    bound(world, started=at("2026-11-30 08:00"), devices=[hgx[0], hgx[1]])
+    elsewhere = bound(world, spec=world.half, started=at("2026-11-30 08:00"))  # world.node: no exporter there
+    report = services.telemetry_collect(now=at("2026-11-30 10:00"))
+    assert report.samples == 2
+    [error] = report.errors
+    assert error.startswith(f"{world.node.name}: ") and "404" in error
+    assert not TelemetrySample.objects.filter(allocation=elsewhere).exists()
+
+
+def test_a_device_missing_from_the_output_is_reported(world, hgx, exporter, settings):
+    settings.METERING_TELEMETRY_DRIVER = "dcgm"
+    settings.METERING_DCGM_URL_TEMPLATE = exporter + "/{node}/metrics"
+    stranger = Device.objects.create(node=hgx[0].node, index=8, uuid="GPU-not-in-the-output", model=world.model,
+                                     memory_gb=80)
+    bound(world, spec=world.half, started=at("2026-11-30 08:00"), devices=[stranger])
+    report = services.telemetry_collect(now=at("2026-11-30 10:00"))
+    assert report.samples == 0 and report.errors == [f"{NODE}: no utilization, memory and power for "
+                                                     "GPU-not-in-the-output"]
