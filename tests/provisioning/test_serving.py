@@ -179,7 +179,8 @@ def test_tokens_show_on_the_usage_report_page_and_metrics_by_project_and_model(d
     assert api_as(factories.member(factories.project())).get("/api/v1/usage/tokens/").json() == []
     client.force_login(request.requester)
     assert "llama-3-8b-instruct" in client.get("/usage/").content.decode().split('id="tokens-table"')[1]
-    families = {family.name: family for family in text_string_to_metric_families(client.get("/metrics").content.decode())}
+    exposition = client.get("/metrics").content.decode()
+    families = {family.name: family for family in text_string_to_metric_families(exposition)}
     served = {(sample.labels["project"], sample.labels["model"]): sample.value
               for sample in families["compute_serving_completion_tokens"].samples}
     assert served[(request.project.slug, "llama-3-8b-instruct")] == usage["completion_tokens"]
