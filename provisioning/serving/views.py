@@ -54,20 +54,21 @@ def key_create(request, pk):
         project=resource_request.project, name=request.POST.get("name", ""), actor=request.user))
 
 
-@login_required
-@require_POST
-def key_rotate(request, pk):
-    key = _visible_key(request.user, pk)
-    return _answer_on_request_page(request, _page_request_id(request),
-                                   lambda _request: keys.api_key_rotate(key=key, actor=request.user))
+def _key_change(change):
+    """A page action on one key (rotate or revoke), answered on the request page the form came from."""
+
+    @login_required
+    @require_POST
+    def view(request, pk):
+        key = _visible_key(request.user, pk)
+        return _answer_on_request_page(request, _page_request_id(request),
+                                       lambda _request: change(key=key, actor=request.user))
+
+    return view
 
 
-@login_required
-@require_POST
-def key_revoke(request, pk):
-    key = _visible_key(request.user, pk)
-    return _answer_on_request_page(request, _page_request_id(request),
-                                   lambda _request: keys.api_key_revoke(key=key, actor=request.user))
+key_rotate = _key_change(keys.api_key_rotate)
+key_revoke = _key_change(keys.api_key_revoke)
 
 
 # --- API ----------------------------------------------------------------------------------------------------

@@ -3,13 +3,12 @@
 from datetime import timedelta
 
 import pytest
-from django.db import connection
-from django.test.utils import CaptureQueriesContext
 
 from metering import services
 from metering.models import TelemetrySample
 from tests import factories
 from tests.metering.conftest import at, bound, use
+from tests.queries import queries_for
 from tests.scheduling.inventory_helpers import node
 
 pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("frozen")]
@@ -31,21 +30,14 @@ def rows(world, roles, eight_cards):
     services.usage_refresh()
 
 
-def _count(console, url: str) -> int:
-    with CaptureQueriesContext(connection) as queries:
-        response = console.get(url)
-    assert response.status_code == 200, response.content[:300]
-    return len(queries)
-
-
 @pytest.mark.parametrize("url", CHANGELISTS)
 def test_changelist_query_count_does_not_grow_with_rows(console, world, roles, eight_cards, url):
     rows(world, roles, eight_cards)
     console.get(url)
-    few = _count(console, url)
+    few = queries_for(console, url)
     for _ in range(3):
         rows(world, roles, eight_cards)
-    assert _count(console, url) == few
+    assert queries_for(console, url) == few
 
 
 @pytest.mark.parametrize("url", CHANGELISTS)
@@ -65,10 +57,10 @@ def test_operators_get_the_usage_report_with_the_portal_figures(console, usage):
 def test_report_query_count_does_not_grow_with_rows(console, world, roles, eight_cards):
     rows(world, roles, eight_cards)
     console.get(REPORT)
-    few = _count(console, REPORT)
+    few = queries_for(console, REPORT)
     for _ in range(3):
         rows(world, roles, eight_cards)
-    assert _count(console, REPORT) == few
+    assert queries_for(console, REPORT) == few
 
 
 def test_developers_get_no_console(client, roles):

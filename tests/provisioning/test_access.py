@@ -2,8 +2,6 @@
 installer callback, the operator console (role matrix and constant query counts), and /metrics."""
 
 import pytest
-from django.db import connection
-from django.test.utils import CaptureQueriesContext
 from django.urls import reverse
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -12,6 +10,7 @@ from provisioning.models import ProvisioningRun
 from requests.choices import RequestState
 from tenancy.choices import Role
 from tests import factories
+from tests.queries import queries_for
 
 pytestmark = pytest.mark.django_db
 
@@ -104,18 +103,11 @@ def test_retry_api_refusals_use_the_error_shape(failed_run, compute, api_as):
     assert refused.status_code == 409 and refused.json()["code"] == "not_retryable"
 
 
-def _changelist_queries(console) -> int:
-    with CaptureQueriesContext(connection) as queries:
-        response = console.get("/admin/provisioning/provisioningrun/")
-    assert response.status_code == 200
-    return len(queries)
-
-
 def test_console_lists_runs_in_constant_queries_and_filters_by_step(compute, console):
     compute.order()
-    few = _changelist_queries(console)
+    few = queries_for(console, "/admin/provisioning/provisioningrun/")
     compute.order()
-    assert _changelist_queries(console) == few
+    assert queries_for(console, "/admin/provisioning/provisioningrun/") == few
     filtered = console.get("/admin/provisioning/provisioningrun/", {"state": "succeeded", "driver": "simulated",
                                                                      "step": "publish_access"})
     assert filtered.status_code == 200

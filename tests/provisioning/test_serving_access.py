@@ -1,14 +1,13 @@
 """API keys through the API and the pages, by role; the operator console for deployments and keys."""
 
 import pytest
-from django.db import connection
-from django.test.utils import CaptureQueriesContext
 from django.urls import reverse
 
 from provisioning.models import ApiKey
 from provisioning.serving import keys
 from tenancy.choices import Role
 from tests import factories
+from tests.queries import queries_for
 
 pytestmark = pytest.mark.django_db
 
@@ -80,16 +79,10 @@ def test_create_needs_a_name(project_keys, api_as):
 def test_key_list_query_count_is_constant(project_keys, api_as):
     roles, _ = project_keys
     client = api_as(roles.developer)
-
-    def queries() -> int:
-        with CaptureQueriesContext(connection) as captured:
-            assert client.get(keys_url(roles.project)).status_code == 200
-        return len(captured)
-
-    few = queries()
+    few = queries_for(client, keys_url(roles.project))
     for n in range(5):
         keys.api_key_create(project=roles.project, name=f"k{n}", actor=roles.developer)
-    assert queries() == few
+    assert queries_for(client, keys_url(roles.project)) == few
 
 
 def test_page_key_actions_are_for_members_of_the_project(deployed_for_pages, client):
@@ -110,19 +103,13 @@ def deployed_for_pages(serving):
 @pytest.mark.parametrize("model", ["servingdeployment", "apikey"])
 def test_console_changelists_are_constant_and_hide_secrets(serving, console, model):
     serving.order()
-
-    def queries() -> int:
-        with CaptureQueriesContext(connection) as captured:
-            page = console.get(f"/admin/provisioning/{model}/")
-        assert page.status_code == 200
-        assert b"hashed" not in page.content
-        return len(captured)
-
+    url = f"/admin/provisioning/{model}/"
     keys.api_key_create(project=serving.team.project, name="one", actor=serving.team.developer)
-    few = queries()
+    few = queries_for(console, url)
     for n in range(3):
         keys.api_key_create(project=serving.team.project, name=f"k{n}", actor=serving.team.developer)
-    assert queries() == few
+    assert queries_for(console, url) == few
+    assert b"hashed" not in console.get(url).content
 
 
 def test_developers_do_not_get_the_console(serving, client):

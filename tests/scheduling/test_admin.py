@@ -2,14 +2,13 @@
 
 import pytest
 from django.contrib.messages import get_messages
-from django.db import connection
-from django.test.utils import CaptureQueriesContext
 
 from scheduling import services
 from scheduling.choices import DeviceHealth, HealthAction, HealthSource
 from scheduling.models import Device, HealthEvent, HealthRule, IsolationClearance, Node, Rack
 from tenancy.models import AuditEvent
 from tests import factories
+from tests.queries import queries_for
 from tests.scheduling.inventory_helpers import active_request, allocate, clearance_holder, node, rack
 
 pytestmark = pytest.mark.django_db
@@ -58,20 +57,13 @@ ROW_MAKERS = {
 }
 
 
-def _count_queries(console, url: str) -> int:
-    with CaptureQueriesContext(connection) as queries:
-        response = console.get(url)
-    assert response.status_code == 200, response.content[:500]
-    return len(queries)
-
-
 @pytest.mark.parametrize("model", MODELS)
 def test_changelist_query_count_does_not_grow_with_rows(console, model):
     ROW_MAKERS[model]()
-    few = _count_queries(console, _url(model))
+    few = queries_for(console, _url(model))
     for _ in range(4):
         ROW_MAKERS[model]()
-    assert _count_queries(console, _url(model)) == few
+    assert queries_for(console, _url(model)) == few
 
 
 @pytest.mark.parametrize("model", ["node", "device"])
