@@ -11,6 +11,7 @@ urlpatterns = [
     path("requests/", views.request_list, name="request-list"),
     path("requests/<int:pk>/", views.request_detail, name="request-detail"),
     path("requests/<int:pk>/provisioning/", views.request_provisioning, name="request-provisioning"),
+    path("requests/<int:pk>/endpoint-health/", views.request_endpoint_health, name="request-endpoint-health"),
     path("requests/<int:pk>/cancel/", views.request_cancel, name="request-cancel"),
     path("requests/<int:pk>/release/", views.request_release, name="request-release"),
     path("requests/<int:pk>/extend/", views.request_extend, name="request-extend"),

@@ -152,6 +152,16 @@ def request_provisioning(request, pk):
                                                            **_provisioning_context(resource_request)})
 
 
+@login_required
+def request_endpoint_health(request, pk):
+    """A serving endpoint's replica health and tokens alone, polled by the request page."""
+    resource_request = selectors.request_get(user=request.user, pk=pk)
+    endpoint = hooks.endpoint_details(resource_request) if hooks.endpoint_details else None
+    if endpoint is None:
+        raise Http404("This request has no endpoint.")
+    return render(request, "requests/_endpoint_health.html", {"r": resource_request, "endpoint": endpoint})
+
+
 def _provisioning_context(resource_request) -> dict:
     return {"provisioning": hooks.provisioning_details(resource_request) if hooks.provisioning_details else None,
             "live": resource_request.state in LIVE_STATES}

@@ -184,3 +184,13 @@ def test_tokens_show_on_the_usage_report_page_and_metrics_by_project_and_model(d
     served = {(sample.labels["project"], sample.labels["model"]): sample.value
               for sample in families["compute_serving_completion_tokens"].samples}
     assert served[(request.project.slug, "llama-3-8b-instruct")] == usage["completion_tokens"]
+
+
+def test_the_endpoint_health_panel_refreshes_for_the_project_only(deployed, client):
+    request, _deployment, _secret = deployed
+    url = reverse("portal:request-endpoint-health", args=[request.pk])
+    client.force_login(request.requester)
+    panel = client.get(url).content.decode()
+    assert 'data-replica="replica-0" data-healthy="yes"' in panel and "hx-trigger" in panel
+    client.force_login(factories.member(factories.project()))
+    assert client.get(url).status_code == 404
