@@ -5,6 +5,8 @@ from django.conf import settings
 from django_q.models import Schedule
 from django_q.tasks import async_task
 
+from config import schedules
+
 COLLECT_TASK = "metering.tasks.collect_telemetry"
 USAGE_TASK = "metering.tasks.refresh_usage"
 TELEMETRY_TASK = "metering.tasks.refresh_telemetry"
@@ -24,12 +26,9 @@ def record_cycle_duration(*, seconds: float, **_kwargs) -> None:
 def ensure_schedules(**_kwargs) -> None:
     """Telemetry every sampling interval, the ledger and budgets every five minutes, rollups hourly."""
     every = max(1, settings.METERING_SAMPLE_INTERVAL_SECONDS // 60)
-    for name, func, kind, minutes in (
-            ("Metering: collect telemetry", COLLECT_TASK, Schedule.MINUTES, every),
-            ("Metering: card-hour ledger and budgets", USAGE_TASK, Schedule.MINUTES, 5),
-            ("Metering: daily rollups and retention", TELEMETRY_TASK, Schedule.HOURLY, None)):
-        Schedule.objects.get_or_create(func=func, defaults={"name": name, "schedule_type": kind, "minutes": minutes,
-                                                            "repeats": -1})
+    schedules.ensure(("Metering: collect telemetry", COLLECT_TASK, (Schedule.MINUTES, every)),
+                     ("Metering: card-hour ledger and budgets", USAGE_TASK, (Schedule.MINUTES, 5)),
+                     ("Metering: daily rollups and retention", TELEMETRY_TASK, schedules.HOURLY))
 
 
 def connect() -> None:

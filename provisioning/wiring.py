@@ -1,7 +1,8 @@
 """What starts provisioning work: scheduling's signals and hooks, the sweeper schedule, metrics."""
 
-from django_q.models import Schedule
 from django_q.tasks import async_task
+
+from config import schedules
 
 SWEEP_TASK = "provisioning.tasks.resume_due_steps"
 REPLICA_CHECK_TASK = "provisioning.tasks.check_replicas"
@@ -17,10 +18,8 @@ def teardown_after_preemption(*, request_id: int, **_kwargs) -> None:
 
 def ensure_schedules(**_kwargs) -> None:
     """Every minute: resume steps back from a wait or whose worker died; health-check serving replicas."""
-    for name, func in (("Resume provisioning steps", SWEEP_TASK), ("Health-check serving replicas",
-                                                                   REPLICA_CHECK_TASK)):
-        Schedule.objects.get_or_create(func=func, defaults={"name": name, "schedule_type": Schedule.MINUTES,
-                                                            "minutes": 1, "repeats": -1})
+    schedules.ensure(("Resume provisioning steps", SWEEP_TASK, schedules.EVERY_MINUTE),
+                     ("Health-check serving replicas", REPLICA_CHECK_TASK, schedules.EVERY_MINUTE))
 
 
 def connect() -> None:

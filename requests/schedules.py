@@ -1,17 +1,15 @@
 """Background work wiring: periodic schedules and reactions to other apps' signals."""
 
-from django_q.models import Schedule
 from django_q.tasks import async_task
+
+from config import schedules
 
 REMINDER_TASK = "requests.tasks.remind_pending_approvals"
 
 
 def ensure_schedules(**_kwargs) -> None:
     """Create the hourly approval-reminder schedule once; operators may retime it in the admin."""
-    Schedule.objects.get_or_create(
-        func=REMINDER_TASK,
-        defaults={"name": "Approval reminders", "schedule_type": Schedule.HOURLY, "repeats": -1},
-    )
+    schedules.ensure(("Approval reminders", REMINDER_TASK, schedules.HOURLY))
 
 
 def readmit_on_quota_change(*, project_ids: list[int], **_kwargs) -> None:

@@ -1,7 +1,8 @@
 """What starts scheduling work: signals from requests and health, and the periodic schedules."""
 
-from django_q.models import Schedule
 from django_q.tasks import async_task
+
+from config import schedules
 
 CYCLE_TASK = "scheduling.tasks.run_cycle"
 RECLAIM_TASK = "scheduling.tasks.reclaim_allocations"
@@ -23,9 +24,8 @@ def extend_allocation(*, request_id: int, hours: int, **_kwargs) -> None:
 
 def ensure_schedules(**_kwargs) -> None:
     """A cycle every minute as a safety net (events trigger one at once), reclamation every minute."""
-    for name, func in (("Scheduling cycle", CYCLE_TASK), ("Reclaim expired and stale allocations", RECLAIM_TASK)):
-        Schedule.objects.get_or_create(func=func, defaults={"name": name, "schedule_type": Schedule.MINUTES,
-                                                            "minutes": 1, "repeats": -1})
+    schedules.ensure(("Scheduling cycle", CYCLE_TASK, schedules.EVERY_MINUTE),
+                     ("Reclaim expired and stale allocations", RECLAIM_TASK, schedules.EVERY_MINUTE))
 
 
 def connect() -> None:

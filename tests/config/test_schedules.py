@@ -1,0 +1,18 @@
+"""Every app's periodic work is scheduled after migrate, once."""
+
+import pytest
+from django.core.management import call_command
+from django_q.models import Schedule
+
+pytestmark = pytest.mark.django_db
+
+TASKS = {"scheduling.tasks.run_cycle", "scheduling.tasks.reclaim_allocations", "provisioning.tasks.resume_due_steps",
+         "provisioning.tasks.check_replicas", "requests.tasks.remind_pending_approvals",
+         "metering.tasks.collect_telemetry", "metering.tasks.refresh_usage", "metering.tasks.refresh_telemetry"}
+
+
+def test_each_periodic_task_has_one_repeating_schedule():
+    call_command("migrate", verbosity=0)  # post_migrate again: still one schedule each
+    schedules = Schedule.objects.filter(func__in=TASKS)
+    assert sorted(schedules.values_list("func", flat=True)) == sorted(TASKS)
+    assert set(schedules.values_list("repeats", flat=True)) == {-1}
