@@ -4,6 +4,7 @@ release, preemption or failure, retry from the failed step, and take the OS inst
 Executing steps is provisioning/engine.py; what each step does is provisioning/steps.py.
 """
 
+import contextlib
 import hashlib
 import secrets
 
@@ -147,10 +148,9 @@ def _isolate_if_needed(run: ProvisioningRun, step: ProvisioningStep, error: Step
 
     if not (error.details.get("isolate") or run.kind != RunKind.PROVISION):
         return False
-    node = run.allocation.node
-    if node.schedulable:
-        node_cordon(node, f"Isolated by provisioning run #{run.pk} (request #{run.request_id}) at step "
-                          f"'{step.name}': {error.message}", actor=None)
+    with contextlib.suppress(Conflict):  # already cordoned, for this or another reason: it stays so
+        node_cordon(run.allocation.node, f"Isolated by provisioning run #{run.pk} (request #{run.request_id}) at "
+                                         f"step '{step.name}': {error.message}", actor=None)
     return True
 
 
