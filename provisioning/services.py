@@ -93,11 +93,11 @@ def run_succeeded(run: ProvisioningRun, last_output: dict) -> None:
     if run.kind == RunKind.PROVISION:
         run.delivered = last_output
     run.save(update_fields=["state", "finished_at", "delivered"])
-    if run.kind == RunKind.PROVISION and _request_still(run, RequestState.PROVISIONING):
-        request_transition(request=run.request, transition="activate", code=EventCode.ACTIVE,
-                           message=f"Active: delivered on {last_output['node']} ({last_output['host']}), "
-                                   f"{run.steps.count()} steps with no manual step.",
-                           data={"run": run.pk, "delivered": last_output})
+    if run.kind == RunKind.PROVISION:
+        if _request_still(run, RequestState.PROVISIONING):  # not when a release overtook it
+            request_transition(request=run.request, transition="activate", code=EventCode.ACTIVE,
+                               message=f"Active: delivered on {last_output['node']} ({last_output['host']}) after "
+                                       f"{run.steps.count()} steps.", data={"run": run.pk, "delivered": last_output})
     elif run.kind != RunKind.RELEASE:  # a release's last step already finished the request's release
         record_event(run.request, actor=None, code=EventCode.CLEANED_UP,
                      message=f"Cleaned up after the {'preemption' if run.kind == RunKind.TEARDOWN else 'failure'}: "

@@ -187,3 +187,21 @@ def test_an_operator_isolating_a_busy_card_counts_as_an_intervention_a_health_ru
     run_on_commit(device_isolate, Device.objects.get(uuid="GPU-n1-1"), "XID 79")
     isolations = request.events.filter(code=EventCode.DEVICE_ISOLATED).order_by("id")
     assert [event.intervention for event in isolations] == [True, False]
+
+
+def test_a_provisioning_that_finishes_after_a_release_began_leaves_the_release_in_charge(compute, settings,
+                                                                                         run_on_commit):
+    settings.PROVISIONING_FAULTS = NEVER_READY
+    settings.PROVISIONING_INLINE_WAIT_SECONDS = 0
+    request = compute.order()
+    request_services.request_release(request=request, actor=request.requester, reason="changed my mind")
+    settings.PROVISIONING_FAULTS = []  # the workload comes up just as the release starts
+    ProvisioningStep.objects.filter(run__request=request, name="readiness_check").update(retry_at=timezone.now())
+    run_on_commit(engine.steps_resume_due)
+    request.refresh_from_db()
+    assert request.state == RequestState.RELEASING  # not activated behind the release's back
+    assert not request.events.filter(code__in=[EventCode.ACTIVE, EventCode.CLEANED_UP]).exists()
+    run_on_commit(services.teardown_start, request_id=request.pk, reason="changed my mind")
+    request.refresh_from_db()
+    assert request.state == RequestState.RELEASED
+    assert ProvisioningRun.objects.get(request=request, kind=RunKind.RELEASE).state == RunState.SUCCEEDED
