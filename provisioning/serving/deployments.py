@@ -5,7 +5,6 @@ import json
 
 import httpx
 from django.conf import settings
-from django.db.models import F
 from django.urls import reverse
 from django.utils import timezone
 from django.utils.text import slugify
@@ -90,6 +89,5 @@ def replica_failed(replica: ServingReplica, reason: str) -> None:
 
 def serving_replicas_check() -> int:
     """The minute health check of every serving deployment's replicas; returns how many are down."""
-    replicas = list(ServingReplica.objects.filter(deployment__state=ServingDeployment.State.SERVING)
-                    .annotate(slug=F("deployment__slug")))
+    replicas = list(ServingReplica.objects.filter(deployment__state=ServingDeployment.State.SERVING))
     return len(replicas_check(replicas))

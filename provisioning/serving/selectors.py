@@ -1,18 +1,10 @@
 """What the request page and API show of a model-serving deployment: endpoint, replica health, tokens, keys."""
 
-from django.db.models import Sum
 from django.urls import reverse
 
-from metering.models import TokenUsage
 from provisioning.models import ApiKey, ServingDeployment
+from provisioning.serving import usage
 from provisioning.serving.deployments import endpoint_url, example_curl
-from requests.quota import month_start
-
-
-def _tokens_this_month(deployment: ServingDeployment) -> dict:
-    totals = TokenUsage.objects.filter(request_id=deployment.request_id, day__gte=month_start()).aggregate(
-        requests=Sum("requests"), prompt=Sum("prompt_tokens"), completion=Sum("completion_tokens"))
-    return {name: value or 0 for name, value in totals.items()}
 
 
 def _key_data(key: ApiKey) -> dict:
@@ -37,6 +29,6 @@ def endpoint_details(request) -> dict | None:
             "monthly_token_budget": deployment.monthly_token_budget,
             "replicas": list(deployment.replicas.order_by("name").values(
                 "name", "healthy", "checked_at", "last_error", "devices")),
-            "tokens_this_month": _tokens_this_month(deployment), "keys": project_keys(deployment.project_id),
+            "tokens_this_month": usage.month_totals(deployment), "keys": project_keys(deployment.project_id),
             "create_key_url": reverse("serving-key-create", args=[request.pk]),
             "curl": example_curl(url, deployment.model_name)}

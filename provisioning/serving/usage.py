@@ -30,7 +30,13 @@ def tokens_record(*, key: ApiKey, deployment: ServingDeployment, prompt: int, co
              timezone.localdate(at), prompt, completion])
 
 
-def tokens_this_month(deployment: ServingDeployment) -> int:
+def month_totals(deployment: ServingDeployment) -> dict:
+    """This month's answers and tokens of the deployment: {requests, prompt, completion}."""
     totals = TokenUsage.objects.filter(request_id=deployment.request_id, day__gte=month_start()).aggregate(
-        prompt=Sum("prompt_tokens"), completion=Sum("completion_tokens"))
-    return (totals["prompt"] or 0) + (totals["completion"] or 0)
+        requests=Sum("requests"), prompt=Sum("prompt_tokens"), completion=Sum("completion_tokens"))
+    return {name: value or 0 for name, value in totals.items()}
+
+
+def tokens_this_month(deployment: ServingDeployment) -> int:
+    totals = month_totals(deployment)
+    return totals["prompt"] + totals["completion"]

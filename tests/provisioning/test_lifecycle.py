@@ -13,7 +13,6 @@ from provisioning.choices import RunKind, RunState, StepState
 from provisioning.models import ProvisioningRun, ProvisioningStep
 from requests import services as request_services
 from requests.choices import EventCode, RequestState
-from requests.models import ResourceRequest
 from scheduling.choices import AllocationState
 from scheduling.models import Allocation, Device
 from scheduling.services import device_isolate
@@ -90,27 +89,27 @@ def test_a_worker_whose_lease_was_taken_over_discards_its_result(compute, settin
     assert (step.state, step.lease_owner) == (StepState.RUNNING, fast)
 
 
-def test_installer_callback_refuses_unknown_and_reused_tokens_and_bad_input(bare_metal, api, settings):
-    settings.PROVISIONING_FAULTS = [{"op": "power", "result": {}}]  # no simulated installer: we play it
+@pytest.fixture
+def installer_reports_through_the_api(monkeypatch):
+    """The simulated BMC boots no installer: the test posts the installer's report itself."""
+    monkeypatch.setattr("provisioning.drivers.simulated.SimulatedBmc._boot_installer", lambda self, machine: None)
+
+
+def test_installer_callback_refuses_unknown_and_reused_tokens_and_bad_input(bare_metal, api,
+                                                                             installer_reports_through_the_api):
     url = reverse("provisioning-installer-callback")
     assert api.post(url, {"token": "nope", "status": "succeeded"}, format="json").json()["code"] == "unknown_token"
     bad = api.post(url, {"token": "x", "status": "maybe"}, format="json")
     assert bad.status_code == 400 and bad.json()["code"] == "validation_error"
-    run = ProvisioningRun.objects.create(
-        request=bare_metal_request(bare_metal), allocation=Allocation.objects.first(), kind=RunKind.CLEANUP,
-        pipeline="bare_metal", driver="simulated")
-    token = services.installer_token_issue(run)
+    run = ProvisioningRun.objects.get(request=bare_metal.order())
+    assert run.steps.get(name="wait_for_install").state == StepState.WAITING
+    token = services.installer_token_issue(run)  # as the boot step hands it to the installer
     assert api.post(url, {"token": token, "status": "failed", "detail": "disk"}, format="json").status_code == 202
-    assert api.post(url, {"token": token, "status": "failed"}, format="json").status_code == 409
+    assert api.post(url, {"token": token, "status": "failed"}, format="json").json()["code"] == "token_used"
 
 
-def bare_metal_request(bare_metal) -> ResourceRequest:
-    return bare_metal.order()
-
-
-def test_installer_failure_fails_the_request_at_the_wait_step(bare_metal, settings, run_on_commit, monkeypatch):
-    monkeypatch.setattr("provisioning.drivers.simulated.SimulatedBmc._boot_installer",
-                        lambda self, machine: None)  # the installer will report through the API instead
+def test_installer_failure_fails_the_request_at_the_wait_step(bare_metal, run_on_commit,
+                                                               installer_reports_through_the_api):
     request = bare_metal.order()
     run = ProvisioningRun.objects.get(request=request)
     token = services.installer_token_issue(run)  # as if the boot step had handed it to the installer

@@ -15,6 +15,7 @@ import subprocess
 import sys
 import time
 from contextlib import contextmanager
+from dataclasses import dataclass
 from datetime import timedelta
 from urllib.parse import urlsplit
 
@@ -45,35 +46,46 @@ class Command(BaseCommand):
             _wait_until_up(f"http://127.0.0.1:{port}/health")
             slug, secret = _deployment(f"http://127.0.0.1:{port}")
             direct = _measured(f"http://127.0.0.1:{port}/v1/chat/completions", {}, clients, seconds, rate)
-            direct_rps = round(len(direct) / _load.last_seconds, 1)
             with _process(_gateway_command(gateway_port := _free_port()), env=_gateway_env()):
                 _wait_until_up(f"http://127.0.0.1:{gateway_port}/healthz")
                 url = f"http://127.0.0.1:{gateway_port}/serve/{slug}/v1/chat/completions"
                 through = _measured(url, {"Authorization": f"Bearer {secret}"}, clients, seconds, rate)
-        report = {**_report(clients, direct, through), "direct_rps": direct_rps, "offered_rps": rate or None}
+        report = {**_report(clients, direct, through), "offered_rps": rate or None}
         self.stdout.write(json.dumps(report) if as_json else "\n".join(f"{k}: {v}" for k, v in report.items()))
 
 
-def _report(clients: int, direct: list[float], through: list[float]) -> dict:
-    def percentile(samples: list[float], q: int) -> float:
-        return round(statistics.quantiles(samples, n=100)[q - 1] * 1000, 2)
+@dataclass(frozen=True)
+class LoadRun:
+    latencies: list[float]
+    seconds: float
 
-    return {"clients": clients, "rps": round(len(through) / _load.last_seconds, 1),
-            "direct_p50_ms": percentile(direct, 50), "direct_p99_ms": percentile(direct, 99),
-            "gateway_p50_ms": percentile(through, 50), "gateway_p99_ms": percentile(through, 99),
-            "overhead_p50_ms": round(percentile(through, 50) - percentile(direct, 50), 2),
-            "overhead_p99_ms": round(percentile(through, 99) - percentile(direct, 99), 2)}
+    @property
+    def rps(self) -> float:
+        return round(len(self.latencies) / self.seconds, 1)
+
+    def percentile_ms(self, q: int) -> float:
+        return round(statistics.quantiles(self.latencies, n=100)[q - 1] * 1000, 2)
 
 
-def _measured(url: str, headers: dict, clients: int, seconds: float, rate: float) -> list[float]:
+def _report(clients: int, direct: LoadRun, through: LoadRun) -> dict:
+    return {"clients": clients, "rps": through.rps,
+            "direct_p50_ms": direct.percentile_ms(50), "direct_p99_ms": direct.percentile_ms(99),
+            "gateway_p50_ms": through.percentile_ms(50), "gateway_p99_ms": through.percentile_ms(99),
+            "overhead_p50_ms": round(through.percentile_ms(50) - direct.percentile_ms(50), 2),
+            "overhead_p99_ms": round(through.percentile_ms(99) - direct.percentile_ms(99), 2),
+            "direct_rps": direct.rps}
+
+
+def _measured(url: str, headers: dict, clients: int, seconds: float, rate: float) -> LoadRun:
     """A warm-up first (every worker thread opens its database connection, caches fill), then the measurement."""
     asyncio.run(_load(url, headers, clients, WARM_UP_SECONDS, rate))
     return asyncio.run(_load(url, headers, clients, seconds, rate))
 
 
-async def _load(url: str, headers: dict, clients: int, seconds: float, rate: float) -> list[float]:
-    """`clients` keep-alive connections sending for `seconds`, back to back or paced to `rate` in all; returns
-    every latency. A minimal HTTP/1.1 client, so the load generator costs little of the CPU the servers share."""
+async def _load(url: str, headers: dict, clients: int, seconds: float, rate: float) -> LoadRun:
+    """`clients` keep-alive connections sending for `seconds`, back to back or paced to `rate` in all: every
+    latency, and how long it took. A minimal HTTP/1.1 client, so the load generator costs little of the CPU the
+    servers share."""
     parts = urlsplit(url)
     payload = json.dumps(BODY).encode()
     extra = "".join(f"{name}: {value}\r\n" for name, value in headers.items())
@@ -99,8 +111,7 @@ async def _load(url: str, headers: dict, clients: int, seconds: float, rate: flo
 
     started = time.monotonic()
     await asyncio.gather(*(one_client(interval * n / clients) for n in range(clients)))
-    _load.last_seconds = time.monotonic() - started
-    return latencies
+    return LoadRun(latencies, time.monotonic() - started)
 
 
 async def _read_response(reader: asyncio.StreamReader) -> None:
