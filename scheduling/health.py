@@ -4,6 +4,10 @@ The evaluation is pure (no database): `HealthSample` is one signal about a devic
 turns dcgm-exporter's Prometheus text exposition into samples, `rule_matches`/`evaluate` match a sample against
 rules (any objects with source, signal, comparison, threshold, action, active; `HealthRule` rows in production).
 
+Numbers must be usable: `invalid_samples` names every sample whose number is NaN, infinite or beyond any counter
+dcgm-exporter has (`number_problem`), and `health_ingest` refuses the whole batch when there is one, before it
+touches anything.
+
 `health_ingest(samples, actor)` is the service: in one transaction it resolves each sample to devices, records a
 `HealthEvent` per device for every sample that matched a rule, and applies the strongest action per device
 (isolate beats degrade) through `device_isolate` / `device_set_health`. Repeating a sample changes nothing more:
@@ -23,6 +27,7 @@ from django.db import transaction
 from django.db.models import Q
 from prometheus_client.parser import text_string_to_metric_families
 
+from config.errors import DomainError
 from scheduling.choices import Comparison, DeviceHealth, HealthAction, HealthSource
 from scheduling.models import Device, HealthEvent, HealthRule, Node
 from scheduling.services import device_isolate, device_set_health
@@ -30,6 +35,9 @@ from scheduling.signals import health_changed
 
 ACTION_RANK = {HealthAction.DEGRADE: 1, HealthAction.ISOLATE: 2}
 MAX_SAMPLES = 20_000
+# dcgm-exporter's widest fields are unsigned 64-bit counters: a larger magnitude is a broken exporter, not a reading.
+MAX_MAGNITUDE = 2.0**64
+MAX_PROBLEMS_LISTED = 20
 
 # Outcomes per event, as the API reports them.
 MATCHED, NO_RULE, UNKNOWN_DEVICE = "matched", "no_rule", "unknown_device"
@@ -73,17 +81,40 @@ class RuleLike(Protocol):
     action: str
 
 
-def _number(value: Any) -> float | None:
+def _as_float(value: Any) -> float | None:
+    """The number a value reads as (NaN and infinities included), or None for text that is no number."""
     if isinstance(value, bool):
         return None
-    if isinstance(value, int | float):
-        number = float(value)
-    else:
-        try:
-            number = float(str(value).strip())
-        except ValueError:
-            return None
-    return None if math.isnan(number) else number
+    if isinstance(value, int):
+        if abs(value) > MAX_MAGNITUDE:  # float() of a larger int may overflow; its sign is all that matters
+            return math.inf if value > 0 else -math.inf
+        return float(value)
+    if isinstance(value, float):
+        return value
+    try:
+        return float(str(value).strip())
+    except ValueError:
+        return None
+
+
+def number_problem(value: Any) -> str | None:
+    """Why a telemetry value cannot be used as a number (NaN, infinite, out of range), or None when it can
+    (or is text, which rules compare as text)."""
+    number = _as_float(value)
+    if number is None:
+        return None
+    if math.isnan(number):
+        return "is not a number (NaN)"
+    if math.isinf(number) and not isinstance(value, int):  # an int too large for a float is finite, only too large
+        return "is infinite"
+    if abs(number) > MAX_MAGNITUDE:
+        return f"is beyond ±{MAX_MAGNITUDE:.3g}"
+    return None
+
+
+def _number(value: Any) -> float | None:
+    number = _as_float(value)
+    return number if number is not None and number_problem(number) is None else None
 
 
 def value_text(value: Any) -> str:
@@ -118,6 +149,21 @@ def rule_matches(rule: RuleLike, sample: HealthSample) -> bool:
     if rule.comparison == Comparison.GTE:
         return number >= threshold
     return False
+
+
+def _shown(value: Any) -> str:
+    return f"{value:.6g}" if isinstance(value, float) else value_text(value)[:40]
+
+
+def invalid_samples(samples: Sequence[HealthSample]) -> list[dict]:
+    """Every sample whose value cannot be used as a number, with its position in the batch and the problem."""
+    problems = []
+    for position, sample in enumerate(samples):
+        problem = number_problem(sample.value)
+        if problem is not None:
+            problems.append({"position": position, "source": sample.source, "signal": sample.signal,
+                             "target": sample.target(), "value": _shown(sample.value), "problem": problem})
+    return problems
 
 
 def evaluate(sample: HealthSample, rules: Iterable[RuleLike]) -> RuleLike | None:
@@ -170,6 +216,24 @@ def parse_dcgm_text(text: str) -> list[HealthSample]:
 
 
 # --------------------------------------------------------------------------------------------------- service
+
+
+class InvalidTelemetry(DomainError):
+    """A batch holding a number that cannot be used; nothing of it is applied."""
+
+    status_code = 400
+    code = "invalid_telemetry"
+
+
+def _refuse_invalid(samples: Sequence[HealthSample]) -> None:
+    problems = invalid_samples(samples)
+    if not problems:
+        return
+    first = problems[0]
+    raise InvalidTelemetry(
+        f"{len(problems)} of {len(samples)} samples carry a number that cannot be used, e.g. {first['signal']} "
+        f"{first['value']} {first['problem']}; nothing was applied.",
+        details={"invalid": len(problems), "samples": problems[:MAX_PROBLEMS_LISTED]})
 
 
 @dataclass
@@ -257,7 +321,9 @@ def health_ingest(samples: Sequence[HealthSample], actor=None) -> IngestReport:
     """Record what matched, apply the strongest action per device, and tell the scheduler after the commit.
 
     Each HealthEvent carries the action its rule asks for; whether that changed the device is in the report.
+    A batch with any unusable number is refused whole (InvalidTelemetry) before anything is read or written.
     """
+    _refuse_invalid(samples)
     rules = list(HealthRule.objects.filter(active=True))
     with transaction.atomic():
         resolved = _resolve(samples)
