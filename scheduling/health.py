@@ -5,42 +5,46 @@ turns dcgm-exporter's Prometheus text exposition into samples, `rule_matches`/`e
 rules (any objects with source, signal, comparison, threshold, action, active; `HealthRule` rows in production).
 
 Numbers must be usable: `invalid_samples` names every sample whose number is NaN, infinite or beyond any counter
-dcgm-exporter has (`number_problem`), and `health_ingest` refuses the whole batch when there is one, before it
+dcgm-exporter has (`scheduling.readings`), and `health_ingest` refuses the whole batch when there is one, before it
 touches anything.
 
 `health_ingest(samples, actor)` is the service: in one transaction it resolves each sample to devices, records a
 `HealthEvent` per device for every sample that matched a rule, and applies the strongest action per device
 (isolate beats degrade) through `device_isolate` / `device_set_health`. Repeating a sample changes nothing more:
 a device already isolated (or already degraded) is left alone, so no second isolation and no second audit row.
+A degraded card recovers on its own when its degrading rule says how (`recovery_step`): its signal must read clear
+for the rule's minutes, judged as readings arrive (no reading, no evidence, no recovery); isolated cards never do.
 After the commit it sends `health_changed` for the scheduling cycle to pick up.
 """
 
 from __future__ import annotations
 
-import math
 import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
+from datetime import datetime, timedelta
 from typing import Any, Protocol
 
 from django.db import transaction
 from django.db.models import Q
+from django.utils import timezone
 from prometheus_client.parser import text_string_to_metric_families
 
 from config.errors import DomainError
 from scheduling.choices import Comparison, DeviceHealth, HealthAction, HealthSource
 from scheduling.models import Device, HealthEvent, HealthRule, Node
+from scheduling.readings import number_problem, usable_number
 from scheduling.services import device_isolate, device_set_health
 from scheduling.signals import health_changed
 
 ACTION_RANK = {HealthAction.DEGRADE: 1, HealthAction.ISOLATE: 2}
 MAX_SAMPLES = 20_000
-# dcgm-exporter's widest fields are unsigned 64-bit counters: a larger magnitude is a broken exporter, not a reading.
-MAX_MAGNITUDE = 2.0**64
 MAX_PROBLEMS_LISTED = 20
 
 # Outcomes per event, as the API reports them.
 MATCHED, NO_RULE, UNKNOWN_DEVICE = "matched", "no_rule", "unknown_device"
+# A device's outcome when its degrading signal read clear long enough (besides the rules' actions).
+RECOVER = "recover"
 
 
 # ------------------------------------------------------------------------------------------------ pure part
@@ -81,42 +85,6 @@ class RuleLike(Protocol):
     action: str
 
 
-def _as_float(value: Any) -> float | None:
-    """The number a value reads as (NaN and infinities included), or None for text that is no number."""
-    if isinstance(value, bool):
-        return None
-    if isinstance(value, int):
-        if abs(value) > MAX_MAGNITUDE:  # float() of a larger int may overflow; its sign is all that matters
-            return math.inf if value > 0 else -math.inf
-        return float(value)
-    if isinstance(value, float):
-        return value
-    try:
-        return float(str(value).strip())
-    except ValueError:
-        return None
-
-
-def number_problem(value: Any) -> str | None:
-    """Why a telemetry value cannot be used as a number (NaN, infinite, out of range), or None when it can
-    (or is text, which rules compare as text)."""
-    number = _as_float(value)
-    if number is None:
-        return None
-    if math.isnan(number):
-        return "is not a number (NaN)"
-    if math.isinf(number) and not isinstance(value, int):  # an int too large for a float is finite, only too large
-        return "is infinite"
-    if abs(number) > MAX_MAGNITUDE:
-        return f"is beyond ±{MAX_MAGNITUDE:.3g}"
-    return None
-
-
-def _number(value: Any) -> float | None:
-    number = _as_float(value)
-    return number if number is not None and number_problem(number) is None else None
-
-
 def value_text(value: Any) -> str:
     """A value as stored and shown: 79.0 -> "79", True -> "true"."""
     if isinstance(value, bool):
@@ -127,7 +95,7 @@ def value_text(value: Any) -> str:
 
 
 def _equal(value: Any, expected: str) -> bool:
-    number, wanted = _number(value), _number(expected)
+    number, wanted = usable_number(value), usable_number(expected)
     if number is not None and wanted is not None:
         return number == wanted
     return value_text(value).casefold() == expected.strip().casefold()
@@ -141,7 +109,7 @@ def rule_matches(rule: RuleLike, sample: HealthSample) -> bool:
         return any(_equal(sample.value, item) for item in rule.threshold.split(",") if item.strip())
     if rule.comparison == Comparison.EQ:
         return _equal(sample.value, rule.threshold)
-    number, threshold = _number(sample.value), _number(rule.threshold)
+    number, threshold = usable_number(sample.value), usable_number(rule.threshold)
     if number is None or threshold is None:
         return False
     if rule.comparison == Comparison.GT:
@@ -170,6 +138,38 @@ def evaluate(sample: HealthSample, rules: Iterable[RuleLike]) -> RuleLike | None
     """The strongest active rule the sample meets (isolate beats degrade; among equals, the first), or None."""
     matched = [rule for rule in rules if getattr(rule, "active", True) and rule_matches(rule, sample)]
     return max(matched, key=lambda rule: ACTION_RANK[rule.action], default=None)
+
+
+def reads_clear(rule: RuleLike, sample: HealthSample) -> bool:
+    """Does the sample show the rule's condition gone? Its own signal, not meeting the rule, and for > and ≥ rules a
+    number, below the recovery threshold when the rule has one (hysteresis: degrade at ≥ 90, clear below 85)."""
+    if rule.source != sample.source or rule.signal != sample.signal or rule_matches(rule, sample):
+        return False
+    if rule.comparison not in (Comparison.GT, Comparison.GTE):
+        return True
+    number, recovery = usable_number(sample.value), usable_number(getattr(rule, "recovery_threshold", ""))
+    return number is not None and (recovery is None or number < recovery)
+
+
+@dataclass(frozen=True)
+class RecoveryStep:
+    clear_since: datetime | None  # the recovery clock after the samples (None: stopped)
+    recovered: bool
+
+
+def recovery_step(rule: RuleLike, samples: Iterable[HealthSample], clear_since: datetime | None,
+                  now: datetime) -> RecoveryStep | None:
+    """What the samples mean for a card the rule degraded; None when they say nothing (no reading of its signal,
+    or the rule has no recovery). The card recovers once the signal has read clear for the rule's minutes, every
+    reading in between included: one reading that is not clear stops the clock."""
+    minutes = getattr(rule, "recover_after_minutes", None)
+    readings = [sample for sample in samples if (sample.source, sample.signal) == (rule.source, rule.signal)]
+    if minutes is None or not readings:
+        return None
+    if not all(reads_clear(rule, sample) for sample in readings):
+        return RecoveryStep(None, False)
+    since = clear_since or now
+    return RecoveryStep(since, now - since >= timedelta(minutes=minutes))
 
 
 def strongest(actions: Iterable[str]) -> str | None:
@@ -250,7 +250,7 @@ class DeviceOutcome:
     uuid: str
     node: str
     index: int
-    action: str  # the strongest action the batch asked for
+    action: str  # the strongest action the batch asked for, or RECOVER
     changed: bool  # False when the device was already in that state
     health: str
     isolated: bool
@@ -302,7 +302,7 @@ def _detail(rule: RuleLike, sample: HealthSample) -> str:
     return f"{sample.source} {sample.signal}={value_text(sample.value)} (rule: {rule.name})"[:300]
 
 
-def _apply(device: Device, action: str, detail: str, actor) -> bool:
+def _apply(device: Device, action: str, detail: str, actor, degraded_by: HealthRule | None) -> bool:
     """Bring the device to the action's state through the services; False when it already was there.
 
     Isolation is the flag placement reads; it leaves `health` alone, so a four-eyes clearance alone makes the
@@ -312,26 +312,68 @@ def _apply(device: Device, action: str, detail: str, actor) -> bool:
         device_isolate(device=device, reason=detail, actor=actor)
         return True
     if action == HealthAction.DEGRADE and device.health == DeviceHealth.HEALTHY:
-        device_set_health(device=device, health=DeviceHealth.DEGRADED, detail=detail, actor=actor)
+        device_set_health(device=device, health=DeviceHealth.DEGRADED, detail=detail, actor=actor,
+                          degraded_by=degraded_by)
         return True
     return False
+
+
+def _rematched(device: Device, degrade_rule: HealthRule | None) -> bool:
+    """A degraded card meeting a rule again: its recovery clock stops, and the newest degrade rule it met is the one
+    that must clear. True when that changed the device (in memory; the caller saves)."""
+    if device.health != DeviceHealth.DEGRADED:
+        return False
+    degraded_by_id = degrade_rule.pk if degrade_rule is not None else device.degraded_by_id
+    if device.clear_since is None and device.degraded_by_id == degraded_by_id:
+        return False
+    device.degraded_by_id, device.clear_since = degraded_by_id, None
+    return True
+
+
+def _recover(device: Device, samples: list[HealthSample], now: datetime, actor) -> bool | None:
+    """Move a degraded card's recovery clock on the samples that met no rule, and return it to healthy once its
+    degrading signal has read clear long enough. True: recovered; False: only the clock moved; None: nothing.
+
+    Isolated cards never recover on their own (clearing an isolation needs four eyes), nor cards whose degrading
+    rule is unknown or has no recovery: an operator marks those healthy.
+    """
+    rule = device.degraded_by
+    if device.isolated or device.health != DeviceHealth.DEGRADED or rule is None:
+        return None
+    step = recovery_step(rule, samples, device.clear_since, now)
+    if step is None or (not step.recovered and step.clear_since == device.clear_since):
+        return None
+    if not step.recovered:
+        device.clear_since = step.clear_since
+        return False
+    device_set_health(
+        device=device, health=DeviceHealth.HEALTHY, actor=actor,
+        detail=f"Recovered: {rule.signal} read clear for {rule.recover_after_minutes} min (rule: {rule.name})",
+        data={"code": "recovered", "rule": rule.name, "signal": rule.signal,
+              "clear_since": step.clear_since.isoformat(), "recover_after_minutes": rule.recover_after_minutes})
+    return True
 
 
 def health_ingest(samples: Sequence[HealthSample], actor=None) -> IngestReport:
     """Record what matched, apply the strongest action per device, and tell the scheduler after the commit.
 
     Each HealthEvent carries the action its rule asks for; whether that changed the device is in the report.
+    Samples that met no rule are recovery evidence: a degraded card whose degrading signal reads clear long
+    enough returns to healthy (reported with the action "recover").
     A batch with any unusable number is refused whole (InvalidTelemetry) before anything is read or written.
     """
     _refuse_invalid(samples)
     rules = list(HealthRule.objects.filter(active=True))
     with transaction.atomic():
+        now = timezone.now()
         resolved = _resolve(samples)
         wanted_ids = sorted({pk for ids in resolved if ids for pk in ids})
         devices = {device.pk: device for device in Device.objects.select_for_update(of=("self",))
-                   .select_related("node", "model").filter(pk__in=wanted_ids).order_by("pk")}
+                   .select_related("node", "model", "degraded_by").filter(pk__in=wanted_ids).order_by("pk")}
         events, health_events = [], []
         wanted: dict[int, tuple[str, str]] = {}  # device id -> (action, detail) of the strongest match
+        degrading: dict[int, HealthRule] = {}  # device id -> the last degrade rule it met
+        unmatched: dict[int, list[HealthSample]] = {}  # device id -> its samples that met no rule
         for sample, ids in zip(samples, resolved, strict=True):
             if ids is None:
                 events.append(EventOutcome(sample, UNKNOWN_DEVICE))
@@ -341,26 +383,42 @@ def health_ingest(samples: Sequence[HealthSample], actor=None) -> IngestReport:
             uuids = [devices[pk].uuid for pk in ids]
             if rule is None:
                 events.append(EventOutcome(sample, NO_RULE, uuids))
+                for pk in ids:
+                    unmatched.setdefault(pk, []).append(sample)
                 continue
             events.append(EventOutcome(sample, MATCHED, uuids, rule.name, rule.action))
             for pk in ids:
                 health_events.append(HealthEvent(device_id=pk, rule=rule, source=sample.source, signal=sample.signal,
                                                  value=value_text(sample.value)[:200], action=rule.action))
+                if rule.action == HealthAction.DEGRADE:
+                    degrading[pk] = rule
                 if pk not in wanted or ACTION_RANK[rule.action] > ACTION_RANK[wanted[pk][0]]:
                     wanted[pk] = (rule.action, _detail(rule, sample))
         HealthEvent.objects.bulk_create(health_events)
-        outcomes, changed_ids, isolated_ids = [], [], []
+        outcomes, changed_ids, isolated_ids, clocks = [], [], [], []
         for pk in sorted(wanted):
             device, (action, detail) = devices[pk], wanted[pk]
             was_isolated = device.isolated
-            changed = _apply(device, action, detail, actor)
+            changed = _apply(device, action, detail, actor, degrading.get(pk))
             if changed:
-                device.refresh_from_db(fields=["health", "isolated"])
+                device.refresh_from_db(fields=["health", "isolated", "degraded_by", "clear_since"])
                 changed_ids.append(pk)
                 if device.isolated and not was_isolated:
                     isolated_ids.append(pk)
+            if _rematched(device, degrading.get(pk)):
+                clocks.append(device)
             outcomes.append(DeviceOutcome(device.uuid, device.node.name, device.index, action, changed,
                                           device.health, device.isolated))
+        for pk in sorted(unmatched.keys() - wanted.keys()):
+            device = devices[pk]
+            recovered = _recover(device, unmatched[pk], now, actor)
+            if recovered:
+                changed_ids.append(pk)
+                outcomes.append(DeviceOutcome(device.uuid, device.node.name, device.index, RECOVER, True,
+                                              DeviceHealth.HEALTHY, device.isolated))
+            elif recovered is False:
+                clocks.append(device)
+        Device.objects.bulk_update(clocks, ["degraded_by", "clear_since"])
         if changed_ids:
             transaction.on_commit(lambda: health_changed.send(
                 sender=HealthEvent, device_ids=changed_ids, isolated_ids=isolated_ids))

@@ -6,18 +6,17 @@ from scheduling import placement
 from scheduling.choices import Comparison, DeviceHealth, HealthAction, HealthSource
 from scheduling.health import (
     MATCHED,
-    MAX_MAGNITUDE,
     NO_RULE,
     UNKNOWN_DEVICE,
     HealthSample,
     InvalidTelemetry,
     evaluate,
     health_ingest,
-    number_problem,
     parse_dcgm_text,
     rule_matches,
 )
 from scheduling.models import Device, HealthEvent, HealthRule
+from scheduling.readings import MAX_MAGNITUDE, number_problem
 from scheduling.signals import health_changed
 from tenancy.models import AuditEvent
 from tests.scheduling.health_inventory import DCGM_TEXT, HOSTNAME, UUIDS, device, gpu_node, ingest_user
