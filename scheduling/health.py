@@ -85,6 +85,11 @@ class RuleLike(Protocol):
     action: str
 
 
+class RecoverableRule(RuleLike, Protocol):
+    recovery_threshold: str  # "" for none
+    recover_after_minutes: int | None  # None: the rule never recovers a card on its own
+
+
 def value_text(value: Any) -> str:
     """A value as stored and shown: 79.0 -> "79", True -> "true"."""
     if isinstance(value, bool):
@@ -140,14 +145,14 @@ def evaluate(sample: HealthSample, rules: Iterable[RuleLike]) -> RuleLike | None
     return max(matched, key=lambda rule: ACTION_RANK[rule.action], default=None)
 
 
-def reads_clear(rule: RuleLike, sample: HealthSample) -> bool:
+def reads_clear(rule: RecoverableRule, sample: HealthSample) -> bool:
     """Does the sample show the rule's condition gone? Its own signal, not meeting the rule, and for > and ≥ rules a
     number, below the recovery threshold when the rule has one (hysteresis: degrade at ≥ 90, clear below 85)."""
     if rule.source != sample.source or rule.signal != sample.signal or rule_matches(rule, sample):
         return False
     if rule.comparison not in (Comparison.GT, Comparison.GTE):
         return True
-    number, recovery = usable_number(sample.value), usable_number(getattr(rule, "recovery_threshold", ""))
+    number, recovery = usable_number(sample.value), usable_number(rule.recovery_threshold)
     return number is not None and (recovery is None or number < recovery)
 
 
@@ -157,12 +162,12 @@ class RecoveryStep:
     recovered: bool
 
 
-def recovery_step(rule: RuleLike, samples: Iterable[HealthSample], clear_since: datetime | None,
+def recovery_step(rule: RecoverableRule, samples: Iterable[HealthSample], clear_since: datetime | None,
                   now: datetime) -> RecoveryStep | None:
     """What the samples mean for a card the rule degraded; None when they say nothing (no reading of its signal,
     or the rule has no recovery). The card recovers once the signal has read clear for the rule's minutes, every
     reading in between included: one reading that is not clear stops the clock."""
-    minutes = getattr(rule, "recover_after_minutes", None)
+    minutes = rule.recover_after_minutes
     readings = [sample for sample in samples if (sample.source, sample.signal) == (rule.source, rule.signal)]
     if minutes is None or not readings:
         return None

@@ -171,38 +171,82 @@ def test_recovery_through_the_api_is_reported_per_device(api_as, card):
         assert agent.post(URL, {"events": [event]}, format="json").json()["devices"] == []
     with time_machine.travel(START + timedelta(minutes=11), tick=False):
         body = agent.post(URL, {"events": [event]}, format="json").json()
-    assert body["devices"] == [{"uuid": UUIDS[0], "node": HOSTNAME, "index": 0, "action": "recover", "changed": True,
-                                "health": "healthy", "isolated": False}]
+    assert body["devices"] == [
+        {
+            "uuid": UUIDS[0],
+            "node": HOSTNAME,
+            "index": 0,
+            "action": "recover",
+            "changed": True,
+            "health": "healthy",
+            "isolated": False,
+        }
+    ]
 
 
 # --- pure: what counts as clear ------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize(("recovery_threshold", "value", "clear"), [
-    ("85", 84.9, True), ("85", 85, False), ("85", 92, False), ("", 89, True), ("", "hot", False), ("", None, False),
-])
+@pytest.mark.parametrize(
+    ("recovery_threshold", "value", "clear"),
+    [
+        ("85", 84.9, True),
+        ("85", 85, False),
+        ("85", 92, False),
+        ("", 89, True),
+        ("", "hot", False),
+        ("", None, False),
+    ],
+)
 def test_reads_clear(recovery_threshold, value, clear):
-    rule = HealthRule(name="t", source=HealthSource.DCGM, signal=TEMP, comparison=Comparison.GTE, threshold="90",
-                      action=HealthAction.DEGRADE, recovery_threshold=recovery_threshold, recover_after_minutes=5)
+    rule = HealthRule(
+        name="t",
+        source=HealthSource.DCGM,
+        signal=TEMP,
+        comparison=Comparison.GTE,
+        threshold="90",
+        action=HealthAction.DEGRADE,
+        recovery_threshold=recovery_threshold,
+        recover_after_minutes=5,
+    )
     assert reads_clear(rule, temp(value)) is clear
 
 
 # --- rules that cannot work are refused -------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize(("fields", "error_field"), [
-    ({"action": HealthAction.ISOLATE, "recover_after_minutes": 10}, "recover_after_minutes"),
-    ({"recovery_threshold": "95", "recover_after_minutes": 10}, "recovery_threshold"),  # above the threshold
-    ({"recovery_threshold": "nan", "recover_after_minutes": 10}, "recovery_threshold"),
-    ({"recovery_threshold": "80"}, "recover_after_minutes"),  # a threshold without a hold time
-    ({"comparison": Comparison.EQ, "threshold": "Warning", "recovery_threshold": "1", "recover_after_minutes": 1},
-     "recovery_threshold"),
-    ({"threshold": "inf"}, "threshold"),
-    ({"recover_after_minutes": 7 * 24 * 60 + 1}, "recover_after_minutes"),
-])
+@pytest.mark.parametrize(
+    ("fields", "error_field"),
+    [
+        ({"action": HealthAction.ISOLATE, "recover_after_minutes": 10}, "recover_after_minutes"),
+        ({"recovery_threshold": "95", "recover_after_minutes": 10}, "recovery_threshold"),  # above the threshold
+        ({"recovery_threshold": "nan", "recover_after_minutes": 10}, "recovery_threshold"),
+        ({"recovery_threshold": "80"}, "recover_after_minutes"),  # a threshold without a hold time
+        (
+            {
+                "comparison": Comparison.EQ,
+                "threshold": "Warning",
+                "recovery_threshold": "1",
+                "recover_after_minutes": 1,
+            },
+            "recovery_threshold",
+        ),
+        ({"threshold": "inf"}, "threshold"),
+        ({"recover_after_minutes": 7 * 24 * 60 + 1}, "recover_after_minutes"),
+    ],
+)
 def test_impossible_recovery_settings_are_refused(fields, error_field):
-    rule = HealthRule(**{"name": "r", "source": HealthSource.DCGM, "signal": TEMP, "comparison": Comparison.GTE,
-                         "threshold": "90", "action": HealthAction.DEGRADE, **fields})
+    rule = HealthRule(
+        **{
+            "name": "r",
+            "source": HealthSource.DCGM,
+            "signal": TEMP,
+            "comparison": Comparison.GTE,
+            "threshold": "90",
+            "action": HealthAction.DEGRADE,
+            **fields,
+        }
+    )
     with pytest.raises(ValidationError) as refused:
         rule.full_clean()
     assert error_field in refused.value.message_dict
