@@ -1,9 +1,11 @@
 """Degraded cards recover: rules say when (readings clear for N minutes), operators mark them healthy (audited)."""
 
+import importlib
 from datetime import UTC, datetime, timedelta
 
 import pytest
 import time_machine
+from django.apps import apps as django_apps
 from django.contrib.auth.models import Permission
 from django.contrib.messages import get_messages
 from django.core.exceptions import ValidationError
@@ -12,7 +14,7 @@ from config.errors import Conflict, DomainError
 from scheduling import services
 from scheduling.choices import Comparison, DeviceHealth, HealthAction, HealthSource
 from scheduling.health import RECOVER, HealthSample, health_ingest, reads_clear
-from scheduling.models import Device, HealthRule
+from scheduling.models import Device, HealthEvent, HealthRule
 from scheduling.signals import health_changed
 from tenancy.models import AuditEvent
 from tests import factories
@@ -321,3 +323,22 @@ def test_staff_without_the_change_permission_get_no_action(client, card):
     assert "mark_healthy" not in client.get("/admin/scheduling/device/").content.decode()
     _mark_healthy(client, [card])
     assert health() == DeviceHealth.DEGRADED and Device.objects.get(pk=card.pk).degraded_by is not None
+
+
+def test_the_migration_tells_cards_degraded_before_it_which_rule_did_it():
+    migration = importlib.import_module("scheduling.migrations.0006_health_recovery")
+    gpu_node()
+    rule = HealthRule.objects.get(name=SEEDED_TEMP_RULE)
+    old = Device.objects.filter(uuid__in=UUIDS[:2])
+    old.update(health=DeviceHealth.DEGRADED)  # as ingestion left them before the migration: no rule remembered
+    HealthEvent.objects.create(
+        device=device(UUIDS[0]),
+        rule=rule,
+        source=HealthSource.DCGM,
+        signal=TEMP,
+        value="95",
+        action=HealthAction.DEGRADE,
+    )
+    migration.add_recovery_defaults(django_apps, None)
+    assert device(UUIDS[0]).degraded_by == rule
+    assert device(UUIDS[1]).degraded_by is None  # no degrade event: an operator marks it healthy
