@@ -6,7 +6,8 @@ by allocation, device and time. `dcgm` scrapes NVIDIA dcgm-exporter's Prometheus
 HTTP (parsed with prometheus_client's parser, as health ingestion does) and matches samples to devices by UUID.
 
 A card shared by several allocations (milli < 1000) reports for the whole card; each allocation is attributed its
-share of the card's memory and power, and the card's utilization as measured.
+share of the card's memory and power, and the card's utilization as measured. A card whose exporter reports a number
+no card can have (NaN, infinite, negative, or beyond the card) gets no sample that round, and the collection says so.
 """
 
 import math
@@ -25,6 +26,8 @@ from scheduling.health import parse_dcgm_text
 from scheduling.placement import MILLI
 
 UTILIZATION, MEMORY_USED, POWER = "DCGM_FI_DEV_GPU_UTIL", "DCGM_FI_DEV_FB_USED", "DCGM_FI_DEV_POWER_USAGE"
+# No accelerator board draws 5 kW (a GB200 superchip peaks near 2.7 kW): a larger reading is a broken exporter.
+MAX_BOARD_POWER_W = 5_000.0
 
 
 @dataclass(frozen=True)
@@ -131,6 +134,16 @@ def dcgm_device_values(text: str) -> dict[str, dict[str, float]]:
     return values
 
 
+def _dcgm_problem(device: dict[str, float], binding: Binding) -> str | None:
+    """Why a card's dcgm values cannot be stored, or None. dcgm reports memory in MiB and utilization in percent."""
+    limits = {UTILIZATION: 100.0, MEMORY_USED: binding.memory_gb * 1024.0, POWER: MAX_BOARD_POWER_W}
+    for metric, most in limits.items():
+        value = device[metric]
+        if not 0 <= value <= most:  # false for NaN and the infinities too
+            return f"{metric}={value:g} is not within 0..{most:g}"
+    return None
+
+
 class DcgmDriver:
     name = TelemetryDriver.DCGM
 
@@ -161,8 +174,11 @@ class DcgmDriver:
             if not {UTILIZATION, MEMORY_USED, POWER} <= device.keys():
                 result.errors.append(f"{node}: no utilization, memory and power for {binding.device_uuid}")
                 continue
+            if problem := _dcgm_problem(device, binding):
+                result.errors.append(f"{node}: dropped the sample of {binding.device_uuid}: {problem}")
+                continue
             result.readings.append(Reading(
-                binding.allocation_id, binding.device_id, _percentage(device[UTILIZATION]),
+                binding.allocation_id, binding.device_id, device[UTILIZATION],
                 int(device[MEMORY_USED] * binding.share), round(device[POWER] * binding.share, 3)))
 
 

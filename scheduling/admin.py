@@ -164,18 +164,22 @@ class DeviceAdmin(AuditedSaveMixin, admin.ModelAdmin):
     list_filter = [("model", related_list_filter("vendor")), "health", "isolated", ("node", related_list_filter())]
     list_select_related = ["node", "model__vendor"]
     search_fields = ["uuid", "node__name", "node__serial_number"]
-    readonly_fields = ["health", "health_detail", "isolated", "isolation_reason", "isolated_at", "allocated_milli",
-                       "updated_at"]
+    readonly_fields = ["health", "health_detail", "degraded_by", "clear_since", "isolated", "isolation_reason",
+                       "isolated_at", "allocated_milli", "updated_at"]
     fieldsets = [
         (None, {"fields": ["node", "index", "uuid", "model", "memory_gb"]}),
-        ("Health and isolation (use the Isolate / clearance actions)", {
-            "fields": ["health", "health_detail", "isolated", "isolation_reason", "isolated_at"]}),
+        ("Health and isolation (use the Mark healthy / Isolate / clearance actions)", {
+            "fields": ["health", "health_detail", "degraded_by", "clear_since", "isolated", "isolation_reason",
+                       "isolated_at"]}),
         ("Scheduling", {"fields": ["allocated_milli", "updated_at"]}),
     ]
     actions = [
         action_with_reason(name="isolate_devices", description="Isolate selected devices (no new placements)",
                            verb="Isolated", permission="change",
                            change=lambda device, reason, actor: services.device_isolate(device, reason, actor)),
+        action_with_reason(name="mark_healthy", description="Mark selected degraded devices healthy",
+                           verb="Marked healthy", permission="change",
+                           change=lambda device, reason, actor: services.device_mark_healthy(device, reason, actor)),
         action_with_reason(name="request_isolation_clearance",
                            description="Request isolation clearance (a second holder approves)",
                            verb="Requested clearance of", permission="clear_isolation", change=_request_clearance),
@@ -223,7 +227,8 @@ class IsolationClearanceAdmin(ReadOnlyAdmin):
 
 @admin.register(HealthRule)
 class HealthRuleAdmin(AuditedSaveMixin, admin.ModelAdmin):
-    list_display = ["name", "source", "signal", "comparison", "threshold", "action", "active"]
+    list_display = ["name", "source", "signal", "comparison", "threshold", "action", "recovery_threshold",
+                    "recover_after_minutes", "active"]
     list_filter = ["source", "action", "active"]
     list_editable = ["active"]
     search_fields = ["name", "signal"]

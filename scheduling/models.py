@@ -17,6 +17,9 @@ from django.db.models import Q
 from requests.choices import PRIORITY_RANK, PriorityClass
 from scheduling.choices import AllocationState, Comparison, DeviceHealth, HealthAction, HealthSource
 from scheduling.placement import MILLI
+from scheduling.readings import usable_number
+
+MAX_RECOVERY_MINUTES = 7 * 24 * 60  # a week: a longer hold is an operator's call, not a timer's
 
 
 class Site(models.Model):
@@ -82,6 +85,11 @@ class Device(models.Model):
     isolated = models.BooleanField(default=False, help_text="Isolated devices receive no new placements.")
     isolation_reason = models.TextField(blank=True)
     isolated_at = models.DateTimeField(null=True, blank=True)
+    degraded_by = models.ForeignKey(
+        "HealthRule", null=True, blank=True, on_delete=models.SET_NULL, related_name="+",
+        help_text="The rule whose signal last degraded the card; its recovery settings say when the card is healthy.")
+    clear_since = models.DateTimeField(
+        null=True, blank=True, help_text="Since when the degrading signal has read clear (the recovery clock).")
     allocated_milli = models.PositiveIntegerField(
         default=0, validators=[MaxValueValidator(MILLI)],
         help_text="Milli-shares bound to active allocations (1000 = the whole card).")
@@ -96,6 +104,9 @@ class Device(models.Model):
             models.CheckConstraint(condition=Q(isolated=False) | ~Q(isolation_reason=""),
                                    name="isolated_device_has_reason"),
             models.CheckConstraint(condition=Q(health__in=DeviceHealth.values), name="device_health_valid"),
+            models.CheckConstraint(condition=Q(health=DeviceHealth.DEGRADED)
+                                   | Q(degraded_by__isnull=True, clear_since__isnull=True),
+                                   name="only_degraded_device_recovers"),
         ]
         permissions = [
             ("clear_device_isolation", "Clear a device's health isolation (with a second operator's approval)"),
@@ -168,7 +179,11 @@ class AllocationDevice(models.Model):
 
 
 class HealthRule(models.Model):
-    """Maps a health signal to an action, e.g. DCGM_FI_DEV_ECC_DBE_VOL_TOTAL > 0 isolates the card."""
+    """Maps a health signal to an action, e.g. DCGM_FI_DEV_ECC_DBE_VOL_TOTAL > 0 isolates the card.
+
+    A degrade rule may also say when the card recovers: once the signal has read clear (not meeting the rule and,
+    with a recovery threshold, below it) for `recover_after_minutes`. Isolation never recovers on its own.
+    """
 
     name = models.CharField(max_length=120, unique=True)
     source = models.CharField(max_length=8, choices=HealthSource.choices)
@@ -176,13 +191,53 @@ class HealthRule(models.Model):
     comparison = models.CharField(max_length=4, choices=Comparison.choices, default=Comparison.GT)
     threshold = models.CharField(max_length=200, help_text="A number, or a comma-separated list for 'one of'.")
     action = models.CharField(max_length=8, choices=HealthAction.choices)
+    recover_after_minutes = models.PositiveIntegerField(
+        null=True, blank=True, validators=[MaxValueValidator(MAX_RECOVERY_MINUTES)],
+        help_text="Degrade rules: the card returns to healthy once the signal has read clear this long "
+                  "(0: at the first clear reading). Empty: only an operator marks it healthy.")
+    recovery_threshold = models.CharField(
+        max_length=40, blank=True,
+        help_text="> and ≥ rules: readings count as clear only below this number (e.g. degrade at ≥ 90, clear below "
+                  "85). Empty: any reading that does not meet the rule is clear.")
     active = models.BooleanField(default=True)
 
     class Meta:
         ordering = ["source", "signal", "name"]
+        constraints = [
+            models.CheckConstraint(condition=Q(action=HealthAction.DEGRADE) | Q(recover_after_minutes__isnull=True,
+                                                                                  recovery_threshold=""),
+                                   name="only_degrade_rules_recover"),
+        ]
 
     def __str__(self):
         return self.name
+
+    def clean(self):
+        errors = {}
+        numeric = self.comparison in (Comparison.GT, Comparison.GTE)
+        threshold = usable_number(self.threshold)
+        if numeric and threshold is None:
+            errors["threshold"] = "A > or ≥ rule needs a finite number."
+        if self.action != HealthAction.DEGRADE and (self.recover_after_minutes is not None or self.recovery_threshold):
+            errors["recover_after_minutes"] = ("Only degraded cards recover on their own; clearing an isolation "
+                                               "needs a second operator.")
+        if self.recovery_threshold:
+            errors.update(self._recovery_threshold_errors(numeric, threshold))
+        if errors:
+            raise ValidationError(errors)
+
+    def _recovery_threshold_errors(self, numeric: bool, threshold: float | None) -> dict:
+        recovery = usable_number(self.recovery_threshold)
+        if not numeric:
+            return {"recovery_threshold": "Only > and ≥ rules have a recovery threshold."}
+        if recovery is None:
+            return {"recovery_threshold": "A finite number."}
+        if threshold is not None and recovery > threshold:
+            return {"recovery_threshold": f"At most the threshold ({self.threshold}): a reading that degrades the "
+                                          "card cannot count as clear."}
+        if self.recover_after_minutes is None:
+            return {"recover_after_minutes": "Say how long readings must stay below the recovery threshold."}
+        return {}
 
 
 class HealthEvent(models.Model):

@@ -21,7 +21,7 @@ from requests.choices import ApprovalSubject, ApproverSource, EventCode
 from requests.services import is_operator_intervention, record_event
 from scheduling.choices import AllocationState, DeviceHealth
 from scheduling.inventory_formats import OPENB_MODELS, NodeRecord
-from scheduling.models import AllocationDevice, Device, IsolationClearance, Node, Rack, Site
+from scheduling.models import AllocationDevice, Device, HealthRule, IsolationClearance, Node, Rack, Site
 from tenancy.models import User
 from tenancy.services import audit_record
 
@@ -76,7 +76,8 @@ def inventory_entry_save(entry, changed_fields: list[str], actor: User | None):
     """Save a site, rack, node, device or health rule edited by an operator, with an audit row. Cordons, health,
     isolation and allocated shares are not editable this way (the admin shows them read-only)."""
     protected = {"schedulable", "cordon_reason", "cordoned_at", "cordoned_by", "health", "health_detail",
-                 "isolated", "isolation_reason", "isolated_at", "allocated_milli"} & set(changed_fields)
+                 "degraded_by", "clear_since", "isolated", "isolation_reason", "isolated_at",
+                 "allocated_milli"} & set(changed_fields)
     if protected:
         raise DomainError(f"{', '.join(sorted(protected))} change only through cordon, health and isolation actions.",
                           code="protected_field", details={"fields": sorted(protected)})
@@ -95,8 +96,13 @@ def _locked_device(device: Device) -> Device:
 
 
 @transaction.atomic
-def device_set_health(device: Device, health: str, detail: str, actor: User | None = None) -> Device:
-    """Record the health a signal reports; a repeat of the current health changes nothing (no audit row)."""
+def device_set_health(device: Device, health: str, detail: str, actor: User | None = None, *,
+                      degraded_by: HealthRule | None = None, data: dict | None = None) -> Device:
+    """Record the health a signal reports; a repeat of the current health changes nothing (no audit row).
+
+    A degraded card remembers the rule that degraded it (`degraded_by`), whose recovery settings later return it
+    to healthy; any change restarts its recovery clock. `data` adds the reason's numbers to the audit row.
+    """
     if health not in DeviceHealth.values:
         raise DomainError(f"Health must be one of {', '.join(DeviceHealth.values)}.", code="invalid_health",
                           details={"health": health})
@@ -105,10 +111,33 @@ def device_set_health(device: Device, health: str, detail: str, actor: User | No
         return device
     previous = device.health
     device.health, device.health_detail = health, (detail or "")[:300]
-    device.save(update_fields=["health", "health_detail", "updated_at"])
+    device.degraded_by = degraded_by if health == DeviceHealth.DEGRADED else None
+    device.clear_since = None
+    device.save(update_fields=["health", "health_detail", "degraded_by", "clear_since", "updated_at"])
     audit_record(actor=actor, action="device.health_changed", target=device, reason=detail or "",
-                 data={"from": previous, "to": health})
+                 data={"from": previous, "to": health, **(data or {})})
     return device
+
+
+@transaction.atomic
+def device_mark_healthy(device: Device, reason: str, actor: User | None) -> Device:
+    """An operator's word that a degraded card is fine again (e.g. after a cooling fix), with a reason.
+
+    Only degraded cards: an isolated one is cleared by two people (`isolation_clearance_request`), never here.
+    """
+    reason = _reason(reason)
+    device = _locked_device(device)
+    if device.isolated:
+        raise Conflict(f"{device} is isolated; clearing an isolation needs a second operator's approval (request an "
+                       "isolation clearance).", code="device_isolated",
+                       details={"device": device.uuid, "isolation_reason": device.isolation_reason})
+    if device.health != DeviceHealth.DEGRADED:
+        raise Conflict(f"{device} is {device.get_health_display().lower()}, not degraded.", code="device_not_degraded",
+                       details={"device": device.uuid, "health": device.health})
+    rule = device.degraded_by.name if device.degraded_by_id else None
+    return device_set_health(device, DeviceHealth.HEALTHY, f"Marked healthy by {_who(actor)}: {reason}", actor,
+                             data={"code": "marked_healthy", "reason": reason, "degraded_by": rule,
+                                   "health_detail": device.health_detail})
 
 
 @transaction.atomic
@@ -123,7 +152,8 @@ def device_isolate(device: Device, reason: str, actor: User | None = None) -> De
     if device.isolated:
         return device
     device.isolated, device.isolation_reason, device.isolated_at = True, reason, timezone.now()
-    device.save(update_fields=["isolated", "isolation_reason", "isolated_at", "updated_at"])
+    device.clear_since = None  # a degraded card's recovery starts over once two people have cleared the isolation
+    device.save(update_fields=["isolated", "isolation_reason", "isolated_at", "clear_since", "updated_at"])
     holders = list(AllocationDevice.objects.filter(device=device, allocation__state=AllocationState.ACTIVE)
                    .select_related("allocation__request"))
     requeue = bool(holders) and settings.SCHEDULER_REQUEUE_ON_ISOLATION

@@ -4,7 +4,7 @@ from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
 from scheduling.choices import HealthAction, HealthSource
-from scheduling.health import MAX_SAMPLES, HealthSample
+from scheduling.health import MAX_SAMPLES, RECOVER, HealthSample
 
 # --- Input -------------------------------------------------------------------------------------------------
 
@@ -83,7 +83,9 @@ class DeviceOutcomeSerializer(serializers.Serializer):
     uuid = serializers.CharField()
     node = serializers.CharField()
     index = serializers.IntegerField()
-    action = serializers.ChoiceField(choices=HealthAction.choices, help_text="The strongest action asked for.")
+    action = serializers.ChoiceField(
+        choices=[*HealthAction.choices, (RECOVER, "Returned to healthy")],
+        help_text="The strongest action asked for, or recover: its degrading signal read clear long enough.")
     changed = serializers.BooleanField(help_text="False when the device already was in that state.")
     health = serializers.CharField()
     isolated = serializers.BooleanField()

@@ -1,5 +1,6 @@
 """The dcgm driver against recorded dcgm-exporter output of an 8-GPU HGX node, served by a real local HTTP server."""
 
+import math
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -22,10 +23,8 @@ UUIDS = ["GPU-1f3c9a2e-6b4d-4e8a-9c07-5d2b8e1a7f01", "GPU-2a7e4b90-3c1f-4d6b-8e5
          "GPU-7fc390e5-816e-42b0-d3a7-e45fb182c767", "GPU-80d4a1f6-927f-43c1-e4b8-f560c293d878"]
 
 
-@pytest.fixture
-def exporter():
-    """http://127.0.0.1:<port>/hgx-h100-07/metrics answers with the recorded output; other nodes get 404."""
-    body = OUTPUT.read_bytes()
+def _serve(body: bytes):
+    """http://127.0.0.1:<port>/hgx-h100-07/metrics answers with the body; other nodes get 404."""
 
     class Handler(BaseHTTPRequestHandler):
         def do_GET(self):
@@ -47,6 +46,32 @@ def exporter():
     yield f"http://127.0.0.1:{server.server_port}"
     server.shutdown()
     server.server_close()
+
+
+@pytest.fixture
+def exporter():
+    """The recorded output of the HGX node."""
+    yield from _serve(OUTPUT.read_bytes())
+
+
+def _with_value(text: str, metric: str, uuid: str, value: str) -> str:
+    """The recorded output with one sample's value replaced."""
+    lines = [line.rsplit(" ", 1)[0] + f" {value}" if line.startswith(metric + "{") and uuid in line else line
+             for line in text.splitlines()]
+    return "\n".join(lines) + "\n"
+
+
+# Four cards report numbers no card can have; the other four are fine.
+BROKEN = [(POWER, UUIDS[0], "NaN"), (UTILIZATION, UUIDS[1], "+Inf"), (MEMORY_USED, UUIDS[2], "1e308"),
+          (POWER, UUIDS[3], "-5")]
+
+
+@pytest.fixture
+def broken_exporter():
+    text = OUTPUT.read_text()
+    for metric, uuid, value in BROKEN:
+        text = _with_value(text, metric, uuid, value)
+    yield from _serve(text.encode())
 
 
 @pytest.fixture
@@ -100,3 +125,19 @@ def test_a_device_missing_from_the_output_is_reported(world, hgx, exporter, sett
     report = services.telemetry_collect(now=at("2026-11-30 10:00"))
     assert report.samples == 0 and report.errors == [f"{NODE}: no utilization, memory and power for "
                                                      "GPU-not-in-the-output"]
+
+
+def test_unusable_numbers_drop_that_sample_with_a_reason_and_the_rest_is_stored(world, hgx, broken_exporter,
+                                                                                  settings):
+    """Before the fix the infinite memory crashed the collection and a NaN power would have been stored."""
+    settings.METERING_TELEMETRY_DRIVER = "dcgm"
+    settings.METERING_DCGM_URL_TEMPLATE = broken_exporter + "/{node}/metrics"
+    allocation = bound(world, started=at("2026-11-30 08:00"), devices=hgx)
+    report = services.telemetry_collect(now=at("2026-11-30 10:00"))
+    assert report.samples == 4
+    assert len(report.errors) == 4
+    for (metric, uuid, _value), error in zip(BROKEN, report.errors, strict=True):
+        assert error.startswith(f"{NODE}: dropped the sample of {uuid}: {metric}=")
+    stored = TelemetrySample.objects.filter(allocation=allocation)
+    assert set(stored.values_list("device__uuid", flat=True)) == set(UUIDS[4:])
+    assert all(math.isfinite(power) for power in stored.values_list("power_w", flat=True))

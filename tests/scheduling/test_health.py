@@ -9,12 +9,14 @@ from scheduling.health import (
     NO_RULE,
     UNKNOWN_DEVICE,
     HealthSample,
+    InvalidTelemetry,
     evaluate,
     health_ingest,
     parse_dcgm_text,
     rule_matches,
 )
 from scheduling.models import Device, HealthEvent, HealthRule
+from scheduling.readings import MAX_MAGNITUDE, number_problem
 from scheduling.signals import health_changed
 from tenancy.models import AuditEvent
 from tests.scheduling.health_inventory import DCGM_TEXT, HOSTNAME, UUIDS, device, gpu_node, ingest_user
@@ -35,6 +37,23 @@ def dcgm(signal, value, uuid=UUIDS[0]):
 
 def bmc(value, node=HOSTNAME, index=None):
     return HealthSample(source=HealthSource.BMC, signal="Status.Health", value=value, node=node, index=index)
+
+
+# --- pure: numbers ------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("value", "problem"), [
+    (91, None), (-40.5, None), ("79", None), (MAX_MAGNITUDE, None), (2**64, None), ("Critical", None), (True, None),
+    (float("nan"), "is not a number (NaN)"), ("NaN", "is not a number (NaN)"),
+    (float("inf"), "is infinite"), (float("-inf"), "is infinite"), ("+Inf", "is infinite"), ("1e400", "is infinite"),
+    (1e308, "is beyond ±1.84e+19"), (2**64 + 1, "is beyond ±1.84e+19"), (-(10**400), "is beyond ±1.84e+19"),
+])
+def test_number_problem(value, problem):
+    assert number_problem(value) == problem
+
+
+def test_an_infinite_threshold_never_matches():
+    assert not rule_matches(rule(Comparison.GT, "-inf", signal=TEMP), dcgm(TEMP, 45))
 
 
 # --- pure: rules ---------------------------------------------------------------------------------------------
@@ -318,3 +337,12 @@ def test_health_changed_is_sent_after_commit_only_when_something_changed(django_
 
 def gpu_node_devices(name):
     return list(Device.objects.filter(node__name=name).order_by("index"))
+
+
+@pytest.mark.django_db
+def test_ingest_refuses_a_batch_with_one_unusable_number_before_touching_anything():
+    gpu_node()
+    with pytest.raises(InvalidTelemetry) as refused:
+        health_ingest([dcgm(XID, 79, UUIDS[1]), dcgm(TEMP, float("inf"), UUIDS[2])])
+    assert refused.value.details["samples"][0]["position"] == 1
+    assert not HealthEvent.objects.exists() and not device(UUIDS[1]).isolated

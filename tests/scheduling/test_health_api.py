@@ -234,3 +234,55 @@ def test_malformed_json_is_400(agent, node):
     assert response.status_code == 400
     assert set(response.json()) == {"code", "message", "details"}
     assert not HealthEvent.objects.exists()
+
+
+# --- numbers that cannot be used ---------------------------------------------------------------------------
+
+HOT_GPU2 = f'DCGM_FI_DEV_GPU_TEMP{{gpu="2",UUID="{UUIDS[2]}",Hostname="{HOSTNAME}"}} '
+
+
+def assert_nothing_applied():
+    assert not HealthEvent.objects.exists()
+    assert not AuditEvent.objects.filter(action__startswith="device.").exists()
+    assert set(Device.objects.values_list("health", "isolated")) == {(DeviceHealth.HEALTHY, False)}
+
+
+@pytest.mark.parametrize("value", ["NaN", "+Inf", "-Inf", "1e308", "1e400", "18446744073709551617"])
+def test_a_scrape_with_an_unusable_number_is_400_and_applies_nothing_of_it(agent, node, value):
+    """Before the fix +Inf degraded the card, then the response could not be rendered (500, half applied)."""
+    # the recorded scrape isolates gpu1 and gpu3 and degrades gpu2; one bad line must stop all of it
+    response = send_text(agent, DCGM_TEXT + HOT_GPU2 + value + "\n")
+    assert response.status_code == 400, response.content
+    body = response.json()
+    assert set(body) == {"code", "message", "details"} and body["code"] == "invalid_telemetry"
+    [problem] = body["details"]["samples"]
+    assert problem["signal"] == "DCGM_FI_DEV_GPU_TEMP" and problem["target"]["device_uuid"] == UUIDS[2]
+    assert_nothing_applied()
+
+
+@pytest.mark.parametrize("value", ["NaN", "Infinity", "-inf", "1e400", 1e308, -1e300, 10**40])
+def test_structured_events_with_an_unusable_number_are_400_and_apply_nothing(agent, node, value):
+    hot = {"device_uuid": UUIDS[2], "source": "dcgm", "signal": "DCGM_FI_DEV_GPU_TEMP", "value": value}
+    response = agent.post(URL, {"events": [XID_79, hot]}, format="json")
+    assert response.status_code == 400, response.content
+    body = response.json()
+    assert body["code"] == "invalid_telemetry" and body["details"]["samples"][0]["position"] == 1
+    assert_nothing_applied()
+
+
+@pytest.mark.parametrize("number", [b"1e400", b"-1e400", b"NaN", b"Infinity"])
+def test_json_numbers_beyond_floats_are_4xx_and_apply_nothing(agent, node, number):
+    """1e400 parses to an infinite float; NaN and Infinity are not JSON at all."""
+    event = b'{"device_uuid": "%s", "source": "dcgm", "signal": "DCGM_FI_DEV_GPU_TEMP", "value": %s}' % (
+        UUIDS[2].encode(), number)
+    response = agent.generic("POST", URL, b'{"events": [%s]}' % event, content_type="application/json")
+    assert response.status_code == 400, response.content
+    assert set(response.json()) == {"code", "message", "details"}
+    assert_nothing_applied()
+
+
+def test_the_largest_counter_value_is_still_a_number(agent, node):
+    ecc = {"device_uuid": UUIDS[3], "source": "dcgm", "signal": "DCGM_FI_DEV_ECC_DBE_VOL_TOTAL", "value": 2**64}
+    response = agent.post(URL, {"events": [ecc]}, format="json")
+    assert response.status_code == 200, response.content
+    assert device(UUIDS[3]).isolated
