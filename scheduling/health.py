@@ -23,6 +23,7 @@ from django.db import transaction
 from django.db.models import Q
 from prometheus_client.parser import text_string_to_metric_families
 
+from scheduling.agents import ANY_NODE, NOT_YOUR_NODE, NodeScope
 from scheduling.choices import Comparison, DeviceHealth, HealthAction, HealthSource
 from scheduling.models import Device, HealthEvent, HealthRule, Node
 from scheduling.services import device_isolate, device_set_health
@@ -31,7 +32,7 @@ from scheduling.signals import health_changed
 ACTION_RANK = {HealthAction.DEGRADE: 1, HealthAction.ISOLATE: 2}
 MAX_SAMPLES = 20_000
 
-# Outcomes per event, as the API reports them.
+# Outcomes per event, as the API reports them (NOT_YOUR_NODE: about a node the sender does not speak for).
 MATCHED, NO_RULE, UNKNOWN_DEVICE = "matched", "no_rule", "unknown_device"
 
 
@@ -175,7 +176,7 @@ def parse_dcgm_text(text: str) -> list[HealthSample]:
 @dataclass
 class EventOutcome:
     sample: HealthSample
-    outcome: str  # MATCHED, NO_RULE or UNKNOWN_DEVICE
+    outcome: str  # MATCHED, NO_RULE, UNKNOWN_DEVICE or NOT_YOUR_NODE
     devices: list[str] = field(default_factory=list)  # UUIDs the sample applied to
     rule: str | None = None
     action: str | None = None
@@ -207,6 +208,10 @@ class IngestReport:
                 unknown.append(event.sample.target())
         return unknown
 
+    @property
+    def refused(self) -> list[EventOutcome]:
+        return [event for event in self.events if event.outcome == NOT_YOUR_NODE]
+
 
 def _resolve(samples: Sequence[HealthSample]) -> list[list[int] | None]:
     """Device ids per sample (None: no such device or node), from two queries whatever the batch size."""
@@ -234,6 +239,17 @@ def _resolve(samples: Sequence[HealthSample]) -> list[list[int] | None]:
     return resolved
 
 
+def _outside_scope(samples: Sequence[HealthSample], resolved: list[list[int] | None], scope: NodeScope) -> set[int]:
+    """Positions of the samples about a node the sender does not speak for (one query, none for an operator)."""
+    if scope.nodes is None:
+        return set()
+    device_ids = {pk for ids in resolved if ids for pk in ids}
+    node_of = dict(Device.objects.filter(pk__in=device_ids).values_list("pk", "node_id")) if device_ids else {}
+    return {position for position, (sample, ids) in enumerate(zip(samples, resolved, strict=True))
+            if (sample.node_wide and ids is not None and not scope.covers_name(sample.node))
+            or any(not scope.covers(node_of.get(pk, -1)) for pk in ids or ())}
+
+
 def _detail(rule: RuleLike, sample: HealthSample) -> str:
     return f"{sample.source} {sample.signal}={value_text(sample.value)} (rule: {rule.name})"[:300]
 
@@ -253,20 +269,26 @@ def _apply(device: Device, action: str, detail: str, actor) -> bool:
     return False
 
 
-def health_ingest(samples: Sequence[HealthSample], actor=None) -> IngestReport:
+def health_ingest(samples: Sequence[HealthSample], actor=None, scope: NodeScope = ANY_NODE) -> IngestReport:
     """Record what matched, apply the strongest action per device, and tell the scheduler after the commit.
 
     Each HealthEvent carries the action its rule asks for; whether that changed the device is in the report.
+    Samples about nodes outside the sender's `scope` are reported NOT_YOUR_NODE and change nothing.
     """
     rules = list(HealthRule.objects.filter(active=True))
     with transaction.atomic():
         resolved = _resolve(samples)
+        outside = _outside_scope(samples, resolved, scope)
+        resolved = [None if position in outside else ids for position, ids in enumerate(resolved)]
         wanted_ids = sorted({pk for ids in resolved if ids for pk in ids})
         devices = {device.pk: device for device in Device.objects.select_for_update(of=("self",))
                    .select_related("node", "model").filter(pk__in=wanted_ids).order_by("pk")}
         events, health_events = [], []
         wanted: dict[int, tuple[str, str]] = {}  # device id -> (action, detail) of the strongest match
-        for sample, ids in zip(samples, resolved, strict=True):
+        for position, (sample, ids) in enumerate(zip(samples, resolved, strict=True)):
+            if position in outside:
+                events.append(EventOutcome(sample, NOT_YOUR_NODE))
+                continue
             if ids is None:
                 events.append(EventOutcome(sample, UNKNOWN_DEVICE))
                 continue
