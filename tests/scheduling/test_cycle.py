@@ -216,6 +216,21 @@ def test_stale_allocation_without_heartbeat_is_reclaimed(shop, team, settings, d
     assert "no heartbeat" in request.events.get(code="releasing").message
 
 
+def test_reclaim_reports_each_item_and_a_release_in_progress_as_already_releasing(shop, team):
+    """The user's release has started but its teardown has not returned the devices (after-commit work never runs
+    here): the allocation is still active, and the batch says so instead of stopping at it."""
+    add_node(shop.accelerator, cards=6)
+    first, releasing, last = (queued(shop, team) for _ in range(3))
+    cycle.run_cycle()
+    services.request_release(request=releasing, actor=team.developer, reason="done early")
+    Allocation.objects.update(expires_at=timezone.now() - timedelta(minutes=1))
+    assert reclaim.reclaim_expired() == {first.pk: "released", releasing.pk: "already_releasing",
+                                         last.pk: "released"}
+    assert reclaim.runtime_report(reports=[(releasing.pk, "running"), (last.pk, "gone"), (10**9, "gone")]).results \
+        == {releasing.pk: "heartbeat", last.pk: "already_releasing", 10**9: "not_found"}
+    assert reclaim.reclaim_expired() == dict.fromkeys([first.pk, releasing.pk, last.pk], "already_releasing")
+
+
 def test_cycle_query_count_does_not_grow_with_requests(shop, team):
     quota_set(quota=team.project.quota, limits={"concurrent_tasks": 1000}, actor=None)
     for name in ("a", "b", "c", "d"):
