@@ -6,7 +6,10 @@ proves it, compared in constant time.
 
 import hashlib
 import hmac
+import re
 import secrets
+
+_PREFIX = re.compile(r"[0-9a-f]{1,12}")
 
 
 def secret_hash(secret: str) -> str:
@@ -24,6 +27,7 @@ def prefixed_secret_new(kind: str) -> tuple[str, str]:
 
 
 def prefixed_secret_prefix(kind: str, secret: str) -> str | None:
-    """The public prefix of a secret of this kind, or None when it is not shaped like one."""
+    """The public prefix of a secret of this kind, or None when it is not shaped like one (so nothing odd, e.g. a
+    NUL byte, ever reaches a query)."""
     parts = secret.split("_", 2)
-    return parts[1] if len(parts) == 3 and parts[0] == kind and parts[1] else None
+    return parts[1] if len(parts) == 3 and parts[0] == kind and _PREFIX.fullmatch(parts[1]) else None

@@ -288,10 +288,9 @@ class AgentTokenAdmin(admin.ModelAdmin):
 
     @admin.display(description="Speaks for")
     def speaks_for(self, token):
-        names = sorted(node.name for node in token.nodes.all())
-        if names:
-            return ", ".join(names)
-        return f"every node of {token.site.name}" if token.site_id else "nothing"
+        if token.whole_site:
+            return f"every node of {token.site.name}"
+        return ", ".join(sorted(node.name for node in token.nodes.all())) or "nothing"
 
     def add_view(self, request, form_url="", extra_context=None):
         """Issue through the service and show the secret once, on a page of its own (never in a message or log)."""

@@ -36,54 +36,64 @@ class NodeScope:
 
     nodes: dict[int, str] | None = None
 
-    def covers(self, node_id: int) -> bool:
-        return self.nodes is None or node_id in self.nodes
-
-    def covers_name(self, name: str) -> bool:
-        return self.nodes is None or name in self.nodes.values()
-
     def refusal(self, item: dict) -> dict:
         """The per-item refusal body: which item, and the nodes this sender may speak for."""
-        return {"code": NOT_YOUR_NODE, "message": "This agent token does not speak for the node of this item; "
-                                                  "nothing was changed for it.",
-                "details": {**item, "your_nodes": sorted(self.nodes.values())}}
+        return {
+            "code": NOT_YOUR_NODE,
+            "message": "This agent token does not speak for the node of this item; nothing was changed for it.",
+            "details": {**item, "your_nodes": sorted(self.nodes.values())},
+        }
 
 
 ANY_NODE = NodeScope()
 
 
 def agent_token_scope(token: AgentToken) -> NodeScope:
-    """Listed nodes, else every node of the site as it is now (nodes added to the site later are covered)."""
-    listed = dict(token.nodes.values_list("pk", "name"))
-    if listed or token.site_id is None:
-        return NodeScope(listed)
-    return NodeScope(dict(Node.objects.filter(rack__site_id=token.site_id).values_list("pk", "name")))
+    """Every node of the site as it is now (nodes added to the site later are covered), or the listed nodes (a
+    listed node deleted since is simply gone: the token never widens to the site)."""
+    nodes = Node.objects.filter(rack__site_id=token.site_id) if token.whole_site else token.nodes.all()
+    return NodeScope(dict(nodes.values_list("pk", "name")))
 
 
 def _check_nodes(site: Site | None, nodes: list[Node]) -> None:
     if site is None and not nodes:
         raise DomainError("Name the nodes the agent speaks for, or a site.", code="nodes_required")
-    outside = sorted(node.name for node in nodes if site is not None and
-                     (node.rack_id is None or node.rack.site_id != site.pk))
+    outside = sorted(
+        node.name for node in nodes if site is not None and (node.rack_id is None or node.rack.site_id != site.pk)
+    )
     if outside:
-        raise DomainError(f"{', '.join(outside)} not in site {site.name}.", code="node_outside_site",
-                          details={"site": site.name, "nodes": outside})
+        raise DomainError(
+            f"{', '.join(outside)} not in site {site.name}.",
+            code="node_outside_site",
+            details={"site": site.name, "nodes": outside},
+        )
 
 
 @transaction.atomic
-def agent_token_issue(*, name: str, nodes: list[Node], site: Site | None = None,
-                      actor: User | None) -> IssuedAgentToken:
+def agent_token_issue(
+    *, name: str, nodes: list[Node], site: Site | None = None, actor: User | None
+) -> IssuedAgentToken:
     """A new agent token for the nodes (or the site's nodes); the secret is returned once and never stored."""
     if not name.strip():
         raise DomainError("Give the token a name (what uses it).", code="name_required")
     nodes = list(Node.objects.select_related("rack").filter(pk__in=[node.pk for node in nodes]))
     _check_nodes(site, nodes)
     prefix, secret = prefixed_secret_new(TOKEN_KIND)
-    token = AgentToken.objects.create(name=name.strip()[:80], prefix=prefix, hashed=secret_hash(secret), site=site,
-                                      created_by=actor if actor is not None and actor.is_authenticated else None)
+    token = AgentToken.objects.create(
+        name=name.strip()[:80],
+        prefix=prefix,
+        hashed=secret_hash(secret),
+        site=site,
+        whole_site=not nodes,
+        created_by=actor if actor is not None and actor.is_authenticated else None,
+    )
     token.nodes.set(nodes)
-    audit_record(actor=actor, action="agent_token.issued", target=token,
-                 data={"site": site.name if site else None, "nodes": sorted(node.name for node in nodes)})
+    audit_record(
+        actor=actor,
+        action="agent_token.issued",
+        target=token,
+        data={"site": site.name if site else None, "nodes": sorted(node.name for node in nodes)},
+    )
     return IssuedAgentToken(token, secret)
 
 
@@ -109,6 +119,7 @@ def agent_token_authenticate(secret: str) -> AgentToken | None:
     if token is None or not secret_matches(token.hashed, secret):
         return None
     now = timezone.now()
-    AgentToken.objects.filter(Q(last_used_at__isnull=True) | Q(last_used_at__lt=now - LAST_USED_PRECISION),
-                              pk=token.pk).update(last_used_at=now)
+    AgentToken.objects.filter(
+        Q(last_used_at__isnull=True) | Q(last_used_at__lt=now - LAST_USED_PRECISION), pk=token.pk
+    ).update(last_used_at=now)
     return token

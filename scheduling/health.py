@@ -245,9 +245,10 @@ def _outside_scope(samples: Sequence[HealthSample], resolved: list[list[int] | N
         return set()
     device_ids = {pk for ids in resolved if ids for pk in ids}
     node_of = dict(Device.objects.filter(pk__in=device_ids).values_list("pk", "node_id")) if device_ids else {}
+    names = set(scope.nodes.values())
     return {position for position, (sample, ids) in enumerate(zip(samples, resolved, strict=True))
-            if (sample.node_wide and ids is not None and not scope.covers_name(sample.node))
-            or any(not scope.covers(node_of.get(pk, -1)) for pk in ids or ())}
+            if (sample.node_wide and ids is not None and sample.node not in names)
+            or any(node_of.get(pk) not in scope.nodes for pk in ids or ())}
 
 
 def _detail(rule: RuleLike, sample: HealthSample) -> str:

@@ -41,8 +41,12 @@ class AgentTokenScheme(OpenApiAuthenticationExtension):
     name = "agentToken"
 
     def get_security_definition(self, auto_schema):
-        return {"type": "apiKey", "in": "header", "name": "Authorization",
-                "description": "`Agent <token>`: a node agent's token, issued by an operator for its nodes."}
+        return {
+            "type": "apiKey",
+            "in": "header",
+            "name": "Authorization",
+            "description": "`Agent <token>`: a node agent's token, issued by an operator for its nodes.",
+        }
 
 
 def is_operator_sender(user) -> bool:
@@ -52,15 +56,19 @@ def is_operator_sender(user) -> bool:
 class CanReportForNodes(permissions.BasePermission):
     """An agent token, or an operator's user token with the ingest permission."""
 
-    message = ("Sending health events and runtime reports needs an agent token (Authorization: Agent ...) or an "
-               "operator's token with the scheduling.ingest_health permission.")
+    message = (
+        "Sending health events and runtime reports needs an agent token (Authorization: Agent ...) or an "
+        "operator's token with the scheduling.ingest_health permission."
+    )
 
     def has_permission(self, request, view):
         if isinstance(request.auth, AgentToken):
             return True
         if request.user.is_authenticated and request.user.has_perm(INGEST_HEALTH) and not request.user.is_staff:
-            self.message = ("scheduling.ingest_health on a user who is not an operator no longer speaks for any "
-                            "node; node agents use an agent token (Authorization: Agent ...) issued for their nodes.")
+            self.message = (
+                "scheduling.ingest_health on a user who is not an operator no longer speaks for any "
+                "node; node agents use an agent token (Authorization: Agent ...) issued for their nodes."
+            )
             return False
         return is_operator_sender(request.user)
 

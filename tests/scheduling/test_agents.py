@@ -56,8 +56,9 @@ def placed(shop, team, two_nodes):  # noqa: F811
 
 
 def gone(client, *requests):
-    return client.post(RUNTIME, {"reports": [{"request": request.pk, "status": "gone"} for request in requests]},
-                       format="json")
+    return client.post(
+        RUNTIME, {"reports": [{"request": request.pk, "status": "gone"} for request in requests]}, format="json"
+    )
 
 
 # --- the role matrix ---------------------------------------------------------------------------------------
@@ -65,7 +66,7 @@ def gone(client, *requests):
 
 def test_anonymous_and_bad_agent_tokens_are_401(api, two_nodes):
     assert api.post(EVENTS, {"events": [xid_79("mine")]}, format="json").status_code == 401
-    for header in ("Agent cca_nope_nope", "Agent", "Agent a b"):
+    for header in ("Agent cca_nope_nope", "Agent cca_00\x00_x", "Agent cca_0123abcd_x", "Agent", "Agent a b"):
         client = APIClient()
         client.credentials(HTTP_AUTHORIZATION=header)
         response = client.post(EVENTS, {"events": [xid_79("mine")]}, format="json")
@@ -94,15 +95,31 @@ def test_an_agent_of_another_node_is_refused_per_item_and_changes_nothing(two_no
     mine, _ = two_nodes
     ours, others = placed
     agent = agent_api([mine])
-    response = agent.post(RUNTIME, {"reports": [{"request": ours.pk, "status": "running"},
-                                                {"request": others.pk, "status": "gone"},
-                                                {"request": others.pk + 1000, "status": "gone"}]}, format="json")
+    response = agent.post(
+        RUNTIME,
+        {
+            "reports": [
+                {"request": ours.pk, "status": "running"},
+                {"request": others.pk, "status": "gone"},
+                {"request": others.pk + 1000, "status": "gone"},
+            ]
+        },
+        format="json",
+    )
     assert response.status_code == 200, response.json()
     body = response.json()
-    assert body["results"] == {str(ours.pk): "heartbeat", str(others.pk): "not_your_node",
-                               str(others.pk + 1000): "not_found"}
-    assert body["refused"] == [{"code": "not_your_node", "message": body["refused"][0]["message"],
-                                "details": {"request": others.pk, "your_nodes": ["mine"]}}]
+    assert body["results"] == {
+        str(ours.pk): "heartbeat",
+        str(others.pk): "not_your_node",
+        str(others.pk + 1000): "not_found",
+    }
+    assert body["refused"] == [
+        {
+            "code": "not_your_node",
+            "message": body["refused"][0]["message"],
+            "details": {"request": others.pk, "your_nodes": ["mine"]},
+        }
+    ]
     allocation = Allocation.objects.get(request=others)
     assert allocation.state == AllocationState.ACTIVE and allocation.heartbeat_at is None
     others.refresh_from_db()
@@ -113,8 +130,11 @@ def test_an_agent_of_another_node_is_refused_per_item_and_changes_nothing(two_no
 def test_an_agent_of_another_node_cannot_heartbeat_it_either(two_nodes, placed):
     mine, _ = two_nodes
     _, others = placed
-    body = agent_api([mine]).post(RUNTIME, {"reports": [{"request": others.pk, "status": "running"}]},
-                                  format="json").json()
+    body = (
+        agent_api([mine])
+        .post(RUNTIME, {"reports": [{"request": others.pk, "status": "running"}]}, format="json")
+        .json()
+    )
     assert body["results"] == {str(others.pk): "not_your_node"}
     assert Allocation.objects.get(request=others).heartbeat_at is None
 
@@ -138,18 +158,26 @@ def test_an_operator_speaks_for_any_node(api_as, placed, django_capture_on_commi
 
 def test_health_events_about_another_node_are_refused_and_change_nothing(two_nodes):
     mine, _ = two_nodes
-    events = [xid_79("mine", 0), xid_79("theirs", 1),
-              {"device_uuid": "GPU-theirs-0", "source": "dcgm", "signal": "DCGM_FI_DEV_XID_ERRORS", "value": 79},
-              {"node": "theirs", "source": "bmc", "signal": "Status.Health", "value": "Critical"}]
+    events = [
+        xid_79("mine", 0),
+        xid_79("theirs", 1),
+        {"device_uuid": "GPU-theirs-0", "source": "dcgm", "signal": "DCGM_FI_DEV_XID_ERRORS", "value": 79},
+        {"node": "theirs", "source": "bmc", "signal": "Status.Health", "value": "Critical"},
+    ]
     response = agent_api([mine]).post(EVENTS, {"events": events}, format="json")
     assert response.status_code == 200, response.json()
     body = response.json()
-    assert [event["outcome"] for event in body["events"]] == ["matched", "not_your_node", "not_your_node",
-                                                               "not_your_node"]
+    assert [event["outcome"] for event in body["events"]] == [
+        "matched",
+        "not_your_node",
+        "not_your_node",
+        "not_your_node",
+    ]
     assert [item["details"] for item in body["refused"]] == [
         {"target": {"node": "theirs", "index": 1}, "your_nodes": ["mine"]},
         {"target": {"device_uuid": "GPU-theirs-0"}, "your_nodes": ["mine"]},
-        {"target": {"node": "theirs"}, "your_nodes": ["mine"]}]
+        {"target": {"node": "theirs"}, "your_nodes": ["mine"]},
+    ]
     assert {item["code"] for item in body["refused"]} == {"not_your_node"}
     assert isolated("mine") == [True, False] and isolated("theirs") == [False, False]
     assert set(HealthEvent.objects.values_list("device__node__name", flat=True)) == {"mine"}
@@ -166,8 +194,9 @@ def test_a_dcgm_scrape_from_another_nodes_agent_changes_nothing(two_nodes):
 
 def test_a_site_token_speaks_for_the_sites_nodes_and_no_other(two_nodes):
     elsewhere = add_node(Device.objects.first().model, name="elsewhere", cards=1)
-    Node.objects.filter(pk=elsewhere.pk).update(rack=Rack.objects.create(site=Site.objects.create(name="dc2"),
-                                                                         name="r1"))
+    Node.objects.filter(pk=elsewhere.pk).update(
+        rack=Rack.objects.create(site=Site.objects.create(name="dc2"), name="r1")
+    )
     agent = agent_api(site=Site.objects.get(name="dc1"))
     later = add_node(Device.objects.first().model, name="later", cards=1)  # joins dc1 after the token was issued
     Node.objects.filter(pk=later.pk).update(rack=Rack.objects.get(name="r1", site__name="dc1"))
@@ -176,6 +205,15 @@ def test_a_site_token_speaks_for_the_sites_nodes_and_no_other(two_nodes):
     assert [event["outcome"] for event in body["events"]] == ["matched", "matched", "matched", "not_your_node"]
     assert body["refused"][0]["details"]["your_nodes"] == ["later", "mine", "theirs"]
     assert isolated("elsewhere") == [False]
+
+
+def test_a_node_token_never_widens_to_its_site(two_nodes):
+    mine, _ = two_nodes
+    agent = agent_api([mine], site=Site.objects.get(name="dc1"))
+    mine.delete()
+    body = agent.post(EVENTS, {"events": [xid_79("theirs")]}, format="json").json()
+    assert [event["outcome"] for event in body["events"]] == ["not_your_node"]
+    assert body["refused"][0]["details"]["your_nodes"] == [] and isolated("theirs") == [False, False]
 
 
 def test_a_revoked_token_stops_working_at_once(two_nodes, operator):
@@ -198,8 +236,7 @@ def test_a_revoked_token_stops_working_at_once(two_nodes, operator):
 
 def test_a_token_is_stored_as_a_hash_and_audited(two_nodes, operator):
     mine, theirs = two_nodes
-    issued = agent_token_issue(name=" host-a ", nodes=[mine, theirs], site=Site.objects.get(name="dc1"),
-                               actor=operator)
+    issued = agent_token_issue(name=" host-a ", nodes=[mine, theirs], site=Site.objects.get(name="dc1"), actor=operator)
     token = AgentToken.objects.get()
     assert issued.secret.startswith(f"cca_{token.prefix}_") and issued.secret not in (token.hashed, token.prefix)
     assert token.hashed == hashlib.sha256(issued.secret.encode()).hexdigest()
@@ -230,7 +267,8 @@ def test_the_command_issues_and_revokes(two_nodes, capsys):
     client = APIClient()
     client.credentials(HTTP_AUTHORIZATION=f"Agent {secret}")
     assert client.post(EVENTS, {"events": [xid_79("theirs")]}, format="json").json()["events"][0]["outcome"] == (
-        "not_your_node")
+        "not_your_node"
+    )
     call_command("agent_token", "revoke", AgentToken.objects.get().prefix, "--reason", "rotated")
     assert client.post(EVENTS, {"events": [xid_79("mine")]}, format="json").status_code == 401
     with pytest.raises(CommandError, match="No such node"):
@@ -267,8 +305,15 @@ def test_a_console_refusal_is_shown_and_issues_nothing(console, two_nodes):
 def test_an_operator_revokes_with_a_reason(console, operator, two_nodes):
     mine, _ = two_nodes
     issued = agent_token_issue(name="a", nodes=[mine], actor=operator)
-    console.post(ADMIN, {"action": "revoke_agent_tokens", "_selected_action": [issued.token.pk], "apply": "1",
-                         "reason": "host decommissioned"})
+    console.post(
+        ADMIN,
+        {
+            "action": "revoke_agent_tokens",
+            "_selected_action": [issued.token.pk],
+            "apply": "1",
+            "reason": "host decommissioned",
+        },
+    )
     issued.token.refresh_from_db()
     assert issued.token.revoked_at is not None
     assert AuditEvent.objects.get(action="agent_token.revoked").reason == "host decommissioned"

@@ -36,8 +36,9 @@ def lock_waiters() -> int:
     """Backends of this test database waiting for a row or table lock right now."""
     with connection.cursor() as cursor:
         cursor.execute("SELECT pg_stat_clear_snapshot()")  # activity is otherwise frozen per transaction
-        cursor.execute("SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' "
-                       "AND datname = current_database()")
+        cursor.execute(
+            "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND datname = current_database()"
+        )
         return cursor.fetchone()[0]
 
 
@@ -86,7 +87,7 @@ def test_a_batch_releases_the_others_and_reports_the_one_a_user_is_releasing(bat
     assert outcomes == {first.pk: "released", held.pk: "busy", last.pk: "released"}
     states = dict(ResourceRequest.objects.filter(pk__in=[first.pk, last.pk, held.pk]).values_list("pk", "state"))
     assert states == dict.fromkeys([first.pk, last.pk, held.pk], RequestState.RELEASED)
-    held_events = list(ResourceRequest.objects.get(pk=held.pk).events.filter(code="releasing")
-                       .values_list("message", flat=True))
+    held_events = list(
+        ResourceRequest.objects.get(pk=held.pk).events.filter(code="releasing").values_list("message", flat=True)
+    )
     assert held_events == ["Release started by " + team.developer.username + ": done early"]  # the user's only
-

@@ -31,8 +31,12 @@ See docs/agents.md."""
         actor = self._actor(by)
         try:
             if action == "issue":
-                issued = agent_token_issue(name=options["name"], nodes=self._nodes(options["node"]),
-                                           site=self._site(options["site"]), actor=actor)
+                issued = agent_token_issue(
+                    name=options["name"],
+                    nodes=self._nodes(options["node"]),
+                    site=self._site(options["site"]),
+                    actor=actor,
+                )
                 self.stdout.write(issued.secret)
             else:
                 token = AgentToken.objects.filter(prefix=options["prefix"]).first()
