@@ -74,10 +74,15 @@ def test_anonymous_and_bad_agent_tokens_are_401(api, two_nodes):
     assert isolated("mine") == [False, False]
 
 
-def test_a_developer_is_403(api_as, team, placed):  # noqa: F811
-    response = gone(api_as(team.developer), *placed)
+@pytest.mark.parametrize("who", ["developer", "approver", "lead", "other_developer", "operator"])
+def test_users_without_an_agent_token_or_the_ingest_permission_are_403(api_as, roles, placed, who):
+    """Requesters of the placed work, another tenant's developer, and an operator lacking ingest_health."""
+    client = api_as(getattr(roles, who))
+    response = gone(client, *placed)
     assert response.status_code == 403 and response.json()["code"] == "permission_denied"
     assert all(Allocation.objects.get(request=request).state == AllocationState.ACTIVE for request in placed)
+    assert client.post(EVENTS, {"events": [xid_79("mine")]}, format="json").status_code == 403
+    assert isolated("mine") == [False, False]
 
 
 def test_the_ingest_permission_alone_no_longer_speaks_for_every_node(api_as, placed):

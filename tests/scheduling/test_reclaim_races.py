@@ -61,29 +61,38 @@ def three_due(shop, team):  # noqa: F811
     return [ResourceRequest.objects.get(pk=request.pk) for request in requests]
 
 
-@pytest.mark.parametrize("batch", BATCHES)
-def test_a_batch_releases_the_others_and_reports_the_one_a_user_is_releasing(batch, team, three_due):  # noqa: F811
-    first, held, last = three_due
+def while_held(hold, batch):
+    """Run `hold` (which takes row locks) in one connection and keep its transaction open while `batch` runs in
+    another; the batch must finish without ever waiting for those locks. Returns what the batch returned."""
     locked, finish = threading.Event(), threading.Event()
 
     @in_own_connection
-    def users_release():
+    def holder():
         with transaction.atomic():
-            services.request_release(request=held, actor=team.developer, reason="done early")
+            hold()
             locked.set()
             assert finish.wait(TIMEOUT)
 
     with ThreadPoolExecutor(2) as pool:
-        user = pool.submit(users_release)
+        held = pool.submit(holder)
         try:
             assert locked.wait(TIMEOUT)
-            run = pool.submit(in_own_connection(BATCHES[batch]), [request.pk for request in three_due])
-            wait_until(lambda: run.done() or lock_waiters(), "the batch finished or waited for the held row")
-            assert run.done(), "the batch waited for the row the user's release holds"
-            outcomes = run.result()
+            run = pool.submit(in_own_connection(batch))
+            wait_until(lambda: run.done() or lock_waiters(), "the batch finished or waited for the held rows")
+            assert run.done(), "the batch waited for rows another transaction holds"
+            return run.result()
         finally:
             finish.set()
-        user.result(timeout=TIMEOUT)
+            held.result(timeout=TIMEOUT)
+
+
+@pytest.mark.parametrize("batch", BATCHES)
+def test_a_batch_releases_the_others_and_reports_the_one_a_user_is_releasing(batch, team, three_due):  # noqa: F811
+    first, held, last = three_due
+    outcomes = while_held(
+        lambda: services.request_release(request=held, actor=team.developer, reason="done early"),
+        lambda: BATCHES[batch]([request.pk for request in three_due]),
+    )
     assert outcomes == {first.pk: "released", held.pk: "busy", last.pk: "released"}
     states = dict(ResourceRequest.objects.filter(pk__in=[first.pk, last.pk, held.pk]).values_list("pk", "state"))
     assert states == dict.fromkeys([first.pk, last.pk, held.pk], RequestState.RELEASED)
@@ -91,3 +100,13 @@ def test_a_batch_releases_the_others_and_reports_the_one_a_user_is_releasing(bat
         ResourceRequest.objects.get(pk=held.pk).events.filter(code="releasing").values_list("message", flat=True)
     )
     assert held_events == ["Release started by " + team.developer.username + ": done early"]  # the user's only
+
+
+def test_expiry_warnings_skip_a_held_allocation_and_warn_it_once_on_the_next_pass(three_due):
+    Allocation.objects.update(expires_at=timezone.now() + timedelta(hours=1))
+    held = Allocation.objects.get(request=three_due[1])
+    assert while_held(lambda: Allocation.objects.select_for_update().get(pk=held.pk), reclaim.warn_expiring) == 2
+    assert not ResourceRequest.objects.get(pk=held.request_id).events.filter(code="expiry_warning").exists()
+    assert (reclaim.warn_expiring(), reclaim.warn_expiring()) == (1, 0)
+    for request in three_due:
+        assert request.events.filter(code="expiry_warning").count() == 1
