@@ -49,7 +49,7 @@ class AgentTokenScheme(OpenApiAuthenticationExtension):
         }
 
 
-def is_operator_sender(user) -> bool:
+def _is_operator_sender(user) -> bool:
     return bool(user and user.is_authenticated and user.is_staff and user.has_perm(INGEST_HEALTH))
 
 
@@ -70,7 +70,7 @@ class CanReportForNodes(permissions.BasePermission):
                 "node; node agents use an agent token (Authorization: Agent ...) issued for their nodes."
             )
             return False
-        return is_operator_sender(request.user)
+        return _is_operator_sender(request.user)
 
 
 def sender_scope(request) -> NodeScope:
@@ -79,5 +79,5 @@ def sender_scope(request) -> NodeScope:
 
 
 def sender_actor(request):
-    """The user to audit for changes (None for an agent: the platform acts, the token is on the report)."""
+    """The user to audit for changes: None for an agent (the platform's change, with the signal as its reason)."""
     return None if isinstance(request.auth, AgentToken) else request.user
