@@ -5,7 +5,6 @@ Executing steps is provisioning/engine.py; what each step does is provisioning/s
 """
 
 import contextlib
-import hashlib
 import secrets
 
 from django.conf import settings
@@ -14,6 +13,7 @@ from django.utils import timezone
 from django_q.tasks import async_task
 
 from config.errors import Conflict, DomainError, NotFound, NotPermitted
+from config.tokens import secret_hash
 from provisioning.choices import Pipeline, RunKind, RunState, StepState
 from provisioning.drivers.base import StepError
 from provisioning.models import ProvisioningRun, ProvisioningStep
@@ -242,21 +242,17 @@ def _check_retryable(run: ProvisioningRun, request: ResourceRequest) -> None:
 
 # --- The OS installer's callback --------------------------------------------------------------------------
 
-def _token_hash(token: str) -> str:
-    return hashlib.sha256(token.encode()).hexdigest()
-
-
 def installer_token_issue(run: ProvisioningRun) -> str:
     """A new one-time token for this run's installer (a repeated boot step replaces the previous one)."""
     token = secrets.token_urlsafe(32)
-    ProvisioningRun.objects.filter(pk=run.pk).update(installer_token_hash=_token_hash(token),
+    ProvisioningRun.objects.filter(pk=run.pk).update(installer_token_hash=secret_hash(token),
                                                      installer_reported_at=None, installer_report={})
     return token
 
 
 @transaction.atomic
 def installer_report(*, token: str, status: str, detail: str = "") -> ProvisioningRun:
-    run = ProvisioningRun.objects.select_for_update().filter(installer_token_hash=_token_hash(token or "")).first()
+    run = ProvisioningRun.objects.select_for_update().filter(installer_token_hash=secret_hash(token or "")).first()
     if run is None or not token:
         raise NotFound("Unknown installer token.", code="unknown_token")
     if run.installer_reported_at is not None:

@@ -4,7 +4,9 @@ Cordon state, health, isolation and allocated shares are read-only in every form
 actions here, health ingestion and the scheduler. Every changelist runs a constant number of queries.
 """
 
+from django import forms
 from django.contrib import admin
+from django.contrib.admin.widgets import FilteredSelectMultiple
 from django.core.exceptions import PermissionDenied
 from django.db.models import Count
 from django.template.response import TemplateResponse
@@ -12,8 +14,10 @@ from django.urls import path, reverse
 from django.utils.html import format_html
 
 from config.admin_actions import ReadOnlyAdminMixin, action_with_reason, related_list_filter
-from scheduling import selectors, services
+from config.errors import DomainError
+from scheduling import agents, selectors, services
 from scheduling.models import (
+    AgentToken,
     Allocation,
     AllocationDevice,
     Device,
@@ -250,3 +254,65 @@ class PreemptionRuleAdmin(AuditedSaveMixin, admin.ModelAdmin):
     list_display = ["preemptor", "victim", "grace_period_seconds", "active"]
     list_filter = ["preemptor", "victim", "active"]
     list_editable = ["grace_period_seconds", "active"]
+
+
+class AgentTokenIssueForm(forms.Form):
+    name = forms.CharField(max_length=80, help_text="What uses it, e.g. the agent's host name.")
+    site = forms.ModelChoiceField(Site.objects.all(), required=False,
+                                  help_text="Without nodes chosen: every node of this site, including later ones.")
+    nodes = forms.ModelMultipleChoiceField(Node.objects.all(), required=False,
+                                           widget=FilteredSelectMultiple("nodes", is_stacked=False),
+                                           help_text="The nodes the agent speaks for (in the site, if one is set).")
+
+
+@admin.register(AgentToken)
+class AgentTokenAdmin(admin.ModelAdmin):
+    """Operators issue node agents' tokens here (the secret is shown once) and revoke them; nothing else is
+    editable. Issuing and revoking are audited."""
+
+    list_display = ["name", "prefix", "speaks_for", "created_by", "created_at", "last_used_at", "revoked_at"]
+    list_filter = [("revoked_at", admin.EmptyFieldListFilter), "site"]
+    list_select_related = ["site", "created_by"]
+    search_fields = ["name", "prefix", "nodes__name", "site__name"]
+    exclude = ["hashed"]
+    actions = [action_with_reason(
+        name="revoke_agent_tokens", description="Revoke selected agent tokens", verb="Revoked", permission="revoke",
+        change=lambda token, reason, actor: agents.agent_token_revoke(token=token, reason=reason, actor=actor))]
+
+    def get_queryset(self, request):
+        return super().get_queryset(request).prefetch_related("nodes")
+
+    def has_change_permission(self, request, obj=None):
+        return False
+
+    def has_delete_permission(self, request, obj=None):
+        return False  # revoked tokens stay for the audit trail
+
+    def has_revoke_permission(self, request):
+        return request.user.has_perm("scheduling.change_agenttoken")
+
+    @admin.display(description="Speaks for")
+    def speaks_for(self, token):
+        if token.whole_site:
+            return f"every node of {token.site.name}"
+        return ", ".join(sorted(node.name for node in token.nodes.all())) or "nothing"
+
+    def add_view(self, request, form_url="", extra_context=None):
+        """Issue through the service and show the secret once, on a page of its own (never in a message or log)."""
+        if not self.has_add_permission(request):
+            raise PermissionDenied
+        form = AgentTokenIssueForm(request.POST or None)
+        if request.method == "POST" and form.is_valid():
+            try:
+                issued = agents.agent_token_issue(actor=request.user, **form.cleaned_data)
+            except DomainError as refusal:
+                form.add_error(None, refusal.message)
+            else:
+                return self._page(request, "issued", f"Agent token {issued.token} issued",
+                                  token=issued.token, secret=issued.secret)
+        return self._page(request, "issue", "Issue an agent token", form=form,
+                          media=self.media + form.media)
+
+    def _page(self, request, template: str, title: str, **context):
+        context = {**self.admin_site.each_context(request), "title": title, "opts": self.model._meta, **context}
+        return TemplateResponse(request, f"admin/scheduling/agenttoken/{template}.html", context)

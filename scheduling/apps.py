@@ -11,6 +11,8 @@ class SchedulingConfig(AppConfig):
         "scheduling.view_allocation", "scheduling.view_allocationdevice", "scheduling.view_healthevent",
         "scheduling.delete_healthrule", "scheduling.view_isolationclearance",
         *[f"scheduling.{verb}_preemptionrule" for verb in ("view", "add", "change", "delete")],
+        # Node agents' tokens: issue (add), revoke (change), list (view); never delete (the audit trail).
+        *[f"scheduling.{verb}_agenttoken" for verb in ("view", "add", "change")],
     ]
     # Not for operators: scheduling.clear_device_isolation is granted person by person (four eyes).
 

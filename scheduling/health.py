@@ -31,6 +31,7 @@ from django.utils import timezone
 from prometheus_client.parser import text_string_to_metric_families
 
 from config.errors import DomainError
+from scheduling.agents import ANY_NODE, NOT_YOUR_NODE, NodeScope
 from scheduling.choices import Comparison, DeviceHealth, HealthAction, HealthSource
 from scheduling.models import Device, HealthEvent, HealthRule, Node
 from scheduling.readings import number_problem, usable_number
@@ -41,7 +42,7 @@ ACTION_RANK = {HealthAction.DEGRADE: 1, HealthAction.ISOLATE: 2}
 MAX_SAMPLES = 20_000
 MAX_PROBLEMS_LISTED = 20
 
-# Outcomes per event, as the API reports them.
+# Outcomes per event, as the API reports them (NOT_YOUR_NODE: about a node the sender does not speak for).
 MATCHED, NO_RULE, UNKNOWN_DEVICE = "matched", "no_rule", "unknown_device"
 # A device's outcome when its degrading signal read clear long enough (besides the rules' actions).
 RECOVER = "recover"
@@ -244,7 +245,7 @@ def _refuse_invalid(samples: Sequence[HealthSample]) -> None:
 @dataclass
 class EventOutcome:
     sample: HealthSample
-    outcome: str  # MATCHED, NO_RULE or UNKNOWN_DEVICE
+    outcome: str  # MATCHED, NO_RULE, UNKNOWN_DEVICE or NOT_YOUR_NODE
     devices: list[str] = field(default_factory=list)  # UUIDs the sample applied to
     rule: str | None = None
     action: str | None = None
@@ -276,6 +277,10 @@ class IngestReport:
                 unknown.append(event.sample.target())
         return unknown
 
+    @property
+    def refused(self) -> list[EventOutcome]:
+        return [event for event in self.events if event.outcome == NOT_YOUR_NODE]
+
 
 def _resolve(samples: Sequence[HealthSample]) -> list[list[int] | None]:
     """Device ids per sample (None: no such device or node), from two queries whatever the batch size."""
@@ -301,6 +306,18 @@ def _resolve(samples: Sequence[HealthSample]) -> list[list[int] | None]:
         else:
             resolved.append(None)
     return resolved
+
+
+def _outside_scope(samples: Sequence[HealthSample], resolved: list[list[int] | None], scope: NodeScope) -> set[int]:
+    """Positions of the samples about a node the sender does not speak for (one query, none for an operator)."""
+    if scope.nodes is None:
+        return set()
+    device_ids = {pk for ids in resolved if ids for pk in ids}
+    node_of = dict(Device.objects.filter(pk__in=device_ids).values_list("pk", "node_id")) if device_ids else {}
+    names = set(scope.nodes.values())
+    return {position for position, (sample, ids) in enumerate(zip(samples, resolved, strict=True))
+            if (sample.node_wide and ids is not None and sample.node not in names)
+            or any(node_of.get(pk) not in scope.nodes for pk in ids or ())}
 
 
 def _detail(rule: RuleLike, sample: HealthSample) -> str:
@@ -359,12 +376,13 @@ def _recover(device: Device, samples: list[HealthSample], now: datetime, actor) 
     return True
 
 
-def health_ingest(samples: Sequence[HealthSample], actor=None) -> IngestReport:
+def health_ingest(samples: Sequence[HealthSample], actor=None, scope: NodeScope = ANY_NODE) -> IngestReport:
     """Record what matched, apply the strongest action per device, and tell the scheduler after the commit.
 
     Each HealthEvent carries the action its rule asks for; whether that changed the device is in the report.
     Samples that met no rule are recovery evidence: a degraded card whose degrading signal reads clear long
     enough returns to healthy (reported with the action "recover").
+    Samples about nodes outside the sender's `scope` are reported NOT_YOUR_NODE and change nothing.
     A batch with any unusable number is refused whole (InvalidTelemetry) before anything is read or written.
     """
     _refuse_invalid(samples)
@@ -372,6 +390,8 @@ def health_ingest(samples: Sequence[HealthSample], actor=None) -> IngestReport:
     with transaction.atomic():
         now = timezone.now()
         resolved = _resolve(samples)
+        outside = _outside_scope(samples, resolved, scope)
+        resolved = [None if position in outside else ids for position, ids in enumerate(resolved)]
         wanted_ids = sorted({pk for ids in resolved if ids for pk in ids})
         devices = {device.pk: device for device in Device.objects.select_for_update(of=("self",))
                    .select_related("node", "model", "degraded_by").filter(pk__in=wanted_ids).order_by("pk")}
@@ -379,7 +399,10 @@ def health_ingest(samples: Sequence[HealthSample], actor=None) -> IngestReport:
         wanted: dict[int, tuple[str, str]] = {}  # device id -> (action, detail) of the strongest match
         degrading: dict[int, HealthRule] = {}  # device id -> the last degrade rule it met
         unmatched: dict[int, list[HealthSample]] = {}  # device id -> its samples that met no rule
-        for sample, ids in zip(samples, resolved, strict=True):
+        for position, (sample, ids) in enumerate(zip(samples, resolved, strict=True)):
+            if position in outside:
+                events.append(EventOutcome(sample, NOT_YOUR_NODE))
+                continue
             if ids is None:
                 events.append(EventOutcome(sample, UNKNOWN_DEVICE))
                 continue

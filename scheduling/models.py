@@ -121,6 +121,40 @@ class Device(models.Model):
         return MILLI - self.allocated_milli
 
 
+class AgentToken(models.Model):
+    """A node agent's credential, issued by an operator for named nodes or for a site. Shown once, stored as a
+    SHA-256 hash and found by its public prefix (config.tokens), like project API keys.
+
+    With `whole_site`, the token speaks for every node of `site`, including nodes added later; otherwise for
+    exactly the listed nodes (all in `site` when a site is set too). Anything else it reports is refused.
+    """
+
+    name = models.CharField(max_length=80, help_text="What uses it, e.g. the agent's host name.")
+    prefix = models.CharField(max_length=12, unique=True)
+    hashed = models.CharField(max_length=64)
+    site = models.ForeignKey(Site, null=True, blank=True, on_delete=models.PROTECT, related_name="agent_tokens",
+                             help_text="Issued with no nodes listed: every node of this site.")
+    whole_site = models.BooleanField(default=False, help_text="Speaks for every node of the site, present or future.")
+    nodes = models.ManyToManyField(Node, blank=True, related_name="agent_tokens",
+                                   help_text="The nodes it speaks for (all of them in the site, if one is set).")
+    created_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, on_delete=models.SET_NULL, related_name="+")
+    created_at = models.DateTimeField(auto_now_add=True)
+    last_used_at = models.DateTimeField(null=True, blank=True)
+    revoked_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
+        constraints = [models.CheckConstraint(condition=Q(whole_site=False) | Q(site__isnull=False),
+                                              name="whole_site_token_has_site")]
+
+    def __str__(self):
+        return f"{self.name} ({self.prefix}…)"
+
+    @property
+    def active(self) -> bool:
+        return self.revoked_at is None
+
+
 class Allocation(models.Model):
     """Devices bound to one request; released allocations stay for history and metering."""
 

@@ -1,5 +1,15 @@
-"""Giving resources back: release of an allocation, expiry warnings and expiry, stale allocations."""
+"""Giving resources back: release of an allocation, expiry warnings and expiry, stale allocations.
 
+Reclaim batches (expiry, staleness, the runtime's reports) decide item by item, each in its own transaction on
+rows locked with SKIP LOCKED: the batch's first read only names candidates, the decision is taken on the locked
+row, and a row another transaction holds (a user's release, a provisioning step) is reported `busy` and looked
+at again on the next pass, so one race never stops the rest of the batch. Outcomes per item: `released`,
+`already_releasing` (released or being released by someone else), `not_found` (no allocation (still) due),
+`busy`, plus `heartbeat` and `not_your_node` for runtime reports.
+"""
+
+from collections.abc import Iterable
+from dataclasses import dataclass, field
 from datetime import timedelta
 
 from django.conf import settings
@@ -19,6 +29,7 @@ from requests.services import (
     requests_preempt,
 )
 from scheduling import hooks
+from scheduling.agents import ANY_NODE, NOT_YOUR_NODE, NodeScope
 from scheduling.allocations import adjust_device_shares
 from scheduling.choices import AllocationState, DeviceHealth
 from scheduling.models import Allocation, AllocationDevice, Node
@@ -107,47 +118,83 @@ def _check_rebindable(allocation: Allocation, node: Node, bindings: list[Allocat
                        details={"node": node.name})
 
 
+RELEASED, ALREADY_RELEASING, NOT_FOUND, BUSY, HEARTBEAT = "released", "already_releasing", "not_found", "busy", \
+    "heartbeat"
+RECLAIMABLE_STATES = (RequestState.ALLOCATED, RequestState.PROVISIONING, RequestState.ACTIVE)
+RELEASING_STATES = (RequestState.RELEASING, RequestState.RELEASED)
+
+
+def _locked_first(queryset):
+    """(row, None) locked by this transaction; (None, BUSY) when another transaction holds it; (None, NOT_FOUND)."""
+    row = queryset.select_for_update(skip_locked=True).first()
+    if row is not None:
+        return row, None
+    return None, BUSY if queryset.exists() else NOT_FOUND
+
+
+def _due_request_ids(due: Q) -> list[int]:
+    """Candidates only: each is decided again on its locked rows."""
+    return list(Allocation.objects.filter(due, state=AllocationState.ACTIVE).order_by("request_id")
+                .values_list("request_id", flat=True).distinct())
+
+
+def _reclaim_one(*, request_id: int, due: Q, reason: str) -> str:
+    """Release the request if its active allocation is still due: one transaction, request then allocation
+    locked (the order allocation_free takes them in), nothing waited for."""
+    with transaction.atomic():
+        request, outcome = _locked_first(ResourceRequest.objects.filter(pk=request_id))
+        if request is None:
+            return outcome
+        if request.state in RELEASING_STATES:
+            return ALREADY_RELEASING
+        allocation, outcome = _locked_first(Allocation.objects.filter(due, request_id=request_id,
+                                                                      state=AllocationState.ACTIVE))
+        if allocation is None:
+            return outcome
+        if request.state not in RECLAIMABLE_STATES:
+            return NOT_FOUND
+        request_release(request=request, actor=None, reason=reason)
+        return RELEASED
+
+
+def _reclaim_each(request_ids: Iterable[int], due: Q, reason: str) -> dict[int, str]:
+    return {request_id: _reclaim_one(request_id=request_id, due=due, reason=reason) for request_id in request_ids}
+
+
+def _warn_one(allocation_id: int, due: Q, now) -> bool:
+    with transaction.atomic():
+        allocation, _ = _locked_first(Allocation.objects.filter(due, pk=allocation_id).select_related("request"))
+        if allocation is None:
+            return False
+        record_event(allocation.request, actor=None, code=EventCode.EXPIRY_WARNING,
+                     message=f"Expires at {allocation.expires_at:%Y-%m-%d %H:%M} UTC; release or ask for an "
+                             "extension before then.", data={"expires_at": allocation.expires_at.isoformat()})
+        Allocation.objects.filter(pk=allocation.pk).update(expiry_warned_at=now)
+        return True
+
+
 def warn_expiring(*, now=None) -> int:
-    """Put one warning on the timeline of each allocation that expires within the warning window."""
+    """Put one warning on the timeline of each allocation that expires within the warning window (each decided on
+    its locked row, so two workers never warn twice and an extension approved meanwhile is seen)."""
     now = now or timezone.now()
     window = now + timedelta(hours=settings.EXPIRY_WARNING_HOURS)
-    due = Allocation.objects.filter(state=AllocationState.ACTIVE, expires_at__lte=window, expires_at__gt=now,
-                                    expiry_warned_at__isnull=True).select_related("request")
-    warned = 0
-    for allocation in due:
-        with transaction.atomic():
-            record_event(allocation.request, actor=None, code=EventCode.EXPIRY_WARNING,
-                         message=f"Expires at {allocation.expires_at:%Y-%m-%d %H:%M} UTC; release or ask for an "
-                                 "extension before then.", data={"expires_at": allocation.expires_at.isoformat()})
-            Allocation.objects.filter(pk=allocation.pk).update(expiry_warned_at=now)
-            warned += 1
-    return warned
+    due = Q(state=AllocationState.ACTIVE, expires_at__lte=window, expires_at__gt=now, expiry_warned_at__isnull=True)
+    candidates = Allocation.objects.filter(due).order_by("pk").values_list("pk", flat=True)
+    return sum(_warn_one(allocation_id, due, now) for allocation_id in list(candidates))
 
 
-def _release_all(allocations, reason: str) -> list[int]:
-    released = []
-    for allocation in allocations:
-        request = allocation.request
-        if request.state in (RequestState.ALLOCATED, RequestState.PROVISIONING, RequestState.ACTIVE):
-            request_release(request=request, actor=None, reason=reason)
-            released.append(request.pk)
-    return released
+def reclaim_expired(*, now=None) -> dict[int, str]:
+    """Release every request whose allocation's approved duration is over; the outcome per request id."""
+    due = Q(expires_at__lte=now or timezone.now())
+    return _reclaim_each(_due_request_ids(due), due, "expired: the approved duration is over")
 
 
-def reclaim_expired(*, now=None) -> list[int]:
-    now = now or timezone.now()
-    expired = Allocation.objects.filter(state=AllocationState.ACTIVE, expires_at__lte=now).select_related("request")
-    return _release_all(expired, "expired: the approved duration is over")
-
-
-def reclaim_stale(*, now=None) -> list[int]:
+def reclaim_stale(*, now=None) -> dict[int, str]:
     """Allocations whose runtime has stopped reporting for longer than the heartbeat timeout."""
     now = now or timezone.now()
-    cutoff = now - timedelta(minutes=settings.ALLOCATION_HEARTBEAT_TIMEOUT_MINUTES)
-    stale = Allocation.objects.filter(state=AllocationState.ACTIVE, heartbeat_at__isnull=False).filter(
-        Q(heartbeat_at__lt=cutoff)).select_related("request")
-    return _release_all(stale, f"stale: no heartbeat from the runtime for "
-                               f"{settings.ALLOCATION_HEARTBEAT_TIMEOUT_MINUTES} minutes")
+    due = Q(heartbeat_at__lt=now - timedelta(minutes=settings.ALLOCATION_HEARTBEAT_TIMEOUT_MINUTES))
+    return _reclaim_each(_due_request_ids(due), due, f"stale: no heartbeat from the runtime for "
+                                                     f"{settings.ALLOCATION_HEARTBEAT_TIMEOUT_MINUTES} minutes")
 
 
 @transaction.atomic
@@ -174,21 +221,51 @@ def requeue_from_device(*, device_id: int) -> list[int]:
     return [allocation.request_id for allocation in allocations]
 
 
-def runtime_report(*, reports: list[tuple[int, str]], now=None) -> dict[int, str]:
+@dataclass
+class RuntimeOutcome:
+    results: dict[int, str]  # request id -> outcome
+    refused: list[dict] = field(default_factory=list)  # {code: not_your_node, message, details} per refused item
+
+
+def _heartbeat(request_ids: list[int], on_nodes: Q, now) -> dict[int, str]:
+    """Refresh the heartbeat of the active allocations not locked elsewhere, in one transaction."""
+    if not request_ids:
+        return {}
+    active = Allocation.objects.filter(on_nodes, state=AllocationState.ACTIVE, request_id__in=request_ids)
+    with transaction.atomic():
+        locked = dict(active.select_for_update(skip_locked=True).values_list("pk", "request_id"))
+        Allocation.objects.filter(pk__in=locked).update(heartbeat_at=now)
+        held_elsewhere = set(active.exclude(pk__in=locked).values_list("request_id", flat=True))
+    beaten = set(locked.values())
+    return {request_id: HEARTBEAT if request_id in beaten else BUSY if request_id in held_elsewhere else NOT_FOUND
+            for request_id in request_ids}
+
+
+def _foreign(request_ids: Iterable[int], scope: NodeScope) -> list[int]:
+    """Requests whose active allocation is on a node the sender does not speak for (nodes never change)."""
+    if scope.nodes is None or not request_ids:
+        return []
+    on_nodes = Allocation.objects.filter(state=AllocationState.ACTIVE, request_id__in=request_ids)
+    return sorted(set(on_nodes.exclude(node_id__in=scope.nodes).values_list("request_id", flat=True)))
+
+
+def runtime_report(*, reports: list[tuple[int, str]], scope: NodeScope = ANY_NODE, now=None) -> RuntimeOutcome:
     """What the runtime (agents on the nodes) says about requests' workloads: "running" refreshes the heartbeat,
-    "gone" reclaims the allocation at once. Returns, per request id, what was done."""
+    "gone" reclaims the allocation at once. Reports about allocations outside the sender's nodes are refused
+    (not_your_node) and change nothing; every other item is decided on its own locked rows."""
     now = now or timezone.now()
     statuses = dict(reports)
-    active = {allocation.request_id: allocation for allocation in Allocation.objects.filter(
-        state=AllocationState.ACTIVE, request_id__in=statuses).select_related("request")}
-    outcome = {request_id: "no_active_allocation" for request_id in statuses if request_id not in active}
-    running = [request_id for request_id, status in statuses.items() if status == "running" and request_id in active]
-    Allocation.objects.filter(pk__in=[active[request_id].pk for request_id in running]).update(heartbeat_at=now)
-    outcome.update(dict.fromkeys(running, "heartbeat"))
-    gone = [active[request_id] for request_id, status in statuses.items() if status == "gone" and request_id in active]
-    for request_id in _release_all(gone, "stale: the runtime reports the workload gone"):
-        outcome[request_id] = "reclaimed"
-    return outcome
+    refused = _foreign(statuses, scope)
+    # Checked again on the locked rows: an allocation placed on another node meanwhile is not this sender's.
+    on_nodes = Q() if scope.nodes is None else Q(node_id__in=scope.nodes)
+    for request_id in refused:
+        del statuses[request_id]
+    results = dict.fromkeys(refused, NOT_YOUR_NODE)
+    running = [request_id for request_id, status in statuses.items() if status == "running"]
+    gone = [request_id for request_id, status in statuses.items() if status == "gone"]
+    results.update(_heartbeat(running, on_nodes, now))
+    results.update(_reclaim_each(gone, on_nodes, "stale: the runtime reports the workload gone"))
+    return RuntimeOutcome(results, [scope.refusal({"request": request_id}) for request_id in refused])
 
 
 def allocation_extend(*, request_id: int, hours: int) -> int:

@@ -13,7 +13,8 @@ def free_released(request_id: int, reason: str) -> None:
 
 def reclaim_allocations() -> int:
     reclaim.warn_expiring()
-    return len(reclaim.reclaim_expired()) + len(reclaim.reclaim_stale())
+    outcomes = [*reclaim.reclaim_expired().values(), *reclaim.reclaim_stale().values()]
+    return outcomes.count(reclaim.RELEASED)
 
 
 def requeue_from_device(device_id: int) -> int:

@@ -1,15 +1,13 @@
 """Project API keys for the gateway: created (shown once), rotated, revoked by project members; checked by the
 gateway in constant time. Only a SHA-256 hash and a public prefix are stored."""
 
-import hashlib
-import hmac
-import secrets
 from dataclasses import dataclass
 
 from django.db import transaction
 from django.utils import timezone
 
 from config.errors import Conflict, DomainError, NotPermitted
+from config.tokens import prefixed_secret_new, prefixed_secret_prefix, secret_hash, secret_matches
 from provisioning.models import ApiKey
 from tenancy.choices import ProjectPermission
 from tenancy.models import Project, User
@@ -25,18 +23,14 @@ class IssuedKey:
     secret: str  # the whole key; the only time anyone sees it
 
 
-def _hash(secret: str) -> str:
-    return hashlib.sha256(secret.encode()).hexdigest()
-
-
 def can_manage_keys(user: User, project: Project) -> bool:
     return user_has_project_permission(user=user, project=project, permission=ProjectPermission.REQUEST)
 
 
 def _issue(project: Project, name: str, actor: User) -> IssuedKey:
-    prefix = secrets.token_hex(4)
-    secret = f"{KEY_PREFIX}_{prefix}_{secrets.token_urlsafe(32)}"
-    key = ApiKey.objects.create(project=project, name=name, prefix=prefix, hashed=_hash(secret), created_by=actor)
+    prefix, secret = prefixed_secret_new(KEY_PREFIX)
+    key = ApiKey.objects.create(project=project, name=name, prefix=prefix, hashed=secret_hash(secret),
+                                created_by=actor)
     return IssuedKey(key, secret)
 
 
@@ -82,10 +76,10 @@ def api_key_rotate(*, key: ApiKey, actor: User) -> IssuedKey:
 
 def api_key_authenticate(secret: str) -> ApiKey | None:
     """The active key this secret belongs to, or None (unknown, malformed, revoked)."""
-    parts = secret.split("_", 2)
-    if len(parts) != 3 or parts[0] != KEY_PREFIX:
+    prefix = prefixed_secret_prefix(KEY_PREFIX, secret)
+    if prefix is None:
         return None
-    key = ApiKey.objects.filter(prefix=parts[1], revoked_at__isnull=True).first()
-    if key is None or not hmac.compare_digest(key.hashed, _hash(secret)):
+    key = ApiKey.objects.filter(prefix=prefix, revoked_at__isnull=True).first()
+    if key is None or not secret_matches(key.hashed, secret):
         return None
     return key

@@ -3,6 +3,8 @@
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
+from config.api import ErrorSerializer
+from scheduling.agents import ANY_NODE, NOT_YOUR_NODE
 from scheduling.choices import HealthAction, HealthSource
 from scheduling.health import MAX_SAMPLES, RECOVER, HealthSample
 
@@ -72,8 +74,9 @@ class EventOutcomeSerializer(serializers.Serializer):
     signal = serializers.CharField(source="sample.signal")
     value = SignalValueField(source="sample.value")
     target = HealthTargetSerializer(source="sample.target")
-    outcome = serializers.ChoiceField(choices=["matched", "no_rule", "unknown_device"],
-                                      help_text="matched a rule, matched none, or named no known device/node.")
+    outcome = serializers.ChoiceField(choices=["matched", "no_rule", "unknown_device", NOT_YOUR_NODE],
+                                      help_text="matched a rule, matched none, named no known device/node, or "
+                                                "named a node the agent token does not speak for (ignored).")
     devices = serializers.ListField(child=serializers.CharField(), help_text="UUIDs of the devices it applied to.")
     rule = serializers.CharField(allow_null=True, help_text="The strongest rule it met.")
     action = serializers.ChoiceField(choices=HealthAction.choices, allow_null=True)
@@ -97,9 +100,16 @@ class IngestReportSerializer(serializers.Serializer):
     unknown_devices = HealthTargetSerializer(source="unknown", many=True)
     devices = DeviceOutcomeSerializer(many=True)
     events = EventOutcomeSerializer(many=True)
+    refused = serializers.SerializerMethodField(
+        help_text="One {code: not_your_node, message, details: {target, your_nodes}} per event about another node.")
 
     def get_received(self, report) -> int:
         return len(report.events)
 
     def get_matched(self, report) -> int:
         return sum(1 for event in report.events if event.outcome == "matched")
+
+    @extend_schema_field(ErrorSerializer(many=True))
+    def get_refused(self, report) -> list[dict]:
+        scope = self.context.get("scope", ANY_NODE)
+        return [scope.refusal({"target": event.sample.target()}) for event in report.refused]

@@ -1,7 +1,8 @@
-"""Health ingestion endpoint for agents and exporters (token of a user with scheduling.ingest_health)."""
+"""Health ingestion endpoint for node agents (agent token: their nodes only) and operators' exporters (user token
+of staff holding scheduling.ingest_health: any node)."""
 
 from drf_spectacular.utils import OpenApiExample, OpenApiResponse, extend_schema
-from rest_framework import exceptions, permissions
+from rest_framework import exceptions
 from rest_framework.authentication import TokenAuthentication
 from rest_framework.parsers import BaseParser, JSONParser
 from rest_framework.response import Response
@@ -9,6 +10,7 @@ from rest_framework.views import APIView
 
 from config.api import ErrorSerializer
 from scheduling.api import health_serializers as serializers
+from scheduling.api.agent_auth import AgentTokenAuthentication, CanReportForNodes, sender_actor, sender_scope
 from scheduling.health import health_ingest, parse_dcgm_text
 
 MAX_TEXT_BYTES = 8 * 1024 * 1024
@@ -29,19 +31,11 @@ class PrometheusTextParser(BaseParser):
             raise exceptions.ValidationError({"body": "Exposition text must be UTF-8."}) from exc
 
 
-class CanIngestHealth(permissions.BasePermission):
-    message = "Sending health events needs the scheduling.ingest_health permission."
-
-    def has_permission(self, request, view):
-        return bool(request.user and request.user.is_authenticated
-                    and request.user.has_perm("scheduling.ingest_health"))
-
-
 class HealthEventsView(APIView):
     """Health signals in; every matching signal is recorded and may degrade or isolate devices at once."""
 
-    authentication_classes = [TokenAuthentication]
-    permission_classes = [CanIngestHealth]
+    authentication_classes = [TokenAuthentication, AgentTokenAuthentication]
+    permission_classes = [CanReportForNodes]
     parser_classes = [JSONParser, PrometheusTextParser]
 
     @extend_schema(
@@ -54,7 +48,9 @@ class HealthEventsView(APIView):
                                                     "value": "Critical"}]})],
         description="Structured events (JSON) or dcgm-exporter metrics (text/plain; version=0.0.4). Samples are "
                     "matched against the health rules; the strongest action per device is applied (isolate beats "
-                    "degrade). Signals naming no known device are listed in unknown_devices. Bad input is a 400 "
+                    "degrade). Signals naming no known device are listed in unknown_devices. An agent token "
+                    "speaks for its nodes only: a signal about another node's device is refused (outcome and "
+                    "refused: not_your_node) and changes nothing; operators may name any node. Bad input is a 400 "
                     "validation_error and changes nothing.",
     )
     def post(self, request):
@@ -67,5 +63,6 @@ class HealthEventsView(APIView):
             body = serializers.HealthEventsInSerializer(data=request.data)
             body.is_valid(raise_exception=True)
             samples = body.samples()
-        report = health_ingest(samples, actor=request.user)
-        return Response(serializers.IngestReportSerializer(report).data)
+        scope = sender_scope(request)
+        report = health_ingest(samples, actor=sender_actor(request), scope=scope)
+        return Response(serializers.IngestReportSerializer(report, context={"scope": scope}).data)

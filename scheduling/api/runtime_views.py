@@ -7,8 +7,12 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from config.api import ErrorSerializer
-from scheduling.api.health_views import CanIngestHealth
-from scheduling.reclaim import runtime_report
+from scheduling import reclaim
+from scheduling.agents import NOT_YOUR_NODE
+from scheduling.api.agent_auth import AgentTokenAuthentication, CanReportForNodes, sender_scope
+
+OUTCOMES = [reclaim.HEARTBEAT, reclaim.RELEASED, reclaim.ALREADY_RELEASING, reclaim.NOT_FOUND, reclaim.BUSY,
+            NOT_YOUR_NODE]
 
 
 class RuntimeReportSerializer(serializers.Serializer):
@@ -20,18 +24,33 @@ class RuntimeReportsSerializer(serializers.Serializer):
     reports = RuntimeReportSerializer(many=True, allow_empty=False, max_length=10000)
 
 
+class RuntimeResultsSerializer(serializers.Serializer):
+    results = serializers.DictField(child=serializers.ChoiceField(choices=OUTCOMES),
+                                    help_text="Outcome per request id.")
+    refused = ErrorSerializer(many=True, help_text="One {code: not_your_node, message, details: {request, "
+                                                   "your_nodes}} per report about another node's allocation.")
+
+
 class RuntimeReportsView(APIView):
     """Agents report workloads: `running` is a heartbeat; `gone` reclaims the allocation with that reason."""
 
-    authentication_classes = [TokenAuthentication]
-    permission_classes = [CanIngestHealth]
+    authentication_classes = [TokenAuthentication, AgentTokenAuthentication]
+    permission_classes = [CanReportForNodes]
 
     @extend_schema(request=RuntimeReportsSerializer,
-                   responses={200: {"type": "object", "properties": {"results": {"type": "object"}}},
+                   responses={200: RuntimeResultsSerializer,
                               **{code: OpenApiResponse(ErrorSerializer) for code in (400, 401, 403)}},
-                   description="Per request id: heartbeat, reclaimed, or no_active_allocation.")
+                   description="Per request id: heartbeat (running: heartbeat refreshed), released (gone: the "
+                               "allocation is being reclaimed), already_releasing (released or being released "
+                               "already), not_found (no active allocation), busy (another transaction holds it "
+                               "right now: nothing changed, report it again), not_your_node (the allocation is on "
+                               "a node this agent token does not speak for: nothing changed). Each item is "
+                               "decided on its own; one item never stops the others.")
     def post(self, request):
         body = RuntimeReportsSerializer(data=request.data)
         body.is_valid(raise_exception=True)
-        results = runtime_report(reports=[(row["request"], row["status"]) for row in body.validated_data["reports"]])
-        return Response({"results": {str(request_id): outcome for request_id, outcome in results.items()}})
+        outcome = reclaim.runtime_report(reports=[(row["request"], row["status"])
+                                                  for row in body.validated_data["reports"]],
+                                         scope=sender_scope(request))
+        return Response({"results": {str(request_id): result for request_id, result in outcome.results.items()},
+                         "refused": outcome.refused})

@@ -29,8 +29,9 @@ def gpu_node(name: str = HOSTNAME, uuids: list[str] | None = None, model=None) -
 
 
 def ingest_user(**kwargs):
-    """A service account holding scheduling.ingest_health, as an exporter's token would belong to."""
-    user = factories.UserFactory(**kwargs)
+    """An operator's service account holding scheduling.ingest_health (a central exporter): it speaks for any node.
+    Node agents use agent tokens instead (tests/scheduling/test_agents.py)."""
+    user = factories.UserFactory(is_staff=True, **kwargs)
     user.user_permissions.add(Permission.objects.get(content_type__app_label="scheduling", codename="ingest_health"))
     return user
 

@@ -21,6 +21,7 @@ from tenancy.choices import Role
 from tenancy.services import quota_set
 from tests import factories
 from tests.requests.conftest import GENEROUS_QUOTA, make_order
+from tests.scheduling.agent_tokens import agent_api
 
 pytestmark = pytest.mark.django_db
 # Placed requests: provisioning moves them on from allocated when after-commit work runs.
@@ -192,10 +193,10 @@ def test_expiry_warns_then_reclaims(shop, team, django_capture_on_commit_callbac
     with time_machine.travel(start + timedelta(hours=7), tick=False):
         assert reclaim.warn_expiring() == 1
         assert reclaim.warn_expiring() == 0  # once
-        assert reclaim.reclaim_expired() == []
+        assert reclaim.reclaim_expired() == {}
     with time_machine.travel(start + timedelta(hours=10, minutes=1), tick=False), \
             django_capture_on_commit_callbacks(execute=True):
-        assert reclaim.reclaim_expired() == [request.pk]
+        assert reclaim.reclaim_expired() == {request.pk: "released"}
     request.refresh_from_db()
     assert request.state == RequestState.RELEASED
     assert request.events.filter(code="expiry_warning").count() == 1
@@ -209,10 +210,25 @@ def test_stale_allocation_without_heartbeat_is_reclaimed(shop, team, settings, d
     cycle.run_cycle()
     Allocation.objects.update(heartbeat_at=timezone.now() - timedelta(minutes=31))
     with django_capture_on_commit_callbacks(execute=True):
-        assert reclaim.reclaim_stale() == [request.pk]
+        assert reclaim.reclaim_stale() == {request.pk: "released"}
     request.refresh_from_db()
     assert request.state == RequestState.RELEASED
     assert "no heartbeat" in request.events.get(code="releasing").message
+
+
+def test_reclaim_reports_each_item_and_a_release_in_progress_as_already_releasing(shop, team):
+    """The user's release has started but its teardown has not returned the devices (after-commit work never runs
+    here): the allocation is still active, and the batch says so instead of stopping at it."""
+    add_node(shop.accelerator, cards=6)
+    first, releasing, last = (queued(shop, team) for _ in range(3))
+    cycle.run_cycle()
+    services.request_release(request=releasing, actor=team.developer, reason="done early")
+    Allocation.objects.update(expires_at=timezone.now() - timedelta(minutes=1))
+    assert reclaim.reclaim_expired() == {first.pk: "released", releasing.pk: "already_releasing",
+                                         last.pk: "released"}
+    assert reclaim.runtime_report(reports=[(releasing.pk, "running"), (last.pk, "gone"), (10**9, "gone")]).results \
+        == {releasing.pk: "heartbeat", last.pk: "already_releasing", 10**9: "not_found"}
+    assert reclaim.reclaim_expired() == dict.fromkeys([first.pk, releasing.pk, last.pk], "already_releasing")
 
 
 def test_cycle_query_count_does_not_grow_with_requests(shop, team):
@@ -351,18 +367,9 @@ def test_with_requeue_off_the_request_keeps_its_card(shop, team, settings, djang
     assert "still holds it" in request.events.get(code="device_isolated").message
 
 
-@pytest.fixture
-def runtime_agent(api_as):
-    from django.contrib.auth.models import Permission
-
-    user = factories.UserFactory(username="node-agent")
-    user.user_permissions.add(Permission.objects.get(codename="ingest_health"))
-    return api_as(user)
-
-
-def test_runtime_reports_refresh_heartbeats_and_reclaim_gone_workloads(shop, team, runtime_agent,
+def test_runtime_reports_refresh_heartbeats_and_reclaim_gone_workloads(shop, team,
                                                                        django_capture_on_commit_callbacks):
-    add_node(shop.accelerator, cards=4)
+    runtime_agent = agent_api([add_node(shop.accelerator, cards=4)])
     alive, dead = queued(shop, team), queued(shop, team)
     cycle.run_cycle()
     with django_capture_on_commit_callbacks(execute=True):
@@ -370,8 +377,8 @@ def test_runtime_reports_refresh_heartbeats_and_reclaim_gone_workloads(shop, tea
             {"request": alive.pk, "status": "running"}, {"request": dead.pk, "status": "gone"},
             {"request": 999999, "status": "running"}]}, format="json")
     assert response.status_code == 200
-    assert response.json()["results"] == {str(alive.pk): "heartbeat", str(dead.pk): "reclaimed",
-                                          "999999": "no_active_allocation"}
+    assert response.json() == {"results": {str(alive.pk): "heartbeat", str(dead.pk): "released",
+                                           "999999": "not_found"}, "refused": []}
     assert Allocation.objects.get(request=alive).heartbeat_at is not None
     dead.refresh_from_db()
     assert dead.state == RequestState.RELEASED
