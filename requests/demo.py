@@ -8,6 +8,11 @@ from tenancy.choices import Role
 
 # rule name, conditions, [(stage name, source, mode, project role)]; a rule without stages approves itself.
 RESOURCE_RULES = [
+    # No demo project is entitled to critical: it is always an exception, and the lead and operators both agree.
+    ("Critical priority", {"min_priority": "critical"}, [
+        ("Project lead", ApproverSource.PROJECT_ROLE, ApprovalMode.ANY, Role.LEAD),
+        ("Operators", ApproverSource.OPERATORS, ApprovalMode.ANY, ""),
+    ]),
     ("Production environment", {"parameter_name": "environment", "parameter_value": "production"}, [
         ("Project approver", ApproverSource.PROJECT_ROLE, ApprovalMode.ANY, Role.APPROVER),
         ("Requester's manager", ApproverSource.MANAGER, ApprovalMode.ANY, ""),
@@ -49,7 +54,8 @@ def _policy(name: str, subject: str, description: str, rules: list) -> None:
 
 def seed(context: dict) -> None:
     _policy("Resource requests", ApprovalSubject.RESOURCE_REQUEST,
-            "Production, bare metal, big orders and NPUs get extra approvers; the rest needs the project approver.",
+            "Critical priority, production, bare metal, big orders and NPUs get extra approvers; the rest needs the "
+            "project approver.",
             RESOURCE_RULES)
     _policy("Quota changes", ApprovalSubject.QUOTA_CHANGE, "Operators decide every quota change.",
             [("All quota changes", {}, [("Operators", ApproverSource.OPERATORS, ApprovalMode.ANY, "")])])

@@ -41,7 +41,7 @@ def shop(db):
 
 @pytest.fixture
 def team(db):
-    project = factories.project(quota=GENEROUS_QUOTA)
+    project = factories.project(quota=GENEROUS_QUOTA, max_priority=CRITICAL)  # an operator entitled it to critical
     quota_set(quota=project.quota, limits={"concurrent_tasks": 1000, "gpus": 64, "accelerator_memory_gb": 64 * 80,
                                            "cpu_cores": 1024, "memory_gb": 8192}, actor=None)
     return SimpleNamespace(project=project, developer=factories.member(project))
