@@ -80,6 +80,18 @@ class TenantAdmin(admin.ModelAdmin):
 
     def save_formset(self, request, form, formset, change):
         _save_quota_formset(request, formset, owner=form.instance)
+        _saved_through_services(formset)
+
+
+def _saved_through_services(formset) -> None:
+    """The admin's history message reads what a formset saved itself; these inlines save through services, so
+    say what their forms changed (without this, saving the page fails with AttributeError: no new_objects)."""
+    changed = [inline for inline in formset.forms if inline.has_changed() and inline.is_valid()]
+    formset.deleted_objects = [inline.instance for inline in changed if inline.cleaned_data.get("DELETE")]
+    formset.new_objects = [inline.instance for inline in changed
+                           if not inline.instance.pk and not inline.cleaned_data.get("DELETE")]
+    formset.changed_objects = [(inline.instance, inline.changed_data) for inline in changed
+                               if inline.instance.pk and not inline.cleaned_data.get("DELETE")]
 
 
 def _save_quota_formset(request, formset, *, owner) -> None:
@@ -179,6 +191,7 @@ class ProjectAdmin(GuardedModelAdmin):
             _save_quota_formset(request, formset, owner=form.instance)
         else:
             _save_membership_formset(request, formset, project=Project.objects.get(pk=form.instance.pk))
+        _saved_through_services(formset)
 
     def obj_perms_manage_user_view(self, request, object_pk, user_id):
         return self._permissions_follow_roles(request, object_pk)
