@@ -8,8 +8,9 @@ from tenancy.choices import Role
 
 # rule name, conditions, [(stage name, source, mode, project role)]; a rule without stages approves itself.
 RESOURCE_RULES = [
-    # No demo project is entitled to critical: it is always an exception, and the lead and operators both agree.
-    ("Critical priority", {"min_priority": "critical"}, [
+    # Above the project's priority entitlement (critical always: no demo project is entitled to it), the project
+    # lead and then the operators agree.
+    ("High-priority exceptions", {"min_priority": "high", "quota_exception": True}, [
         ("Project lead", ApproverSource.PROJECT_ROLE, ApprovalMode.ANY, Role.LEAD),
         ("Operators", ApproverSource.OPERATORS, ApprovalMode.ANY, ""),
     ]),
@@ -54,8 +55,8 @@ def _policy(name: str, subject: str, description: str, rules: list) -> None:
 
 def seed(context: dict) -> None:
     _policy("Resource requests", ApprovalSubject.RESOURCE_REQUEST,
-            "Critical priority, production, bare metal, big orders and NPUs get extra approvers; the rest needs the "
-            "project approver.",
+            "High-priority exceptions, production, bare metal, big orders and NPUs get extra approvers; the rest "
+            "needs the project approver.",
             RESOURCE_RULES)
     _policy("Quota changes", ApprovalSubject.QUOTA_CHANGE, "Operators decide every quota change.",
             [("All quota changes", {}, [("Operators", ApproverSource.OPERATORS, ApprovalMode.ANY, "")])])
