@@ -5,7 +5,8 @@ Two steps, both under the cycle's advisory lock and transaction:
 1. `carry_out` (start of the cycle): allocations whose grace period is over are preempted (devices back to the
    pool, allocation released "preempted for #N", request back to the queue with a PREEMPTED event), so the same
    cycle's placement gives their devices to the waiting winner. Preemptions whose winner no longer waits (it was
-   placed elsewhere, cancelled, ...) are called off.
+   placed elsewhere, cancelled, ...) or that no active rule allows any more (an operator deactivated the rule or
+   withdrew its `cross_tenant`) are called off.
 2. `schedule` (after placement): for each higher-priority request still waiting for capacity, in queue order, the
    engine plans the smallest set of running allocations whose eviction makes room. When every victim's class may
    be preempted by the request's class under an active `PreemptionRule`, every victim belongs to the request's own
@@ -201,7 +202,7 @@ def schedule(*, cluster, result: placement.PlacementResult, demands: list[placem
         allowed = rules[priority]
         if not all(victim in running and _evictable(running[victim], allowed, tenant, tenants, promised)
                    for victim in plan.victims):
-            continue  # defensive: the planning copy only offers allowed, unpromised victims
+            continue  # defensive: the planning copy only offers allowed (class, tenant), unpromised victims
         grace = max(allowed[CLASS_OF_RANK[running[victim].priority]].grace_period_seconds for victim in plan.victims)
         preempt_at = now + timedelta(seconds=grace)
         victims = sorted(int(victim) for victim in plan.victims)

@@ -273,3 +273,12 @@ def test_portal_priority_exception_reaches_the_operators_inbox(client, shop, tea
     client.force_login(team.operator)
     body = client.get("/approvals/").content.decode()
     assert f"#{request.pk}" in body and "Priority critical / entitled to standard" in body
+
+
+def test_project_quota_page_shows_the_entitlement(client, team):
+    entitle(team.project, P.HIGH)
+    client.force_login(team.developer)
+
+    body = client.get(f"/projects/{team.project.pk}/quota/").content.decode()
+
+    assert "Priority entitlement: up to <strong>high</strong>" in body
