@@ -281,3 +281,18 @@ def test_nobody_but_operators_may_change_the_entitlement(client, roles, who):
     assert response.status_code == 302 and response.url.startswith("/admin/login/")
     assert ProjectQuota.objects.get(pk=quota.pk).max_priority == "standard"
     assert not AuditEvent.objects.filter(action="quota.priority_entitlement_changed").exists()
+
+
+def test_adding_a_member_on_the_projects_page_saves_through_the_service(operator_client, roles):
+    url = f"/admin/tenancy/project/{roles.project.pk}/change/"
+    data = _as_posted(operator_client.get(url))
+    prefix = "memberships"
+    index = int(data[f"{prefix}-TOTAL_FORMS"])
+    data.update({f"{prefix}-TOTAL_FORMS": index + 1, f"{prefix}-{index}-user": roles.outsider.pk,
+                 f"{prefix}-{index}-role": Role.MEMBER, f"{prefix}-{index}-project": roles.project.pk})
+
+    response = operator_client.post(url, data)
+
+    assert response.status_code == 302, response.context and response.context["errors"]
+    assert Membership.objects.get(project=roles.project, user=roles.outsider).role == Role.MEMBER
+    assert held_permissions(roles.outsider, roles.project) == ROLE_PERMISSIONS[Role.MEMBER]
