@@ -35,7 +35,7 @@ _STATE_COLOURS = {
 }
 _OTHER_STATE_COLOUR = "#2b6cb0"
 RULE_CONDITIONS = ["service_kind", "vendor", "accelerator_model", "spec", "tenant", "project", "min_accelerator_count",
-                   "min_cost_estimate", "parameter_name", "parameter_value", "quota_exception"]
+                   "min_cost_estimate", "parameter_name", "parameter_value", "quota_exception", "min_priority"]
 RULE_CONDITION_LOOKUPS = ["vendor", "accelerator_model", "spec", "tenant", "project"]
 
 

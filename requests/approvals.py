@@ -27,6 +27,7 @@ from requests.choices import (
     StageState,
 )
 from requests.models import Approval, ApprovalAssignment, ApprovalRule, ApprovalRuleStage, ApprovalStage
+from tenancy.choices import PRIORITY_RANK
 from tenancy.models import Membership, Project, User
 from tenancy.operators import OPERATOR_GROUP
 
@@ -46,7 +47,8 @@ class Facts:
     accelerator_count: int = 0
     cost_estimate: Decimal = Decimal(0)
     parameters: dict[str, Any] = field(default_factory=dict)
-    quota_exception: bool = False
+    quota_exception: bool = False  # over a quota limit or over the project's priority entitlement
+    priority: str = ""  # the order's priority class; empty for subjects without one
 
 
 @dataclass(frozen=True)
@@ -109,6 +111,8 @@ def rule_matches(rule: ApprovalRule, facts: Facts) -> bool:
         rule.min_cost_estimate is None or facts.cost_estimate >= rule.min_cost_estimate,
         not rule.parameter_name or str(facts.parameters.get(rule.parameter_name, "")) == rule.parameter_value,
         rule.quota_exception is None or rule.quota_exception == facts.quota_exception,
+        not rule.min_priority or (facts.priority in PRIORITY_RANK
+                                  and PRIORITY_RANK[facts.priority] >= PRIORITY_RANK[rule.min_priority]),
     ]
     return all(checks)
 

@@ -1,5 +1,9 @@
 from django.db import models
 
+# Priority classes belong to tenancy (a project's quota names its entitlement); re-exported for the workflow.
+from tenancy.choices import PRIORITY_RANK as PRIORITY_RANK
+from tenancy.choices import PriorityClass as PriorityClass
+
 
 class RequestState(models.TextChoices):
     SUBMITTED = "submitted", "Submitted"
@@ -28,19 +32,6 @@ CANCELLABLE_STATES = frozenset({RequestState.SUBMITTED, RequestState.WAITING_FOR
                                 RequestState.PENDING_APPROVAL, RequestState.APPROVED, RequestState.QUEUED})
 
 
-class PriorityClass(models.TextChoices):
-    """Scheduling priority; the rank orders the queue (higher first)."""
-
-    BATCH = "batch", "Batch (preemptible)"
-    STANDARD = "standard", "Standard"
-    HIGH = "high", "High"
-    CRITICAL = "critical", "Critical"
-
-
-PRIORITY_RANK = {PriorityClass.BATCH: 10, PriorityClass.STANDARD: 50, PriorityClass.HIGH: 80,
-                 PriorityClass.CRITICAL: 100}
-
-
 class OverQuota(models.TextChoices):
     """What the requester wants when a submission does not fit the quota."""
 
@@ -54,6 +45,7 @@ class EventCode(models.TextChoices):
     ADMITTED = "admitted", "Admitted within quota"
     QUOTA_EXCEEDED = "quota_exceeded", "Over quota"
     QUOTA_EXCEPTION = "quota_exception", "Quota exception requested"
+    PRIORITY_EXCEPTION = "priority_exception", "Priority exception requested"
     READMITTED = "readmitted", "Re-admitted"
     ROUTED = "approval_routed", "Routed for approval"
     AUTO_APPROVED = "auto_approved", "Approved automatically"

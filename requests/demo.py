@@ -8,6 +8,12 @@ from tenancy.choices import Role
 
 # rule name, conditions, [(stage name, source, mode, project role)]; a rule without stages approves itself.
 RESOURCE_RULES = [
+    # Above the project's priority entitlement (critical always: no demo project is entitled to it), the project
+    # lead and then the operators agree.
+    ("High-priority exceptions", {"min_priority": "high", "quota_exception": True}, [
+        ("Project lead", ApproverSource.PROJECT_ROLE, ApprovalMode.ANY, Role.LEAD),
+        ("Operators", ApproverSource.OPERATORS, ApprovalMode.ANY, ""),
+    ]),
     ("Production environment", {"parameter_name": "environment", "parameter_value": "production"}, [
         ("Project approver", ApproverSource.PROJECT_ROLE, ApprovalMode.ANY, Role.APPROVER),
         ("Requester's manager", ApproverSource.MANAGER, ApprovalMode.ANY, ""),
@@ -49,7 +55,8 @@ def _policy(name: str, subject: str, description: str, rules: list) -> None:
 
 def seed(context: dict) -> None:
     _policy("Resource requests", ApprovalSubject.RESOURCE_REQUEST,
-            "Production, bare metal, big orders and NPUs get extra approvers; the rest needs the project approver.",
+            "High-priority exceptions, production, bare metal, big orders and NPUs get extra approvers; the rest "
+            "needs the project approver.",
             RESOURCE_RULES)
     _policy("Quota changes", ApprovalSubject.QUOTA_CHANGE, "Operators decide every quota change.",
             [("All quota changes", {}, [("Operators", ApproverSource.OPERATORS, ApprovalMode.ANY, "")])])

@@ -32,7 +32,9 @@ class OrderForm(forms.Form):
     serving_model = forms.ModelChoiceField(queryset=None, required=False, label="Model")
     serving_template = forms.ModelChoiceField(queryset=None, required=False, label="Serving template")
     duration_hours = forms.IntegerField(min_value=1, label="Duration (hours)")
-    priority = forms.ChoiceField(choices=PriorityClass.choices, initial=PriorityClass.STANDARD)
+    priority = forms.ChoiceField(choices=PriorityClass.choices, initial=PriorityClass.STANDARD,
+                                 help_text="Above the project's priority entitlement (see the preview), it needs an "
+                                           "approved quota exception.")
     environment = forms.ChoiceField(choices=ENVIRONMENTS, initial="development")
     rate_limit_per_minute = forms.IntegerField(min_value=1, required=False, label="Rate limit (requests/minute)",
                                                help_text="Per API key. Empty: the platform default.")
@@ -43,7 +45,8 @@ class OrderForm(forms.Form):
     justification = forms.CharField(required=False, widget=forms.Textarea(attrs={"rows": 3}),
                                     help_text="What it is for. Needed for a quota exception.")
     over_quota = forms.ChoiceField(choices=OverQuota.choices, initial=OverQuota.REJECT,
-                                   widget=forms.RadioSelect, label="If it does not fit the quota")
+                                   widget=forms.RadioSelect,
+                                   label="If it does not fit the quota or the priority entitlement")
 
     def __init__(self, *args, user: User, service: Service, **kwargs):
         super().__init__(*args, **kwargs)

@@ -201,6 +201,7 @@ def approval_facts(order: Order, sizing: Sizing, requester: User, *, quota_excep
         accelerator_model_ids=frozenset(model.pk for model in models),
         spec_id=order.spec.pk if order.spec else None, accelerator_count=sizing.accelerator_count,
         cost_estimate=sizing.cost_estimate, parameters=order.parameters, quota_exception=quota_exception,
+        priority=order.priority,
     )
 
 

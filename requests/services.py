@@ -20,6 +20,7 @@ from requests.choices import ApprovalSubject, EventCode, OverQuota, RequestState
 from requests.models import RequestEvent, ResourceRequest
 from requests.models.request import snapshot_hash
 from requests.orders import Order, approval_facts, describe_order, size_order, validate_order
+from requests.priorities import priority_entitlement, priority_reason, refuse_priority
 from requests.quota import Demand, exceeded, lock_quota_scope, quota_impact
 from requests.signals import request_preempted, request_queued, request_releasing
 from tenancy.choices import ProjectPermission
@@ -80,11 +81,12 @@ def _locked(request: ResourceRequest) -> ResourceRequest:
 # --- Preview and submission --------------------------------------------------------------------------------
 
 def request_preview(*, order: Order, requester: User, over_quota: str = OverQuota.REJECT) -> dict:
-    """Cost, quota impact and approval route of an order, without storing anything."""
+    """Cost, quota impact, priority entitlement and approval route of an order, without storing anything."""
     validate_order(order, requester)
     sizing = size_order(order)
     impacts = quota_impact(order.project, sizing.demand)
-    reasons = exceeded(impacts)
+    entitlement = priority_entitlement(order)
+    reasons = exceeded(impacts) + _as_list(priority_reason(order, entitlement))
     exception = bool(reasons) and over_quota == OverQuota.EXCEPTION
     facts = approval_facts(order, sizing, requester, quota_exception=exception)
     return {
@@ -94,11 +96,16 @@ def request_preview(*, order: Order, requester: User, over_quota: str = OverQuot
         "demand": {key: str(value) if isinstance(value, Decimal) else value
                    for key, value in sizing.demand.__dict__.items()},
         "quota": [impact.as_data() for impact in impacts],
+        "priority": entitlement,
         "fits_quota": not reasons,
         "quota_reasons": reasons,
         "approval_route": approvals.route_for(facts).as_data(),
         "placement": hooks.placement_estimate(order, sizing) if hooks.placement_estimate else None,
     }
+
+
+def _as_list(reason: dict | None) -> list[dict]:
+    return [] if reason is None else [reason]
 
 
 @transaction.atomic
@@ -107,6 +114,9 @@ def request_submit(*, order: Order, requester: User, over_quota: str = OverQuota
     if over_quota not in OverQuota.values:
         raise DomainError(f"over_quota must be one of {', '.join(OverQuota.values)}.", code="invalid_over_quota")
     validate_order(order, requester)
+    priority = priority_reason(order)
+    if priority is not None and over_quota != OverQuota.EXCEPTION:
+        refuse_priority(priority, order)  # waiting for quota would never lift an entitlement
     if over_quota == OverQuota.EXCEPTION and not order.justification.strip():
         raise DomainError("A quota exception needs a justification.", code="justification_required")
     sizing = size_order(order)
@@ -114,13 +124,14 @@ def request_submit(*, order: Order, requester: User, over_quota: str = OverQuota
     reasons = exceeded(quota_impact(order.project, sizing.demand))
     if reasons and over_quota == OverQuota.REJECT:
         raise QuotaExceeded(_quota_sentence(reasons), details={"reasons": reasons})
+    exception_reasons = reasons + _as_list(priority)
     request = ResourceRequest.objects.create(
         tenant_id=order.project.tenant_id, project=order.project, requester=requester, service=order.service,
         spec=order.spec, image=order.image, bare_metal_profile=order.bare_metal_profile,
         serving_model=order.serving_model, serving_template=order.serving_template,
         duration_hours=order.duration_hours, priority=order.priority, justification=order.justification,
-        parameters=order.parameters, quota_reasons=reasons,
-        quota_exception=bool(reasons) and over_quota == OverQuota.EXCEPTION, **sizing.request_fields(),
+        parameters=order.parameters, quota_reasons=exception_reasons,
+        quota_exception=bool(exception_reasons) and over_quota == OverQuota.EXCEPTION, **sizing.request_fields(),
     )
     record_event(request, actor=requester, code=EventCode.SUBMITTED, from_state="",
                  message=f"{requester.username} ordered {describe_order(order)}.",
@@ -134,6 +145,9 @@ def request_submit(*, order: Order, requester: User, over_quota: str = OverQuota
                      message=_quota_sentence(reasons) + " Quota exception requested.")
     else:
         record_event(request, actor=requester, code=EventCode.ADMITTED, message="Fits the project's quota.")
+    if priority is not None:
+        record_event(request, actor=requester, code=EventCode.PRIORITY_EXCEPTION, data=priority,
+                     message=priority["message"] + " Priority exception requested.")
     return _route(request, order, actor=requester)
 
 
@@ -222,7 +236,8 @@ class RequestApprovals:
     subject = ApprovalSubject.RESOURCE_REQUEST
 
     def default_route(self, facts: approvals.Facts) -> approvals.DefaultRoute | None:
-        """A quota exception is never approved automatically; other requests are when no rule matches."""
+        """A quota exception (over a limit or over the priority entitlement) is never approved automatically;
+        other requests are when no rule matches."""
         return approvals.operators_decide("Default: operators decide quota matters") if facts.quota_exception else None
 
     def on_approved(self, request: ResourceRequest, *, actor: User | None) -> None:

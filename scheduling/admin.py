@@ -249,10 +249,11 @@ class HealthEventAdmin(ReadOnlyAdmin):
 
 @admin.register(PreemptionRule)
 class PreemptionRuleAdmin(AuditedSaveMixin, admin.ModelAdmin):
-    """Which priority class may preempt which, with the victims' grace period; the scheduler reads active rules."""
+    """Which priority class may preempt which, with the victims' grace period; the scheduler reads active rules.
+    A rule crosses tenants only when `cross_tenant` is ticked here (on its change page, never from the list)."""
 
-    list_display = ["preemptor", "victim", "grace_period_seconds", "active"]
-    list_filter = ["preemptor", "victim", "active"]
+    list_display = ["preemptor", "victim", "grace_period_seconds", "cross_tenant", "active"]
+    list_filter = ["preemptor", "victim", "cross_tenant", "active"]
     list_editable = ["grace_period_seconds", "active"]
 
 

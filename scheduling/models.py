@@ -341,6 +341,9 @@ class PreemptionRule(models.Model):
                               help_text="Priority class of the running allocations it may preempt (a lower one).")
     grace_period_seconds = models.PositiveIntegerField(
         default=300, help_text="How long a victim keeps running after its preemption is scheduled.")
+    cross_tenant = models.BooleanField(
+        "across tenants", default=False,
+        help_text="Also evict other tenants' allocations. Off: only the waiting request's own tenant's work.")
     active = models.BooleanField(default=True)
 
     class Meta:
@@ -351,7 +354,8 @@ class PreemptionRule(models.Model):
         ]
 
     def __str__(self):
-        return (f"{self.get_preemptor_display()} may preempt {self.get_victim_display()} "
+        scope = "in any tenant" if self.cross_tenant else "of its own tenant"
+        return (f"{self.get_preemptor_display()} may preempt {self.get_victim_display()} {scope} "
                 f"(grace {self.grace_period_seconds} s)")
 
     def clean(self):

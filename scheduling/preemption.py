@@ -5,18 +5,20 @@ Two steps, both under the cycle's advisory lock and transaction:
 1. `carry_out` (start of the cycle): allocations whose grace period is over are preempted (devices back to the
    pool, allocation released "preempted for #N", request back to the queue with a PREEMPTED event), so the same
    cycle's placement gives their devices to the waiting winner. Preemptions whose winner no longer waits (it was
-   placed elsewhere, cancelled, ...) are called off.
+   placed elsewhere, cancelled, ...) or that no active rule allows any more (an operator deactivated the rule or
+   withdrew its `cross_tenant`) are called off.
 2. `schedule` (after placement): for each higher-priority request still waiting for capacity, in queue order, the
    engine plans the smallest set of running allocations whose eviction makes room. When every victim's class may
-   be preempted by the request's class under an active `PreemptionRule` and no victim is already promised to
+   be preempted by the request's class under an active `PreemptionRule`, every victim belongs to the request's own
+   tenant (unless that rule is `cross_tenant`: an operator's explicit choice) and no victim is already promised to
    another request, the victims' allocations get `preempt_at` (now + the longest grace among the rules involved,
    one time for the whole set) and `preempted_for`, their timelines say when and for whom, and the winner's queue
    reason becomes `preemption_pending` with the victims and the time.
 
 Queries are constant per cycle (a handful when anything is scheduled or due, however many requests wait).
 Planning runs the engine over a copy of the post-placement cluster in which only the victims the rules allow for
-the request's class are preemptible; the copy is rebuilt after each accepted plan so one cycle never promises the
-same victim twice.
+the request's class and tenant are preemptible; the copy is rebuilt after each accepted plan so one cycle never
+promises the same victim twice.
 """
 
 from collections import defaultdict
@@ -54,24 +56,22 @@ def carry_out(now) -> CarriedOut:
                 .select_related("request", "preempted_for").order_by("preempt_at", "pk"))
     outcome = CarriedOut()
     due: list[Allocation] = []
-    called_off: list[Allocation] = []
+    called_off: list[tuple[Allocation, str]] = []
+    rules = _active_rules() if rows else {}
     for allocation in rows:
         winner = allocation.preempted_for
         if winner.state != RequestState.QUEUED:
-            called_off.append(allocation)
+            called_off.append((allocation, f"request #{winner.pk} no longer needs these devices"))
+        elif _rule_for(rules, winner, allocation) is None:  # an operator changed the rules since it was scheduled
+            called_off.append((allocation, f"no active rule lets priority {winner.priority} preempt this "
+                                           f"allocation{' across tenants' if _crosses(winner, allocation) else ''}"))
         elif allocation.preempt_at <= now and allocation.request.state in PREEMPTABLE_STATES:
             due.append(allocation)
         else:  # not yet due, or the victim is being released anyway: the winner keeps waiting for it
             outcome.scheduled.setdefault(winner.pk, []).append(allocation)
     if called_off:
-        Allocation.objects.filter(pk__in=[allocation.pk for allocation in called_off]).update(
-            preempt_at=None, preempted_for=None)
-        victims = {allocation.request_id: allocation for allocation in called_off}
-        requests_note(code=EventCode.PREEMPTION_CALLED_OFF, notes=[
-            (allocation.request, f"Preemption called off: request #{allocation.preempted_for_id} no longer needs "
-                                 "these devices.", {"for_request": allocation.preempted_for_id})
-            for allocation in victims.values()])
-        outcome.called_off = list(victims)
+        _call_off(called_off)
+        outcome.called_off = list({allocation.request_id for allocation, _why in called_off})
     if due:
         unbind_devices([allocation.pk for allocation in due])
         for allocation in due:
@@ -83,13 +83,37 @@ def carry_out(now) -> CarriedOut:
             victims.setdefault(allocation.request_id, allocation)
         requests_preempt(preempted=[
             (allocation.request, allocation.preempted_for_id,
-             f"Preempted for request #{allocation.preempted_for_id} (priority {allocation.preempted_for.priority}); "
-             "devices returned to the pool, back in the queue.",
+             f"Preempted for request #{allocation.preempted_for_id} (priority {allocation.preempted_for.priority}"
+             f"{OTHER_TENANT if _crosses(allocation.preempted_for, allocation) else ''}); devices returned to the "
+             "pool, back in the queue.",
              {"for_request": allocation.preempted_for_id, "priority": allocation.preempted_for.priority,
+              "cross_tenant": _crosses(allocation.preempted_for, allocation),
               "allocations": [row.pk for row in due if row.request_id == request_id]})
             for request_id, allocation in victims.items()])
         outcome.preempted = list(victims)
     return outcome
+
+
+OTHER_TENANT = ", another tenant, under an operator's cross-tenant rule"
+
+
+def _crosses(winner, allocation: Allocation) -> bool:
+    return winner.tenant_id != allocation.request.tenant_id
+
+
+def _rule_for(rules: dict, winner, allocation: Allocation) -> PreemptionRule | None:
+    """The active rule that lets the winner evict this allocation now, or None."""
+    rule = rules.get(winner.priority, {}).get(CLASS_OF_RANK.get(allocation.priority))
+    return rule if rule is not None and (rule.cross_tenant or not _crosses(winner, allocation)) else None
+
+
+def _call_off(called_off: list[tuple[Allocation, str]]) -> None:
+    Allocation.objects.filter(pk__in=[allocation.pk for allocation, _why in called_off]).update(
+        preempt_at=None, preempted_for=None)
+    victims = {allocation.request_id: (allocation, why) for allocation, why in called_off}
+    requests_note(code=EventCode.PREEMPTION_CALLED_OFF, notes=[
+        (allocation.request, f"Preemption called off: {why}.", {"for_request": allocation.preempted_for_id})
+        for allocation, why in victims.values()])
 
 
 def _pending_reason(victims: list[int], preempt_at, node: str, priority: str) -> dict:
@@ -100,11 +124,26 @@ def _pending_reason(victims: list[int], preempt_at, node: str, priority: str) ->
             "numbers": {"victims": victims, "preempt_at": preempt_at.isoformat(), "node": node}}
 
 
-def _active_rules() -> dict[str, dict[str, int]]:
-    rules: dict[str, dict[str, int]] = defaultdict(dict)
+def _active_rules() -> dict[str, dict[str, PreemptionRule]]:
+    """preemptor class -> victim class -> its active rule."""
+    rules: dict[str, dict[str, PreemptionRule]] = defaultdict(dict)
     for rule in PreemptionRule.objects.filter(active=True):
-        rules[rule.preemptor][rule.victim] = rule.grace_period_seconds
+        rules[rule.preemptor][rule.victim] = rule
     return rules
+
+
+def _tenants_of_running() -> dict[str, int]:
+    """Engine allocation id (request id) -> tenant, for every running allocation (one query)."""
+    return {str(request_id): tenant_id for request_id, tenant_id in Allocation.objects.filter(
+        state=AllocationState.ACTIVE).values_list("request_id", "request__tenant_id")}
+
+
+def _evictable(allocation: placement.Allocation, allowed: dict[str, PreemptionRule], tenant: int,
+               tenants: dict[str, int], promised: set[str]) -> bool:
+    """May a request of this tenant, whose class has the `allowed` rules, evict this running allocation?"""
+    rule = allowed.get(CLASS_OF_RANK.get(allocation.priority))
+    return (rule is not None and allocation.id not in promised
+            and (rule.cross_tenant or tenants.get(allocation.id) == tenant))
 
 
 def schedule(*, cluster, result: placement.PlacementResult, demands: list[placement.Demand], requests: dict,
@@ -132,42 +171,42 @@ def schedule(*, cluster, result: placement.PlacementResult, demands: list[placem
         return reasons
 
     promised = {str(allocation.request_id) for allocations in scheduled.values() for allocation in allocations}
+    tenants = _tenants_of_running()
     placed_now = [placement.Allocation(binding.demand_id, binding.node, binding.devices, binding.cpu_milli,
                                        binding.memory_mib, PRIORITY_RANK[requests[int(binding.demand_id)].priority],
                                        preemptible=False, started_at=now.timestamp())
                   for binding in result.bindings]
-    engines: dict[str, placement.PlacementEngine] = {}
+    engines: dict[tuple[str, int], placement.PlacementEngine] = {}
 
-    def engine_for(priority: str) -> placement.PlacementEngine:
-        if priority not in engines:
-            allowed = rules[priority]
-            allocations = [replace(allocation, preemptible=allocation.id not in promised
-                                   and CLASS_OF_RANK.get(allocation.priority) in allowed)
+    def engine_for(priority: str, tenant: int) -> placement.PlacementEngine:
+        if (priority, tenant) not in engines:
+            allocations = [replace(allocation, preemptible=_evictable(allocation, rules[priority], tenant, tenants,
+                                                                      promised))
                            for allocation in cluster.snapshot.allocations] + placed_now
-            engines[priority] = placement.PlacementEngine(
+            engines[priority, tenant] = placement.PlacementEngine(
                 placement.Snapshot(cluster.snapshot.nodes, allocations), policy, workload=demands)
-        return engines[priority]
+        return engines[priority, tenant]
 
-    plans = []  # (winner id, victim ids, node, preempt_at, grace seconds, priority)
-    hopeless: set = set()  # (class, demand shape) that found no plan this cycle
+    plans = []  # (winner id, victim ids, node, preempt_at, grace seconds, priority, winner's tenant)
+    hopeless: set = set()  # (class, tenant, demand shape) that found no plan this cycle
     for demand in candidates[:MAX_PLANS_PER_CYCLE]:
-        priority = requests[int(demand.id)].priority  # the class: demand.priority may carry an aging boost
-        shape = (priority, replace(demand, id=""))
+        winner = requests[int(demand.id)]
+        priority, tenant = winner.priority, winner.tenant_id  # the class: demand.priority may carry an aging boost
+        shape = (priority, tenant, replace(demand, id=""))
         if shape in hopeless:
             continue
-        plan = engine_for(priority).plan_preemption(demand)
+        plan = engine_for(priority, tenant).plan_preemption(demand)
         if not plan.feasible or not plan.victims:
             hopeless.add(shape)
             continue
         allowed = rules[priority]
-        victim_classes = [CLASS_OF_RANK.get(running[victim].priority) if victim in running else None
-                          for victim in plan.victims]
-        if any(victim in promised for victim in plan.victims) or any(c not in allowed for c in victim_classes):
-            continue  # defensive: the planning copy only offers allowed, unpromised victims
-        grace = max(allowed[c] for c in victim_classes)
+        if not all(victim in running and _evictable(running[victim], allowed, tenant, tenants, promised)
+                   for victim in plan.victims):
+            continue  # defensive: the planning copy only offers allowed (class, tenant), unpromised victims
+        grace = max(allowed[CLASS_OF_RANK[running[victim].priority]].grace_period_seconds for victim in plan.victims)
         preempt_at = now + timedelta(seconds=grace)
         victims = sorted(int(victim) for victim in plan.victims)
-        plans.append((int(demand.id), victims, plan.node, preempt_at, grace, priority))
+        plans.append((int(demand.id), victims, plan.node, preempt_at, grace, priority, tenant))
         promised.update(plan.victims)
         engines.clear()  # the next plan must not count on these victims
         reasons[int(demand.id)] = _pending_reason(victims, preempt_at, plan.node, priority)
@@ -178,21 +217,23 @@ def schedule(*, cluster, result: placement.PlacementResult, demands: list[placem
 
 def _mark(plans) -> None:
     """Write the plans: victims' allocations get preempt_at/preempted_for (two queries), timelines one INSERT."""
-    by_victim = {victim: (winner, node, preempt_at, grace, priority)
-                 for winner, victims, node, preempt_at, grace, priority in plans for victim in victims}
+    by_victim = {victim: (winner, node, preempt_at, grace, priority, tenant)
+                 for winner, victims, node, preempt_at, grace, priority, tenant in plans for victim in victims}
     rows = list(Allocation.objects.filter(request_id__in=list(by_victim), state=AllocationState.ACTIVE)
                 .select_related("request"))
     for allocation in rows:
-        winner, _node, preempt_at, _grace, _priority = by_victim[allocation.request_id]
+        winner, _node, preempt_at, _grace, _priority, _tenant = by_victim[allocation.request_id]
         allocation.preempt_at, allocation.preempted_for_id = preempt_at, winner
     Allocation.objects.bulk_update(rows, ["preempt_at", "preempted_for"])
     notes = {}
     for allocation in rows:
-        winner, node, preempt_at, grace, priority = by_victim[allocation.request_id]
+        winner, node, preempt_at, grace, priority, tenant = by_victim[allocation.request_id]
+        crosses = tenant != allocation.request.tenant_id
         notes[allocation.request_id] = (
             allocation.request,
-            f"Will be preempted at {_at(preempt_at)} for request #{winner} (priority {priority}); save your work "
-            "before then. The request then goes back to the queue.",
+            f"Will be preempted at {_at(preempt_at)} for request #{winner} (priority {priority}"
+            f"{OTHER_TENANT if crosses else ''}); save your work before then. The request then goes back to the "
+            "queue.",
             {"for_request": winner, "priority": priority, "preempt_at": preempt_at.isoformat(), "node": node,
-             "grace_seconds": grace})
+             "grace_seconds": grace, "cross_tenant": crosses})
     requests_note(code=EventCode.PREEMPTION_SCHEDULED, notes=list(notes.values()))

@@ -32,3 +32,22 @@ class QuotaDimension(models.TextChoices):
     MEMORY_GB = "memory_gb", "Memory (GB)"
     CONCURRENT_TASKS = "concurrent_tasks", "Concurrent tasks"
     MONTHLY_CARD_HOURS = "monthly_card_hours", "Card-hours per month"
+
+
+class PriorityClass(models.TextChoices):
+    """Scheduling priority; the rank orders the queue (higher first). A project's quota names the highest class
+    it may order without approval (its entitlement)."""
+
+    BATCH = "batch", "Batch (preemptible)"
+    STANDARD = "standard", "Standard"
+    HIGH = "high", "High"
+    CRITICAL = "critical", "Critical"
+
+
+PRIORITY_RANK = {PriorityClass.BATCH: 10, PriorityClass.STANDARD: 50, PriorityClass.HIGH: 80,
+                 PriorityClass.CRITICAL: 100}
+
+
+def priorities_up_to(entitlement: str) -> list[str]:
+    """The classes a project entitled to `entitlement` may order without approval, lowest first."""
+    return [str(priority) for priority in PriorityClass if PRIORITY_RANK[priority] <= PRIORITY_RANK[entitlement]]

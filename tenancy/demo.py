@@ -7,7 +7,7 @@ order, so lower apps create what higher apps' demo data refers to. Each seed is 
 from decimal import Decimal
 
 from tenancy import services
-from tenancy.choices import Role
+from tenancy.choices import PriorityClass, Role
 from tenancy.models import Project, Tenant, User
 from tenancy.operators import sync_operator_group
 
@@ -41,23 +41,24 @@ def seed_people(password: str) -> dict[str, User]:
     return users
 
 
-# tenant slug, name, cap, [(project slug, name, cost centre, quota, members)]
+# tenant slug, name, cap, [(project slug, name, cost centre, quota, members, priority entitlement)]; nobody is
+# entitled to critical: that always takes an approved exception.
 TENANTS = [
     ("acme-research", "Acme Research", {"gpus": D(48), "monthly_card_hours": D(20000)}, [
         ("llm-pretraining", "LLM Pretraining", "CC-4100",
          {"gpus": D(32), "accelerator_memory_gb": 3072, "cpu_cores": 768, "memory_gb": 8192,
           "concurrent_tasks": 12, "monthly_card_hours": D(12000)},
-         {"developer": Role.MEMBER, "approver": Role.APPROVER}),
+         {"developer": Role.MEMBER, "approver": Role.APPROVER}, PriorityClass.HIGH),
         ("vision", "Computer Vision", "CC-4200",
          {"gpus": D(8), "accelerator_memory_gb": 512, "cpu_cores": 128, "memory_gb": 1024,
           "concurrent_tasks": 6, "monthly_card_hours": D(2500)},
-         {"developer": Role.MEMBER, "approver": Role.APPROVER}),
+         {"developer": Role.MEMBER, "approver": Role.APPROVER}, PriorityClass.STANDARD),
     ]),
     ("acme-retail", "Acme Retail", None, [
         ("recommendations", "Recommendations", "CC-7300",
          {"gpus": D(4), "accelerator_memory_gb": 192, "cpu_cores": 64, "memory_gb": 512,
           "concurrent_tasks": 4, "monthly_card_hours": D(1500)},
-         {"developer2": Role.MEMBER, "approver": Role.APPROVER}),
+         {"developer2": Role.MEMBER, "approver": Role.APPROVER}, PriorityClass.HIGH),
     ]),
 ]
 
@@ -71,10 +72,10 @@ def seed_tenancy(users: dict[str, User]) -> dict[str, Tenant]:
         if cap and not hasattr(tenant, "quota"):
             quota = services.tenant_quota_ensure(tenant=tenant, actor=None)
             services.quota_set(quota=quota, limits=cap, actor=None, reason="Demo data")
-        for project_slug, project_name, cost_centre, quota, members in projects:
+        for project_slug, project_name, cost_centre, quota, members, entitlement in projects:
             project = Project.objects.filter(slug=project_slug).first() or services.project_create(
                 tenant=tenant, name=project_name, slug=project_slug, lead=users["lead"],
-                cost_centre=cost_centre, quota=quota, actor=None)
+                cost_centre=cost_centre, quota=quota, max_priority=entitlement, actor=None)
             for username, role in members.items():
                 services.membership_grant(project=project, user=users[username], role=role, actor=None)
     return tenants

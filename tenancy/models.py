@@ -7,7 +7,7 @@ from django.core.validators import MinValueValidator, RegexValidator
 from django.db import models
 from django.db.models import Q
 
-from tenancy.choices import ProjectPermission, QuotaDimension, Role
+from tenancy.choices import PriorityClass, ProjectPermission, QuotaDimension, Role
 
 slug_validator = RegexValidator(r"^[a-z0-9]+(?:-[a-z0-9]+)*$", "Use lowercase letters, digits and single hyphens.")
 
@@ -122,9 +122,15 @@ class QuotaLimits(models.Model):
 
 class ProjectQuota(QuotaLimits):
     project = models.OneToOneField(Project, on_delete=models.CASCADE, related_name="quota")
+    max_priority = models.CharField(
+        "priority entitlement", max_length=12, choices=PriorityClass.choices, default=PriorityClass.STANDARD,
+        help_text="Highest priority class the project may order without approval; a higher one is refused, or "
+                  "routed to approval as an exception when the requester asks for one.")
 
     class Meta:
         constraints = [
+            models.CheckConstraint(condition=Q(max_priority__in=PriorityClass.values),
+                                   name="project_quota_max_priority_valid"),
             models.CheckConstraint(condition=Q(gpus__gte=0), name="project_quota_gpus_non_negative"),
             models.CheckConstraint(
                 condition=Q(monthly_card_hours__gte=0), name="project_quota_card_hours_non_negative"

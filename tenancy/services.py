@@ -8,7 +8,7 @@ from django.db import models, transaction
 from guardian.shortcuts import assign_perm, get_user_perms, remove_perm
 
 from config.errors import Conflict, DomainError
-from tenancy.choices import ROLE_PERMISSIONS, ProjectPermission, QuotaDimension, Role
+from tenancy.choices import ROLE_PERMISSIONS, PriorityClass, ProjectPermission, QuotaDimension, Role
 from tenancy.models import AuditEvent, Membership, Project, ProjectQuota, Tenant, TenantQuota, User
 from tenancy.signals import quota_changed
 
@@ -42,13 +42,15 @@ def tenant_create(*, name: str, slug: str, actor: User | None, description: str 
 
 @transaction.atomic
 def project_create(*, tenant: Tenant, name: str, slug: str, lead: User, cost_centre: str, actor: User | None,
-                   description: str = "", quota: dict[str, Any] | None = None) -> Project:
-    """Create a project with its quota row and its lead's membership."""
+                   description: str = "", quota: dict[str, Any] | None = None,
+                   max_priority: str = PriorityClass.STANDARD) -> Project:
+    """Create a project with its quota row (limits and priority entitlement) and its lead's membership."""
     project = Project(tenant=tenant, name=name, slug=slug, lead=lead, cost_centre=cost_centre,
                       description=description)
     project.full_clean()
     project.save()
-    ProjectQuota.objects.create(project=project, updated_by=_user_or_none(actor), **_checked_limits(quota or {}))
+    ProjectQuota.objects.create(project=project, updated_by=_user_or_none(actor),
+                                max_priority=_checked_priority(max_priority), **_checked_limits(quota or {}))
     audit_record(actor=actor, action="project.created", target=project, data={"lead": lead.username})
     membership_grant(project=project, user=lead, role=Role.LEAD, actor=actor)
     return project
@@ -164,6 +166,29 @@ def quota_set(*, quota: ProjectQuota | TenantQuota, limits: dict[str, Any], acto
     affected = [quota.project_id] if isinstance(quota, ProjectQuota) else list(
         quota.tenant.projects.values_list("pk", flat=True))
     transaction.on_commit(lambda: quota_changed.send(sender=type(quota), project_ids=affected))
+    return quota
+
+
+def _checked_priority(max_priority: str) -> str:
+    if max_priority not in PriorityClass.values:
+        raise DomainError(f"Unknown priority class {max_priority!r}.", code="invalid_priority",
+                          details={"allowed": PriorityClass.values})
+    return max_priority
+
+
+@transaction.atomic
+def quota_set_priority_entitlement(*, quota: ProjectQuota, max_priority: str, actor: User | None,
+                                   reason: str = "") -> ProjectQuota:
+    """Change the highest priority class the project may order without approval; records before and after."""
+    _checked_priority(max_priority)
+    quota = ProjectQuota.objects.select_for_update().get(pk=quota.pk)
+    if quota.max_priority == max_priority:
+        return quota
+    before = quota.max_priority
+    quota.max_priority, quota.updated_by = max_priority, _user_or_none(actor)
+    quota.save(update_fields=["max_priority", "updated_by", "updated_at"])
+    audit_record(actor=actor, action="quota.priority_entitlement_changed", target=quota, reason=reason,
+                 data={"max_priority": [before, max_priority]})
     return quota
 
 

@@ -53,11 +53,12 @@ def tenant(**kwargs):
                                           slug=kwargs.get("slug", f"tenant-{n}"), actor=None)
 
 
-def project(*, tenant_obj=None, lead=None, quota=None, **kwargs):
+def project(*, tenant_obj=None, lead=None, quota=None, max_priority="standard", **kwargs):
     n = next(_counter)
     return tenancy_services.project_create(
         tenant=tenant_obj or tenant(), name=kwargs.get("name", f"Project {n}"), slug=kwargs.get("slug", f"project-{n}"),
-        lead=lead or UserFactory(), cost_centre=kwargs.get("cost_centre", f"CC-{n}"), quota=quota, actor=None,
+        lead=lead or UserFactory(), cost_centre=kwargs.get("cost_centre", f"CC-{n}"), quota=quota,
+        max_priority=max_priority, actor=None,
     )
 
 

@@ -60,11 +60,16 @@ class OrderSerializer(serializers.Serializer):
     serving_model = _optional(ServingModel)
     serving_template = _optional(ServingTemplate)
     duration_hours = serializers.IntegerField()
-    priority = serializers.ChoiceField(choices=PriorityClass.choices, default=PriorityClass.STANDARD)
+    priority = serializers.ChoiceField(
+        choices=PriorityClass.choices, default=PriorityClass.STANDARD,
+        help_text="A class above the project's priority entitlement is refused (priority_not_permitted), or routed "
+                  "for approval as an exception with over_quota=exception.")
     justification = serializers.CharField(allow_blank=True, default="", max_length=4000)
     parameters = serializers.DictField(child=ParameterValueField(), default=dict,
                                        help_text="Free-form order fields, e.g. environment: production.")
-    over_quota = serializers.ChoiceField(choices=OverQuota.choices, default=OverQuota.REJECT)
+    over_quota = serializers.ChoiceField(choices=OverQuota.choices, default=OverQuota.REJECT,
+                                         help_text="What to do when the order is over a quota limit or over the "
+                                                   "project's priority entitlement (wait: limits only).")
 
     def order(self) -> Order:
         return Order(**{field: value for field, value in self.validated_data.items() if field != "over_quota"})
@@ -102,9 +107,11 @@ class QuotaChangeCreateSerializer(serializers.Serializer):
 # --- Quota numbers -----------------------------------------------------------------------------------------
 
 
-@extend_schema_field({"oneOf": [{"type": "string", "format": "decimal"}, {"type": "integer"}], "nullable": True})
+@extend_schema_field({"oneOf": [{"type": "string", "format": "decimal"}, {"type": "integer"},
+                               {"type": "string", "enum": PriorityClass.values}], "nullable": True})
 class QuotaNumberField(serializers.Field):
-    """A quota amount as the quota module renders it: decimals as strings, counts as integers."""
+    """A quota amount as the quota module renders it: decimals as strings, counts as integers; for the priority
+    entitlement, the class requested and the class allowed."""
 
     def to_representation(self, value):
         return value
@@ -117,6 +124,9 @@ class QuotaReasonSerializer(serializers.Serializer):
     requested = QuotaNumberField()
     used = QuotaNumberField()
     limit = QuotaNumberField()
+    allowed = serializers.ListField(child=serializers.CharField(), required=False,
+                                    help_text="Priority classes the project may order without approval (priority "
+                                              "reasons only).")
     message = serializers.CharField()
 
 
@@ -157,11 +167,19 @@ class RouteSerializer(serializers.Serializer):
     stages = RouteStageSerializer(many=True)
 
 
+class PriorityEntitlementSerializer(serializers.Serializer):
+    requested = serializers.CharField()
+    max_priority = serializers.CharField(help_text="The project's entitlement: the highest class without approval.")
+    allowed = serializers.ListField(child=serializers.CharField())
+    permitted = serializers.BooleanField(help_text="False: refused, or a quota exception with over_quota=exception.")
+
+
 class RequestPreviewSerializer(serializers.Serializer):
     summary = serializers.CharField()
     cost = CostSerializer()
     demand = serializers.DictField(help_text="What the order counts against each quota dimension.")
     quota = QuotaImpactSerializer(many=True)
+    priority = PriorityEntitlementSerializer()
     fits_quota = serializers.BooleanField()
     quota_reasons = QuotaReasonSerializer(many=True)
     approval_route = RouteSerializer()

@@ -20,7 +20,7 @@ from requests.choices import (
     Decision,
     StageState,
 )
-from tenancy.choices import Role
+from tenancy.choices import PriorityClass, Role
 
 
 class ApprovalPolicy(models.Model):
@@ -60,6 +60,8 @@ class ApprovalRule(models.Model):
     parameter_value = models.CharField(max_length=200, blank=True)
     quota_exception = models.BooleanField(null=True, blank=True,
                                           help_text="Yes: only quota exceptions; No: only within quota; empty: any.")
+    min_priority = models.CharField("priority at least", max_length=12, choices=PriorityClass.choices, blank=True,
+                                    help_text="Only orders of this priority class or a higher one; empty: any.")
 
     class Meta:
         ordering = ["policy", "order", "id"]

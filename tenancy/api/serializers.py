@@ -5,6 +5,7 @@ from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
 from tenancy import hooks
+from tenancy.choices import priorities_up_to
 from tenancy.models import Project, QuotaLimits, Tenant
 
 
@@ -43,6 +44,9 @@ class ProjectSerializer(serializers.ModelSerializer):
     lead = serializers.SlugRelatedField(slug_field="username", read_only=True)
     my_role = serializers.SerializerMethodField()
     quota = serializers.SerializerMethodField(help_text="Project limits per dimension; null is unlimited.")
+    priority_entitlement = serializers.SerializerMethodField(
+        help_text="Highest priority class the project may order without approval, and the classes up to it."
+    )
     tenant_quota = serializers.SerializerMethodField(
         help_text="Cap on the sum of the tenant's projects, or null when the tenant has none."
     )
@@ -53,7 +57,7 @@ class ProjectSerializer(serializers.ModelSerializer):
     class Meta:
         model = Project
         fields = ["id", "slug", "name", "description", "tenant", "lead", "cost_centre", "active", "my_role",
-                  "quota", "tenant_quota", "usage"]
+                  "quota", "priority_entitlement", "tenant_quota", "usage"]
         list_serializer_class = ProjectListSerializer
 
     def get_my_role(self, project) -> str | None:
@@ -62,6 +66,11 @@ class ProjectSerializer(serializers.ModelSerializer):
 
     def get_quota(self, project) -> dict:
         return limits_representation(project.quota)
+
+    @extend_schema_field({"type": "object", "properties": {
+        "max_priority": {"type": "string"}, "allowed": {"type": "array", "items": {"type": "string"}}}})
+    def get_priority_entitlement(self, project) -> dict:
+        return {"max_priority": project.quota.max_priority, "allowed": priorities_up_to(project.quota.max_priority)}
 
     def get_tenant_quota(self, project) -> dict | None:
         try:

@@ -286,6 +286,19 @@ def test_operator_creates_rule_with_inline_operators_stage_that_routes(console, 
     assert approval_of(request).stages.get().assignments.get().approver == team.operator
 
 
+def test_operator_gives_a_rule_a_priority_condition_that_routes_only_that_class_and_above(console, shop, team):
+    policy = ApprovalPolicy.objects.create(name="Urgent work", subject="resource_request")
+    post = {**_rule_post(policy, {"source": ApproverSource.OPERATORS}), "min_priority": "high"}
+
+    response = console.post(_url("approvalrule", "add/"), post)
+
+    assert response.status_code == 302, response.context and response.context["errors"]
+    assert policy.rules.get().min_priority == "high"
+    assert _submit(shop, team.project, team.developer).state == RequestState.QUEUED  # standard: not routed
+    page = console.get(_url("approvalrule", f"{policy.rules.get().pk}/change/"))
+    assert 'name="min_priority"' in page.content.decode()
+
+
 @pytest.mark.parametrize("source, field", [(ApproverSource.GROUP, "group"), (ApproverSource.USERS, "users"),
                                            (ApproverSource.PROJECT_ROLE, "project_role")])
 def test_stage_without_its_approvers_is_a_form_error(console, source, field):

@@ -177,6 +177,7 @@ CONDITIONS = {
     "parameter": lambda shop, team: ({"parameter_name": "environment", "parameter_value": "production"},
                                      {"parameter_name": "environment", "parameter_value": "staging"}),
     "quota_exception_no": lambda shop, team: ({"quota_exception": False}, {"quota_exception": True}),
+    "min_priority": lambda shop, team: ({"min_priority": "standard"}, {"min_priority": "high"}),
 }
 
 

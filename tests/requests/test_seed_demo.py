@@ -4,8 +4,9 @@ import pytest
 from django.core.management import call_command
 
 from catalog.models import Image, ResourceSpec, Service
+from config.errors import DomainError
 from requests import approvals, services
-from requests.choices import ApprovalSubject, EventCode, RequestState
+from requests.choices import ApprovalSubject, EventCode, OverQuota, RequestState
 from requests.models import ApprovalPolicy, ApprovalRule, ApprovalRuleStage
 from requests.orders import Order
 from tenancy.models import Project, User
@@ -19,15 +20,17 @@ def seeded(settings):
     call_command("seed_demo")
 
 
-def order(spec_slug: str, **parameters) -> Order:
-    return Order(service=Service.objects.get(slug="gpu-workspace"), project=Project.objects.get(slug="llm-pretraining"),
+def order(spec_slug: str, project: str = "llm-pretraining", priority: str = "standard", justification: str = "",
+          **parameters) -> Order:
+    return Order(service=Service.objects.get(slug="gpu-workspace"), project=Project.objects.get(slug=project),
                  spec=ResourceSpec.objects.get(slug=spec_slug), duration_hours=24,
-                 image=Image.objects.get(name="pytorch", version="2.5-cuda12.4"), parameters=parameters)
+                 image=Image.objects.get(name="pytorch", version="2.5-cuda12.4"), priority=priority,
+                 justification=justification, parameters=parameters)
 
 
-def submit(spec_slug: str, **parameters):
+def submit(spec_slug: str, over_quota: str = OverQuota.REJECT, **order_fields):
     developer = User.objects.get(username="developer")
-    return services.request_submit(order=order(spec_slug, **parameters), requester=developer)
+    return services.request_submit(order=order(spec_slug, **order_fields), requester=developer, over_quota=over_quota)
 
 
 def stage_approvers(request) -> list[tuple[str, list[str]]]:
@@ -62,3 +65,22 @@ def test_production_needs_the_project_approver_then_the_developers_manager(seede
     assert stage_approvers(request) == [("Project approver", ["approver"]), ("Requester's manager", ["lead"])]
     assert [stage.state for stage in approvals.approval_for(request).stages.order_by("order")] == [
         "pending", "waiting"]
+
+
+def test_demo_projects_have_sensible_priority_entitlements(seeded):
+    entitlements = dict(Project.objects.values_list("slug", "quota__max_priority"))
+    assert entitlements == {"llm-pretraining": "high", "vision": "standard", "recommendations": "high"}
+
+
+@pytest.mark.parametrize(("project", "priority"), [("llm-pretraining", "critical"), ("vision", "high")])
+def test_demo_priority_above_the_entitlement_is_refused(seeded, project, priority):
+    with pytest.raises(DomainError) as refusal:
+        submit("h100-mig-1g", project=project, priority=priority)  # the self-service slice: no rule to catch it
+    assert refusal.value.code == "priority_not_permitted"
+
+
+def test_demo_priority_exception_goes_to_the_lead_then_the_operators(seeded):
+    request = submit("h100-mig-1g", over_quota=OverQuota.EXCEPTION, project="vision", priority="high",
+                     justification="Customer demo")
+    assert request.state == RequestState.PENDING_APPROVAL
+    assert stage_approvers(request) == [("Project lead", ["lead"]), ("Operators", ["admin", "operator"])]

@@ -49,7 +49,7 @@ def shop(db):
 def team(db):
     from types import SimpleNamespace
 
-    project = factories.project(quota=GENEROUS_QUOTA)
+    project = factories.project(quota=GENEROUS_QUOTA, max_priority=PriorityClass.HIGH)  # may order high itself
     return SimpleNamespace(project=project, developer=factories.member(project), operator=factories.operator(),
                            approver=factories.member(project, Role.APPROVER))
 

@@ -41,7 +41,7 @@ def shop(db):
 
 @pytest.fixture
 def team(db):
-    project = factories.project(quota=GENEROUS_QUOTA)
+    project = factories.project(quota=GENEROUS_QUOTA, max_priority=CRITICAL)  # an operator entitled it to critical
     quota_set(quota=project.quota, limits={"concurrent_tasks": 1000, "gpus": 64, "accelerator_memory_gb": 64 * 80,
                                            "cpu_cores": 1024, "memory_gb": 8192}, actor=None)
     return SimpleNamespace(project=project, developer=factories.member(project))
@@ -290,3 +290,121 @@ def test_operators_edit_rules_in_the_console_audited(client):
 def test_developers_get_no_rule_console(client, team):
     client.force_login(team.developer)
     assert client.get("/admin/scheduling/preemptionrule/").status_code in (302, 403)
+
+
+# --- Tenants: preemption stays within one unless an operator's rule crosses them explicitly -----------------
+
+@pytest.fixture
+def neighbour(shop):
+    """Another tenant's project on the same hardware, submitting batch work."""
+    project = factories.project(quota=GENEROUS_QUOTA)
+    quota_set(quota=project.quota, limits={"concurrent_tasks": 1000, "gpus": 64, "accelerator_memory_gb": 64 * 80,
+                                           "cpu_cores": 1024, "memory_gb": 8192}, actor=None)
+    developer = factories.member(project)
+
+    def run_batch(count: int) -> list[ResourceRequest]:
+        requests = [services.request_submit(order=make_order(shop, project, spec=shop.specs[1], priority=BATCH),
+                                            requester=developer) for _ in range(count)]
+        cycle.run_cycle()
+        assert all(fresh(request).state == RequestState.ALLOCATED for request in requests)
+        return requests
+    return run_batch
+
+
+def test_critical_does_not_preempt_another_tenants_work_by_default(shop, order, neighbour):
+    add_node(shop.accelerator, cards=2)
+    theirs = neighbour(2)
+    critical = order(CRITICAL)
+
+    result = cycle.run_cycle()
+
+    assert result.waiting[critical.pk] == "capacity_in_use"  # before the fix: preemption_pending, evicting theirs
+    assert scheduled_victims() == {}
+    assert all(not fresh(request).events.filter(code__startswith="preemption").exists() for request in theirs)
+
+
+def test_critical_preempts_its_own_tenants_work_and_spares_the_neighbours(shop, order, neighbour):
+    add_node(shop.accelerator, cards=2)
+    (ours,) = running(order, 1)
+    theirs = neighbour(1)  # the youngest: the engine's first choice if tenants did not matter
+    critical = order(CRITICAL)
+
+    result = cycle.run_cycle()
+
+    assert result.waiting[critical.pk] == PREEMPTION_PENDING
+    assert scheduled_victims() == {ours.pk: critical.pk}
+    event = fresh(ours).events.get(code=EventCode.PREEMPTION_SCHEDULED)
+    assert event.data["cross_tenant"] is False and "another tenant" not in event.message
+    assert not fresh(theirs[0]).events.filter(code__startswith="preemption").exists()
+
+
+def test_an_operators_cross_tenant_rule_lets_critical_preempt_another_tenant(shop, order, neighbour):
+    PreemptionRule.objects.filter(preemptor=CRITICAL, victim=BATCH).update(cross_tenant=True)
+    add_node(shop.accelerator, cards=1)
+    (theirs,) = neighbour(1)
+    start = timezone.now()
+    critical = order(CRITICAL)
+
+    with time_machine.travel(start, tick=False):
+        result = cycle.run_cycle()
+    assert result.waiting[critical.pk] == PREEMPTION_PENDING
+    assert scheduled_victims() == {theirs.pk: critical.pk}
+    scheduled = fresh(theirs).events.get(code=EventCode.PREEMPTION_SCHEDULED)
+    assert scheduled.data["cross_tenant"] is True
+    assert "another tenant, under an operator's cross-tenant rule" in scheduled.message
+
+    with time_machine.travel(start + timedelta(seconds=301), tick=False):
+        result = cycle.run_cycle()
+    assert result.preempted == [theirs.pk] and result.allocated == [critical.pk]
+    preempted = fresh(theirs).events.get(code=EventCode.PREEMPTED)
+    assert preempted.data["cross_tenant"] is True and "another tenant" in preempted.message
+
+
+def test_withdrawing_the_cross_tenant_rule_calls_a_scheduled_preemption_off(shop, order, neighbour):
+    rule = PreemptionRule.objects.get(preemptor=CRITICAL, victim=BATCH)
+    PreemptionRule.objects.filter(pk=rule.pk).update(cross_tenant=True)
+    add_node(shop.accelerator, cards=1)
+    (theirs,) = neighbour(1)
+    start = timezone.now()
+    critical = order(CRITICAL)
+    with time_machine.travel(start, tick=False):
+        cycle.run_cycle()
+    assert scheduled_victims() == {theirs.pk: critical.pk}
+
+    PreemptionRule.objects.filter(pk=rule.pk).update(cross_tenant=False)
+    with time_machine.travel(start + timedelta(seconds=301), tick=False):
+        result = cycle.run_cycle()
+
+    assert result.preempted == [] and scheduled_victims() == {}
+    assert fresh(theirs).state == RequestState.ALLOCATED
+    note = fresh(theirs).events.get(code=EventCode.PREEMPTION_CALLED_OFF)
+    assert note.message == ("Preemption called off: no active rule lets priority critical preempt this allocation "
+                            "across tenants.")
+    assert fresh(critical).queue_reason["code"] == "capacity_in_use"
+
+
+def test_operators_tick_cross_tenant_on_the_rules_change_page_audited(client):
+    from tenancy.models import AuditEvent
+
+    client.force_login(factories.operator())
+    rule = PreemptionRule.objects.get(preemptor=CRITICAL, victim=BATCH)
+    data = {"preemptor": CRITICAL, "victim": BATCH, "grace_period_seconds": "300", "cross_tenant": "on",
+            "active": "on"}
+    assert client.post(f"/admin/scheduling/preemptionrule/{rule.pk}/change/", data).status_code == 302
+    assert PreemptionRule.objects.get(pk=rule.pk).cross_tenant is True
+    event = AuditEvent.objects.filter(action="preemptionrule.updated").latest("id")
+    assert "cross_tenant" in str(event.data)
+
+
+@pytest.mark.parametrize("who", ["anonymous", "developer", "approver", "lead"])
+def test_nobody_but_operators_may_change_a_preemption_rule(client, roles, who):
+    rule = PreemptionRule.objects.get(preemptor=CRITICAL, victim=BATCH)
+    if who != "anonymous":
+        client.force_login(getattr(roles, who))
+    data = {"preemptor": CRITICAL, "victim": BATCH, "grace_period_seconds": "300", "cross_tenant": "on",
+            "active": "on"}
+
+    response = client.post(f"/admin/scheduling/preemptionrule/{rule.pk}/change/", data)
+
+    assert response.status_code == 302 and response.url.startswith("/admin/login/")
+    assert PreemptionRule.objects.get(pk=rule.pk).cross_tenant is False

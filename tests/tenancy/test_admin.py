@@ -154,6 +154,7 @@ def test_changing_a_quota_in_admin_writes_a_quota_changed_audit_event(operator_c
     quota = roles.project.quota
     form = {dimension: "" for dimension in ("accelerator_memory_gb", "cpu_cores", "memory_gb",
                                             "concurrent_tasks", "monthly_card_hours")}
+    form["max_priority"] = "standard"  # unchanged: no entitlement audit row
 
     response = operator_client.post(f"/admin/tenancy/projectquota/{quota.pk}/change/", {**form, "gpus": "8"})
 
@@ -210,3 +211,88 @@ def test_bulk_delete_including_a_lead_membership_deletes_nothing(operator_client
 
     assert response.status_code == 403
     assert Membership.objects.filter(pk__in=[lead_row.pk, member_row.pk]).count() == 2
+
+
+# --- The priority entitlement (operators only) --------------------------------------------------------------
+
+QUOTA_FORM = {dimension: "" for dimension in ("gpus", "accelerator_memory_gb", "cpu_cores", "memory_gb",
+                                              "concurrent_tasks", "monthly_card_hours")}
+
+
+def test_operator_changes_the_priority_entitlement_audited(operator_client, roles):
+    quota = roles.project.quota
+
+    response = operator_client.post(f"/admin/tenancy/projectquota/{quota.pk}/change/",
+                                    {**QUOTA_FORM, "max_priority": "high"})
+
+    assert response.status_code == 302, response.content
+    quota = ProjectQuota.objects.get(pk=quota.pk)
+    assert (quota.max_priority, quota.updated_by) == ("high", roles.operator)
+    event = AuditEvent.objects.get(action="quota.priority_entitlement_changed")
+    assert (event.actor, event.data) == (roles.operator, {"max_priority": ["standard", "high"]})
+    assert not AuditEvent.objects.filter(action="quota.changed").exists()  # no limit changed
+
+
+def test_the_changelist_shows_and_filters_by_entitlement(operator_client, roles):
+    services.quota_set_priority_entitlement(quota=roles.project.quota, max_priority="high", actor=None)
+
+    body = operator_client.get("/admin/tenancy/projectquota/?max_priority__exact=high").content.decode()
+
+    assert roles.project.name in body and roles.other_project.name not in body
+
+
+def _as_posted(page) -> dict:
+    """A change page's form and inline forms with their current values, as the browser posts them unedited."""
+    formsets = [inline.formset for inline in page.context["inline_admin_formsets"]]
+    forms = [page.context["adminform"].form, *(form for formset in formsets
+                                               for form in (formset.management_form, *formset.forms))]
+    data = {}
+    for form in forms:
+        for name, field in form.fields.items():
+            value = form.initial.get(name, field.initial)
+            if value is True:
+                data[form.add_prefix(name)] = "on"
+            elif value not in (None, False):
+                data[form.add_prefix(name)] = getattr(value, "pk", value)
+    return data
+
+
+def test_operator_sets_the_entitlement_on_the_projects_page(operator_client, roles):
+    url = f"/admin/tenancy/project/{roles.project.pk}/change/"
+    page = operator_client.get(url)
+    assert 'name="quota-0-max_priority"' in page.content.decode()
+
+    response = operator_client.post(url, {**_as_posted(page), "quota-0-max_priority": "critical"})
+
+    assert response.status_code == 302, response.context and response.context["errors"]
+    assert ProjectQuota.objects.get(project=roles.project).max_priority == "critical"
+    assert AuditEvent.objects.filter(action="quota.priority_entitlement_changed", actor=roles.operator).exists()
+
+
+@pytest.mark.parametrize("who", ["anonymous", "developer", "approver", "lead"])
+def test_nobody_but_operators_may_change_the_entitlement(client, roles, who):
+    if who != "anonymous":
+        client.force_login(getattr(roles, who))
+    quota = roles.project.quota
+
+    response = client.post(f"/admin/tenancy/projectquota/{quota.pk}/change/",
+                           {**QUOTA_FORM, "max_priority": "critical"})
+
+    assert response.status_code == 302 and response.url.startswith("/admin/login/")
+    assert ProjectQuota.objects.get(pk=quota.pk).max_priority == "standard"
+    assert not AuditEvent.objects.filter(action="quota.priority_entitlement_changed").exists()
+
+
+def test_adding_a_member_on_the_projects_page_saves_through_the_service(operator_client, roles):
+    url = f"/admin/tenancy/project/{roles.project.pk}/change/"
+    data = _as_posted(operator_client.get(url))
+    prefix = "memberships"
+    index = int(data[f"{prefix}-TOTAL_FORMS"])
+    data.update({f"{prefix}-TOTAL_FORMS": index + 1, f"{prefix}-{index}-user": roles.outsider.pk,
+                 f"{prefix}-{index}-role": Role.MEMBER, f"{prefix}-{index}-project": roles.project.pk})
+
+    response = operator_client.post(url, data)
+
+    assert response.status_code == 302, response.context and response.context["errors"]
+    assert Membership.objects.get(project=roles.project, user=roles.outsider).role == Role.MEMBER
+    assert held_permissions(roles.outsider, roles.project) == ROLE_PERMISSIONS[Role.MEMBER]

@@ -1,0 +1,63 @@
+"""A project's priority entitlement: the highest class it may order without approval, kept on its quota.
+
+An order above the entitlement is refused (`priority_not_permitted`, naming the allowed classes) unless the
+requester asks for an exception (over_quota=exception, with a justification). Then the reason joins the quota
+reasons and the request is a quota exception: the same route as an order over a limit, never approved
+automatically (see `RequestApprovals.default_route`).
+"""
+
+from requests.orders import Order, OrderInvalid
+from tenancy.choices import PRIORITY_RANK, PriorityClass, priorities_up_to
+from tenancy.models import Project, ProjectQuota
+
+PRIORITY_NOT_PERMITTED = "priority_not_permitted"
+
+
+def entitlement_of(project: Project) -> str:
+    """Read from the database, not from a cached `project.quota`: an operator may just have changed it."""
+    stored = ProjectQuota.objects.filter(project_id=project.pk).values_list("max_priority", flat=True).first()
+    return stored or PriorityClass.STANDARD  # a project without a quota row has the field's default
+
+
+def priority_entitlement(order: Order) -> dict:
+    """What the preview shows: the requested class, the entitlement, the classes allowed without approval."""
+    entitlement = entitlement_of(order.project)
+    return {
+        "requested": str(order.priority),
+        "max_priority": entitlement,
+        "allowed": priorities_up_to(entitlement),
+        "permitted": PRIORITY_RANK[order.priority] <= PRIORITY_RANK[entitlement],
+    }
+
+
+def priority_reason(order: Order, entitlement: dict | None = None) -> dict | None:
+    """The order's priority as a quota reason when it is above the project's entitlement, else None."""
+    entitlement = entitlement or priority_entitlement(order)
+    if entitlement["permitted"]:
+        return None
+    allowed = entitlement["allowed"]
+    return {
+        "code": PRIORITY_NOT_PERMITTED,
+        "scope": "project",
+        "dimension": "priority",
+        "requested": str(order.priority),
+        "used": None,
+        "limit": entitlement["max_priority"],
+        "allowed": allowed,
+        "message": f"Priority {order.priority} is above what project {order.project.slug} may order without "
+        f"approval ({', '.join(allowed)}).",
+    }
+
+
+def refuse_priority(reason: dict, order: Order) -> None:
+    raise OrderInvalid(
+        reason["message"] + " Ask for a quota exception, with a justification, to have it approved.",
+        code=PRIORITY_NOT_PERMITTED,
+        details={
+            "field": "priority",
+            "requested": reason["requested"],
+            "max_priority": reason["limit"],
+            "allowed": reason["allowed"],
+            "project": order.project.slug,
+        },
+    )
