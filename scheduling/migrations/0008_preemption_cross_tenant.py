@@ -6,7 +6,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('scheduling', '0005_default_preemption_rules'),
+        ('scheduling', '0007_agent_tokens'),
     ]
 
     operations = [
