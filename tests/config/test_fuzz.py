@@ -1,0 +1,69 @@
+"""Fuzzing in the suite: schemathesis drives every operation of the live OpenAPI (stateless phases and the stateful
+one) against the app under gunicorn on the test PostgreSQL database, as anonymous, a developer, a developer of
+another tenant, an approver and an operator. Any 5xx fails, and so does any error body that is not
+{code, message, details} (tests/config/fuzz_checks.py).
+
+schemathesis imports the PyPI `requests`, which our `requests` app shadows, so it runs from its own virtualenv
+(`make fuzz-venv`, part of `make test`) as a subprocess. The data is the demo's (two tenants, a catalog, a
+cluster, usage history), so ids in paths and bodies name real objects. Examples per operation and the time per
+role are bounded, and the seed is fixed, to keep the test within the CI budget and repeatable.
+"""
+
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+from django.contrib.auth.models import Permission
+
+from tenancy.management.commands.seed_demo import run_demo_seeds
+from tests import factories
+from tests.config.conftest import REPO
+
+pytestmark = pytest.mark.django_db(transaction=True, serialized_rollback=True)
+
+SCHEMATHESIS = REPO / ".venv-fuzz" / "bin" / "schemathesis"
+CHECKS = Path(__file__).with_name("fuzz_checks.py")
+SEED = 20261201
+MAX_EXAMPLES = 5  # per operation and phase
+MAX_SECONDS_PER_ROLE = 40  # a bound, not a target: a clean run of a role takes less
+ROLES = {"anonymous": None, "developer": "developer", "other_tenant_developer": "developer2",
+         "approver": "approver", "operator": "operator"}
+
+
+@pytest.fixture
+def tokens():
+    """The demo's people, each with an API token; the operator may also send health events."""
+    users = run_demo_seeds(factories.PASSWORD)["users"]
+    users["operator"].user_permissions.add(Permission.objects.get(codename="ingest_health"))
+    return {role: username and factories.token_for(users[username]) for role, username in ROLES.items()}
+
+
+def _fuzz(base_url: str, token: str | None, report: Path) -> subprocess.CompletedProcess:
+    command = [
+        str(SCHEMATHESIS), "run", f"{base_url}/api/schema/?format=json",
+        "--phases", "examples,coverage,fuzzing,stateful",
+        "--checks", "not_a_server_error,error_body_shape",
+        "--max-examples", str(MAX_EXAMPLES), "--max-time", str(MAX_SECONDS_PER_ROLE),
+        "--seed", str(SEED), "--generation-database", "none", "--no-shrink",
+        "--continue-on-failure", "--request-timeout", "30", "--workers", "1",
+        "--no-color", "--report", "junit", "--report-junit-path", str(report),
+    ]
+    if token:
+        command += ["--header", f"Authorization: Token {token}"]
+    env = {**os.environ, "SCHEMATHESIS_HOOKS": str(CHECKS)}
+    return subprocess.run(command, cwd=report.parent, env=env, capture_output=True, text=True, timeout=300)
+
+
+def test_no_operation_answers_5xx_or_an_unshaped_error_for_any_role(served_app, tokens, tmp_path):
+    assert SCHEMATHESIS.exists(), f"{SCHEMATHESIS} is missing: run `make fuzz-venv` (part of `make test`)"
+    base_url, server_log = served_app
+
+    failures = {}
+    for role, token in tokens.items():
+        result = _fuzz(base_url, token, tmp_path / f"{role}.xml")
+        if result.returncode != 0:
+            failures[role] = result.stdout[-6000:] + result.stderr[-2000:]
+
+    assert not failures, "\n\n".join(f"===== {role} =====\n{output}" for role, output in failures.items()) + (
+        f"\n\n===== server log =====\n{server_log.read_text()[-4000:]}")
