@@ -44,8 +44,9 @@ def _wait_until_up(url: str, server: subprocess.Popen, log: Path, seconds: float
 
 
 @pytest.fixture
-def served_app(transactional_db, tmp_path):
-    """gunicorn with 2 workers of 4 threads (keep-alive, as in production): (base URL, its log file)."""
+def served_app(tmp_path):
+    """gunicorn with 2 workers of 4 threads (keep-alive, as in production): (base URL, its log file). Tests using
+    it are transactional (the server sees only committed rows) with serialized rollback (the migrations' data)."""
     port, log = _free_port(), tmp_path / "gunicorn.log"
     server = subprocess.Popen(
         [sys.executable, "-m", "gunicorn", "config.wsgi", "-b", f"127.0.0.1:{port}", "-w", "2", "--threads", "4",

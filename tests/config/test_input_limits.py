@@ -2,6 +2,10 @@
 414, also through a real gunicorn on a keep-alive connection), JSON too deep, NUL characters, non-finite numbers,
 ids beyond bigint, Django's own refusals; and a POST to an unknown API path is a JSON 404."""
 
+import json
+import socket
+from urllib.parse import urlsplit
+
 import httpx
 import pytest
 from django.contrib.auth.models import Permission
@@ -135,6 +139,7 @@ def test_a_post_to_an_unknown_api_path_is_a_json_404_not_a_csrf_page(client):
     _error(response, 404, "not_found")
 
 
+@pytest.mark.django_db(transaction=True, serialized_rollback=True)
 def test_a_10_mb_health_body_is_a_413_and_the_keep_alive_connection_still_serves(served_app, agent):
     base_url, _log = served_app
     connections = []  # the client's address of each response's connection: one address, one connection
@@ -152,3 +157,30 @@ def test_a_10_mb_health_body_is_a_413_and_the_keep_alive_connection_still_serves
     _error(too_big, 413, "request_too_large")
     assert follow_up.status_code == 200, follow_up.content[:500]
     assert connections[0] == connections[1]
+
+
+@pytest.mark.django_db(transaction=True, serialized_rollback=True)
+@pytest.mark.parametrize(("length", "code"), [(3000, "query_string_too_long"), (9000, "request_line_too_long")])
+def test_a_long_query_string_is_a_json_414_from_the_app_or_from_gunicorn(served_app, length, code):
+    base_url, _log = served_app
+
+    response = httpx.get(f"{base_url}/api/v1/catalog/services/", params={"q": "x" * length}, timeout=30)
+
+    _error(response, 414, code)
+
+
+@pytest.mark.django_db(transaction=True, serialized_rollback=True)
+def test_a_request_gunicorn_refuses_itself_is_answered_in_the_error_shape(served_app):
+    base_url, _log = served_app
+    address = urlsplit(base_url)
+
+    with socket.create_connection((address.hostname, address.port), timeout=30) as raw:
+        raw.sendall(b"GET /api/v1/catalog/services/ HTTP/1.1\r\nHost: x\r\nX-Probe: a\x00b\r\n\r\n")
+        answer = b"".join(iter(lambda: raw.recv(65536), b""))  # gunicorn closes after its own refusals
+
+    head, _, body = answer.partition(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.1 400 "), head
+    assert b"Content-Type: application/json" in head
+    error = json.loads(body)
+    assert set(error) == ERROR_KEYS
+    assert error["code"] == "bad_request"
