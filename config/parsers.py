@@ -58,7 +58,7 @@ def check_storable(data, *, max_depth: int) -> None:
         value, depth, path = pending.pop()
         if isinstance(value, str):
             if "\x00" in value:
-                raise _nul(path)
+                raise nul_character_error(path)
             continue
         if not isinstance(value, dict | list):
             continue
@@ -66,10 +66,10 @@ def check_storable(data, *, max_depth: int) -> None:
             raise _too_deep(max_depth, path)
         for key, item in value.items() if isinstance(value, dict) else enumerate(value):
             if isinstance(key, str) and "\x00" in key:
-                raise _nul(path)
+                raise nul_character_error(path)
             pending.append((item, depth + 1, f"{path}.{key}" if path else str(key)))
 
 
-def _nul(path: str) -> BadRequest:
+def nul_character_error(path: str) -> BadRequest:
     return BadRequest("Text may not contain NUL (\\u0000) characters.", code="nul_character",
                       details={"path": path})

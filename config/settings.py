@@ -171,7 +171,7 @@ GATEWAY_UPSTREAM_TIMEOUT_SECONDS = env_float("GATEWAY_UPSTREAM_TIMEOUT_SECONDS",
 
 # Input limits (docs/architecture.md, "Input limits"). Bodies over REQUEST_MAX_BODY_BYTES get a JSON 413 (read and
 # discarded up to REQUEST_DRAIN_MAX_BYTES, so the keep-alive connection survives) and query strings over
-# REQUEST_MAX_QUERY_STRING_LENGTH a JSON 414 (keep it under gunicorn's 4094-byte request line limit);
+# REQUEST_MAX_QUERY_STRING_LENGTH a JSON 414 (gunicorn.conf.py lets request lines of up to 8190 bytes reach the app);
 # JSON nests at most API_JSON_MAX_DEPTH levels; an order's parameters are bounded in keys, key length and size.
 REQUEST_MAX_BODY_BYTES = env_int("REQUEST_MAX_BODY_BYTES", 8 * 1024 * 1024)
 REQUEST_DRAIN_MAX_BYTES = env_int("REQUEST_DRAIN_MAX_BYTES", 64 * 1024 * 1024)

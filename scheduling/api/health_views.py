@@ -8,8 +8,7 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from config.api import ErrorSerializer
-from config.errors import BadRequest
-from config.parsers import JSONParser
+from config.parsers import JSONParser, nul_character_error
 from scheduling.api import health_serializers as serializers
 from scheduling.health import health_ingest, parse_dcgm_text
 
@@ -24,8 +23,7 @@ class PrometheusTextParser(BaseParser):
         # leave its rest to be taken for the next request on a keep-alive connection.
         raw = stream.read() if stream is not None else b""
         if b"\x00" in raw:
-            raise BadRequest("Text may not contain NUL (\\u0000) characters.", code="nul_character",
-                             details={"path": "body"})
+            raise nul_character_error("body")
         try:
             return raw.decode("utf-8")
         except UnicodeDecodeError as exc:

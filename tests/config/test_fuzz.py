@@ -29,7 +29,7 @@ SEED = 20261201
 MAX_EXAMPLES = 10  # per operation and phase, in each round
 # Each role's time budget: schemathesis repeats its fuzzing and stateful rounds until it is spent (and stops there),
 # so the five roles take about 5 x this, whatever the machine's speed.
-SECONDS_PER_ROLE = 30
+SECONDS_PER_ROLE = 25
 ROLES = {"anonymous": None, "developer": "developer", "other_tenant_developer": "developer2",
          "approver": "approver", "operator": "operator"}
 
