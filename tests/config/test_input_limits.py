@@ -126,7 +126,8 @@ def test_an_id_beyond_bigint_in_a_body_is_a_400(api_as, roles):
 
 @pytest.mark.parametrize("project", ["3.93e+37", "1130530173853342105600", "1.5", "0"])
 def test_an_id_filter_that_can_name_no_project_is_a_400(api_as, roles, project):
-    for url in ("/api/v1/queue/", "/api/v1/requests/", "/api/v1/quota-change-requests/"):
+    for url in ("/api/v1/queue/", "/api/v1/requests/", "/api/v1/quota-change-requests/", "/api/v1/usage/",
+                "/api/v1/usage/budgets/"):
         response = api_as(roles.developer).get(url, {"project": project, "page_size": 18714156})
 
         body = _error(response, 400, "validation_error")
