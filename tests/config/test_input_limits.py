@@ -35,7 +35,7 @@ def agent(db):
     return user
 
 
-def test_a_body_over_the_limit_is_a_json_413_before_anything_reads_it(api_as, agent, settings):
+def test_a_body_over_the_limit_is_a_json_413_before_any_view_reads_it(api_as, agent, settings):
     settings.REQUEST_MAX_BODY_BYTES = 1000
 
     response = api_as(agent).post(HEALTH_URL, {"events": [{"node": "n" * 2000, "signal": "x", "value": 1}]})
