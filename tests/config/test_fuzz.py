@@ -61,9 +61,9 @@ def _fuzz(schema: Path, base_url: str, token: str | None, report: Path) -> subpr
 
 def _failures_section(output: str) -> str:
     """What schemathesis found (each failure with its curl reproduction), without the run's progress and warnings."""
-    start = output.find(" FAILURES ")
-    end = output.find(" WARNINGS ", start)
-    return (output[start:end] if start >= 0 else output)[:8000] + output[output.rfind(" SUMMARY "):]
+    start, summary = output.find(" FAILURES "), output.rfind(" SUMMARY ")
+    found = output[start:output.find(" WARNINGS ", start)] if start >= 0 else output
+    return found[:8000] + (output[summary:] if summary >= 0 else "")
 
 
 def test_no_operation_answers_5xx_or_an_unshaped_error_for_any_role(served_app, tokens, tmp_path):
