@@ -7,12 +7,17 @@ STAMP := $(VENV)/.installed
 # which our `requests` app shadows.
 REDFISH_VENV := .venv-redfish
 REDFISH_STAMP := $(REDFISH_VENV)/.installed
+# schemathesis for the fuzz test (tests/config/test_fuzz.py), in its own venv for the same reason; pinned so that
+# the seeded run generates the same cases.
+FUZZ_VENV := .venv-fuzz
+FUZZ_STAMP := $(FUZZ_VENV)/.installed
+SCHEMATHESIS_VERSION := 4.32.5
 HOST ?= 127.0.0.1
 PORT ?= 8000
 # The demo runs on the embedded defaults (SQLite, django-q2's ORM broker) unless DATABASE_URL/REDIS_URL say otherwise.
 DEMO_ENV := DEBUG=1
 
-.PHONY: install browser redfish-emulator run migrate seed test bench lint format clean
+.PHONY: install browser redfish-emulator fuzz-venv run migrate seed test bench lint format clean
 
 install: $(STAMP)
 
@@ -32,6 +37,12 @@ redfish-emulator: $(REDFISH_STAMP)
 $(REDFISH_STAMP):
 	$(PYTHON) -m venv $(REDFISH_VENV) && $(REDFISH_VENV)/bin/pip install --quiet sushy-tools
 	touch $(REDFISH_STAMP)
+
+fuzz-venv: $(FUZZ_STAMP)
+
+$(FUZZ_STAMP):
+	$(PYTHON) -m venv $(FUZZ_VENV) && $(FUZZ_VENV)/bin/pip install --quiet "schemathesis==$(SCHEMATHESIS_VERSION)"
+	touch $(FUZZ_STAMP)
 
 migrate: install
 	$(DEMO_ENV) $(BIN)/python manage.py migrate --no-input
@@ -53,7 +64,7 @@ run: seed
 	$(DEMO_ENV) $(BIN)/python manage.py runserver $(HOST):$(PORT)
 
 # Runs on PostgreSQL: DATABASE_URL when set, else postgres@127.0.0.1:5432 (config/settings_test.py).
-test: install browser redfish-emulator
+test: install browser redfish-emulator fuzz-venv
 	$(BIN)/pytest
 
 bench: install
@@ -68,4 +79,4 @@ format: install
 	$(BIN)/ruff format .
 
 clean:
-	rm -rf $(VENV) $(REDFISH_VENV) db.sqlite3 staticfiles .pytest_cache .ruff_cache
+	rm -rf $(VENV) $(REDFISH_VENV) $(FUZZ_VENV) db.sqlite3 staticfiles .pytest_cache .ruff_cache

@@ -2,7 +2,10 @@
 
 import logging
 
-from django.core.exceptions import PermissionDenied
+import django_filters
+from django import forms
+from django.conf import settings
+from django.core.exceptions import PermissionDenied, RequestDataTooBig, SuspiciousOperation
 from django.core.exceptions import ValidationError as DjangoValidationError
 from django.http import Http404
 from rest_framework import exceptions, serializers, status
@@ -10,7 +13,8 @@ from rest_framework.pagination import PageNumberPagination
 from rest_framework.response import Response
 from rest_framework.views import exception_handler as drf_exception_handler
 
-from config.errors import DomainError
+from config.errors import BadRequest, DomainError, PayloadTooLarge
+from config.limits import BIGINT_MAX, object_bounds_problem
 
 logger = logging.getLogger(__name__)
 
@@ -26,6 +30,35 @@ class ErrorSerializer(serializers.Serializer):
     code = serializers.CharField(help_text="Machine-readable reason, e.g. quota_exceeded or spec_deprecated.")
     message = serializers.CharField(help_text="One human sentence.")
     details = serializers.JSONField(help_text="The numbers involved; for validation errors, messages per field.")
+
+
+class IdField(serializers.IntegerField):
+    """An object id in a body: a positive integer that fits the bigint primary keys."""
+
+    def __init__(self, **kwargs):
+        super().__init__(min_value=1, max_value=BIGINT_MAX, **kwargs)
+
+
+class IdFilter(django_filters.NumberFilter):
+    """An object id in a query string: a whole number within the bigint range, else a 400."""
+
+    field_class = forms.IntegerField
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, min_value=1, max_value=BIGINT_MAX, **kwargs)
+
+
+class BoundedDictField(serializers.DictField):
+    """A JSON object with bounded keys and size, checked before its values are."""
+
+    def __init__(self, *, max_keys: int, max_key_length: int, max_bytes: int, **kwargs):
+        super().__init__(**kwargs)
+        self.bounds = {"max_keys": max_keys, "max_key_length": max_key_length, "max_bytes": max_bytes}
+
+    def to_internal_value(self, data):
+        if isinstance(data, dict) and (problem := object_bounds_problem(data, **self.bounds)):
+            raise serializers.ValidationError(problem, code="too_large")
+        return super().to_internal_value(data)
 
 
 def error_body(code: str, message: str, details=None) -> dict:
@@ -44,6 +77,16 @@ def _first_message(detail) -> str:
     return str(detail)
 
 
+def _as_domain_error(exc):
+    """Django's refusals of a request it cannot read, in the error shape: too big is 413, the rest 400."""
+    if isinstance(exc, RequestDataTooBig):
+        limit = settings.DATA_UPLOAD_MAX_MEMORY_SIZE
+        return PayloadTooLarge(f"The request body may be at most {limit} bytes.", details={"limit_bytes": limit})
+    if isinstance(exc, SuspiciousOperation):
+        return BadRequest(str(exc) or "The request could not be read.")
+    return exc
+
+
 def _as_drf_exception(exc):
     if isinstance(exc, Http404):
         return exceptions.NotFound()
@@ -58,6 +101,7 @@ def _as_drf_exception(exc):
 
 def exception_handler(exc, context):
     """Turn every API error into {code, message, details}; unexpected errors become a logged 500 body."""
+    exc = _as_domain_error(exc)
     if isinstance(exc, DomainError):
         return Response(error_body(exc.code, exc.message, exc.details), status=exc.status_code)
     exc = _as_drf_exception(exc)

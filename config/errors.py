@@ -29,3 +29,15 @@ class Conflict(DomainError):
 class NotFound(DomainError):
     status_code = 404
     code = "not_found"
+
+
+class BadRequest(DomainError):
+    """Input that no endpoint can take: malformed, too deep, or holding what the database cannot store."""
+
+    status_code = 400
+    code = "bad_request"
+
+
+class PayloadTooLarge(DomainError):
+    status_code = 413
+    code = "request_too_large"

@@ -47,6 +47,7 @@ INSTALLED_APPS = [
 
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
+    "config.middleware.RequestLimitsMiddleware",  # before anything reads the request
     "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
@@ -168,6 +169,19 @@ BMC_CREDENTIALS = env_json("BMC_CREDENTIALS", {})
 SERVING_DEFAULT_RATE_LIMIT_PER_MINUTE = env_int("SERVING_DEFAULT_RATE_LIMIT_PER_MINUTE", 600)
 GATEWAY_UPSTREAM_TIMEOUT_SECONDS = env_float("GATEWAY_UPSTREAM_TIMEOUT_SECONDS", 60.0)
 
+# Input limits (docs/architecture.md, "Input limits"). Bodies over REQUEST_MAX_BODY_BYTES get a JSON 413 (read and
+# discarded up to REQUEST_DRAIN_MAX_BYTES, so the keep-alive connection survives) and query strings over
+# REQUEST_MAX_QUERY_STRING_LENGTH a JSON 414 (gunicorn.conf.py lets request lines of up to 8190 bytes reach the app);
+# JSON nests at most API_JSON_MAX_DEPTH levels; an order's parameters are bounded in keys, key length and size.
+REQUEST_MAX_BODY_BYTES = env_int("REQUEST_MAX_BODY_BYTES", 8 * 1024 * 1024)
+REQUEST_DRAIN_MAX_BYTES = env_int("REQUEST_DRAIN_MAX_BYTES", 64 * 1024 * 1024)
+DATA_UPLOAD_MAX_MEMORY_SIZE = REQUEST_MAX_BODY_BYTES
+REQUEST_MAX_QUERY_STRING_LENGTH = env_int("REQUEST_MAX_QUERY_STRING_LENGTH", 2048)
+API_JSON_MAX_DEPTH = env_int("API_JSON_MAX_DEPTH", 20)
+ORDER_PARAMETERS_MAX_KEYS = env_int("ORDER_PARAMETERS_MAX_KEYS", 50)
+ORDER_PARAMETERS_MAX_KEY_LENGTH = env_int("ORDER_PARAMETERS_MAX_KEY_LENGTH", 64)
+ORDER_PARAMETERS_MAX_BYTES = env_int("ORDER_PARAMETERS_MAX_BYTES", 16 * 1024)
+
 REST_FRAMEWORK = {
     # Token first: its WWW-Authenticate header turns "not authenticated" into 401 rather than 403.
     "DEFAULT_AUTHENTICATION_CLASSES": [
@@ -175,6 +189,11 @@ REST_FRAMEWORK = {
         "rest_framework.authentication.SessionAuthentication",
     ],
     "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
+    "DEFAULT_PARSER_CLASSES": [
+        "config.parsers.JSONParser",
+        "rest_framework.parsers.FormParser",
+        "rest_framework.parsers.MultiPartParser",
+    ],
     "DEFAULT_PAGINATION_CLASS": "config.api.StandardPagination",
     "PAGE_SIZE": 50,
     "DEFAULT_FILTER_BACKENDS": [

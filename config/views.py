@@ -5,6 +5,7 @@ import logging
 from django.db import connection
 from django.http import JsonResponse
 from django.views.decorators.cache import never_cache
+from django.views.decorators.csrf import csrf_exempt
 from django.views.defaults import page_not_found, server_error
 from django_q.brokers import get_broker
 
@@ -47,6 +48,7 @@ def _wants_json(request) -> bool:
     return request.path.startswith("/api/")
 
 
+@csrf_exempt  # a POST to an unknown API path is a 404, not a CSRF refusal
 def not_found(request, exception=None):
     if _wants_json(request):
         return JsonResponse(error_body("not_found", "No such endpoint or object."), status=404)

@@ -195,8 +195,9 @@ def parse_dcgm_text(text: str) -> list[HealthSample]:
     wire_names = set()
     for line in text.splitlines():
         stripped = line.strip()
-        if stripped and not stripped.startswith("#"):
-            wire_names.add(_SAMPLE_NAME.match(stripped).group(1))
+        # A line without a metric name is not a sample: the parser below refuses it.
+        if stripped and not stripped.startswith("#") and (name := _SAMPLE_NAME.match(stripped)):
+            wire_names.add(name.group(1))
     try:
         families = list(text_string_to_metric_families(text))
     except (ValueError, IndexError, KeyError, TypeError) as exc:

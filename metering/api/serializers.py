@@ -5,6 +5,7 @@ from datetime import date
 from django.utils import timezone
 from rest_framework import serializers
 
+from config.api import IdField
 from metering.choices import Grouping
 from metering.periods import parse_month, report_months
 
@@ -41,8 +42,7 @@ class ReportQuerySerializer(PeriodQuerySerializer):
         return {**super().get_fields(),
                 "group_by": serializers.CharField(required=False, default="project,month",
                                                   help_text=f"Comma-separated: {', '.join(Grouping.values)}."),
-                "project": serializers.IntegerField(required=False, min_value=1),
-                "tenant": serializers.IntegerField(required=False, min_value=1)}
+                "project": IdField(required=False), "tenant": IdField(required=False)}
 
     def validate_group_by(self, value: str) -> list[str]:
         keys = list(dict.fromkeys(key.strip() for key in value.split(",") if key.strip()))
@@ -54,7 +54,7 @@ class ReportQuerySerializer(PeriodQuerySerializer):
 
 
 class ProjectQuerySerializer(serializers.Serializer):
-    project = serializers.IntegerField(required=False, min_value=1)
+    project = IdField(required=False)
 
 
 class UsageRowSerializer(serializers.Serializer):

@@ -9,7 +9,7 @@ from rest_framework.filters import OrderingFilter
 from rest_framework.response import Response
 
 from catalog.choices import ServiceKind
-from config.api import ErrorSerializer
+from config.api import ErrorSerializer, IdFilter
 from requests import approvals, extensions, quota_changes, selectors, services
 from requests.api import serializers
 from requests.choices import ChangeState, Decision, RequestState
@@ -29,7 +29,7 @@ def _parsed(serializer_class, data):
 
 class RequestFilter(django_filters.FilterSet):
     state = django_filters.ChoiceFilter(choices=RequestState.choices)
-    project = django_filters.NumberFilter(field_name="project_id")
+    project = IdFilter(field_name="project_id")
     service_kind = django_filters.ChoiceFilter(field_name="service__kind", choices=ServiceKind.choices)
 
     class Meta:
@@ -39,7 +39,7 @@ class RequestFilter(django_filters.FilterSet):
 
 class QuotaChangeFilter(django_filters.FilterSet):
     state = django_filters.ChoiceFilter(choices=ChangeState.choices)
-    project = django_filters.NumberFilter(field_name="project_id")
+    project = IdFilter(field_name="project_id")
 
     class Meta:
         model = QuotaChangeRequest

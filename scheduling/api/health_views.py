@@ -4,16 +4,15 @@ of staff holding scheduling.ingest_health: any node)."""
 from drf_spectacular.utils import OpenApiExample, OpenApiResponse, extend_schema
 from rest_framework import exceptions
 from rest_framework.authentication import TokenAuthentication
-from rest_framework.parsers import BaseParser, JSONParser
+from rest_framework.parsers import BaseParser
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from config.api import ErrorSerializer
+from config.parsers import JSONParser, nul_character_error
 from scheduling.api import health_serializers as serializers
 from scheduling.api.agent_auth import AgentTokenAuthentication, CanReportForNodes, sender_actor, sender_scope
 from scheduling.health import health_ingest, parse_dcgm_text
-
-MAX_TEXT_BYTES = 8 * 1024 * 1024
 
 
 class PrometheusTextParser(BaseParser):
@@ -22,9 +21,11 @@ class PrometheusTextParser(BaseParser):
     media_type = "text/plain"
 
     def parse(self, stream, media_type=None, parser_context=None):
-        raw = stream.read(MAX_TEXT_BYTES + 1) if stream is not None else b""
-        if len(raw) > MAX_TEXT_BYTES:
-            raise exceptions.ValidationError({"body": f"At most {MAX_TEXT_BYTES} bytes of exposition text."})
+        # Read whole: REQUEST_MAX_BODY_BYTES (config.middleware) bounds it, and a body read only in part would
+        # leave its rest to be taken for the next request on a keep-alive connection.
+        raw = stream.read() if stream is not None else b""
+        if b"\x00" in raw:
+            raise nul_character_error("body")
         try:
             return raw.decode("utf-8")
         except UnicodeDecodeError as exc:

@@ -1,0 +1,51 @@
+"""Size limits on every request, checked before anything reads it (settings REQUEST_MAX_BODY_BYTES and
+REQUEST_MAX_QUERY_STRING_LENGTH), answered in the API's error shape.
+
+The body limit is decided from Content-Length, and an over-limit body is then read and thrown away before the
+413 goes out: gunicorn drains at most 64 KiB of an unread body before it reuses a keep-alive connection and
+closes it otherwise, so an agent posting 10 MB would lose its connection (and, while still sending, possibly the
+answer). Bodies beyond REQUEST_DRAIN_MAX_BYTES are not read: for those the connection closes.
+"""
+
+from django.conf import settings
+from django.http import JsonResponse
+
+from config.api import error_body
+
+
+def _content_length(request) -> int:
+    try:
+        return max(int(request.META.get("CONTENT_LENGTH") or 0), 0)
+    except ValueError:
+        return 0  # as Django's own request reads it
+
+
+def _discard_body(request, length: int) -> None:
+    if length <= settings.REQUEST_DRAIN_MAX_BYTES:
+        while request.read(64 * 1024):
+            pass
+
+
+def _body_too_large(request) -> JsonResponse | None:
+    limit, length = settings.REQUEST_MAX_BODY_BYTES, _content_length(request)
+    if length <= limit:
+        return None
+    _discard_body(request, length)
+    return JsonResponse(error_body("request_too_large", f"The request body may be at most {limit} bytes.",
+                                   {"limit_bytes": limit, "content_length": length}), status=413)
+
+
+def _query_too_long(request) -> JsonResponse | None:
+    limit, length = settings.REQUEST_MAX_QUERY_STRING_LENGTH, len(request.META.get("QUERY_STRING", ""))
+    if length <= limit:
+        return None
+    return JsonResponse(error_body("query_string_too_long", f"The query string may be at most {limit} characters.",
+                                   {"limit": limit, "length": length}), status=414)
+
+
+class RequestLimitsMiddleware:
+    def __init__(self, get_response):
+        self.get_response = get_response
+
+    def __call__(self, request):
+        return _query_too_long(request) or _body_too_large(request) or self.get_response(request)
