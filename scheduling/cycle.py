@@ -24,6 +24,7 @@ from scheduling.allocations import adjust_device_shares
 from scheduling.choices import AllocationState, DeviceHealth
 from scheduling.models import Allocation, AllocationDevice, Device, Node
 from scheduling.signals import cycle_finished, requests_allocated
+from tenancy.choices import QuotaDimension
 from tenancy.models import MonthlyUsage, ProjectQuota
 
 logger = logging.getLogger(__name__)
@@ -147,7 +148,7 @@ def _over_concurrency(queue: list[ResourceRequest]) -> dict[int, dict]:
     refused = {}
     for request in queue:
         limit, held = limits.get(request.project_id), holding.get(request.project_id, 0)
-        if limit is not None and held >= limit:
+        if limit is not None and held >= limit and not _excepted_from_concurrency(request):
             refused[request.pk] = {
                 "code": QUOTA_EXHAUSTED, "numbers": {"holding": held, "limit": limit},
                 "message": f"The project already holds {held} of its {limit} concurrent tasks; waits for one "
@@ -155,6 +156,13 @@ def _over_concurrency(queue: list[ResourceRequest]) -> dict[int, dict]:
         elif limit is not None:
             holding[request.project_id] = held + 1  # admitted requests of this cycle count too
     return refused
+
+
+def _excepted_from_concurrency(request: ResourceRequest) -> bool:
+    """Admitted over the concurrent-task limit through an approved quota exception: the approvers agreed to this
+    request running beyond the limit, so the scheduler must not hold it back for that limit again."""
+    return request.quota_exception and any(reason.get("dimension") == QuotaDimension.CONCURRENT_TASKS
+                                           for reason in request.quota_reasons)
 
 
 def _binding_rows(bindings, cluster: ClusterSnapshot, requests: dict[int, ResourceRequest], now):

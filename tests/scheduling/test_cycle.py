@@ -11,8 +11,8 @@ from django.db.models import Sum
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
-from requests import services
-from requests.choices import PriorityClass, RequestState
+from requests import approvals, services
+from requests.choices import OverQuota, PriorityClass, RequestState
 from requests.models import ResourceRequest
 from scheduling import cycle, reclaim
 from scheduling.choices import AllocationState
@@ -139,6 +139,24 @@ def test_reason_codes_reach_the_api(shop, team, api_as, setup, code):
         assert body["queue"]["numbers"] == {"holding": 1, "limit": 1}
         first.refresh_from_db()
         assert first.state == RequestState.ALLOCATED
+
+
+def test_an_approved_exception_over_the_concurrent_task_limit_runs(shop, team):
+    """The exception is granted at admission; the scheduler must not refuse it again for the same limit."""
+    quota_set(quota=team.project.quota, limits={"concurrent_tasks": 1}, actor=None)
+    add_node(shop.accelerator, cards=8)
+    running = queued(shop, team)
+    cycle.run_cycle()
+    running.refresh_from_db()
+    assert running.state == RequestState.ALLOCATED
+    beyond = services.request_submit(order=make_order(shop, team.project, justification="release deadline"),
+                                     requester=team.developer, over_quota=OverQuota.EXCEPTION)
+    assert beyond.state == RequestState.PENDING_APPROVAL and beyond.quota_exception
+    [assignment] = approvals.approval_for(beyond).stages.get().assignments.filter(approver=team.operator)
+    approvals.approval_decide(assignment=assignment, decision="approve", comment="ok", actor=team.operator)
+    assert cycle.run_cycle().allocated == [beyond.pk]
+    beyond.refresh_from_db()
+    assert beyond.state == RequestState.ALLOCATED
 
 
 def test_higher_priority_runs_first_and_holds_back_lower(shop, team):
