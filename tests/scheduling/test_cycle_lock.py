@@ -13,6 +13,7 @@ import sys
 import time
 from contextlib import contextmanager
 from pathlib import Path
+from types import SimpleNamespace
 
 import psycopg
 import pytest
@@ -36,12 +37,24 @@ def _database_url() -> str:
     return f"postgres://{database['USER']}@{database['HOST']}:{database['PORT']}/{database['NAME']}"
 
 
-def cycle_process() -> subprocess.Popen:
-    """`manage.py run_cycle --json` in its own process; follow-up work (provisioning) goes to the broker."""
-    env = {**os.environ, "DJANGO_SETTINGS_MODULE": "config.settings_test", "DATABASE_URL": _database_url(),
-           "Q_SYNC": "0"}
-    return subprocess.Popen([sys.executable, "manage.py", "run_cycle", "--json"], cwd=REPO, env=env,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+@pytest.fixture
+def cycle_process():
+    """Starts `manage.py run_cycle --json` in its own process (follow-up work such as provisioning goes to the
+    broker); whatever is still running when the test ends is killed."""
+    started = []
+
+    def start() -> subprocess.Popen:
+        env = {**os.environ, "DJANGO_SETTINGS_MODULE": "config.settings_test", "DATABASE_URL": _database_url(),
+               "Q_SYNC": "0"}
+        started.append(subprocess.Popen([sys.executable, "manage.py", "run_cycle", "--json"], cwd=REPO, env=env,
+                                        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
+        return started[-1]
+
+    yield start
+    for process in started:
+        if process.poll() is None:
+            process.kill()
+            process.wait(timeout=SECONDS)
 
 
 def outcome(process: subprocess.Popen) -> dict:
@@ -80,14 +93,20 @@ def wait_for_a_cycle_at_the_device_write(process: subprocess.Popen) -> None:
 
 
 @pytest.fixture
+def world(shop, team):  # noqa: F811 (the fixtures imported above)
+    """The shop and team of test_cycle, and one node with four cards."""
+    add_node(shop.accelerator, cards=4)
+    return SimpleNamespace(shop=shop, team=team)
+
+
+@pytest.fixture(autouse=True)
 def no_inline_tasks(monkeypatch):
     """Triggers go to the broker (nobody runs it here), so the only cycles are the ones the test starts."""
     monkeypatch.setattr(Conf, "SYNC", False)
 
 
-def test_two_cycles_from_two_processes_exactly_one_runs(shop, team, no_inline_tasks):  # noqa: F811
-    add_node(shop.accelerator, cards=4)
-    request = queued(shop, team)
+def test_two_cycles_from_two_processes_exactly_one_runs(world, cycle_process):
+    request = queued(world.shop, world.team)
     with rows_held(Device):
         first = cycle_process()
         wait_for_a_cycle_at_the_device_write(first)
@@ -97,25 +116,23 @@ def test_two_cycles_from_two_processes_exactly_one_runs(shop, team, no_inline_ta
     assert ResourceRequest.objects.get(pk=request.pk).state == RequestState.ALLOCATED
 
 
-def test_a_trigger_that_meets_a_running_cycle_gets_one_more_cycle_after_it(shop, team, no_inline_tasks):  # noqa: F811
+def test_a_trigger_that_meets_a_running_cycle_gets_one_more_cycle_after_it(world, cycle_process):
     """The running cycle read the queue before the second request was queued; the trigger for that request finds
     the lock taken. The running cycle must place it itself once it has committed, not leave it to the schedule."""
-    add_node(shop.accelerator, cards=4)
-    early = queued(shop, team)
+    early = queued(world.shop, world.team)
     with rows_held(Device):
         running = cycle_process()
         wait_for_a_cycle_at_the_device_write(running)
-        late = queued(shop, team)
+        late = queued(world.shop, world.team)
         assert cycle.run_cycle().ran is False  # the trigger's cycle, as the task would run it
     assert sorted(outcome(running)["allocated"]) == [early.pk, late.pk]
     assert set(ResourceRequest.objects.filter(pk__in=[early.pk, late.pk]).values_list("state", flat=True)) == {
         RequestState.ALLOCATED}
 
 
-def test_a_queued_request_another_transaction_holds_is_waited_for_not_skipped(shop, team, no_inline_tasks):  # noqa: F811
+def test_a_queued_request_another_transaction_holds_is_waited_for_not_skipped(world, cycle_process):
     """Skipped, it would wait for a trigger that its holder (here one that commits no change) never sends."""
-    add_node(shop.accelerator, cards=4)
-    request = queued(shop, team)
+    request = queued(world.shop, world.team)
     with rows_held(ResourceRequest, pk=request.pk):
         running = cycle_process()
         wait_until_it_waits_for_a_row(running, f'SELECT "{ResourceRequest._meta.db_table}"."id"')
