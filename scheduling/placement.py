@@ -186,7 +186,7 @@ class PlacementEngine:
         self.state = [self._state(i) for i in range(len(self.nodes))]
         self._indexes: dict = {}
         self._gpu_memo: dict = {}
-        self._never: dict = {}
+        self._rooms: dict = {}
         self._build_aggregates()
         self.policy.attach(self.model_healthy)
 
@@ -571,12 +571,12 @@ class PlacementEngine:
                        {"needed_milli": needed * share, "free_milli": free_milli, "healthy": usable})
 
     def never_fits(self, demand: Demand) -> Pending | None:
-        """`unplaceable` for this engine's inventory, once per demand shape (the inventory does not change)."""
-        key = (_Shape(demand).key, demand.members)
-        if key not in self._never:
-            self._never[key] = unplaceable(self.nodes, demand)
-        found = self._never[key]
-        return None if found is None else Pending(demand.id, found.reason, found.message, found.numbers)
+        """`unplaceable` over this engine's inventory; the rooms are worked out once per kind of device asked for
+        (the inventory does not change while the engine lives)."""
+        key = (demand.models, demand.slice_profile, demand.share)
+        if key not in self._rooms:
+            self._rooms[key] = _rooms(self.nodes, demand)
+        return _never_fits(self._rooms[key], demand)
 
     def _count_degraded(self, models) -> int:
         return sum(1 for node in self.nodes if node.schedulable for d in node.devices
@@ -672,12 +672,26 @@ def unplaceable(nodes: Sequence[Node], demand: Demand) -> Pending | None:
     Every node counts, cordoned ones and isolated or unhealthy devices included: they can come back, so they make a
     demand wait (`insufficient_healthy_capacity`), never "never fits". The reason names the blocking dimension and
     the largest node: compatible devices first, then cores among the nodes with enough devices, then memory among
-    those with enough devices and cores. One pass over the nodes, no database.
+    those with enough devices and cores. No database.
     """
+    return _never_fits(_rooms(nodes, demand), demand)
+
+
+def _rooms(nodes: Sequence[Node], demand: Demand) -> list[tuple[int, int, int, int, str]]:
+    """What an empty node offers the demand's kind of device: (devices that could take a share, cores in milli,
+    memory in MiB, devices of the wanted models, node name), once per distinct size (its first node by inventory
+    order), so that an inventory of thousands of nodes of a few types is a few rooms."""
+    rooms: dict[tuple, str] = {}
+    for node in nodes:
+        size = (sum(1 for device in node.devices if _could_hold(device, demand)), node.cpu_milli, node.memory_mib,
+                sum(1 for device in node.devices if _of_model(device, demand)))
+        rooms.setdefault(size, node.name)
+    return [(*size, name) for size, name in rooms.items()]
+
+
+def _never_fits(rooms, demand: Demand) -> Pending | None:
     wanted = "/".join(sorted(demand.models)) or "accelerator"
-    rooms = [(sum(1 for device in node.devices if _could_hold(device, demand)), node.cpu_milli, node.memory_mib, node)
-             for node in nodes]
-    if demand.count and not any(_of_model(device, demand) for node in nodes for device in node.devices):
+    if demand.count and not any(room[3] for room in rooms):
         return Pending(demand.id, NO_MATCHING_SPEC, f"needs {demand.label}; no {wanted} device exists in the cluster",
                        {"needed": demand.count * demand.members, "devices": 0})
     kind = f"{wanted} devices" + (f" with {demand.slice_profile} slices" if demand.slice_profile else "")
@@ -690,11 +704,11 @@ def unplaceable(nodes: Sequence[Node], demand: Demand) -> Pending | None:
             continue
         largest = max(rooms, key=lambda room: room[position])  # the first such node in inventory order
         numbers = {"dimension": dimension, "needed": _in_units(needed, unit),
-                   "largest": _in_units(largest[position], unit), "node": largest[3].name}
+                   "largest": _in_units(largest[position], unit), "node": largest[4]}
         return Pending(demand.id, NO_MATCHING_SPEC,
                        f"needs {demand.label} with {_in_units(demand.cpu_milli, 1000)} cores and "
                        f"{_in_units(demand.memory_mib, 1024)} GiB on one node; no node has {numbers['needed']} "
-                       f"{what}: the largest {wanted} node has {numbers['largest']} ({largest[3].name}), so it can "
+                       f"{what}: the largest {wanted} node has {numbers['largest']} ({largest[4]}), so it can "
                        f"never run on this inventory", numbers)
     return None
 
