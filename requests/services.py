@@ -123,18 +123,8 @@ def request_submit(*, order: Order, requester: User, over_quota: str = OverQuota
     if over_quota == OverQuota.EXCEPTION and not order.justification.strip():
         raise DomainError("A quota exception needs a justification.", code="justification_required")
     sizing = size_order(order)
-    never_fits = hooks.order_never_fits(order, sizing) if hooks.order_never_fits else None
-    if never_fits and if_unplaceable == IfUnplaceable.REFUSE:
-        raise Unplaceable(never_fits["message"], code=never_fits["code"], details=never_fits["details"])
-    lock_quota_scope(order.project)
-    impacts = quota_impact(order.project, sizing.demand)
-    reasons = exceeded(impacts)
-    if reasons and over_quota == OverQuota.REJECT:
-        raise QuotaExceeded(_quota_sentence(reasons), details={"reasons": reasons})
-    hopeless = beyond_limits(impacts) if reasons and over_quota == OverQuota.WAIT else []
-    if hopeless:
-        raise QuotaExceeded(" ".join(reason["message"] for reason in hopeless), code="exceeds_limit",
-                            details={"reasons": hopeless})
+    never_fits = _never_fits(order, sizing, if_unplaceable)
+    reasons = _admission_reasons(order, sizing, over_quota)
     request = ResourceRequest.objects.create(
         tenant_id=order.project.tenant_id, project=order.project, requester=requester, service=order.service,
         spec=order.spec, image=order.image, bare_metal_profile=order.bare_metal_profile,
@@ -158,6 +148,29 @@ def request_submit(*, order: Order, requester: User, over_quota: str = OverQuota
     else:
         record_event(request, actor=requester, code=EventCode.ADMITTED, message="Fits the project's quota.")
     return _route(request, order, actor=requester)
+
+
+def _never_fits(order: Order, sizing, if_unplaceable: str) -> dict | None:
+    """Why no node could ever hold the order, or None; refused here when the order asked for that."""
+    never_fits = hooks.order_never_fits(order, sizing) if hooks.order_never_fits else None
+    if never_fits and if_unplaceable == IfUnplaceable.REFUSE:
+        raise Unplaceable(never_fits["message"], code=never_fits["code"], details=never_fits["details"])
+    return never_fits
+
+
+def _admission_reasons(order: Order, sizing, over_quota: str) -> list[dict]:
+    """Under the quota lock: what the order exceeds. Refused when the requester asked for that, and when they
+    asked to wait but the order alone passes a limit (nothing freeing up could ever admit it)."""
+    lock_quota_scope(order.project)
+    impacts = quota_impact(order.project, sizing.demand)
+    reasons = exceeded(impacts)
+    if reasons and over_quota == OverQuota.REJECT:
+        raise QuotaExceeded(_quota_sentence(reasons), details={"reasons": reasons})
+    hopeless = beyond_limits(impacts) if reasons and over_quota == OverQuota.WAIT else []
+    if hopeless:
+        raise QuotaExceeded(" ".join(reason["message"] for reason in hopeless), code="exceeds_limit",
+                            details={"reasons": hopeless})
+    return reasons
 
 
 def _quota_sentence(reasons: list[dict]) -> str:
