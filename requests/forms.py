@@ -44,8 +44,11 @@ class OrderForm(forms.Form):
                                     help_text="What it is for. Needed for a quota exception.")
     over_quota = forms.ChoiceField(choices=OverQuota.choices, initial=OverQuota.REJECT,
                                    widget=forms.RadioSelect, label="If it does not fit the quota")
-    if_unplaceable = forms.ChoiceField(choices=IfUnplaceable.choices, initial=IfUnplaceable.WARN, required=False,
-                                       widget=forms.RadioSelect, label="If no node could ever hold it")
+    if_unplaceable = forms.ChoiceField(
+        choices=IfUnplaceable.choices, initial=IfUnplaceable.WARN, required=False, widget=forms.RadioSelect,
+        label="If no node could ever hold it",
+        help_text="It needs more cards, cores or memory on one node than the largest compatible node has; "
+                  "the preview says so before you submit.")
 
     def __init__(self, *args, user: User, service: Service, **kwargs):
         super().__init__(*args, **kwargs)
