@@ -40,6 +40,13 @@ class OverQuota(models.TextChoices):
     EXCEPTION = "exception", "Ask for a quota exception through approval"
 
 
+class IfUnplaceable(models.TextChoices):
+    """What the requester wants when no node of the inventory could ever hold the order."""
+
+    WARN = "warn", "Submit it anyway and warn me"
+    REFUSE = "refuse", "Refuse it and tell me what is too big"
+
+
 class EventCode(models.TextChoices):
     SUBMITTED = "submitted", "Submitted"
     ADMITTED = "admitted", "Admitted within quota"

@@ -5,7 +5,7 @@ from django import forms
 from catalog import selectors as catalog_selectors
 from catalog.choices import ServiceKind
 from catalog.models import Service
-from requests.choices import OverQuota, PriorityClass
+from requests.choices import IfUnplaceable, OverQuota, PriorityClass
 from requests.orders import SERVING_LIMITS, Order
 from tenancy.choices import ProjectPermission, QuotaDimension
 from tenancy.models import User
@@ -47,6 +47,11 @@ class OrderForm(forms.Form):
     over_quota = forms.ChoiceField(choices=OverQuota.choices, initial=OverQuota.REJECT,
                                    widget=forms.RadioSelect,
                                    label="If it does not fit the quota or the priority entitlement")
+    if_unplaceable = forms.ChoiceField(
+        choices=IfUnplaceable.choices, initial=IfUnplaceable.WARN, required=False, widget=forms.RadioSelect,
+        label="If no node could ever hold it",
+        help_text="It needs more cards, cores or memory on one node than the largest compatible node has; "
+                  "the preview says so before you submit.")
 
     def __init__(self, *args, user: User, service: Service, **kwargs):
         super().__init__(*args, **kwargs)
@@ -72,6 +77,9 @@ class OrderForm(forms.Form):
         if service.kind != ServiceKind.MODEL_SERVING:
             for name in SERVING_LIMITS:
                 del self.fields[name]
+
+    def clean_if_unplaceable(self) -> str:
+        return self.cleaned_data["if_unplaceable"] or IfUnplaceable.WARN  # left unchosen: the API's default
 
     def clean_parameters(self) -> dict[str, str]:
         parameters = {}

@@ -10,6 +10,10 @@ allocation_details: Callable[[Any], dict | None] | None = None
 # scheduling: would an order fit now ({fits_now, node, queued_ahead, code, message}), given (order, sizing).
 placement_estimate: Callable[[Any, Any], dict | None] | None = None
 
+# scheduling: why no node of the inventory could ever hold an order ({code, message, details}), or None; given
+# (order, sizing). Submission refuses or warns on it.
+order_never_fits: Callable[[Any, Any], dict | None] | None = None
+
 # provisioning: the request's provisioning runs with their steps, and what was delivered ({runs, delivered}), or None.
 provisioning_details: Callable[[Any], dict | None] | None = None
 

@@ -76,15 +76,24 @@ class DimensionImpact:
         return total <= self.limit
 
     @property
+    def beyond_limit(self) -> bool:
+        """The request alone passes the limit: no amount of usage freeing up could ever admit it."""
+        return not replace(self, used=0).fits
+
+    @property
     def message(self) -> str:
         label = self.label
-        where = "the tenant" if self.scope == "tenant" else "the project"
+        where = self.where
         if self.limit is None:
             return f"{label}: no limit for {where}."
         left = max(self.limit - self.used, 0)
         verdict = "fits" if self.fits else "over the limit"
         return (f"{label}: this request needs {_fmt(self.requested)}; {where} uses {_fmt(self.used)} of "
                 f"{_fmt(self.limit)} ({_fmt(left)} left) — {verdict}.")
+
+    @property
+    def where(self) -> str:
+        return "the tenant" if self.scope == "tenant" else "the project"
 
     def as_data(self) -> dict:
         data = {key: _json(value) for key, value in asdict(self).items()}
@@ -230,6 +239,14 @@ def request_quota_impact(request: ResourceRequest, scopes: list[QuotaScope] | No
 
 def exceeded(impacts: list[DimensionImpact]) -> list[dict]:
     return [impact.as_reason() for impact in impacts if not impact.fits]
+
+
+def beyond_limits(impacts: list[DimensionImpact]) -> list[dict]:
+    """Reasons (`exceeds_limit`) for the dimensions the request alone passes: waiting for quota never helps there."""
+    return [{**impact.as_reason(), "code": "exceeds_limit",
+             "message": f"{impact.label}: this request alone needs {_fmt(impact.requested)}, more than the limit of "
+                        f"{_fmt(impact.limit)} for {impact.where}; waiting for quota to free up can never admit it."}
+            for impact in impacts if impact.beyond_limit]
 
 
 def lock_quota_scope(project: Project) -> None:

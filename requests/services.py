@@ -16,12 +16,12 @@ from django_q.tasks import async_task
 from config.errors import Conflict, DomainError, NotPermitted
 from config.sql import update_from_values
 from requests import approvals, hooks
-from requests.choices import ApprovalSubject, EventCode, OverQuota, RequestState
+from requests.choices import ApprovalSubject, EventCode, IfUnplaceable, OverQuota, RequestState
 from requests.models import RequestEvent, ResourceRequest
 from requests.models.request import snapshot_hash
 from requests.orders import Order, approval_facts, describe_order, size_order, validate_order
 from requests.priorities import priority_entitlement, priority_reason, refuse_priority
-from requests.quota import Demand, exceeded, lock_quota_scope, quota_impact
+from requests.quota import Demand, beyond_limits, exceeded, lock_quota_scope, quota_impact
 from requests.signals import request_preempted, request_queued, request_releasing
 from tenancy.choices import ProjectPermission
 from tenancy.models import User
@@ -30,6 +30,12 @@ from tenancy.selectors import user_has_project_permission
 
 class QuotaExceeded(Conflict):
     code = "quota_exceeded"
+
+
+class Unplaceable(DomainError):
+    """No node of the inventory could ever hold the order (the order asked to be refused then)."""
+
+    code = "no_matching_spec"
 
 
 def _transition(request: ResourceRequest, name: str, *, actor: User | None, code: str, message: str,
@@ -108,22 +114,25 @@ def _as_list(reason: dict | None) -> list[dict]:
     return [] if reason is None else [reason]
 
 
+def _check_choice(name: str, value: str, choices) -> None:
+    if value not in choices.values:
+        raise DomainError(f"{name} must be one of {', '.join(choices.values)}.", code=f"invalid_{name}")
+
+
 @transaction.atomic
-def request_submit(*, order: Order, requester: User, over_quota: str = OverQuota.REJECT) -> ResourceRequest:
-    """Admit an order under the project's (and tenant's) quota lock, then route it for approval."""
-    if over_quota not in OverQuota.values:
-        raise DomainError(f"over_quota must be one of {', '.join(OverQuota.values)}.", code="invalid_over_quota")
+def request_submit(*, order: Order, requester: User, over_quota: str = OverQuota.REJECT,
+                   if_unplaceable: str = IfUnplaceable.WARN) -> ResourceRequest:
+    """Admit an order under the project's (and tenant's) quota lock, then route it for approval. An order no node
+    could ever hold is refused or submitted with a warning on its timeline, as `if_unplaceable` says."""
+    _check_choice("over_quota", over_quota, OverQuota)
+    _check_choice("if_unplaceable", if_unplaceable, IfUnplaceable)
     validate_order(order, requester)
-    priority = priority_reason(order)
-    if priority is not None and over_quota != OverQuota.EXCEPTION:
-        refuse_priority(priority, order)  # waiting for quota would never lift an entitlement
+    priority = _priority_beyond_entitlement(order, over_quota)
     if over_quota == OverQuota.EXCEPTION and not order.justification.strip():
         raise DomainError("A quota exception needs a justification.", code="justification_required")
     sizing = size_order(order)
-    lock_quota_scope(order.project)
-    reasons = exceeded(quota_impact(order.project, sizing.demand))
-    if reasons and over_quota == OverQuota.REJECT:
-        raise QuotaExceeded(_quota_sentence(reasons), details={"reasons": reasons})
+    never_fits = _never_fits(order, sizing, if_unplaceable)
+    reasons = _admission_reasons(order, sizing, over_quota)
     exception_reasons = reasons + _as_list(priority)
     request = ResourceRequest.objects.create(
         tenant_id=order.project.tenant_id, project=order.project, requester=requester, service=order.service,
@@ -134,8 +143,10 @@ def request_submit(*, order: Order, requester: User, over_quota: str = OverQuota
         quota_exception=bool(exception_reasons) and over_quota == OverQuota.EXCEPTION, **sizing.request_fields(),
     )
     record_event(request, actor=requester, code=EventCode.SUBMITTED, from_state="",
-                 message=f"{requester.username} ordered {describe_order(order)}.",
-                 data={"cost_estimate": str(sizing.cost_estimate), "over_quota": over_quota})
+                 message=f"{requester.username} ordered {describe_order(order)}."
+                         + (f" Warning: {never_fits['message']}" if never_fits else ""),
+                 data={"cost_estimate": str(sizing.cost_estimate), "over_quota": over_quota,
+                       **({"never_fits": never_fits} if never_fits else {})})
     if reasons and over_quota == OverQuota.WAIT:
         return _transition(request, "wait_for_quota", actor=requester, code=EventCode.QUOTA_EXCEEDED,
                            message=_quota_sentence(reasons) + " Waiting until quota frees up.",
@@ -149,6 +160,38 @@ def request_submit(*, order: Order, requester: User, over_quota: str = OverQuota
         record_event(request, actor=requester, code=EventCode.PRIORITY_EXCEPTION, data=priority,
                      message=priority["message"] + " Priority exception requested.")
     return _route(request, order, actor=requester)
+
+
+def _priority_beyond_entitlement(order: Order, over_quota: str) -> dict | None:
+    """The reason when the order's priority is above the project's entitlement, or None; refused unless the order
+    asks for an exception (waiting for quota would never lift an entitlement)."""
+    priority = priority_reason(order)
+    if priority is not None and over_quota != OverQuota.EXCEPTION:
+        refuse_priority(priority, order)
+    return priority
+
+
+def _never_fits(order: Order, sizing, if_unplaceable: str) -> dict | None:
+    """Why no node could ever hold the order, or None; refused here when the order asked for that."""
+    never_fits = hooks.order_never_fits(order, sizing) if hooks.order_never_fits else None
+    if never_fits and if_unplaceable == IfUnplaceable.REFUSE:
+        raise Unplaceable(never_fits["message"], code=never_fits["code"], details=never_fits["details"])
+    return never_fits
+
+
+def _admission_reasons(order: Order, sizing, over_quota: str) -> list[dict]:
+    """Under the quota lock: what the order exceeds. Refused when the requester asked for that, and when they
+    asked to wait but the order alone passes a limit (nothing freeing up could ever admit it)."""
+    lock_quota_scope(order.project)
+    impacts = quota_impact(order.project, sizing.demand)
+    reasons = exceeded(impacts)
+    if reasons and over_quota == OverQuota.REJECT:
+        raise QuotaExceeded(_quota_sentence(reasons), details={"reasons": reasons})
+    hopeless = beyond_limits(impacts) if reasons and over_quota == OverQuota.WAIT else []
+    if hopeless:
+        raise QuotaExceeded(" ".join(reason["message"] for reason in hopeless), code="exceeds_limit",
+                            details={"reasons": hopeless})
+    return reasons
 
 
 def _quota_sentence(reasons: list[dict]) -> str:

@@ -73,7 +73,8 @@ def order(request, slug):
     if request.method == "POST" and form.is_valid():
         try:
             created = services.request_submit(order=form.order(), requester=request.user,
-                                              over_quota=form.cleaned_data["over_quota"])
+                                              over_quota=form.cleaned_data["over_quota"],
+                                              if_unplaceable=form.cleaned_data["if_unplaceable"])
         except DomainError as error:
             refusal = error
         else:

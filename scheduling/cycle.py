@@ -2,6 +2,11 @@
 
 One cycle at a time cluster-wide (PostgreSQL advisory lock held for the transaction). The snapshot, the queue
 and the writes each take a fixed number of queries, however many nodes and requests there are.
+
+No trigger is lost to a running cycle: a cycle that finds the lock taken leaves a wake-up (a PostgreSQL sequence,
+advanced outside any transaction so every session sees it at once) and returns `ran=False`; the running cycle
+reads the sequence when it takes the lock and again after it has committed, and runs once more when it moved, so
+what arrived after its queue read is placed at once instead of at the minute safety net.
 """
 
 import logging
@@ -24,11 +29,13 @@ from scheduling.allocations import adjust_device_shares
 from scheduling.choices import AllocationState, DeviceHealth
 from scheduling.models import Allocation, AllocationDevice, Device, Node
 from scheduling.signals import cycle_finished, requests_allocated
+from tenancy.choices import QuotaDimension
 from tenancy.models import MonthlyUsage, ProjectQuota
 
 logger = logging.getLogger(__name__)
 
 CYCLE_LOCK_ID = 0x5C4ED  # any constant shared by every worker
+WAKEUP_SEQUENCE = "scheduling_cycle_wakeup"  # created by migration 0009; advanced by cycles that met a running one
 QUOTA_EXHAUSTED = "quota_exhausted"
 HOLDING_STATES = [RequestState.ALLOCATED, RequestState.PROVISIONING, RequestState.ACTIVE, RequestState.RELEASING]
 
@@ -40,6 +47,12 @@ class CycleResult:
     waiting: dict[int, str] = field(default_factory=dict)  # request id -> reason code
     queries: int = 0
     preempted: list[int] = field(default_factory=list)  # requests preempted (back in the queue) by this cycle
+    wakeups: int = 0  # the wake-up sequence as this cycle saw it when it took the lock
+
+    def followed_by(self, later: "CycleResult") -> "CycleResult":
+        """This cycle and the one it ran after itself, as one result (the later one says who still waits)."""
+        return CycleResult(ran=True, allocated=self.allocated + later.allocated, waiting=later.waiting,
+                           preempted=self.preempted + later.preempted, wakeups=later.wakeups)
 
 
 def _take_cycle_lock() -> bool:
@@ -48,6 +61,21 @@ def _take_cycle_lock() -> bool:
     with connection.cursor() as cursor:
         cursor.execute("SELECT pg_try_advisory_xact_lock(%s)", [CYCLE_LOCK_ID])
         return cursor.fetchone()[0]
+
+
+def _wakeups() -> int:
+    """How many wake-ups cycles that met a running one have left (0 on SQLite, where cycles never meet)."""
+    if connection.vendor != "postgresql":
+        return 0
+    with connection.cursor() as cursor:
+        cursor.execute(f"SELECT CASE WHEN is_called THEN last_value ELSE 0 END FROM {WAKEUP_SEQUENCE}")
+        return cursor.fetchone()[0]
+
+
+def _leave_wakeup() -> None:
+    # nextval is never rolled back and is visible to every session at once, inside or outside a transaction.
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT nextval(%s)", [WAKEUP_SEQUENCE])
 
 
 @dataclass
@@ -68,6 +96,28 @@ def _engine_health(device: Device) -> str:
 
 def load_snapshot() -> ClusterSnapshot:
     """Nodes, devices, slice tables and running allocations in five queries."""
+    nodes, device_ids, node_ids, positions = _load_nodes()
+    bound: dict[int, list[tuple[int, int]]] = {}
+    for binding in AllocationDevice.objects.filter(allocation__state=AllocationState.ACTIVE):
+        bound.setdefault(binding.allocation_id, []).append((positions[binding.device_id], binding.milli))
+    active = list(Allocation.objects.filter(state=AllocationState.ACTIVE).select_related("node"))
+    allocations = [
+        placement.Allocation(str(allocation.request_id), allocation.node.name, tuple(bound.get(allocation.pk, ())),
+                             allocation.cpu_milli, allocation.memory_mib, allocation.priority, allocation.preemptible,
+                             allocation.started_at.timestamp())
+        for allocation in active
+    ]
+    expires = {str(allocation.request_id): allocation.expires_at for allocation in active}
+    return ClusterSnapshot(placement.Snapshot(nodes, allocations), device_ids, node_ids, expires)
+
+
+def load_inventory() -> list[placement.Node]:
+    """The nodes with their devices as the engine sees them, without what runs on them (three queries)."""
+    return _load_nodes()[0]
+
+
+def _load_nodes():
+    """The engine's nodes, and the way back to rows: (nodes, device ids, node ids, device positions by pk)."""
     profiles: dict[int, dict[str, int]] = {}
     for profile in SliceProfile.objects.all():
         profiles.setdefault(profile.accelerator_id, {})[profile.name] = int(profile.compute_fraction * placement.MILLI)
@@ -88,18 +138,7 @@ def load_snapshot() -> ClusterSnapshot:
         nodes.append(placement.Node(node.name, node.cpu_milli, node.memory_mib, tuple(engine_devices),
                                     {"domain": node.topology_domain} if node.topology_domain else {},
                                     schedulable=node.schedulable))
-    bound: dict[int, list[tuple[int, int]]] = {}
-    for binding in AllocationDevice.objects.filter(allocation__state=AllocationState.ACTIVE):
-        bound.setdefault(binding.allocation_id, []).append((positions[binding.device_id], binding.milli))
-    active = list(Allocation.objects.filter(state=AllocationState.ACTIVE).select_related("node"))
-    allocations = [
-        placement.Allocation(str(allocation.request_id), allocation.node.name, tuple(bound.get(allocation.pk, ())),
-                             allocation.cpu_milli, allocation.memory_mib, allocation.priority, allocation.preemptible,
-                             allocation.started_at.timestamp())
-        for allocation in active
-    ]
-    expires = {str(allocation.request_id): allocation.expires_at for allocation in active}
-    return ClusterSnapshot(placement.Snapshot(nodes, allocations), device_ids, node_ids, expires)
+    return nodes, device_ids, node_ids, positions
 
 
 def make_demand(demand_id: str, priority_class: str, *, cpu_cores: int, memory_gb: int, count: int,
@@ -147,7 +186,7 @@ def _over_concurrency(queue: list[ResourceRequest]) -> dict[int, dict]:
     refused = {}
     for request in queue:
         limit, held = limits.get(request.project_id), holding.get(request.project_id, 0)
-        if limit is not None and held >= limit:
+        if limit is not None and held >= limit and not _excepted_from_concurrency(request):
             refused[request.pk] = {
                 "code": QUOTA_EXHAUSTED, "numbers": {"holding": held, "limit": limit},
                 "message": f"The project already holds {held} of its {limit} concurrent tasks; waits for one "
@@ -155,6 +194,13 @@ def _over_concurrency(queue: list[ResourceRequest]) -> dict[int, dict]:
         elif limit is not None:
             holding[request.project_id] = held + 1  # admitted requests of this cycle count too
     return refused
+
+
+def _excepted_from_concurrency(request: ResourceRequest) -> bool:
+    """Admitted over the concurrent-task limit through an approved quota exception: the approvers agreed to this
+    request running beyond the limit, so the scheduler must not hold it back for that limit again."""
+    return request.quota_exception and any(reason.get("dimension") == QuotaDimension.CONCURRENT_TASKS
+                                           for reason in request.quota_reasons)
 
 
 def _binding_rows(bindings, cluster: ClusterSnapshot, requests: dict[int, ResourceRequest], now):
@@ -204,7 +250,25 @@ def _reserve_for_the_head(cluster: ClusterSnapshot, result, demands, requests, n
 
 def run_cycle(*, policy: str = "default") -> CycleResult:
     """Place what the queue holds; record every other request's position and reason. Cycles that ran report their
-    duration (cycle_finished)."""
+    duration (cycle_finished).
+
+    When another cycle is running, leave it a wake-up and return `ran=False`; when wake-ups arrived while this
+    cycle ran, run again. Called outside a transaction (as the tasks do), so the lock is free once a cycle returns.
+    """
+    result = _timed_cycle(policy)
+    if not result.ran:
+        _leave_wakeup()
+        # The running cycle may have committed and looked for wake-ups before ours landed: then it is ours to run.
+        result = _timed_cycle(policy)
+    while result.ran and _wakeups() != result.wakeups:
+        again = _timed_cycle(policy)
+        if not again.ran:  # a newer cycle took the lock after our commit; it sees the same wake-ups at its end
+            break
+        result = result.followed_by(again)
+    return result
+
+
+def _timed_cycle(policy: str) -> CycleResult:
     started = time.perf_counter()
     result = _cycle(policy)
     if result.ran:
@@ -217,12 +281,15 @@ def _cycle(policy: str) -> CycleResult:
     with transaction.atomic():
         if not _take_cycle_lock():
             return CycleResult(ran=False)
+        wakeups = _wakeups()  # before the queue read: a wake-up left after it means one more cycle
         now = timezone.now()
         carried = preemption.carry_out(now)  # due preemptions first: this cycle places their winners
-        queue = queue_order(list(ResourceRequest.objects.select_for_update(skip_locked=True)
-                                 .filter(state=RequestState.QUEUED)))
+        # Rows another transaction holds are waited for, not skipped: a skipped request would wait for the next
+        # trigger (its holder, e.g. a cancellation, may well commit without sending one).
+        queue = queue_order(list(ResourceRequest.objects.select_for_update().filter(state=RequestState.QUEUED)
+                                 .order_by("pk")))
         if not queue:
-            return CycleResult(ran=True, preempted=carried.preempted)
+            return CycleResult(ran=True, preempted=carried.preempted, wakeups=wakeups)
         refused = _over_concurrency(queue)
         candidates = [request for request in queue if request.pk not in refused]
         cluster = load_snapshot()
@@ -241,4 +308,4 @@ def _cycle(policy: str) -> CycleResult:
                                      for position, request in enumerate(waiting, start=1)])
         transaction.on_commit(lambda: requests_allocated.send(sender=Allocation, request_ids=allocated))
     return CycleResult(ran=True, allocated=allocated, waiting={pk: reason["code"] for pk, reason in reasons.items()},
-                       preempted=carried.preempted)
+                       preempted=carried.preempted, wakeups=wakeups)

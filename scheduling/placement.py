@@ -186,6 +186,7 @@ class PlacementEngine:
         self.state = [self._state(i) for i in range(len(self.nodes))]
         self._indexes: dict = {}
         self._gpu_memo: dict = {}
+        self._rooms: dict = {}
         self._build_aggregates()
         self.policy.attach(self.model_healthy)
 
@@ -422,7 +423,8 @@ class PlacementEngine:
                 result.pending.append(outcome)
                 failed.setdefault(key, outcome)
                 current = blockers.get(demand.models)
-                if current is None or demand.priority > current.priority:
+                # A demand that can never run holds nobody back: waiting behind it would be waiting for ever.
+                if outcome.reason != NO_MATCHING_SPEC and (current is None or demand.priority > current.priority):
                     blockers[demand.models] = demand
             else:
                 result.bindings.extend(outcome)
@@ -512,15 +514,17 @@ class PlacementEngine:
 
     def diagnose(self, demand: Demand) -> Pending:
         """Why a demand cannot be placed now, with numbers (cluster-wide counts from incremental aggregates)."""
+        never = self.never_fits(demand)
+        if never is not None:
+            return never
         models = [m for m in self.model_devices if not demand.models or m in demand.models]
         label = demand.label
         total = sum(self.model_devices[m] for m in models)
         per_member = demand.count
         needed = per_member * demand.members
-        if total == 0:
-            wanted = "/".join(sorted(demand.models)) or "accelerator"
-            return Pending(demand.id, NO_MATCHING_SPEC, f"needs {label}; no {wanted} device exists in the cluster",
-                           {"needed": needed, "devices": 0})
+        if total == 0:  # the inventory has such devices, but only on cordoned nodes
+            return Pending(demand.id, INSUFFICIENT_HEALTHY_CAPACITY,
+                           f"needs {label}; every node with such devices is cordoned", {"needed": needed, "devices": 0})
         healthy = sum(self.model_healthy.get(m, 0) for m in models)
         usable = healthy + (self._count_degraded(models) if demand.allow_degraded else 0)
         share = demand.share if not demand.slice_profile else self._profile_share(demand, models)
@@ -565,6 +569,14 @@ class PlacementEngine:
                        f"needs {label} ({needed * share}m); {usable} healthy devices exist but only {free_milli}m "
                        f"is free",
                        {"needed_milli": needed * share, "free_milli": free_milli, "healthy": usable})
+
+    def never_fits(self, demand: Demand) -> Pending | None:
+        """`unplaceable` over this engine's inventory; the rooms are worked out once per kind of device asked for
+        (the inventory does not change while the engine lives)."""
+        key = (demand.models, demand.slice_profile, demand.share)
+        if key not in self._rooms:
+            self._rooms[key] = _rooms(self.nodes, demand)
+        return _never_fits(self._rooms[key], demand)
 
     def _count_degraded(self, models) -> int:
         return sum(1 for node in self.nodes if node.schedulable for d in node.devices
@@ -648,6 +660,72 @@ class PlacementEngine:
         finally:
             for a in subset:
                 self._apply(i, a.devices, a.cpu_milli, a.memory_mib, refresh=False)
+
+
+# ---------------------------------------------------------------------------------------------------- never fits
+
+
+def unplaceable(nodes: Sequence[Node], demand: Demand) -> Pending | None:
+    """`no_matching_spec` when no node of the inventory could hold the demand (one member of a gang) even empty;
+    None when one could.
+
+    Every node counts, cordoned ones and isolated or unhealthy devices included: they can come back, so they make a
+    demand wait (`insufficient_healthy_capacity`), never "never fits". The reason names the blocking dimension and
+    the largest node: compatible devices first, then cores among the nodes with enough devices, then memory among
+    those with enough devices and cores. No database.
+    """
+    return _never_fits(_rooms(nodes, demand), demand)
+
+
+def _rooms(nodes: Sequence[Node], demand: Demand) -> list[tuple[int, int, int, int, str]]:
+    """What an empty node offers the demand's kind of device: (devices that could take a share, cores in milli,
+    memory in MiB, devices of the wanted models, node name), once per distinct size (its first node by inventory
+    order), so that an inventory of thousands of nodes of a few types is a few rooms."""
+    rooms: dict[tuple, str] = {}
+    for node in nodes:
+        size = (sum(1 for device in node.devices if _could_hold(device, demand)), node.cpu_milli, node.memory_mib,
+                sum(1 for device in node.devices if _of_model(device, demand)))
+        rooms.setdefault(size, node.name)
+    return [(*size, name) for size, name in rooms.items()]
+
+
+def _never_fits(rooms, demand: Demand) -> Pending | None:
+    wanted = "/".join(sorted(demand.models)) or "accelerator"
+    if demand.count and not any(room[3] for room in rooms):
+        return Pending(demand.id, NO_MATCHING_SPEC, f"needs {demand.label}; no {wanted} device exists in the cluster",
+                       {"needed": demand.count * demand.members, "devices": 0})
+    kind = f"{wanted} devices" + (f" with {demand.slice_profile} slices" if demand.slice_profile else "")
+    dimensions = (("devices", demand.count, 1, kind), ("cpu_cores", demand.cpu_milli, 1000, "cores"),
+                  ("memory_gib", demand.memory_mib, 1024, "GiB of memory"))
+    for position, (dimension, needed, unit, what) in enumerate(dimensions):
+        holding = [room for room in rooms if room[position] >= needed]
+        if holding:
+            rooms = holding
+            continue
+        largest = max(rooms, key=lambda room: room[position])  # the first such node in inventory order
+        numbers = {"dimension": dimension, "needed": _in_units(needed, unit),
+                   "largest": _in_units(largest[position], unit), "node": largest[4]}
+        return Pending(demand.id, NO_MATCHING_SPEC,
+                       f"needs {demand.label} with {_in_units(demand.cpu_milli, 1000)} cores and "
+                       f"{_in_units(demand.memory_mib, 1024)} GiB on one node; no node has {numbers['needed']} "
+                       f"{what}: the largest {wanted} node has {numbers['largest']} ({largest[4]}), so it can "
+                       f"never run on this inventory", numbers)
+    return None
+
+
+def _of_model(device: Device, demand: Demand) -> bool:
+    return not demand.models or device.model in demand.models
+
+
+def _could_hold(device: Device, demand: Demand) -> bool:
+    """Whether the device, free, could take one of the demand's shares (whatever its health now)."""
+    share = device.slice_profiles.get(demand.slice_profile) if demand.slice_profile else demand.share
+    return _of_model(device, demand) and share is not None and share <= device.capacity
+
+
+def _in_units(amount: int, unit: int) -> int | float:
+    value = amount / unit
+    return int(value) if value.is_integer() else round(value, 2)
 
 
 def _victim_key(subset) -> tuple:

@@ -35,12 +35,13 @@ def connect() -> None:
     from requests import hooks
     from requests.signals import request_extended, request_queued, request_releasing
     from scheduling.allocations import allocation_details
-    from scheduling.estimate import placement_estimate
+    from scheduling.estimate import order_never_fits, placement_estimate
     from scheduling.metrics import SchedulerCollector
     from scheduling.signals import health_changed
 
     hooks.allocation_details = allocation_details
     hooks.placement_estimate = placement_estimate
+    hooks.order_never_fits = order_never_fits
     metrics.register(SchedulerCollector())
     request_queued.connect(trigger_cycle, dispatch_uid="scheduling.cycle_on_queue")
     health_changed.connect(trigger_cycle, dispatch_uid="scheduling.cycle_on_health")

@@ -14,7 +14,7 @@ from catalog.api.serializers import ImageSummarySerializer, NamedSummarySerializ
 from catalog.models import BareMetalProfile, Image, ResourceSpec, Service, ServingModel, ServingTemplate
 from config.api import BoundedDictField, IdField
 from requests import hooks, selectors
-from requests.choices import OverQuota, PriorityClass, RequestState
+from requests.choices import IfUnplaceable, OverQuota, PriorityClass, RequestState
 from requests.models import (
     Approval,
     ApprovalAssignment,
@@ -75,9 +75,14 @@ class OrderSerializer(serializers.Serializer):
     over_quota = serializers.ChoiceField(choices=OverQuota.choices, default=OverQuota.REJECT,
                                          help_text="What to do when the order is over a quota limit or over the "
                                                    "project's priority entitlement (wait: limits only).")
+    if_unplaceable = serializers.ChoiceField(
+        choices=IfUnplaceable.choices, default=IfUnplaceable.WARN,
+        help_text="When no node of the inventory could ever hold the order: refuse it (422 no_matching_spec) or "
+                  "submit it with a warning on its timeline.")
 
     def order(self) -> Order:
-        return Order(**{field: value for field, value in self.validated_data.items() if field != "over_quota"})
+        return Order(**{field: value for field, value in self.validated_data.items()
+                        if field not in ("over_quota", "if_unplaceable")})
 
 
 class CancelSerializer(serializers.Serializer):
@@ -188,8 +193,10 @@ class RequestPreviewSerializer(serializers.Serializer):
     fits_quota = serializers.BooleanField()
     quota_reasons = QuotaReasonSerializer(many=True)
     approval_route = RouteSerializer()
-    placement = serializers.JSONField(allow_null=True, help_text="Whether it would fit now; null until scheduling "
-                                                                 "estimates it.")
+    placement = serializers.JSONField(
+        allow_null=True, help_text="Whether it would fit now (fits_now, node, queued_ahead) or why not (code, message, "
+                                   "details); never_fits when no node of the inventory could ever hold it. Null until "
+                                   "scheduling estimates it.")
 
 
 # --- Requests ----------------------------------------------------------------------------------------------

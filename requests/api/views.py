@@ -70,12 +70,17 @@ class RequestViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.
         request=serializers.OrderSerializer,
         responses={201: serializers.RequestDetailSerializer, **_refusals(400, 409, 422)},
         description="Submit an order. 409 quota_exceeded lists every exceeded dimension in details.reasons and "
-                    "stores nothing; with over_quota=wait the request is stored as waiting_for_quota.",
+                    "stores nothing; with over_quota=wait the request is stored as waiting_for_quota, unless it "
+                    "alone passes a limit (409 exceeds_limit: waiting could never admit it). An order no node of "
+                    "the inventory could ever hold is refused with 422 no_matching_spec (details: the blocking "
+                    "dimension, what is needed and the largest node) when if_unplaceable=refuse, and otherwise "
+                    "submitted with that warning on its timeline.",
     )
     def create(self, request):
         order_input = _parsed(serializers.OrderSerializer, request.data)
         submitted = services.request_submit(order=order_input.order(), requester=request.user,
-                                            over_quota=order_input.validated_data["over_quota"])
+                                            over_quota=order_input.validated_data["over_quota"],
+                                            if_unplaceable=order_input.validated_data["if_unplaceable"])
         return self._detail(submitted, status.HTTP_201_CREATED)
 
     @extend_schema(request=serializers.OrderSerializer,

@@ -144,7 +144,8 @@ def test_which_states_hold_quota(shop, team, state):
 
 
 def test_over_quota_wait_stores_a_waiting_request_with_reasons_and_an_event(shop, team):
-    limit(team.project, gpus=1)
+    limit(team.project, gpus=3)
+    submit(shop, team)  # 2 of the 3 GPUs: the next 2 must wait for them
     request = submit(shop, team, over_quota=OverQuota.WAIT)
     stored = ResourceRequest.objects.get(pk=request.pk)
     assert stored.state == S.WAITING_FOR_QUOTA
@@ -153,6 +154,23 @@ def test_over_quota_wait_stores_a_waiting_request_with_reasons_and_an_event(shop
     assert (event.from_state, event.to_state) == (S.SUBMITTED, S.WAITING_FOR_QUOTA)
     assert event.data["reasons"] == stored.quota_reasons
     assert not Approval.objects.exists()
+
+
+@pytest.mark.parametrize("scope", ["project", "tenant"])
+def test_over_quota_wait_is_refused_when_the_request_alone_passes_the_limit(shop, team, scope):
+    """Waiting can never help: nothing that frees up makes a 2-GPU request fit a 1-GPU limit."""
+    if scope == "tenant":
+        quota = tenancy_services.tenant_quota_ensure(tenant=team.project.tenant, actor=None)
+        tenancy_services.quota_set(quota=quota, limits={"gpus": Decimal(1)}, actor=None)
+    else:
+        limit(team.project, gpus=1)
+    with pytest.raises(QuotaExceeded) as refusal:
+        submit(shop, team, over_quota=OverQuota.WAIT)
+    assert (refusal.value.status_code, refusal.value.code) == (409, "exceeds_limit")
+    assert [(reason["code"], reason["scope"], reason["dimension"]) for reason in refusal.value.details["reasons"]] == [
+        ("exceeds_limit", scope, "gpus")]
+    assert "waiting for quota to free up can never admit it" in refusal.value.message
+    assert_nothing_stored()
 
 
 def test_over_quota_exception_needs_a_justification(shop, team):

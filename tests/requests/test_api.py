@@ -401,13 +401,26 @@ def test_over_quota_is_409_with_one_reason_per_dimension_and_nothing_stored(api_
 
 
 def test_over_quota_with_wait_is_201_waiting_for_quota_with_reasons(api_as, shop, people):
-    tenancy_services.quota_set(quota=people.project.quota, limits={"gpus": Decimal(1)}, actor=None)
+    tenancy_services.quota_set(quota=people.project.quota, limits={"gpus": Decimal(3)}, actor=None)
+    assert api_as(people.developer).post(REQUESTS, order_body(shop, people.project)).status_code == 201  # 2 of 3
 
     response = api_as(people.developer).post(REQUESTS, order_body(shop, people.project, over_quota="wait"))
 
     assert response.status_code == 201, response.content
     assert response.json()["state"] == "waiting_for_quota"
     assert [reason["dimension"] for reason in response.json()["quota_reasons"]] == ["gpus"]
+
+
+def test_over_quota_with_wait_beyond_the_limit_itself_is_409_exceeds_limit(api_as, shop, people):
+    tenancy_services.quota_set(quota=people.project.quota, limits={"gpus": Decimal(1)}, actor=None)
+    before = stored_rows()
+
+    response = api_as(people.developer).post(REQUESTS, order_body(shop, people.project, over_quota="wait"))
+
+    assert response.status_code == 409, response.content
+    assert response.json()["code"] == "exceeds_limit"
+    assert [reason["dimension"] for reason in response.json()["details"]["reasons"]] == ["gpus"]
+    assert stored_rows() == before
 
 
 def test_over_quota_exception_with_justification_goes_to_approval(api_as, shop, people):

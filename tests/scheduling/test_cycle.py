@@ -11,8 +11,8 @@ from django.db.models import Sum
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
-from requests import services
-from requests.choices import PriorityClass, RequestState
+from requests import approvals, services
+from requests.choices import OverQuota, PriorityClass, RequestState
 from requests.models import ResourceRequest
 from scheduling import cycle, reclaim
 from scheduling.choices import AllocationState
@@ -140,6 +140,24 @@ def test_reason_codes_reach_the_api(shop, team, api_as, setup, code):
         assert body["queue"]["numbers"] == {"holding": 1, "limit": 1}
         first.refresh_from_db()
         assert first.state == RequestState.ALLOCATED
+
+
+def test_an_approved_exception_over_the_concurrent_task_limit_runs(shop, team):
+    """The exception is granted at admission; the scheduler must not refuse it again for the same limit."""
+    quota_set(quota=team.project.quota, limits={"concurrent_tasks": 1}, actor=None)
+    add_node(shop.accelerator, cards=8)
+    running = queued(shop, team)
+    cycle.run_cycle()
+    running.refresh_from_db()
+    assert running.state == RequestState.ALLOCATED
+    beyond = services.request_submit(order=make_order(shop, team.project, justification="release deadline"),
+                                     requester=team.developer, over_quota=OverQuota.EXCEPTION)
+    assert beyond.state == RequestState.PENDING_APPROVAL and beyond.quota_exception
+    [assignment] = approvals.approval_for(beyond).stages.get().assignments.filter(approver=team.operator)
+    approvals.approval_decide(assignment=assignment, decision="approve", comment="ok", actor=team.operator)
+    assert cycle.run_cycle().allocated == [beyond.pk]
+    beyond.refresh_from_db()
+    assert beyond.state == RequestState.ALLOCATED
 
 
 def test_higher_priority_runs_first_and_holds_back_lower(shop, team):
@@ -393,10 +411,12 @@ def test_runtime_reports_need_the_ingest_permission(shop, team, api_as, api):
 
 
 def test_topology_and_priority_reasons_reach_the_api(shop, team, api_as):
-    """Two single-card nodes: a two-card request has the cards, but not on one node (topology_constraint); a
-    pending high-priority request then holds back a lower one that would fit (higher_priority_ahead)."""
-    add_node(shop.accelerator, name="left", cards=1)
-    add_node(shop.accelerator, name="right", cards=1)
+    """Two nodes with one healthy card each: a two-card request has the cards, but not on one node
+    (topology_constraint); a pending high-priority request then holds back a lower one that would fit
+    (higher_priority_ahead)."""
+    for name in ("left", "right"):  # two cards each, one of them isolated: one healthy card per node
+        add_node(shop.accelerator, name=name, cards=2).devices.filter(index=1).update(isolated=True,
+                                                                                   isolation_reason="XID 79")
     pair = queued(shop, team)  # 2 whole cards on one node
     cycle.run_cycle()
     body = api_as(team.developer).get(f"/api/v1/requests/{pair.pk}/").json()
@@ -407,3 +427,70 @@ def test_topology_and_priority_reasons_reach_the_api(shop, team, api_as):
     body = api_as(team.developer).get(f"/api/v1/requests/{low.pk}/").json()
     assert body["queue"]["code"] == "higher_priority_ahead"
     assert body["queue"]["numbers"]["blocked_by"] == str(high.pk)
+
+
+# --- never fits ------------------------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def eight_cards(shop):
+    """8 cards with 128 vCPU, offered by the shop's service; the nodes below have 112 cores."""
+    spec = factories.ResourceSpecFactory(accelerator_models=[shop.accelerator], accelerator_count=8, cpu_cores=128,
+                                         memory_gb=1024)
+    shop.service.specs.add(spec)
+    for name in ("big-1", "big-2"):
+        add_node(shop.accelerator, name=name, cards=8, cpu_cores=112, memory_gb=2048)
+    return spec
+
+
+NEVER_FITS = {"dimension": "cpu_cores", "needed": 128, "largest": 112, "node": "big-1"}
+
+
+def test_a_request_no_node_could_ever_hold_waits_as_no_matching_spec_not_capacity_in_use(
+        shop, team, eight_cards, api_as):
+    request = queued(shop, team, spec=eight_cards)
+    cycle.run_cycle()
+    queue = api_as(team.developer).get(f"/api/v1/requests/{request.pk}/").json()["queue"]
+    assert (queue["code"], queue["numbers"]) == ("no_matching_spec", NEVER_FITS)
+    assert "no node has 128 cores" in queue["message"]
+
+
+def test_the_preview_says_an_order_never_fits_and_why(shop, team, eight_cards, api_as):
+    body = {"service": shop.service.pk, "project": team.project.pk, "spec": eight_cards.pk, "image": shop.image.pk,
+            "duration_hours": 10}
+    placement = api_as(team.developer).post("/api/v1/requests/preview/", body, format="json").json()["placement"]
+    assert placement["fits_now"] is False and placement["never_fits"] is True
+    assert (placement["code"], placement["details"]) == ("no_matching_spec", NEVER_FITS)
+
+
+def test_submission_refuses_or_warns_about_an_order_that_never_fits_as_the_order_chooses(
+        shop, team, eight_cards, api_as):
+    body = {"service": shop.service.pk, "project": team.project.pk, "spec": eight_cards.pk, "image": shop.image.pk,
+            "duration_hours": 10}
+    client = api_as(team.developer)
+    refused = client.post("/api/v1/requests/", {**body, "if_unplaceable": "refuse"}, format="json")
+    assert refused.status_code == 422, refused.json()
+    assert (refused.json()["code"], refused.json()["details"]) == ("no_matching_spec", NEVER_FITS)
+    assert not ResourceRequest.objects.exists()
+    warned = client.post("/api/v1/requests/", body, format="json")  # warn is the default
+    assert warned.status_code == 201, warned.json()
+    submitted = ResourceRequest.objects.get().events.get(code="submitted")
+    assert submitted.data["never_fits"]["details"] == NEVER_FITS
+    assert "no node has 128 cores" in submitted.message
+    fitting = client.post("/api/v1/requests/", {**body, "spec": shop.whole.pk, "if_unplaceable": "refuse"},
+                          format="json")
+    assert fitting.status_code == 201, fitting.json()
+    assert "never_fits" not in ResourceRequest.objects.get(pk=fitting.json()["id"]).events.get(code="submitted").data
+
+
+def test_the_order_page_refuses_an_order_that_never_fits_when_asked_to(client, shop, team, eight_cards):
+    client.force_login(team.developer)
+    form = {"project": team.project.pk, "spec": eight_cards.pk, "image": shop.image.pk, "duration_hours": 10,
+            "priority": "standard", "environment": "development", "over_quota": "reject"}
+    page = client.get(f"/order/{shop.service.slug}/").content.decode()
+    assert 'name="if_unplaceable" value="refuse"' in page
+    response = client.post(f"/order/{shop.service.slug}/", {**form, "if_unplaceable": "refuse"})
+    assert response.status_code == 422
+    assert "no_matching_spec" in response.content.decode() and "no node has 128 cores" in response.content.decode()
+    assert not ResourceRequest.objects.exists()
+    assert client.post(f"/order/{shop.service.slug}/", form).status_code == 302  # unchosen: submitted, with a warning

@@ -81,12 +81,11 @@ def test_fragmentation():
 
 
 def test_higher_priority_ahead():
-    snapshot = Snapshot([node("a", 4)])
-    big = Demand("big", count=8, models=H100, priority=10)
+    snapshot = Snapshot([node("a", 8)], [Allocation("x", "a", ((0, 1000), (1, 1000), (2, 1000), (3, 1000)))])
+    big = Demand("big", count=8, models=H100, priority=10)  # fits the node once x ends
     small = Demand("small", count=1, models=H100, priority=1)
     result = place(snapshot, [big, small])
-    assert pending_of(result, "big").reason == INSUFFICIENT_HEALTHY_CAPACITY
-    assert "only 4 exist in the cluster" in pending_of(result, "big").message
+    assert pending_of(result, "big").reason == CAPACITY_IN_USE
     p = pending_of(result, "small")
     assert p.reason == HIGHER_PRIORITY_AHEAD
     assert p.numbers == {"blocked_by": "big", "blocker_priority": 10, "priority": 1}
@@ -149,3 +148,47 @@ def test_preemption_respects_priority_and_preemptible():
     plan = engine.plan_preemption(Demand("y", count=4, priority=10))
     assert plan.feasible and plan.node == "a" and len(plan.victims) == 3
     assert not engine.plan_preemption(Demand("z", count=5, priority=10)).feasible
+
+
+# --- never fits ----------------------------------------------------------------------------------------------
+
+
+def test_a_demand_no_node_could_hold_even_empty_says_which_dimension_blocks():
+    """8x H100 with 128 vCPU on 112-core nodes: not capacity_in_use (it would wait for ever), but no_matching_spec."""
+    nodes = [node(f"h100-{n}", 8, cpu=112000, mem=2048 * 1024) for n in (1, 2)]
+    p = pending_of(place(Snapshot(nodes), [Demand("d", count=8, models=H100, cpu_milli=128000)]), "d")
+    assert p.reason == NO_MATCHING_SPEC
+    assert p.numbers == {"dimension": "cpu_cores", "needed": 128, "largest": 112, "node": "h100-1"}
+    assert "no node has 128 cores: the largest H100 node has 112" in p.message
+
+
+def test_never_fits_checks_devices_then_cores_then_memory_on_one_node():
+    small = node("small", 4, cpu=256000, mem=4096 * 1024)
+    big = node("big", 8, cpu=64000, mem=512 * 1024)
+    cases = [  # (demand, blocking dimension, what is needed, the largest node that has it)
+        (Demand("d", count=16, models=H100), ("devices", 16, 8, "big")),
+        (Demand("d", count=8, models=H100, cpu_milli=96000), ("cpu_cores", 96, 64, "big")),
+        (Demand("d", count=8, models=H100, cpu_milli=32000, memory_mib=1024 * 1024), ("memory_gib", 1024, 512, "big")),
+        (Demand("d", count=1, slice_profile="1g.10gb", models=H100), ("devices", 1, 0, "small")),
+    ]
+    for demand, (dimension, needed, largest, where) in cases:
+        p = pending_of(place(Snapshot([small, big]), [demand]), "d")
+        assert (p.reason, p.numbers) == (NO_MATCHING_SPEC, {"dimension": dimension, "needed": needed,
+                                                            "largest": largest, "node": where}), demand
+
+
+def test_hardware_that_could_come_back_is_not_never_fits():
+    """A cordoned node and isolated cards exist: the demand waits for them, it is not refused as never fitting."""
+    cordoned = Node("cordoned", 128000, 1 << 20, tuple(Device(j, "H100") for j in range(8)), schedulable=False)
+    isolated = node("isolated", 8, health=dict.fromkeys(range(8), ISOLATED))
+    demand = Demand("d", count=8, models=H100, cpu_milli=96000)
+    for snapshot in (Snapshot([cordoned]), Snapshot([isolated])):
+        p = pending_of(place(snapshot, [demand]), "d")
+        assert p.reason == INSUFFICIENT_HEALTHY_CAPACITY, p
+
+
+def test_a_demand_that_never_fits_holds_no_one_back():
+    snapshot = Snapshot([node("a", 4)])
+    result = place(snapshot, [Demand("huge", count=8, models=H100, priority=100), Demand("small", models=H100)])
+    assert pending_of(result, "huge").reason == NO_MATCHING_SPEC
+    assert [binding.demand_id for binding in result.bindings] == ["small"]
