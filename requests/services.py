@@ -14,12 +14,20 @@ from django_fsm import TransitionNotAllowed
 from django_q.tasks import async_task
 
 from config.errors import Conflict, DomainError, NotPermitted
+from config.jsonvalues import as_stored
 from config.sql import update_from_values
 from requests import approvals, hooks
 from requests.choices import ApprovalSubject, EventCode, OverQuota, RequestState
 from requests.models import RequestEvent, ResourceRequest
 from requests.models.request import snapshot_hash
-from requests.orders import Order, approval_facts, describe_order, size_order, validate_order
+from requests.orders import (
+    Order,
+    approval_facts,
+    describe_order,
+    order_duration_limits,
+    size_order,
+    validate_order,
+)
 from requests.quota import Demand, exceeded, lock_quota_scope, quota_impact
 from requests.signals import request_preempted, request_queued, request_releasing
 from tenancy.choices import ProjectPermission
@@ -87,8 +95,10 @@ def request_preview(*, order: Order, requester: User, over_quota: str = OverQuot
     reasons = exceeded(impacts)
     exception = bool(reasons) and over_quota == OverQuota.EXCEPTION
     facts = approval_facts(order, sizing, requester, quota_exception=exception)
+    limits = order_duration_limits(order)
     return {
         "summary": describe_order(order),
+        "duration": {"requested": order.duration_hours, "maximum": min(limits.values()), "limits": limits},
         "cost": {"hourly": str(sizing.hourly_cost), "duration_hours": order.duration_hours,
                  "total": str(sizing.cost_estimate), "currency": settings.CATALOG_CURRENCY},
         "demand": {key: str(value) if isinstance(value, Decimal) else value
@@ -205,7 +215,7 @@ def _as_stored(request: ResourceRequest, field: str) -> str:
 
 
 def _freeze_and_queue(request: ResourceRequest) -> ResourceRequest:
-    request.approved_spec = approved_snapshot(request)
+    request.approved_spec = as_stored(approved_snapshot(request))
     request.approved_spec_hash = snapshot_hash(request.approved_spec)
     request.approved_at = timezone.now()
     _transition(request, "enqueue", actor=None, code=EventCode.QUEUED,

@@ -9,7 +9,7 @@ import pytest
 from catalog.services import catalog_entry_save, spec_deprecate
 from requests import approvals, services
 from requests.models import ResourceRequest
-from requests.models.request import SnapshotTampered
+from requests.models.request import SnapshotTampered, snapshot_hash
 from requests.signals import request_queued
 from tests.requests.conftest import approval_rule, approver_stage, make_order
 
@@ -104,3 +104,25 @@ def test_queued_signal_fires_after_commit_with_the_request_id(shop, team, django
     finally:
         request_queued.disconnect(receiver)
     assert received == [request.pk]
+
+
+@pytest.mark.parametrize("number", [1e16, 1.5e300, 1.2345678901234567e19, 0.1, 1e-7, 2**70])
+def test_a_snapshot_with_any_json_number_survives_the_database_round_trip(shop, team, number):
+    """jsonb reads 1e16 back as the integer 10000000000000000: the reloaded snapshot must still hash the same,
+    or every later save (provisioning, release) is refused as tampering and the allocation is held for ever."""
+    request = services.request_submit(order=make_order(shop, team.project), requester=team.developer)
+    request.approved_spec = {**request.approved_spec, "parameters": {"batch": number}}
+    request.approved_spec_hash = snapshot_hash(request.approved_spec)
+    request._loaded_spec_hash = ""  # as a snapshot frozen before parameters were checked
+    request.save()
+    reloaded = ResourceRequest.objects.get(pk=request.pk)
+    assert reloaded.snapshot_intact
+    services.request_release(request=walk_to_active(reloaded), actor=team.developer, reason="done")
+    assert ResourceRequest.objects.get(pk=request.pk).state == "releasing"
+
+
+def walk_to_active(request: ResourceRequest) -> ResourceRequest:
+    for name in ("allocate", "start_provisioning", "activate"):
+        getattr(request, name)()
+    request.save()
+    return ResourceRequest.objects.get(pk=request.pk)
