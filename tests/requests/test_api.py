@@ -638,3 +638,28 @@ def test_inbox_query_count_does_not_grow_with_tasks_or_projects(api_as, shop, pe
 
     assert client.get(APPROVALS).json()["count"] == 11
     assert few == many
+
+
+# --- Parameters against the service's schema (issue 12 item 4) ----------------------------------------------
+
+@pytest.mark.parametrize(("parameters", "code", "rule"), [
+    ({"batch": 1e16}, "parameter_unknown", "unknown"),
+    ({"k" * 10_000: "v"}, "parameter_unknown", "unknown"),
+    ({f"key{number}": 1 for number in range(5000)}, "parameters_too_large", "max_keys"),
+    ({"workload": "x" * 200_000}, "parameter_invalid", "max_length"),
+    ({"environment": "dev"}, "parameter_invalid", "type"),
+])
+@pytest.mark.parametrize("endpoint", [REQUESTS, f"{REQUESTS}preview/"])
+def test_parameters_outside_the_schema_are_422_at_submission_and_preview(api_as, shop, people, parameters, code,
+                                                                         rule, endpoint):
+    response = api_as(people.developer).post(endpoint, order_body(shop, people.project, parameters=parameters))
+
+    body = refused(response, 422, code)
+    assert (body["details"]["field"], body["details"]["rule"]) == ("parameters", rule)
+    assert not ResourceRequest.objects.exists()
+
+
+def test_the_catalog_api_shows_each_service_s_parameter_schema(api_as, shop, people):
+    body = api_as(people.developer).get(f"/api/v1/catalog/services/{shop.service.pk}/").json()
+
+    assert [entry["name"] for entry in body["parameter_schema"]] == ["environment", "workload"]
