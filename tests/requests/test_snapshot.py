@@ -1,6 +1,7 @@
 """The approved snapshot is the contract: frozen with its hash on approval, immune to catalog edits, tamper-proof."""
 
 import hashlib
+import importlib
 import json
 from decimal import Decimal
 
@@ -126,3 +127,33 @@ def walk_to_active(request: ResourceRequest) -> ResourceRequest:
         getattr(request, name)()
     request.save()
     return ResourceRequest.objects.get(pk=request.pk)
+
+
+def test_a_snapshot_hashed_before_the_fix_is_rehashed_by_the_migration_and_real_tampering_is_not(shop, team):
+    """Requests frozen with 1e16 before the fix hold their allocation for ever unless their hash is mended."""
+    from django.apps import apps
+
+    rehash = importlib.import_module("requests.migrations.0010_rehash_round_tripped_snapshots")
+    legacy, tampered = (services.request_submit(order=make_order(shop, team.project), requester=team.developer)
+                        for _ in range(2))
+    frozen = {**legacy.approved_spec, "parameters": {"batch": 1e16}}  # jsonb keeps it as 10000000000000000
+    ResourceRequest.objects.filter(pk=legacy.pk).update(approved_spec=frozen,
+                                                        approved_spec_hash=sha256_of_as_written(frozen))
+    forged = {**tampered.approved_spec, "parameters": {"batch": 1e16}}
+    ResourceRequest.objects.filter(pk=tampered.pk).update(approved_spec={**forged, "cost_estimate": "0.00"},
+                                                          approved_spec_hash=sha256_of_as_written(forged))
+    with pytest.raises(SnapshotTampered):
+        ResourceRequest.objects.get(pk=legacy.pk).save()
+
+    rehash.rehash_round_tripped(apps, None)
+
+    ResourceRequest.objects.get(pk=legacy.pk).save()
+    assert ResourceRequest.objects.get(pk=legacy.pk).snapshot_intact
+    with pytest.raises(SnapshotTampered):
+        ResourceRequest.objects.get(pk=tampered.pk).save()
+
+
+def sha256_of_as_written(snapshot: dict) -> str:
+    """The hash as it was computed before the fix: over the floats as Python writes them."""
+    return hashlib.sha256(json.dumps(snapshot, sort_keys=True, separators=(",", ":"), default=str).encode()
+                          ).hexdigest()
