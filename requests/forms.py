@@ -4,7 +4,7 @@ from django import forms
 
 from catalog import selectors as catalog_selectors
 from catalog.choices import ServiceKind
-from catalog.durations import default_duration_hours, max_duration_hours, offering_durations
+from catalog.durations import default_duration_hours, max_duration_hours
 from catalog.models import Service
 from catalog.parameters import MAX_STRING_LENGTH, ParameterInvalid, parameters_clean
 from requests.choices import OverQuota, PriorityClass
@@ -85,7 +85,9 @@ class OrderForm(forms.Form):
     def _duration_field(self) -> forms.IntegerField:
         offering = self._chosen_offering()
         maximum = max_duration_hours(self.service, **offering)
-        per_offer = {row["name"]: row["max_duration_hours"] for row in offering_durations(self.service)}
+        kind = "bare_metal_profile" if "bare_metal_profile" in self.fields else "spec"
+        per_offer = {offer.name: max_duration_hours(self.service, **{kind: offer})
+                     for offer in self.fields[kind].queryset}  # the choices this form offers, as it lists them
         others = "" if len(set(per_offer.values())) < 2 else " By choice: " + ", ".join(
             f"{name} {hours} h" for name, hours in per_offer.items()) + "."
         return forms.IntegerField(min_value=1, max_value=maximum, label="Duration (hours)",
