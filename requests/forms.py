@@ -1,5 +1,7 @@
 """Portal forms. They collect and clean input; services decide (and refuse with reasons)."""
 
+from collections import defaultdict
+
 from django import forms
 
 from catalog import selectors as catalog_selectors
@@ -85,14 +87,23 @@ class OrderForm(forms.Form):
     def _duration_field(self) -> forms.IntegerField:
         offering = self._chosen_offering()
         maximum = max_duration_hours(self.service, **offering)
-        kind = "bare_metal_profile" if "bare_metal_profile" in self.fields else "spec"
-        per_offer = {offer.name: max_duration_hours(self.service, **{kind: offer})
-                     for offer in self.fields[kind].queryset}  # the choices this form offers, as it lists them
-        others = "" if len(set(per_offer.values())) < 2 else " By choice: " + ", ".join(
-            f"{name} {hours} h" for name, hours in per_offer.items()) + "."
         return forms.IntegerField(min_value=1, max_value=maximum, label="Duration (hours)",
                                   initial=default_duration_hours(self.service, **offering),
-                                  help_text=f"Up to {maximum} hours.{others}")
+                                  help_text=f"Up to {maximum} hours.{self._limits_by_choice()}")
+
+    def _limits_by_choice(self) -> str:
+        """When the choices this form offers have different limits, which has which (the most common as 'the
+        others'), so the hint stays true after another choice is picked."""
+        kind = "bare_metal_profile" if "bare_metal_profile" in self.fields else "spec"
+        names_by_hours = defaultdict(list)
+        for offer in self.fields[kind].queryset:
+            names_by_hours[max_duration_hours(self.service, **{kind: offer})].append(offer.name)
+        if len(names_by_hours) < 2:
+            return ""
+        common = max(names_by_hours, key=lambda hours: len(names_by_hours[hours]))
+        parts = [f"{'; '.join(names)}: {hours} h" for hours, names in names_by_hours.items() if hours != common]
+        others = "the others" if len(names_by_hours[common]) > 1 else names_by_hours[common][0]
+        return f" By choice: {'; '.join(parts)}; {others}: {common} h."
 
     def clean(self):
         cleaned = super().clean()

@@ -57,7 +57,11 @@ def test_the_form_hint_names_each_choice_s_limit_when_they_differ(shop, team):
     shop.sliced.save()
     form = OrderForm(user=team.developer, service=shop.service)
     hint = form.fields["duration_hours"].help_text
-    assert f"{shop.whole.name} 168 h" in hint and f"{shop.sliced.name} 48 h" in hint
+    assert f"{shop.whole.name}: 168 h" in hint and f"{shop.sliced.name}: 48 h" in hint
+    shop.service.specs.add(factories.ResourceSpecFactory(accelerator_models=[shop.accelerator],
+                                                         max_duration_hours=500))  # capped at the service's 168
+    hint = OrderForm(user=team.developer, service=shop.service).fields["duration_hours"].help_text
+    assert hint.endswith(f"By choice: {shop.sliced.name}: 48 h; the others: 168 h.")
 
 
 def test_the_order_page_renders_the_clamped_default_and_max(client, serving, team):
