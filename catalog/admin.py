@@ -213,7 +213,12 @@ _REQUIRED_OFFERINGS = {
 
 
 class ServiceForm(forms.ModelForm):
-    """Admin form (the admin supplies model and fields)."""
+    """Admin form (the admin supplies model and fields). The parameter schema is checked by the model's clean
+    (catalog.parameters.schema_problems), one sentence per problem."""
+
+    def clean_parameter_schema(self):
+        schema = self.cleaned_data.get("parameter_schema")
+        return [] if schema in (None, "") else schema  # an emptied field: the service takes no parameters
 
     def clean(self):
         cleaned = super().clean()

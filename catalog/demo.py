@@ -17,6 +17,7 @@ from catalog.models import (
     SliceProfile,
     Vendor,
 )
+from catalog.parameters import default_parameter_schema, serving_parameter_schema
 from catalog.services import spec_deprecate
 from tenancy.models import Project
 
@@ -79,6 +80,16 @@ IMAGES = [
     ("pytorch-nightly", "2.6.dev", "registry.internal/ml/pytorch-nightly:latest", "Ubuntu 24.04", "560.35.03",
      Runtime.CUDA, "12.6", "dcgm-exporter 3.3.8", ["nvidia"], False),
 ]
+
+# Parameters the demo services declare beyond the default ones (environment, workload).
+JUPYTER = {"name": "jupyter", "type": "bool", "default": True, "label": "Start Jupyter",
+           "help": "Serve a Jupyter notebook next to SSH."}
+TRAINING_SCHEMA = [*default_parameter_schema(),
+                   {"name": "batch_size", "type": "int", "min": 1, "max": 65536, "label": "Global batch size",
+                    "help": "Recorded for rightsizing advice."},
+                   {"name": "checkpoint_interval_minutes", "type": "int", "min": 5, "max": 1440, "default": 60,
+                    "label": "Checkpoint every (minutes)"}]
+
 
 def _upsert(model, lookup: dict, values: dict, many: dict | None = None):
     obj, _ = model.objects.update_or_create(**lookup, defaults=values)
@@ -149,14 +160,15 @@ def seed_offerings(catalog: dict, tenants: dict) -> None:
     nvidia_images = [images["pytorch:2.5-cuda12.4"], images["jupyter-datascience:2026.10"]]
     _service("gpu-workspace", "NVIDIA GPU workspace", ServiceKind.COMPUTE,
              "A container with whole NVIDIA GPUs or MIG slices and an approved CUDA image, with SSH and Jupyter.",
-             24, 336, specs=nvidia_specs, images=nvidia_images)
+             24, 336, specs=nvidia_specs, images=nvidia_images, schema=[*default_parameter_schema(), JUPYTER])
     _service("amd-instinct-training", "AMD Instinct training", ServiceKind.COMPUTE,
              "MI300X nodes with ROCm PyTorch for large-memory training.", 48, 336,
-             specs=[specs["mi300x-1x"], specs["mi300x-8x"]], images=[images["pytorch:2.5-rocm6.2"]])
+             specs=[specs["mi300x-1x"], specs["mi300x-8x"]], images=[images["pytorch:2.5-rocm6.2"]],
+             schema=TRAINING_SCHEMA)
     _service("ascend-npu-training", "Ascend NPU training", ServiceKind.COMPUTE,
              "Huawei Ascend 910B NPUs with MindSpore on CANN. Offered to Acme Research only.", 48, 336,
              specs=[specs["ascend-910b-1x"], specs["ascend-910b-8x"]], images=[images["mindspore:2.4-cann8.0"]],
-             visible_tenants=[tenants["acme-research"]])
+             visible_tenants=[tenants["acme-research"]], schema=TRAINING_SCHEMA)
     _service("gaudi-experiments", "Intel Gaudi experiments", ServiceKind.COMPUTE,
              "Gaudi 2 accelerators with SynapseAI PyTorch, for the vision project's benchmarking.", 24, 168,
              specs=[specs["gaudi2-1x"]], images=[images["pytorch:2.4-synapse1.18"]],
@@ -166,15 +178,16 @@ def seed_offerings(catalog: dict, tenants: dict) -> None:
              "into the training cluster.", 168, 720, bare_metal_profiles=[hgx])
     _service("llm-endpoint", "LLM inference endpoint", ServiceKind.MODEL_SERVING,
              "An approved open model served behind the platform gateway with per-project API keys.", 720, 2160,
-             serving_models=models, specs=[specs["h100-1x"], specs["l40s-1x"]])
+             serving_models=models, specs=[specs["h100-1x"], specs["l40s-1x"]], schema=serving_parameter_schema())
 
 
 def _service(slug, name, kind, description, default_hours, max_hours, visible_tenants=(), visible_projects=(),
-             **offerings):
+             schema=None, **offerings):
     restricted = bool(visible_tenants or visible_projects)
     return _upsert(Service, {"slug": slug}, {
         "name": name, "kind": kind, "description": description, "default_duration_hours": default_hours,
         "max_duration_hours": max_hours, "visibility": Visibility.RESTRICTED if restricted else Visibility.ALL,
+        "parameter_schema": schema or default_parameter_schema(),
     }, {**offerings, "visible_tenants": list(visible_tenants), "visible_projects": list(visible_projects)})
 
 

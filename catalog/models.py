@@ -19,6 +19,7 @@ from catalog.choices import (
     ValidationCheck,
     Visibility,
 )
+from catalog.parameters import default_parameter_schema, schema_problems
 from tenancy.models import slug_validator
 
 
@@ -295,6 +296,10 @@ class Service(models.Model):
     serving_models = models.ManyToManyField(ServingModel, blank=True, related_name="services")
     default_duration_hours = models.PositiveIntegerField(validators=[MinValueValidator(1)])
     max_duration_hours = models.PositiveIntegerField(validators=[MinValueValidator(1)])
+    parameter_schema = models.JSONField(
+        default=default_parameter_schema, blank=True,
+        help_text="The parameters an order may carry: a list of {name, type (int, number, string, bool, enum), "
+                  "label, help, required, default, min, max, max_length, choices}. Other keys are refused.")
     visibility = models.CharField(max_length=12, choices=Visibility.choices, default=Visibility.ALL)
     visible_tenants = models.ManyToManyField("tenancy.Tenant", blank=True, related_name="+")
     visible_projects = models.ManyToManyField("tenancy.Project", blank=True, related_name="+")
@@ -314,3 +319,8 @@ class Service(models.Model):
 
     def __str__(self):
         return self.name
+
+    def clean(self):
+        problems = schema_problems(self.parameter_schema)
+        if problems:
+            raise ValidationError({"parameter_schema": problems})

@@ -154,6 +154,8 @@ PROVISIONING_BACKOFF_MAX_SECONDS = env_float("PROVISIONING_BACKOFF_MAX_SECONDS",
 PROVISIONING_INLINE_WAIT_SECONDS = env_float("PROVISIONING_INLINE_WAIT_SECONDS", 30.0)
 # Per-step timeout overrides in seconds, e.g. {"wait_for_install": 5400}.
 PROVISIONING_STEP_TIMEOUTS = env_json("PROVISIONING_STEP_TIMEOUTS", {})
+# An allocated request with no provisioning run after this long is started (or released) by the sweeper.
+PROVISIONING_START_GRACE_SECONDS = env_int("PROVISIONING_START_GRACE_SECONDS", 120)
 # Where OS installers post their completion callback.
 PUBLIC_BASE_URL = env_str("PUBLIC_BASE_URL", "http://127.0.0.1:8000")
 # The simulated drivers: a multiplier on their realistic durations (0 = instant), and injected faults:

@@ -5,10 +5,13 @@ Executing steps is provisioning/engine.py; what each step does is provisioning/s
 """
 
 import contextlib
+import logging
 import secrets
+from datetime import timedelta
 
 from django.conf import settings
 from django.db import transaction
+from django.db.models import Exists, OuterRef
 from django.utils import timezone
 from django_q.tasks import async_task
 
@@ -20,13 +23,14 @@ from provisioning.models import ProvisioningRun, ProvisioningStep
 from provisioning.pipelines import pipeline_for, restart_position, steps_for
 from requests.choices import EventCode, RequestState
 from requests.models import ResourceRequest
-from requests.services import record_event, request_transition
+from requests.services import record_event, request_release, request_transition
 from scheduling.choices import AllocationState
 from scheduling.models import Allocation
 from tenancy.models import User
 from tenancy.services import audit_record
 
 STEP_TASK = "provisioning.tasks.run_step"
+logger = logging.getLogger(__name__)
 
 
 def enqueue_step(step_id: int) -> None:
@@ -83,6 +87,54 @@ def _start(request_id: int) -> ProvisioningRun | None:
                                f"{run.steps.count()} steps ({run.driver} driver).",
                        data={"run": run.pk, "pipeline": run.pipeline, "driver": run.driver})
     return run
+
+
+def runs_start_stranded(*, limit: int = 100) -> dict[str, list[int]]:
+    """The sweeper's net under runs_start: a request allocated for longer than the grace period without a
+    provisioning run lost its start (a worker died between the scheduler's commit and the task, or the start
+    failed). Start it now, or, if it cannot start, release it with the reason, so no allocation is held for ever."""
+    cutoff = timezone.now() - timedelta(seconds=settings.PROVISIONING_START_GRACE_SECONDS)
+    has_run = ProvisioningRun.objects.filter(allocation__request=OuterRef("pk"), kind=RunKind.PROVISION,
+                                             allocation__state=AllocationState.ACTIVE)
+    stranded = (ResourceRequest.objects.filter(state=RequestState.ALLOCATED, updated_at__lt=cutoff)
+                .filter(~Exists(has_run)).order_by("updated_at").values_list("pk", flat=True)[:limit])
+    outcome = {"started": [], "released": [], "failed": []}
+    for request_id in stranded:
+        try:
+            outcome[_start_or_release(request_id)].append(request_id)
+        except Exception:  # one request that cannot even be released must not keep the sweeper from the others
+            logger.exception("Stranded request #%s could neither start nor be released", request_id)
+            outcome["failed"].append(request_id)
+    return outcome
+
+
+def _start_or_release(request_id: int) -> str:
+    try:
+        with transaction.atomic():
+            run = _start(request_id)
+            if run is not None:
+                record_event(run.request, actor=None, code=EventCode.PROVISIONING_RECOVERED, data={"run": run.pk},
+                             message="Allocated without a provisioning run for longer than "
+                                     f"{settings.PROVISIONING_START_GRACE_SECONDS} s: started by the sweeper.")
+                return "started"
+        reason = {"code": "not_startable", "message": "It has no active allocation or no approved snapshot to "
+                                                      "provision from.", "details": {}}
+    except Exception as error:  # whatever broke the start, the devices must go back: release with the reason
+        logger.exception("Provisioning of stranded request #%s could not start", request_id)
+        reason = {"code": "start_failed", "message": f"Starting provisioning failed: {type(error).__name__}.",
+                  "details": {"error": str(error)[:300]}}
+    return _release_stranded(request_id, reason)
+
+
+@transaction.atomic
+def _release_stranded(request_id: int, reason: dict) -> str:
+    request = ResourceRequest.objects.select_for_update().get(pk=request_id)
+    if request.state != RequestState.ALLOCATED:  # it moved on meanwhile (started, released): nothing to do
+        return "started" if request.state == RequestState.PROVISIONING else "released"
+    message = f"Provisioning could not start: {reason['message']} Releasing the allocation."
+    record_event(request, actor=None, code=EventCode.PROVISIONING_NOT_STARTED, message=message, data=reason)
+    request_release(request=request, actor=None, reason=message)
+    return "released"
 
 
 # --- Finish -----------------------------------------------------------------------------------------------

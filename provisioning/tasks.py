@@ -14,6 +14,10 @@ def start_runs(request_ids: list[int]) -> int:
     return len(services.runs_start(request_ids=request_ids))
 
 
+def start_stranded_runs() -> dict[str, list[int]]:
+    return services.runs_start_stranded()
+
+
 def teardown_after_preemption(request_id: int) -> bool:
     return services.teardown_after_preemption(request_id=request_id)
 

@@ -6,6 +6,7 @@ from config import schedules
 
 SWEEP_TASK = "provisioning.tasks.resume_due_steps"
 REPLICA_CHECK_TASK = "provisioning.tasks.check_replicas"
+STRANDED_TASK = "provisioning.tasks.start_stranded_runs"
 
 
 def start_runs(*, request_ids: list[int], **_kwargs) -> None:
@@ -17,8 +18,10 @@ def teardown_after_preemption(*, request_id: int, **_kwargs) -> None:
 
 
 def ensure_schedules(**_kwargs) -> None:
-    """Every minute: resume steps back from a wait or whose worker died; health-check serving replicas."""
+    """Every minute: resume steps back from a wait or whose worker died; start (or release) allocations whose
+    provisioning never started; health-check serving replicas."""
     schedules.ensure(("Resume provisioning steps", SWEEP_TASK, schedules.EVERY_MINUTE),
+                     ("Start stranded provisioning", STRANDED_TASK, schedules.EVERY_MINUTE),
                      ("Health-check serving replicas", REPLICA_CHECK_TASK, schedules.EVERY_MINUTE))
 
 

@@ -80,6 +80,8 @@ class EventCode(models.TextChoices):
     DEVICE_ISOLATED = "device_isolated", "Device isolated"
     PROVISIONING_STEP_FAILED = "provisioning_step_failed", "Provisioning step failed"
     PROVISIONING_RETRIED = "provisioning_retried", "Provisioning retried"
+    PROVISIONING_RECOVERED = "provisioning_recovered", "Provisioning started late by the sweeper"
+    PROVISIONING_NOT_STARTED = "provisioning_not_started", "Provisioning could not start"
     CLEANED_UP = "cleaned_up", "Cleaned up"
 
 

@@ -10,19 +10,13 @@ from config.errors import Conflict, DomainError, NotPermitted
 from requests import approvals
 from requests.choices import ApprovalSubject, ChangeState, EventCode, RequestState
 from requests.models import RequestExtension, ResourceRequest
-from requests.orders import OrderInvalid, approval_facts, size_order
+from requests.orders import OrderInvalid, approval_facts, order_duration_limits, size_order
 from requests.quota import Demand, exceeded, lock_quota_scope, quota_impact
 from requests.services import QuotaExceeded, can_release, order_of, record_event
 from requests.signals import request_extended
 from tenancy.models import User
 
 EXTENDABLE = (RequestState.ALLOCATED, RequestState.PROVISIONING, RequestState.ACTIVE)
-
-
-def _longest_allowed(request: ResourceRequest) -> int:
-    limits = [request.service.max_duration_hours]
-    limits += [offer.max_duration_hours for offer in (request.spec, request.bare_metal_profile) if offer]
-    return min(limits)
 
 
 @transaction.atomic
@@ -37,7 +31,7 @@ def request_extension_submit(*, request: ResourceRequest, hours: int, justificat
                        "can be extended.", code="not_running", details={"state": request.state})
     if not justification.strip():
         raise DomainError("Say why it needs more time.", code="justification_required")
-    maximum = _longest_allowed(request)
+    maximum = min(order_duration_limits(order_of(request)).values())
     if hours < 1 or request.duration_hours + hours > maximum:
         raise OrderInvalid(f"The whole duration must stay within {maximum} hours (now {request.duration_hours}).",
                            code="duration_out_of_range", details={"requested": hours, "maximum": maximum,

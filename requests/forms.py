@@ -1,17 +1,21 @@
 """Portal forms. They collect and clean input; services decide (and refuse with reasons)."""
 
+from collections import defaultdict
+
 from django import forms
 
 from catalog import selectors as catalog_selectors
 from catalog.choices import ServiceKind
+from catalog.durations import default_duration_hours, max_duration_hours
 from catalog.models import Service
+from catalog.parameters import MAX_STRING_LENGTH, ParameterInvalid, parameters_clean
 from requests.choices import IfUnplaceable, OverQuota, PriorityClass
-from requests.orders import SERVING_LIMITS, Order
+from requests.orders import Order
 from tenancy.choices import ProjectPermission, QuotaDimension
 from tenancy.models import User
 from tenancy.selectors import projects_with_permission
 
-ENVIRONMENTS = [("development", "Development"), ("staging", "Staging"), ("production", "Production")]
+_ALL_OFFERINGS = ("spec", "image", "bare_metal_profile", "serving_model", "serving_template")
 _OFFERINGS = {
     ServiceKind.COMPUTE: ("spec", "image"),
     ServiceKind.BARE_METAL: ("bare_metal_profile",),
@@ -25,6 +29,9 @@ def orderable_projects(user: User):
 
 
 class OrderForm(forms.Form):
+    """The order form: the service's offerings, a duration within the one limit that applies, and a field per
+    parameter the service declares (catalog.parameters), checked by the same function the API uses."""
+
     project = forms.ModelChoiceField(queryset=None, empty_label=None)
     spec = forms.ModelChoiceField(queryset=None, required=False, label="Resource spec")
     image = forms.ModelChoiceField(queryset=None, required=False)
@@ -35,13 +42,6 @@ class OrderForm(forms.Form):
     priority = forms.ChoiceField(choices=PriorityClass.choices, initial=PriorityClass.STANDARD,
                                  help_text="Above the project's priority entitlement (see the preview), it needs an "
                                            "approved quota exception.")
-    environment = forms.ChoiceField(choices=ENVIRONMENTS, initial="development")
-    rate_limit_per_minute = forms.IntegerField(min_value=1, required=False, label="Rate limit (requests/minute)",
-                                               help_text="Per API key. Empty: the platform default.")
-    monthly_token_budget = forms.IntegerField(min_value=1, required=False, label="Monthly token budget",
-                                              help_text="Input + output tokens a month. Empty: no budget.")
-    parameters = forms.CharField(required=False, widget=forms.Textarea(attrs={"rows": 2}),
-                                 help_text="Extra fields, one key=value per line.")
     justification = forms.CharField(required=False, widget=forms.Textarea(attrs={"rows": 3}),
                                     help_text="What it is for. Needed for a quota exception.")
     over_quota = forms.ChoiceField(choices=OverQuota.choices, initial=OverQuota.REJECT,
@@ -65,32 +65,66 @@ class OrderForm(forms.Form):
             services=service)
         self.fields["serving_template"].queryset = catalog_selectors.serving_template_list(user=user).filter(
             models__services=service).distinct()
-        self.fields["duration_hours"].max_value = service.max_duration_hours
-        self.fields["duration_hours"].initial = service.default_duration_hours
-        self.fields["duration_hours"].help_text = f"Up to {service.max_duration_hours} hours."
-        for name in {"spec", "image", "bare_metal_profile", "serving_model", "serving_template"} - set(
-                _OFFERINGS[service.kind]):
+        for name in set(_ALL_OFFERINGS) - set(_OFFERINGS[service.kind]):
             del self.fields[name]
         for name in _OFFERINGS[service.kind]:
             self.fields[name].required = True
             self.fields[name].empty_label = None
-        if service.kind != ServiceKind.MODEL_SERVING:
-            for name in SERVING_LIMITS:
-                del self.fields[name]
+        self.fields["duration_hours"] = self._duration_field()
+        self.parameter_names = [entry["name"] for entry in service.parameter_schema]
+        for entry in service.parameter_schema:
+            self.fields[entry["name"]] = parameter_field(entry)
+        last = ["justification", "over_quota", "if_unplaceable"]
+        self.order_fields([name for name in self.fields if name not in last] + last)
 
     def clean_if_unplaceable(self) -> str:
         return self.cleaned_data["if_unplaceable"] or IfUnplaceable.WARN  # left unchosen: the API's default
 
-    def clean_parameters(self) -> dict[str, str]:
-        parameters = {}
-        for number, line in enumerate(self.cleaned_data["parameters"].splitlines(), start=1):
-            if not line.strip():
+    def _chosen_offering(self) -> dict:
+        """The spec, template or profile the form has selected: the submitted one, else the first (the one the
+        page shows selected)."""
+        chosen = {}
+        for name in ("spec", "serving_template", "bare_metal_profile"):
+            field = self.fields.get(name)
+            if field is None:
                 continue
-            key, separator, value = line.partition("=")
-            if not separator or not key.strip():
-                raise forms.ValidationError(f"Line {number} is not key=value: {line.strip()!r}")
-            parameters[key.strip()] = value.strip()
-        return parameters
+            try:
+                chosen[name] = field.clean(self.data.get(self.add_prefix(name))) if self.is_bound else \
+                    field.queryset.first()
+            except forms.ValidationError:
+                chosen[name] = None
+        return chosen
+
+    def _duration_field(self) -> forms.IntegerField:
+        offering = self._chosen_offering()
+        maximum = max_duration_hours(self.service, **offering)
+        return forms.IntegerField(min_value=1, max_value=maximum, label="Duration (hours)",
+                                  initial=default_duration_hours(self.service, **offering),
+                                  help_text=f"Up to {maximum} hours.{self._limits_by_choice()}")
+
+    def _limits_by_choice(self) -> str:
+        """When the choices this form offers have different limits, which has which (the most common as 'the
+        others'), so the hint stays true after another choice is picked."""
+        kind = "bare_metal_profile" if "bare_metal_profile" in self.fields else "spec"
+        names_by_hours = defaultdict(list)
+        for offer in self.fields[kind].queryset:
+            names_by_hours[max_duration_hours(self.service, **{kind: offer})].append(offer.name)
+        if len(names_by_hours) < 2:
+            return ""
+        common = max(names_by_hours, key=lambda hours: len(names_by_hours[hours]))
+        parts = [f"{'; '.join(names)}: {hours} h" for hours, names in names_by_hours.items() if hours != common]
+        others = "the others" if len(names_by_hours[common]) > 1 else names_by_hours[common][0]
+        return f" By choice: {'; '.join(parts)}; {others}: {common} h."
+
+    def clean(self):
+        cleaned = super().clean()
+        supplied = {name: cleaned[name] for name in self.parameter_names if cleaned.get(name) not in (None, "")}
+        try:
+            cleaned["parameters"] = parameters_clean(self.service.parameter_schema, supplied)
+        except ParameterInvalid as refusal:
+            parameter = refusal.details.get("parameter")
+            self.add_error(parameter if parameter in self.fields else None, refusal.message)
+        return cleaned
 
     def order(self) -> Order:
         data = self.cleaned_data
@@ -98,10 +132,28 @@ class OrderForm(forms.Form):
             service=self.service, project=data["project"], duration_hours=data["duration_hours"],
             spec=data.get("spec"), image=data.get("image"), bare_metal_profile=data.get("bare_metal_profile"),
             serving_model=data.get("serving_model"), serving_template=data.get("serving_template"),
-            priority=data["priority"], justification=data["justification"],
-            parameters={"environment": data["environment"], **data["parameters"],
-                        **{name: str(data[name]) for name in SERVING_LIMITS if data.get(name)}},
+            priority=data["priority"], justification=data["justification"], parameters=data["parameters"],
         )
+
+
+def parameter_field(entry: dict) -> forms.Field:
+    """The form field of one declared parameter. It only parses and renders (HTML min, max, maxlength);
+    whether the value is allowed is parameters_clean's call, in clean()."""
+    common = {"label": entry.get("label") or entry["name"].replace("_", " ").capitalize(), "required": False,
+              "help_text": entry.get("help", ""), "initial": entry.get("default")}
+    kind = entry["type"]
+    if kind == "enum":
+        choices = [(choice, choice) for choice in entry["choices"]]
+        return forms.ChoiceField(choices=choices if "default" in entry else [("", "—"), *choices], **common)
+    if kind == "bool":
+        return forms.BooleanField(**common)
+    if kind == "string":
+        return forms.CharField(widget=forms.TextInput(attrs={"maxlength": entry.get("max_length",
+                                                                                    MAX_STRING_LENGTH)}), **common)
+    bounds = {key: entry[key] for key in ("min", "max") if key in entry}
+    if kind == "int":
+        return forms.IntegerField(widget=forms.NumberInput(attrs={**bounds, "step": 1}), **common)
+    return forms.FloatField(widget=forms.NumberInput(attrs={**bounds, "step": "any"}), **common)
 
 
 class DecisionForm(forms.Form):

@@ -5,7 +5,9 @@ from decimal import Decimal
 from typing import Any
 
 from catalog.choices import ServiceKind, SpecStatus, Visibility
+from catalog.durations import duration_limits
 from catalog.models import BareMetalProfile, Image, ResourceSpec, Service, ServingModel, ServingTemplate
+from catalog.parameters import parameters_clean
 from config.errors import DomainError
 from requests.approvals import Facts
 from requests.choices import ApprovalSubject, PriorityClass
@@ -56,6 +58,7 @@ def validate_order(order: Order, requester: User) -> None:
         _refuse("service_not_offered_to_project", f"{service.name} is not offered to project {project.slug}.",
                 service=service.slug, project=project.slug)
     _validate_offering(order)
+    _validate_parameters(order)
     _validate_duration(order)
 
 
@@ -117,33 +120,26 @@ def _validate_serving(order: Order) -> None:
     if not template.active or not model.templates.filter(pk=template.pk).exists():
         _refuse("serving_template_not_offered", f"{template} is not a template for {model}.",
                 field="serving_template")
-    for name in SERVING_LIMITS:
-        _validate_positive_integer(order.parameters, name)
 
 
-# Service parameters of a model-serving order: the per-key rate limit and the deployment's monthly token budget.
-SERVING_LIMITS = ("rate_limit_per_minute", "monthly_token_budget")
-
-
-def _validate_positive_integer(parameters: dict, name: str) -> None:
-    value = parameters.get(name)
-    if value in (None, ""):
-        return
-    if not str(value).isdigit() or int(value) < 1:
-        _refuse("parameter_invalid", f"{name} must be a whole number above zero, not {value!r}.",
-                field="parameters", parameter=name)
+def _validate_parameters(order: Order) -> None:
+    """Checked against the service's declared schema, and kept in the cleaned form (defaults filled in, numbers
+    as the database gives them back), so what is stored is exactly what was checked."""
+    order.parameters = parameters_clean(order.service.parameter_schema, order.parameters)
 
 
 def _validate_duration(order: Order) -> None:
-    limits = {"service": order.service.max_duration_hours}
-    if order.spec is not None:
-        limits["spec"] = order.spec.max_duration_hours
-    if order.bare_metal_profile is not None:
-        limits["bare_metal_profile"] = order.bare_metal_profile.max_duration_hours
+    limits = order_duration_limits(order)
     maximum = min(limits.values())
     if order.duration_hours < 1 or order.duration_hours > maximum:
         _refuse("duration_out_of_range", f"Duration must be between 1 and {maximum} hours.",
                 field="duration_hours", requested=order.duration_hours, maximum=maximum, limits=limits)
+
+
+def order_duration_limits(order: Order) -> dict[str, int]:
+    """The maxima that bound this order's duration (see catalog.durations)."""
+    return duration_limits(order.service, spec=order.spec, serving_template=order.serving_template,
+                           bare_metal_profile=order.bare_metal_profile)
 
 
 @dataclass(frozen=True)

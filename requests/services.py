@@ -14,12 +14,20 @@ from django_fsm import TransitionNotAllowed
 from django_q.tasks import async_task
 
 from config.errors import Conflict, DomainError, NotPermitted
+from config.jsonvalues import as_stored
 from config.sql import update_from_values
 from requests import approvals, hooks
 from requests.choices import ApprovalSubject, EventCode, IfUnplaceable, OverQuota, RequestState
 from requests.models import RequestEvent, ResourceRequest
 from requests.models.request import snapshot_hash
-from requests.orders import Order, approval_facts, describe_order, size_order, validate_order
+from requests.orders import (
+    Order,
+    approval_facts,
+    describe_order,
+    order_duration_limits,
+    size_order,
+    validate_order,
+)
 from requests.priorities import priority_entitlement, priority_reason, refuse_priority
 from requests.quota import Demand, beyond_limits, exceeded, lock_quota_scope, quota_impact
 from requests.signals import request_preempted, request_queued, request_releasing
@@ -95,8 +103,10 @@ def request_preview(*, order: Order, requester: User, over_quota: str = OverQuot
     reasons = exceeded(impacts) + _as_list(priority_reason(order, entitlement))
     exception = bool(reasons) and over_quota == OverQuota.EXCEPTION
     facts = approval_facts(order, sizing, requester, quota_exception=exception)
+    limits = order_duration_limits(order)
     return {
         "summary": describe_order(order),
+        "duration": {"requested": order.duration_hours, "maximum": min(limits.values()), "limits": limits},
         "cost": {"hourly": str(sizing.hourly_cost), "duration_hours": order.duration_hours,
                  "total": str(sizing.cost_estimate), "currency": settings.CATALOG_CURRENCY},
         "demand": {key: str(value) if isinstance(value, Decimal) else value
@@ -262,7 +272,7 @@ def _as_stored(request: ResourceRequest, field: str) -> str:
 
 
 def _freeze_and_queue(request: ResourceRequest) -> ResourceRequest:
-    request.approved_spec = approved_snapshot(request)
+    request.approved_spec = as_stored(approved_snapshot(request))
     request.approved_spec_hash = snapshot_hash(request.approved_spec)
     request.approved_at = timezone.now()
     _transition(request, "enqueue", actor=None, code=EventCode.QUEUED,

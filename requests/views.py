@@ -15,6 +15,7 @@ from django.views.decorators.http import require_POST
 
 from catalog import selectors as catalog_selectors
 from catalog.choices import ServiceKind
+from catalog.durations import default_duration_hours, longest_duration_hours, max_duration_hours
 from config.errors import DomainError
 from requests import approvals, extensions, hooks, quota_changes, selectors, services
 from requests.choices import TERMINAL_STATES, Decision, RequestState
@@ -34,7 +35,7 @@ def catalog(request):
     services_by_kind = []
     visible = catalog_selectors.service_list(user=request.user).order_by("kind", "name")
     for kind, group in groupby(visible, key=lambda service: service.kind):
-        rows = [(service, _offer_rows(service, project, usage)) for service in group]
+        rows = [(service, _offer_rows(service, project, usage), longest_duration_hours(service)) for service in group]
         services_by_kind.append((ServiceKind(kind).label, rows))
     return render(request, "requests/catalog.html", {
         "projects": projects, "project": project, "usage": usage, "services_by_kind": services_by_kind})
@@ -46,10 +47,11 @@ def _offer_rows(service, project, usage) -> list[dict]:
     offers += [("bare_metal_profile", profile) for profile in service.bare_metal_profiles.all()]
     rows = []
     for field, offer in offers:
-        sizing = size_order(Order(service=service, project=project, duration_hours=service.default_duration_hours,
-                                  **{field: offer}))
+        hours = default_duration_hours(service, **{field: offer})
+        sizing = size_order(Order(service=service, project=project, duration_hours=hours, **{field: offer}))
         over = dimensions_over(sizing.demand, usage) if project else []
-        rows.append({"offer": offer, "field": field, "sizing": sizing, "over": over})
+        rows.append({"offer": offer, "field": field, "sizing": sizing, "over": over,
+                     "max_duration_hours": max_duration_hours(service, **{field: offer})})
     return rows
 
 

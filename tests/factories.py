@@ -18,6 +18,7 @@ from catalog.models import (
     SliceProfile,
     Vendor,
 )
+from catalog.parameters import default_parameter_schema, serving_parameter_schema
 from tenancy import services as tenancy_services
 from tenancy.choices import Role
 from tenancy.models import User
@@ -220,6 +221,9 @@ class ServiceFactory(factory.django.DjangoModelFactory):
     description = "A test service"
     default_duration_hours = 24
     max_duration_hours = 168
+    parameter_schema = factory.LazyAttribute(lambda service: serving_parameter_schema()
+                                             if service.kind == ServiceKind.MODEL_SERVING
+                                             else default_parameter_schema())
 
     @factory.post_generation
     def specs(obj, create, extracted, **kwargs):

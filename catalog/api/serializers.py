@@ -1,6 +1,8 @@
 from django.conf import settings
+from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
+from catalog.durations import longest_duration_hours, offering_durations
 from catalog.models import (
     AcceleratorModel,
     BareMetalProfile,
@@ -117,6 +119,15 @@ class NamedSummarySerializer(serializers.Serializer):
     name = serializers.CharField(source="__str__")
 
 
+class OfferingDurationSerializer(serializers.Serializer):
+    kind = serializers.CharField(help_text="spec or bare_metal_profile")
+    id = serializers.IntegerField()
+    name = serializers.CharField()
+    max_duration_hours = serializers.IntegerField(help_text="The smallest of the service's and the offering's "
+                                                            "maxima: the longest an order of it may run.")
+    default_duration_hours = serializers.IntegerField(help_text="The service's default, capped by that maximum.")
+
+
 class ServiceSummarySerializer(serializers.ModelSerializer):
     """A list row: what the service offers, by name; the detail endpoint carries every field."""
 
@@ -124,13 +135,25 @@ class ServiceSummarySerializer(serializers.ModelSerializer):
     images = NamedSummarySerializer(many=True, read_only=True)
     bare_metal_profiles = NamedSummarySerializer(many=True, read_only=True)
     serving_models = NamedSummarySerializer(many=True, read_only=True)
+    longest_duration_hours = serializers.SerializerMethodField(
+        help_text="The longest any order of this service may run (max_duration_hours capped by its offerings).")
+    durations = serializers.SerializerMethodField(help_text="Maximum and default duration per offering.")
+    parameter_schema = serializers.JSONField(read_only=True, help_text="The parameters an order may carry.")
 
     class Meta:
         model = Service
         fields = [
             "id", "slug", "name", "kind", "description", "default_duration_hours", "max_duration_hours",
-            "visibility", "active", "specs", "images", "bare_metal_profiles", "serving_models",
+            "longest_duration_hours", "durations", "parameter_schema", "visibility", "active", "specs", "images",
+            "bare_metal_profiles", "serving_models",
         ]
+
+    def get_longest_duration_hours(self, service) -> int:
+        return longest_duration_hours(service)
+
+    @extend_schema_field(OfferingDurationSerializer(many=True))
+    def get_durations(self, service) -> list[dict]:
+        return offering_durations(service)
 
 
 class ServiceSerializer(ServiceSummarySerializer):

@@ -31,14 +31,15 @@ from tenancy.models import Project
 # --- Input -------------------------------------------------------------------------------------------------
 
 
-@extend_schema_field({"oneOf": [{"type": "string"}, {"type": "number"}]})
+@extend_schema_field({"oneOf": [{"type": "string"}, {"type": "number"}, {"type": "boolean"}]})
 class ParameterValueField(serializers.Field):
-    """An order-form value: a string or a number, which is what approval rules compare against."""
+    """An order-form value: a string, a number or a boolean. Which keys and values a service accepts is its
+    parameter schema's call (catalog.parameters, applied by the order's validation with a 422)."""
 
-    default_error_messages = {"invalid": "Must be a string or a number."}
+    default_error_messages = {"invalid": "Must be a string, a number or a boolean."}
 
     def to_internal_value(self, data):
-        if isinstance(data, bool) or not isinstance(data, str | int | float):
+        if not isinstance(data, str | int | float | bool):
             self.fail("invalid")
         return data
 
@@ -71,7 +72,8 @@ class OrderSerializer(serializers.Serializer):
                                   max_keys=settings.ORDER_PARAMETERS_MAX_KEYS,
                                   max_key_length=settings.ORDER_PARAMETERS_MAX_KEY_LENGTH,
                                   max_bytes=settings.ORDER_PARAMETERS_MAX_BYTES,
-                                  help_text="Free-form order fields, e.g. environment: production.")
+                                  help_text="The service's declared parameters (its parameter_schema), "
+                                            "e.g. environment: production.")
     over_quota = serializers.ChoiceField(choices=OverQuota.choices, default=OverQuota.REJECT,
                                          help_text="What to do when the order is over a quota limit or over the "
                                                    "project's priority entitlement (wait: limits only).")
@@ -184,8 +186,17 @@ class PriorityEntitlementSerializer(serializers.Serializer):
     permitted = serializers.BooleanField(help_text="False: refused, or a quota exception with over_quota=exception.")
 
 
+class DurationLimitSerializer(serializers.Serializer):
+    requested = serializers.IntegerField()
+    maximum = serializers.IntegerField(help_text="The smallest of the limits: the longest this order may run.")
+    limits = serializers.DictField(child=serializers.IntegerField(),
+                                   help_text="Maximum hours by source: service, spec, serving_template, "
+                                             "bare_metal_profile.")
+
+
 class RequestPreviewSerializer(serializers.Serializer):
     summary = serializers.CharField()
+    duration = DurationLimitSerializer()
     cost = CostSerializer()
     demand = serializers.DictField(help_text="What the order counts against each quota dimension.")
     quota = QuotaImpactSerializer(many=True)

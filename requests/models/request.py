@@ -9,6 +9,7 @@ from django.db import models
 from django.db.models import Q
 from django_fsm import ConcurrentTransitionMixin, FSMField, transition
 
+from config.jsonvalues import as_stored
 from requests.choices import (
     CANCELLABLE_STATES,
     PRIORITY_RANK,
@@ -22,7 +23,8 @@ S = RequestState
 
 
 def snapshot_hash(snapshot: dict) -> str:
-    canonical = json.dumps(snapshot, sort_keys=True, separators=(",", ":"), default=str)
+    """The hash of the snapshot as the database gives it back, so a reloaded snapshot hashes the same."""
+    canonical = json.dumps(as_stored(snapshot), sort_keys=True, separators=(",", ":"), default=str)
     return hashlib.sha256(canonical.encode()).hexdigest()
 
 

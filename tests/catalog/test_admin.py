@@ -1,5 +1,7 @@
 """Operator console for the catalog: changelists, permissions, reasoned actions, form checks, audits."""
 
+import json
+
 import pytest
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
@@ -373,3 +375,40 @@ def test_inline_slice_profiles_are_saved_through_the_audited_service(client, dja
     assert response.status_code == 302
     assert accelerator.slice_profiles.filter(name="2g.20gb").exists()
     assert AuditEvent.objects.filter(action="sliceprofile.created").count() == 1
+
+
+def test_operator_declares_a_parameter_schema_and_it_is_saved_and_audited(console):
+    service = ServiceFactory()
+    schema = [{"name": "batch_size", "type": "int", "min": 1, "max": 65536, "label": "Global batch size"}]
+    response = console.post(_url("service", f"{service.pk}/change/"), _service_post(
+        name=service.name, slug=service.slug, specs=[spec.pk for spec in service.specs.all()],
+        images=[ImageFactory().pk], parameter_schema=json.dumps(schema)))
+    assert response.status_code == 302, response.context["adminform"].form.errors
+    service.refresh_from_db()
+    assert service.parameter_schema == schema
+    assert "parameter_schema" in audit_events_for(target=service).get(action="service.updated").data["fields"]
+
+
+@pytest.mark.parametrize(("schema", "sentence"), [
+    ({"batch": "int"}, "must be a list"),
+    ([{"name": "Batch", "type": "int"}], "name must be lower-case"),
+    ([{"name": "batch", "type": "integer"}], "type must be one of"),
+    ([{"name": "batch", "type": "int", "min": 10, "max": 1}], "min is above max"),
+    ([{"name": "batch", "type": "int", "max": 1e300}], "within ±2^53"),
+    ([{"name": "batch", "type": "int", "max": 8, "default": 9}], "the default is not valid"),
+    ([{"name": "size", "type": "string", "max_length": 10**6}], "max_length must be"),
+    ([{"name": "env", "type": "enum", "choices": []}], "choices must be"),
+    ([{"name": "priority", "type": "string"}], "a field of every order"),
+    ([{"name": "a", "type": "bool"}, {"name": "a", "type": "bool"}], "declared twice"),
+    ([{"name": "a", "type": "bool", "pattern": ".*"}], "unknown key 'pattern'"),
+])
+def test_a_parameter_schema_that_cannot_be_used_is_refused_with_the_reason(console, schema, sentence):
+    service = ServiceFactory()
+    before = service.parameter_schema
+    response = console.post(_url("service", f"{service.pk}/change/"), _service_post(
+        name=service.name, slug=service.slug, specs=[spec.pk for spec in service.specs.all()],
+        images=[ImageFactory().pk], parameter_schema=json.dumps(schema)))
+    assert response.status_code == 200
+    assert sentence in " ".join(response.context["adminform"].form.errors["parameter_schema"])
+    service.refresh_from_db()
+    assert service.parameter_schema == before

@@ -215,3 +215,35 @@ def test_running_twice_keeps_the_deprecated_spec_deprecated():
     call_command("seed_demo")
     assert dict(ResourceSpec.objects.filter(status=SpecStatus.DEPRECATED)
                 .values_list("slug", "deprecated_at")) == deprecated_before
+
+
+# --- parameters and durations (issue 12 items 4 and 10) ---------------------------------------------------------
+
+
+def test_every_seeded_service_declares_a_usable_parameter_schema(seeded):
+    from catalog.parameters import schema_problems
+
+    for service in Service.objects.all():
+        assert service.parameter_schema and schema_problems(service.parameter_schema) == [], service.slug
+    serving = [entry["name"] for entry in Service.objects.get(slug="llm-endpoint").parameter_schema]
+    assert {"rate_limit_per_minute", "monthly_token_budget"} <= set(serving)
+    training = {entry["name"]: entry for entry in Service.objects.get(slug="amd-instinct-training").parameter_schema}
+    assert training["batch_size"]["max"] == 65536
+
+
+def test_the_seeded_limits_are_one_number_in_the_form_and_the_api(seeded, client):
+    """The issue's two cases: the serving default (720 h) over its specs' 336 h, and the 168 h spec in a 336 h
+    service."""
+    from catalog.durations import default_duration_hours, max_duration_hours
+    from requests.forms import OrderForm
+
+    developer = User.objects.get(username="developer")
+    serving = Service.objects.get(slug="llm-endpoint")
+    field = OrderForm(user=developer, service=serving).fields["duration_hours"]
+    assert (field.initial, field.max_value) == (336, 336)
+    workspace = Service.objects.get(slug="gpu-workspace")
+    mixed = ResourceSpec.objects.get(slug="ampere-or-ada-1x")
+    assert (max_duration_hours(workspace, spec=mixed), default_duration_hours(workspace, spec=mixed)) == (168, 24)
+    client.force_login(developer)
+    rows = client.get(f"/api/v1/catalog/services/{workspace.pk}/").json()["durations"]
+    assert {row["name"]: row["max_duration_hours"] for row in rows}[mixed.name] == 168

@@ -113,7 +113,7 @@ def serving(shop, team, run_on_commit):
     def order(**parameters):
         request = run_on_commit(request_services.request_submit, requester=team.developer, order=Order(
             service=service, project=team.project, duration_hours=8, spec=template.spec, serving_model=model,
-            serving_template=template, parameters={key: str(value) for key, value in parameters.items()}))
+            serving_template=template, parameters=parameters))
         assert request.state == RequestState.QUEUED
         run_on_commit(cycle.run_cycle)
         request.refresh_from_db()

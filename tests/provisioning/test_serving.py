@@ -145,12 +145,15 @@ def exits(pid: int) -> bool:
         return True
 
 
-def test_invalid_serving_parameters_are_refused(serving):
-    from requests.orders import OrderInvalid
+@pytest.mark.parametrize(("value", "rule"), [("lots", "type"), (0, "min"), (2**31, "max"), (True, "type")])
+def test_invalid_serving_parameters_are_refused(serving, value, rule):
+    """The serving limits are parameters of the service's schema like any other (its rate limit column is a
+    32-bit integer, so the schema's maximum keeps provisioning from failing on it later)."""
+    from catalog.parameters import ParameterInvalid
 
-    with pytest.raises(OrderInvalid) as refusal:
-        serving.order(rate_limit_per_minute="lots")
-    assert refusal.value.code == "parameter_invalid"
+    with pytest.raises(ParameterInvalid) as refusal:
+        serving.order(rate_limit_per_minute=value)
+    assert (refusal.value.code, refusal.value.details["rule"]) == ("parameter_invalid", rule)
 
 
 def test_request_page_shows_the_endpoint_curl_and_key_management(deployed, client):

@@ -290,8 +290,8 @@ def test_bad_quota_change_is_refused_with_a_code(api_as, people, body, status, c
 # --- Submission --------------------------------------------------------------------------------------------
 
 def test_submit_without_a_policy_is_201_queued_with_a_frozen_snapshot(api_as, shop, people):
-    response = api_as(people.developer).post(REQUESTS, order_body(shop, people.project,
-                                                                  parameters={"environment": "dev", "nodes": 2}))
+    parameters = {"environment": "staging", "workload": "fine-tuning"}
+    response = api_as(people.developer).post(REQUESTS, order_body(shop, people.project, parameters=parameters))
 
     assert response.status_code == 201, response.content
     body = response.json()
@@ -300,7 +300,7 @@ def test_submit_without_a_policy_is_201_queued_with_a_frozen_snapshot(api_as, sh
     assert body["requester"] == people.developer.username
     assert body["spec"] == {"id": shop.whole.pk, "name": shop.whole.name}
     assert body["cost_estimate"] == "80.00"  # 2 cards x 4.00 per hour x 10 hours
-    assert body["parameters"] == {"environment": "dev", "nodes": 2}
+    assert body["parameters"] == {"environment": "staging", "workload": "fine-tuning"}
     assert len(body["approved_spec_hash"]) == 64 and body["approved_spec"]["request"] == body["id"]
     assert body["approval"] is None
     assert [event["code"] for event in body["timeline"]] == ["submitted", "admitted", "auto_approved", "queued"]
@@ -370,7 +370,7 @@ def test_restricted_service_cannot_be_ordered_for_a_project_it_is_not_offered_to
                                               ("image", 999999), ("serving_template", 999999),
                                               ("project", "ten"), ("duration_hours", "long"),
                                               ("over_quota", "maybe"), ("priority", "urgent"),
-                                              ("parameters", {"nested": {"a": 1}}), ("parameters", {"flag": True}),
+                                              ("parameters", {"nested": {"a": 1}}), ("parameters", {"list": [1]}),
                                               ("parameters", ["a"])])
 def test_malformed_order_is_400_validation_error_naming_the_field(api_as, shop, people, field, value):
     response = api_as(people.developer).post(REQUESTS, {**order_body(shop, people.project), field: value})
@@ -651,3 +651,28 @@ def test_inbox_query_count_does_not_grow_with_tasks_or_projects(api_as, shop, pe
 
     assert client.get(APPROVALS).json()["count"] == 11
     assert few == many
+
+
+# --- Parameters against the service's schema (issue 12 item 4) ----------------------------------------------
+
+@pytest.mark.parametrize(("parameters", "code", "rule"), [
+    ({"batch": 1e16}, "parameter_unknown", "unknown"),
+    ({"k" * 10_000: "v"}, "parameter_unknown", "unknown"),
+    ({f"key{number}": 1 for number in range(5000)}, "parameters_too_large", "max_keys"),
+    ({"workload": "x" * 200_000}, "parameter_invalid", "max_length"),
+    ({"environment": "dev"}, "parameter_invalid", "type"),
+])
+@pytest.mark.parametrize("endpoint", [REQUESTS, f"{REQUESTS}preview/"])
+def test_parameters_outside_the_schema_are_422_at_submission_and_preview(api_as, shop, people, parameters, code,
+                                                                         rule, endpoint):
+    response = api_as(people.developer).post(endpoint, order_body(shop, people.project, parameters=parameters))
+
+    body = refused(response, 422, code)
+    assert (body["details"]["field"], body["details"]["rule"]) == ("parameters", rule)
+    assert not ResourceRequest.objects.exists()
+
+
+def test_the_catalog_api_shows_each_service_s_parameter_schema(api_as, shop, people):
+    body = api_as(people.developer).get(f"/api/v1/catalog/services/{shop.service.pk}/").json()
+
+    assert [entry["name"] for entry in body["parameter_schema"]] == ["environment", "workload"]

@@ -19,7 +19,7 @@ PAGES = ["/", "/requests/", "/approvals/", "/projects/"]
 
 def _order_post(shop, project, **overrides):
     data = {"project": project.pk, "spec": shop.whole.pk, "image": shop.image.pk, "duration_hours": 10,
-            "priority": "standard", "environment": "development", "parameters": "", "justification": "",
+            "priority": "standard", "environment": "development", "justification": "",
             "over_quota": "reject"}
     return {**data, **overrides}
 
@@ -67,12 +67,46 @@ def test_order_over_quota_is_refused_with_every_reason_and_stores_nothing(client
     assert not ResourceRequest.objects.exists()
 
 
-def test_order_with_bad_parameters_is_a_form_error(client, shop, team):
+def test_order_form_renders_a_field_per_declared_parameter(client, shop, team):
+    shop.service.parameter_schema = [
+        {"name": "batch_size", "type": "int", "min": 1, "max": 65536, "label": "Global batch size"},
+        {"name": "environment", "type": "enum", "choices": ["development", "production"], "default": "development"},
+        {"name": "jupyter", "type": "bool", "default": True}, {"name": "note", "type": "string", "max_length": 40}]
+    shop.service.save()
     client.force_login(team.developer)
-    response = client.post(f"/order/{shop.service.slug}/", _order_post(shop, team.project, parameters="nonsense"))
+    body = client.get(f"/order/{shop.service.slug}/").content.decode()
+    assert 'name="batch_size"' in body and 'min="1"' in body and 'max="65536"' in body and "Global batch size" in body
+    assert 'name="jupyter"' in body and 'type="checkbox"' in body and 'maxlength="40"' in body
+    assert 'name="parameters"' not in body  # no free-form key=value any more: unknown keys are refused
+
+
+@pytest.mark.parametrize(("field", "value", "sentence"), [
+    ("batch_size", "100000", "batch_size must be at most 65536"), ("batch_size", "0", "at least 1"),
+    ("environment", "staging", "Select a valid choice"), ("note", "x" * 41, "at most 40")])
+def test_order_with_a_parameter_the_schema_refuses_is_a_form_error(client, shop, team, field, value, sentence):
+    shop.service.parameter_schema = [
+        {"name": "batch_size", "type": "int", "min": 1, "max": 65536},
+        {"name": "environment", "type": "enum", "choices": ["development", "production"], "default": "development"},
+        {"name": "note", "type": "string", "max_length": 40}]
+    shop.service.save()
+    client.force_login(team.developer)
+    response = client.post(f"/order/{shop.service.slug}/", _order_post(shop, team.project, **{field: value}))
     assert response.status_code == 400
-    assert "is not key=value" in response.content.decode()
+    assert sentence in response.content.decode()
     assert not ResourceRequest.objects.exists()
+
+
+def test_order_form_stores_the_declared_parameters_with_their_defaults(client, shop, team):
+    shop.service.parameter_schema = [{"name": "batch_size", "type": "int", "min": 1, "max": 65536},
+                                     {"name": "jupyter", "type": "bool", "default": True}]
+    shop.service.save()
+    client.force_login(team.developer)
+    response = client.post(f"/order/{shop.service.slug}/", _order_post(shop, team.project, batch_size="512",
+                                                                        jupyter="on"))
+    assert response.status_code == 302
+    created = ResourceRequest.objects.get()
+    assert created.parameters == {"batch_size": 512, "jupyter": True}
+    assert created.approved_spec["parameters"] == {"batch_size": 512, "jupyter": True}
 
 
 def test_order_for_a_project_the_user_cannot_order_on_is_refused(client, shop, team):

@@ -1,6 +1,7 @@
 """The approved snapshot is the contract: frozen with its hash on approval, immune to catalog edits, tamper-proof."""
 
 import hashlib
+import importlib
 import json
 from decimal import Decimal
 
@@ -9,7 +10,7 @@ import pytest
 from catalog.services import catalog_entry_save, spec_deprecate
 from requests import approvals, services
 from requests.models import ResourceRequest
-from requests.models.request import SnapshotTampered
+from requests.models.request import SnapshotTampered, snapshot_hash
 from requests.signals import request_queued
 from tests.requests.conftest import approval_rule, approver_stage, make_order
 
@@ -104,3 +105,55 @@ def test_queued_signal_fires_after_commit_with_the_request_id(shop, team, django
     finally:
         request_queued.disconnect(receiver)
     assert received == [request.pk]
+
+
+@pytest.mark.parametrize("number", [1e16, 1.5e300, 1.2345678901234567e19, 0.1, 1e-7, 2**70])
+def test_a_snapshot_with_any_json_number_survives_the_database_round_trip(shop, team, number):
+    """jsonb reads 1e16 back as the integer 10000000000000000: the reloaded snapshot must still hash the same,
+    or every later save (provisioning, release) is refused as tampering and the allocation is held for ever."""
+    request = services.request_submit(order=make_order(shop, team.project), requester=team.developer)
+    request.approved_spec = {**request.approved_spec, "parameters": {"batch": number}}
+    request.approved_spec_hash = snapshot_hash(request.approved_spec)
+    request._loaded_spec_hash = ""  # as a snapshot frozen before parameters were checked
+    request.save()
+    reloaded = ResourceRequest.objects.get(pk=request.pk)
+    assert reloaded.snapshot_intact
+    services.request_release(request=walk_to_active(reloaded), actor=team.developer, reason="done")
+    assert ResourceRequest.objects.get(pk=request.pk).state == "releasing"
+
+
+def walk_to_active(request: ResourceRequest) -> ResourceRequest:
+    for name in ("allocate", "start_provisioning", "activate"):
+        getattr(request, name)()
+    request.save()
+    return ResourceRequest.objects.get(pk=request.pk)
+
+
+def test_a_snapshot_hashed_before_the_fix_is_rehashed_by_the_migration_and_real_tampering_is_not(shop, team):
+    """Requests frozen with 1e16 before the fix hold their allocation for ever unless their hash is mended."""
+    from django.apps import apps
+
+    rehash = importlib.import_module("requests.migrations.0010_rehash_round_tripped_snapshots")
+    legacy, tampered = (services.request_submit(order=make_order(shop, team.project), requester=team.developer)
+                        for _ in range(2))
+    frozen = {**legacy.approved_spec, "parameters": {"batch": 1e16}}  # jsonb keeps it as 10000000000000000
+    ResourceRequest.objects.filter(pk=legacy.pk).update(approved_spec=frozen,
+                                                        approved_spec_hash=sha256_of_as_written(frozen))
+    forged = {**tampered.approved_spec, "parameters": {"batch": 1e16}}
+    ResourceRequest.objects.filter(pk=tampered.pk).update(approved_spec={**forged, "cost_estimate": "0.00"},
+                                                          approved_spec_hash=sha256_of_as_written(forged))
+    with pytest.raises(SnapshotTampered):
+        ResourceRequest.objects.get(pk=legacy.pk).save()
+
+    rehash.rehash_round_tripped(apps, None)
+
+    ResourceRequest.objects.get(pk=legacy.pk).save()
+    assert ResourceRequest.objects.get(pk=legacy.pk).snapshot_intact
+    with pytest.raises(SnapshotTampered):
+        ResourceRequest.objects.get(pk=tampered.pk).save()
+
+
+def sha256_of_as_written(snapshot: dict) -> str:
+    """The hash as it was computed before the fix: over the floats as Python writes them."""
+    return hashlib.sha256(json.dumps(snapshot, sort_keys=True, separators=(",", ":"), default=str).encode()
+                          ).hexdigest()
