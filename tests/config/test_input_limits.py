@@ -8,11 +8,11 @@ from urllib.parse import urlsplit
 
 import httpx
 import pytest
-from django.contrib.auth.models import Permission
 from django.core.exceptions import RequestDataTooBig, TooManyFieldsSent
 
 from config.api import exception_handler
 from tests import factories
+from tests.scheduling.health_inventory import ingest_user
 
 pytestmark = pytest.mark.django_db
 
@@ -30,9 +30,8 @@ def _error(response, status: int, code: str) -> dict:
 
 @pytest.fixture
 def agent(db):
-    user = factories.UserFactory()
-    user.user_permissions.add(Permission.objects.get(codename="ingest_health"))
-    return user
+    """A central exporter's account (staff with ingest_health): it may speak for any node."""
+    return ingest_user()
 
 
 def test_a_body_over_the_limit_is_a_json_413_before_any_view_reads_it(api_as, agent, settings):
