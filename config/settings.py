@@ -228,6 +228,11 @@ else:
 CACHES = {"default": {"BACKEND": "django.core.cache.backends.redis.RedisCache", "LOCATION": REDIS_URL} if REDIS_URL
           else {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"}}
 
+# --- Background work that survives crashes, stops cleanly and shares SQLite (docs/provisioning.md) ---------------
+# A running step holds a lease this long and renews it every third of it; a crashed worker's step is taken over
+# once it lapses (the minute sweeper), no matter how long the step's own timeout is.
+PROVISIONING_LEASE_SECONDS = env_int("PROVISIONING_LEASE_SECONDS", 30)
+
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
