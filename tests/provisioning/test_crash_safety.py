@@ -1,10 +1,12 @@
-"""Crash safety with real worker processes: a `qcluster` killed mid-step leaves a lease that expires; another
-worker resumes the run from that step, runs no completed step again, and leaves no orphan allocation."""
+"""Crash safety with real worker processes: a `qcluster` killed mid-step leaves a short lease that lapses (the step's
+timeout is far longer); another worker resumes the run from that step, runs no completed step again, and leaves no
+orphan allocation. A step that works longer than the lease keeps it: its heartbeat renews it."""
 
 import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -14,6 +16,7 @@ from django_q.conf import Conf
 
 from provisioning import engine
 from provisioning.choices import StepState
+from provisioning.drivers.simulated import SimulatedHost
 from provisioning.models import ProvisioningRun, ProvisioningStep
 from requests import services as request_services
 from requests.choices import RequestState
@@ -23,11 +26,12 @@ from scheduling.choices import AllocationState
 from scheduling.models import Allocation, Device
 from tests.provisioning.conftest import add_node
 from tests.requests.conftest import make_order
+from tests.requests.test_concurrency import in_own_connection
 
 pytestmark = pytest.mark.django_db(transaction=True, serialized_rollback=True)
 
 REPO = Path(__file__).resolve().parents[2]
-LEASE_SECONDS = 3  # the start_workload step's timeout, hence its lease
+LEASE_SECONDS = 2  # far shorter than start_workload's 600 s timeout: a dead worker's step lapses after the lease
 
 
 def start_worker(log: Path) -> subprocess.Popen:
@@ -35,19 +39,26 @@ def start_worker(log: Path) -> subprocess.Popen:
     database = connection.settings_dict
     env = {**os.environ, "DJANGO_SETTINGS_MODULE": "config.settings_test", "Q_SYNC": "0", "Q_WORKERS": "1",
            "DATABASE_URL": f"postgres://{database['USER']}@{database['HOST']}:{database['PORT']}/{database['NAME']}",
-           "PROVISIONING_SIMULATED_SPEED": "0.1",
-           "PROVISIONING_STEP_TIMEOUTS": f'{{"start_workload": {LEASE_SECONDS}}}'}
+           "PROVISIONING_SIMULATED_SPEED": "0.1", "PROVISIONING_LEASE_SECONDS": str(LEASE_SECONDS)}
     return subprocess.Popen([sys.executable, "manage.py", "qcluster"], cwd=REPO, env=env, start_new_session=True,
                             stdout=log.open("w"), stderr=subprocess.STDOUT)
 
 
-def wait_for(condition, *, seconds: float, what: str, log: Path):
+def wait_for(condition, *, seconds: float, what: str, log: Path | None):
     deadline = time.monotonic() + seconds
     while time.monotonic() < deadline:
         if value := condition():
             return value
         time.sleep(0.1)
-    pytest.fail(f"Timed out waiting for {what}. Worker log:\n{log.read_text()[-3000:]}")
+    worker_log = f" Worker log:\n{log.read_text()[-3000:]}" if log else ""
+    pytest.fail(f"Timed out waiting for {what}.{worker_log}")
+
+
+def lease_lapsed(step_id: int) -> bool:
+    """Asked of the database's clock, which the sweeper's comparison uses too."""
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT lease_expires_at < now() FROM provisioning_provisioningstep WHERE id = %s", [step_id])
+        return cursor.fetchone()[0]
 
 
 def kill(worker: subprocess.Popen) -> None:
@@ -57,7 +68,7 @@ def kill(worker: subprocess.Popen) -> None:
 
 def test_a_worker_killed_mid_step_is_replaced_without_repeating_steps(shop, team, monkeypatch, settings, tmp_path):
     monkeypatch.setattr(Conf, "SYNC", False)  # this process enqueues into the broker; the workers run the tasks
-    settings.PROVISIONING_STEP_TIMEOUTS = {"start_workload": LEASE_SECONDS}
+    settings.PROVISIONING_LEASE_SECONDS = LEASE_SECONDS
     add_node(shop.accelerator)
     request = request_services.request_submit(order=make_order(shop, team.project), requester=team.developer)
     log = tmp_path / "worker.log"
@@ -69,8 +80,10 @@ def test_a_worker_killed_mid_step_is_replaced_without_repeating_steps(shop, team
     finally:
         kill(first)
     assert ProvisioningStep.objects.get(pk=step.pk).state == StepState.RUNNING  # the dead worker's lease remains
+    assert step.timeout_seconds == 600
 
-    time.sleep(LEASE_SECONDS + 0.5)
+    wait_for(lambda: lease_lapsed(step.pk), seconds=10 * LEASE_SECONDS, what="the dead worker's lease to lapse",
+             log=log)
     second = start_worker(tmp_path / "worker2.log")
     try:
         assert engine.steps_resume_due() == 1  # the sweeper hands the expired step to the new worker
@@ -86,3 +99,44 @@ def test_a_worker_killed_mid_step_is_replaced_without_repeating_steps(shop, team
     active = Allocation.objects.filter(state=AllocationState.ACTIVE)
     assert list(active.values_list("request_id", flat=True)) == [request.pk]
     assert sorted(Device.objects.values_list("allocated_milli", flat=True)) == [0, 0, 1000, 1000]
+
+
+def test_a_step_working_longer_than_its_lease_keeps_it(shop, team, settings, monkeypatch):
+    """The heartbeat renews the lease while the handler works: past the first lease the step is still its worker's,
+    the sweeper finds nothing to hand out, and the step runs once."""
+    settings.PROVISIONING_LEASE_SECONDS = 1
+    working, finish = threading.Event(), threading.Event()
+    original = SimulatedHost.start_workload
+
+    def slow_start(self, target, image):
+        working.set()
+        assert finish.wait(30), "the test never let the workload start"
+        return original(self, target, image)
+
+    monkeypatch.setattr(SimulatedHost, "start_workload", slow_start)
+    add_node(shop.accelerator)
+    # Submitting schedules and provisions inline (tasks run synchronously here), so it happens in its own thread.
+    submitting = threading.Thread(target=in_own_connection(request_services.request_submit),
+                                  kwargs={"order": make_order(shop, team.project), "requester": team.developer})
+    submitting.start()
+    try:
+        assert working.wait(30), "start_workload never started"
+        step = ProvisioningStep.objects.get(name="start_workload")
+        first_lease = step.lease_expires_at
+        wait_for(lambda: lease_renewed_past(step.pk, first_lease), seconds=30, what="the lease to be renewed past "
+                 "the first one while the clock passes it", log=None)
+        assert engine.steps_resume_due() == 0
+        assert ProvisioningStep.objects.get(pk=step.pk).lease_owner == step.lease_owner
+    finally:
+        finish.set()
+        submitting.join(timeout=30)
+    assert ResourceRequest.objects.get().state == RequestState.ACTIVE
+    assert ProvisioningStep.objects.get(pk=step.pk).attempts == 1
+
+
+def lease_renewed_past(step_id: int, first_lease) -> bool:
+    """The database's clock has passed the first lease and the step holds a later one."""
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT now() > %s AND lease_expires_at > now() FROM provisioning_provisioningstep "
+                       "WHERE id = %s", [first_lease, step_id])
+        return cursor.fetchone()[0]
