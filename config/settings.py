@@ -232,6 +232,19 @@ CACHES = {"default": {"BACKEND": "django.core.cache.backends.redis.RedisCache", 
 # A running step holds a lease this long and renews it every third of it; a crashed worker's step is taken over
 # once it lapses (the minute sweeper), no matter how long the step's own timeout is.
 PROVISIONING_LEASE_SECONDS = env_int("PROVISIONING_LEASE_SECONDS", 30)
+# On SIGTERM a qcluster hands back what it pulled and tells its workers to stop; one still busy after this is
+# terminated (config/workers.py).
+Q_STOP_GRACE_SECONDS = env_float("Q_STOP_GRACE_SECONDS", 5.0)
+# The embedded SQLite demo runs the web server and a qcluster's workers against one file. WAL lets readers work while
+# one writes; IMMEDIATE transactions take the write lock when they begin, so a transaction never fails on upgrading
+# a read to a write (that fails at once, whatever the busy timeout); writers queue for up to the busy timeout.
+SQLITE_BUSY_TIMEOUT_SECONDS = env_int("SQLITE_BUSY_TIMEOUT_SECONDS", 20)
+if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
+    DATABASES["default"]["OPTIONS"] = {
+        "init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL",
+        "transaction_mode": "IMMEDIATE",
+        "timeout": SQLITE_BUSY_TIMEOUT_SECONDS,
+    }
 
 LOGGING = {
     "version": 1,

@@ -21,6 +21,7 @@ from django.db.models import F, Q
 from django.utils import timezone
 from django_q.tasks import async_task
 
+from config.workers import wait_unless_stopping
 from provisioning import services
 from provisioning.choices import RunState, StepState, Wait
 from provisioning.drivers.base import StepError, StepPending, Target
@@ -49,7 +50,7 @@ class Waiting:
 
 def step_execute(*, step_id: int) -> None:
     """The task body: attempt until the step is finished, or waits longer than a worker should sleep, or belongs
-    to another worker."""
+    to another worker, or the worker is stopping."""
     while True:
         owner = uuid.uuid4()
         claimed = _claim(step_id, owner)
@@ -61,7 +62,8 @@ def step_execute(*, step_id: int) -> None:
         delay = _record(step_id, owner, outcome)
         if delay is None or delay > settings.PROVISIONING_INLINE_WAIT_SECONDS:
             return
-        time.sleep(delay)
+        if wait_unless_stopping(delay):
+            return  # the cluster is stopping: the step waits as recorded, the sweeper hands it out when due
 
 
 def steps_resume_due(*, now=None) -> int:

@@ -2,6 +2,8 @@
 timeout is far longer); another worker resumes the run from that step, runs no completed step again, and leaves no
 orphan allocation. A step that works longer than the lease keeps it: its heartbeat renews it."""
 
+import contextlib
+import json
 import os
 import signal
 import subprocess
@@ -12,7 +14,10 @@ from pathlib import Path
 
 import pytest
 from django.db import connection
+from django.utils import timezone
 from django_q.conf import Conf
+from django_q.models import OrmQ, Schedule
+from django_q.tasks import async_task
 
 from provisioning import engine
 from provisioning.choices import StepState
@@ -34,12 +39,12 @@ REPO = Path(__file__).resolve().parents[2]
 LEASE_SECONDS = 2  # far shorter than start_workload's 600 s timeout: a dead worker's step lapses after the lease
 
 
-def start_worker(log: Path) -> subprocess.Popen:
+def start_worker(log: Path, **extra_env: str) -> subprocess.Popen:
     """A real `manage.py qcluster` on the test database, in its own process group (so it can be killed whole)."""
     database = connection.settings_dict
     env = {**os.environ, "DJANGO_SETTINGS_MODULE": "config.settings_test", "Q_SYNC": "0", "Q_WORKERS": "1",
            "DATABASE_URL": f"postgres://{database['USER']}@{database['HOST']}:{database['PORT']}/{database['NAME']}",
-           "PROVISIONING_SIMULATED_SPEED": "0.1", "PROVISIONING_LEASE_SECONDS": str(LEASE_SECONDS)}
+           "PROVISIONING_SIMULATED_SPEED": "0.1", "PROVISIONING_LEASE_SECONDS": str(LEASE_SECONDS), **extra_env}
     return subprocess.Popen([sys.executable, "manage.py", "qcluster"], cwd=REPO, env=env, start_new_session=True,
                             stdout=log.open("w"), stderr=subprocess.STDOUT)
 
@@ -62,7 +67,8 @@ def lease_lapsed(step_id: int) -> bool:
 
 
 def kill(worker: subprocess.Popen) -> None:
-    os.killpg(worker.pid, signal.SIGKILL)
+    with contextlib.suppress(ProcessLookupError):  # the whole group may have exited already
+        os.killpg(worker.pid, signal.SIGKILL)
     worker.wait(timeout=10)
 
 
@@ -139,4 +145,61 @@ def lease_renewed_past(step_id: int, first_lease) -> bool:
     with connection.cursor() as cursor:
         cursor.execute("SELECT now() > %s AND lease_expires_at > now() FROM provisioning_provisioningstep "
                        "WHERE id = %s", [first_lease, step_id])
+        return cursor.fetchone()[0]
+
+
+BACKOFF_SECONDS = 12  # slept through inline by the worker (under PROVISIONING_INLINE_WAIT_SECONDS), longer than 10 s
+FLAKY_START = json.dumps([{"op": "start_workload", "attempts": [1], "code": "flaky", "message": "Try again.",
+                           "retryable": True}])
+
+
+def test_sigterm_stops_a_busy_worker_within_10_s_and_hands_back_what_it_held(shop, team, monkeypatch, settings,
+                                                                              tmp_path):
+    monkeypatch.setattr(Conf, "SYNC", False)
+    Schedule.objects.all().delete()  # only this test's tasks in the broker
+    add_node(shop.accelerator)
+    request = request_services.request_submit(order=make_order(shop, team.project), requester=team.developer)
+    log = tmp_path / "worker.log"
+    worker = start_worker(log, PROVISIONING_FAULTS=FLAKY_START, PROVISIONING_BACKOFF_SECONDS=str(BACKOFF_SECONDS))
+    try:
+        cycle.run_cycle()
+        step = wait_for(lambda: ProvisioningStep.objects.filter(name="start_workload", state=StepState.WAITING,
+                                                                attempts=1).first(),
+                        seconds=60, what="start_workload to wait for its retry", log=log)
+        for number in range(3):  # the only worker is busy waiting: its cluster pulls these ahead and holds them
+            async_task("scheduling.tasks.run_cycle", task_name=f"pulled-ahead-{number}")
+        wait_for(lambda: len(held_tasks()) == 3, seconds=30, what="the cluster to pull the tasks ahead", log=log)
+
+        worker.send_signal(signal.SIGTERM)  # to the cluster's main process only, as a service manager does
+        try:
+            worker.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            pytest.fail(f"qcluster still running 10 s after SIGTERM. Worker log:\n{log.read_text()[-3000:]}")
+    finally:
+        kill(worker)
+
+    assert held_tasks() == [] and OrmQ.objects.count() == 3  # handed back, not run, not lost
+    assert ProvisioningStep.objects.get(pk=step.pk).state == StepState.WAITING  # as recorded, due after the backoff
+    second = start_worker(tmp_path / "worker2.log")
+    try:
+        wait_for(lambda: not OrmQ.objects.exists(), seconds=60, what="another cluster to run the handed-back tasks",
+                 log=tmp_path / "worker2.log")
+        wait_for(lambda: step_due(step.pk), seconds=2 * BACKOFF_SECONDS, what="the retry to fall due", log=None)
+        assert engine.steps_resume_due() == 1
+        wait_for(lambda: ResourceRequest.objects.get(pk=request.pk).state == RequestState.ACTIVE, seconds=60,
+                 what="the request to become active", log=tmp_path / "worker2.log")
+    finally:
+        kill(second)
+    assert ProvisioningStep.objects.get(pk=step.pk).attempts == 2
+
+
+def held_tasks() -> list[str]:
+    """The test's broker tasks that a cluster has pulled and locked (the step's own task is locked while it runs)."""
+    return [task.name() for task in OrmQ.objects.filter(lock__gt=timezone.now())
+            if task.name().startswith("pulled-ahead-")]
+
+
+def step_due(step_id: int) -> bool:
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT retry_at <= now() FROM provisioning_provisioningstep WHERE id = %s", [step_id])
         return cursor.fetchone()[0]
