@@ -40,8 +40,12 @@ def install() -> None:
 
 
 def _listen_for_stop(sender, proc_name, **kwargs) -> None:
-    """In each new worker process, before its first task."""
-    signal.signal(signal.SIGUSR1, lambda signum, frame: _stopping.set())
+    """In each new worker process, before its first task. Tasks run synchronously (Q_CLUSTER "sync") send the same
+    signal from whatever process and thread calls them: those are no cluster's workers."""
+    from django_q.conf import Conf
+
+    if not Conf.SYNC:
+        signal.signal(signal.SIGUSR1, lambda signum, frame: _stopping.set())
 
 
 def _handing_back(stop):

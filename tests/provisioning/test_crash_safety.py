@@ -10,6 +10,7 @@ import subprocess
 import sys
 import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -122,11 +123,12 @@ def test_a_step_working_longer_than_its_lease_keeps_it(shop, team, settings, mon
     monkeypatch.setattr(SimulatedHost, "start_workload", slow_start)
     add_node(shop.accelerator)
     # Submitting schedules and provisions inline (tasks run synchronously here), so it happens in its own thread.
-    submitting = threading.Thread(target=in_own_connection(request_services.request_submit),
-                                  kwargs={"order": make_order(shop, team.project), "requester": team.developer})
-    submitting.start()
+    pool = ThreadPoolExecutor(1)
+    submitting = pool.submit(in_own_connection(request_services.request_submit),
+                             order=make_order(shop, team.project), requester=team.developer)
     try:
-        assert working.wait(30), "start_workload never started"
+        wait_for(lambda: working.is_set() or submitting.done(), seconds=30, what="start_workload to start", log=None)
+        assert working.is_set(), f"start_workload never started: {submitting.result()!r}"
         step = ProvisioningStep.objects.get(name="start_workload")
         first_lease = step.lease_expires_at
         wait_for(lambda: lease_renewed_past(step.pk, first_lease), seconds=30, what="the lease to be renewed past "
@@ -135,7 +137,7 @@ def test_a_step_working_longer_than_its_lease_keeps_it(shop, team, settings, mon
         assert ProvisioningStep.objects.get(pk=step.pk).lease_owner == step.lease_owner
     finally:
         finish.set()
-        submitting.join(timeout=30)
+        pool.shutdown()
     assert ResourceRequest.objects.get().state == RequestState.ACTIVE
     assert ProvisioningStep.objects.get(pk=step.pk).attempts == 1
 
