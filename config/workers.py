@@ -6,7 +6,10 @@ installer installing, kept a stopping cluster alive for minutes, and pulled task
 `retry` seconds. Here a stop instead:
 1. hands the tasks pulled but not started back to the broker (ORM: unlocked at once; Redis: pushed back);
 2. tells each worker to stop (SIGUSR1): task code that waits uses `wait_unless_stopping` and hands its work back;
-3. terminates a worker still busy after Q_STOP_GRACE_SECONDS: its step's lease lapses, another worker takes over.
+3. kills a worker still busy after Q_STOP_GRACE_SECONDS: its step's lease lapses, another worker takes over.
+A SIGTERM sent to the whole process group (`make run`'s `kill 0`, systemd's default) used to kill the sentinel
+while it slept on the stop event, and the main process then waited for ever to wake it: the sentinel and its
+pusher and monitor now ignore SIGTERM (the main process stops them in order), and a worker takes it as the stop.
 """
 
 import contextlib
@@ -37,6 +40,7 @@ def install() -> None:
     post_spawn.connect(_listen_for_stop, dispatch_uid="config.workers.listen_for_stop")
     if not getattr(cluster.Sentinel.stop, "hands_back", False):
         cluster.Sentinel.stop = _handing_back(cluster.Sentinel.stop)
+        cluster.Sentinel.start = _ignoring_sigterm(cluster.Sentinel.start)
 
 
 def _listen_for_stop(sender, proc_name, **kwargs) -> None:
@@ -45,7 +49,16 @@ def _listen_for_stop(sender, proc_name, **kwargs) -> None:
     from django_q.conf import Conf
 
     if not Conf.SYNC:
-        signal.signal(signal.SIGUSR1, lambda signum, frame: _stopping.set())
+        for signum in (signal.SIGUSR1, signal.SIGTERM):
+            signal.signal(signum, lambda signum, frame: _stopping.set())
+
+
+def _ignoring_sigterm(start):
+    def start_ignoring_sigterm(sentinel) -> None:
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)  # before it spawns the pusher, monitor and workers
+        start(sentinel)
+
+    return start_ignoring_sigterm
 
 
 def _handing_back(stop):
@@ -88,6 +101,6 @@ def _return_pulled_tasks(sentinel) -> None:
 def _terminate_busy(workers) -> None:
     for worker in workers:
         if worker.is_alive():
-            logger.warning("Worker %s still busy %s s after the stop: terminating it", worker.pid,
+            logger.warning("Worker %s still busy %s s after the stop: killing it", worker.pid,
                            settings.Q_STOP_GRACE_SECONDS)
-            worker.terminate()
+            worker.kill()  # SIGTERM only asks it to stop

@@ -17,7 +17,7 @@ import pytest
 from django.db import connection
 from django.utils import timezone
 from django_q.conf import Conf
-from django_q.models import OrmQ, Schedule
+from django_q.models import OrmQ, Schedule, Task
 from django_q.tasks import async_task
 
 from provisioning import engine
@@ -155,7 +155,8 @@ FLAKY_START = json.dumps([{"op": "start_workload", "attempts": [1], "code": "fla
                            "retryable": True}])
 
 
-def test_sigterm_stops_a_busy_worker_within_10_s_and_hands_back_what_it_held(shop, team, monkeypatch, settings,
+@pytest.mark.parametrize("to_the_group", [False, True], ids=["main-process", "process-group"])
+def test_sigterm_stops_a_busy_worker_within_10_s_and_hands_back_what_it_held(to_the_group, shop, team, monkeypatch,
                                                                               tmp_path):
     monkeypatch.setattr(Conf, "SYNC", False)
     Schedule.objects.all().delete()  # only this test's tasks in the broker
@@ -172,7 +173,11 @@ def test_sigterm_stops_a_busy_worker_within_10_s_and_hands_back_what_it_held(sho
             async_task("scheduling.tasks.run_cycle", task_name=f"pulled-ahead-{number}")
         wait_for(lambda: len(held_tasks()) == 3, seconds=30, what="the cluster to pull the tasks ahead", log=log)
 
-        worker.send_signal(signal.SIGTERM)  # to the cluster's main process only, as a service manager does
+        # To the cluster's main process (docker stop), or to all its processes (systemd, `make run`'s kill 0).
+        if to_the_group:
+            os.killpg(worker.pid, signal.SIGTERM)
+        else:
+            worker.send_signal(signal.SIGTERM)
         try:
             worker.wait(timeout=10)
         except subprocess.TimeoutExpired:
@@ -180,7 +185,11 @@ def test_sigterm_stops_a_busy_worker_within_10_s_and_hands_back_what_it_held(sho
     finally:
         kill(worker)
 
-    assert held_tasks() == [] and OrmQ.objects.count() == 3  # handed back, not run, not lost
+    # Each pulled task was handed back or (a worker told to stop first takes the next one) run: none held, none lost.
+    handed_back = [task.name() for task in OrmQ.objects.all()]
+    ran = list(Task.objects.filter(name__startswith="pulled-ahead-", success=True).values_list("name", flat=True))
+    assert held_tasks() == [] and sorted(handed_back + ran) == [f"pulled-ahead-{number}" for number in range(3)]
+    assert to_the_group or len(handed_back) == 3  # a stop from the main process hands them all back
     assert ProvisioningStep.objects.get(pk=step.pk).state == StepState.WAITING  # as recorded, due after the backoff
     second = start_worker(tmp_path / "worker2.log")
     try:
