@@ -14,7 +14,7 @@ from rest_framework.response import Response
 from rest_framework.views import exception_handler as drf_exception_handler
 
 from config.errors import BadRequest, DomainError, PayloadTooLarge
-from config.limits import BIGINT_MAX, object_bounds_problem
+from config.limits import BIGINT_MAX
 
 logger = logging.getLogger(__name__)
 
@@ -46,19 +46,6 @@ class IdFilter(django_filters.NumberFilter):
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, min_value=1, max_value=BIGINT_MAX, **kwargs)
-
-
-class BoundedDictField(serializers.DictField):
-    """A JSON object with bounded keys and size, checked before its values are."""
-
-    def __init__(self, *, max_keys: int, max_key_length: int, max_bytes: int, **kwargs):
-        super().__init__(**kwargs)
-        self.bounds = {"max_keys": max_keys, "max_key_length": max_key_length, "max_bytes": max_bytes}
-
-    def to_internal_value(self, data):
-        if isinstance(data, dict) and (problem := object_bounds_problem(data, **self.bounds)):
-            raise serializers.ValidationError(problem, code="too_large")
-        return super().to_internal_value(data)
 
 
 def error_body(code: str, message: str, details=None) -> dict:

@@ -174,15 +174,12 @@ GATEWAY_UPSTREAM_TIMEOUT_SECONDS = env_float("GATEWAY_UPSTREAM_TIMEOUT_SECONDS",
 # Input limits (docs/architecture.md, "Input limits"). Bodies over REQUEST_MAX_BODY_BYTES get a JSON 413 (read and
 # discarded up to REQUEST_DRAIN_MAX_BYTES, so the keep-alive connection survives) and query strings over
 # REQUEST_MAX_QUERY_STRING_LENGTH a JSON 414 (gunicorn.conf.py lets request lines of up to 8190 bytes reach the app);
-# JSON nests at most API_JSON_MAX_DEPTH levels; an order's parameters are bounded in keys, key length and size.
+# JSON nests at most API_JSON_MAX_DEPTH levels. (An order's parameters are bounded by its service's parameter schema.)
 REQUEST_MAX_BODY_BYTES = env_int("REQUEST_MAX_BODY_BYTES", 8 * 1024 * 1024)
 REQUEST_DRAIN_MAX_BYTES = env_int("REQUEST_DRAIN_MAX_BYTES", 64 * 1024 * 1024)
 DATA_UPLOAD_MAX_MEMORY_SIZE = REQUEST_MAX_BODY_BYTES
 REQUEST_MAX_QUERY_STRING_LENGTH = env_int("REQUEST_MAX_QUERY_STRING_LENGTH", 2048)
 API_JSON_MAX_DEPTH = env_int("API_JSON_MAX_DEPTH", 20)
-ORDER_PARAMETERS_MAX_KEYS = env_int("ORDER_PARAMETERS_MAX_KEYS", 50)
-ORDER_PARAMETERS_MAX_KEY_LENGTH = env_int("ORDER_PARAMETERS_MAX_KEY_LENGTH", 64)
-ORDER_PARAMETERS_MAX_BYTES = env_int("ORDER_PARAMETERS_MAX_BYTES", 16 * 1024)
 
 REST_FRAMEWORK = {
     # Token first: its WWW-Authenticate header turns "not authenticated" into 401 rather than 403.
@@ -248,6 +245,24 @@ else:
 # The gateway's rate-limit counters live here: shared through Redis when scaled out, in process for the demo.
 CACHES = {"default": {"BACKEND": "django.core.cache.backends.redis.RedisCache", "LOCATION": REDIS_URL} if REDIS_URL
           else {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"}}
+
+# --- Background work that survives crashes, stops cleanly and shares SQLite (docs/provisioning.md) ---------------
+# A running step holds a lease this long and renews it every third of it; a crashed worker's step is taken over
+# once it lapses (the minute sweeper), no matter how long the step's own timeout is.
+PROVISIONING_LEASE_SECONDS = env_int("PROVISIONING_LEASE_SECONDS", 30)
+# On SIGTERM a qcluster hands back what it pulled and tells its workers to stop; one still busy after this is
+# terminated (config/workers.py).
+Q_STOP_GRACE_SECONDS = env_float("Q_STOP_GRACE_SECONDS", 5.0)
+# The embedded SQLite demo runs the web server and a qcluster's workers against one file. WAL lets readers work while
+# one writes; IMMEDIATE transactions take the write lock when they begin, so a transaction never fails on upgrading
+# a read to a write (that fails at once, whatever the busy timeout); writers queue for up to the busy timeout.
+SQLITE_BUSY_TIMEOUT_SECONDS = env_int("SQLITE_BUSY_TIMEOUT_SECONDS", 20)
+if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
+    DATABASES["default"]["OPTIONS"] = {
+        "init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL",
+        "transaction_mode": "IMMEDIATE",
+        "timeout": SQLITE_BUSY_TIMEOUT_SECONDS,
+    }
 
 LOGGING = {
     "version": 1,

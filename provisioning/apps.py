@@ -9,6 +9,8 @@ class ProvisioningConfig(AppConfig):
                             "provisioning.view_servingreplica", "provisioning.view_apikey"]
 
     def ready(self):
+        from config import workers
         from provisioning import wiring
 
         wiring.connect()
+        workers.install()  # qcluster stops promptly and hands back its work (long steps and installs live here)

@@ -1,23 +1,27 @@
 """Executing steps, crash-safe.
 
-A worker claims the run's current step under a lease (row lock, attempt counted), runs the handler outside any
-transaction, and records the outcome only if the lease is still its own. A worker that dies mid-step leaves a
-lease that expires; the minute sweeper (or the next event) hands the step to another worker, which runs it again
-(handlers are idempotent). Completed steps are never run again: the run's current position only moves forward.
+A worker claims the run's current step under a short lease (row lock, attempt counted), runs the handler outside any
+transaction while a heartbeat renews the lease, and records the outcome only if the lease is still its own. A worker
+that dies mid-step stops renewing, so its lease expires within PROVISIONING_LEASE_SECONDS; the minute sweeper (or the
+next event) hands the step to another worker, which runs it again (handlers are idempotent). The heartbeat renews no
+further than the attempt's timeout, so a hung attempt is taken over the same way. Completed steps are never run
+again: the run's current position only moves forward.
 """
 
 import logging
+import threading
 import time
 import uuid
 from dataclasses import dataclass
-from datetime import timedelta
+from datetime import datetime, timedelta
 
 from django.conf import settings
-from django.db import transaction
+from django.db import DatabaseError, connections, transaction
 from django.db.models import F, Q
 from django.utils import timezone
 from django_q.tasks import async_task
 
+from config.workers import wait_unless_stopping
 from provisioning import services
 from provisioning.choices import RunState, StepState, Wait
 from provisioning.drivers.base import StepError, StepPending, Target
@@ -30,7 +34,6 @@ from scheduling.models import AllocationDevice
 
 logger = logging.getLogger(__name__)
 
-POLL_LEASE_SECONDS = 60  # a polling step's attempt is one quick check
 LOG_LIMIT = 4000
 
 
@@ -47,16 +50,20 @@ class Waiting:
 
 def step_execute(*, step_id: int) -> None:
     """The task body: attempt until the step is finished, or waits longer than a worker should sleep, or belongs
-    to another worker."""
+    to another worker, or the worker is stopping."""
     while True:
         owner = uuid.uuid4()
-        step = _claim(step_id, owner)
-        if step is None:
+        claimed = _claim(step_id, owner)
+        if claimed is None:
             return
-        delay = _record(step_id, owner, _attempt(step))
+        step, deadline = claimed
+        with _Heartbeat(step_id, owner, deadline):
+            outcome = _attempt(step)
+        delay = _record(step_id, owner, outcome)
         if delay is None or delay > settings.PROVISIONING_INLINE_WAIT_SECONDS:
             return
-        time.sleep(delay)
+        if wait_unless_stopping(delay):
+            return  # the cluster is stopping: the step waits as recorded, the sweeper hands it out when due
 
 
 def steps_resume_due(*, now=None) -> int:
@@ -74,7 +81,8 @@ def steps_resume_due(*, now=None) -> int:
 # --- Claim ------------------------------------------------------------------------------------------------
 
 @transaction.atomic
-def _claim(step_id: int, owner: uuid.UUID) -> ProvisioningStep | None:
+def _claim(step_id: int, owner: uuid.UUID) -> tuple[ProvisioningStep, datetime] | None:
+    """The step, now ours under a lease, and the deadline of this attempt; None when it is not ours to run."""
     step = (ProvisioningStep.objects.select_for_update(of=("self",)).select_related("run")
             .filter(pk=step_id).first())
     now = timezone.now()
@@ -94,9 +102,22 @@ def _claim(step_id: int, owner: uuid.UUID) -> ProvisioningStep | None:
     step.started_at = step.started_at or now
     if definition.polls and step.deadline_at is None:
         step.deadline_at = now + timedelta(seconds=step.timeout_seconds)
-    step.lease_expires_at = now + timedelta(seconds=POLL_LEASE_SECONDS if definition.polls else step.timeout_seconds)
+    deadline = _attempt_deadline(step, definition.polls, now)
+    step.lease_expires_at = _renewed_lease(deadline, now)
     step.save()
-    return step
+    return step, deadline
+
+
+def _attempt_deadline(step: ProvisioningStep, polls: bool, now) -> datetime:
+    """An attempt may run for the step's timeout; a polling step's attempts share the step's deadline (each check
+    still gets one lease, so the one that finds the deadline passed can record the timeout)."""
+    if polls:
+        return max(step.deadline_at, now + timedelta(seconds=settings.PROVISIONING_LEASE_SECONDS))
+    return now + timedelta(seconds=step.timeout_seconds)
+
+
+def _renewed_lease(deadline: datetime, now) -> datetime:
+    return min(now + timedelta(seconds=settings.PROVISIONING_LEASE_SECONDS), deadline)
 
 
 def _lease_expired(step: ProvisioningStep, now) -> bool:
@@ -105,6 +126,45 @@ def _lease_expired(step: ProvisioningStep, now) -> bool:
 
 def _claimable(step: ProvisioningStep, now) -> bool:
     return step.state == StepState.PENDING or (step.state == StepState.WAITING and step.retry_at <= now)
+
+
+# --- Heartbeat --------------------------------------------------------------------------------------------
+
+class _Heartbeat:
+    """Renews the step's lease every third of PROVISIONING_LEASE_SECONDS while the attempt runs, up to the attempt's
+    deadline; stops at once when the attempt ends or the lease is no longer ours (another worker took over)."""
+
+    def __init__(self, step_id: int, owner: uuid.UUID, deadline: datetime):
+        self.step_id, self.owner, self.deadline = step_id, owner, deadline
+        self.stopped = threading.Event()
+        self.thread = threading.Thread(target=self._beat, name=f"lease-heartbeat-{step_id}", daemon=True)
+
+    def __enter__(self):
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc_info):
+        self.stopped.set()
+        self.thread.join()
+
+    def _beat(self) -> None:
+        try:
+            while not self.stopped.wait(settings.PROVISIONING_LEASE_SECONDS / 3) and self._renew():
+                pass
+        finally:
+            connections.close_all()  # this thread's own connection, if it opened one
+
+    def _renew(self) -> bool:
+        """Extend the lease; False once the attempt's deadline has passed or the lease is no longer ours."""
+        now = timezone.now()
+        if now >= self.deadline:
+            return False
+        try:
+            ours = ProvisioningStep.objects.filter(pk=self.step_id, state=StepState.RUNNING, lease_owner=self.owner)
+            return bool(ours.update(lease_expires_at=_renewed_lease(self.deadline, now)))
+        except DatabaseError:  # a busy database: the lease still has two beats to go, try again on the next
+            logger.warning("Could not renew the lease of provisioning step #%s", self.step_id, exc_info=True)
+            return True
 
 
 # --- Attempt ----------------------------------------------------------------------------------------------

@@ -2,35 +2,50 @@
 
 import time
 
+from django_q.tasks import async_task
+
+from config.retry import retry_if_locked
+from config.workers import wait_unless_stopping
 from provisioning import engine, services
 from provisioning.serving.deployments import serving_replicas_check
 
 
+@retry_if_locked
 def run_step(step_id: int) -> None:
     engine.step_execute(step_id=step_id)
 
 
+@retry_if_locked
 def start_runs(request_ids: list[int]) -> int:
     return len(services.runs_start(request_ids=request_ids))
 
 
+@retry_if_locked
 def start_stranded_runs() -> dict[str, list[int]]:
     return services.runs_start_stranded()
 
 
+@retry_if_locked
 def teardown_after_preemption(request_id: int) -> bool:
     return services.teardown_after_preemption(request_id=request_id)
 
 
+@retry_if_locked
 def resume_due_steps() -> int:
     return engine.steps_resume_due()
 
 
+@retry_if_locked
 def check_replicas() -> int:
     return serving_replicas_check()
 
 
+@retry_if_locked
 def simulated_installer(token: str, seconds: float) -> None:
-    """The simulated OS installer: it installs for a while, then reports to the callback like a real one."""
-    time.sleep(seconds)
+    """The simulated OS installer: it installs for a while, then reports to the callback like a real one. A stopping
+    worker hands the rest of the installation to another one."""
+    started = time.monotonic()
+    if wait_unless_stopping(seconds):
+        async_task("provisioning.tasks.simulated_installer", token, max(0.0, seconds - (time.monotonic() - started)))
+        return
     services.installer_report(token=token, status="succeeded", detail="Simulated installer finished.")

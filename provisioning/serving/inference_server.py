@@ -4,9 +4,10 @@
         [--replica NAME] [--max-tokens N] [--context-length N] [--latency-ms N]
 
 A standalone process (standard library only, no Django) started by the provisioning driver, one per replica.
-It serves `GET /health`, `GET /v1/models`, `POST /v1/chat/completions` and `POST /v1/completions` in OpenAI's
-shapes, streaming included (`"stream": true`: server-sent events over chunked HTTP/1.1, one event per token,
-the last event carries `finish_reason` and `usage`, then `data: [DONE]`; HTTP/1.0 clients get it close-delimited).
+It serves `GET /health` (with `in_flight`, the answers under way besides this one), `GET /v1/models`,
+`POST /v1/chat/completions` and `POST /v1/completions` in OpenAI's shapes, streaming included (`"stream": true`:
+server-sent events over chunked HTTP/1.1, one event per token, the last event carries `finish_reason` and `usage`,
+then `data: [DONE]`; HTTP/1.0 clients get it close-delimited).
 A list of prompts gets one choice per prompt. Errors use OpenAI's error shape.
 `--port 0` picks a free port; the line `ready on http://HOST:PORT` on stdout names it. SIGTERM stops accepting,
 lets answers in flight finish (up to SHUTDOWN_GRACE_SECONDS) and exits 0.
@@ -389,7 +390,10 @@ class InferenceServer:
         }
 
     async def health(self, request: HttpRequest) -> Reply:
-        return Reply(200, {"status": "ok", "model": self.config.model, "replica": self.config.replica})
+        # The health check's own connection is busy too; it is not an answer in flight.
+        in_flight = sum(connection.busy for connection in self.connections) - 1
+        return Reply(200, {"status": "ok", "model": self.config.model, "replica": self.config.replica,
+                           "in_flight": in_flight})
 
     async def list_models(self, request: HttpRequest) -> Reply:
         model = {"id": self.config.model, "object": "model", "owned_by": "compute-catalog"}

@@ -6,13 +6,12 @@ services; the input serializers only turn ids into objects and refuse malformed 
 
 from functools import cached_property
 
-from django.conf import settings
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
 from catalog.api.serializers import ImageSummarySerializer, NamedSummarySerializer, PricedMixin
 from catalog.models import BareMetalProfile, Image, ResourceSpec, Service, ServingModel, ServingTemplate
-from config.api import BoundedDictField, IdField
+from config.api import IdField
 from requests import hooks, selectors
 from requests.choices import IfUnplaceable, OverQuota, PriorityClass, RequestState
 from requests.models import (
@@ -68,12 +67,9 @@ class OrderSerializer(serializers.Serializer):
         help_text="A class above the project's priority entitlement is refused (priority_not_permitted), or routed "
                   "for approval as an exception with over_quota=exception.")
     justification = serializers.CharField(allow_blank=True, default="", max_length=4000)
-    parameters = BoundedDictField(child=ParameterValueField(), default=dict,
-                                  max_keys=settings.ORDER_PARAMETERS_MAX_KEYS,
-                                  max_key_length=settings.ORDER_PARAMETERS_MAX_KEY_LENGTH,
-                                  max_bytes=settings.ORDER_PARAMETERS_MAX_BYTES,
-                                  help_text="The service's declared parameters (its parameter_schema), "
-                                            "e.g. environment: production.")
+    parameters = serializers.DictField(child=ParameterValueField(), default=dict,
+                                       help_text="The service's declared parameters (its parameter_schema), "
+                                                 "e.g. environment: production.")
     over_quota = serializers.ChoiceField(choices=OverQuota.choices, default=OverQuota.REJECT,
                                          help_text="What to do when the order is over a quota limit or over the "
                                                    "project's priority entitlement (wait: limits only).")

@@ -80,7 +80,10 @@ def redfish_stand_in():
     server.stand_in = stand_in
     with _serving(server):
         stand_in.url = f"http://127.0.0.1:{server.server_port}"
-        yield stand_in
+        try:
+            yield stand_in
+        finally:
+            stand_in.released.set()  # held answers go out now, so the server can shut down
 
 
 @dataclass
@@ -89,11 +92,13 @@ class RedfishStandIn:
     records every request. For faults the real emulator cannot produce, and resource shapes it does not serve."""
 
     url: str = ""
-    routes: dict[str, tuple[int, dict, float]] = field(default_factory=dict)
+    routes: dict[str, tuple[int, dict, bool]] = field(default_factory=dict)
     received: list[dict] = field(default_factory=list)
+    released: threading.Event = field(default_factory=threading.Event)
 
-    def answer(self, path: str, body: dict, *, status: int = 200, delay: float = 0.0) -> None:
-        self.routes[path] = (status, body, delay)
+    def answer(self, path: str, body: dict, *, status: int = 200, held: bool = False) -> None:
+        """A held answer goes out only when the test ends: slower than any client timeout, with no clock involved."""
+        self.routes[path] = (status, body, held)
 
 
 class _StandInHandler(http.server.BaseHTTPRequestHandler):
@@ -102,8 +107,9 @@ class _StandInHandler(http.server.BaseHTTPRequestHandler):
         length = int(self.headers.get("Content-Length") or 0)
         body = json.loads(self.rfile.read(length)) if length else None
         stand_in.received.append({"method": self.command, "path": self.path, "body": body, "headers": self.headers})
-        status, answer, delay = stand_in.routes.get(self.path, (404, {"error": {"message": "No such resource"}}, 0))
-        time.sleep(delay)
+        status, answer, held = stand_in.routes.get(self.path, (404, {"error": {"message": "No such resource"}}, False))
+        if held:
+            stand_in.released.wait()
         payload = json.dumps(answer).encode()
         with contextlib.suppress(BrokenPipeError, ConnectionResetError):  # the client gave up waiting, as intended
             self.send_response(status)

@@ -69,7 +69,7 @@ def sse_events(client: httpx.Client, path: str, body: dict) -> list:
 
 
 def test_health_and_models(client):
-    assert client.get("/health").json() == {"status": "ok", "model": MODEL, "replica": REPLICA}
+    assert client.get("/health").json() == {"status": "ok", "model": MODEL, "replica": REPLICA, "in_flight": 0}
     assert client.get("/v1/models").json() == {
         "object": "list", "data": [{"id": MODEL, "object": "model", "owned_by": "compute-catalog"}]}
 
@@ -229,13 +229,18 @@ def test_sigterm_lets_the_answer_in_flight_finish():
     answers = []
     asking = threading.Thread(target=lambda: answers.append(
         httpx.post(f"{url}/v1/completions", json={"model": MODEL, "prompt": PROMPT}, timeout=10)))
-    started = time.monotonic()
     asking.start()
-    time.sleep(0.5)  # well inside the 1.5 s the answer takes
+    wait_until_answering(url)  # the server holds the request: SIGTERM now meets an answer in flight
 
     process.send_signal(signal.SIGTERM)
 
     assert process.wait(timeout=10) == 0
     asking.join()
     assert answers[0].status_code == 200 and answers[0].json()["usage"]["completion_tokens"] == 64
-    assert time.monotonic() - started >= 1.5
+
+
+def wait_until_answering(url: str, timeout: float = 10.0) -> None:
+    deadline = time.monotonic() + timeout
+    while httpx.get(f"{url}/health", timeout=5).json()["in_flight"] != 1:
+        assert time.monotonic() < deadline, "the server never started answering"
+        time.sleep(0.01)

@@ -231,13 +231,13 @@ def test_a_server_error_carries_the_redfish_message_and_is_retried_unless_not_im
 
 def test_an_answer_slower_than_the_timeout_is_unreachable_and_retried(driver, settings, redfish_stand_in):
     settings.REDFISH_TIMEOUT_SECONDS = 0.3
-    redfish_stand_in.answer("/redfish/v1/Systems/1", {"PowerState": "On"}, delay=2)
+    redfish_stand_in.answer("/redfish/v1/Systems/1", {"PowerState": "On"}, held=True)
 
-    started = time.monotonic()
     error = raised_by(driver.power_state, target(f"{redfish_stand_in.url}/redfish/v1/Systems/1"))
 
+    # The answer is held until the test ends: only the client's own timeout can have ended the call.
     assert (error.code, error.retryable) == ("bmc_unreachable", True)
-    assert time.monotonic() - started < 1.5
+    assert len(redfish_stand_in.received) == 1
 
 
 def test_credentials_are_sent_as_basic_auth(driver, settings, redfish_stand_in):

@@ -81,7 +81,7 @@ def _failing_bmc(kind: str, stand_in, settings) -> str:
         stand_in.answer(path, {"error": {"message": "Internal BMC fault"}}, status=500)
     else:  # slow: answers after the client has given up
         settings.REDFISH_TIMEOUT_SECONDS = 0.3
-        stand_in.answer(path, {"PowerState": "Off"}, delay=1.0)
+        stand_in.answer(path, {"PowerState": "Off"}, held=True)
     return f"{stand_in.url}{path}"
 
 
