@@ -16,10 +16,13 @@ _CODES = {414: "request_line_too_long"}
 
 
 def _write_json_error(sock, status_int: int, reason: str, mesg: str) -> None:
-    body = json.dumps({"code": _CODES.get(status_int, "bad_request"), "message": f"{reason}: {mesg}",
-                       "details": {}}).encode()
-    head = (f"HTTP/1.1 {status_int} {reason}\r\nConnection: close\r\nContent-Type: application/json\r\n"
-            f"Content-Length: {len(body)}\r\n\r\n").encode("latin-1")
+    body = json.dumps(
+        {"code": _CODES.get(status_int, "bad_request"), "message": f"{reason}: {mesg}", "details": {}}
+    ).encode()
+    head = (
+        f"HTTP/1.1 {status_int} {reason}\r\nConnection: close\r\nContent-Type: application/json\r\n"
+        f"Content-Length: {len(body)}\r\n\r\n"
+    ).encode("latin-1")
     util.write_nonblock(sock, head + body)
 
 

@@ -43,10 +43,13 @@ def availability_actions(noun: str, on: tuple[str, str], off: tuple[str, str]):
 
     def make(available: bool, verb: str, label: str):
         return action_with_reason(
-            name=f"{label.lower()}_{noun}", description=f"{label} selected {noun}", verb=verb,
+            name=f"{label.lower()}_{noun}",
+            description=f"{label} selected {noun}",
+            verb=verb,
             permission="change",
             change=lambda entry, reason, actor: services.catalog_entry_set_available(
-                entry=entry, available=available, reason=reason, actor=actor),
+                entry=entry, available=available, reason=reason, actor=actor
+            ),
         )
 
     return make(True, *on), make(False, *off)
@@ -112,10 +115,23 @@ class ResourceSpecForm(forms.ModelForm):
 @admin.register(ResourceSpec)
 class ResourceSpecAdmin(AuditedSaveMixin, admin.ModelAdmin):
     form = ResourceSpecForm
-    list_display = ["name", "accelerators", "accelerator_count", "slice_profile", "cpu_cores", "memory_gb",
-                    "hourly_price", "max_duration_hours", "status"]
-    list_filter = ["status", "accelerator_models__vendor", ("accelerator_models", related_list_filter("vendor")),
-                   "slice_profile__kind"]
+    list_display = [
+        "name",
+        "accelerators",
+        "accelerator_count",
+        "slice_profile",
+        "cpu_cores",
+        "memory_gb",
+        "hourly_price",
+        "max_duration_hours",
+        "status",
+    ]
+    list_filter = [
+        "status",
+        "accelerator_models__vendor",
+        ("accelerator_models", related_list_filter("vendor")),
+        "slice_profile__kind",
+    ]
     list_select_related = ["slice_profile__accelerator"]
     search_fields = ["name", "slug", "accelerator_models__name"]
     prepopulated_fields = {"slug": ["name"]}
@@ -123,8 +139,10 @@ class ResourceSpecAdmin(AuditedSaveMixin, admin.ModelAdmin):
     readonly_fields = ["status", "deprecated_at", "deprecation_reason", *AUDIT_FIELDS]
 
     def get_queryset(self, request):
-        return super().get_queryset(request).prefetch_related(
-            Prefetch("accelerator_models", queryset=AcceleratorModel.objects.only("id", "name"))
+        return (
+            super()
+            .get_queryset(request)
+            .prefetch_related(Prefetch("accelerator_models", queryset=AcceleratorModel.objects.only("id", "name")))
         )
 
     @admin.display(description="Accelerators")
@@ -132,12 +150,16 @@ class ResourceSpecAdmin(AuditedSaveMixin, admin.ModelAdmin):
         return ", ".join(model.name for model in spec.accelerator_models.all())
 
     deprecate_specs = action_with_reason(
-        name="deprecate_specs", description="Deprecate selected specs (hide from new orders)",
-        verb="Deprecated", permission="change",
+        name="deprecate_specs",
+        description="Deprecate selected specs (hide from new orders)",
+        verb="Deprecated",
+        permission="change",
         change=lambda spec, reason, actor: services.spec_deprecate(spec=spec, reason=reason, actor=actor),
     )
     reactivate_specs = action_with_reason(
-        name="reactivate_specs", description="Reactivate selected specs", verb="Reactivated",
+        name="reactivate_specs",
+        description="Reactivate selected specs",
+        verb="Reactivated",
         permission="change",
         change=lambda spec, reason, actor: services.spec_reactivate(spec=spec, reason=reason, actor=actor),
     )
@@ -152,7 +174,8 @@ class ImageAdmin(AuditedSaveMixin, admin.ModelAdmin):
     filter_horizontal = ["compatible_vendors"]
     readonly_fields = ["approved", *AUDIT_FIELDS]
     approve_images, withdraw_images = availability_actions(
-        "images", on=("Approved", "Approve"), off=("Withdrew", "Withdraw"))
+        "images", on=("Approved", "Approve"), off=("Withdrew", "Withdraw")
+    )
     actions = ["approve_images", "withdraw_images"]
 
     def get_queryset(self, request):
@@ -165,8 +188,16 @@ class ImageAdmin(AuditedSaveMixin, admin.ModelAdmin):
 
 @admin.register(BareMetalProfile)
 class BareMetalProfileAdmin(AuditedSaveMixin, admin.ModelAdmin):
-    list_display = ["name", "server_class", "accelerator_model", "accelerator_count", "os_image",
-                    "target_cluster", "hourly_price", "active"]
+    list_display = [
+        "name",
+        "server_class",
+        "accelerator_model",
+        "accelerator_count",
+        "os_image",
+        "target_cluster",
+        "hourly_price",
+        "active",
+    ]
     list_filter = ["active", "accelerator_model__vendor", "target_cluster"]
     list_select_related = ["accelerator_model__vendor", "os_image"]
     search_fields = ["name", "slug", "server_class", "target_cluster"]
@@ -186,14 +217,23 @@ class ServingTemplateAdmin(AuditedSaveMixin, admin.ModelAdmin):
 
 @admin.register(ServingModel)
 class ServingModelAdmin(AuditedSaveMixin, admin.ModelAdmin):
-    list_display = ["name", "version", "family", "parameters_billion", "license", "max_context_length",
-                    "template_count", "approved"]
+    list_display = [
+        "name",
+        "version",
+        "family",
+        "parameters_billion",
+        "license",
+        "max_context_length",
+        "template_count",
+        "approved",
+    ]
     list_filter = ["approved", "family", "templates__runtime"]
     search_fields = ["name", "family", "artifact_uri"]
     filter_horizontal = ["templates"]
     readonly_fields = ["approved", *AUDIT_FIELDS]
     approve_models, withdraw_models = availability_actions(
-        "models", on=("Approved", "Approve"), off=("Withdrew", "Withdraw"))
+        "models", on=("Approved", "Approve"), off=("Withdrew", "Withdraw")
+    )
     actions = ["approve_models", "withdraw_models"]
 
     def get_queryset(self, request):
@@ -222,8 +262,7 @@ class ServiceForm(forms.ModelForm):
 
     def clean(self):
         cleaned = super().clean()
-        missing = [field for field in _REQUIRED_OFFERINGS.get(cleaned.get("kind"), ())
-                   if not cleaned.get(field)]
+        missing = [field for field in _REQUIRED_OFFERINGS.get(cleaned.get("kind"), ()) if not cleaned.get(field)]
         for field in missing:
             self.add_error(field, "A service of this kind needs at least one.")
         return cleaned
@@ -232,22 +271,33 @@ class ServiceForm(forms.ModelForm):
 @admin.register(Service)
 class ServiceAdmin(AuditedSaveMixin, admin.ModelAdmin):
     form = ServiceForm
-    list_display = ["name", "kind", "visibility", "default_duration_hours", "max_duration_hours",
-                    "offering_count", "active"]
+    list_display = [
+        "name",
+        "kind",
+        "visibility",
+        "default_duration_hours",
+        "max_duration_hours",
+        "offering_count",
+        "active",
+    ]
     list_filter = ["kind", "visibility", "active"]
     search_fields = ["name", "slug", "description"]
     prepopulated_fields = {"slug": ["name"]}
     filter_horizontal = ["specs", "images", "bare_metal_profiles", "serving_models"]
     autocomplete_fields = ["visible_tenants", "visible_projects"]
     readonly_fields = ["active", *AUDIT_FIELDS]
-    open_services, close_services = availability_actions(
-        "services", on=("Opened", "Open"), off=("Closed", "Close"))
+    open_services, close_services = availability_actions("services", on=("Opened", "Open"), off=("Closed", "Close"))
     actions = ["open_services", "close_services"]
 
     def get_queryset(self, request):
-        return super().get_queryset(request).annotate(
-            offering_count=Count("specs", distinct=True) + Count("bare_metal_profiles", distinct=True)
-            + Count("serving_models", distinct=True)
+        return (
+            super()
+            .get_queryset(request)
+            .annotate(
+                offering_count=Count("specs", distinct=True)
+                + Count("bare_metal_profiles", distinct=True)
+                + Count("serving_models", distinct=True)
+            )
         )
 
     @admin.display(ordering="offering_count", description="Offerings")

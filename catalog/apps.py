@@ -1,7 +1,16 @@
 from django.apps import AppConfig
 
-_OPERATED_MODELS = ["vendor", "acceleratormodel", "sliceprofile", "resourcespec", "image", "baremetalprofile",
-                    "servingtemplate", "servingmodel", "service"]
+_OPERATED_MODELS = [
+    "vendor",
+    "acceleratormodel",
+    "sliceprofile",
+    "resourcespec",
+    "image",
+    "baremetalprofile",
+    "servingtemplate",
+    "servingmodel",
+    "service",
+]
 
 
 class CatalogConfig(AppConfig):

@@ -8,9 +8,13 @@ from catalog.choices import ServiceKind
 from catalog.models import BareMetalProfile, ResourceSpec, Service, ServingTemplate
 
 
-def duration_limits(service: Service, *, spec: ResourceSpec | None = None,
-                    serving_template: ServingTemplate | None = None,
-                    bare_metal_profile: BareMetalProfile | None = None) -> dict[str, int]:
+def duration_limits(
+    service: Service,
+    *,
+    spec: ResourceSpec | None = None,
+    serving_template: ServingTemplate | None = None,
+    bare_metal_profile: BareMetalProfile | None = None,
+) -> dict[str, int]:
     """Each maximum that applies, by where it comes from (service, spec, serving_template, bare_metal_profile)."""
     limits = {"service": service.max_duration_hours}
     if spec is not None:
@@ -36,12 +40,18 @@ def offering_durations(service: Service) -> list[dict]:
     offers = [("bare_metal_profile", profile) for profile in service.bare_metal_profiles.all()]
     if service.kind != ServiceKind.BARE_METAL:
         offers = [("spec", spec) for spec in service.specs.all()]
-    return [{"kind": kind, "id": offer.pk, "name": offer.name,
-             "max_duration_hours": max_duration_hours(service, **{kind: offer}),
-             "default_duration_hours": default_duration_hours(service, **{kind: offer})} for kind, offer in offers]
+    return [
+        {
+            "kind": kind,
+            "id": offer.pk,
+            "name": offer.name,
+            "max_duration_hours": max_duration_hours(service, **{kind: offer}),
+            "default_duration_hours": default_duration_hours(service, **{kind: offer}),
+        }
+        for kind, offer in offers
+    ]
 
 
 def longest_duration_hours(service: Service) -> int:
     """The longest any order of the service may run: the service's maximum capped by its longest offering."""
-    return max((row["max_duration_hours"] for row in offering_durations(service)),
-               default=service.max_duration_hours)
+    return max((row["max_duration_hours"] for row in offering_durations(service)), default=service.max_duration_hours)

@@ -24,8 +24,12 @@ from tenancy.models import slug_validator
 
 
 def _money_field(per: str):
-    return models.DecimalField(max_digits=10, decimal_places=2, validators=[MinValueValidator(Decimal(0))],
-                               help_text=f"Price per {per} per hour in {settings.CATALOG_CURRENCY}.")
+    return models.DecimalField(
+        max_digits=10,
+        decimal_places=2,
+        validators=[MinValueValidator(Decimal(0))],
+        help_text=f"Price per {per} per hour in {settings.CATALOG_CURRENCY}.",
+    )
 
 
 class Vendor(models.Model):
@@ -67,7 +71,8 @@ class SliceProfile(models.Model):
     name = models.CharField(max_length=30, help_text="e.g. 1g.10gb, 3g.40gb or 0.25")
     kind = models.CharField(max_length=8, choices=SliceKind.choices)
     compute_fraction = models.DecimalField(
-        max_digits=5, decimal_places=4,
+        max_digits=5,
+        decimal_places=4,
         validators=[MinValueValidator(Decimal("0.0001")), MaxValueValidator(Decimal(1))],
         help_text="Share of one card's compute, counted against the GPU quota (1g of 7 = 0.1429).",
     )
@@ -108,7 +113,11 @@ class ResourceSpec(models.Model):
     )
     accelerator_count = models.PositiveSmallIntegerField(validators=[MinValueValidator(1)])
     slice_profile = models.ForeignKey(
-        SliceProfile, null=True, blank=True, on_delete=models.PROTECT, related_name="specs",
+        SliceProfile,
+        null=True,
+        blank=True,
+        on_delete=models.PROTECT,
+        related_name="specs",
         help_text="Empty for whole cards; otherwise every unit is one slice of this profile.",
     )
     cpu_cores = models.PositiveIntegerField(validators=[MinValueValidator(1)])
@@ -165,8 +174,10 @@ class ResourceSpec(models.Model):
     def clean(self):
         if self.slice_profile_id and self.accelerator_count > self.slice_profile.max_per_device:
             raise ValidationError(
-                {"accelerator_count": f"At most {self.slice_profile.max_per_device} slices of "
-                                      f"{self.slice_profile.name} fit on one card."}
+                {
+                    "accelerator_count": f"At most {self.slice_profile.max_per_device} slices of "
+                    f"{self.slice_profile.name} fit on one card."
+                }
             )
 
 
@@ -229,9 +240,11 @@ class BareMetalProfile(models.Model):
             raise ValidationError(
                 {"validation_suite": f"Must be a list of checks from {', '.join(ValidationCheck.values)}."}
             )
-        if self.os_image_id and self.accelerator_model_id and not self.os_image.compatible_vendors.filter(
-            pk=self.accelerator_model.vendor_id
-        ).exists():
+        if (
+            self.os_image_id
+            and self.accelerator_model_id
+            and not self.os_image.compatible_vendors.filter(pk=self.accelerator_model.vendor_id).exists()
+        ):
             raise ValidationError({"os_image": "The OS image does not support this accelerator's vendor."})
 
 
@@ -243,16 +256,18 @@ class ServingTemplate(models.Model):
     replicas = models.PositiveSmallIntegerField(default=1, validators=[MinValueValidator(1)])
     context_length = models.PositiveIntegerField(validators=[MinValueValidator(1)])
     max_tokens = models.PositiveIntegerField(validators=[MinValueValidator(1)])
-    spec = models.ForeignKey(ResourceSpec, on_delete=models.PROTECT, related_name="serving_templates",
-                             help_text="Resources of one replica.")
+    spec = models.ForeignKey(
+        ResourceSpec, on_delete=models.PROTECT, related_name="serving_templates", help_text="Resources of one replica."
+    )
     active = models.BooleanField(default=True)
 
     class Meta:
         ordering = ["name"]
         constraints = [
             models.CheckConstraint(condition=Q(replicas__gte=1), name="template_replicas_positive"),
-            models.CheckConstraint(condition=Q(max_tokens__lte=models.F("context_length")),
-                                   name="template_max_tokens_within_context"),
+            models.CheckConstraint(
+                condition=Q(max_tokens__lte=models.F("context_length")), name="template_max_tokens_within_context"
+            ),
         ]
 
     def __str__(self):
@@ -297,9 +312,11 @@ class Service(models.Model):
     default_duration_hours = models.PositiveIntegerField(validators=[MinValueValidator(1)])
     max_duration_hours = models.PositiveIntegerField(validators=[MinValueValidator(1)])
     parameter_schema = models.JSONField(
-        default=default_parameter_schema, blank=True,
+        default=default_parameter_schema,
+        blank=True,
         help_text="The parameters an order may carry: a list of {name, type (int, number, string, bool, enum), "
-                  "label, help, required, default, min, max, max_length, choices}. Other keys are refused.")
+        "label, help, required, default, min, max, max_length, choices}. Other keys are refused.",
+    )
     visibility = models.CharField(max_length=12, choices=Visibility.choices, default=Visibility.ALL)
     visible_tenants = models.ManyToManyField("tenancy.Tenant", blank=True, related_name="+")
     visible_projects = models.ManyToManyField("tenancy.Project", blank=True, related_name="+")

@@ -25,19 +25,55 @@ NAME_PATTERN = re.compile(rf"^[a-z][a-z0-9_]{{0,{MAX_KEY_LENGTH - 1}}}$")
 TYPES = ("int", "number", "string", "bool", "enum")
 ENTRY_KEYS = {"name", "type", "label", "help", "required", "default", "min", "max", "max_length", "choices"}
 # The order's own fields: a parameter of the same name would shadow them in the order form.
-RESERVED_NAMES = frozenset({"service", "project", "spec", "image", "bare_metal_profile", "serving_model",
-                            "serving_template", "duration_hours", "priority", "justification", "parameters",
-                            "over_quota", "csrfmiddlewaretoken"})
+RESERVED_NAMES = frozenset(
+    {
+        "service",
+        "project",
+        "spec",
+        "image",
+        "bare_metal_profile",
+        "serving_model",
+        "serving_template",
+        "duration_hours",
+        "priority",
+        "justification",
+        "parameters",
+        "over_quota",
+        "csrfmiddlewaretoken",
+    }
+)
 
-ENVIRONMENT = {"name": "environment", "type": "enum", "label": "Environment", "default": "development",
-               "choices": ["development", "staging", "production"],
-               "help": "Approval rules may ask for more sign-off in production."}
-WORKLOAD = {"name": "workload", "type": "string", "max_length": 120, "label": "Workload",
-            "help": "What runs, in a few words (training, inference, notebook...)."}
-RATE_LIMIT = {"name": "rate_limit_per_minute", "type": "int", "min": 1, "max": 100_000_000,
-              "label": "Rate limit (requests/minute)", "help": "Per API key. Empty: the platform default."}
-TOKEN_BUDGET = {"name": "monthly_token_budget", "type": "int", "min": 1, "max": 10**15,
-                "label": "Monthly token budget", "help": "Input + output tokens a month. Empty: no budget."}
+ENVIRONMENT = {
+    "name": "environment",
+    "type": "enum",
+    "label": "Environment",
+    "default": "development",
+    "choices": ["development", "staging", "production"],
+    "help": "Approval rules may ask for more sign-off in production.",
+}
+WORKLOAD = {
+    "name": "workload",
+    "type": "string",
+    "max_length": 120,
+    "label": "Workload",
+    "help": "What runs, in a few words (training, inference, notebook...).",
+}
+RATE_LIMIT = {
+    "name": "rate_limit_per_minute",
+    "type": "int",
+    "min": 1,
+    "max": 100_000_000,
+    "label": "Rate limit (requests/minute)",
+    "help": "Per API key. Empty: the platform default.",
+}
+TOKEN_BUDGET = {
+    "name": "monthly_token_budget",
+    "type": "int",
+    "min": 1,
+    "max": 10**15,
+    "label": "Monthly token budget",
+    "help": "Input + output tokens a month. Empty: no budget.",
+}
 
 
 def default_parameter_schema() -> list[dict]:
@@ -70,20 +106,30 @@ def _shown(value: Any) -> str:
 
 # --- Orders ------------------------------------------------------------------------------------------------
 
+
 def parameters_clean(schema: list[dict], parameters: Any) -> dict[str, Any]:
     """The order's parameters checked against the schema, with defaults filled in and numbers in the form the
     database gives them back; refuses (422) naming the key and the rule it breaks."""
     if not isinstance(parameters, dict):
         _refuse("parameter_invalid", "Parameters must be an object of key: value.", rule="type")
     if len(parameters) > MAX_KEYS:
-        _refuse("parameters_too_large", f"At most {MAX_KEYS} parameters.", rule="max_keys", maximum=MAX_KEYS,
-                given=len(parameters))
+        _refuse(
+            "parameters_too_large",
+            f"At most {MAX_KEYS} parameters.",
+            rule="max_keys",
+            maximum=MAX_KEYS,
+            given=len(parameters),
+        )
     entries = {entry["name"]: entry for entry in schema}
     for key in parameters:
         if key not in entries:
-            _refuse("parameter_unknown", f"{_shown(key)!r} is not a parameter of this service; it accepts "
-                                         f"{', '.join(entries) or 'none'}.",
-                    parameter=_shown(key), rule="unknown", allowed=list(entries))
+            _refuse(
+                "parameter_unknown",
+                f"{_shown(key)!r} is not a parameter of this service; it accepts {', '.join(entries) or 'none'}.",
+                parameter=_shown(key),
+                rule="unknown",
+                allowed=list(entries),
+            )
     cleaned = {}
     for name, entry in entries.items():
         if name in parameters and parameters[name] is not None:
@@ -103,15 +149,25 @@ def parameter_value_clean(entry: dict, value: Any) -> Any:
     if kind == "string":
         return _clean_string(entry, value)
     if kind == "enum":
-        return _checked(isinstance(value, str) and value in entry["choices"], value, name,
-                        f"one of {', '.join(entry['choices'])}", choices=entry["choices"])
+        return _checked(
+            isinstance(value, str) and value in entry["choices"],
+            value,
+            name,
+            f"one of {', '.join(entry['choices'])}",
+            choices=entry["choices"],
+        )
     return _clean_number(entry, value)
 
 
 def _checked(ok: bool, value: Any, name: str, expected: str, **details) -> Any:
     if not ok:
-        _refuse("parameter_invalid", f"{name} must be {expected}, not {_shown(value)}.", parameter=name,
-                rule="type", **details)
+        _refuse(
+            "parameter_invalid",
+            f"{name} must be {expected}, not {_shown(value)}.",
+            parameter=name,
+            rule="type",
+            **details,
+        )
     return value
 
 
@@ -119,8 +175,14 @@ def _clean_string(entry: dict, value: Any) -> str:
     name, limit = entry["name"], entry.get("max_length", MAX_STRING_LENGTH)
     _checked(isinstance(value, str), value, name, "text")
     if len(value) > limit:
-        _refuse("parameter_invalid", f"{name} is {len(value)} characters long; at most {limit}.", parameter=name,
-                rule="max_length", maximum=limit, given=len(value))
+        _refuse(
+            "parameter_invalid",
+            f"{name} is {len(value)} characters long; at most {limit}.",
+            parameter=name,
+            rule="max_length",
+            maximum=limit,
+            given=len(value),
+        )
     if "\x00" in value:  # PostgreSQL text cannot hold it
         _refuse("parameter_invalid", f"{name} contains a NUL character.", parameter=name, rule="characters")
     return value
@@ -142,15 +204,26 @@ def _clean_number(entry: dict, value: Any) -> int | float:
     minimum = entry.get("min", -MAX_MAGNITUDE if whole else None)
     maximum = entry.get("max", MAX_MAGNITUDE if whole else None)
     if minimum is not None and value < minimum:
-        _refuse("parameter_invalid", f"{name} must be at least {minimum}, not {_shown(value)}.", parameter=name,
-                rule="min", minimum=minimum)
+        _refuse(
+            "parameter_invalid",
+            f"{name} must be at least {minimum}, not {_shown(value)}.",
+            parameter=name,
+            rule="min",
+            minimum=minimum,
+        )
     if maximum is not None and value > maximum:
-        _refuse("parameter_invalid", f"{name} must be at most {maximum}, not {_shown(value)}.", parameter=name,
-                rule="max", maximum=maximum)
+        _refuse(
+            "parameter_invalid",
+            f"{name} must be at most {maximum}, not {_shown(value)}.",
+            parameter=name,
+            rule="max",
+            maximum=maximum,
+        )
     return value
 
 
 # --- The schema itself (operators edit it in the admin) -------------------------------------------------------
+
 
 def schema_problems(schema: Any) -> list[str]:
     """Everything wrong with a schema, as sentences; empty when it can be used."""
@@ -193,20 +266,35 @@ def _entry_problems(entry: Any, seen: set[str]) -> list[str]:
 
 def _type_problems(entry: dict) -> list[str]:
     name, kind = entry["name"], entry["type"]
-    allowed = {"int": {"min", "max"}, "number": {"min", "max"}, "string": {"max_length"}, "enum": {"choices"},
-               "bool": set()}[kind]
-    problems = [f"{name}: {key} does not apply to {kind}." for key in ("min", "max", "max_length", "choices")
-                if key in entry and key not in allowed]
+    allowed = {
+        "int": {"min", "max"},
+        "number": {"min", "max"},
+        "string": {"max_length"},
+        "enum": {"choices"},
+        "bool": set(),
+    }[kind]
+    problems = [
+        f"{name}: {key} does not apply to {kind}."
+        for key in ("min", "max", "max_length", "choices")
+        if key in entry and key not in allowed
+    ]
     if kind in ("int", "number"):
         problems += _range_problems(entry)
-    if "max_length" in entry and not (isinstance(entry["max_length"], int) and not isinstance(
-            entry["max_length"], bool) and 1 <= entry["max_length"] <= MAX_STRING_LENGTH):
+    if "max_length" in entry and not (
+        isinstance(entry["max_length"], int)
+        and not isinstance(entry["max_length"], bool)
+        and 1 <= entry["max_length"] <= MAX_STRING_LENGTH
+    ):
         problems.append(f"{name}: max_length must be a whole number from 1 to {MAX_STRING_LENGTH}.")
     if kind == "enum":
         choices = entry.get("choices")
-        if not (isinstance(choices, list) and choices and len(choices) <= MAX_KEYS
-                and all(isinstance(choice, str) and 0 < len(choice) <= 100 for choice in choices)
-                and len(set(choices)) == len(choices)):
+        if not (
+            isinstance(choices, list)
+            and choices
+            and len(choices) <= MAX_KEYS
+            and all(isinstance(choice, str) and 0 < len(choice) <= 100 for choice in choices)
+            and len(set(choices)) == len(choices)
+        ):
             problems.append(f"{name}: choices must be a list of 1 to {MAX_KEYS} distinct texts.")
     return problems
 

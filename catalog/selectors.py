@@ -85,17 +85,20 @@ def service_list(*, user: User, detailed: bool = True) -> QuerySet[Service]:
     `detailed=False` loads only the offerings' own rows (enough to name and price them), for list pages.
     """
     if detailed:
-        offerings = {"specs": spec_list(user=user), "images": image_list(user=user),
-                     "bare_metal_profiles": bare_metal_profile_list(user=user),
-                     "serving_models": serving_model_list(user=user)}
+        offerings = {
+            "specs": spec_list(user=user),
+            "images": image_list(user=user),
+            "bare_metal_profiles": bare_metal_profile_list(user=user),
+            "serving_models": serving_model_list(user=user),
+        }
     else:
-        offerings = {"specs": _visible(ResourceSpec.objects.select_related("slice_profile"), user),
-                     "images": _visible(Image.objects.all(), user),
-                     "bare_metal_profiles": _visible(BareMetalProfile.objects.all(), user),
-                     "serving_models": _visible(ServingModel.objects.all(), user)}
-    queryset = Service.objects.prefetch_related(
-        *(Prefetch(field, queryset=rows) for field, rows in offerings.items())
-    )
+        offerings = {
+            "specs": _visible(ResourceSpec.objects.select_related("slice_profile"), user),
+            "images": _visible(Image.objects.all(), user),
+            "bare_metal_profiles": _visible(BareMetalProfile.objects.all(), user),
+            "serving_models": _visible(ServingModel.objects.all(), user),
+        }
+    queryset = Service.objects.prefetch_related(*(Prefetch(field, queryset=rows) for field, rows in offerings.items()))
     if sees_whole_catalog(user, Service):
         return queryset
     return _services_visible_to(queryset, user)

@@ -69,8 +69,9 @@ _AVAILABILITY_FIELD = {Image: "approved", ServingModel: "approved", Service: "ac
 
 
 @transaction.atomic
-def catalog_entry_set_available(*, entry: Image | ServingModel | Service, available: bool, reason: str,
-                                actor: User | None) -> models.Model:
+def catalog_entry_set_available(
+    *, entry: Image | ServingModel | Service, available: bool, reason: str, actor: User | None
+) -> models.Model:
     """Approve or withdraw an image or serving model, or open or close a service."""
     reason = _require_reason(reason)
     field = _AVAILABILITY_FIELD[type(entry)]
@@ -79,7 +80,11 @@ def catalog_entry_set_available(*, entry: Image | ServingModel | Service, availa
         return entry
     setattr(entry, field, available)
     entry.save(update_fields=[field, "updated_at"])
-    verb = {("approved", True): "approved", ("approved", False): "withdrawn",
-            ("active", True): "opened", ("active", False): "closed"}[(field, available)]
+    verb = {
+        ("approved", True): "approved",
+        ("approved", False): "withdrawn",
+        ("active", True): "opened",
+        ("active", False): "closed",
+    }[(field, available)]
     audit_record(actor=actor, action=f"{entry._meta.model_name}.{verb}", target=entry, reason=reason)
     return entry

@@ -31,16 +31,28 @@ def _body_too_large(request) -> JsonResponse | None:
     if length <= limit:
         return None
     _discard_body(request, length)
-    return JsonResponse(error_body("request_too_large", f"The request body may be at most {limit} bytes.",
-                                   {"limit_bytes": limit, "content_length": length}), status=413)
+    return JsonResponse(
+        error_body(
+            "request_too_large",
+            f"The request body may be at most {limit} bytes.",
+            {"limit_bytes": limit, "content_length": length},
+        ),
+        status=413,
+    )
 
 
 def _query_too_long(request) -> JsonResponse | None:
     limit, length = settings.REQUEST_MAX_QUERY_STRING_LENGTH, len(request.META.get("QUERY_STRING", ""))
     if length <= limit:
         return None
-    return JsonResponse(error_body("query_string_too_long", f"The query string may be at most {limit} characters.",
-                                   {"limit": limit, "length": length}), status=414)
+    return JsonResponse(
+        error_body(
+            "query_string_too_long",
+            f"The query string may be at most {limit} characters.",
+            {"limit": limit, "length": length},
+        ),
+        status=414,
+    )
 
 
 class RequestLimitsMiddleware:

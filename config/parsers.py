@@ -36,8 +36,9 @@ class JSONParser(parsers.JSONParser):
         encoding = (parser_context or {}).get("encoding", settings.DEFAULT_CHARSET)
         max_depth = settings.API_JSON_MAX_DEPTH
         try:
-            data = json.load(codecs.getreader(encoding)(stream), parse_constant=_refuse_constant,
-                             parse_float=_finite_float)
+            data = json.load(
+                codecs.getreader(encoding)(stream), parse_constant=_refuse_constant, parse_float=_finite_float
+            )
         except RecursionError:
             raise _too_deep(max_depth, path="") from None
         except ValueError as exc:
@@ -47,8 +48,11 @@ class JSONParser(parsers.JSONParser):
 
 
 def _too_deep(max_depth: int, path: str) -> BadRequest:
-    return BadRequest(f"JSON may nest at most {max_depth} levels deep.", code="json_too_deep",
-                      details={"max_depth": max_depth, "path": path})
+    return BadRequest(
+        f"JSON may nest at most {max_depth} levels deep.",
+        code="json_too_deep",
+        details={"max_depth": max_depth, "path": path},
+    )
 
 
 def check_storable(data, *, max_depth: int) -> None:
@@ -71,5 +75,4 @@ def check_storable(data, *, max_depth: int) -> None:
 
 
 def nul_character_error(path: str) -> BadRequest:
-    return BadRequest("Text may not contain NUL (\\u0000) characters.", code="nul_character",
-                      details={"path": path})
+    return BadRequest("Text may not contain NUL (\\u0000) characters.", code="nul_character", details={"path": path})

@@ -26,8 +26,7 @@ def retry_if_locked(task):
             except OperationalError as error:
                 if "database is locked" not in str(error) or attempt == ATTEMPTS:
                     raise
-                logger.warning("%s: database is locked (attempt %s of %s); retrying", task.__name__, attempt,
-                               ATTEMPTS)
+                logger.warning("%s: database is locked (attempt %s of %s); retrying", task.__name__, attempt, ATTEMPTS)
                 close_old_connections()
                 time.sleep(PAUSE_SECONDS * attempt)
 

@@ -9,5 +9,6 @@ HOURLY = (Schedule.HOURLY, None)
 def ensure(*schedules: tuple[str, str, tuple[str, int | None]]) -> None:
     """Each (name, task path, (schedule type, minutes)) exists, repeating forever."""
     for name, func, (kind, minutes) in schedules:
-        Schedule.objects.get_or_create(func=func, defaults={"name": name, "schedule_type": kind, "minutes": minutes,
-                                                            "repeats": -1})
+        Schedule.objects.get_or_create(
+            func=func, defaults={"name": name, "schedule_type": kind, "minutes": minutes, "repeats": -1}
+        )

@@ -243,8 +243,11 @@ if REDIS_URL:
 else:
     Q_CLUSTER["orm"] = "default"
 # The gateway's rate-limit counters live here: shared through Redis when scaled out, in process for the demo.
-CACHES = {"default": {"BACKEND": "django.core.cache.backends.redis.RedisCache", "LOCATION": REDIS_URL} if REDIS_URL
-          else {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"}}
+CACHES = {
+    "default": {"BACKEND": "django.core.cache.backends.redis.RedisCache", "LOCATION": REDIS_URL}
+    if REDIS_URL
+    else {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"}
+}
 
 # --- Background work that survives crashes, stops cleanly and shares SQLite (docs/provisioning.md) ---------------
 # A running step holds a lease this long and renews it every third of it; a crashed worker's step is taken over

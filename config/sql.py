@@ -7,8 +7,9 @@ from django.db import connection
 BATCH = 5000
 
 
-def update_from_values(*, table: str, columns: Sequence[tuple[str, str]], rows: Sequence[Sequence],
-                       set_sql: str, set_params: Sequence = ()) -> None:
+def update_from_values(
+    *, table: str, columns: Sequence[tuple[str, str]], rows: Sequence[Sequence], set_sql: str, set_params: Sequence = ()
+) -> None:
     """UPDATE `table` from a list of rows in one statement per batch: `WITH v(cols) AS (VALUES ...) UPDATE ...
     FROM v WHERE table.id = v.id`. `columns` are (name, PostgreSQL type) with "id" first; `set_sql` refers to the
     rows as `v.<name>` and may use %s placeholders filled from `set_params`."""
@@ -19,8 +20,9 @@ def update_from_values(*, table: str, columns: Sequence[tuple[str, str]], rows: 
     names = ", ".join(name for name, _ in columns)
     with connection.cursor() as cursor:
         for start in range(0, len(rows), BATCH):
-            batch = rows[start:start + BATCH]
+            batch = rows[start : start + BATCH]
             cursor.execute(
                 f"WITH v({names}) AS (VALUES {', '.join([row_sql] * len(batch))}) "
                 f"UPDATE {table} SET {set_sql} FROM v WHERE {table}.id = v.id",
-                [value for row in batch for value in row] + list(set_params))
+                [value for row in batch for value in row] + list(set_params),
+            )

@@ -40,8 +40,9 @@ def _check_queue() -> dict:
 def healthz(request):
     checks = {"database": _check_database(), "queue": _check_queue()}
     healthy = all(check["ok"] for check in checks.values())
-    return JsonResponse({"status": "ok" if healthy else "unavailable", "checks": checks},
-                        status=200 if healthy else 503)
+    return JsonResponse(
+        {"status": "ok" if healthy else "unavailable", "checks": checks}, status=200 if healthy else 503
+    )
 
 
 def _wants_json(request) -> bool:
@@ -57,6 +58,5 @@ def not_found(request, exception=None):
 
 def server_failure(request):
     if _wants_json(request):
-        return JsonResponse(error_body("server_error", "An unexpected error occurred; it has been logged."),
-                            status=500)
+        return JsonResponse(error_body("server_error", "An unexpected error occurred; it has been logged."), status=500)
     return server_error(request)

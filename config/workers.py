@@ -101,6 +101,7 @@ def _return_pulled_tasks(sentinel) -> None:
 def _terminate_busy(workers) -> None:
     for worker in workers:
         if worker.is_alive():
-            logger.warning("Worker %s still busy %s s after the stop: killing it", worker.pid,
-                           settings.Q_STOP_GRACE_SECONDS)
+            logger.warning(
+                "Worker %s still busy %s s after the stop: killing it", worker.pid, settings.Q_STOP_GRACE_SECONDS
+            )
             worker.kill()  # SIGTERM only asks it to stop

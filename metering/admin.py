@@ -23,8 +23,15 @@ class TelemetrySampleAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
 @admin.register(DailyUsage)
 class DailyUsageAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
     change_list_template = "admin/metering/dailyusage/change_list.html"
-    list_display = ["day", "allocation", "accelerator_model", "mean_utilization", "busy_cards_p95", "memory_p95_gb",
-                    "energy_kwh"]
+    list_display = [
+        "day",
+        "allocation",
+        "accelerator_model",
+        "mean_utilization",
+        "busy_cards_p95",
+        "memory_p95_gb",
+        "energy_kwh",
+    ]
     list_filter = [("accelerator_model", related_list_filter("vendor"))]
     list_select_related = ["allocation__node", "accelerator_model__vendor"]
     search_fields = ["=allocation__id", "=allocation__request__id", "allocation__request__project__slug"]
@@ -46,12 +53,17 @@ class DailyUsageAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
         if not self.has_view_permission(request):
             raise PermissionDenied
         form = UsageFilterForm(request.GET, user=request.user)
-        context = {**self.admin_site.each_context(request), "title": "Usage report", "opts": self.model._meta,
-                   "form": form}
+        context = {
+            **self.admin_site.each_context(request),
+            "title": "Usage report",
+            "opts": self.model._meta,
+            "form": form,
+        }
         if form.is_valid():
             chosen = form.cleaned_data
-            context.update(usage_context(user=request.user, project=chosen["project"], first=chosen["first"],
-                                         last=chosen["last"]))
+            context.update(
+                usage_context(user=request.user, project=chosen["project"], first=chosen["first"], last=chosen["last"])
+            )
         return TemplateResponse(request, "admin/metering/usage_report.html", context)
 
     def changelist_view(self, request, extra_context=None):

@@ -34,16 +34,30 @@ class _Axis:
 
 
 def _frame(title: str, unit: str, axis: _Axis) -> dict:
-    return {"title": title, "unit": unit, "width": WIDTH, "height": HEIGHT, "left": LEFT, "right": WIDTH - RIGHT,
-            "top": TOP, "baseline": axis.y(max(axis.low, 0)), "ticks": axis.ticks(), "bars": [], "lines": [],
-            "labels": []}
+    return {
+        "title": title,
+        "unit": unit,
+        "width": WIDTH,
+        "height": HEIGHT,
+        "left": LEFT,
+        "right": WIDTH - RIGHT,
+        "top": TOP,
+        "baseline": axis.y(max(axis.low, 0)),
+        "ticks": axis.ticks(),
+        "bars": [],
+        "lines": [],
+        "labels": [],
+    }
 
 
 def _x_labels(names: list[str], x_of, every: int) -> list[dict]:
     """Every `every`th label and the last one, leaving out a regular one that would crowd the last."""
     last = len(names) - 1
-    return [{"x": x_of(i), "text": name} for i, name in enumerate(names)
-            if i == last or (i % every == 0 and last - i >= every / 2)]
+    return [
+        {"x": x_of(i), "text": name}
+        for i, name in enumerate(names)
+        if i == last or (i % every == 0 and last - i >= every / 2)
+    ]
 
 
 def bar_chart(title: str, unit: str, points: list[tuple[str, float]]) -> dict:
@@ -53,10 +67,21 @@ def bar_chart(title: str, unit: str, points: list[tuple[str, float]]) -> dict:
     slot = (WIDTH - LEFT - RIGHT) / max(len(points), 1)
     for i, (name, value) in enumerate(points):
         top = axis.y(value)
-        chart["bars"].append({"x": round(LEFT + i * slot + slot * 0.15, 1), "y": top, "width": round(slot * 0.7, 1),
-                              "height": round(axis.bottom - top, 1), "name": name, "value": _label(value)})
-    chart["labels"] = _x_labels([name for name, _ in points], lambda i: round(LEFT + (i + 0.5) * slot, 1),
-                                every=max(1, math.ceil(len(points) / 12)))
+        chart["bars"].append(
+            {
+                "x": round(LEFT + i * slot + slot * 0.15, 1),
+                "y": top,
+                "width": round(slot * 0.7, 1),
+                "height": round(axis.bottom - top, 1),
+                "name": name,
+                "value": _label(value),
+            }
+        )
+    chart["labels"] = _x_labels(
+        [name for name, _ in points],
+        lambda i: round(LEFT + (i + 0.5) * slot, 1),
+        every=max(1, math.ceil(len(points) / 12)),
+    )
     return chart
 
 

@@ -21,8 +21,9 @@ class Seconds(Func):
     output_field = NUMBER
 
     def as_postgresql(self, compiler, connection, **extra):
-        return self.as_sql(compiler, connection, template="EXTRACT(EPOCH FROM %(expressions)s)::double precision",
-                           **extra)
+        return self.as_sql(
+            compiler, connection, template="EXTRACT(EPOCH FROM %(expressions)s)::double precision", **extra
+        )
 
     def as_sqlite(self, compiler, connection, **extra):  # Django keeps SQLite durations in microseconds
         return self.as_sql(compiler, connection, template="(%(expressions)s / 1000000.0)", **extra)
@@ -35,7 +36,8 @@ def _number(field: str):
 def overlapping(prefix: str, start: datetime, end: datetime) -> Q:
     """Allocations (reached through `prefix`) bound at some moment of [start, end)."""
     return Q(**{f"{prefix}started_at__lt": end}) & (
-        Q(**{f"{prefix}released_at__isnull": True}) | Q(**{f"{prefix}released_at__gt": start}))
+        Q(**{f"{prefix}released_at__isnull": True}) | Q(**{f"{prefix}released_at__gt": start})
+    )
 
 
 def bound_seconds(prefix: str, start: datetime, end: datetime, now: datetime):
@@ -48,10 +50,14 @@ def bound_seconds(prefix: str, start: datetime, end: datetime, now: datetime):
 def share_of_allocation():
     """On an AllocationDevice: its part of the allocation. The scheduler binds a request's accelerator_count units,
     each 1000 milli for a whole card or the slice profile's fraction in whole milli (placement.MILLI)."""
-    unit = Coalesce(Floor(_number("allocation__request__spec__slice_profile__compute_fraction") * 1000),
-                    Value(1000.0), output_field=NUMBER)
-    return ExpressionWrapper(_number("milli") / (F("allocation__request__accelerator_count") * unit),
-                             output_field=NUMBER)
+    unit = Coalesce(
+        Floor(_number("allocation__request__spec__slice_profile__compute_fraction") * 1000),
+        Value(1000.0),
+        output_field=NUMBER,
+    )
+    return ExpressionWrapper(
+        _number("milli") / (F("allocation__request__accelerator_count") * unit), output_field=NUMBER
+    )
 
 
 def _per_hour(prefix: str, rate: str, start: datetime, end: datetime, now: datetime, share):

@@ -28,16 +28,18 @@ class UsageFilterForm(forms.Form):
 
     def __init__(self, *args, user: User, **kwargs):
         super().__init__(*args, **kwargs)
-        self.fields["project"].queryset = visible_projects(user=user).select_related("tenant", "quota").order_by(
-            "tenant__name", "name")
+        self.fields["project"].queryset = (
+            visible_projects(user=user).select_related("tenant", "quota").order_by("tenant__name", "name")
+        )
         self.fields["from"] = MonthInput(required=False, label="From")
         self.fields["to"] = MonthInput(required=False, label="To")
 
     def clean(self):
         cleaned = super().clean()
         try:
-            cleaned["first"], cleaned["last"] = report_months(cleaned.get("from"), cleaned.get("to"),
-                                                              timezone.now().date())
+            cleaned["first"], cleaned["last"] = report_months(
+                cleaned.get("from"), cleaned.get("to"), timezone.now().date()
+            )
         except ValueError as error:
             raise forms.ValidationError(str(error)) from error
         return cleaned

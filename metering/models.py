@@ -17,8 +17,7 @@ class TelemetrySample(models.Model):
     METERING_SAMPLE_RETENTION_DAYS; the daily rollups keep what reports and rightsizing need."""
 
     # The unique constraint's index starts with the allocation: no separate index on the foreign key.
-    allocation = models.ForeignKey("scheduling.Allocation", on_delete=models.CASCADE, related_name="+",
-                                   db_index=False)
+    allocation = models.ForeignKey("scheduling.Allocation", on_delete=models.CASCADE, related_name="+", db_index=False)
     device = models.ForeignKey("scheduling.Device", on_delete=models.CASCADE, related_name="+", db_index=False)
     sampled_at = models.DateTimeField()
     utilization_pct = models.FloatField(validators=[MinValueValidator(0), MaxValueValidator(100)])
@@ -30,8 +29,10 @@ class TelemetrySample(models.Model):
         indexes = [models.Index(fields=["sampled_at"], name="telemetry_sampled_at_idx")]
         constraints = [
             models.UniqueConstraint(fields=["allocation", "device", "sampled_at"], name="one_sample_per_binding_time"),
-            models.CheckConstraint(condition=Q(utilization_pct__gte=0) & Q(utilization_pct__lte=100),
-                                   name="sample_utilization_is_a_percentage"),
+            models.CheckConstraint(
+                condition=Q(utilization_pct__gte=0) & Q(utilization_pct__lte=100),
+                name="sample_utilization_is_a_percentage",
+            ),
             models.CheckConstraint(condition=Q(power_w__gte=0), name="sample_power_non_negative"),
         ]
 
@@ -46,8 +47,7 @@ class DailyUsage(models.Model):
     in use = sum over its devices); the 95th percentiles are taken over the day's instants (nearest rank).
     """
 
-    allocation = models.ForeignKey("scheduling.Allocation", on_delete=models.CASCADE, related_name="+",
-                                   db_index=False)
+    allocation = models.ForeignKey("scheduling.Allocation", on_delete=models.CASCADE, related_name="+", db_index=False)
     day = models.DateField()
     accelerator_model = models.ForeignKey("catalog.AcceleratorModel", on_delete=models.PROTECT, related_name="+")
     samples = models.PositiveIntegerField(help_text="Sampling instants.")
@@ -66,8 +66,9 @@ class DailyUsage(models.Model):
         indexes = [models.Index(fields=["day"], name="daily_usage_day_idx")]
         constraints = [
             models.UniqueConstraint(fields=["allocation", "day"], name="one_usage_row_per_allocation_day"),
-            models.CheckConstraint(condition=Q(samples__gte=1) & Q(device_samples__gte=models.F("samples")),
-                                   name="daily_usage_has_samples"),
+            models.CheckConstraint(
+                condition=Q(samples__gte=1) & Q(device_samples__gte=models.F("samples")), name="daily_usage_has_samples"
+            ),
         ]
 
     def __str__(self):
@@ -141,8 +142,9 @@ class TokenUsage(models.Model):
 
     class Meta:
         ordering = ["-day", "request"]
-        constraints = [models.UniqueConstraint(fields=["request", "key_prefix", "day"],
-                                               name="one_token_row_per_request_key_day")]
+        constraints = [
+            models.UniqueConstraint(fields=["request", "key_prefix", "day"], name="one_token_row_per_request_key_day")
+        ]
         indexes = [models.Index(fields=["project", "day"], name="token_usage_project_day_idx")]
 
     def __str__(self):

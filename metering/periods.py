@@ -70,5 +70,5 @@ def report_months(first: date | None, last: date | None, today: date) -> tuple[d
 
 
 def parse_month(text: str) -> date:
-    """"2026-11" -> date(2026, 11, 1); ValueError otherwise."""
+    """ "2026-11" -> date(2026, 11, 1); ValueError otherwise."""
     return datetime.strptime(text, "%Y-%m").date()

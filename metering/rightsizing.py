@@ -56,15 +56,26 @@ class Recommendation:
     def as_data(self) -> dict:
         evidence = self.evidence
         return {
-            "project": evidence.project, "spec": self.requested.slug, "requested": self.requested.label,
-            "requests": evidence.requests, "mean_utilization_pct": round(evidence.mean_utilization_pct, 1),
+            "project": evidence.project,
+            "spec": self.requested.slug,
+            "requested": self.requested.label,
+            "requests": evidence.requests,
+            "mean_utilization_pct": round(evidence.mean_utilization_pct, 1),
             "p95_utilization_pct": round(self.p95_utilization_pct, 1),
-            "p95_busy_cards": round(evidence.p95_busy_cards, 2), "p95_memory_gb": round(evidence.p95_memory_gb, 1),
+            "p95_busy_cards": round(evidence.p95_busy_cards, 2),
+            "p95_memory_gb": round(evidence.p95_memory_gb, 1),
             "mean_memory_gb": round(evidence.mean_memory_gb, 1),
-            "suggestions": [{"spec": shape.slug, "label": shape.label, "cards": str(shape.cards),
-                             "memory_gb": shape.memory_gb, "slice": shape.is_slice,
-                             "hourly_saving": str(self.requested.hourly_cost - shape.hourly_cost)}
-                            for shape in self.suggestions],
+            "suggestions": [
+                {
+                    "spec": shape.slug,
+                    "label": shape.label,
+                    "cards": str(shape.cards),
+                    "memory_gb": shape.memory_gb,
+                    "slice": shape.is_slice,
+                    "hourly_saving": str(self.requested.hourly_cost - shape.hourly_cost),
+                }
+                for shape in self.suggestions
+            ],
             "message": self.message,
         }
 
@@ -77,18 +88,27 @@ def _smallest(shapes: list[SpecShape]) -> SpecShape | None:
     return min(shapes, key=lambda shape: (shape.cards, shape.hourly_cost, shape.slug), default=None)
 
 
-def recommend(evidence: Evidence, requested: SpecShape, catalog: list[SpecShape],
-              policy: Policy) -> Recommendation | None:
+def recommend(
+    evidence: Evidence, requested: SpecShape, catalog: list[SpecShape], policy: Policy
+) -> Recommendation | None:
     if evidence.requests < policy.min_requests or evidence.mean_utilization_pct > policy.max_mean_utilization_pct:
         return None
     headroom = 1 + policy.headroom_pct / 100
-    fitting = [shape for shape in catalog if shape.models & requested.models and shape.cards < requested.cards
-               and _holds(shape, evidence, headroom)]
-    suggestions = tuple(shape for shape in (_smallest([s for s in fitting if not s.is_slice]),
-                                            _smallest([s for s in fitting if s.is_slice])) if shape is not None)
+    fitting = [
+        shape
+        for shape in catalog
+        if shape.models & requested.models and shape.cards < requested.cards and _holds(shape, evidence, headroom)
+    ]
+    suggestions = tuple(
+        shape
+        for shape in (_smallest([s for s in fitting if not s.is_slice]), _smallest([s for s in fitting if s.is_slice]))
+        if shape is not None
+    )
     if not suggestions:
         return None
-    message = (f"{requested.label} requested {evidence.requests} times in {policy.window_days} days, mean "
-               f"utilization {evidence.mean_utilization_pct:.0f}%, p95 memory {evidence.p95_memory_gb:.0f} GB: "
-               f"{' or '.join(shape.label for shape in suggestions)} would have served.")
+    message = (
+        f"{requested.label} requested {evidence.requests} times in {policy.window_days} days, mean "
+        f"utilization {evidence.mean_utilization_pct:.0f}%, p95 memory {evidence.p95_memory_gb:.0f} GB: "
+        f"{' or '.join(shape.label for shape in suggestions)} would have served."
+    )
     return Recommendation(evidence, requested, suggestions, message)

@@ -40,33 +40,60 @@ def visible_projects(*, user: User) -> QuerySet[Project]:
 
 # --- Telemetry ------------------------------------------------------------------------------------------------
 
+
 def bindings_of(allocations: QuerySet[Allocation]) -> list[Binding]:
     """Every device share bound to the allocations, as telemetry drivers read them (one query)."""
-    rows = (AllocationDevice.objects.filter(allocation__in=allocations).order_by("allocation_id", "device__index")
-            .values_list("allocation_id", "device_id", "device__uuid", "device__node__name", "device__memory_gb",
-                         "milli", "allocation__request__service__kind", "allocation__request__parameters"))
+    rows = (
+        AllocationDevice.objects.filter(allocation__in=allocations)
+        .order_by("allocation_id", "device__index")
+        .values_list(
+            "allocation_id",
+            "device_id",
+            "device__uuid",
+            "device__node__name",
+            "device__memory_gb",
+            "milli",
+            "allocation__request__service__kind",
+            "allocation__request__parameters",
+        )
+    )
     bindings, positions = [], {}
     for allocation_id, device_id, uuid, node, memory_gb, milli, kind, parameters in rows:
         position = positions[allocation_id] = positions.get(allocation_id, -1) + 1
-        bindings.append(Binding(allocation_id, device_id, uuid, node, position, memory_gb, milli, kind,
-                                str(parameters.get("workload", ""))))
+        bindings.append(
+            Binding(
+                allocation_id,
+                device_id,
+                uuid,
+                node,
+                position,
+                memory_gb,
+                milli,
+                kind,
+                str(parameters.get("workload", "")),
+            )
+        )
     return bindings
-
 
 
 # --- Card-hours, cost and energy, grouped ------------------------------------------------------------------
 
 # The columns (ids: cheaper to group by than names) of each grouping, relative to an allocation; `model` stands for
 # the accelerator model column of the rows grouped (a device binding's, or a daily rollup's).
-_KEY_COLUMNS = {G.PROJECT: ["request__project_id"], G.TENANT: ["request__tenant_id"],
-                G.SPEC: ["request__spec_id", "request__bare_metal_profile_id"], G.REQUEST: ["request_id"]}
+_KEY_COLUMNS = {
+    G.PROJECT: ["request__project_id"],
+    G.TENANT: ["request__tenant_id"],
+    G.SPEC: ["request__spec_id", "request__bare_metal_profile_id"],
+    G.REQUEST: ["request_id"],
+}
 
 
 def _keys(prefix: str, model_column: str, group_by: list[str]) -> dict:
-    columns = {**{key: [prefix + column for column in names] for key, names in _KEY_COLUMNS.items()},
-               G.ACCELERATOR_MODEL: [model_column]}
-    return {f"g_{key}_{n}": F(column) for key in group_by if key != G.MONTH
-            for n, column in enumerate(columns[key])}
+    columns = {
+        **{key: [prefix + column for column in names] for key, names in _KEY_COLUMNS.items()},
+        G.ACCELERATOR_MODEL: [model_column],
+    }
+    return {f"g_{key}_{n}": F(column) for key in group_by if key != G.MONTH for n, column in enumerate(columns[key])}
 
 
 def _bound_in(projects: QuerySet[Project], periods: list[Period], group_by: list[str], now: datetime) -> list:
@@ -78,11 +105,17 @@ def _bound_in(projects: QuerySet[Project], periods: list[Period], group_by: list
         rows, prefix, share = Allocation.objects.all(), "", None
     keys = _keys(prefix, "device__model_id", group_by)
     rows = rows.filter(**{f"{prefix}request__project__in": projects.values("pk")}).annotate(**keys)
-    parts = [rows.filter(overlapping(prefix, period.start, period.end)).annotate(g_period=Value(period.label))
-             .values("g_period", *keys)
-             .annotate(card_hours=Sum(card_hours(prefix, period.start, period.end, now, share)),
-                       cost=Sum(cost(prefix, period.start, period.end, now, share))).order_by()
-             for period in periods]
+    parts = [
+        rows.filter(overlapping(prefix, period.start, period.end))
+        .annotate(g_period=Value(period.label))
+        .values("g_period", *keys)
+        .annotate(
+            card_hours=Sum(card_hours(prefix, period.start, period.end, now, share)),
+            cost=Sum(cost(prefix, period.start, period.end, now, share)),
+        )
+        .order_by()
+        for period in periods
+    ]
     return _union_all(parts)
 
 
@@ -91,20 +124,28 @@ UNION_PARTS = 8  # SQLite's parser gives up on a few dozen of these SELECTs in o
 
 def _union_all(parts: list[QuerySet]) -> list[dict]:
     """The parts' rows, UNION ALL-ed a few at a time (a month of days is four queries)."""
-    chunks = [parts[start:start + UNION_PARTS] for start in range(0, len(parts), UNION_PARTS)]
-    return [row for chunk in chunks for row in reduce(lambda union, part: union.union(part, all=True), chunk[1:],
-                                                       chunk[0])]
+    chunks = [parts[start : start + UNION_PARTS] for start in range(0, len(parts), UNION_PARTS)]
+    return [
+        row for chunk in chunks for row in reduce(lambda union, part: union.union(part, all=True), chunk[1:], chunk[0])
+    ]
 
 
 def _energy_in(daily: QuerySet[DailyUsage], first: date, end: date, group_by: list[str]) -> list:
     keys = _keys("allocation__", "accelerator_model_id", group_by)
-    return list(daily.filter(day__gte=first, day__lt=end).annotate(g_month=TruncMonth("day"), **keys)
-                .values("g_month", *keys).annotate(energy_kwh=Sum("energy_kwh")).order_by())
+    return list(
+        daily.filter(day__gte=first, day__lt=end)
+        .annotate(g_month=TruncMonth("day"), **keys)
+        .values("g_month", *keys)
+        .annotate(energy_kwh=Sum("energy_kwh"))
+        .order_by()
+    )
 
 
 def _group_key(row: dict, group_by: list[str], month: str) -> tuple:
-    return tuple(month if key == G.MONTH else tuple(value for column, value in row.items()
-                                                    if column.startswith(f"g_{key}_")) for key in group_by)
+    return tuple(
+        month if key == G.MONTH else tuple(value for column, value in row.items() if column.startswith(f"g_{key}_"))
+        for key in group_by
+    )
 
 
 def _slugs(model, ids: set) -> dict:
@@ -114,9 +155,11 @@ def _slugs(model, ids: set) -> dict:
 def _namer(group_by: list[str], keys: list[tuple]):
     """Turns a group key of ids into names: slugs for projects, tenants, models and specs (one query per kind)."""
     ids = {key: {group[index] for group in keys} for index, key in enumerate(group_by)}
-    slugs = {G.PROJECT: _slugs(Project, {pk for pk, in ids.get(G.PROJECT, ())}),
-             G.TENANT: _slugs(Tenant, {pk for pk, in ids.get(G.TENANT, ())}),
-             G.ACCELERATOR_MODEL: _slugs(AcceleratorModel, {pk for pk, in ids.get(G.ACCELERATOR_MODEL, ())})}
+    slugs = {
+        G.PROJECT: _slugs(Project, {pk for (pk,) in ids.get(G.PROJECT, ())}),
+        G.TENANT: _slugs(Tenant, {pk for (pk,) in ids.get(G.TENANT, ())}),
+        G.ACCELERATOR_MODEL: _slugs(AcceleratorModel, {pk for (pk,) in ids.get(G.ACCELERATOR_MODEL, ())}),
+    }
     specs = _slugs(ResourceSpec, {spec for spec, _ in ids.get(G.SPEC, ())})
     profiles = _slugs(BareMetalProfile, {profile for _, profile in ids.get(G.SPEC, ())})
 
@@ -134,8 +177,16 @@ def _decimal(value, places: Decimal) -> Decimal:
     return Decimal(value or 0).quantize(places)
 
 
-def usage_report(*, user: User, first_month: date, last_month: date, group_by: list[str],
-                 project_id: int | None = None, tenant_id: int | None = None, now=None) -> list[dict]:
+def usage_report(
+    *,
+    user: User,
+    first_month: date,
+    last_month: date,
+    group_by: list[str],
+    project_id: int | None = None,
+    tenant_id: int | None = None,
+    now=None,
+) -> list[dict]:
     """Card-hours, cost and energy of the visible projects per group, months `first_month`..`last_month`."""
     now = now or timezone.now()
     projects = visible_projects(user=user)
@@ -153,9 +204,16 @@ def usage_report(*, user: User, first_month: date, last_month: date, group_by: l
     for row in _energy_in(daily, periods[0].start.date(), periods[-1].end.date(), group_by):
         totals[_group_key(row, group_by, f"{row['g_month']:%Y-%m}")]["energy_kwh"] += row["energy_kwh"] or 0
     named = _namer(group_by, list(totals))
-    rows = [{**named(key), "card_hours": _decimal(total["card_hours"], CARD_HOURS_PLACES),
-             "cost": _decimal(total["cost"], MONEY_PLACES), "energy_kwh": round(total["energy_kwh"], 3),
-             "currency": settings.CATALOG_CURRENCY} for key, total in totals.items()]
+    rows = [
+        {
+            **named(key),
+            "card_hours": _decimal(total["card_hours"], CARD_HOURS_PLACES),
+            "cost": _decimal(total["cost"], MONEY_PLACES),
+            "energy_kwh": round(total["energy_kwh"], 3),
+            "currency": settings.CATALOG_CURRENCY,
+        }
+        for key, total in totals.items()
+    ]
     return sorted(rows, key=lambda row: tuple(str(row[key]) for key in group_by))
 
 
@@ -163,31 +221,49 @@ def card_hours_by_project(*, periods: list[Period], now=None) -> dict[tuple[int,
     """{(project id, period label): card-hours} over every project: what the quota ledger stores."""
     now = now or timezone.now()
     allocations = Allocation.objects.annotate(g_project_id=F("request__project_id"))
-    parts = [allocations.filter(overlapping("", period.start, period.end)).annotate(g_period=Value(period.label))
-             .values("g_period", "g_project_id")
-             .annotate(card_hours=Sum(card_hours("", period.start, period.end, now))).order_by()
-             for period in periods]
-    return {(row["g_project_id"], row["g_period"]): _decimal(row["card_hours"], CARD_HOURS_PLACES)
-            for row in _union_all(parts)}
+    parts = [
+        allocations.filter(overlapping("", period.start, period.end))
+        .annotate(g_period=Value(period.label))
+        .values("g_period", "g_project_id")
+        .annotate(card_hours=Sum(card_hours("", period.start, period.end, now)))
+        .order_by()
+        for period in periods
+    ]
+    return {
+        (row["g_project_id"], row["g_period"]): _decimal(row["card_hours"], CARD_HOURS_PLACES)
+        for row in _union_all(parts)
+    }
 
 
 def metered_card_hours_of_request():
     """Card-hours metered so far for the ResourceRequest named by OuterRef("pk"), all its allocations together:
     the expression admission uses (through requests.hooks) to count only the remainder of running work."""
     now = timezone.now()
-    return Cast(Subquery(Allocation.objects.filter(request=OuterRef("pk")).order_by().values("request")
-                         .annotate(hours=Sum(card_hours("", SINCE_EVER, now, now))).values("hours")),
-                DecimalField(max_digits=20, decimal_places=6))
+    return Cast(
+        Subquery(
+            Allocation.objects.filter(request=OuterRef("pk"))
+            .order_by()
+            .values("request")
+            .annotate(hours=Sum(card_hours("", SINCE_EVER, now, now)))
+            .values("hours")
+        ),
+        DecimalField(max_digits=20, decimal_places=6),
+    )
 
 
 # --- Budgets ------------------------------------------------------------------------------------------------
+
 
 def budget_list(*, user: User, month: date | None = None, project_id: int | None = None) -> list[dict]:
     """The card-hour budget this month of each visible project that has one: limit, metered use, use with
     committed work, alerts."""
     month = first_of_month(month or timezone.now().date())
-    projects = (visible_projects(user=user).filter(quota__monthly_card_hours__isnull=False)
-                .select_related("tenant", "quota").order_by("tenant__name", "name"))
+    projects = (
+        visible_projects(user=user)
+        .filter(quota__monthly_card_hours__isnull=False)
+        .select_related("tenant", "quota")
+        .order_by("tenant__name", "name")
+    )
     if project_id:
         projects = projects.filter(pk=project_id)
     projects = list(projects)
@@ -197,20 +273,40 @@ def budget_list(*, user: User, month: date | None = None, project_id: int | None
     for alert in BudgetAlert.objects.filter(project_id__in=ids, month=month).order_by("created_at"):
         alerts[alert.project_id].append(alert)
     projected = usage_by_project(ids) if month == first_of_month(timezone.now().date()) else {}
-    return [_budget_row(project, month, used.get(project.pk, Decimal(0)),
-                        projected.get(project.pk, {}).get(QuotaDimension.MONTHLY_CARD_HOURS), alerts[project.pk])
-            for project in projects]
+    return [
+        _budget_row(
+            project,
+            month,
+            used.get(project.pk, Decimal(0)),
+            projected.get(project.pk, {}).get(QuotaDimension.MONTHLY_CARD_HOURS),
+            alerts[project.pk],
+        )
+        for project in projects
+    ]
 
 
 def _budget_row(project: Project, month: date, used: Decimal, projected, alerts: list[BudgetAlert]) -> dict:
     limit = project.quota.monthly_card_hours
     return {
-        "project": project.slug, "project_name": project.name, "tenant": project.tenant.slug, "month": f"{month:%Y-%m}",
-        "limit": limit, "used": used, "projected": projected,
+        "project": project.slug,
+        "project_name": project.name,
+        "tenant": project.tenant.slug,
+        "month": f"{month:%Y-%m}",
+        "limit": limit,
+        "used": used,
+        "projected": projected,
         "used_pct": round(used / limit * 100, 1) if limit else None,
         "level": alerts[-1].level if alerts else None,
-        "alerts": [{"level": alert.level, "message": alert.get_level_display(), "card_hours": alert.card_hours,
-                    "limit": alert.limit, "created_at": alert.created_at} for alert in alerts],
+        "alerts": [
+            {
+                "level": alert.level,
+                "message": alert.get_level_display(),
+                "card_hours": alert.card_hours,
+                "limit": alert.limit,
+                "created_at": alert.created_at,
+            }
+            for alert in alerts
+        ],
     }
 
 
@@ -220,54 +316,82 @@ def burn_down(*, project: Project, month: date | None = None, now=None) -> list[
     days = [period for period in days_of_month(month or now.date()) if period.start <= now]
     if not days:
         return []
-    per_day = {row["g_period"]: _decimal(row["card_hours"], CARD_HOURS_PLACES) for row in _bound_in(
-        Project.objects.filter(pk=project.pk), days, [], now)}
+    per_day = {
+        row["g_period"]: _decimal(row["card_hours"], CARD_HOURS_PLACES)
+        for row in _bound_in(Project.objects.filter(pk=project.pk), days, [], now)
+    }
     limit, used, points = project.quota.monthly_card_hours, Decimal(0), []
     for period in days:
         used += per_day.get(period.label, Decimal(0))
-        points.append({"day": period.label, "used": used.quantize(CARD_HOURS_PLACES),
-                       "remaining": None if limit is None else (limit - used).quantize(CARD_HOURS_PLACES)})
+        points.append(
+            {
+                "day": period.label,
+                "used": used.quantize(CARD_HOURS_PLACES),
+                "remaining": None if limit is None else (limit - used).quantize(CARD_HOURS_PLACES),
+            }
+        )
     return points
 
 
 # --- Rightsizing ----------------------------------------------------------------------------------------------
 
+
 def rightsizing_policy() -> rightsizing.Policy:
-    return rightsizing.Policy(window_days=settings.METERING_RIGHTSIZING_WINDOW_DAYS,
-                              min_requests=settings.METERING_RIGHTSIZING_MIN_REQUESTS,
-                              max_mean_utilization_pct=settings.METERING_RIGHTSIZING_MAX_MEAN_UTILIZATION,
-                              headroom_pct=settings.METERING_RIGHTSIZING_HEADROOM_PERCENT)
+    return rightsizing.Policy(
+        window_days=settings.METERING_RIGHTSIZING_WINDOW_DAYS,
+        min_requests=settings.METERING_RIGHTSIZING_MIN_REQUESTS,
+        max_mean_utilization_pct=settings.METERING_RIGHTSIZING_MAX_MEAN_UTILIZATION,
+        headroom_pct=settings.METERING_RIGHTSIZING_HEADROOM_PERCENT,
+    )
 
 
 def _spec_shapes() -> dict[int, rightsizing.SpecShape]:
     """Every active spec in the shape rightsizing compares (two queries)."""
-    specs = ResourceSpec.objects.filter(status="active").select_related("slice_profile").prefetch_related(
-        "accelerator_models")
+    specs = (
+        ResourceSpec.objects.filter(status="active")
+        .select_related("slice_profile")
+        .prefetch_related("accelerator_models")
+    )
     shapes = {}
     for spec in specs:
         models = list(spec.accelerator_models.all())
         label = spec.slice_profile.name if spec.is_slice else f"{spec.accelerator_count}x {models[0].name}"
-        shapes[spec.pk] = rightsizing.SpecShape(spec.slug, label, spec.gpu_equivalents, spec.accelerator_memory_gb,
-                                                spec.is_slice, frozenset(model.slug for model in models),
-                                                spec.hourly_cost)
+        shapes[spec.pk] = rightsizing.SpecShape(
+            spec.slug,
+            label,
+            spec.gpu_equivalents,
+            spec.accelerator_memory_gb,
+            spec.is_slice,
+            frozenset(model.slug for model in models),
+            spec.hourly_cost,
+        )
     return shapes
 
 
 def rightsizing_evidence(*, projects: QuerySet[Project], since: date, spec_id: int | None = None) -> list[dict]:
-    daily = DailyUsage.objects.filter(day__gte=since, allocation__request__project__in=projects.values("pk"),
-                                      allocation__request__spec__isnull=False)
+    daily = DailyUsage.objects.filter(
+        day__gte=since, allocation__request__project__in=projects.values("pk"), allocation__request__spec__isnull=False
+    )
     if spec_id is not None:
         daily = daily.filter(allocation__request__spec_id=spec_id)
-    return list(daily.values(project=F("allocation__request__project__slug"), spec_id=F("allocation__request__spec_id"))
-                .annotate(requests=Count("allocation__request", distinct=True), samples=Sum("samples"),
-                          device_samples=Sum("device_samples"), utilization_sum=Sum("utilization_sum"),
-                          memory_sum_mb=Sum("memory_sum_mb"), p95_busy_cards=Max("busy_cards_p95"),
-                          p95_memory_mb=Max("memory_p95_mb"))
-                .order_by("project", "spec_id"))
+    return list(
+        daily.values(project=F("allocation__request__project__slug"), spec_id=F("allocation__request__spec_id"))
+        .annotate(
+            requests=Count("allocation__request", distinct=True),
+            samples=Sum("samples"),
+            device_samples=Sum("device_samples"),
+            utilization_sum=Sum("utilization_sum"),
+            memory_sum_mb=Sum("memory_sum_mb"),
+            p95_busy_cards=Max("busy_cards_p95"),
+            p95_memory_mb=Max("memory_p95_mb"),
+        )
+        .order_by("project", "spec_id")
+    )
 
 
-def recommendations(*, user: User, project_id: int | None = None, spec_id: int | None = None,
-                    today: date | None = None) -> list[rightsizing.Recommendation]:
+def recommendations(
+    *, user: User, project_id: int | None = None, spec_id: int | None = None, today: date | None = None
+) -> list[rightsizing.Recommendation]:
     """Rightsizing advice for the visible projects (or one project, one spec) over the policy's window."""
     policy = rightsizing_policy()
     today = today or timezone.now().date()
@@ -284,10 +408,14 @@ def recommendations(*, user: User, project_id: int | None = None, spec_id: int |
         if requested is None:  # a spec deprecated since: nobody can order it again anyway
             continue
         evidence = rightsizing.Evidence(
-            project=row["project"], spec=requested.slug, requests=row["requests"],
+            project=row["project"],
+            spec=requested.slug,
+            requests=row["requests"],
             mean_utilization_pct=row["utilization_sum"] / row["device_samples"],
-            p95_busy_cards=row["p95_busy_cards"], p95_memory_gb=row["p95_memory_mb"] / 1024,
-            mean_memory_gb=row["memory_sum_mb"] / row["samples"] / 1024)
+            p95_busy_cards=row["p95_busy_cards"],
+            p95_memory_gb=row["p95_memory_mb"] / 1024,
+            mean_memory_gb=row["memory_sum_mb"] / row["samples"] / 1024,
+        )
         recommendation = rightsizing.recommend(evidence, requested, list(shapes.values()), policy)
         if recommendation is not None:
             advice.append(recommendation)
@@ -296,44 +424,79 @@ def recommendations(*, user: User, project_id: int | None = None, spec_id: int |
 
 # --- Zero-touch delivery KPI ---------------------------------------------------------------------------------
 
+
 def zero_touch_kpi(*, user: User, first_month: date, last_month: date) -> list[dict]:
     """Per service and month of delivery (first time active): requests delivered, those delivered with no manual
     operator intervention at any point of their life, and the interventions counted."""
-    first_active = RequestEvent.objects.filter(request=OuterRef("pk"), to_state=RequestState.ACTIVE).order_by(
-        "created_at", "id").values("created_at")[:1]
-    touches = RequestEvent.objects.filter(request=OuterRef("pk"), intervention=True).order_by().values(
-        "request").annotate(n=Count("id")).values("n")
+    first_active = (
+        RequestEvent.objects.filter(request=OuterRef("pk"), to_state=RequestState.ACTIVE)
+        .order_by("created_at", "id")
+        .values("created_at")[:1]
+    )
+    touches = (
+        RequestEvent.objects.filter(request=OuterRef("pk"), intervention=True)
+        .order_by()
+        .values("request")
+        .annotate(n=Count("id"))
+        .values("n")
+    )
     start, end = month_period(first_month).start, month_period(last_month).end
-    rows = (ResourceRequest.objects.filter(project__in=visible_projects(user=user).values("pk"))
-            .annotate(delivered_at=Subquery(first_active), touches=Coalesce(Subquery(touches), 0))
-            .filter(delivered_at__gte=start, delivered_at__lt=end)
-            .values(service_slug=F("service__slug"), service_name=F("service__name"),
-                    month=TruncMonth("delivered_at"))
-            .annotate(delivered=Count("id"), zero_touch=Count("id", filter=Q(touches=0)),
-                      interventions=Sum("touches"))
-            .order_by("month", "service_name"))
-    return [{"service": row["service_slug"], "service_name": row["service_name"], "month": f"{row['month']:%Y-%m}",
-             "delivered": row["delivered"], "zero_touch": row["zero_touch"], "interventions": row["interventions"],
-             "zero_touch_pct": round(100 * row["zero_touch"] / row["delivered"], 1)} for row in rows]
+    rows = (
+        ResourceRequest.objects.filter(project__in=visible_projects(user=user).values("pk"))
+        .annotate(delivered_at=Subquery(first_active), touches=Coalesce(Subquery(touches), 0))
+        .filter(delivered_at__gte=start, delivered_at__lt=end)
+        .values(service_slug=F("service__slug"), service_name=F("service__name"), month=TruncMonth("delivered_at"))
+        .annotate(delivered=Count("id"), zero_touch=Count("id", filter=Q(touches=0)), interventions=Sum("touches"))
+        .order_by("month", "service_name")
+    )
+    return [
+        {
+            "service": row["service_slug"],
+            "service_name": row["service_name"],
+            "month": f"{row['month']:%Y-%m}",
+            "delivered": row["delivered"],
+            "zero_touch": row["zero_touch"],
+            "interventions": row["interventions"],
+            "zero_touch_pct": round(100 * row["zero_touch"] / row["delivered"], 1),
+        }
+        for row in rows
+    ]
 
 
 def rightsizing_advice(user: User, project: Project, spec: ResourceSpec | None = None) -> list[dict]:
     """What the order form shows through requests.hooks: the project's advice for the spec being ordered."""
-    return [recommendation.as_data() for recommendation in recommendations(
-        user=user, project_id=project.pk, spec_id=spec.pk if spec is not None else None)]
+    return [
+        recommendation.as_data()
+        for recommendation in recommendations(
+            user=user, project_id=project.pk, spec_id=spec.pk if spec is not None else None
+        )
+    ]
 
 
 # --- Tokens served by the gateway --------------------------------------------------------------------------
 
+
 def token_usage(*, user: User, first_month: date, last_month: date) -> list[dict]:
     """Input and output tokens per project, model and month, from the gateway's ledger (one query)."""
-    rows = (TokenUsage.objects.filter(project__in=visible_projects(user=user).values("pk"),
-                                      day__gte=first_month, day__lt=next_month(last_month))
-            .values("model", project_slug=F("project__slug"), month=TruncMonth("day"))
-            .annotate(requests=Sum("requests"), prompt_tokens=Sum("prompt_tokens"),
-                      completion_tokens=Sum("completion_tokens"))
-            .order_by("month", "project_slug", "model"))
-    return [{"month": f"{row['month']:%Y-%m}", "project": row["project_slug"], "model": row["model"],
-             "requests": row["requests"], "prompt_tokens": row["prompt_tokens"],
-             "completion_tokens": row["completion_tokens"],
-             "total_tokens": row["prompt_tokens"] + row["completion_tokens"]} for row in rows]
+    rows = (
+        TokenUsage.objects.filter(
+            project__in=visible_projects(user=user).values("pk"), day__gte=first_month, day__lt=next_month(last_month)
+        )
+        .values("model", project_slug=F("project__slug"), month=TruncMonth("day"))
+        .annotate(
+            requests=Sum("requests"), prompt_tokens=Sum("prompt_tokens"), completion_tokens=Sum("completion_tokens")
+        )
+        .order_by("month", "project_slug", "model")
+    )
+    return [
+        {
+            "month": f"{row['month']:%Y-%m}",
+            "project": row["project_slug"],
+            "model": row["model"],
+            "requests": row["requests"],
+            "prompt_tokens": row["prompt_tokens"],
+            "completion_tokens": row["completion_tokens"],
+            "total_tokens": row["prompt_tokens"] + row["completion_tokens"],
+        }
+        for row in rows
+    ]

@@ -34,6 +34,7 @@ RUNNING_STATES = (RequestState.ALLOCATED, RequestState.PROVISIONING, RequestStat
 
 # --- Telemetry ------------------------------------------------------------------------------------------------
 
+
 @dataclass
 class CollectReport:
     instant: datetime
@@ -48,9 +49,14 @@ def sampling_instant(now: datetime) -> datetime:
 
 
 def sample_of(reading: Reading, instant: datetime) -> TelemetrySample:
-    return TelemetrySample(allocation_id=reading.allocation_id, device_id=reading.device_id, sampled_at=instant,
-                           utilization_pct=reading.utilization_pct, memory_used_mb=reading.memory_used_mb,
-                           power_w=reading.power_w)
+    return TelemetrySample(
+        allocation_id=reading.allocation_id,
+        device_id=reading.device_id,
+        sampled_at=instant,
+        utilization_pct=reading.utilization_pct,
+        memory_used_mb=reading.memory_used_mb,
+        power_w=reading.power_w,
+    )
 
 
 def telemetry_collect(*, now: datetime | None = None, driver=None) -> CollectReport:
@@ -58,8 +64,9 @@ def telemetry_collect(*, now: datetime | None = None, driver=None) -> CollectRep
     instant = sampling_instant(now or timezone.now())
     running = Allocation.objects.filter(state=AllocationState.ACTIVE)
     result = (driver or driver_for()).read(selectors.bindings_of(running), instant)
-    TelemetrySample.objects.bulk_create([sample_of(reading, instant) for reading in result.readings],
-                                        batch_size=5000, ignore_conflicts=True)
+    TelemetrySample.objects.bulk_create(
+        [sample_of(reading, instant) for reading in result.readings], batch_size=5000, ignore_conflicts=True
+    )
     for error in result.errors:
         logger.warning("Telemetry: %s", error)
     return CollectReport(instant, len(result.readings), result.errors)
@@ -106,10 +113,11 @@ ON CONFLICT (allocation_id, day) DO UPDATE SET
 """
 
 _VENDOR_SQL = {
-    "postgresql": {"gap": "EXTRACT(EPOCH FROM (r.sampled_at - r.previous_at))",
-                   "day": "CAST(i.sampled_at AT TIME ZONE 'UTC' AS date)"},
-    "sqlite": {"gap": "((julianday(r.sampled_at) - julianday(r.previous_at)) * 86400.0)",
-               "day": "date(i.sampled_at)"},
+    "postgresql": {
+        "gap": "EXTRACT(EPOCH FROM (r.sampled_at - r.previous_at))",
+        "day": "CAST(i.sampled_at AT TIME ZONE 'UTC' AS date)",
+    },
+    "sqlite": {"gap": "((julianday(r.sampled_at) - julianday(r.previous_at)) * 86400.0)", "day": "date(i.sampled_at)"},
 }
 
 
@@ -123,11 +131,20 @@ def telemetry_rollup(*, first_day: date, now: datetime | None = None) -> int:
     rollup rows those days have."""
     now = now or timezone.now()
     since = midnight(first_day)
-    sql = _ROLLUP.format(samples=TelemetrySample._meta.db_table, devices=Device._meta.db_table,
-                         daily=DailyUsage._meta.db_table, **_VENDOR_SQL[connection.vendor])
+    sql = _ROLLUP.format(
+        samples=TelemetrySample._meta.db_table,
+        devices=Device._meta.db_table,
+        daily=DailyUsage._meta.db_table,
+        **_VENDOR_SQL[connection.vendor],
+    )
     adapt = connection.ops.adapt_datetimefield_value
-    params = {"lookback": adapt(since - timedelta(seconds=max_gap_seconds())), "since": adapt(since),
-              "until": adapt(now), "max_gap": max_gap_seconds(), "now": adapt(now)}
+    params = {
+        "lookback": adapt(since - timedelta(seconds=max_gap_seconds())),
+        "since": adapt(since),
+        "until": adapt(now),
+        "max_gap": max_gap_seconds(),
+        "now": adapt(now),
+    }
     with connection.cursor() as cursor:
         cursor.execute(sql, params)
     return DailyUsage.objects.filter(day__gte=first_day).count()
@@ -144,16 +161,20 @@ def telemetry_prune(*, now: datetime | None = None) -> int:
 
 # --- Quota ledger and budgets ----------------------------------------------------------------------------------
 
+
 @transaction.atomic
 def ledger_refresh(*, months: list[date], now: datetime | None = None) -> int:
     """Recompute tenancy.MonthlyUsage (card-hours per project and month, running allocations up to now) for the
     given months from the allocations, and store it; returns the rows written."""
     periods = {month_period(month).label: first_of_month(month) for month in months}
     hours = selectors.card_hours_by_project(periods=[month_period(month) for month in periods.values()], now=now)
-    rows = [MonthlyUsage(project_id=project_id, month=periods[label], card_hours=value)
-            for (project_id, label), value in hours.items()]
-    MonthlyUsage.objects.bulk_create(rows, update_conflicts=True, unique_fields=["project", "month"],
-                                     update_fields=["card_hours", "updated_at"])
+    rows = [
+        MonthlyUsage(project_id=project_id, month=periods[label], card_hours=value)
+        for (project_id, label), value in hours.items()
+    ]
+    MonthlyUsage.objects.bulk_create(
+        rows, update_conflicts=True, unique_fields=["project", "month"], update_fields=["card_hours", "updated_at"]
+    )
     return len(rows)
 
 
@@ -164,9 +185,9 @@ def _reached(used, limit) -> list[str]:
 def budgets_check(*, month: date) -> list[BudgetAlert]:
     """Announce once each budget level a project has reached this month, from the ledger; returns new alerts."""
     month = first_of_month(month)
-    usage = (MonthlyUsage.objects.filter(month=month, card_hours__gt=0,
-                                         project__quota__monthly_card_hours__isnull=False)
-             .values_list("project_id", "card_hours", "project__quota__monthly_card_hours"))
+    usage = MonthlyUsage.objects.filter(
+        month=month, card_hours__gt=0, project__quota__monthly_card_hours__isnull=False
+    ).values_list("project_id", "card_hours", "project__quota__monthly_card_hours")
     announced = set(BudgetAlert.objects.filter(month=month).values_list("project_id", "level"))
     alerts = []
     for project_id, used, limit in usage:
@@ -181,15 +202,23 @@ def budgets_check(*, month: date) -> list[BudgetAlert]:
 def budget_alert_record(*, project_id: int, month: date, level: str, used, limit) -> BudgetAlert | None:
     """Store the alert and its audit row on the project; None when another run stored it first. At 100%, running
     work is released only when METERING_BUDGET_RELEASES_RUNNING says so."""
-    alert, created = BudgetAlert.objects.get_or_create(project_id=project_id, month=month, level=level,
-                                                       defaults={"card_hours": used, "limit": limit})
+    alert, created = BudgetAlert.objects.get_or_create(
+        project_id=project_id, month=month, level=level, defaults={"card_hours": used, "limit": limit}
+    )
     if not created:
         return None
     project = Project.objects.get(pk=project_id)
-    message = (f"{project.slug} used {used:.1f} of its {limit:.0f} card-hours for {month:%B %Y}: "
-               f"{BudgetLevel(level).label.lower()}.")
-    audit_record(actor=None, action=f"budget.{level}", target=project, reason=message,
-                 data={"month": f"{month:%Y-%m}", "card_hours": used, "limit": limit})
+    message = (
+        f"{project.slug} used {used:.1f} of its {limit:.0f} card-hours for {month:%B %Y}: "
+        f"{BudgetLevel(level).label.lower()}."
+    )
+    audit_record(
+        actor=None,
+        action=f"budget.{level}",
+        target=project,
+        reason=message,
+        data={"month": f"{month:%Y-%m}", "card_hours": used, "limit": limit},
+    )
     if level == BudgetLevel.EXHAUSTED and settings.METERING_BUDGET_RELEASES_RUNNING:
         for request in ResourceRequest.objects.filter(project_id=project_id, state__in=RUNNING_STATES):
             request_release(request=request, actor=None, reason=f"monthly card-hour budget used up ({message})")
@@ -216,6 +245,7 @@ def telemetry_refresh(*, now: datetime | None = None) -> dict:
 
 # --- Durations for /metrics -------------------------------------------------------------------------------------
 
+
 def duration_observe(*, metric: str, seconds: float, bounds: tuple[float, ...]) -> None:
     """Count one observation in every cumulative bucket it falls in: one upsert, which also creates the buckets."""
     table = HistogramBucket._meta.db_table
@@ -226,4 +256,5 @@ def duration_observe(*, metric: str, seconds: float, bounds: tuple[float, ...]) 
             f"INSERT INTO {table} (metric, le, count, sum_seconds) VALUES {rows} "
             f"ON CONFLICT (metric, le) DO UPDATE SET count = {table}.count + excluded.count, "
             f"sum_seconds = {table}.sum_seconds + excluded.sum_seconds",
-            [value for bucket in buckets for value in bucket])
+            [value for bucket in buckets for value in bucket],
+        )

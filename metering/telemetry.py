@@ -84,7 +84,8 @@ def workload_of(binding: Binding) -> str:
     if binding.service_kind == ServiceKind.BARE_METAL:
         return TRAINING
     return random.Random(f"workload:{binding.allocation_id}").choices(
-        [TRAINING, INTERACTIVE, UNDERUSED], weights=[4, 3, 3])[0]
+        [TRAINING, INTERACTIVE, UNDERUSED], weights=[4, 3, 3]
+    )[0]
 
 
 def _utilization_and_memory(workload: str, binding: Binding, at: datetime, rng: random.Random) -> tuple[float, float]:
@@ -118,12 +119,20 @@ class SimulatedDriver:
             utilization = _percentage(utilization)
             peak = _peak_power_w(binding.memory_gb)
             power = (0.1 * peak + 0.9 * peak * utilization / 100) * binding.share
-            result.readings.append(Reading(binding.allocation_id, binding.device_id, round(utilization, 2),
-                                           int(memory * binding.memory_gb * 1024 * binding.share), round(power, 2)))
+            result.readings.append(
+                Reading(
+                    binding.allocation_id,
+                    binding.device_id,
+                    round(utilization, 2),
+                    int(memory * binding.memory_gb * 1024 * binding.share),
+                    round(power, 2),
+                )
+            )
         return result
 
 
 # --- dcgm-exporter ---------------------------------------------------------------------------------------------
+
 
 def dcgm_device_values(text: str) -> dict[str, dict[str, float]]:
     """{device UUID: {metric: value}} of the utilization, memory and power samples in dcgm-exporter output."""
@@ -177,9 +186,15 @@ class DcgmDriver:
             if problem := _dcgm_problem(device, binding):
                 result.errors.append(f"{node}: dropped the sample of {binding.device_uuid}: {problem}")
                 continue
-            result.readings.append(Reading(
-                binding.allocation_id, binding.device_id, device[UTILIZATION],
-                int(device[MEMORY_USED] * binding.share), round(device[POWER] * binding.share, 3)))
+            result.readings.append(
+                Reading(
+                    binding.allocation_id,
+                    binding.device_id,
+                    device[UTILIZATION],
+                    int(device[MEMORY_USED] * binding.share),
+                    round(device[POWER] * binding.share, 3),
+                )
+            )
 
 
 def driver_for(name: str | None = None):
@@ -187,7 +202,9 @@ def driver_for(name: str | None = None):
     if name == TelemetryDriver.SIMULATED:
         return SimulatedDriver()
     if name == TelemetryDriver.DCGM:
-        return DcgmDriver(url_template=settings.METERING_DCGM_URL_TEMPLATE,
-                          timeout=settings.METERING_DCGM_TIMEOUT_SECONDS)
-    raise ImproperlyConfigured(f"METERING_TELEMETRY_DRIVER must be one of {', '.join(TelemetryDriver.values)}; "
-                               f"got {name!r}.")
+        return DcgmDriver(
+            url_template=settings.METERING_DCGM_URL_TEMPLATE, timeout=settings.METERING_DCGM_TIMEOUT_SECONDS
+        )
+    raise ImproperlyConfigured(
+        f"METERING_TELEMETRY_DRIVER must be one of {', '.join(TelemetryDriver.values)}; got {name!r}."
+    )

@@ -35,27 +35,48 @@ def _burn_down(project: Project | None, now) -> dict | None:
     if project is None or project.quota.monthly_card_hours is None:
         return None
     points = selectors.burn_down(project=project, now=now)
-    return burn_down_chart(f"Budget burn-down of {project.name}, {now:%B %Y}", "card-hours",
-                           [period.label for period in days_of_month(now.date())],
-                           [float(point["remaining"]) for point in points], float(project.quota.monthly_card_hours))
+    return burn_down_chart(
+        f"Budget burn-down of {project.name}, {now:%B %Y}",
+        "card-hours",
+        [period.label for period in days_of_month(now.date())],
+        [float(point["remaining"]) for point in points],
+        float(project.quota.monthly_card_hours),
+    )
 
 
 def usage_context(*, user: User, project: Project | None, first: date, last: date) -> dict:
     now = timezone.now()
     project_id = project.pk if project is not None else None
-    rows = selectors.usage_report(user=user, first_month=first, last_month=last, project_id=project_id,
-                                  group_by=[G.PROJECT, G.ACCELERATOR_MODEL, G.MONTH], now=now)
+    rows = selectors.usage_report(
+        user=user,
+        first_month=first,
+        last_month=last,
+        project_id=project_id,
+        group_by=[G.PROJECT, G.ACCELERATOR_MODEL, G.MONTH],
+        now=now,
+    )
     by_month = _totals(rows, G.MONTH, order=[period.label for period in months(first, last)])
-    query = {"group_by": "project,tenant,accelerator_model,spec,month", "from": f"{first:%Y-%m}",
-             "to": f"{last:%Y-%m}", **({"project": project_id} if project_id else {})}
+    query = {
+        "group_by": "project,tenant,accelerator_model,spec,month",
+        "from": f"{first:%Y-%m}",
+        "to": f"{last:%Y-%m}",
+        **({"project": project_id} if project_id else {}),
+    }
     return {
-        "first": first, "last": last, "project": project, "currency": settings.CATALOG_CURRENCY,
+        "first": first,
+        "last": last,
+        "project": project,
+        "currency": settings.CATALOG_CURRENCY,
         "charts": [
             bar_chart("Card-hours per month", "card-hours", [(m["name"], float(m["card_hours"])) for m in by_month]),
             bar_chart("Cost per month", settings.CATALOG_CURRENCY, [(m["name"], float(m["cost"])) for m in by_month]),
-            bar_chart("Energy per month", "kWh", [(m["name"], m["energy_kwh"]) for m in by_month])],
-        "by_month": by_month, "by_project": _totals(rows, G.PROJECT), "by_model": _totals(rows, G.ACCELERATOR_MODEL),
-        "budgets": selectors.budget_list(user=user, project_id=project_id), "burn_down": _burn_down(project, now),
+            bar_chart("Energy per month", "kWh", [(m["name"], m["energy_kwh"]) for m in by_month]),
+        ],
+        "by_month": by_month,
+        "by_project": _totals(rows, G.PROJECT),
+        "by_model": _totals(rows, G.ACCELERATOR_MODEL),
+        "budgets": selectors.budget_list(user=user, project_id=project_id),
+        "burn_down": _burn_down(project, now),
         "recommendations": [advice.as_data() for advice in selectors.recommendations(user=user, project_id=project_id)],
         "kpi": selectors.zero_touch_kpi(user=user, first_month=first, last_month=last),
         "tokens": selectors.token_usage(user=user, first_month=first, last_month=last),
@@ -69,5 +90,11 @@ def usage(request):
     if not form.is_valid():
         return render(request, "metering/usage.html", {"form": form}, status=400)
     chosen = form.cleaned_data
-    return render(request, "metering/usage.html", {"form": form, **usage_context(
-        user=request.user, project=chosen["project"], first=chosen["first"], last=chosen["last"])})
+    return render(
+        request,
+        "metering/usage.html",
+        {
+            "form": form,
+            **usage_context(user=request.user, project=chosen["project"], first=chosen["first"], last=chosen["last"]),
+        },
+    )

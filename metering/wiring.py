@@ -26,9 +26,11 @@ def record_cycle_duration(*, seconds: float, **_kwargs) -> None:
 def ensure_schedules(**_kwargs) -> None:
     """Telemetry every sampling interval, the ledger and budgets every five minutes, rollups hourly."""
     every = max(1, settings.METERING_SAMPLE_INTERVAL_SECONDS // 60)
-    schedules.ensure(("Metering: collect telemetry", COLLECT_TASK, (Schedule.MINUTES, every)),
-                     ("Metering: card-hour ledger and budgets", USAGE_TASK, (Schedule.MINUTES, 5)),
-                     ("Metering: daily rollups and retention", TELEMETRY_TASK, schedules.HOURLY))
+    schedules.ensure(
+        ("Metering: collect telemetry", COLLECT_TASK, (Schedule.MINUTES, every)),
+        ("Metering: card-hour ledger and budgets", USAGE_TASK, (Schedule.MINUTES, 5)),
+        ("Metering: daily rollups and retention", TELEMETRY_TASK, schedules.HOURLY),
+    )
 
 
 def connect() -> None:

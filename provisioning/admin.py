@@ -10,8 +10,18 @@ from provisioning.models import ApiKey, ProvisioningRun, ProvisioningStep, Servi
 
 class StepInline(ReadOnlyAdminMixin, admin.TabularInline):
     model = ProvisioningStep
-    fields = ["position", "name", "state", "attempts", "max_attempts", "started_at", "finished_at", "duration",
-              "error", "log"]
+    fields = [
+        "position",
+        "name",
+        "state",
+        "attempts",
+        "max_attempts",
+        "started_at",
+        "finished_at",
+        "duration",
+        "error",
+        "log",
+    ]
     readonly_fields = fields
     ordering = ["position"]
     extra = 0
@@ -43,19 +53,50 @@ def _retry(run: ProvisioningRun, reason: str, actor) -> ProvisioningRun:
 
 @admin.register(ProvisioningRun)
 class ProvisioningRunAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
-    list_display = ["id", "request", "kind", "pipeline", "driver", "state", "current_step", "failed_because",
-                    "created_at", "finished_at"]
+    list_display = [
+        "id",
+        "request",
+        "kind",
+        "pipeline",
+        "driver",
+        "state",
+        "current_step",
+        "failed_because",
+        "created_at",
+        "finished_at",
+    ]
     list_filter = ["state", "driver", "kind", "pipeline", StepFilter]
     list_select_related = ["request__service", "request__project"]
     search_fields = ["=request__id", "allocation__node__name"]
     date_hierarchy = "created_at"
     inlines = [StepInline]
-    readonly_fields = ["request", "allocation", "kind", "pipeline", "driver", "state", "reason", "current_position",
-                       "retry_of", "failure", "delivered", "installer_reported_at", "installer_report", "created_at",
-                       "finished_at"]
+    readonly_fields = [
+        "request",
+        "allocation",
+        "kind",
+        "pipeline",
+        "driver",
+        "state",
+        "reason",
+        "current_position",
+        "retry_of",
+        "failure",
+        "delivered",
+        "installer_reported_at",
+        "installer_report",
+        "created_at",
+        "finished_at",
+    ]
     exclude = ["installer_token_hash"]
-    actions = [action_with_reason(name="retry_runs", description="Retry selected failed runs from the failed step",
-                                  verb="Retried", permission="retry", change=_retry)]
+    actions = [
+        action_with_reason(
+            name="retry_runs",
+            description="Retry selected failed runs from the failed step",
+            verb="Retried",
+            permission="retry",
+            change=_retry,
+        )
+    ]
 
     def has_retry_permission(self, request):
         return services.can_retry(request.user)
@@ -91,16 +132,28 @@ class ReplicaInline(ReadOnlyAdminMixin, admin.TabularInline):
 
 @admin.register(ServingDeployment)
 class ServingDeploymentAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
-    list_display = ["slug", "request", "project", "model_name", "state", "rate_limit_per_minute",
-                    "monthly_token_budget", "healthy_replicas", "created_at"]
+    list_display = [
+        "slug",
+        "request",
+        "project",
+        "model_name",
+        "state",
+        "rate_limit_per_minute",
+        "monthly_token_budget",
+        "healthy_replicas",
+        "created_at",
+    ]
     list_filter = ["state"]
     list_select_related = ["request__service", "request__project", "project__tenant"]
     search_fields = ["slug", "model_name", "=request__id", "project__slug"]
     inlines = [ReplicaInline]
 
     def get_queryset(self, request):
-        return super().get_queryset(request).annotate(
-            healthy=Count("replicas", filter=Q(replicas__healthy=True)), replica_count=Count("replicas"))
+        return (
+            super()
+            .get_queryset(request)
+            .annotate(healthy=Count("replicas", filter=Q(replicas__healthy=True)), replica_count=Count("replicas"))
+        )
 
     @admin.display(description="Healthy replicas")
     def healthy_replicas(self, deployment):

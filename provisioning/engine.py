@@ -70,9 +70,15 @@ def steps_resume_due(*, now=None) -> int:
     """The sweeper: hand every current step that is due (pending, back from a wait, or with a dead worker's
     expired lease) to a worker. Claims are exclusive, so a step handed out twice still runs once."""
     now = now or timezone.now()
-    due = list(ProvisioningStep.objects.filter(run__state=RunState.RUNNING, position=F("run__current_position"))
-               .filter(Q(state=StepState.PENDING) | Q(state=StepState.WAITING, retry_at__lte=now)
-                       | Q(state=StepState.RUNNING, lease_expires_at__lt=now)).values_list("pk", flat=True))
+    due = list(
+        ProvisioningStep.objects.filter(run__state=RunState.RUNNING, position=F("run__current_position"))
+        .filter(
+            Q(state=StepState.PENDING)
+            | Q(state=StepState.WAITING, retry_at__lte=now)
+            | Q(state=StepState.RUNNING, lease_expires_at__lt=now)
+        )
+        .values_list("pk", flat=True)
+    )
     for step_id in due:
         async_task(services.STEP_TASK, step_id)
     return len(due)
@@ -80,19 +86,21 @@ def steps_resume_due(*, now=None) -> int:
 
 # --- Claim ------------------------------------------------------------------------------------------------
 
+
 @transaction.atomic
 def _claim(step_id: int, owner: uuid.UUID) -> tuple[ProvisioningStep, datetime] | None:
     """The step, now ours under a lease, and the deadline of this attempt; None when it is not ours to run."""
-    step = (ProvisioningStep.objects.select_for_update(of=("self",)).select_related("run")
-            .filter(pk=step_id).first())
+    step = ProvisioningStep.objects.select_for_update(of=("self",)).select_related("run").filter(pk=step_id).first()
     now = timezone.now()
     if step is None or step.run.state != RunState.RUNNING or step.position != step.run.current_position:
         return None
     if _lease_expired(step, now):
         _append_log(step, f"attempt {step.attempts}: its worker stopped answering (lease expired)")
         if step.attempts >= step.max_attempts:
-            _fail(step, StepError("worker_lost", "The worker running the last attempt stopped answering.",
-                                  retryable=False))
+            _fail(
+                step,
+                StepError("worker_lost", "The worker running the last attempt stopped answering.", retryable=False),
+            )
             return None
     elif not _claimable(step, now):
         return None
@@ -129,6 +137,7 @@ def _claimable(step: ProvisioningStep, now) -> bool:
 
 
 # --- Heartbeat --------------------------------------------------------------------------------------------
+
 
 class _Heartbeat:
     """Renews the step's lease every third of PROVISIONING_LEASE_SECONDS while the attempt runs, up to the attempt's
@@ -169,6 +178,7 @@ class _Heartbeat:
 
 # --- Attempt ----------------------------------------------------------------------------------------------
 
+
 def _attempt(step: ProvisioningStep) -> Done | Waiting | StepError:
     started = time.monotonic()
     context = None
@@ -192,8 +202,9 @@ def _attempt(step: ProvisioningStep) -> Done | Waiting | StepError:
 def _waiting(step: ProvisioningStep, pending: StepPending) -> Waiting | StepError:
     remaining = (step.deadline_at - timezone.now()).total_seconds() if step.deadline_at else pending.retry_after
     if remaining <= 0:
-        return StepError("step_timeout", f"Still not done after {step.timeout_seconds} s: {pending.message}",
-                         retryable=False)
+        return StepError(
+            "step_timeout", f"Still not done after {step.timeout_seconds} s: {pending.message}", retryable=False
+        )
     return Waiting(min(pending.retry_after, remaining), pending.message)
 
 
@@ -202,16 +213,33 @@ def _context(step: ProvisioningStep) -> StepContext:
     node = run.allocation.node
     bindings = AllocationDevice.objects.filter(allocation=run.allocation).select_related("device__model")
     target = Target(
-        run_id=run.pk, request_id=run.request_id, node=node.name, snapshot=run.request.approved_spec,
-        devices=tuple({"index": binding.device.index, "uuid": binding.device.uuid, "model": binding.device.model.name,
-                       "milli": binding.milli} for binding in bindings),
-        bmc_address=node.bmc_address, bmc_credentials_ref=node.bmc_credentials_ref, attempt=step.attempts,
-        inventory={"cpu_cores": node.cpu_milli // 1000, "memory_gb": node.memory_mib // 1024,
-                   "accelerators": node.devices.count()})
+        run_id=run.pk,
+        request_id=run.request_id,
+        node=node.name,
+        snapshot=run.request.approved_spec,
+        devices=tuple(
+            {
+                "index": binding.device.index,
+                "uuid": binding.device.uuid,
+                "model": binding.device.model.name,
+                "milli": binding.milli,
+            }
+            for binding in bindings
+        ),
+        bmc_address=node.bmc_address,
+        bmc_credentials_ref=node.bmc_credentials_ref,
+        attempt=step.attempts,
+        inventory={
+            "cpu_cores": node.cpu_milli // 1000,
+            "memory_gb": node.memory_mib // 1024,
+            "accelerators": node.devices.count(),
+        },
+    )
     return StepContext(run=run, step=step, target=target)
 
 
 # --- Record -----------------------------------------------------------------------------------------------
+
 
 @transaction.atomic
 def _record(step_id: int, owner: uuid.UUID, outcome: Done | Waiting | StepError) -> float | None:
@@ -262,12 +290,20 @@ def _retry_or_fail(step: ProvisioningStep, error: StepError) -> float | None:
     if not error.retryable or step.attempts >= step.max_attempts:
         _fail(step, error)
         return None
-    backoff = min(settings.PROVISIONING_BACKOFF_SECONDS * 2 ** (step.attempts - 1),
-                  settings.PROVISIONING_BACKOFF_MAX_SECONDS)
-    message = (f"Step '{step.name}' failed (attempt {step.attempts} of {step.max_attempts}): {error.message} "
-               f"Retrying in {backoff:g} s.")
-    record_event(step.run.request, actor=None, code=EventCode.PROVISIONING_STEP_FAILED, message=message,
-                 data={"run": step.run_id, "step": step.name, "attempt": step.attempts, "code": error.code})
+    backoff = min(
+        settings.PROVISIONING_BACKOFF_SECONDS * 2 ** (step.attempts - 1), settings.PROVISIONING_BACKOFF_MAX_SECONDS
+    )
+    message = (
+        f"Step '{step.name}' failed (attempt {step.attempts} of {step.max_attempts}): {error.message} "
+        f"Retrying in {backoff:g} s."
+    )
+    record_event(
+        step.run.request,
+        actor=None,
+        code=EventCode.PROVISIONING_STEP_FAILED,
+        message=message,
+        data={"run": step.run_id, "step": step.name, "attempt": step.attempts, "code": error.code},
+    )
     return _wait(step, backoff, Wait.RETRY, f"attempt {step.attempts}: {error.code}: {error.message}")
 
 

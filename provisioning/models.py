@@ -1,6 +1,5 @@
 """Provisioning runs: the ordered steps that build (or tear down) the environment of one allocation."""
 
-
 from django.conf import settings
 from django.db import models
 from django.db.models import Q
@@ -19,8 +18,9 @@ class ProvisioningRun(models.Model):
     current_position = models.PositiveSmallIntegerField(default=0, help_text="The step that runs next.")
     retry_of = models.ForeignKey("self", null=True, blank=True, on_delete=models.PROTECT, related_name="retries")
     failure = models.JSONField(default=dict, blank=True, help_text="{step, code, message, details} of a failed run.")
-    delivered = models.JSONField(default=dict, blank=True, help_text="What the requester got: node, devices, "
-                                                                     "addresses, image, access details.")
+    delivered = models.JSONField(
+        default=dict, blank=True, help_text="What the requester got: node, devices, addresses, image, access details."
+    )
     installer_token_hash = models.CharField(max_length=64, blank=True)
     installer_reported_at = models.DateTimeField(null=True, blank=True)
     installer_report = models.JSONField(default=dict, blank=True)
@@ -30,12 +30,17 @@ class ProvisioningRun(models.Model):
     class Meta:
         ordering = ["-created_at", "-id"]
         constraints = [
-            models.UniqueConstraint(fields=["allocation", "kind"], condition=~Q(kind=RunKind.PROVISION),
-                                    name="one_teardown_run_per_allocation_and_kind"),
-            models.UniqueConstraint(fields=["allocation"], condition=Q(kind=RunKind.PROVISION),
-                                    name="one_provision_run_per_allocation"),
-            models.UniqueConstraint(fields=["installer_token_hash"], condition=~Q(installer_token_hash=""),
-                                    name="installer_token_unique"),
+            models.UniqueConstraint(
+                fields=["allocation", "kind"],
+                condition=~Q(kind=RunKind.PROVISION),
+                name="one_teardown_run_per_allocation_and_kind",
+            ),
+            models.UniqueConstraint(
+                fields=["allocation"], condition=Q(kind=RunKind.PROVISION), name="one_provision_run_per_allocation"
+            ),
+            models.UniqueConstraint(
+                fields=["installer_token_hash"], condition=~Q(installer_token_hash=""), name="installer_token_unique"
+            ),
         ]
         indexes = [models.Index(fields=["state"], condition=Q(state=RunState.RUNNING), name="running_runs_idx")]
         permissions = [("retry_provisioningrun", "Can retry a failed provisioning run")]
@@ -67,11 +72,17 @@ class ProvisioningStep(models.Model):
         ordering = ["run", "position"]
         constraints = [
             models.UniqueConstraint(fields=["run", "position"], name="one_step_per_run_position"),
-            models.CheckConstraint(condition=~Q(state=StepState.RUNNING) | Q(lease_owner__isnull=False),
-                                   name="running_step_has_lease"),
+            models.CheckConstraint(
+                condition=~Q(state=StepState.RUNNING) | Q(lease_owner__isnull=False), name="running_step_has_lease"
+            ),
         ]
-        indexes = [models.Index(fields=["state", "retry_at"], name="step_due_idx",
-                                condition=Q(state__in=[StepState.PENDING, StepState.RUNNING, StepState.WAITING]))]
+        indexes = [
+            models.Index(
+                fields=["state", "retry_at"],
+                name="step_due_idx",
+                condition=Q(state__in=[StepState.PENDING, StepState.RUNNING, StepState.WAITING]),
+            )
+        ]
 
     def __str__(self):
         return f"{self.name} ({self.state})"
@@ -112,8 +123,9 @@ class ServingDeployment(models.Model):
     model_name = models.CharField(max_length=160, help_text="The model id clients send, as /v1/models lists it.")
     state = models.CharField(max_length=10, choices=State.choices, default=State.DEPLOYING)
     rate_limit_per_minute = models.PositiveIntegerField(help_text="Requests per minute per API key.")
-    monthly_token_budget = models.PositiveBigIntegerField(null=True, blank=True,
-                                                          help_text="Input + output tokens a month; empty = none.")
+    monthly_token_budget = models.PositiveBigIntegerField(
+        null=True, blank=True, help_text="Input + output tokens a month; empty = none."
+    )
     created_at = models.DateTimeField(auto_now_add=True)
     stopped_at = models.DateTimeField(null=True, blank=True)
 
@@ -153,8 +165,9 @@ class ApiKey(models.Model):
     created_at = models.DateTimeField(auto_now_add=True)
     last_used_at = models.DateTimeField(null=True, blank=True)
     revoked_at = models.DateTimeField(null=True, blank=True)
-    replaced_by = models.OneToOneField("self", null=True, blank=True, on_delete=models.SET_NULL,
-                                       related_name="replaces", help_text="Set when rotated.")
+    replaced_by = models.OneToOneField(
+        "self", null=True, blank=True, on_delete=models.SET_NULL, related_name="replaces", help_text="Set when rotated."
+    )
 
     class Meta:
         ordering = ["project", "-created_at"]

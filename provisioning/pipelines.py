@@ -47,8 +47,9 @@ BARE_METAL_TEARDOWN = [
 ]
 MODEL_SERVING = [
     StepDefinition("start_replicas", "Start one inference instance per replica", steps.start_replicas, 600),
-    StepDefinition("wait_replicas_ready", "Wait for the replicas' readiness", steps.wait_replicas_ready, 600,
-                   polls=True),
+    StepDefinition(
+        "wait_replicas_ready", "Wait for the replicas' readiness", steps.wait_replicas_ready, 600, polls=True
+    ),
     StepDefinition("register_routes", "Register the upstreams in the gateway", steps.register_routes, 60),
     StepDefinition("publish_endpoint", "Publish the endpoint", steps.publish_endpoint, 60),
 ]
@@ -59,8 +60,11 @@ MODEL_SERVING_TEARDOWN = [
 RETURN_CAPACITY = StepDefinition("return_capacity", "Return the capacity", steps.return_capacity, 120)
 
 _BUILD = {Pipeline.COMPUTE: COMPUTE, Pipeline.BARE_METAL: BARE_METAL, Pipeline.MODEL_SERVING: MODEL_SERVING}
-_TEARDOWN = {Pipeline.COMPUTE: COMPUTE_TEARDOWN, Pipeline.BARE_METAL: BARE_METAL_TEARDOWN,
-             Pipeline.MODEL_SERVING: MODEL_SERVING_TEARDOWN}
+_TEARDOWN = {
+    Pipeline.COMPUTE: COMPUTE_TEARDOWN,
+    Pipeline.BARE_METAL: BARE_METAL_TEARDOWN,
+    Pipeline.MODEL_SERVING: MODEL_SERVING_TEARDOWN,
+}
 
 
 def pipeline_for(service_kind: str) -> str | None:
@@ -83,5 +87,7 @@ def restart_position(pipeline: str, failed_position: int) -> int:
     """Where a retry after the failure cleanup starts: the failed step, or the first earlier step whose effect the
     cleanup undid (a stopped workload must be started again before its readiness can be checked)."""
     build = _BUILD[pipeline]
-    return next((position for position, definition in enumerate(build[:failed_position])
-                 if not definition.survives_cleanup), failed_position)
+    return next(
+        (position for position, definition in enumerate(build[:failed_position]) if not definition.survives_cleanup),
+        failed_position,
+    )

@@ -9,17 +9,35 @@ from requests.choices import RequestState
 
 
 def _step_data(run: ProvisioningRun, step: ProvisioningStep) -> dict:
-    return {"position": step.position, "name": step.name,
-            "label": definition_of(run.pipeline, run.kind, step.position).label, "state": step.state,
-            "attempts": step.attempts, "max_attempts": step.max_attempts, "started_at": step.started_at,
-            "finished_at": step.finished_at, "duration_seconds": step.duration_seconds, "log": step.log,
-            "output": step.output, "error": step.error or None}
+    return {
+        "position": step.position,
+        "name": step.name,
+        "label": definition_of(run.pipeline, run.kind, step.position).label,
+        "state": step.state,
+        "attempts": step.attempts,
+        "max_attempts": step.max_attempts,
+        "started_at": step.started_at,
+        "finished_at": step.finished_at,
+        "duration_seconds": step.duration_seconds,
+        "log": step.log,
+        "output": step.output,
+        "error": step.error or None,
+    }
 
 
 def run_summary(run: ProvisioningRun) -> dict:
-    return {"id": run.pk, "kind": run.kind, "state": run.state, "pipeline": run.pipeline, "driver": run.driver,
-            "reason": run.reason, "failure": run.failure or None, "retry_of": run.retry_of_id,
-            "created_at": run.created_at, "finished_at": run.finished_at}
+    return {
+        "id": run.pk,
+        "kind": run.kind,
+        "state": run.state,
+        "pipeline": run.pipeline,
+        "driver": run.driver,
+        "reason": run.reason,
+        "failure": run.failure or None,
+        "retry_of": run.retry_of_id,
+        "created_at": run.created_at,
+        "finished_at": run.finished_at,
+    }
 
 
 def _run_data(run: ProvisioningRun) -> dict:
@@ -28,11 +46,18 @@ def _run_data(run: ProvisioningRun) -> dict:
 
 def provisioning_details(request) -> dict | None:
     """The request's runs with their steps (two queries), and what was delivered while it is active."""
-    runs = list(ProvisioningRun.objects.filter(request=request).order_by("created_at", "id")
-                .prefetch_related(Prefetch("steps", queryset=ProvisioningStep.objects.order_by("position"))))
+    runs = list(
+        ProvisioningRun.objects.filter(request=request)
+        .order_by("created_at", "id")
+        .prefetch_related(Prefetch("steps", queryset=ProvisioningStep.objects.order_by("position")))
+    )
     if not runs:
         return None
-    delivered = next((run.delivered for run in reversed(runs)
-                      if run.kind == RunKind.PROVISION and run.state == RunState.SUCCEEDED), None)
-    return {"runs": [_run_data(run) for run in runs],
-            "delivered": delivered if request.state == RequestState.ACTIVE else None}
+    delivered = next(
+        (run.delivered for run in reversed(runs) if run.kind == RunKind.PROVISION and run.state == RunState.SUCCEEDED),
+        None,
+    )
+    return {
+        "runs": [_run_data(run) for run in runs],
+        "delivered": delivered if request.state == RequestState.ACTIVE else None,
+    }

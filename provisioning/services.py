@@ -41,31 +41,59 @@ def _driver_for(pipeline: str) -> str:
     return settings.PROVISIONING_BMC_DRIVER if pipeline == Pipeline.BARE_METAL else "simulated"
 
 
-def _create_run(request: ResourceRequest, allocation: Allocation, kind: str, *, reason: str = "",
-                start_at: int = 0, retry_of: ProvisioningRun | None = None) -> ProvisioningRun:
+def _create_run(
+    request: ResourceRequest,
+    allocation: Allocation,
+    kind: str,
+    *,
+    reason: str = "",
+    start_at: int = 0,
+    retry_of: ProvisioningRun | None = None,
+) -> ProvisioningRun:
     """The run with all its steps; steps before `start_at` are carried over (succeeded) from `retry_of`."""
     pipeline = pipeline_for(request.approved_spec["service"]["kind"])
-    run = ProvisioningRun.objects.create(request=request, allocation=allocation, kind=kind, pipeline=pipeline,
-                                         driver=_driver_for(pipeline), reason=reason[:300],
-                                         current_position=start_at, retry_of=retry_of)
+    run = ProvisioningRun.objects.create(
+        request=request,
+        allocation=allocation,
+        kind=kind,
+        pipeline=pipeline,
+        driver=_driver_for(pipeline),
+        reason=reason[:300],
+        current_position=start_at,
+        retry_of=retry_of,
+    )
     carried = {step.position: step for step in retry_of.steps.all()} if retry_of else {}
     timeouts = settings.PROVISIONING_STEP_TIMEOUTS
-    ProvisioningStep.objects.bulk_create([
-        ProvisioningStep(run=run, position=position, name=definition.name,
-                         max_attempts=settings.PROVISIONING_MAX_ATTEMPTS,
-                         timeout_seconds=timeouts.get(definition.name, definition.timeout),
-                         **_carried_over(carried.get(position)) if position < start_at else {})
-        for position, definition in enumerate(steps_for(pipeline, kind))])
+    ProvisioningStep.objects.bulk_create(
+        [
+            ProvisioningStep(
+                run=run,
+                position=position,
+                name=definition.name,
+                max_attempts=settings.PROVISIONING_MAX_ATTEMPTS,
+                timeout_seconds=timeouts.get(definition.name, definition.timeout),
+                **_carried_over(carried.get(position)) if position < start_at else {},
+            )
+            for position, definition in enumerate(steps_for(pipeline, kind))
+        ]
+    )
     enqueue_step(run.steps.get(position=start_at).pk)
     return run
 
 
 def _carried_over(step: ProvisioningStep) -> dict:
-    return {"state": StepState.SUCCEEDED, "attempts": 0, "output": step.output, "started_at": step.started_at,
-            "finished_at": step.finished_at, "log": f"Carried over from run #{step.run_id}; not run again."}
+    return {
+        "state": StepState.SUCCEEDED,
+        "attempts": 0,
+        "output": step.output,
+        "started_at": step.started_at,
+        "finished_at": step.finished_at,
+        "log": f"Carried over from run #{step.run_id}; not run again.",
+    }
 
 
 # --- Start ------------------------------------------------------------------------------------------------
+
 
 def runs_start(*, request_ids: list[int]) -> list[ProvisioningRun]:
     """Provision each newly allocated request (after the scheduler's commit); safe to call twice."""
@@ -82,10 +110,14 @@ def _start(request_id: int) -> ProvisioningRun | None:
     if ProvisioningRun.objects.filter(allocation=allocation, kind=RunKind.PROVISION).exists():
         return None
     run = _create_run(request, allocation, RunKind.PROVISION)
-    request_transition(request=request, transition="start_provisioning", code=EventCode.PROVISIONING,
-                       message=f"Provisioning started on {allocation.node.name}: {run.get_pipeline_display()}, "
-                               f"{run.steps.count()} steps ({run.driver} driver).",
-                       data={"run": run.pk, "pipeline": run.pipeline, "driver": run.driver})
+    request_transition(
+        request=request,
+        transition="start_provisioning",
+        code=EventCode.PROVISIONING,
+        message=f"Provisioning started on {allocation.node.name}: {run.get_pipeline_display()}, "
+        f"{run.steps.count()} steps ({run.driver} driver).",
+        data={"run": run.pk, "pipeline": run.pipeline, "driver": run.driver},
+    )
     return run
 
 
@@ -94,10 +126,15 @@ def runs_start_stranded(*, limit: int = 100) -> dict[str, list[int]]:
     provisioning run lost its start (a worker died between the scheduler's commit and the task, or the start
     failed). Start it now, or, if it cannot start, release it with the reason, so no allocation is held for ever."""
     cutoff = timezone.now() - timedelta(seconds=settings.PROVISIONING_START_GRACE_SECONDS)
-    has_run = ProvisioningRun.objects.filter(allocation__request=OuterRef("pk"), kind=RunKind.PROVISION,
-                                             allocation__state=AllocationState.ACTIVE)
-    stranded = (ResourceRequest.objects.filter(state=RequestState.ALLOCATED, updated_at__lt=cutoff)
-                .filter(~Exists(has_run)).order_by("updated_at").values_list("pk", flat=True)[:limit])
+    has_run = ProvisioningRun.objects.filter(
+        allocation__request=OuterRef("pk"), kind=RunKind.PROVISION, allocation__state=AllocationState.ACTIVE
+    )
+    stranded = (
+        ResourceRequest.objects.filter(state=RequestState.ALLOCATED, updated_at__lt=cutoff)
+        .filter(~Exists(has_run))
+        .order_by("updated_at")
+        .values_list("pk", flat=True)[:limit]
+    )
     outcome = {"started": [], "released": [], "failed": []}
     for request_id in stranded:
         try:
@@ -113,16 +150,27 @@ def _start_or_release(request_id: int) -> str:
         with transaction.atomic():
             run = _start(request_id)
             if run is not None:
-                record_event(run.request, actor=None, code=EventCode.PROVISIONING_RECOVERED, data={"run": run.pk},
-                             message="Allocated without a provisioning run for longer than "
-                                     f"{settings.PROVISIONING_START_GRACE_SECONDS} s: started by the sweeper.")
+                record_event(
+                    run.request,
+                    actor=None,
+                    code=EventCode.PROVISIONING_RECOVERED,
+                    data={"run": run.pk},
+                    message="Allocated without a provisioning run for longer than "
+                    f"{settings.PROVISIONING_START_GRACE_SECONDS} s: started by the sweeper.",
+                )
                 return "started"
-        reason = {"code": "not_startable", "message": "It has no active allocation or no approved snapshot to "
-                                                      "provision from.", "details": {}}
+        reason = {
+            "code": "not_startable",
+            "message": "It has no active allocation or no approved snapshot to provision from.",
+            "details": {},
+        }
     except Exception as error:  # whatever broke the start, the devices must go back: release with the reason
         logger.exception("Provisioning of stranded request #%s could not start", request_id)
-        reason = {"code": "start_failed", "message": f"Starting provisioning failed: {type(error).__name__}.",
-                  "details": {"error": str(error)[:300]}}
+        reason = {
+            "code": "start_failed",
+            "message": f"Starting provisioning failed: {type(error).__name__}.",
+            "details": {"error": str(error)[:300]},
+        }
     return _release_stranded(request_id, reason)
 
 
@@ -139,6 +187,7 @@ def _release_stranded(request_id: int, reason: dict) -> str:
 
 # --- Finish -----------------------------------------------------------------------------------------------
 
+
 def run_succeeded(run: ProvisioningRun, last_output: dict) -> None:
     """Called by the engine inside the transaction that records the run's last step."""
     run.state, run.finished_at = RunState.SUCCEEDED, timezone.now()
@@ -147,13 +196,23 @@ def run_succeeded(run: ProvisioningRun, last_output: dict) -> None:
     run.save(update_fields=["state", "finished_at", "delivered"])
     if run.kind == RunKind.PROVISION:
         if _request_still(run, RequestState.PROVISIONING):  # not when a release overtook it
-            request_transition(request=run.request, transition="activate", code=EventCode.ACTIVE,
-                               message=f"Active: delivered on {last_output['node']} ({last_output['host']}) after "
-                                       f"{run.steps.count()} steps.", data={"run": run.pk, "delivered": last_output})
+            request_transition(
+                request=run.request,
+                transition="activate",
+                code=EventCode.ACTIVE,
+                message=f"Active: delivered on {last_output['node']} ({last_output['host']}) after "
+                f"{run.steps.count()} steps.",
+                data={"run": run.pk, "delivered": last_output},
+            )
     elif run.kind != RunKind.RELEASE:  # a release's last step already finished the request's release
-        record_event(run.request, actor=None, code=EventCode.CLEANED_UP,
-                     message=f"Cleaned up after the {'preemption' if run.kind == RunKind.TEARDOWN else 'failure'}: "
-                             f"{', '.join(_step_names(run))}.", data={"run": run.pk})
+        record_event(
+            run.request,
+            actor=None,
+            code=EventCode.CLEANED_UP,
+            message=f"Cleaned up after the {'preemption' if run.kind == RunKind.TEARDOWN else 'failure'}: "
+            f"{', '.join(_step_names(run))}.",
+            data={"run": run.pk},
+        )
 
 
 # The request state a run of each kind moves on; anything else (a release overtaking provisioning) means the
@@ -171,22 +230,38 @@ def _step_names(run: ProvisioningRun) -> list[str]:
 
 def run_failed(run: ProvisioningRun, step: ProvisioningStep, error: StepError) -> None:
     """Called by the engine inside the transaction that records the step's final failure."""
-    failure = {"step": step.name, "code": error.code, "message": error.message, "attempts": step.attempts,
-               "details": error.details}
+    failure = {
+        "step": step.name,
+        "code": error.code,
+        "message": error.message,
+        "attempts": step.attempts,
+        "details": error.details,
+    }
     run.state, run.finished_at, run.failure = RunState.FAILED, timezone.now(), failure
     run.save(update_fields=["state", "finished_at", "failure"])
     isolated = _isolate_if_needed(run, step, error)
     request = run.request
     what = "Provisioning" if run.kind == RunKind.PROVISION else f"{run.get_kind_display()}"
-    message = (f"{what} failed at step '{step.name}' after {step.attempts} attempt(s): {error.message}"
-               + (f" Node {run.allocation.node.name} isolated for an operator." if isolated else ""))
+    message = f"{what} failed at step '{step.name}' after {step.attempts} attempt(s): {error.message}" + (
+        f" Node {run.allocation.node.name} isolated for an operator." if isolated else ""
+    )
     failing_the_request = _request_still(run, _DRIVES.get(run.kind))
     if failing_the_request:
-        request_transition(request=request, transition="fail", code=EventCode.FAILED, message=message,
-                           data={"run": run.pk, "failure": failure})
+        request_transition(
+            request=request,
+            transition="fail",
+            code=EventCode.FAILED,
+            message=message,
+            data={"run": run.pk, "failure": failure},
+        )
     else:
-        record_event(request, actor=None, code=EventCode.PROVISIONING_STEP_FAILED, message=message,
-                     data={"run": run.pk, "failure": failure})
+        record_event(
+            request,
+            actor=None,
+            code=EventCode.PROVISIONING_STEP_FAILED,
+            message=message,
+            data={"run": run.pk, "failure": failure},
+        )
     if run.kind == RunKind.PROVISION:
         if failing_the_request:  # otherwise a release overtook it, and its teardown cleans up
             _create_run(request, run.allocation, RunKind.CLEANUP, reason=f"provisioning failed at {step.name}")
@@ -201,8 +276,12 @@ def _isolate_if_needed(run: ProvisioningRun, step: ProvisioningStep, error: Step
     if not (error.details.get("isolate") or run.kind != RunKind.PROVISION):
         return False
     with contextlib.suppress(Conflict):  # already cordoned, for this or another reason: it stays so
-        node_cordon(run.allocation.node, f"Isolated by provisioning run #{run.pk} (request #{run.request_id}) at "
-                                         f"step '{step.name}': {error.message}", actor=None)
+        node_cordon(
+            run.allocation.node,
+            f"Isolated by provisioning run #{run.pk} (request #{run.request_id}) at "
+            f"step '{step.name}': {error.message}",
+            actor=None,
+        )
     return True
 
 
@@ -215,10 +294,12 @@ def _return_capacity_anyway(run: ProvisioningRun) -> None:
 
 # --- Tear down --------------------------------------------------------------------------------------------
 
+
 def _cancel_provisioning(allocation_id: int) -> None:
     """Stop a provisioning run that is still going; an in-flight step's worker sees it and discards its result."""
-    for run in ProvisioningRun.objects.select_for_update().filter(allocation_id=allocation_id,
-                                                                   kind=RunKind.PROVISION, state=RunState.RUNNING):
+    for run in ProvisioningRun.objects.select_for_update().filter(
+        allocation_id=allocation_id, kind=RunKind.PROVISION, state=RunState.RUNNING
+    ):
         run.state, run.finished_at = RunState.CANCELLED, timezone.now()
         run.save(update_fields=["state", "finished_at"])
         run.steps.filter(state__in=[StepState.PENDING, StepState.WAITING]).update(state=StepState.CANCELLED)
@@ -231,8 +312,12 @@ def teardown_start(*, request_id: int, reason: str, kind: str = RunKind.RELEASE)
     # A release tears down what runs now; after a preemption the scheduler has already released the allocation
     # (and may have placed the request anew), so the teardown is for the latest released one.
     state = AllocationState.RELEASED if kind == RunKind.TEARDOWN else AllocationState.ACTIVE
-    allocation = (Allocation.objects.filter(request_id=request_id, state=state).order_by("-started_at", "-id")
-                  .select_related("request").first())
+    allocation = (
+        Allocation.objects.filter(request_id=request_id, state=state)
+        .order_by("-started_at", "-id")
+        .select_related("request")
+        .first()
+    )
     if allocation is None or not allocation.provisioning_runs.filter(kind=RunKind.PROVISION).exists():
         return False
     if allocation.provisioning_runs.exclude(kind=RunKind.PROVISION).exists():
@@ -247,6 +332,7 @@ def teardown_after_preemption(*, request_id: int, **_kwargs) -> bool:
 
 
 # --- Retry ------------------------------------------------------------------------------------------------
+
 
 def can_retry(user: User) -> bool:
     return user.has_perm("provisioning.retry_provisioningrun")
@@ -270,35 +356,56 @@ def run_retry(*, run: ProvisioningRun, actor: User, reason: str) -> Provisioning
     start_at = restart_position(run.pipeline, failed.position)
     retry = _create_run(request, allocation, RunKind.PROVISION, start_at=start_at, retry_of=run)
     restart_name = retry.steps.get(position=start_at).name
-    request_transition(request=request, transition="retry_provisioning", code=EventCode.PROVISIONING_RETRIED,
-                       actor=actor, intervention=True,
-                       message=f"Provisioning retried by {actor.username} from step '{restart_name}' "
-                               f"(failed at '{failed.name}'): {reason}",
-                       data={"run": retry.pk, "retry_of": run.pk, "from_step": restart_name, "reason": reason})
-    audit_record(actor=actor, action="provisioning.retried", target=run, reason=reason,
-                 data={"request": request.pk, "new_run": retry.pk, "from_step": restart_name})
+    request_transition(
+        request=request,
+        transition="retry_provisioning",
+        code=EventCode.PROVISIONING_RETRIED,
+        actor=actor,
+        intervention=True,
+        message=f"Provisioning retried by {actor.username} from step '{restart_name}' "
+        f"(failed at '{failed.name}'): {reason}",
+        data={"run": retry.pk, "retry_of": run.pk, "from_step": restart_name, "reason": reason},
+    )
+    audit_record(
+        actor=actor,
+        action="provisioning.retried",
+        target=run,
+        reason=reason,
+        data={"request": request.pk, "new_run": retry.pk, "from_step": restart_name},
+    )
     return retry
 
 
 def _check_retryable(run: ProvisioningRun, request: ResourceRequest) -> None:
     if run.kind != RunKind.PROVISION or run.state != RunState.FAILED:
-        raise Conflict("Only a failed provisioning run can be retried.", code="not_retryable",
-                       details={"run": run.pk, "kind": run.kind, "state": run.state})
+        raise Conflict(
+            "Only a failed provisioning run can be retried.",
+            code="not_retryable",
+            details={"run": run.pk, "kind": run.kind, "state": run.state},
+        )
     if request.state != RequestState.FAILED or run.retries.exists():
-        raise Conflict(f"Request #{request.pk} is {request.state}; only its latest failed run can be retried.",
-                       code="not_retryable", details={"request_state": request.state})
+        raise Conflict(
+            f"Request #{request.pk} is {request.state}; only its latest failed run can be retried.",
+            code="not_retryable",
+            details={"request_state": request.state},
+        )
     if run.allocation.provisioning_runs.filter(kind=RunKind.CLEANUP, state=RunState.RUNNING).exists():
-        raise Conflict("The cleanup after the failure is still running; retry when it has finished.",
-                       code="cleanup_in_progress", details={"run": run.pk})
+        raise Conflict(
+            "The cleanup after the failure is still running; retry when it has finished.",
+            code="cleanup_in_progress",
+            details={"run": run.pk},
+        )
 
 
 # --- The OS installer's callback --------------------------------------------------------------------------
 
+
 def installer_token_issue(run: ProvisioningRun) -> str:
     """A new one-time token for this run's installer (a repeated boot step replaces the previous one)."""
     token = secrets.token_urlsafe(32)
-    ProvisioningRun.objects.filter(pk=run.pk).update(installer_token_hash=secret_hash(token),
-                                                     installer_reported_at=None, installer_report={})
+    ProvisioningRun.objects.filter(pk=run.pk).update(
+        installer_token_hash=secret_hash(token), installer_reported_at=None, installer_report={}
+    )
     return token
 
 

@@ -56,6 +56,7 @@ class StepContext:
 
 # --- compute -----------------------------------------------------------------------------------------------
 
+
 def prepare_image(ctx: StepContext) -> dict:
     return ctx.host.prepare_image(ctx.target, ctx.snapshot["image"])
 
@@ -70,8 +71,12 @@ def readiness_check(ctx: StepContext) -> dict:
 
 def _delivered_base(ctx: StepContext) -> dict:
     allocation = ctx.run.allocation
-    return {"node": ctx.target.node, "devices": list(ctx.target.devices),
-            "started_at": allocation.started_at.isoformat(), "expires_at": allocation.expires_at.isoformat()}
+    return {
+        "node": ctx.target.node,
+        "devices": list(ctx.target.devices),
+        "started_at": allocation.started_at.isoformat(),
+        "expires_at": allocation.expires_at.isoformat(),
+    }
 
 
 def publish_compute_access(ctx: StepContext) -> dict:
@@ -79,9 +84,14 @@ def publish_compute_access(ctx: StepContext) -> dict:
     host, ports = workload["host"], workload["ports"]
     user = ctx.run.request.requester.username
     image = ctx.snapshot["image"]
-    return {**_delivered_base(ctx), "host": host, "ports": ports, "workload": workload["workload"],
-            "image": f"{image['name']}:{image['version']}",
-            "access": {"ssh": f"ssh -p {ports['ssh']} {user}@{host}", "jupyter": f"https://{host}:{ports['jupyter']}/"}}
+    return {
+        **_delivered_base(ctx),
+        "host": host,
+        "ports": ports,
+        "workload": workload["workload"],
+        "image": f"{image['name']}:{image['version']}",
+        "access": {"ssh": f"ssh -p {ports['ssh']} {user}@{host}", "jupyter": f"https://{host}:{ports['jupyter']}/"},
+    }
 
 
 def stop_workload(ctx: StepContext) -> dict:
@@ -91,14 +101,22 @@ def stop_workload(ctx: StepContext) -> dict:
 
 # --- bare metal --------------------------------------------------------------------------------------------
 
+
 def validate_hardware(ctx: StepContext) -> dict:
     try:
         found = ctx.bmc.inventory(ctx.target)
     except StepError as unreachable:  # bmc_reachable is a check like the others: its final failure isolates
-        raise StepError(unreachable.code, unreachable.message, retryable=unreachable.retryable,
-                        details={**unreachable.details, "isolate": True}) from unreachable
-    checks = [check for check in ctx.snapshot["bare_metal_profile"]["validation_suite"] or BASIC_HARDWARE_CHECKS
-              if check in BASIC_HARDWARE_CHECKS]
+        raise StepError(
+            unreachable.code,
+            unreachable.message,
+            retryable=unreachable.retryable,
+            details={**unreachable.details, "isolate": True},
+        ) from unreachable
+    checks = [
+        check
+        for check in ctx.snapshot["bare_metal_profile"]["validation_suite"] or BASIC_HARDWARE_CHECKS
+        if check in BASIC_HARDWARE_CHECKS
+    ]
     results = {"bmc_reachable": "passed"}
     if "system_health" in checks:
         if found["health"] not in ("OK", None):
@@ -110,13 +128,18 @@ def validate_hardware(ctx: StepContext) -> dict:
 
 
 def _inventory_match(expected: dict, found: dict) -> str:
-    mismatches = {key: {"inventory": expected[key], "bmc": found[key]} for key in ("cpu_cores", "memory_gb",
-                  "accelerators") if found.get(key) is not None and found[key] != expected.get(key)}
+    mismatches = {
+        key: {"inventory": expected[key], "bmc": found[key]}
+        for key in ("cpu_cores", "memory_gb", "accelerators")
+        if found.get(key) is not None and found[key] != expected.get(key)
+    }
     if mismatches:
-        described = ", ".join(f"{key} {values['bmc']} (inventory says {values['inventory']})"
-                              for key, values in mismatches.items())
-        raise _isolating_error("inventory_mismatch", f"The server does not match the inventory: {described}.",
-                               {"mismatches": mismatches})
+        described = ", ".join(
+            f"{key} {values['bmc']} (inventory says {values['inventory']})" for key, values in mismatches.items()
+        )
+        raise _isolating_error(
+            "inventory_mismatch", f"The server does not match the inventory: {described}.", {"mismatches": mismatches}
+        )
     unreported = [key for key in ("cpu_cores", "memory_gb", "accelerators") if found.get(key) is None]
     return "passed" + (f" ({', '.join(unreported)} not reported by the BMC)" if unreported else "")
 
@@ -131,8 +154,11 @@ def boot_installer(ctx: StepContext) -> dict:
 
     image = ctx.snapshot["bare_metal_profile"]["os_image_url"]
     if not image.startswith(("http://", "https://")):
-        raise StepError("installer_image_not_bootable", f"The OS image {image!r} is not an http(s) URL that "
-                        "virtual media can boot.", retryable=False)
+        raise StepError(
+            "installer_image_not_bootable",
+            f"The OS image {image!r} is not an http(s) URL that virtual media can boot.",
+            retryable=False,
+        )
     token = installer_token_issue(ctx.run)
     callback = settings.PUBLIC_BASE_URL.rstrip("/") + reverse("provisioning-installer-callback")
     separator = "&" if "?" in image else "?"
@@ -163,8 +189,12 @@ def wait_for_install(ctx: StepContext) -> dict:
         raise StepPending("Waiting for the OS installer's completion callback.", retry_after=INSTALLER_POLL_SECONDS)
     report = run.installer_report
     if report.get("status") != "succeeded":
-        raise StepError("installer_failed", f"The OS installer reported failure: {report.get('detail') or 'no detail'}",
-                        retryable=False, details={"report": report})
+        raise StepError(
+            "installer_failed",
+            f"The OS installer reported failure: {report.get('detail') or 'no detail'}",
+            retryable=False,
+            details={"report": report},
+        )
     return {"reported_at": run.installer_reported_at.isoformat(), "os": ctx.snapshot["bare_metal_profile"]["os_image"]}
 
 
@@ -181,8 +211,9 @@ def register_cluster(ctx: StepContext) -> dict:
 
 
 def post_install_health_check(ctx: StepContext) -> dict:
-    checks = [check for check in ctx.snapshot["bare_metal_profile"]["validation_suite"]
-              if check not in BASIC_HARDWARE_CHECKS]
+    checks = [
+        check for check in ctx.snapshot["bare_metal_profile"]["validation_suite"] if check not in BASIC_HARDWARE_CHECKS
+    ]
     try:
         return ctx.host.health_check(ctx.target, checks)
     except StepError as failure:
@@ -193,9 +224,15 @@ def publish_bare_metal_access(ctx: StepContext) -> dict:
     profile = ctx.snapshot["bare_metal_profile"]
     address = ctx.output_of("register_cluster").get("address", ctx.target.node)
     user = ctx.run.request.requester.username
-    return {**_delivered_base(ctx), "host": address, "os": profile["os_image"], "cluster": profile["target_cluster"],
-            "driver_version": profile["driver_version"], "monitoring_agent": profile["monitoring_agent"],
-            "access": {"ssh": f"ssh {user}@{address}"}}
+    return {
+        **_delivered_base(ctx),
+        "host": address,
+        "os": profile["os_image"],
+        "cluster": profile["target_cluster"],
+        "driver_version": profile["driver_version"],
+        "monitoring_agent": profile["monitoring_agent"],
+        "access": {"ssh": f"ssh {user}@{address}"},
+    }
 
 
 def deregister_cluster(ctx: StepContext) -> dict:
@@ -223,6 +260,7 @@ def mark_for_cleaning(ctx: StepContext) -> dict:
 
 # --- both --------------------------------------------------------------------------------------------------
 
+
 def return_capacity(ctx: StepContext) -> dict:
     """Give the devices back to the scheduler; a release also finishes the request's release."""
     from scheduling.reclaim import allocation_free, allocation_return
@@ -238,14 +276,23 @@ def return_capacity(ctx: StepContext) -> dict:
 def _wait_for_inflight_provisioning(ctx: StepContext) -> None:
     """Tearing down while a provisioning step is still running on another worker could leave what that step
     creates behind: wait until it has stopped (its worker sees the cancelled run) or its lease has expired."""
-    inflight = ProvisioningStep.objects.filter(
-        run__allocation_id=ctx.run.allocation_id, run__kind=RunKind.PROVISION, state=StepState.RUNNING,
-        lease_expires_at__gt=timezone.now()).exclude(run=ctx.run).values_list("name", flat=True).first()
+    inflight = (
+        ProvisioningStep.objects.filter(
+            run__allocation_id=ctx.run.allocation_id,
+            run__kind=RunKind.PROVISION,
+            state=StepState.RUNNING,
+            lease_expires_at__gt=timezone.now(),
+        )
+        .exclude(run=ctx.run)
+        .values_list("name", flat=True)
+        .first()
+    )
     if inflight:
         raise StepPending(f"Waiting for the in-flight step {inflight!r} to stop.", retry_after=1.0)
 
 
 # --- model serving -----------------------------------------------------------------------------------------
+
 
 def start_replicas(ctx: StepContext) -> dict:
     """One inference server per replica on its share of the devices; a replica still running is kept."""
@@ -277,17 +324,23 @@ def register_routes(ctx: StepContext) -> dict:
 def publish_endpoint(ctx: StepContext) -> dict:
     deployment = deployment_for(ctx.run.request)
     url = endpoint_url(deployment)
-    return {**_delivered_base(ctx), "host": urlsplit(url).netloc, "endpoint": url, "model": deployment.model_name,
-            "replicas": list(deployment.replicas.values("name", "devices")),
-            "rate_limit_per_minute": deployment.rate_limit_per_minute,
-            "monthly_token_budget": deployment.monthly_token_budget,
-            "access": {"curl": example_curl(url, deployment.model_name)}}
+    return {
+        **_delivered_base(ctx),
+        "host": urlsplit(url).netloc,
+        "endpoint": url,
+        "model": deployment.model_name,
+        "replicas": list(deployment.replicas.values("name", "devices")),
+        "rate_limit_per_minute": deployment.rate_limit_per_minute,
+        "monthly_token_budget": deployment.monthly_token_budget,
+        "access": {"curl": example_curl(url, deployment.model_name)},
+    }
 
 
 def unregister_routes(ctx: StepContext) -> dict:
     _wait_for_inflight_provisioning(ctx)
     stopped = ServingDeployment.objects.filter(request=ctx.run.request).update(
-        state=ServingDeployment.State.STOPPED, stopped_at=timezone.now())
+        state=ServingDeployment.State.STOPPED, stopped_at=timezone.now()
+    )
     return {"routes_removed": stopped}
 
 

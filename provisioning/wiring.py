@@ -20,9 +20,11 @@ def teardown_after_preemption(*, request_id: int, **_kwargs) -> None:
 def ensure_schedules(**_kwargs) -> None:
     """Every minute: resume steps back from a wait or whose worker died; start (or release) allocations whose
     provisioning never started; health-check serving replicas."""
-    schedules.ensure(("Resume provisioning steps", SWEEP_TASK, schedules.EVERY_MINUTE),
-                     ("Start stranded provisioning", STRANDED_TASK, schedules.EVERY_MINUTE),
-                     ("Health-check serving replicas", REPLICA_CHECK_TASK, schedules.EVERY_MINUTE))
+    schedules.ensure(
+        ("Resume provisioning steps", SWEEP_TASK, schedules.EVERY_MINUTE),
+        ("Start stranded provisioning", STRANDED_TASK, schedules.EVERY_MINUTE),
+        ("Health-check serving replicas", REPLICA_CHECK_TASK, schedules.EVERY_MINUTE),
+    )
 
 
 def connect() -> None:

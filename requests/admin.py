@@ -30,12 +30,29 @@ from requests.selectors import approval_of
 
 S = RequestState
 _STATE_COLOURS = {
-    S.WAITING_FOR_QUOTA: "#b7791f", S.PENDING_APPROVAL: "#b7791f", S.ACTIVE: "#2f855a",
-    S.REJECTED: "#c53030", S.FAILED: "#c53030", S.CANCELLED: "#718096", S.RELEASED: "#718096",
+    S.WAITING_FOR_QUOTA: "#b7791f",
+    S.PENDING_APPROVAL: "#b7791f",
+    S.ACTIVE: "#2f855a",
+    S.REJECTED: "#c53030",
+    S.FAILED: "#c53030",
+    S.CANCELLED: "#718096",
+    S.RELEASED: "#718096",
 }
 _OTHER_STATE_COLOUR = "#2b6cb0"
-RULE_CONDITIONS = ["service_kind", "vendor", "accelerator_model", "spec", "tenant", "project", "min_accelerator_count",
-                   "min_cost_estimate", "parameter_name", "parameter_value", "quota_exception", "min_priority"]
+RULE_CONDITIONS = [
+    "service_kind",
+    "vendor",
+    "accelerator_model",
+    "spec",
+    "tenant",
+    "project",
+    "min_accelerator_count",
+    "min_cost_estimate",
+    "parameter_name",
+    "parameter_value",
+    "quota_exception",
+    "min_priority",
+]
 RULE_CONDITION_LOOKUPS = ["vendor", "accelerator_model", "spec", "tenant", "project"]
 
 
@@ -62,9 +79,16 @@ def _admin_change_url(model, pk) -> str:
 
 def _decisions(stage: ApprovalStage) -> str:
     return format_html_join(
-        "", "<div>{}: {}{}</div>",
-        ((assignment.approver, assignment.get_decision_display() or "no decision yet",
-          f" — {assignment.comment}" if assignment.comment else "") for assignment in stage.assignments.all()),
+        "",
+        "<div>{}: {}{}</div>",
+        (
+            (
+                assignment.approver,
+                assignment.get_decision_display() or "no decision yet",
+                f" — {assignment.comment}" if assignment.comment else "",
+            )
+            for assignment in stage.assignments.all()
+        ),
     )
 
 
@@ -77,13 +101,20 @@ class ApprovalOfSubjectMixin:
         if approval is None:
             return "No approval on record."
         stages = format_html_join(
-            "", "<tr><td>{}. {}</td><td>{}</td><td>{}</td></tr>",
-            ((stage.order, stage.name, stage.get_state_display(), _decisions(stage))
-             for stage in approval.stages.all()),
+            "",
+            "<tr><td>{}. {}</td><td>{}</td><td>{}</td></tr>",
+            (
+                (stage.order, stage.name, stage.get_state_display(), _decisions(stage))
+                for stage in approval.stages.all()
+            ),
         )
-        return format_html('<p><a href="{}">{}</a> — {}</p><table>{}</table>',
-                           _admin_change_url(Approval, approval.pk), approval.route_name,
-                           approval.get_state_display(), stages)
+        return format_html(
+            '<p><a href="{}">{}</a> — {}</p><table>{}</table>',
+            _admin_change_url(Approval, approval.pk),
+            approval.route_name,
+            approval.get_state_display(),
+            stages,
+        )
 
 
 # --- Resource requests -------------------------------------------------------------------------------------
@@ -107,22 +138,73 @@ class RequestEventInline(ReadOnlyAdminMixin, admin.TabularInline):
 class ResourceRequestAdmin(ApprovalOfSubjectMixin, ReadOnlyAdminMixin, admin.ModelAdmin):
     """Requests are never edited here; operators steer them with the cancel and reject actions."""
 
-    list_display = ["id", "service", "project", "tenant", "requester", "state_badge", "priority", "cost_estimate",
-                    "quota_exception", "created_at"]
-    list_filter = ["state", "project__tenant", ("project", ProjectListFilter), "service", "service__kind",
-                   "priority", "quota_exception"]
+    list_display = [
+        "id",
+        "service",
+        "project",
+        "tenant",
+        "requester",
+        "state_badge",
+        "priority",
+        "cost_estimate",
+        "quota_exception",
+        "created_at",
+    ]
+    list_filter = [
+        "state",
+        "project__tenant",
+        ("project", ProjectListFilter),
+        "service",
+        "service__kind",
+        "priority",
+        "quota_exception",
+    ]
     list_select_related = ["service", "project__tenant", "tenant", "requester"]
     search_fields = ["=id", "requester__username", "project__slug", "service__name"]
     date_hierarchy = "created_at"
     inlines = [RequestEventInline]
-    readonly_fields = ["state_badge", "parameters_json", "quota_reasons_json", "approved_spec_json",
-                       "approval_decisions"]
+    readonly_fields = [
+        "state_badge",
+        "parameters_json",
+        "quota_reasons_json",
+        "approved_spec_json",
+        "approval_decisions",
+    ]
     fieldsets = [
-        (None, {"fields": ["state_badge", "tenant", "project", "requester", "service", "priority", "duration_hours",
-                           "justification", "parameters_json", "created_at", "updated_at"]}),
+        (
+            None,
+            {
+                "fields": [
+                    "state_badge",
+                    "tenant",
+                    "project",
+                    "requester",
+                    "service",
+                    "priority",
+                    "duration_hours",
+                    "justification",
+                    "parameters_json",
+                    "created_at",
+                    "updated_at",
+                ]
+            },
+        ),
         ("Offering", {"fields": ["spec", "image", "bare_metal_profile", "serving_model", "serving_template"]}),
-        ("Demand and cost", {"fields": ["gpu_equivalents", "accelerator_count", "accelerator_memory_gb", "cpu_cores",
-                                        "memory_gb", "card_hours", "hourly_cost", "cost_estimate"]}),
+        (
+            "Demand and cost",
+            {
+                "fields": [
+                    "gpu_equivalents",
+                    "accelerator_count",
+                    "accelerator_memory_gb",
+                    "cpu_cores",
+                    "memory_gb",
+                    "card_hours",
+                    "hourly_cost",
+                    "cost_estimate",
+                ]
+            },
+        ),
         ("Quota", {"fields": ["quota_exception", "quota_reasons_json"]}),
         ("Approval", {"fields": ["approval_decisions", "approved_at", "approved_spec_hash", "approved_spec_json"]}),
     ]
@@ -134,22 +216,33 @@ class ResourceRequestAdmin(ApprovalOfSubjectMixin, ReadOnlyAdminMixin, admin.Mod
     @admin.display(description="State", ordering="state")
     def state_badge(self, resource_request):
         colour = _STATE_COLOURS.get(resource_request.state, _OTHER_STATE_COLOUR)
-        return format_html('<span style="background:{};color:#fff;padding:1px 6px;border-radius:8px">{}</span>',
-                           colour, resource_request.get_state_display())
+        return format_html(
+            '<span style="background:{};color:#fff;padding:1px 6px;border-radius:8px">{}</span>',
+            colour,
+            resource_request.get_state_display(),
+        )
 
     def has_steer_permission(self, request):
         """The model's change permission means "may steer requests through services", not "may edit fields"."""
         return request.user.has_perm("requests.change_resourcerequest")
 
     cancel_requests = action_with_reason(
-        name="cancel_requests", description="Cancel selected requests", verb="Cancelled", permission="steer",
+        name="cancel_requests",
+        description="Cancel selected requests",
+        verb="Cancelled",
+        permission="steer",
         change=lambda resource_request, reason, actor: services.request_cancel(
-            request=resource_request, actor=actor, reason=reason),
+            request=resource_request, actor=actor, reason=reason
+        ),
     )
     reject_requests = action_with_reason(
-        name="reject_requests", description="Reject selected requests", verb="Rejected", permission="steer",
+        name="reject_requests",
+        description="Reject selected requests",
+        verb="Rejected",
+        permission="steer",
         change=lambda resource_request, reason, actor: services.request_reject_by_operator(
-            request=resource_request, actor=actor, reason=reason),
+            request=resource_request, actor=actor, reason=reason
+        ),
     )
     actions = ["cancel_requests", "reject_requests"]
 
@@ -175,13 +268,27 @@ class ApprovalStageInline(ReadOnlyAdminMixin, admin.TabularInline):
 @admin.register(Approval)
 class ApprovalAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
     list_display = ["summary", "project", "requester", "route_name", "state", "created_at", "decided_at"]
-    list_filter = ["state", ("subject_type", admin.RelatedOnlyFieldListFilter), "project__tenant",
-                   ("project", ProjectListFilter)]
+    list_filter = [
+        "state",
+        ("subject_type", admin.RelatedOnlyFieldListFilter),
+        "project__tenant",
+        ("project", ProjectListFilter),
+    ]
     list_select_related = ["project__tenant", "requester"]
     search_fields = ["summary", "route_name", "requester__username", "project__slug"]
     date_hierarchy = "created_at"
-    fields = ["summary", "subject_link", "project", "requester", "route_name", "rule", "state", "created_at",
-              "decided_at", "reminded_at"]
+    fields = [
+        "summary",
+        "subject_link",
+        "project",
+        "requester",
+        "route_name",
+        "rule",
+        "state",
+        "created_at",
+        "decided_at",
+        "reminded_at",
+    ]
     readonly_fields = ["subject_link"]
     inlines = [ApprovalStageInline]
 
@@ -224,8 +331,11 @@ class ApprovalPolicyAdmin(admin.ModelAdmin):
         return policy.rule_count
 
 
-_FIELD_NAMING_APPROVERS = {ApproverSource.USERS: "users", ApproverSource.GROUP: "group",
-                           ApproverSource.PROJECT_ROLE: "project_role"}
+_FIELD_NAMING_APPROVERS = {
+    ApproverSource.USERS: "users",
+    ApproverSource.GROUP: "group",
+    ApproverSource.PROJECT_ROLE: "project_role",
+}
 
 
 class ApprovalRuleStageForm(forms.ModelForm):
@@ -275,14 +385,22 @@ class ApprovalRuleAdmin(admin.ModelAdmin):
 class QuotaChangeRequestAdmin(ApprovalOfSubjectMixin, ReadOnlyAdminMixin, admin.ModelAdmin):
     """Decided through the approval engine; shown here for the record."""
 
-    list_display = ["id", "project", "requested_by", "previous_limits", "limits", "state", "created_at",
-                    "decided_at"]
+    list_display = ["id", "project", "requested_by", "previous_limits", "limits", "state", "created_at", "decided_at"]
     list_filter = ["state", "project__tenant", ("project", ProjectListFilter)]
     list_select_related = ["project__tenant", "requested_by"]
     search_fields = ["=id", "project__slug", "requested_by__username", "justification"]
     date_hierarchy = "created_at"
-    fields = ["project", "requested_by", "state", "previous_limits_json", "limits_json", "justification",
-              "created_at", "decided_at", "approval_decisions"]
+    fields = [
+        "project",
+        "requested_by",
+        "state",
+        "previous_limits_json",
+        "limits_json",
+        "justification",
+        "created_at",
+        "decided_at",
+        "approval_decisions",
+    ]
     readonly_fields = ["previous_limits_json", "limits_json", "approval_decisions"]
 
     previous_limits_json = pretty_json("previous_limits", "Previous limits")

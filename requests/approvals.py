@@ -99,6 +99,7 @@ def default_route(facts: Facts) -> DefaultRoute | None:
 
 # --- Routing -----------------------------------------------------------------------------------------------
 
+
 def rule_matches(rule: ApprovalRule, facts: Facts) -> bool:
     checks = [
         not rule.service_kind or rule.service_kind == facts.service_kind,
@@ -111,8 +112,8 @@ def rule_matches(rule: ApprovalRule, facts: Facts) -> bool:
         rule.min_cost_estimate is None or facts.cost_estimate >= rule.min_cost_estimate,
         not rule.parameter_name or str(facts.parameters.get(rule.parameter_name, "")) == rule.parameter_value,
         rule.quota_exception is None or rule.quota_exception == facts.quota_exception,
-        not rule.min_priority or (facts.priority in PRIORITY_RANK
-                                  and PRIORITY_RANK[facts.priority] >= PRIORITY_RANK[rule.min_priority]),
+        not rule.min_priority
+        or (facts.priority in PRIORITY_RANK and PRIORITY_RANK[facts.priority] >= PRIORITY_RANK[rule.min_priority]),
     ]
     return all(checks)
 
@@ -154,9 +155,17 @@ class Route:
         return {
             "name": self.name,
             "automatic": self.automatic,
-            "stages": [{"order": stage.order, "name": stage.name, "mode": stage.mode, "source": stage.source,
-                        "approvers": [user.username for user in stage.approvers], "note": stage.note}
-                       for stage in self.stages],
+            "stages": [
+                {
+                    "order": stage.order,
+                    "name": stage.name,
+                    "mode": stage.mode,
+                    "source": stage.source,
+                    "approvers": [user.username for user in stage.approvers],
+                    "note": stage.note,
+                }
+                for stage in self.stages
+            ],
         }
 
 
@@ -173,8 +182,10 @@ def permission_holders(permission: str) -> list[User]:
     app_label, codename = permission.split(".", 1)
     granted = Q(content_type__app_label=app_label, codename=codename)
     holders = User.objects.filter(
-        Q(is_superuser=True) | Q(user_permissions__in=Permission.objects.filter(granted))
-        | Q(groups__permissions__in=Permission.objects.filter(granted)))
+        Q(is_superuser=True)
+        | Q(user_permissions__in=Permission.objects.filter(granted))
+        | Q(groups__permissions__in=Permission.objects.filter(granted))
+    )
     return _active(holders.distinct())
 
 
@@ -216,19 +227,27 @@ def _resolve(stage: ApprovalRuleStage, facts: Facts) -> ResolvedStage:
     if not approvers:
         fallback = default_route(facts)
         approvers = _others(fallback.approvers if fallback else operators(), facts)
-        note = (f"No eligible approver from '{stage.get_source_display()}'; routed to "
-                f"{fallback.stage.lower() if fallback else 'operators'}.")
+        note = (
+            f"No eligible approver from '{stage.get_source_display()}'; routed to "
+            f"{fallback.stage.lower() if fallback else 'operators'}."
+        )
     if not approvers:
-        raise DomainError(f"Stage '{stage.name}' has no eligible approver and nobody can stand in.",
-                          code="no_eligible_approver", details={"stage": stage.name})
+        raise DomainError(
+            f"Stage '{stage.name}' has no eligible approver and nobody can stand in.",
+            code="no_eligible_approver",
+            details={"stage": stage.name},
+        )
     return ResolvedStage(stage.order, stage.name, stage.source, stage.mode, approvers, note)
 
 
 def _default_stage(route: DefaultRoute, facts: Facts) -> ResolvedStage:
     approvers = _others(route.approvers, facts)
     if not approvers:
-        raise DomainError(f"Nobody but the requester can decide '{route.stage}'.", code="no_eligible_approver",
-                          details={"stage": route.stage})
+        raise DomainError(
+            f"Nobody but the requester can decide '{route.stage}'.",
+            code="no_eligible_approver",
+            details={"stage": route.stage},
+        )
     return ResolvedStage(1, route.stage, route.source, ApprovalMode.ANY, approvers, route.note)
 
 
@@ -251,6 +270,7 @@ def route_for(facts: Facts) -> Route:
 
 # --- Lifecycle ---------------------------------------------------------------------------------------------
 
+
 @transaction.atomic
 def approval_start(*, subject: models.Model, facts: Facts) -> tuple[Approval | None, Route]:
     """Resolve and store the approval of a subject; (None, route) when the route is automatic."""
@@ -258,13 +278,22 @@ def approval_start(*, subject: models.Model, facts: Facts) -> tuple[Approval | N
     if route.automatic:
         return None, route
     approval = Approval.objects.create(
-        subject_type=ContentType.objects.get_for_model(subject), subject_id=subject.pk, project=facts.project,
-        requester=facts.requester, rule=route.rule, route_name=route.name[:250], summary=facts.summary[:250],
+        subject_type=ContentType.objects.get_for_model(subject),
+        subject_id=subject.pk,
+        project=facts.project,
+        requester=facts.requester,
+        rule=route.rule,
+        route_name=route.name[:250],
+        summary=facts.summary[:250],
     )
     for position, resolved in enumerate(route.stages):
         stage = ApprovalStage.objects.create(
-            approval=approval, order=position + 1, name=resolved.name, source=resolved.source,
-            mode=resolved.mode, note=resolved.note,
+            approval=approval,
+            order=position + 1,
+            name=resolved.name,
+            source=resolved.source,
+            mode=resolved.mode,
+            note=resolved.note,
             state=StageState.PENDING if position == 0 else StageState.WAITING,
         )
         ApprovalAssignment.objects.bulk_create(
@@ -274,15 +303,15 @@ def approval_start(*, subject: models.Model, facts: Facts) -> tuple[Approval | N
 
 
 def approval_for(subject: models.Model) -> Approval | None:
-    return Approval.objects.filter(subject_type=ContentType.objects.get_for_model(subject),
-                                   subject_id=subject.pk).first()
+    return Approval.objects.filter(
+        subject_type=ContentType.objects.get_for_model(subject), subject_id=subject.pk
+    ).first()
 
 
 @transaction.atomic
 def approval_decide(*, assignment: ApprovalAssignment, decision: str, comment: str, actor: User) -> Approval:
     """Record one approver's decision and move the approval on; the subject hears the final outcome."""
-    assignment = (ApprovalAssignment.objects.select_for_update()
-                  .select_related("stage__approval").get(pk=assignment.pk))
+    assignment = ApprovalAssignment.objects.select_for_update().select_related("stage__approval").get(pk=assignment.pk)
     stage = assignment.stage
     approval = Approval.objects.select_for_update().get(pk=stage.approval_id)
     _check_can_decide(assignment, approval, decision, comment, actor)
@@ -296,8 +325,13 @@ def approval_decide(*, assignment: ApprovalAssignment, decision: str, comment: s
         handler.on_rejected(subject, actor=actor, comment=assignment.comment)
         return approval
     if not _stage_complete(stage):
-        handler.note(subject, code=EventCode.STAGE_VOTE, actor=actor, data={"stage": stage.name},
-                     message=f"{actor.username} approved; '{stage.name}' needs every approver.")
+        handler.note(
+            subject,
+            code=EventCode.STAGE_VOTE,
+            actor=actor,
+            data={"stage": stage.name},
+            message=f"{actor.username} approved; '{stage.name}' needs every approver.",
+        )
         return approval
     stage.state, stage.decided_at = StageState.APPROVED, now
     stage.save(update_fields=["state", "decided_at"])
@@ -305,9 +339,13 @@ def approval_decide(*, assignment: ApprovalAssignment, decision: str, comment: s
     if following is not None:
         following.state = StageState.PENDING
         following.save(update_fields=["state"])
-        handler.note(subject, code=EventCode.STAGE_APPROVED, actor=actor,
-                     data={"stage": stage.name, "next": following.name},
-                     message=f"'{stage.name}' approved by {actor.username}; next: '{following.name}'.")
+        handler.note(
+            subject,
+            code=EventCode.STAGE_APPROVED,
+            actor=actor,
+            data={"stage": stage.name, "next": following.name},
+            message=f"'{stage.name}' approved by {actor.username}; next: '{following.name}'.",
+        )
         return approval
     approval.state, approval.decided_at = ApprovalState.APPROVED, now
     approval.save(update_fields=["state", "decided_at"])
@@ -339,11 +377,15 @@ def _check_can_decide(assignment, approval, decision, comment, actor) -> None:
     if assignment.approver_id != actor.pk:
         raise NotPermitted("This approval task belongs to someone else.", code="not_your_approval")
     if assignment.decision:
-        raise Conflict("You have already decided on this stage.", code="already_decided",
-                       details={"decision": assignment.decision})
+        raise Conflict(
+            "You have already decided on this stage.", code="already_decided", details={"decision": assignment.decision}
+        )
     if approval.state != ApprovalState.PENDING or assignment.stage.state != StageState.PENDING:
-        raise Conflict("This approval is not waiting for this stage's decision.", code="approval_not_pending",
-                       details={"approval_state": approval.state, "stage_state": assignment.stage.state})
+        raise Conflict(
+            "This approval is not waiting for this stage's decision.",
+            code="approval_not_pending",
+            details={"approval_state": approval.state, "stage_state": assignment.stage.state},
+        )
     if decision == Decision.REJECT and not comment.strip():
         raise DomainError("Say why you reject it; the requester sees your comment.", code="comment_required")
 
@@ -376,18 +418,26 @@ def approvals_remind_stale(*, older_than) -> int:
     """Note a reminder on every pending approval not decided (or reminded) within the SLA."""
     cutoff = timezone.now() - older_than
     stale = Approval.objects.filter(state=ApprovalState.PENDING, created_at__lt=cutoff).filter(
-        Q(reminded_at__isnull=True) | Q(reminded_at__lt=cutoff))
+        Q(reminded_at__isnull=True) | Q(reminded_at__lt=cutoff)
+    )
     reminded = 0
     for approval in stale.prefetch_related("stages__assignments__approver"):
         with transaction.atomic():
-            waiting_on = [assignment.approver.username for stage in approval.stages.all()
-                          if stage.state == StageState.PENDING for assignment in stage.assignments.all()
-                          if not assignment.decision]
+            waiting_on = [
+                assignment.approver.username
+                for stage in approval.stages.all()
+                if stage.state == StageState.PENDING
+                for assignment in stage.assignments.all()
+                if not assignment.decision
+            ]
             _handler_for(approval.subject).note(
-                approval.subject, code=EventCode.REMINDER, actor=None, data={"waiting_on": waiting_on},
+                approval.subject,
+                code=EventCode.REMINDER,
+                actor=None,
+                data={"waiting_on": waiting_on},
                 message=f"Approval pending since {approval.created_at:%Y-%m-%d %H:%M} UTC; waiting on "
-                        f"{', '.join(waiting_on) or 'nobody'}.")
+                f"{', '.join(waiting_on) or 'nobody'}.",
+            )
             Approval.objects.filter(pk=approval.pk).update(reminded_at=timezone.now())
             reminded += 1
     return reminded
-

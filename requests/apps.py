@@ -3,8 +3,18 @@ import sys
 from django.apps import AppConfig
 from django.db.models.signals import post_migrate
 
-_OPERATED = ["resourcerequest", "requestextension", "requestevent", "approvalpolicy", "approvalrule",
-             "approvalrulestage", "approval", "approvalstage", "approvalassignment", "quotachangerequest"]
+_OPERATED = [
+    "resourcerequest",
+    "requestextension",
+    "requestevent",
+    "approvalpolicy",
+    "approvalrule",
+    "approvalrulestage",
+    "approval",
+    "approvalstage",
+    "approvalassignment",
+    "quotachangerequest",
+]
 
 
 class RequestsConfig(AppConfig):
@@ -13,8 +23,11 @@ class RequestsConfig(AppConfig):
     verbose_name = "Requests and approvals"
     operator_permissions = [f"requests.view_{model}" for model in _OPERATED] + [
         "requests.change_resourcerequest",
-        *[f"requests.{verb}_{model}" for model in ("approvalpolicy", "approvalrule", "approvalrulestage")
-          for verb in ("add", "change", "delete")],
+        *[
+            f"requests.{verb}_{model}"
+            for model in ("approvalpolicy", "approvalrule", "approvalrulestage")
+            for verb in ("add", "change", "delete")
+        ],
     ]
 
     def ready(self):

@@ -21,15 +21,28 @@ class RequestState(models.TextChoices):
     FAILED = "failed", "Failed"
 
 
-TERMINAL_STATES = frozenset({RequestState.RELEASED, RequestState.REJECTED, RequestState.CANCELLED,
-                             RequestState.FAILED})
+TERMINAL_STATES = frozenset({RequestState.RELEASED, RequestState.REJECTED, RequestState.CANCELLED, RequestState.FAILED})
 # States whose demand counts against quota: admitted and not yet given back.
-COMMITTED_STATES = frozenset({
-    RequestState.PENDING_APPROVAL, RequestState.APPROVED, RequestState.QUEUED, RequestState.ALLOCATED,
-    RequestState.PROVISIONING, RequestState.ACTIVE, RequestState.RELEASING,
-})
-CANCELLABLE_STATES = frozenset({RequestState.SUBMITTED, RequestState.WAITING_FOR_QUOTA,
-                                RequestState.PENDING_APPROVAL, RequestState.APPROVED, RequestState.QUEUED})
+COMMITTED_STATES = frozenset(
+    {
+        RequestState.PENDING_APPROVAL,
+        RequestState.APPROVED,
+        RequestState.QUEUED,
+        RequestState.ALLOCATED,
+        RequestState.PROVISIONING,
+        RequestState.ACTIVE,
+        RequestState.RELEASING,
+    }
+)
+CANCELLABLE_STATES = frozenset(
+    {
+        RequestState.SUBMITTED,
+        RequestState.WAITING_FOR_QUOTA,
+        RequestState.PENDING_APPROVAL,
+        RequestState.APPROVED,
+        RequestState.QUEUED,
+    }
+)
 
 
 class OverQuota(models.TextChoices):

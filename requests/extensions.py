@@ -20,35 +20,57 @@ EXTENDABLE = (RequestState.ALLOCATED, RequestState.PROVISIONING, RequestState.AC
 
 
 @transaction.atomic
-def request_extension_submit(*, request: ResourceRequest, hours: int, justification: str,
-                             actor: User) -> RequestExtension:
-    request = ResourceRequest.objects.select_for_update(of=("self",)).select_related("service", "spec", "project").get(
-        pk=request.pk)
+def request_extension_submit(
+    *, request: ResourceRequest, hours: int, justification: str, actor: User
+) -> RequestExtension:
+    request = (
+        ResourceRequest.objects.select_for_update(of=("self",))
+        .select_related("service", "spec", "project")
+        .get(pk=request.pk)
+    )
     if not can_release(actor, request):
         raise NotPermitted("Only the requester, the project lead or an operator can extend this request.")
     if request.state not in EXTENDABLE:
-        raise Conflict(f"Request #{request.pk} is {request.get_state_display().lower()}; only running requests "
-                       "can be extended.", code="not_running", details={"state": request.state})
+        raise Conflict(
+            f"Request #{request.pk} is {request.get_state_display().lower()}; only running requests can be extended.",
+            code="not_running",
+            details={"state": request.state},
+        )
     if not justification.strip():
         raise DomainError("Say why it needs more time.", code="justification_required")
     maximum = min(order_duration_limits(order_of(request)).values())
     if hours < 1 or request.duration_hours + hours > maximum:
-        raise OrderInvalid(f"The whole duration must stay within {maximum} hours (now {request.duration_hours}).",
-                           code="duration_out_of_range", details={"requested": hours, "maximum": maximum,
-                                                                  "current": request.duration_hours})
+        raise OrderInvalid(
+            f"The whole duration must stay within {maximum} hours (now {request.duration_hours}).",
+            code="duration_out_of_range",
+            details={"requested": hours, "maximum": maximum, "current": request.duration_hours},
+        )
     if request.extensions.filter(state=ChangeState.PENDING_APPROVAL).exists():
         raise Conflict("An extension of this request is already waiting for approval.", code="extension_pending")
-    extra = Demand(gpus=0, accelerator_memory_gb=0, cpu_cores=0, memory_gb=0, concurrent_tasks=0,
-                   monthly_card_hours=request.gpu_equivalents * hours)
+    extra = Demand(
+        gpus=0,
+        accelerator_memory_gb=0,
+        cpu_cores=0,
+        memory_gb=0,
+        concurrent_tasks=0,
+        monthly_card_hours=request.gpu_equivalents * hours,
+    )
     lock_quota_scope(request.project)
     reasons = exceeded(quota_impact(request.project, extra))
     if reasons:
-        raise QuotaExceeded("Over quota: " + " ".join(reason["message"] for reason in reasons),
-                            details={"reasons": reasons})
-    extension = RequestExtension.objects.create(request=request, requested_by=actor, hours=hours,
-                                                justification=justification.strip())
-    record_event(request, actor=actor, code=EventCode.EXTENSION_REQUESTED, data={"hours": hours},
-                 message=f"{actor.username} asked for {hours} more hours: {extension.justification}")
+        raise QuotaExceeded(
+            "Over quota: " + " ".join(reason["message"] for reason in reasons), details={"reasons": reasons}
+        )
+    extension = RequestExtension.objects.create(
+        request=request, requested_by=actor, hours=hours, justification=justification.strip()
+    )
+    record_event(
+        request,
+        actor=actor,
+        code=EventCode.EXTENSION_REQUESTED,
+        data={"hours": hours},
+        message=f"{actor.username} asked for {hours} more hours: {extension.justification}",
+    )
     order = replace(order_of(request), duration_hours=hours)
     facts = approval_facts(order, size_order(order), actor, quota_exception=False)
     facts = replace(facts, summary=f"Extension of #{request.pk} by {hours} h: {facts.summary}")
@@ -73,19 +95,30 @@ class ExtensionApprovals:
         request.cost_estimate += request.hourly_cost * extension.hours
         request.save(update_fields=["duration_hours", "card_hours", "cost_estimate", "updated_at"])
         who = actor.username if actor else "policy"
-        record_event(request, actor=actor, code=EventCode.EXTENDED, data={"hours": extension.hours},
-                     message=f"Extended by {extension.hours} hours (approved by {who}); now {request.duration_hours} "
-                             "hours in all.")
+        record_event(
+            request,
+            actor=actor,
+            code=EventCode.EXTENDED,
+            data={"hours": extension.hours},
+            message=f"Extended by {extension.hours} hours (approved by {who}); now {request.duration_hours} "
+            "hours in all.",
+        )
         request_id, hours = request.pk, extension.hours
-        transaction.on_commit(lambda: request_extended.send(sender=RequestExtension, request_id=request_id,
-                                                            hours=hours))
+        transaction.on_commit(
+            lambda: request_extended.send(sender=RequestExtension, request_id=request_id, hours=hours)
+        )
 
     def on_rejected(self, extension: RequestExtension, *, actor: User, comment: str) -> None:
         extension = RequestExtension.objects.select_for_update().get(pk=extension.pk)
         extension.decide(approved=False)
         extension.save()
-        record_event(extension.request, actor=actor, code=EventCode.EXTENSION_REJECTED, data={"comment": comment},
-                     message=f"Extension by {extension.hours} hours rejected by {actor.username}: {comment}")
+        record_event(
+            extension.request,
+            actor=actor,
+            code=EventCode.EXTENSION_REJECTED,
+            data={"comment": comment},
+            message=f"Extension by {extension.hours} hours rejected by {actor.username}: {comment}",
+        )
 
     def note(self, extension: RequestExtension, *, code: str, message: str, actor: User | None, data: dict) -> None:
         record_event(extension.request, actor=actor, code=code, message=message, data=data)

@@ -24,8 +24,12 @@ _OFFERINGS = {
 
 
 def orderable_projects(user: User):
-    return projects_with_permission(user=user, permission=ProjectPermission.REQUEST).filter(active=True) \
-        .select_related("tenant").order_by("tenant__name", "name")
+    return (
+        projects_with_permission(user=user, permission=ProjectPermission.REQUEST)
+        .filter(active=True)
+        .select_related("tenant")
+        .order_by("tenant__name", "name")
+    )
 
 
 class OrderForm(forms.Form):
@@ -39,19 +43,31 @@ class OrderForm(forms.Form):
     serving_model = forms.ModelChoiceField(queryset=None, required=False, label="Model")
     serving_template = forms.ModelChoiceField(queryset=None, required=False, label="Serving template")
     duration_hours = forms.IntegerField(min_value=1, label="Duration (hours)")
-    priority = forms.ChoiceField(choices=PriorityClass.choices, initial=PriorityClass.STANDARD,
-                                 help_text="Above the project's priority entitlement (see the preview), it needs an "
-                                           "approved quota exception.")
-    justification = forms.CharField(required=False, widget=forms.Textarea(attrs={"rows": 3}),
-                                    help_text="What it is for. Needed for a quota exception.")
-    over_quota = forms.ChoiceField(choices=OverQuota.choices, initial=OverQuota.REJECT,
-                                   widget=forms.RadioSelect,
-                                   label="If it does not fit the quota or the priority entitlement")
+    priority = forms.ChoiceField(
+        choices=PriorityClass.choices,
+        initial=PriorityClass.STANDARD,
+        help_text="Above the project's priority entitlement (see the preview), it needs an approved quota exception.",
+    )
+    justification = forms.CharField(
+        required=False,
+        widget=forms.Textarea(attrs={"rows": 3}),
+        help_text="What it is for. Needed for a quota exception.",
+    )
+    over_quota = forms.ChoiceField(
+        choices=OverQuota.choices,
+        initial=OverQuota.REJECT,
+        widget=forms.RadioSelect,
+        label="If it does not fit the quota or the priority entitlement",
+    )
     if_unplaceable = forms.ChoiceField(
-        choices=IfUnplaceable.choices, initial=IfUnplaceable.WARN, required=False, widget=forms.RadioSelect,
+        choices=IfUnplaceable.choices,
+        initial=IfUnplaceable.WARN,
+        required=False,
+        widget=forms.RadioSelect,
         label="If no node could ever hold it",
         help_text="It needs more cards, cores or memory on one node than the largest compatible node has; "
-                  "the preview says so before you submit.")
+        "the preview says so before you submit.",
+    )
 
     def __init__(self, *args, user: User, service: Service, **kwargs):
         super().__init__(*args, **kwargs)
@@ -60,11 +76,12 @@ class OrderForm(forms.Form):
         self.fields["spec"].queryset = catalog_selectors.spec_list(user=user).filter(services=service)
         self.fields["image"].queryset = catalog_selectors.image_list(user=user).filter(services=service)
         self.fields["bare_metal_profile"].queryset = catalog_selectors.bare_metal_profile_list(user=user).filter(
-            services=service)
-        self.fields["serving_model"].queryset = catalog_selectors.serving_model_list(user=user).filter(
-            services=service)
-        self.fields["serving_template"].queryset = catalog_selectors.serving_template_list(user=user).filter(
-            models__services=service).distinct()
+            services=service
+        )
+        self.fields["serving_model"].queryset = catalog_selectors.serving_model_list(user=user).filter(services=service)
+        self.fields["serving_template"].queryset = (
+            catalog_selectors.serving_template_list(user=user).filter(models__services=service).distinct()
+        )
         for name in set(_ALL_OFFERINGS) - set(_OFFERINGS[service.kind]):
             del self.fields[name]
         for name in _OFFERINGS[service.kind]:
@@ -89,8 +106,9 @@ class OrderForm(forms.Form):
             if field is None:
                 continue
             try:
-                chosen[name] = field.clean(self.data.get(self.add_prefix(name))) if self.is_bound else \
-                    field.queryset.first()
+                chosen[name] = (
+                    field.clean(self.data.get(self.add_prefix(name))) if self.is_bound else field.queryset.first()
+                )
             except forms.ValidationError:
                 chosen[name] = None
         return chosen
@@ -98,9 +116,13 @@ class OrderForm(forms.Form):
     def _duration_field(self) -> forms.IntegerField:
         offering = self._chosen_offering()
         maximum = max_duration_hours(self.service, **offering)
-        return forms.IntegerField(min_value=1, max_value=maximum, label="Duration (hours)",
-                                  initial=default_duration_hours(self.service, **offering),
-                                  help_text=f"Up to {maximum} hours.{self._limits_by_choice()}")
+        return forms.IntegerField(
+            min_value=1,
+            max_value=maximum,
+            label="Duration (hours)",
+            initial=default_duration_hours(self.service, **offering),
+            help_text=f"Up to {maximum} hours.{self._limits_by_choice()}",
+        )
 
     def _limits_by_choice(self) -> str:
         """When the choices this form offers have different limits, which has which (the most common as 'the
@@ -129,18 +151,29 @@ class OrderForm(forms.Form):
     def order(self) -> Order:
         data = self.cleaned_data
         return Order(
-            service=self.service, project=data["project"], duration_hours=data["duration_hours"],
-            spec=data.get("spec"), image=data.get("image"), bare_metal_profile=data.get("bare_metal_profile"),
-            serving_model=data.get("serving_model"), serving_template=data.get("serving_template"),
-            priority=data["priority"], justification=data["justification"], parameters=data["parameters"],
+            service=self.service,
+            project=data["project"],
+            duration_hours=data["duration_hours"],
+            spec=data.get("spec"),
+            image=data.get("image"),
+            bare_metal_profile=data.get("bare_metal_profile"),
+            serving_model=data.get("serving_model"),
+            serving_template=data.get("serving_template"),
+            priority=data["priority"],
+            justification=data["justification"],
+            parameters=data["parameters"],
         )
 
 
 def parameter_field(entry: dict) -> forms.Field:
     """The form field of one declared parameter. It only parses and renders (HTML min, max, maxlength);
     whether the value is allowed is parameters_clean's call, in clean()."""
-    common = {"label": entry.get("label") or entry["name"].replace("_", " ").capitalize(), "required": False,
-              "help_text": entry.get("help", ""), "initial": entry.get("default")}
+    common = {
+        "label": entry.get("label") or entry["name"].replace("_", " ").capitalize(),
+        "required": False,
+        "help_text": entry.get("help", ""),
+        "initial": entry.get("default"),
+    }
     kind = entry["type"]
     if kind == "enum":
         choices = [(choice, choice) for choice in entry["choices"]]
@@ -148,8 +181,9 @@ def parameter_field(entry: dict) -> forms.Field:
     if kind == "bool":
         return forms.BooleanField(**common)
     if kind == "string":
-        return forms.CharField(widget=forms.TextInput(attrs={"maxlength": entry.get("max_length",
-                                                                                    MAX_STRING_LENGTH)}), **common)
+        return forms.CharField(
+            widget=forms.TextInput(attrs={"maxlength": entry.get("max_length", MAX_STRING_LENGTH)}), **common
+        )
     bounds = {key: entry[key] for key in ("min", "max") if key in entry}
     if kind == "int":
         return forms.IntegerField(widget=forms.NumberInput(attrs={**bounds, "step": 1}), **common)
@@ -168,9 +202,13 @@ class QuotaChangeForm(forms.Form):
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
         for dimension in QuotaDimension:
-            self.fields[dimension.value] = forms.DecimalField(label=dimension.label, required=False, min_value=0,
-                                                              max_digits=12, decimal_places=2)
+            self.fields[dimension.value] = forms.DecimalField(
+                label=dimension.label, required=False, min_value=0, max_digits=12, decimal_places=2
+            )
 
     def limits(self) -> dict:
-        return {dimension: self.cleaned_data[dimension] for dimension in QuotaDimension.values
-                if self.cleaned_data.get(dimension) is not None}
+        return {
+            dimension: self.cleaned_data[dimension]
+            for dimension in QuotaDimension.values
+            if self.cleaned_data.get(dimension) is not None
+        }

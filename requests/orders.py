@@ -55,8 +55,12 @@ def validate_order(order: Order, requester: User) -> None:
     if not service.active:
         _refuse("service_unavailable", f"{service.name} is closed for new orders.", service=service.slug)
     if not _open_to(service, project):
-        _refuse("service_not_offered_to_project", f"{service.name} is not offered to project {project.slug}.",
-                service=service.slug, project=project.slug)
+        _refuse(
+            "service_not_offered_to_project",
+            f"{service.name} is not offered to project {project.slug}.",
+            service=service.slug,
+            project=project.slug,
+        )
     _validate_offering(order)
     _validate_parameters(order)
     _validate_duration(order)
@@ -64,8 +68,11 @@ def validate_order(order: Order, requester: User) -> None:
 
 def _open_to(service: Service, project: Project) -> bool:
     """A restricted service takes orders only for the tenants and projects it names (as the catalog shows it)."""
-    return (service.visibility == Visibility.ALL or service.visible_projects.filter(pk=project.pk).exists()
-            or service.visible_tenants.filter(pk=project.tenant_id).exists())
+    return (
+        service.visibility == Visibility.ALL
+        or service.visible_projects.filter(pk=project.pk).exists()
+        or service.visible_tenants.filter(pk=project.tenant_id).exists()
+    )
 
 
 def _offered(service: Service, relation: str, item) -> bool:
@@ -79,8 +86,9 @@ def _validate_offering(order: Order) -> None:
         if profile is None:
             _refuse("bare_metal_profile_required", "Choose a bare-metal profile.", field="bare_metal_profile")
         if not profile.active or not _offered(service, "bare_metal_profiles", profile):
-            _refuse("profile_not_offered", f"{profile.name} is not offered by {service.name}.",
-                    field="bare_metal_profile")
+            _refuse(
+                "profile_not_offered", f"{profile.name} is not offered by {service.name}.", field="bare_metal_profile"
+            )
         return
     spec = order.spec
     if spec is None:
@@ -104,8 +112,12 @@ def _validate_image(order: Order) -> None:
     spec_vendors = {model.vendor_id for model in spec.accelerator_models.all()}
     image_vendors = set(image.compatible_vendors.values_list("pk", flat=True))
     if not spec_vendors <= image_vendors:
-        _refuse("image_incompatible", f"{image} does not support every accelerator vendor of {spec.name}.",
-                field="image", image_vendors=sorted(image.compatible_vendors.values_list("slug", flat=True)))
+        _refuse(
+            "image_incompatible",
+            f"{image} does not support every accelerator vendor of {spec.name}.",
+            field="image",
+            image_vendors=sorted(image.compatible_vendors.values_list("slug", flat=True)),
+        )
 
 
 def _validate_serving(order: Order) -> None:
@@ -113,13 +125,11 @@ def _validate_serving(order: Order) -> None:
     if model is None:
         _refuse("serving_model_required", "Choose a model to serve.", field="serving_model")
     if not model.approved or not _offered(order.service, "serving_models", model):
-        _refuse("serving_model_not_offered", f"{model} is not offered by {order.service.name}.",
-                field="serving_model")
+        _refuse("serving_model_not_offered", f"{model} is not offered by {order.service.name}.", field="serving_model")
     if template is None:
         _refuse("serving_template_required", "Choose a serving template.", field="serving_template")
     if not template.active or not model.templates.filter(pk=template.pk).exists():
-        _refuse("serving_template_not_offered", f"{template} is not a template for {model}.",
-                field="serving_template")
+        _refuse("serving_template_not_offered", f"{template} is not a template for {model}.", field="serving_template")
 
 
 def _validate_parameters(order: Order) -> None:
@@ -132,14 +142,24 @@ def _validate_duration(order: Order) -> None:
     limits = order_duration_limits(order)
     maximum = min(limits.values())
     if order.duration_hours < 1 or order.duration_hours > maximum:
-        _refuse("duration_out_of_range", f"Duration must be between 1 and {maximum} hours.",
-                field="duration_hours", requested=order.duration_hours, maximum=maximum, limits=limits)
+        _refuse(
+            "duration_out_of_range",
+            f"Duration must be between 1 and {maximum} hours.",
+            field="duration_hours",
+            requested=order.duration_hours,
+            maximum=maximum,
+            limits=limits,
+        )
 
 
 def order_duration_limits(order: Order) -> dict[str, int]:
     """The maxima that bound this order's duration (see catalog.durations)."""
-    return duration_limits(order.service, spec=order.spec, serving_template=order.serving_template,
-                           bare_metal_profile=order.bare_metal_profile)
+    return duration_limits(
+        order.service,
+        spec=order.spec,
+        serving_template=order.serving_template,
+        bare_metal_profile=order.bare_metal_profile,
+    )
 
 
 @dataclass(frozen=True)
@@ -164,39 +184,71 @@ class Sizing:
 
     @property
     def demand(self) -> Demand:
-        return Demand(gpus=self.gpu_equivalents, accelerator_memory_gb=self.accelerator_memory_gb,
-                      cpu_cores=self.cpu_cores, memory_gb=self.memory_gb, concurrent_tasks=1,
-                      monthly_card_hours=self.card_hours)
+        return Demand(
+            gpus=self.gpu_equivalents,
+            accelerator_memory_gb=self.accelerator_memory_gb,
+            cpu_cores=self.cpu_cores,
+            memory_gb=self.memory_gb,
+            concurrent_tasks=1,
+            monthly_card_hours=self.card_hours,
+        )
 
     def request_fields(self) -> dict:
-        return {"gpu_equivalents": self.gpu_equivalents, "accelerator_count": self.accelerator_count,
-                "accelerator_memory_gb": self.accelerator_memory_gb, "cpu_cores": self.cpu_cores,
-                "memory_gb": self.memory_gb, "card_hours": self.card_hours, "hourly_cost": self.hourly_cost,
-                "cost_estimate": self.cost_estimate}
+        return {
+            "gpu_equivalents": self.gpu_equivalents,
+            "accelerator_count": self.accelerator_count,
+            "accelerator_memory_gb": self.accelerator_memory_gb,
+            "cpu_cores": self.cpu_cores,
+            "memory_gb": self.memory_gb,
+            "card_hours": self.card_hours,
+            "hourly_cost": self.hourly_cost,
+            "cost_estimate": self.cost_estimate,
+        }
 
 
 def size_order(order: Order) -> Sizing:
     profile = order.bare_metal_profile
     if profile is not None:
-        return Sizing(Decimal(profile.accelerator_count), profile.accelerator_count,
-                      profile.accelerator_count * profile.accelerator_model.memory_gb, profile.cpu_cores,
-                      profile.memory_gb, profile.hourly_price, order.duration_hours)
+        return Sizing(
+            Decimal(profile.accelerator_count),
+            profile.accelerator_count,
+            profile.accelerator_count * profile.accelerator_model.memory_gb,
+            profile.cpu_cores,
+            profile.memory_gb,
+            profile.hourly_price,
+            order.duration_hours,
+        )
     spec, replicas = order.spec, order.replicas
-    return Sizing(spec.gpu_equivalents * replicas, spec.accelerator_count * replicas,
-                  spec.accelerator_memory_gb * replicas, spec.cpu_cores * replicas, spec.memory_gb * replicas,
-                  spec.hourly_cost * replicas, order.duration_hours)
+    return Sizing(
+        spec.gpu_equivalents * replicas,
+        spec.accelerator_count * replicas,
+        spec.accelerator_memory_gb * replicas,
+        spec.cpu_cores * replicas,
+        spec.memory_gb * replicas,
+        spec.hourly_cost * replicas,
+        order.duration_hours,
+    )
 
 
 def approval_facts(order: Order, sizing: Sizing, requester: User, *, quota_exception: bool) -> Facts:
-    models = ([order.bare_metal_profile.accelerator_model] if order.bare_metal_profile
-              else list(order.spec.accelerator_models.all()))
+    models = (
+        [order.bare_metal_profile.accelerator_model]
+        if order.bare_metal_profile
+        else list(order.spec.accelerator_models.all())
+    )
     return Facts(
-        subject=ApprovalSubject.RESOURCE_REQUEST, project=order.project, requester=requester,
+        subject=ApprovalSubject.RESOURCE_REQUEST,
+        project=order.project,
+        requester=requester,
         summary=f"{order.service.name}: {describe_order(order)} for {order.project.slug}",
-        service_kind=order.service.kind, vendor_ids=frozenset(model.vendor_id for model in models),
+        service_kind=order.service.kind,
+        vendor_ids=frozenset(model.vendor_id for model in models),
         accelerator_model_ids=frozenset(model.pk for model in models),
-        spec_id=order.spec.pk if order.spec else None, accelerator_count=sizing.accelerator_count,
-        cost_estimate=sizing.cost_estimate, parameters=order.parameters, quota_exception=quota_exception,
+        spec_id=order.spec.pk if order.spec else None,
+        accelerator_count=sizing.accelerator_count,
+        cost_estimate=sizing.cost_estimate,
+        parameters=order.parameters,
+        quota_exception=quota_exception,
         priority=order.priority,
     )
 

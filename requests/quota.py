@@ -43,9 +43,14 @@ class Demand:
 
     @classmethod
     def of(cls, request: ResourceRequest) -> "Demand":
-        return cls(gpus=request.gpu_equivalents, accelerator_memory_gb=request.accelerator_memory_gb,
-                   cpu_cores=request.cpu_cores, memory_gb=request.memory_gb, concurrent_tasks=1,
-                   monthly_card_hours=request.card_hours)
+        return cls(
+            gpus=request.gpu_equivalents,
+            accelerator_memory_gb=request.accelerator_memory_gb,
+            cpu_cores=request.cpu_cores,
+            memory_gb=request.memory_gb,
+            concurrent_tasks=1,
+            monthly_card_hours=request.card_hours,
+        )
 
 
 @dataclass(frozen=True)
@@ -88,8 +93,10 @@ class DimensionImpact:
             return f"{label}: no limit for {where}."
         left = max(self.limit - self.used, 0)
         verdict = "fits" if self.fits else "over the limit"
-        return (f"{label}: this request needs {_fmt(self.requested)}; {where} uses {_fmt(self.used)} of "
-                f"{_fmt(self.limit)} ({_fmt(left)} left) — {verdict}.")
+        return (
+            f"{label}: this request needs {_fmt(self.requested)}; {where} uses {_fmt(self.used)} of "
+            f"{_fmt(self.limit)} ({_fmt(left)} left) — {verdict}."
+        )
 
     @property
     def where(self) -> str:
@@ -97,13 +104,20 @@ class DimensionImpact:
 
     def as_data(self) -> dict:
         data = {key: _json(value) for key, value in asdict(self).items()}
-        return {**data, "label": self.label, "remaining_after": _json(self.remaining_after), "fits": self.fits,
-                "message": self.message}
+        return {
+            **data,
+            "label": self.label,
+            "remaining_after": _json(self.remaining_after),
+            "fits": self.fits,
+            "message": self.message,
+        }
 
     def as_reason(self) -> dict:
         data = self.as_data()
-        return {"code": "quota_exceeded", **{key: data[key] for key in
-                                              ("scope", "dimension", "requested", "used", "limit", "message")}}
+        return {
+            "code": "quota_exceeded",
+            **{key: data[key] for key in ("scope", "dimension", "requested", "used", "limit", "message")},
+        }
 
 
 def _fmt(value) -> str:
@@ -130,8 +144,12 @@ def _projected_card_hours():
     if hooks.metered_card_hours is None:
         return Coalesce(Sum("card_hours"), ZERO)
     remainder = Greatest(F("card_hours") - Coalesce(hooks.metered_card_hours(), ZERO), ZERO)
-    still_to_use = Case(When(state__in=RUNNING_STATES, then=remainder), When(state=RequestState.RELEASING, then=ZERO),
-                        default=F("card_hours"), output_field=DecimalField(max_digits=24, decimal_places=8))
+    still_to_use = Case(
+        When(state__in=RUNNING_STATES, then=remainder),
+        When(state=RequestState.RELEASING, then=ZERO),
+        default=F("card_hours"),
+        output_field=DecimalField(max_digits=24, decimal_places=8),
+    )
     return Coalesce(Sum(still_to_use), ZERO)
 
 
@@ -147,8 +165,14 @@ def _committed_totals() -> dict:
     }
 
 
-_NOTHING_COMMITTED = {"gpus": ZERO, "accelerator_memory_gb": 0, "cpu_cores": 0, "memory_gb": 0, "concurrent_tasks": 0,
-                      "projected_card_hours": ZERO}
+_NOTHING_COMMITTED = {
+    "gpus": ZERO,
+    "accelerator_memory_gb": 0,
+    "cpu_cores": 0,
+    "memory_gb": 0,
+    "concurrent_tasks": 0,
+    "projected_card_hours": ZERO,
+}
 
 
 def _usage(committed: dict, metered: Decimal) -> dict[str, Decimal | int]:
@@ -160,18 +184,28 @@ def _usage(committed: dict, metered: Decimal) -> dict[str, Decimal | int]:
 def usage_of(project_ids: list[int]) -> dict[str, Decimal | int]:
     """Current usage per dimension of the given projects together (two queries)."""
     committed = ResourceRequest.objects.filter(project_id__in=project_ids, state__in=COMMITTED_STATES).aggregate(
-        **_committed_totals())
+        **_committed_totals()
+    )
     metered = MonthlyUsage.objects.filter(project_id__in=project_ids, month=month_start()).aggregate(
-        hours=Coalesce(Sum("card_hours"), ZERO))["hours"]
+        hours=Coalesce(Sum("card_hours"), ZERO)
+    )["hours"]
     return _usage(committed, metered)
 
 
 def _usage_grouped_by(key: str, ids: list[int]) -> dict[int, dict[str, Decimal | int]]:
     """Current usage of each project ("project_id") or tenant ("project__tenant_id"): two grouped queries."""
-    committed = {row.pop(key): row for row in ResourceRequest.objects.filter(
-        **{f"{key}__in": ids}, state__in=COMMITTED_STATES).values(key).annotate(**_committed_totals())}
-    metered = dict(MonthlyUsage.objects.filter(**{f"{key}__in": ids}, month=month_start())
-                   .values(key).annotate(hours=Sum("card_hours")).values_list(key, "hours"))
+    committed = {
+        row.pop(key): row
+        for row in ResourceRequest.objects.filter(**{f"{key}__in": ids}, state__in=COMMITTED_STATES)
+        .values(key)
+        .annotate(**_committed_totals())
+    }
+    metered = dict(
+        MonthlyUsage.objects.filter(**{f"{key}__in": ids}, month=month_start())
+        .values(key)
+        .annotate(hours=Sum("card_hours"))
+        .values_list(key, "hours")
+    )
     return {pk: _usage(committed.get(pk, _NOTHING_COMMITTED), metered.get(pk, ZERO)) for pk in ids}
 
 
@@ -189,9 +223,11 @@ class QuotaScope:
     usage: dict
 
     def impacts(self, demand: Demand) -> list[DimensionImpact]:
-        return [DimensionImpact(self.name, dimension, self.usage[dimension], demand.get(dimension),
-                                self.limits[dimension])
-                for dimension in D.values if self.name == "project" or self.limits[dimension] is not None]
+        return [
+            DimensionImpact(self.name, dimension, self.usage[dimension], demand.get(dimension), self.limits[dimension])
+            for dimension in D.values
+            if self.name == "project" or self.limits[dimension] is not None
+        ]
 
 
 def quota_scopes(project: Project) -> list[QuotaScope]:
@@ -202,19 +238,22 @@ def quota_scopes(project: Project) -> list[QuotaScope]:
 def quota_scopes_by_project(projects: Iterable[Project]) -> dict[int, list[QuotaScope]]:
     """`quota_scopes` of many projects at once (at most six queries, however many projects and tenants)."""
     projects = {project.pk: project for project in projects}
-    project_limits = {quota.project_id: quota.limits()
-                      for quota in ProjectQuota.objects.filter(project_id__in=projects)}
+    project_limits = {
+        quota.project_id: quota.limits() for quota in ProjectQuota.objects.filter(project_id__in=projects)
+    }
     tenant_quotas = TenantQuota.objects.filter(tenant_id__in={project.tenant_id for project in projects.values()})
-    capped_tenants = {quota.tenant_id: quota.limits() for quota in tenant_quotas
-                      if any(limit is not None for limit in quota.limits().values())}
+    capped_tenants = {
+        quota.tenant_id: quota.limits()
+        for quota in tenant_quotas
+        if any(limit is not None for limit in quota.limits().values())
+    }
     project_usage = usage_by_project(list(projects))
     tenant_usage = _usage_grouped_by("project__tenant_id", list(capped_tenants))
     scopes = {}
     for pk, project in projects.items():
         scopes[pk] = [QuotaScope("project", project_limits.get(pk, dict.fromkeys(D.values)), project_usage[pk])]
         if project.tenant_id in capped_tenants:
-            scopes[pk].append(QuotaScope("tenant", capped_tenants[project.tenant_id],
-                                         tenant_usage[project.tenant_id]))
+            scopes[pk].append(QuotaScope("tenant", capped_tenants[project.tenant_id], tenant_usage[project.tenant_id]))
     return scopes
 
 
@@ -232,8 +271,10 @@ def request_quota_impact(request: ResourceRequest, scopes: list[QuotaScope] | No
     demand = Demand.of(request)
     scopes = scopes or quota_scopes(request.project)
     if request.state in COMMITTED_STATES:
-        scopes = [replace(scope, usage={dimension: used - demand.get(dimension)
-                                        for dimension, used in scope.usage.items()}) for scope in scopes]
+        scopes = [
+            replace(scope, usage={dimension: used - demand.get(dimension) for dimension, used in scope.usage.items()})
+            for scope in scopes
+        ]
     return quota_impact(request.project, demand, scopes)
 
 
@@ -243,10 +284,16 @@ def exceeded(impacts: list[DimensionImpact]) -> list[dict]:
 
 def beyond_limits(impacts: list[DimensionImpact]) -> list[dict]:
     """Reasons (`exceeds_limit`) for the dimensions the request alone passes: waiting for quota never helps there."""
-    return [{**impact.as_reason(), "code": "exceeds_limit",
-             "message": f"{impact.label}: this request alone needs {_fmt(impact.requested)}, more than the limit of "
-                        f"{_fmt(impact.limit)} for {impact.where}; waiting for quota to free up can never admit it."}
-            for impact in impacts if impact.beyond_limit]
+    return [
+        {
+            **impact.as_reason(),
+            "code": "exceeds_limit",
+            "message": f"{impact.label}: this request alone needs {_fmt(impact.requested)}, more than the limit of "
+            f"{_fmt(impact.limit)} for {impact.where}; waiting for quota to free up can never admit it.",
+        }
+        for impact in impacts
+        if impact.beyond_limit
+    ]
 
 
 def lock_quota_scope(project: Project) -> None:

@@ -13,15 +13,22 @@ from tenancy.models import Project, ProjectQuota, User
 from tenancy.selectors import user_has_project_permission
 from tenancy.services import audit_record, quota_set
 
-_INTEGER_DIMENSIONS = {QuotaDimension.ACCELERATOR_MEMORY_GB, QuotaDimension.CPU_CORES, QuotaDimension.MEMORY_GB,
-                       QuotaDimension.CONCURRENT_TASKS}
+_INTEGER_DIMENSIONS = {
+    QuotaDimension.ACCELERATOR_MEMORY_GB,
+    QuotaDimension.CPU_CORES,
+    QuotaDimension.MEMORY_GB,
+    QuotaDimension.CONCURRENT_TASKS,
+}
 
 
 def _parsed_limits(raw: dict) -> dict[str, Decimal | int | None]:
     unknown = set(raw) - set(QuotaDimension.values)
     if not raw or unknown:
-        raise DomainError("Name at least one quota dimension, and only known ones.", code="unknown_quota_dimension",
-                          details={"unknown": sorted(unknown), "allowed": QuotaDimension.values})
+        raise DomainError(
+            "Name at least one quota dimension, and only known ones.",
+            code="unknown_quota_dimension",
+            details={"unknown": sorted(unknown), "allowed": QuotaDimension.values},
+        )
     parsed = {}
     for dimension, value in raw.items():
         try:
@@ -30,9 +37,11 @@ def _parsed_limits(raw: dict) -> dict[str, Decimal | int | None]:
             number = Decimal(-1)
         if number is not None and (number < 0 or (dimension in _INTEGER_DIMENSIONS and number != int(number))):
             kind = "whole number" if dimension in _INTEGER_DIMENSIONS else "number"
-            raise DomainError(f"{dimension} must be a non-negative {kind}, or null for no limit.",
-                              code="invalid_quota_value",
-                              details={"dimension": dimension, "value": value})
+            raise DomainError(
+                f"{dimension} must be a non-negative {kind}, or null for no limit.",
+                code="invalid_quota_value",
+                details={"dimension": dimension, "value": value},
+            )
         parsed[dimension] = None if number is None else int(number) if dimension in _INTEGER_DIMENSIONS else number
     return parsed
 
@@ -42,8 +51,9 @@ def _json(limits: dict) -> dict:
 
 
 @transaction.atomic
-def quota_change_request_submit(*, project: Project, limits: dict, justification: str,
-                                actor: User) -> QuotaChangeRequest:
+def quota_change_request_submit(
+    *, project: Project, limits: dict, justification: str, actor: User
+) -> QuotaChangeRequest:
     if not user_has_project_permission(user=actor, project=project, permission=ProjectPermission.MANAGE):
         raise NotPermitted("Only the project lead can ask for a quota change.", code="not_project_lead")
     if not justification.strip():
@@ -53,14 +63,26 @@ def quota_change_request_submit(*, project: Project, limits: dict, justification
     if all(current[dimension] == value for dimension, value in parsed.items()):
         raise DomainError("The requested limits are the current ones.", code="no_change")
     change = QuotaChangeRequest.objects.create(
-        project=project, requested_by=actor, limits=_json(parsed),
+        project=project,
+        requested_by=actor,
+        limits=_json(parsed),
         previous_limits=_json({dimension: current[dimension] for dimension in parsed}),
-        justification=justification.strip())
-    facts = approvals.Facts(subject=ApprovalSubject.QUOTA_CHANGE, project=project, requester=actor,
-                            summary=f"Quota change for {project.slug}: " + ", ".join(
-                                f"{dim} {change.previous_limits[dim]} → {change.limits[dim]}" for dim in parsed))
-    audit_record(actor=actor, action="quota_change.requested", target=change, reason=change.justification,
-                 data={"limits": change.limits})
+        justification=justification.strip(),
+    )
+    facts = approvals.Facts(
+        subject=ApprovalSubject.QUOTA_CHANGE,
+        project=project,
+        requester=actor,
+        summary=f"Quota change for {project.slug}: "
+        + ", ".join(f"{dim} {change.previous_limits[dim]} → {change.limits[dim]}" for dim in parsed),
+    )
+    audit_record(
+        actor=actor,
+        action="quota_change.requested",
+        target=change,
+        reason=change.justification,
+        data={"limits": change.limits},
+    )
     approvals.approval_start(subject=change, facts=facts)
     return change
 
@@ -78,8 +100,12 @@ class QuotaChangeApprovals:
         change = QuotaChangeRequest.objects.select_for_update().get(pk=change.pk)
         change.decide(approved=True)
         change.save()
-        quota_set(quota=change.project.quota, limits=_parsed_limits(change.limits), actor=actor,
-                  reason=f"Quota change #{change.pk} approved: {change.justification}")
+        quota_set(
+            quota=change.project.quota,
+            limits=_parsed_limits(change.limits),
+            actor=actor,
+            reason=f"Quota change #{change.pk} approved: {change.justification}",
+        )
 
     def on_rejected(self, change: QuotaChangeRequest, *, actor: User, comment: str) -> None:
         change = QuotaChangeRequest.objects.select_for_update().get(pk=change.pk)

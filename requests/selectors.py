@@ -37,14 +37,21 @@ def _visible(queryset: QuerySet, user: User) -> QuerySet:
 
 
 def request_list_visible_to(*, user: User) -> QuerySet[ResourceRequest]:
-    return _visible(ResourceRequest.objects.select_related(
-        "project__tenant", "requester", "service", "spec", "image", "bare_metal_profile", "serving_model"), user)
+    return _visible(
+        ResourceRequest.objects.select_related(
+            "project__tenant", "requester", "service", "spec", "image", "bare_metal_profile", "serving_model"
+        ),
+        user,
+    )
 
 
 def queue_visible_to(*, user: User) -> QuerySet[ResourceRequest]:
     """Queued requests in queue order; those not yet seen by a cycle come last, oldest first."""
-    return request_list_visible_to(user=user).filter(state=RequestState.QUEUED).order_by(
-        F("queue_position").asc(nulls_last=True), "created_at", "id")
+    return (
+        request_list_visible_to(user=user)
+        .filter(state=RequestState.QUEUED)
+        .order_by(F("queue_position").asc(nulls_last=True), "created_at", "id")
+    )
 
 
 def request_get(*, user: User, pk: int) -> ResourceRequest:
@@ -62,8 +69,11 @@ def _approval_with_decisions() -> QuerySet[Approval]:
 
 def approval_of(subject) -> Approval | None:
     """The subject's approval with every stage and decision (three queries)."""
-    return _approval_with_decisions().filter(
-        subject_type=ContentType.objects.get_for_model(subject), subject_id=subject.pk).first()
+    return (
+        _approval_with_decisions()
+        .filter(subject_type=ContentType.objects.get_for_model(subject), subject_id=subject.pk)
+        .first()
+    )
 
 
 def timeline_of(request: ResourceRequest) -> QuerySet[RequestEvent]:
@@ -74,7 +84,9 @@ def approval_inbox(*, user: User) -> QuerySet[ApprovalAssignment]:
     """What waits for this user's decision now: current stage, undecided, approval still open."""
     return (
         ApprovalAssignment.objects.filter(
-            approver=user, decision="", stage__state=StageState.PENDING,
+            approver=user,
+            decision="",
+            stage__state=StageState.PENDING,
             stage__approval__state=ApprovalState.PENDING,
         )
         .select_related("stage__approval__project__tenant", "stage__approval__requester")
@@ -90,7 +102,8 @@ def with_subjects(tasks: list[ApprovalAssignment]) -> list[ApprovalAssignment]:
     """Attach to each task its subject, loaded with what an inbox shows (two queries, however many tasks)."""
     loaders = {
         ResourceRequest: ResourceRequest.objects.select_related(
-            "project__tenant", "requester", "service", "spec", "bare_metal_profile", "serving_model"),
+            "project__tenant", "requester", "service", "spec", "bare_metal_profile", "serving_model"
+        ),
         QuotaChangeRequest: QuotaChangeRequest.objects.select_related("project", "requested_by"),
     }
     for model, queryset in loaders.items():
@@ -123,8 +136,10 @@ def project_quota_usage(project: Project) -> list[DimensionImpact]:
     """Per dimension: used now and the project's limit (requested is zero: nothing is being ordered)."""
     usage = usage_of([project.pk])
     limits = project.quota.limits()
-    return [DimensionImpact("project", dimension, usage[dimension], 0, limits[dimension])
-            for dimension in QuotaDimension.values]
+    return [
+        DimensionImpact("project", dimension, usage[dimension], 0, limits[dimension])
+        for dimension in QuotaDimension.values
+    ]
 
 
 def quota_change_list_visible_to(*, user: User) -> QuerySet[QuotaChangeRequest]:

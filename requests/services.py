@@ -46,46 +46,83 @@ class Unplaceable(DomainError):
     code = "no_matching_spec"
 
 
-def _transition(request: ResourceRequest, name: str, *, actor: User | None, code: str, message: str,
-                data: dict | None = None, intervention: bool = False) -> ResourceRequest:
+def _transition(
+    request: ResourceRequest,
+    name: str,
+    *,
+    actor: User | None,
+    code: str,
+    message: str,
+    data: dict | None = None,
+    intervention: bool = False,
+) -> ResourceRequest:
     before = request.state
     try:
         getattr(request, name)()
     except TransitionNotAllowed as refusal:
-        raise Conflict(f"Request #{request.pk} is {request.get_state_display().lower()}; "
-                       f"'{name.replace('_', ' ')}' is not possible from there.",
-                       code="illegal_transition", details={"state": before, "action": name}) from refusal
+        raise Conflict(
+            f"Request #{request.pk} is {request.get_state_display().lower()}; "
+            f"'{name.replace('_', ' ')}' is not possible from there.",
+            code="illegal_transition",
+            details={"state": before, "action": name},
+        ) from refusal
     request.save()
-    record_event(request, actor=actor, code=code, message=message, data=data, from_state=before,
-                 intervention=intervention)
+    record_event(
+        request, actor=actor, code=code, message=message, data=data, from_state=before, intervention=intervention
+    )
     return request
 
 
-def record_event(request: ResourceRequest, *, actor: User | None, code: str, message: str, data: dict | None = None,
-                 from_state: str | None = None, intervention: bool = False) -> RequestEvent:
+def record_event(
+    request: ResourceRequest,
+    *,
+    actor: User | None,
+    code: str,
+    message: str,
+    data: dict | None = None,
+    from_state: str | None = None,
+    intervention: bool = False,
+) -> RequestEvent:
     """Append to the timeline; without from_state it is a note that leaves the state as it is. `intervention`
     marks a manual operator action (the zero-touch KPI counts them)."""
     return RequestEvent.objects.create(
-        request=request, actor=actor if actor is not None and actor.is_authenticated else None,
-        from_state=from_state if from_state is not None else request.state, to_state=request.state,
-        code=code, message=message, data=data or {}, intervention=intervention,
+        request=request,
+        actor=actor if actor is not None and actor.is_authenticated else None,
+        from_state=from_state if from_state is not None else request.state,
+        to_state=request.state,
+        code=code,
+        message=message,
+        data=data or {},
+        intervention=intervention,
     )
 
 
 def is_operator_intervention(actor: User | None, request: ResourceRequest) -> bool:
     """An operator acting on someone else's request (not the requester, not through an approval)."""
-    return bool(actor is not None and actor.is_authenticated and actor.pk != request.requester_id
-                and actor.has_perm("requests.change_resourcerequest"))
+    return bool(
+        actor is not None
+        and actor.is_authenticated
+        and actor.pk != request.requester_id
+        and actor.has_perm("requests.change_resourcerequest")
+    )
 
 
 @transaction.atomic
-def request_transition(*, request: ResourceRequest, transition: str, code: str, message: str,
-                       data: dict | None = None, actor: User | None = None,
-                       intervention: bool = False) -> ResourceRequest:
+def request_transition(
+    *,
+    request: ResourceRequest,
+    transition: str,
+    code: str,
+    message: str,
+    data: dict | None = None,
+    actor: User | None = None,
+    intervention: bool = False,
+) -> ResourceRequest:
     """A transition driven by a later stage (provisioning: started, active, failed, retried), on a locked row."""
     request = _locked(request)
-    return _transition(request, transition, actor=actor, code=code, message=message, data=data,
-                       intervention=intervention)
+    return _transition(
+        request, transition, actor=actor, code=code, message=message, data=data, intervention=intervention
+    )
 
 
 def _locked(request: ResourceRequest) -> ResourceRequest:
@@ -93,6 +130,7 @@ def _locked(request: ResourceRequest) -> ResourceRequest:
 
 
 # --- Preview and submission --------------------------------------------------------------------------------
+
 
 def request_preview(*, order: Order, requester: User, over_quota: str = OverQuota.REJECT) -> dict:
     """Cost, quota impact, priority entitlement and approval route of an order, without storing anything."""
@@ -107,10 +145,15 @@ def request_preview(*, order: Order, requester: User, over_quota: str = OverQuot
     return {
         "summary": describe_order(order),
         "duration": {"requested": order.duration_hours, "maximum": min(limits.values()), "limits": limits},
-        "cost": {"hourly": str(sizing.hourly_cost), "duration_hours": order.duration_hours,
-                 "total": str(sizing.cost_estimate), "currency": settings.CATALOG_CURRENCY},
-        "demand": {key: str(value) if isinstance(value, Decimal) else value
-                   for key, value in sizing.demand.__dict__.items()},
+        "cost": {
+            "hourly": str(sizing.hourly_cost),
+            "duration_hours": order.duration_hours,
+            "total": str(sizing.cost_estimate),
+            "currency": settings.CATALOG_CURRENCY,
+        },
+        "demand": {
+            key: str(value) if isinstance(value, Decimal) else value for key, value in sizing.demand.__dict__.items()
+        },
         "quota": [impact.as_data() for impact in impacts],
         "priority": entitlement,
         "fits_quota": not reasons,
@@ -130,8 +173,9 @@ def _check_choice(name: str, value: str, choices) -> None:
 
 
 @transaction.atomic
-def request_submit(*, order: Order, requester: User, over_quota: str = OverQuota.REJECT,
-                   if_unplaceable: str = IfUnplaceable.WARN) -> ResourceRequest:
+def request_submit(
+    *, order: Order, requester: User, over_quota: str = OverQuota.REJECT, if_unplaceable: str = IfUnplaceable.WARN
+) -> ResourceRequest:
     """Admit an order under the project's (and tenant's) quota lock, then route it for approval. An order no node
     could ever hold is refused or submitted with a warning on its timeline, as `if_unplaceable` says."""
     _check_choice("over_quota", over_quota, OverQuota)
@@ -145,30 +189,63 @@ def request_submit(*, order: Order, requester: User, over_quota: str = OverQuota
     reasons = _admission_reasons(order, sizing, over_quota)
     exception_reasons = reasons + _as_list(priority)
     request = ResourceRequest.objects.create(
-        tenant_id=order.project.tenant_id, project=order.project, requester=requester, service=order.service,
-        spec=order.spec, image=order.image, bare_metal_profile=order.bare_metal_profile,
-        serving_model=order.serving_model, serving_template=order.serving_template,
-        duration_hours=order.duration_hours, priority=order.priority, justification=order.justification,
-        parameters=order.parameters, quota_reasons=exception_reasons,
-        quota_exception=bool(exception_reasons) and over_quota == OverQuota.EXCEPTION, **sizing.request_fields(),
+        tenant_id=order.project.tenant_id,
+        project=order.project,
+        requester=requester,
+        service=order.service,
+        spec=order.spec,
+        image=order.image,
+        bare_metal_profile=order.bare_metal_profile,
+        serving_model=order.serving_model,
+        serving_template=order.serving_template,
+        duration_hours=order.duration_hours,
+        priority=order.priority,
+        justification=order.justification,
+        parameters=order.parameters,
+        quota_reasons=exception_reasons,
+        quota_exception=bool(exception_reasons) and over_quota == OverQuota.EXCEPTION,
+        **sizing.request_fields(),
     )
-    record_event(request, actor=requester, code=EventCode.SUBMITTED, from_state="",
-                 message=f"{requester.username} ordered {describe_order(order)}."
-                         + (f" Warning: {never_fits['message']}" if never_fits else ""),
-                 data={"cost_estimate": str(sizing.cost_estimate), "over_quota": over_quota,
-                       **({"never_fits": never_fits} if never_fits else {})})
+    record_event(
+        request,
+        actor=requester,
+        code=EventCode.SUBMITTED,
+        from_state="",
+        message=f"{requester.username} ordered {describe_order(order)}."
+        + (f" Warning: {never_fits['message']}" if never_fits else ""),
+        data={
+            "cost_estimate": str(sizing.cost_estimate),
+            "over_quota": over_quota,
+            **({"never_fits": never_fits} if never_fits else {}),
+        },
+    )
     if reasons and over_quota == OverQuota.WAIT:
-        return _transition(request, "wait_for_quota", actor=requester, code=EventCode.QUOTA_EXCEEDED,
-                           message=_quota_sentence(reasons) + " Waiting until quota frees up.",
-                           data={"reasons": reasons})
+        return _transition(
+            request,
+            "wait_for_quota",
+            actor=requester,
+            code=EventCode.QUOTA_EXCEEDED,
+            message=_quota_sentence(reasons) + " Waiting until quota frees up.",
+            data={"reasons": reasons},
+        )
     if reasons:
-        record_event(request, actor=requester, code=EventCode.QUOTA_EXCEPTION, data={"reasons": reasons},
-                     message=_quota_sentence(reasons) + " Quota exception requested.")
+        record_event(
+            request,
+            actor=requester,
+            code=EventCode.QUOTA_EXCEPTION,
+            data={"reasons": reasons},
+            message=_quota_sentence(reasons) + " Quota exception requested.",
+        )
     else:
         record_event(request, actor=requester, code=EventCode.ADMITTED, message="Fits the project's quota.")
     if priority is not None:
-        record_event(request, actor=requester, code=EventCode.PRIORITY_EXCEPTION, data=priority,
-                     message=priority["message"] + " Priority exception requested.")
+        record_event(
+            request,
+            actor=requester,
+            code=EventCode.PRIORITY_EXCEPTION,
+            data=priority,
+            message=priority["message"] + " Priority exception requested.",
+        )
     return _route(request, order, actor=requester)
 
 
@@ -199,8 +276,9 @@ def _admission_reasons(order: Order, sizing, over_quota: str) -> list[dict]:
         raise QuotaExceeded(_quota_sentence(reasons), details={"reasons": reasons})
     hopeless = beyond_limits(impacts) if reasons and over_quota == OverQuota.WAIT else []
     if hopeless:
-        raise QuotaExceeded(" ".join(reason["message"] for reason in hopeless), code="exceeds_limit",
-                            details={"reasons": hopeless})
+        raise QuotaExceeded(
+            " ".join(reason["message"] for reason in hopeless), code="exceeds_limit", details={"reasons": hopeless}
+        )
     return reasons
 
 
@@ -212,56 +290,113 @@ def _route(request: ResourceRequest, order: Order, *, actor: User | None) -> Res
     facts = approval_facts(order, size_order(order), request.requester, quota_exception=request.quota_exception)
     approval, route = approvals.approval_start(subject=request, facts=facts)
     if approval is None:
-        _transition(request, "approve", actor=None, code=EventCode.AUTO_APPROVED, message=route.name,
-                    data={"route": route.as_data()})
+        _transition(
+            request,
+            "approve",
+            actor=None,
+            code=EventCode.AUTO_APPROVED,
+            message=route.name,
+            data={"route": route.as_data()},
+        )
         return _freeze_and_queue(request)
-    stages = "; ".join(f"{stage.name} ({stage.mode}: {', '.join(user.username for user in stage.approvers)})"
-                       for stage in route.stages)
-    return _transition(request, "route_for_approval", actor=actor, code=EventCode.ROUTED,
-                       message=f"{route.name} — {stages}", data={"route": route.as_data()})
+    stages = "; ".join(
+        f"{stage.name} ({stage.mode}: {', '.join(user.username for user in stage.approvers)})" for stage in route.stages
+    )
+    return _transition(
+        request,
+        "route_for_approval",
+        actor=actor,
+        code=EventCode.ROUTED,
+        message=f"{route.name} — {stages}",
+        data={"route": route.as_data()},
+    )
 
 
 def order_of(request: ResourceRequest) -> Order:
-    return Order(service=request.service, project=request.project, duration_hours=request.duration_hours,
-                 spec=request.spec, image=request.image, bare_metal_profile=request.bare_metal_profile,
-                 serving_model=request.serving_model, serving_template=request.serving_template,
-                 priority=request.priority, justification=request.justification, parameters=request.parameters)
+    return Order(
+        service=request.service,
+        project=request.project,
+        duration_hours=request.duration_hours,
+        spec=request.spec,
+        image=request.image,
+        bare_metal_profile=request.bare_metal_profile,
+        serving_model=request.serving_model,
+        serving_template=request.serving_template,
+        priority=request.priority,
+        justification=request.justification,
+        parameters=request.parameters,
+    )
 
 
 # --- Approval outcome and the frozen snapshot --------------------------------------------------------------
+
 
 def approved_snapshot(request: ResourceRequest) -> dict:
     """Everything scheduling and provisioning need, copied so later catalog edits cannot change it."""
     spec, image, profile = request.spec, request.image, request.bare_metal_profile
     return {
-        "request": request.pk, "tenant": request.tenant_id, "project": request.project.slug,
+        "request": request.pk,
+        "tenant": request.tenant_id,
+        "project": request.project.slug,
         "service": {"slug": request.service.slug, "kind": request.service.kind},
-        "spec": None if spec is None else {
-            "slug": spec.slug, "name": spec.name, "accelerator_count": spec.accelerator_count,
+        "spec": None
+        if spec is None
+        else {
+            "slug": spec.slug,
+            "name": spec.name,
+            "accelerator_count": spec.accelerator_count,
             "accelerator_models": sorted(model.slug for model in spec.accelerator_models.all()),
             "slice_profile": spec.slice_profile.name if spec.slice_profile else None,
-            "cpu_cores": spec.cpu_cores, "memory_gb": spec.memory_gb, "local_disk_gb": spec.local_disk_gb,
-            "hourly_price": str(spec.hourly_price)},
-        "image": None if image is None else {"name": image.name, "version": image.version,
-                                             "reference": image.reference, "configuration": image.configuration},
-        "bare_metal_profile": None if profile is None else {
-            "slug": profile.slug, "accelerator_model": profile.accelerator_model.slug,
-            "accelerator_count": profile.accelerator_count, "os_image": str(profile.os_image),
+            "cpu_cores": spec.cpu_cores,
+            "memory_gb": spec.memory_gb,
+            "local_disk_gb": spec.local_disk_gb,
+            "hourly_price": str(spec.hourly_price),
+        },
+        "image": None
+        if image is None
+        else {
+            "name": image.name,
+            "version": image.version,
+            "reference": image.reference,
+            "configuration": image.configuration,
+        },
+        "bare_metal_profile": None
+        if profile is None
+        else {
+            "slug": profile.slug,
+            "accelerator_model": profile.accelerator_model.slug,
+            "accelerator_count": profile.accelerator_count,
+            "os_image": str(profile.os_image),
             "os_image_url": profile.os_image.reference,
-            "driver_version": profile.driver_version, "monitoring_agent": profile.monitoring_agent,
-            "target_cluster": profile.target_cluster, "validation_suite": profile.validation_suite},
-        "serving": None if request.serving_model is None else {
-            "model": str(request.serving_model), "model_name": request.serving_model.name,
+            "driver_version": profile.driver_version,
+            "monitoring_agent": profile.monitoring_agent,
+            "target_cluster": profile.target_cluster,
+            "validation_suite": profile.validation_suite,
+        },
+        "serving": None
+        if request.serving_model is None
+        else {
+            "model": str(request.serving_model),
+            "model_name": request.serving_model.name,
             "artifact_uri": request.serving_model.artifact_uri,
-            "runtime": request.serving_template.runtime, "replicas": request.serving_template.replicas,
+            "runtime": request.serving_template.runtime,
+            "replicas": request.serving_template.replicas,
             "context_length": request.serving_template.context_length,
-            "max_tokens": request.serving_template.max_tokens},
-        "duration_hours": request.duration_hours, "priority": request.priority, "parameters": request.parameters,
-        "demand": {"gpu_equivalents": _as_stored(request, "gpu_equivalents"),
-                   "accelerator_count": request.accelerator_count,
-                   "accelerator_memory_gb": request.accelerator_memory_gb, "cpu_cores": request.cpu_cores,
-                   "memory_gb": request.memory_gb, "card_hours": _as_stored(request, "card_hours")},
-        "cost_estimate": _as_stored(request, "cost_estimate"), "quota_exception": request.quota_exception,
+            "max_tokens": request.serving_template.max_tokens,
+        },
+        "duration_hours": request.duration_hours,
+        "priority": request.priority,
+        "parameters": request.parameters,
+        "demand": {
+            "gpu_equivalents": _as_stored(request, "gpu_equivalents"),
+            "accelerator_count": request.accelerator_count,
+            "accelerator_memory_gb": request.accelerator_memory_gb,
+            "cpu_cores": request.cpu_cores,
+            "memory_gb": request.memory_gb,
+            "card_hours": _as_stored(request, "card_hours"),
+        },
+        "cost_estimate": _as_stored(request, "cost_estimate"),
+        "quota_exception": request.quota_exception,
     }
 
 
@@ -275,9 +410,14 @@ def _freeze_and_queue(request: ResourceRequest) -> ResourceRequest:
     request.approved_spec = as_stored(approved_snapshot(request))
     request.approved_spec_hash = snapshot_hash(request.approved_spec)
     request.approved_at = timezone.now()
-    _transition(request, "enqueue", actor=None, code=EventCode.QUEUED,
-                message="Approved spec frozen; waiting for the scheduler.",
-                data={"approved_spec_hash": request.approved_spec_hash})
+    _transition(
+        request,
+        "enqueue",
+        actor=None,
+        code=EventCode.QUEUED,
+        message="Approved spec frozen; waiting for the scheduler.",
+        data={"approved_spec_hash": request.approved_spec_hash},
+    )
     request_id = request.pk
     transaction.on_commit(lambda: request_queued.send(sender=ResourceRequest, request_id=request_id))
     return request
@@ -295,14 +435,25 @@ class RequestApprovals:
 
     def on_approved(self, request: ResourceRequest, *, actor: User | None) -> None:
         request = _locked(request)
-        _transition(request, "approve", actor=actor, code=EventCode.APPROVED,
-                    message=f"Approved by {actor.username if actor else 'policy'}.")
+        _transition(
+            request,
+            "approve",
+            actor=actor,
+            code=EventCode.APPROVED,
+            message=f"Approved by {actor.username if actor else 'policy'}.",
+        )
         _freeze_and_queue(request)
 
     def on_rejected(self, request: ResourceRequest, *, actor: User, comment: str) -> None:
         request = _locked(request)
-        _transition(request, "reject", actor=actor, code=EventCode.REJECTED,
-                    message=f"Rejected by {actor.username}: {comment}", data={"comment": comment})
+        _transition(
+            request,
+            "reject",
+            actor=actor,
+            code=EventCode.REJECTED,
+            message=f"Rejected by {actor.username}: {comment}",
+            data={"comment": comment},
+        )
         _readmit_after_commit(request.project_id)
 
     def note(self, request: ResourceRequest, *, code: str, message: str, actor: User | None, data: dict) -> None:
@@ -311,9 +462,13 @@ class RequestApprovals:
 
 # --- Cancellation and operator rejection -------------------------------------------------------------------
 
+
 def can_cancel(user: User, request: ResourceRequest) -> bool:
-    return (user.pk == request.requester_id or user.has_perm("requests.change_resourcerequest")
-            or user_has_project_permission(user=user, project=request.project, permission=ProjectPermission.MANAGE))
+    return (
+        user.pk == request.requester_id
+        or user.has_perm("requests.change_resourcerequest")
+        or user_has_project_permission(user=user, project=request.project, permission=ProjectPermission.MANAGE)
+    )
 
 
 @transaction.atomic
@@ -321,9 +476,15 @@ def request_cancel(*, request: ResourceRequest, actor: User, reason: str = "") -
     request = _locked(request)
     if not can_cancel(actor, request):
         raise NotPermitted("Only the requester, the project lead or an operator can cancel this request.")
-    _transition(request, "cancel", actor=actor, code=EventCode.CANCELLED,
-                message=f"Cancelled by {actor.username}" + (f": {reason}" if reason else "."),
-                data={"reason": reason}, intervention=is_operator_intervention(actor, request))
+    _transition(
+        request,
+        "cancel",
+        actor=actor,
+        code=EventCode.CANCELLED,
+        message=f"Cancelled by {actor.username}" + (f": {reason}" if reason else "."),
+        data={"reason": reason},
+        intervention=is_operator_intervention(actor, request),
+    )
     approvals.approval_cancel(subject=request)
     _readmit_after_commit(request.project_id)
     return request
@@ -337,15 +498,22 @@ def request_reject_by_operator(*, request: ResourceRequest, actor: User, reason:
     if not reason.strip():
         raise DomainError("Give a reason; the requester sees it.", code="reason_required")
     request = _locked(request)
-    _transition(request, "reject", actor=actor, code=EventCode.REJECTED,
-                message=f"Rejected by operator {actor.username}: {reason}", data={"comment": reason},
-                intervention=True)
+    _transition(
+        request,
+        "reject",
+        actor=actor,
+        code=EventCode.REJECTED,
+        message=f"Rejected by operator {actor.username}: {reason}",
+        data={"comment": reason},
+        intervention=True,
+    )
     approvals.approval_cancel(subject=request)
     _readmit_after_commit(request.project_id)
     return request
 
 
 # --- Waiting for quota -------------------------------------------------------------------------------------
+
 
 def _readmit_after_commit(project_id: int) -> None:
     transaction.on_commit(lambda: async_task("requests.tasks.readmit_waiting", project_id))
@@ -354,8 +522,11 @@ def _readmit_after_commit(project_id: int) -> None:
 @transaction.atomic
 def request_readmit_waiting(*, project_id: int) -> list[ResourceRequest]:
     """Admit waiting requests first come, first served; stop at the first that still does not fit."""
-    waiting = (ResourceRequest.objects.filter(project_id=project_id, state=RequestState.WAITING_FOR_QUOTA)
-               .select_related("project", "service", "spec", "requester").order_by("created_at", "id"))
+    waiting = (
+        ResourceRequest.objects.filter(project_id=project_id, state=RequestState.WAITING_FOR_QUOTA)
+        .select_related("project", "service", "spec", "requester")
+        .order_by("created_at", "id")
+    )
     first = waiting.first()
     if first is None:
         return []
@@ -375,8 +546,10 @@ def request_readmit_waiting(*, project_id: int) -> list[ResourceRequest]:
 
 # --- Scheduling outcomes (called by the scheduler cycle, in bulk) --------------------------------------------
 
-def _bulk_transition(items: list[tuple[ResourceRequest, str, dict]], *, transition: str, sources, code: str,
-                     refusal: str) -> None:
+
+def _bulk_transition(
+    items: list[tuple[ResourceRequest, str, dict]], *, transition: str, sources, code: str, refusal: str
+) -> None:
     """One transition for many requests: each instance's FSM transition first (an illegal one fails as a single
     transition would), then one UPDATE guarded on the source states and one INSERT of timeline events."""
     now = timezone.now()
@@ -386,13 +559,26 @@ def _bulk_transition(items: list[tuple[ResourceRequest, str, dict]], *, transiti
         try:
             getattr(request, transition)()
         except TransitionNotAllowed as error:
-            raise Conflict(f"Request #{request.pk} is {before}; '{transition}' is not possible from there.",
-                           code="illegal_transition", details={"state": before, "action": transition}) from error
-        events.append(RequestEvent(request=request, from_state=before, to_state=request.state, code=code,
-                                   message=message, data=data, created_at=now))
+            raise Conflict(
+                f"Request #{request.pk} is {before}; '{transition}' is not possible from there.",
+                code="illegal_transition",
+                details={"state": before, "action": transition},
+            ) from error
+        events.append(
+            RequestEvent(
+                request=request,
+                from_state=before,
+                to_state=request.state,
+                code=code,
+                message=message,
+                data=data,
+                created_at=now,
+            )
+        )
     target = items[0][0].state if items else None
     updated = ResourceRequest.objects.filter(pk__in=[request.pk for request, _, _ in items], state__in=sources).update(
-        state=target, queue_position=None, queue_reason={}, queue_updated_at=now, updated_at=now)
+        state=target, queue_position=None, queue_reason={}, queue_updated_at=now, updated_at=now
+    )
     if updated != len(items):
         raise Conflict(refusal, code="state_changed", details={"expected": len(items), "updated": updated})
     RequestEvent.objects.bulk_create(events)
@@ -400,8 +586,13 @@ def _bulk_transition(items: list[tuple[ResourceRequest, str, dict]], *, transiti
 
 def requests_allocate(*, placed: list[tuple[ResourceRequest, str, dict]]) -> None:
     """queued -> allocated for the requests a scheduling cycle placed."""
-    _bulk_transition(placed, transition="allocate", sources=[RequestState.QUEUED], code=EventCode.ALLOCATED,
-                     refusal="Some requests left the queue while they were being allocated.")
+    _bulk_transition(
+        placed,
+        transition="allocate",
+        sources=[RequestState.QUEUED],
+        code=EventCode.ALLOCATED,
+        refusal="Some requests left the queue while they were being allocated.",
+    )
 
 
 PREEMPTABLE_STATES = (RequestState.ALLOCATED, RequestState.PROVISIONING, RequestState.ACTIVE)
@@ -411,9 +602,13 @@ def requests_preempt(*, preempted: list[tuple[ResourceRequest, int | None, str, 
     """allocated/provisioning/active -> queued for the victims of a preemption (request, winner id or None,
     message, data). The scheduler has already returned their devices; it places them again like any queued
     request (the approved snapshot stays the contract)."""
-    _bulk_transition([(request, message, data) for request, _winner, message, data in preempted],
-                     transition="preempt", sources=PREEMPTABLE_STATES, code=EventCode.PREEMPTED,
-                     refusal="Some requests stopped running while they were being preempted.")
+    _bulk_transition(
+        [(request, message, data) for request, _winner, message, data in preempted],
+        transition="preempt",
+        sources=PREEMPTABLE_STATES,
+        code=EventCode.PREEMPTED,
+        refusal="Some requests stopped running while they were being preempted.",
+    )
     pairs = [(request.pk, winner) for request, winner, _, _ in preempted]
 
     def announce():
@@ -426,9 +621,20 @@ def requests_preempt(*, preempted: list[tuple[ResourceRequest, int | None, str, 
 def requests_note(*, code: str, notes: list[tuple[ResourceRequest, str, dict]]) -> None:
     """Put one note (same code) on many timelines in one INSERT; the states stay as they are."""
     now = timezone.now()
-    RequestEvent.objects.bulk_create([
-        RequestEvent(request=request, from_state=request.state, to_state=request.state, code=code, message=message,
-                     data=data, created_at=now) for request, message, data in notes])
+    RequestEvent.objects.bulk_create(
+        [
+            RequestEvent(
+                request=request,
+                from_state=request.state,
+                to_state=request.state,
+                code=code,
+                message=message,
+                data=data,
+                created_at=now,
+            )
+            for request, message, data in notes
+        ]
+    )
 
 
 def requests_note_queue(*, waiting: list[tuple[ResourceRequest, int, dict]]) -> None:
@@ -441,9 +647,17 @@ def requests_note_queue(*, waiting: list[tuple[ResourceRequest, int, dict]]) -> 
     events, changed = [], []
     for request, position, reason in waiting:
         if request.queue_reason.get("code") != reason["code"]:
-            events.append(RequestEvent(request=request, from_state=request.state, to_state=request.state,
-                                       code=EventCode.QUEUE_REASON, message=reason["message"], data=reason,
-                                       created_at=now))
+            events.append(
+                RequestEvent(
+                    request=request,
+                    from_state=request.state,
+                    to_state=request.state,
+                    code=EventCode.QUEUE_REASON,
+                    message=reason["message"],
+                    data=reason,
+                    created_at=now,
+                )
+            )
         if (request.queue_position, request.queue_reason) != (position, reason):
             changed.append((request.pk, position, json.dumps(reason, default=str)))
     _write_queue_status(changed, now)
@@ -452,9 +666,13 @@ def requests_note_queue(*, waiting: list[tuple[ResourceRequest, int, dict]]) -> 
 
 def _write_queue_status(rows: list[tuple[int, int, str]], now) -> None:
     table = ResourceRequest._meta.db_table
-    update_from_values(table=table, columns=[("id", "bigint"), ("position", "integer"), ("reason", "jsonb")],
-                       rows=rows, set_params=[now],
-                       set_sql="queue_position = v.position, queue_reason = v.reason, queue_updated_at = %s")
+    update_from_values(
+        table=table,
+        columns=[("id", "bigint"), ("position", "integer"), ("reason", "jsonb")],
+        rows=rows,
+        set_params=[now],
+        set_sql="queue_position = v.position, queue_reason = v.reason, queue_updated_at = %s",
+    )
 
 
 def can_release(user: User, request: ResourceRequest) -> bool:
@@ -469,12 +687,17 @@ def request_release(*, request: ResourceRequest, actor: User | None, reason: str
     if actor is not None and not can_release(actor, request):
         raise NotPermitted("Only the requester, the project lead or an operator can release this request.")
     who = actor.username if actor is not None else "the platform"
-    _transition(request, "start_release", actor=actor, code=EventCode.RELEASING,
-                message=f"Release started by {who}: {reason}", data={"reason": reason},
-                intervention=is_operator_intervention(actor, request))
+    _transition(
+        request,
+        "start_release",
+        actor=actor,
+        code=EventCode.RELEASING,
+        message=f"Release started by {who}: {reason}",
+        data={"reason": reason},
+        intervention=is_operator_intervention(actor, request),
+    )
     request_id = request.pk
-    transaction.on_commit(lambda: request_releasing.send(sender=ResourceRequest, request_id=request_id,
-                                                         reason=reason))
+    transaction.on_commit(lambda: request_releasing.send(sender=ResourceRequest, request_id=request_id, reason=reason))
     return request
 
 

@@ -37,8 +37,11 @@ def catalog(request):
     for kind, group in groupby(visible, key=lambda service: service.kind):
         rows = [(service, _offer_rows(service, project, usage), longest_duration_hours(service)) for service in group]
         services_by_kind.append((ServiceKind(kind).label, rows))
-    return render(request, "requests/catalog.html", {
-        "projects": projects, "project": project, "usage": usage, "services_by_kind": services_by_kind})
+    return render(
+        request,
+        "requests/catalog.html",
+        {"projects": projects, "project": project, "usage": usage, "services_by_kind": services_by_kind},
+    )
 
 
 def _offer_rows(service, project, usage) -> list[dict]:
@@ -50,14 +53,22 @@ def _offer_rows(service, project, usage) -> list[dict]:
         hours = default_duration_hours(service, **{field: offer})
         sizing = size_order(Order(service=service, project=project, duration_hours=hours, **{field: offer}))
         over = dimensions_over(sizing.demand, usage) if project else []
-        rows.append({"offer": offer, "field": field, "sizing": sizing, "over": over,
-                     "max_duration_hours": max_duration_hours(service, **{field: offer})})
+        rows.append(
+            {
+                "offer": offer,
+                "field": field,
+                "sizing": sizing,
+                "over": over,
+                "max_duration_hours": max_duration_hours(service, **{field: offer}),
+            }
+        )
     return rows
 
 
 def _order_form(request, service):
-    return OrderForm(request.POST or None, user=request.user, service=service,
-                     initial={"project": request.GET.get("project")})
+    return OrderForm(
+        request.POST or None, user=request.user, service=service, initial={"project": request.GET.get("project")}
+    )
 
 
 def _orderable_service(request, slug):
@@ -74,17 +85,24 @@ def order(request, slug):
     refusal = None
     if request.method == "POST" and form.is_valid():
         try:
-            created = services.request_submit(order=form.order(), requester=request.user,
-                                              over_quota=form.cleaned_data["over_quota"],
-                                              if_unplaceable=form.cleaned_data["if_unplaceable"])
+            created = services.request_submit(
+                order=form.order(),
+                requester=request.user,
+                over_quota=form.cleaned_data["over_quota"],
+                if_unplaceable=form.cleaned_data["if_unplaceable"],
+            )
         except DomainError as error:
             refusal = error
         else:
             messages.success(request, f"Request #{created.pk} submitted: {created.get_state_display().lower()}.")
             return redirect("portal:request-detail", pk=created.pk)
     status = 200 if refusal is None and not form.errors else 422 if refusal else 400
-    return render(request, "requests/order.html", {"service": service, "form": form, "refusal": refusal,
-                                                   "preview": _preview(request, form)}, status=status)
+    return render(
+        request,
+        "requests/order.html",
+        {"service": service, "form": form, "refusal": refusal, "preview": _preview(request, form)},
+        status=status,
+    )
 
 
 def _preview(request, form) -> dict:
@@ -92,8 +110,7 @@ def _preview(request, form) -> dict:
         return {}
     order = form.order()
     try:
-        data = services.request_preview(order=order, requester=request.user,
-                                        over_quota=form.cleaned_data["over_quota"])
+        data = services.request_preview(order=order, requester=request.user, over_quota=form.cleaned_data["over_quota"])
     except DomainError as error:
         return {"refusal": error}
     advice = hooks.rightsizing_advice(request.user, order.project, order.spec) if hooks.rightsizing_advice else []
@@ -113,15 +130,24 @@ def order_preview(request, slug):
 def request_list(request):
     latest = RequestEvent.objects.filter(request=OuterRef("pk")).order_by("-created_at", "-id")
     queryset = selectors.request_list_visible_to(user=request.user).annotate(
-        latest_message=Subquery(latest.values("message")[:1]))
+        latest_message=Subquery(latest.values("message")[:1])
+    )
     state = request.GET.get("state", "")
     if state in RequestState.values:
         queryset = queryset.filter(state=state)
     if request.GET.get("mine", "1") == "1":
         queryset = queryset.filter(requester=request.user)
-    return render(request, "requests/request_list.html", {
-        "requests": queryset[:200], "states": RequestState.choices, "state": state,
-        "mine": request.GET.get("mine", "1"), "terminal": TERMINAL_STATES})
+    return render(
+        request,
+        "requests/request_list.html",
+        {
+            "requests": queryset[:200],
+            "states": RequestState.choices,
+            "state": state,
+            "mine": request.GET.get("mine", "1"),
+            "terminal": TERMINAL_STATES,
+        },
+    )
 
 
 # While the request is in one of these, its provisioning panel refreshes itself.
@@ -138,21 +164,24 @@ def request_detail_context(request, resource_request) -> dict:
     """What the request page shows; higher apps render it too after their own actions (e.g. a new API key)."""
     holding = resource_request.state in (RequestState.ALLOCATED, RequestState.PROVISIONING, RequestState.ACTIVE)
     return {
-        "r": resource_request, "timeline": selectors.timeline_of(resource_request),
+        "r": resource_request,
+        "timeline": selectors.timeline_of(resource_request),
         "approval": selectors.approval_of(resource_request),
         "allocation": hooks.allocation_details(resource_request) if hooks.allocation_details else None,
         "endpoint": hooks.endpoint_details(resource_request) if hooks.endpoint_details else None,
         **_provisioning_context(resource_request),
         "can_cancel": resource_request.is_cancellable and services.can_cancel(request.user, resource_request),
-        "can_release": holding and services.can_release(request.user, resource_request)}
+        "can_release": holding and services.can_release(request.user, resource_request),
+    }
 
 
 @login_required
 def request_provisioning(request, pk):
     """The provisioning panel alone, polled by the detail page while steps are running."""
     resource_request = selectors.request_get(user=request.user, pk=pk)
-    return render(request, "requests/_provisioning.html", {"r": resource_request,
-                                                           **_provisioning_context(resource_request)})
+    return render(
+        request, "requests/_provisioning.html", {"r": resource_request, **_provisioning_context(resource_request)}
+    )
 
 
 @login_required
@@ -166,8 +195,10 @@ def request_endpoint_health(request, pk):
 
 
 def _provisioning_context(resource_request) -> dict:
-    return {"provisioning": hooks.provisioning_details(resource_request) if hooks.provisioning_details else None,
-            "live": resource_request.state in LIVE_STATES}
+    return {
+        "provisioning": hooks.provisioning_details(resource_request) if hooks.provisioning_details else None,
+        "live": resource_request.state in LIVE_STATES,
+    }
 
 
 def _act_on_request(request, pk: int, act, done: str):
@@ -184,15 +215,25 @@ def _act_on_request(request, pk: int, act, done: str):
 @login_required
 @require_POST
 def request_cancel(request, pk):
-    return _act_on_request(request, pk, lambda target, reason: services.request_cancel(
-        request=target, actor=request.user, reason=reason), "cancelled")
+    return _act_on_request(
+        request,
+        pk,
+        lambda target, reason: services.request_cancel(request=target, actor=request.user, reason=reason),
+        "cancelled",
+    )
 
 
 @login_required
 @require_POST
 def request_release(request, pk):
-    return _act_on_request(request, pk, lambda target, reason: services.request_release(
-        request=target, actor=request.user, reason=reason or "released early"), "is being released")
+    return _act_on_request(
+        request,
+        pk,
+        lambda target, reason: services.request_release(
+            request=target, actor=request.user, reason=reason or "released early"
+        ),
+        "is being released",
+    )
 
 
 @login_required
@@ -202,19 +243,30 @@ def request_extend(request, pk):
     if not hours.isdigit():
         messages.error(request, "Give the extra hours as a whole number.")
         return redirect("portal:request-detail", pk=pk)
-    return _act_on_request(request, pk, lambda target, _reason: extensions.request_extension_submit(
-        request=target, hours=int(hours), justification=request.POST.get("justification", ""), actor=request.user),
-        "extension sent")
+    return _act_on_request(
+        request,
+        pk,
+        lambda target, _reason: extensions.request_extension_submit(
+            request=target, hours=int(hours), justification=request.POST.get("justification", ""), actor=request.user
+        ),
+        "extension sent",
+    )
 
 
 @login_required
 def approval_inbox(request):
     tasks = selectors.approval_inbox_with_subjects(user=request.user)
     scopes = quota_scopes_by_project({task.stage.approval.project for task in tasks if task.stage.approval.project})
-    rows = [{"task": task, "subject": task.subject,
-             "impact": request_quota_impact(task.subject, scopes[task.subject.project_id])
-             if isinstance(task.subject, ResourceRequest) else None}
-            for task in tasks]
+    rows = [
+        {
+            "task": task,
+            "subject": task.subject,
+            "impact": request_quota_impact(task.subject, scopes[task.subject.project_id])
+            if isinstance(task.subject, ResourceRequest)
+            else None,
+        }
+        for task in tasks
+    ]
     return render(request, "requests/approval_inbox.html", {"rows": rows, "form": DecisionForm()})
 
 
@@ -226,8 +278,9 @@ def approval_decide(request, pk):
     form = DecisionForm(request.POST)
     form.is_valid()
     try:
-        approvals.approval_decide(assignment=task, decision=decision, comment=form.cleaned_data.get("comment", ""),
-                                  actor=request.user)
+        approvals.approval_decide(
+            assignment=task, decision=decision, comment=form.cleaned_data.get("comment", ""), actor=request.user
+        )
     except DomainError as error:
         messages.error(request, error.message)
     else:
@@ -263,13 +316,24 @@ def project_quota(request, pk):
     if request.method == "POST" and is_lead and form.is_valid():
         try:
             change = quota_changes.quota_change_request_submit(
-                project=project, limits=form.limits(), justification=form.cleaned_data["justification"],
-                actor=request.user)
+                project=project,
+                limits=form.limits(),
+                justification=form.cleaned_data["justification"],
+                actor=request.user,
+            )
         except DomainError as error:
             form.add_error(None, error.message)
         else:
             messages.success(request, f"Quota change #{change.pk} sent for approval.")
             return redirect("portal:project-quota", pk=pk)
-    return render(request, "requests/project_quota.html", {
-        "project": project, "usage": selectors.project_quota_usage(project), "form": form, "is_lead": is_lead,
-        "changes": selectors.quota_change_list_visible_to(user=request.user).filter(project=project)[:20]})
+    return render(
+        request,
+        "requests/project_quota.html",
+        {
+            "project": project,
+            "usage": selectors.project_quota_usage(project),
+            "form": form,
+            "is_lead": is_lead,
+            "changes": selectors.quota_change_list_visible_to(user=request.user).filter(project=project)[:20],
+        },
+    )

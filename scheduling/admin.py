@@ -45,8 +45,11 @@ class ReadOnlyAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
 
 def _badge(ok: bool, good: str, bad: str):
     colour = "#2e7d32" if ok else "#c62828"
-    return format_html('<span style="color:#fff;background:{};padding:1px 6px;border-radius:8px">{}</span>',
-                       colour, good if ok else bad)
+    return format_html(
+        '<span style="color:#fff;background:{};padding:1px 6px;border-radius:8px">{}</span>',
+        colour,
+        good if ok else bad,
+    )
 
 
 @admin.register(Site)
@@ -95,27 +98,49 @@ class DeviceInline(admin.TabularInline):
 @admin.register(Node)
 class NodeAdmin(AuditedSaveMixin, admin.ModelAdmin):
     change_list_template = "admin/scheduling/node/change_list.html"
-    list_display = ["name", "rack", "topology_domain", "cpu_cores", "memory_gib", "device_count", "allocated_free",
-                    "schedulable_badge"]
-    list_filter = ["schedulable", ("rack__site", related_list_filter()), ("rack", related_list_filter("site")),
-                   "topology_domain"]
+    list_display = [
+        "name",
+        "rack",
+        "topology_domain",
+        "cpu_cores",
+        "memory_gib",
+        "device_count",
+        "allocated_free",
+        "schedulable_badge",
+    ]
+    list_filter = [
+        "schedulable",
+        ("rack__site", related_list_filter()),
+        ("rack", related_list_filter("site")),
+        "topology_domain",
+    ]
     search_fields = ["name", "serial_number", "topology_domain", "bmc_address"]
     readonly_fields = ["schedulable", "cordon_reason", "cordoned_at", "cordoned_by", "created_at", "updated_at"]
     fieldsets = [
         (None, {"fields": ["name", "serial_number", "rack", "topology_domain", "cpu_milli", "memory_mib"]}),
         ("BMC", {"fields": ["bmc_address", "bmc_credentials_ref"]}),
-        ("Cordon (use the Cordon / Uncordon actions)", {"fields": ["schedulable", "cordon_reason", "cordoned_at",
-                                                                   "cordoned_by"]}),
+        (
+            "Cordon (use the Cordon / Uncordon actions)",
+            {"fields": ["schedulable", "cordon_reason", "cordoned_at", "cordoned_by"]},
+        ),
         ("History", {"fields": ["created_at", "updated_at"]}),
     ]
     inlines = [DeviceInline]
     actions = [
-        action_with_reason(name="cordon_nodes", description="Cordon selected nodes (no new placements)",
-                           verb="Cordoned", permission="change",
-                           change=lambda node, reason, actor: services.node_cordon(node, reason, actor)),
-        action_with_reason(name="uncordon_nodes", description="Uncordon selected nodes", verb="Uncordoned",
-                           permission="change",
-                           change=lambda node, reason, actor: services.node_uncordon(node, reason, actor)),
+        action_with_reason(
+            name="cordon_nodes",
+            description="Cordon selected nodes (no new placements)",
+            verb="Cordoned",
+            permission="change",
+            change=lambda node, reason, actor: services.node_cordon(node, reason, actor),
+        ),
+        action_with_reason(
+            name="uncordon_nodes",
+            description="Uncordon selected nodes",
+            verb="Uncordoned",
+            permission="change",
+            change=lambda node, reason, actor: services.node_uncordon(node, reason, actor),
+        ),
     ]
 
     def get_queryset(self, request):
@@ -128,8 +153,12 @@ class NodeAdmin(AuditedSaveMixin, admin.ModelAdmin):
     def capacity_view(self, request):
         if not self.has_view_permission(request):
             raise PermissionDenied
-        context = {**self.admin_site.each_context(request), "title": "Capacity by accelerator model",
-                   "opts": self.model._meta, "models": selectors.capacity_by_model()}
+        context = {
+            **self.admin_site.each_context(request),
+            "title": "Capacity by accelerator model",
+            "opts": self.model._meta,
+            "models": selectors.capacity_by_model(),
+        }
         return TemplateResponse(request, "admin/scheduling/capacity.html", context)
 
     def changelist_view(self, request, extra_context=None):
@@ -168,25 +197,57 @@ class DeviceAdmin(AuditedSaveMixin, admin.ModelAdmin):
     list_filter = [("model", related_list_filter("vendor")), "health", "isolated", ("node", related_list_filter())]
     list_select_related = ["node", "model__vendor"]
     search_fields = ["uuid", "node__name", "node__serial_number"]
-    readonly_fields = ["health", "health_detail", "degraded_by", "clear_since", "isolated", "isolation_reason",
-                       "isolated_at", "allocated_milli", "updated_at"]
+    readonly_fields = [
+        "health",
+        "health_detail",
+        "degraded_by",
+        "clear_since",
+        "isolated",
+        "isolation_reason",
+        "isolated_at",
+        "allocated_milli",
+        "updated_at",
+    ]
     fieldsets = [
         (None, {"fields": ["node", "index", "uuid", "model", "memory_gb"]}),
-        ("Health and isolation (use the Mark healthy / Isolate / clearance actions)", {
-            "fields": ["health", "health_detail", "degraded_by", "clear_since", "isolated", "isolation_reason",
-                       "isolated_at"]}),
+        (
+            "Health and isolation (use the Mark healthy / Isolate / clearance actions)",
+            {
+                "fields": [
+                    "health",
+                    "health_detail",
+                    "degraded_by",
+                    "clear_since",
+                    "isolated",
+                    "isolation_reason",
+                    "isolated_at",
+                ]
+            },
+        ),
         ("Scheduling", {"fields": ["allocated_milli", "updated_at"]}),
     ]
     actions = [
-        action_with_reason(name="isolate_devices", description="Isolate selected devices (no new placements)",
-                           verb="Isolated", permission="change",
-                           change=lambda device, reason, actor: services.device_isolate(device, reason, actor)),
-        action_with_reason(name="mark_healthy", description="Mark selected degraded devices healthy",
-                           verb="Marked healthy", permission="change",
-                           change=lambda device, reason, actor: services.device_mark_healthy(device, reason, actor)),
-        action_with_reason(name="request_isolation_clearance",
-                           description="Request isolation clearance (a second holder approves)",
-                           verb="Requested clearance of", permission="clear_isolation", change=_request_clearance),
+        action_with_reason(
+            name="isolate_devices",
+            description="Isolate selected devices (no new placements)",
+            verb="Isolated",
+            permission="change",
+            change=lambda device, reason, actor: services.device_isolate(device, reason, actor),
+        ),
+        action_with_reason(
+            name="mark_healthy",
+            description="Mark selected degraded devices healthy",
+            verb="Marked healthy",
+            permission="change",
+            change=lambda device, reason, actor: services.device_mark_healthy(device, reason, actor),
+        ),
+        action_with_reason(
+            name="request_isolation_clearance",
+            description="Request isolation clearance (a second holder approves)",
+            verb="Requested clearance of",
+            permission="clear_isolation",
+            change=_request_clearance,
+        ),
     ]
 
     def has_clear_isolation_permission(self, request):
@@ -198,16 +259,31 @@ class DeviceAdmin(AuditedSaveMixin, admin.ModelAdmin):
 
 @admin.register(Allocation)
 class AllocationAdmin(ReadOnlyAdmin):
-    list_display = ["id", "request", "node", "state", "device_count", "cpu_milli", "priority", "started_at",
-                    "expires_at", "preempt_at", "released_at"]
+    list_display = [
+        "id",
+        "request",
+        "node",
+        "state",
+        "device_count",
+        "cpu_milli",
+        "priority",
+        "started_at",
+        "expires_at",
+        "preempt_at",
+        "released_at",
+    ]
     list_filter = ["state", "preemptible"]
     list_select_related = ["node", "request__service", "request__project"]
     search_fields = ["node__name", "=request__id"]
     date_hierarchy = "started_at"
 
     def get_queryset(self, request):
-        return super().get_queryset(request).select_related("node", "request__service", "request__project").annotate(
-            device_count=Count("devices"))
+        return (
+            super()
+            .get_queryset(request)
+            .select_related("node", "request__service", "request__project")
+            .annotate(device_count=Count("devices"))
+        )
 
     @admin.display(description="Devices", ordering="device_count")
     def device_count(self, allocation):
@@ -231,8 +307,17 @@ class IsolationClearanceAdmin(ReadOnlyAdmin):
 
 @admin.register(HealthRule)
 class HealthRuleAdmin(AuditedSaveMixin, admin.ModelAdmin):
-    list_display = ["name", "source", "signal", "comparison", "threshold", "action", "recovery_threshold",
-                    "recover_after_minutes", "active"]
+    list_display = [
+        "name",
+        "source",
+        "signal",
+        "comparison",
+        "threshold",
+        "action",
+        "recovery_threshold",
+        "recover_after_minutes",
+        "active",
+    ]
     list_filter = ["source", "action", "active"]
     list_editable = ["active"]
     search_fields = ["name", "signal"]
@@ -259,11 +344,17 @@ class PreemptionRuleAdmin(AuditedSaveMixin, admin.ModelAdmin):
 
 class AgentTokenIssueForm(forms.Form):
     name = forms.CharField(max_length=80, help_text="What uses it, e.g. the agent's host name.")
-    site = forms.ModelChoiceField(Site.objects.all(), required=False,
-                                  help_text="Without nodes chosen: every node of this site, including later ones.")
-    nodes = forms.ModelMultipleChoiceField(Node.objects.all(), required=False,
-                                           widget=FilteredSelectMultiple("nodes", is_stacked=False),
-                                           help_text="The nodes the agent speaks for (in the site, if one is set).")
+    site = forms.ModelChoiceField(
+        Site.objects.all(),
+        required=False,
+        help_text="Without nodes chosen: every node of this site, including later ones.",
+    )
+    nodes = forms.ModelMultipleChoiceField(
+        Node.objects.all(),
+        required=False,
+        widget=FilteredSelectMultiple("nodes", is_stacked=False),
+        help_text="The nodes the agent speaks for (in the site, if one is set).",
+    )
 
 
 @admin.register(AgentToken)
@@ -276,9 +367,15 @@ class AgentTokenAdmin(admin.ModelAdmin):
     list_select_related = ["site", "created_by"]
     search_fields = ["name", "prefix", "nodes__name", "site__name"]
     exclude = ["hashed"]
-    actions = [action_with_reason(
-        name="revoke_agent_tokens", description="Revoke selected agent tokens", verb="Revoked", permission="revoke",
-        change=lambda token, reason, actor: agents.agent_token_revoke(token=token, reason=reason, actor=actor))]
+    actions = [
+        action_with_reason(
+            name="revoke_agent_tokens",
+            description="Revoke selected agent tokens",
+            verb="Revoked",
+            permission="revoke",
+            change=lambda token, reason, actor: agents.agent_token_revoke(token=token, reason=reason, actor=actor),
+        )
+    ]
 
     def get_queryset(self, request):
         return super().get_queryset(request).prefetch_related("nodes")
@@ -309,10 +406,10 @@ class AgentTokenAdmin(admin.ModelAdmin):
             except DomainError as refusal:
                 form.add_error(None, refusal.message)
             else:
-                return self._page(request, "issued", f"Agent token {issued.token} issued",
-                                  token=issued.token, secret=issued.secret)
-        return self._page(request, "issue", "Issue an agent token", form=form,
-                          media=self.media + form.media)
+                return self._page(
+                    request, "issued", f"Agent token {issued.token} issued", token=issued.token, secret=issued.secret
+                )
+        return self._page(request, "issue", "Issue an agent token", form=form, media=self.media + form.media)
 
     def _page(self, request, template: str, title: str, **context):
         context = {**self.admin_site.each_context(request), "title": title, "opts": self.model._meta, **context}

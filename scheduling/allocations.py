@@ -8,9 +8,12 @@ def adjust_device_shares(deltas: dict[int, int]) -> None:
     """Add (or, negative, take back) milli-shares on devices in one statement. The CHECK on allocated_milli
     (0..1000) makes the database refuse any double binding or over-commit, whatever the caller believed."""
     table = Device._meta.db_table
-    update_from_values(table=table, columns=[("id", "bigint"), ("delta", "integer")],
-                       rows=[(device_id, delta) for device_id, delta in deltas.items() if delta],
-                       set_sql=f"allocated_milli = {table}.allocated_milli + v.delta")
+    update_from_values(
+        table=table,
+        columns=[("id", "bigint"), ("delta", "integer")],
+        rows=[(device_id, delta) for device_id, delta in deltas.items() if delta],
+        set_sql=f"allocated_milli = {table}.allocated_milli + v.delta",
+    )
 
 
 def allocation_details(request) -> dict | None:
@@ -20,9 +23,19 @@ def allocation_details(request) -> dict | None:
         return None
     devices = AllocationDevice.objects.filter(allocation=allocation).select_related("device__model")
     return {
-        "state": allocation.state, "node": allocation.node.name, "started_at": allocation.started_at,
-        "expires_at": allocation.expires_at, "released_at": allocation.released_at,
+        "state": allocation.state,
+        "node": allocation.node.name,
+        "started_at": allocation.started_at,
+        "expires_at": allocation.expires_at,
+        "released_at": allocation.released_at,
         "release_reason": allocation.release_reason,
-        "devices": [{"index": binding.device.index, "uuid": binding.device.uuid, "model": binding.device.model.name,
-                     "milli": binding.milli} for binding in devices],
+        "devices": [
+            {
+                "index": binding.device.index,
+                "uuid": binding.device.uuid,
+                "model": binding.device.model.name,
+                "milli": binding.milli,
+            }
+            for binding in devices
+        ],
     }

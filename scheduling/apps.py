@@ -8,8 +8,11 @@ class SchedulingConfig(AppConfig):
     verbose_name = "Scheduling and inventory"
     operator_permissions = [
         *[f"scheduling.{verb}_{model}" for model in _INVENTORY for verb in ("view", "add", "change")],
-        "scheduling.view_allocation", "scheduling.view_allocationdevice", "scheduling.view_healthevent",
-        "scheduling.delete_healthrule", "scheduling.view_isolationclearance",
+        "scheduling.view_allocation",
+        "scheduling.view_allocationdevice",
+        "scheduling.view_healthevent",
+        "scheduling.delete_healthrule",
+        "scheduling.view_isolationclearance",
         *[f"scheduling.{verb}_preemptionrule" for verb in ("view", "add", "change", "delete")],
         # Node agents' tokens: issue (add), revoke (change), list (view); never delete (the audit trail).
         *[f"scheduling.{verb}_agenttoken" for verb in ("view", "add", "change")],

@@ -22,8 +22,9 @@ class Reservation:
     start: datetime
 
 
-def reserve_for_head(*, snapshot: placement.Snapshot, expires: dict[str, datetime], result, demands, hours, now,
-                     policy: str) -> Reservation | None:
+def reserve_for_head(
+    *, snapshot: placement.Snapshot, expires: dict[str, datetime], result, demands, hours, now, policy: str
+) -> Reservation | None:
     """Where and from when the first crowded-out request could run, given everything ahead of it."""
     reasons = {pending.demand_id: pending.reason for pending in result.pending}
     head_at = next((i for i, demand in enumerate(demands) if reasons.get(demand.id) in CROWDED_OUT), None)
@@ -33,13 +34,19 @@ def reserve_for_head(*, snapshot: placement.Snapshot, expires: dict[str, datetim
     placed_ahead = [binding for binding in result.bindings if binding.demand_id in ahead]
     running = list(snapshot.allocations) + [
         placement.Allocation(binding.demand_id, binding.node, binding.devices, binding.cpu_milli, binding.memory_mib)
-        for binding in placed_ahead]
-    ends = {**expires, **{binding.demand_id: now + timedelta(hours=hours[binding.demand_id])
-                          for binding in placed_ahead}}
+        for binding in placed_ahead
+    ]
+    ends = {
+        **expires,
+        **{binding.demand_id: now + timedelta(hours=hours[binding.demand_id]) for binding in placed_ahead},
+    }
     engine = placement.PlacementEngine(placement.Snapshot(snapshot.nodes, running), policy, workload=demands)
     for allocation in sorted(running, key=lambda allocation: ends[allocation.id])[:MAX_RELEASES]:
-        engine.release(placement.Binding(allocation.id, allocation.node, allocation.devices, allocation.cpu_milli,
-                                         allocation.memory_mib))
+        engine.release(
+            placement.Binding(
+                allocation.id, allocation.node, allocation.devices, allocation.cpu_milli, allocation.memory_mib
+            )
+        )
         outcome = engine.place_one(head)
         if not isinstance(outcome, placement.Pending):
             return Reservation(head.id, outcome[0].node, ends[allocation.id])
@@ -50,16 +57,28 @@ def hold_back_delaying(result, reservation: Reservation, demands, hours, now) ->
     """Turn the bindings that would delay the reservation into pending `higher_priority_ahead` (in place)."""
     position = {demand.id: i for i, demand in enumerate(demands)}
     head = position[reservation.request_id]
-    delaying = [binding for binding in result.bindings
-                if position[binding.demand_id] > head and binding.node == reservation.node
-                and now + timedelta(hours=hours[binding.demand_id]) > reservation.start]
+    delaying = [
+        binding
+        for binding in result.bindings
+        if position[binding.demand_id] > head
+        and binding.node == reservation.node
+        and now + timedelta(hours=hours[binding.demand_id]) > reservation.start
+    ]
     if not delaying:
         return
     held = {binding.demand_id for binding in delaying}
     result.bindings = [binding for binding in result.bindings if binding.demand_id not in held]
-    result.pending.extend(placement.Pending(
-        binding.demand_id, placement.HIGHER_PRIORITY_AHEAD,
-        f"would still be running on {binding.node} when request #{reservation.request_id} is due to start there "
-        f"({reservation.start:%Y-%m-%d %H:%M} UTC); it waits so that larger request is not starved",
-        {"reserved_for": reservation.request_id, "node": binding.node, "reserved_from": reservation.start.isoformat()})
-        for binding in delaying)
+    result.pending.extend(
+        placement.Pending(
+            binding.demand_id,
+            placement.HIGHER_PRIORITY_AHEAD,
+            f"would still be running on {binding.node} when request #{reservation.request_id} is due to start there "
+            f"({reservation.start:%Y-%m-%d %H:%M} UTC); it waits so that larger request is not starved",
+            {
+                "reserved_for": reservation.request_id,
+                "node": binding.node,
+                "reserved_from": reservation.start.isoformat(),
+            },
+        )
+        for binding in delaying
+    )

@@ -44,9 +44,15 @@ class Pod:
 
 def read_nodes(path: str) -> list[Node]:
     with open(path, newline="") as handle:
-        return [Node(row["sn"], int(row["cpu_milli"]), int(row["memory_mib"]),
-                     tuple(Device(j, row["model"]) for j in range(int(row["gpu"]))))
-                for row in csv.DictReader(handle)]
+        return [
+            Node(
+                row["sn"],
+                int(row["cpu_milli"]),
+                int(row["memory_mib"]),
+                tuple(Device(j, row["model"]) for j in range(int(row["gpu"]))),
+            )
+            for row in csv.DictReader(handle)
+        ]
 
 
 def read_pods(path: str) -> list[Pod]:
@@ -81,8 +87,14 @@ def workload(pods: list[Pod], capacity: int, seed: int, inflate: float) -> list[
 
 
 def demand_of(pod: Pod, n: int) -> Demand:
-    return Demand(f"{pod.name}#{n}", count=pod.num_gpu, share=pod.milli or MILLI, models=pod.spec,
-                  cpu_milli=pod.cpu, memory_mib=pod.mem)
+    return Demand(
+        f"{pod.name}#{n}",
+        count=pod.num_gpu,
+        share=pod.milli or MILLI,
+        models=pod.spec,
+        cpu_milli=pod.cpu,
+        memory_mib=pod.mem,
+    )
 
 
 def simulate(nodes: list[Node], pods: list[Pod], policy: str, seed: int, inflate: float = 1.3) -> dict:
@@ -111,10 +123,15 @@ def simulate(nodes: list[Node], pods: list[Pod], policy: str, seed: int, inflate
         by_arrived.setdefault(arrived_pct, []).append(100 * allocated / capacity)
         if arrived_pct == 100 and pod.gpu_milli:
             frag_at_100.append(100 * engine.cluster_frag(report_table) / capacity)
-    return {"seed": seed, "pods": len(sequence), "alloc_at_100": _at(by_arrived, 100),
-            "alloc_at_130": _at(by_arrived, round(100 * inflate)),
-            "frag_at_100": statistics.fmean(frag_at_100) if frag_at_100 else float("nan"),
-            "decisions_per_s": len(sequence) / elapsed if elapsed else float("inf"), "reasons": reasons}
+    return {
+        "seed": seed,
+        "pods": len(sequence),
+        "alloc_at_100": _at(by_arrived, 100),
+        "alloc_at_130": _at(by_arrived, round(100 * inflate)),
+        "frag_at_100": statistics.fmean(frag_at_100) if frag_at_100 else float("nan"),
+        "decisions_per_s": len(sequence) / elapsed if elapsed else float("inf"),
+        "reasons": reasons,
+    }
 
 
 def _at(by_arrived: dict[int, list[float]], x: int) -> float:
@@ -146,15 +163,22 @@ def summarise(policy: str, seeds: list[int], runs: list[dict]) -> dict:
         values = [r[key] for r in runs if r[key] == r[key]]  # NaN: no event at that arrival level
         if not values:
             return {"mean": None, "std": None}
-        return {"mean": round(statistics.fmean(values), 2),
-                "std": round(statistics.stdev(values), 2) if len(values) > 1 else 0.0}
+        return {
+            "mean": round(statistics.fmean(values), 2),
+            "std": round(statistics.stdev(values), 2) if len(values) > 1 else 0.0,
+        }
 
     total_pods = sum(r["pods"] for r in runs)
     total_time = sum(r["pods"] / r["decisions_per_s"] for r in runs)
-    return {"policy": DEFAULT_POLICY if policy == "default" else policy, "seeds": seeds,
-            "alloc_at_100": stat("alloc_at_100"), "alloc_at_130": stat("alloc_at_130"),
-            "frag_at_100": stat("frag_at_100"), "decisions_per_s": round(total_pods / total_time),
-            "peak_mem_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)}
+    return {
+        "policy": DEFAULT_POLICY if policy == "default" else policy,
+        "seeds": seeds,
+        "alloc_at_100": stat("alloc_at_100"),
+        "alloc_at_130": stat("alloc_at_130"),
+        "frag_at_100": stat("frag_at_100"),
+        "decisions_per_s": round(total_pods / total_time),
+        "peak_mem_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
+    }
 
 
 def fmt(stat: dict) -> str:
@@ -175,10 +199,12 @@ def main(argv: list[str] | None = None) -> int:
     if args.json:
         print(json.dumps(summary))
     else:
-        print(f"policy {summary['policy']}  seeds {args.seeds}  alloc@100 {fmt(summary['alloc_at_100'])}%  "
-              f"alloc@{round(100 * args.inflate)} {fmt(summary['alloc_at_130'])}%  "
-              f"frag@100 {fmt(summary['frag_at_100'])}%  {summary['decisions_per_s']} decisions/s  "
-              f"peak {summary['peak_mem_mb']} MB")
+        print(
+            f"policy {summary['policy']}  seeds {args.seeds}  alloc@100 {fmt(summary['alloc_at_100'])}%  "
+            f"alloc@{round(100 * args.inflate)} {fmt(summary['alloc_at_130'])}%  "
+            f"frag@100 {fmt(summary['frag_at_100'])}%  {summary['decisions_per_s']} decisions/s  "
+            f"peak {summary['peak_mem_mb']} MB"
+        )
     return 0
 
 

@@ -51,8 +51,13 @@ class CycleResult:
 
     def followed_by(self, later: "CycleResult") -> "CycleResult":
         """This cycle and the one it ran after itself, as one result (the later one says who still waits)."""
-        return CycleResult(ran=True, allocated=self.allocated + later.allocated, waiting=later.waiting,
-                           preempted=self.preempted + later.preempted, wakeups=later.wakeups)
+        return CycleResult(
+            ran=True,
+            allocated=self.allocated + later.allocated,
+            waiting=later.waiting,
+            preempted=self.preempted + later.preempted,
+            wakeups=later.wakeups,
+        )
 
 
 def _take_cycle_lock() -> bool:
@@ -102,9 +107,16 @@ def load_snapshot() -> ClusterSnapshot:
         bound.setdefault(binding.allocation_id, []).append((positions[binding.device_id], binding.milli))
     active = list(Allocation.objects.filter(state=AllocationState.ACTIVE).select_related("node"))
     allocations = [
-        placement.Allocation(str(allocation.request_id), allocation.node.name, tuple(bound.get(allocation.pk, ())),
-                             allocation.cpu_milli, allocation.memory_mib, allocation.priority, allocation.preemptible,
-                             allocation.started_at.timestamp())
+        placement.Allocation(
+            str(allocation.request_id),
+            allocation.node.name,
+            tuple(bound.get(allocation.pk, ())),
+            allocation.cpu_milli,
+            allocation.memory_mib,
+            allocation.priority,
+            allocation.preemptible,
+            allocation.started_at.timestamp(),
+        )
         for allocation in active
     ]
     expires = {str(allocation.request_id): allocation.expires_at for allocation in active}
@@ -128,26 +140,53 @@ def _load_nodes():
     for node in Node.objects.order_by("name"):
         engine_devices = []
         for position, device in enumerate(devices_by_node.get(node.pk, [])):
-            engine_devices.append(placement.Device(
-                index=position, model=device.model.slug, vendor=device.model.vendor.slug,
-                memory_mib=device.memory_gb * 1024, health=_engine_health(device),
-                slice_profiles=profiles.get(device.model_id, {})))
+            engine_devices.append(
+                placement.Device(
+                    index=position,
+                    model=device.model.slug,
+                    vendor=device.model.vendor.slug,
+                    memory_mib=device.memory_gb * 1024,
+                    health=_engine_health(device),
+                    slice_profiles=profiles.get(device.model_id, {}),
+                )
+            )
             device_ids[(node.name, position)] = device.pk
             positions[device.pk] = position
         node_ids[node.name] = node.pk
-        nodes.append(placement.Node(node.name, node.cpu_milli, node.memory_mib, tuple(engine_devices),
-                                    {"domain": node.topology_domain} if node.topology_domain else {},
-                                    schedulable=node.schedulable))
+        nodes.append(
+            placement.Node(
+                node.name,
+                node.cpu_milli,
+                node.memory_mib,
+                tuple(engine_devices),
+                {"domain": node.topology_domain} if node.topology_domain else {},
+                schedulable=node.schedulable,
+            )
+        )
     return nodes, device_ids, node_ids, positions
 
 
-def make_demand(demand_id: str, priority_class: str, *, cpu_cores: int, memory_gb: int, count: int,
-                models: frozenset, slice_profile: str | None = None) -> placement.Demand:
+def make_demand(
+    demand_id: str,
+    priority_class: str,
+    *,
+    cpu_cores: int,
+    memory_gb: int,
+    count: int,
+    models: frozenset,
+    slice_profile: str | None = None,
+) -> placement.Demand:
     """The engine's demand for a request or an order: one shape for both, so the preview matches the cycle."""
-    return placement.Demand(id=demand_id, count=count, slice_profile=slice_profile, models=models,
-                            cpu_milli=cpu_cores * 1000, memory_mib=memory_gb * 1024,
-                            priority=PRIORITY_RANK[priority_class],
-                            preemptible=priority_class == PriorityClass.BATCH)
+    return placement.Demand(
+        id=demand_id,
+        count=count,
+        slice_profile=slice_profile,
+        models=models,
+        cpu_milli=cpu_cores * 1000,
+        memory_mib=memory_gb * 1024,
+        priority=PRIORITY_RANK[priority_class],
+        preemptible=priority_class == PriorityClass.BATCH,
+    )
 
 
 def demand_of(request: ResourceRequest) -> placement.Demand:
@@ -156,41 +195,72 @@ def demand_of(request: ResourceRequest) -> placement.Demand:
     serving = request.approved_spec.get("serving") or {}
     sizes = {"cpu_cores": request.cpu_cores, "memory_gb": request.memory_gb}
     if profile is not None:
-        return make_demand(str(request.pk), request.priority, count=profile["accelerator_count"],
-                           models=frozenset([profile["accelerator_model"]]), **sizes)
-    return make_demand(str(request.pk), request.priority, count=spec["accelerator_count"] * serving.get("replicas", 1),
-                       slice_profile=spec["slice_profile"], models=frozenset(spec["accelerator_models"]), **sizes)
+        return make_demand(
+            str(request.pk),
+            request.priority,
+            count=profile["accelerator_count"],
+            models=frozenset([profile["accelerator_model"]]),
+            **sizes,
+        )
+    return make_demand(
+        str(request.pk),
+        request.priority,
+        count=spec["accelerator_count"] * serving.get("replicas", 1),
+        slice_profile=spec["slice_profile"],
+        models=frozenset(spec["accelerator_models"]),
+        **sizes,
+    )
 
 
 def queue_order(requests: list[ResourceRequest]) -> list[ResourceRequest]:
     """Priority class first (highest first); with SCHEDULER_FAIR_SHARE, projects that used fewer card-hours this
     month go first within a class; then submission time."""
-    usage = _card_hours_this_month({request.project_id for request in requests}) if settings.SCHEDULER_FAIR_SHARE \
-        else {}
-    return sorted(requests, key=lambda request: (-PRIORITY_RANK[request.priority], usage.get(request.project_id, 0),
-                                                 request.created_at, request.pk))
+    usage = (
+        _card_hours_this_month({request.project_id for request in requests}) if settings.SCHEDULER_FAIR_SHARE else {}
+    )
+    return sorted(
+        requests,
+        key=lambda request: (
+            -PRIORITY_RANK[request.priority],
+            usage.get(request.project_id, 0),
+            request.created_at,
+            request.pk,
+        ),
+    )
 
 
 def _card_hours_this_month(project_ids: set[int]) -> dict[int, object]:
-    return dict(MonthlyUsage.objects.filter(project_id__in=project_ids, month=month_start())
-                .values_list("project_id", "card_hours"))
+    return dict(
+        MonthlyUsage.objects.filter(project_id__in=project_ids, month=month_start()).values_list(
+            "project_id", "card_hours"
+        )
+    )
 
 
 def _over_concurrency(queue: list[ResourceRequest]) -> dict[int, dict]:
     """Requests whose project already holds as many allocations as its concurrent-task limit allows."""
-    holding = dict(ResourceRequest.objects.filter(
-        project_id__in={request.project_id for request in queue}, state__in=HOLDING_STATES)
-        .values("project_id").annotate(n=Count("id")).values_list("project_id", "n"))
-    limits = dict(ProjectQuota.objects.filter(project_id__in={request.project_id for request in queue})
-                  .values_list("project_id", "concurrent_tasks"))
+    holding = dict(
+        ResourceRequest.objects.filter(
+            project_id__in={request.project_id for request in queue}, state__in=HOLDING_STATES
+        )
+        .values("project_id")
+        .annotate(n=Count("id"))
+        .values_list("project_id", "n")
+    )
+    limits = dict(
+        ProjectQuota.objects.filter(project_id__in={request.project_id for request in queue}).values_list(
+            "project_id", "concurrent_tasks"
+        )
+    )
     refused = {}
     for request in queue:
         limit, held = limits.get(request.project_id), holding.get(request.project_id, 0)
         if limit is not None and held >= limit and not _excepted_from_concurrency(request):
             refused[request.pk] = {
-                "code": QUOTA_EXHAUSTED, "numbers": {"holding": held, "limit": limit},
-                "message": f"The project already holds {held} of its {limit} concurrent tasks; waits for one "
-                           "to end."}
+                "code": QUOTA_EXHAUSTED,
+                "numbers": {"holding": held, "limit": limit},
+                "message": f"The project already holds {held} of its {limit} concurrent tasks; waits for one to end.",
+            }
         elif limit is not None:
             holding[request.project_id] = held + 1  # admitted requests of this cycle count too
     return refused
@@ -199,19 +269,26 @@ def _over_concurrency(queue: list[ResourceRequest]) -> dict[int, dict]:
 def _excepted_from_concurrency(request: ResourceRequest) -> bool:
     """Admitted over the concurrent-task limit through an approved quota exception: the approvers agreed to this
     request running beyond the limit, so the scheduler must not hold it back for that limit again."""
-    return request.quota_exception and any(reason.get("dimension") == QuotaDimension.CONCURRENT_TASKS
-                                           for reason in request.quota_reasons)
+    return request.quota_exception and any(
+        reason.get("dimension") == QuotaDimension.CONCURRENT_TASKS for reason in request.quota_reasons
+    )
 
 
 def _binding_rows(bindings, cluster: ClusterSnapshot, requests: dict[int, ResourceRequest], now):
     allocations, devices = [], []
     for binding in bindings:
         request = requests[int(binding.demand_id)]
-        allocations.append(Allocation(
-            request=request, node_id=cluster.node_ids[binding.node], cpu_milli=binding.cpu_milli,
-            memory_mib=binding.memory_mib, priority=PRIORITY_RANK[request.priority],
-            preemptible=request.priority == PriorityClass.BATCH,
-            expires_at=now + timedelta(hours=request.duration_hours)))
+        allocations.append(
+            Allocation(
+                request=request,
+                node_id=cluster.node_ids[binding.node],
+                cpu_milli=binding.cpu_milli,
+                memory_mib=binding.memory_mib,
+                priority=PRIORITY_RANK[request.priority],
+                preemptible=request.priority == PriorityClass.BATCH,
+                expires_at=now + timedelta(hours=request.duration_hours),
+            )
+        )
         devices.append([(cluster.device_ids[(binding.node, position)], milli) for position, milli in binding.devices])
     return allocations, devices
 
@@ -226,24 +303,39 @@ def _bind_devices(device_shares: list[tuple[int, int]]) -> None:
 def _commit_bindings(result, cluster: ClusterSnapshot, requests: dict[int, ResourceRequest], now) -> list[int]:
     allocations, device_lists = _binding_rows(result.bindings, cluster, requests, now)
     Allocation.objects.bulk_create(allocations)
-    rows = [AllocationDevice(allocation=allocation, device_id=device_id, milli=milli)
-            for allocation, shares in zip(allocations, device_lists, strict=True) for device_id, milli in shares]
+    rows = [
+        AllocationDevice(allocation=allocation, device_id=device_id, milli=milli)
+        for allocation, shares in zip(allocations, device_lists, strict=True)
+        for device_id, milli in shares
+    ]
     AllocationDevice.objects.bulk_create(rows)
     _bind_devices([(row.device_id, row.milli) for row in rows])
     placed = []
     for binding, shares in zip(result.bindings, device_lists, strict=True):
-        placed.append((requests[int(binding.demand_id)],
-                       f"Allocated on {binding.node}: {len(shares)} device(s)"
-                       + (" (degraded devices: nothing healthy fitted)" if binding.degraded else "") + ".",
-                       {"node": binding.node, "devices": shares}))
+        placed.append(
+            (
+                requests[int(binding.demand_id)],
+                f"Allocated on {binding.node}: {len(shares)} device(s)"
+                + (" (degraded devices: nothing healthy fitted)" if binding.degraded else "")
+                + ".",
+                {"node": binding.node, "devices": shares},
+            )
+        )
     requests_allocate(placed=placed)
     return [request.pk for request, _, _ in placed]
 
 
 def _reserve_for_the_head(cluster: ClusterSnapshot, result, demands, requests, now, policy: str) -> None:
     hours = {demand.id: requests[int(demand.id)].duration_hours for demand in demands}
-    reservation = backfill.reserve_for_head(snapshot=cluster.snapshot, expires=cluster.expires, result=result,
-                                            demands=demands, hours=hours, now=now, policy=policy)
+    reservation = backfill.reserve_for_head(
+        snapshot=cluster.snapshot,
+        expires=cluster.expires,
+        result=result,
+        demands=demands,
+        hours=hours,
+        now=now,
+        policy=policy,
+    )
     if reservation is not None:
         backfill.hold_back_delaying(result, reservation, demands, hours, now)
 
@@ -272,8 +364,12 @@ def _timed_cycle(policy: str) -> CycleResult:
     started = time.perf_counter()
     result = _cycle(policy)
     if result.ran:
-        cycle_finished.send(sender=CycleResult, seconds=time.perf_counter() - started,
-                            allocated=len(result.allocated), waiting=len(result.waiting))
+        cycle_finished.send(
+            sender=CycleResult,
+            seconds=time.perf_counter() - started,
+            allocated=len(result.allocated),
+            waiting=len(result.waiting),
+        )
     return result
 
 
@@ -286,8 +382,9 @@ def _cycle(policy: str) -> CycleResult:
         carried = preemption.carry_out(now)  # due preemptions first: this cycle places their winners
         # Rows another transaction holds are waited for, not skipped: a skipped request would wait for the next
         # trigger (its holder, e.g. a cancellation, may well commit without sending one).
-        queue = queue_order(list(ResourceRequest.objects.select_for_update().filter(state=RequestState.QUEUED)
-                                 .order_by("pk")))
+        queue = queue_order(
+            list(ResourceRequest.objects.select_for_update().filter(state=RequestState.QUEUED).order_by("pk"))
+        )
         if not queue:
             return CycleResult(ran=True, preempted=carried.preempted, wakeups=wakeups)
         refused = _over_concurrency(queue)
@@ -298,14 +395,37 @@ def _cycle(policy: str) -> CycleResult:
         by_id = {request.pk: request for request in queue}
         _reserve_for_the_head(cluster, result, demands, by_id, now, policy)
         allocated = _commit_bindings(result, cluster, by_id, now)
-        reasons = {**refused, **{int(pending.demand_id): {"code": pending.reason, "message": pending.message,
-                                                          "numbers": dict(pending.numbers)}
-                                 for pending in result.pending}}
-        reasons.update(preemption.schedule(cluster=cluster, result=result, demands=demands, requests=by_id,
-                                           scheduled=carried.scheduled, policy=policy, now=now))
+        reasons = {
+            **refused,
+            **{
+                int(pending.demand_id): {
+                    "code": pending.reason,
+                    "message": pending.message,
+                    "numbers": dict(pending.numbers),
+                }
+                for pending in result.pending
+            },
+        }
+        reasons.update(
+            preemption.schedule(
+                cluster=cluster,
+                result=result,
+                demands=demands,
+                requests=by_id,
+                scheduled=carried.scheduled,
+                policy=policy,
+                now=now,
+            )
+        )
         waiting = [request for request in queue if request.pk in reasons]
-        requests_note_queue(waiting=[(request, position, reasons[request.pk])
-                                     for position, request in enumerate(waiting, start=1)])
+        requests_note_queue(
+            waiting=[(request, position, reasons[request.pk]) for position, request in enumerate(waiting, start=1)]
+        )
         transaction.on_commit(lambda: requests_allocated.send(sender=Allocation, request_ids=allocated))
-    return CycleResult(ran=True, allocated=allocated, waiting={pk: reason["code"] for pk, reason in reasons.items()},
-                       preempted=carried.preempted, wakeups=wakeups)
+    return CycleResult(
+        ran=True,
+        allocated=allocated,
+        waiting={pk: reason["code"] for pk, reason in reasons.items()},
+        preempted=carried.preempted,
+        wakeups=wakeups,
+    )

@@ -18,10 +18,18 @@ NODES = [
 
 def seed(context: dict) -> None:
     records = [
-        NodeRecord(name=name, serial_number=f"DEMO-{name.upper()}", cpu_milli=cores * 1000, memory_mib=memory * 1024,
-                   site="demo-dc", rack=rack, topology_domain=domain, bmc_address=f"https://bmc-{name}.demo.internal",
-                   bmc_credentials_ref="demo-bmc",
-                   devices=[DeviceRecord(index=i, model=model, uuid=device_uuid(name, i)) for i in range(cards)])
+        NodeRecord(
+            name=name,
+            serial_number=f"DEMO-{name.upper()}",
+            cpu_milli=cores * 1000,
+            memory_mib=memory * 1024,
+            site="demo-dc",
+            rack=rack,
+            topology_domain=domain,
+            bmc_address=f"https://bmc-{name}.demo.internal",
+            bmc_credentials_ref="demo-bmc",
+            devices=[DeviceRecord(index=i, model=model, uuid=device_uuid(name, i)) for i in range(cards)],
+        )
         for name, rack, domain, model, cards, cores, memory in NODES
     ]
     inventory_import(records, actor=None)

@@ -14,12 +14,22 @@ def order_demand(order, sizing) -> placement.Demand:
     sizes = {"cpu_cores": sizing.cpu_cores, "memory_gb": sizing.memory_gb}
     if order.bare_metal_profile is not None:
         profile = order.bare_metal_profile
-        return make_demand(PREVIEW_ID, order.priority, count=profile.accelerator_count,
-                           models=frozenset([profile.accelerator_model.slug]), **sizes)
+        return make_demand(
+            PREVIEW_ID,
+            order.priority,
+            count=profile.accelerator_count,
+            models=frozenset([profile.accelerator_model.slug]),
+            **sizes,
+        )
     spec = order.spec
-    return make_demand(PREVIEW_ID, order.priority, count=sizing.accelerator_count,
-                       slice_profile=spec.slice_profile.name if spec.slice_profile else None,
-                       models=frozenset(model.slug for model in spec.accelerator_models.all()), **sizes)
+    return make_demand(
+        PREVIEW_ID,
+        order.priority,
+        count=sizing.accelerator_count,
+        slice_profile=spec.slice_profile.name if spec.slice_profile else None,
+        models=frozenset(model.slug for model in spec.accelerator_models.all()),
+        **sizes,
+    )
 
 
 def placement_estimate(order, sizing) -> dict:
@@ -29,20 +39,40 @@ def placement_estimate(order, sizing) -> dict:
     cluster = load_snapshot()
     never = placement.unplaceable(cluster.snapshot.nodes, demand)
     if never is not None:
-        return {"fits_now": False, "never_fits": True, "queued_ahead": None, "code": never.reason,
-                "message": _sentence(never.message), "details": dict(never.numbers)}
-    ahead = [request for request in queue_order(list(ResourceRequest.objects.filter(state=RequestState.QUEUED)))
-             if PRIORITY_RANK[request.priority] >= demand.priority]
+        return {
+            "fits_now": False,
+            "never_fits": True,
+            "queued_ahead": None,
+            "code": never.reason,
+            "message": _sentence(never.message),
+            "details": dict(never.numbers),
+        }
+    ahead = [
+        request
+        for request in queue_order(list(ResourceRequest.objects.filter(state=RequestState.QUEUED)))
+        if PRIORITY_RANK[request.priority] >= demand.priority
+    ]
     engine = placement.PlacementEngine(cluster.snapshot, workload=[demand])
     engine.place([demand_of(request) for request in ahead])
     outcome = engine.place_one(demand)
     if isinstance(outcome, placement.Pending):
-        return {"fits_now": False, "never_fits": False, "queued_ahead": len(ahead), "code": outcome.reason,
-                "message": f"Would queue behind {len(ahead)} request(s): {outcome.message}.",
-                "details": dict(outcome.numbers)}
+        return {
+            "fits_now": False,
+            "never_fits": False,
+            "queued_ahead": len(ahead),
+            "code": outcome.reason,
+            "message": f"Would queue behind {len(ahead)} request(s): {outcome.message}.",
+            "details": dict(outcome.numbers),
+        }
     node = outcome[0].node
-    return {"fits_now": True, "never_fits": False, "queued_ahead": len(ahead), "node": node, "code": None,
-            "message": f"Fits now on {node}" + (f", after the {len(ahead)} request(s) ahead." if ahead else ".")}
+    return {
+        "fits_now": True,
+        "never_fits": False,
+        "queued_ahead": len(ahead),
+        "node": node,
+        "code": None,
+        "message": f"Fits now on {node}" + (f", after the {len(ahead)} request(s) ahead." if ahead else "."),
+    }
 
 
 def order_never_fits(order, sizing) -> dict | None:

@@ -29,8 +29,9 @@ class Shape(NamedTuple):
     weight: float
 
 
-def typical_shapes(pods: Iterable[tuple[int, int, int, int, frozenset]], threshold: float = 0.95,
-                   with_memory: bool = False) -> list[Shape]:
+def typical_shapes(
+    pods: Iterable[tuple[int, int, int, int, frozenset]], threshold: float = 0.95, with_memory: bool = False
+) -> list[Shape]:
     """Most popular demand shapes covering ``threshold`` of the pods, weights renormalised to sum to 1.
 
     ``pods`` yields ``(cpu, mem, count, milli, models)``. As in the FGD simulator (popularity threshold 95%, step 1,
@@ -46,16 +47,20 @@ def typical_shapes(pods: Iterable[tuple[int, int, int, int, frozenset]], thresho
     total = sum(counts.values())
     if not total:
         return []
-    ordered = sorted(counts.items(), key=lambda item: (item[1], item[0][0], item[0][3], item[0][2], item[0][4],
-                                                       item[0][1]), reverse=True)
+    ordered = sorted(
+        counts.items(),
+        key=lambda item: (item[1], item[0][0], item[0][3], item[0][2], item[0][4], item[0][1]),
+        reverse=True,
+    )
     chosen, covered = [], 0
     for key, n in ordered:
         if covered >= threshold * total:
             break
         chosen.append((key, n))
         covered += n
-    return [Shape(cpu, mem, count, milli, frozenset(models), n / covered)
-            for (cpu, mem, count, milli, models), n in chosen]
+    return [
+        Shape(cpu, mem, count, milli, frozenset(models), n / covered) for (cpu, mem, count, milli, models), n in chosen
+    ]
 
 
 class FragTable:

@@ -135,8 +135,16 @@ def invalid_samples(samples: Sequence[HealthSample]) -> list[dict]:
     for position, sample in enumerate(samples):
         problem = number_problem(sample.value)
         if problem is not None:
-            problems.append({"position": position, "source": sample.source, "signal": sample.signal,
-                             "target": sample.target(), "value": _shown(sample.value), "problem": problem})
+            problems.append(
+                {
+                    "position": position,
+                    "source": sample.source,
+                    "signal": sample.signal,
+                    "target": sample.target(),
+                    "value": _shown(sample.value),
+                    "problem": problem,
+                }
+            )
     return problems
 
 
@@ -163,8 +171,9 @@ class RecoveryStep:
     recovered: bool
 
 
-def recovery_step(rule: RecoverableRule, samples: Iterable[HealthSample], clear_since: datetime | None,
-                  now: datetime) -> RecoveryStep | None:
+def recovery_step(
+    rule: RecoverableRule, samples: Iterable[HealthSample], clear_since: datetime | None, now: datetime
+) -> RecoveryStep | None:
     """What the samples mean for a card the rule degraded; None when they say nothing (no reading of its signal,
     or the rule has no recovery). The card recovers once the signal has read clear for the rule's minutes, every
     reading in between included: one reading that is not clear stops the clock."""
@@ -207,14 +216,16 @@ def parse_dcgm_text(text: str) -> list[HealthSample]:
         for sample in family.samples:
             labels = sample.labels
             gpu = labels.get("gpu", "")
-            samples.append(HealthSample(
-                source=HealthSource.DCGM,
-                signal=sample.name if sample.name in wire_names else family.name,
-                value=sample.value,
-                device_uuid=labels.get("UUID", "") or labels.get("uuid", ""),
-                node=labels.get("Hostname", "") or labels.get("hostname", ""),
-                index=int(gpu) if gpu.isdigit() else None,
-            ))
+            samples.append(
+                HealthSample(
+                    source=HealthSource.DCGM,
+                    signal=sample.name if sample.name in wire_names else family.name,
+                    value=sample.value,
+                    device_uuid=labels.get("UUID", "") or labels.get("uuid", ""),
+                    node=labels.get("Hostname", "") or labels.get("hostname", ""),
+                    index=int(gpu) if gpu.isdigit() else None,
+                )
+            )
     if not samples:
         raise ValueError("The text holds no samples.")
     if len(samples) > MAX_SAMPLES:
@@ -240,7 +251,8 @@ def _refuse_invalid(samples: Sequence[HealthSample]) -> None:
     raise InvalidTelemetry(
         f"{len(problems)} of {len(samples)} samples carry a number that cannot be used, e.g. {first['signal']} "
         f"{first['value']} {first['problem']}; nothing was applied.",
-        details={"invalid": len(problems), "samples": problems[:MAX_PROBLEMS_LISTED]})
+        details={"invalid": len(problems), "samples": problems[:MAX_PROBLEMS_LISTED]},
+    )
 
 
 @dataclass
@@ -288,8 +300,11 @@ def _resolve(samples: Sequence[HealthSample]) -> list[list[int] | None]:
     uuids = {sample.device_uuid for sample in samples if sample.device_uuid}
     node_names = {sample.node for sample in samples if sample.node}
     by_uuid, by_position, by_node = {}, {}, {}
-    rows = Device.objects.filter(Q(uuid__in=uuids) | Q(node__name__in=node_names)).values_list(
-        "pk", "uuid", "node__name", "index").order_by("node__name", "index")
+    rows = (
+        Device.objects.filter(Q(uuid__in=uuids) | Q(node__name__in=node_names))
+        .values_list("pk", "uuid", "node__name", "index")
+        .order_by("node__name", "index")
+    )
     for pk, uuid, node_name, index in rows:
         by_uuid[uuid] = pk
         by_position[(node_name, index)] = pk
@@ -316,9 +331,12 @@ def _outside_scope(samples: Sequence[HealthSample], resolved: list[list[int] | N
     device_ids = {pk for ids in resolved if ids for pk in ids}
     node_of = dict(Device.objects.filter(pk__in=device_ids).values_list("pk", "node_id")) if device_ids else {}
     names = set(scope.nodes.values())
-    return {position for position, (sample, ids) in enumerate(zip(samples, resolved, strict=True))
-            if (sample.node_wide and ids is not None and sample.node not in names)
-            or any(node_of.get(pk) not in scope.nodes for pk in ids or ())}
+    return {
+        position
+        for position, (sample, ids) in enumerate(zip(samples, resolved, strict=True))
+        if (sample.node_wide and ids is not None and sample.node not in names)
+        or any(node_of.get(pk) not in scope.nodes for pk in ids or ())
+    }
 
 
 def _detail(rule: RuleLike, sample: HealthSample) -> str:
@@ -335,8 +353,9 @@ def _apply(device: Device, action: str, detail: str, actor, degraded_by: HealthR
         device_isolate(device=device, reason=detail, actor=actor)
         return True
     if action == HealthAction.DEGRADE and device.health == DeviceHealth.HEALTHY:
-        device_set_health(device=device, health=DeviceHealth.DEGRADED, detail=detail, actor=actor,
-                          degraded_by=degraded_by)
+        device_set_health(
+            device=device, health=DeviceHealth.DEGRADED, detail=detail, actor=actor, degraded_by=degraded_by
+        )
         return True
     return False
 
@@ -370,10 +389,18 @@ def _recover(device: Device, samples: list[HealthSample], now: datetime, actor) 
         device.clear_since = step.clear_since
         return False
     device_set_health(
-        device=device, health=DeviceHealth.HEALTHY, actor=actor,
+        device=device,
+        health=DeviceHealth.HEALTHY,
+        actor=actor,
         detail=f"Recovered: {rule.signal} read clear for {rule.recover_after_minutes} min (rule: {rule.name})",
-        data={"code": "recovered", "rule": rule.name, "signal": rule.signal,
-              "clear_since": step.clear_since.isoformat(), "recover_after_minutes": rule.recover_after_minutes})
+        data={
+            "code": "recovered",
+            "rule": rule.name,
+            "signal": rule.signal,
+            "clear_since": step.clear_since.isoformat(),
+            "recover_after_minutes": rule.recover_after_minutes,
+        },
+    )
     return True
 
 
@@ -394,8 +421,13 @@ def health_ingest(samples: Sequence[HealthSample], actor=None, scope: NodeScope 
         outside = _outside_scope(samples, resolved, scope)
         resolved = [None if position in outside else ids for position, ids in enumerate(resolved)]
         wanted_ids = sorted({pk for ids in resolved if ids for pk in ids})
-        devices = {device.pk: device for device in Device.objects.select_for_update(of=("self",))
-                   .select_related("node", "model", "degraded_by").filter(pk__in=wanted_ids).order_by("pk")}
+        devices = {
+            device.pk: device
+            for device in Device.objects.select_for_update(of=("self",))
+            .select_related("node", "model", "degraded_by")
+            .filter(pk__in=wanted_ids)
+            .order_by("pk")
+        }
         events, health_events = [], []
         wanted: dict[int, tuple[str, str]] = {}  # device id -> (action, detail) of the strongest match
         degrading: dict[int, HealthRule] = {}  # device id -> the last degrade rule it met
@@ -417,8 +449,16 @@ def health_ingest(samples: Sequence[HealthSample], actor=None, scope: NodeScope 
                 continue
             events.append(EventOutcome(sample, MATCHED, uuids, rule.name, rule.action))
             for pk in ids:
-                health_events.append(HealthEvent(device_id=pk, rule=rule, source=sample.source, signal=sample.signal,
-                                                 value=value_text(sample.value)[:200], action=rule.action))
+                health_events.append(
+                    HealthEvent(
+                        device_id=pk,
+                        rule=rule,
+                        source=sample.source,
+                        signal=sample.signal,
+                        value=value_text(sample.value)[:200],
+                        action=rule.action,
+                    )
+                )
                 if rule.action == HealthAction.DEGRADE:
                     degrading[pk] = rule
                 if pk not in wanted or ACTION_RANK[rule.action] > ACTION_RANK[wanted[pk][0]]:
@@ -436,19 +476,32 @@ def health_ingest(samples: Sequence[HealthSample], actor=None, scope: NodeScope 
                     isolated_ids.append(pk)
             if _rematched(device, degrading.get(pk)):
                 clocks.append(device)
-            outcomes.append(DeviceOutcome(device.uuid, device.node.name, device.index, action, changed,
-                                          device.health, device.isolated))
+            outcomes.append(
+                DeviceOutcome(
+                    device.uuid, device.node.name, device.index, action, changed, device.health, device.isolated
+                )
+            )
         for pk in sorted(unmatched.keys() - wanted.keys()):
             device = devices[pk]
             recovered = _recover(device, unmatched[pk], now, actor)
             if recovered:
                 changed_ids.append(pk)
-                outcomes.append(DeviceOutcome(device.uuid, device.node.name, device.index, RECOVER, True,
-                                              DeviceHealth.HEALTHY, device.isolated))
+                outcomes.append(
+                    DeviceOutcome(
+                        device.uuid,
+                        device.node.name,
+                        device.index,
+                        RECOVER,
+                        True,
+                        DeviceHealth.HEALTHY,
+                        device.isolated,
+                    )
+                )
             elif recovered is False:
                 clocks.append(device)
         Device.objects.bulk_update(clocks, ["degraded_by", "clear_since"])
         if changed_ids:
-            transaction.on_commit(lambda: health_changed.send(
-                sender=HealthEvent, device_ids=changed_ids, isolated_ids=isolated_ids))
+            transaction.on_commit(
+                lambda: health_changed.send(sender=HealthEvent, device_ids=changed_ids, isolated_ids=isolated_ids)
+            )
     return IngestReport(events, outcomes)

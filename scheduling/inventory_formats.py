@@ -93,8 +93,9 @@ def _checked(records: list[NodeRecord], problems: list[str]) -> list[NodeRecord]
             problems.append(f"{record.where}: node {record.name} also appears at {seen[record.name]}")
         seen.setdefault(record.name, record.where)
         if record.serial_number in serials:
-            problems.append(f"{record.where}: serial {record.serial_number} also appears at "
-                            f"{serials[record.serial_number]}")
+            problems.append(
+                f"{record.where}: serial {record.serial_number} also appears at {serials[record.serial_number]}"
+            )
         serials.setdefault(record.serial_number, record.where)
         indexes = [device.index for device in record.devices]
         if len(set(indexes)) != len(indexes):
@@ -120,13 +121,19 @@ def read_openb(path: Path) -> list[NodeRecord]:
                 problems.append(f"{where}: unknown openb model {code!r} (known: {', '.join(OPENB_MODELS)})")
                 continue
             count = _int(row.get("gpu"), "gpu", problems, where)
-            records.append(NodeRecord(
-                name=name, serial_number=name, where=where,
-                cpu_milli=_int(row.get("cpu_milli"), "cpu_milli", problems, where),
-                memory_mib=_int(row.get("memory_mib"), "memory_mib", problems, where),
-                devices=[DeviceRecord(index=i, model=OPENB_MODELS[code][0], uuid=device_uuid(name, i))
-                         for i in range(count)],
-            ))
+            records.append(
+                NodeRecord(
+                    name=name,
+                    serial_number=name,
+                    where=where,
+                    cpu_milli=_int(row.get("cpu_milli"), "cpu_milli", problems, where),
+                    memory_mib=_int(row.get("memory_mib"), "memory_mib", problems, where),
+                    devices=[
+                        DeviceRecord(index=i, model=OPENB_MODELS[code][0], uuid=device_uuid(name, i))
+                        for i in range(count)
+                    ],
+                )
+            )
     return _checked(records, problems)
 
 
@@ -152,9 +159,16 @@ def _node_from_mapping(raw: dict, where: str, problems: list[str]) -> NodeRecord
                 continue
             index = _int(item.get("index", position), "index", problems, spot)
             memory = item.get("memory_gb")
-            devices.append(DeviceRecord(
-                index=index, model=str(item["model"]).strip(), uuid=str(item.get("uuid") or device_uuid(name, index)),
-                memory_gb=_int(memory, "memory_gb", problems, spot, minimum=1) if memory not in (None, "") else None))
+            devices.append(
+                DeviceRecord(
+                    index=index,
+                    model=str(item["model"]).strip(),
+                    uuid=str(item.get("uuid") or device_uuid(name, index)),
+                    memory_gb=_int(memory, "memory_gb", problems, spot, minimum=1)
+                    if memory not in (None, "")
+                    else None,
+                )
+            )
     elif raw.get("gpu_count") not in (None, "", 0, "0"):
         count = _int(raw.get("gpu_count"), "gpu_count", problems, where)
         model = str(raw.get("gpu_model") or "").strip()
@@ -165,17 +179,26 @@ def _node_from_mapping(raw: dict, where: str, problems: list[str]) -> NodeRecord
             problems.append(f"{where}: {len(uuids)} gpu_uuids for {count} GPUs")
         memory = raw.get("gpu_memory_gb")
         memory_gb = _int(memory, "gpu_memory_gb", problems, where, minimum=1) if memory not in (None, "") else None
-        devices = [DeviceRecord(index=i, model=model, uuid=uuids[i] if uuids else device_uuid(name, i),
-                                memory_gb=memory_gb) for i in range(count)]
+        devices = [
+            DeviceRecord(index=i, model=model, uuid=uuids[i] if uuids else device_uuid(name, i), memory_gb=memory_gb)
+            for i in range(count)
+        ]
 
     def optional(key: str) -> str | None:
         return None if raw.get(key) is None else str(raw[key]).strip()
 
     return NodeRecord(
-        name=name, serial_number=str(raw.get("serial_number") or name).strip(), cpu_milli=cpu_milli,
-        memory_mib=memory_mib, devices=devices, site=str(raw.get("site") or "").strip(),
-        rack=str(raw.get("rack") or "").strip(), topology_domain=optional("topology_domain"),
-        bmc_address=optional("bmc_address"), bmc_credentials_ref=optional("bmc_credentials_ref"), where=where,
+        name=name,
+        serial_number=str(raw.get("serial_number") or name).strip(),
+        cpu_milli=cpu_milli,
+        memory_mib=memory_mib,
+        devices=devices,
+        site=str(raw.get("site") or "").strip(),
+        rack=str(raw.get("rack") or "").strip(),
+        topology_domain=optional("topology_domain"),
+        bmc_address=optional("bmc_address"),
+        bmc_credentials_ref=optional("bmc_credentials_ref"),
+        where=where,
     )
 
 

@@ -49,25 +49,29 @@ class Node(models.Model):
     serial_number = models.CharField(max_length=120, unique=True)
     bmc_address = models.CharField(max_length=200, blank=True, help_text="Redfish endpoint of the node's BMC.")
     bmc_credentials_ref = models.CharField(
-        max_length=200, blank=True, help_text="Name of the secret holding BMC credentials; never the credentials.")
+        max_length=200, blank=True, help_text="Name of the secret holding BMC credentials; never the credentials."
+    )
     rack = models.ForeignKey(Rack, null=True, blank=True, on_delete=models.PROTECT, related_name="nodes")
-    topology_domain = models.CharField(max_length=120, blank=True,
-                                       help_text="Gang placement domain, e.g. an NVLink/InfiniBand island.")
+    topology_domain = models.CharField(
+        max_length=120, blank=True, help_text="Gang placement domain, e.g. an NVLink/InfiniBand island."
+    )
     cpu_milli = models.PositiveIntegerField(help_text="Allocatable CPU in milli-cores.")
     memory_mib = models.PositiveBigIntegerField(help_text="Allocatable memory in MiB.")
     schedulable = models.BooleanField(default=True)
     cordon_reason = models.TextField(blank=True)
     cordoned_at = models.DateTimeField(null=True, blank=True)
-    cordoned_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL,
-                                    related_name="+")
+    cordoned_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
 
     class Meta:
         ordering = ["name"]
         constraints = [
-            models.CheckConstraint(condition=Q(schedulable=True) | ~Q(cordon_reason=""),
-                                   name="cordoned_node_has_reason"),
+            models.CheckConstraint(
+                condition=Q(schedulable=True) | ~Q(cordon_reason=""), name="cordoned_node_has_reason"
+            ),
         ]
 
     def __str__(self):
@@ -86,27 +90,38 @@ class Device(models.Model):
     isolation_reason = models.TextField(blank=True)
     isolated_at = models.DateTimeField(null=True, blank=True)
     degraded_by = models.ForeignKey(
-        "HealthRule", null=True, blank=True, on_delete=models.SET_NULL, related_name="+",
-        help_text="The rule whose signal last degraded the card; its recovery settings say when the card is healthy.")
+        "HealthRule",
+        null=True,
+        blank=True,
+        on_delete=models.SET_NULL,
+        related_name="+",
+        help_text="The rule whose signal last degraded the card; its recovery settings say when the card is healthy.",
+    )
     clear_since = models.DateTimeField(
-        null=True, blank=True, help_text="Since when the degrading signal has read clear (the recovery clock).")
+        null=True, blank=True, help_text="Since when the degrading signal has read clear (the recovery clock)."
+    )
     allocated_milli = models.PositiveIntegerField(
-        default=0, validators=[MaxValueValidator(MILLI)],
-        help_text="Milli-shares bound to active allocations (1000 = the whole card).")
+        default=0,
+        validators=[MaxValueValidator(MILLI)],
+        help_text="Milli-shares bound to active allocations (1000 = the whole card).",
+    )
     updated_at = models.DateTimeField(auto_now=True)
 
     class Meta:
         ordering = ["node__name", "index"]
         constraints = [
             models.UniqueConstraint(fields=["node", "index"], name="device_index_unique_on_node"),
-            models.CheckConstraint(condition=Q(allocated_milli__gte=0) & Q(allocated_milli__lte=MILLI),
-                                   name="device_never_overcommitted"),
-            models.CheckConstraint(condition=Q(isolated=False) | ~Q(isolation_reason=""),
-                                   name="isolated_device_has_reason"),
+            models.CheckConstraint(
+                condition=Q(allocated_milli__gte=0) & Q(allocated_milli__lte=MILLI), name="device_never_overcommitted"
+            ),
+            models.CheckConstraint(
+                condition=Q(isolated=False) | ~Q(isolation_reason=""), name="isolated_device_has_reason"
+            ),
             models.CheckConstraint(condition=Q(health__in=DeviceHealth.values), name="device_health_valid"),
-            models.CheckConstraint(condition=Q(health=DeviceHealth.DEGRADED)
-                                   | Q(degraded_by__isnull=True, clear_since__isnull=True),
-                                   name="only_degraded_device_recovers"),
+            models.CheckConstraint(
+                condition=Q(health=DeviceHealth.DEGRADED) | Q(degraded_by__isnull=True, clear_since__isnull=True),
+                name="only_degraded_device_recovers",
+            ),
         ]
         permissions = [
             ("clear_device_isolation", "Clear a device's health isolation (with a second operator's approval)"),
@@ -132,11 +147,21 @@ class AgentToken(models.Model):
     name = models.CharField(max_length=80, help_text="What uses it, e.g. the agent's host name.")
     prefix = models.CharField(max_length=12, unique=True)
     hashed = models.CharField(max_length=64)
-    site = models.ForeignKey(Site, null=True, blank=True, on_delete=models.PROTECT, related_name="agent_tokens",
-                             help_text="Issued with no nodes listed: every node of this site.")
+    site = models.ForeignKey(
+        Site,
+        null=True,
+        blank=True,
+        on_delete=models.PROTECT,
+        related_name="agent_tokens",
+        help_text="Issued with no nodes listed: every node of this site.",
+    )
     whole_site = models.BooleanField(default=False, help_text="Speaks for every node of the site, present or future.")
-    nodes = models.ManyToManyField(Node, blank=True, related_name="agent_tokens",
-                                   help_text="The nodes it speaks for (all of them in the site, if one is set).")
+    nodes = models.ManyToManyField(
+        Node,
+        blank=True,
+        related_name="agent_tokens",
+        help_text="The nodes it speaks for (all of them in the site, if one is set).",
+    )
     created_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, on_delete=models.SET_NULL, related_name="+")
     created_at = models.DateTimeField(auto_now_add=True)
     last_used_at = models.DateTimeField(null=True, blank=True)
@@ -144,8 +169,11 @@ class AgentToken(models.Model):
 
     class Meta:
         ordering = ["-created_at", "-id"]
-        constraints = [models.CheckConstraint(condition=Q(whole_site=False) | Q(site__isnull=False),
-                                              name="whole_site_token_has_site")]
+        constraints = [
+            models.CheckConstraint(
+                condition=Q(whole_site=False) | Q(site__isnull=False), name="whole_site_token_has_site"
+            )
+        ]
 
     def __str__(self):
         return f"{self.name} ({self.prefix}…)"
@@ -171,25 +199,37 @@ class Allocation(models.Model):
     heartbeat_at = models.DateTimeField(null=True, blank=True, help_text="Last sign of life from the runtime.")
     released_at = models.DateTimeField(null=True, blank=True)
     release_reason = models.CharField(max_length=300, blank=True)
-    preempt_at = models.DateTimeField(null=True, blank=True,
-                                      help_text="When the scheduler preempts it for a higher-priority request.")
-    preempted_for = models.ForeignKey("requests.ResourceRequest", null=True, blank=True, on_delete=models.PROTECT,
-                                      related_name="preempting", help_text="The request it makes room for.")
+    preempt_at = models.DateTimeField(
+        null=True, blank=True, help_text="When the scheduler preempts it for a higher-priority request."
+    )
+    preempted_for = models.ForeignKey(
+        "requests.ResourceRequest",
+        null=True,
+        blank=True,
+        on_delete=models.PROTECT,
+        related_name="preempting",
+        help_text="The request it makes room for.",
+    )
 
     class Meta:
         ordering = ["-started_at", "-id"]
         indexes = [
             models.Index(fields=["state", "expires_at"], name="allocation_state_expiry_idx"),
-            models.Index(fields=["preempt_at"], condition=Q(preempt_at__isnull=False),
-                         name="allocation_preempt_at_idx"),
+            models.Index(
+                fields=["preempt_at"], condition=Q(preempt_at__isnull=False), name="allocation_preempt_at_idx"
+            ),
         ]
         constraints = [
-            models.CheckConstraint(condition=Q(state=AllocationState.ACTIVE, released_at__isnull=True)
-                                   | Q(state=AllocationState.RELEASED, released_at__isnull=False),
-                                   name="released_allocation_has_time"),
-            models.CheckConstraint(condition=Q(preempt_at__isnull=True, preempted_for__isnull=True)
-                                   | Q(preempt_at__isnull=False, preempted_for__isnull=False),
-                                   name="preemption_has_time_and_winner"),
+            models.CheckConstraint(
+                condition=Q(state=AllocationState.ACTIVE, released_at__isnull=True)
+                | Q(state=AllocationState.RELEASED, released_at__isnull=False),
+                name="released_allocation_has_time",
+            ),
+            models.CheckConstraint(
+                condition=Q(preempt_at__isnull=True, preempted_for__isnull=True)
+                | Q(preempt_at__isnull=False, preempted_for__isnull=False),
+                name="preemption_has_time_and_winner",
+            ),
         ]
 
     def __str__(self):
@@ -226,21 +266,27 @@ class HealthRule(models.Model):
     threshold = models.CharField(max_length=200, help_text="A number, or a comma-separated list for 'one of'.")
     action = models.CharField(max_length=8, choices=HealthAction.choices)
     recover_after_minutes = models.PositiveIntegerField(
-        null=True, blank=True, validators=[MaxValueValidator(MAX_RECOVERY_MINUTES)],
+        null=True,
+        blank=True,
+        validators=[MaxValueValidator(MAX_RECOVERY_MINUTES)],
         help_text="Degrade rules: the card returns to healthy once the signal has read clear this long "
-                  "(0: at the first clear reading). Empty: only an operator marks it healthy.")
+        "(0: at the first clear reading). Empty: only an operator marks it healthy.",
+    )
     recovery_threshold = models.CharField(
-        max_length=40, blank=True,
+        max_length=40,
+        blank=True,
         help_text="> and ≥ rules: readings count as clear only below this number (e.g. degrade at ≥ 90, clear below "
-                  "85). Empty: any reading that does not meet the rule is clear.")
+        "85). Empty: any reading that does not meet the rule is clear.",
+    )
     active = models.BooleanField(default=True)
 
     class Meta:
         ordering = ["source", "signal", "name"]
         constraints = [
-            models.CheckConstraint(condition=Q(action=HealthAction.DEGRADE) | Q(recover_after_minutes__isnull=True,
-                                                                                  recovery_threshold=""),
-                                   name="only_degrade_rules_recover"),
+            models.CheckConstraint(
+                condition=Q(action=HealthAction.DEGRADE) | Q(recover_after_minutes__isnull=True, recovery_threshold=""),
+                name="only_degrade_rules_recover",
+            ),
         ]
 
     def __str__(self):
@@ -253,8 +299,9 @@ class HealthRule(models.Model):
         if numeric and threshold is None:
             errors["threshold"] = "A > or ≥ rule needs a finite number."
         if self.action != HealthAction.DEGRADE and (self.recover_after_minutes is not None or self.recovery_threshold):
-            errors["recover_after_minutes"] = ("Only degraded cards recover on their own; clearing an isolation "
-                                               "needs a second operator.")
+            errors["recover_after_minutes"] = (
+                "Only degraded cards recover on their own; clearing an isolation needs a second operator."
+            )
         if self.recovery_threshold:
             errors.update(self._recovery_threshold_errors(numeric, threshold))
         if errors:
@@ -267,8 +314,10 @@ class HealthRule(models.Model):
         if recovery is None:
             return {"recovery_threshold": "A finite number."}
         if threshold is not None and recovery > threshold:
-            return {"recovery_threshold": f"At most the threshold ({self.threshold}): a reading that degrades the "
-                                          "card cannot count as clear."}
+            return {
+                "recovery_threshold": f"At most the threshold ({self.threshold}): a reading that degrades the "
+                "card cannot count as clear."
+            }
         if self.recover_after_minutes is None:
             return {"recover_after_minutes": "Say how long readings must stay below the recovery threshold."}
         return {}
@@ -304,8 +353,9 @@ class IsolationClearance(models.Model):
     requested_by = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="+")
     reason = models.TextField()
     state = models.CharField(max_length=10, choices=State.choices, default=State.PENDING)
-    approved_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.PROTECT,
-                                    related_name="+")
+    approved_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.PROTECT, related_name="+"
+    )
     created_at = models.DateTimeField(auto_now_add=True)
     decided_at = models.DateTimeField(null=True, blank=True)
 
@@ -313,10 +363,13 @@ class IsolationClearance(models.Model):
         ordering = ["-created_at", "-id"]
         constraints = [
             models.CheckConstraint(condition=~Q(reason=""), name="clearance_has_reason"),
-            models.UniqueConstraint(fields=["device"], condition=Q(state="pending"),
-                                    name="one_pending_clearance_per_device"),
-            models.CheckConstraint(condition=Q(approved_by__isnull=True) | ~Q(approved_by=models.F("requested_by")),
-                                   name="clearance_needs_a_second_person"),
+            models.UniqueConstraint(
+                fields=["device"], condition=Q(state="pending"), name="one_pending_clearance_per_device"
+            ),
+            models.CheckConstraint(
+                condition=Q(approved_by__isnull=True) | ~Q(approved_by=models.F("requested_by")),
+                name="clearance_needs_a_second_person",
+            ),
         ]
 
     def __str__(self):
@@ -325,9 +378,14 @@ class IsolationClearance(models.Model):
 
 def _lower_pairs() -> Q:
     """preemptor/victim pairs where the victim ranks strictly lower (the database refuses any other rule)."""
-    pairs = [Q(preemptor=preemptor, victim__in=[victim for victim in PriorityClass.values
-                                                 if PRIORITY_RANK[victim] < PRIORITY_RANK[preemptor]])
-             for preemptor in PriorityClass.values if PRIORITY_RANK[preemptor] > min(PRIORITY_RANK.values())]
+    pairs = [
+        Q(
+            preemptor=preemptor,
+            victim__in=[victim for victim in PriorityClass.values if PRIORITY_RANK[victim] < PRIORITY_RANK[preemptor]],
+        )
+        for preemptor in PriorityClass.values
+        if PRIORITY_RANK[preemptor] > min(PRIORITY_RANK.values())
+    ]
     return reduce(operator.or_, pairs)
 
 
@@ -335,15 +393,22 @@ class PreemptionRule(models.Model):
     """Operator policy: a waiting request of `preemptor` priority may evict running allocations of `victim`
     priority, which keep running for `grace_period_seconds` after the preemption is scheduled."""
 
-    preemptor = models.CharField(max_length=12, choices=PriorityClass.choices,
-                                 help_text="Priority class of the waiting request.")
-    victim = models.CharField(max_length=12, choices=PriorityClass.choices,
-                              help_text="Priority class of the running allocations it may preempt (a lower one).")
+    preemptor = models.CharField(
+        max_length=12, choices=PriorityClass.choices, help_text="Priority class of the waiting request."
+    )
+    victim = models.CharField(
+        max_length=12,
+        choices=PriorityClass.choices,
+        help_text="Priority class of the running allocations it may preempt (a lower one).",
+    )
     grace_period_seconds = models.PositiveIntegerField(
-        default=300, help_text="How long a victim keeps running after its preemption is scheduled.")
+        default=300, help_text="How long a victim keeps running after its preemption is scheduled."
+    )
     cross_tenant = models.BooleanField(
-        "across tenants", default=False,
-        help_text="Also evict other tenants' allocations. Off: only the waiting request's own tenant's work.")
+        "across tenants",
+        default=False,
+        help_text="Also evict other tenants' allocations. Off: only the waiting request's own tenant's work.",
+    )
     active = models.BooleanField(default=True)
 
     class Meta:
@@ -355,8 +420,10 @@ class PreemptionRule(models.Model):
 
     def __str__(self):
         scope = "in any tenant" if self.cross_tenant else "of its own tenant"
-        return (f"{self.get_preemptor_display()} may preempt {self.get_victim_display()} {scope} "
-                f"(grace {self.grace_period_seconds} s)")
+        return (
+            f"{self.get_preemptor_display()} may preempt {self.get_victim_display()} {scope} "
+            f"(grace {self.grace_period_seconds} s)"
+        )
 
     def clean(self):
         if self.preemptor and self.victim and PRIORITY_RANK.get(self.victim, 0) >= PRIORITY_RANK.get(self.preemptor, 0):

@@ -28,8 +28,14 @@ CAPACITY_IN_USE = "capacity_in_use"
 TOPOLOGY_CONSTRAINT = "topology_constraint"
 FRAGMENTATION = "fragmentation"
 HIGHER_PRIORITY_AHEAD = "higher_priority_ahead"
-REASONS = (NO_MATCHING_SPEC, INSUFFICIENT_HEALTHY_CAPACITY, CAPACITY_IN_USE, TOPOLOGY_CONSTRAINT, FRAGMENTATION,
-           HIGHER_PRIORITY_AHEAD)
+REASONS = (
+    NO_MATCHING_SPEC,
+    INSUFFICIENT_HEALTHY_CAPACITY,
+    CAPACITY_IN_USE,
+    TOPOLOGY_CONSTRAINT,
+    FRAGMENTATION,
+    HIGHER_PRIORITY_AHEAD,
+)
 
 
 # ---------------------------------------------------------------------------------------------------- data model
@@ -152,8 +158,13 @@ class _Shape:
 class PlacementEngine:
     """Mutable cluster state plus a policy. ``place`` binds demands in order and explains the rest."""
 
-    def __init__(self, snapshot: Snapshot, policy: str | Policy = "default", seed: int = 0,
-                 workload: Iterable[Demand] | None = None):
+    def __init__(
+        self,
+        snapshot: Snapshot,
+        policy: str | Policy = "default",
+        seed: int = 0,
+        workload: Iterable[Demand] | None = None,
+    ):
         self.nodes = list(snapshot.nodes)
         self.node_index = {node.name: i for i, node in enumerate(self.nodes)}
         order = list(range(len(self.nodes)))
@@ -164,12 +175,18 @@ class PlacementEngine:
         self.rng = random.Random(seed + 1_000_003)
         self.cpu = [node.cpu_milli for node in self.nodes]
         self.mem = [node.memory_mib for node in self.nodes]
-        self.free = [[device.capacity if device.health != ISOLATED else 0 for device in node.devices]
-                     for node in self.nodes]
+        self.free = [
+            [device.capacity if device.health != ISOLATED else 0 for device in node.devices] for node in self.nodes
+        ]
         self.allocations: dict[str, Allocation] = {}
         for allocation in snapshot.allocations:
-            self._apply(self.node_index[allocation.node], allocation.devices, allocation.cpu_milli,
-                        allocation.memory_mib, refresh=False)
+            self._apply(
+                self.node_index[allocation.node],
+                allocation.devices,
+                allocation.cpu_milli,
+                allocation.memory_mib,
+                refresh=False,
+            )
             self.allocations[allocation.id] = allocation
         if isinstance(policy, Policy):
             self.policy = policy
@@ -177,8 +194,10 @@ class PlacementEngine:
             demands = list(workload or [])
             source = [(d.cpu_milli, d.memory_mib, d.count, d.share, d.models) for d in demands]
             if not source:  # no workload given: what is running now stands for recent demand
-                source = [(a.cpu_milli, a.memory_mib, len(a.devices), a.devices[0][1] if a.devices else 0,
-                           frozenset()) for a in snapshot.allocations]
+                source = [
+                    (a.cpu_milli, a.memory_mib, len(a.devices), a.devices[0][1] if a.devices else 0, frozenset())
+                    for a in snapshot.allocations
+                ]
             self.policy = make_policy(policy, source)
         self.is_random = isinstance(self.policy, RandomPolicy)
         self.version = [0] * len(self.nodes)
@@ -195,8 +214,13 @@ class PlacementEngine:
     def _state(self, i: int, with_degraded: bool = False):
         node = self.nodes[i]
         free = self.free[i]
-        devs = tuple(sorted((device.model, free[j]) for j, device in enumerate(node.devices)
-                            if device.health == HEALTHY or (with_degraded and device.health == DEGRADED)))
+        devs = tuple(
+            sorted(
+                (device.model, free[j])
+                for j, device in enumerate(node.devices)
+                if device.health == HEALTHY or (with_degraded and device.health == DEGRADED)
+            )
+        )
         return (self.cpu[i], self.mem[i], devs)
 
     def _apply(self, i: int, devices, cpu: int, mem: int, sign: int = -1, refresh: bool = True):
@@ -254,8 +278,7 @@ class PlacementEngine:
 
     def _gpu_options(self, devs: tuple, shape: _Shape, node: Node):
         """Ways to take the shape's devices from a device tuple: list of (new device tuple, picks, need)."""
-        memo_key = (devs, shape.count, shape.share, shape.models, shape.profile,
-                    node.name if shape.profile else None)
+        memo_key = (devs, shape.count, shape.share, shape.models, shape.profile, node.name if shape.profile else None)
         options = self._gpu_memo.get(memo_key)
         if options is not None:
             return options
@@ -342,7 +365,7 @@ class PlacementEngine:
             todo: Iterable[int] = range(len(nodes))
             index.seen = 0
         else:
-            todo = set(self.changed[index.seen:])
+            todo = set(self.changed[index.seen :])
         index.seen = len(self.changed)
         memo = index.memo
         for i in todo:
@@ -405,20 +428,36 @@ class PlacementEngine:
         # and needs no second search (a cycle over thousands of identical waiting requests stays fast).
         failed: dict[tuple, Pending] = {}
         for demand in demands:
-            blocker = None if backfill else next(
-                (b for b in blockers.values() if b.priority > demand.priority and _overlap(b.models, demand.models)),
-                None)
+            blocker = (
+                None
+                if backfill
+                else next(
+                    (
+                        b
+                        for b in blockers.values()
+                        if b.priority > demand.priority and _overlap(b.models, demand.models)
+                    ),
+                    None,
+                )
+            )
             if blocker is not None and self.fits(demand):
-                result.pending.append(Pending(
-                    demand.id, HIGHER_PRIORITY_AHEAD,
-                    f"needs {demand.label}; it would fit now but is held back for {blocker.id} "
-                    f"(priority {blocker.priority} > {demand.priority}) which is still pending",
-                    {"blocked_by": blocker.id, "blocker_priority": blocker.priority, "priority": demand.priority}))
+                result.pending.append(
+                    Pending(
+                        demand.id,
+                        HIGHER_PRIORITY_AHEAD,
+                        f"needs {demand.label}; it would fit now but is held back for {blocker.id} "
+                        f"(priority {blocker.priority} > {demand.priority}) which is still pending",
+                        {"blocked_by": blocker.id, "blocker_priority": blocker.priority, "priority": demand.priority},
+                    )
+                )
                 continue
             key = (*_Shape(demand).key, demand.allow_degraded, demand.members, demand.domain_level)
             known = failed.get(key)
-            outcome = self.place_one(demand) if known is None else Pending(
-                demand.id, known.reason, known.message, known.numbers)
+            outcome = (
+                self.place_one(demand)
+                if known is None
+                else Pending(demand.id, known.reason, known.message, known.numbers)
+            )
             if isinstance(outcome, Pending):
                 result.pending.append(outcome)
                 failed.setdefault(key, outcome)
@@ -446,8 +485,7 @@ class PlacementEngine:
         i, picks = found
         devices = self._choose_devices(i, picks, shape, with_degraded=degraded)
         self._apply(i, devices, demand.cpu_milli, demand.memory_mib)
-        return [Binding(demand.id, self.nodes[i].name, devices, demand.cpu_milli, demand.memory_mib,
-                        degraded=degraded)]
+        return [Binding(demand.id, self.nodes[i].name, devices, demand.cpu_milli, demand.memory_mib, degraded=degraded)]
 
     def fits(self, demand: Demand) -> bool:
         shape = _Shape(demand)
@@ -506,8 +544,9 @@ class PlacementEngine:
         bindings = []
         for member, (i, devices) in enumerate(plan):
             self._apply(i, devices, demand.cpu_milli, demand.memory_mib)
-            bindings.append(Binding(demand.id, self.nodes[i].name, devices, demand.cpu_milli, demand.memory_mib,
-                                    member=member))
+            bindings.append(
+                Binding(demand.id, self.nodes[i].name, devices, demand.cpu_milli, demand.memory_mib, member=member)
+            )
         return bindings
 
     # -- reasons ----------------------------------------------------------------------------------------------
@@ -523,16 +562,27 @@ class PlacementEngine:
         per_member = demand.count
         needed = per_member * demand.members
         if total == 0:  # the inventory has such devices, but only on cordoned nodes
-            return Pending(demand.id, INSUFFICIENT_HEALTHY_CAPACITY,
-                           f"needs {label}; every node with such devices is cordoned", {"needed": needed, "devices": 0})
+            return Pending(
+                demand.id,
+                INSUFFICIENT_HEALTHY_CAPACITY,
+                f"needs {label}; every node with such devices is cordoned",
+                {"needed": needed, "devices": 0},
+            )
         healthy = sum(self.model_healthy.get(m, 0) for m in models)
         usable = healthy + (self._count_degraded(models) if demand.allow_degraded else 0)
         share = demand.share if not demand.slice_profile else self._profile_share(demand, models)
         if usable < needed or share is None:
-            detail = (f"only {total} exist in the cluster" if total < needed else
-                      f"{total} exist but only {usable} are healthy ({total - usable} isolated or unhealthy)")
-            return Pending(demand.id, INSUFFICIENT_HEALTHY_CAPACITY, f"needs {label}; {detail}",
-                           {"needed": needed, "devices": total, "healthy": usable})
+            detail = (
+                f"only {total} exist in the cluster"
+                if total < needed
+                else f"{total} exist but only {usable} are healthy ({total - usable} isolated or unhealthy)"
+            )
+            return Pending(
+                demand.id,
+                INSUFFICIENT_HEALTHY_CAPACITY,
+                f"needs {label}; {detail}",
+                {"needed": needed, "devices": total, "healthy": usable},
+            )
         fitting = 0
         free_milli = 0
         for m in models:
@@ -545,30 +595,47 @@ class PlacementEngine:
             if block < per_member:
                 scope = "on one node" if demand.members == 1 else f"per member on nodes of one {demand.domain_level}"
                 where = f"node {node}" if node else "no node"
-                return Pending(demand.id, TOPOLOGY_CONSTRAINT,
-                               f"needs {label} {scope}; {fitting} fitting devices are free in total but the "
-                               f"largest free block is {block} on {where}",
-                               {"needed": needed, "free_devices": fitting, "largest_block": block,
-                                "largest_block_node": node})
+                return Pending(
+                    demand.id,
+                    TOPOLOGY_CONSTRAINT,
+                    f"needs {label} {scope}; {fitting} fitting devices are free in total but the "
+                    f"largest free block is {block} on {where}",
+                    {"needed": needed, "free_devices": fitting, "largest_block": block, "largest_block_node": node},
+                )
             if demand.members > 1 or demand.domain_level:
-                return Pending(demand.id, TOPOLOGY_CONSTRAINT,
-                               f"needs {demand.members} members of {label} within one {demand.domain_level}; no "
-                               f"single domain has room for all of them ({fitting} fitting devices free in total)",
-                               {"needed": needed, "free_devices": fitting, "members": demand.members})
-            return Pending(demand.id, CAPACITY_IN_USE,
-                           f"needs {label} with {demand.cpu_milli}m CPU and {demand.memory_mib} MiB; the nodes "
-                           f"with {per_member} free fitting devices have no CPU or memory left",
-                           {"needed": needed, "free_devices": fitting, "cpu_milli": demand.cpu_milli,
-                            "memory_mib": demand.memory_mib})
+                return Pending(
+                    demand.id,
+                    TOPOLOGY_CONSTRAINT,
+                    f"needs {demand.members} members of {label} within one {demand.domain_level}; no "
+                    f"single domain has room for all of them ({fitting} fitting devices free in total)",
+                    {"needed": needed, "free_devices": fitting, "members": demand.members},
+                )
+            return Pending(
+                demand.id,
+                CAPACITY_IN_USE,
+                f"needs {label} with {demand.cpu_milli}m CPU and {demand.memory_mib} MiB; the nodes "
+                f"with {per_member} free fitting devices have no CPU or memory left",
+                {
+                    "needed": needed,
+                    "free_devices": fitting,
+                    "cpu_milli": demand.cpu_milli,
+                    "memory_mib": demand.memory_mib,
+                },
+            )
         if free_milli >= needed * share:
-            return Pending(demand.id, FRAGMENTATION,
-                           f"needs {label} ({needed * share}m); {free_milli}m is free in total but split so that "
-                           f"only {fitting} device(s) have {share}m free",
-                           {"needed_milli": needed * share, "free_milli": free_milli, "fitting_devices": fitting})
-        return Pending(demand.id, CAPACITY_IN_USE,
-                       f"needs {label} ({needed * share}m); {usable} healthy devices exist but only {free_milli}m "
-                       f"is free",
-                       {"needed_milli": needed * share, "free_milli": free_milli, "healthy": usable})
+            return Pending(
+                demand.id,
+                FRAGMENTATION,
+                f"needs {label} ({needed * share}m); {free_milli}m is free in total but split so that "
+                f"only {fitting} device(s) have {share}m free",
+                {"needed_milli": needed * share, "free_milli": free_milli, "fitting_devices": fitting},
+            )
+        return Pending(
+            demand.id,
+            CAPACITY_IN_USE,
+            f"needs {label} ({needed * share}m); {usable} healthy devices exist but only {free_milli}m is free",
+            {"needed_milli": needed * share, "free_milli": free_milli, "healthy": usable},
+        )
 
     def never_fits(self, demand: Demand) -> Pending | None:
         """`unplaceable` over this engine's inventory; the rooms are worked out once per kind of device asked for
@@ -579,12 +646,21 @@ class PlacementEngine:
         return _never_fits(self._rooms[key], demand)
 
     def _count_degraded(self, models) -> int:
-        return sum(1 for node in self.nodes if node.schedulable for d in node.devices
-                   if d.health == DEGRADED and d.model in models)
+        return sum(
+            1
+            for node in self.nodes
+            if node.schedulable
+            for d in node.devices
+            if d.health == DEGRADED and d.model in models
+        )
 
     def _profile_share(self, demand: Demand, models) -> int | None:
-        shares = [d.slice_profiles[demand.slice_profile] for node in self.nodes for d in node.devices
-                  if d.model in models and demand.slice_profile in d.slice_profiles]
+        shares = [
+            d.slice_profiles[demand.slice_profile]
+            for node in self.nodes
+            for d in node.devices
+            if d.model in models and demand.slice_profile in d.slice_profiles
+        ]
         return min(shares) if shares else None
 
     def _largest_block(self, demand: Demand, models, share: int):
@@ -593,8 +669,9 @@ class PlacementEngine:
             if not node.schedulable:
                 continue
             free = self.free[i]
-            block = sum(1 for j, d in enumerate(node.devices)
-                        if d.model in models and d.health == HEALTHY and free[j] >= share)
+            block = sum(
+                1 for j, d in enumerate(node.devices) if d.model in models and d.health == HEALTHY and free[j] >= share
+            )
             if block > best or (block == best and where is not None and node.name < where):
                 best, where = block, node.name
         return best, where
@@ -644,12 +721,16 @@ class PlacementEngine:
                         best = found
                     break
         if best is None:
-            return PreemptionPlan(False, message=f"needs {demand.label}; no set of preemptible lower-priority "
-                                                 f"allocations frees enough room on one node")
+            return PreemptionPlan(
+                False,
+                message=f"needs {demand.label}; no set of preemptible lower-priority "
+                f"allocations frees enough room on one node",
+            )
         _key, i, subset = best
         ids = tuple(a.id for a in subset)
-        return PreemptionPlan(True, self.nodes[i].name, ids,
-                              f"evict {len(ids)} allocation(s) on {self.nodes[i].name}: {', '.join(ids)}")
+        return PreemptionPlan(
+            True, self.nodes[i].name, ids, f"evict {len(ids)} allocation(s) on {self.nodes[i].name}: {', '.join(ids)}"
+        )
 
     def _fits_without(self, i: int, subset, shape: _Shape, demand: Demand) -> bool:
         for a in subset:
@@ -683,8 +764,12 @@ def _rooms(nodes: Sequence[Node], demand: Demand) -> list[tuple[int, int, int, i
     order), so that an inventory of thousands of nodes of a few types is a few rooms."""
     rooms: dict[tuple, str] = {}
     for node in nodes:
-        size = (sum(1 for device in node.devices if _could_hold(device, demand)), node.cpu_milli, node.memory_mib,
-                sum(1 for device in node.devices if _of_model(device, demand)))
+        size = (
+            sum(1 for device in node.devices if _could_hold(device, demand)),
+            node.cpu_milli,
+            node.memory_mib,
+            sum(1 for device in node.devices if _of_model(device, demand)),
+        )
         rooms.setdefault(size, node.name)
     return [(*size, name) for size, name in rooms.items()]
 
@@ -692,24 +777,39 @@ def _rooms(nodes: Sequence[Node], demand: Demand) -> list[tuple[int, int, int, i
 def _never_fits(rooms, demand: Demand) -> Pending | None:
     wanted = "/".join(sorted(demand.models)) or "accelerator"
     if demand.count and not any(room[3] for room in rooms):
-        return Pending(demand.id, NO_MATCHING_SPEC, f"needs {demand.label}; no {wanted} device exists in the cluster",
-                       {"needed": demand.count * demand.members, "devices": 0})
+        return Pending(
+            demand.id,
+            NO_MATCHING_SPEC,
+            f"needs {demand.label}; no {wanted} device exists in the cluster",
+            {"needed": demand.count * demand.members, "devices": 0},
+        )
     kind = f"{wanted} devices" + (f" with {demand.slice_profile} slices" if demand.slice_profile else "")
-    dimensions = (("devices", demand.count, 1, kind), ("cpu_cores", demand.cpu_milli, 1000, "cores"),
-                  ("memory_gib", demand.memory_mib, 1024, "GiB of memory"))
+    dimensions = (
+        ("devices", demand.count, 1, kind),
+        ("cpu_cores", demand.cpu_milli, 1000, "cores"),
+        ("memory_gib", demand.memory_mib, 1024, "GiB of memory"),
+    )
     for position, (dimension, needed, unit, what) in enumerate(dimensions):
         holding = [room for room in rooms if room[position] >= needed]
         if holding:
             rooms = holding
             continue
         largest = max(rooms, key=lambda room: room[position])  # the first such node in inventory order
-        numbers = {"dimension": dimension, "needed": _in_units(needed, unit),
-                   "largest": _in_units(largest[position], unit), "node": largest[4]}
-        return Pending(demand.id, NO_MATCHING_SPEC,
-                       f"needs {demand.label} with {_in_units(demand.cpu_milli, 1000)} cores and "
-                       f"{_in_units(demand.memory_mib, 1024)} GiB on one node; no node has {numbers['needed']} "
-                       f"{what}: the largest {wanted} node has {numbers['largest']} ({largest[4]}), so it can "
-                       f"never run on this inventory", numbers)
+        numbers = {
+            "dimension": dimension,
+            "needed": _in_units(needed, unit),
+            "largest": _in_units(largest[position], unit),
+            "node": largest[4],
+        }
+        return Pending(
+            demand.id,
+            NO_MATCHING_SPEC,
+            f"needs {demand.label} with {_in_units(demand.cpu_milli, 1000)} cores and "
+            f"{_in_units(demand.memory_mib, 1024)} GiB on one node; no node has {numbers['needed']} "
+            f"{what}: the largest {wanted} node has {numbers['largest']} ({largest[4]}), so it can "
+            f"never run on this inventory",
+            numbers,
+        )
     return None
 
 
@@ -751,7 +851,13 @@ class _ShapeIndex:
         self.seen: int | None = None
 
 
-def place(snapshot: Snapshot, demands: Sequence[Demand], policy: str = "default", seed: int = 0,
-          workload: Iterable[Demand] | None = None, backfill: bool = False) -> PlacementResult:
+def place(
+    snapshot: Snapshot,
+    demands: Sequence[Demand],
+    policy: str = "default",
+    seed: int = 0,
+    workload: Iterable[Demand] | None = None,
+    backfill: bool = False,
+) -> PlacementResult:
     """One-shot placement: demands in priority order over a snapshot."""
     return PlacementEngine(snapshot, policy, seed=seed, workload=workload).place(demands, backfill=backfill)

@@ -14,7 +14,6 @@ from scheduling.frag import FragTable, Shape, typical_shapes
 MAX_SPEC_CPU, MAX_SPEC_GPU = 128000, 8000  # BestFit normalisation, as in the FGD simulator
 
 
-
 def _sigmoid(x: float) -> float:
     if x < -700:
         return 0.0
@@ -35,8 +34,9 @@ class Policy:
     def attach(self, model_devices: Mapping[str, int]) -> None:
         """Called by the engine with the cluster's healthy device count per model."""
 
-    def key(self, cpu: int, mem: int, devs: tuple, new_cpu: int, new_mem: int, new_devs: tuple, need: int,
-            picks: tuple = ()):
+    def key(
+        self, cpu: int, mem: int, devs: tuple, new_cpu: int, new_mem: int, new_devs: tuple, need: int, picks: tuple = ()
+    ):
         """``picks``: per device taken, the set of ``(model, free milli)`` values it may have (empty: CPU only)."""
         raise NotImplementedError
 

@@ -51,9 +51,12 @@ def _at(moment) -> str:
 
 def carry_out(now) -> CarriedOut:
     """Preempt what is due, call off what is no longer needed, and report what is still scheduled."""
-    rows = list(Allocation.objects.select_for_update(of=("self", "request"))
-                .filter(state=AllocationState.ACTIVE, preempt_at__isnull=False)
-                .select_related("request", "preempted_for").order_by("preempt_at", "pk"))
+    rows = list(
+        Allocation.objects.select_for_update(of=("self", "request"))
+        .filter(state=AllocationState.ACTIVE, preempt_at__isnull=False)
+        .select_related("request", "preempted_for")
+        .order_by("preempt_at", "pk")
+    )
     outcome = CarriedOut()
     due: list[Allocation] = []
     called_off: list[tuple[Allocation, str]] = []
@@ -63,8 +66,13 @@ def carry_out(now) -> CarriedOut:
         if winner.state != RequestState.QUEUED:
             called_off.append((allocation, f"request #{winner.pk} no longer needs these devices"))
         elif _rule_for(rules, winner, allocation) is None:  # an operator changed the rules since it was scheduled
-            called_off.append((allocation, f"no active rule lets priority {winner.priority} preempt this "
-                                           f"allocation{' across tenants' if _crosses(winner, allocation) else ''}"))
+            called_off.append(
+                (
+                    allocation,
+                    f"no active rule lets priority {winner.priority} preempt this "
+                    f"allocation{' across tenants' if _crosses(winner, allocation) else ''}",
+                )
+            )
         elif allocation.preempt_at <= now and allocation.request.state in PREEMPTABLE_STATES:
             due.append(allocation)
         else:  # not yet due, or the victim is being released anyway: the winner keeps waiting for it
@@ -81,15 +89,22 @@ def carry_out(now) -> CarriedOut:
         victims = {}
         for allocation in due:
             victims.setdefault(allocation.request_id, allocation)
-        requests_preempt(preempted=[
-            (allocation.request, allocation.preempted_for_id,
-             f"Preempted for request #{allocation.preempted_for_id} (priority {allocation.preempted_for.priority}"
-             f"{OTHER_TENANT if _crosses(allocation.preempted_for, allocation) else ''}); devices returned to the "
-             "pool, back in the queue.",
-             {"for_request": allocation.preempted_for_id, "priority": allocation.preempted_for.priority,
-              "cross_tenant": _crosses(allocation.preempted_for, allocation),
-              "allocations": [row.pk for row in due if row.request_id == request_id]})
-            for request_id, allocation in victims.items()])
+        requests_preempt(
+            preempted=[
+                (
+                    allocation.request,
+                    allocation.preempted_for_id,
+                    _preempted_message(allocation),
+                    {
+                        "for_request": allocation.preempted_for_id,
+                        "priority": allocation.preempted_for.priority,
+                        "cross_tenant": _crosses(allocation.preempted_for, allocation),
+                        "allocations": [row.pk for row in due if row.request_id == request_id],
+                    },
+                )
+                for request_id, allocation in victims.items()
+            ]
+        )
         outcome.preempted = list(victims)
     return outcome
 
@@ -101,6 +116,15 @@ def _crosses(winner, allocation: Allocation) -> bool:
     return winner.tenant_id != allocation.request.tenant_id
 
 
+def _preempted_message(allocation: Allocation) -> str:
+    winner = allocation.preempted_for
+    across = OTHER_TENANT if _crosses(winner, allocation) else ""
+    return (
+        f"Preempted for request #{winner.pk} (priority {winner.priority}{across}); devices returned to the pool, "
+        "back in the queue."
+    )
+
+
 def _rule_for(rules: dict, winner, allocation: Allocation) -> PreemptionRule | None:
     """The active rule that lets the winner evict this allocation now, or None."""
     rule = rules.get(winner.priority, {}).get(CLASS_OF_RANK.get(allocation.priority))
@@ -109,19 +133,26 @@ def _rule_for(rules: dict, winner, allocation: Allocation) -> PreemptionRule | N
 
 def _call_off(called_off: list[tuple[Allocation, str]]) -> None:
     Allocation.objects.filter(pk__in=[allocation.pk for allocation, _why in called_off]).update(
-        preempt_at=None, preempted_for=None)
+        preempt_at=None, preempted_for=None
+    )
     victims = {allocation.request_id: (allocation, why) for allocation, why in called_off}
-    requests_note(code=EventCode.PREEMPTION_CALLED_OFF, notes=[
-        (allocation.request, f"Preemption called off: {why}.", {"for_request": allocation.preempted_for_id})
-        for allocation, why in victims.values()])
+    requests_note(
+        code=EventCode.PREEMPTION_CALLED_OFF,
+        notes=[
+            (allocation.request, f"Preemption called off: {why}.", {"for_request": allocation.preempted_for_id})
+            for allocation, why in victims.values()
+        ],
+    )
 
 
 def _pending_reason(victims: list[int], preempt_at, node: str, priority: str) -> dict:
     names = ", ".join(f"#{victim}" for victim in victims)
-    return {"code": PREEMPTION_PENDING,
-            "message": f"Waiting for preemption of {names} on {node} at {_at(preempt_at)} "
-                       f"(priority {priority} may preempt them).",
-            "numbers": {"victims": victims, "preempt_at": preempt_at.isoformat(), "node": node}}
+    return {
+        "code": PREEMPTION_PENDING,
+        "message": f"Waiting for preemption of {names} on {node} at {_at(preempt_at)} "
+        f"(priority {priority} may preempt them).",
+        "numbers": {"victims": victims, "preempt_at": preempt_at.isoformat(), "node": node},
+    }
 
 
 def _active_rules() -> dict[str, dict[str, PreemptionRule]]:
@@ -134,20 +165,40 @@ def _active_rules() -> dict[str, dict[str, PreemptionRule]]:
 
 def _tenants_of_running() -> dict[str, int]:
     """Engine allocation id (request id) -> tenant, for every running allocation (one query)."""
-    return {str(request_id): tenant_id for request_id, tenant_id in Allocation.objects.filter(
-        state=AllocationState.ACTIVE).values_list("request_id", "request__tenant_id")}
+    return {
+        str(request_id): tenant_id
+        for request_id, tenant_id in Allocation.objects.filter(state=AllocationState.ACTIVE).values_list(
+            "request_id", "request__tenant_id"
+        )
+    }
 
 
-def _evictable(allocation: placement.Allocation, allowed: dict[str, PreemptionRule], tenant: int,
-               tenants: dict[str, int], promised: set[str]) -> bool:
+def _evictable(
+    allocation: placement.Allocation,
+    allowed: dict[str, PreemptionRule],
+    tenant: int,
+    tenants: dict[str, int],
+    promised: set[str],
+) -> bool:
     """May a request of this tenant, whose class has the `allowed` rules, evict this running allocation?"""
     rule = allowed.get(CLASS_OF_RANK.get(allocation.priority))
-    return (rule is not None and allocation.id not in promised
-            and (rule.cross_tenant or tenants.get(allocation.id) == tenant))
+    return (
+        rule is not None
+        and allocation.id not in promised
+        and (rule.cross_tenant or tenants.get(allocation.id) == tenant)
+    )
 
 
-def schedule(*, cluster, result: placement.PlacementResult, demands: list[placement.Demand], requests: dict,
-             scheduled: dict[int, list[Allocation]], policy, now) -> dict[int, dict]:
+def schedule(
+    *,
+    cluster,
+    result: placement.PlacementResult,
+    demands: list[placement.Demand],
+    requests: dict,
+    scheduled: dict[int, list[Allocation]],
+    policy,
+    now,
+) -> dict[int, dict]:
     """Plan and record preemptions for waiting requests; returns queue reasons (preemption_pending) by request id.
 
     `cluster` is the cycle's ClusterSnapshot (before placement), `result` the placement just committed.
@@ -159,10 +210,12 @@ def schedule(*, cluster, result: placement.PlacementResult, demands: list[placem
         if winner_id in pending:
             victims = sorted({allocation.request_id for allocation in allocations})
             node = running[str(victims[0])].node if str(victims[0]) in running else "?"
-            reasons[winner_id] = _pending_reason(victims, max(a.preempt_at for a in allocations), node,
-                                                 requests[winner_id].priority)
-    candidates = [demand for demand in demands
-                  if pending.get(int(demand.id)) in PLANNABLE and int(demand.id) not in scheduled]
+            reasons[winner_id] = _pending_reason(
+                victims, max(a.preempt_at for a in allocations), node, requests[winner_id].priority
+            )
+    candidates = [
+        demand for demand in demands if pending.get(int(demand.id)) in PLANNABLE and int(demand.id) not in scheduled
+    ]
     if not candidates:
         return reasons
     rules = _active_rules()
@@ -172,19 +225,30 @@ def schedule(*, cluster, result: placement.PlacementResult, demands: list[placem
 
     promised = {str(allocation.request_id) for allocations in scheduled.values() for allocation in allocations}
     tenants = _tenants_of_running()
-    placed_now = [placement.Allocation(binding.demand_id, binding.node, binding.devices, binding.cpu_milli,
-                                       binding.memory_mib, PRIORITY_RANK[requests[int(binding.demand_id)].priority],
-                                       preemptible=False, started_at=now.timestamp())
-                  for binding in result.bindings]
+    placed_now = [
+        placement.Allocation(
+            binding.demand_id,
+            binding.node,
+            binding.devices,
+            binding.cpu_milli,
+            binding.memory_mib,
+            PRIORITY_RANK[requests[int(binding.demand_id)].priority],
+            preemptible=False,
+            started_at=now.timestamp(),
+        )
+        for binding in result.bindings
+    ]
     engines: dict[tuple[str, int], placement.PlacementEngine] = {}
 
     def engine_for(priority: str, tenant: int) -> placement.PlacementEngine:
         if (priority, tenant) not in engines:
-            allocations = [replace(allocation, preemptible=_evictable(allocation, rules[priority], tenant, tenants,
-                                                                      promised))
-                           for allocation in cluster.snapshot.allocations] + placed_now
+            allocations = [
+                replace(allocation, preemptible=_evictable(allocation, rules[priority], tenant, tenants, promised))
+                for allocation in cluster.snapshot.allocations
+            ] + placed_now
             engines[priority, tenant] = placement.PlacementEngine(
-                placement.Snapshot(cluster.snapshot.nodes, allocations), policy, workload=demands)
+                placement.Snapshot(cluster.snapshot.nodes, allocations), policy, workload=demands
+            )
         return engines[priority, tenant]
 
     plans = []  # (winner id, victim ids, node, preempt_at, grace seconds, priority, winner's tenant)
@@ -200,8 +264,10 @@ def schedule(*, cluster, result: placement.PlacementResult, demands: list[placem
             hopeless.add(shape)
             continue
         allowed = rules[priority]
-        if not all(victim in running and _evictable(running[victim], allowed, tenant, tenants, promised)
-                   for victim in plan.victims):
+        if not all(
+            victim in running and _evictable(running[victim], allowed, tenant, tenants, promised)
+            for victim in plan.victims
+        ):
             continue  # defensive: the planning copy only offers allowed (class, tenant), unpromised victims
         grace = max(allowed[CLASS_OF_RANK[running[victim].priority]].grace_period_seconds for victim in plan.victims)
         preempt_at = now + timedelta(seconds=grace)
@@ -217,10 +283,16 @@ def schedule(*, cluster, result: placement.PlacementResult, demands: list[placem
 
 def _mark(plans) -> None:
     """Write the plans: victims' allocations get preempt_at/preempted_for (two queries), timelines one INSERT."""
-    by_victim = {victim: (winner, node, preempt_at, grace, priority, tenant)
-                 for winner, victims, node, preempt_at, grace, priority, tenant in plans for victim in victims}
-    rows = list(Allocation.objects.filter(request_id__in=list(by_victim), state=AllocationState.ACTIVE)
-                .select_related("request"))
+    by_victim = {
+        victim: (winner, node, preempt_at, grace, priority, tenant)
+        for winner, victims, node, preempt_at, grace, priority, tenant in plans
+        for victim in victims
+    }
+    rows = list(
+        Allocation.objects.filter(request_id__in=list(by_victim), state=AllocationState.ACTIVE).select_related(
+            "request"
+        )
+    )
     for allocation in rows:
         winner, _node, preempt_at, _grace, _priority, _tenant = by_victim[allocation.request_id]
         allocation.preempt_at, allocation.preempted_for_id = preempt_at, winner
@@ -234,6 +306,13 @@ def _mark(plans) -> None:
             f"Will be preempted at {_at(preempt_at)} for request #{winner} (priority {priority}"
             f"{OTHER_TENANT if crosses else ''}); save your work before then. The request then goes back to the "
             "queue.",
-            {"for_request": winner, "priority": priority, "preempt_at": preempt_at.isoformat(), "node": node,
-             "grace_seconds": grace, "cross_tenant": crosses})
+            {
+                "for_request": winner,
+                "priority": priority,
+                "preempt_at": preempt_at.isoformat(),
+                "node": node,
+                "grace_seconds": grace,
+                "cross_tenant": crosses,
+            },
+        )
     requests_note(code=EventCode.PREEMPTION_SCHEDULED, notes=list(notes.values()))

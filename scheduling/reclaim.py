@@ -41,8 +41,13 @@ def _unbind_devices(allocation: Allocation) -> None:
 
 def unbind_devices(allocation_ids: list[int]) -> None:
     """Take the allocations' shares off their devices: one read, one UPDATE, however many allocations."""
-    shares = (AllocationDevice.objects.filter(allocation_id__in=allocation_ids).values("device_id")
-              .annotate(total=Sum("milli")).values_list("device_id", "total").order_by())
+    shares = (
+        AllocationDevice.objects.filter(allocation_id__in=allocation_ids)
+        .values("device_id")
+        .annotate(total=Sum("milli"))
+        .values_list("device_id", "total")
+        .order_by()
+    )
     adjust_device_shares({device_id: -total for device_id, total in shares})
 
 
@@ -67,12 +72,16 @@ def allocation_free(*, request_id: int, reason: str) -> ResourceRequest:
 def allocation_return(*, request_id: int, reason: str) -> int:
     """Give the request's active allocations back whatever its state (e.g. the cleanup after a failed
     provisioning); idempotent. Returns how many were released."""
-    allocations = list(Allocation.objects.select_for_update().filter(request_id=request_id,
-                                                                     state=AllocationState.ACTIVE))
+    allocations = list(
+        Allocation.objects.select_for_update().filter(request_id=request_id, state=AllocationState.ACTIVE)
+    )
     for allocation in allocations:
         _unbind_devices(allocation)
         allocation.state, allocation.released_at, allocation.release_reason = (
-            AllocationState.RELEASED, timezone.now(), reason[:300])
+            AllocationState.RELEASED,
+            timezone.now(),
+            reason[:300],
+        )
         allocation.save(update_fields=["state", "released_at", "release_reason"])
     return len(allocations)
 
@@ -85,41 +94,71 @@ def allocation_rebind(*, allocation: Allocation) -> Allocation:
     bindings = list(allocation.devices.select_related("device"))
     _check_rebindable(allocation, node, bindings)
     rebound = Allocation.objects.create(
-        request_id=allocation.request_id, node=node, cpu_milli=allocation.cpu_milli,
-        memory_mib=allocation.memory_mib, priority=allocation.priority, preemptible=allocation.preemptible,
-        expires_at=allocation.expires_at)
-    AllocationDevice.objects.bulk_create([AllocationDevice(allocation=rebound, device=binding.device,
-                                                           milli=binding.milli) for binding in bindings])
+        request_id=allocation.request_id,
+        node=node,
+        cpu_milli=allocation.cpu_milli,
+        memory_mib=allocation.memory_mib,
+        priority=allocation.priority,
+        preemptible=allocation.preemptible,
+        expires_at=allocation.expires_at,
+    )
+    AllocationDevice.objects.bulk_create(
+        [AllocationDevice(allocation=rebound, device=binding.device, milli=binding.milli) for binding in bindings]
+    )
     try:
         with transaction.atomic():
             adjust_device_shares({binding.device_id: binding.milli for binding in bindings})
     except IntegrityError as taken:
-        raise Conflict("The devices have been given to other work since; the request must be ordered again.",
-                       code="capacity_taken", details={"node": node.name}) from taken
+        raise Conflict(
+            "The devices have been given to other work since; the request must be ordered again.",
+            code="capacity_taken",
+            details={"node": node.name},
+        ) from taken
     return rebound
 
 
 def _check_rebindable(allocation: Allocation, node: Node, bindings: list[AllocationDevice]) -> None:
     if allocation.state != AllocationState.RELEASED or allocation.expires_at <= timezone.now():
-        raise Conflict("Only a released allocation that has not expired can be bound again.",
-                       code="not_rebindable", details={"allocation": allocation.pk, "state": allocation.state})
+        raise Conflict(
+            "Only a released allocation that has not expired can be bound again.",
+            code="not_rebindable",
+            details={"allocation": allocation.pk, "state": allocation.state},
+        )
     if not node.schedulable:
-        raise Conflict(f"{node.name} is isolated: {node.cordon_reason} Clear it before retrying.",
-                       code="node_isolated", details={"node": node.name, "reason": node.cordon_reason})
-    unusable = [binding.device.uuid for binding in bindings
-                if binding.device.isolated or binding.device.health == DeviceHealth.UNHEALTHY]
+        raise Conflict(
+            f"{node.name} is isolated: {node.cordon_reason} Clear it before retrying.",
+            code="node_isolated",
+            details={"node": node.name, "reason": node.cordon_reason},
+        )
+    unusable = [
+        binding.device.uuid
+        for binding in bindings
+        if binding.device.isolated or binding.device.health == DeviceHealth.UNHEALTHY
+    ]
     if unusable:
-        raise Conflict("Devices of the allocation are isolated or unhealthy.", code="devices_unusable",
-                       details={"devices": unusable})
+        raise Conflict(
+            "Devices of the allocation are isolated or unhealthy.",
+            code="devices_unusable",
+            details={"devices": unusable},
+        )
     used = Allocation.objects.filter(node=node, state=AllocationState.ACTIVE).aggregate(
-        cpu=Coalesce(Sum("cpu_milli"), 0), memory=Coalesce(Sum("memory_mib"), 0))
+        cpu=Coalesce(Sum("cpu_milli"), 0), memory=Coalesce(Sum("memory_mib"), 0)
+    )
     if used["cpu"] + allocation.cpu_milli > node.cpu_milli or used["memory"] + allocation.memory_mib > node.memory_mib:
-        raise Conflict(f"{node.name}'s CPU or memory has been given to other work since.", code="capacity_taken",
-                       details={"node": node.name})
+        raise Conflict(
+            f"{node.name}'s CPU or memory has been given to other work since.",
+            code="capacity_taken",
+            details={"node": node.name},
+        )
 
 
-RELEASED, ALREADY_RELEASING, NOT_FOUND, BUSY, HEARTBEAT = "released", "already_releasing", "not_found", "busy", \
-    "heartbeat"
+RELEASED, ALREADY_RELEASING, NOT_FOUND, BUSY, HEARTBEAT = (
+    "released",
+    "already_releasing",
+    "not_found",
+    "busy",
+    "heartbeat",
+)
 RECLAIMABLE_STATES = (RequestState.ALLOCATED, RequestState.PROVISIONING, RequestState.ACTIVE)
 RELEASING_STATES = (RequestState.RELEASING, RequestState.RELEASED)
 
@@ -134,8 +173,12 @@ def _locked_first(queryset):
 
 def _due_request_ids(due: Q) -> list[int]:
     """Candidates only: each is decided again on its locked rows."""
-    return list(Allocation.objects.filter(due, state=AllocationState.ACTIVE).order_by("request_id")
-                .values_list("request_id", flat=True).distinct())
+    return list(
+        Allocation.objects.filter(due, state=AllocationState.ACTIVE)
+        .order_by("request_id")
+        .values_list("request_id", flat=True)
+        .distinct()
+    )
 
 
 def _reclaim_one(*, request_id: int, due: Q, reason: str) -> str:
@@ -147,8 +190,9 @@ def _reclaim_one(*, request_id: int, due: Q, reason: str) -> str:
             return outcome
         if request.state in RELEASING_STATES:
             return ALREADY_RELEASING
-        allocation, outcome = _locked_first(Allocation.objects.filter(due, request_id=request_id,
-                                                                      state=AllocationState.ACTIVE))
+        allocation, outcome = _locked_first(
+            Allocation.objects.filter(due, request_id=request_id, state=AllocationState.ACTIVE)
+        )
         if allocation is None:
             return outcome
         if request.state not in RECLAIMABLE_STATES:
@@ -166,9 +210,14 @@ def _warn_one(allocation_id: int, due: Q, now) -> bool:
         allocation, _ = _locked_first(Allocation.objects.filter(due, pk=allocation_id).select_related("request"))
         if allocation is None:
             return False
-        record_event(allocation.request, actor=None, code=EventCode.EXPIRY_WARNING,
-                     message=f"Expires at {allocation.expires_at:%Y-%m-%d %H:%M} UTC; release or ask for an "
-                             "extension before then.", data={"expires_at": allocation.expires_at.isoformat()})
+        record_event(
+            allocation.request,
+            actor=None,
+            code=EventCode.EXPIRY_WARNING,
+            message=f"Expires at {allocation.expires_at:%Y-%m-%d %H:%M} UTC; release or ask for an "
+            "extension before then.",
+            data={"expires_at": allocation.expires_at.isoformat()},
+        )
         Allocation.objects.filter(pk=allocation.pk).update(expiry_warned_at=now)
         return True
 
@@ -193,8 +242,11 @@ def reclaim_stale(*, now=None) -> dict[int, str]:
     """Allocations whose runtime has stopped reporting for longer than the heartbeat timeout."""
     now = now or timezone.now()
     due = Q(heartbeat_at__lt=now - timedelta(minutes=settings.ALLOCATION_HEARTBEAT_TIMEOUT_MINUTES))
-    return _reclaim_each(_due_request_ids(due), due, f"stale: no heartbeat from the runtime for "
-                                                     f"{settings.ALLOCATION_HEARTBEAT_TIMEOUT_MINUTES} minutes")
+    return _reclaim_each(
+        _due_request_ids(due),
+        due,
+        f"stale: no heartbeat from the runtime for {settings.ALLOCATION_HEARTBEAT_TIMEOUT_MINUTES} minutes",
+    )
 
 
 @transaction.atomic
@@ -203,10 +255,15 @@ def requeue_from_device(*, device_id: int) -> list[int]:
 
     Their approved snapshot stays the contract; the next cycle places them on healthy hardware.
     """
-    allocations = list(Allocation.objects.select_for_update(of=("self",))
-                       .filter(state=AllocationState.ACTIVE, request__state__in=PREEMPTABLE_STATES,
-                               pk__in=AllocationDevice.objects.filter(device_id=device_id).values("allocation_id"))
-                       .select_related("request"))
+    allocations = list(
+        Allocation.objects.select_for_update(of=("self",))
+        .filter(
+            state=AllocationState.ACTIVE,
+            request__state__in=PREEMPTABLE_STATES,
+            pk__in=AllocationDevice.objects.filter(device_id=device_id).values("allocation_id"),
+        )
+        .select_related("request")
+    )
     if not allocations:
         return []
     now = timezone.now()
@@ -215,9 +272,17 @@ def requeue_from_device(*, device_id: int) -> list[int]:
         allocation.state, allocation.released_at = AllocationState.RELEASED, now
         allocation.release_reason = f"requeued: device #{device_id} was isolated"
     Allocation.objects.bulk_update(allocations, ["state", "released_at", "release_reason"])
-    requests_preempt(preempted=[(allocation.request, None, "Requeued: a device of the allocation was isolated; the "
-                                 "request waits for healthy hardware.", {"device": device_id})
-                                for allocation in allocations])
+    requests_preempt(
+        preempted=[
+            (
+                allocation.request,
+                None,
+                "Requeued: a device of the allocation was isolated; the request waits for healthy hardware.",
+                {"device": device_id},
+            )
+            for allocation in allocations
+        ]
+    )
     return [allocation.request_id for allocation in allocations]
 
 
@@ -237,8 +302,10 @@ def _heartbeat(request_ids: list[int], on_nodes: Q, now) -> dict[int, str]:
         Allocation.objects.filter(pk__in=locked).update(heartbeat_at=now)
         held_elsewhere = set(active.exclude(pk__in=locked).values_list("request_id", flat=True))
     beaten = set(locked.values())
-    return {request_id: HEARTBEAT if request_id in beaten else BUSY if request_id in held_elsewhere else NOT_FOUND
-            for request_id in request_ids}
+    return {
+        request_id: HEARTBEAT if request_id in beaten else BUSY if request_id in held_elsewhere else NOT_FOUND
+        for request_id in request_ids
+    }
 
 
 def _foreign(request_ids: Iterable[int], scope: NodeScope) -> list[int]:
@@ -271,4 +338,5 @@ def runtime_report(*, reports: list[tuple[int, str]], scope: NodeScope = ANY_NOD
 def allocation_extend(*, request_id: int, hours: int) -> int:
     """An approved extension moves the active allocation's expiry; a new warning will come before the new end."""
     return Allocation.objects.filter(request_id=request_id, state=AllocationState.ACTIVE).update(
-        expires_at=F("expires_at") + timedelta(hours=hours), expiry_warned_at=None)
+        expires_at=F("expires_at") + timedelta(hours=hours), expiry_warned_at=None
+    )

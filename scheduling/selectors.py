@@ -22,15 +22,30 @@ def capacity_by_model() -> list[dict]:
     (unallocated shares on placeable devices). One query."""
     rows = (
         Device.objects.values("model_id", "model__slug", "model__name", "model__vendor__name", "model__memory_gb")
-        .annotate(n_total=Count("id"), n_healthy=Count("id", filter=Q(health=DeviceHealth.HEALTHY)),
-                  n_isolated=Count("id", filter=Q(isolated=True)), allocated_sum=Sum("allocated_milli"),
-                  free_sum=Sum(Value(MILLI) - F("allocated_milli"), filter=Q(PLACEABLE)))
+        .annotate(
+            n_total=Count("id"),
+            n_healthy=Count("id", filter=Q(health=DeviceHealth.HEALTHY)),
+            n_isolated=Count("id", filter=Q(isolated=True)),
+            allocated_sum=Sum("allocated_milli"),
+            free_sum=Sum(Value(MILLI) - F("allocated_milli"), filter=Q(PLACEABLE)),
+        )
         .order_by("model__vendor__name", "model__name")
     )
-    return [{"model_id": row["model_id"], "slug": row["model__slug"], "name": row["model__name"],
-             "vendor": row["model__vendor__name"], "memory_gb": row["model__memory_gb"], "total": row["n_total"],
-             "healthy": row["n_healthy"], "isolated": row["n_isolated"], "allocated": _cards(row["allocated_sum"]),
-             "free": _cards(row["free_sum"])} for row in rows]
+    return [
+        {
+            "model_id": row["model_id"],
+            "slug": row["model__slug"],
+            "name": row["model__name"],
+            "vendor": row["model__vendor__name"],
+            "memory_gb": row["model__memory_gb"],
+            "total": row["n_total"],
+            "healthy": row["n_healthy"],
+            "isolated": row["n_isolated"],
+            "allocated": _cards(row["allocated_sum"]),
+            "free": _cards(row["free_sum"]),
+        }
+        for row in rows
+    ]
 
 
 def nodes_with_capacity() -> QuerySet[Node]:
@@ -45,11 +60,19 @@ def nodes_with_capacity() -> QuerySet[Node]:
 
 def capacity_by_node() -> list[dict]:
     """Per node: devices, cards allocated and free (zero free on a cordoned node). One query."""
-    return [{"node_id": node.pk, "name": node.name, "site": node.rack.site.name if node.rack else "",
-             "rack": node.rack.name if node.rack else "", "schedulable": node.schedulable,
-             "devices": node.device_count, "allocated": _cards(node.allocated_milli),
-             "free": _cards(node.free_milli if node.schedulable else 0)}
-            for node in nodes_with_capacity().order_by("name")]
+    return [
+        {
+            "node_id": node.pk,
+            "name": node.name,
+            "site": node.rack.site.name if node.rack else "",
+            "rack": node.rack.name if node.rack else "",
+            "schedulable": node.schedulable,
+            "devices": node.device_count,
+            "allocated": _cards(node.allocated_milli),
+            "free": _cards(node.free_milli if node.schedulable else 0),
+        }
+        for node in nodes_with_capacity().order_by("name")
+    ]
 
 
 def devices_with_relations() -> QuerySet[Device]:

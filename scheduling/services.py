@@ -41,14 +41,18 @@ def _who(user: User | None) -> str:
 
 # --- Nodes -------------------------------------------------------------------------------------------------
 
+
 @transaction.atomic
 def node_cordon(node: Node, reason: str, actor: User | None) -> Node:
     """Stop new placements on a node; what runs there keeps running."""
     reason = _reason(reason)
     node = Node.objects.select_for_update().get(pk=node.pk)
     if not node.schedulable:
-        raise Conflict(f"{node.name} is already cordoned: {node.cordon_reason}", code="already_cordoned",
-                       details={"node": node.name, "cordon_reason": node.cordon_reason})
+        raise Conflict(
+            f"{node.name} is already cordoned: {node.cordon_reason}",
+            code="already_cordoned",
+            details={"node": node.name, "cordon_reason": node.cordon_reason},
+        )
     node.schedulable, node.cordon_reason, node.cordoned_at = False, reason, timezone.now()
     node.cordoned_by = actor if actor is not None and actor.is_authenticated else None
     node.save(update_fields=["schedulable", "cordon_reason", "cordoned_at", "cordoned_by", "updated_at"])
@@ -66,8 +70,7 @@ def node_uncordon(node: Node, reason: str, actor: User | None) -> Node:
     previous = node.cordon_reason
     node.schedulable, node.cordon_reason, node.cordoned_at, node.cordoned_by = True, "", None, None
     node.save(update_fields=["schedulable", "cordon_reason", "cordoned_at", "cordoned_by", "updated_at"])
-    audit_record(actor=actor, action="node.uncordoned", target=node, reason=reason,
-                 data={"cordon_reason": previous})
+    audit_record(actor=actor, action="node.uncordoned", target=node, reason=reason, data={"cordon_reason": previous})
     return node
 
 
@@ -75,37 +78,66 @@ def node_uncordon(node: Node, reason: str, actor: User | None) -> Node:
 def inventory_entry_save(entry, changed_fields: list[str], actor: User | None):
     """Save a site, rack, node, device or health rule edited by an operator, with an audit row. Cordons, health,
     isolation and allocated shares are not editable this way (the admin shows them read-only)."""
-    protected = {"schedulable", "cordon_reason", "cordoned_at", "cordoned_by", "health", "health_detail",
-                 "degraded_by", "clear_since", "isolated", "isolation_reason", "isolated_at",
-                 "allocated_milli"} & set(changed_fields)
+    protected = {
+        "schedulable",
+        "cordon_reason",
+        "cordoned_at",
+        "cordoned_by",
+        "health",
+        "health_detail",
+        "degraded_by",
+        "clear_since",
+        "isolated",
+        "isolation_reason",
+        "isolated_at",
+        "allocated_milli",
+    } & set(changed_fields)
     if protected:
-        raise DomainError(f"{', '.join(sorted(protected))} change only through cordon, health and isolation actions.",
-                          code="protected_field", details={"fields": sorted(protected)})
+        raise DomainError(
+            f"{', '.join(sorted(protected))} change only through cordon, health and isolation actions.",
+            code="protected_field",
+            details={"fields": sorted(protected)},
+        )
     created = entry.pk is None
     entry.full_clean()
     entry.save()
-    audit_record(actor=actor, action=f"{entry._meta.model_name}.{'created' if created else 'updated'}",
-                 target=entry, data={"fields": sorted(changed_fields)})
+    audit_record(
+        actor=actor,
+        action=f"{entry._meta.model_name}.{'created' if created else 'updated'}",
+        target=entry,
+        data={"fields": sorted(changed_fields)},
+    )
     return entry
 
 
 # --- Devices -----------------------------------------------------------------------------------------------
+
 
 def _locked_device(device: Device) -> Device:
     return Device.objects.select_for_update(of=("self",)).select_related("node", "model").get(pk=device.pk)
 
 
 @transaction.atomic
-def device_set_health(device: Device, health: str, detail: str, actor: User | None = None, *,
-                      degraded_by: HealthRule | None = None, data: dict | None = None) -> Device:
+def device_set_health(
+    device: Device,
+    health: str,
+    detail: str,
+    actor: User | None = None,
+    *,
+    degraded_by: HealthRule | None = None,
+    data: dict | None = None,
+) -> Device:
     """Record the health a signal reports; a repeat of the current health changes nothing (no audit row).
 
     A degraded card remembers the rule that degraded it (`degraded_by`), whose recovery settings later return it
     to healthy; any change restarts its recovery clock. `data` adds the reason's numbers to the audit row.
     """
     if health not in DeviceHealth.values:
-        raise DomainError(f"Health must be one of {', '.join(DeviceHealth.values)}.", code="invalid_health",
-                          details={"health": health})
+        raise DomainError(
+            f"Health must be one of {', '.join(DeviceHealth.values)}.",
+            code="invalid_health",
+            details={"health": health},
+        )
     device = _locked_device(device)
     if device.health == health:
         return device
@@ -114,8 +146,13 @@ def device_set_health(device: Device, health: str, detail: str, actor: User | No
     device.degraded_by = degraded_by if health == DeviceHealth.DEGRADED else None
     device.clear_since = None
     device.save(update_fields=["health", "health_detail", "degraded_by", "clear_since", "updated_at"])
-    audit_record(actor=actor, action="device.health_changed", target=device, reason=detail or "",
-                 data={"from": previous, "to": health, **(data or {})})
+    audit_record(
+        actor=actor,
+        action="device.health_changed",
+        target=device,
+        reason=detail or "",
+        data={"from": previous, "to": health, **(data or {})},
+    )
     return device
 
 
@@ -128,16 +165,26 @@ def device_mark_healthy(device: Device, reason: str, actor: User | None) -> Devi
     reason = _reason(reason)
     device = _locked_device(device)
     if device.isolated:
-        raise Conflict(f"{device} is isolated; clearing an isolation needs a second operator's approval (request an "
-                       "isolation clearance).", code="device_isolated",
-                       details={"device": device.uuid, "isolation_reason": device.isolation_reason})
+        raise Conflict(
+            f"{device} is isolated; clearing an isolation needs a second operator's approval (request an "
+            "isolation clearance).",
+            code="device_isolated",
+            details={"device": device.uuid, "isolation_reason": device.isolation_reason},
+        )
     if device.health != DeviceHealth.DEGRADED:
-        raise Conflict(f"{device} is {device.get_health_display().lower()}, not degraded.", code="device_not_degraded",
-                       details={"device": device.uuid, "health": device.health})
+        raise Conflict(
+            f"{device} is {device.get_health_display().lower()}, not degraded.",
+            code="device_not_degraded",
+            details={"device": device.uuid, "health": device.health},
+        )
     rule = device.degraded_by.name if device.degraded_by_id else None
-    return device_set_health(device, DeviceHealth.HEALTHY, f"Marked healthy by {_who(actor)}: {reason}", actor,
-                             data={"code": "marked_healthy", "reason": reason, "degraded_by": rule,
-                                   "health_detail": device.health_detail})
+    return device_set_health(
+        device,
+        DeviceHealth.HEALTHY,
+        f"Marked healthy by {_who(actor)}: {reason}",
+        actor,
+        data={"code": "marked_healthy", "reason": reason, "degraded_by": rule, "health_detail": device.health_detail},
+    )
 
 
 @transaction.atomic
@@ -154,24 +201,43 @@ def device_isolate(device: Device, reason: str, actor: User | None = None) -> De
     device.isolated, device.isolation_reason, device.isolated_at = True, reason, timezone.now()
     device.clear_since = None  # a degraded card's recovery starts over once two people have cleared the isolation
     device.save(update_fields=["isolated", "isolation_reason", "isolated_at", "clear_since", "updated_at"])
-    holders = list(AllocationDevice.objects.filter(device=device, allocation__state=AllocationState.ACTIVE)
-                   .select_related("allocation__request"))
+    holders = list(
+        AllocationDevice.objects.filter(device=device, allocation__state=AllocationState.ACTIVE).select_related(
+            "allocation__request"
+        )
+    )
     requeue = bool(holders) and settings.SCHEDULER_REQUEUE_ON_ISOLATION
-    consequence = ("Your request goes back to the queue for healthy hardware." if requeue
-                   else "Your allocation still holds it; new placements avoid it.")
+    consequence = (
+        "Your request goes back to the queue for healthy hardware."
+        if requeue
+        else "Your allocation still holds it; new placements avoid it."
+    )
     affected = []
     for binding in holders:
         request = binding.allocation.request
         affected.append(request.pk)
-        record_event(request, actor=actor, code=EventCode.DEVICE_ISOLATED,
-                     message=f"Device {device.node.name}/gpu{device.index} ({device.uuid}) was isolated by "
-                             f"{_who(actor)}: {reason}. {consequence}",
-                     data={"device": device.uuid, "node": device.node.name, "index": device.index,
-                           "allocation": binding.allocation_id, "reason": reason},
-                     intervention=is_operator_intervention(actor, request))
-    audit_record(actor=actor, action="device.isolated", target=device, reason=reason,
-                 data={"node": device.node.name, "index": device.index, "uuid": device.uuid,
-                       "affected_requests": affected})
+        record_event(
+            request,
+            actor=actor,
+            code=EventCode.DEVICE_ISOLATED,
+            message=f"Device {device.node.name}/gpu{device.index} ({device.uuid}) was isolated by "
+            f"{_who(actor)}: {reason}. {consequence}",
+            data={
+                "device": device.uuid,
+                "node": device.node.name,
+                "index": device.index,
+                "allocation": binding.allocation_id,
+                "reason": reason,
+            },
+            intervention=is_operator_intervention(actor, request),
+        )
+    audit_record(
+        actor=actor,
+        action="device.isolated",
+        target=device,
+        reason=reason,
+        data={"node": device.node.name, "index": device.index, "uuid": device.uuid, "affected_requests": affected},
+    )
     if requeue:
         device_id = device.pk
         transaction.on_commit(lambda: async_task("scheduling.tasks.requeue_from_device", device_id))
@@ -180,32 +246,46 @@ def device_isolate(device: Device, reason: str, actor: User | None = None) -> De
 
 # --- Isolation clearance (four eyes) -----------------------------------------------------------------------
 
+
 @transaction.atomic
 def isolation_clearance_request(device: Device, reason: str, actor: User) -> IsolationClearance:
     """Ask to clear a device's isolation; another holder of the dedicated permission must approve it."""
     if not actor.has_perm(CLEAR_ISOLATION):
-        raise NotPermitted("Clearing a device's isolation needs the dedicated permission "
-                           f"{CLEAR_ISOLATION}.", code="missing_permission", details={"permission": CLEAR_ISOLATION})
+        raise NotPermitted(
+            f"Clearing a device's isolation needs the dedicated permission {CLEAR_ISOLATION}.",
+            code="missing_permission",
+            details={"permission": CLEAR_ISOLATION},
+        )
     reason = _reason(reason)
     device = _locked_device(device)
     if not device.isolated:
         raise Conflict(f"{device} is not isolated.", code="device_not_isolated", details={"device": device.uuid})
     pending = IsolationClearance.objects.filter(device=device, state=IsolationClearance.State.PENDING).first()
     if pending is not None:
-        raise Conflict(f"A clearance of {device} is already waiting for approval.", code="clearance_pending",
-                       details={"clearance": pending.pk, "requested_by": pending.requested_by.username})
+        raise Conflict(
+            f"A clearance of {device} is already waiting for approval.",
+            code="clearance_pending",
+            details={"clearance": pending.pk, "requested_by": pending.requested_by.username},
+        )
     try:
         with transaction.atomic():
             clearance = IsolationClearance.objects.create(device=device, requested_by=actor, reason=reason)
     except IntegrityError as race:
-        raise Conflict(f"A clearance of {device} is already waiting for approval.",
-                       code="clearance_pending") from race
-    audit_record(actor=actor, action="isolation_clearance.requested", target=clearance, reason=reason,
-                 data={"device": device.uuid, "isolation_reason": device.isolation_reason})
+        raise Conflict(f"A clearance of {device} is already waiting for approval.", code="clearance_pending") from race
+    audit_record(
+        actor=actor,
+        action="isolation_clearance.requested",
+        target=clearance,
+        reason=reason,
+        data={"device": device.uuid, "isolation_reason": device.isolation_reason},
+    )
     facts = approvals.Facts(
-        subject=ApprovalSubject.ISOLATION_CLEARANCE, project=None, requester=actor,
+        subject=ApprovalSubject.ISOLATION_CLEARANCE,
+        project=None,
+        requester=actor,
         summary=f"Clear isolation of {device}: {reason}",
-        vendor_ids=frozenset({device.model.vendor_id}), accelerator_model_ids=frozenset({device.model_id}),
+        vendor_ids=frozenset({device.model.vendor_id}),
+        accelerator_model_ids=frozenset({device.model_id}),
         accelerator_count=1,
         parameters={"device": device.uuid, "node": device.node.name, "health": device.health},
     )
@@ -223,15 +303,21 @@ class IsolationClearanceApprovals:
     def default_route(self, facts: approvals.Facts) -> approvals.DefaultRoute:
         """Never automatic; unless a policy names approvers, the other holders of the permission decide."""
         return approvals.DefaultRoute(
-            name="Default: another holder of the clearance permission decides", stage="Clearance approvers",
-            approvers=approvals.permission_holders(CLEAR_ISOLATION), source=ApproverSource.USERS,
-            note=f"Holders of {CLEAR_ISOLATION} other than the requester.")
+            name="Default: another holder of the clearance permission decides",
+            stage="Clearance approvers",
+            approvers=approvals.permission_holders(CLEAR_ISOLATION),
+            source=ApproverSource.USERS,
+            note=f"Holders of {CLEAR_ISOLATION} other than the requester.",
+        )
 
     def on_approved(self, clearance: IsolationClearance, *, actor: User | None) -> None:
         clearance = IsolationClearance.objects.select_for_update().select_related("requested_by").get(pk=clearance.pk)
         if actor is None or not actor.has_perm(CLEAR_ISOLATION):
-            raise NotPermitted(f"Approving a clearance needs {CLEAR_ISOLATION}.", code="missing_permission",
-                               details={"permission": CLEAR_ISOLATION})
+            raise NotPermitted(
+                f"Approving a clearance needs {CLEAR_ISOLATION}.",
+                code="missing_permission",
+                details={"permission": CLEAR_ISOLATION},
+            )
         if actor.pk == clearance.requested_by_id:
             raise NotPermitted("You cannot approve your own clearance.", code="self_approval")
         device = _locked_device(clearance.device)
@@ -239,13 +325,25 @@ class IsolationClearanceApprovals:
         device.isolated, device.isolation_reason, device.isolated_at = False, "", None
         device.save(update_fields=["isolated", "isolation_reason", "isolated_at", "updated_at"])
         clearance.state, clearance.approved_by, clearance.decided_at = (
-            IsolationClearance.State.APPLIED, actor, timezone.now())
+            IsolationClearance.State.APPLIED,
+            actor,
+            timezone.now(),
+        )
         clearance.save(update_fields=["state", "approved_by", "decided_at"])
         requester = clearance.requested_by.username
-        audit_record(actor=actor, action="device.isolation_cleared", target=device,
-                     reason=f"{clearance.reason} (requested by {requester}, approved by {actor.username})",
-                     data={"clearance": clearance.pk, "requested_by": requester, "approved_by": actor.username,
-                           "isolation_reason": previous, "health": device.health})
+        audit_record(
+            actor=actor,
+            action="device.isolation_cleared",
+            target=device,
+            reason=f"{clearance.reason} (requested by {requester}, approved by {actor.username})",
+            data={
+                "clearance": clearance.pk,
+                "requested_by": requester,
+                "approved_by": actor.username,
+                "isolation_reason": previous,
+                "health": device.health,
+            },
+        )
 
     def on_rejected(self, clearance: IsolationClearance, *, actor: User, comment: str) -> None:
         clearance = IsolationClearance.objects.select_for_update().get(pk=clearance.pk)
@@ -253,12 +351,12 @@ class IsolationClearanceApprovals:
         clearance.save(update_fields=["state", "decided_at"])
         audit_record(actor=actor, action="isolation_clearance.rejected", target=clearance, reason=comment)
 
-    def note(self, clearance: IsolationClearance, *, code: str, message: str, actor: User | None,
-             data: dict) -> None:
+    def note(self, clearance: IsolationClearance, *, code: str, message: str, actor: User | None, data: dict) -> None:
         audit_record(actor=actor, action=f"isolation_clearance.{code}", target=clearance, reason=message, data=data)
 
 
 # --- Inventory import --------------------------------------------------------------------------------------
+
 
 @dataclass
 class ImportResult:
@@ -287,14 +385,20 @@ def _accelerator_models(records: list[NodeRecord], *, create_openb: bool, actor:
         for slug in sorted(wanted - set(found)):
             name, memory, link = by_slug[slug]
             model = found[slug] = AcceleratorModel.objects.filter(name=name).first() or catalog_entry_save(
-                entry=AcceleratorModel(vendor=nvidia, slug=slug, name=name, kind=AcceleratorKind.GPU,
-                                       memory_gb=memory, interconnect=link),
-                changed_fields=["vendor", "slug", "name", "kind", "memory_gb", "interconnect"], actor=actor)
+                entry=AcceleratorModel(
+                    vendor=nvidia, slug=slug, name=name, kind=AcceleratorKind.GPU, memory_gb=memory, interconnect=link
+                ),
+                changed_fields=["vendor", "slug", "name", "kind", "memory_gb", "interconnect"],
+                actor=actor,
+            )
             created.append(model.slug)
     missing = sorted(wanted - set(found))
     if missing:
-        raise DomainError(f"Unknown accelerator models: {', '.join(missing)}. Add them to the catalog first.",
-                          code="unknown_accelerator_model", details={"models": missing})
+        raise DomainError(
+            f"Unknown accelerator models: {', '.join(missing)}. Add them to the catalog first.",
+            code="unknown_accelerator_model",
+            details={"models": missing},
+        )
     return found, created
 
 
@@ -303,8 +407,11 @@ def _racks(records: list[NodeRecord], default_site: str) -> dict[tuple[str, str]
     for record in records:
         site = record.site or default_site
         if record.rack and not site:
-            raise DomainError(f"{record.where}: rack {record.rack} needs a site (column or --site).",
-                              code="rack_without_site", details={"node": record.name})
+            raise DomainError(
+                f"{record.where}: rack {record.rack} needs a site (column or --site).",
+                code="rack_without_site",
+                details={"node": record.name},
+            )
         if site:
             places.add((site, record.rack or "default"))
     racks = {}
@@ -323,8 +430,9 @@ def _apply(obj, values: dict) -> list[str]:
 
 
 @transaction.atomic
-def inventory_import(records: list[NodeRecord], *, actor: User | None, default_site: str = "",
-                     create_openb_models: bool = False) -> ImportResult:
+def inventory_import(
+    records: list[NodeRecord], *, actor: User | None, default_site: str = "", create_openb_models: bool = False
+) -> ImportResult:
     """Create or update nodes and their devices; unchanged rows are left alone, so a second run changes nothing.
 
     Only inventory facts are written: cordons, health, isolation and allocations are never touched, and
@@ -334,16 +442,30 @@ def inventory_import(records: list[NodeRecord], *, actor: User | None, default_s
     models, result.models_created = _accelerator_models(records, create_openb=create_openb_models, actor=actor)
     racks = _racks(records, default_site)
     nodes = Node.objects.in_bulk([record.name for record in records], field_name="name")
-    serial_owners = dict(Node.objects.filter(serial_number__in=[r.serial_number for r in records])
-                         .values_list("serial_number", "name"))
-    devices = {(device.node.name, device.index): device
-               for device in Device.objects.filter(node__name__in=list(nodes)).select_related("node")}
-    uuid_owners = {uuid: (node, index) for uuid, node, index in Device.objects.filter(
-        uuid__in=[d.uuid for r in records for d in r.devices]).values_list("uuid", "node__name", "index")}
-    problems = [f"{r.where}: serial {r.serial_number} belongs to node {serial_owners[r.serial_number]}"
-                for r in records if serial_owners.get(r.serial_number, r.name) != r.name]
-    problems += [f"{r.where}: device uuid {d.uuid} belongs to {uuid_owners[d.uuid][0]}/gpu{uuid_owners[d.uuid][1]}"
-                 for r in records for d in r.devices if uuid_owners.get(d.uuid, (r.name, d.index)) != (r.name, d.index)]
+    serial_owners = dict(
+        Node.objects.filter(serial_number__in=[r.serial_number for r in records]).values_list("serial_number", "name")
+    )
+    devices = {
+        (device.node.name, device.index): device
+        for device in Device.objects.filter(node__name__in=list(nodes)).select_related("node")
+    }
+    uuid_owners = {
+        uuid: (node, index)
+        for uuid, node, index in Device.objects.filter(
+            uuid__in=[d.uuid for r in records for d in r.devices]
+        ).values_list("uuid", "node__name", "index")
+    }
+    problems = [
+        f"{r.where}: serial {r.serial_number} belongs to node {serial_owners[r.serial_number]}"
+        for r in records
+        if serial_owners.get(r.serial_number, r.name) != r.name
+    ]
+    problems += [
+        f"{r.where}: device uuid {d.uuid} belongs to {uuid_owners[d.uuid][0]}/gpu{uuid_owners[d.uuid][1]}"
+        for r in records
+        for d in r.devices
+        if uuid_owners.get(d.uuid, (r.name, d.index)) != (r.name, d.index)
+    ]
     if problems:
         raise Conflict(problems[0], code="inventory_conflict", details={"problems": problems})
 
@@ -351,10 +473,15 @@ def inventory_import(records: list[NodeRecord], *, actor: User | None, default_s
     new_nodes, changed_nodes, node_fields, changes = [], [], set(), {}
     for record in records:
         site = record.site or default_site
-        values = {"serial_number": record.serial_number, "cpu_milli": record.cpu_milli,
-                  "memory_mib": record.memory_mib, "topology_domain": record.topology_domain,
-                  "bmc_address": record.bmc_address, "bmc_credentials_ref": record.bmc_credentials_ref,
-                  "rack_id": racks[(site, record.rack or "default")].pk if site else None}
+        values = {
+            "serial_number": record.serial_number,
+            "cpu_milli": record.cpu_milli,
+            "memory_mib": record.memory_mib,
+            "topology_domain": record.topology_domain,
+            "bmc_address": record.bmc_address,
+            "bmc_credentials_ref": record.bmc_credentials_ref,
+            "rack_id": racks[(site, record.rack or "default")].pk if site else None,
+        }
         node = nodes.get(record.name)
         if node is None:
             node = nodes[record.name] = Node(name=record.name)
@@ -397,8 +524,9 @@ def inventory_import(records: list[NodeRecord], *, actor: User | None, default_s
     result.nodes_unchanged = len(records) - result.nodes_created - result.nodes_updated
     for record in records:
         if record.name in created_names:
-            audit_record(actor=actor, action="node.imported", target=nodes[record.name],
-                         data={"devices": len(record.devices)})
+            audit_record(
+                actor=actor, action="node.imported", target=nodes[record.name], data={"devices": len(record.devices)}
+            )
     for name, fields in changes.items():
         audit_record(actor=actor, action="node.import_updated", target=nodes[name], data={"changed": fields})
     return result

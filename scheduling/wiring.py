@@ -24,8 +24,10 @@ def extend_allocation(*, request_id: int, hours: int, **_kwargs) -> None:
 
 def ensure_schedules(**_kwargs) -> None:
     """A cycle every minute as a safety net (events trigger one at once), reclamation every minute."""
-    schedules.ensure(("Scheduling cycle", CYCLE_TASK, schedules.EVERY_MINUTE),
-                     ("Reclaim expired and stale allocations", RECLAIM_TASK, schedules.EVERY_MINUTE))
+    schedules.ensure(
+        ("Scheduling cycle", CYCLE_TASK, schedules.EVERY_MINUTE),
+        ("Reclaim expired and stale allocations", RECLAIM_TASK, schedules.EVERY_MINUTE),
+    )
 
 
 def connect() -> None:

@@ -71,11 +71,13 @@ class TenantAdmin(admin.ModelAdmin):
     def save_model(self, request, obj, form, change):
         if change:
             super().save_model(request, obj, form, change)
-            services.audit_record(actor=request.user, action="tenant.updated", target=obj,
-                                  data={"fields": form.changed_data})
+            services.audit_record(
+                actor=request.user, action="tenant.updated", target=obj, data={"fields": form.changed_data}
+            )
         else:
-            created = services.tenant_create(name=obj.name, slug=obj.slug, description=obj.description,
-                                             actor=request.user)
+            created = services.tenant_create(
+                name=obj.name, slug=obj.slug, description=obj.description, actor=request.user
+            )
             obj.pk = created.pk
 
     def save_formset(self, request, form, formset, change):
@@ -88,10 +90,14 @@ def _saved_through_services(formset) -> None:
     say what their forms changed (without this, saving the page fails with AttributeError: no new_objects)."""
     changed = [inline for inline in formset.forms if inline.has_changed() and inline.is_valid()]
     formset.deleted_objects = [inline.instance for inline in changed if inline.cleaned_data.get("DELETE")]
-    formset.new_objects = [inline.instance for inline in changed
-                           if not inline.instance.pk and not inline.cleaned_data.get("DELETE")]
-    formset.changed_objects = [(inline.instance, inline.changed_data) for inline in changed
-                               if inline.instance.pk and not inline.cleaned_data.get("DELETE")]
+    formset.new_objects = [
+        inline.instance for inline in changed if not inline.instance.pk and not inline.cleaned_data.get("DELETE")
+    ]
+    formset.changed_objects = [
+        (inline.instance, inline.changed_data)
+        for inline in changed
+        if inline.instance.pk and not inline.cleaned_data.get("DELETE")
+    ]
 
 
 def _save_quota_formset(request, formset, *, owner) -> None:
@@ -109,8 +115,9 @@ def _save_quota(request, quota, limits: dict, form) -> None:
     reason = "Edited in the operator console"
     services.quota_set(quota=quota, limits=limits, actor=request.user, reason=reason)
     if ENTITLEMENT in form.changed_data:
-        services.quota_set_priority_entitlement(quota=quota, max_priority=form.cleaned_data[ENTITLEMENT],
-                                                actor=request.user, reason=reason)
+        services.quota_set_priority_entitlement(
+            quota=quota, max_priority=form.cleaned_data[ENTITLEMENT], actor=request.user, reason=reason
+        )
 
 
 def _quota_row(owner, actor):
@@ -177,8 +184,13 @@ class ProjectAdmin(GuardedModelAdmin):
     def save_model(self, request, obj, form, change):
         if not change:
             created = services.project_create(
-                tenant=obj.tenant, name=obj.name, slug=obj.slug, lead=obj.lead, cost_centre=obj.cost_centre,
-                description=obj.description, actor=request.user,
+                tenant=obj.tenant,
+                name=obj.name,
+                slug=obj.slug,
+                lead=obj.lead,
+                cost_centre=obj.cost_centre,
+                description=obj.description,
+                actor=request.user,
             )
             obj.pk = created.pk
             return
@@ -200,19 +212,26 @@ class ProjectAdmin(GuardedModelAdmin):
         return self._permissions_follow_roles(request, object_pk)
 
     def _permissions_follow_roles(self, request, object_pk):
-        self.message_user(request, "Project permissions follow membership roles: change the member's role "
-                                   "on the project instead.", messages.WARNING)
+        self.message_user(
+            request,
+            "Project permissions follow membership roles: change the member's role on the project instead.",
+            messages.WARNING,
+        )
         return redirect(reverse("admin:tenancy_project_change", args=[object_pk]))
 
     deactivate_projects = action_with_reason(
-        name="deactivate_projects", description="Deactivate selected projects (no new requests)",
-        verb="Deactivated", permission="change",
+        name="deactivate_projects",
+        description="Deactivate selected projects (no new requests)",
+        verb="Deactivated",
+        permission="change",
         change=lambda project, reason, actor: services.project_update(
             project=project, actor=actor, reason=reason, active=False
         ),
     )
     activate_projects = action_with_reason(
-        name="activate_projects", description="Reactivate selected projects", verb="Reactivated",
+        name="activate_projects",
+        description="Reactivate selected projects",
+        verb="Reactivated",
         permission="change",
         change=lambda project, reason, actor: services.project_update(
             project=project, actor=actor, reason=reason, active=True
@@ -230,8 +249,9 @@ def _save_membership_formset(request, formset, *, project: Project) -> None:
         if membership_form.cleaned_data.get("DELETE"):
             services.membership_revoke(project=project, user=user, actor=request.user)
         else:
-            services.membership_grant(project=project, user=user, role=membership_form.cleaned_data["role"],
-                                      actor=request.user)
+            services.membership_grant(
+                project=project, user=user, role=membership_form.cleaned_data["role"], actor=request.user
+            )
 
 
 class MembershipForm(forms.ModelForm):

@@ -44,8 +44,12 @@ class PriorityClass(models.TextChoices):
     CRITICAL = "critical", "Critical"
 
 
-PRIORITY_RANK = {PriorityClass.BATCH: 10, PriorityClass.STANDARD: 50, PriorityClass.HIGH: 80,
-                 PriorityClass.CRITICAL: 100}
+PRIORITY_RANK = {
+    PriorityClass.BATCH: 10,
+    PriorityClass.STANDARD: 50,
+    PriorityClass.HIGH: 80,
+    PriorityClass.CRITICAL: 100,
+}
 
 
 def priorities_up_to(entitlement: str) -> list[str]:

@@ -16,9 +16,16 @@ DEMO_PASSWORD_DEFAULT = "catalog-demo-2026"
 
 
 def _user(username: str, password: str, *, first: str, last: str, staff=False, superuser=False) -> User:
-    user, created = User.objects.get_or_create(username=username, defaults={
-        "first_name": first, "last_name": last, "email": f"{username}@example.com",
-        "is_staff": staff or superuser, "is_superuser": superuser})
+    user, created = User.objects.get_or_create(
+        username=username,
+        defaults={
+            "first_name": first,
+            "last_name": last,
+            "email": f"{username}@example.com",
+            "is_staff": staff or superuser,
+            "is_superuser": superuser,
+        },
+    )
     if created or not user.check_password(password):
         user.set_password(password)
         user.save(update_fields=["password"])
@@ -44,38 +51,87 @@ def seed_people(password: str) -> dict[str, User]:
 # tenant slug, name, cap, [(project slug, name, cost centre, quota, members, priority entitlement)]; nobody is
 # entitled to critical: that always takes an approved exception.
 TENANTS = [
-    ("acme-research", "Acme Research", {"gpus": D(48), "monthly_card_hours": D(20000)}, [
-        ("llm-pretraining", "LLM Pretraining", "CC-4100",
-         {"gpus": D(32), "accelerator_memory_gb": 3072, "cpu_cores": 768, "memory_gb": 8192,
-          "concurrent_tasks": 12, "monthly_card_hours": D(12000)},
-         {"developer": Role.MEMBER, "approver": Role.APPROVER}, PriorityClass.HIGH),
-        ("vision", "Computer Vision", "CC-4200",
-         {"gpus": D(8), "accelerator_memory_gb": 512, "cpu_cores": 128, "memory_gb": 1024,
-          "concurrent_tasks": 6, "monthly_card_hours": D(2500)},
-         {"developer": Role.MEMBER, "approver": Role.APPROVER}, PriorityClass.STANDARD),
-    ]),
-    ("acme-retail", "Acme Retail", None, [
-        ("recommendations", "Recommendations", "CC-7300",
-         {"gpus": D(4), "accelerator_memory_gb": 192, "cpu_cores": 64, "memory_gb": 512,
-          "concurrent_tasks": 4, "monthly_card_hours": D(1500)},
-         {"developer2": Role.MEMBER, "approver": Role.APPROVER}, PriorityClass.HIGH),
-    ]),
+    (
+        "acme-research",
+        "Acme Research",
+        {"gpus": D(48), "monthly_card_hours": D(20000)},
+        [
+            (
+                "llm-pretraining",
+                "LLM Pretraining",
+                "CC-4100",
+                {
+                    "gpus": D(32),
+                    "accelerator_memory_gb": 3072,
+                    "cpu_cores": 768,
+                    "memory_gb": 8192,
+                    "concurrent_tasks": 12,
+                    "monthly_card_hours": D(12000),
+                },
+                {"developer": Role.MEMBER, "approver": Role.APPROVER},
+                PriorityClass.HIGH,
+            ),
+            (
+                "vision",
+                "Computer Vision",
+                "CC-4200",
+                {
+                    "gpus": D(8),
+                    "accelerator_memory_gb": 512,
+                    "cpu_cores": 128,
+                    "memory_gb": 1024,
+                    "concurrent_tasks": 6,
+                    "monthly_card_hours": D(2500),
+                },
+                {"developer": Role.MEMBER, "approver": Role.APPROVER},
+                PriorityClass.STANDARD,
+            ),
+        ],
+    ),
+    (
+        "acme-retail",
+        "Acme Retail",
+        None,
+        [
+            (
+                "recommendations",
+                "Recommendations",
+                "CC-7300",
+                {
+                    "gpus": D(4),
+                    "accelerator_memory_gb": 192,
+                    "cpu_cores": 64,
+                    "memory_gb": 512,
+                    "concurrent_tasks": 4,
+                    "monthly_card_hours": D(1500),
+                },
+                {"developer2": Role.MEMBER, "approver": Role.APPROVER},
+                PriorityClass.HIGH,
+            ),
+        ],
+    ),
 ]
 
 
 def seed_tenancy(users: dict[str, User]) -> dict[str, Tenant]:
     tenants = {}
     for slug, name, cap, projects in TENANTS:
-        tenant = Tenant.objects.filter(slug=slug).first() or services.tenant_create(
-            name=name, slug=slug, actor=None)
+        tenant = Tenant.objects.filter(slug=slug).first() or services.tenant_create(name=name, slug=slug, actor=None)
         tenants[slug] = tenant
         if cap and not hasattr(tenant, "quota"):
             quota = services.tenant_quota_ensure(tenant=tenant, actor=None)
             services.quota_set(quota=quota, limits=cap, actor=None, reason="Demo data")
         for project_slug, project_name, cost_centre, quota, members, entitlement in projects:
             project = Project.objects.filter(slug=project_slug).first() or services.project_create(
-                tenant=tenant, name=project_name, slug=project_slug, lead=users["lead"],
-                cost_centre=cost_centre, quota=quota, max_priority=entitlement, actor=None)
+                tenant=tenant,
+                name=project_name,
+                slug=project_slug,
+                lead=users["lead"],
+                cost_centre=cost_centre,
+                quota=quota,
+                max_priority=entitlement,
+                actor=None,
+            )
             for username, role in members.items():
                 services.membership_grant(project=project, user=users[username], role=role, actor=None)
     return tenants

@@ -14,7 +14,11 @@ slug_validator = RegexValidator(r"^[a-z0-9]+(?:-[a-z0-9]+)*$", "Use lowercase le
 
 class User(AbstractUser):
     manager = models.ForeignKey(
-        "self", null=True, blank=True, on_delete=models.SET_NULL, related_name="reports",
+        "self",
+        null=True,
+        blank=True,
+        on_delete=models.SET_NULL,
+        related_name="reports",
         help_text="Line manager; approval routing can send requests to them.",
     )
 
@@ -30,7 +34,9 @@ class Tenant(models.Model):
     slug = models.SlugField(max_length=60, unique=True, validators=[slug_validator])
     description = models.TextField(blank=True)
     admins = models.ManyToManyField(
-        settings.AUTH_USER_MODEL, blank=True, related_name="administered_tenants",
+        settings.AUTH_USER_MODEL,
+        blank=True,
+        related_name="administered_tenants",
         help_text="Tenant administrators; approval stages can route to them.",
     )
     active = models.BooleanField(default=True)
@@ -50,7 +56,9 @@ class Project(models.Model):
     slug = models.SlugField(max_length=60, unique=True, validators=[slug_validator])
     description = models.TextField(blank=True)
     lead = models.ForeignKey(
-        settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="led_projects",
+        settings.AUTH_USER_MODEL,
+        on_delete=models.PROTECT,
+        related_name="led_projects",
         help_text="Accountable person; always holds the lead role on the project.",
     )
     cost_centre = models.CharField(max_length=40, help_text="Finance cost centre charged for usage.")
@@ -123,14 +131,19 @@ class QuotaLimits(models.Model):
 class ProjectQuota(QuotaLimits):
     project = models.OneToOneField(Project, on_delete=models.CASCADE, related_name="quota")
     max_priority = models.CharField(
-        "priority entitlement", max_length=12, choices=PriorityClass.choices, default=PriorityClass.STANDARD,
+        "priority entitlement",
+        max_length=12,
+        choices=PriorityClass.choices,
+        default=PriorityClass.STANDARD,
         help_text="Highest priority class the project may order without approval; a higher one is refused, or "
-                  "routed to approval as an exception when the requester asks for one.")
+        "routed to approval as an exception when the requester asks for one.",
+    )
 
     class Meta:
         constraints = [
-            models.CheckConstraint(condition=Q(max_priority__in=PriorityClass.values),
-                                   name="project_quota_max_priority_valid"),
+            models.CheckConstraint(
+                condition=Q(max_priority__in=PriorityClass.values), name="project_quota_max_priority_valid"
+            ),
             models.CheckConstraint(condition=Q(gpus__gte=0), name="project_quota_gpus_non_negative"),
             models.CheckConstraint(
                 condition=Q(monthly_card_hours__gte=0), name="project_quota_card_hours_non_negative"
@@ -149,9 +162,7 @@ class TenantQuota(QuotaLimits):
     class Meta:
         constraints = [
             models.CheckConstraint(condition=Q(gpus__gte=0), name="tenant_quota_gpus_non_negative"),
-            models.CheckConstraint(
-                condition=Q(monthly_card_hours__gte=0), name="tenant_quota_card_hours_non_negative"
-            ),
+            models.CheckConstraint(condition=Q(monthly_card_hours__gte=0), name="tenant_quota_card_hours_non_negative"),
         ]
 
     def __str__(self):

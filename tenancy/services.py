@@ -17,8 +17,9 @@ def _jsonable(value: Any) -> Any:
     return str(value) if isinstance(value, Decimal) else value
 
 
-def audit_record(*, actor: User | None, action: str, target: models.Model, reason: str = "",
-                 data: dict | None = None) -> AuditEvent:
+def audit_record(
+    *, actor: User | None, action: str, target: models.Model, reason: str = "", data: dict | None = None
+) -> AuditEvent:
     """Append one audit row; call it inside the transaction that made the change."""
     return AuditEvent.objects.create(
         actor=actor if actor is not None and actor.is_authenticated else None,
@@ -41,16 +42,28 @@ def tenant_create(*, name: str, slug: str, actor: User | None, description: str 
 
 
 @transaction.atomic
-def project_create(*, tenant: Tenant, name: str, slug: str, lead: User, cost_centre: str, actor: User | None,
-                   description: str = "", quota: dict[str, Any] | None = None,
-                   max_priority: str = PriorityClass.STANDARD) -> Project:
+def project_create(
+    *,
+    tenant: Tenant,
+    name: str,
+    slug: str,
+    lead: User,
+    cost_centre: str,
+    actor: User | None,
+    description: str = "",
+    quota: dict[str, Any] | None = None,
+    max_priority: str = PriorityClass.STANDARD,
+) -> Project:
     """Create a project with its quota row (limits and priority entitlement) and its lead's membership."""
-    project = Project(tenant=tenant, name=name, slug=slug, lead=lead, cost_centre=cost_centre,
-                      description=description)
+    project = Project(tenant=tenant, name=name, slug=slug, lead=lead, cost_centre=cost_centre, description=description)
     project.full_clean()
     project.save()
-    ProjectQuota.objects.create(project=project, updated_by=_user_or_none(actor),
-                                max_priority=_checked_priority(max_priority), **_checked_limits(quota or {}))
+    ProjectQuota.objects.create(
+        project=project,
+        updated_by=_user_or_none(actor),
+        max_priority=_checked_priority(max_priority),
+        **_checked_limits(quota or {}),
+    )
     audit_record(actor=actor, action="project.created", target=project, data={"lead": lead.username})
     membership_grant(project=project, user=lead, role=Role.LEAD, actor=actor)
     return project
@@ -64,8 +77,11 @@ def project_update(*, project: Project, actor: User | None, reason: str = "", **
     """Change project fields; a new lead takes the lead role and the previous lead becomes a member."""
     unknown = set(changes) - _PROJECT_EDITABLE
     if unknown:
-        raise DomainError(f"Cannot change {', '.join(sorted(unknown))} of a project.", code="invalid_field",
-                          details={"fields": sorted(unknown)})
+        raise DomainError(
+            f"Cannot change {', '.join(sorted(unknown))} of a project.",
+            code="invalid_field",
+            details={"fields": sorted(unknown)},
+        )
     project = Project.objects.select_for_update().get(pk=project.pk)
     previous_lead = project.lead
     before = {field: getattr(project, field) for field in changes}
@@ -73,8 +89,11 @@ def project_update(*, project: Project, actor: User | None, reason: str = "", **
         setattr(project, field, value)
     project.full_clean()
     project.save()
-    changed = {field: [_describe(before[field]), _describe(value)]
-               for field, value in changes.items() if before[field] != value}
+    changed = {
+        field: [_describe(before[field]), _describe(value)]
+        for field, value in changes.items()
+        if before[field] != value
+    }
     if changed:
         audit_record(actor=actor, action="project.updated", target=project, reason=reason, data=changed)
     if project.lead != previous_lead:
@@ -107,8 +126,7 @@ def membership_grant(*, project: Project, user: User, role: str, actor: User | N
     if role not in Role.values:
         raise DomainError(f"Unknown role {role!r}.", code="invalid_role", details={"allowed": Role.values})
     if project.lead_id == user.pk and role != Role.LEAD:
-        raise Conflict(f"{user.username} leads {project.slug}; appoint another lead first.",
-                       code="lead_role_required")
+        raise Conflict(f"{user.username} leads {project.slug}; appoint another lead first.", code="lead_role_required")
     membership, created = Membership.objects.select_for_update().get_or_create(
         user=user, project=project, defaults={"role": role, "granted_by": _user_or_none(actor)}
     )
@@ -117,8 +135,12 @@ def membership_grant(*, project: Project, user: User, role: str, actor: User | N
         membership.role = role
         membership.granted_by = _user_or_none(actor)
         membership.save()
-        audit_record(actor=actor, action="membership.granted", target=project,
-                     data={"user": user.username, "role": role, "previous_role": previous_role})
+        audit_record(
+            actor=actor,
+            action="membership.granted",
+            target=project,
+            data={"user": user.username, "role": role, "previous_role": previous_role},
+        )
     _sync_project_permissions(user=user, project=project, role=role)
     return membership
 
@@ -127,8 +149,7 @@ def membership_grant(*, project: Project, user: User, role: str, actor: User | N
 def membership_revoke(*, project: Project, user: User, actor: User | None) -> None:
     """Remove the user from the project together with every object permission the membership gave."""
     if project.lead_id == user.pk:
-        raise Conflict(f"{user.username} leads {project.slug}; appoint another lead first.",
-                       code="lead_role_required")
+        raise Conflict(f"{user.username} leads {project.slug}; appoint another lead first.", code="lead_role_required")
     deleted, _ = Membership.objects.filter(user=user, project=project).delete()
     _sync_project_permissions(user=user, project=project, role=None)
     if deleted:
@@ -138,23 +159,33 @@ def membership_revoke(*, project: Project, user: User, actor: User | None) -> No
 def _checked_limits(limits: dict[str, Any]) -> dict[str, Any]:
     unknown = set(limits) - set(QuotaDimension.values)
     if unknown:
-        raise DomainError(f"Unknown quota dimension(s): {', '.join(sorted(unknown))}.",
-                          code="unknown_quota_dimension", details={"allowed": QuotaDimension.values})
+        raise DomainError(
+            f"Unknown quota dimension(s): {', '.join(sorted(unknown))}.",
+            code="unknown_quota_dimension",
+            details={"allowed": QuotaDimension.values},
+        )
     negative = {dim: value for dim, value in limits.items() if value is not None and value < 0}
     if negative:
-        raise DomainError("Quota limits cannot be negative.", code="negative_quota",
-                          details={dim: str(value) for dim, value in negative.items()})
+        raise DomainError(
+            "Quota limits cannot be negative.",
+            code="negative_quota",
+            details={dim: str(value) for dim, value in negative.items()},
+        )
     return limits
 
 
 @transaction.atomic
-def quota_set(*, quota: ProjectQuota | TenantQuota, limits: dict[str, Any], actor: User | None,
-              reason: str = "") -> ProjectQuota | TenantQuota:
+def quota_set(
+    *, quota: ProjectQuota | TenantQuota, limits: dict[str, Any], actor: User | None, reason: str = ""
+) -> ProjectQuota | TenantQuota:
     """Change quota limits (None lifts a limit); records before and after for every changed dimension."""
     _checked_limits(limits)
     quota = type(quota).objects.select_for_update().get(pk=quota.pk)
-    changed = {dim: [_jsonable(getattr(quota, dim)), _jsonable(value)]
-               for dim, value in limits.items() if getattr(quota, dim) != value}
+    changed = {
+        dim: [_jsonable(getattr(quota, dim)), _jsonable(value)]
+        for dim, value in limits.items()
+        if getattr(quota, dim) != value
+    }
     if not changed:
         return quota
     for dimension, value in limits.items():
@@ -163,22 +194,29 @@ def quota_set(*, quota: ProjectQuota | TenantQuota, limits: dict[str, Any], acto
     quota.full_clean()
     quota.save()
     audit_record(actor=actor, action="quota.changed", target=quota, reason=reason, data=changed)
-    affected = [quota.project_id] if isinstance(quota, ProjectQuota) else list(
-        quota.tenant.projects.values_list("pk", flat=True))
+    affected = (
+        [quota.project_id]
+        if isinstance(quota, ProjectQuota)
+        else list(quota.tenant.projects.values_list("pk", flat=True))
+    )
     transaction.on_commit(lambda: quota_changed.send(sender=type(quota), project_ids=affected))
     return quota
 
 
 def _checked_priority(max_priority: str) -> str:
     if max_priority not in PriorityClass.values:
-        raise DomainError(f"Unknown priority class {max_priority!r}.", code="invalid_priority",
-                          details={"allowed": PriorityClass.values})
+        raise DomainError(
+            f"Unknown priority class {max_priority!r}.",
+            code="invalid_priority",
+            details={"allowed": PriorityClass.values},
+        )
     return max_priority
 
 
 @transaction.atomic
-def quota_set_priority_entitlement(*, quota: ProjectQuota, max_priority: str, actor: User | None,
-                                   reason: str = "") -> ProjectQuota:
+def quota_set_priority_entitlement(
+    *, quota: ProjectQuota, max_priority: str, actor: User | None, reason: str = ""
+) -> ProjectQuota:
     """Change the highest priority class the project may order without approval; records before and after."""
     _checked_priority(max_priority)
     quota = ProjectQuota.objects.select_for_update().get(pk=quota.pk)
@@ -187,8 +225,13 @@ def quota_set_priority_entitlement(*, quota: ProjectQuota, max_priority: str, ac
     before = quota.max_priority
     quota.max_priority, quota.updated_by = max_priority, _user_or_none(actor)
     quota.save(update_fields=["max_priority", "updated_by", "updated_at"])
-    audit_record(actor=actor, action="quota.priority_entitlement_changed", target=quota, reason=reason,
-                 data={"max_priority": [before, max_priority]})
+    audit_record(
+        actor=actor,
+        action="quota.priority_entitlement_changed",
+        target=quota,
+        reason=reason,
+        data={"max_priority": [before, max_priority]},
+    )
     return quota
 
 
@@ -206,8 +249,11 @@ def manager_chain_check(*, user: User, manager: User | None) -> None:
     cursor = manager
     while cursor is not None:
         if cursor.pk == user.pk:
-            raise Conflict("A manager chain cannot loop back to the user.", code="manager_cycle",
-                           details={"user": user.username, "manager": manager.username})
+            raise Conflict(
+                "A manager chain cannot loop back to the user.",
+                code="manager_cycle",
+                details={"user": user.username, "manager": manager.username},
+            )
         cursor = cursor.manager
 
 
@@ -218,7 +264,10 @@ def user_set_manager(*, user: User, manager: User | None, actor: User | None) ->
     previous = User.objects.get(pk=user.pk).manager
     user.manager = manager
     user.save(update_fields=["manager"])
-    audit_record(actor=actor, action="user.manager_changed", target=user,
-                 data={"from": previous.username if previous else None,
-                       "to": manager.username if manager else None})
+    audit_record(
+        actor=actor,
+        action="user.manager_changed",
+        target=user,
+        data={"from": previous.username if previous else None, "to": manager.username if manager else None},
+    )
     return user

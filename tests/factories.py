@@ -50,16 +50,22 @@ def operator(**kwargs) -> User:
 
 def tenant(**kwargs):
     n = next(_counter)
-    return tenancy_services.tenant_create(name=kwargs.get("name", f"Tenant {n}"),
-                                          slug=kwargs.get("slug", f"tenant-{n}"), actor=None)
+    return tenancy_services.tenant_create(
+        name=kwargs.get("name", f"Tenant {n}"), slug=kwargs.get("slug", f"tenant-{n}"), actor=None
+    )
 
 
 def project(*, tenant_obj=None, lead=None, quota=None, max_priority="standard", **kwargs):
     n = next(_counter)
     return tenancy_services.project_create(
-        tenant=tenant_obj or tenant(), name=kwargs.get("name", f"Project {n}"), slug=kwargs.get("slug", f"project-{n}"),
-        lead=lead or UserFactory(), cost_centre=kwargs.get("cost_centre", f"CC-{n}"), quota=quota,
-        max_priority=max_priority, actor=None,
+        tenant=tenant_obj or tenant(),
+        name=kwargs.get("name", f"Project {n}"),
+        slug=kwargs.get("slug", f"project-{n}"),
+        lead=lead or UserFactory(),
+        cost_centre=kwargs.get("cost_centre", f"CC-{n}"),
+        quota=quota,
+        max_priority=max_priority,
+        actor=None,
     )
 
 
@@ -76,9 +82,14 @@ def token_for(user: User) -> str:
 def role_matrix() -> SimpleNamespace:
     home, other = project(), project()
     return SimpleNamespace(
-        project=home, other_project=other,
-        developer=member(home), approver=member(home, Role.APPROVER), lead=home.lead,
-        other_developer=member(other), operator=operator(), outsider=UserFactory(),
+        project=home,
+        other_project=other,
+        developer=member(home),
+        approver=member(home, Role.APPROVER),
+        lead=home.lead,
+        other_developer=member(other),
+        operator=operator(),
+        outsider=UserFactory(),
     )
 
 
@@ -221,9 +232,11 @@ class ServiceFactory(factory.django.DjangoModelFactory):
     description = "A test service"
     default_duration_hours = 24
     max_duration_hours = 168
-    parameter_schema = factory.LazyAttribute(lambda service: serving_parameter_schema()
-                                             if service.kind == ServiceKind.MODEL_SERVING
-                                             else default_parameter_schema())
+    parameter_schema = factory.LazyAttribute(
+        lambda service: (
+            serving_parameter_schema() if service.kind == ServiceKind.MODEL_SERVING else default_parameter_schema()
+        )
+    )
 
     @factory.post_generation
     def specs(obj, create, extracted, **kwargs):

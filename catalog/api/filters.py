@@ -22,8 +22,9 @@ def _any_of(*lookups: str):
 class ResourceSpecFilter(django_filters.FilterSet):
     vendor = django_filters.CharFilter(field_name="accelerator_models__vendor__slug", distinct=True)
     model = django_filters.CharFilter(field_name="accelerator_models__slug", distinct=True)
-    kind = django_filters.ChoiceFilter(field_name="accelerator_models__kind", choices=AcceleratorKind.choices,
-                                       distinct=True)
+    kind = django_filters.ChoiceFilter(
+        field_name="accelerator_models__kind", choices=AcceleratorKind.choices, distinct=True
+    )
     slice = django_filters.BooleanFilter(field_name="slice_profile", lookup_expr="isnull", exclude=True)
     status = django_filters.ChoiceFilter(choices=SpecStatus.choices)
 
@@ -52,10 +53,10 @@ class BareMetalProfileFilter(django_filters.FilterSet):
 
 
 class ServingModelFilter(django_filters.FilterSet):
-    runtime = django_filters.ChoiceFilter(field_name="templates__runtime", choices=ServingRuntime.choices,
-                                          distinct=True)
-    vendor = django_filters.CharFilter(field_name="templates__spec__accelerator_models__vendor__slug",
-                                       distinct=True)
+    runtime = django_filters.ChoiceFilter(
+        field_name="templates__runtime", choices=ServingRuntime.choices, distinct=True
+    )
+    vendor = django_filters.CharFilter(field_name="templates__spec__accelerator_models__vendor__slug", distinct=True)
 
     class Meta:
         model = ServingModel
@@ -64,12 +65,14 @@ class ServingModelFilter(django_filters.FilterSet):
 
 class ServiceFilter(django_filters.FilterSet):
     kind = django_filters.ChoiceFilter(choices=ServiceKind.choices)
-    vendor = django_filters.CharFilter(method=_any_of(
-        "specs__accelerator_models__vendor__slug", "bare_metal_profiles__accelerator_model__vendor__slug"
-    ))
-    model = django_filters.CharFilter(method=_any_of(
-        "specs__accelerator_models__slug", "bare_metal_profiles__accelerator_model__slug"
-    ))
+    vendor = django_filters.CharFilter(
+        method=_any_of(
+            "specs__accelerator_models__vendor__slug", "bare_metal_profiles__accelerator_model__vendor__slug"
+        )
+    )
+    model = django_filters.CharFilter(
+        method=_any_of("specs__accelerator_models__slug", "bare_metal_profiles__accelerator_model__slug")
+    )
 
     class Meta:
         model = Service

@@ -44,15 +44,34 @@ class ResourceSpecSerializer(PricedMixin, serializers.ModelSerializer):
     slice_profile = SliceProfileSerializer(read_only=True)
     gpu_equivalents = serializers.DecimalField(max_digits=8, decimal_places=4, read_only=True)
     accelerator_memory_gb = serializers.IntegerField(read_only=True)
-    hourly_cost = serializers.DecimalField(max_digits=12, decimal_places=2, read_only=True,
-                                           help_text="Whole spec per hour: hourly_price (per accelerator) x count.")
+    hourly_cost = serializers.DecimalField(
+        max_digits=12,
+        decimal_places=2,
+        read_only=True,
+        help_text="Whole spec per hour: hourly_price (per accelerator) x count.",
+    )
 
     class Meta:
         model = ResourceSpec
         fields = [
-            "id", "slug", "name", "description", "accelerator_models", "accelerator_count", "slice_profile",
-            "gpu_equivalents", "accelerator_memory_gb", "cpu_cores", "memory_gb", "local_disk_gb",
-            "hourly_price", "hourly_cost", "currency", "max_duration_hours", "status", "deprecated_at",
+            "id",
+            "slug",
+            "name",
+            "description",
+            "accelerator_models",
+            "accelerator_count",
+            "slice_profile",
+            "gpu_equivalents",
+            "accelerator_memory_gb",
+            "cpu_cores",
+            "memory_gb",
+            "local_disk_gb",
+            "hourly_price",
+            "hourly_cost",
+            "currency",
+            "max_duration_hours",
+            "status",
+            "deprecated_at",
         ]
 
 
@@ -62,8 +81,18 @@ class ImageSerializer(serializers.ModelSerializer):
     class Meta:
         model = Image
         fields = [
-            "id", "name", "version", "reference", "os", "driver_version", "runtime", "runtime_version",
-            "monitoring_agent", "configuration", "compatible_vendors", "approved",
+            "id",
+            "name",
+            "version",
+            "reference",
+            "os",
+            "driver_version",
+            "runtime",
+            "runtime_version",
+            "monitoring_agent",
+            "configuration",
+            "compatible_vendors",
+            "approved",
         ]
 
 
@@ -80,9 +109,23 @@ class BareMetalProfileSerializer(PricedMixin, serializers.ModelSerializer):
     class Meta:
         model = BareMetalProfile
         fields = [
-            "id", "slug", "name", "server_class", "accelerator_model", "accelerator_count", "cpu_cores",
-            "memory_gb", "os_image", "driver_version", "monitoring_agent", "target_cluster",
-            "validation_suite", "hourly_price", "currency", "max_duration_hours", "active",
+            "id",
+            "slug",
+            "name",
+            "server_class",
+            "accelerator_model",
+            "accelerator_count",
+            "cpu_cores",
+            "memory_gb",
+            "os_image",
+            "driver_version",
+            "monitoring_agent",
+            "target_cluster",
+            "validation_suite",
+            "hourly_price",
+            "currency",
+            "max_duration_hours",
+            "active",
         ]
 
 
@@ -100,8 +143,17 @@ class ServingModelSerializer(serializers.ModelSerializer):
     class Meta:
         model = ServingModel
         fields = [
-            "id", "name", "version", "family", "parameters_billion", "artifact_uri", "license",
-            "max_context_length", "min_accelerator_memory_gb", "templates", "approved",
+            "id",
+            "name",
+            "version",
+            "family",
+            "parameters_billion",
+            "artifact_uri",
+            "license",
+            "max_context_length",
+            "min_accelerator_memory_gb",
+            "templates",
+            "approved",
         ]
 
 
@@ -123,8 +175,9 @@ class OfferingDurationSerializer(serializers.Serializer):
     kind = serializers.CharField(help_text="spec or bare_metal_profile")
     id = serializers.IntegerField()
     name = serializers.CharField()
-    max_duration_hours = serializers.IntegerField(help_text="The smallest of the service's and the offering's "
-                                                            "maxima: the longest an order of it may run.")
+    max_duration_hours = serializers.IntegerField(
+        help_text="The smallest of the service's and the offering's maxima: the longest an order of it may run."
+    )
     default_duration_hours = serializers.IntegerField(help_text="The service's default, capped by that maximum.")
 
 
@@ -136,16 +189,30 @@ class ServiceSummarySerializer(serializers.ModelSerializer):
     bare_metal_profiles = NamedSummarySerializer(many=True, read_only=True)
     serving_models = NamedSummarySerializer(many=True, read_only=True)
     longest_duration_hours = serializers.SerializerMethodField(
-        help_text="The longest any order of this service may run (max_duration_hours capped by its offerings).")
+        help_text="The longest any order of this service may run (max_duration_hours capped by its offerings)."
+    )
     durations = serializers.SerializerMethodField(help_text="Maximum and default duration per offering.")
     parameter_schema = serializers.JSONField(read_only=True, help_text="The parameters an order may carry.")
 
     class Meta:
         model = Service
         fields = [
-            "id", "slug", "name", "kind", "description", "default_duration_hours", "max_duration_hours",
-            "longest_duration_hours", "durations", "parameter_schema", "visibility", "active", "specs", "images",
-            "bare_metal_profiles", "serving_models",
+            "id",
+            "slug",
+            "name",
+            "kind",
+            "description",
+            "default_duration_hours",
+            "max_duration_hours",
+            "longest_duration_hours",
+            "durations",
+            "parameter_schema",
+            "visibility",
+            "active",
+            "specs",
+            "images",
+            "bare_metal_profiles",
+            "serving_models",
         ]
 
     def get_longest_duration_hours(self, service) -> int:

@@ -39,17 +39,22 @@ class PeriodQuerySerializer(serializers.Serializer):
 
 class ReportQuerySerializer(PeriodQuerySerializer):
     def get_fields(self):
-        return {**super().get_fields(),
-                "group_by": serializers.CharField(required=False, default="project,month",
-                                                  help_text=f"Comma-separated: {', '.join(Grouping.values)}."),
-                "project": IdField(required=False), "tenant": IdField(required=False)}
+        return {
+            **super().get_fields(),
+            "group_by": serializers.CharField(
+                required=False, default="project,month", help_text=f"Comma-separated: {', '.join(Grouping.values)}."
+            ),
+            "project": IdField(required=False),
+            "tenant": IdField(required=False),
+        }
 
     def validate_group_by(self, value: str) -> list[str]:
         keys = list(dict.fromkeys(key.strip() for key in value.split(",") if key.strip()))
         unknown = [key for key in keys if key not in Grouping.values]
         if unknown or not keys:
-            raise serializers.ValidationError(f"Group by one or more of {', '.join(Grouping.values)}; "
-                                              f"not {', '.join(unknown) or 'nothing'}.")
+            raise serializers.ValidationError(
+                f"Group by one or more of {', '.join(Grouping.values)}; not {', '.join(unknown) or 'nothing'}."
+            )
         return keys
 
 
@@ -83,11 +88,16 @@ class BudgetSerializer(serializers.Serializer):
     project_name = serializers.CharField()
     tenant = serializers.CharField()
     month = serializers.CharField()
-    limit = serializers.DecimalField(max_digits=12, decimal_places=2, allow_null=True,
-                                     help_text="Monthly card-hours; null means no budget.")
+    limit = serializers.DecimalField(
+        max_digits=12, decimal_places=2, allow_null=True, help_text="Monthly card-hours; null means no budget."
+    )
     used = serializers.DecimalField(max_digits=14, decimal_places=4, help_text="Metered this month (the ledger).")
-    projected = serializers.DecimalField(max_digits=14, decimal_places=4, allow_null=True,
-                                         help_text="Used plus what committed work will still use (this month only).")
+    projected = serializers.DecimalField(
+        max_digits=14,
+        decimal_places=4,
+        allow_null=True,
+        help_text="Used plus what committed work will still use (this month only).",
+    )
     used_pct = serializers.FloatField(allow_null=True)
     level = serializers.CharField(allow_null=True)
     alerts = BudgetAlertSerializer(many=True)

@@ -14,12 +14,21 @@ from rest_framework.views import APIView
 from metering import selectors
 from metering.api import serializers
 
-PERIOD_PARAMETERS = [OpenApiParameter("from", str, description="First month, YYYY-MM (default: five months ago)."),
-                     OpenApiParameter("to", str, description="Last month, YYYY-MM (default: this month).")]
-REPORT_PARAMETERS = [*PERIOD_PARAMETERS,
-                     OpenApiParameter("group_by", str, description="Comma-separated: project, tenant, "
-                                      "accelerator_model, spec, month, request (default: project,month)."),
-                     OpenApiParameter("project", int), OpenApiParameter("tenant", int)]
+PERIOD_PARAMETERS = [
+    OpenApiParameter("from", str, description="First month, YYYY-MM (default: five months ago)."),
+    OpenApiParameter("to", str, description="Last month, YYYY-MM (default: this month)."),
+]
+REPORT_PARAMETERS = [
+    *PERIOD_PARAMETERS,
+    OpenApiParameter(
+        "group_by",
+        str,
+        description="Comma-separated: project, tenant, "
+        "accelerator_model, spec, month, request (default: project,month).",
+    ),
+    OpenApiParameter("project", int),
+    OpenApiParameter("tenant", int),
+]
 
 
 def _query(serializer_class, request) -> dict:
@@ -30,33 +39,56 @@ def _query(serializer_class, request) -> dict:
 
 def _report(request) -> tuple[dict, list[dict]]:
     query = _query(serializers.ReportQuerySerializer, request)
-    rows = selectors.usage_report(user=request.user, first_month=query["first"], last_month=query["last"],
-                                  group_by=query["group_by"], project_id=query.get("project"),
-                                  tenant_id=query.get("tenant"))
+    rows = selectors.usage_report(
+        user=request.user,
+        first_month=query["first"],
+        last_month=query["last"],
+        group_by=query["group_by"],
+        project_id=query.get("project"),
+        tenant_id=query.get("tenant"),
+    )
     return query, rows
 
 
 class UsageReportView(APIView):
-    @extend_schema(parameters=REPORT_PARAMETERS, responses=inline_serializer("UsageReport", {
-        "from": drf.CharField(), "to": drf.CharField(), "group_by": drf.ListField(child=drf.CharField()),
-        "results": serializers.UsageRowSerializer(many=True)}),
+    @extend_schema(
+        parameters=REPORT_PARAMETERS,
+        responses=inline_serializer(
+            "UsageReport",
+            {
+                "from": drf.CharField(),
+                "to": drf.CharField(),
+                "group_by": drf.ListField(child=drf.CharField()),
+                "results": serializers.UsageRowSerializer(many=True),
+            },
+        ),
         description="Card-hours (whole cards count 1, slices their fraction), cost (hours x the spec's price) and "
-                    "energy of the projects you may see, per group. Running allocations count up to now.")
+        "energy of the projects you may see, per group. Running allocations count up to now.",
+    )
     def get(self, request):
         query, rows = _report(request)
-        return Response({"from": f"{query['first']:%Y-%m}", "to": f"{query['last']:%Y-%m}",
-                         "group_by": query["group_by"],
-                         "results": serializers.UsageRowSerializer(rows, many=True).data})
+        return Response(
+            {
+                "from": f"{query['first']:%Y-%m}",
+                "to": f"{query['last']:%Y-%m}",
+                "group_by": query["group_by"],
+                "results": serializers.UsageRowSerializer(rows, many=True).data,
+            }
+        )
 
 
 class UsageExportView(APIView):
-    @extend_schema(parameters=REPORT_PARAMETERS, responses={(200, "text/csv"): str},
-                   description="The same report as CSV, one row per group.")
+    @extend_schema(
+        parameters=REPORT_PARAMETERS,
+        responses={(200, "text/csv"): str},
+        description="The same report as CSV, one row per group.",
+    )
     def get(self, request):
         query, rows = _report(request)
         response = HttpResponse(content_type="text/csv; charset=utf-8")
-        response["Content-Disposition"] = (f'attachment; filename="usage-{query["first"]:%Y-%m}-'
-                                           f'{query["last"]:%Y-%m}.csv"')
+        response["Content-Disposition"] = (
+            f'attachment; filename="usage-{query["first"]:%Y-%m}-{query["last"]:%Y-%m}.csv"'
+        )
         writer = csv.writer(response)
         columns = [*query["group_by"], "card_hours", "cost", "currency", "energy_kwh"]
         writer.writerow(columns)
@@ -65,10 +97,12 @@ class UsageExportView(APIView):
 
 
 class BudgetListView(APIView):
-    @extend_schema(parameters=[OpenApiParameter("project", int)],
-                   responses=serializers.BudgetSerializer(many=True),
-                   description="This month's card-hour budget of each project you may see, with the 80% and 100% "
-                               "alerts raised so far.")
+    @extend_schema(
+        parameters=[OpenApiParameter("project", int)],
+        responses=serializers.BudgetSerializer(many=True),
+        description="This month's card-hour budget of each project you may see, with the 80% and 100% "
+        "alerts raised so far.",
+    )
     def get(self, request):
         query = _query(serializers.ProjectQuerySerializer, request)
         budgets = selectors.budget_list(user=request.user, project_id=query.get("project"))
@@ -76,21 +110,28 @@ class BudgetListView(APIView):
 
 
 class RecommendationListView(APIView):
-    @extend_schema(parameters=[OpenApiParameter("project", int)],
-                   responses=serializers.RecommendationSerializer(many=True),
-                   description="Rightsizing: specs that were consistently underused over the window, with the "
-                               "evidence and the smaller standard specs or slices that would have served.")
+    @extend_schema(
+        parameters=[OpenApiParameter("project", int)],
+        responses=serializers.RecommendationSerializer(many=True),
+        description="Rightsizing: specs that were consistently underused over the window, with the "
+        "evidence and the smaller standard specs or slices that would have served.",
+    )
     def get(self, request):
         query = _query(serializers.ProjectQuerySerializer, request)
-        advice = [recommendation.as_data() for recommendation in selectors.recommendations(
-            user=request.user, project_id=query.get("project"))]
+        advice = [
+            recommendation.as_data()
+            for recommendation in selectors.recommendations(user=request.user, project_id=query.get("project"))
+        ]
         return Response(serializers.RecommendationSerializer(advice, many=True).data)
 
 
 class ZeroTouchView(APIView):
-    @extend_schema(parameters=PERIOD_PARAMETERS, responses=serializers.ZeroTouchRowSerializer(many=True),
-                   description="Share of requests delivered (active at some point) without any manual operator "
-                               "intervention, by service and month of delivery.")
+    @extend_schema(
+        parameters=PERIOD_PARAMETERS,
+        responses=serializers.ZeroTouchRowSerializer(many=True),
+        description="Share of requests delivered (active at some point) without any manual operator "
+        "intervention, by service and month of delivery.",
+    )
     def get(self, request):
         query = _query(serializers.PeriodQuerySerializer, request)
         rows = selectors.zero_touch_kpi(user=request.user, first_month=query["first"], last_month=query["last"])
@@ -98,8 +139,11 @@ class ZeroTouchView(APIView):
 
 
 class TokenUsageView(APIView):
-    @extend_schema(parameters=PERIOD_PARAMETERS, responses=serializers.TokenUsageRowSerializer(many=True),
-                   description="Tokens the gateway served, by month, project and model (your projects only).")
+    @extend_schema(
+        parameters=PERIOD_PARAMETERS,
+        responses=serializers.TokenUsageRowSerializer(many=True),
+        description="Tokens the gateway served, by month, project and model (your projects only).",
+    )
     def get(self, request):
         query = _query(serializers.PeriodQuerySerializer, request)
         rows = selectors.token_usage(user=request.user, first_month=query["first"], last_month=query["last"])

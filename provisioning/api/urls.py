@@ -4,8 +4,11 @@ from provisioning.api import views
 from provisioning.serving import views as serving_views
 
 urlpatterns = [
-    path("provisioning/installer-callback/", views.InstallerCallbackView.as_view(),
-         name="provisioning-installer-callback"),
+    path(
+        "provisioning/installer-callback/",
+        views.InstallerCallbackView.as_view(),
+        name="provisioning-installer-callback",
+    ),
     path("provisioning/runs/<int:pk>/retry/", views.RunRetryView.as_view(), name="provisioning-run-retry"),
     path("projects/<int:project_id>/api-keys/", serving_views.ProjectKeysView.as_view(), name="api-key-list"),
     path("api-keys/<int:pk>/rotate/", serving_views.KeyRotateView.as_view(), name="api-key-rotate"),

@@ -32,8 +32,10 @@ class InstallerCallbackView(APIView):
     permission_classes = [permissions.AllowAny]
     throttle_classes = [InstallerThrottle]
 
-    @extend_schema(request=InstallerReportSerializer, responses={202: None, 400: ErrorSerializer,
-                                                                 404: ErrorSerializer, 409: ErrorSerializer})
+    @extend_schema(
+        request=InstallerReportSerializer,
+        responses={202: None, 400: ErrorSerializer, 404: ErrorSerializer, 409: ErrorSerializer},
+    )
     def post(self, request):
         report = InstallerReportSerializer(data=request.data)
         report.is_valid(raise_exception=True)
@@ -48,8 +50,10 @@ class RetrySerializer(serializers.Serializer):
 class RunRetryView(APIView):
     """Operators: retry a failed provisioning run on the same devices from its failed step."""
 
-    @extend_schema(request=RetrySerializer, responses={201: {"type": "object"}, 403: ErrorSerializer,
-                                                       404: ErrorSerializer, 409: ErrorSerializer})
+    @extend_schema(
+        request=RetrySerializer,
+        responses={201: {"type": "object"}, 403: ErrorSerializer, 404: ErrorSerializer, 409: ErrorSerializer},
+    )
     def post(self, request, pk: int):
         if not services.can_retry(request.user):
             raise NotPermitted("Only operators can retry provisioning.")

@@ -65,7 +65,7 @@ class BmcDriver(ABC):
 
     @abstractmethod
     def power_state(self, target: Target) -> str:
-        """"On", "Off", or a transitional state such as "PoweringOn"."""
+        """ "On", "Off", or a transitional state such as "PoweringOn"."""
 
     @abstractmethod
     def power(self, target: Target, action: str) -> dict:
@@ -101,20 +101,16 @@ class HostDriver(ABC):
         """Stop and remove the workload (no-op when it is gone)."""
 
     @abstractmethod
-    def install_gpu_driver(self, target: Target, version: str) -> dict:
-        ...
+    def install_gpu_driver(self, target: Target, version: str) -> dict: ...
 
     @abstractmethod
-    def install_monitoring_agent(self, target: Target, agent: str) -> dict:
-        ...
+    def install_monitoring_agent(self, target: Target, agent: str) -> dict: ...
 
     @abstractmethod
-    def register_in_cluster(self, target: Target, cluster: str) -> dict:
-        ...
+    def register_in_cluster(self, target: Target, cluster: str) -> dict: ...
 
     @abstractmethod
-    def deregister_from_cluster(self, target: Target, cluster: str) -> dict:
-        ...
+    def deregister_from_cluster(self, target: Target, cluster: str) -> dict: ...
 
     @abstractmethod
     def health_check(self, target: Target, checks: list[str]) -> dict:

@@ -24,10 +24,24 @@ from provisioning.serving.deployments import served_model_id
 
 # Seconds a real system takes, roughly; scaled by PROVISIONING_SIMULATED_SPEED.
 DURATIONS = {
-    "inventory": 3, "insert_media": 8, "set_one_time_boot": 2, "power": 2, "power_transition": 25, "eject_media": 2,
-    "install_os": 300, "prepare_image": 45, "start_workload": 12, "workload_ready": 6, "stop_workload": 8,
-    "install_gpu_driver": 120, "install_monitoring_agent": 20, "register_in_cluster": 15,
-    "deregister_from_cluster": 8, "health_check": 40, "request_cleaning": 4, "start_inference": 20,
+    "inventory": 3,
+    "insert_media": 8,
+    "set_one_time_boot": 2,
+    "power": 2,
+    "power_transition": 25,
+    "eject_media": 2,
+    "install_os": 300,
+    "prepare_image": 45,
+    "start_workload": 12,
+    "workload_ready": 6,
+    "stop_workload": 8,
+    "install_gpu_driver": 120,
+    "install_monitoring_agent": 20,
+    "register_in_cluster": 15,
+    "deregister_from_cluster": 8,
+    "health_check": 40,
+    "request_cleaning": 4,
+    "start_inference": 20,
     "stop_inference": 3,
 }
 
@@ -47,8 +61,11 @@ def _work(operation: str, target: Target) -> dict:
             continue
         if "result" in fault:
             return dict(fault["result"])
-        raise StepError(fault.get("code", "simulated_fault"), fault.get("message", f"Injected fault in {operation}."),
-                        retryable=fault.get("retryable", True))
+        raise StepError(
+            fault.get("code", "simulated_fault"),
+            fault.get("message", f"Injected fault in {operation}."),
+            retryable=fault.get("retryable", True),
+        )
     return {}
 
 
@@ -73,10 +90,18 @@ class SimulatedBmc(BmcDriver):
     def inventory(self, target: Target) -> dict:
         overrides = _work("inventory", target)
         machine = self._machine(target)
-        return {"reachable": True, "health": "OK", "power_state": machine.power_state,
-                "cpu_cores": target.inventory.get("cpu_cores"), "memory_gb": target.inventory.get("memory_gb"),
-                "accelerators": target.inventory.get("accelerators"), "manufacturer": "Simulated",
-                "model": "simulated server", "system": f"simulated://{target.node}", **overrides}
+        return {
+            "reachable": True,
+            "health": "OK",
+            "power_state": machine.power_state,
+            "cpu_cores": target.inventory.get("cpu_cores"),
+            "memory_gb": target.inventory.get("memory_gb"),
+            "accelerators": target.inventory.get("accelerators"),
+            "manufacturer": "Simulated",
+            "model": "simulated server",
+            "system": f"simulated://{target.node}",
+            **overrides,
+        }
 
     def insert_media(self, target: Target, image_url: str) -> dict:
         _work("insert_media", target)
@@ -118,8 +143,11 @@ class SimulatedBmc(BmcDriver):
         machine.boot_override = ""  # a one-time override is spent by the boot
         machine.save(update_fields=["boot_override"])
         if "token" in query:
-            async_task("provisioning.tasks.simulated_installer", query["token"][0],
-                       simulated_seconds("install_os") + simulated_seconds("power_transition"))
+            async_task(
+                "provisioning.tasks.simulated_installer",
+                query["token"][0],
+                simulated_seconds("install_os") + simulated_seconds("power_transition"),
+            )
 
     def eject_media(self, target: Target) -> dict:
         _work("eject_media", target)
@@ -140,9 +168,13 @@ class SimulatedHost(HostDriver):
     def start_workload(self, target: Target, image: dict) -> dict:
         overrides = _work("start_workload", target)
         base_port = 20000 + (target.request_id % 2000) * 10
-        return {"workload": f"req-{target.request_id}", "host": f"{target.node}.compute.internal",
-                "ports": {"ssh": base_port + 2, "jupyter": base_port + 8},
-                "devices": [device["uuid"] for device in target.devices], **overrides}
+        return {
+            "workload": f"req-{target.request_id}",
+            "host": f"{target.node}.compute.internal",
+            "ports": {"ssh": base_port + 2, "jupyter": base_port + 8},
+            "devices": [device["uuid"] for device in target.devices],
+            **overrides,
+        }
 
     def workload_ready(self, target: Target) -> dict:
         overrides = _work("workload_ready", target)
@@ -172,20 +204,45 @@ class SimulatedHost(HostDriver):
 
     def health_check(self, target: Target, checks: list[str]) -> dict:
         overrides = _work("health_check", target)
-        return {"checks": {check: "passed" for check in ["driver_loaded", "accelerators_visible",
-                                                          "agent_reporting", *checks]}, **overrides}
+        return {
+            "checks": {
+                check: "passed" for check in ["driver_loaded", "accelerators_visible", "agent_reporting", *checks]
+            },
+            **overrides,
+        }
 
     def start_inference(self, target: Target, replica: str, devices: list[dict], serving: dict) -> dict:
         """The project's own OpenAI-compatible server as a local process on a free loopback port."""
         _work("start_inference", target)
         port = _free_loopback_port()
         process = subprocess.Popen(
-            [sys.executable, "-m", "provisioning.serving.inference_server", "--host", "127.0.0.1",
-             "--port", str(port), "--model", served_model_id(serving), "--replica", replica,
-             "--max-tokens", str(serving["max_tokens"]), "--context-length", str(serving["context_length"])],
-            cwd=settings.BASE_DIR, start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        return {"url": f"http://127.0.0.1:{port}", "pid": process.pid,
-                "devices": [device["uuid"] for device in devices]}
+            [
+                sys.executable,
+                "-m",
+                "provisioning.serving.inference_server",
+                "--host",
+                "127.0.0.1",
+                "--port",
+                str(port),
+                "--model",
+                served_model_id(serving),
+                "--replica",
+                replica,
+                "--max-tokens",
+                str(serving["max_tokens"]),
+                "--context-length",
+                str(serving["context_length"]),
+            ],
+            cwd=settings.BASE_DIR,
+            start_new_session=True,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        return {
+            "url": f"http://127.0.0.1:{port}",
+            "pid": process.pid,
+            "devices": [device["uuid"] for device in devices],
+        }
 
     def stop_inference(self, target: Target, pid: int | None) -> dict:
         _work("stop_inference", target)

@@ -23,20 +23,27 @@ def served_model_id(serving: dict) -> str:
 def deployment_for(request) -> ServingDeployment:
     """The request's deployment, created on first use from its approved snapshot (idempotent)."""
     serving, parameters = request.approved_spec["serving"], request.approved_spec.get("parameters") or {}
-    deployment, _ = ServingDeployment.objects.get_or_create(request=request, defaults={
-        "project_id": request.project_id, "slug": f"{slugify(serving['model'])[:60]}-{request.pk}",
-        "model_name": served_model_id(serving),
-        "rate_limit_per_minute": int(parameters.get("rate_limit_per_minute")
-                                     or settings.SERVING_DEFAULT_RATE_LIMIT_PER_MINUTE),
-        "monthly_token_budget": int(parameters["monthly_token_budget"])
-        if parameters.get("monthly_token_budget") else None})
+    deployment, _ = ServingDeployment.objects.get_or_create(
+        request=request,
+        defaults={
+            "project_id": request.project_id,
+            "slug": f"{slugify(serving['model'])[:60]}-{request.pk}",
+            "model_name": served_model_id(serving),
+            "rate_limit_per_minute": int(
+                parameters.get("rate_limit_per_minute") or settings.SERVING_DEFAULT_RATE_LIMIT_PER_MINUTE
+            ),
+            "monthly_token_budget": int(parameters["monthly_token_budget"])
+            if parameters.get("monthly_token_budget")
+            else None,
+        },
+    )
     return deployment
 
 
 def replica_devices(target: Target, replicas: int) -> list[list[dict]]:
     """The allocation's devices split evenly between the replicas (the scheduler bound count x replicas)."""
     per_replica = max(1, len(target.devices) // replicas)
-    return [list(target.devices[i * per_replica:(i + 1) * per_replica]) for i in range(replicas)]
+    return [list(target.devices[i * per_replica : (i + 1) * per_replica]) for i in range(replicas)]
 
 
 def endpoint_url(deployment: ServingDeployment) -> str:
@@ -46,12 +53,14 @@ def endpoint_url(deployment: ServingDeployment) -> str:
 
 def example_curl(url: str, model: str) -> str:
     body = json.dumps({"model": model, "messages": [{"role": "user", "content": "Hello"}]})
-    return (f"curl {url}/chat/completions -H \"Authorization: Bearer $API_KEY\" "
-            f"-H 'Content-Type: application/json' -d '{body}'")
+    return (
+        f'curl {url}/chat/completions -H "Authorization: Bearer $API_KEY" '
+        f"-H 'Content-Type: application/json' -d '{body}'"
+    )
 
 
 def probe(replica: ServingReplica) -> str:
-    """"" when the replica answers its health check, else why not."""
+    """ "" when the replica answers its health check, else why not."""
     if not replica.url:
         return "not started"
     try:
@@ -76,15 +85,17 @@ def replicas_check(replicas: list[ServingReplica]) -> list[ServingReplica]:
 def await_replicas(deployment: ServingDeployment) -> dict:
     down = replicas_check(list(deployment.replicas.all()))
     if down:
-        raise StepPending(f"Waiting for {', '.join(r.name for r in down)} to answer: {down[0].last_error}",
-                          retry_after=0.5)
+        raise StepPending(
+            f"Waiting for {', '.join(r.name for r in down)} to answer: {down[0].last_error}", retry_after=0.5
+        )
     return {"replicas": list(deployment.replicas.values_list("name", flat=True))}
 
 
 def replica_failed(replica: ServingReplica, reason: str) -> None:
     """The gateway could not reach it: take it out of rotation until a health check finds it answering."""
-    ServingReplica.objects.filter(pk=replica.pk).update(healthy=False, last_error=reason[:300],
-                                                        checked_at=timezone.now())
+    ServingReplica.objects.filter(pk=replica.pk).update(
+        healthy=False, last_error=reason[:300], checked_at=timezone.now()
+    )
 
 
 def serving_replicas_check() -> int:

@@ -28,8 +28,10 @@ from provisioning.serving.keys import api_key_authenticate
 logger = logging.getLogger(__name__)
 
 FORWARDED_HEADERS = ("content-type", "accept")
-_client = httpx.Client(timeout=httpx.Timeout(settings.GATEWAY_UPSTREAM_TIMEOUT_SECONDS, connect=2.0),
-                       limits=httpx.Limits(max_connections=500, max_keepalive_connections=200))
+_client = httpx.Client(
+    timeout=httpx.Timeout(settings.GATEWAY_UPSTREAM_TIMEOUT_SECONDS, connect=2.0),
+    limits=httpx.Limits(max_connections=500, max_keepalive_connections=200),
+)
 _turns = itertools.count()
 
 
@@ -39,8 +41,7 @@ class Refusal(Exception):
         self.status, self.code, self.message, self.headers, self.details = status, code, message, headers or {}, details
 
     def response(self) -> JsonResponse:
-        answer = JsonResponse({"code": self.code, "message": self.message, "details": self.details},
-                              status=self.status)
+        answer = JsonResponse({"code": self.code, "message": self.message, "details": self.details}, status=self.status)
         for name, value in self.headers.items():
             answer[name] = value
         return answer
@@ -60,9 +61,17 @@ def _admit(request, slug: str) -> tuple[ApiKey, ServingDeployment]:
     key = api_key_authenticate(secret) if secret else None
     if key is None:
         raise Refusal(401, "invalid_api_key", "Send a valid, unrevoked project API key as 'Authorization: Bearer'.")
-    deployment = (ServingDeployment.objects.filter(slug=slug, state=ServingDeployment.State.SERVING)
-                  .prefetch_related(Prefetch("replicas", queryset=ServingReplica.objects.filter(healthy=True)
-                                             .order_by("name"), to_attr="healthy_replicas")).first())
+    deployment = (
+        ServingDeployment.objects.filter(slug=slug, state=ServingDeployment.State.SERVING)
+        .prefetch_related(
+            Prefetch(
+                "replicas",
+                queryset=ServingReplica.objects.filter(healthy=True).order_by("name"),
+                to_attr="healthy_replicas",
+            )
+        )
+        .first()
+    )
     if deployment is None:
         raise Refusal(404, "unknown_deployment", f"No deployment '{slug}' is serving.")
     if key.project_id != deployment.project_id:
@@ -88,9 +97,14 @@ def _check_rate(key: ApiKey, deployment: ServingDeployment) -> None:
     cache.add(counter, 0, timeout=120)
     if cache.incr(counter) > deployment.rate_limit_per_minute:
         retry_after = max(1, math.ceil((window + 1) * 60 - now))
-        raise Refusal(429, "rate_limited", f"More than {deployment.rate_limit_per_minute} requests a minute with "
-                      "this key.", headers={"Retry-After": str(retry_after)},
-                      limit=deployment.rate_limit_per_minute, retry_after=retry_after)
+        raise Refusal(
+            429,
+            "rate_limited",
+            f"More than {deployment.rate_limit_per_minute} requests a minute with this key.",
+            headers={"Retry-After": str(retry_after)},
+            limit=deployment.rate_limit_per_minute,
+            retry_after=retry_after,
+        )
 
 
 def _check_budget(deployment: ServingDeployment) -> None:
@@ -98,16 +112,22 @@ def _check_budget(deployment: ServingDeployment) -> None:
         return
     used = usage.tokens_this_month(deployment)
     if used >= deployment.monthly_token_budget:
-        raise Refusal(429, "token_budget_exhausted", f"The deployment's monthly token budget "
-                      f"({deployment.monthly_token_budget}) is used up; it renews on the 1st.",
-                      budget=deployment.monthly_token_budget, used=used)
+        raise Refusal(
+            429,
+            "token_budget_exhausted",
+            f"The deployment's monthly token budget "
+            f"({deployment.monthly_token_budget}) is used up; it renews on the 1st.",
+            budget=deployment.monthly_token_budget,
+            used=used,
+        )
 
 
 def _forward(request, key: ApiKey, deployment: ServingDeployment, path: str):
     replicas = deployment.healthy_replicas
     if not replicas:
-        raise Refusal(502, "no_healthy_replica", "No replica of this deployment is healthy right now.",
-                      deployment=deployment.slug)
+        raise Refusal(
+            502, "no_healthy_replica", "No replica of this deployment is healthy right now.", deployment=deployment.slug
+        )
     start = next(_turns) % len(replicas)
     for replica in replicas[start:] + replicas[:start]:  # round robin, then fail over
         try:
@@ -117,22 +137,28 @@ def _forward(request, key: ApiKey, deployment: ServingDeployment, path: str):
             logger.warning("Replica %s failed: %s", replica, error)
             continue
         return _relay(upstream, key, deployment)
-    raise Refusal(502, "upstream_unavailable", "No replica answered; they are marked unhealthy until they recover.",
-                  deployment=deployment.slug)
+    raise Refusal(
+        502,
+        "upstream_unavailable",
+        "No replica answered; they are marked unhealthy until they recover.",
+        deployment=deployment.slug,
+    )
 
 
 def _send(request, replica: ServingReplica, path: str) -> httpx.Response:
     headers = {name: request.headers[name] for name in FORWARDED_HEADERS if name in request.headers}
-    upstream = _client.build_request(request.method, f"{replica.url}/v1/{path}", content=request.body,
-                                     headers=headers, params=request.GET)
+    upstream = _client.build_request(
+        request.method, f"{replica.url}/v1/{path}", content=request.body, headers=headers, params=request.GET
+    )
     return _client.send(upstream, stream=True)
 
 
 def _relay(upstream: httpx.Response, key: ApiKey, deployment: ServingDeployment):
     content_type = upstream.headers.get("content-type", "application/json")
     if content_type.startswith("text/event-stream"):
-        answer = StreamingHttpResponse(_stream(upstream, key, deployment), status=upstream.status_code,
-                                       content_type=content_type)
+        answer = StreamingHttpResponse(
+            _stream(upstream, key, deployment), status=upstream.status_code, content_type=content_type
+        )
         answer["Cache-Control"] = "no-cache"
         answer["X-Accel-Buffering"] = "no"
         return answer
@@ -183,5 +209,10 @@ def _usage_of(body) -> dict | None:
 
 def _meter(key: ApiKey, deployment: ServingDeployment, found: dict | None) -> None:
     if found:
-        usage.tokens_record(key=key, deployment=deployment, prompt=int(found.get("prompt_tokens", 0)),
-                            completion=int(found.get("completion_tokens", 0)), at=timezone.now())
+        usage.tokens_record(
+            key=key,
+            deployment=deployment,
+            prompt=int(found.get("prompt_tokens", 0)),
+            completion=int(found.get("completion_tokens", 0)),
+            at=timezone.now(),
+        )

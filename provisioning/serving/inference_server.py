@@ -47,15 +47,107 @@ MAX_BODY_BYTES = 8 * 1024 * 1024
 SHUTDOWN_GRACE_SECONDS = 10.0
 SENTENCE_END_BELOW, PUNCTUATION_BELOW = 26, 40  # of 256: a word ends its sentence 1 time in 10, takes a comma 1 in 18
 WORDS = (
-    "the", "of", "and", "to", "in", "a", "is", "that", "for", "on", "with", "as", "by", "this", "it", "be", "are",
-    "from", "at", "or", "an", "which", "can", "each", "when", "more", "than", "model", "data", "token", "layer",
-    "memory", "node", "card", "cluster", "batch", "request", "answer", "result", "value", "signal", "vector", "graph",
-    "training", "inference", "throughput", "latency", "schedule", "queue", "rack", "power", "cooling", "budget",
-    "project", "tenant", "quota", "compute", "kernel", "tensor", "gradient", "weight", "attention", "context",
-    "prompt", "output", "stream", "cache", "replica", "gateway", "runs", "keeps", "moves", "holds", "makes", "shows",
-    "needs", "gives", "uses", "finds", "builds", "scales", "serves", "learns", "checks", "returns", "fast", "small",
-    "large", "stable", "quiet", "ready", "shared", "local", "remote", "steady", "early", "later", "every", "other",
-    "simple", "clear"
+    "the",
+    "of",
+    "and",
+    "to",
+    "in",
+    "a",
+    "is",
+    "that",
+    "for",
+    "on",
+    "with",
+    "as",
+    "by",
+    "this",
+    "it",
+    "be",
+    "are",
+    "from",
+    "at",
+    "or",
+    "an",
+    "which",
+    "can",
+    "each",
+    "when",
+    "more",
+    "than",
+    "model",
+    "data",
+    "token",
+    "layer",
+    "memory",
+    "node",
+    "card",
+    "cluster",
+    "batch",
+    "request",
+    "answer",
+    "result",
+    "value",
+    "signal",
+    "vector",
+    "graph",
+    "training",
+    "inference",
+    "throughput",
+    "latency",
+    "schedule",
+    "queue",
+    "rack",
+    "power",
+    "cooling",
+    "budget",
+    "project",
+    "tenant",
+    "quota",
+    "compute",
+    "kernel",
+    "tensor",
+    "gradient",
+    "weight",
+    "attention",
+    "context",
+    "prompt",
+    "output",
+    "stream",
+    "cache",
+    "replica",
+    "gateway",
+    "runs",
+    "keeps",
+    "moves",
+    "holds",
+    "makes",
+    "shows",
+    "needs",
+    "gives",
+    "uses",
+    "finds",
+    "builds",
+    "scales",
+    "serves",
+    "learns",
+    "checks",
+    "returns",
+    "fast",
+    "small",
+    "large",
+    "stable",
+    "quiet",
+    "ready",
+    "shared",
+    "local",
+    "remote",
+    "steady",
+    "early",
+    "later",
+    "every",
+    "other",
+    "simple",
+    "clear",
 )
 
 
@@ -72,7 +164,7 @@ def answer_tokens(seed: str, count: int) -> list[str]:
     for pick, mark in zip(randomness[0::2], randomness[1::2], strict=True):
         word = WORDS[pick % len(WORDS)]
         word = word.capitalize() if capitalize else word
-        pieces = [word[start:start + CHARS_PER_TOKEN] for start in range(0, len(word), CHARS_PER_TOKEN)]
+        pieces = [word[start : start + CHARS_PER_TOKEN] for start in range(0, len(word), CHARS_PER_TOKEN)]
         tokens += [separator + pieces[0], *pieces[1:]]
         separator, capitalize = " ", mark < SENTENCE_END_BELOW
         if mark < PUNCTUATION_BELOW:
@@ -123,8 +215,11 @@ class Job:
 
     def usage(self) -> dict:
         completion = sum(len(generation.tokens) for generation in self.generations)
-        return {"prompt_tokens": self.prompt_tokens, "completion_tokens": completion,
-                "total_tokens": self.prompt_tokens + completion}
+        return {
+            "prompt_tokens": self.prompt_tokens,
+            "completion_tokens": completion,
+            "total_tokens": self.prompt_tokens + completion,
+        }
 
 
 def parse_body(raw: bytes, config: ServerConfig) -> dict:
@@ -137,8 +232,12 @@ def parse_body(raw: bytes, config: ServerConfig) -> dict:
     if "model" not in body:
         raise ApiError(400, "Missing required parameter: 'model'.", "missing_required_parameter", "model")
     if body["model"] != config.model:
-        raise ApiError(404, f"The model '{body['model']}' does not exist; this server serves '{config.model}'.",
-                       "model_not_found", "model")
+        raise ApiError(
+            404,
+            f"The model '{body['model']}' does not exist; this server serves '{config.model}'.",
+            "model_not_found",
+            "model",
+        )
     temperature = body.get("temperature")  # ignored, but refused where a real server would refuse it
     if temperature is not None and (type(temperature) not in (int, float) or not 0 <= temperature <= 2):
         raise ApiError(400, "'temperature' must be a number from 0 to 2.", "invalid_value", "temperature")
@@ -162,9 +261,13 @@ def wants_stream(body: dict) -> bool:
 def plan(seed: str, prompt_tokens: int, requested: int | None, config: ServerConfig, param: str) -> Generation:
     """The answer's length within the server's limits, as vLLM does: a request that cannot fit is refused."""
     if prompt_tokens >= config.context_length or prompt_tokens + (requested or 0) > config.context_length:
-        raise ApiError(400, f"This model's maximum context length is {config.context_length} tokens; the prompt "
-                       f"has {prompt_tokens} and {requested or 0} were requested for the completion.",
-                       "context_length_exceeded", param)
+        raise ApiError(
+            400,
+            f"This model's maximum context length is {config.context_length} tokens; the prompt "
+            f"has {prompt_tokens} and {requested or 0} were requested for the completion.",
+            "context_length_exceeded",
+            param,
+        )
     count = min(requested or DEFAULT_MAX_TOKENS, config.max_tokens, config.context_length - prompt_tokens)
     natural_end = requested is None and count == DEFAULT_MAX_TOKENS
     return Generation(answer_tokens(seed, count), "stop" if natural_end else "length")
@@ -173,22 +276,28 @@ def plan(seed: str, prompt_tokens: int, requested: int | None, config: ServerCon
 def message_text(message, position: int) -> str:
     """A message's text: string content, or the text parts of a list of content parts."""
     if not isinstance(message, dict) or not isinstance(message.get("role"), str):
-        raise ApiError(400, f"messages[{position}] must be an object with a string 'role'.", "invalid_value",
-                       "messages")
+        raise ApiError(
+            400, f"messages[{position}] must be an object with a string 'role'.", "invalid_value", "messages"
+        )
     content = message.get("content")
     if content is None or isinstance(content, str):
         return content or ""
     if isinstance(content, list) and all(isinstance(part, dict) for part in content):
         return " ".join(str(part.get("text", "")) for part in content if part.get("type") == "text")
-    raise ApiError(400, f"messages[{position}].content must be a string or a list of content parts.",
-                   "invalid_type", "messages")
+    raise ApiError(
+        400, f"messages[{position}].content must be a string or a list of content parts.", "invalid_type", "messages"
+    )
 
 
 def chat_job(body: dict, config: ServerConfig) -> Job:
     messages = body.get("messages")
     if not isinstance(messages, list) or not messages:
-        raise ApiError(400, "'messages' must be a non-empty list of {role, content} objects.",
-                       "missing_required_parameter", "messages")
+        raise ApiError(
+            400,
+            "'messages' must be a non-empty list of {role, content} objects.",
+            "missing_required_parameter",
+            "messages",
+        )
     texts = [message_text(message, position) for position, message in enumerate(messages)]
     prompt_tokens = sum(MESSAGE_OVERHEAD_TOKENS + count_tokens(text) for text in texts) + REPLY_PRIMING_TOKENS
     seed = json.dumps(messages, sort_keys=True)
@@ -201,8 +310,9 @@ def completion_job(body: dict, config: ServerConfig) -> Job:
     prompt = body.get("prompt")
     prompts = [prompt] if isinstance(prompt, str) else prompt
     if not isinstance(prompts, list) or not prompts or not all(isinstance(text, str) for text in prompts):
-        raise ApiError(400, "'prompt' must be a string or a non-empty list of strings.", "missing_required_parameter",
-                       "prompt")
+        raise ApiError(
+            400, "'prompt' must be a string or a non-empty list of strings.", "missing_required_parameter", "prompt"
+        )
     requested = requested_max_tokens(body)
     counts = [count_tokens(text) for text in prompts]
     generations = [plan(text, count, requested, config, "prompt") for text, count in zip(prompts, counts, strict=True)]
@@ -215,8 +325,11 @@ def completion_job(body: dict, config: ServerConfig) -> Job:
 def choice_body(chat: bool, index: int, generation: Generation) -> dict:
     text = "".join(generation.tokens)
     if chat:
-        return {"index": index, "message": {"role": "assistant", "content": text},
-                "finish_reason": generation.finish_reason}
+        return {
+            "index": index,
+            "message": {"role": "assistant", "content": text},
+            "finish_reason": generation.finish_reason,
+        }
     return {"index": index, "text": text, "logprobs": None, "finish_reason": generation.finish_reason}
 
 
@@ -244,8 +357,9 @@ def stream_events(job: Job, model: str) -> Iterator[bytes]:
     for index, generation in enumerate(job.generations):
         for position, token in enumerate(generation.tokens):
             yield sse({**envelope, "choices": [delta_choice(job.chat, index, token, first=position == 0)]})
-    closing = [delta_choice(job.chat, index, "", generation.finish_reason)
-               for index, generation in enumerate(job.generations)]
+    closing = [
+        delta_choice(job.chat, index, "", generation.finish_reason) for index, generation in enumerate(job.generations)
+    ]
     yield sse({**envelope, "choices": closing, "usage": job.usage()})
     yield b"data: [DONE]\n\n"
 
@@ -285,8 +399,15 @@ class Reply:
     headers: tuple = ()
 
 
-STATUS_TEXT = {200: "OK", 400: "Bad Request", 404: "Not Found", 405: "Method Not Allowed", 413: "Content Too Large",
-               431: "Request Header Fields Too Large", 500: "Internal Server Error"}
+STATUS_TEXT = {
+    200: "OK",
+    400: "Bad Request",
+    404: "Not Found",
+    405: "Method Not Allowed",
+    413: "Content Too Large",
+    431: "Request Header Fields Too Large",
+    500: "Internal Server Error",
+}
 
 
 async def read_request(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> HttpRequest | None:
@@ -350,8 +471,12 @@ async def read_chunked_body(reader: asyncio.StreamReader) -> bytes:
 
 
 async def write_reply(writer: asyncio.StreamWriter, reply: Reply, keep_alive: bool, chunked: bool) -> None:
-    headers = [f"HTTP/1.1 {reply.status} {STATUS_TEXT.get(reply.status, '')}", "Server: compute-catalog-simulated",
-               f"Connection: {'keep-alive' if keep_alive else 'close'}", *reply.headers]
+    headers = [
+        f"HTTP/1.1 {reply.status} {STATUS_TEXT.get(reply.status, '')}",
+        "Server: compute-catalog-simulated",
+        f"Connection: {'keep-alive' if keep_alive else 'close'}",
+        *reply.headers,
+    ]
     if reply.events is None:
         body = compact_json(reply.payload)
         headers += ["Content-Type: application/json", f"Content-Length: {len(body)}"]
@@ -392,8 +517,9 @@ class InferenceServer:
     async def health(self, request: HttpRequest) -> Reply:
         # The health check's own connection is busy too; it is not an answer in flight.
         in_flight = sum(connection.busy for connection in self.connections) - 1
-        return Reply(200, {"status": "ok", "model": self.config.model, "replica": self.config.replica,
-                           "in_flight": in_flight})
+        return Reply(
+            200, {"status": "ok", "model": self.config.model, "replica": self.config.replica, "in_flight": in_flight}
+        )
 
     async def list_models(self, request: HttpRequest) -> Reply:
         model = {"id": self.config.model, "object": "model", "owned_by": "compute-catalog"}
@@ -418,8 +544,12 @@ class InferenceServer:
             raise ApiError(404, f"No such endpoint: {request.method} {request.path}.", "not_found")
         handler = methods.get(request.method)
         if handler is None:
-            raise ApiError(405, f"{request.path} accepts {', '.join(methods)}, not {request.method}.",
-                           "method_not_allowed", headers=(f"Allow: {', '.join(methods)}",))
+            raise ApiError(
+                405,
+                f"{request.path} accepts {', '.join(methods)}, not {request.method}.",
+                "method_not_allowed",
+                headers=(f"Allow: {', '.join(methods)}",),
+            )
         return await handler(request)
 
     async def reply_to(self, request: HttpRequest) -> Reply:
@@ -442,8 +572,9 @@ class InferenceServer:
             self.connections.discard(connection)
             writer.close()
 
-    async def converse(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
-                       connection: Connection) -> None:
+    async def converse(
+        self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, connection: Connection
+    ) -> None:
         while not self.draining:
             try:
                 request = await read_request(reader, writer)
@@ -507,8 +638,9 @@ def parse_arguments(argv: list[str] | None = None) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> None:
     arguments = parse_arguments(argv)
-    config = ServerConfig(arguments.model, arguments.replica, arguments.max_tokens, arguments.context_length,
-                          max(0, arguments.latency_ms))
+    config = ServerConfig(
+        arguments.model, arguments.replica, arguments.max_tokens, arguments.context_length, max(0, arguments.latency_ms)
+    )
     asyncio.run(InferenceServer(config).run(arguments.host, arguments.port))
 
 

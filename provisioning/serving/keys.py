@@ -29,8 +29,7 @@ def can_manage_keys(user: User, project: Project) -> bool:
 
 def _issue(project: Project, name: str, actor: User) -> IssuedKey:
     prefix, secret = prefixed_secret_new(KEY_PREFIX)
-    key = ApiKey.objects.create(project=project, name=name, prefix=prefix, hashed=secret_hash(secret),
-                                created_by=actor)
+    key = ApiKey.objects.create(project=project, name=name, prefix=prefix, hashed=secret_hash(secret), created_by=actor)
     return IssuedKey(key, secret)
 
 

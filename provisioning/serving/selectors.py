@@ -8,10 +8,17 @@ from provisioning.serving.deployments import endpoint_url, example_curl
 
 
 def _key_data(key: ApiKey) -> dict:
-    return {"id": key.pk, "name": key.name, "prefix": key.prefix, "created_at": key.created_at,
-            "last_used_at": key.last_used_at, "revoked_at": key.revoked_at, "active": key.active,
-            "rotate_url": reverse("serving-key-rotate", args=[key.pk]),
-            "revoke_url": reverse("serving-key-revoke", args=[key.pk])}
+    return {
+        "id": key.pk,
+        "name": key.name,
+        "prefix": key.prefix,
+        "created_at": key.created_at,
+        "last_used_at": key.last_used_at,
+        "revoked_at": key.revoked_at,
+        "active": key.active,
+        "rotate_url": reverse("serving-key-rotate", args=[key.pk]),
+        "revoke_url": reverse("serving-key-revoke", args=[key.pk]),
+    }
 
 
 def project_keys(project_id: int) -> list[dict]:
@@ -24,11 +31,18 @@ def endpoint_details(request) -> dict | None:
     if deployment is None:
         return None
     url = endpoint_url(deployment)
-    return {"url": url, "slug": deployment.slug, "model": deployment.model_name, "state": deployment.state,
-            "rate_limit_per_minute": deployment.rate_limit_per_minute,
-            "monthly_token_budget": deployment.monthly_token_budget,
-            "replicas": list(deployment.replicas.order_by("name").values(
-                "name", "healthy", "checked_at", "last_error", "devices")),
-            "tokens_this_month": usage.month_totals(deployment), "keys": project_keys(deployment.project_id),
-            "create_key_url": reverse("serving-key-create", args=[request.pk]),
-            "curl": example_curl(url, deployment.model_name)}
+    return {
+        "url": url,
+        "slug": deployment.slug,
+        "model": deployment.model_name,
+        "state": deployment.state,
+        "rate_limit_per_minute": deployment.rate_limit_per_minute,
+        "monthly_token_budget": deployment.monthly_token_budget,
+        "replicas": list(
+            deployment.replicas.order_by("name").values("name", "healthy", "checked_at", "last_error", "devices")
+        ),
+        "tokens_this_month": usage.month_totals(deployment),
+        "keys": project_keys(deployment.project_id),
+        "create_key_url": reverse("serving-key-create", args=[request.pk]),
+        "curl": example_curl(url, deployment.model_name),
+    }

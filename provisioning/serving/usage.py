@@ -26,14 +26,23 @@ def tokens_record(*, key: ApiKey, deployment: ServingDeployment, prompt: int, co
             "ON CONFLICT (request_id, key_prefix, day) DO UPDATE SET requests = "
             f"{table}.requests + 1, prompt_tokens = {table}.prompt_tokens + excluded.prompt_tokens, "
             f"completion_tokens = {table}.completion_tokens + excluded.completion_tokens",
-            [deployment.request_id, deployment.project_id, deployment.model_name, key.prefix,
-             timezone.localdate(at), prompt, completion])
+            [
+                deployment.request_id,
+                deployment.project_id,
+                deployment.model_name,
+                key.prefix,
+                timezone.localdate(at),
+                prompt,
+                completion,
+            ],
+        )
 
 
 def month_totals(deployment: ServingDeployment) -> dict:
     """This month's answers and tokens of the deployment: {requests, prompt, completion}."""
     totals = TokenUsage.objects.filter(request_id=deployment.request_id, day__gte=month_start()).aggregate(
-        requests=Sum("requests"), prompt=Sum("prompt_tokens"), completion=Sum("completion_tokens"))
+        requests=Sum("requests"), prompt=Sum("prompt_tokens"), completion=Sum("completion_tokens")
+    )
     return {name: value or 0 for name, value in totals.items()}
 
 

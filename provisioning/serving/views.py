@@ -43,15 +43,23 @@ def _answer_on_request_page(request, request_id: int, act):
     else:
         new_key = issued.secret if isinstance(issued, keys.IssuedKey) else None
         messages.success(request, "Key created: copy it now, it is not shown again." if new_key else "Key revoked.")
-    return render(request, "requests/request_detail.html",
-                  {**request_detail_context(request, resource_request), "new_key": new_key})
+    return render(
+        request,
+        "requests/request_detail.html",
+        {**request_detail_context(request, resource_request), "new_key": new_key},
+    )
 
 
 @login_required
 @require_POST
 def key_create(request, pk):
-    return _answer_on_request_page(request, pk, lambda resource_request: keys.api_key_create(
-        project=resource_request.project, name=request.POST.get("name", ""), actor=request.user))
+    return _answer_on_request_page(
+        request,
+        pk,
+        lambda resource_request: keys.api_key_create(
+            project=resource_request.project, name=request.POST.get("name", ""), actor=request.user
+        ),
+    )
 
 
 def _key_change(change):
@@ -61,8 +69,9 @@ def _key_change(change):
     @require_POST
     def view(request, pk):
         key = _visible_key(request.user, pk)
-        return _answer_on_request_page(request, _page_request_id(request),
-                                       lambda _request: change(key=key, actor=request.user))
+        return _answer_on_request_page(
+            request, _page_request_id(request), lambda _request: change(key=key, actor=request.user)
+        )
 
     return view
 
@@ -72,6 +81,7 @@ key_revoke = _key_change(keys.api_key_revoke)
 
 
 # --- API ----------------------------------------------------------------------------------------------------
+
 
 class KeySerializer(serializers.Serializer):
     id = serializers.IntegerField(read_only=True)
@@ -97,11 +107,12 @@ class ProjectKeysView(APIView):
     @extend_schema(responses={200: KeySerializer(many=True), 404: ErrorSerializer})
     def get(self, request, project_id: int):
         project = get_object_or_404(project_list_visible_to(user=request.user), pk=project_id)
-        return Response(KeySerializer(ApiKey.objects.filter(project=project).order_by("-created_at"),
-                                      many=True).data)
+        return Response(KeySerializer(ApiKey.objects.filter(project=project).order_by("-created_at"), many=True).data)
 
-    @extend_schema(request=KeySerializer, responses={201: IssuedKeySerializer, 400: ErrorSerializer,
-                                                     403: ErrorSerializer, 404: ErrorSerializer})
+    @extend_schema(
+        request=KeySerializer,
+        responses={201: IssuedKeySerializer, 400: ErrorSerializer, 403: ErrorSerializer, 404: ErrorSerializer},
+    )
     def post(self, request, project_id: int):
         project = get_object_or_404(project_list_visible_to(user=request.user), pk=project_id)
         body = KeySerializer(data=request.data)
@@ -113,17 +124,18 @@ class ProjectKeysView(APIView):
 class KeyRotateView(APIView):
     """A new key with the same name; the old one stops working at once."""
 
-    @extend_schema(request=None, responses={201: IssuedKeySerializer, 403: ErrorSerializer, 404: ErrorSerializer,
-                                            409: ErrorSerializer})
+    @extend_schema(
+        request=None,
+        responses={201: IssuedKeySerializer, 403: ErrorSerializer, 404: ErrorSerializer, 409: ErrorSerializer},
+    )
     def post(self, request, pk: int):
         issued = keys.api_key_rotate(key=_visible_key(request.user, pk), actor=request.user)
         return Response(_issued(issued), status=status.HTTP_201_CREATED)
 
 
 class KeyRevokeView(APIView):
-    @extend_schema(request=None, responses={200: KeySerializer, 403: ErrorSerializer, 404: ErrorSerializer,
-                                            409: ErrorSerializer})
+    @extend_schema(
+        request=None, responses={200: KeySerializer, 403: ErrorSerializer, 404: ErrorSerializer, 409: ErrorSerializer}
+    )
     def post(self, request, pk: int):
-        return Response(KeySerializer(keys.api_key_revoke(key=_visible_key(request.user, pk),
-                                                          actor=request.user)).data)
-
+        return Response(KeySerializer(keys.api_key_revoke(key=_visible_key(request.user, pk), actor=request.user)).data)

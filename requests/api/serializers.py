@@ -63,24 +63,38 @@ class OrderSerializer(serializers.Serializer):
     serving_template = _optional(ServingTemplate)
     duration_hours = serializers.IntegerField()
     priority = serializers.ChoiceField(
-        choices=PriorityClass.choices, default=PriorityClass.STANDARD,
+        choices=PriorityClass.choices,
+        default=PriorityClass.STANDARD,
         help_text="A class above the project's priority entitlement is refused (priority_not_permitted), or routed "
-                  "for approval as an exception with over_quota=exception.")
+        "for approval as an exception with over_quota=exception.",
+    )
     justification = serializers.CharField(allow_blank=True, default="", max_length=4000)
-    parameters = serializers.DictField(child=ParameterValueField(), default=dict,
-                                       help_text="The service's declared parameters (its parameter_schema), "
-                                                 "e.g. environment: production.")
-    over_quota = serializers.ChoiceField(choices=OverQuota.choices, default=OverQuota.REJECT,
-                                         help_text="What to do when the order is over a quota limit or over the "
-                                                   "project's priority entitlement (wait: limits only).")
+    parameters = serializers.DictField(
+        child=ParameterValueField(),
+        default=dict,
+        help_text="The service's declared parameters (its parameter_schema), e.g. environment: production.",
+    )
+    over_quota = serializers.ChoiceField(
+        choices=OverQuota.choices,
+        default=OverQuota.REJECT,
+        help_text="What to do when the order is over a quota limit or over the "
+        "project's priority entitlement (wait: limits only).",
+    )
     if_unplaceable = serializers.ChoiceField(
-        choices=IfUnplaceable.choices, default=IfUnplaceable.WARN,
+        choices=IfUnplaceable.choices,
+        default=IfUnplaceable.WARN,
         help_text="When no node of the inventory could ever hold the order: refuse it (422 no_matching_spec) or "
-                  "submit it with a warning on its timeline.")
+        "submit it with a warning on its timeline.",
+    )
 
     def order(self) -> Order:
-        return Order(**{field: value for field, value in self.validated_data.items()
-                        if field not in ("over_quota", "if_unplaceable")})
+        return Order(
+            **{
+                field: value
+                for field, value in self.validated_data.items()
+                if field not in ("over_quota", "if_unplaceable")
+            }
+        )
 
 
 class CancelSerializer(serializers.Serializer):
@@ -93,13 +107,15 @@ class ExtendSerializer(serializers.Serializer):
 
 
 class DecisionSerializer(serializers.Serializer):
-    comment = serializers.CharField(allow_blank=True, default="", max_length=4000,
-                                    help_text="Required to reject; the requester sees it.")
+    comment = serializers.CharField(
+        allow_blank=True, default="", max_length=4000, help_text="Required to reject; the requester sees it."
+    )
 
 
 class BulkApproveSerializer(DecisionSerializer):
-    ids = serializers.ListField(child=IdField(), min_length=1, max_length=200,
-                                help_text="Approval task ids from the inbox.")
+    ids = serializers.ListField(
+        child=IdField(), min_length=1, max_length=200, help_text="Approval task ids from the inbox."
+    )
 
 
 class QuotaChangeCreateSerializer(serializers.Serializer):
@@ -115,8 +131,16 @@ class QuotaChangeCreateSerializer(serializers.Serializer):
 # --- Quota numbers -----------------------------------------------------------------------------------------
 
 
-@extend_schema_field({"oneOf": [{"type": "string", "format": "decimal"}, {"type": "integer"},
-                               {"type": "string", "enum": PriorityClass.values}], "nullable": True})
+@extend_schema_field(
+    {
+        "oneOf": [
+            {"type": "string", "format": "decimal"},
+            {"type": "integer"},
+            {"type": "string", "enum": PriorityClass.values},
+        ],
+        "nullable": True,
+    }
+)
 class QuotaNumberField(serializers.Field):
     """A quota amount as the quota module renders it: decimals as strings, counts as integers; for the priority
     entitlement, the class requested and the class allowed."""
@@ -132,9 +156,11 @@ class QuotaReasonSerializer(serializers.Serializer):
     requested = QuotaNumberField()
     used = QuotaNumberField()
     limit = QuotaNumberField()
-    allowed = serializers.ListField(child=serializers.CharField(), required=False,
-                                    help_text="Priority classes the project may order without approval (priority "
-                                              "reasons only).")
+    allowed = serializers.ListField(
+        child=serializers.CharField(),
+        required=False,
+        help_text="Priority classes the project may order without approval (priority reasons only).",
+    )
     message = serializers.CharField()
 
 
@@ -185,9 +211,10 @@ class PriorityEntitlementSerializer(serializers.Serializer):
 class DurationLimitSerializer(serializers.Serializer):
     requested = serializers.IntegerField()
     maximum = serializers.IntegerField(help_text="The smallest of the limits: the longest this order may run.")
-    limits = serializers.DictField(child=serializers.IntegerField(),
-                                   help_text="Maximum hours by source: service, spec, serving_template, "
-                                             "bare_metal_profile.")
+    limits = serializers.DictField(
+        child=serializers.IntegerField(),
+        help_text="Maximum hours by source: service, spec, serving_template, bare_metal_profile.",
+    )
 
 
 class RequestPreviewSerializer(serializers.Serializer):
@@ -201,9 +228,11 @@ class RequestPreviewSerializer(serializers.Serializer):
     quota_reasons = QuotaReasonSerializer(many=True)
     approval_route = RouteSerializer()
     placement = serializers.JSONField(
-        allow_null=True, help_text="Whether it would fit now (fits_now, node, queued_ahead) or why not (code, message, "
-                                   "details); never_fits when no node of the inventory could ever hold it. Null until "
-                                   "scheduling estimates it.")
+        allow_null=True,
+        help_text="Whether it would fit now (fits_now, node, queued_ahead) or why not (code, message, "
+        "details); never_fits when no node of the inventory could ever hold it. Null until "
+        "scheduling estimates it.",
+    )
 
 
 # --- Requests ----------------------------------------------------------------------------------------------
@@ -222,10 +251,15 @@ class ServiceRefSerializer(serializers.ModelSerializer):
 
 
 class QueueStatusSerializer(serializers.Serializer):
-    position = serializers.IntegerField(source="queue_position", allow_null=True,
-                                        help_text="1 is next; null until the first scheduling cycle saw it.")
-    code = serializers.CharField(source="queue_reason.code", default=None, allow_null=True,
-                                 help_text="Why it waits: quota_exhausted, no_matching_spec, capacity_in_use, ...")
+    position = serializers.IntegerField(
+        source="queue_position", allow_null=True, help_text="1 is next; null until the first scheduling cycle saw it."
+    )
+    code = serializers.CharField(
+        source="queue_reason.code",
+        default=None,
+        allow_null=True,
+        help_text="Why it waits: quota_exhausted, no_matching_spec, capacity_in_use, ...",
+    )
     message = serializers.CharField(source="queue_reason.message", default=None, allow_null=True)
     numbers = serializers.JSONField(source="queue_reason.numbers", default=None, allow_null=True)
     updated_at = serializers.DateTimeField(source="queue_updated_at", allow_null=True)
@@ -246,9 +280,26 @@ class RequestSummarySerializer(PricedMixin, serializers.ModelSerializer):
 
     class Meta:
         model = ResourceRequest
-        fields = ["id", "state", "state_label", "project", "requester", "service", "spec", "bare_metal_profile",
-                  "serving_model", "duration_hours", "priority", "gpu_equivalents", "accelerator_count",
-                  "cost_estimate", "currency", "quota_exception", "created_at", "queue"]
+        fields = [
+            "id",
+            "state",
+            "state_label",
+            "project",
+            "requester",
+            "service",
+            "spec",
+            "bare_metal_profile",
+            "serving_model",
+            "duration_hours",
+            "priority",
+            "gpu_equivalents",
+            "accelerator_count",
+            "cost_estimate",
+            "currency",
+            "quota_exception",
+            "created_at",
+            "queue",
+        ]
 
     @extend_schema_field(QueueStatusSerializer(allow_null=True))
     def get_queue(self, resource_request) -> dict | None:
@@ -290,8 +341,11 @@ class EventSerializer(serializers.ModelSerializer):
         fields = ["at", "actor", "from_state", "to_state", "code", "message", "data"]
 
 
-_LATER = {"type": "object", "nullable": True, "description": "Filled once scheduling, provisioning and metering "
-                                                            "exist; null until then."}
+_LATER = {
+    "type": "object",
+    "nullable": True,
+    "description": "Filled once scheduling, provisioning and metering exist; null until then.",
+}
 
 
 class RequestDetailSerializer(RequestSummarySerializer):
@@ -310,10 +364,31 @@ class RequestDetailSerializer(RequestSummarySerializer):
     usage = serializers.SerializerMethodField(method_name="filled_later")
 
     class Meta(RequestSummarySerializer.Meta):
-        fields = [*RequestSummarySerializer.Meta.fields, "tenant", "image", "serving_template", "parameters",
-                  "justification", "hourly_cost", "card_hours", "accelerator_memory_gb", "cpu_cores", "memory_gb",
-                  "quota_reasons", "approved_spec", "approved_spec_hash", "approved_at", "updated_at", "approval",
-                  "timeline", "allocation", "provisioning", "endpoint", "usage", "queue"]
+        fields = [
+            *RequestSummarySerializer.Meta.fields,
+            "tenant",
+            "image",
+            "serving_template",
+            "parameters",
+            "justification",
+            "hourly_cost",
+            "card_hours",
+            "accelerator_memory_gb",
+            "cpu_cores",
+            "memory_gb",
+            "quota_reasons",
+            "approved_spec",
+            "approved_spec_hash",
+            "approved_at",
+            "updated_at",
+            "approval",
+            "timeline",
+            "allocation",
+            "provisioning",
+            "endpoint",
+            "usage",
+            "queue",
+        ]
 
     @extend_schema_field(ApprovalSerializer(allow_null=True))
     def get_approval(self, resource_request) -> dict | None:
@@ -328,21 +403,36 @@ class RequestDetailSerializer(RequestSummarySerializer):
     def filled_later(self, _resource_request) -> None:
         return None
 
-    @extend_schema_field({"type": "object", "nullable": True,
-                          "description": "Provisioning runs with their steps (state, attempts, duration, log excerpt, "
-                                         "output, error) and, while active, what was delivered (node, devices, "
-                                         "addresses, image, access details, start and expiry)."})
+    @extend_schema_field(
+        {
+            "type": "object",
+            "nullable": True,
+            "description": "Provisioning runs with their steps (state, attempts, duration, log excerpt, "
+            "output, error) and, while active, what was delivered (node, devices, "
+            "addresses, image, access details, start and expiry).",
+        }
+    )
     def get_provisioning(self, resource_request) -> dict | None:
         return hooks.provisioning_details(resource_request) if hooks.provisioning_details else None
 
-    @extend_schema_field({"type": "object", "nullable": True,
-                          "description": "A model-serving request's endpoint: URL, example curl, replicas with "
-                                         "their health, tokens this month, the project's API keys."})
+    @extend_schema_field(
+        {
+            "type": "object",
+            "nullable": True,
+            "description": "A model-serving request's endpoint: URL, example curl, replicas with "
+            "their health, tokens this month, the project's API keys.",
+        }
+    )
     def get_endpoint(self, resource_request) -> dict | None:
         return hooks.endpoint_details(resource_request) if hooks.endpoint_details else None
 
-    @extend_schema_field({"type": "object", "nullable": True,
-                          "description": "Node, devices and expiry of the request's allocation, once allocated."})
+    @extend_schema_field(
+        {
+            "type": "object",
+            "nullable": True,
+            "description": "Node, devices and expiry of the request's allocation, once allocated.",
+        }
+    )
     def get_allocation(self, resource_request) -> dict | None:
         return hooks.allocation_details(resource_request) if hooks.allocation_details else None
 
@@ -367,8 +457,21 @@ class RequestToApproveSerializer(PricedMixin, serializers.ModelSerializer):
 
     class Meta:
         model = ResourceRequest
-        fields = ["id", "state", "service", "spec", "bare_metal_profile", "serving_model", "duration_hours",
-                  "priority", "cost_estimate", "currency", "quota_exception", "justification", "quota_impact"]
+        fields = [
+            "id",
+            "state",
+            "service",
+            "spec",
+            "bare_metal_profile",
+            "serving_model",
+            "duration_hours",
+            "priority",
+            "cost_estimate",
+            "currency",
+            "quota_exception",
+            "justification",
+            "quota_impact",
+        ]
 
     @extend_schema_field(QuotaImpactSerializer(many=True))
     def get_quota_impact(self, resource_request) -> list[dict]:
@@ -391,8 +494,18 @@ class QuotaChangeSerializer(serializers.ModelSerializer):
 
     class Meta:
         model = QuotaChangeRequest
-        fields = ["id", "project", "requested_by", "state", "state_label", "limits", "previous_limits",
-                  "justification", "created_at", "decided_at"]
+        fields = [
+            "id",
+            "project",
+            "requested_by",
+            "state",
+            "state_label",
+            "limits",
+            "previous_limits",
+            "justification",
+            "created_at",
+            "decided_at",
+        ]
 
 
 def _subject(task: ApprovalAssignment):
@@ -425,8 +538,21 @@ class ApprovalTaskSerializer(serializers.ModelSerializer):
 
     class Meta:
         model = ApprovalAssignment
-        fields = ["id", "stage", "summary", "route", "approval_state", "requester", "project", "created_at",
-                  "decision", "comment", "decided_at", "request", "quota_change"]
+        fields = [
+            "id",
+            "stage",
+            "summary",
+            "route",
+            "approval_state",
+            "requester",
+            "project",
+            "created_at",
+            "decision",
+            "comment",
+            "decided_at",
+            "request",
+            "quota_change",
+        ]
         list_serializer_class = ApprovalTaskListSerializer
 
     @extend_schema_field(RequestToApproveSerializer(allow_null=True))
@@ -439,8 +565,11 @@ class ApprovalTaskSerializer(serializers.ModelSerializer):
     @extend_schema_field(QuotaChangeSerializer(allow_null=True))
     def get_quota_change(self, task) -> dict | None:
         subject = _subject(task)
-        return self._quota_change_serializer.to_representation(subject) if isinstance(
-            subject, QuotaChangeRequest) else None
+        return (
+            self._quota_change_serializer.to_representation(subject)
+            if isinstance(subject, QuotaChangeRequest)
+            else None
+        )
 
     # Built once per response and reused for every row: serializer construction dominates otherwise.
     @cached_property
@@ -461,4 +590,3 @@ class BulkResultSerializer(serializers.Serializer):
 
 class BulkApproveResultSerializer(serializers.Serializer):
     results = BulkResultSerializer(many=True)
-

@@ -70,58 +70,69 @@ class RequestViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.
         request=serializers.OrderSerializer,
         responses={201: serializers.RequestDetailSerializer, **_refusals(400, 409, 422)},
         description="Submit an order. 409 quota_exceeded lists every exceeded dimension in details.reasons and "
-                    "stores nothing; with over_quota=wait the request is stored as waiting_for_quota, unless it "
-                    "alone passes a limit (409 exceeds_limit: waiting could never admit it). An order no node of "
-                    "the inventory could ever hold is refused with 422 no_matching_spec (details: the blocking "
-                    "dimension, what is needed and the largest node) when if_unplaceable=refuse, and otherwise "
-                    "submitted with that warning on its timeline.",
+        "stores nothing; with over_quota=wait the request is stored as waiting_for_quota, unless it "
+        "alone passes a limit (409 exceeds_limit: waiting could never admit it). An order no node of "
+        "the inventory could ever hold is refused with 422 no_matching_spec (details: the blocking "
+        "dimension, what is needed and the largest node) when if_unplaceable=refuse, and otherwise "
+        "submitted with that warning on its timeline.",
     )
     def create(self, request):
         order_input = _parsed(serializers.OrderSerializer, request.data)
-        submitted = services.request_submit(order=order_input.order(), requester=request.user,
-                                            over_quota=order_input.validated_data["over_quota"],
-                                            if_unplaceable=order_input.validated_data["if_unplaceable"])
+        submitted = services.request_submit(
+            order=order_input.order(),
+            requester=request.user,
+            over_quota=order_input.validated_data["over_quota"],
+            if_unplaceable=order_input.validated_data["if_unplaceable"],
+        )
         return self._detail(submitted, status.HTTP_201_CREATED)
 
-    @extend_schema(request=serializers.OrderSerializer,
-                   responses={200: serializers.RequestPreviewSerializer, **_refusals(400, 422)},
-                   description="What submitting this order would cost and trigger; stores nothing.")
+    @extend_schema(
+        request=serializers.OrderSerializer,
+        responses={200: serializers.RequestPreviewSerializer, **_refusals(400, 422)},
+        description="What submitting this order would cost and trigger; stores nothing.",
+    )
     @action(detail=False, methods=["post"])
     def preview(self, request):
         order_input = _parsed(serializers.OrderSerializer, request.data)
-        preview = services.request_preview(order=order_input.order(), requester=request.user,
-                                           over_quota=order_input.validated_data["over_quota"])
+        preview = services.request_preview(
+            order=order_input.order(), requester=request.user, over_quota=order_input.validated_data["over_quota"]
+        )
         return Response(serializers.RequestPreviewSerializer(preview).data)
 
-    @extend_schema(request=serializers.CancelSerializer,
-                   responses={200: serializers.RequestDetailSerializer, **_refusals(400, 403, 404, 409)})
+    @extend_schema(
+        request=serializers.CancelSerializer,
+        responses={200: serializers.RequestDetailSerializer, **_refusals(400, 403, 404, 409)},
+    )
     @action(detail=True, methods=["post"])
     def cancel(self, request, pk=None):
         reason = _parsed(serializers.CancelSerializer, request.data).validated_data["reason"]
         cancelled = services.request_cancel(request=self.get_object(), actor=request.user, reason=reason)
         return self._detail(cancelled)
 
-
-    @extend_schema(request=serializers.CancelSerializer,
-                   responses={200: serializers.RequestDetailSerializer, **_refusals(400, 403, 404, 409)},
-                   description="Release early: the devices go back to the pool and the request ends released.")
+    @extend_schema(
+        request=serializers.CancelSerializer,
+        responses={200: serializers.RequestDetailSerializer, **_refusals(400, 403, 404, 409)},
+        description="Release early: the devices go back to the pool and the request ends released.",
+    )
     @action(detail=True, methods=["post"])
     def release(self, request, pk=None):
         reason = _parsed(serializers.CancelSerializer, request.data).validated_data["reason"] or "released early"
         released = services.request_release(request=self.get_object(), actor=request.user, reason=reason)
         return self._detail(released)
 
-
-    @extend_schema(request=serializers.ExtendSerializer,
-                   responses={200: serializers.RequestDetailSerializer, **_refusals(400, 403, 404, 409, 422)},
-                   description="Ask for more hours for a running request: checked against the monthly card-hour "
-                               "budget (409 quota_exceeded) and the service's maximum (422), approved by the same "
-                               "rules as a new order; the allocation's expiry moves once approved.")
+    @extend_schema(
+        request=serializers.ExtendSerializer,
+        responses={200: serializers.RequestDetailSerializer, **_refusals(400, 403, 404, 409, 422)},
+        description="Ask for more hours for a running request: checked against the monthly card-hour "
+        "budget (409 quota_exceeded) and the service's maximum (422), approved by the same "
+        "rules as a new order; the allocation's expiry moves once approved.",
+    )
     @action(detail=True, methods=["post"])
     def extend(self, request, pk=None):
         body = _parsed(serializers.ExtendSerializer, request.data).validated_data
-        extensions.request_extension_submit(request=self.get_object(), hours=body["hours"],
-                                            justification=body["justification"], actor=request.user)
+        extensions.request_extension_submit(
+            request=self.get_object(), hours=body["hours"], justification=body["justification"], actor=request.user
+        )
         return self._detail(self.get_object())
 
 
@@ -153,31 +164,39 @@ class ApprovalTaskViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, view
 
     def _decide(self, decision: str) -> Response:
         comment = _parsed(serializers.DecisionSerializer, self.request.data).validated_data["comment"]
-        approvals.approval_decide(assignment=self.get_object(), decision=decision, comment=comment,
-                                  actor=self.request.user)
+        approvals.approval_decide(
+            assignment=self.get_object(), decision=decision, comment=comment, actor=self.request.user
+        )
         return Response(self.get_serializer(self.get_object()).data)  # read again: the decision changed it
 
-    @extend_schema(request=serializers.DecisionSerializer,
-                   responses={200: serializers.ApprovalTaskSerializer, **_refusals(400, 403, 404, 409)})
+    @extend_schema(
+        request=serializers.DecisionSerializer,
+        responses={200: serializers.ApprovalTaskSerializer, **_refusals(400, 403, 404, 409)},
+    )
     @action(detail=True, methods=["post"])
     def approve(self, request, pk=None):
         return self._decide(Decision.APPROVE)
 
-    @extend_schema(request=serializers.DecisionSerializer,
-                   responses={200: serializers.ApprovalTaskSerializer, **_refusals(400, 403, 404, 409, 422)},
-                   description="Reject with a comment (422 comment_required without one); the requester sees it.")
+    @extend_schema(
+        request=serializers.DecisionSerializer,
+        responses={200: serializers.ApprovalTaskSerializer, **_refusals(400, 403, 404, 409, 422)},
+        description="Reject with a comment (422 comment_required without one); the requester sees it.",
+    )
     @action(detail=True, methods=["post"])
     def reject(self, request, pk=None):
         return self._decide(Decision.REJECT)
 
-    @extend_schema(request=serializers.BulkApproveSerializer,
-                   responses={200: serializers.BulkApproveResultSerializer, **_refusals(400)},
-                   description="Approve each task on its own; one refusal does not stop the others.")
+    @extend_schema(
+        request=serializers.BulkApproveSerializer,
+        responses={200: serializers.BulkApproveResultSerializer, **_refusals(400)},
+        description="Approve each task on its own; one refusal does not stop the others.",
+    )
     @action(detail=False, methods=["post"], url_path="bulk-approve")
     def bulk_approve(self, request):
         bulk = _parsed(serializers.BulkApproveSerializer, request.data)
-        results = approvals.approvals_bulk_approve(task_ids=bulk.validated_data["ids"],
-                                                   comment=bulk.validated_data["comment"], actor=request.user)
+        results = approvals.approvals_bulk_approve(
+            task_ids=bulk.validated_data["ids"], comment=bulk.validated_data["comment"], actor=request.user
+        )
         return Response(serializers.BulkApproveResultSerializer({"results": results}).data)
 
 
@@ -193,9 +212,11 @@ class QuotaChangeRequestViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin
     def get_queryset(self):
         return selectors.quota_change_list_visible_to(user=self.request.user)
 
-    @extend_schema(request=serializers.QuotaChangeCreateSerializer,
-                   responses={201: serializers.QuotaChangeSerializer, **_refusals(400, 403, 422)},
-                   description="Only the project lead may ask (403 not_project_lead); operators decide by default.")
+    @extend_schema(
+        request=serializers.QuotaChangeCreateSerializer,
+        responses={201: serializers.QuotaChangeSerializer, **_refusals(400, 403, 422)},
+        description="Only the project lead may ask (403 not_project_lead); operators decide by default.",
+    )
     def create(self, request):
         change_input = _parsed(serializers.QuotaChangeCreateSerializer, request.data)
         change = quota_changes.quota_change_request_submit(actor=request.user, **change_input.validated_data)

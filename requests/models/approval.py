@@ -46,28 +46,35 @@ class ApprovalRule(models.Model):
     name = models.CharField(max_length=120)
     service_kind = models.CharField(max_length=16, choices=ServiceKind.choices, blank=True)
     vendor = models.ForeignKey("catalog.Vendor", null=True, blank=True, on_delete=models.CASCADE, related_name="+")
-    accelerator_model = models.ForeignKey("catalog.AcceleratorModel", null=True, blank=True,
-                                          on_delete=models.CASCADE, related_name="+")
-    spec = models.ForeignKey("catalog.ResourceSpec", null=True, blank=True, on_delete=models.CASCADE,
-                             related_name="+")
+    accelerator_model = models.ForeignKey(
+        "catalog.AcceleratorModel", null=True, blank=True, on_delete=models.CASCADE, related_name="+"
+    )
+    spec = models.ForeignKey("catalog.ResourceSpec", null=True, blank=True, on_delete=models.CASCADE, related_name="+")
     tenant = models.ForeignKey("tenancy.Tenant", null=True, blank=True, on_delete=models.CASCADE, related_name="+")
-    project = models.ForeignKey("tenancy.Project", null=True, blank=True, on_delete=models.CASCADE,
-                                related_name="+")
+    project = models.ForeignKey("tenancy.Project", null=True, blank=True, on_delete=models.CASCADE, related_name="+")
     min_accelerator_count = models.PositiveIntegerField(null=True, blank=True)
-    min_cost_estimate = models.DecimalField(max_digits=14, decimal_places=2, null=True, blank=True,
-                                            validators=[MinValueValidator(0)])
+    min_cost_estimate = models.DecimalField(
+        max_digits=14, decimal_places=2, null=True, blank=True, validators=[MinValueValidator(0)]
+    )
     parameter_name = models.CharField(max_length=60, blank=True, help_text="Order form field, e.g. environment.")
     parameter_value = models.CharField(max_length=200, blank=True)
-    quota_exception = models.BooleanField(null=True, blank=True,
-                                          help_text="Yes: only quota exceptions; No: only within quota; empty: any.")
-    min_priority = models.CharField("priority at least", max_length=12, choices=PriorityClass.choices, blank=True,
-                                    help_text="Only orders of this priority class or a higher one; empty: any.")
+    quota_exception = models.BooleanField(
+        null=True, blank=True, help_text="Yes: only quota exceptions; No: only within quota; empty: any."
+    )
+    min_priority = models.CharField(
+        "priority at least",
+        max_length=12,
+        choices=PriorityClass.choices,
+        blank=True,
+        help_text="Only orders of this priority class or a higher one; empty: any.",
+    )
 
     class Meta:
         ordering = ["policy", "order", "id"]
         constraints = [
-            models.CheckConstraint(condition=Q(parameter_name="") | ~Q(parameter_value=""),
-                                   name="rule_parameter_has_value"),
+            models.CheckConstraint(
+                condition=Q(parameter_name="") | ~Q(parameter_value=""), name="rule_parameter_has_value"
+            ),
         ]
 
     def __str__(self):
@@ -80,21 +87,28 @@ class ApprovalRuleStage(models.Model):
     name = models.CharField(max_length=120)
     source = models.CharField(max_length=16, choices=ApproverSource.choices)
     mode = models.CharField(max_length=4, choices=ApprovalMode.choices, default=ApprovalMode.ANY)
-    users = models.ManyToManyField(settings.AUTH_USER_MODEL, blank=True, related_name="+",
-                                   help_text="For source 'named users'.")
-    group = models.ForeignKey("auth.Group", null=True, blank=True, on_delete=models.PROTECT, related_name="+",
-                              help_text="For source 'group'.")
-    project_role = models.CharField(max_length=12, blank=True,
-                                    choices=[(Role.APPROVER, "Approver"), (Role.LEAD, "Lead")],
-                                    help_text="For source 'project role'.")
+    users = models.ManyToManyField(
+        settings.AUTH_USER_MODEL, blank=True, related_name="+", help_text="For source 'named users'."
+    )
+    group = models.ForeignKey(
+        "auth.Group", null=True, blank=True, on_delete=models.PROTECT, related_name="+", help_text="For source 'group'."
+    )
+    project_role = models.CharField(
+        max_length=12,
+        blank=True,
+        choices=[(Role.APPROVER, "Approver"), (Role.LEAD, "Lead")],
+        help_text="For source 'project role'.",
+    )
 
     class Meta:
         ordering = ["rule", "order", "id"]
         constraints = [
-            models.CheckConstraint(condition=~Q(source=ApproverSource.GROUP) | Q(group__isnull=False),
-                                   name="group_stage_names_group"),
-            models.CheckConstraint(condition=~Q(source=ApproverSource.PROJECT_ROLE) | ~Q(project_role=""),
-                                   name="role_stage_names_role"),
+            models.CheckConstraint(
+                condition=~Q(source=ApproverSource.GROUP) | Q(group__isnull=False), name="group_stage_names_group"
+            ),
+            models.CheckConstraint(
+                condition=~Q(source=ApproverSource.PROJECT_ROLE) | ~Q(project_role=""), name="role_stage_names_role"
+            ),
         ]
 
     def __str__(self):
@@ -107,8 +121,14 @@ class Approval(models.Model):
     subject_type = models.ForeignKey(ContentType, on_delete=models.PROTECT, related_name="+")
     subject_id = models.PositiveBigIntegerField()
     subject = GenericForeignKey("subject_type", "subject_id")
-    project = models.ForeignKey("tenancy.Project", null=True, blank=True, on_delete=models.PROTECT,
-                                related_name="approvals", help_text="Empty for subjects outside any project.")
+    project = models.ForeignKey(
+        "tenancy.Project",
+        null=True,
+        blank=True,
+        on_delete=models.PROTECT,
+        related_name="approvals",
+        help_text="Empty for subjects outside any project.",
+    )
     requester = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="+")
     rule = models.ForeignKey(ApprovalRule, null=True, blank=True, on_delete=models.SET_NULL, related_name="+")
     route_name = models.CharField(max_length=250, help_text="Policy and rule that chose the route.")
@@ -160,8 +180,7 @@ class ApprovalAssignment(models.Model):
         ordering = ["stage", "approver__username"]
         constraints = [
             models.UniqueConstraint(fields=["stage", "approver"], name="one_assignment_per_approver_and_stage"),
-            models.CheckConstraint(condition=Q(decision="") | Q(decided_at__isnull=False),
-                                   name="decision_has_time"),
+            models.CheckConstraint(condition=Q(decision="") | Q(decided_at__isnull=False), name="decision_has_time"),
         ]
 
     def __str__(self):

@@ -18,8 +18,9 @@ class RequestExtension(ChangeRequest):
         constraints = [
             models.CheckConstraint(condition=Q(hours__gte=1), name="extension_hours_positive"),
             models.CheckConstraint(condition=~Q(justification=""), name="extension_justified"),
-            models.UniqueConstraint(fields=["request"], condition=Q(state="pending_approval"),
-                                    name="one_pending_extension_per_request"),
+            models.UniqueConstraint(
+                fields=["request"], condition=Q(state="pending_approval"), name="one_pending_extension_per_request"
+            ),
         ]
 
     def __str__(self):

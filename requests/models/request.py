@@ -37,16 +37,19 @@ class ResourceRequest(ConcurrentTransitionMixin, models.Model):
     project = models.ForeignKey("tenancy.Project", on_delete=models.PROTECT, related_name="requests")
     requester = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="requests")
     service = models.ForeignKey("catalog.Service", on_delete=models.PROTECT, related_name="requests")
-    spec = models.ForeignKey("catalog.ResourceSpec", null=True, blank=True, on_delete=models.PROTECT,
-                             related_name="requests")
-    image = models.ForeignKey("catalog.Image", null=True, blank=True, on_delete=models.PROTECT,
-                              related_name="requests")
-    bare_metal_profile = models.ForeignKey("catalog.BareMetalProfile", null=True, blank=True,
-                                           on_delete=models.PROTECT, related_name="requests")
-    serving_model = models.ForeignKey("catalog.ServingModel", null=True, blank=True, on_delete=models.PROTECT,
-                                      related_name="requests")
-    serving_template = models.ForeignKey("catalog.ServingTemplate", null=True, blank=True,
-                                         on_delete=models.PROTECT, related_name="requests")
+    spec = models.ForeignKey(
+        "catalog.ResourceSpec", null=True, blank=True, on_delete=models.PROTECT, related_name="requests"
+    )
+    image = models.ForeignKey("catalog.Image", null=True, blank=True, on_delete=models.PROTECT, related_name="requests")
+    bare_metal_profile = models.ForeignKey(
+        "catalog.BareMetalProfile", null=True, blank=True, on_delete=models.PROTECT, related_name="requests"
+    )
+    serving_model = models.ForeignKey(
+        "catalog.ServingModel", null=True, blank=True, on_delete=models.PROTECT, related_name="requests"
+    )
+    serving_template = models.ForeignKey(
+        "catalog.ServingTemplate", null=True, blank=True, on_delete=models.PROTECT, related_name="requests"
+    )
     duration_hours = models.PositiveIntegerField(validators=[MinValueValidator(1)])
     priority = models.CharField(max_length=12, choices=PriorityClass.choices, default=PriorityClass.STANDARD)
     justification = models.TextField(blank=True)
@@ -181,16 +184,19 @@ class RequestEvent(models.Model):
     """One entry on a request's timeline: a state change or a note, with its reason as data."""
 
     request = models.ForeignKey(ResourceRequest, on_delete=models.CASCADE, related_name="events")
-    actor = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL,
-                              related_name="+")
+    actor = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
     from_state = models.CharField(max_length=20, choices=RequestState.choices, blank=True)
     to_state = models.CharField(max_length=20, choices=RequestState.choices, blank=True)
     code = models.CharField(max_length=40, choices=EventCode.choices)
     message = models.TextField()
     data = models.JSONField(default=dict, blank=True)
     intervention = models.BooleanField(
-        default=False, help_text="A manual operator intervention (forced transition, retry, manual reclamation, "
-                                 "admin edit): what the zero-touch delivery KPI counts.")
+        default=False,
+        help_text="A manual operator intervention (forced transition, retry, manual reclamation, "
+        "admin edit): what the zero-touch delivery KPI counts.",
+    )
     created_at = models.DateTimeField(auto_now_add=True, db_index=True)
 
     class Meta:
@@ -202,4 +208,3 @@ class RequestEvent(models.Model):
     @property
     def is_transition(self) -> bool:
         return bool(self.to_state) and self.from_state != self.to_state
-

@@ -48,9 +48,14 @@ class HealthEventInSerializer(serializers.Serializer):
         return attrs
 
     def sample(self, data: dict) -> HealthSample:
-        return HealthSample(source=data["source"], signal=data["signal"], value=data["value"],
-                            device_uuid=data.get("device_uuid", ""), node=data.get("node", ""),
-                            index=data.get("index"))
+        return HealthSample(
+            source=data["source"],
+            signal=data["signal"],
+            value=data["value"],
+            device_uuid=data.get("device_uuid", ""),
+            node=data.get("node", ""),
+            index=data.get("index"),
+        )
 
 
 class HealthEventsInSerializer(serializers.Serializer):
@@ -74,9 +79,11 @@ class EventOutcomeSerializer(serializers.Serializer):
     signal = serializers.CharField(source="sample.signal")
     value = SignalValueField(source="sample.value")
     target = HealthTargetSerializer(source="sample.target")
-    outcome = serializers.ChoiceField(choices=["matched", "no_rule", "unknown_device", NOT_YOUR_NODE],
-                                      help_text="matched a rule, matched none, named no known device/node, or "
-                                                "named a node the agent token does not speak for (ignored).")
+    outcome = serializers.ChoiceField(
+        choices=["matched", "no_rule", "unknown_device", NOT_YOUR_NODE],
+        help_text="matched a rule, matched none, named no known device/node, or "
+        "named a node the agent token does not speak for (ignored).",
+    )
     devices = serializers.ListField(child=serializers.CharField(), help_text="UUIDs of the devices it applied to.")
     rule = serializers.CharField(allow_null=True, help_text="The strongest rule it met.")
     action = serializers.ChoiceField(choices=HealthAction.choices, allow_null=True)
@@ -88,7 +95,8 @@ class DeviceOutcomeSerializer(serializers.Serializer):
     index = serializers.IntegerField()
     action = serializers.ChoiceField(
         choices=[*HealthAction.choices, (RECOVER, "Returned to healthy")],
-        help_text="The strongest action asked for, or recover: its degrading signal read clear long enough.")
+        help_text="The strongest action asked for, or recover: its degrading signal read clear long enough.",
+    )
     changed = serializers.BooleanField(help_text="False when the device already was in that state.")
     health = serializers.CharField()
     isolated = serializers.BooleanField()
@@ -101,7 +109,8 @@ class IngestReportSerializer(serializers.Serializer):
     devices = DeviceOutcomeSerializer(many=True)
     events = EventOutcomeSerializer(many=True)
     refused = serializers.SerializerMethodField(
-        help_text="One {code: not_your_node, message, details: {target, your_nodes}} per event about another node.")
+        help_text="One {code: not_your_node, message, details: {target, your_nodes}} per event about another node."
+    )
 
     def get_received(self, report) -> int:
         return len(report.events)

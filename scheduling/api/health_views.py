@@ -40,19 +40,28 @@ class HealthEventsView(APIView):
     parser_classes = [JSONParser, PrometheusTextParser]
 
     @extend_schema(
-        request={"application/json": serializers.HealthEventsInSerializer,
-                 "text/plain": {"type": "string", "description": "dcgm-exporter text exposition (0.0.4)"}},
-        responses={200: serializers.IngestReportSerializer, **{
-            code: OpenApiResponse(ErrorSerializer) for code in (400, 401, 403)}},
-        examples=[OpenApiExample("BMC critical for a whole node", request_only=True, media_type="application/json",
-                                 value={"events": [{"node": "node-1", "source": "bmc", "signal": "Status.Health",
-                                                    "value": "Critical"}]})],
+        request={
+            "application/json": serializers.HealthEventsInSerializer,
+            "text/plain": {"type": "string", "description": "dcgm-exporter text exposition (0.0.4)"},
+        },
+        responses={
+            200: serializers.IngestReportSerializer,
+            **{code: OpenApiResponse(ErrorSerializer) for code in (400, 401, 403)},
+        },
+        examples=[
+            OpenApiExample(
+                "BMC critical for a whole node",
+                request_only=True,
+                media_type="application/json",
+                value={"events": [{"node": "node-1", "source": "bmc", "signal": "Status.Health", "value": "Critical"}]},
+            )
+        ],
         description="Structured events (JSON) or dcgm-exporter metrics (text/plain; version=0.0.4). Samples are "
-                    "matched against the health rules; the strongest action per device is applied (isolate beats "
-                    "degrade). Signals naming no known device are listed in unknown_devices. An agent token "
-                    "speaks for its nodes only: a signal about another node's device is refused (outcome and "
-                    "refused: not_your_node) and changes nothing; operators may name any node. Bad input is a 400 "
-                    "validation_error and changes nothing.",
+        "matched against the health rules; the strongest action per device is applied (isolate beats "
+        "degrade). Signals naming no known device are listed in unknown_devices. An agent token "
+        "speaks for its nodes only: a signal about another node's device is refused (outcome and "
+        "refused: not_your_node) and changes nothing; operators may name any node. Bad input is a 400 "
+        "validation_error and changes nothing.",
     )
     def post(self, request):
         if request.content_type.split(";")[0].strip().lower() == PrometheusTextParser.media_type:

@@ -11,8 +11,14 @@ from scheduling import reclaim
 from scheduling.agents import NOT_YOUR_NODE
 from scheduling.api.agent_auth import AgentTokenAuthentication, CanReportForNodes, sender_scope
 
-OUTCOMES = [reclaim.HEARTBEAT, reclaim.RELEASED, reclaim.ALREADY_RELEASING, reclaim.NOT_FOUND, reclaim.BUSY,
-            NOT_YOUR_NODE]
+OUTCOMES = [
+    reclaim.HEARTBEAT,
+    reclaim.RELEASED,
+    reclaim.ALREADY_RELEASING,
+    reclaim.NOT_FOUND,
+    reclaim.BUSY,
+    NOT_YOUR_NODE,
+]
 
 
 class RuntimeReportSerializer(serializers.Serializer):
@@ -25,10 +31,14 @@ class RuntimeReportsSerializer(serializers.Serializer):
 
 
 class RuntimeResultsSerializer(serializers.Serializer):
-    results = serializers.DictField(child=serializers.ChoiceField(choices=OUTCOMES),
-                                    help_text="Outcome per request id.")
-    refused = ErrorSerializer(many=True, help_text="One {code: not_your_node, message, details: {request, "
-                                                   "your_nodes}} per report about another node's allocation.")
+    results = serializers.DictField(
+        child=serializers.ChoiceField(choices=OUTCOMES), help_text="Outcome per request id."
+    )
+    refused = ErrorSerializer(
+        many=True,
+        help_text="One {code: not_your_node, message, details: {request, "
+        "your_nodes}} per report about another node's allocation.",
+    )
 
 
 class RuntimeReportsView(APIView):
@@ -37,20 +47,29 @@ class RuntimeReportsView(APIView):
     authentication_classes = [TokenAuthentication, AgentTokenAuthentication]
     permission_classes = [CanReportForNodes]
 
-    @extend_schema(request=RuntimeReportsSerializer,
-                   responses={200: RuntimeResultsSerializer,
-                              **{code: OpenApiResponse(ErrorSerializer) for code in (400, 401, 403)}},
-                   description="Per request id: heartbeat (running: heartbeat refreshed), released (gone: the "
-                               "allocation is being reclaimed), already_releasing (released or being released "
-                               "already), not_found (no active allocation), busy (another transaction holds it "
-                               "right now: nothing changed, report it again), not_your_node (the allocation is on "
-                               "a node this agent token does not speak for: nothing changed). Each item is "
-                               "decided on its own; one item never stops the others.")
+    @extend_schema(
+        request=RuntimeReportsSerializer,
+        responses={
+            200: RuntimeResultsSerializer,
+            **{code: OpenApiResponse(ErrorSerializer) for code in (400, 401, 403)},
+        },
+        description="Per request id: heartbeat (running: heartbeat refreshed), released (gone: the "
+        "allocation is being reclaimed), already_releasing (released or being released "
+        "already), not_found (no active allocation), busy (another transaction holds it "
+        "right now: nothing changed, report it again), not_your_node (the allocation is on "
+        "a node this agent token does not speak for: nothing changed). Each item is "
+        "decided on its own; one item never stops the others.",
+    )
     def post(self, request):
         body = RuntimeReportsSerializer(data=request.data)
         body.is_valid(raise_exception=True)
-        outcome = reclaim.runtime_report(reports=[(row["request"], row["status"])
-                                                  for row in body.validated_data["reports"]],
-                                         scope=sender_scope(request))
-        return Response({"results": {str(request_id): result for request_id, result in outcome.results.items()},
-                         "refused": outcome.refused})
+        outcome = reclaim.runtime_report(
+            reports=[(row["request"], row["status"]) for row in body.validated_data["reports"]],
+            scope=sender_scope(request),
+        )
+        return Response(
+            {
+                "results": {str(request_id): result for request_id, result in outcome.results.items()},
+                "refused": outcome.refused,
+            }
+        )

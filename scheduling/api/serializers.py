@@ -33,9 +33,26 @@ class NodeSerializer(serializers.ModelSerializer):
 
     class Meta:
         model = Node
-        fields = ["id", "name", "serial_number", "site", "rack", "topology_domain", "cpu_milli", "cpu_cores",
-                  "memory_mib", "memory_gib", "schedulable", "cordon_reason", "cordoned_at", "device_count",
-                  "allocated_cards", "free_cards", "bmc_address", "updated_at"]
+        fields = [
+            "id",
+            "name",
+            "serial_number",
+            "site",
+            "rack",
+            "topology_domain",
+            "cpu_milli",
+            "cpu_cores",
+            "memory_mib",
+            "memory_gib",
+            "schedulable",
+            "cordon_reason",
+            "cordoned_at",
+            "device_count",
+            "allocated_cards",
+            "free_cards",
+            "bmc_address",
+            "updated_at",
+        ]
 
     def get_cpu_cores(self, node) -> float:
         return node.cpu_milli / 1000
@@ -58,5 +75,20 @@ class DeviceSerializer(serializers.ModelSerializer):
 
     class Meta:
         model = Device
-        fields = ["id", "uuid", "node", "index", "model", "model_name", "vendor", "memory_gb", "health",
-                  "health_detail", "isolated", "isolation_reason", "isolated_at", "allocated_milli", "updated_at"]
+        fields = [
+            "id",
+            "uuid",
+            "node",
+            "index",
+            "model",
+            "model_name",
+            "vendor",
+            "memory_gb",
+            "health",
+            "health_detail",
+            "isolated",
+            "isolation_reason",
+            "isolated_at",
+            "allocated_milli",
+            "updated_at",
+        ]

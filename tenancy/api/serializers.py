@@ -56,8 +56,21 @@ class ProjectSerializer(serializers.ModelSerializer):
 
     class Meta:
         model = Project
-        fields = ["id", "slug", "name", "description", "tenant", "lead", "cost_centre", "active", "my_role",
-                  "quota", "priority_entitlement", "tenant_quota", "usage"]
+        fields = [
+            "id",
+            "slug",
+            "name",
+            "description",
+            "tenant",
+            "lead",
+            "cost_centre",
+            "active",
+            "my_role",
+            "quota",
+            "priority_entitlement",
+            "tenant_quota",
+            "usage",
+        ]
         list_serializer_class = ProjectListSerializer
 
     def get_my_role(self, project) -> str | None:
@@ -67,8 +80,15 @@ class ProjectSerializer(serializers.ModelSerializer):
     def get_quota(self, project) -> dict:
         return limits_representation(project.quota)
 
-    @extend_schema_field({"type": "object", "properties": {
-        "max_priority": {"type": "string"}, "allowed": {"type": "array", "items": {"type": "string"}}}})
+    @extend_schema_field(
+        {
+            "type": "object",
+            "properties": {
+                "max_priority": {"type": "string"},
+                "allowed": {"type": "array", "items": {"type": "string"}},
+            },
+        }
+    )
     def get_priority_entitlement(self, project) -> dict:
         return {"max_priority": project.quota.max_priority, "allowed": priorities_up_to(project.quota.max_priority)}
 

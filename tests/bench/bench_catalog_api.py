@@ -32,7 +32,7 @@ def _populate():
     specs = [factories.ResourceSpecFactory(accelerator_models=[accelerators[n % 6]]) for n in range(SPECS)]
     images = [factories.ImageFactory() for _ in range(IMAGES)]
     for n in range(SERVICES):
-        factories.ServiceFactory(specs=specs[n % 100: n % 100 + 8], images=images[n % 37: n % 37 + 3])
+        factories.ServiceFactory(specs=specs[n % 100 : n % 100 + 8], images=images[n % 37 : n % 37 + 3])
     tenant = factories.tenant()
     for _ in range(PROJECTS):
         factories.member(factories.project(tenant_obj=tenant), user=developer)

@@ -33,8 +33,12 @@ def synthetic(directory: Path) -> tuple[str, str]:
     """A deterministic 300-node heterogeneous cluster and a 3,000-pod workload with shared, whole and multi-GPU."""
     rng = random.Random(2024)
     nodes = ["sn,cpu_milli,memory_mib,gpu,model"]
-    kinds = [(96000, 393216, 8, "A100"), (64000, 262144, 4, "T4"), (32000, 131072, 2, "V100"),
-             (128000, 786432, 8, "H100")]
+    kinds = [
+        (96000, 393216, 8, "A100"),
+        (64000, 262144, 4, "T4"),
+        (32000, 131072, 2, "V100"),
+        (128000, 786432, 8, "H100"),
+    ]
     for n in range(300):
         cpu, mem, gpus, model = kinds[rng.choices(range(4), weights=[4, 3, 2, 1])[0]]
         nodes.append(f"syn-node-{n:04d},{cpu},{mem},{gpus},{model}")
@@ -50,8 +54,10 @@ def synthetic(directory: Path) -> tuple[str, str]:
         else:
             num, milli = rng.choice([2, 4, 8]), 1000
         spec = rng.choice(["", "", "", "A100", "T4|V100", "H100"])
-        pods.append(f"syn-pod-{n:05d},{rng.choice([2000, 4000, 6000, 8000, 12000])},"
-                    f"{rng.choice([8192, 16384, 32768, 65536])},{num},{milli},{spec}")
+        pods.append(
+            f"syn-pod-{n:05d},{rng.choice([2000, 4000, 6000, 8000, 12000])},"
+            f"{rng.choice([8192, 16384, 32768, 65536])},{num},{milli},{spec}"
+        )
     (directory / "nodes.csv").write_text("\n".join(nodes) + "\n")
     (directory / "pods.csv").write_text("\n".join(pods) + "\n")
     return str(directory / "nodes.csv"), str(directory / "pods.csv")
@@ -59,17 +65,44 @@ def synthetic(directory: Path) -> tuple[str, str]:
 
 def _one(trace: str, nodes: str, pods: str, policy: str) -> dict:
     seeds = FEW_SEEDS if policy == "random" else SEEDS
-    out = subprocess.run([sys.executable, "-m", "scheduling.bench", "openb", "--nodes", nodes, "--pods", pods,
-                          "--policy", policy, "--seeds", seeds, "--inflate", "1.3", "--json"],
-                         cwd=ROOT, capture_output=True, text=True, check=True).stdout
+    out = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "scheduling.bench",
+            "openb",
+            "--nodes",
+            nodes,
+            "--pods",
+            pods,
+            "--policy",
+            policy,
+            "--seeds",
+            seeds,
+            "--inflate",
+            "1.3",
+            "--json",
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
     summary = json.loads(out)
 
     def fmt(stat):
         return "n/a" if stat["mean"] is None else f"{stat['mean']:.2f} ± {stat['std']:.2f}"
 
-    return {"trace": trace, "policy": policy, "seeds": seeds, "alloc@100 %": fmt(summary["alloc_at_100"]),
-            "alloc@130 %": fmt(summary["alloc_at_130"]), "frag@100 %": fmt(summary["frag_at_100"]),
-            "decisions/s": summary["decisions_per_s"], "peak MB": summary["peak_mem_mb"]}
+    return {
+        "trace": trace,
+        "policy": policy,
+        "seeds": seeds,
+        "alloc@100 %": fmt(summary["alloc_at_100"]),
+        "alloc@130 %": fmt(summary["alloc_at_130"]),
+        "frag@100 %": fmt(summary["frag_at_100"]),
+        "decisions/s": summary["decisions_per_s"],
+        "peak MB": summary["peak_mem_mb"],
+    }
 
 
 def run() -> list[dict]:
@@ -78,7 +111,9 @@ def run() -> list[dict]:
         if OPENB.is_dir():
             node_list = str(OPENB / "openb_node_list_gpu_node.csv")
             for trace in ("default", "gpuspec33", "multigpu50"):
-                jobs += [(f"openb {trace}", node_list, str(OPENB / f"openb_pod_list_{trace}.csv"), policy)
-                         for policy in POLICIES]
+                jobs += [
+                    (f"openb {trace}", node_list, str(OPENB / f"openb_pod_list_{trace}.csv"), policy)
+                    for policy in POLICIES
+                ]
         with ThreadPoolExecutor(max_workers=2) as pool:
             return list(pool.map(lambda job: _one(*job), jobs))

@@ -27,22 +27,36 @@ def _scenario():
     from tenancy.choices import Role
     from tests import factories
 
-    quota = {"gpus": Decimal(100000), "accelerator_memory_gb": 10**8, "cpu_cores": 10**8, "memory_gb": 10**8,
-             "concurrent_tasks": 10**6, "monthly_card_hours": Decimal(10**9)}
+    quota = {
+        "gpus": Decimal(100000),
+        "accelerator_memory_gb": 10**8,
+        "cpu_cores": 10**8,
+        "memory_gb": 10**8,
+        "concurrent_tasks": 10**6,
+        "monthly_card_hours": Decimal(10**9),
+    }
     project = factories.project(quota=quota)
     developer = factories.member(project)
     approver = factories.member(project, Role.APPROVER)
     accelerator = factories.AcceleratorModelFactory()
-    specs = [factories.ResourceSpecFactory(accelerator_models=[accelerator], accelerator_count=count)
-             for count in (1, 2)]
+    specs = [
+        factories.ResourceSpecFactory(accelerator_models=[accelerator], accelerator_count=count) for count in (1, 2)
+    ]
     image = factories.ImageFactory()
     service = factories.ServiceFactory(specs=specs, images=[image], max_duration_hours=168)
     policy = ApprovalPolicy.objects.create(name="bench", subject="resource_request")
     rule = ApprovalRule.objects.create(policy=policy, name="two cards", spec=specs[1])
-    ApprovalRuleStage.objects.create(rule=rule, order=1, name="approver", source=ApproverSource.PROJECT_ROLE,
-                                     mode=ApprovalMode.ANY, project_role=Role.APPROVER)
-    ApprovalRuleStage.objects.create(rule=rule, order=2, name="ops", source=ApproverSource.OPERATORS,
-                                     mode=ApprovalMode.ANY)
+    ApprovalRuleStage.objects.create(
+        rule=rule,
+        order=1,
+        name="approver",
+        source=ApproverSource.PROJECT_ROLE,
+        mode=ApprovalMode.ANY,
+        project_role=Role.APPROVER,
+    )
+    ApprovalRuleStage.objects.create(
+        rule=rule, order=2, name="ops", source=ApproverSource.OPERATORS, mode=ApprovalMode.ANY
+    )
     factories.operator()
     return project, developer, approver, service, specs, image
 
@@ -57,8 +71,13 @@ def _timed(call, repeats: int) -> list[float]:
 
 
 def _row(what: str, timings: list[float], queries: int | str) -> dict:
-    return {"operation": what, "queries": queries, "p50 ms": f"{statistics.median(timings):.1f}",
-            "p95 ms": f"{timings[int(len(timings) * 0.95)]:.1f}", "per s": f"{1000 / statistics.mean(timings):.0f}"}
+    return {
+        "operation": what,
+        "queries": queries,
+        "p50 ms": f"{statistics.median(timings):.1f}",
+        "p95 ms": f"{timings[int(len(timings) * 0.95)]:.1f}",
+        "per s": f"{1000 / statistics.mean(timings):.0f}",
+    }
 
 
 def _page(client: Client, token: str, path: str) -> tuple[list[float], int]:
@@ -76,14 +95,19 @@ def run() -> list[dict]:
     from tests import factories
 
     project, developer, approver, service, specs, image = _scenario()
-    orders = [Order(service=service, project=project, duration_hours=24, spec=specs[n % 2], image=image)
-              for n in range(SUBMISSIONS)]
+    orders = [
+        Order(service=service, project=project, duration_hours=24, spec=specs[n % 2], image=image)
+        for n in range(SUBMISSIONS)
+    ]
     pending = iter(orders)
     submit_times = _timed(lambda: request_submit(order=next(pending), requester=developer), SUBMISSIONS)
     client = Client()
     rows = [_row("submit (validate, admit, route)", submit_times, "-")]
-    for who, path in ((developer, "/api/v1/requests/"), (approver, "/api/v1/approvals/"),
-                      (developer, "/api/v1/projects/")):
+    for who, path in (
+        (developer, "/api/v1/requests/"),
+        (approver, "/api/v1/approvals/"),
+        (developer, "/api/v1/projects/"),
+    ):
         timings, queries = _page(client, factories.token_for(who), path)
         rows.append(_row(f"`GET {path}`", timings, queries))
     return rows

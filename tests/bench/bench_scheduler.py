@@ -24,8 +24,12 @@ DESCRIPTION = (
 def synthetic_nodes(directory: Path) -> Path:
     """A deterministic 1,200-node inventory in the openb format, from models the importer knows."""
     rng = random.Random(7)
-    kinds = [(96000, 393216, 8, "G2"), (64000, 262144, 2, "T4"), (96000, 786432, 8, "V100M32"),
-             (64000, 262144, 2, "P100")]
+    kinds = [
+        (96000, 393216, 8, "G2"),
+        (64000, 262144, 2, "T4"),
+        (96000, 786432, 8, "V100M32"),
+        (64000, 262144, 2, "P100"),
+    ]
     rows = ["sn,cpu_milli,memory_mib,gpu,model"]
     for n in range(1200):
         cpu, memory, gpus, model = kinds[rng.choices(range(4), weights=[5, 3, 1, 1])[0]]

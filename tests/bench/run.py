@@ -14,8 +14,14 @@ from pathlib import Path
 import psycopg
 
 ROOT = Path(__file__).resolve().parents[2]
-BENCHMARKS = ["tests.bench.bench_catalog_api", "tests.bench.bench_requests", "tests.bench.bench_scheduler",
-              "tests.bench.bench_placement", "tests.bench.bench_metering", "tests.bench.bench_gateway"]
+BENCHMARKS = [
+    "tests.bench.bench_catalog_api",
+    "tests.bench.bench_requests",
+    "tests.bench.bench_scheduler",
+    "tests.bench.bench_placement",
+    "tests.bench.bench_metering",
+    "tests.bench.bench_gateway",
+]
 SERVER_URL = os.environ.get("BENCH_DATABASE_SERVER", "postgres://postgres@127.0.0.1:5432")
 DATABASE = "compute_catalog_bench"
 
@@ -29,10 +35,17 @@ def _fresh_database() -> str:
 
 
 def _machine() -> str:
-    cpu = next((line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
-                if line.startswith("model name")), platform.processor() or "unknown CPU")
-    memory_kb = next(int(line.split()[1]) for line in Path("/proc/meminfo").read_text().splitlines()
-                     if line.startswith("MemTotal"))
+    cpu = next(
+        (
+            line.split(":", 1)[1].strip()
+            for line in Path("/proc/cpuinfo").read_text().splitlines()
+            if line.startswith("model name")
+        ),
+        platform.processor() or "unknown CPU",
+    )
+    memory_kb = next(
+        int(line.split()[1]) for line in Path("/proc/meminfo").read_text().splitlines() if line.startswith("MemTotal")
+    )
     return f"{os.cpu_count()} cores, {cpu}, {memory_kb / 1024 / 1024:.0f} GiB RAM"
 
 
@@ -45,9 +58,13 @@ def _table(rows: list[dict]) -> str:
 
 def main() -> int:
     postgres_version = _fresh_database()
-    os.environ.update(DATABASE_URL=f"{SERVER_URL}/{DATABASE}", SECRET_KEY="bench-only", DEBUG="0",
-                      ALLOWED_HOSTS="testserver",
-                      DJANGO_SETTINGS_MODULE="config.settings")
+    os.environ.update(
+        DATABASE_URL=f"{SERVER_URL}/{DATABASE}",
+        SECRET_KEY="bench-only",
+        DEBUG="0",
+        ALLOWED_HOSTS="testserver",
+        DJANGO_SETTINGS_MODULE="config.settings",
+    )
     import django
 
     warnings.filterwarnings("ignore", message="No directory at")  # WhiteNoise: no collectstatic for benchmarks
@@ -55,8 +72,10 @@ def main() -> int:
 
     django.setup()
     call_command("migrate", verbosity=0)
-    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True,
-                            text=True).stdout.strip() or "uncommitted"
+    commit = (
+        subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True).stdout.strip()
+        or "uncommitted"
+    )
     sections = [
         "# Benchmarks",
         "",

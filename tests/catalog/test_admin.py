@@ -25,8 +25,16 @@ from tests.factories import (
 
 pytestmark = pytest.mark.django_db
 
-CATALOG_MODELS = ["vendor", "acceleratormodel", "resourcespec", "image", "baremetalprofile",
-                  "servingtemplate", "servingmodel", "service"]
+CATALOG_MODELS = [
+    "vendor",
+    "acceleratormodel",
+    "resourcespec",
+    "image",
+    "baremetalprofile",
+    "servingtemplate",
+    "servingmodel",
+    "service",
+]
 
 
 def _url(model: str, suffix: str = "") -> str:
@@ -145,24 +153,34 @@ def test_deprecate_action_first_asks_for_a_reason(console):
 
 def test_deprecate_action_with_reason_deprecates_and_audits(console, operator):
     specs = [ResourceSpecFactory(), ResourceSpecFactory()]
-    response = console.post(_url("resourcespec"), {
-        "action": "deprecate_specs", "_selected_action": [spec.pk for spec in specs],
-        "apply": "Confirm", "reason": "Superseded by L40S",
-    })
+    response = console.post(
+        _url("resourcespec"),
+        {
+            "action": "deprecate_specs",
+            "_selected_action": [spec.pk for spec in specs],
+            "apply": "Confirm",
+            "reason": "Superseded by L40S",
+        },
+    )
     assert response.status_code == 302
     for spec in specs:
         spec.refresh_from_db()
         assert (spec.status, spec.deprecation_reason) == (SpecStatus.DEPRECATED, "Superseded by L40S")
         event = audit_events_for(target=spec).get()
-        assert (event.action, event.actor, event.reason) == ("resourcespec.deprecated", operator,
-                                                             "Superseded by L40S")
+        assert (event.action, event.actor, event.reason) == ("resourcespec.deprecated", operator, "Superseded by L40S")
 
 
 def test_deprecate_action_with_blank_reason_changes_nothing(console):
     spec = ResourceSpecFactory()
-    response = console.post(_url("resourcespec"), {
-        "action": "deprecate_specs", "_selected_action": [spec.pk], "apply": "Confirm", "reason": "",
-    })
+    response = console.post(
+        _url("resourcespec"),
+        {
+            "action": "deprecate_specs",
+            "_selected_action": [spec.pk],
+            "apply": "Confirm",
+            "reason": "",
+        },
+    )
     assert response.status_code == 200
     assert b"This field is required" in response.content
     spec.refresh_from_db()
@@ -171,19 +189,35 @@ def test_deprecate_action_with_blank_reason_changes_nothing(console):
 
 def test_deprecate_action_reports_already_deprecated_specs(console):
     spec = ResourceSpecFactory()
-    console.post(_url("resourcespec"), {"action": "deprecate_specs", "_selected_action": [spec.pk],
-                                        "apply": "Confirm", "reason": "First"})
-    response = console.post(_url("resourcespec"), {
-        "action": "deprecate_specs", "_selected_action": [spec.pk], "apply": "Confirm", "reason": "Second",
-    }, follow=True)
+    console.post(
+        _url("resourcespec"),
+        {"action": "deprecate_specs", "_selected_action": [spec.pk], "apply": "Confirm", "reason": "First"},
+    )
+    response = console.post(
+        _url("resourcespec"),
+        {
+            "action": "deprecate_specs",
+            "_selected_action": [spec.pk],
+            "apply": "Confirm",
+            "reason": "Second",
+        },
+        follow=True,
+    )
     assert "already deprecated" in response.content.decode()
     assert audit_events_for(target=spec).count() == 1
 
 
 def test_withdraw_image_action_audits(console, operator):
     image = ImageFactory()
-    console.post(_url("image"), {"action": "withdraw_images", "_selected_action": [image.pk],
-                                 "apply": "Confirm", "reason": "CVE in the base layer"})
+    console.post(
+        _url("image"),
+        {
+            "action": "withdraw_images",
+            "_selected_action": [image.pk],
+            "apply": "Confirm",
+            "reason": "CVE in the base layer",
+        },
+    )
     image.refresh_from_db()
     assert image.approved is False
     assert audit_events_for(target=image).get().action == "image.withdrawn"
@@ -191,8 +225,15 @@ def test_withdraw_image_action_audits(console, operator):
 
 def test_close_service_action_audits(console):
     service = ServiceFactory()
-    console.post(_url("service"), {"action": "close_services", "_selected_action": [service.pk],
-                                   "apply": "Confirm", "reason": "Hardware retired"})
+    console.post(
+        _url("service"),
+        {
+            "action": "close_services",
+            "_selected_action": [service.pk],
+            "apply": "Confirm",
+            "reason": "Hardware retired",
+        },
+    )
     service.refresh_from_db()
     assert service.active is False
     assert audit_events_for(target=service).get().action == "service.closed"
@@ -203,8 +244,15 @@ def test_close_service_action_audits(console):
 
 def _spec_post(**overrides) -> dict:
     data = {
-        "name": "1x Test GPU", "slug": "test-gpu-1x", "description": "", "accelerator_count": 1,
-        "slice_profile": "", "cpu_cores": 8, "memory_gb": 64, "local_disk_gb": 100, "hourly_price": "2.00",
+        "name": "1x Test GPU",
+        "slug": "test-gpu-1x",
+        "description": "",
+        "accelerator_count": 1,
+        "slice_profile": "",
+        "cpu_cores": 8,
+        "memory_gb": 64,
+        "local_disk_gb": 100,
+        "hourly_price": "2.00",
         "max_duration_hours": 168,
     }
     data.update(overrides)
@@ -225,8 +273,9 @@ def test_add_spec_creates_it_and_audits(console, operator):
 def test_add_slice_spec_for_another_model_is_refused(console):
     profile = SliceProfileFactory()
     other = AcceleratorModelFactory()
-    response = console.post(_url("resourcespec", "add/"),
-                            _spec_post(accelerator_models=[other.pk], slice_profile=profile.pk))
+    response = console.post(
+        _url("resourcespec", "add/"), _spec_post(accelerator_models=[other.pk], slice_profile=profile.pk)
+    )
     assert response.status_code == 200
     errors = response.context["adminform"].form.non_field_errors()
     assert any("A slice spec runs on one model" in error for error in errors)
@@ -236,8 +285,10 @@ def test_add_slice_spec_for_another_model_is_refused(console):
 
 def test_add_slice_spec_with_extra_models_is_refused(console):
     profile = SliceProfileFactory()
-    response = console.post(_url("resourcespec", "add/"), _spec_post(
-        accelerator_models=[profile.accelerator.pk, AcceleratorModelFactory().pk], slice_profile=profile.pk))
+    response = console.post(
+        _url("resourcespec", "add/"),
+        _spec_post(accelerator_models=[profile.accelerator.pk, AcceleratorModelFactory().pk], slice_profile=profile.pk),
+    )
     assert response.status_code == 200
     assert response.context["adminform"].form.non_field_errors()
     assert not ResourceSpec.objects.exists()
@@ -245,8 +296,10 @@ def test_add_slice_spec_with_extra_models_is_refused(console):
 
 def test_add_slice_spec_with_too_many_slices_is_refused(console):
     profile = SliceProfileFactory(max_per_device=2)
-    response = console.post(_url("resourcespec", "add/"), _spec_post(
-        accelerator_models=[profile.accelerator.pk], slice_profile=profile.pk, accelerator_count=3))
+    response = console.post(
+        _url("resourcespec", "add/"),
+        _spec_post(accelerator_models=[profile.accelerator.pk], slice_profile=profile.pk, accelerator_count=3),
+    )
     assert response.status_code == 200
     assert "accelerator_count" in response.context["adminform"].form.errors
     assert not ResourceSpec.objects.exists()
@@ -254,8 +307,12 @@ def test_add_slice_spec_with_too_many_slices_is_refused(console):
 
 def _service_post(**overrides) -> dict:
     data = {
-        "name": "Test service", "slug": "test-service", "kind": ServiceKind.COMPUTE,
-        "description": "For tests", "default_duration_hours": 24, "max_duration_hours": 168,
+        "name": "Test service",
+        "slug": "test-service",
+        "kind": ServiceKind.COMPUTE,
+        "description": "For tests",
+        "default_duration_hours": 24,
+        "max_duration_hours": 168,
         "visibility": "all",
     }
     data.update(overrides)
@@ -278,8 +335,9 @@ def test_add_compute_service_needs_specs_and_images(console):
 
 def test_add_bare_metal_service_with_profile_is_saved_and_audited(console, operator):
     profile = BareMetalProfileFactory()
-    response = console.post(_url("service", "add/"), _service_post(
-        kind=ServiceKind.BARE_METAL, bare_metal_profiles=[profile.pk]))
+    response = console.post(
+        _url("service", "add/"), _service_post(kind=ServiceKind.BARE_METAL, bare_metal_profiles=[profile.pk])
+    )
     assert response.status_code == 302, response.context["adminform"].form.errors
     service = Service.objects.get(slug="test-service")
     assert list(service.bare_metal_profiles.all()) == [profile]
@@ -287,9 +345,15 @@ def test_add_bare_metal_service_with_profile_is_saved_and_audited(console, opera
 
 
 def test_add_service_with_inverted_durations_is_refused(console):
-    response = console.post(_url("service", "add/"), _service_post(
-        kind=ServiceKind.BARE_METAL, bare_metal_profiles=[BareMetalProfileFactory().pk],
-        default_duration_hours=200, max_duration_hours=100))
+    response = console.post(
+        _url("service", "add/"),
+        _service_post(
+            kind=ServiceKind.BARE_METAL,
+            bare_metal_profiles=[BareMetalProfileFactory().pk],
+            default_duration_hours=200,
+            max_duration_hours=100,
+        ),
+    )
     assert response.status_code == 200
     assert response.context["adminform"].form.errors
     assert not Service.objects.exists()
@@ -297,8 +361,12 @@ def test_add_service_with_inverted_durations_is_refused(console):
 
 def test_change_spec_through_admin_audits_updated(console, operator):
     spec = ResourceSpecFactory()
-    data = _spec_post(name=spec.name, slug=spec.slug, cpu_cores=32,
-                      accelerator_models=[model.pk for model in spec.accelerator_models.all()])
+    data = _spec_post(
+        name=spec.name,
+        slug=spec.slug,
+        cpu_cores=32,
+        accelerator_models=[model.pk for model in spec.accelerator_models.all()],
+    )
     response = console.post(_url("resourcespec", f"{spec.pk}/change/"), data)
     assert response.status_code == 302, response.context["adminform"].form.errors
     spec.refresh_from_db()
@@ -310,10 +378,17 @@ def test_change_spec_through_admin_audits_updated(console, operator):
 
 def _accelerator_post(slices: list[dict], **overrides) -> dict:
     data = {
-        "vendor": vendor("nvidia").pk, "name": "B200 192GB", "slug": "b200-192gb", "kind": "gpu",
-        "memory_gb": 192, "interconnect": "nvswitch", "active": "on",
-        "slice_profiles-TOTAL_FORMS": len(slices), "slice_profiles-INITIAL_FORMS": 0,
-        "slice_profiles-MIN_NUM_FORMS": 0, "slice_profiles-MAX_NUM_FORMS": 1000,
+        "vendor": vendor("nvidia").pk,
+        "name": "B200 192GB",
+        "slug": "b200-192gb",
+        "kind": "gpu",
+        "memory_gb": 192,
+        "interconnect": "nvswitch",
+        "active": "on",
+        "slice_profiles-TOTAL_FORMS": len(slices),
+        "slice_profiles-INITIAL_FORMS": 0,
+        "slice_profiles-MIN_NUM_FORMS": 0,
+        "slice_profiles-MAX_NUM_FORMS": 1000,
     }
     for index, fields in enumerate(slices):
         data.update({f"slice_profiles-{index}-{key}": value for key, value in fields.items()})
@@ -327,8 +402,7 @@ def _inline_errors(response) -> set[str]:
 
 
 def test_add_accelerator_with_slice_profiles_inline(console, operator):
-    slices = [{"name": "1g.23gb", "kind": "mig", "compute_fraction": "0.1429", "memory_gb": 23,
-               "max_per_device": 7}]
+    slices = [{"name": "1g.23gb", "kind": "mig", "compute_fraction": "0.1429", "memory_gb": 23, "max_per_device": 7}]
     response = console.post(_url("acceleratormodel", "add/"), _accelerator_post(slices))
     assert response.status_code == 302, response.context["adminform"].form.errors
     model = AcceleratorModel.objects.get(slug="b200-192gb")
@@ -337,8 +411,7 @@ def test_add_accelerator_with_slice_profiles_inline(console, operator):
 
 
 def test_add_accelerator_with_oversized_slice_is_refused(console):
-    slices = [{"name": "too-big", "kind": "share", "compute_fraction": "0.5", "memory_gb": 256,
-               "max_per_device": 2}]
+    slices = [{"name": "too-big", "kind": "share", "compute_fraction": "0.5", "memory_gb": 256, "max_per_device": 2}]
     response = console.post(_url("acceleratormodel", "add/"), _accelerator_post(slices))
     assert response.status_code == 200
     assert "memory_gb" in _inline_errors(response)
@@ -349,9 +422,11 @@ def test_add_accelerator_with_oversized_slice_is_refused(console):
 def test_change_accelerator_with_oversized_slice_is_refused(console):
     model = AcceleratorModelFactory(memory_gb=40)
     data = _accelerator_post(
-        [{"name": "too-big", "kind": "share", "compute_fraction": "0.5", "memory_gb": 41,
-          "max_per_device": 2}],
-        name=model.name, slug=model.slug, memory_gb=40)
+        [{"name": "too-big", "kind": "share", "compute_fraction": "0.5", "memory_gb": 41, "max_per_device": 2}],
+        name=model.name,
+        slug=model.slug,
+        memory_gb=40,
+    )
     response = console.post(_url("acceleratormodel", f"{model.pk}/change/"), data)
     assert response.status_code == 200
     assert "memory_gb" in _inline_errors(response)
@@ -363,15 +438,27 @@ def test_inline_slice_profiles_are_saved_through_the_audited_service(client, dja
     admin_user = django_user_model.objects.create_superuser("root-inline", "root@example.com", "pw-inline-123")
     client.force_login(admin_user)
     accelerator = factories.AcceleratorModelFactory()
-    response = client.post(f"/admin/catalog/acceleratormodel/{accelerator.pk}/change/", {
-        "vendor": accelerator.vendor_id, "name": accelerator.name, "slug": accelerator.slug, "kind": "gpu",
-        "memory_gb": 80, "interconnect": "nvlink", "active": "on",
-        "slice_profiles-TOTAL_FORMS": "1", "slice_profiles-INITIAL_FORMS": "0",
-        "slice_profiles-MIN_NUM_FORMS": "0", "slice_profiles-MAX_NUM_FORMS": "1000",
-        "slice_profiles-0-name": "2g.20gb", "slice_profiles-0-kind": "mig",
-        "slice_profiles-0-compute_fraction": "0.2857",
-        "slice_profiles-0-memory_gb": "20", "slice_profiles-0-max_per_device": "3",
-    })
+    response = client.post(
+        f"/admin/catalog/acceleratormodel/{accelerator.pk}/change/",
+        {
+            "vendor": accelerator.vendor_id,
+            "name": accelerator.name,
+            "slug": accelerator.slug,
+            "kind": "gpu",
+            "memory_gb": 80,
+            "interconnect": "nvlink",
+            "active": "on",
+            "slice_profiles-TOTAL_FORMS": "1",
+            "slice_profiles-INITIAL_FORMS": "0",
+            "slice_profiles-MIN_NUM_FORMS": "0",
+            "slice_profiles-MAX_NUM_FORMS": "1000",
+            "slice_profiles-0-name": "2g.20gb",
+            "slice_profiles-0-kind": "mig",
+            "slice_profiles-0-compute_fraction": "0.2857",
+            "slice_profiles-0-memory_gb": "20",
+            "slice_profiles-0-max_per_device": "3",
+        },
+    )
     assert response.status_code == 302
     assert accelerator.slice_profiles.filter(name="2g.20gb").exists()
     assert AuditEvent.objects.filter(action="sliceprofile.created").count() == 1
@@ -380,34 +467,51 @@ def test_inline_slice_profiles_are_saved_through_the_audited_service(client, dja
 def test_operator_declares_a_parameter_schema_and_it_is_saved_and_audited(console):
     service = ServiceFactory()
     schema = [{"name": "batch_size", "type": "int", "min": 1, "max": 65536, "label": "Global batch size"}]
-    response = console.post(_url("service", f"{service.pk}/change/"), _service_post(
-        name=service.name, slug=service.slug, specs=[spec.pk for spec in service.specs.all()],
-        images=[ImageFactory().pk], parameter_schema=json.dumps(schema)))
+    response = console.post(
+        _url("service", f"{service.pk}/change/"),
+        _service_post(
+            name=service.name,
+            slug=service.slug,
+            specs=[spec.pk for spec in service.specs.all()],
+            images=[ImageFactory().pk],
+            parameter_schema=json.dumps(schema),
+        ),
+    )
     assert response.status_code == 302, response.context["adminform"].form.errors
     service.refresh_from_db()
     assert service.parameter_schema == schema
     assert "parameter_schema" in audit_events_for(target=service).get(action="service.updated").data["fields"]
 
 
-@pytest.mark.parametrize(("schema", "sentence"), [
-    ({"batch": "int"}, "must be a list"),
-    ([{"name": "Batch", "type": "int"}], "name must be lower-case"),
-    ([{"name": "batch", "type": "integer"}], "type must be one of"),
-    ([{"name": "batch", "type": "int", "min": 10, "max": 1}], "min is above max"),
-    ([{"name": "batch", "type": "int", "max": 1e300}], "within ±2^53"),
-    ([{"name": "batch", "type": "int", "max": 8, "default": 9}], "the default is not valid"),
-    ([{"name": "size", "type": "string", "max_length": 10**6}], "max_length must be"),
-    ([{"name": "env", "type": "enum", "choices": []}], "choices must be"),
-    ([{"name": "priority", "type": "string"}], "a field of every order"),
-    ([{"name": "a", "type": "bool"}, {"name": "a", "type": "bool"}], "declared twice"),
-    ([{"name": "a", "type": "bool", "pattern": ".*"}], "unknown key 'pattern'"),
-])
+@pytest.mark.parametrize(
+    ("schema", "sentence"),
+    [
+        ({"batch": "int"}, "must be a list"),
+        ([{"name": "Batch", "type": "int"}], "name must be lower-case"),
+        ([{"name": "batch", "type": "integer"}], "type must be one of"),
+        ([{"name": "batch", "type": "int", "min": 10, "max": 1}], "min is above max"),
+        ([{"name": "batch", "type": "int", "max": 1e300}], "within ±2^53"),
+        ([{"name": "batch", "type": "int", "max": 8, "default": 9}], "the default is not valid"),
+        ([{"name": "size", "type": "string", "max_length": 10**6}], "max_length must be"),
+        ([{"name": "env", "type": "enum", "choices": []}], "choices must be"),
+        ([{"name": "priority", "type": "string"}], "a field of every order"),
+        ([{"name": "a", "type": "bool"}, {"name": "a", "type": "bool"}], "declared twice"),
+        ([{"name": "a", "type": "bool", "pattern": ".*"}], "unknown key 'pattern'"),
+    ],
+)
 def test_a_parameter_schema_that_cannot_be_used_is_refused_with_the_reason(console, schema, sentence):
     service = ServiceFactory()
     before = service.parameter_schema
-    response = console.post(_url("service", f"{service.pk}/change/"), _service_post(
-        name=service.name, slug=service.slug, specs=[spec.pk for spec in service.specs.all()],
-        images=[ImageFactory().pk], parameter_schema=json.dumps(schema)))
+    response = console.post(
+        _url("service", f"{service.pk}/change/"),
+        _service_post(
+            name=service.name,
+            slug=service.slug,
+            specs=[spec.pk for spec in service.specs.all()],
+            images=[ImageFactory().pk],
+            parameter_schema=json.dumps(schema),
+        ),
+    )
     assert response.status_code == 200
     assert sentence in " ".join(response.context["adminform"].form.errors["parameter_schema"])
     service.refresh_from_db()

@@ -77,11 +77,16 @@ def _deprecated_spec(**fields):
 VISIBILITY_CASES = [
     pytest.param("specs", ResourceSpecFactory, _deprecated_spec, id="deprecated-spec"),
     pytest.param("images", ImageFactory, lambda: ImageFactory(approved=False), id="unapproved-image"),
-    pytest.param("serving-models", ServingModelFactory, lambda: ServingModelFactory(approved=False),
-                 id="withdrawn-model"),
+    pytest.param(
+        "serving-models", ServingModelFactory, lambda: ServingModelFactory(approved=False), id="withdrawn-model"
+    ),
     pytest.param("services", ServiceFactory, lambda: ServiceFactory(active=False), id="closed-service"),
-    pytest.param("bare-metal-profiles", BareMetalProfileFactory,
-                 lambda: BareMetalProfileFactory(active=False), id="inactive-profile"),
+    pytest.param(
+        "bare-metal-profiles",
+        BareMetalProfileFactory,
+        lambda: BareMetalProfileFactory(active=False),
+        id="inactive-profile",
+    ),
 ]
 
 
@@ -179,8 +184,7 @@ def test_service_detail_omits_unapproved_images_and_models_for_developers(api_as
 
 def test_spec_row_carries_quota_quantities(api_as, roles):
     profile = SliceProfileFactory(memory_gb=10, max_per_device=7)
-    spec = ResourceSpecFactory(slice_profile=profile, accelerator_count=2,
-                               accelerator_models=[profile.accelerator])
+    spec = ResourceSpecFactory(slice_profile=profile, accelerator_count=2, accelerator_models=[profile.accelerator])
     row = _get(api_as(roles.developer), f"{BASE}/specs/{spec.pk}/")
     assert row["gpu_equivalents"] == "0.2858"
     assert row["accelerator_memory_gb"] == 20
@@ -195,8 +199,7 @@ def test_spec_row_carries_quota_quantities(api_as, roles):
 def mixed_specs():
     nvidia = AcceleratorModelFactory(vendor=vendor("nvidia"), slug="h100-test")
     amd = AcceleratorModelFactory(vendor=vendor("amd"), slug="mi300x-test")
-    ascend = AcceleratorModelFactory(vendor=vendor("huawei-ascend"), slug="910b-test",
-                                     kind=AcceleratorKind.NPU)
+    ascend = AcceleratorModelFactory(vendor=vendor("huawei-ascend"), slug="910b-test", kind=AcceleratorKind.NPU)
     profile = SliceProfileFactory(accelerator=nvidia)
     return {
         "whole": ResourceSpecFactory(name="nvidia whole", accelerator_models=[nvidia]),
@@ -246,8 +249,7 @@ def test_spec_vendor_filter_lists_a_multi_model_spec_once(api_as, roles):
 def test_image_filters(api_as, roles, query, expected):
     ImageFactory(name="cuda-image", runtime=Runtime.CUDA, compatible_vendors=[vendor("nvidia")])
     ImageFactory(name="rocm-image", runtime=Runtime.ROCM, compatible_vendors=[vendor("amd")])
-    ImageFactory(name="multi-image", runtime=Runtime.CUDA,
-                 compatible_vendors=[vendor("nvidia"), vendor("amd")])
+    ImageFactory(name="multi-image", runtime=Runtime.CUDA, compatible_vendors=[vendor("nvidia"), vendor("amd")])
     assert _names(api_as(roles.developer), f"{BASE}/images/?{query}") == expected
 
 
@@ -291,21 +293,25 @@ def test_service_vendor_filter_respects_visibility(api_as, roles):
     assert _names(api_as(roles.developer), f"{BASE}/services/?vendor=nvidia") == set()
 
 
-@pytest.mark.parametrize(("query", "expected"), [("vendor=amd", {"amd server"}),
-                                                 ("vendor=nvidia", {"nvidia server"})])
+@pytest.mark.parametrize(("query", "expected"), [("vendor=amd", {"amd server"}), ("vendor=nvidia", {"nvidia server"})])
 def test_bare_metal_profile_filters(api_as, roles, query, expected):
     nvidia = AcceleratorModelFactory(vendor=vendor("nvidia"))
     BareMetalProfileFactory(name="nvidia server", accelerator_model=nvidia)
     amd = AcceleratorModelFactory(vendor=vendor("amd"))
-    BareMetalProfileFactory(name="amd server", accelerator_model=amd,
-                            os_image=ImageFactory(compatible_vendors=[vendor("amd")]))
+    BareMetalProfileFactory(
+        name="amd server", accelerator_model=amd, os_image=ImageFactory(compatible_vendors=[vendor("amd")])
+    )
     assert _names(api_as(roles.developer), f"{BASE}/bare-metal-profiles/?{query}") == expected
 
 
 @pytest.mark.parametrize(
     ("endpoint", "query", "field"),
-    [("specs", "kind=bogus", "kind"), ("services", "kind=bogus", "kind"),
-     ("images", "runtime=bogus", "runtime"), ("bare-metal-profiles", "kind=tpu", "kind")],
+    [
+        ("specs", "kind=bogus", "kind"),
+        ("services", "kind=bogus", "kind"),
+        ("images", "runtime=bogus", "runtime"),
+        ("bare-metal-profiles", "kind=tpu", "kind"),
+    ],
 )
 def test_invalid_filter_choice_is_a_400_validation_error(api_as, roles, endpoint, query, field):
     response = api_as(roles.developer).get(f"{BASE}/{endpoint}/?{query}")
@@ -356,14 +362,16 @@ def test_catalog_is_read_only(api_as, roles):
 
 def _rich_spec():
     slice_profile = SliceProfileFactory()
-    return ResourceSpecFactory(accelerator_models=[slice_profile.accelerator, AcceleratorModelFactory()],
-                               slice_profile=slice_profile, accelerator_count=1)
+    return ResourceSpecFactory(
+        accelerator_models=[slice_profile.accelerator, AcceleratorModelFactory()],
+        slice_profile=slice_profile,
+        accelerator_count=1,
+    )
 
 
 def _rich_service():
     specs = [_rich_spec(), ResourceSpecFactory(), _deprecated_spec()]
-    images = [ImageFactory(compatible_vendors=[vendor("nvidia"), vendor("amd")]),
-              ImageFactory(approved=False)]
+    images = [ImageFactory(compatible_vendors=[vendor("nvidia"), vendor("amd")]), ImageFactory(approved=False)]
     service = ServiceFactory(specs=specs, images=images)
     service.bare_metal_profiles.set([BareMetalProfileFactory()])
     templates = [ServingTemplateFactory(), ServingTemplateFactory()]

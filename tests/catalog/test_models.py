@@ -51,8 +51,7 @@ def test_deprecated_spec_needs_a_deprecation_time():
 
 
 def test_active_spec_cannot_carry_a_deprecation_time():
-    message = _violates_constraint(ResourceSpecFactory, status=SpecStatus.ACTIVE,
-                                   deprecated_at=timezone.now())
+    message = _violates_constraint(ResourceSpecFactory, status=SpecStatus.ACTIVE, deprecated_at=timezone.now())
     assert "spec_deprecated_at_matches_status" in message
 
 
@@ -158,8 +157,7 @@ def test_gpu_equivalents_of_whole_cards_is_the_count():
 
 def test_gpu_equivalents_of_slices_is_fraction_times_count():
     profile = SliceProfileFactory(compute_fraction=Decimal("0.1429"), max_per_device=7)
-    spec = ResourceSpecFactory(slice_profile=profile, accelerator_count=3,
-                               accelerator_models=[profile.accelerator])
+    spec = ResourceSpecFactory(slice_profile=profile, accelerator_count=3, accelerator_models=[profile.accelerator])
     assert spec.gpu_equivalents == Decimal("0.4287")
 
 
@@ -171,8 +169,7 @@ def test_accelerator_memory_uses_smallest_compatible_card():
 
 def test_accelerator_memory_of_slices_is_slice_memory_times_count():
     profile = SliceProfileFactory(memory_gb=10, max_per_device=7)
-    spec = ResourceSpecFactory(slice_profile=profile, accelerator_count=3,
-                               accelerator_models=[profile.accelerator])
+    spec = ResourceSpecFactory(slice_profile=profile, accelerator_count=3, accelerator_models=[profile.accelerator])
     assert spec.accelerator_memory_gb == 30
 
 
@@ -191,6 +188,5 @@ def test_standard_vendors_exist_after_migrations():
 
 
 def test_accelerator_str_names_the_vendor():
-    model = AcceleratorModelFactory(vendor=vendor("huawei-ascend"), name="Ascend 910B",
-                                    kind=AcceleratorKind.NPU)
+    model = AcceleratorModelFactory(vendor=vendor("huawei-ascend"), name="Ascend 910B", kind=AcceleratorKind.NPU)
     assert str(AcceleratorModel.objects.get(pk=model.pk)) == "Huawei Ascend Ascend 910B"

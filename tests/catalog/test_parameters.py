@@ -32,31 +32,48 @@ def refusal(parameters, schema=SCHEMA) -> ParameterInvalid:
 
 
 def test_valid_parameters_come_back_cleaned_with_defaults_and_as_jsonb_reads_them():
-    cleaned = parameters_clean(SCHEMA, {"batch_size": 512.0, "learning_rate": 0.001, "scale": 1e16,
-                                        "note": "ok", "team": "vision"})
-    assert cleaned == {"batch_size": 512, "learning_rate": 0.001, "scale": 10**16, "note": "ok", "jupyter": True,
-                       "environment": "development", "team": "vision"}
+    cleaned = parameters_clean(
+        SCHEMA, {"batch_size": 512.0, "learning_rate": 0.001, "scale": 1e16, "note": "ok", "team": "vision"}
+    )
+    assert cleaned == {
+        "batch_size": 512,
+        "learning_rate": 0.001,
+        "scale": 10**16,
+        "note": "ok",
+        "jupyter": True,
+        "environment": "development",
+        "team": "vision",
+    }
     assert type(cleaned["batch_size"]) is int and type(cleaned["scale"]) is int
     assert json.loads(json.dumps(cleaned)) == cleaned
 
 
-@pytest.mark.parametrize(("parameters", "code", "details"), [
-    ({"batch_size": 1e16}, "parameter_invalid", {"parameter": "batch_size", "rule": "max", "maximum": 65536}),
-    ({"batch_size": 0}, "parameter_invalid", {"parameter": "batch_size", "rule": "min", "minimum": 1}),
-    ({"batch_size": 2.5}, "parameter_invalid", {"parameter": "batch_size", "rule": "type"}),
-    ({"batch_size": "512"}, "parameter_invalid", {"parameter": "batch_size", "rule": "type"}),
-    ({"batch_size": True}, "parameter_invalid", {"parameter": "batch_size", "rule": "type"}),
-    ({"batch_size": 10**5000}, "parameter_invalid", {"parameter": "batch_size", "rule": "max", "maximum": 65536}),
-    ({"learning_rate": float("nan")}, "parameter_invalid", {"parameter": "learning_rate", "rule": "type"}),
-    ({"scale": float("inf")}, "parameter_invalid", {"parameter": "scale", "rule": "type"}),
-    ({"note": "x" * 200_000}, "parameter_invalid", {"parameter": "note", "rule": "max_length", "maximum": 20,
-                                                    "given": 200_000}),
-    ({"note": "a\x00b"}, "parameter_invalid", {"parameter": "note", "rule": "characters"}),
-    ({"jupyter": "yes"}, "parameter_invalid", {"parameter": "jupyter", "rule": "type"}),
-    ({"environment": "staging"}, "parameter_invalid", {"parameter": "environment", "rule": "type",
-                                                       "choices": ["development", "production"]}),
-    ({}, "parameter_invalid", {"parameter": "team", "rule": "required"}),
-])
+@pytest.mark.parametrize(
+    ("parameters", "code", "details"),
+    [
+        ({"batch_size": 1e16}, "parameter_invalid", {"parameter": "batch_size", "rule": "max", "maximum": 65536}),
+        ({"batch_size": 0}, "parameter_invalid", {"parameter": "batch_size", "rule": "min", "minimum": 1}),
+        ({"batch_size": 2.5}, "parameter_invalid", {"parameter": "batch_size", "rule": "type"}),
+        ({"batch_size": "512"}, "parameter_invalid", {"parameter": "batch_size", "rule": "type"}),
+        ({"batch_size": True}, "parameter_invalid", {"parameter": "batch_size", "rule": "type"}),
+        ({"batch_size": 10**5000}, "parameter_invalid", {"parameter": "batch_size", "rule": "max", "maximum": 65536}),
+        ({"learning_rate": float("nan")}, "parameter_invalid", {"parameter": "learning_rate", "rule": "type"}),
+        ({"scale": float("inf")}, "parameter_invalid", {"parameter": "scale", "rule": "type"}),
+        (
+            {"note": "x" * 200_000},
+            "parameter_invalid",
+            {"parameter": "note", "rule": "max_length", "maximum": 20, "given": 200_000},
+        ),
+        ({"note": "a\x00b"}, "parameter_invalid", {"parameter": "note", "rule": "characters"}),
+        ({"jupyter": "yes"}, "parameter_invalid", {"parameter": "jupyter", "rule": "type"}),
+        (
+            {"environment": "staging"},
+            "parameter_invalid",
+            {"parameter": "environment", "rule": "type", "choices": ["development", "production"]},
+        ),
+        ({}, "parameter_invalid", {"parameter": "team", "rule": "required"}),
+    ],
+)
 def test_each_rule_is_refused_naming_the_key_and_the_rule(parameters, code, details):
     refused = refusal({"team": "vision", **parameters} if parameters else parameters)
     assert refused.code == code
@@ -66,8 +83,11 @@ def test_each_rule_is_refused_naming_the_key_and_the_rule(parameters, code, deta
 
 def test_unknown_keys_are_refused_with_the_allowed_ones():
     refused = refusal({"team": "vision", "batch": 1e16})
-    assert (refused.code, refused.details["parameter"], refused.details["rule"]) == ("parameter_unknown", "batch",
-                                                                                      "unknown")
+    assert (refused.code, refused.details["parameter"], refused.details["rule"]) == (
+        "parameter_unknown",
+        "batch",
+        "unknown",
+    )
     assert refused.details["allowed"] == [entry["name"] for entry in SCHEMA]
 
 

@@ -108,9 +108,14 @@ def test_h100_has_mig_slice_profiles():
 @pytest.mark.usefixtures("seeded")
 @pytest.mark.parametrize(
     ("name_part", "vendor", "kind"),
-    [("H100", "nvidia", AcceleratorKind.GPU), ("A100", "nvidia", AcceleratorKind.GPU),
-     ("L40S", "nvidia", AcceleratorKind.GPU), ("T4", "nvidia", AcceleratorKind.GPU),
-     ("MI300X", "amd", AcceleratorKind.GPU), ("Ascend 910B", "huawei-ascend", AcceleratorKind.NPU)],
+    [
+        ("H100", "nvidia", AcceleratorKind.GPU),
+        ("A100", "nvidia", AcceleratorKind.GPU),
+        ("L40S", "nvidia", AcceleratorKind.GPU),
+        ("T4", "nvidia", AcceleratorKind.GPU),
+        ("MI300X", "amd", AcceleratorKind.GPU),
+        ("Ascend 910B", "huawei-ascend", AcceleratorKind.NPU),
+    ],
 )
 def test_heterogeneous_accelerators(name_part, vendor, kind):
     model = AcceleratorModel.objects.get(name__contains=name_part)
@@ -190,8 +195,11 @@ def test_restricted_services_follow_tenant_membership():
 
 
 def _row_counts() -> dict[str, int]:
-    models = [*apps.get_app_config("catalog").get_models(), *apps.get_app_config("tenancy").get_models(),
-              UserObjectPermission]
+    models = [
+        *apps.get_app_config("catalog").get_models(),
+        *apps.get_app_config("tenancy").get_models(),
+        UserObjectPermission,
+    ]
     counts = {model._meta.label: model.objects.count() for model in models}
     for model in apps.get_app_config("catalog").get_models():
         for field in model._meta.many_to_many:
@@ -210,11 +218,14 @@ def test_running_twice_changes_no_row_counts():
 
 @pytest.mark.usefixtures("seeded")
 def test_running_twice_keeps_the_deprecated_spec_deprecated():
-    deprecated_before = dict(ResourceSpec.objects.filter(status=SpecStatus.DEPRECATED)
-                             .values_list("slug", "deprecated_at"))
+    deprecated_before = dict(
+        ResourceSpec.objects.filter(status=SpecStatus.DEPRECATED).values_list("slug", "deprecated_at")
+    )
     call_command("seed_demo")
-    assert dict(ResourceSpec.objects.filter(status=SpecStatus.DEPRECATED)
-                .values_list("slug", "deprecated_at")) == deprecated_before
+    assert (
+        dict(ResourceSpec.objects.filter(status=SpecStatus.DEPRECATED).values_list("slug", "deprecated_at"))
+        == deprecated_before
+    )
 
 
 # --- parameters and durations (issue 12 items 4 and 10) ---------------------------------------------------------

@@ -111,14 +111,14 @@ def test_deprecate_without_actor_records_no_actor():
 
 # factory, availability field, target availability, expected audit action
 AVAILABILITY_CASES = [
-    pytest.param(lambda: ImageFactory(approved=False), "approved", True, "image.approved",
-                 id="approve-image"),
-    pytest.param(lambda: ImageFactory(approved=True), "approved", False, "image.withdrawn",
-                 id="withdraw-image"),
-    pytest.param(lambda: ServingModelFactory(approved=False), "approved", True, "servingmodel.approved",
-                 id="approve-model"),
-    pytest.param(lambda: ServingModelFactory(approved=True), "approved", False, "servingmodel.withdrawn",
-                 id="withdraw-model"),
+    pytest.param(lambda: ImageFactory(approved=False), "approved", True, "image.approved", id="approve-image"),
+    pytest.param(lambda: ImageFactory(approved=True), "approved", False, "image.withdrawn", id="withdraw-image"),
+    pytest.param(
+        lambda: ServingModelFactory(approved=False), "approved", True, "servingmodel.approved", id="approve-model"
+    ),
+    pytest.param(
+        lambda: ServingModelFactory(approved=True), "approved", False, "servingmodel.withdrawn", id="withdraw-model"
+    ),
     pytest.param(lambda: ServiceFactory(active=False), "active", True, "service.opened", id="open-service"),
     pytest.param(lambda: ServiceFactory(active=True), "active", False, "service.closed", id="close-service"),
 ]
@@ -137,8 +137,12 @@ def test_set_available_changes_the_flag_and_audits(actor, make, field, available
 
 @pytest.mark.parametrize(
     ("make", "available"),
-    [(lambda: ImageFactory(approved=True), True), (lambda: ServingModelFactory(approved=False), False),
-     (lambda: ServiceFactory(active=True), True), (lambda: ServiceFactory(active=False), False)],
+    [
+        (lambda: ImageFactory(approved=True), True),
+        (lambda: ServingModelFactory(approved=False), False),
+        (lambda: ServiceFactory(active=True), True),
+        (lambda: ServiceFactory(active=False), False),
+    ],
 )
 def test_set_available_is_a_no_op_when_already_so(actor, make, available):
     entry = make()
@@ -163,13 +167,18 @@ def test_set_available_needs_a_reason(actor, model):
 
 
 def test_save_new_entry_audits_created(actor):
-    entry = AcceleratorModel(vendor=factories.vendor("amd"), name="MI250X", slug="mi250x", kind="gpu",
-                             memory_gb=128, interconnect="infinity_fabric")
+    entry = AcceleratorModel(
+        vendor=factories.vendor("amd"),
+        name="MI250X",
+        slug="mi250x",
+        kind="gpu",
+        memory_gb=128,
+        interconnect="infinity_fabric",
+    )
     catalog_entry_save(entry=entry, changed_fields=["slug", "name"], actor=actor)
     assert entry.pk is not None
     event = audit_events_for(target=entry).get()
-    assert (event.action, event.actor, event.data) == ("acceleratormodel.created", actor,
-                                                        {"fields": ["name", "slug"]})
+    assert (event.action, event.actor, event.data) == ("acceleratormodel.created", actor, {"fields": ["name", "slug"]})
 
 
 def test_save_existing_entry_audits_updated(actor):
@@ -182,8 +191,14 @@ def test_save_existing_entry_audits_updated(actor):
 
 
 def test_save_validates_and_saves_nothing_when_invalid(actor):
-    entry = SliceProfile(accelerator=AcceleratorModelFactory(memory_gb=16), name="too-big", kind="share",
-                         compute_fraction="0.5", memory_gb=32, max_per_device=2)
+    entry = SliceProfile(
+        accelerator=AcceleratorModelFactory(memory_gb=16),
+        name="too-big",
+        kind="share",
+        compute_fraction="0.5",
+        memory_gb=32,
+        max_per_device=2,
+    )
     with pytest.raises(ValidationError):
         catalog_entry_save(entry=entry, changed_fields=["memory_gb"], actor=actor)
     assert not SliceProfile.objects.filter(name="too-big").exists()

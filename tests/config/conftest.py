@@ -25,8 +25,13 @@ def _app_env() -> dict:
     database = connection.settings_dict
     host, port = database["HOST"] or "127.0.0.1", database["PORT"] or 5432
     url = f"postgres://{database['USER']}@{host}:{port}/{database['NAME']}"
-    return {**os.environ, "DJANGO_SETTINGS_MODULE": "config.settings_test", "DATABASE_URL": url, "DEBUG": "0",
-            "LOG_LEVEL": "WARNING"}
+    return {
+        **os.environ,
+        "DJANGO_SETTINGS_MODULE": "config.settings_test",
+        "DATABASE_URL": url,
+        "DEBUG": "0",
+        "LOG_LEVEL": "WARNING",
+    }
 
 
 def _wait_until_up(url: str, server: subprocess.Popen, log: Path, seconds: float = 60.0) -> None:
@@ -49,9 +54,27 @@ def served_app(tmp_path):
     it are transactional (the server sees only committed rows) with serialized rollback (the migrations' data)."""
     port, log = _free_port(), tmp_path / "gunicorn.log"
     server = subprocess.Popen(
-        [sys.executable, "-m", "gunicorn", "config.wsgi", "-b", f"127.0.0.1:{port}", "-w", "2", "--threads", "4",
-         "--timeout", "60", "--log-level", "warning"],
-        cwd=REPO, env=_app_env(), stdout=log.open("w"), stderr=subprocess.STDOUT)
+        [
+            sys.executable,
+            "-m",
+            "gunicorn",
+            "config.wsgi",
+            "-b",
+            f"127.0.0.1:{port}",
+            "-w",
+            "2",
+            "--threads",
+            "4",
+            "--timeout",
+            "60",
+            "--log-level",
+            "warning",
+        ],
+        cwd=REPO,
+        env=_app_env(),
+        stdout=log.open("w"),
+        stderr=subprocess.STDOUT,
+    )
     try:
         _wait_until_up(f"http://127.0.0.1:{port}/healthz", server, log)
         yield f"http://127.0.0.1:{port}", log

@@ -17,8 +17,13 @@ def error_body_shape(ctx, response, case):
         body = json.loads(response.content)
     except ValueError:
         raise AssertionError(f"{response.status_code} body is not JSON: {response.content[:200]!r}") from None
-    if not (isinstance(body, dict) and set(body) == ERROR_KEYS and isinstance(body["code"], str)
-            and isinstance(body["message"], str)):
-        raise AssertionError(f"{response.status_code} body is not {{code, message, details}}: "
-                             f"{response.content[:300]!r}")
+    if not (
+        isinstance(body, dict)
+        and set(body) == ERROR_KEYS
+        and isinstance(body["code"], str)
+        and isinstance(body["message"], str)
+    ):
+        raise AssertionError(
+            f"{response.status_code} body is not {{code, message, details}}: {response.content[:300]!r}"
+        )
     return None

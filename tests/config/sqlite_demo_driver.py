@@ -52,16 +52,22 @@ def approve_everything() -> None:
 
 
 def report() -> dict:
-    return {"states": states(), "failures": [f"{failure.func}: {failure.result}"[:400]
-                                             for failure in Failure.objects.all()],
-            "queued_tasks": OrmQ.objects.count()}
+    return {
+        "states": states(),
+        "failures": [f"{failure.func}: {failure.result}"[:400] for failure in Failure.objects.all()],
+        "queued_tasks": OrmQ.objects.count(),
+    }
 
 
 def main() -> None:
     developer = User.objects.get(username="developer")
-    order = Order(service=Service.objects.get(slug="gpu-workspace"), project=Project.objects.get(slug="vision"),
-                  duration_hours=8, spec=ResourceSpec.objects.get(slug="t4-quarter"),
-                  image=Image.objects.filter(services__slug="gpu-workspace").first())
+    order = Order(
+        service=Service.objects.get(slug="gpu-workspace"),
+        project=Project.objects.get(slug="vision"),
+        duration_hours=8,
+        spec=ResourceSpec.objects.get(slug="t4-quarter"),
+        image=Image.objects.filter(services__slug="gpu-workspace").first(),
+    )
     MINE["pk__gt"] = ResourceRequest.objects.order_by("pk").values_list("pk", flat=True).last() or 0
     for _ in range(ORDERS):
         services.request_submit(order=order, requester=developer)

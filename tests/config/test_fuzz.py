@@ -30,8 +30,13 @@ MAX_EXAMPLES = 10  # per operation and phase, in each round
 # Each role's time budget: schemathesis repeats its fuzzing and stateful rounds until it is spent (and stops there),
 # so the five roles take about 5 x this, whatever the machine's speed.
 SECONDS_PER_ROLE = 25
-ROLES = {"anonymous": None, "developer": "developer", "other_tenant_developer": "developer2",
-         "approver": "approver", "operator": "operator"}
+ROLES = {
+    "anonymous": None,
+    "developer": "developer",
+    "other_tenant_developer": "developer2",
+    "approver": "approver",
+    "operator": "operator",
+}
 
 
 @pytest.fixture
@@ -44,25 +49,47 @@ def tokens():
 
 def _fuzz(schema: Path, base_url: str, token: str | None, report: Path) -> subprocess.CompletedProcess:
     command = [
-        str(SCHEMATHESIS), "run", str(schema), "--url", base_url,
-        "--phases", "examples,coverage,fuzzing,stateful",
-        "--checks", "not_a_server_error,error_body_shape",
-        "--max-examples", str(MAX_EXAMPLES), "--max-time", str(SECONDS_PER_ROLE),
-        "--seed", str(SEED), "--generation-database", "none", "--no-shrink",
-        "--continue-on-failure", "--request-timeout", "30", "--workers", "1",
-        "--no-color", "--report", "junit", "--report-junit-path", str(report),
+        str(SCHEMATHESIS),
+        "run",
+        str(schema),
+        "--url",
+        base_url,
+        "--phases",
+        "examples,coverage,fuzzing,stateful",
+        "--checks",
+        "not_a_server_error,error_body_shape",
+        "--max-examples",
+        str(MAX_EXAMPLES),
+        "--max-time",
+        str(SECONDS_PER_ROLE),
+        "--seed",
+        str(SEED),
+        "--generation-database",
+        "none",
+        "--no-shrink",
+        "--continue-on-failure",
+        "--request-timeout",
+        "30",
+        "--workers",
+        "1",
+        "--no-color",
+        "--report",
+        "junit",
+        "--report-junit-path",
+        str(report),
     ]
     if token:
         command += ["--header", f"Authorization: Token {token}"]
     env = {**os.environ, "SCHEMATHESIS_HOOKS": str(CHECKS)}
-    return subprocess.run(command, cwd=report.parent, env=env, capture_output=True, text=True,
-                          timeout=SECONDS_PER_ROLE * 4)
+    return subprocess.run(
+        command, cwd=report.parent, env=env, capture_output=True, text=True, timeout=SECONDS_PER_ROLE * 4
+    )
 
 
 def _failures_section(output: str) -> str:
     """What schemathesis found (each failure with its curl reproduction), without the run's progress and warnings."""
     start, summary = output.find(" FAILURES "), output.rfind(" SUMMARY ")
-    found = output[start:output.find(" WARNINGS ", start)] if start >= 0 else output
+    found = output[start : output.find(" WARNINGS ", start)] if start >= 0 else output
     return found[:8000] + (output[summary:] if summary >= 0 else "")
 
 
@@ -79,4 +106,5 @@ def test_no_operation_answers_5xx_or_an_unshaped_error_for_any_role(served_app, 
             failures[role] = _failures_section(result.stdout) + result.stderr[-2000:]
 
     assert not failures, "\n\n".join(f"===== {role} =====\n{output}" for role, output in failures.items()) + (
-        f"\n\n===== server log =====\n{server_log.read_text()[-4000:]}")
+        f"\n\n===== server log =====\n{server_log.read_text()[-4000:]}"
+    )

@@ -55,15 +55,21 @@ def test_exception_handler_turns_domain_error_into_its_status_and_body():
 
     assert isinstance(response, Response)
     assert response.status_code == 422
-    assert response.data == {"code": "quota_exhausted", "message": "Over quota.",
-                             "details": {"gpus": {"limit": "4", "asked": "8"}}}
+    assert response.data == {
+        "code": "quota_exhausted",
+        "message": "Over quota.",
+        "details": {"gpus": {"limit": "4", "asked": "8"}},
+    }
 
 
-@pytest.mark.parametrize(("error", "status", "code"), [
-    (Conflict("Already taken."), 409, "conflict"),
-    (NotPermitted("Not yours."), 403, "permission_denied"),
-    (DomainError("Bad."), 422, "invalid_request"),
-])
+@pytest.mark.parametrize(
+    ("error", "status", "code"),
+    [
+        (Conflict("Already taken."), 409, "conflict"),
+        (NotPermitted("Not yours."), 403, "permission_denied"),
+        (DomainError("Bad."), 422, "invalid_request"),
+    ],
+)
 def test_exception_handler_uses_each_domain_error_class_default(error, status, code):
     response = exception_handler(error, {})
 

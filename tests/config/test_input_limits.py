@@ -59,8 +59,11 @@ def test_django_refusing_a_body_as_too_big_is_a_413_in_the_error_shape(settings)
     response = exception_handler(RequestDataTooBig("Request body exceeded settings.DATA_UPLOAD_MAX_MEMORY_SIZE."), {})
 
     assert response.status_code == 413
-    assert response.data == {"code": "request_too_large", "message": "The request body may be at most 2048 bytes.",
-                             "details": {"limit_bytes": 2048}}
+    assert response.data == {
+        "code": "request_too_large",
+        "message": "The request body may be at most 2048 bytes.",
+        "details": {"limit_bytes": 2048},
+    }
 
 
 def test_django_refusing_a_request_as_suspicious_is_a_400_in_the_error_shape():
@@ -72,7 +75,7 @@ def test_django_refusing_a_request_as_suspicious_is_a_400_in_the_error_shape():
 
 
 def test_json_nested_deeper_than_the_interpreter_can_decode_is_a_400(api_as, agent):
-    deep = '{"events": ' + '[' * 5000 + ']' * 5000 + '}'
+    deep = '{"events": ' + "[" * 5000 + "]" * 5000 + "}"
 
     response = api_as(agent).post(HEALTH_URL, deep, content_type="application/json")
 
@@ -88,10 +91,13 @@ def test_json_nested_deeper_than_the_limit_is_a_400_naming_where(api_as, agent, 
     assert body["details"] == {"max_depth": 4, "path": "events.0.value.a"}
 
 
-@pytest.mark.parametrize("document", [
-    {"events": [{"node": "n1\x00", "signal": "temperature", "value": 95}]},
-    {"events": [{"node\x00": "n1", "signal": "temperature", "value": 95}]},
-])
+@pytest.mark.parametrize(
+    "document",
+    [
+        {"events": [{"node": "n1\x00", "signal": "temperature", "value": 95}]},
+        {"events": [{"node\x00": "n1", "signal": "temperature", "value": 95}]},
+    ],
+)
 def test_a_nul_character_in_a_json_string_or_key_is_a_400(api_as, agent, document):
     response = api_as(agent).post(HEALTH_URL, document)
 
@@ -125,8 +131,13 @@ def test_an_id_beyond_bigint_in_a_body_is_a_400(api_as, roles):
 
 @pytest.mark.parametrize("project", ["3.93e+37", "1130530173853342105600", "1.5", "0"])
 def test_an_id_filter_that_can_name_no_project_is_a_400(api_as, roles, project):
-    for url in ("/api/v1/queue/", "/api/v1/requests/", "/api/v1/quota-change-requests/", "/api/v1/usage/",
-                "/api/v1/usage/budgets/"):
+    for url in (
+        "/api/v1/queue/",
+        "/api/v1/requests/",
+        "/api/v1/quota-change-requests/",
+        "/api/v1/usage/",
+        "/api/v1/usage/budgets/",
+    ):
         response = api_as(roles.developer).get(url, {"project": project, "page_size": 18714156})
 
         body = _error(response, 400, "validation_error")
@@ -148,10 +159,14 @@ def test_a_10_mb_health_body_is_a_413_and_the_keep_alive_connection_still_serves
         connections.append(response.extensions["network_stream"].get_extra_info("client_addr"))
 
     headers = {"Authorization": f"Token {factories.token_for(agent)}"}
-    with httpx.Client(base_url=base_url, timeout=60, headers=headers,
-                      event_hooks={"response": [note_connection]}) as client:
-        too_big = client.post(HEALTH_URL, content=b"# HELP x\n" * (10 * 1024 * 1024 // 9),
-                              headers={"Content-Type": "text/plain; version=0.0.4"})
+    with httpx.Client(
+        base_url=base_url, timeout=60, headers=headers, event_hooks={"response": [note_connection]}
+    ) as client:
+        too_big = client.post(
+            HEALTH_URL,
+            content=b"# HELP x\n" * (10 * 1024 * 1024 // 9),
+            headers={"Content-Type": "text/plain; version=0.0.4"},
+        )
         follow_up = client.get("/api/v1/catalog/services/")
 
     _error(too_big, 413, "request_too_large")

@@ -6,9 +6,16 @@ from django_q.models import Schedule
 
 pytestmark = pytest.mark.django_db
 
-TASKS = {"scheduling.tasks.run_cycle", "scheduling.tasks.reclaim_allocations", "provisioning.tasks.resume_due_steps",
-         "provisioning.tasks.check_replicas", "requests.tasks.remind_pending_approvals",
-         "metering.tasks.collect_telemetry", "metering.tasks.refresh_usage", "metering.tasks.refresh_telemetry"}
+TASKS = {
+    "scheduling.tasks.run_cycle",
+    "scheduling.tasks.reclaim_allocations",
+    "provisioning.tasks.resume_due_steps",
+    "provisioning.tasks.check_replicas",
+    "requests.tasks.remind_pending_approvals",
+    "metering.tasks.collect_telemetry",
+    "metering.tasks.refresh_usage",
+    "metering.tasks.refresh_telemetry",
+}
 
 
 def test_each_periodic_task_has_one_repeating_schedule():

@@ -15,13 +15,19 @@ DRIVER = "from tests.config.sqlite_demo_driver import main; main()"
 
 def demo_env(database: Path) -> dict:
     env = {key: value for key, value in os.environ.items() if key not in ("REDIS_URL", "DATABASE_URL")}
-    return {**env, "DJANGO_SETTINGS_MODULE": "config.settings", "DEBUG": "1", "DATABASE_URL": f"sqlite:///{database}",
-            "Q_WORKERS": "2"}
+    return {
+        **env,
+        "DJANGO_SETTINGS_MODULE": "config.settings",
+        "DEBUG": "1",
+        "DATABASE_URL": f"sqlite:///{database}",
+        "Q_WORKERS": "2",
+    }
 
 
 def manage(env: dict, *arguments: str, timeout: float = 300) -> str:
-    done = subprocess.run([sys.executable, "manage.py", *arguments], cwd=REPO, env=env, capture_output=True,
-                          text=True, timeout=timeout)
+    done = subprocess.run(
+        [sys.executable, "manage.py", *arguments], cwd=REPO, env=env, capture_output=True, text=True, timeout=timeout
+    )
     assert done.returncode == 0, f"manage.py {arguments[0]} failed:\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}"
     return done.stdout
 
@@ -31,8 +37,14 @@ def test_releases_and_usage_refreshes_on_sqlite_all_finish_and_no_task_fails(tmp
     manage(env, "migrate", "--no-input")
     manage(env, "seed_demo")
     log = tmp_path / "qcluster.log"
-    cluster = subprocess.Popen([sys.executable, "manage.py", "qcluster"], cwd=REPO, env=env, start_new_session=True,
-                               stdout=log.open("w"), stderr=subprocess.STDOUT)
+    cluster = subprocess.Popen(
+        [sys.executable, "manage.py", "qcluster"],
+        cwd=REPO,
+        env=env,
+        start_new_session=True,
+        stdout=log.open("w"),
+        stderr=subprocess.STDOUT,
+    )
     try:
         output = manage(env, "shell", "-c", DRIVER)
     finally:

@@ -24,9 +24,16 @@ def rows(world, roles, eight_cards):
     [device] = node(devices=1, model=world.model).devices.all()
     running = bound(world, spec=world.half, project=project, started=at("2026-11-20 08:00"), devices=[device])
     TelemetrySample.objects.bulk_create(
-        TelemetrySample(allocation=running, device=device, sampled_at=at("2026-11-20 11:00") +
-                        timedelta(minutes=minute), utilization_pct=50, memory_used_mb=1000, power_w=200)
-        for minute in range(3))
+        TelemetrySample(
+            allocation=running,
+            device=device,
+            sampled_at=at("2026-11-20 11:00") + timedelta(minutes=minute),
+            utilization_pct=50,
+            memory_used_mb=1000,
+            power_w=200,
+        )
+        for minute in range(3)
+    )
     services.usage_refresh()
 
 

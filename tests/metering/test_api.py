@@ -39,8 +39,13 @@ def test_anonymous_is_refused_in_the_error_shape(api, url):
     assert set(response.json()) == {"code", "message", "details"}
 
 
-MATRIX = [("developer", ["home"]), ("approver", ["home"]), ("other_developer", ["other"]),
-          ("operator", ["home", "other"]), ("outsider", [])]
+MATRIX = [
+    ("developer", ["home"]),
+    ("approver", ["home"]),
+    ("other_developer", ["other"]),
+    ("operator", ["home", "other"]),
+    ("outsider", []),
+]
 
 
 @pytest.mark.parametrize("url", ENDPOINTS)
@@ -56,27 +61,52 @@ def test_report_figures_by_project_and_month(api_as, usage):
     client = api_as(usage.developer)
     body = client.get(REPORT, {"from": "2026-11"}).json()
     assert (body["from"], body["to"], body["group_by"]) == ("2026-11", "2026-11", ["project", "month"])
-    assert body["results"] == [{"project": usage.project.slug, "month": "2026-11", "card_hours": "4.0000",
-                                "cost": "16.00", "currency": "USD", "energy_kwh": 0.0}]  # 2 h x 2 cards at 4.00
+    assert body["results"] == [
+        {
+            "project": usage.project.slug,
+            "month": "2026-11",
+            "card_hours": "4.0000",
+            "cost": "16.00",
+            "currency": "USD",
+            "energy_kwh": 0.0,
+        }
+    ]  # 2 h x 2 cards at 4.00
     [october] = client.get(REPORT, {"from": "2026-10", "to": "2026-10"}).json()["results"]
     assert (october["card_hours"], october["cost"], october["energy_kwh"]) == (
-        "552.0000", "2152.80", 37.5)  # 3 days x 23 h x 8 cards at 3.90; 12.5 kWh a day
+        "552.0000",
+        "2152.80",
+        37.5,
+    )  # 3 days x 23 h x 8 cards at 3.90; 12.5 kWh a day
 
 
 def test_report_grouped_by_every_key_and_filtered(api_as, usage):
-    rows = api_as(usage.operator).get(REPORT, {"group_by": "tenant,accelerator_model,spec,request,month",
-                                              "project": usage.project.pk}).json()["results"]
+    rows = (
+        api_as(usage.operator)
+        .get(REPORT, {"group_by": "tenant,accelerator_model,spec,request,month", "project": usage.project.pk})
+        .json()["results"]
+    )
     assert {row["tenant"] for row in rows} == {usage.project.tenant.slug}
     assert {row["accelerator_model"] for row in rows} == {usage.world.model.slug}
-    assert all(set(row) == {"tenant", "accelerator_model", "spec", "request", "month", "card_hours", "cost",
-                            "currency", "energy_kwh"} for row in rows)
+    assert all(
+        set(row)
+        == {"tenant", "accelerator_model", "spec", "request", "month", "card_hours", "cost", "currency", "energy_kwh"}
+        for row in rows
+    )
     by_tenant = api_as(usage.operator).get(REPORT, {"group_by": "project", "tenant": usage.other_project.tenant_id})
     assert [row["project"] for row in by_tenant.json()["results"]] == [usage.other_project.slug]
 
 
-@pytest.mark.parametrize("query", [{"group_by": "project,colour"}, {"group_by": ","}, {"from": "2026-13"},
-                                   {"from": "2026-11", "to": "2026-10"}, {"from": "2020-01", "to": "2026-11"},
-                                   {"project": "x"}])
+@pytest.mark.parametrize(
+    "query",
+    [
+        {"group_by": "project,colour"},
+        {"group_by": ","},
+        {"from": "2026-13"},
+        {"from": "2026-11", "to": "2026-10"},
+        {"from": "2020-01", "to": "2026-11"},
+        {"project": "x"},
+    ],
+)
 def test_bad_queries_are_400_validation_errors(api_as, roles, query):
     response = api_as(roles.developer).get(REPORT, query)
     assert response.status_code == 400
@@ -95,8 +125,13 @@ def test_export_is_csv_with_the_grouping_as_columns(api_as, usage):
 def test_budgets_show_use_limit_and_the_alerts_raised(api_as, usage):
     [budget] = api_as(usage.developer).get(BUDGETS).json()
     assert {key: budget[key] for key in ("project", "month", "limit", "used", "used_pct", "level")} == {
-        "project": usage.project.slug, "month": "2026-11", "limit": "4.50", "used": "4.0000", "used_pct": 88.9,
-        "level": "warning"}
+        "project": usage.project.slug,
+        "month": "2026-11",
+        "limit": "4.50",
+        "used": "4.0000",
+        "used_pct": 88.9,
+        "level": "warning",
+    }
     assert [alert["level"] for alert in budget["alerts"]] == ["warning"]
     assert Decimal(budget["projected"]) >= Decimal(4)
 
@@ -111,14 +146,22 @@ def test_recommendations_carry_evidence_and_suggestions(api_as, usage):
 
 def test_zero_touch_rows(api_as, usage):
     [row] = api_as(usage.developer).get(ZERO_TOUCH).json()
-    assert row == {"service": usage.world.service.slug, "service_name": usage.world.service.name,
-                   "month": "2026-11", "delivered": 1, "zero_touch": 1, "interventions": 0, "zero_touch_pct": 100.0}
+    assert row == {
+        "service": usage.world.service.slug,
+        "service_name": usage.world.service.name,
+        "month": "2026-11",
+        "delivered": 1,
+        "zero_touch": 1,
+        "interventions": 0,
+        "zero_touch_pct": 100.0,
+    }
 
 
 def _queries(client, url: str) -> int:
     with CaptureQueriesContext(connection) as queries:
-        response = client.get(url, {"group_by": "project,tenant,accelerator_model,spec,month"}
-                              if url in (REPORT, EXPORT) else {})
+        response = client.get(
+            url, {"group_by": "project,tenant,accelerator_model,spec,month"} if url in (REPORT, EXPORT) else {}
+        )
     assert response.status_code == 200
     return len(queries)
 

@@ -15,8 +15,9 @@ NOVEMBER, OCTOBER = date(2026, 11, 1), date(2026, 10, 1)
 
 
 def report(*group_by, first=NOVEMBER, last=NOVEMBER, now="2026-11-30 12:00", user=None):
-    return usage_report(user=user or factories.operator(), first_month=first, last_month=last,
-                        group_by=list(group_by), now=at(now))
+    return usage_report(
+        user=user or factories.operator(), first_month=first, last_month=last, group_by=list(group_by), now=at(now)
+    )
 
 
 def numbers(row) -> tuple:
@@ -64,14 +65,23 @@ def test_allocations_outside_the_months_asked_for_are_left_out(world):
 
 def test_grouped_by_tenant_accelerator_model_spec_and_request(world):
     first = bound(world, started=at("2026-11-01 00:00"), released=at("2026-11-01 01:00"))
-    second = bound(world, spec=world.half, project=world.other_project, started=at("2026-11-01 00:00"),
-                   released=at("2026-11-01 02:00"))
+    second = bound(
+        world,
+        spec=world.half,
+        project=world.other_project,
+        started=at("2026-11-01 00:00"),
+        released=at("2026-11-01 02:00"),
+    )
     rows = report("tenant", "accelerator_model", "spec", "request")
-    assert [(row["tenant"], row["accelerator_model"], row["spec"], row["request"], row["card_hours"])
-            for row in rows] == sorted([
-                (world.project.tenant.slug, world.model.slug, world.whole.slug, first.request_id, Decimal(2)),
-                (world.other_project.tenant.slug, world.model.slug, world.half.slug, second.request_id, Decimal(1))],
-                key=lambda row: tuple(str(part) for part in row[:4]))
+    assert [
+        (row["tenant"], row["accelerator_model"], row["spec"], row["request"], row["card_hours"]) for row in rows
+    ] == sorted(
+        [
+            (world.project.tenant.slug, world.model.slug, world.whole.slug, first.request_id, Decimal(2)),
+            (world.other_project.tenant.slug, world.model.slug, world.half.slug, second.request_id, Decimal(1)),
+        ],
+        key=lambda row: tuple(str(part) for part in row[:4]),
+    )
 
 
 def test_developers_see_only_their_projects(world):

@@ -35,8 +35,16 @@ def test_demo_history_is_seeded_once_with_advice_and_a_kpi(settings):
     operator = User.objects.get(username="operator")
     [advice] = recommendations(user=operator)
     assert advice.evidence.project == "vision" and "8x H100 80GB SXM requested 4 times" in advice.message
-    months = sorted({row["month"] for row in zero_touch_kpi(user=operator, first_month=history.earliest(
-        "created_at").created_at.date().replace(day=1), last_month=history.latest("created_at").created_at.date())})
+    months = sorted(
+        {
+            row["month"]
+            for row in zero_touch_kpi(
+                user=operator,
+                first_month=history.earliest("created_at").created_at.date().replace(day=1),
+                last_month=history.latest("created_at").created_at.date(),
+            )
+        }
+    )
     assert months
     call_command("seed_demo", stdout=StringIO())
     assert ResourceRequest.objects.filter(justification=HISTORY).count() == 11

@@ -17,10 +17,16 @@ pytestmark = pytest.mark.django_db
 
 OUTPUT = Path(__file__).parent / "fixtures" / "dcgm_exporter_hgx.txt"
 NODE = "hgx-h100-07"
-UUIDS = ["GPU-1f3c9a2e-6b4d-4e8a-9c07-5d2b8e1a7f01", "GPU-2a7e4b90-3c1f-4d6b-8e52-9f0a6c3d2b12",
-         "GPU-3b8f5ca1-4d2a-4e7c-9f63-a01b7d4e3c23", "GPU-4c906db2-5e3b-4f8d-a074-b12c8e5f4d34",
-         "GPU-5da17ec3-6f4c-409e-b185-c23d9f60a545", "GPU-6eb28fd4-705d-41af-c296-d34ea071b656",
-         "GPU-7fc390e5-816e-42b0-d3a7-e45fb182c767", "GPU-80d4a1f6-927f-43c1-e4b8-f560c293d878"]
+UUIDS = [
+    "GPU-1f3c9a2e-6b4d-4e8a-9c07-5d2b8e1a7f01",
+    "GPU-2a7e4b90-3c1f-4d6b-8e52-9f0a6c3d2b12",
+    "GPU-3b8f5ca1-4d2a-4e7c-9f63-a01b7d4e3c23",
+    "GPU-4c906db2-5e3b-4f8d-a074-b12c8e5f4d34",
+    "GPU-5da17ec3-6f4c-409e-b185-c23d9f60a545",
+    "GPU-6eb28fd4-705d-41af-c296-d34ea071b656",
+    "GPU-7fc390e5-816e-42b0-d3a7-e45fb182c767",
+    "GPU-80d4a1f6-927f-43c1-e4b8-f560c293d878",
+]
 
 
 def _serve(body: bytes):
@@ -56,14 +62,20 @@ def exporter():
 
 def _with_value(text: str, metric: str, uuid: str, value: str) -> str:
     """The recorded output with one sample's value replaced."""
-    lines = [line.rsplit(" ", 1)[0] + f" {value}" if line.startswith(metric + "{") and uuid in line else line
-             for line in text.splitlines()]
+    lines = [
+        line.rsplit(" ", 1)[0] + f" {value}" if line.startswith(metric + "{") and uuid in line else line
+        for line in text.splitlines()
+    ]
     return "\n".join(lines) + "\n"
 
 
 # Four cards report numbers no card can have; the other four are fine.
-BROKEN = [(POWER, UUIDS[0], "NaN"), (UTILIZATION, UUIDS[1], "+Inf"), (MEMORY_USED, UUIDS[2], "1e308"),
-          (POWER, UUIDS[3], "-5")]
+BROKEN = [
+    (POWER, UUIDS[0], "NaN"),
+    (UTILIZATION, UUIDS[1], "+Inf"),
+    (MEMORY_USED, UUIDS[2], "1e308"),
+    (POWER, UUIDS[3], "-5"),
+]
 
 
 @pytest.fixture
@@ -77,8 +89,9 @@ def broken_exporter():
 @pytest.fixture
 def hgx(world):
     node = Node.objects.create(name=NODE, serial_number="SN-HGX-07", cpu_milli=112_000, memory_mib=2_097_152)
-    Device.objects.bulk_create(Device(node=node, index=index, uuid=uuid, model=world.model, memory_gb=80)
-                               for index, uuid in enumerate(UUIDS))
+    Device.objects.bulk_create(
+        Device(node=node, index=index, uuid=uuid, model=world.model, memory_gb=80) for index, uuid in enumerate(UUIDS)
+    )
     return list(node.devices.order_by("index"))
 
 
@@ -95,8 +108,10 @@ def test_collector_scrapes_each_node_and_matches_devices_by_uuid(world, hgx, exp
     serving = bound(world, spec=world.half, started=at("2026-11-30 09:00"), devices=[hgx[6]])
     report = services.telemetry_collect(now=at("2026-11-30 10:00"))
     assert (report.samples, report.errors) == (3, [])
-    rows = {(sample.allocation_id, sample.device_id): (sample.utilization_pct, sample.memory_used_mb, sample.power_w)
-            for sample in TelemetrySample.objects.all()}
+    rows = {
+        (sample.allocation_id, sample.device_id): (sample.utilization_pct, sample.memory_used_mb, sample.power_w)
+        for sample in TelemetrySample.objects.all()
+    }
     assert rows == {
         (training.pk, hgx[2].pk): (97, 71234, pytest.approx(689.224)),
         (training.pk, hgx[3].pk): (96, 71102, pytest.approx(676.87)),
@@ -119,16 +134,17 @@ def test_an_unreachable_exporter_is_reported_and_the_other_nodes_still_sampled(w
 def test_a_device_missing_from_the_output_is_reported(world, hgx, exporter, settings):
     settings.METERING_TELEMETRY_DRIVER = "dcgm"
     settings.METERING_DCGM_URL_TEMPLATE = exporter + "/{node}/metrics"
-    stranger = Device.objects.create(node=hgx[0].node, index=8, uuid="GPU-not-in-the-output", model=world.model,
-                                     memory_gb=80)
+    stranger = Device.objects.create(
+        node=hgx[0].node, index=8, uuid="GPU-not-in-the-output", model=world.model, memory_gb=80
+    )
     bound(world, spec=world.half, started=at("2026-11-30 08:00"), devices=[stranger])
     report = services.telemetry_collect(now=at("2026-11-30 10:00"))
-    assert report.samples == 0 and report.errors == [f"{NODE}: no utilization, memory and power for "
-                                                     "GPU-not-in-the-output"]
+    assert report.samples == 0 and report.errors == [
+        f"{NODE}: no utilization, memory and power for GPU-not-in-the-output"
+    ]
 
 
-def test_unusable_numbers_drop_that_sample_with_a_reason_and_the_rest_is_stored(world, hgx, broken_exporter,
-                                                                                  settings):
+def test_unusable_numbers_drop_that_sample_with_a_reason_and_the_rest_is_stored(world, hgx, broken_exporter, settings):
     """Before the fix the infinite memory crashed the collection and a NaN power would have been stored."""
     settings.METERING_TELEMETRY_DRIVER = "dcgm"
     settings.METERING_DCGM_URL_TEMPLATE = broken_exporter + "/{node}/metrics"

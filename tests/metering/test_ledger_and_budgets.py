@@ -23,13 +23,16 @@ NOW = "2026-11-20 12:00"
 
 
 def ledger(project) -> dict:
-    return {f"{month:%Y-%m}": hours for month, hours in
-            MonthlyUsage.objects.filter(project=project).values_list("month", "card_hours")}
+    return {
+        f"{month:%Y-%m}": hours
+        for month, hours in MonthlyUsage.objects.filter(project=project).values_list("month", "card_hours")
+    }
 
 
 def order(world, hours: int) -> Order:
-    return Order(service=world.service, project=world.project, duration_hours=hours, spec=world.whole,
-                 image=world.image)
+    return Order(
+        service=world.service, project=world.project, duration_hours=hours, spec=world.whole, image=world.image
+    )
 
 
 def test_ledger_holds_each_months_card_hours_running_allocations_up_to_now(world):
@@ -59,7 +62,10 @@ def test_admission_counts_metered_use_plus_the_unmetered_remainder_of_running_wo
             request_services.request_submit(order=order(world, 1), requester=world.developer)
     [reason] = refusal.value.details["reasons"]
     assert (reason["dimension"], Decimal(reason["used"]), Decimal(reason["limit"])) == (
-        "monthly_card_hours", Decimal(100), Decimal(100))
+        "monthly_card_hours",
+        Decimal(100),
+        Decimal(100),
+    )
 
 
 def test_a_request_being_released_counts_only_what_it_used(world):

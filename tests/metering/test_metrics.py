@@ -22,8 +22,11 @@ def scrape(client) -> tuple[dict, dict]:
     families = list(text_string_to_metric_families(response.content.decode()))
     names = [family.name for family in families]
     assert len(names) == len(set(names)), "a metric family is exported twice"
-    samples = {(sample.name, tuple(sorted(sample.labels.items()))): sample.value
-               for family in families for sample in family.samples}
+    samples = {
+        (sample.name, tuple(sorted(sample.labels.items()))): sample.value
+        for family in families
+        for sample in family.samples
+    }
     return {family.name: family.type for family in families}, samples
 
 
@@ -31,8 +34,9 @@ def test_requests_capacity_card_hours_and_budget(client, world):
     bound(world, started=at("2026-11-30 09:00"))  # running: 2 cards of 4
     device_isolate(world.node.devices.get(index=3), "XID 79")
     MonthlyUsage.objects.create(project=world.project, month=date(2026, 10, 1), card_hours=Decimal("30.5"))
-    MonthlyUsage.objects.create(project=world.project, month=timezone.now().date().replace(day=1),
-                                card_hours=Decimal(40))
+    MonthlyUsage.objects.create(
+        project=world.project, month=timezone.now().date().replace(day=1), card_hours=Decimal(40)
+    )
     types, samples = scrape(client)
     assert samples[("catalog_requests", (("state", "active"),))] == 1
     assert samples[("catalog_requests", (("state", "queued"),))] == 0
@@ -63,8 +67,11 @@ def test_observations_land_in_every_cumulative_bucket_they_fit(client, db):
     for seconds in (0.07, 0.3, 4.0, 120.0):
         services.duration_observe(metric="catalog_scheduler_cycle_seconds", seconds=seconds, bounds=(0.1, 1.0, 5.0))
     _, samples = scrape(client)
-    buckets = {dict(labels)["le"]: value for (name, labels), value in samples.items()
-               if name == "catalog_scheduler_cycle_seconds_bucket"}
+    buckets = {
+        dict(labels)["le"]: value
+        for (name, labels), value in samples.items()
+        if name == "catalog_scheduler_cycle_seconds_bucket"
+    }
     assert buckets == {"0.1": 1, "1.0": 2, "5.0": 3, "+Inf": 4}
     assert samples[("catalog_scheduler_cycle_seconds_sum", ())] == pytest.approx(124.37)
 

@@ -27,8 +27,13 @@ def test_anonymous_visitors_are_sent_to_sign_in(client):
     assert response.status_code == 302 and response["Location"].startswith("/accounts/login/")
 
 
-MATRIX = [("developer", ["home"]), ("approver", ["home"]), ("other_developer", ["other"]),
-          ("operator", ["home", "other"]), ("outsider", [])]
+MATRIX = [
+    ("developer", ["home"]),
+    ("approver", ["home"]),
+    ("other_developer", ["other"]),
+    ("operator", ["home", "other"]),
+    ("outsider", []),
+]
 
 
 @pytest.mark.parametrize(("who", "sees"), MATRIX, ids=[who for who, _ in MATRIX])
@@ -95,9 +100,17 @@ def test_query_count_does_not_grow_with_rows(client, world, roles, eight_cards, 
 
 
 def _preview(client, usage, project, spec) -> str:
-    data = {"project": project.pk, "spec": spec.pk, "image": usage.world.image.pk, "duration_hours": 10,
-            "priority": "standard", "environment": "development", "parameters": "", "justification": "",
-            "over_quota": "reject"}
+    data = {
+        "project": project.pk,
+        "spec": spec.pk,
+        "image": usage.world.image.pk,
+        "duration_hours": 10,
+        "priority": "standard",
+        "environment": "development",
+        "parameters": "",
+        "justification": "",
+        "over_quota": "reject",
+    }
     response = client.post(f"/order/{usage.world.service.slug}/preview/", data)
     assert response.status_code == 200
     return response.content.decode()

@@ -16,13 +16,20 @@ POLICY = rightsizing.Policy(window_days=30, min_requests=3, max_mean_utilization
 
 def shape(slug, cards, memory_gb, *, slice_=False, models=H100, price="3.90"):
     label = slug if slice_ else f"{cards}x H100"
-    return rightsizing.SpecShape(slug, label, Decimal(str(cards)), memory_gb, slice_, models,
-                                 Decimal(price) * Decimal(str(cards)))
+    return rightsizing.SpecShape(
+        slug, label, Decimal(str(cards)), memory_gb, slice_, models, Decimal(price) * Decimal(str(cards))
+    )
 
 
 EIGHT = shape("h100-8x", 8, 640)
-CATALOG = [EIGHT, shape("h100-1x", 1, 80), shape("h100-2x", 2, 160), shape("3g.40gb", "0.4286", 40, slice_=True),
-           shape("1g.10gb", "0.1429", 10, slice_=True), shape("a100-1x", 1, 40, models=frozenset({"a100"}))]
+CATALOG = [
+    EIGHT,
+    shape("h100-1x", 1, 80),
+    shape("h100-2x", 2, 160),
+    shape("3g.40gb", "0.4286", 40, slice_=True),
+    shape("1g.10gb", "0.1429", 10, slice_=True),
+    shape("a100-1x", 1, 40, models=frozenset({"a100"})),
+]
 
 
 def evidence(*, requests=12, mean=4.0, busy=0.4, memory=22.0) -> rightsizing.Evidence:
@@ -32,8 +39,10 @@ def evidence(*, requests=12, mean=4.0, busy=0.4, memory=22.0) -> rightsizing.Evi
 def test_consistently_low_use_gets_the_smallest_whole_card_spec_and_slice_that_would_have_served():
     advice = rightsizing.recommend(evidence(), EIGHT, CATALOG, POLICY)
     assert [suggestion.slug for suggestion in advice.suggestions] == ["h100-1x", "3g.40gb"]
-    assert advice.message == ("8x H100 requested 12 times in 30 days, mean utilization 4%, p95 memory 22 GB: "
-                              "1x H100 or 3g.40gb would have served.")
+    assert advice.message == (
+        "8x H100 requested 12 times in 30 days, mean utilization 4%, p95 memory 22 GB: "
+        "1x H100 or 3g.40gb would have served."
+    )
     assert advice.p95_utilization_pct == 5.0  # 0.4 of 8 cards
 
 
@@ -44,20 +53,34 @@ def test_memory_needs_headroom_and_compute_must_fit_at_the_95th_percentile():
     assert [suggestion.slug for suggestion in busier.suggestions] == ["h100-2x"]
 
 
-@pytest.mark.parametrize("kwargs", [{"requests": 2}, {"mean": 41.0}, {"busy": 7.5}],
-                         ids=["too few requests", "busy on average", "nothing smaller holds the peak"])
+@pytest.mark.parametrize(
+    "kwargs",
+    [{"requests": 2}, {"mean": 41.0}, {"busy": 7.5}],
+    ids=["too few requests", "busy on average", "nothing smaller holds the peak"],
+)
 def test_no_advice_without_consistent_evidence(kwargs):
     assert rightsizing.recommend(evidence(**kwargs), EIGHT, CATALOG, POLICY) is None
 
 
 def test_advice_data_carries_the_evidence():
     data = rightsizing.recommend(evidence(), EIGHT, CATALOG, POLICY).as_data()
-    assert {key: data[key] for key in ("spec", "requests", "mean_utilization_pct", "p95_utilization_pct",
-                                       "p95_memory_gb")} == {"spec": "h100-8x", "requests": 12,
-                                                              "mean_utilization_pct": 4.0,
-                                                              "p95_utilization_pct": 5.0, "p95_memory_gb": 22.0}
-    assert data["suggestions"][0] == {"spec": "h100-1x", "label": "1x H100", "cards": "1", "memory_gb": 80,
-                                      "slice": False, "hourly_saving": "27.30"}
+    assert {
+        key: data[key] for key in ("spec", "requests", "mean_utilization_pct", "p95_utilization_pct", "p95_memory_gb")
+    } == {
+        "spec": "h100-8x",
+        "requests": 12,
+        "mean_utilization_pct": 4.0,
+        "p95_utilization_pct": 5.0,
+        "p95_memory_gb": 22.0,
+    }
+    assert data["suggestions"][0] == {
+        "spec": "h100-1x",
+        "label": "1x H100",
+        "cards": "1",
+        "memory_gb": 80,
+        "slice": False,
+        "hourly_saving": "27.30",
+    }
 
 
 # --- from the rollups ---------------------------------------------------------------------------------------
@@ -66,8 +89,9 @@ TODAY = date(2026, 11, 30)
 
 
 def used(world, spec, *, days_ago: int, busy: float, memory_gb: float, mean_pct: float):
-    return rolled_up(world, spec, day=TODAY - timedelta(days=days_ago), busy=busy, memory_gb=memory_gb,
-                     mean_pct=mean_pct)
+    return rolled_up(
+        world, spec, day=TODAY - timedelta(days=days_ago), busy=busy, memory_gb=memory_gb, mean_pct=mean_pct
+    )
 
 
 @pytest.mark.django_db
@@ -77,8 +101,10 @@ def test_recommendations_from_daily_rollups(world, eight_cards):
     used(world, eight_cards.eight, days_ago=45, busy=7.9, memory_gb=600, mean_pct=99)  # outside the window
     [advice] = recommendations(user=factories.operator(), today=TODAY)
     assert [suggestion.slug for suggestion in advice.suggestions] == [eight_cards.one.slug, eight_cards.mig.slug]
-    assert advice.message == ("8x Test H100 80GB requested 3 times in 30 days, mean utilization 4%, p95 memory 23 GB: "
-                              "1x Test H100 80GB or 3g.40gb would have served.")
+    assert advice.message == (
+        "8x Test H100 80GB requested 3 times in 30 days, mean utilization 4%, p95 memory 23 GB: "
+        "1x Test H100 80GB or 3g.40gb would have served."
+    )
     assert advice.evidence.mean_memory_gb == pytest.approx((20 + 2 / 3 + 20 + 5 / 3 + 20 + 3) / 3 / 2)
 
 

@@ -61,12 +61,19 @@ def test_collector_samples_every_running_binding_once_per_interval(world):
     services.telemetry_collect(now=at("2026-11-30 10:00") + timedelta(seconds=42))  # same interval: nothing new
     samples = TelemetrySample.objects.order_by("device__index")
     assert [(sample.allocation_id, sample.sampled_at) for sample in samples] == [
-        (running.pk, at("2026-11-30 10:00"))] * 2
+        (running.pk, at("2026-11-30 10:00"))
+    ] * 2
 
 
 def sample(allocation, device, minute, *, utilization=0.0, memory=0, power=0.0, base="2026-11-30 10:00"):
-    return TelemetrySample(allocation=allocation, device=device, sampled_at=at(base) + timedelta(minutes=minute),
-                           utilization_pct=utilization, memory_used_mb=memory, power_w=power)
+    return TelemetrySample(
+        allocation=allocation,
+        device=device,
+        sampled_at=at(base) + timedelta(minutes=minute),
+        utilization_pct=utilization,
+        memory_used_mb=memory,
+        power_w=power,
+    )
 
 
 def test_rollup_adds_devices_per_instant_and_summarises_the_day(world):
@@ -74,11 +81,16 @@ def test_rollup_adds_devices_per_instant_and_summarises_the_day(world):
     first, second = world.node.devices.order_by("index")[:2]
     TelemetrySample.objects.bulk_create(
         [sample(allocation, first, i, utilization=i + 1, memory=1000 * (i + 1), power=300) for i in range(20)]
-        + [sample(allocation, second, i, power=100) for i in range(20)])
+        + [sample(allocation, second, i, power=100) for i in range(20)]
+    )
     assert services.telemetry_rollup(first_day=date(2026, 11, 30), now=at("2026-11-30 12:00")) == 1
     day = DailyUsage.objects.get()
     assert (day.day, day.accelerator_model_id, day.samples, day.device_samples) == (
-        date(2026, 11, 30), world.model.pk, 20, 40)
+        date(2026, 11, 30),
+        world.model.pk,
+        20,
+        40,
+    )
     assert day.mean_utilization_pct == 210 / 40
     assert day.busy_cards_p95 == pytest.approx(0.19)  # nearest rank: the 19th of 20 instants
     assert (day.memory_p95_mb, day.memory_max_mb, day.mean_memory_mb) == (19000, 20000, 10500)
@@ -90,11 +102,13 @@ def test_rollup_adds_devices_per_instant_and_summarises_the_day(world):
 def test_energy_between_two_days_goes_to_the_later_one_and_gaps_are_not_integrated(world):
     allocation = bound(world, spec=world.half, started=at("2026-11-29 09:00"))
     [device] = world.node.devices.order_by("index")[:1]
-    TelemetrySample.objects.bulk_create([
-        sample(allocation, device, 0, power=360, base="2026-11-29 23:59"),
-        sample(allocation, device, 1, power=360, base="2026-11-29 23:59"),  # midnight: 60 s x 360 W on the 30th
-        sample(allocation, device, 45, power=500, base="2026-11-29 23:59"),  # 44 minutes later: a gap
-    ])
+    TelemetrySample.objects.bulk_create(
+        [
+            sample(allocation, device, 0, power=360, base="2026-11-29 23:59"),
+            sample(allocation, device, 1, power=360, base="2026-11-29 23:59"),  # midnight: 60 s x 360 W on the 30th
+            sample(allocation, device, 45, power=500, base="2026-11-29 23:59"),  # 44 minutes later: a gap
+        ]
+    )
     services.telemetry_rollup(first_day=date(2026, 11, 29), now=at("2026-11-30 12:00"))
     energy = dict(DailyUsage.objects.values_list("day", "energy_kwh"))
     assert energy == {date(2026, 11, 29): 0, date(2026, 11, 30): pytest.approx(360 * 60 / 3.6e6)}
@@ -103,8 +117,9 @@ def test_energy_between_two_days_goes_to_the_later_one_and_gaps_are_not_integrat
 def test_prune_keeps_the_retention_and_never_less_than_two_days(world, settings):
     allocation = bound(world, spec=world.half, started=at("2026-11-01 00:00"))
     [device] = world.node.devices.order_by("index")[:1]
-    TelemetrySample.objects.bulk_create([sample(allocation, device, 0, base=f"2026-11-{day:02d} 10:00")
-                                         for day in (20, 25, 28, 29)])
+    TelemetrySample.objects.bulk_create(
+        [sample(allocation, device, 0, base=f"2026-11-{day:02d} 10:00") for day in (20, 25, 28, 29)]
+    )
     settings.METERING_SAMPLE_RETENTION_DAYS = 7
     assert services.telemetry_prune(now=at("2026-11-30 12:00")) == 1  # before Nov 23
     settings.METERING_SAMPLE_RETENTION_DAYS = 0
@@ -115,7 +130,8 @@ def test_prune_keeps_the_retention_and_never_less_than_two_days(world, settings)
 def test_telemetry_refresh_rolls_up_yesterday_and_today_then_prunes(world):
     allocation = bound(world, spec=world.half, started=at("2026-11-01 00:00"))
     [device] = world.node.devices.order_by("index")[:1]
-    TelemetrySample.objects.bulk_create([sample(allocation, device, 0, base=f"2026-11-{day:02d} 10:00")
-                                         for day in (1, 29, 30)])
+    TelemetrySample.objects.bulk_create(
+        [sample(allocation, device, 0, base=f"2026-11-{day:02d} 10:00") for day in (1, 29, 30)]
+    )
     assert services.telemetry_refresh(now=at("2026-11-30 12:00")) == {"rollup_rows": 2, "pruned": 1}
     assert sorted(DailyUsage.objects.values_list("day", flat=True)) == [date(2026, 11, 29), date(2026, 11, 30)]

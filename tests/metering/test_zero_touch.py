@@ -16,8 +16,10 @@ pytestmark = pytest.mark.django_db
 
 
 def kpi(user, first=date(2026, 10, 1), last=date(2026, 11, 1)):
-    return [(row["service"], row["month"], row["delivered"], row["zero_touch"], row["interventions"],
-             row["zero_touch_pct"]) for row in zero_touch_kpi(user=user, first_month=first, last_month=last)]
+    return [
+        (row["service"], row["month"], row["delivered"], row["zero_touch"], row["interventions"], row["zero_touch_pct"])
+        for row in zero_touch_kpi(user=user, first_month=first, last_month=last)
+    ]
 
 
 def test_share_delivered_without_touches_by_service_and_month(world):
@@ -28,8 +30,11 @@ def test_share_delivered_without_touches_by_service_and_month(world):
     touched = delivered(world, "2026-11-03 09:00")
     request_services.request_release(request=touched, actor=operator, reason="node maintenance")  # a manual touch
     delivered(world, "2026-11-04 09:00", service=other_service)
-    cancelled = stored_request(Order(service=world.service, project=world.project, duration_hours=4,
-                                     spec=world.whole, image=world.image), world.developer, RequestState.QUEUED)
+    cancelled = stored_request(
+        Order(service=world.service, project=world.project, duration_hours=4, spec=world.whole, image=world.image),
+        world.developer,
+        RequestState.QUEUED,
+    )
     request_services.request_cancel(request=cancelled, actor=operator, reason="wrong project")  # never delivered
     delivered(world, "2026-09-15 09:00")  # before the months asked for
     assert kpi(operator) == [

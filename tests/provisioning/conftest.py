@@ -28,13 +28,19 @@ from tests.requests.conftest import GENEROUS_QUOTA, make_order
 # --- Pipelines: a compute shop and a bare-metal shop on simulated hardware ---------------------------------------
 
 shop, team = request_fixtures.shop, request_fixtures.team
-BARE_METAL_QUOTA = {**GENEROUS_QUOTA, "gpus": Decimal(32), "cpu_cores": 512, "memory_gb": 8192,
-                    "accelerator_memory_gb": 4096}
+BARE_METAL_QUOTA = {
+    **GENEROUS_QUOTA,
+    "gpus": Decimal(32),
+    "cpu_cores": 512,
+    "memory_gb": 8192,
+    "accelerator_memory_gb": 4096,
+}
 
 
 def add_node(accelerator, name="n1", cards=4, cpu_cores=64, memory_gb=512, **fields) -> Node:
-    node = Node.objects.create(name=name, serial_number=f"sn-{name}", cpu_milli=cpu_cores * 1000,
-                               memory_mib=memory_gb * 1024, **fields)
+    node = Node.objects.create(
+        name=name, serial_number=f"sn-{name}", cpu_milli=cpu_cores * 1000, memory_mib=memory_gb * 1024, **fields
+    )
     for index in range(cards):
         Device.objects.create(node=node, index=index, uuid=f"GPU-{name}-{index}", model=accelerator, memory_gb=80)
     return node
@@ -57,8 +63,9 @@ def compute(shop, team, run_on_commit):
     node = add_node(shop.accelerator)
 
     def order(**overrides):
-        request = run_on_commit(request_services.request_submit,
-                                order=make_order(shop, team.project, **overrides), requester=team.developer)
+        request = run_on_commit(
+            request_services.request_submit, order=make_order(shop, team.project, **overrides), requester=team.developer
+        )
         assert request.state == RequestState.QUEUED
         run_on_commit(cycle.run_cycle)
         request.refresh_from_db()
@@ -73,8 +80,12 @@ def bare_metal(team, run_on_commit):
     accelerator = factories.AcceleratorModelFactory(memory_gb=80)
     os_image = factories.ImageFactory(reference="http://images.test/ubuntu-22.04-gpu.iso")
     profile = factories.BareMetalProfileFactory(
-        accelerator_model=accelerator, os_image=os_image, cpu_cores=96, memory_gb=1024,
-        validation_suite=["bmc_reachable", "system_health", "inventory_match", "accelerator_burn_in"])
+        accelerator_model=accelerator,
+        os_image=os_image,
+        cpu_cores=96,
+        memory_gb=1024,
+        validation_suite=["bmc_reachable", "system_health", "inventory_match", "accelerator_burn_in"],
+    )
     service = factories.ServiceFactory(kind=ServiceKind.BARE_METAL, specs=[], images=[])
     service.bare_metal_profiles.set([profile])
     from tenancy.services import quota_set
@@ -85,8 +96,11 @@ def bare_metal(team, run_on_commit):
     def order():
         from requests.orders import Order
 
-        request = run_on_commit(request_services.request_submit, requester=team.developer, order=Order(
-            service=service, project=team.project, duration_hours=24, bare_metal_profile=profile))
+        request = run_on_commit(
+            request_services.request_submit,
+            requester=team.developer,
+            order=Order(service=service, project=team.project, duration_hours=24, bare_metal_profile=profile),
+        )
         assert request.state == RequestState.QUEUED
         run_on_commit(cycle.run_cycle)
         request.refresh_from_db()
@@ -102,8 +116,9 @@ def serving(shop, team, run_on_commit):
     from provisioning.models import ServingReplica
     from requests.orders import Order
 
-    one_card = factories.ResourceSpecFactory(accelerator_models=[shop.accelerator], accelerator_count=1, cpu_cores=4,
-                                             memory_gb=32)
+    one_card = factories.ResourceSpecFactory(
+        accelerator_models=[shop.accelerator], accelerator_count=1, cpu_cores=4, memory_gb=32
+    )
     template = factories.ServingTemplateFactory(spec=one_card, replicas=2, context_length=4096, max_tokens=256)
     model = factories.ServingModelFactory(name="llama-3-8b-instruct", templates=[template])
     service = factories.ServiceFactory(kind=ServiceKind.MODEL_SERVING, specs=[one_card], images=[])
@@ -111,9 +126,19 @@ def serving(shop, team, run_on_commit):
     add_node(shop.accelerator)
 
     def order(**parameters):
-        request = run_on_commit(request_services.request_submit, requester=team.developer, order=Order(
-            service=service, project=team.project, duration_hours=8, spec=template.spec, serving_model=model,
-            serving_template=template, parameters=parameters))
+        request = run_on_commit(
+            request_services.request_submit,
+            requester=team.developer,
+            order=Order(
+                service=service,
+                project=team.project,
+                duration_hours=8,
+                spec=template.spec,
+                serving_model=model,
+                serving_template=template,
+                parameters=parameters,
+            ),
+        )
         assert request.state == RequestState.QUEUED
         run_on_commit(cycle.run_cycle)
         request.refresh_from_db()

@@ -32,18 +32,27 @@ def test_request_api_shows_steps_and_the_delivered_resource(delivered, api_as):
     provisioning = body["provisioning"]
     run = provisioning["runs"][0]
     assert (run["kind"], run["state"], run["pipeline"]) == ("provision", "succeeded", "compute")
-    assert [step["name"] for step in run["steps"]] == ["prepare_image", "start_workload", "readiness_check",
-                                                       "publish_access"]
+    assert [step["name"] for step in run["steps"]] == [
+        "prepare_image",
+        "start_workload",
+        "readiness_check",
+        "publish_access",
+    ]
     assert {"label", "state", "attempts", "duration_seconds", "log", "output", "error"} <= set(run["steps"][0])
     assert provisioning["delivered"]["access"]["ssh"].startswith("ssh -p ")
     assert provisioning["delivered"]["devices"][0]["uuid"] == "GPU-n1-0"
 
 
-@pytest.mark.parametrize(("who", "status"), [("requester", 200), ("approver", 200), ("operator", 200),
-                                             ("outsider", 404)])
+@pytest.mark.parametrize(
+    ("who", "status"), [("requester", 200), ("approver", 200), ("operator", 200), ("outsider", 404)]
+)
 def test_request_api_and_page_follow_the_role_matrix(delivered, compute, api_as, client, who, status):
-    users = {"requester": delivered.requester, "approver": compute.team.approver,
-             "operator": compute.team.operator, "outsider": factories.member(factories.project())}
+    users = {
+        "requester": delivered.requester,
+        "approver": compute.team.approver,
+        "operator": compute.team.operator,
+        "outsider": factories.member(factories.project()),
+    }
     assert api_as(users[who]).get(detail_url(delivered)).status_code == status
     client.force_login(users[who])
     panel = client.get(reverse("portal:request-provisioning", args=[delivered.pk]))
@@ -74,15 +83,26 @@ def failed_run(compute, settings):
     return ProvisioningRun.objects.get(request=request, kind=RunKind.PROVISION)
 
 
-@pytest.mark.parametrize(("who", "status", "code"), [
-    ("requester", 403, "permission_denied"), ("approver", 403, "permission_denied"),
-    ("lead", 403, "permission_denied"), ("operator", 201, None)])
+@pytest.mark.parametrize(
+    ("who", "status", "code"),
+    [
+        ("requester", 403, "permission_denied"),
+        ("approver", 403, "permission_denied"),
+        ("lead", 403, "permission_denied"),
+        ("operator", 201, None),
+    ],
+)
 def test_retry_api_is_for_operators(failed_run, compute, api_as, who, status, code, django_capture_on_commit_callbacks):
-    users = {"requester": failed_run.request.requester, "approver": compute.team.approver,
-             "lead": compute.team.lead, "operator": compute.team.operator}
+    users = {
+        "requester": failed_run.request.requester,
+        "approver": compute.team.approver,
+        "lead": compute.team.lead,
+        "operator": compute.team.operator,
+    }
     with django_capture_on_commit_callbacks(execute=True):
-        answer = api_as(users[who]).post(reverse("provisioning-run-retry", args=[failed_run.pk]),
-                                         {"reason": "fixed"}, format="json")
+        answer = api_as(users[who]).post(
+            reverse("provisioning-run-retry", args=[failed_run.pk]), {"reason": "fixed"}, format="json"
+        )
     assert answer.status_code == status, answer.content
     if code:
         assert answer.json()["code"] == code
@@ -94,10 +114,14 @@ def test_retry_api_is_for_operators(failed_run, compute, api_as, who, status, co
 
 def test_retry_api_refusals_use_the_error_shape(failed_run, compute, api_as):
     operator = api_as(compute.team.operator)
-    assert operator.post(reverse("provisioning-run-retry", args=[failed_run.pk]), {},
-                         format="json").json()["code"] == "validation_error"
-    assert operator.post(reverse("provisioning-run-retry", args=[999999]), {"reason": "x"},
-                         format="json").status_code == 404
+    assert (
+        operator.post(reverse("provisioning-run-retry", args=[failed_run.pk]), {}, format="json").json()["code"]
+        == "validation_error"
+    )
+    assert (
+        operator.post(reverse("provisioning-run-retry", args=[999999]), {"reason": "x"}, format="json").status_code
+        == 404
+    )
     cleanup = ProvisioningRun.objects.get(request=failed_run.request, kind=RunKind.CLEANUP)
     refused = operator.post(reverse("provisioning-run-retry", args=[cleanup.pk]), {"reason": "x"}, format="json")
     assert refused.status_code == 409 and refused.json()["code"] == "not_retryable"
@@ -108,8 +132,9 @@ def test_console_lists_runs_in_constant_queries_and_filters_by_step(compute, con
     few = queries_for(console, "/admin/provisioning/provisioningrun/")
     compute.order()
     assert queries_for(console, "/admin/provisioning/provisioningrun/") == few
-    filtered = console.get("/admin/provisioning/provisioningrun/", {"state": "succeeded", "driver": "simulated",
-                                                                     "step": "publish_access"})
+    filtered = console.get(
+        "/admin/provisioning/provisioningrun/", {"state": "succeeded", "driver": "simulated", "step": "publish_access"}
+    )
     assert filtered.status_code == 200
     step_page = console.get("/admin/provisioning/provisioningstep/")
     assert step_page.status_code == 200
@@ -120,8 +145,10 @@ def test_console_retry_action_asks_for_a_reason_and_retries(failed_run, console,
     form = console.post(url, {"action": "retry_runs", "_selected_action": [failed_run.pk]})
     assert b"reason" in form.content
     with django_capture_on_commit_callbacks(execute=True):
-        console.post(url, {"action": "retry_runs", "_selected_action": [failed_run.pk], "apply": "1",
-                           "reason": "registry is back"})
+        console.post(
+            url,
+            {"action": "retry_runs", "_selected_action": [failed_run.pk], "apply": "1", "reason": "registry is back"},
+        )
     failed_run.request.refresh_from_db()
     assert failed_run.request.state == RequestState.ACTIVE
 
@@ -133,8 +160,9 @@ def test_developers_cannot_open_the_console_runs(compute, client):
 
 
 def test_metrics_export_runs_and_step_durations(delivered, client):
-    families = {family.name: family for family in
-                text_string_to_metric_families(client.get("/metrics").content.decode())}
+    families = {
+        family.name: family for family in text_string_to_metric_families(client.get("/metrics").content.decode())
+    }
     runs = {tuple(sample.labels.values()): sample.value for sample in families["compute_provisioning_runs"].samples}
     assert runs[("provision", "compute", "succeeded")] == 1
     steps = {sample.labels["step"] for sample in families["compute_provisioning_steps"].samples}

@@ -43,11 +43,24 @@ LEASE_SECONDS = 2  # far shorter than start_workload's 600 s timeout: a dead wor
 def start_worker(log: Path, **extra_env: str) -> subprocess.Popen:
     """A real `manage.py qcluster` on the test database, in its own process group (so it can be killed whole)."""
     database = connection.settings_dict
-    env = {**os.environ, "DJANGO_SETTINGS_MODULE": "config.settings_test", "Q_SYNC": "0", "Q_WORKERS": "1",
-           "DATABASE_URL": f"postgres://{database['USER']}@{database['HOST']}:{database['PORT']}/{database['NAME']}",
-           "PROVISIONING_SIMULATED_SPEED": "0.1", "PROVISIONING_LEASE_SECONDS": str(LEASE_SECONDS), **extra_env}
-    return subprocess.Popen([sys.executable, "manage.py", "qcluster"], cwd=REPO, env=env, start_new_session=True,
-                            stdout=log.open("w"), stderr=subprocess.STDOUT)
+    env = {
+        **os.environ,
+        "DJANGO_SETTINGS_MODULE": "config.settings_test",
+        "Q_SYNC": "0",
+        "Q_WORKERS": "1",
+        "DATABASE_URL": f"postgres://{database['USER']}@{database['HOST']}:{database['PORT']}/{database['NAME']}",
+        "PROVISIONING_SIMULATED_SPEED": "0.1",
+        "PROVISIONING_LEASE_SECONDS": str(LEASE_SECONDS),
+        **extra_env,
+    }
+    return subprocess.Popen(
+        [sys.executable, "manage.py", "qcluster"],
+        cwd=REPO,
+        env=env,
+        start_new_session=True,
+        stdout=log.open("w"),
+        stderr=subprocess.STDOUT,
+    )
 
 
 def wait_for(condition, *, seconds: float, what: str, log: Path | None):
@@ -82,20 +95,29 @@ def test_a_worker_killed_mid_step_is_replaced_without_repeating_steps(shop, team
     first = start_worker(log)
     try:
         cycle.run_cycle()  # allocates; provisioning starts in the worker
-        step = wait_for(lambda: ProvisioningStep.objects.filter(name="start_workload", state=StepState.RUNNING)
-                        .first(), seconds=60, what="start_workload to be running", log=log)
+        step = wait_for(
+            lambda: ProvisioningStep.objects.filter(name="start_workload", state=StepState.RUNNING).first(),
+            seconds=60,
+            what="start_workload to be running",
+            log=log,
+        )
     finally:
         kill(first)
     assert ProvisioningStep.objects.get(pk=step.pk).state == StepState.RUNNING  # the dead worker's lease remains
     assert step.timeout_seconds == 600
 
-    wait_for(lambda: lease_lapsed(step.pk), seconds=10 * LEASE_SECONDS, what="the dead worker's lease to lapse",
-             log=log)
+    wait_for(
+        lambda: lease_lapsed(step.pk), seconds=10 * LEASE_SECONDS, what="the dead worker's lease to lapse", log=log
+    )
     second = start_worker(tmp_path / "worker2.log")
     try:
         assert engine.steps_resume_due() == 1  # the sweeper hands the expired step to the new worker
-        wait_for(lambda: ResourceRequest.objects.get(pk=request.pk).state == RequestState.ACTIVE, seconds=60,
-                 what="the request to become active", log=tmp_path / "worker2.log")
+        wait_for(
+            lambda: ResourceRequest.objects.get(pk=request.pk).state == RequestState.ACTIVE,
+            seconds=60,
+            what="the request to become active",
+            log=tmp_path / "worker2.log",
+        )
     finally:
         kill(second)
 
@@ -124,15 +146,22 @@ def test_a_step_working_longer_than_its_lease_keeps_it(shop, team, settings, mon
     add_node(shop.accelerator)
     # Submitting schedules and provisions inline (tasks run synchronously here), so it happens in its own thread.
     pool = ThreadPoolExecutor(1)
-    submitting = pool.submit(in_own_connection(request_services.request_submit),
-                             order=make_order(shop, team.project), requester=team.developer)
+    submitting = pool.submit(
+        in_own_connection(request_services.request_submit),
+        order=make_order(shop, team.project),
+        requester=team.developer,
+    )
     try:
         wait_for(lambda: working.is_set() or submitting.done(), seconds=30, what="start_workload to start", log=None)
         assert working.is_set(), f"start_workload never started: {submitting.result()!r}"
         step = ProvisioningStep.objects.get(name="start_workload")
         first_lease = step.lease_expires_at
-        wait_for(lambda: lease_renewed_past(step.pk, first_lease), seconds=30, what="the lease to be renewed past "
-                 "the first one while the clock passes it", log=None)
+        wait_for(
+            lambda: lease_renewed_past(step.pk, first_lease),
+            seconds=30,
+            what="the lease to be renewed past the first one while the clock passes it",
+            log=None,
+        )
         assert engine.steps_resume_due() == 0
         assert ProvisioningStep.objects.get(pk=step.pk).lease_owner == step.lease_owner
     finally:
@@ -145,19 +174,23 @@ def test_a_step_working_longer_than_its_lease_keeps_it(shop, team, settings, mon
 def lease_renewed_past(step_id: int, first_lease) -> bool:
     """The database's clock has passed the first lease and the step holds a later one."""
     with connection.cursor() as cursor:
-        cursor.execute("SELECT now() > %s AND lease_expires_at > now() FROM provisioning_provisioningstep "
-                       "WHERE id = %s", [first_lease, step_id])
+        cursor.execute(
+            "SELECT now() > %s AND lease_expires_at > now() FROM provisioning_provisioningstep WHERE id = %s",
+            [first_lease, step_id],
+        )
         return cursor.fetchone()[0]
 
 
 BACKOFF_SECONDS = 12  # slept through inline by the worker (under PROVISIONING_INLINE_WAIT_SECONDS), longer than 10 s
-FLAKY_START = json.dumps([{"op": "start_workload", "attempts": [1], "code": "flaky", "message": "Try again.",
-                           "retryable": True}])
+FLAKY_START = json.dumps(
+    [{"op": "start_workload", "attempts": [1], "code": "flaky", "message": "Try again.", "retryable": True}]
+)
 
 
 @pytest.mark.parametrize("to_the_group", [False, True], ids=["main-process", "process-group"])
-def test_sigterm_stops_a_busy_worker_within_10_s_and_hands_back_what_it_held(to_the_group, shop, team, monkeypatch,
-                                                                              tmp_path):
+def test_sigterm_stops_a_busy_worker_within_10_s_and_hands_back_what_it_held(
+    to_the_group, shop, team, monkeypatch, tmp_path
+):
     monkeypatch.setattr(Conf, "SYNC", False)
     Schedule.objects.all().delete()  # only this test's tasks in the broker
     add_node(shop.accelerator)
@@ -166,9 +199,12 @@ def test_sigterm_stops_a_busy_worker_within_10_s_and_hands_back_what_it_held(to_
     worker = start_worker(log, PROVISIONING_FAULTS=FLAKY_START, PROVISIONING_BACKOFF_SECONDS=str(BACKOFF_SECONDS))
     try:
         cycle.run_cycle()
-        step = wait_for(lambda: ProvisioningStep.objects.filter(name="start_workload", state=StepState.WAITING,
-                                                                attempts=1).first(),
-                        seconds=60, what="start_workload to wait for its retry", log=log)
+        step = wait_for(
+            lambda: ProvisioningStep.objects.filter(name="start_workload", state=StepState.WAITING, attempts=1).first(),
+            seconds=60,
+            what="start_workload to wait for its retry",
+            log=log,
+        )
         for number in range(3):  # the only worker is busy waiting: its cluster pulls these ahead and holds them
             async_task("scheduling.tasks.run_cycle", task_name=f"pulled-ahead-{number}")
         wait_for(lambda: len(held_tasks()) == 3, seconds=30, what="the cluster to pull the tasks ahead", log=log)
@@ -193,12 +229,20 @@ def test_sigterm_stops_a_busy_worker_within_10_s_and_hands_back_what_it_held(to_
     assert ProvisioningStep.objects.get(pk=step.pk).state == StepState.WAITING  # as recorded, due after the backoff
     second = start_worker(tmp_path / "worker2.log")
     try:
-        wait_for(lambda: not OrmQ.objects.exists(), seconds=60, what="another cluster to run the handed-back tasks",
-                 log=tmp_path / "worker2.log")
+        wait_for(
+            lambda: not OrmQ.objects.exists(),
+            seconds=60,
+            what="another cluster to run the handed-back tasks",
+            log=tmp_path / "worker2.log",
+        )
         wait_for(lambda: step_due(step.pk), seconds=2 * BACKOFF_SECONDS, what="the retry to fall due", log=None)
         assert engine.steps_resume_due() == 1
-        wait_for(lambda: ResourceRequest.objects.get(pk=request.pk).state == RequestState.ACTIVE, seconds=60,
-                 what="the request to become active", log=tmp_path / "worker2.log")
+        wait_for(
+            lambda: ResourceRequest.objects.get(pk=request.pk).state == RequestState.ACTIVE,
+            seconds=60,
+            what="the request to become active",
+            log=tmp_path / "worker2.log",
+        )
     finally:
         kill(second)
     assert ProvisioningStep.objects.get(pk=step.pk).attempts == 2
@@ -206,8 +250,9 @@ def test_sigterm_stops_a_busy_worker_within_10_s_and_hands_back_what_it_held(to_
 
 def held_tasks() -> list[str]:
     """The test's broker tasks that a cluster has pulled and locked (the step's own task is locked while it runs)."""
-    return [task.name() for task in OrmQ.objects.filter(lock__gt=timezone.now())
-            if task.name().startswith("pulled-ahead-")]
+    return [
+        task.name() for task in OrmQ.objects.filter(lock__gt=timezone.now()) if task.name().startswith("pulled-ahead-")
+    ]
 
 
 def step_due(step_id: int) -> bool:

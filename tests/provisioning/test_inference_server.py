@@ -18,10 +18,13 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 MODEL, REPLICA, SERVER_MAX_TOKENS = "sim-llama-8b", "replica-a", 100
-CHAT = {"model": MODEL, "messages": [
-    {"role": "system", "content": "You are terse."},
-    {"role": "user", "content": "Summarise inference throughput, please!"},
-]}
+CHAT = {
+    "model": MODEL,
+    "messages": [
+        {"role": "system", "content": "You are terse."},
+        {"role": "user", "content": "Summarise inference throughput, please!"},
+    ],
+}
 # By the documented rule: (3 + 5) + (3 + 13) + 3 to prime the reply. "You are terse." is You, are, ter|se, "." = 5;
 # the question is Summ|aris|e, infe|renc|e, thro|ughp|ut, ",", plea|se, "!" = 13.
 CHAT_PROMPT_TOKENS = 27
@@ -36,9 +39,24 @@ def documented_token_count(text: str) -> int:
 
 def start_server(*arguments: str) -> tuple[subprocess.Popen, str]:
     process = subprocess.Popen(
-        [sys.executable, "-m", "provisioning.serving.inference_server", "--host", "127.0.0.1", "--port", "0",
-         "--model", MODEL, "--replica", REPLICA, *arguments],
-        cwd=ROOT, stdout=subprocess.PIPE, text=True)
+        [
+            sys.executable,
+            "-m",
+            "provisioning.serving.inference_server",
+            "--host",
+            "127.0.0.1",
+            "--port",
+            "0",
+            "--model",
+            MODEL,
+            "--replica",
+            REPLICA,
+            *arguments,
+        ],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     ready = process.stdout.readline()  # the server names the free port it bound
     assert ready.startswith("ready on http://127.0.0.1:"), ready
     return process, ready.split()[-1]
@@ -71,7 +89,9 @@ def sse_events(client: httpx.Client, path: str, body: dict) -> list:
 def test_health_and_models(client):
     assert client.get("/health").json() == {"status": "ok", "model": MODEL, "replica": REPLICA, "in_flight": 0}
     assert client.get("/v1/models").json() == {
-        "object": "list", "data": [{"id": MODEL, "object": "model", "owned_by": "compute-catalog"}]}
+        "object": "list",
+        "data": [{"id": MODEL, "object": "model", "owned_by": "compute-catalog"}],
+    }
 
 
 def test_chat_answer_is_deterministic_and_metered_by_the_documented_rule(client):
@@ -94,8 +114,10 @@ def test_chat_answer_is_deterministic_and_metered_by_the_documented_rule(client)
 
 def test_another_question_gets_another_answer(client):
     other = {**CHAT, "messages": [*CHAT["messages"][:1], {"role": "user", "content": "And latency?"}]}
-    answers = [client.post("/v1/chat/completions", json=body).json()["choices"][0]["message"]["content"]
-               for body in (CHAT, other)]
+    answers = [
+        client.post("/v1/chat/completions", json=body).json()["choices"][0]["message"]["content"]
+        for body in (CHAT, other)
+    ]
     assert answers[0] != answers[1]
 
 
@@ -142,8 +164,10 @@ def test_chat_stream_is_the_same_answer_token_by_token(client):
     assert {chunk["object"] for chunk in events[:-1]} == {"chat.completion.chunk"}
     assert len({chunk["id"] for chunk in events[:-1]}) == 1
     assert chunks[0]["choices"][0]["delta"]["role"] == "assistant"
-    assert "".join(chunk["choices"][0]["delta"]["content"] for chunk in chunks) == \
-        answer["choices"][0]["message"]["content"]
+    assert (
+        "".join(chunk["choices"][0]["delta"]["content"] for chunk in chunks)
+        == answer["choices"][0]["message"]["content"]
+    )
     assert closing["choices"] == [{"index": 0, "delta": {}, "finish_reason": "length"}]
     assert closing["usage"] == answer["usage"]
 
@@ -157,8 +181,11 @@ def test_completion_stream_ends_with_usage_then_done(client):
     assert done == "[DONE]" and len(chunks) == 64
     assert "".join(chunk["choices"][0]["text"] for chunk in chunks) == answer["choices"][0]["text"]
     assert closing["choices"][0]["finish_reason"] == "stop" == answer["choices"][0]["finish_reason"]
-    assert closing["usage"] == answer["usage"] == {"prompt_tokens": PROMPT_TOKENS, "completion_tokens": 64,
-                                                   "total_tokens": PROMPT_TOKENS + 64}
+    assert (
+        closing["usage"]
+        == answer["usage"]
+        == {"prompt_tokens": PROMPT_TOKENS, "completion_tokens": 64, "total_tokens": PROMPT_TOKENS + 64}
+    )
 
 
 def test_chunked_request_body_is_read(client):
@@ -170,25 +197,38 @@ def test_chunked_request_body_is_read(client):
     assert response.json()["usage"]["completion_tokens"] == 3
 
 
-@pytest.mark.parametrize(("method", "path", "body", "status", "code"), [
-    ("POST", "/v1/chat/completions", b"{not json", 400, "invalid_json"),
-    ("POST", "/v1/chat/completions", b"[1, 2]", 400, "invalid_json"),
-    ("POST", "/v1/chat/completions", json.dumps({"messages": CHAT["messages"]}), 400, "missing_required_parameter"),
-    ("POST", "/v1/chat/completions", json.dumps({"model": MODEL}), 400, "missing_required_parameter"),
-    ("POST", "/v1/chat/completions", json.dumps({"model": MODEL, "messages": ["hi"]}), 400, "invalid_value"),
-    ("POST", "/v1/chat/completions", json.dumps({**CHAT, "model": "gpt-9"}), 404, "model_not_found"),
-    ("POST", "/v1/chat/completions", json.dumps({**CHAT, "max_tokens": 0}), 400, "invalid_value"),
-    ("POST", "/v1/chat/completions", json.dumps({**CHAT, "stream": "yes"}), 400, "invalid_type"),
-    ("POST", "/v1/chat/completions", json.dumps({**CHAT, "temperature": 7}), 400, "invalid_value"),
-    ("POST", "/v1/completions", json.dumps({"model": MODEL, "prompt": 42}), 400, "missing_required_parameter"),
-    ("POST", "/v1/completions", json.dumps({"model": MODEL, "prompt": PROMPT, "max_tokens": 510}), 400,
-     "context_length_exceeded"),
-    ("POST", "/v1/completions", json.dumps({"model": MODEL, "prompt": "word " * 600}), 400,
-     "context_length_exceeded"),
-    ("GET", "/v1/embeddings", None, 404, "not_found"),
-    ("GET", "/v1/chat/completions", None, 405, "method_not_allowed"),
-    ("POST", "/health", b"{}", 405, "method_not_allowed"),
-])
+@pytest.mark.parametrize(
+    ("method", "path", "body", "status", "code"),
+    [
+        ("POST", "/v1/chat/completions", b"{not json", 400, "invalid_json"),
+        ("POST", "/v1/chat/completions", b"[1, 2]", 400, "invalid_json"),
+        ("POST", "/v1/chat/completions", json.dumps({"messages": CHAT["messages"]}), 400, "missing_required_parameter"),
+        ("POST", "/v1/chat/completions", json.dumps({"model": MODEL}), 400, "missing_required_parameter"),
+        ("POST", "/v1/chat/completions", json.dumps({"model": MODEL, "messages": ["hi"]}), 400, "invalid_value"),
+        ("POST", "/v1/chat/completions", json.dumps({**CHAT, "model": "gpt-9"}), 404, "model_not_found"),
+        ("POST", "/v1/chat/completions", json.dumps({**CHAT, "max_tokens": 0}), 400, "invalid_value"),
+        ("POST", "/v1/chat/completions", json.dumps({**CHAT, "stream": "yes"}), 400, "invalid_type"),
+        ("POST", "/v1/chat/completions", json.dumps({**CHAT, "temperature": 7}), 400, "invalid_value"),
+        ("POST", "/v1/completions", json.dumps({"model": MODEL, "prompt": 42}), 400, "missing_required_parameter"),
+        (
+            "POST",
+            "/v1/completions",
+            json.dumps({"model": MODEL, "prompt": PROMPT, "max_tokens": 510}),
+            400,
+            "context_length_exceeded",
+        ),
+        (
+            "POST",
+            "/v1/completions",
+            json.dumps({"model": MODEL, "prompt": "word " * 600}),
+            400,
+            "context_length_exceeded",
+        ),
+        ("GET", "/v1/embeddings", None, 404, "not_found"),
+        ("GET", "/v1/chat/completions", None, 405, "method_not_allowed"),
+        ("POST", "/health", b"{}", 405, "method_not_allowed"),
+    ],
+)
 def test_bad_requests_get_openai_errors(client, method, path, body, status, code):
     response = client.request(method, path, content=body)
 
@@ -227,8 +267,11 @@ def test_fifty_concurrent_clients_all_get_their_answers(client):
 def test_sigterm_lets_the_answer_in_flight_finish():
     process, url = start_server("--latency-ms", "1500")
     answers = []
-    asking = threading.Thread(target=lambda: answers.append(
-        httpx.post(f"{url}/v1/completions", json={"model": MODEL, "prompt": PROMPT}, timeout=10)))
+    asking = threading.Thread(
+        target=lambda: answers.append(
+            httpx.post(f"{url}/v1/completions", json={"model": MODEL, "prompt": PROMPT}, timeout=10)
+        )
+    )
     asking.start()
     wait_until_answering(url)  # the server holds the request: SIGTERM now meets an answer in flight
 

@@ -53,8 +53,9 @@ def test_preemption_tears_the_environment_down_and_the_request_runs_again(comput
     assert ProvisioningRun.objects.get(allocation=again, kind=RunKind.PROVISION).state == RunState.SUCCEEDED
 
 
-def test_an_expired_lease_is_resumed_by_another_worker_without_repeating_done_steps(compute, settings, monkeypatch,
-                                                                                    run_on_commit):
+def test_an_expired_lease_is_resumed_by_another_worker_without_repeating_done_steps(
+    compute, settings, monkeypatch, run_on_commit
+):
     """In process: a claim whose worker never reports back (as if killed), then the sweeper."""
     calls = []
     real = engine._attempt
@@ -95,8 +96,9 @@ def installer_reports_through_the_api(monkeypatch):
     monkeypatch.setattr("provisioning.drivers.simulated.SimulatedBmc._boot_installer", lambda self, machine: None)
 
 
-def test_installer_callback_refuses_unknown_and_reused_tokens_and_bad_input(bare_metal, api,
-                                                                             installer_reports_through_the_api):
+def test_installer_callback_refuses_unknown_and_reused_tokens_and_bad_input(
+    bare_metal, api, installer_reports_through_the_api
+):
     url = reverse("provisioning-installer-callback")
     assert api.post(url, {"token": "nope", "status": "succeeded"}, format="json").json()["code"] == "unknown_token"
     bad = api.post(url, {"token": "x", "status": "maybe"}, format="json")
@@ -108,8 +110,9 @@ def test_installer_callback_refuses_unknown_and_reused_tokens_and_bad_input(bare
     assert api.post(url, {"token": token, "status": "failed"}, format="json").json()["code"] == "token_used"
 
 
-def test_installer_failure_fails_the_request_at_the_wait_step(bare_metal, run_on_commit,
-                                                               installer_reports_through_the_api):
+def test_installer_failure_fails_the_request_at_the_wait_step(
+    bare_metal, run_on_commit, installer_reports_through_the_api
+):
     request = bare_metal.order()
     run = ProvisioningRun.objects.get(request=request)
     token = services.installer_token_issue(run)  # as if the boot step had handed it to the installer
@@ -120,8 +123,9 @@ def test_installer_failure_fails_the_request_at_the_wait_step(bare_metal, run_on
 
 
 def failed_compute(compute, settings):
-    settings.PROVISIONING_FAULTS = [{"op": "start_workload", "code": "image_pull_failed",
-                                     "message": "manifest unknown", "retryable": False}]
+    settings.PROVISIONING_FAULTS = [
+        {"op": "start_workload", "code": "image_pull_failed", "message": "manifest unknown", "retryable": False}
+    ]
     request = compute.order()
     assert request.state == RequestState.FAILED
     settings.PROVISIONING_FAULTS = []
@@ -142,7 +146,8 @@ def test_operator_retries_from_the_failed_step_on_the_same_devices(compute, sett
     allocations = Allocation.objects.filter(request=request).order_by("id")
     assert [a.state for a in allocations] == [AllocationState.RELEASED, AllocationState.ACTIVE]
     assert list(allocations[0].devices.values_list("device_id", "milli")) == list(
-        allocations[1].devices.values_list("device_id", "milli"))
+        allocations[1].devices.values_list("device_id", "milli")
+    )
     event = request.events.get(code=EventCode.PROVISIONING_RETRIED)
     assert event.intervention and event.actor == operator and "from step 'start_workload'" in event.message
     assert AuditEvent.objects.filter(action="provisioning.retried", actor=operator).exists()
@@ -188,8 +193,9 @@ def test_an_operator_isolating_a_busy_card_counts_as_an_intervention_a_health_ru
     assert [event.intervention for event in isolations] == [True, False]
 
 
-def test_a_provisioning_that_finishes_after_a_release_began_leaves_the_release_in_charge(compute, settings,
-                                                                                         run_on_commit):
+def test_a_provisioning_that_finishes_after_a_release_began_leaves_the_release_in_charge(
+    compute, settings, run_on_commit
+):
     settings.PROVISIONING_FAULTS = NEVER_READY
     settings.PROVISIONING_INLINE_WAIT_SECONDS = 0
     request = compute.order()

@@ -22,8 +22,14 @@ BATCH = {"name": "batch", "type": "number"}
 
 
 def order_body(shop, project, **parameters) -> dict:
-    return {"service": shop.service.pk, "project": project.pk, "spec": shop.whole.pk, "image": shop.image.pk,
-            "duration_hours": 10, "parameters": parameters}
+    return {
+        "service": shop.service.pk,
+        "project": project.pk,
+        "spec": shop.whole.pk,
+        "image": shop.image.pk,
+        "duration_hours": 10,
+        "parameters": parameters,
+    }
 
 
 def declare(service, *entries) -> None:
@@ -37,8 +43,9 @@ def test_an_order_with_1e16_is_provisioned_and_both_releases_answer_200(compute,
     10000000000000000 where 1e+16 had been hashed, so every save was refused as tampering)."""
     shop, team = compute.shop, compute.team
     declare(shop.service, BATCH)
-    response = run_on_commit(api_as(team.developer).post, "/api/v1/requests/",
-                             order_body(shop, team.project, batch=1e16), format="json")
+    response = run_on_commit(
+        api_as(team.developer).post, "/api/v1/requests/", order_body(shop, team.project, batch=1e16), format="json"
+    )
     assert response.status_code == 201, response.content
     request = ResourceRequest.objects.get(pk=response.json()["id"])
     run_on_commit(cycle.run_cycle)
@@ -47,8 +54,9 @@ def test_an_order_with_1e16_is_provisioned_and_both_releases_answer_200(compute,
     assert request.approved_spec["parameters"]["batch"] == 10**16 and request.snapshot_intact
 
     actor = team.developer if releaser == "requester" else team.operator
-    response = run_on_commit(api_as(actor).post, f"/api/v1/requests/{request.pk}/release/", {"reason": "done"},
-                             format="json")
+    response = run_on_commit(
+        api_as(actor).post, f"/api/v1/requests/{request.pk}/release/", {"reason": "done"}, format="json"
+    )
     assert response.status_code == 200, response.content
     request.refresh_from_db()
     assert request.state == RequestState.RELEASED
@@ -58,8 +66,9 @@ def test_an_order_with_1e16_is_provisioned_and_both_releases_answer_200(compute,
 def test_a_value_outside_the_declared_range_is_refused_at_submission_and_nothing_is_held(compute, api_as):
     shop, team = compute.shop, compute.team
     declare(shop.service, {"name": "batch", "type": "int", "min": 1, "max": 65536})
-    response = api_as(team.developer).post("/api/v1/requests/", order_body(shop, team.project, batch=1e16),
-                                           format="json")
+    response = api_as(team.developer).post(
+        "/api/v1/requests/", order_body(shop, team.project, batch=1e16), format="json"
+    )
     assert response.status_code == 422, response.content
     body = response.json()
     assert body["code"] == "parameter_invalid"
@@ -69,12 +78,14 @@ def test_a_value_outside_the_declared_range_is_refused_at_submission_and_nothing
 
 # --- The sweeper --------------------------------------------------------------------------------------------
 
+
 def stranded(compute, *, minutes_ago: int) -> ResourceRequest:
     """Allocated, but the start task never ran (as when a worker dies between the scheduler's commit and it)."""
     from requests import services as request_services
 
-    request = request_services.request_submit(order=make_order(compute.shop, compute.team.project),
-                                              requester=compute.team.developer)
+    request = request_services.request_submit(
+        order=make_order(compute.shop, compute.team.project), requester=compute.team.developer
+    )
     cycle.run_cycle()  # after-commit work is not run: provisioning never hears of the allocation
     ResourceRequest.objects.filter(pk=request.pk).update(updated_at=timezone.now() - timedelta(minutes=minutes_ago))
     request.refresh_from_db()
@@ -111,8 +122,11 @@ def test_the_sweeper_releases_with_the_reason_what_cannot_start(compute, run_on_
     request.refresh_from_db()
     assert request.state == RequestState.RELEASED
     event = request.events.get(code=EventCode.PROVISIONING_NOT_STARTED)
-    assert event.data == {"code": "start_failed", "message": "Starting provisioning failed: RuntimeError.",
-                          "details": {"error": "no driver for this pool"}}
+    assert event.data == {
+        "code": "start_failed",
+        "message": "Starting provisioning failed: RuntimeError.",
+        "details": {"error": "no driver for this pool"},
+    }
     assert set(Device.objects.values_list("allocated_milli", flat=True)) == {0}
     assert not ProvisioningRun.objects.exists()
 
@@ -129,8 +143,9 @@ def test_the_sweeper_is_scheduled_every_minute():
 def test_operator_release_of_a_stranded_request_answers_200(compute, api_as, run_on_commit):
     request = stranded(compute, minutes_ago=5)
     operator = factories.operator()
-    response = run_on_commit(api_as(operator).post, f"/api/v1/requests/{request.pk}/release/", {"reason": "stuck"},
-                             format="json")
+    response = run_on_commit(
+        api_as(operator).post, f"/api/v1/requests/{request.pk}/release/", {"reason": "stuck"}, format="json"
+    )
     assert response.status_code == 200, response.content
     request.refresh_from_db()
     assert request.state == RequestState.RELEASED

@@ -13,9 +13,18 @@ from scheduling.models import Allocation, Device
 pytestmark = pytest.mark.django_db
 
 COMPUTE_STEPS = ["prepare_image", "start_workload", "readiness_check", "publish_access"]
-BARE_METAL_STEPS = ["validate_hardware", "boot_installer", "power_cycle", "wait_power_on", "wait_for_install",
-                    "install_gpu_driver", "install_monitoring_agent", "register_cluster", "health_check",
-                    "publish_access"]
+BARE_METAL_STEPS = [
+    "validate_hardware",
+    "boot_installer",
+    "power_cycle",
+    "wait_power_on",
+    "wait_for_install",
+    "install_gpu_driver",
+    "install_monitoring_agent",
+    "register_cluster",
+    "health_check",
+    "publish_access",
+]
 
 
 def steps_of(run: ProvisioningRun) -> list[tuple[str, str, int]]:
@@ -69,15 +78,27 @@ def test_bare_metal_order_runs_the_whole_pipeline_and_release_cleans_the_server(
     assert request.state == RequestState.RELEASED
     release = ProvisioningRun.objects.get(request=request, kind=RunKind.RELEASE)
     assert [name for name, _, _ in steps_of(release)] == [
-        "deregister_cluster", "power_off", "wait_power_off", "eject_media", "mark_for_cleaning", "return_capacity"]
+        "deregister_cluster",
+        "power_off",
+        "wait_power_off",
+        "eject_media",
+        "mark_for_cleaning",
+        "return_capacity",
+    ]
     assert release.state == RunState.SUCCEEDED
     bare_metal.node.refresh_from_db()
     assert bare_metal.node.schedulable
 
 
 def test_a_transient_fault_is_retried_with_backoff_and_shown_on_the_timeline(compute, settings):
-    settings.PROVISIONING_FAULTS = [{"op": "start_workload", "attempts": [1, 2], "code": "runtime_busy",
-                                     "message": "The container runtime is busy."}]
+    settings.PROVISIONING_FAULTS = [
+        {
+            "op": "start_workload",
+            "attempts": [1, 2],
+            "code": "runtime_busy",
+            "message": "The container runtime is busy.",
+        }
+    ]
     request = compute.order()
     assert request.state == RequestState.ACTIVE
     run = ProvisioningRun.objects.get(request=request)
@@ -87,8 +108,9 @@ def test_a_transient_fault_is_retried_with_backoff_and_shown_on_the_timeline(com
 
 
 def test_a_permanent_failure_fails_the_request_cleans_up_and_returns_the_devices(compute, settings):
-    settings.PROVISIONING_FAULTS = [{"op": "workload_ready", "code": "probe_failed",
-                                     "message": "Port 22 never opened."}]
+    settings.PROVISIONING_FAULTS = [
+        {"op": "workload_ready", "code": "probe_failed", "message": "Port 22 never opened."}
+    ]
     request = compute.order()
     assert request.state == RequestState.FAILED
     run = ProvisioningRun.objects.get(request=request, kind=RunKind.PROVISION)
@@ -111,21 +133,33 @@ def test_a_hardware_mismatch_isolates_the_node(bare_metal, settings):
     request = bare_metal.order()
     assert request.state == RequestState.FAILED
     run = ProvisioningRun.objects.get(request=request, kind=RunKind.PROVISION)
-    assert (run.failure["step"], run.failure["code"], run.failure["attempts"]) == ("validate_hardware",
-                                                                                 "inventory_mismatch", 1)
+    assert (run.failure["step"], run.failure["code"], run.failure["attempts"]) == (
+        "validate_hardware",
+        "inventory_mismatch",
+        1,
+    )
     assert "accelerators 7 (inventory says 8)" in run.failure["message"]
     bare_metal.node.refresh_from_db()
     assert not bare_metal.node.schedulable and "validate_hardware" in bare_metal.node.cordon_reason
     assert "isolated for an operator" in request.events.get(code=EventCode.FAILED).message
 
 
-@override_settings(PROVISIONING_FAULTS=[{"op": "install_gpu_driver", "code": "dkms_failed",
-                                         "message": "DKMS build failed.", "retryable": False}])
+@override_settings(
+    PROVISIONING_FAULTS=[
+        {"op": "install_gpu_driver", "code": "dkms_failed", "message": "DKMS build failed.", "retryable": False}
+    ]
+)
 def test_a_failed_install_step_says_which_step_and_what_was_cleaned_up(bare_metal):
     request = bare_metal.order()
     assert request.state == RequestState.FAILED
     cleanup = ProvisioningRun.objects.get(request=request, kind=RunKind.CLEANUP)
     assert [name for name, _, _ in steps_of(cleanup)] == [
-        "deregister_cluster", "power_off", "wait_power_off", "eject_media", "mark_for_cleaning", "return_capacity"]
+        "deregister_cluster",
+        "power_off",
+        "wait_power_off",
+        "eject_media",
+        "mark_for_cleaning",
+        "return_capacity",
+    ]
     assert cleanup.state == RunState.SUCCEEDED
     assert request.events.filter(code=EventCode.CLEANED_UP).exists()

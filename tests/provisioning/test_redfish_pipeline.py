@@ -61,8 +61,10 @@ def test_bare_metal_on_the_emulator_from_order_to_release(on_redfish, sushy_emul
     assert answer.status_code == 202
     request.refresh_from_db()
     assert request.state == RequestState.ACTIVE
-    assert api.post(urlsplit(callback).path, {"token": token, "status": "succeeded"},
-                    format="json").json()["code"] == "token_used"
+    assert (
+        api.post(urlsplit(callback).path, {"token": token, "status": "succeeded"}, format="json").json()["code"]
+        == "token_used"
+    )
 
     run_on_commit(request_services.request_release, request=request, actor=request.requester, reason="done")
     request.refresh_from_db()
@@ -85,10 +87,12 @@ def _failing_bmc(kind: str, stand_in, settings) -> str:
     return f"{stand_in.url}{path}"
 
 
-@pytest.mark.parametrize(("kind", "code"), [("unreachable", "bmc_unreachable"), ("http_500", "bmc_error"),
-                                            ("slow", "bmc_unreachable")])
-def test_bmc_faults_are_retried_then_fail_clearly_and_isolate_the_node(kind, code, on_redfish, redfish_stand_in,
-                                                                         settings):
+@pytest.mark.parametrize(
+    ("kind", "code"), [("unreachable", "bmc_unreachable"), ("http_500", "bmc_error"), ("slow", "bmc_unreachable")]
+)
+def test_bmc_faults_are_retried_then_fail_clearly_and_isolate_the_node(
+    kind, code, on_redfish, redfish_stand_in, settings
+):
     settings.PROVISIONING_MAX_ATTEMPTS = 3
     on_redfish.node.bmc_address = _failing_bmc(kind, redfish_stand_in, settings)
     on_redfish.node.save(update_fields=["bmc_address"])

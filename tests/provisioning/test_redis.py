@@ -50,8 +50,9 @@ def on_redis_broker(monkeypatch, redis_db):
     monkeypatch.setattr(Conf, "REDIS", REDIS_URL)
 
 
-def test_the_redis_broker_carries_a_scheduling_cycle_and_a_provisioning_run(shop, team, on_redis_broker, redis_db,
-                                                                           tmp_path):
+def test_the_redis_broker_carries_a_scheduling_cycle_and_a_provisioning_run(
+    shop, team, on_redis_broker, redis_db, tmp_path
+):
     Schedule.objects.all().delete()  # only this test's tasks
     add_node(shop.accelerator)
     request = request_services.request_submit(order=make_order(shop, team.project), requester=team.developer)
@@ -60,8 +61,12 @@ def test_the_redis_broker_carries_a_scheduling_cycle_and_a_provisioning_run(shop
     log = tmp_path / "worker.log"
     worker = start_worker(log, REDIS_URL=REDIS_URL)
     try:
-        wait_for(lambda: ResourceRequest.objects.get(pk=request.pk).state == RequestState.ACTIVE, seconds=90,
-                 what="the request to be placed and provisioned", log=log)
+        wait_for(
+            lambda: ResourceRequest.objects.get(pk=request.pk).state == RequestState.ACTIVE,
+            seconds=90,
+            what="the request to be placed and provisioned",
+            log=log,
+        )
     finally:
         kill(worker)
     assert not OrmQ.objects.exists() and redis_db.llen(QUEUE) == 0
@@ -72,11 +77,20 @@ def test_the_redis_broker_carries_a_scheduling_cycle_and_a_provisioning_run(shop
 def start_gunicorn(log) -> tuple[subprocess.Popen, str]:
     database = connection.settings_dict
     port = free_loopback_port()
-    env = {**os.environ, "DJANGO_SETTINGS_MODULE": "config.settings_test", "REDIS_URL": REDIS_URL,
-           "DATABASE_URL": f"postgres://{database['USER']}@{database['HOST']}:{database['PORT']}/{database['NAME']}"}
-    server = subprocess.Popen([sys.executable, "-m", "gunicorn", "config.wsgi", "--workers", "2", "--bind",
-                               f"127.0.0.1:{port}"], cwd=REPO, env=env, start_new_session=True,
-                              stdout=log.open("w"), stderr=subprocess.STDOUT)
+    env = {
+        **os.environ,
+        "DJANGO_SETTINGS_MODULE": "config.settings_test",
+        "REDIS_URL": REDIS_URL,
+        "DATABASE_URL": f"postgres://{database['USER']}@{database['HOST']}:{database['PORT']}/{database['NAME']}",
+    }
+    server = subprocess.Popen(
+        [sys.executable, "-m", "gunicorn", "config.wsgi", "--workers", "2", "--bind", f"127.0.0.1:{port}"],
+        cwd=REPO,
+        env=env,
+        start_new_session=True,
+        stdout=log.open("w"),
+        stderr=subprocess.STDOUT,
+    )
     url = f"http://127.0.0.1:{port}"
 
     def answering():
@@ -100,9 +114,12 @@ def test_the_gateway_rate_limit_holds_across_two_gunicorn_workers(serving, redis
 
     def ask_six_times():  # a new connection each time: either worker may take it
         for _ in range(RATE_LIMIT):
-            answer = httpx.post(f"{url}/serve/{deployment.slug}/v1/completions", timeout=30,
-                                headers={"Authorization": f"Bearer {secret}"},
-                                content=json.dumps({"model": deployment.model_name, "prompt": "hi", "max_tokens": 4}))
+            answer = httpx.post(
+                f"{url}/serve/{deployment.slug}/v1/completions",
+                timeout=30,
+                headers={"Authorization": f"Bearer {secret}"},
+                content=json.dumps({"model": deployment.model_name, "prompt": "hi", "max_tokens": 4}),
+            )
             statuses.append(answer.status_code)
 
     try:

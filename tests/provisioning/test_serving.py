@@ -18,8 +18,11 @@ from tests import factories
 
 pytestmark = pytest.mark.django_db
 
-CHAT = {"model": "llama-3-8b-instruct", "messages": [{"role": "user", "content": "Say hello to the platform."}],
-        "max_tokens": 16}
+CHAT = {
+    "model": "llama-3-8b-instruct",
+    "messages": [{"role": "user", "content": "Say hello to the platform."}],
+    "max_tokens": 16,
+}
 
 
 @pytest.fixture
@@ -31,16 +34,24 @@ def deployed(serving):
 
 
 def call(client, deployment, secret, body=CHAT, path="chat/completions"):
-    return client.post(f"/serve/{deployment.slug}/v1/{path}", json.dumps(body), content_type="application/json",
-                       HTTP_AUTHORIZATION=f"Bearer {secret}")
+    return client.post(
+        f"/serve/{deployment.slug}/v1/{path}",
+        json.dumps(body),
+        content_type="application/json",
+        HTTP_AUTHORIZATION=f"Bearer {secret}",
+    )
 
 
 def test_an_ordered_model_is_served_through_the_gateway_and_its_tokens_metered(deployed, client):
     request, deployment, secret = deployed
     run = ProvisioningRun.objects.get(request=request)
     assert run.state == RunState.SUCCEEDED
-    assert list(run.steps.values_list("name", flat=True)) == ["start_replicas", "wait_replicas_ready",
-                                                               "register_routes", "publish_endpoint"]
+    assert list(run.steps.values_list("name", flat=True)) == [
+        "start_replicas",
+        "wait_replicas_ready",
+        "register_routes",
+        "publish_endpoint",
+    ]
     assert deployment.state == ServingDeployment.State.SERVING
     assert set(deployment.replicas.values_list("healthy", flat=True)) == {True}
     assert run.delivered["endpoint"].endswith(f"/serve/{deployment.slug}/v1")
@@ -51,8 +62,11 @@ def test_an_ordered_model_is_served_through_the_gateway_and_its_tokens_metered(d
     assert body["choices"][0]["message"]["content"]
     usage = body["usage"]
     row = TokenUsage.objects.get(request=request)
-    assert (row.requests, row.prompt_tokens, row.completion_tokens) == (1, usage["prompt_tokens"],
-                                                                        usage["completion_tokens"])
+    assert (row.requests, row.prompt_tokens, row.completion_tokens) == (
+        1,
+        usage["prompt_tokens"],
+        usage["completion_tokens"],
+    )
     assert row.project == request.project and row.key_prefix == secret.split("_")[1]
 
 
@@ -65,8 +79,10 @@ def test_streaming_passes_events_through_and_meters_the_final_usage(deployed, cl
     chunks = [json.loads(event.removeprefix("data: ")) for event in events if event.startswith("data: {")]
     final_usage = next(chunk["usage"] for chunk in reversed(chunks) if chunk.get("usage"))
     row = TokenUsage.objects.get(request=request)
-    assert (row.prompt_tokens, row.completion_tokens) == (final_usage["prompt_tokens"],
-                                                          final_usage["completion_tokens"])
+    assert (row.prompt_tokens, row.completion_tokens) == (
+        final_usage["prompt_tokens"],
+        final_usage["completion_tokens"],
+    )
 
 
 def test_unknown_revoked_and_foreign_keys_are_refused(deployed, client, serving):
@@ -112,8 +128,10 @@ def test_a_killed_replica_is_reported_and_traffic_goes_to_the_healthy_one(deploy
     victim.refresh_from_db()
     assert not victim.healthy and "could not reach" in victim.last_error
     endpoint = api_as(request.requester).get(f"/api/v1/requests/{request.pk}/").json()["endpoint"]
-    assert {replica["name"]: replica["healthy"] for replica in endpoint["replicas"]} == {"replica-0": False,
-                                                                                         "replica-1": True}
+    assert {replica["name"]: replica["healthy"] for replica in endpoint["replicas"]} == {
+        "replica-0": False,
+        "replica-1": True,
+    }
 
 
 def test_with_every_replica_down_the_gateway_answers_502_at_once(deployed, client):
@@ -176,16 +194,26 @@ def test_tokens_show_on_the_usage_report_page_and_metrics_by_project_and_model(d
     request, deployment, secret = deployed
     usage = call(client, deployment, secret).json()["usage"]
     rows = api_as(request.requester).get("/api/v1/usage/tokens/").json()
-    assert rows == [{"month": f"{request.created_at:%Y-%m}", "project": request.project.slug,
-                     "model": "llama-3-8b-instruct", "requests": 1, "prompt_tokens": usage["prompt_tokens"],
-                     "completion_tokens": usage["completion_tokens"], "total_tokens": usage["total_tokens"]}]
+    assert rows == [
+        {
+            "month": f"{request.created_at:%Y-%m}",
+            "project": request.project.slug,
+            "model": "llama-3-8b-instruct",
+            "requests": 1,
+            "prompt_tokens": usage["prompt_tokens"],
+            "completion_tokens": usage["completion_tokens"],
+            "total_tokens": usage["total_tokens"],
+        }
+    ]
     assert api_as(factories.member(factories.project())).get("/api/v1/usage/tokens/").json() == []
     client.force_login(request.requester)
     assert "llama-3-8b-instruct" in client.get("/usage/").content.decode().split('id="tokens-table"')[1]
     exposition = client.get("/metrics").content.decode()
     families = {family.name: family for family in text_string_to_metric_families(exposition)}
-    served = {(sample.labels["project"], sample.labels["model"]): sample.value
-              for sample in families["compute_serving_completion_tokens"].samples}
+    served = {
+        (sample.labels["project"], sample.labels["model"]): sample.value
+        for sample in families["compute_serving_completion_tokens"].samples
+    }
     assert served[(request.project.slug, "llama-3-8b-instruct")] == usage["completion_tokens"]
 
 

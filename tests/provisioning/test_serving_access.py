@@ -22,9 +22,17 @@ def keys_url(project) -> str:
     return reverse("api-key-list", args=[project.pk])
 
 
-@pytest.mark.parametrize(("who", "list_status", "create_status"), [
-    ("developer", 200, 201), ("lead", 200, 201), ("approver", 200, 403), ("other_developer", 404, 404),
-    ("outsider", 404, 404), ("operator", 200, 403)])
+@pytest.mark.parametrize(
+    ("who", "list_status", "create_status"),
+    [
+        ("developer", 200, 201),
+        ("lead", 200, 201),
+        ("approver", 200, 403),
+        ("other_developer", 404, 404),
+        ("outsider", 404, 404),
+        ("operator", 200, 403),
+    ],
+)
 def test_key_list_and_create_follow_the_role_matrix(project_keys, api_as, who, list_status, create_status):
     roles, key = project_keys
     client = api_as(getattr(roles, who))

@@ -35,8 +35,13 @@ def walk(request: ResourceRequest, state: str) -> ResourceRequest:
 def stored_request(order: Order, requester, state: str) -> ResourceRequest:
     """A saved request for the order, in the given state (no approval, no snapshot, no timeline)."""
     request = ResourceRequest.objects.create(
-        tenant_id=order.project.tenant_id, project=order.project, requester=requester, service=order.service,
-        spec=order.spec, image=order.image, duration_hours=order.duration_hours,
+        tenant_id=order.project.tenant_id,
+        project=order.project,
+        requester=requester,
+        service=order.service,
+        spec=order.spec,
+        image=order.image,
+        duration_hours=order.duration_hours,
         **size_order(order).request_fields(),
     )
     walk(request, state)

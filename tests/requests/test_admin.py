@@ -48,14 +48,16 @@ def _request_in_new_project(shop) -> ResourceRequest:
 
 def _quota_change_in_new_project():
     project = factories.project(quota=GENEROUS_QUOTA)
-    return quota_change_request_submit(project=project, limits={"gpus": 32}, justification="Bigger training runs",
-                                       actor=project.lead)
+    return quota_change_request_submit(
+        project=project, limits={"gpus": 32}, justification="Bigger training runs", actor=project.lead
+    )
 
 
 def _policy_with_two_rules():
     rule = approval_rule(approver_stage(), (ApproverSource.OPERATORS, "any", {}))
-    ApprovalRule.objects.create(policy=rule.policy, name="second rule", min_accelerator_count=8,
-                                tenant=factories.tenant())
+    ApprovalRule.objects.create(
+        policy=rule.policy, name="second rule", min_accelerator_count=8, tenant=factories.tenant()
+    )
     return rule.policy
 
 
@@ -111,10 +113,18 @@ def test_request_search_accepts_any_term(console, shop, team, term):
     assert console.get(_url("resourcerequest"), {"q": term}).status_code == 200
 
 
-@pytest.mark.parametrize("model_name, field_name", [
-    ("approvalrulestage", "users"), ("approvalrule", "policy"), ("approvalrule", "vendor"), ("approvalrule", "spec"),
-    ("approvalrule", "accelerator_model"), ("approvalrule", "tenant"), ("approvalrule", "project"),
-])
+@pytest.mark.parametrize(
+    "model_name, field_name",
+    [
+        ("approvalrulestage", "users"),
+        ("approvalrule", "policy"),
+        ("approvalrule", "vendor"),
+        ("approvalrule", "spec"),
+        ("approvalrule", "accelerator_model"),
+        ("approvalrule", "tenant"),
+        ("approvalrule", "project"),
+    ],
+)
 def test_operator_can_use_the_policy_autocompletes(console, shop, routed, model_name, field_name):
     params = {"app_label": "requests", "model_name": model_name, "field_name": field_name, "term": ""}
 
@@ -194,7 +204,11 @@ def test_cancel_action_asks_for_a_reason_then_cancels(console, shop, team):
     event = request.events.last()
     assert request.state == RequestState.CANCELLED
     assert (event.code, event.actor, event.from_state, event.to_state) == (
-        EventCode.CANCELLED, team.operator, RequestState.QUEUED, RequestState.CANCELLED)
+        EventCode.CANCELLED,
+        team.operator,
+        RequestState.QUEUED,
+        RequestState.CANCELLED,
+    )
     assert event.data == {"reason": "Rack maintenance"}
 
 
@@ -247,30 +261,55 @@ def test_action_reports_each_row(console, shop, team):
 
 
 def _inline(prefix: str, rows: list[dict]) -> dict:
-    data = {f"{prefix}-TOTAL_FORMS": len(rows), f"{prefix}-INITIAL_FORMS": 0, f"{prefix}-MIN_NUM_FORMS": 0,
-            f"{prefix}-MAX_NUM_FORMS": 1000}
+    data = {
+        f"{prefix}-TOTAL_FORMS": len(rows),
+        f"{prefix}-INITIAL_FORMS": 0,
+        f"{prefix}-MIN_NUM_FORMS": 0,
+        f"{prefix}-MAX_NUM_FORMS": 1000,
+    }
     for index, row in enumerate(rows):
         data.update({f"{prefix}-{index}-{field}": value for field, value in row.items()})
     return data
 
 
 def test_operator_creates_policy_with_inline_rule(console, shop):
-    rule = {"order": 1, "name": "Big orders", "vendor": shop.accelerator.vendor_id, "spec": shop.whole.pk,
-            "min_accelerator_count": 8, "quota_exception": "unknown"}
-    data = {"name": "GPU governance", "subject": "resource_request", "description": "", "order": 10,
-            "active": "on", **_inline("rules", [rule])}
+    rule = {
+        "order": 1,
+        "name": "Big orders",
+        "vendor": shop.accelerator.vendor_id,
+        "spec": shop.whole.pk,
+        "min_accelerator_count": 8,
+        "quota_exception": "unknown",
+    }
+    data = {
+        "name": "GPU governance",
+        "subject": "resource_request",
+        "description": "",
+        "order": 10,
+        "active": "on",
+        **_inline("rules", [rule]),
+    }
 
     response = console.post(_url("approvalpolicy", "add/"), data)
 
     assert response.status_code == 302, response.context and response.context["errors"]
     saved = ApprovalPolicy.objects.get(name="GPU governance").rules.get()
     assert (saved.name, saved.spec, saved.min_accelerator_count, saved.quota_exception) == (
-        "Big orders", shop.whole, 8, None)
+        "Big orders",
+        shop.whole,
+        8,
+        None,
+    )
 
 
 def _rule_post(policy: ApprovalPolicy, stage: dict) -> dict:
-    return {"policy": policy.pk, "order": 1, "name": "Every order", "quota_exception": "unknown",
-            **_inline("stages", [{"order": 1, "name": "Operators", "mode": "any", **stage}])}
+    return {
+        "policy": policy.pk,
+        "order": 1,
+        "name": "Every order",
+        "quota_exception": "unknown",
+        **_inline("stages", [{"order": 1, "name": "Operators", "mode": "any", **stage}]),
+    }
 
 
 def test_operator_creates_rule_with_inline_operators_stage_that_routes(console, shop, team):
@@ -299,8 +338,10 @@ def test_operator_gives_a_rule_a_priority_condition_that_routes_only_that_class_
     assert 'name="min_priority"' in page.content.decode()
 
 
-@pytest.mark.parametrize("source, field", [(ApproverSource.GROUP, "group"), (ApproverSource.USERS, "users"),
-                                           (ApproverSource.PROJECT_ROLE, "project_role")])
+@pytest.mark.parametrize(
+    "source, field",
+    [(ApproverSource.GROUP, "group"), (ApproverSource.USERS, "users"), (ApproverSource.PROJECT_ROLE, "project_role")],
+)
 def test_stage_without_its_approvers_is_a_form_error(console, source, field):
     policy = ApprovalPolicy.objects.create(name="Everything", subject="resource_request")
 

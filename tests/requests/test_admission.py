@@ -26,8 +26,9 @@ def limit(project, **limits):
 
 
 def submit(shop, team, *, requester=None, over_quota=OverQuota.REJECT, **overrides):
-    return services.request_submit(order=make_order(shop, team.project, **overrides),
-                                   requester=requester or team.developer, over_quota=over_quota)
+    return services.request_submit(
+        order=make_order(shop, team.project, **overrides), requester=requester or team.developer, over_quota=over_quota
+    )
 
 
 def assert_nothing_stored():
@@ -64,8 +65,9 @@ def test_submission_that_just_fits_is_admitted(shop, team, dimension, fits, over
 
 
 @pytest.mark.parametrize(("dimension", "fits", "over"), DIMENSIONS, ids=[row[0] for row in DIMENSIONS])
-def test_submission_over_one_dimension_is_refused_with_that_reason_and_nothing_stored(shop, team, dimension, fits,
-                                                                                      over):
+def test_submission_over_one_dimension_is_refused_with_that_reason_and_nothing_stored(
+    shop, team, dimension, fits, over
+):
     limit(team.project, **{dimension: over})
     refusal = refusal_of(shop, team)
     assert (refusal.status_code, refusal.code) == (409, "quota_exceeded")
@@ -101,8 +103,9 @@ def test_monthly_card_hours_add_this_months_metered_usage_to_committed_projectio
     limit(team.project, monthly_card_hours=100)
     this_month = month_start()
     MonthlyUsage.objects.create(project=team.project, month=this_month, card_hours=60)
-    MonthlyUsage.objects.create(project=team.project, month=(this_month - timedelta(days=1)).replace(day=1),
-                                card_hours=5000)
+    MonthlyUsage.objects.create(
+        project=team.project, month=(this_month - timedelta(days=1)).replace(day=1), card_hours=5000
+    )
     submit(shop, team)  # 20 card-hours committed
     assert submit(shop, team).state == S.QUEUED  # 60 + 20 + 20 = 100
     [reason] = refusal_of(shop, team).details["reasons"]
@@ -111,8 +114,9 @@ def test_monthly_card_hours_add_this_months_metered_usage_to_committed_projectio
 
 def test_previous_months_usage_does_not_count(shop, team):
     limit(team.project, monthly_card_hours=20)
-    MonthlyUsage.objects.create(project=team.project, month=(month_start() - timedelta(days=1)).replace(day=1),
-                                card_hours=5000)
+    MonthlyUsage.objects.create(
+        project=team.project, month=(month_start() - timedelta(days=1)).replace(day=1), card_hours=5000
+    )
     assert submit(shop, team).state == S.QUEUED
 
 
@@ -168,7 +172,8 @@ def test_over_quota_wait_is_refused_when_the_request_alone_passes_the_limit(shop
         submit(shop, team, over_quota=OverQuota.WAIT)
     assert (refusal.value.status_code, refusal.value.code) == (409, "exceeds_limit")
     assert [(reason["code"], reason["scope"], reason["dimension"]) for reason in refusal.value.details["reasons"]] == [
-        ("exceeds_limit", scope, "gpus")]
+        ("exceeds_limit", scope, "gpus")
+    ]
     assert "waiting for quota to free up can never admit it" in refusal.value.message
     assert_nothing_stored()
 
@@ -210,8 +215,7 @@ def test_over_quota_exception_within_quota_is_an_ordinary_admission(shop, team):
 # --- readmission --------------------------------------------------------------------------------------------
 
 
-def test_cancelling_a_queued_request_readmits_the_first_waiting_one(shop, team,
-                                                                    django_capture_on_commit_callbacks):
+def test_cancelling_a_queued_request_readmits_the_first_waiting_one(shop, team, django_capture_on_commit_callbacks):
     limit(team.project, concurrent_tasks=1)
     running = submit(shop, team)
     first = submit(shop, team, over_quota=OverQuota.WAIT)
@@ -224,8 +228,7 @@ def test_cancelling_a_queued_request_readmits_the_first_waiting_one(shop, team,
     assert first.quota_reasons == []
 
 
-def test_a_later_smaller_request_does_not_jump_ahead_of_an_earlier_one(shop, team,
-                                                                       django_capture_on_commit_callbacks):
+def test_a_later_smaller_request_does_not_jump_ahead_of_an_earlier_one(shop, team, django_capture_on_commit_callbacks):
     limit(team.project, gpus=3, concurrent_tasks=2)
     submit(shop, team)
     small_running = submit(shop, team, spec=shop.sliced)

@@ -32,8 +32,12 @@ OUTSIDERS = ["other_developer", "other_approver", "operator"]
 def people(team):
     """The team's project and roles, plus a second project with its own developer and approver."""
     elsewhere = factories.project(quota=GENEROUS_QUOTA)
-    return SimpleNamespace(**vars(team), other_project=elsewhere, other_developer=factories.member(elsewhere),
-                           other_approver=factories.member(elsewhere, Role.APPROVER))
+    return SimpleNamespace(
+        **vars(team),
+        other_project=elsewhere,
+        other_developer=factories.member(elsewhere),
+        other_approver=factories.member(elsewhere, Role.APPROVER),
+    )
 
 
 @pytest.fixture
@@ -43,8 +47,13 @@ def review(people):
 
 
 def order_body(shop, project, **overrides) -> dict:
-    body = {"service": shop.service.pk, "project": project.pk, "spec": shop.whole.pk, "image": shop.image.pk,
-            "duration_hours": 10}
+    body = {
+        "service": shop.service.pk,
+        "project": project.pk,
+        "spec": shop.whole.pk,
+        "image": shop.image.pk,
+        "duration_hours": 10,
+    }
     return {**body, **overrides}
 
 
@@ -58,8 +67,12 @@ def task_of(resource_request, approver) -> ApprovalAssignment:
 
 
 def stored_rows() -> tuple[int, ...]:
-    return (ResourceRequest.objects.count(), RequestEvent.objects.count(), Approval.objects.count(),
-            QuotaChangeRequest.objects.count())
+    return (
+        ResourceRequest.objects.count(),
+        RequestEvent.objects.count(),
+        Approval.objects.count(),
+        QuotaChangeRequest.objects.count(),
+    )
 
 
 def state_of(resource_request) -> str:
@@ -88,11 +101,24 @@ def query_count(client, path: str) -> int:
 
 # --- Anonymous ---------------------------------------------------------------------------------------------
 
-@pytest.mark.parametrize(("method", "path"), [
-    ("get", REQUESTS), ("post", REQUESTS), ("post", PREVIEW), ("get", "{request}"), ("post", "{request}cancel/"),
-    ("get", APPROVALS), ("get", "{task}"), ("post", "{task}approve/"), ("post", "{task}reject/"),
-    ("post", BULK_APPROVE), ("get", QUOTA_CHANGES), ("post", QUOTA_CHANGES),
-])
+
+@pytest.mark.parametrize(
+    ("method", "path"),
+    [
+        ("get", REQUESTS),
+        ("post", REQUESTS),
+        ("post", PREVIEW),
+        ("get", "{request}"),
+        ("post", "{request}cancel/"),
+        ("get", APPROVALS),
+        ("get", "{task}"),
+        ("post", "{task}approve/"),
+        ("post", "{task}reject/"),
+        ("post", BULK_APPROVE),
+        ("get", QUOTA_CHANGES),
+        ("post", QUOTA_CHANGES),
+    ],
+)
 def test_anonymous_gets_401_in_the_error_shape_and_changes_nothing(api, shop, people, review, method, path):
     pending = submit(shop, people)
     path = path.format(request=f"{REQUESTS}{pending.pk}/", task=f"{APPROVALS}{task_of(pending, people.approver).pk}/")
@@ -107,17 +133,28 @@ def test_anonymous_gets_401_in_the_error_shape_and_changes_nothing(api, shop, pe
 
 # --- Role matrix: requests ---------------------------------------------------------------------------------
 
-@pytest.mark.parametrize(("who", "sees"), [("developer", True), ("approver", True), ("lead", True),
-                                           ("other_developer", False), ("other_approver", False),
-                                           ("operator", True)])
+
+@pytest.mark.parametrize(
+    ("who", "sees"),
+    [
+        ("developer", True),
+        ("approver", True),
+        ("lead", True),
+        ("other_developer", False),
+        ("other_approver", False),
+        ("operator", True),
+    ],
+)
 def test_request_list_shows_only_what_the_caller_may_see(api_as, shop, people, who, sees):
     mine = submit(shop, people)
 
     assert ids(api_as(getattr(people, who)).get(REQUESTS)) == ({mine.pk} if sees else set())
 
 
-@pytest.mark.parametrize(("who", "status"), [("developer", 200), ("approver", 200), ("other_developer", 404),
-                                             ("other_approver", 404), ("operator", 200)])
+@pytest.mark.parametrize(
+    ("who", "status"),
+    [("developer", 200), ("approver", 200), ("other_developer", 404), ("other_approver", 404), ("operator", 200)],
+)
 def test_request_detail_is_404_outside_the_callers_projects(api_as, shop, people, who, status):
     response = api_as(getattr(people, who)).get(f"{REQUESTS}{submit(shop, people).pk}/")
 
@@ -143,9 +180,18 @@ def test_preview_without_request_permission_is_422(api_as, shop, people, who):
     refused(response, 422, "not_permitted_on_project")
 
 
-@pytest.mark.parametrize(("who", "status"), [("developer", 200), ("lead", 200), ("operator", 200),
-                                             ("approver", 403), ("developer2", 403),
-                                             ("other_developer", 404), ("other_approver", 404)])
+@pytest.mark.parametrize(
+    ("who", "status"),
+    [
+        ("developer", 200),
+        ("lead", 200),
+        ("operator", 200),
+        ("approver", 403),
+        ("developer2", 403),
+        ("other_developer", 404),
+        ("other_approver", 404),
+    ],
+)
 def test_cancel_by_requester_lead_or_operator_only(api_as, shop, people, who, status):
     queued = submit(shop, people)
 
@@ -161,16 +207,27 @@ def test_cancel_by_requester_lead_or_operator_only(api_as, shop, people, who, st
 
 # --- Role matrix: approvals --------------------------------------------------------------------------------
 
-@pytest.mark.parametrize(("who", "sees"), [("approver", True), ("developer", False), ("other_developer", False),
-                                           ("other_approver", False), ("operator", False)])
+
+@pytest.mark.parametrize(
+    ("who", "sees"),
+    [
+        ("approver", True),
+        ("developer", False),
+        ("other_developer", False),
+        ("other_approver", False),
+        ("operator", False),
+    ],
+)
 def test_inbox_holds_only_the_callers_own_tasks(api_as, shop, people, review, who, sees):
     task = task_of(submit(shop, people), people.approver)
 
     assert ids(api_as(getattr(people, who)).get(APPROVALS)) == ({task.pk} if sees else set())
 
 
-@pytest.mark.parametrize(("who", "status"), [("approver", 200), ("developer", 404), ("other_developer", 404),
-                                             ("other_approver", 404), ("operator", 404)])
+@pytest.mark.parametrize(
+    ("who", "status"),
+    [("approver", 200), ("developer", 404), ("other_developer", 404), ("other_approver", 404), ("operator", 404)],
+)
 def test_task_detail_only_for_its_approver(api_as, shop, people, review, who, status):
     task = task_of(submit(shop, people), people.approver)
 
@@ -197,28 +254,40 @@ def test_bulk_approve_reports_other_peoples_tasks_as_not_found(api_as, shop, peo
 
     response = api_as(getattr(people, who)).post(BULK_APPROVE, {"ids": [task.pk]})
 
-    assert response.json()["results"] == [{"id": task.pk, "ok": False, "code": "not_found",
-                                           "message": "No such approval task."}]
+    assert response.json()["results"] == [
+        {"id": task.pk, "ok": False, "code": "not_found", "message": "No such approval task."}
+    ]
     assert state_of(pending) == RequestState.PENDING_APPROVAL
 
 
 # --- Role matrix: quota change requests --------------------------------------------------------------------
 
-@pytest.mark.parametrize(("who", "sees"), [("lead", True), ("developer", True), ("approver", True),
-                                           ("other_developer", False), ("other_approver", False),
-                                           ("operator", True)])
+
+@pytest.mark.parametrize(
+    ("who", "sees"),
+    [
+        ("lead", True),
+        ("developer", True),
+        ("approver", True),
+        ("other_developer", False),
+        ("other_approver", False),
+        ("operator", True),
+    ],
+)
 def test_quota_change_list_shows_only_visible_projects(api_as, people, who, sees):
-    api_as(people.lead).post(QUOTA_CHANGES, {"project": people.project.pk, "limits": {"gpus": 32},
-                                             "justification": "Training run"})
+    api_as(people.lead).post(
+        QUOTA_CHANGES, {"project": people.project.pk, "limits": {"gpus": 32}, "justification": "Training run"}
+    )
     change = QuotaChangeRequest.objects.get()
 
     assert ids(api_as(getattr(people, who)).get(QUOTA_CHANGES)) == ({change.pk} if sees else set())
 
 
 def test_quota_change_as_lead_is_201_pending_with_previous_limits(api_as, people):
-    response = api_as(people.lead).post(QUOTA_CHANGES, {"project": people.project.pk,
-                                                        "limits": {"gpus": "32", "cpu_cores": None},
-                                                        "justification": "Training run"})
+    response = api_as(people.lead).post(
+        QUOTA_CHANGES,
+        {"project": people.project.pk, "limits": {"gpus": "32", "cpu_cores": None}, "justification": "Training run"},
+    )
 
     assert response.status_code == 201, response.content
     body = response.json()
@@ -230,16 +299,18 @@ def test_quota_change_as_lead_is_201_pending_with_previous_limits(api_as, people
 
 @pytest.mark.parametrize("who", ["developer", "approver", *OUTSIDERS])
 def test_quota_change_by_anyone_but_the_lead_is_403(api_as, people, who):
-    response = api_as(getattr(people, who)).post(QUOTA_CHANGES, {"project": people.project.pk,
-                                                                 "limits": {"gpus": 32}, "justification": "More"})
+    response = api_as(getattr(people, who)).post(
+        QUOTA_CHANGES, {"project": people.project.pk, "limits": {"gpus": 32}, "justification": "More"}
+    )
 
     refused(response, 403, "not_project_lead")
     assert not QuotaChangeRequest.objects.exists()
 
 
 def test_quota_change_reaches_the_operators_inbox_with_old_and_new_limits(api_as, people):
-    api_as(people.lead).post(QUOTA_CHANGES, {"project": people.project.pk, "limits": {"gpus": 32},
-                                             "justification": "Training run"})
+    api_as(people.lead).post(
+        QUOTA_CHANGES, {"project": people.project.pk, "limits": {"gpus": 32}, "justification": "Training run"}
+    )
 
     row = api_as(people.operator).get(APPROVALS).json()["results"][0]
 
@@ -249,8 +320,9 @@ def test_quota_change_reaches_the_operators_inbox_with_old_and_new_limits(api_as
 
 
 def test_operator_approving_a_quota_change_applies_it(api_as, people):
-    api_as(people.lead).post(QUOTA_CHANGES, {"project": people.project.pk, "limits": {"gpus": 32},
-                                             "justification": "Training run"})
+    api_as(people.lead).post(
+        QUOTA_CHANGES, {"project": people.project.pk, "limits": {"gpus": 32}, "justification": "Training run"}
+    )
     task = ApprovalAssignment.objects.get(approver=people.operator)
 
     api_as(people.operator).post(f"{APPROVALS}{task.pk}/approve/")
@@ -261,8 +333,9 @@ def test_operator_approving_a_quota_change_applies_it(api_as, people):
 
 
 def test_quota_change_list_filters_by_project_and_state(api_as, people):
-    api_as(people.lead).post(QUOTA_CHANGES, {"project": people.project.pk, "limits": {"gpus": 32},
-                                             "justification": "Training run"})
+    api_as(people.lead).post(
+        QUOTA_CHANGES, {"project": people.project.pk, "limits": {"gpus": 32}, "justification": "Training run"}
+    )
     change = QuotaChangeRequest.objects.get()
     client = api_as(people.operator)
 
@@ -271,15 +344,18 @@ def test_quota_change_list_filters_by_project_and_state(api_as, people):
     assert ids(client.get(QUOTA_CHANGES, {"state": "applied"})) == set()
 
 
-@pytest.mark.parametrize(("body", "status", "code"), [
-    ({"limits": {"gpus": "lots"}, "justification": "x"}, 400, "validation_error"),
-    ({"limits": {"gpus": "10000000000"}, "justification": "x"}, 400, "validation_error"),
-    ({"limits": ["gpus"], "justification": "x"}, 400, "validation_error"),
-    ({"limits": {"parking_spaces": 3}, "justification": "x"}, 422, "unknown_quota_dimension"),
-    ({"limits": {"cpu_cores": "1.5"}, "justification": "x"}, 422, "invalid_quota_value"),
-    ({"limits": {"gpus": 32}, "justification": " "}, 422, "justification_required"),
-    ({"limits": {"gpus": "16"}, "justification": "x"}, 422, "no_change"),
-])
+@pytest.mark.parametrize(
+    ("body", "status", "code"),
+    [
+        ({"limits": {"gpus": "lots"}, "justification": "x"}, 400, "validation_error"),
+        ({"limits": {"gpus": "10000000000"}, "justification": "x"}, 400, "validation_error"),
+        ({"limits": ["gpus"], "justification": "x"}, 400, "validation_error"),
+        ({"limits": {"parking_spaces": 3}, "justification": "x"}, 422, "unknown_quota_dimension"),
+        ({"limits": {"cpu_cores": "1.5"}, "justification": "x"}, 422, "invalid_quota_value"),
+        ({"limits": {"gpus": 32}, "justification": " "}, 422, "justification_required"),
+        ({"limits": {"gpus": "16"}, "justification": "x"}, 422, "no_change"),
+    ],
+)
 def test_bad_quota_change_is_refused_with_a_code(api_as, people, body, status, code):
     response = api_as(people.lead).post(QUOTA_CHANGES, {"project": people.project.pk, **body})
 
@@ -288,6 +364,7 @@ def test_bad_quota_change_is_refused_with_a_code(api_as, people, body, status, c
 
 
 # --- Submission --------------------------------------------------------------------------------------------
+
 
 def test_submit_without_a_policy_is_201_queued_with_a_frozen_snapshot(api_as, shop, people):
     parameters = {"environment": "staging", "workload": "fine-tuning"}
@@ -315,8 +392,9 @@ def test_submit_with_a_policy_waits_for_the_approver(api_as, shop, people, revie
     assert body["state"] == "pending_approval"
     stage = body["approval"]["stages"][0]
     assert (stage["state"], stage["mode"]) == ("pending", "any")
-    assert stage["assignments"] == [{"approver": people.approver.username, "decision": "", "comment": "",
-                                     "decided_at": None}]
+    assert stage["assignments"] == [
+        {"approver": people.approver.username, "decision": "", "comment": "", "decided_at": None}
+    ]
 
 
 def _deprecated(shop):
@@ -334,13 +412,16 @@ def _incompatible_image(shop):
     return {"image": image.pk}
 
 
-@pytest.mark.parametrize(("change", "code"), [
-    (_foreign_spec, "spec_not_offered"),
-    (_deprecated, "spec_deprecated"),
-    (_incompatible_image, "image_incompatible"),
-    (lambda shop: {"duration_hours": 169}, "duration_out_of_range"),
-    (lambda shop: {"duration_hours": 0}, "duration_out_of_range"),
-])
+@pytest.mark.parametrize(
+    ("change", "code"),
+    [
+        (_foreign_spec, "spec_not_offered"),
+        (_deprecated, "spec_deprecated"),
+        (_incompatible_image, "image_incompatible"),
+        (lambda shop: {"duration_hours": 169}, "duration_out_of_range"),
+        (lambda shop: {"duration_hours": 0}, "duration_out_of_range"),
+    ],
+)
 def test_orders_the_catalog_does_not_allow_are_422_with_their_code(api_as, shop, people, change, code):
     body = order_body(shop, people.project, **change(shop))
     before = stored_rows()
@@ -366,12 +447,23 @@ def test_restricted_service_cannot_be_ordered_for_a_project_it_is_not_offered_to
     refused(response, 422, "service_not_offered_to_project")
 
 
-@pytest.mark.parametrize(("field", "value"), [("service", 999999), ("project", 999999), ("spec", 999999),
-                                              ("image", 999999), ("serving_template", 999999),
-                                              ("project", "ten"), ("duration_hours", "long"),
-                                              ("over_quota", "maybe"), ("priority", "urgent"),
-                                              ("parameters", {"nested": {"a": 1}}), ("parameters", {"list": [1]}),
-                                              ("parameters", ["a"])])
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [
+        ("service", 999999),
+        ("project", 999999),
+        ("spec", 999999),
+        ("image", 999999),
+        ("serving_template", 999999),
+        ("project", "ten"),
+        ("duration_hours", "long"),
+        ("over_quota", "maybe"),
+        ("priority", "urgent"),
+        ("parameters", {"nested": {"a": 1}}),
+        ("parameters", {"list": [1]}),
+        ("parameters", ["a"]),
+    ],
+)
 def test_malformed_order_is_400_validation_error_naming_the_field(api_as, shop, people, field, value):
     response = api_as(people.developer).post(REQUESTS, {**order_body(shop, people.project), field: value})
 
@@ -393,8 +485,15 @@ def test_over_quota_is_409_with_one_reason_per_dimension_and_nothing_stored(api_
 
     reasons = {reason["dimension"]: reason for reason in body["details"]["reasons"]}
     assert set(reasons) == {"gpus", "cpu_cores"}
-    assert reasons["cpu_cores"] == {"code": "quota_exceeded", "scope": "project", "dimension": "cpu_cores",
-                                    "requested": 16, "used": 0, "limit": 8, "message": reasons["cpu_cores"]["message"]}
+    assert reasons["cpu_cores"] == {
+        "code": "quota_exceeded",
+        "scope": "project",
+        "dimension": "cpu_cores",
+        "requested": 16,
+        "used": 0,
+        "limit": 8,
+        "message": reasons["cpu_cores"]["message"],
+    }
     assert Decimal(reasons["gpus"]["requested"]) == 2 and Decimal(reasons["gpus"]["limit"]) == 1
     assert "over the limit" in reasons["gpus"]["message"]
     assert stored_rows() == before
@@ -444,6 +543,7 @@ def test_over_quota_exception_without_justification_is_422(api_as, shop, people)
 
 # --- Preview -----------------------------------------------------------------------------------------------
 
+
 def test_preview_answers_cost_quota_and_route_and_stores_nothing(api_as, shop, people, review):
     before = stored_rows()
 
@@ -453,8 +553,14 @@ def test_preview_answers_cost_quota_and_route_and_stores_nothing(api_as, shop, p
     body = response.json()
     assert body["cost"] == {"hourly": "8.00", "duration_hours": 10, "total": "80.00", "currency": "USD"}
     assert body["fits_quota"] is True and body["quota_reasons"] == []
-    assert {row["dimension"] for row in body["quota"]} == {"gpus", "accelerator_memory_gb", "cpu_cores",
-                                                           "memory_gb", "concurrent_tasks", "monthly_card_hours"}
+    assert {row["dimension"] for row in body["quota"]} == {
+        "gpus",
+        "accelerator_memory_gb",
+        "cpu_cores",
+        "memory_gb",
+        "concurrent_tasks",
+        "monthly_card_hours",
+    }
     assert body["approval_route"]["automatic"] is False
     assert body["approval_route"]["stages"][0]["approvers"] == [people.approver.username]
     assert stored_rows() == before
@@ -471,11 +577,15 @@ def test_preview_over_quota_names_the_exceeded_dimension(api_as, shop, people):
 
 
 def test_preview_of_an_invalid_order_is_422(api_as, shop, people):
-    refused(api_as(people.developer).post(PREVIEW, order_body(shop, people.project, duration_hours=500)), 422,
-            "duration_out_of_range")
+    refused(
+        api_as(people.developer).post(PREVIEW, order_body(shop, people.project, duration_hours=500)),
+        422,
+        "duration_out_of_range",
+    )
 
 
 # --- Reading requests --------------------------------------------------------------------------------------
+
 
 def test_request_list_filters_by_state_project_and_service_kind(api_as, shop, people, review):
     pending = submit(shop, people)
@@ -514,6 +624,7 @@ def test_request_list_query_count_does_not_grow_with_rows(api_as, shop, people):
 
 # --- Cancelling --------------------------------------------------------------------------------------------
 
+
 def test_cancel_puts_the_reason_on_the_timeline_and_withdraws_the_approval(api_as, shop, people, review):
     pending = submit(shop, people)
 
@@ -539,6 +650,7 @@ def test_cancelling_twice_is_409_illegal_transition_with_the_current_state(api_a
 
 # --- Deciding ----------------------------------------------------------------------------------------------
 
+
 def test_approve_moves_the_request_to_queued_with_its_snapshot_hash(api_as, shop, people, review):
     pending = submit(shop, people)
     task = task_of(pending, people.approver)
@@ -562,16 +674,18 @@ def test_reject_moves_the_request_to_rejected_with_the_comment_on_its_timeline(a
     detail = api_as(people.developer).get(f"{REQUESTS}{pending.pk}/").json()
     assert detail["state"] == "rejected"
     last = detail["timeline"][-1]
-    assert (last["code"], last["actor"], last["data"]) == ("rejected", people.approver.username,
-                                                           {"comment": "Use the slice spec"})
+    assert (last["code"], last["actor"], last["data"]) == (
+        "rejected",
+        people.approver.username,
+        {"comment": "Use the slice spec"},
+    )
 
 
 def test_reject_without_a_comment_is_422_and_changes_nothing(api_as, shop, people, review):
     pending = submit(shop, people)
     task = task_of(pending, people.approver)
 
-    refused(api_as(people.approver).post(f"{APPROVALS}{task.pk}/reject/", {"comment": "  "}), 422,
-            "comment_required")
+    refused(api_as(people.approver).post(f"{APPROVALS}{task.pk}/reject/", {"comment": "  "}), 422, "comment_required")
     assert state_of(pending) == RequestState.PENDING_APPROVAL
 
 
@@ -594,8 +708,7 @@ def test_requester_cannot_approve_their_own_request(api_as, shop, people, review
 
 def test_bulk_approve_approves_what_it_can_and_reports_the_rest(api_as, shop, people, review):
     first, second = submit(shop, people), submit(shop, people, spec=shop.sliced)
-    foreign = services.request_submit(order=make_order(shop, people.other_project),
-                                      requester=people.other_developer)
+    foreign = services.request_submit(order=make_order(shop, people.other_project), requester=people.other_developer)
     done = task_of(first, people.approver)
     client = api_as(people.approver)
     client.post(f"{APPROVALS}{done.pk}/approve/")
@@ -604,7 +717,10 @@ def test_bulk_approve_approves_what_it_can_and_reports_the_rest(api_as, shop, pe
     results = client.post(BULK_APPROVE, {"ids": ask, "comment": "Batch"}).json()["results"]
 
     assert [(row["id"], row["ok"], row["code"]) for row in results] == [
-        (ask[0], False, "already_decided"), (ask[1], True, None), (ask[2], False, "not_found")]
+        (ask[0], False, "already_decided"),
+        (ask[1], True, None),
+        (ask[2], False, "not_found"),
+    ]
     assert (state_of(second), state_of(foreign)) == (RequestState.QUEUED, RequestState.PENDING_APPROVAL)
 
 
@@ -615,6 +731,7 @@ def test_bulk_approve_needs_a_list_of_ids(api_as, people, body):
 
 # --- The inbox ---------------------------------------------------------------------------------------------
 
+
 def test_inbox_row_shows_the_request_and_quota_impact_counting_it_once(api_as, shop, people, review):
     tenancy_services.quota_set(quota=people.project.quota, limits={"gpus": Decimal(2)}, actor=None)
     pending = submit(shop, people)  # exactly fills the GPU quota; it already counts as used
@@ -622,7 +739,10 @@ def test_inbox_row_shows_the_request_and_quota_impact_counting_it_once(api_as, s
     row = api_as(people.approver).get(APPROVALS).json()["results"][0]
 
     assert (row["requester"], row["project"]["id"], row["stage"]["name"]) == (
-        people.developer.username, people.project.pk, "Stage 1")
+        people.developer.username,
+        people.project.pk,
+        "Stage 1",
+    )
     assert row["route"].endswith("/ rule") and row["summary"].startswith(shop.service.name)
     request = row["request"]
     assert (request["id"], request["cost_estimate"], request["duration_hours"]) == (pending.pk, "80.00", 10)
@@ -655,16 +775,21 @@ def test_inbox_query_count_does_not_grow_with_tasks_or_projects(api_as, shop, pe
 
 # --- Parameters against the service's schema (issue 12 item 4) ----------------------------------------------
 
-@pytest.mark.parametrize(("parameters", "code", "rule"), [
-    ({"batch": 1e16}, "parameter_unknown", "unknown"),
-    ({"k" * 10_000: "v"}, "parameter_unknown", "unknown"),
-    ({f"key{number}": 1 for number in range(5000)}, "parameters_too_large", "max_keys"),
-    ({"workload": "x" * 200_000}, "parameter_invalid", "max_length"),
-    ({"environment": "dev"}, "parameter_invalid", "type"),
-])
+
+@pytest.mark.parametrize(
+    ("parameters", "code", "rule"),
+    [
+        ({"batch": 1e16}, "parameter_unknown", "unknown"),
+        ({"k" * 10_000: "v"}, "parameter_unknown", "unknown"),
+        ({f"key{number}": 1 for number in range(5000)}, "parameters_too_large", "max_keys"),
+        ({"workload": "x" * 200_000}, "parameter_invalid", "max_length"),
+        ({"environment": "dev"}, "parameter_invalid", "type"),
+    ],
+)
 @pytest.mark.parametrize("endpoint", [REQUESTS, f"{REQUESTS}preview/"])
-def test_parameters_outside_the_schema_are_422_at_submission_and_preview(api_as, shop, people, parameters, code,
-                                                                         rule, endpoint):
+def test_parameters_outside_the_schema_are_422_at_submission_and_preview(
+    api_as, shop, people, parameters, code, rule, endpoint
+):
     response = api_as(people.developer).post(endpoint, order_body(shop, people.project, parameters=parameters))
 
     body = refused(response, 422, code)

@@ -35,8 +35,9 @@ pytestmark = pytest.mark.django_db
 
 
 def submit(shop, team, requester=None, **overrides) -> ResourceRequest:
-    return services.request_submit(order=make_order(shop, team.project, **overrides),
-                                   requester=requester or team.developer)
+    return services.request_submit(
+        order=make_order(shop, team.project, **overrides), requester=requester or team.developer
+    )
 
 
 def fresh(request: ResourceRequest) -> ResourceRequest:
@@ -49,13 +50,16 @@ def approval_of(subject) -> Approval:
 
 def approvers(subject) -> list[list[str]]:
     """Usernames per stage, in stage order."""
-    return [sorted(a.approver.username for a in stage.assignments.all())
-            for stage in approval_of(subject).stages.order_by("order")]
+    return [
+        sorted(a.approver.username for a in stage.assignments.all())
+        for stage in approval_of(subject).stages.order_by("order")
+    ]
 
 
 def task(subject, user) -> ApprovalAssignment:
-    return ApprovalAssignment.objects.get(stage__approval=approval_of(subject), approver=user,
-                                          stage__state=StageState.PENDING)
+    return ApprovalAssignment.objects.get(
+        stage__approval=approval_of(subject), approver=user, stage__state=StageState.PENDING
+    )
 
 
 def decide(subject, user, decision="approve", comment=""):
@@ -166,16 +170,22 @@ def test_first_rule_by_order_wins_within_a_policy(shop, team):
 CONDITIONS = {
     "service_kind": lambda shop, team: ({"service_kind": "compute"}, {"service_kind": "bare_metal"}),
     "vendor": lambda shop, team: ({"vendor": factories.vendor("nvidia")}, {"vendor": factories.vendor("amd")}),
-    "accelerator_model": lambda shop, team: ({"accelerator_model": shop.accelerator},
-                                             {"accelerator_model": factories.AcceleratorModelFactory()}),
+    "accelerator_model": lambda shop, team: (
+        {"accelerator_model": shop.accelerator},
+        {"accelerator_model": factories.AcceleratorModelFactory()},
+    ),
     "spec": lambda shop, team: ({"spec": shop.whole}, {"spec": shop.sliced}),
     "tenant": lambda shop, team: ({"tenant": team.project.tenant}, {"tenant": factories.tenant()}),
     "project": lambda shop, team: ({"project": team.project}, {"project": factories.project()}),
     "min_accelerator_count": lambda shop, team: ({"min_accelerator_count": 2}, {"min_accelerator_count": 3}),
-    "min_cost_estimate": lambda shop, team: ({"min_cost_estimate": Decimal("80.00")},
-                                             {"min_cost_estimate": Decimal("80.01")}),
-    "parameter": lambda shop, team: ({"parameter_name": "environment", "parameter_value": "production"},
-                                     {"parameter_name": "environment", "parameter_value": "staging"}),
+    "min_cost_estimate": lambda shop, team: (
+        {"min_cost_estimate": Decimal("80.00")},
+        {"min_cost_estimate": Decimal("80.01")},
+    ),
+    "parameter": lambda shop, team: (
+        {"parameter_name": "environment", "parameter_value": "production"},
+        {"parameter_name": "environment", "parameter_value": "staging"},
+    ),
     "quota_exception_no": lambda shop, team: ({"quota_exception": False}, {"quota_exception": True}),
     "min_priority": lambda shop, team: ({"min_priority": "standard"}, {"min_priority": "high"}),
 }
@@ -198,8 +208,11 @@ def test_quota_exception_rule_routes_only_quota_exceptions(shop, team):
     approval_rule(named(team.approver), quota_exception=True)
     assert submit(shop, team).state == S.QUEUED
     ProjectQuota.objects.filter(project=team.project).update(gpus=1)
-    request = services.request_submit(order=make_order(shop, team.project, justification="Launch week"),
-                                      requester=team.developer, over_quota=OverQuota.EXCEPTION)
+    request = services.request_submit(
+        order=make_order(shop, team.project, justification="Launch week"),
+        requester=team.developer,
+        over_quota=OverQuota.EXCEPTION,
+    )
     assert approvers(request) == [[team.approver.username]]
 
 
@@ -216,7 +229,11 @@ def test_no_matching_rule_approves_automatically_and_freezes_the_spec(shop, team
     assert request.state == S.QUEUED
     assert approval_of(request) is None
     assert list(request.events.values_list("code", flat=True)) == [
-        EventCode.SUBMITTED, EventCode.ADMITTED, EventCode.AUTO_APPROVED, EventCode.QUEUED]
+        EventCode.SUBMITTED,
+        EventCode.ADMITTED,
+        EventCode.AUTO_APPROVED,
+        EventCode.QUEUED,
+    ]
     assert request.approved_spec["spec"]["slug"] == shop.whole.slug
     assert request.snapshot_intact
 
@@ -253,8 +270,9 @@ def test_someone_not_assigned_cannot_decide(shop, team):
     approval_rule(approver_stage())
     request = submit(shop, team)
     with pytest.raises(NotPermitted) as refusal:
-        approvals.approval_decide(assignment=task(request, team.approver), decision="approve", comment="",
-                                  actor=team.developer2)
+        approvals.approval_decide(
+            assignment=task(request, team.approver), decision="approve", comment="", actor=team.developer2
+        )
     assert refusal.value.code == "not_your_approval"
     assert fresh(request).state == S.PENDING_APPROVAL
 
@@ -265,8 +283,9 @@ def test_deciding_twice_is_a_conflict(shop, team):
     assignment = task(request, team.approver)
     decide(request, team.approver)
     with pytest.raises(Conflict) as refusal:
-        approvals.approval_decide(assignment=assignment, decision="reject", comment="changed my mind",
-                                  actor=team.approver)
+        approvals.approval_decide(
+            assignment=assignment, decision="reject", comment="changed my mind", actor=team.approver
+        )
     assert refusal.value.code == "already_decided"
     assert fresh(request).state == S.PENDING_APPROVAL
 
@@ -290,7 +309,9 @@ def test_rejection_ends_the_request_with_the_comment_on_the_timeline(shop, team)
     assert (event.actor, event.data["comment"]) == (team.approver, "Use the MIG slice for notebooks.")
     assert "Use the MIG slice for notebooks." in event.message
     assert [stage.state for stage in approval_of(request).stages.order_by("order")] == [
-        StageState.REJECTED, StageState.CANCELLED]
+        StageState.REJECTED,
+        StageState.CANCELLED,
+    ]
 
 
 def test_cancelling_a_pending_request_withdraws_its_approval(shop, team):
@@ -338,10 +359,12 @@ def test_reminder_schedule_is_created_once():
 def test_approved_quota_change_is_applied_audited_and_readmits(shop, team, django_capture_on_commit_callbacks):
     ProjectQuota.objects.filter(project=team.project).update(concurrent_tasks=1)
     submit(shop, team)
-    waiting = services.request_submit(order=make_order(shop, team.project), requester=team.developer,
-                                      over_quota=OverQuota.WAIT)
-    change = quota_change_request_submit(project=team.project, limits={"concurrent_tasks": 2},
-                                         justification="Second training run", actor=team.lead)
+    waiting = services.request_submit(
+        order=make_order(shop, team.project), requester=team.developer, over_quota=OverQuota.WAIT
+    )
+    change = quota_change_request_submit(
+        project=team.project, limits={"concurrent_tasks": 2}, justification="Second training run", actor=team.lead
+    )
     assert change.state == ChangeState.PENDING_APPROVAL
     [stage] = approval_of(change).stages.all()
     assert (stage.source, approvers(change)) == (ApproverSource.OPERATORS, [[team.operator.username]])
@@ -356,23 +379,26 @@ def test_approved_quota_change_is_applied_audited_and_readmits(shop, team, djang
 
 def test_quota_change_is_never_approved_by_a_rule_without_stages(team):
     approval_rule(subject="quota_change")
-    change = quota_change_request_submit(project=team.project, limits={"gpus": 20}, justification="More",
-                                         actor=team.lead)
+    change = quota_change_request_submit(
+        project=team.project, limits={"gpus": 20}, justification="More", actor=team.lead
+    )
     assert change.state == ChangeState.PENDING_APPROVAL
     assert approvers(change) == [[team.operator.username]]
 
 
 def test_only_the_project_lead_may_ask_for_a_quota_change(team):
     with pytest.raises(NotPermitted) as refusal:
-        quota_change_request_submit(project=team.project, limits={"gpus": 20}, justification="More",
-                                    actor=team.developer)
+        quota_change_request_submit(
+            project=team.project, limits={"gpus": 20}, justification="More", actor=team.developer
+        )
     assert refusal.value.code == "not_project_lead"
     assert not QuotaChangeRequest.objects.exists()
 
 
 def test_rejected_quota_change_leaves_the_quota_alone(team):
-    change = quota_change_request_submit(project=team.project, limits={"gpus": 20}, justification="More",
-                                         actor=team.lead)
+    change = quota_change_request_submit(
+        project=team.project, limits={"gpus": 20}, justification="More", actor=team.lead
+    )
     decide(change, team.operator, "reject", "Capacity is booked until June.")
     assert QuotaChangeRequest.objects.get(pk=change.pk).state == ChangeState.REJECTED
     assert ProjectQuota.objects.get(project=team.project).gpus == Decimal(16)

@@ -85,8 +85,9 @@ def wait_until_someone_waits_for_a_lock(timeout=5.0):
     with connection.cursor() as cursor:
         while time.monotonic() < deadline:
             cursor.execute("SELECT pg_stat_clear_snapshot()")  # activity is otherwise frozen per transaction
-            cursor.execute("SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' "
-                           "AND datname = current_database()")
+            cursor.execute(
+                "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND datname = current_database()"
+            )
             if cursor.fetchone()[0]:
                 return
             time.sleep(0.02)
@@ -96,8 +97,9 @@ def wait_until_someone_waits_for_a_lock(timeout=5.0):
 def test_concurrent_readmissions_admit_a_waiting_request_once(shop, team):
     ProjectQuota.objects.filter(project=team.project).update(concurrent_tasks=1)
     services.request_submit(order=make_order(shop, team.project), requester=team.developer)
-    waiting = services.request_submit(order=make_order(shop, team.project), requester=team.developer,
-                                      over_quota=OverQuota.WAIT)
+    waiting = services.request_submit(
+        order=make_order(shop, team.project), requester=team.developer, over_quota=OverQuota.WAIT
+    )
     with ThreadPoolExecutor(1) as pool:
         with transaction.atomic():
             lock_quota_scope(team.project)

@@ -18,21 +18,27 @@ pytestmark = pytest.mark.django_db
 @pytest.fixture
 def serving(shop):
     """The demo's serving service in miniature: default 720 h, maximum 2160 h, its spec capped at 336 h."""
-    spec = factories.ResourceSpecFactory(accelerator_models=[shop.accelerator], accelerator_count=1,
-                                         max_duration_hours=336)
+    spec = factories.ResourceSpecFactory(
+        accelerator_models=[shop.accelerator], accelerator_count=1, max_duration_hours=336
+    )
     template = factories.ServingTemplateFactory(spec=spec)
     model = factories.ServingModelFactory(templates=[template])
-    service = factories.ServiceFactory(kind=ServiceKind.MODEL_SERVING, specs=[spec], images=[],
-                                       default_duration_hours=720, max_duration_hours=2160)
+    service = factories.ServiceFactory(
+        kind=ServiceKind.MODEL_SERVING, specs=[spec], images=[], default_duration_hours=720, max_duration_hours=2160
+    )
     service.serving_models.set([model])
-    return Order(service=service, project=None, duration_hours=720, spec=spec, serving_model=model,
-                 serving_template=template)
+    return Order(
+        service=service, project=None, duration_hours=720, spec=spec, serving_model=model, serving_template=template
+    )
 
 
 def test_the_limit_is_the_smallest_of_every_maximum(serving):
     serving.serving_template.spec = factories.ResourceSpecFactory(max_duration_hours=100)
     assert duration_limits(serving.service, spec=serving.spec, serving_template=serving.serving_template) == {
-        "service": 2160, "spec": 336, "serving_template": 100}
+        "service": 2160,
+        "spec": 336,
+        "serving_template": 100,
+    }
     assert max_duration_hours(serving.service, spec=serving.spec, serving_template=serving.serving_template) == 100
 
 
@@ -43,9 +49,16 @@ def test_the_form_defaults_validates_and_hints_within_the_spec_s_cap(serving, te
     assert (field.max_value, field.widget.attrs["max"]) == (336, 336)
     assert field.help_text.startswith("Up to 336 hours.")
 
-    data = {"project": team.project.pk, "spec": serving.spec.pk, "serving_model": serving.serving_model.pk,
-            "serving_template": serving.serving_template.pk, "duration_hours": 720, "priority": "standard",
-            "justification": "", "over_quota": "reject"}
+    data = {
+        "project": team.project.pk,
+        "spec": serving.spec.pk,
+        "serving_model": serving.serving_model.pk,
+        "serving_template": serving.serving_template.pk,
+        "duration_hours": 720,
+        "priority": "standard",
+        "justification": "",
+        "over_quota": "reject",
+    }
     bound = OrderForm(data, user=team.developer, service=serving.service)
     assert not bound.is_valid()
     assert "less than or equal to 336" in bound.errors["duration_hours"][0]
@@ -58,8 +71,9 @@ def test_the_form_hint_names_each_choice_s_limit_when_they_differ(shop, team):
     form = OrderForm(user=team.developer, service=shop.service)
     hint = form.fields["duration_hours"].help_text
     assert f"{shop.whole.name}: 168 h" in hint and f"{shop.sliced.name}: 48 h" in hint
-    shop.service.specs.add(factories.ResourceSpecFactory(accelerator_models=[shop.accelerator],
-                                                         max_duration_hours=500))  # capped at the service's 168
+    shop.service.specs.add(
+        factories.ResourceSpecFactory(accelerator_models=[shop.accelerator], max_duration_hours=500)
+    )  # capped at the service's 168
     hint = OrderForm(user=team.developer, service=shop.service).fields["duration_hours"].help_text
     assert hint.endswith(f"By choice: {shop.sliced.name}: 48 h; the others: 168 h.")
 
@@ -85,14 +99,22 @@ def test_validation_refuses_above_the_template_s_spec_with_every_limit(serving, 
 def test_the_preview_states_the_limit_that_applies(api_as, shop, team):
     shop.sliced.max_duration_hours = 48
     shop.sliced.save()
-    body = {"service": shop.service.pk, "project": team.project.pk, "spec": shop.sliced.pk, "image": shop.image.pk,
-            "duration_hours": 10}
+    body = {
+        "service": shop.service.pk,
+        "project": team.project.pk,
+        "spec": shop.sliced.pk,
+        "image": shop.image.pk,
+        "duration_hours": 10,
+    }
     response = api_as(team.developer).post("/api/v1/requests/preview/", body)
     assert response.status_code == 200, response.content
-    assert response.json()["duration"] == {"requested": 10, "maximum": 48,
-                                           "limits": {"service": 168, "spec": 48}}
-    assert services.request_preview(order=make_order(shop, team.project, spec=shop.sliced),
-                                    requester=team.developer)["duration"]["maximum"] == 48
+    assert response.json()["duration"] == {"requested": 10, "maximum": 48, "limits": {"service": 168, "spec": 48}}
+    assert (
+        services.request_preview(order=make_order(shop, team.project, spec=shop.sliced), requester=team.developer)[
+            "duration"
+        ]["maximum"]
+        == 48
+    )
 
 
 def test_the_catalog_api_answers_the_limit_per_offering(api_as, shop, team, django_assert_max_num_queries):
@@ -101,9 +123,13 @@ def test_the_catalog_api_answers_the_limit_per_offering(api_as, shop, team, djan
     client = api_as(team.developer)
     detail = client.get(f"/api/v1/catalog/services/{shop.service.pk}/").json()
     assert {row["name"]: row["max_duration_hours"] for row in detail["durations"]} == {
-        shop.whole.name: 168, shop.sliced.name: 48}
+        shop.whole.name: 168,
+        shop.sliced.name: 48,
+    }
     assert {row["name"]: row["default_duration_hours"] for row in detail["durations"]} == {
-        shop.whole.name: 24, shop.sliced.name: 24}
+        shop.whole.name: 24,
+        shop.sliced.name: 24,
+    }
     assert detail["longest_duration_hours"] == 168
     for _ in range(3):
         factories.ServiceFactory()

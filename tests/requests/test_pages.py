@@ -18,9 +18,16 @@ PAGES = ["/", "/requests/", "/approvals/", "/projects/"]
 
 
 def _order_post(shop, project, **overrides):
-    data = {"project": project.pk, "spec": shop.whole.pk, "image": shop.image.pk, "duration_hours": 10,
-            "priority": "standard", "environment": "development", "justification": "",
-            "over_quota": "reject"}
+    data = {
+        "project": project.pk,
+        "spec": shop.whole.pk,
+        "image": shop.image.pk,
+        "duration_hours": 10,
+        "priority": "standard",
+        "environment": "development",
+        "justification": "",
+        "over_quota": "reject",
+    }
     return {**data, **overrides}
 
 
@@ -57,8 +64,7 @@ def test_order_submits_and_lands_on_the_request_page(client, shop, team):
 
 
 def test_order_over_quota_is_refused_with_every_reason_and_stores_nothing(client, shop, team):
-    quota_set(quota=team.project.quota, limits={"gpus": Decimal(1), "cpu_cores": 8},
-                                         actor=None)
+    quota_set(quota=team.project.quota, limits={"gpus": Decimal(1), "cpu_cores": 8}, actor=None)
     client.force_login(team.developer)
     response = client.post(f"/order/{shop.service.slug}/", _order_post(shop, team.project))
     body = response.content.decode()
@@ -71,7 +77,9 @@ def test_order_form_renders_a_field_per_declared_parameter(client, shop, team):
     shop.service.parameter_schema = [
         {"name": "batch_size", "type": "int", "min": 1, "max": 65536, "label": "Global batch size"},
         {"name": "environment", "type": "enum", "choices": ["development", "production"], "default": "development"},
-        {"name": "jupyter", "type": "bool", "default": True}, {"name": "note", "type": "string", "max_length": 40}]
+        {"name": "jupyter", "type": "bool", "default": True},
+        {"name": "note", "type": "string", "max_length": 40},
+    ]
     shop.service.save()
     client.force_login(team.developer)
     body = client.get(f"/order/{shop.service.slug}/").content.decode()
@@ -80,14 +88,21 @@ def test_order_form_renders_a_field_per_declared_parameter(client, shop, team):
     assert 'name="parameters"' not in body  # no free-form key=value any more: unknown keys are refused
 
 
-@pytest.mark.parametrize(("field", "value", "sentence"), [
-    ("batch_size", "100000", "batch_size must be at most 65536"), ("batch_size", "0", "at least 1"),
-    ("environment", "staging", "Select a valid choice"), ("note", "x" * 41, "at most 40")])
+@pytest.mark.parametrize(
+    ("field", "value", "sentence"),
+    [
+        ("batch_size", "100000", "batch_size must be at most 65536"),
+        ("batch_size", "0", "at least 1"),
+        ("environment", "staging", "Select a valid choice"),
+        ("note", "x" * 41, "at most 40"),
+    ],
+)
 def test_order_with_a_parameter_the_schema_refuses_is_a_form_error(client, shop, team, field, value, sentence):
     shop.service.parameter_schema = [
         {"name": "batch_size", "type": "int", "min": 1, "max": 65536},
         {"name": "environment", "type": "enum", "choices": ["development", "production"], "default": "development"},
-        {"name": "note", "type": "string", "max_length": 40}]
+        {"name": "note", "type": "string", "max_length": 40},
+    ]
     shop.service.save()
     client.force_login(team.developer)
     response = client.post(f"/order/{shop.service.slug}/", _order_post(shop, team.project, **{field: value}))
@@ -97,12 +112,15 @@ def test_order_with_a_parameter_the_schema_refuses_is_a_form_error(client, shop,
 
 
 def test_order_form_stores_the_declared_parameters_with_their_defaults(client, shop, team):
-    shop.service.parameter_schema = [{"name": "batch_size", "type": "int", "min": 1, "max": 65536},
-                                     {"name": "jupyter", "type": "bool", "default": True}]
+    shop.service.parameter_schema = [
+        {"name": "batch_size", "type": "int", "min": 1, "max": 65536},
+        {"name": "jupyter", "type": "bool", "default": True},
+    ]
     shop.service.save()
     client.force_login(team.developer)
-    response = client.post(f"/order/{shop.service.slug}/", _order_post(shop, team.project, batch_size="512",
-                                                                        jupyter="on"))
+    response = client.post(
+        f"/order/{shop.service.slug}/", _order_post(shop, team.project, batch_size="512", jupyter="on")
+    )
     assert response.status_code == 302
     created = ResourceRequest.objects.get()
     assert created.parameters == {"batch_size": 512, "jupyter": True}
@@ -181,8 +199,10 @@ def test_someone_elses_approval_task_is_not_found(client, shop, team):
 
 def test_bulk_approve(client, shop, team):
     approval_rule(approver_stage())
-    created = [services.request_submit(order=make_order(shop, team.project, spec=shop.sliced),
-                                       requester=team.developer) for _ in range(3)]
+    created = [
+        services.request_submit(order=make_order(shop, team.project, spec=shop.sliced), requester=team.developer)
+        for _ in range(3)
+    ]
     client.force_login(team.approver)
     client.post("/approvals/bulk-approve/", {"task": [created_task(r).pk for r in created]})
     assert set(ResourceRequest.objects.values_list("state", flat=True)) == {RequestState.QUEUED}

@@ -24,8 +24,11 @@ REQUESTS, PREVIEW = "/api/v1/requests/", "/api/v1/requests/preview/"
 
 
 def submit(shop, team, priority, over_quota=OverQuota.REJECT, **overrides) -> ResourceRequest:
-    return services.request_submit(order=make_order(shop, team.project, priority=priority, **overrides),
-                                   requester=team.developer, over_quota=over_quota)
+    return services.request_submit(
+        order=make_order(shop, team.project, priority=priority, **overrides),
+        requester=team.developer,
+        over_quota=over_quota,
+    )
 
 
 def entitle(project, max_priority) -> None:
@@ -42,11 +45,18 @@ def operators_stage(request) -> list:
 
 
 def order_body(shop, project, **overrides) -> dict:
-    return {"service": shop.service.pk, "project": project.pk, "spec": shop.whole.pk, "image": shop.image.pk,
-            "duration_hours": 10, **overrides}
+    return {
+        "service": shop.service.pk,
+        "project": project.pk,
+        "spec": shop.whole.pk,
+        "image": shop.image.pk,
+        "duration_hours": 10,
+        **overrides,
+    }
 
 
 # --- The entitlement itself ---------------------------------------------------------------------------------
+
 
 def test_a_new_project_is_entitled_to_standard_work():
     project = factories.project()
@@ -63,21 +73,28 @@ def test_an_unknown_entitlement_is_refused_and_changes_nothing():
 
 def test_changing_the_entitlement_is_audited(team):
     entitle(team.project, P.HIGH)
-    tenancy_services.quota_set_priority_entitlement(quota=team.project.quota, max_priority=P.HIGH,
-                                                    actor=team.operator, reason="no change")  # same value: no row
+    tenancy_services.quota_set_priority_entitlement(
+        quota=team.project.quota, max_priority=P.HIGH, actor=team.operator, reason="no change"
+    )  # same value: no row
     event = AuditEvent.objects.get(action="quota.priority_entitlement_changed")
     assert event.data == {"max_priority": ["standard", "high"]}
 
 
 # --- Admission ---------------------------------------------------------------------------------------------
 
+
 @pytest.mark.parametrize("over_quota", [OverQuota.REJECT, OverQuota.WAIT])
 def test_a_critical_order_above_the_entitlement_is_refused_and_stores_nothing(shop, team, over_quota):
     with pytest.raises(DomainError) as refusal:
         submit(shop, team, P.CRITICAL, over_quota=over_quota)  # before the fix: auto-approved and queued
     assert refusal.value.code == "priority_not_permitted"
-    assert refusal.value.details == {"field": "priority", "requested": "critical", "max_priority": "standard",
-                                     "allowed": ["batch", "standard"], "project": team.project.slug}
+    assert refusal.value.details == {
+        "field": "priority",
+        "requested": "critical",
+        "max_priority": "standard",
+        "allowed": ["batch", "standard"],
+        "project": team.project.slug,
+    }
     assert "batch, standard" in refusal.value.message
     assert nothing_stored()
 
@@ -96,7 +113,11 @@ def test_a_priority_exception_goes_to_the_operators_with_its_reason_on_the_timel
     assert (request.state, request.quota_exception) == (S.PENDING_APPROVAL, True)
     [reason] = request.quota_reasons  # within every quota limit: the priority is the only reason
     assert (reason["code"], reason["requested"], reason["limit"], reason["allowed"]) == (
-        "priority_not_permitted", "critical", "standard", ["batch", "standard"])
+        "priority_not_permitted",
+        "critical",
+        "standard",
+        ["batch", "standard"],
+    )
     event = request.events.get(code=EventCode.PRIORITY_EXCEPTION)
     assert event.data == reason and "Priority exception requested" in event.message
     assert request.events.filter(code=EventCode.ADMITTED).exists()  # the limits themselves fit
@@ -134,12 +155,15 @@ def test_the_requester_cannot_approve_their_own_priority_exception_as_an_operato
     factories.member(team.project, user=team.operator)
     second = factories.operator()
     request = services.request_submit(
-        order=make_order(shop, team.project, priority=P.CRITICAL, justification="Incident"), requester=team.operator,
-        over_quota=OverQuota.EXCEPTION)
+        order=make_order(shop, team.project, priority=P.CRITICAL, justification="Incident"),
+        requester=team.operator,
+        over_quota=OverQuota.EXCEPTION,
+    )
     assert operators_stage(request) == ["operators", [second]]
 
 
 # --- Approval rules: priority at least ... -----------------------------------------------------------------
+
 
 @pytest.mark.parametrize(("priority", "routed"), [(P.STANDARD, False), (P.HIGH, True), (P.CRITICAL, True)])
 def test_a_min_priority_rule_routes_orders_of_that_class_or_higher(shop, team, priority, routed):
@@ -151,8 +175,9 @@ def test_a_min_priority_rule_routes_orders_of_that_class_or_higher(shop, team, p
 
 def test_a_min_priority_rule_never_matches_subjects_without_a_priority(team):
     rule = approval_rule(approver_stage(), subject=ApprovalSubject.QUOTA_CHANGE, min_priority=P.BATCH)
-    facts = approvals.Facts(subject=ApprovalSubject.QUOTA_CHANGE, project=team.project, requester=team.lead,
-                            summary="more GPUs")
+    facts = approvals.Facts(
+        subject=ApprovalSubject.QUOTA_CHANGE, project=team.project, requester=team.lead, summary="more GPUs"
+    )
     assert approvals.rule_matches(rule, facts) is False
 
 
@@ -165,11 +190,17 @@ def test_a_priority_exception_follows_a_matching_rule_with_stages(shop, team):
 
 # --- Preview and API ---------------------------------------------------------------------------------------
 
+
 def test_preview_shows_the_entitlement_and_the_reason_and_stores_nothing(shop, team):
-    preview = services.request_preview(order=make_order(shop, team.project, priority=P.CRITICAL),
-                                       requester=team.developer)
-    assert preview["priority"] == {"requested": "critical", "max_priority": "standard",
-                                   "allowed": ["batch", "standard"], "permitted": False}
+    preview = services.request_preview(
+        order=make_order(shop, team.project, priority=P.CRITICAL), requester=team.developer
+    )
+    assert preview["priority"] == {
+        "requested": "critical",
+        "max_priority": "standard",
+        "allowed": ["batch", "standard"],
+        "permitted": False,
+    }
     assert preview["fits_quota"] is False
     assert [reason["code"] for reason in preview["quota_reasons"]] == ["priority_not_permitted"]
     assert nothing_stored()
@@ -177,15 +208,17 @@ def test_preview_shows_the_entitlement_and_the_reason_and_stores_nothing(shop, t
 
 def test_preview_of_a_priority_exception_shows_the_operators_route(shop, team):
     approval_rule()  # would approve automatically
-    preview = services.request_preview(order=make_order(shop, team.project, priority=P.CRITICAL),
-                                       requester=team.developer, over_quota=OverQuota.EXCEPTION)
+    preview = services.request_preview(
+        order=make_order(shop, team.project, priority=P.CRITICAL),
+        requester=team.developer,
+        over_quota=OverQuota.EXCEPTION,
+    )
     assert preview["approval_route"]["automatic"] is False
     assert preview["approval_route"]["stages"][0]["approvers"] == [team.operator.username]
 
 
 def test_api_refuses_a_critical_order_with_the_allowed_classes_and_stores_nothing(api_as, shop, team):
-    response = api_as(team.developer).post(REQUESTS, order_body(shop, team.project, priority="critical"),
-                                           format="json")
+    response = api_as(team.developer).post(REQUESTS, order_body(shop, team.project, priority="critical"), format="json")
 
     assert response.status_code == 422, response.content
     body = response.json()
@@ -210,8 +243,12 @@ def test_api_preview_answers_the_entitlement(api_as, shop, team):
     response = api_as(team.developer).post(PREVIEW, order_body(shop, team.project, priority="high"), format="json")
 
     assert response.status_code == 200, response.content
-    assert response.json()["priority"] == {"requested": "high", "max_priority": "standard",
-                                           "allowed": ["batch", "standard"], "permitted": False}
+    assert response.json()["priority"] == {
+        "requested": "high",
+        "max_priority": "standard",
+        "allowed": ["batch", "standard"],
+        "permitted": False,
+    }
     assert response.json()["quota_reasons"][0]["code"] == "priority_not_permitted"
 
 
@@ -222,8 +259,9 @@ def test_project_api_shows_the_entitlement_and_cannot_change_it(api_as, team):
         body = client.get(f"/api/v1/projects/{team.project.pk}/").json()
         assert body["priority_entitlement"] == {"max_priority": "high", "allowed": ["batch", "standard", "high"]}
         for method in (client.patch, client.put):
-            response = method(f"/api/v1/projects/{team.project.pk}/", {"priority_entitlement": "critical"},
-                              format="json")
+            response = method(
+                f"/api/v1/projects/{team.project.pk}/", {"priority_entitlement": "critical"}, format="json"
+            )
             assert response.status_code == 405
     assert ProjectQuota.objects.get(project=team.project).max_priority == P.HIGH
 
@@ -235,10 +273,19 @@ def test_project_api_hides_other_tenants_entitlements(api_as, team):
 
 # --- Portal ------------------------------------------------------------------------------------------------
 
+
 def _order_post(shop, project, **overrides) -> dict:
-    data = {"project": project.pk, "spec": shop.whole.pk, "image": shop.image.pk, "duration_hours": 10,
-            "priority": "standard", "environment": "development", "parameters": "", "justification": "",
-            "over_quota": "reject"}
+    data = {
+        "project": project.pk,
+        "spec": shop.whole.pk,
+        "image": shop.image.pk,
+        "duration_hours": 10,
+        "priority": "standard",
+        "environment": "development",
+        "parameters": "",
+        "justification": "",
+        "over_quota": "reject",
+    }
     return {**data, **overrides}
 
 
@@ -265,8 +312,10 @@ def test_portal_preview_shows_the_entitlement(client, shop, team):
 
 def test_portal_priority_exception_reaches_the_operators_inbox(client, shop, team):
     client.force_login(team.developer)
-    client.post(f"/order/{shop.service.slug}/", _order_post(shop, team.project, priority="critical",
-                                                            over_quota="exception", justification="Outage"))
+    client.post(
+        f"/order/{shop.service.slug}/",
+        _order_post(shop, team.project, priority="critical", over_quota="exception", justification="Outage"),
+    )
     request = ResourceRequest.objects.get()
     assert request.state == S.PENDING_APPROVAL
 

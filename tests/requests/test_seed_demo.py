@@ -20,12 +20,19 @@ def seeded(settings):
     call_command("seed_demo")
 
 
-def order(spec_slug: str, project: str = "llm-pretraining", priority: str = "standard", justification: str = "",
-          **parameters) -> Order:
-    return Order(service=Service.objects.get(slug="gpu-workspace"), project=Project.objects.get(slug=project),
-                 spec=ResourceSpec.objects.get(slug=spec_slug), duration_hours=24,
-                 image=Image.objects.get(name="pytorch", version="2.5-cuda12.4"), priority=priority,
-                 justification=justification, parameters=parameters)
+def order(
+    spec_slug: str, project: str = "llm-pretraining", priority: str = "standard", justification: str = "", **parameters
+) -> Order:
+    return Order(
+        service=Service.objects.get(slug="gpu-workspace"),
+        project=Project.objects.get(slug=project),
+        spec=ResourceSpec.objects.get(slug=spec_slug),
+        duration_hours=24,
+        image=Image.objects.get(name="pytorch", version="2.5-cuda12.4"),
+        priority=priority,
+        justification=justification,
+        parameters=parameters,
+    )
 
 
 def submit(spec_slug: str, over_quota: str = OverQuota.REJECT, **order_fields):
@@ -34,17 +41,20 @@ def submit(spec_slug: str, over_quota: str = OverQuota.REJECT, **order_fields):
 
 
 def stage_approvers(request) -> list[tuple[str, list[str]]]:
-    return [(stage.name, [a.approver.username for a in stage.assignments.all()])
-            for stage in approvals.approval_for(request).stages.order_by("order")]
+    return [
+        (stage.name, [a.approver.username for a in stage.assignments.all()])
+        for stage in approvals.approval_for(request).stages.order_by("order")
+    ]
 
 
 def test_seed_creates_the_demo_policies_once(seeded):
     counts = (ApprovalPolicy.objects.count(), ApprovalRule.objects.count(), ApprovalRuleStage.objects.count())
     call_command("seed_demo")
-    assert (ApprovalPolicy.objects.count(), ApprovalRule.objects.count(),
-            ApprovalRuleStage.objects.count()) == counts
+    assert (ApprovalPolicy.objects.count(), ApprovalRule.objects.count(), ApprovalRuleStage.objects.count()) == counts
     assert dict(ApprovalPolicy.objects.values_list("name", "subject")) == {
-        "Resource requests": ApprovalSubject.RESOURCE_REQUEST, "Quota changes": ApprovalSubject.QUOTA_CHANGE}
+        "Resource requests": ApprovalSubject.RESOURCE_REQUEST,
+        "Quota changes": ApprovalSubject.QUOTA_CHANGE,
+    }
 
 
 def test_one_h100_waits_for_the_project_approver(seeded):
@@ -63,8 +73,7 @@ def test_small_mig_slice_is_approved_automatically(seeded):
 def test_production_needs_the_project_approver_then_the_developers_manager(seeded):
     request = submit("h100-1x", environment="production")
     assert stage_approvers(request) == [("Project approver", ["approver"]), ("Requester's manager", ["lead"])]
-    assert [stage.state for stage in approvals.approval_for(request).stages.order_by("order")] == [
-        "pending", "waiting"]
+    assert [stage.state for stage in approvals.approval_for(request).stages.order_by("order")] == ["pending", "waiting"]
 
 
 def test_demo_projects_have_sensible_priority_entitlements(seeded):
@@ -80,7 +89,8 @@ def test_demo_priority_above_the_entitlement_is_refused(seeded, project, priorit
 
 
 def test_demo_priority_exception_goes_to_the_lead_then_the_operators(seeded):
-    request = submit("h100-mig-1g", over_quota=OverQuota.EXCEPTION, project="vision", priority="high",
-                     justification="Customer demo")
+    request = submit(
+        "h100-mig-1g", over_quota=OverQuota.EXCEPTION, project="vision", priority="high", justification="Customer demo"
+    )
     assert request.state == RequestState.PENDING_APPROVAL
     assert stage_approvers(request) == [("Project lead", ["lead"]), ("Operators", ["admin", "operator"])]

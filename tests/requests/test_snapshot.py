@@ -44,7 +44,9 @@ def test_approval_stores_the_snapshot_and_its_hash(approved, shop):
     spec = approved.approved_spec["spec"]
     assert (spec["slug"], spec["cpu_cores"], spec["hourly_price"]) == (shop.whole.slug, 16, "4.00")
     assert (approved.approved_spec["demand"]["gpu_equivalents"], approved.approved_spec["cost_estimate"]) == (
-        "2.0000", "80.00")
+        "2.0000",
+        "80.00",
+    )
     assert approved.events.get(code="queued").data == {"approved_spec_hash": approved.approved_spec_hash}
 
 
@@ -52,8 +54,9 @@ def test_automatic_and_manual_approval_freeze_the_same_numbers(shop, team):
     automatic = services.request_submit(order=make_order(shop, team.project), requester=team.developer)
     assert automatic.state == "queued"
     manual = approve_by_approver(shop, team)
-    frozen = [(request.approved_spec["demand"], request.approved_spec["cost_estimate"])
-              for request in (automatic, manual)]
+    frozen = [
+        (request.approved_spec["demand"], request.approved_spec["cost_estimate"]) for request in (automatic, manual)
+    ]
     assert frozen[0] == frozen[1]
     assert frozen[0][0]["card_hours"] == "20.0000"
 
@@ -134,14 +137,17 @@ def test_a_snapshot_hashed_before_the_fix_is_rehashed_by_the_migration_and_real_
     from django.apps import apps
 
     rehash = importlib.import_module("requests.migrations.0010_rehash_round_tripped_snapshots")
-    legacy, tampered = (services.request_submit(order=make_order(shop, team.project), requester=team.developer)
-                        for _ in range(2))
+    legacy, tampered = (
+        services.request_submit(order=make_order(shop, team.project), requester=team.developer) for _ in range(2)
+    )
     frozen = {**legacy.approved_spec, "parameters": {"batch": 1e16}}  # jsonb keeps it as 10000000000000000
-    ResourceRequest.objects.filter(pk=legacy.pk).update(approved_spec=frozen,
-                                                        approved_spec_hash=sha256_of_as_written(frozen))
+    ResourceRequest.objects.filter(pk=legacy.pk).update(
+        approved_spec=frozen, approved_spec_hash=sha256_of_as_written(frozen)
+    )
     forged = {**tampered.approved_spec, "parameters": {"batch": 1e16}}
-    ResourceRequest.objects.filter(pk=tampered.pk).update(approved_spec={**forged, "cost_estimate": "0.00"},
-                                                          approved_spec_hash=sha256_of_as_written(forged))
+    ResourceRequest.objects.filter(pk=tampered.pk).update(
+        approved_spec={**forged, "cost_estimate": "0.00"}, approved_spec_hash=sha256_of_as_written(forged)
+    )
     with pytest.raises(SnapshotTampered):
         ResourceRequest.objects.get(pk=legacy.pk).save()
 
@@ -155,5 +161,4 @@ def test_a_snapshot_hashed_before_the_fix_is_rehashed_by_the_migration_and_real_
 
 def sha256_of_as_written(snapshot: dict) -> str:
     """The hash as it was computed before the fix: over the floats as Python writes them."""
-    return hashlib.sha256(json.dumps(snapshot, sort_keys=True, separators=(",", ":"), default=str).encode()
-                          ).hexdigest()
+    return hashlib.sha256(json.dumps(snapshot, sort_keys=True, separators=(",", ":"), default=str).encode()).hexdigest()

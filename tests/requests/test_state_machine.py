@@ -19,8 +19,13 @@ LEGAL = {
     "approve": {S.SUBMITTED: S.APPROVED, S.WAITING_FOR_QUOTA: S.APPROVED, S.PENDING_APPROVAL: S.APPROVED},
     "reject": {S.PENDING_APPROVAL: S.REJECTED},
     "enqueue": {S.APPROVED: S.QUEUED},
-    "cancel": {S.SUBMITTED: S.CANCELLED, S.WAITING_FOR_QUOTA: S.CANCELLED, S.PENDING_APPROVAL: S.CANCELLED,
-               S.APPROVED: S.CANCELLED, S.QUEUED: S.CANCELLED},
+    "cancel": {
+        S.SUBMITTED: S.CANCELLED,
+        S.WAITING_FOR_QUOTA: S.CANCELLED,
+        S.PENDING_APPROVAL: S.CANCELLED,
+        S.APPROVED: S.CANCELLED,
+        S.QUEUED: S.CANCELLED,
+    },
     "allocate": {S.QUEUED: S.ALLOCATED},
     "start_provisioning": {S.ALLOCATED: S.PROVISIONING},
     "activate": {S.PROVISIONING: S.ACTIVE},
@@ -79,16 +84,24 @@ def test_service_refuses_illegal_transition_and_changes_nothing(shop, team):
 
 def test_service_transitions_write_one_event_each(shop, team):
     request = services.request_submit(order=make_order(shop, team.project), requester=team.developer)
-    for name, code in [("allocate", EventCode.ALLOCATED), ("start_provisioning", EventCode.PROVISIONING),
-                       ("activate", EventCode.ACTIVE), ("start_release", EventCode.RELEASING),
-                       ("finish_release", EventCode.RELEASED)]:
+    for name, code in [
+        ("allocate", EventCode.ALLOCATED),
+        ("start_provisioning", EventCode.PROVISIONING),
+        ("activate", EventCode.ACTIVE),
+        ("start_release", EventCode.RELEASING),
+        ("finish_release", EventCode.RELEASED),
+    ]:
         services._transition(request, name, actor=team.operator, code=code, message=name)
     stored = ResourceRequest.objects.get(pk=request.pk)
     assert stored.state == S.RELEASED
     tail = list(stored.events.order_by("id").values_list("from_state", "to_state", "code"))[-5:]
-    assert tail == [(S.QUEUED, S.ALLOCATED, "allocated"), (S.ALLOCATED, S.PROVISIONING, "provisioning"),
-                    (S.PROVISIONING, S.ACTIVE, "active"), (S.ACTIVE, S.RELEASING, "releasing"),
-                    (S.RELEASING, S.RELEASED, "released")]
+    assert tail == [
+        (S.QUEUED, S.ALLOCATED, "allocated"),
+        (S.ALLOCATED, S.PROVISIONING, "provisioning"),
+        (S.PROVISIONING, S.ACTIVE, "active"),
+        (S.ACTIVE, S.RELEASING, "releasing"),
+        (S.RELEASING, S.RELEASED, "released"),
+    ]
 
 
 def test_cancelling_a_cancelled_request_is_a_conflict_with_a_readable_message(shop, team):

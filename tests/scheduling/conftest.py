@@ -5,9 +5,15 @@ import pytest
 
 
 def _uses_database(module, session) -> bool:
-    return any(item.module is module and ("db" in item.fixturenames or "transactional_db" in item.fixturenames
-                                          or item.get_closest_marker("django_db") is not None)
-               for item in session.items)
+    return any(
+        item.module is module
+        and (
+            "db" in item.fixturenames
+            or "transactional_db" in item.fixturenames
+            or item.get_closest_marker("django_db") is not None
+        )
+        for item in session.items
+    )
 
 
 @pytest.fixture(autouse=True, scope="module")

@@ -20,8 +20,13 @@ UUIDS = [
 
 def gpu_node(name: str = HOSTNAME, uuids: list[str] | None = None, model=None) -> Node:
     """A node with one H100-like device per UUID, indexed in order."""
-    node = Node.objects.create(name=name, serial_number=f"SN-{name}", cpu_milli=112_000, memory_mib=2_048 * 1024,
-                               bmc_address=f"https://{name}-bmc.example.test")
+    node = Node.objects.create(
+        name=name,
+        serial_number=f"SN-{name}",
+        cpu_milli=112_000,
+        memory_mib=2_048 * 1024,
+        bmc_address=f"https://{name}-bmc.example.test",
+    )
     model = model or factories.AcceleratorModelFactory(name=f"NVIDIA H100 80GB HBM3 ({name})", slug=f"h100-{name}")
     for index, uuid in enumerate(UUIDS if uuids is None else uuids):
         Device.objects.create(node=node, index=index, uuid=uuid, model=model, memory_gb=80)

@@ -26,11 +26,19 @@ def accelerator(name: str | None = None, memory_gb: int = 80):
 def node(*, devices: int = 2, model=None, rack: Rack | None = None, name: str | None = None) -> Node:
     n = next(_n)
     name = name or f"node-{n:04d}"
-    node = Node.objects.create(name=name, serial_number=f"SN-{name}", cpu_milli=64_000, memory_mib=262_144,
-                               rack=rack, topology_domain=f"island-{n % 3}")
+    node = Node.objects.create(
+        name=name,
+        serial_number=f"SN-{name}",
+        cpu_milli=64_000,
+        memory_mib=262_144,
+        rack=rack,
+        topology_domain=f"island-{n % 3}",
+    )
     model = model or accelerator()
-    Device.objects.bulk_create(Device(node=node, index=i, uuid=f"GPU-{name}-{i}", model=model,
-                                      memory_gb=model.memory_gb) for i in range(devices))
+    Device.objects.bulk_create(
+        Device(node=node, index=i, uuid=f"GPU-{name}-{i}", model=model, memory_gb=model.memory_gb)
+        for i in range(devices)
+    )
     return node
 
 
@@ -45,8 +53,9 @@ def active_request(*, project=None, requester=None):
     requester = requester or factories.member(project)
     nvidia = Vendor.objects.get(slug="nvidia")
     model = factories.AcceleratorModelFactory(vendor=nvidia)
-    spec = factories.ResourceSpecFactory(accelerator_models=[model], accelerator_count=1, cpu_cores=8, memory_gb=64,
-                                         hourly_price=Decimal("2.00"))
+    spec = factories.ResourceSpecFactory(
+        accelerator_models=[model], accelerator_count=1, cpu_cores=8, memory_gb=64, hourly_price=Decimal("2.00")
+    )
     image = factories.ImageFactory(compatible_vendors=[nvidia])
     service = factories.ServiceFactory(specs=[spec], images=[image])
     order = Order(service=service, project=project, duration_hours=4, spec=spec, image=image)
@@ -54,8 +63,14 @@ def active_request(*, project=None, requester=None):
 
 
 def allocate(request, devices: list[Device], milli: int = 1000) -> Allocation:
-    allocation = Allocation.objects.create(request=request, node=devices[0].node, cpu_milli=8000, memory_mib=65536,
-                                           priority=50, expires_at=timezone.now() + timedelta(hours=4))
+    allocation = Allocation.objects.create(
+        request=request,
+        node=devices[0].node,
+        cpu_milli=8000,
+        memory_mib=65536,
+        priority=50,
+        expires_at=timezone.now() + timedelta(hours=4),
+    )
     for device in devices:
         AllocationDevice.objects.create(allocation=allocation, device=device, milli=milli)
         Device.objects.filter(pk=device.pk).update(allocated_milli=F("allocated_milli") + milli)

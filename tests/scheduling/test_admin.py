@@ -13,8 +13,17 @@ from tests.scheduling.inventory_helpers import active_request, allocate, clearan
 
 pytestmark = pytest.mark.django_db
 
-MODELS = ["site", "rack", "node", "device", "allocation", "allocationdevice", "isolationclearance", "healthrule",
-          "healthevent"]
+MODELS = [
+    "site",
+    "rack",
+    "node",
+    "device",
+    "allocation",
+    "allocationdevice",
+    "isolationclearance",
+    "healthrule",
+    "healthevent",
+]
 
 
 def _url(model: str, suffix: str = "") -> str:
@@ -31,10 +40,12 @@ def _clearance_row():
 
 def _health_row():
     device = node(devices=1).devices.get()
-    rule = HealthRule.objects.create(name=f"rule {device.pk}", source=HealthSource.DCGM, signal="XID", threshold="0",
-                                     action=HealthAction.ISOLATE)
-    return HealthEvent.objects.create(device=device, rule=rule, source=HealthSource.DCGM, signal="XID", value="79",
-                                      action=HealthAction.ISOLATE)
+    rule = HealthRule.objects.create(
+        name=f"rule {device.pk}", source=HealthSource.DCGM, signal="XID", threshold="0", action=HealthAction.ISOLATE
+    )
+    return HealthEvent.objects.create(
+        device=device, rule=rule, source=HealthSource.DCGM, signal="XID", value="79", action=HealthAction.ISOLATE
+    )
 
 
 def _allocation_row():
@@ -50,9 +61,14 @@ ROW_MAKERS = {
     "allocation": _allocation_row,
     "allocationdevice": _allocation_row,
     "isolationclearance": _clearance_row,
-    "healthrule": lambda: HealthRule.objects.create(name=f"r{HealthRule.objects.count()}", source=HealthSource.BMC,
-                                                    signal="Status", comparison="in", threshold="Critical",
-                                                    action=HealthAction.DEGRADE),
+    "healthrule": lambda: HealthRule.objects.create(
+        name=f"r{HealthRule.objects.count()}",
+        source=HealthSource.BMC,
+        signal="Status",
+        comparison="in",
+        threshold="Critical",
+        action=HealthAction.DEGRADE,
+    ),
     "healthevent": _health_row,
 }
 
@@ -102,13 +118,24 @@ def test_capacity_view(console):
 
 def test_node_form_cannot_uncordon_or_change_cordon_fields(console, operator):
     host = services.node_cordon(node(), "Maintenance", operator)
-    data = {"name": host.name, "serial_number": host.serial_number, "rack": "", "topology_domain": "new-island",
-            "cpu_milli": host.cpu_milli, "memory_mib": host.memory_mib, "bmc_address": "", "bmc_credentials_ref": "",
-            "schedulable": "on", "cordon_reason": "",
-            "devices-TOTAL_FORMS": "2", "devices-INITIAL_FORMS": "2", "devices-MIN_NUM_FORMS": "0",
-            "devices-MAX_NUM_FORMS": "1000",
-            **{f"devices-{i}-id": str(device.pk) for i, device in enumerate(host.devices.all())},
-            **{f"devices-{i}-node": str(host.pk) for i in range(2)}}
+    data = {
+        "name": host.name,
+        "serial_number": host.serial_number,
+        "rack": "",
+        "topology_domain": "new-island",
+        "cpu_milli": host.cpu_milli,
+        "memory_mib": host.memory_mib,
+        "bmc_address": "",
+        "bmc_credentials_ref": "",
+        "schedulable": "on",
+        "cordon_reason": "",
+        "devices-TOTAL_FORMS": "2",
+        "devices-INITIAL_FORMS": "2",
+        "devices-MIN_NUM_FORMS": "0",
+        "devices-MAX_NUM_FORMS": "1000",
+        **{f"devices-{i}-id": str(device.pk) for i, device in enumerate(host.devices.all())},
+        **{f"devices-{i}-node": str(host.pk) for i in range(2)},
+    }
     response = console.post(_url("node", f"{host.pk}/change/"), data)
     assert response.status_code == 302, response.content.decode()[:3000]
     host.refresh_from_db()
@@ -119,8 +146,17 @@ def test_node_form_cannot_uncordon_or_change_cordon_fields(console, operator):
 
 def test_device_form_cannot_touch_health_isolation_or_allocated_shares(console):
     device = node(devices=1).devices.get()
-    data = {"node": device.node_id, "index": 0, "uuid": device.uuid, "model": device.model_id, "memory_gb": 40,
-            "health": DeviceHealth.UNHEALTHY, "isolated": "on", "isolation_reason": "x", "allocated_milli": 700}
+    data = {
+        "node": device.node_id,
+        "index": 0,
+        "uuid": device.uuid,
+        "model": device.model_id,
+        "memory_gb": 40,
+        "health": DeviceHealth.UNHEALTHY,
+        "isolated": "on",
+        "isolation_reason": "x",
+        "allocated_milli": 700,
+    }
     response = console.post(_url("device", f"{device.pk}/change/"), data)
     assert response.status_code == 302
     device.refresh_from_db()
@@ -200,8 +236,15 @@ def test_history_admins_are_read_only(console):
 
 def test_health_rule_is_editable_and_audited(console):
     rule = ROW_MAKERS["healthrule"]()
-    data = {"name": rule.name, "source": rule.source, "signal": rule.signal, "comparison": rule.comparison,
-            "threshold": "Critical,Warning", "action": rule.action, "active": "on"}
+    data = {
+        "name": rule.name,
+        "source": rule.source,
+        "signal": rule.signal,
+        "comparison": rule.comparison,
+        "threshold": "Critical,Warning",
+        "action": rule.action,
+        "active": "on",
+    }
     assert console.post(_url("healthrule", f"{rule.pk}/change/"), data).status_code == 302
     rule.refresh_from_db()
     assert rule.threshold == "Critical,Warning"

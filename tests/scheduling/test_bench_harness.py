@@ -6,8 +6,10 @@ from scheduling import bench
 from scheduling.bench import Pod
 
 NODES = "sn,cpu_milli,memory_mib,gpu,model\nn0,8000,32768,2,T4\nn1,8000,32768,1,V100M16\n"
-PODS = ("name,cpu_milli,memory_mib,num_gpu,gpu_milli,gpu_spec\n"
-        "p0,1000,1024,1,500,\np1,1000,1024,2,1000,T4\np2,1000,1024,1,1000,V100M16\np3,1000,1024,1,1000,T4\n")
+PODS = (
+    "name,cpu_milli,memory_mib,num_gpu,gpu_milli,gpu_spec\n"
+    "p0,1000,1024,1,500,\np1,1000,1024,2,1000,T4\np2,1000,1024,1,1000,V100M16\np3,1000,1024,1,1000,T4\n"
+)
 
 
 def _files(tmp_path):
@@ -47,9 +49,33 @@ def test_hand_computed_trace(tmp_path, monkeypatch):
 
 def test_cli_json(tmp_path, capsys):
     nodes_path, pods_path = _files(tmp_path)
-    assert bench.main(["openb", "--nodes", nodes_path, "--pods", pods_path, "--policy", "fgd", "--seeds", "1-3",
-                       "--inflate", "1.3", "--json"]) == 0
+    assert (
+        bench.main(
+            [
+                "openb",
+                "--nodes",
+                nodes_path,
+                "--pods",
+                pods_path,
+                "--policy",
+                "fgd",
+                "--seeds",
+                "1-3",
+                "--inflate",
+                "1.3",
+                "--json",
+            ]
+        )
+        == 0
+    )
     out = json.loads(capsys.readouterr().out)
-    assert set(out) == {"policy", "seeds", "alloc_at_100", "alloc_at_130", "frag_at_100", "decisions_per_s",
-                        "peak_mem_mb"}
+    assert set(out) == {
+        "policy",
+        "seeds",
+        "alloc_at_100",
+        "alloc_at_130",
+        "frag_at_100",
+        "decisions_per_s",
+        "peak_mem_mb",
+    }
     assert out["seeds"] == [1, 2, 3] and set(out["alloc_at_100"]) == {"mean", "std"}

@@ -119,8 +119,9 @@ def test_second_holder_approves_device_cleared_one_audit_row_names_both(isolated
 def test_rejection_keeps_the_device_isolated(isolated, holders):
     alice, bob = holders
     clearance = services.isolation_clearance_request(isolated, "Reseated", alice)
-    approvals.approval_decide(assignment=task_of(clearance, bob), decision="reject", comment="Still XIDs in dmesg",
-                              actor=bob)
+    approvals.approval_decide(
+        assignment=task_of(clearance, bob), decision="reject", comment="Still XIDs in dmesg", actor=bob
+    )
     assert Device.objects.get(pk=isolated.pk).isolated
     assert IsolationClearance.objects.get(pk=clearance.pk).state == IsolationClearance.State.REJECTED
     assert AuditEvent.objects.filter(action="isolation_clearance.rejected", reason="Still XIDs in dmesg").exists()

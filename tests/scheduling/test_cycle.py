@@ -34,12 +34,15 @@ def shop(db):
     from types import SimpleNamespace
 
     accelerator = factories.AcceleratorModelFactory(memory_gb=80)
-    slice_profile = factories.SliceProfileFactory(accelerator=accelerator, name="1g.10gb",
-                                                  compute_fraction=Decimal("0.1429"), memory_gb=10)
-    whole = factories.ResourceSpecFactory(accelerator_models=[accelerator], accelerator_count=2, cpu_cores=8,
-                                          memory_gb=64)
-    sliced = factories.ResourceSpecFactory(accelerator_models=[accelerator], accelerator_count=1,
-                                           slice_profile=slice_profile, cpu_cores=1, memory_gb=8)
+    slice_profile = factories.SliceProfileFactory(
+        accelerator=accelerator, name="1g.10gb", compute_fraction=Decimal("0.1429"), memory_gb=10
+    )
+    whole = factories.ResourceSpecFactory(
+        accelerator_models=[accelerator], accelerator_count=2, cpu_cores=8, memory_gb=64
+    )
+    sliced = factories.ResourceSpecFactory(
+        accelerator_models=[accelerator], accelerator_count=1, slice_profile=slice_profile, cpu_cores=1, memory_gb=8
+    )
     image = factories.ImageFactory()
     service = factories.ServiceFactory(specs=[whole, sliced], images=[image], max_duration_hours=168)
     return SimpleNamespace(service=service, whole=whole, sliced=sliced, image=image, accelerator=accelerator)
@@ -50,21 +53,27 @@ def team(db):
     from types import SimpleNamespace
 
     project = factories.project(quota=GENEROUS_QUOTA, max_priority=PriorityClass.HIGH)  # may order high itself
-    return SimpleNamespace(project=project, developer=factories.member(project), operator=factories.operator(),
-                           approver=factories.member(project, Role.APPROVER))
+    return SimpleNamespace(
+        project=project,
+        developer=factories.member(project),
+        operator=factories.operator(),
+        approver=factories.member(project, Role.APPROVER),
+    )
 
 
 def add_node(accelerator, name="n1", cards=4, cpu_cores=64, memory_gb=512) -> Node:
-    node = Node.objects.create(name=name, serial_number=f"sn-{name}", cpu_milli=cpu_cores * 1000,
-                               memory_mib=memory_gb * 1024)
+    node = Node.objects.create(
+        name=name, serial_number=f"sn-{name}", cpu_milli=cpu_cores * 1000, memory_mib=memory_gb * 1024
+    )
     for index in range(cards):
         Device.objects.create(node=node, index=index, uuid=f"GPU-{name}-{index}", model=accelerator, memory_gb=80)
     return node
 
 
 def queued(shop, team, spec=None, priority=PriorityClass.STANDARD, **order) -> ResourceRequest:
-    request = services.request_submit(order=make_order(shop, team.project, spec=spec, priority=priority, **order),
-                                      requester=team.developer)
+    request = services.request_submit(
+        order=make_order(shop, team.project, spec=spec, priority=priority, **order), requester=team.developer
+    )
     assert request.state == RequestState.QUEUED  # no approval policy: approved automatically
     return request
 
@@ -72,8 +81,12 @@ def queued(shop, team, spec=None, priority=PriorityClass.STANDARD, **order) -> R
 def device_totals_match_bindings():
     """The database's own accounting: allocated_milli equals the sum of active bindings, never above 1000."""
     for device in Device.objects.all():
-        bound = AllocationDevice.objects.filter(device=device, allocation__state=AllocationState.ACTIVE).aggregate(
-            total=Sum("milli"))["total"] or 0
+        bound = (
+            AllocationDevice.objects.filter(device=device, allocation__state=AllocationState.ACTIVE).aggregate(
+                total=Sum("milli")
+            )["total"]
+            or 0
+        )
         assert device.allocated_milli == bound <= 1000, device
 
 
@@ -117,11 +130,14 @@ def test_waiting_requests_show_position_and_reason_with_numbers(shop, team, api_
     assert running.pk not in [row["id"] for row in queue]
 
 
-@pytest.mark.parametrize("setup, code", [
-    ("no_devices", "no_matching_spec"),
-    ("isolated", "insufficient_healthy_capacity"),
-    ("concurrency", "quota_exhausted"),
-])
+@pytest.mark.parametrize(
+    "setup, code",
+    [
+        ("no_devices", "no_matching_spec"),
+        ("isolated", "insufficient_healthy_capacity"),
+        ("concurrency", "quota_exhausted"),
+    ],
+)
 def test_reason_codes_reach_the_api(shop, team, api_as, setup, code):
     if setup == "isolated":
         node = add_node(shop.accelerator, cards=2)
@@ -150,8 +166,11 @@ def test_an_approved_exception_over_the_concurrent_task_limit_runs(shop, team):
     cycle.run_cycle()
     running.refresh_from_db()
     assert running.state == RequestState.ALLOCATED
-    beyond = services.request_submit(order=make_order(shop, team.project, justification="release deadline"),
-                                     requester=team.developer, over_quota=OverQuota.EXCEPTION)
+    beyond = services.request_submit(
+        order=make_order(shop, team.project, justification="release deadline"),
+        requester=team.developer,
+        over_quota=OverQuota.EXCEPTION,
+    )
     assert beyond.state == RequestState.PENDING_APPROVAL and beyond.quota_exception
     [assignment] = approvals.approval_for(beyond).stages.get().assignments.filter(approver=team.operator)
     approvals.approval_decide(assignment=assignment, decision="approve", comment="ok", actor=team.operator)
@@ -212,8 +231,10 @@ def test_expiry_warns_then_reclaims(shop, team, django_capture_on_commit_callbac
         assert reclaim.warn_expiring() == 1
         assert reclaim.warn_expiring() == 0  # once
         assert reclaim.reclaim_expired() == {}
-    with time_machine.travel(start + timedelta(hours=10, minutes=1), tick=False), \
-            django_capture_on_commit_callbacks(execute=True):
+    with (
+        time_machine.travel(start + timedelta(hours=10, minutes=1), tick=False),
+        django_capture_on_commit_callbacks(execute=True),
+    ):
         assert reclaim.reclaim_expired() == {request.pk: "released"}
     request.refresh_from_db()
     assert request.state == RequestState.RELEASED
@@ -242,10 +263,12 @@ def test_reclaim_reports_each_item_and_a_release_in_progress_as_already_releasin
     cycle.run_cycle()
     services.request_release(request=releasing, actor=team.developer, reason="done early")
     Allocation.objects.update(expires_at=timezone.now() - timedelta(minutes=1))
-    assert reclaim.reclaim_expired() == {first.pk: "released", releasing.pk: "already_releasing",
-                                         last.pk: "released"}
-    assert reclaim.runtime_report(reports=[(releasing.pk, "running"), (last.pk, "gone"), (10**9, "gone")]).results \
-        == {releasing.pk: "heartbeat", last.pk: "already_releasing", 10**9: "not_found"}
+    assert reclaim.reclaim_expired() == {first.pk: "released", releasing.pk: "already_releasing", last.pk: "released"}
+    assert reclaim.runtime_report(reports=[(releasing.pk, "running"), (last.pk, "gone"), (10**9, "gone")]).results == {
+        releasing.pk: "heartbeat",
+        last.pk: "already_releasing",
+        10**9: "not_found",
+    }
     assert reclaim.reclaim_expired() == dict.fromkeys([first.pk, releasing.pk, last.pk], "already_releasing")
 
 
@@ -304,8 +327,13 @@ def test_concurrent_cycles_submissions_and_releases_never_bind_a_device_twice(sh
 
 def test_preview_says_where_an_order_fits_now_or_what_it_would_wait_behind(shop, team, api_as):
     add_node(shop.accelerator, name="only", cards=2)
-    body = {"service": shop.service.pk, "project": team.project.pk, "spec": shop.whole.pk, "image": shop.image.pk,
-            "duration_hours": 10}
+    body = {
+        "service": shop.service.pk,
+        "project": team.project.pk,
+        "spec": shop.whole.pk,
+        "image": shop.image.pk,
+        "duration_hours": 10,
+    }
     preview = api_as(team.developer).post("/api/v1/requests/preview/", body, format="json").json()
     assert "placement" in preview, preview
     assert preview["placement"]["fits_now"] is True and preview["placement"]["node"] == "only"
@@ -385,18 +413,27 @@ def test_with_requeue_off_the_request_keeps_its_card(shop, team, settings, djang
     assert "still holds it" in request.events.get(code="device_isolated").message
 
 
-def test_runtime_reports_refresh_heartbeats_and_reclaim_gone_workloads(shop, team,
-                                                                       django_capture_on_commit_callbacks):
+def test_runtime_reports_refresh_heartbeats_and_reclaim_gone_workloads(shop, team, django_capture_on_commit_callbacks):
     runtime_agent = agent_api([add_node(shop.accelerator, cards=4)])
     alive, dead = queued(shop, team), queued(shop, team)
     cycle.run_cycle()
     with django_capture_on_commit_callbacks(execute=True):
-        response = runtime_agent.post("/api/v1/health/runtime/", {"reports": [
-            {"request": alive.pk, "status": "running"}, {"request": dead.pk, "status": "gone"},
-            {"request": 999999, "status": "running"}]}, format="json")
+        response = runtime_agent.post(
+            "/api/v1/health/runtime/",
+            {
+                "reports": [
+                    {"request": alive.pk, "status": "running"},
+                    {"request": dead.pk, "status": "gone"},
+                    {"request": 999999, "status": "running"},
+                ]
+            },
+            format="json",
+        )
     assert response.status_code == 200
-    assert response.json() == {"results": {str(alive.pk): "heartbeat", str(dead.pk): "released",
-                                           "999999": "not_found"}, "refused": []}
+    assert response.json() == {
+        "results": {str(alive.pk): "heartbeat", str(dead.pk): "released", "999999": "not_found"},
+        "refused": [],
+    }
     assert Allocation.objects.get(request=alive).heartbeat_at is not None
     dead.refresh_from_db()
     assert dead.state == RequestState.RELEASED
@@ -405,8 +442,9 @@ def test_runtime_reports_refresh_heartbeats_and_reclaim_gone_workloads(shop, tea
 
 def test_runtime_reports_need_the_ingest_permission(shop, team, api_as, api):
     assert api.post("/api/v1/health/runtime/", {"reports": []}, format="json").status_code == 401
-    response = api_as(team.developer).post("/api/v1/health/runtime/", {"reports": [{"request": 1, "status": "gone"}]},
-                                           format="json")
+    response = api_as(team.developer).post(
+        "/api/v1/health/runtime/", {"reports": [{"request": 1, "status": "gone"}]}, format="json"
+    )
     assert response.status_code == 403 and response.json()["code"] == "permission_denied"
 
 
@@ -415,8 +453,9 @@ def test_topology_and_priority_reasons_reach_the_api(shop, team, api_as):
     (topology_constraint); a pending high-priority request then holds back a lower one that would fit
     (higher_priority_ahead)."""
     for name in ("left", "right"):  # two cards each, one of them isolated: one healthy card per node
-        add_node(shop.accelerator, name=name, cards=2).devices.filter(index=1).update(isolated=True,
-                                                                                   isolation_reason="XID 79")
+        add_node(shop.accelerator, name=name, cards=2).devices.filter(index=1).update(
+            isolated=True, isolation_reason="XID 79"
+        )
     pair = queued(shop, team)  # 2 whole cards on one node
     cycle.run_cycle()
     body = api_as(team.developer).get(f"/api/v1/requests/{pair.pk}/").json()
@@ -435,8 +474,9 @@ def test_topology_and_priority_reasons_reach_the_api(shop, team, api_as):
 @pytest.fixture
 def eight_cards(shop):
     """8 cards with 128 vCPU, offered by the shop's service; the nodes below have 112 cores."""
-    spec = factories.ResourceSpecFactory(accelerator_models=[shop.accelerator], accelerator_count=8, cpu_cores=128,
-                                         memory_gb=1024)
+    spec = factories.ResourceSpecFactory(
+        accelerator_models=[shop.accelerator], accelerator_count=8, cpu_cores=128, memory_gb=1024
+    )
     shop.service.specs.add(spec)
     for name in ("big-1", "big-2"):
         add_node(shop.accelerator, name=name, cards=8, cpu_cores=112, memory_gb=2048)
@@ -447,7 +487,8 @@ NEVER_FITS = {"dimension": "cpu_cores", "needed": 128, "largest": 112, "node": "
 
 
 def test_a_request_no_node_could_ever_hold_waits_as_no_matching_spec_not_capacity_in_use(
-        shop, team, eight_cards, api_as):
+    shop, team, eight_cards, api_as
+):
     request = queued(shop, team, spec=eight_cards)
     cycle.run_cycle()
     queue = api_as(team.developer).get(f"/api/v1/requests/{request.pk}/").json()["queue"]
@@ -456,17 +497,28 @@ def test_a_request_no_node_could_ever_hold_waits_as_no_matching_spec_not_capacit
 
 
 def test_the_preview_says_an_order_never_fits_and_why(shop, team, eight_cards, api_as):
-    body = {"service": shop.service.pk, "project": team.project.pk, "spec": eight_cards.pk, "image": shop.image.pk,
-            "duration_hours": 10}
+    body = {
+        "service": shop.service.pk,
+        "project": team.project.pk,
+        "spec": eight_cards.pk,
+        "image": shop.image.pk,
+        "duration_hours": 10,
+    }
     placement = api_as(team.developer).post("/api/v1/requests/preview/", body, format="json").json()["placement"]
     assert placement["fits_now"] is False and placement["never_fits"] is True
     assert (placement["code"], placement["details"]) == ("no_matching_spec", NEVER_FITS)
 
 
 def test_submission_refuses_or_warns_about_an_order_that_never_fits_as_the_order_chooses(
-        shop, team, eight_cards, api_as):
-    body = {"service": shop.service.pk, "project": team.project.pk, "spec": eight_cards.pk, "image": shop.image.pk,
-            "duration_hours": 10}
+    shop, team, eight_cards, api_as
+):
+    body = {
+        "service": shop.service.pk,
+        "project": team.project.pk,
+        "spec": eight_cards.pk,
+        "image": shop.image.pk,
+        "duration_hours": 10,
+    }
     client = api_as(team.developer)
     refused = client.post("/api/v1/requests/", {**body, "if_unplaceable": "refuse"}, format="json")
     assert refused.status_code == 422, refused.json()
@@ -477,16 +529,24 @@ def test_submission_refuses_or_warns_about_an_order_that_never_fits_as_the_order
     submitted = ResourceRequest.objects.get().events.get(code="submitted")
     assert submitted.data["never_fits"]["details"] == NEVER_FITS
     assert "no node has 128 cores" in submitted.message
-    fitting = client.post("/api/v1/requests/", {**body, "spec": shop.whole.pk, "if_unplaceable": "refuse"},
-                          format="json")
+    fitting = client.post(
+        "/api/v1/requests/", {**body, "spec": shop.whole.pk, "if_unplaceable": "refuse"}, format="json"
+    )
     assert fitting.status_code == 201, fitting.json()
     assert "never_fits" not in ResourceRequest.objects.get(pk=fitting.json()["id"]).events.get(code="submitted").data
 
 
 def test_the_order_page_refuses_an_order_that_never_fits_when_asked_to(client, shop, team, eight_cards):
     client.force_login(team.developer)
-    form = {"project": team.project.pk, "spec": eight_cards.pk, "image": shop.image.pk, "duration_hours": 10,
-            "priority": "standard", "environment": "development", "over_quota": "reject"}
+    form = {
+        "project": team.project.pk,
+        "spec": eight_cards.pk,
+        "image": shop.image.pk,
+        "duration_hours": 10,
+        "priority": "standard",
+        "environment": "development",
+        "over_quota": "reject",
+    }
     page = client.get(f"/order/{shop.service.slug}/").content.decode()
     assert 'name="if_unplaceable" value="refuse"' in page
     response = client.post(f"/order/{shop.service.slug}/", {**form, "if_unplaceable": "refuse"})

@@ -44,10 +44,22 @@ def cycle_process():
     started = []
 
     def start() -> subprocess.Popen:
-        env = {**os.environ, "DJANGO_SETTINGS_MODULE": "config.settings_test", "DATABASE_URL": _database_url(),
-               "Q_SYNC": "0"}
-        started.append(subprocess.Popen([sys.executable, "manage.py", "run_cycle", "--json"], cwd=REPO, env=env,
-                                        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
+        env = {
+            **os.environ,
+            "DJANGO_SETTINGS_MODULE": "config.settings_test",
+            "DATABASE_URL": _database_url(),
+            "Q_SYNC": "0",
+        }
+        started.append(
+            subprocess.Popen(
+                [sys.executable, "manage.py", "run_cycle", "--json"],
+                cwd=REPO,
+                env=env,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                text=True,
+            )
+        )
         return started[-1]
 
     yield start
@@ -79,8 +91,11 @@ def wait_until_it_waits_for_a_row(process: subprocess.Popen, statement: str) -> 
     deadline = time.monotonic() + SECONDS
     with connection.cursor() as cursor:
         while time.monotonic() < deadline:
-            cursor.execute("SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
-                           "AND wait_event_type = 'Lock' AND query LIKE %s", [f"%{statement}%"])
+            cursor.execute(
+                "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
+                "AND wait_event_type = 'Lock' AND query LIKE %s",
+                [f"%{statement}%"],
+            )
             if cursor.fetchone()[0]:
                 return
             assert process.poll() is None, f"it ended without waiting: {process.communicate()}"
@@ -127,7 +142,8 @@ def test_a_trigger_that_meets_a_running_cycle_gets_one_more_cycle_after_it(world
         assert cycle.run_cycle().ran is False  # the trigger's cycle, as the task would run it
     assert sorted(outcome(running)["allocated"]) == [early.pk, late.pk]
     assert set(ResourceRequest.objects.filter(pk__in=[early.pk, late.pk]).values_list("state", flat=True)) == {
-        RequestState.ALLOCATED}
+        RequestState.ALLOCATED
+    }
 
 
 def test_a_queued_request_another_transaction_holds_is_waited_for_not_skipped(world, cycle_process):

@@ -26,12 +26,17 @@ def running(shop, team):  # noqa: F811
 
 
 def extend(api_as, user, request, hours=5, justification="The run needs another epoch"):
-    return api_as(user).post(f"/api/v1/requests/{request.pk}/extend/", {"hours": hours,
-                             "justification": justification}, format="json")
+    return api_as(user).post(
+        f"/api/v1/requests/{request.pk}/extend/", {"hours": hours, "justification": justification}, format="json"
+    )
 
 
-def test_extension_without_a_policy_applies_and_moves_the_expiry(api_as, team, running,  # noqa: F811
-                                                                 django_capture_on_commit_callbacks):
+def test_extension_without_a_policy_applies_and_moves_the_expiry(
+    api_as,
+    team,  # noqa: F811
+    running,
+    django_capture_on_commit_callbacks,
+):
     expires = Allocation.objects.get(request=running).expires_at
     with django_capture_on_commit_callbacks(execute=True):
         response = extend(api_as, team.developer, running)
@@ -43,8 +48,12 @@ def test_extension_without_a_policy_applies_and_moves_the_expiry(api_as, team, r
     assert running.extensions.get().state == "applied"
 
 
-def test_extension_waits_for_the_same_approvers_as_an_order(api_as, team, running,  # noqa: F811
-                                                            django_capture_on_commit_callbacks):
+def test_extension_waits_for_the_same_approvers_as_an_order(
+    api_as,
+    team,  # noqa: F811
+    running,
+    django_capture_on_commit_callbacks,
+):
     approval_rule(approver_stage(mode=ApprovalMode.ANY))
     extend(api_as, team.developer, running)
     extension = running.extensions.get()

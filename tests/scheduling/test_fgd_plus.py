@@ -54,8 +54,10 @@ def test_cpu_only_pod_prefers_a_node_without_idle_devices():
 def test_without_model_constraints_it_places_like_fgd():
     shapes = [(2000, 0, 1, 500, frozenset())] * 6 + [(2000, 0, 1, 1000, frozenset())] * 4
     nodes = [node("a", 2, "G2"), node("b", 4, "G2"), node("c", 1, "T4")]
-    demands = [Demand(f"d{k}", count=1, share=share, cpu_milli=2000) for k, share in
-               enumerate([500, 1000, 500, 250, 750, 1000, 500, 500, 1000])]
+    demands = [
+        Demand(f"d{k}", count=1, share=share, cpu_milli=2000)
+        for k, share in enumerate([500, 1000, 500, 250, 750, 1000, 500, 500, 1000])
+    ]
     for seed in range(5):
         plus, fgd = engine(nodes, shapes, seed=seed), engine(nodes, shapes, "fgd", seed=seed)
         assert [plus.place_one(d) for d in demands] == [fgd.place_one(d) for d in demands]

@@ -27,8 +27,15 @@ TEMP = "DCGM_FI_DEV_GPU_TEMP"
 
 
 def rule(comparison, threshold, action=HealthAction.ISOLATE, source=HealthSource.DCGM, signal=XID, **kwargs):
-    return HealthRule(name=f"{signal} {comparison} {threshold}", source=source, signal=signal,
-                      comparison=comparison, threshold=threshold, action=action, **kwargs)
+    return HealthRule(
+        name=f"{signal} {comparison} {threshold}",
+        source=source,
+        signal=signal,
+        comparison=comparison,
+        threshold=threshold,
+        action=action,
+        **kwargs,
+    )
 
 
 def dcgm(signal, value, uuid=UUIDS[0]):
@@ -42,12 +49,27 @@ def bmc(value, node=HOSTNAME, index=None):
 # --- pure: numbers ------------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize(("value", "problem"), [
-    (91, None), (-40.5, None), ("79", None), (MAX_MAGNITUDE, None), (2**64, None), ("Critical", None), (True, None),
-    (float("nan"), "is not a number (NaN)"), ("NaN", "is not a number (NaN)"),
-    (float("inf"), "is infinite"), (float("-inf"), "is infinite"), ("+Inf", "is infinite"), ("1e400", "is infinite"),
-    (1e308, "is beyond ±1.84e+19"), (2**64 + 1, "is beyond ±1.84e+19"), (-(10**400), "is beyond ±1.84e+19"),
-])
+@pytest.mark.parametrize(
+    ("value", "problem"),
+    [
+        (91, None),
+        (-40.5, None),
+        ("79", None),
+        (MAX_MAGNITUDE, None),
+        (2**64, None),
+        ("Critical", None),
+        (True, None),
+        (float("nan"), "is not a number (NaN)"),
+        ("NaN", "is not a number (NaN)"),
+        (float("inf"), "is infinite"),
+        (float("-inf"), "is infinite"),
+        ("+Inf", "is infinite"),
+        ("1e400", "is infinite"),
+        (1e308, "is beyond ±1.84e+19"),
+        (2**64 + 1, "is beyond ±1.84e+19"),
+        (-(10**400), "is beyond ±1.84e+19"),
+    ],
+)
 def test_number_problem(value, problem):
     assert number_problem(value) == problem
 
@@ -59,24 +81,27 @@ def test_an_infinite_threshold_never_matches():
 # --- pure: rules ---------------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize(("comparison", "threshold", "value", "expected"), [
-    (Comparison.GT, "0", 1, True),
-    (Comparison.GT, "0", 0, False),
-    (Comparison.GT, "0", "3", True),  # numbers sent as text still compare as numbers
-    (Comparison.GTE, "90", 90.0, True),
-    (Comparison.GTE, "90", 89.9, False),
-    (Comparison.EQ, "79", 79.0, True),
-    (Comparison.EQ, "79", 48, False),
-    (Comparison.EQ, "Critical", "critical", True),  # text compares without case
-    (Comparison.EQ, "Critical", "Warning", False),
-    (Comparison.IN, "48,63,64,79", 79.0, True),
-    (Comparison.IN, "48, 63, 64, 79", "63", True),
-    (Comparison.IN, "48,63,64,79", 13, False),
-    (Comparison.IN, "48,63,64,79", 0, False),
-    (Comparison.GT, "0", "not a number", False),
-    (Comparison.GT, "0", float("nan"), False),
-    (Comparison.GTE, "90", True, False),  # a boolean is not a temperature
-])
+@pytest.mark.parametrize(
+    ("comparison", "threshold", "value", "expected"),
+    [
+        (Comparison.GT, "0", 1, True),
+        (Comparison.GT, "0", 0, False),
+        (Comparison.GT, "0", "3", True),  # numbers sent as text still compare as numbers
+        (Comparison.GTE, "90", 90.0, True),
+        (Comparison.GTE, "90", 89.9, False),
+        (Comparison.EQ, "79", 79.0, True),
+        (Comparison.EQ, "79", 48, False),
+        (Comparison.EQ, "Critical", "critical", True),  # text compares without case
+        (Comparison.EQ, "Critical", "Warning", False),
+        (Comparison.IN, "48,63,64,79", 79.0, True),
+        (Comparison.IN, "48, 63, 64, 79", "63", True),
+        (Comparison.IN, "48,63,64,79", 13, False),
+        (Comparison.IN, "48,63,64,79", 0, False),
+        (Comparison.GT, "0", "not a number", False),
+        (Comparison.GT, "0", float("nan"), False),
+        (Comparison.GTE, "90", True, False),  # a boolean is not a temperature
+    ],
+)
 def test_each_comparison(comparison, threshold, value, expected):
     assert rule_matches(rule(comparison, threshold), dcgm(XID, value)) is expected
 
@@ -114,18 +139,21 @@ def test_dcgm_exporter_text_parses_to_one_sample_per_gpu_and_metric():
 
 
 def test_dcgm_samples_without_uuid_name_the_device_by_hostname_and_gpu():
-    text = (f'# TYPE {XID} gauge\n{XID}{{gpu="2",device="nvidia2",Hostname="{HOSTNAME}",err_code="48"}} 48\n')
+    text = f'# TYPE {XID} gauge\n{XID}{{gpu="2",device="nvidia2",Hostname="{HOSTNAME}",err_code="48"}} 48\n'
     (sample,) = parse_dcgm_text(text)
     assert (sample.device_uuid, sample.node, sample.index, sample.value) == ("", HOSTNAME, 2, 48.0)
 
 
-@pytest.mark.parametrize("text", [
-    "this is not prometheus {",
-    f'{XID}{{gpu="0" 79',
-    f"{XID} seventy-nine",
-    "# HELP only a comment\n",
-    "",
-])
+@pytest.mark.parametrize(
+    "text",
+    [
+        "this is not prometheus {",
+        f'{XID}{{gpu="0" 79',
+        f"{XID} seventy-nine",
+        "# HELP only a comment\n",
+        "",
+    ],
+)
 def test_text_that_is_not_the_exposition_format_is_refused(text):
     with pytest.raises(ValueError):
         parse_dcgm_text(text)
@@ -173,8 +201,12 @@ def test_an_isolated_card_gets_no_new_placement():
 
     snapshot = load_snapshot().snapshot
     (node,) = snapshot.nodes
-    assert [d.health for d in node.devices] == [placement.HEALTHY, placement.ISOLATED, placement.HEALTHY,
-                                                placement.HEALTHY]
+    assert [d.health for d in node.devices] == [
+        placement.HEALTHY,
+        placement.ISOLATED,
+        placement.HEALTHY,
+        placement.HEALTHY,
+    ]
     model = node.devices[0].model
     four = placement.Demand(id="four", count=4, models=frozenset([model]))
     three = placement.Demand(id="three", count=3, models=frozenset([model]))
@@ -238,8 +270,12 @@ def test_the_full_dcgm_scrape():
     gpu_node()
     report = health_ingest(parse_dcgm_text(DCGM_TEXT))
     states = [(d.health, d.isolated) for d in gpu_node_devices(HOSTNAME)]
-    assert states == [(DeviceHealth.HEALTHY, False), (DeviceHealth.HEALTHY, True),
-                      (DeviceHealth.DEGRADED, False), (DeviceHealth.HEALTHY, True)]
+    assert states == [
+        (DeviceHealth.HEALTHY, False),
+        (DeviceHealth.HEALTHY, True),
+        (DeviceHealth.DEGRADED, False),
+        (DeviceHealth.HEALTHY, True),
+    ]
     assert sum(e.outcome == MATCHED for e in report.events) == 3
     assert not report.unknown
 
@@ -274,21 +310,28 @@ def test_a_degrade_leaves_an_isolated_card_isolated():
 @pytest.mark.django_db
 def test_unknown_devices_are_reported_not_dropped():
     gpu_node(uuids=UUIDS[:2])
-    samples = [dcgm(XID, 79, "GPU-not-in-inventory"), bmc("Critical", "no-such-node"),
-               HealthSample(source=HealthSource.DCGM, signal=XID, value=79, node=HOSTNAME, index=7),
-               dcgm(XID, 79, UUIDS[0])]
+    samples = [
+        dcgm(XID, 79, "GPU-not-in-inventory"),
+        bmc("Critical", "no-such-node"),
+        HealthSample(source=HealthSource.DCGM, signal=XID, value=79, node=HOSTNAME, index=7),
+        dcgm(XID, 79, UUIDS[0]),
+    ]
     report = health_ingest(samples)
     assert [e.outcome for e in report.events] == [UNKNOWN_DEVICE, UNKNOWN_DEVICE, UNKNOWN_DEVICE, MATCHED]
-    assert report.unknown == [{"device_uuid": "GPU-not-in-inventory"}, {"node": "no-such-node"},
-                              {"node": HOSTNAME, "index": 7}]
+    assert report.unknown == [
+        {"device_uuid": "GPU-not-in-inventory"},
+        {"node": "no-such-node"},
+        {"node": HOSTNAME, "index": 7},
+    ]
     assert device(UUIDS[0]).isolated
 
 
 @pytest.mark.django_db
 def test_a_stale_uuid_falls_back_to_hostname_and_gpu():
     gpu_node()
-    sample = HealthSample(source=HealthSource.DCGM, signal=XID, value=64, device_uuid="GPU-replaced-card",
-                          node=HOSTNAME, index=2)
+    sample = HealthSample(
+        source=HealthSource.DCGM, signal=XID, value=64, device_uuid="GPU-replaced-card", node=HOSTNAME, index=2
+    )
     report = health_ingest([sample])
     assert device(UUIDS[2]).isolated
     assert report.events[0].devices == [UUIDS[2]]
@@ -298,10 +341,20 @@ def test_a_stale_uuid_falls_back_to_hostname_and_gpu():
 def test_operators_edit_the_rules():
     gpu_node()
     HealthRule.objects.filter(signal=TEMP).update(threshold="85")
-    HealthRule.objects.create(name="Agent: NVLink down isolates", source=HealthSource.AGENT, signal="nvlink_down",
-                              comparison=Comparison.EQ, threshold="true", action=HealthAction.ISOLATE)
-    health_ingest([dcgm(TEMP, 86, UUIDS[0]),
-                   HealthSample(source=HealthSource.AGENT, signal="nvlink_down", value=True, device_uuid=UUIDS[1])])
+    HealthRule.objects.create(
+        name="Agent: NVLink down isolates",
+        source=HealthSource.AGENT,
+        signal="nvlink_down",
+        comparison=Comparison.EQ,
+        threshold="true",
+        action=HealthAction.ISOLATE,
+    )
+    health_ingest(
+        [
+            dcgm(TEMP, 86, UUIDS[0]),
+            HealthSample(source=HealthSource.AGENT, signal="nvlink_down", value=True, device_uuid=UUIDS[1]),
+        ]
+    )
     assert device(UUIDS[0]).health == DeviceHealth.DEGRADED
     assert device(UUIDS[1]).isolated
 

@@ -78,36 +78,70 @@ def test_xid_79_isolates_and_the_response_says_so(agent, node):
     body = agent.post(URL, {"events": [XID_79]}, format="json").json()
     assert (body["received"], body["matched"], body["unknown_devices"]) == (1, 1, [])
     (event,) = body["events"]
-    assert event == {"source": "dcgm", "signal": "DCGM_FI_DEV_XID_ERRORS", "value": 79,
-                     "target": {"device_uuid": UUIDS[1]}, "outcome": "matched", "devices": [UUIDS[1]],
-                     "rule": "Fatal XID (48, 63, 64, 79) isolates", "action": "isolate"}
-    assert body["devices"] == [{"uuid": UUIDS[1], "node": HOSTNAME, "index": 1, "action": "isolate",
-                                "changed": True, "health": "healthy", "isolated": True}]
+    assert event == {
+        "source": "dcgm",
+        "signal": "DCGM_FI_DEV_XID_ERRORS",
+        "value": 79,
+        "target": {"device_uuid": UUIDS[1]},
+        "outcome": "matched",
+        "devices": [UUIDS[1]],
+        "rule": "Fatal XID (48, 63, 64, 79) isolates",
+        "action": "isolate",
+    }
+    assert body["devices"] == [
+        {
+            "uuid": UUIDS[1],
+            "node": HOSTNAME,
+            "index": 1,
+            "action": "isolate",
+            "changed": True,
+            "health": "healthy",
+            "isolated": True,
+        }
+    ]
     audit = AuditEvent.objects.get(action="device.isolated")
     assert audit.actor.username == "dcgm-exporter"
 
 
 def test_bmc_states_for_a_node_and_for_one_device(agent, node):
-    events = [{"node": HOSTNAME, "source": "bmc", "signal": "Status.Health", "value": "Warning"},
-              {"node": HOSTNAME, "index": 3, "source": "bmc", "signal": "Status.Health", "value": "Critical"}]
+    events = [
+        {"node": HOSTNAME, "source": "bmc", "signal": "Status.Health", "value": "Warning"},
+        {"node": HOSTNAME, "index": 3, "source": "bmc", "signal": "Status.Health", "value": "Critical"},
+    ]
     body = agent.post(URL, {"events": events}, format="json").json()
     assert [e["devices"] for e in body["events"]] == [UUIDS, [UUIDS[3]]]
     assert [(d["index"], d["action"]) for d in body["devices"]] == [
-        (0, "degrade"), (1, "degrade"), (2, "degrade"), (3, "isolate")]
+        (0, "degrade"),
+        (1, "degrade"),
+        (2, "degrade"),
+        (3, "isolate"),
+    ]
     assert [(h, i) for _, h, i in sorted(device_states(), key=lambda row: UUIDS.index(row[0]))] == [
-        ("degraded", False), ("degraded", False), ("degraded", False), ("healthy", True)]
+        ("degraded", False),
+        ("degraded", False),
+        ("degraded", False),
+        ("healthy", True),
+    ]
 
 
 def test_unknown_devices_come_back_in_the_response(agent, node):
-    events = [{"device_uuid": "GPU-00000000-dead-beef-0000-000000000000", "source": "dcgm",
-               "signal": "DCGM_FI_DEV_XID_ERRORS", "value": 79},
-              {"node": "rack9-node4", "source": "bmc", "signal": "Status.Health", "value": "Critical"},
-              {"node": HOSTNAME, "index": 0, "source": "agent", "signal": "heartbeat", "value": "ok"}]
+    events = [
+        {
+            "device_uuid": "GPU-00000000-dead-beef-0000-000000000000",
+            "source": "dcgm",
+            "signal": "DCGM_FI_DEV_XID_ERRORS",
+            "value": 79,
+        },
+        {"node": "rack9-node4", "source": "bmc", "signal": "Status.Health", "value": "Critical"},
+        {"node": HOSTNAME, "index": 0, "source": "agent", "signal": "heartbeat", "value": "ok"},
+    ]
     response = agent.post(URL, {"events": events}, format="json")
     assert response.status_code == 200
     body = response.json()
-    assert body["unknown_devices"] == [{"device_uuid": "GPU-00000000-dead-beef-0000-000000000000"},
-                                       {"node": "rack9-node4"}]
+    assert body["unknown_devices"] == [
+        {"device_uuid": "GPU-00000000-dead-beef-0000-000000000000"},
+        {"node": "rack9-node4"},
+    ]
     assert [e["outcome"] for e in body["events"]] == ["unknown_device", "unknown_device", "no_rule"]
     assert body["devices"] == [] and not HealthEvent.objects.exists()
 
@@ -121,13 +155,16 @@ def test_a_dcgm_exporter_scrape(agent, node):
     body = response.json()
     assert (body["received"], body["matched"]) == (100, 3)
     assert {d["uuid"]: (d["action"], d["health"], d["isolated"]) for d in body["devices"]} == {
-        UUIDS[1]: ("isolate", "healthy", True),   # XID 79
-        UUIDS[2]: ("degrade", "degraded", False),   # 91 C
-        UUIDS[3]: ("isolate", "healthy", True),   # 2 double-bit ECC errors
+        UUIDS[1]: ("isolate", "healthy", True),  # XID 79
+        UUIDS[2]: ("degrade", "degraded", False),  # 91 C
+        UUIDS[3]: ("isolate", "healthy", True),  # 2 double-bit ECC errors
     }
     assert device(UUIDS[0]).health == DeviceHealth.HEALTHY
     assert set(HealthEvent.objects.values_list("signal", "value")) == {
-        ("DCGM_FI_DEV_XID_ERRORS", "79"), ("DCGM_FI_DEV_GPU_TEMP", "91"), ("DCGM_FI_DEV_ECC_DBE_VOL_TOTAL", "2")}
+        ("DCGM_FI_DEV_XID_ERRORS", "79"),
+        ("DCGM_FI_DEV_GPU_TEMP", "91"),
+        ("DCGM_FI_DEV_ECC_DBE_VOL_TOTAL", "2"),
+    }
 
 
 def test_a_scrape_naming_a_gpu_not_in_inventory_reports_it(agent):
@@ -138,7 +175,8 @@ def test_a_scrape_naming_a_gpu_not_in_inventory_reports_it(agent):
 
 
 def test_repeated_scrapes_change_nothing_more_in_a_constant_number_of_queries(
-        agent, node, django_assert_max_num_queries):
+    agent, node, django_assert_max_num_queries
+):
     send_text(agent, DCGM_TEXT)
     states, audits = device_states(), AuditEvent.objects.count()
     with django_assert_max_num_queries(12):
@@ -148,15 +186,17 @@ def test_repeated_scrapes_change_nothing_more_in_a_constant_number_of_queries(
 
 
 def test_an_xid_on_a_running_card_reaches_its_request_and_the_next_cycle_avoids_isolated_cards(
-        agent, django_capture_on_commit_callbacks, settings):
+    agent, django_capture_on_commit_callbacks, settings
+):
     """End to end: a 2-card request runs on the node, a fatal XID arrives for one of its cards and for a free one;
     the running request hears of it on its timeline, and the cycle that health_changed triggers keeps the next
     2-card request waiting instead of placing it on the isolated card. (Requeueing the running request is a
     policy, off here; tests/scheduling/test_cycle.py covers it.)"""
     settings.SCHEDULER_REQUEUE_ON_ISOLATION = False
     accelerator = factories.AcceleratorModelFactory(memory_gb=80)
-    spec = factories.ResourceSpecFactory(accelerator_models=[accelerator], accelerator_count=2, cpu_cores=8,
-                                         memory_gb=64)
+    spec = factories.ResourceSpecFactory(
+        accelerator_models=[accelerator], accelerator_count=2, cpu_cores=8, memory_gb=64
+    )
     image = factories.ImageFactory()
     shop = SimpleNamespace(service=factories.ServiceFactory(specs=[spec], images=[image]), image=image)
     project = factories.project(quota=GENEROUS_QUOTA)
@@ -191,36 +231,45 @@ def test_an_xid_on_a_running_card_reaches_its_request_and_the_next_cycle_avoids_
 # --- bad input ---------------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("text", [
-    "<html><body>502 Bad Gateway</body></html>",
-    'DCGM_FI_DEV_XID_ERRORS{gpu="1",UUID="GPU-8b2e7f40-1c5d-4e6a-b3f2-0d9c7a1e4b22" 79',
-    "# HELP DCGM_FI_DEV_GPU_TEMP GPU temperature (in C).\n# TYPE DCGM_FI_DEV_GPU_TEMP gauge\n",
-    "",
-])
+@pytest.mark.parametrize(
+    "text",
+    [
+        "<html><body>502 Bad Gateway</body></html>",
+        'DCGM_FI_DEV_XID_ERRORS{gpu="1",UUID="GPU-8b2e7f40-1c5d-4e6a-b3f2-0d9c7a1e4b22" 79',
+        "# HELP DCGM_FI_DEV_GPU_TEMP GPU temperature (in C).\n# TYPE DCGM_FI_DEV_GPU_TEMP gauge\n",
+        "",
+    ],
+)
 def test_unparseable_text_is_400_and_changes_nothing(agent, node, text):
     before = device_states()
     response = send_text(agent, DCGM_TEXT + text) if text.startswith("DCGM") else send_text(agent, text)
     assert response.status_code == 400
     assert response.json()["code"] == "validation_error"
-    assert device_states() == before and not HealthEvent.objects.exists() and not AuditEvent.objects.filter(
-        action="device.isolated").exists()
+    assert (
+        device_states() == before
+        and not HealthEvent.objects.exists()
+        and not AuditEvent.objects.filter(action="device.isolated").exists()
+    )
 
 
-@pytest.mark.parametrize("payload", [
-    [XID_79],
-    {"events": XID_79},
-    {"events": []},
-    {"event": [XID_79]},
-    {"events": [{**XID_79, "source": "snmp"}]},
-    {"events": [{**XID_79, "value": {"xid": 79}}]},
-    {"events": [{**XID_79, "value": None}]},
-    {"events": [{k: v for k, v in XID_79.items() if k != "signal"}]},
-    {"events": [{"source": "bmc", "signal": "Status.Health", "value": "Critical"}]},
-    {"events": [{"index": 1, "source": "bmc", "signal": "Status.Health", "value": "Critical"}]},
-    {"events": [{**XID_79, "node": HOSTNAME, "index": 1}]},
-    {"events": [{"node": HOSTNAME, "index": -1, "source": "dcgm", "signal": "X", "value": 1}]},
-    {"events": [XID_79, {**XID_79, "source": "nope"}]},  # one bad event refuses the whole batch
-])
+@pytest.mark.parametrize(
+    "payload",
+    [
+        [XID_79],
+        {"events": XID_79},
+        {"events": []},
+        {"event": [XID_79]},
+        {"events": [{**XID_79, "source": "snmp"}]},
+        {"events": [{**XID_79, "value": {"xid": 79}}]},
+        {"events": [{**XID_79, "value": None}]},
+        {"events": [{k: v for k, v in XID_79.items() if k != "signal"}]},
+        {"events": [{"source": "bmc", "signal": "Status.Health", "value": "Critical"}]},
+        {"events": [{"index": 1, "source": "bmc", "signal": "Status.Health", "value": "Critical"}]},
+        {"events": [{**XID_79, "node": HOSTNAME, "index": 1}]},
+        {"events": [{"node": HOSTNAME, "index": -1, "source": "dcgm", "signal": "X", "value": 1}]},
+        {"events": [XID_79, {**XID_79, "source": "nope"}]},  # one bad event refuses the whole batch
+    ],
+)
 def test_wrong_json_shape_is_400_and_changes_nothing(agent, node, payload):
     response = agent.post(URL, payload, format="json")
     assert response.status_code == 400, response.json()
@@ -274,7 +323,9 @@ def test_structured_events_with_an_unusable_number_are_400_and_apply_nothing(age
 def test_json_numbers_beyond_floats_are_4xx_and_apply_nothing(agent, node, number):
     """1e400 parses to an infinite float; NaN and Infinity are not JSON at all."""
     event = b'{"device_uuid": "%s", "source": "dcgm", "signal": "DCGM_FI_DEV_GPU_TEMP", "value": %s}' % (
-        UUIDS[2].encode(), number)
+        UUIDS[2].encode(),
+        number,
+    )
     response = agent.generic("POST", URL, b'{"events": [%s]}' % event, content_type="application/json")
     assert response.status_code == 400, response.content
     assert set(response.json()) == {"code", "message", "details"}

@@ -147,8 +147,11 @@ def run_import(*args) -> str:
 
 
 def snapshot():
-    return (list(Node.objects.order_by("pk").values()), list(Device.objects.order_by("pk").values()),
-            AuditEvent.objects.count())
+    return (
+        list(Node.objects.order_by("pk").values()),
+        list(Device.objects.order_by("pk").values()),
+        AuditEvent.objects.count(),
+    )
 
 
 def test_openb_node_list_imports_1213_nodes_6212_devices_and_a_second_run_changes_nothing():
@@ -156,10 +159,18 @@ def test_openb_node_list_imports_1213_nodes_6212_devices_and_a_second_run_change
     output = run_import(openb)
     assert "1213 created" in output
     assert Node.objects.count() == 1213 and Device.objects.count() == 6212
-    models = {model.slug: model.memory_gb for model in AcceleratorModel.objects.filter(devices__isnull=False)
-              .distinct()}
-    assert models == {"t4-16gb": 16, "p100-16gb": 16, "v100-16gb": 16, "v100-32gb": 32, "a10-24gb": 24,
-                      "openb-g2": 32, "openb-g3": 32}
+    models = {
+        model.slug: model.memory_gb for model in AcceleratorModel.objects.filter(devices__isnull=False).distinct()
+    }
+    assert models == {
+        "t4-16gb": 16,
+        "p100-16gb": 16,
+        "v100-16gb": 16,
+        "v100-32gb": 32,
+        "a10-24gb": 24,
+        "openb-g2": 32,
+        "openb-g3": 32,
+    }
     first = Node.objects.get(name="openb-node-0000")
     assert first.serial_number == "openb-node-0000" and first.cpu_milli == 64000 and first.memory_mib == 262144
     assert list(first.devices.values_list("index", "model__slug")) == [(0, "p100-16gb"), (1, "p100-16gb")]
@@ -207,13 +218,16 @@ def test_generic_csv_with_devices_and_empty_cells(tmp_path):
     path.write_text(
         "name,serial_number,cpu_cores,memory_gib,site,rack,topology_domain,bmc_address,gpu_model,gpu_count,gpu_uuids\n"
         "dgx-01,SN-1,112,2048,dc1,r01,nvl-1,https://dgx-01-bmc.example,h100-80gb,2,GPU-a;GPU-b\n"
-        "cpu-01,,64,256,dc1,,,,,,\n")
+        "cpu-01,,64,256,dc1,,,,,,\n"
+    )
     assert "2 created" in run_import(path)
     dgx = Node.objects.get(name="dgx-01")
     assert (dgx.serial_number, dgx.cpu_milli, dgx.memory_mib) == ("SN-1", 112000, 2048 * 1024)
     assert (dgx.rack.site.name, dgx.rack.name, dgx.topology_domain) == ("dc1", "r01", "nvl-1")
-    assert list(dgx.devices.values_list("uuid", "model", "memory_gb")) == [("GPU-a", model.pk, 80),
-                                                                          ("GPU-b", model.pk, 80)]
+    assert list(dgx.devices.values_list("uuid", "model", "memory_gb")) == [
+        ("GPU-a", model.pk, 80),
+        ("GPU-b", model.pk, 80),
+    ]
     cpu = Node.objects.get(name="cpu-01")
     assert cpu.serial_number == "cpu-01" and cpu.rack.name == "default" and not cpu.devices.exists()
     assert "0 updated, 2 unchanged" in run_import(path, "--format", "csv")
@@ -237,17 +251,21 @@ nodes:
     node = Node.objects.get(name="mi-01")
     assert node.rack.site.name == "dc3" and node.rack.name == "r7"
     assert list(node.devices.values_list("index", "uuid", "memory_gb")) == [
-        (0, "GPU-mi-0", 192), (1, device_uuid("mi-01", 1), 190)]
+        (0, "GPU-mi-0", 192),
+        (1, device_uuid("mi-01", 1), 190),
+    ]
     assert "0 created, 0 updated, 1 unchanged" in run_import(path)
 
 
 def test_bad_rows_are_all_reported_and_nothing_is_imported(tmp_path):
     path = tmp_path / "bad.csv"
-    path.write_text("name,cpu_cores,memory_gib,gpu_model,gpu_count\n"
-                    "ok-1,8,64,,\n"
-                    "bad-1,eight,64,,\n"
-                    "bad-2,8,64,nonexistent,2\n"
-                    ",8,64,,\n")
+    path.write_text(
+        "name,cpu_cores,memory_gib,gpu_model,gpu_count\n"
+        "ok-1,8,64,,\n"
+        "bad-1,eight,64,,\n"
+        "bad-2,8,64,nonexistent,2\n"
+        ",8,64,,\n"
+    )
     with pytest.raises(CommandError) as error:
         run_import(path)
     assert "line 3" in str(error.value) and "line 5" in str(error.value)

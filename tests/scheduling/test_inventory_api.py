@@ -64,8 +64,15 @@ def test_capacity_by_model_numbers(roles, api_as, cluster):
     a, b, *_ = cluster
     rows = {row["slug"]: row for row in api_as(roles.developer).get(CAPACITY).json()}
     assert rows[a.slug] == {
-        "model_id": a.pk, "slug": a.slug, "name": "Alpha 80GB", "vendor": a.vendor.name, "memory_gb": 80,
-        "total": 8, "healthy": 7, "isolated": 1, "allocated": "0.500",
+        "model_id": a.pk,
+        "slug": a.slug,
+        "name": "Alpha 80GB",
+        "vendor": a.vendor.name,
+        "memory_gb": 80,
+        "total": 8,
+        "healthy": 7,
+        "isolated": 1,
+        "allocated": "0.500",
         # first node: devices 2 (half free) and 3 (free); second node is cordoned
         "free": "1.500",
     }

@@ -12,8 +12,11 @@ pytestmark = pytest.mark.django_db
 
 def _samples(response) -> dict:
     assert response["Content-Type"].startswith("text/plain; version=")  # the exposition format
-    return {(sample.name, tuple(sorted(sample.labels.items()))): sample.value
-            for family in text_string_to_metric_families(response.content.decode()) for sample in family.samples}
+    return {
+        (sample.name, tuple(sorted(sample.labels.items()))): sample.value
+        for family in text_string_to_metric_families(response.content.decode())
+        for sample in family.samples
+    }
 
 
 def test_queue_gauges_per_reason_and_device_capacity(client, shop, team):  # noqa: F811

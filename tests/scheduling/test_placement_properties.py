@@ -26,10 +26,20 @@ def clusters(draw):
     nodes = []
     for n in range(draw(st.integers(1, 6))):
         model = draw(st.sampled_from(MODELS))
-        devices = tuple(Device(j, model, health=draw(st.sampled_from([HEALTHY, HEALTHY, HEALTHY, DEGRADED, ISOLATED])))
-                        for j in range(draw(st.integers(0, 8))))
-        nodes.append(Node(f"n{n}", draw(st.integers(1, 16)) * 4000, draw(st.integers(1, 16)) * 16384, devices,
-                          domains={"rack": f"r{n % 2}"}, schedulable=draw(st.booleans()) or n == 0))
+        devices = tuple(
+            Device(j, model, health=draw(st.sampled_from([HEALTHY, HEALTHY, HEALTHY, DEGRADED, ISOLATED])))
+            for j in range(draw(st.integers(0, 8)))
+        )
+        nodes.append(
+            Node(
+                f"n{n}",
+                draw(st.integers(1, 16)) * 4000,
+                draw(st.integers(1, 16)) * 16384,
+                devices,
+                domains={"rack": f"r{n % 2}"},
+                schedulable=draw(st.booleans()) or n == 0,
+            )
+        )
     return Snapshot(nodes)
 
 
@@ -41,9 +51,20 @@ def demands(draw):
         count = 1 if share < MILLI else draw(st.sampled_from([0, 1, 1, 2, 4, 8]))
         models = frozenset(draw(st.lists(st.sampled_from(MODELS), max_size=2)))
         gang = draw(st.sampled_from([1, 1, 1, 2]))
-        out.append(Demand(f"d{k}", count=count, share=share, models=models, cpu_milli=draw(st.integers(0, 8)) * 1000,
-                          memory_mib=draw(st.integers(0, 4)) * 8192, priority=draw(st.integers(0, 3)),
-                          allow_degraded=draw(st.booleans()), members=gang, domain_level="rack" if gang > 1 else None))
+        out.append(
+            Demand(
+                f"d{k}",
+                count=count,
+                share=share,
+                models=models,
+                cpu_milli=draw(st.integers(0, 8)) * 1000,
+                memory_mib=draw(st.integers(0, 4)) * 8192,
+                priority=draw(st.integers(0, 3)),
+                allow_degraded=draw(st.booleans()),
+                members=gang,
+                domain_level="rack" if gang > 1 else None,
+            )
+        )
     return out
 
 
@@ -116,8 +137,7 @@ def test_cached_path_matches_uncached_scan(snapshot, demand_list):
         outcome = cached.place_one(demand)
         if isinstance(outcome, list):
             for binding in outcome:
-                scanned._apply(scanned.node_index[binding.node], binding.devices, binding.cpu_milli,
-                               binding.memory_mib)
+                scanned._apply(scanned.node_index[binding.node], binding.devices, binding.cpu_milli, binding.memory_mib)
 
 
 def _shape(demand):

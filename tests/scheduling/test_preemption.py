@@ -23,27 +23,43 @@ from tests.scheduling.test_cycle import add_node, device_totals_match_bindings
 
 pytestmark = pytest.mark.django_db
 
-BATCH, STANDARD, HIGH, CRITICAL = (PriorityClass.BATCH, PriorityClass.STANDARD, PriorityClass.HIGH,
-                                   PriorityClass.CRITICAL)
+BATCH, STANDARD, HIGH, CRITICAL = (
+    PriorityClass.BATCH,
+    PriorityClass.STANDARD,
+    PriorityClass.HIGH,
+    PriorityClass.CRITICAL,
+)
 
 
 @pytest.fixture
 def shop(db):
     """Whole-card specs of one, two and four cards on one 80 GB accelerator model."""
     accelerator = factories.AcceleratorModelFactory(memory_gb=80)
-    specs = {count: factories.ResourceSpecFactory(accelerator_models=[accelerator], accelerator_count=count,
-                                                  cpu_cores=4, memory_gb=32) for count in (1, 2, 4)}
+    specs = {
+        count: factories.ResourceSpecFactory(
+            accelerator_models=[accelerator], accelerator_count=count, cpu_cores=4, memory_gb=32
+        )
+        for count in (1, 2, 4)
+    }
     image = factories.ImageFactory()
     service = factories.ServiceFactory(specs=list(specs.values()), images=[image], max_duration_hours=168)
-    return SimpleNamespace(service=service, specs=specs, image=image, accelerator=accelerator,
-                           whole=specs[2])
+    return SimpleNamespace(service=service, specs=specs, image=image, accelerator=accelerator, whole=specs[2])
 
 
 @pytest.fixture
 def team(db):
     project = factories.project(quota=GENEROUS_QUOTA, max_priority=CRITICAL)  # an operator entitled it to critical
-    quota_set(quota=project.quota, limits={"concurrent_tasks": 1000, "gpus": 64, "accelerator_memory_gb": 64 * 80,
-                                           "cpu_cores": 1024, "memory_gb": 8192}, actor=None)
+    quota_set(
+        quota=project.quota,
+        limits={
+            "concurrent_tasks": 1000,
+            "gpus": 64,
+            "accelerator_memory_gb": 64 * 80,
+            "cpu_cores": 1024,
+            "memory_gb": 8192,
+        },
+        actor=None,
+    )
     return SimpleNamespace(project=project, developer=factories.member(project))
 
 
@@ -51,9 +67,11 @@ def team(db):
 def order(shop, team):
     def submit(priority=BATCH, cards=1) -> ResourceRequest:
         request = services.request_submit(
-            order=make_order(shop, team.project, spec=shop.specs[cards], priority=priority), requester=team.developer)
+            order=make_order(shop, team.project, spec=shop.specs[cards], priority=priority), requester=team.developer
+        )
         assert request.state == RequestState.QUEUED
         return request
+
     return submit
 
 
@@ -72,8 +90,11 @@ def fresh(request) -> ResourceRequest:
 
 def scheduled_victims() -> dict[int, int]:
     """victim request id -> the request it is scheduled to make room for."""
-    return dict(Allocation.objects.filter(state=AllocationState.ACTIVE, preempt_at__isnull=False)
-                .values_list("request_id", "preempted_for_id"))
+    return dict(
+        Allocation.objects.filter(state=AllocationState.ACTIVE, preempt_at__isnull=False).values_list(
+            "request_id", "preempted_for_id"
+        )
+    )
 
 
 def codes(request) -> list[str]:
@@ -81,10 +102,14 @@ def codes(request) -> list[str]:
 
 
 def test_default_rules_are_seeded():
-    rules = {(rule.preemptor, rule.victim): (rule.grace_period_seconds, rule.active)
-             for rule in PreemptionRule.objects.all()}
-    assert rules == {("critical", "batch"): (300, True), ("critical", "standard"): (300, True),
-                     ("high", "batch"): (600, True)}
+    rules = {
+        (rule.preemptor, rule.victim): (rule.grace_period_seconds, rule.active) for rule in PreemptionRule.objects.all()
+    }
+    assert rules == {
+        ("critical", "batch"): (300, True),
+        ("critical", "standard"): (300, True),
+        ("high", "batch"): (600, True),
+    }
 
 
 def test_a_rule_may_only_preempt_a_lower_class():
@@ -118,8 +143,10 @@ def test_critical_schedules_the_minimal_set_then_preempts_after_the_grace_period
     assert f"Waiting for preemption of {names}" in note.message and note.data["code"] == PREEMPTION_PENDING
     for pk in victims:
         event = ResourceRequest.objects.get(pk=pk).events.get(code=EventCode.PREEMPTION_SCHEDULED)
-        assert f"Will be preempted at {preempt_at:%Y-%m-%d %H:%M:%S} UTC for request #{critical.pk} " \
-               "(priority critical)" in event.message
+        assert (
+            f"Will be preempted at {preempt_at:%Y-%m-%d %H:%M:%S} UTC for request #{critical.pk} "
+            "(priority critical)" in event.message
+        )
         assert event.data["for_request"] == critical.pk and event.data["grace_seconds"] == 300
     untouched = [request for request in batch if request.pk not in victims]
     assert all(not fresh(request).events.filter(code__startswith="preemption").exists() for request in untouched)
@@ -129,12 +156,15 @@ def test_critical_schedules_the_minimal_set_then_preempts_after_the_grace_period
     assert result.preempted == [] and result.waiting[critical.pk] == PREEMPTION_PENDING
     assert all(fresh(request).state == RequestState.ALLOCATED for request in batch)
     assert fresh(critical).events.filter(code=EventCode.QUEUE_REASON).count() == 1  # same reason, no new note
-    assert ResourceRequest.objects.get(pk=next(iter(victims))).events.filter(
-        code=EventCode.PREEMPTION_SCHEDULED).count() == 1
+    assert (
+        ResourceRequest.objects.get(pk=next(iter(victims))).events.filter(code=EventCode.PREEMPTION_SCHEDULED).count()
+        == 1
+    )
     device_totals_match_bindings()
 
-    victim_devices = set(Device.objects.filter(bindings__allocation__request_id__in=victims).values_list("pk",
-                                                                                                        flat=True))
+    victim_devices = set(
+        Device.objects.filter(bindings__allocation__request_id__in=victims).values_list("pk", flat=True)
+    )
     with time_machine.travel(start + timedelta(seconds=301), tick=False):
         result = cycle.run_cycle()
     assert sorted(result.preempted) == sorted(victims)
@@ -152,8 +182,10 @@ def test_critical_schedules_the_minimal_set_then_preempts_after_the_grace_period
     assert all(fresh(request).state == RequestState.ALLOCATED for request in untouched)
     critical = fresh(critical)
     assert critical.state == RequestState.ALLOCATED
-    assert set(Device.objects.filter(bindings__allocation__request=critical).values_list("pk", flat=True)) \
+    assert (
+        set(Device.objects.filter(bindings__allocation__request=critical).values_list("pk", flat=True))
         == victim_devices
+    )
     device_totals_match_bindings()
 
 
@@ -242,8 +274,10 @@ def test_preemption_is_called_off_when_the_winner_stops_waiting(shop, order, tea
         result = cycle.run_cycle()
     assert result.preempted == [] and scheduled_victims() == {}
     assert all(fresh(request).state == RequestState.ALLOCATED for request in batch)
-    assert codes(ResourceRequest.objects.get(pk=victim))[-2:] == [EventCode.PREEMPTION_SCHEDULED,
-                                                                   EventCode.PREEMPTION_CALLED_OFF]
+    assert codes(ResourceRequest.objects.get(pk=victim))[-2:] == [
+        EventCode.PREEMPTION_SCHEDULED,
+        EventCode.PREEMPTION_CALLED_OFF,
+    ]
 
 
 def test_preemption_costs_the_same_queries_for_one_or_many_winners(shop, order, team):
@@ -256,8 +290,10 @@ def test_preemption_costs_the_same_queries_for_one_or_many_winners(shop, order, 
         with time_machine.travel(start, tick=False), CaptureQueriesContext(connection) as planning:
             result = cycle.run_cycle()
         assert sum(code == PREEMPTION_PENDING for code in result.waiting.values()) == winners
-        with time_machine.travel(start + timedelta(seconds=301), tick=False), \
-                CaptureQueriesContext(connection) as preempting:
+        with (
+            time_machine.travel(start + timedelta(seconds=301), tick=False),
+            CaptureQueriesContext(connection) as preempting,
+        ):
             result = cycle.run_cycle()
         assert len(result.preempted) == 4 * winners and len(result.allocated) == winners
         device_totals_match_bindings()
@@ -294,20 +330,35 @@ def test_developers_get_no_rule_console(client, team):
 
 # --- Tenants: preemption stays within one unless an operator's rule crosses them explicitly -----------------
 
+
 @pytest.fixture
 def neighbour(shop):
     """Another tenant's project on the same hardware, submitting batch work."""
     project = factories.project(quota=GENEROUS_QUOTA)
-    quota_set(quota=project.quota, limits={"concurrent_tasks": 1000, "gpus": 64, "accelerator_memory_gb": 64 * 80,
-                                           "cpu_cores": 1024, "memory_gb": 8192}, actor=None)
+    quota_set(
+        quota=project.quota,
+        limits={
+            "concurrent_tasks": 1000,
+            "gpus": 64,
+            "accelerator_memory_gb": 64 * 80,
+            "cpu_cores": 1024,
+            "memory_gb": 8192,
+        },
+        actor=None,
+    )
     developer = factories.member(project)
 
     def run_batch(count: int) -> list[ResourceRequest]:
-        requests = [services.request_submit(order=make_order(shop, project, spec=shop.specs[1], priority=BATCH),
-                                            requester=developer) for _ in range(count)]
+        requests = [
+            services.request_submit(
+                order=make_order(shop, project, spec=shop.specs[1], priority=BATCH), requester=developer
+            )
+            for _ in range(count)
+        ]
         cycle.run_cycle()
         assert all(fresh(request).state == RequestState.ALLOCATED for request in requests)
         return requests
+
     return run_batch
 
 
@@ -378,8 +429,9 @@ def test_withdrawing_the_cross_tenant_rule_calls_a_scheduled_preemption_off(shop
     assert result.preempted == [] and scheduled_victims() == {}
     assert fresh(theirs).state == RequestState.ALLOCATED
     note = fresh(theirs).events.get(code=EventCode.PREEMPTION_CALLED_OFF)
-    assert note.message == ("Preemption called off: no active rule lets priority critical preempt this allocation "
-                            "across tenants.")
+    assert note.message == (
+        "Preemption called off: no active rule lets priority critical preempt this allocation across tenants."
+    )
     assert fresh(critical).queue_reason["code"] == "capacity_in_use"
 
 
@@ -388,8 +440,7 @@ def test_operators_tick_cross_tenant_on_the_rules_change_page_audited(client):
 
     client.force_login(factories.operator())
     rule = PreemptionRule.objects.get(preemptor=CRITICAL, victim=BATCH)
-    data = {"preemptor": CRITICAL, "victim": BATCH, "grace_period_seconds": "300", "cross_tenant": "on",
-            "active": "on"}
+    data = {"preemptor": CRITICAL, "victim": BATCH, "grace_period_seconds": "300", "cross_tenant": "on", "active": "on"}
     assert client.post(f"/admin/scheduling/preemptionrule/{rule.pk}/change/", data).status_code == 302
     assert PreemptionRule.objects.get(pk=rule.pk).cross_tenant is True
     event = AuditEvent.objects.filter(action="preemptionrule.updated").latest("id")
@@ -401,8 +452,7 @@ def test_nobody_but_operators_may_change_a_preemption_rule(client, roles, who):
     rule = PreemptionRule.objects.get(preemptor=CRITICAL, victim=BATCH)
     if who != "anonymous":
         client.force_login(getattr(roles, who))
-    data = {"preemptor": CRITICAL, "victim": BATCH, "grace_period_seconds": "300", "cross_tenant": "on",
-            "active": "on"}
+    data = {"preemptor": CRITICAL, "victim": BATCH, "grace_period_seconds": "300", "cross_tenant": "on", "active": "on"}
 
     response = client.post(f"/admin/scheduling/preemptionrule/{rule.pk}/change/", data)
 

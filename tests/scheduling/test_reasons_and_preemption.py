@@ -54,9 +54,13 @@ def test_capacity_in_use():
 
 
 def test_topology_constraint_states_largest_block():
-    snapshot = Snapshot([node("r12-n04", 8), node("r12-n05", 8)],
-                        [Allocation("x", "r12-n04", ((0, 1000), (1, 1000))),
-                         Allocation("y", "r12-n05", tuple((j, 1000) for j in range(6)))])
+    snapshot = Snapshot(
+        [node("r12-n04", 8), node("r12-n05", 8)],
+        [
+            Allocation("x", "r12-n04", ((0, 1000), (1, 1000))),
+            Allocation("y", "r12-n05", tuple((j, 1000) for j in range(6))),
+        ],
+    )
     p = pending_of(place(snapshot, [Demand("d", count=8, models=H100)]), "d")
     assert p.reason == TOPOLOGY_CONSTRAINT
     assert p.numbers == {"needed": 8, "free_devices": 8, "largest_block": 6, "largest_block_node": "r12-n04"}
@@ -73,8 +77,10 @@ def test_gang_needs_one_domain():
 
 
 def test_fragmentation():
-    snapshot = Snapshot([node("a", 2), node("b", 2)],
-                        [Allocation("x", "a", ((0, 600), (1, 600))), Allocation("y", "b", ((0, 600), (1, 1000)))])
+    snapshot = Snapshot(
+        [node("a", 2), node("b", 2)],
+        [Allocation("x", "a", ((0, 600), (1, 600))), Allocation("y", "b", ((0, 600), (1, 1000)))],
+    )
     p = pending_of(place(snapshot, [Demand("d", share=500, models=H100)]), "d")
     assert p.reason == FRAGMENTATION
     assert p.numbers == {"needed_milli": 500, "free_milli": 1200, "fitting_devices": 0}
@@ -94,9 +100,14 @@ def test_higher_priority_ahead():
 
 def test_degraded_only_when_allowed_and_nothing_healthy_fits():
     snapshot = Snapshot([node("a", 2, health={0: DEGRADED}), node("b", 1)])
-    result = place(snapshot, [Demand("d1", models=H100, allow_degraded=True),
-                              Demand("d2", models=H100, allow_degraded=True),
-                              Demand("d3", models=H100)])
+    result = place(
+        snapshot,
+        [
+            Demand("d1", models=H100, allow_degraded=True),
+            Demand("d2", models=H100, allow_degraded=True),
+            Demand("d3", models=H100),
+        ],
+    )
     bound = {b.demand_id: (b.node, b.devices, b.degraded) for b in result.bindings}
     healthy_first = {bound["d1"][:2], bound["d2"][:2]}
     assert healthy_first == {("a", ((1, 1000),)), ("b", ((0, 1000),))}
@@ -122,14 +133,17 @@ def test_slice_profiles_use_the_profile_share():
 
 
 def _busy_node():
-    return Snapshot([node("a", 4), node("b", 4)], [
-        Allocation("a-old-low", "a", ((0, 1000),), priority=1, preemptible=True, started_at=1),
-        Allocation("a-new-low", "a", ((1, 1000),), priority=1, preemptible=True, started_at=5),
-        Allocation("a-mid", "a", ((2, 1000), (3, 1000)), priority=3, preemptible=True, started_at=2),
-        Allocation("b-fixed", "b", ((0, 1000), (1, 1000)), priority=1, preemptible=False),
-        Allocation("b-low", "b", ((2, 1000),), priority=2, preemptible=True, started_at=9),
-        Allocation("b-high", "b", ((3, 1000),), priority=9, preemptible=True, started_at=9),
-    ])
+    return Snapshot(
+        [node("a", 4), node("b", 4)],
+        [
+            Allocation("a-old-low", "a", ((0, 1000),), priority=1, preemptible=True, started_at=1),
+            Allocation("a-new-low", "a", ((1, 1000),), priority=1, preemptible=True, started_at=5),
+            Allocation("a-mid", "a", ((2, 1000), (3, 1000)), priority=3, preemptible=True, started_at=2),
+            Allocation("b-fixed", "b", ((0, 1000), (1, 1000)), priority=1, preemptible=False),
+            Allocation("b-low", "b", ((2, 1000),), priority=2, preemptible=True, started_at=9),
+            Allocation("b-high", "b", ((3, 1000),), priority=9, preemptible=True, started_at=9),
+        ],
+    )
 
 
 def test_preemption_picks_fewest_then_lowest_then_youngest():
@@ -173,8 +187,10 @@ def test_never_fits_checks_devices_then_cores_then_memory_on_one_node():
     ]
     for demand, (dimension, needed, largest, where) in cases:
         p = pending_of(place(Snapshot([small, big]), [demand]), "d")
-        assert (p.reason, p.numbers) == (NO_MATCHING_SPEC, {"dimension": dimension, "needed": needed,
-                                                            "largest": largest, "node": where}), demand
+        assert (p.reason, p.numbers) == (
+            NO_MATCHING_SPEC,
+            {"dimension": dimension, "needed": needed, "largest": largest, "node": where},
+        ), demand
 
 
 def test_hardware_that_could_come_back_is_not_never_fits():

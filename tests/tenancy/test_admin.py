@@ -87,9 +87,14 @@ def test_developer_is_redirected_to_admin_login(client, roles, url):
 def test_adding_a_membership_in_admin_assigns_object_permissions(operator_client, roles):
     newcomer = factories.UserFactory()
 
-    response = operator_client.post("/admin/tenancy/membership/add/", {
-        "user": newcomer.pk, "project": roles.project.pk, "role": Role.APPROVER,
-    })
+    response = operator_client.post(
+        "/admin/tenancy/membership/add/",
+        {
+            "user": newcomer.pk,
+            "project": roles.project.pk,
+            "role": Role.APPROVER,
+        },
+    )
 
     assert response.status_code == 302, response.content
     membership = Membership.objects.get(user=newcomer, project=roles.project)
@@ -122,9 +127,13 @@ def test_object_permission_page_redirects_without_assigning(operator_client, rol
 
 
 def test_deactivate_action_first_asks_for_a_reason(operator_client, roles):
-    response = operator_client.post("/admin/tenancy/project/", {
-        "action": "deactivate_projects", ACTION_CHECKBOX_NAME: [roles.project.pk],
-    })
+    response = operator_client.post(
+        "/admin/tenancy/project/",
+        {
+            "action": "deactivate_projects",
+            ACTION_CHECKBOX_NAME: [roles.project.pk],
+        },
+    )
 
     assert response.status_code == 200
     assert 'name="reason"' in response.content.decode()
@@ -133,10 +142,15 @@ def test_deactivate_action_first_asks_for_a_reason(operator_client, roles):
 
 
 def test_deactivate_action_with_reason_deactivates_and_audits(operator_client, roles):
-    response = operator_client.post("/admin/tenancy/project/", {
-        "action": "deactivate_projects", ACTION_CHECKBOX_NAME: [roles.project.pk],
-        "apply": "Confirm", "reason": "Budget closed for the year",
-    })
+    response = operator_client.post(
+        "/admin/tenancy/project/",
+        {
+            "action": "deactivate_projects",
+            ACTION_CHECKBOX_NAME: [roles.project.pk],
+            "apply": "Confirm",
+            "reason": "Budget closed for the year",
+        },
+    )
 
     assert response.status_code == 302
     roles.project.refresh_from_db()
@@ -152,8 +166,10 @@ def test_deactivate_action_with_reason_deactivates_and_audits(operator_client, r
 
 def test_changing_a_quota_in_admin_writes_a_quota_changed_audit_event(operator_client, roles):
     quota = roles.project.quota
-    form = {dimension: "" for dimension in ("accelerator_memory_gb", "cpu_cores", "memory_gb",
-                                            "concurrent_tasks", "monthly_card_hours")}
+    form = {
+        dimension: ""
+        for dimension in ("accelerator_memory_gb", "cpu_cores", "memory_gb", "concurrent_tasks", "monthly_card_hours")
+    }
     form["max_priority"] = "standard"  # unchanged: no entitlement audit row
 
     response = operator_client.post(f"/admin/tenancy/projectquota/{quota.pk}/change/", {**form, "gpus": "8"})
@@ -205,9 +221,14 @@ def test_bulk_delete_including_a_lead_membership_deletes_nothing(operator_client
     lead_row = Membership.objects.get(user=roles.lead, project=roles.project)
     member_row = Membership.objects.get(user=roles.developer, project=roles.project)
 
-    response = operator_client.post("/admin/tenancy/membership/", {
-        "action": "delete_selected", ACTION_CHECKBOX_NAME: [lead_row.pk, member_row.pk], "post": "yes",
-    })
+    response = operator_client.post(
+        "/admin/tenancy/membership/",
+        {
+            "action": "delete_selected",
+            ACTION_CHECKBOX_NAME: [lead_row.pk, member_row.pk],
+            "post": "yes",
+        },
+    )
 
     assert response.status_code == 403
     assert Membership.objects.filter(pk__in=[lead_row.pk, member_row.pk]).count() == 2
@@ -215,15 +236,25 @@ def test_bulk_delete_including_a_lead_membership_deletes_nothing(operator_client
 
 # --- The priority entitlement (operators only) --------------------------------------------------------------
 
-QUOTA_FORM = {dimension: "" for dimension in ("gpus", "accelerator_memory_gb", "cpu_cores", "memory_gb",
-                                              "concurrent_tasks", "monthly_card_hours")}
+QUOTA_FORM = {
+    dimension: ""
+    for dimension in (
+        "gpus",
+        "accelerator_memory_gb",
+        "cpu_cores",
+        "memory_gb",
+        "concurrent_tasks",
+        "monthly_card_hours",
+    )
+}
 
 
 def test_operator_changes_the_priority_entitlement_audited(operator_client, roles):
     quota = roles.project.quota
 
-    response = operator_client.post(f"/admin/tenancy/projectquota/{quota.pk}/change/",
-                                    {**QUOTA_FORM, "max_priority": "high"})
+    response = operator_client.post(
+        f"/admin/tenancy/projectquota/{quota.pk}/change/", {**QUOTA_FORM, "max_priority": "high"}
+    )
 
     assert response.status_code == 302, response.content
     quota = ProjectQuota.objects.get(pk=quota.pk)
@@ -244,8 +275,10 @@ def test_the_changelist_shows_and_filters_by_entitlement(operator_client, roles)
 def _as_posted(page) -> dict:
     """A change page's form and inline forms with their current values, as the browser posts them unedited."""
     formsets = [inline.formset for inline in page.context["inline_admin_formsets"]]
-    forms = [page.context["adminform"].form, *(form for formset in formsets
-                                               for form in (formset.management_form, *formset.forms))]
+    forms = [
+        page.context["adminform"].form,
+        *(form for formset in formsets for form in (formset.management_form, *formset.forms)),
+    ]
     data = {}
     for form in forms:
         for name, field in form.fields.items():
@@ -275,8 +308,9 @@ def test_nobody_but_operators_may_change_the_entitlement(client, roles, who):
         client.force_login(getattr(roles, who))
     quota = roles.project.quota
 
-    response = client.post(f"/admin/tenancy/projectquota/{quota.pk}/change/",
-                           {**QUOTA_FORM, "max_priority": "critical"})
+    response = client.post(
+        f"/admin/tenancy/projectquota/{quota.pk}/change/", {**QUOTA_FORM, "max_priority": "critical"}
+    )
 
     assert response.status_code == 302 and response.url.startswith("/admin/login/")
     assert ProjectQuota.objects.get(pk=quota.pk).max_priority == "standard"
@@ -288,8 +322,14 @@ def test_adding_a_member_on_the_projects_page_saves_through_the_service(operator
     data = _as_posted(operator_client.get(url))
     prefix = "memberships"
     index = int(data[f"{prefix}-TOTAL_FORMS"])
-    data.update({f"{prefix}-TOTAL_FORMS": index + 1, f"{prefix}-{index}-user": roles.outsider.pk,
-                 f"{prefix}-{index}-role": Role.MEMBER, f"{prefix}-{index}-project": roles.project.pk})
+    data.update(
+        {
+            f"{prefix}-TOTAL_FORMS": index + 1,
+            f"{prefix}-{index}-user": roles.outsider.pk,
+            f"{prefix}-{index}-role": Role.MEMBER,
+            f"{prefix}-{index}-project": roles.project.pk,
+        }
+    )
 
     response = operator_client.post(url, data)
 

@@ -93,8 +93,14 @@ def test_usage_by_project_keeps_projects_apart_and_adds_the_metered_ledger(busy)
     usage = usage_by_project([project.pk, idle.pk])
 
     assert usage[project.pk]["concurrent_tasks"] == 1
-    assert usage[idle.pk] == {"gpus": 0, "accelerator_memory_gb": 0, "cpu_cores": 0, "memory_gb": 0,
-                              "concurrent_tasks": 0, "monthly_card_hours": Decimal("3.5")}
+    assert usage[idle.pk] == {
+        "gpus": 0,
+        "accelerator_memory_gb": 0,
+        "cpu_cores": 0,
+        "memory_gb": 0,
+        "concurrent_tasks": 0,
+        "monthly_card_hours": Decimal("3.5"),
+    }
 
 
 def test_projects_list_query_count_with_usage_does_not_grow_with_projects(api_as, order_for):

@@ -55,16 +55,18 @@ def test_project_name_is_unique_within_a_tenant():
     existing = factories.project(name="Vision")
 
     with pytest.raises(IntegrityError, match="project_name_unique_in_tenant"), transaction.atomic():
-        Project.objects.create(tenant=existing.tenant, name="Vision", slug="vision-again",
-                               lead=existing.lead, cost_centre="CC-1")
+        Project.objects.create(
+            tenant=existing.tenant, name="Vision", slug="vision-again", lead=existing.lead, cost_centre="CC-1"
+        )
 
 
 def test_same_project_name_is_allowed_in_another_tenant():
     existing = factories.project(name="Vision")
     other_tenant = factories.tenant()
 
-    twin = Project.objects.create(tenant=other_tenant, name="Vision", slug="vision-elsewhere",
-                                  lead=existing.lead, cost_centre="CC-1")
+    twin = Project.objects.create(
+        tenant=other_tenant, name="Vision", slug="vision-elsewhere", lead=existing.lead, cost_centre="CC-1"
+    )
 
     assert Project.objects.filter(name="Vision").count() == 2
     assert twin.tenant != existing.tenant

@@ -14,8 +14,10 @@ def declared_permissions() -> set[str]:
 
 
 def group_permissions(group: Group) -> set[str]:
-    return {f"{app_label}.{codename}"
-            for app_label, codename in group.permissions.values_list("content_type__app_label", "codename")}
+    return {
+        f"{app_label}.{codename}"
+        for app_label, codename in group.permissions.values_list("content_type__app_label", "codename")
+    }
 
 
 def test_operator_group_holds_exactly_the_declared_permissions():
@@ -68,6 +70,12 @@ def test_operators_cannot_delete_catalog_entries():
 def test_operators_cannot_delete_projects_tenants_or_quotas():
     held = group_permissions(sync_operator_group())
 
-    forbidden = {"tenancy.delete_project", "tenancy.delete_tenant", "tenancy.delete_projectquota",
-                 "tenancy.delete_tenantquota", "tenancy.delete_auditevent", "tenancy.change_auditevent"}
+    forbidden = {
+        "tenancy.delete_project",
+        "tenancy.delete_tenant",
+        "tenancy.delete_projectquota",
+        "tenancy.delete_tenantquota",
+        "tenancy.delete_auditevent",
+        "tenancy.change_auditevent",
+    }
     assert held.isdisjoint(forbidden)

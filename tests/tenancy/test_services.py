@@ -36,8 +36,15 @@ def actor(db):
 def test_project_create_creates_quota_row_with_given_limits(actor):
     lead = factories.UserFactory()
 
-    project = services.project_create(tenant=factories.tenant(), name="Vision", slug="vision", lead=lead,
-                                      cost_centre="CC-7", actor=actor, quota={"gpus": Decimal("8")})
+    project = services.project_create(
+        tenant=factories.tenant(),
+        name="Vision",
+        slug="vision",
+        lead=lead,
+        cost_centre="CC-7",
+        actor=actor,
+        quota={"gpus": Decimal("8")},
+    )
 
     quota = ProjectQuota.objects.get(project=project)
     assert quota.gpus == Decimal("8")
@@ -48,12 +55,16 @@ def test_project_create_creates_quota_row_with_given_limits(actor):
 def test_project_create_makes_the_lead_a_lead_member_with_all_four_permissions(actor):
     lead = factories.UserFactory()
 
-    project = services.project_create(tenant=factories.tenant(), name="Vision", slug="vision", lead=lead,
-                                      cost_centre="CC-7", actor=actor)
+    project = services.project_create(
+        tenant=factories.tenant(), name="Vision", slug="vision", lead=lead, cost_centre="CC-7", actor=actor
+    )
 
     assert Membership.objects.get(project=project, user=lead).role == Role.LEAD
     assert held_permissions(lead, project) == {
-        "view_project", "request_on_project", "approve_on_project", "manage_project",
+        "view_project",
+        "request_on_project",
+        "approve_on_project",
+        "manage_project",
     }
 
 
@@ -61,8 +72,15 @@ def test_project_create_with_unknown_quota_dimension_creates_nothing(actor):
     tenant = factories.tenant()
 
     with pytest.raises(DomainError) as refusal:
-        services.project_create(tenant=tenant, name="Vision", slug="vision", lead=factories.UserFactory(),
-                                cost_centre="CC-7", actor=actor, quota={"tpus": 2})
+        services.project_create(
+            tenant=tenant,
+            name="Vision",
+            slug="vision",
+            lead=factories.UserFactory(),
+            cost_centre="CC-7",
+            actor=actor,
+            quota={"tpus": 2},
+        )
 
     assert refusal.value.code == "unknown_quota_dimension"
     assert not tenant.projects.exists()
@@ -215,8 +233,12 @@ def test_project_update_records_before_and_after_of_changed_fields(actor):
 def test_quota_set_records_before_and_after_for_each_changed_dimension(actor):
     project = factories.project(quota={"cpu_cores": 32, "memory_gb": 256})
 
-    quota = services.quota_set(quota=project.quota, actor=actor, reason="Bigger training run",
-                               limits={"gpus": Decimal("8"), "cpu_cores": 64, "memory_gb": 256})
+    quota = services.quota_set(
+        quota=project.quota,
+        actor=actor,
+        reason="Bigger training run",
+        limits={"gpus": Decimal("8"), "cpu_cores": 64, "memory_gb": 256},
+    )
 
     assert quota.gpus == Decimal("8")
     assert quota.cpu_cores == 64
@@ -335,8 +357,9 @@ def test_tenant_create_is_audited_with_actor(actor):
 def test_project_create_is_audited_with_actor(actor):
     lead = factories.UserFactory()
 
-    project = services.project_create(tenant=factories.tenant(), name="Vision", slug="vision", lead=lead,
-                                      cost_centre="CC-7", actor=actor)
+    project = services.project_create(
+        tenant=factories.tenant(), name="Vision", slug="vision", lead=lead, cost_centre="CC-7", actor=actor
+    )
 
     event = last_audit("project.created")
     assert (event.actor, event.target_id) == (actor, str(project.pk))

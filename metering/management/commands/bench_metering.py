@@ -55,64 +55,129 @@ class Command(BaseCommand):
         telemetry_rollup(first_day=month, now=timezone.now())
         rollup_seconds = time.perf_counter() - started
         started = time.perf_counter()
-        rows = usage_report(user=world["viewer"], first_month=month, last_month=month,
-                            group_by=[Grouping.PROJECT, Grouping.TENANT, Grouping.ACCELERATOR_MODEL, Grouping.SPEC,
-                                      Grouping.MONTH])
+        rows = usage_report(
+            user=world["viewer"],
+            first_month=month,
+            last_month=month,
+            group_by=[Grouping.PROJECT, Grouping.TENANT, Grouping.ACCELERATOR_MODEL, Grouping.SPEC, Grouping.MONTH],
+        )
         report_seconds = time.perf_counter() - started
-        report = {"samples": samples, "allocations": allocations, "report_seconds": round(report_seconds, 3),
-                  "rollup_seconds": round(rollup_seconds, 3), "groups": len(rows)}
-        self.stdout.write(json.dumps(report) if as_json else
-                          "\n".join(f"{key:>15}: {value}" for key, value in report.items()))
+        report = {
+            "samples": samples,
+            "allocations": allocations,
+            "report_seconds": round(report_seconds, 3),
+            "rollup_seconds": round(rollup_seconds, 3),
+            "groups": len(rows),
+        }
+        self.stdout.write(
+            json.dumps(report) if as_json else "\n".join(f"{key:>15}: {value}" for key, value in report.items())
+        )
 
 
 def _world() -> dict:
     """Catalog, projects and nodes the generated rows refer to (made once; reused by a second run)."""
     viewer, _ = User.objects.get_or_create(username="bench-metering", defaults={"is_superuser": True})
     nvidia = Vendor.objects.get(slug="nvidia")
-    image, _ = Image.objects.get_or_create(name="bench-metering", version="1", defaults={
-        "reference": "bench", "os": "linux", "runtime": "cuda", "approved": True})
-    service, _ = Service.objects.get_or_create(slug="bench-metering", defaults={
-        "name": "Bench metering", "kind": ServiceKind.COMPUTE, "description": "benchmark",
-        "default_duration_hours": 24, "max_duration_hours": 720})
+    image, _ = Image.objects.get_or_create(
+        name="bench-metering",
+        version="1",
+        defaults={"reference": "bench", "os": "linux", "runtime": "cuda", "approved": True},
+    )
+    service, _ = Service.objects.get_or_create(
+        slug="bench-metering",
+        defaults={
+            "name": "Bench metering",
+            "kind": ServiceKind.COMPUTE,
+            "description": "benchmark",
+            "default_duration_hours": 24,
+            "max_duration_hours": 720,
+        },
+    )
     specs, nodes = [], []
     for slug, memory in MODELS:
-        model, _ = AcceleratorModel.objects.get_or_create(slug=slug, defaults={
-            "vendor": nvidia, "name": slug, "kind": AcceleratorKind.GPU, "memory_gb": memory,
-            "interconnect": Interconnect.NVLINK})
-        share, _ = SliceProfile.objects.get_or_create(accelerator=model, name="0.5", defaults={
-            "kind": SliceKind.SHARE, "compute_fraction": Decimal("0.5"), "memory_gb": memory // 2,
-            "max_per_device": 2})
+        model, _ = AcceleratorModel.objects.get_or_create(
+            slug=slug,
+            defaults={
+                "vendor": nvidia,
+                "name": slug,
+                "kind": AcceleratorKind.GPU,
+                "memory_gb": memory,
+                "interconnect": Interconnect.NVLINK,
+            },
+        )
+        share, _ = SliceProfile.objects.get_or_create(
+            accelerator=model,
+            name="0.5",
+            defaults={
+                "kind": SliceKind.SHARE,
+                "compute_fraction": Decimal("0.5"),
+                "memory_gb": memory // 2,
+                "max_per_device": 2,
+            },
+        )
         for count in [*COUNTS, None]:
-            spec, _ = ResourceSpec.objects.get_or_create(slug=f"{slug}-{count or 'half'}", defaults={
-                "name": f"{slug} {count or 'half'}", "accelerator_count": count or 1, "cpu_cores": 8 * (count or 1),
-                "memory_gb": 64 * (count or 1), "hourly_price": Decimal("2.50"), "max_duration_hours": 720,
-                "slice_profile": None if count else share})
+            spec, _ = ResourceSpec.objects.get_or_create(
+                slug=f"{slug}-{count or 'half'}",
+                defaults={
+                    "name": f"{slug} {count or 'half'}",
+                    "accelerator_count": count or 1,
+                    "cpu_cores": 8 * (count or 1),
+                    "memory_gb": 64 * (count or 1),
+                    "hourly_price": Decimal("2.50"),
+                    "max_duration_hours": 720,
+                    "slice_profile": None if count else share,
+                },
+            )
             spec.accelerator_models.set([model])
             specs.append(spec)
         nodes.append(_nodes(slug, model))
     service.specs.set(specs)
-    return {"viewer": viewer, "image": image, "service": service, "specs": specs, "nodes": nodes,
-            "projects": _projects(viewer)}
+    return {
+        "viewer": viewer,
+        "image": image,
+        "service": service,
+        "specs": specs,
+        "nodes": nodes,
+        "projects": _projects(viewer),
+    }
 
 
 def _nodes(prefix: str, model: AcceleratorModel) -> list[int]:
     names = [f"{prefix}-node-{n:03d}" for n in range(NODES_PER_MODEL)]
-    Node.objects.bulk_create([Node(name=name, serial_number=f"SN-{name}", cpu_milli=128_000, memory_mib=2_097_152)
-                              for name in names], ignore_conflicts=True)
+    Node.objects.bulk_create(
+        [Node(name=name, serial_number=f"SN-{name}", cpu_milli=128_000, memory_mib=2_097_152) for name in names],
+        ignore_conflicts=True,
+    )
     ids = dict(Node.objects.filter(name__in=names).values_list("name", "id"))
-    Device.objects.bulk_create([Device(node_id=ids[name], index=index, uuid=f"GPU-{name}-{index}", model=model,
-                                       memory_gb=model.memory_gb) for name in names for index in range(CARDS_PER_NODE)],
-                               ignore_conflicts=True)
+    Device.objects.bulk_create(
+        [
+            Device(node_id=ids[name], index=index, uuid=f"GPU-{name}-{index}", model=model, memory_gb=model.memory_gb)
+            for name in names
+            for index in range(CARDS_PER_NODE)
+        ],
+        ignore_conflicts=True,
+    )
     return [ids[name] for name in names]
 
 
 def _projects(lead: User) -> list[Project]:
     projects = list(Project.objects.filter(slug__startswith="bench-metering-").order_by("pk"))
     for n in range(len(projects), PROJECTS):
-        tenant = tenant_create(name=f"Bench metering tenant {n}", slug=f"bench-metering-t{n}", actor=None) \
-            if n < TENANTS else projects[n % TENANTS].tenant
-        projects.append(project_create(tenant=tenant, name=f"Bench metering {n}", slug=f"bench-metering-{n}",
-                                       lead=lead, cost_centre="BENCH", actor=None))
+        tenant = (
+            tenant_create(name=f"Bench metering tenant {n}", slug=f"bench-metering-t{n}", actor=None)
+            if n < TENANTS
+            else projects[n % TENANTS].tenant
+        )
+        projects.append(
+            project_create(
+                tenant=tenant,
+                name=f"Bench metering {n}",
+                slug=f"bench-metering-{n}",
+                lead=lead,
+                cost_centre="BENCH",
+                actor=None,
+            )
+        )
     return projects
 
 
@@ -173,20 +238,36 @@ ON CONFLICT DO NOTHING
 def _generate(world: dict, month, allocations: int, samples: int) -> None:
     specs = world["specs"]
     start = midnight(month)
-    tables = {"requests": ResourceRequest._meta.db_table, "allocations": Allocation._meta.db_table,
-              "bindings": AllocationDevice._meta.db_table, "specs": ResourceSpec._meta.db_table,
-              "devices": Device._meta.db_table, "running": RUNNING_EVERY, "per_binding": SAMPLES_PER_BINDING,
-              "specs_per_model": len(COUNTS) + 1}
+    tables = {
+        "requests": ResourceRequest._meta.db_table,
+        "allocations": Allocation._meta.db_table,
+        "bindings": AllocationDevice._meta.db_table,
+        "specs": ResourceSpec._meta.db_table,
+        "devices": Device._meta.db_table,
+        "running": RUNNING_EVERY,
+        "per_binding": SAMPLES_PER_BINDING,
+        "specs_per_model": len(COUNTS) + 1,
+    }
     projects = world["projects"]
     params = {
-        "tenants": [project.tenant_id for project in projects], "projects": [project.pk for project in projects],
-        "projects_n": len(projects), "requester": world["viewer"].pk, "service": world["service"].pk,
-        "image": world["image"].pk, "specs": [spec.pk for spec in specs], "specs_n": len(specs),
-        "cards": [spec.gpu_equivalents for spec in specs], "counts": [spec.accelerator_count for spec in specs],
-        "prices": [spec.hourly_cost for spec in specs], "month": start, "allocations": allocations,
-        "nodes": [node for nodes in world["nodes"] for node in nodes], "per_model": NODES_PER_MODEL,
+        "tenants": [project.tenant_id for project in projects],
+        "projects": [project.pk for project in projects],
+        "projects_n": len(projects),
+        "requester": world["viewer"].pk,
+        "service": world["service"].pk,
+        "image": world["image"].pk,
+        "specs": [spec.pk for spec in specs],
+        "specs_n": len(specs),
+        "cards": [spec.gpu_equivalents for spec in specs],
+        "counts": [spec.accelerator_count for spec in specs],
+        "prices": [spec.hourly_cost for spec in specs],
+        "month": start,
+        "allocations": allocations,
+        "nodes": [node for nodes in world["nodes"] for node in nodes],
+        "per_model": NODES_PER_MODEL,
         "seconds": int((midnight(add_months(month, 1)) - start - timedelta(hours=1)).total_seconds()),
-        "binding_count": -(-samples // SAMPLES_PER_BINDING), "samples": samples,
+        "binding_count": -(-samples // SAMPLES_PER_BINDING),
+        "samples": samples,
     }
     with connection.cursor() as cursor:
         for statement in (_REQUESTS, _ALLOCATIONS, _BINDINGS, _SAMPLES):

@@ -24,8 +24,11 @@ from django.conf import settings
 from django.core.management.base import BaseCommand
 from django.utils import timezone
 
-BODY = {"model": "bench-model", "messages": [{"role": "user", "content": "Summarise the quarterly GPU usage."}],
-        "max_tokens": 32}
+BODY = {
+    "model": "bench-model",
+    "messages": [{"role": "user", "content": "Summarise the quarterly GPU usage."}],
+    "max_tokens": 32,
+}
 GATEWAY_WORKERS, GATEWAY_THREADS = 2, 32
 WARM_UP_SECONDS = 3.0
 
@@ -36,9 +39,13 @@ class Command(BaseCommand):
     def add_arguments(self, parser):
         parser.add_argument("--clients", type=int, default=50)
         parser.add_argument("--seconds", type=float, default=20.0)
-        parser.add_argument("--rate", type=float, default=0.0,
-                            help="Total requests per second, paced across the clients (open loop); 0 = each client "
-                                 "sends its next request as soon as the previous answer arrives (closed loop).")
+        parser.add_argument(
+            "--rate",
+            type=float,
+            default=0.0,
+            help="Total requests per second, paced across the clients (open loop); 0 = each client "
+            "sends its next request as soon as the previous answer arrives (closed loop).",
+        )
         parser.add_argument("--json", action="store_true", dest="as_json")
 
     def handle(self, *args, clients: int, seconds: float, rate: float, as_json: bool, **options):
@@ -68,12 +75,17 @@ class LoadRun:
 
 
 def _report(clients: int, direct: LoadRun, through: LoadRun) -> dict:
-    return {"clients": clients, "rps": through.rps,
-            "direct_p50_ms": direct.percentile_ms(50), "direct_p99_ms": direct.percentile_ms(99),
-            "gateway_p50_ms": through.percentile_ms(50), "gateway_p99_ms": through.percentile_ms(99),
-            "overhead_p50_ms": round(through.percentile_ms(50) - direct.percentile_ms(50), 2),
-            "overhead_p99_ms": round(through.percentile_ms(99) - direct.percentile_ms(99), 2),
-            "direct_rps": direct.rps}
+    return {
+        "clients": clients,
+        "rps": through.rps,
+        "direct_p50_ms": direct.percentile_ms(50),
+        "direct_p99_ms": direct.percentile_ms(99),
+        "gateway_p50_ms": through.percentile_ms(50),
+        "gateway_p99_ms": through.percentile_ms(99),
+        "overhead_p50_ms": round(through.percentile_ms(50) - direct.percentile_ms(50), 2),
+        "overhead_p99_ms": round(through.percentile_ms(99) - direct.percentile_ms(99), 2),
+        "direct_rps": direct.rps,
+    }
 
 
 def _measured(url: str, headers: dict, clients: int, seconds: float, rate: float) -> LoadRun:
@@ -89,8 +101,10 @@ async def _load(url: str, headers: dict, clients: int, seconds: float, rate: flo
     parts = urlsplit(url)
     payload = json.dumps(BODY).encode()
     extra = "".join(f"{name}: {value}\r\n" for name, value in headers.items())
-    request = (f"POST {parts.path} HTTP/1.1\r\nHost: {parts.netloc}\r\nContent-Type: application/json\r\n{extra}"
-               f"Content-Length: {len(payload)}\r\n\r\n").encode() + payload
+    request = (
+        f"POST {parts.path} HTTP/1.1\r\nHost: {parts.netloc}\r\nContent-Type: application/json\r\n{extra}"
+        f"Content-Length: {len(payload)}\r\n\r\n"
+    ).encode() + payload
     latencies: list[float] = []
     deadline = time.monotonic() + seconds
     interval = clients / rate if rate else 0.0
@@ -119,8 +133,9 @@ async def _read_response(reader: asyncio.StreamReader) -> None:
     status = head.split(" ", 2)[1]
     if status != "200":
         raise RuntimeError(f"HTTP {status}: {head.splitlines()[0]}")
-    length = next(int(line.split(":", 1)[1]) for line in head.split("\r\n") if line.lower().startswith(
-        "content-length:"))
+    length = next(
+        int(line.split(":", 1)[1]) for line in head.split("\r\n") if line.lower().startswith("content-length:")
+    )
     await reader.readexactly(length)
 
 
@@ -143,46 +158,109 @@ def _deployment(replica_url: str) -> tuple[str, str]:
     lead = User.objects.create_user(f"bench-lead-{stamp}", password=None)
     project = Project.objects.create(tenant=tenant, name=f"Bench {stamp}", slug=f"bench-{stamp}", lead=lead)
     membership_grant(project=project, user=user, role=Role.MEMBER, actor=None)
-    service = Service.objects.create(name=f"Bench serving {stamp}", slug=f"bench-serving-{stamp}",
-                                     kind=ServiceKind.MODEL_SERVING, default_duration_hours=1, max_duration_hours=1)
+    service = Service.objects.create(
+        name=f"Bench serving {stamp}",
+        slug=f"bench-serving-{stamp}",
+        kind=ServiceKind.MODEL_SERVING,
+        default_duration_hours=1,
+        max_duration_hours=1,
+    )
     snapshot = {"service": {"kind": ServiceKind.MODEL_SERVING}}
     request = ResourceRequest.objects.create(
-        tenant=tenant, project=project, requester=user, service=service, duration_hours=1, state=RequestState.ACTIVE,
-        gpu_equivalents=1, accelerator_count=1, accelerator_memory_gb=80, cpu_cores=4, memory_gb=32, card_hours=1,
-        hourly_cost=0, cost_estimate=0, approved_spec=snapshot, approved_spec_hash=snapshot_hash(snapshot),
-        approved_at=timezone.now())
+        tenant=tenant,
+        project=project,
+        requester=user,
+        service=service,
+        duration_hours=1,
+        state=RequestState.ACTIVE,
+        gpu_equivalents=1,
+        accelerator_count=1,
+        accelerator_memory_gb=80,
+        cpu_cores=4,
+        memory_gb=32,
+        card_hours=1,
+        hourly_cost=0,
+        cost_estimate=0,
+        approved_spec=snapshot,
+        approved_spec_hash=snapshot_hash(snapshot),
+        approved_at=timezone.now(),
+    )
     deployment = ServingDeployment.objects.create(
-        request=request, project=project, slug=f"bench-{stamp}", model_name=BODY["model"],
-        state=ServingDeployment.State.SERVING, rate_limit_per_minute=10_000_000)
-    ServingReplica.objects.create(deployment=deployment, name="replica-0", url=replica_url, healthy=True,
-                                  checked_at=timezone.now() - timedelta(seconds=1))
+        request=request,
+        project=project,
+        slug=f"bench-{stamp}",
+        model_name=BODY["model"],
+        state=ServingDeployment.State.SERVING,
+        rate_limit_per_minute=10_000_000,
+    )
+    ServingReplica.objects.create(
+        deployment=deployment,
+        name="replica-0",
+        url=replica_url,
+        healthy=True,
+        checked_at=timezone.now() - timedelta(seconds=1),
+    )
     return deployment.slug, api_key_create(project=project, name="bench", actor=user).secret
 
 
 def _inference_command(port: int) -> list[str]:
-    return [sys.executable, "-m", "provisioning.serving.inference_server", "--host", "127.0.0.1", "--port", str(port),
-            "--model", BODY["model"], "--replica", "replica-0"]
+    return [
+        sys.executable,
+        "-m",
+        "provisioning.serving.inference_server",
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+        "--model",
+        BODY["model"],
+        "--replica",
+        "replica-0",
+    ]
 
 
 def _gateway_command(port: int) -> list[str]:
-    return [sys.executable, "-m", "gunicorn", "config.wsgi", "-b", f"127.0.0.1:{port}", "-w", str(GATEWAY_WORKERS),
-            "--threads", str(GATEWAY_THREADS), "--log-level", "warning"]
+    return [
+        sys.executable,
+        "-m",
+        "gunicorn",
+        "config.wsgi",
+        "-b",
+        f"127.0.0.1:{port}",
+        "-w",
+        str(GATEWAY_WORKERS),
+        "--threads",
+        str(GATEWAY_THREADS),
+        "--log-level",
+        "warning",
+    ]
 
 
 def _gateway_env() -> dict:
     """The gateway processes use this process's database (a test run's test database included)."""
     database = settings.DATABASES["default"]
     credentials = database["USER"] + (f":{database['PASSWORD']}" if database.get("PASSWORD") else "")
-    url = (f"sqlite:///{database['NAME']}" if database["ENGINE"].endswith("sqlite3") else
-           f"postgres://{credentials}@{database['HOST'] or '127.0.0.1'}:{database['PORT'] or 5432}/{database['NAME']}")
-    return {**os.environ, "DATABASE_URL": url, "DEBUG": "0", "SECRET_KEY": os.environ.get("SECRET_KEY", "bench-only"),
-            "ALLOWED_HOSTS": "127.0.0.1,localhost", "LOG_LEVEL": "WARNING", "DJANGO_SETTINGS_MODULE": "config.settings"}
+    url = (
+        f"sqlite:///{database['NAME']}"
+        if database["ENGINE"].endswith("sqlite3")
+        else f"postgres://{credentials}@{database['HOST'] or '127.0.0.1'}:{database['PORT'] or 5432}/{database['NAME']}"
+    )
+    return {
+        **os.environ,
+        "DATABASE_URL": url,
+        "DEBUG": "0",
+        "SECRET_KEY": os.environ.get("SECRET_KEY", "bench-only"),
+        "ALLOWED_HOSTS": "127.0.0.1,localhost",
+        "LOG_LEVEL": "WARNING",
+        "DJANGO_SETTINGS_MODULE": "config.settings",
+    }
 
 
 @contextmanager
 def _process(command: list[str], env: dict | None = None):
-    process = subprocess.Popen(command, cwd=settings.BASE_DIR, env=env, stdout=subprocess.DEVNULL,
-                               stderr=subprocess.DEVNULL)
+    process = subprocess.Popen(
+        command, cwd=settings.BASE_DIR, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+    )
     try:
         yield process
     finally:

@@ -56,10 +56,16 @@ class Command(BaseCommand):
         with CaptureQueriesContext(connection) as queries:
             result = run_cycle()
         seconds = time.perf_counter() - started
-        report = {"requests": queued, "allocated": len(result.allocated), "cycle_seconds": round(seconds, 3),
-                  "allocated_per_s": round(len(result.allocated) / seconds, 1), "queries_per_cycle": len(queries)}
-        self.stdout.write(json_module.dumps(report) if as_json else
-                          "\n".join(f"{key:>18}: {value}" for key, value in report.items()))
+        report = {
+            "requests": queued,
+            "allocated": len(result.allocated),
+            "cycle_seconds": round(seconds, 3),
+            "allocated_per_s": round(len(result.allocated) / seconds, 1),
+            "queries_per_cycle": len(queries),
+        }
+        self.stdout.write(
+            json_module.dumps(report) if as_json else "\n".join(f"{key:>18}: {value}" for key, value in report.items())
+        )
 
 
 def _specs() -> list[tuple[ResourceSpec, int]]:
@@ -70,12 +76,27 @@ def _specs() -> list[tuple[ResourceSpec, int]]:
         if share is not None:  # a share spec runs on one model: the most common one in the inventory
             common = max(models, key=lambda model: model.devices.count())
             profile, _ = SliceProfile.objects.get_or_create(
-                accelerator=common, name=share, defaults={"kind": SliceKind.SHARE, "compute_fraction": Decimal(share),
-                                                          "memory_gb": max(1, int(common.memory_gb * float(share))),
-                                                          "max_per_device": int(1 / float(share))})
-        spec, _ = ResourceSpec.objects.get_or_create(slug=slug, defaults={
-            "name": slug, "accelerator_count": count, "slice_profile": profile, "cpu_cores": cpu, "memory_gb": memory,
-            "hourly_price": Decimal("1.00"), "max_duration_hours": 720})
+                accelerator=common,
+                name=share,
+                defaults={
+                    "kind": SliceKind.SHARE,
+                    "compute_fraction": Decimal(share),
+                    "memory_gb": max(1, int(common.memory_gb * float(share))),
+                    "max_per_device": int(1 / float(share)),
+                },
+            )
+        spec, _ = ResourceSpec.objects.get_or_create(
+            slug=slug,
+            defaults={
+                "name": slug,
+                "accelerator_count": count,
+                "slice_profile": profile,
+                "cpu_cores": cpu,
+                "memory_gb": memory,
+                "hourly_price": Decimal("1.00"),
+                "max_duration_hours": 720,
+            },
+        )
         spec.accelerator_models.set([profile.accelerator] if profile else models)
         specs.append((spec, weight))
     return specs
@@ -86,13 +107,22 @@ def _queue(count: int, seed: int) -> int:
     requester, _ = User.objects.get_or_create(username="bench-requester")
     tenant = Tenant.objects.filter(slug="bench").first() or tenant_create(name="Bench", slug="bench", actor=None)
     project = Project.objects.filter(slug="bench").first() or project_create(
-        tenant=tenant, name="Bench", slug="bench", lead=requester, cost_centre="BENCH", actor=None)
-    image, _ = Image.objects.get_or_create(name="bench", version="1", defaults={
-        "reference": "bench", "os": "linux", "runtime": "cuda", "approved": True})
+        tenant=tenant, name="Bench", slug="bench", lead=requester, cost_centre="BENCH", actor=None
+    )
+    image, _ = Image.objects.get_or_create(
+        name="bench", version="1", defaults={"reference": "bench", "os": "linux", "runtime": "cuda", "approved": True}
+    )
     image.compatible_vendors.set(Vendor.objects.all())
-    service, _ = Service.objects.get_or_create(slug="bench", defaults={
-        "name": "Bench", "kind": ServiceKind.COMPUTE, "description": "benchmark", "default_duration_hours": 24,
-        "max_duration_hours": 720})
+    service, _ = Service.objects.get_or_create(
+        slug="bench",
+        defaults={
+            "name": "Bench",
+            "kind": ServiceKind.COMPUTE,
+            "description": "benchmark",
+            "default_duration_hours": 24,
+            "max_duration_hours": 720,
+        },
+    )
     specs = _specs()
     service.specs.set([spec for spec, _ in specs])
     rng = random.Random(seed)
@@ -104,11 +134,23 @@ def _queue(count: int, seed: int) -> int:
 
 def _request(spec, project, requester, service, image) -> ResourceRequest:
     request = ResourceRequest(
-        tenant_id=project.tenant_id, project=project, requester=requester, service=service, spec=spec, image=image,
-        duration_hours=24, gpu_equivalents=spec.gpu_equivalents, accelerator_count=spec.accelerator_count,
-        accelerator_memory_gb=spec.accelerator_memory_gb, cpu_cores=spec.cpu_cores, memory_gb=spec.memory_gb,
-        card_hours=spec.gpu_equivalents * 24, hourly_cost=spec.hourly_cost, cost_estimate=spec.hourly_cost * 24,
-        state=RequestState.QUEUED)
+        tenant_id=project.tenant_id,
+        project=project,
+        requester=requester,
+        service=service,
+        spec=spec,
+        image=image,
+        duration_hours=24,
+        gpu_equivalents=spec.gpu_equivalents,
+        accelerator_count=spec.accelerator_count,
+        accelerator_memory_gb=spec.accelerator_memory_gb,
+        cpu_cores=spec.cpu_cores,
+        memory_gb=spec.memory_gb,
+        card_hours=spec.gpu_equivalents * 24,
+        hourly_cost=spec.hourly_cost,
+        cost_estimate=spec.hourly_cost * 24,
+        state=RequestState.QUEUED,
+    )
     request.approved_spec = approved_snapshot(request)
     request.approved_spec_hash = snapshot_hash(request.approved_spec)
     request.approved_at = project.created_at

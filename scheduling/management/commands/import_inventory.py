@@ -29,8 +29,12 @@ See docs/inventory.md."""
 
     def add_arguments(self, parser):
         parser.add_argument("path", type=Path)
-        parser.add_argument("--format", choices=inventory_formats.FORMATS, default=None,
-                            help="File format; guessed from the extension and header when omitted.")
+        parser.add_argument(
+            "--format",
+            choices=inventory_formats.FORMATS,
+            default=None,
+            help="File format; guessed from the extension and header when omitted.",
+        )
         parser.add_argument("--site", default="", help="Site for nodes whose row names none.")
 
     def handle(self, *args, path: Path, format: str | None, site: str, **options):
@@ -39,16 +43,21 @@ See docs/inventory.md."""
         fmt = format or inventory_formats.guess_format(path)
         try:
             records = inventory_formats.read(path, fmt)
-            result = inventory_import(records, actor=None, default_site=site.strip(),
-                                      create_openb_models=fmt == "openb")
+            result = inventory_import(
+                records, actor=None, default_site=site.strip(), create_openb_models=fmt == "openb"
+            )
         except inventory_formats.InventoryFileError as error:
             raise CommandError(f"{path}: nothing imported. " + "\n".join(error.problems)) from error
         except DomainError as error:
             problems = error.details.get("problems") if isinstance(error.details, dict) else None
-            raise CommandError(f"{path}: nothing imported. " + ("\n".join(problems) if problems else error.message)
-                               ) from error
+            raise CommandError(
+                f"{path}: nothing imported. " + ("\n".join(problems) if problems else error.message)
+            ) from error
         if result.models_created:
             self.stdout.write(f"Accelerator models created: {', '.join(result.models_created)}")
-        self.stdout.write(self.style.SUCCESS(
-            f"Nodes: {result.nodes_created} created, {result.nodes_updated} updated, {result.nodes_unchanged} "
-            f"unchanged. Devices: {result.devices_created} created, {result.devices_updated} updated."))
+        self.stdout.write(
+            self.style.SUCCESS(
+                f"Nodes: {result.nodes_created} created, {result.nodes_updated} updated, {result.nodes_unchanged} "
+                f"unchanged. Devices: {result.devices_created} created, {result.devices_updated} updated."
+            )
+        )

@@ -16,8 +16,11 @@ another cycle is running it leaves that one a wake-up and reports ran=false."""
 
     def handle(self, *args, **options):
         result = run_cycle()
-        outcome = {"ran": result.ran, "allocated": result.allocated,
-                   "waiting": {str(pk): code for pk, code in result.waiting.items()}}
+        outcome = {
+            "ran": result.ran,
+            "allocated": result.allocated,
+            "waiting": {str(pk): code for pk, code in result.waiting.items()},
+        }
         if options["json"]:
             self.stdout.write(json.dumps(outcome))
         elif not result.ran:
