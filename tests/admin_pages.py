@@ -1,13 +1,24 @@
-"""Helpers for tests that post admin change pages the way a browser does."""
+"""Helpers for tests that post admin pages the way a browser does."""
 
 
 def as_posted(page) -> dict:
     """A change page's form and inline forms with their current values, as the browser posts them unedited."""
     formsets = [inline.formset for inline in page.context["inline_admin_formsets"]]
-    forms = [
-        page.context["adminform"].form,
-        *(form for formset in formsets for form in (formset.management_form, *formset.forms)),
-    ]
+    return _posted(
+        [
+            page.context["adminform"].form,
+            *(form for formset in formsets for form in (formset.management_form, *formset.forms)),
+        ]
+    )
+
+
+def changelist_as_posted(page) -> dict:
+    """A changelist's editable columns with their current values, as the browser posts them unedited."""
+    formset = page.context["cl"].formset
+    return _posted([formset.management_form, *formset.forms])
+
+
+def _posted(forms) -> dict:
     data = {}
     for form in forms:
         for name, field in form.fields.items():

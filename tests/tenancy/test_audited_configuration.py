@@ -15,7 +15,7 @@ from scheduling.choices import HealthAction, HealthSource
 from scheduling.models import HealthRule, PreemptionRule
 from tenancy.models import AuditEvent, ProjectQuota
 from tests import factories
-from tests.admin_pages import as_posted
+from tests.admin_pages import as_posted, changelist_as_posted
 
 pytestmark = pytest.mark.django_db
 
@@ -277,3 +277,18 @@ def test_nobody_but_operators_may_edit_an_approval_stage(client, roles, who):
     response = client.get(_url(stage.rule, "change"))
 
     assert response.status_code == 302 and response.url.startswith("/admin/login/")
+
+
+def test_editing_rules_in_the_changelist_columns_is_audited(console, operator):
+    rule = PreemptionRule.objects.order_by("pk").first()
+    page = console.get("/admin/scheduling/preemptionrule/")
+    data = changelist_as_posted(page)
+    index = next(i for i, form in enumerate(page.context["cl"].formset.forms) if form.instance.pk == rule.pk)
+    data[f"form-{index}-grace_period_seconds"] = rule.grace_period_seconds + 60
+
+    response = console.post("/admin/scheduling/preemptionrule/", {**data, "_save": "Save"})
+
+    assert response.status_code == 302, response.context and response.context["cl"].formset.errors
+    event = _audit_rows(rule, "preemptionrule.updated").get()
+    assert (event.actor, event.data) == (operator, {"fields": ["grace_period_seconds"]})
+    assert AuditEvent.objects.filter(action="preemptionrule.updated").count() == 1  # untouched rows: no rows
