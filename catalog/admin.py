@@ -18,24 +18,9 @@ from catalog.models import (
     Vendor,
 )
 from config.admin_actions import action_with_reason, related_list_filter
+from tenancy.audited_admin import AuditedAdminMixin
 
 AUDIT_FIELDS = ["created_at", "updated_at"]
-
-
-class AuditedSaveMixin:
-    """Saves of the entry and of its inline rows go through catalog services, so each one is audited."""
-
-    def save_model(self, request, obj, form, change):
-        services.catalog_entry_save(entry=obj, changed_fields=form.changed_data, actor=request.user)
-
-    def save_formset(self, request, form, formset, change):
-        formset.save(commit=False)
-        for entry in formset.deleted_objects:
-            services.catalog_entry_delete(entry=entry, actor=request.user)
-        changed = [(entry, []) for entry in formset.new_objects] + list(formset.changed_objects)
-        for entry, fields in changed:
-            services.catalog_entry_save(entry=entry, changed_fields=fields, actor=request.user)
-        formset.save_m2m()
 
 
 def availability_actions(noun: str, on: tuple[str, str], off: tuple[str, str]):
@@ -56,7 +41,7 @@ def availability_actions(noun: str, on: tuple[str, str], off: tuple[str, str]):
 
 
 @admin.register(Vendor)
-class VendorAdmin(admin.ModelAdmin):
+class VendorAdmin(AuditedAdminMixin, admin.ModelAdmin):
     list_display = ["name", "slug", "software_stack"]
     search_fields = ["name", "slug"]
     prepopulated_fields = {"slug": ["name"]}
@@ -69,7 +54,7 @@ class SliceProfileInline(admin.TabularInline):
 
 
 @admin.register(AcceleratorModel)
-class AcceleratorModelAdmin(AuditedSaveMixin, admin.ModelAdmin):
+class AcceleratorModelAdmin(AuditedAdminMixin, admin.ModelAdmin):
     ordering = ["vendor__name", "name"]
     list_display = ["name", "vendor", "kind", "memory_gb", "interconnect", "slice_profile_count", "active"]
     list_filter = ["vendor", "kind", "interconnect", "active"]
@@ -87,7 +72,7 @@ class AcceleratorModelAdmin(AuditedSaveMixin, admin.ModelAdmin):
 
 
 @admin.register(SliceProfile)
-class SliceProfileAdmin(admin.ModelAdmin):
+class SliceProfileAdmin(AuditedAdminMixin, admin.ModelAdmin):
     """Listed for search and autocomplete; slice profiles are edited inline on their accelerator model."""
 
     list_display = ["name", "accelerator", "kind", "compute_fraction", "memory_gb", "max_per_device"]
@@ -113,7 +98,7 @@ class ResourceSpecForm(forms.ModelForm):
 
 
 @admin.register(ResourceSpec)
-class ResourceSpecAdmin(AuditedSaveMixin, admin.ModelAdmin):
+class ResourceSpecAdmin(AuditedAdminMixin, admin.ModelAdmin):
     form = ResourceSpecForm
     list_display = [
         "name",
@@ -167,7 +152,7 @@ class ResourceSpecAdmin(AuditedSaveMixin, admin.ModelAdmin):
 
 
 @admin.register(Image)
-class ImageAdmin(AuditedSaveMixin, admin.ModelAdmin):
+class ImageAdmin(AuditedAdminMixin, admin.ModelAdmin):
     list_display = ["name", "version", "os", "runtime", "runtime_version", "driver_version", "vendors", "approved"]
     list_filter = ["approved", "runtime", "compatible_vendors"]
     search_fields = ["name", "version", "reference", "os"]
@@ -187,7 +172,7 @@ class ImageAdmin(AuditedSaveMixin, admin.ModelAdmin):
 
 
 @admin.register(BareMetalProfile)
-class BareMetalProfileAdmin(AuditedSaveMixin, admin.ModelAdmin):
+class BareMetalProfileAdmin(AuditedAdminMixin, admin.ModelAdmin):
     list_display = [
         "name",
         "server_class",
@@ -207,7 +192,7 @@ class BareMetalProfileAdmin(AuditedSaveMixin, admin.ModelAdmin):
 
 
 @admin.register(ServingTemplate)
-class ServingTemplateAdmin(AuditedSaveMixin, admin.ModelAdmin):
+class ServingTemplateAdmin(AuditedAdminMixin, admin.ModelAdmin):
     list_display = ["name", "runtime", "replicas", "context_length", "max_tokens", "spec", "active"]
     list_filter = ["runtime", "active"]
     list_select_related = ["spec"]
@@ -216,7 +201,7 @@ class ServingTemplateAdmin(AuditedSaveMixin, admin.ModelAdmin):
 
 
 @admin.register(ServingModel)
-class ServingModelAdmin(AuditedSaveMixin, admin.ModelAdmin):
+class ServingModelAdmin(AuditedAdminMixin, admin.ModelAdmin):
     list_display = [
         "name",
         "version",
@@ -269,7 +254,7 @@ class ServiceForm(forms.ModelForm):
 
 
 @admin.register(Service)
-class ServiceAdmin(AuditedSaveMixin, admin.ModelAdmin):
+class ServiceAdmin(AuditedAdminMixin, admin.ModelAdmin):
     form = ServiceForm
     list_display = [
         "name",

@@ -7,25 +7,12 @@ from catalog.choices import SpecStatus
 from catalog.models import Image, ResourceSpec, Service, ServingModel
 from config.errors import Conflict, DomainError
 from tenancy.models import User
-from tenancy.services import audit_record
+from tenancy.services import audit_record, configuration_save
 
 
-@transaction.atomic
 def catalog_entry_save(*, entry: models.Model, changed_fields: list[str], actor: User | None) -> models.Model:
     """Validate and save a catalog entry created or edited by an operator, with an audit row."""
-    created = entry.pk is None
-    entry.full_clean()
-    entry.save()
-    action = f"{entry._meta.model_name}.{'created' if created else 'updated'}"
-    audit_record(actor=actor, action=action, target=entry, data={"fields": sorted(changed_fields)})
-    return entry
-
-
-@transaction.atomic
-def catalog_entry_delete(*, entry: models.Model, actor: User | None) -> None:
-    """Delete a catalog row nothing refers to any more (the admin refuses protected ones first)."""
-    audit_record(actor=actor, action=f"{entry._meta.model_name}.deleted", target=entry)
-    entry.delete()
+    return configuration_save(entry=entry, changed_fields=changed_fields, actor=actor)
 
 
 def _require_reason(reason: str) -> str:

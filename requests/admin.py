@@ -27,6 +27,7 @@ from requests.models import (
     ResourceRequest,
 )
 from requests.selectors import approval_of
+from tenancy.audited_admin import AuditedAdminMixin
 
 S = RequestState
 _STATE_COLOURS = {
@@ -314,7 +315,7 @@ class ApprovalRuleInline(admin.TabularInline):
 
 
 @admin.register(ApprovalPolicy)
-class ApprovalPolicyAdmin(admin.ModelAdmin):
+class ApprovalPolicyAdmin(AuditedAdminMixin, admin.ModelAdmin):
     """Policies are tried in order; within a policy the first matching rule decides the route."""
 
     list_display = ["name", "subject", "order", "active", "rule_count"]
@@ -359,7 +360,7 @@ class ApprovalRuleStageInline(admin.TabularInline):
 
 
 @admin.register(ApprovalRule)
-class ApprovalRuleAdmin(admin.ModelAdmin):
+class ApprovalRuleAdmin(AuditedAdminMixin, admin.ModelAdmin):
     """A rule's conditions and, inline, its approval stages (rules themselves are listed on their policy)."""
 
     list_display = ["name", "policy", "order", "stage_count"]

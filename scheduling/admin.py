@@ -30,13 +30,14 @@ from scheduling.models import (
     Site,
 )
 from scheduling.placement import MILLI
+from tenancy.audited_admin import AuditedAdminMixin
 
 
-class AuditedSaveMixin:
-    """Adds and edits go through scheduling services, so each one is audited."""
+class AuditedInventoryMixin(AuditedAdminMixin):
+    """Adds and edits go through the inventory service, which also refuses fields only actions may change."""
 
-    def save_model(self, request, obj, form, change):
-        services.inventory_entry_save(obj, form.changed_data, request.user)
+    def entry_save(self, entry, changed_fields, actor):
+        return services.inventory_entry_save(entry, changed_fields, actor)
 
 
 class ReadOnlyAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
@@ -53,7 +54,7 @@ def _badge(ok: bool, good: str, bad: str):
 
 
 @admin.register(Site)
-class SiteAdmin(AuditedSaveMixin, admin.ModelAdmin):
+class SiteAdmin(AuditedInventoryMixin, admin.ModelAdmin):
     list_display = ["name", "rack_count"]
     search_fields = ["name"]
 
@@ -66,7 +67,7 @@ class SiteAdmin(AuditedSaveMixin, admin.ModelAdmin):
 
 
 @admin.register(Rack)
-class RackAdmin(AuditedSaveMixin, admin.ModelAdmin):
+class RackAdmin(AuditedInventoryMixin, admin.ModelAdmin):
     list_display = ["name", "site", "node_count"]
     list_filter = ["site"]
     list_select_related = ["site"]
@@ -96,7 +97,7 @@ class DeviceInline(admin.TabularInline):
 
 
 @admin.register(Node)
-class NodeAdmin(AuditedSaveMixin, admin.ModelAdmin):
+class NodeAdmin(AuditedInventoryMixin, admin.ModelAdmin):
     change_list_template = "admin/scheduling/node/change_list.html"
     list_display = [
         "name",
@@ -192,7 +193,7 @@ def _request_clearance(device, reason, actor):
 
 
 @admin.register(Device)
-class DeviceAdmin(AuditedSaveMixin, admin.ModelAdmin):
+class DeviceAdmin(AuditedInventoryMixin, admin.ModelAdmin):
     list_display = ["__str__", "uuid", "model", "memory_gb", "health", "isolated", "allocated_milli"]
     list_filter = [("model", related_list_filter("vendor")), "health", "isolated", ("node", related_list_filter())]
     list_select_related = ["node", "model__vendor"]
@@ -306,7 +307,7 @@ class IsolationClearanceAdmin(ReadOnlyAdmin):
 
 
 @admin.register(HealthRule)
-class HealthRuleAdmin(AuditedSaveMixin, admin.ModelAdmin):
+class HealthRuleAdmin(AuditedInventoryMixin, admin.ModelAdmin):
     list_display = [
         "name",
         "source",
@@ -333,7 +334,7 @@ class HealthEventAdmin(ReadOnlyAdmin):
 
 
 @admin.register(PreemptionRule)
-class PreemptionRuleAdmin(AuditedSaveMixin, admin.ModelAdmin):
+class PreemptionRuleAdmin(AuditedInventoryMixin, admin.ModelAdmin):
     """Which priority class may preempt which, with the victims' grace period; the scheduler reads active rules.
     A rule crosses tenants only when `cross_tenant` is ticked here (on its change page, never from the list)."""
 

@@ -23,7 +23,7 @@ from scheduling.choices import AllocationState, DeviceHealth
 from scheduling.inventory_formats import OPENB_MODELS, NodeRecord
 from scheduling.models import AllocationDevice, Device, HealthRule, IsolationClearance, Node, Rack, Site
 from tenancy.models import User
-from tenancy.services import audit_record
+from tenancy.services import audit_record, configuration_save
 
 CLEAR_ISOLATION = "scheduling.clear_device_isolation"
 
@@ -76,8 +76,8 @@ def node_uncordon(node: Node, reason: str, actor: User | None) -> Node:
 
 @transaction.atomic
 def inventory_entry_save(entry, changed_fields: list[str], actor: User | None):
-    """Save a site, rack, node, device or health rule edited by an operator, with an audit row. Cordons, health,
-    isolation and allocated shares are not editable this way (the admin shows them read-only)."""
+    """Save a site, rack, node, device, health or preemption rule edited by an operator, with an audit row.
+    Cordons, health, isolation and allocated shares are not editable this way (the admin shows them read-only)."""
     protected = {
         "schedulable",
         "cordon_reason",
@@ -98,16 +98,7 @@ def inventory_entry_save(entry, changed_fields: list[str], actor: User | None):
             code="protected_field",
             details={"fields": sorted(protected)},
         )
-    created = entry.pk is None
-    entry.full_clean()
-    entry.save()
-    audit_record(
-        actor=actor,
-        action=f"{entry._meta.model_name}.{'created' if created else 'updated'}",
-        target=entry,
-        data={"fields": sorted(changed_fields)},
-    )
-    return entry
+    return configuration_save(entry=entry, changed_fields=changed_fields, actor=actor)
 
 
 # --- Devices -----------------------------------------------------------------------------------------------

@@ -45,9 +45,29 @@ class UserAdmin(DjangoUserAdmin):
             services.user_set_manager(user=obj, manager=manager, actor=request.user)
 
 
+class QuotaForm(forms.ModelForm):
+    """Admin form (the admin supplies model and fields): a quota edit needs a reason, like every operator action;
+    it goes on the audit row. A form whose limits did not change needs none (an untouched inline)."""
+
+    reason = forms.CharField(
+        required=False,
+        max_length=2000,
+        widget=forms.Textarea(attrs={"rows": 2, "cols": 60}),
+        help_text="Why the limits change; required for any change, recorded on the audit row.",
+    )
+
+    def clean(self):
+        cleaned = super().clean()
+        edited = [field for field in self.changed_data if field != "reason"]
+        if edited and not cleaned.get("reason", "").strip():
+            self.add_error("reason", "Give a reason for this quota change; it goes on the audit record.")
+        return cleaned
+
+
 class TenantQuotaInline(admin.StackedInline):
     model = TenantQuota
-    fields = QUOTA_FIELDS
+    form = QuotaForm
+    fields = (*QUOTA_FIELDS, "reason")
     can_delete = False
     extra = 0
 
@@ -111,8 +131,9 @@ def _save_quota_formset(request, formset, *, owner) -> None:
 
 
 def _save_quota(request, quota, limits: dict, form) -> None:
-    """Limits through quota_set, a project's priority entitlement through its own service: both audited."""
-    reason = "Edited in the operator console"
+    """Limits through quota_set, a project's priority entitlement through its own service: both audited with the
+    operator's reason."""
+    reason = form.cleaned_data["reason"].strip()
     services.quota_set(quota=quota, limits=limits, actor=request.user, reason=reason)
     if ENTITLEMENT in form.changed_data:
         services.quota_set_priority_entitlement(
@@ -153,7 +174,8 @@ class MembershipInline(admin.TabularInline):
 
 class ProjectQuotaInline(admin.StackedInline):
     model = ProjectQuota
-    fields = (ENTITLEMENT, *QUOTA_FIELDS)
+    form = QuotaForm
+    fields = (ENTITLEMENT, *QUOTA_FIELDS, "reason")
     readonly_fields = ["updated_by"]
     can_delete = False
     extra = 0
@@ -300,6 +322,7 @@ class MembershipAdmin(admin.ModelAdmin):
 
 
 class QuotaAdminBase(admin.ModelAdmin):
+    form = QuotaForm
     list_display_links = None
     readonly_fields = ["updated_at", "updated_by"]
 
@@ -321,7 +344,7 @@ class ProjectQuotaAdmin(QuotaAdminBase):
     list_filter = ["project__tenant", ENTITLEMENT]
     list_select_related = ["project__tenant"]
     search_fields = ["project__name", "project__slug"]
-    fields = ["project", ENTITLEMENT, *QUOTA_FIELDS, "updated_at", "updated_by"]
+    fields = ["project", ENTITLEMENT, *QUOTA_FIELDS, "reason", "updated_at", "updated_by"]
     readonly_fields = ["project", "updated_at", "updated_by"]
 
 
@@ -331,7 +354,7 @@ class TenantQuotaAdmin(QuotaAdminBase):
     list_display_links = ["tenant"]
     list_select_related = ["tenant"]
     search_fields = ["tenant__name"]
-    fields = ["tenant", *QUOTA_FIELDS, "updated_at", "updated_by"]
+    fields = ["tenant", *QUOTA_FIELDS, "reason", "updated_at", "updated_by"]
     readonly_fields = ["tenant", "updated_at", "updated_by"]
 
 

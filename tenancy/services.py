@@ -33,6 +33,27 @@ def audit_record(
 
 
 @transaction.atomic
+def configuration_save(
+    *, entry: models.Model, changed_fields: list[str], actor: User | None, reason: str = ""
+) -> models.Model:
+    """Validate and save a configuration row an operator added or edited (a catalog entry, an approval rule, a
+    health rule...), with an audit row naming the fields that changed."""
+    created = entry.pk is None
+    entry.full_clean()
+    entry.save()
+    action = f"{entry._meta.model_name}.{'created' if created else 'updated'}"
+    audit_record(actor=actor, action=action, target=entry, reason=reason, data={"fields": sorted(changed_fields)})
+    return entry
+
+
+@transaction.atomic
+def configuration_delete(*, entry: models.Model, actor: User | None, reason: str = "") -> None:
+    """Delete a configuration row (the admin refuses protected ones first); the audit row keeps what it was."""
+    audit_record(actor=actor, action=f"{entry._meta.model_name}.deleted", target=entry, reason=reason)
+    entry.delete()
+
+
+@transaction.atomic
 def tenant_create(*, name: str, slug: str, actor: User | None, description: str = "") -> Tenant:
     tenant = Tenant(name=name, slug=slug, description=description)
     tenant.full_clean()

@@ -9,6 +9,7 @@ from tenancy import services
 from tenancy.choices import ROLE_PERMISSIONS, ProjectPermission, Role
 from tenancy.models import AuditEvent, Membership, Project, ProjectQuota, User
 from tests import factories
+from tests.admin_pages import as_posted
 
 pytestmark = pytest.mark.django_db
 
@@ -172,7 +173,9 @@ def test_changing_a_quota_in_admin_writes_a_quota_changed_audit_event(operator_c
     }
     form["max_priority"] = "standard"  # unchanged: no entitlement audit row
 
-    response = operator_client.post(f"/admin/tenancy/projectquota/{quota.pk}/change/", {**form, "gpus": "8"})
+    response = operator_client.post(
+        f"/admin/tenancy/projectquota/{quota.pk}/change/", {**form, "gpus": "8", "reason": "New cards"}
+    )
 
     assert response.status_code == 302, response.content
     quota = ProjectQuota.objects.get(pk=quota.pk)
@@ -182,6 +185,7 @@ def test_changing_a_quota_in_admin_writes_a_quota_changed_audit_event(operator_c
     assert event.actor == roles.operator
     assert event.target_id == str(quota.pk)
     assert event.data == {"gpus": [None, "8"]}
+    assert event.reason == "New cards"
 
 
 def test_demoting_the_lead_in_membership_admin_is_a_form_error(operator_client, roles):
@@ -253,14 +257,19 @@ def test_operator_changes_the_priority_entitlement_audited(operator_client, role
     quota = roles.project.quota
 
     response = operator_client.post(
-        f"/admin/tenancy/projectquota/{quota.pk}/change/", {**QUOTA_FORM, "max_priority": "high"}
+        f"/admin/tenancy/projectquota/{quota.pk}/change/",
+        {**QUOTA_FORM, "max_priority": "high", "reason": "Launch week"},
     )
 
     assert response.status_code == 302, response.content
     quota = ProjectQuota.objects.get(pk=quota.pk)
     assert (quota.max_priority, quota.updated_by) == ("high", roles.operator)
     event = AuditEvent.objects.get(action="quota.priority_entitlement_changed")
-    assert (event.actor, event.data) == (roles.operator, {"max_priority": ["standard", "high"]})
+    assert (event.actor, event.data, event.reason) == (
+        roles.operator,
+        {"max_priority": ["standard", "high"]},
+        "Launch week",
+    )
     assert not AuditEvent.objects.filter(action="quota.changed").exists()  # no limit changed
 
 
@@ -272,30 +281,14 @@ def test_the_changelist_shows_and_filters_by_entitlement(operator_client, roles)
     assert roles.project.name in body and roles.other_project.name not in body
 
 
-def _as_posted(page) -> dict:
-    """A change page's form and inline forms with their current values, as the browser posts them unedited."""
-    formsets = [inline.formset for inline in page.context["inline_admin_formsets"]]
-    forms = [
-        page.context["adminform"].form,
-        *(form for formset in formsets for form in (formset.management_form, *formset.forms)),
-    ]
-    data = {}
-    for form in forms:
-        for name, field in form.fields.items():
-            value = form.initial.get(name, field.initial)
-            if value is True:
-                data[form.add_prefix(name)] = "on"
-            elif value not in (None, False):
-                data[form.add_prefix(name)] = getattr(value, "pk", value)
-    return data
-
-
 def test_operator_sets_the_entitlement_on_the_projects_page(operator_client, roles):
     url = f"/admin/tenancy/project/{roles.project.pk}/change/"
     page = operator_client.get(url)
     assert 'name="quota-0-max_priority"' in page.content.decode()
 
-    response = operator_client.post(url, {**_as_posted(page), "quota-0-max_priority": "critical"})
+    response = operator_client.post(
+        url, {**as_posted(page), "quota-0-max_priority": "critical", "quota-0-reason": "Incident response"}
+    )
 
     assert response.status_code == 302, response.context and response.context["errors"]
     assert ProjectQuota.objects.get(project=roles.project).max_priority == "critical"
@@ -319,7 +312,7 @@ def test_nobody_but_operators_may_change_the_entitlement(client, roles, who):
 
 def test_adding_a_member_on_the_projects_page_saves_through_the_service(operator_client, roles):
     url = f"/admin/tenancy/project/{roles.project.pk}/change/"
-    data = _as_posted(operator_client.get(url))
+    data = as_posted(operator_client.get(url))
     prefix = "memberships"
     index = int(data[f"{prefix}-TOTAL_FORMS"])
     data.update(
