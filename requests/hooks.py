@@ -2,7 +2,7 @@
 them (see docs/architecture.md, "Layering")."""
 
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Protocol, TypedDict
 
 # scheduling: the request's allocation (node, devices, expiry) as a dict, or None.
 allocation_details: Callable[[Any], dict | None] | None = None
@@ -27,3 +27,20 @@ metered_card_hours: Callable[[], Any] | None = None
 
 # metering: rightsizing advice for (user, project, spec or None), as a list of dicts with a "message".
 rightsizing_advice: Callable[[Any, Any, Any], list[dict]] | None = None
+
+
+class RequestUsage(TypedDict):
+    card_hours: Any  # Decimal
+    energy_kwh: float
+    cost: Any  # Decimal
+    currency: str
+
+
+class RequestUsageProvider(Protocol):
+    """metering: what a request has used so far (card-hours, energy, cost), all its allocations together; None
+    while it never held an allocation."""
+
+    def __call__(self, resource_request: Any) -> RequestUsage | None: ...
+
+
+request_usage: RequestUsageProvider | None = None

@@ -45,7 +45,6 @@ class CycleResult:
     ran: bool
     allocated: list[int] = field(default_factory=list)
     waiting: dict[int, str] = field(default_factory=dict)  # request id -> reason code
-    queries: int = 0
     preempted: list[int] = field(default_factory=list)  # requests preempted (back in the queue) by this cycle
     wakeups: int = 0  # the wake-up sequence as this cycle saw it when it took the lock
 
@@ -159,7 +158,6 @@ def _load_nodes():
                 node.cpu_milli,
                 node.memory_mib,
                 tuple(engine_devices),
-                {"domain": node.topology_domain} if node.topology_domain else {},
                 schedulable=node.schedulable,
             )
         )
@@ -315,9 +313,7 @@ def _commit_bindings(result, cluster: ClusterSnapshot, requests: dict[int, Resou
         placed.append(
             (
                 requests[int(binding.demand_id)],
-                f"Allocated on {binding.node}: {len(shares)} device(s)"
-                + (" (degraded devices: nothing healthy fitted)" if binding.degraded else "")
-                + ".",
+                f"Allocated on {binding.node}: {len(shares)} device(s).",
                 {"node": binding.node, "devices": shares},
             )
         )

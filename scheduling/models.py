@@ -131,10 +131,6 @@ class Device(models.Model):
     def __str__(self):
         return f"{self.node.name}/gpu{self.index} ({self.model.name})"
 
-    @property
-    def free_milli(self) -> int:
-        return MILLI - self.allocated_milli
-
 
 class AgentToken(models.Model):
     """A node agent's credential, issued by an operator for named nodes or for a site. Shown once, stored as a

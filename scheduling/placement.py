@@ -58,7 +58,6 @@ class Node:
     cpu_milli: int
     memory_mib: int
     devices: tuple[Device, ...] = ()
-    domains: Mapping[str, str] = field(default_factory=dict)  # level -> domain, e.g. {"rack": "r12", "nvlink": ..}
     schedulable: bool = True
 
 
@@ -79,8 +78,8 @@ class Allocation:
 @dataclass(frozen=True)
 class Demand:
     """What to place. ``share`` is milli per device (1000 = whole card); ``slice_profile`` asks for a MIG slice
-    instead (its share comes from each device's profile table). ``models`` empty means any model. A gang of
-    ``members`` > 1 places that many copies, each on one node, all within one domain of ``domain_level``."""
+    instead (its share comes from each device's profile table). ``models`` empty means any model. A demand runs on
+    one node, on healthy devices only (multi-node gangs come with multi-node specs)."""
 
     id: str
     count: int = 1
@@ -91,9 +90,6 @@ class Demand:
     memory_mib: int = 0
     priority: int = 0
     preemptible: bool = False
-    allow_degraded: bool = False
-    members: int = 1
-    domain_level: str | None = None
 
     @property
     def label(self) -> str:
@@ -115,8 +111,6 @@ class Binding:
     devices: tuple[tuple[int, int], ...]  # (device index, milli)
     cpu_milli: int
     memory_mib: int
-    member: int = 0
-    degraded: bool = False
 
 
 @dataclass(frozen=True)
@@ -211,15 +205,11 @@ class PlacementEngine:
 
     # -- state ------------------------------------------------------------------------------------------------
 
-    def _state(self, i: int, with_degraded: bool = False):
+    def _state(self, i: int):
         node = self.nodes[i]
         free = self.free[i]
         devs = tuple(
-            sorted(
-                (device.model, free[j])
-                for j, device in enumerate(node.devices)
-                if device.health == HEALTHY or (with_degraded and device.health == DEGRADED)
-            )
+            sorted((device.model, free[j]) for j, device in enumerate(node.devices) if device.health == HEALTHY)
         )
         return (self.cpu[i], self.mem[i], devs)
 
@@ -345,19 +335,10 @@ class PlacementEngine:
             index = self._indexes[shape.key] = _ShapeIndex()
         return index
 
-    def _best_node(self, shape: _Shape, candidates: set[int] | None = None):
+    def _best_node(self, shape: _Shape):
         """(node index, picks) of the best feasible schedulable node, or None."""
         if self.is_random:
-            return self._random_node(shape, candidates)
-        if candidates is not None:
-            best = None
-            for i in candidates:
-                if not self.nodes[i].schedulable:
-                    continue
-                result = self._evaluate(self.state[i], shape, self.nodes[i])
-                if result and (best is None or (result[0], self.rank[i]) < (best[0], best[1])):
-                    best = (result[0], self.rank[i], i, result[1])
-            return None if best is None else (best[2], best[3])
+            return self._random_node(shape)
         index = self._index(shape)
         heap, version, rank, nodes, state = index.heap, self.version, self.rank, self.nodes, self.state
         evaluate, push = self._evaluate, heapq.heappush
@@ -386,8 +367,8 @@ class PlacementEngine:
             heapq.heappop(heap)
         return None
 
-    def _random_node(self, shape: _Shape, candidates: set[int] | None):
-        pool = sorted(candidates) if candidates is not None else list(range(len(self.nodes)))
+    def _random_node(self, shape: _Shape):
+        pool = list(range(len(self.nodes)))
         self.rng.shuffle(pool)
         for i in pool:
             if not self.nodes[i].schedulable:
@@ -400,15 +381,14 @@ class PlacementEngine:
                 return i, picks
         return None
 
-    def _choose_devices(self, i: int, picks, shape: _Shape, with_degraded: bool = False):
+    def _choose_devices(self, i: int, picks, shape: _Shape):
         node = self.nodes[i]
         free = self.free[i]
         used: set[int] = set()
         chosen = []
-        allowed = (HEALTHY, DEGRADED) if with_degraded else (HEALTHY,)
         for values in picks:
             for j, device in enumerate(node.devices):
-                if j in used or device.health not in allowed or (device.model, free[j]) not in values:
+                if j in used or device.health != HEALTHY or (device.model, free[j]) not in values:
                     continue
                 used.add(j)
                 chosen.append((j, self._share(shape, device.model, node)))
@@ -451,7 +431,7 @@ class PlacementEngine:
                     )
                 )
                 continue
-            key = (*_Shape(demand).key, demand.allow_degraded, demand.members, demand.domain_level)
+            key = _Shape(demand).key
             known = failed.get(key)
             outcome = (
                 self.place_one(demand)
@@ -470,84 +450,22 @@ class PlacementEngine:
         return result
 
     def place_one(self, demand: Demand) -> list[Binding] | Pending:
-        """Bind one demand now (healthy devices first, degraded ones only when allowed and nothing healthy fits)."""
+        """Bind one demand now, or say why it waits."""
         shape = _Shape(demand)
-        if demand.members > 1 or demand.domain_level:
-            bindings = self._place_gang(demand, shape)
-            return bindings if bindings is not None else self.diagnose(demand)
         found = self._best_node(shape)
-        degraded = False
-        if found is None and demand.allow_degraded:
-            found = self._best_degraded(shape)
-            degraded = found is not None
         if found is None:
             return self.diagnose(demand)
         i, picks = found
-        devices = self._choose_devices(i, picks, shape, with_degraded=degraded)
+        devices = self._choose_devices(i, picks, shape)
         self._apply(i, devices, demand.cpu_milli, demand.memory_mib)
-        return [Binding(demand.id, self.nodes[i].name, devices, demand.cpu_milli, demand.memory_mib, degraded=degraded)]
+        return [Binding(demand.id, self.nodes[i].name, devices, demand.cpu_milli, demand.memory_mib)]
 
     def fits(self, demand: Demand) -> bool:
-        shape = _Shape(demand)
-        if demand.members > 1 or demand.domain_level:
-            return self._gang_plan(demand, shape) is not None
-        return self._best_node(shape) is not None or (demand.allow_degraded and self._best_degraded(shape) is not None)
+        return self._best_node(_Shape(demand)) is not None
 
     def release(self, binding: Binding) -> None:
         """Give a binding's resources back (used by preemption planning and by simulations with departures)."""
         self._apply(self.node_index[binding.node], binding.devices, binding.cpu_milli, binding.memory_mib, sign=+1)
-
-    def _best_degraded(self, shape: _Shape):
-        best = None
-        for i, node in enumerate(self.nodes):
-            if not node.schedulable or not any(d.health == DEGRADED for d in node.devices):
-                continue
-            result = self._evaluate(self._state(i, with_degraded=True), shape, node)
-            if result and (best is None or (result[0], self.rank[i]) < (best[0], best[1])):
-                best = (result[0], self.rank[i], i, result[1])
-        return None if best is None else (best[2], best[3])
-
-    # -- gangs ------------------------------------------------------------------------------------------------
-
-    def _domains(self, level: str | None) -> dict[str, set[int]]:
-        domains: dict[str, set[int]] = {}
-        for i, node in enumerate(self.nodes):
-            if node.schedulable:
-                domains.setdefault(node.domains.get(level, "") if level else "*", set()).add(i)
-        return domains
-
-    def _gang_plan(self, demand: Demand, shape: _Shape, commit: bool = False):
-        """Try each domain: place members one by one with the policy, keep the domain whose placement leaves the
-        least fragmentation behind (ties: domain name). Returns list of (node index, devices) or None."""
-        best = None
-        for name, members in sorted(self._domains(demand.domain_level).items()):
-            placed = []
-            for _ in range(demand.members):
-                found = self._best_node(shape, candidates=members)
-                if found is None:
-                    break
-                i, picks = found
-                devices = self._choose_devices(i, picks, shape)
-                self._apply(i, devices, shape.cpu, shape.mem)
-                placed.append((i, devices))
-            cost = sum(self.policy.table.frag(*self.state[i]) for i, _ in placed) if placed else 0.0
-            for i, devices in reversed(placed):
-                self._apply(i, devices, shape.cpu, shape.mem, sign=+1)
-            if len(placed) == demand.members and (best is None or cost < best[0]):
-                best = (cost, name, placed)
-        return None if best is None else best[2]
-
-    def _place_gang(self, demand: Demand, shape: _Shape):
-        plan = self._gang_plan(demand, shape)
-        if plan is None:
-            return None
-        bindings = []
-        for member, (i, devices) in enumerate(plan):
-            self._apply(i, devices, demand.cpu_milli, demand.memory_mib)
-            bindings.append(
-                Binding(demand.id, self.nodes[i].name, devices, demand.cpu_milli, demand.memory_mib, member=member)
-            )
-        return bindings
 
     # -- reasons ----------------------------------------------------------------------------------------------
 
@@ -559,8 +477,7 @@ class PlacementEngine:
         models = [m for m in self.model_devices if not demand.models or m in demand.models]
         label = demand.label
         total = sum(self.model_devices[m] for m in models)
-        per_member = demand.count
-        needed = per_member * demand.members
+        needed = demand.count
         if total == 0:  # the inventory has such devices, but only on cordoned nodes
             return Pending(
                 demand.id,
@@ -569,7 +486,7 @@ class PlacementEngine:
                 {"needed": needed, "devices": 0},
             )
         healthy = sum(self.model_healthy.get(m, 0) for m in models)
-        usable = healthy + (self._count_degraded(models) if demand.allow_degraded else 0)
+        usable = healthy
         share = demand.share if not demand.slice_profile else self._profile_share(demand, models)
         if usable < needed or share is None:
             detail = (
@@ -591,30 +508,21 @@ class PlacementEngine:
                 if free >= share:
                     fitting += n
         if fitting >= needed:
-            block, node = self._largest_block(demand, models, share) if per_member > 1 else (1, None)
-            if block < per_member:
-                scope = "on one node" if demand.members == 1 else f"per member on nodes of one {demand.domain_level}"
+            block, node = self._largest_block(demand, models, share) if needed > 1 else (1, None)
+            if block < needed:
                 where = f"node {node}" if node else "no node"
                 return Pending(
                     demand.id,
                     TOPOLOGY_CONSTRAINT,
-                    f"needs {label} {scope}; {fitting} fitting devices are free in total but the "
+                    f"needs {label} on one node; {fitting} fitting devices are free in total but the "
                     f"largest free block is {block} on {where}",
                     {"needed": needed, "free_devices": fitting, "largest_block": block, "largest_block_node": node},
-                )
-            if demand.members > 1 or demand.domain_level:
-                return Pending(
-                    demand.id,
-                    TOPOLOGY_CONSTRAINT,
-                    f"needs {demand.members} members of {label} within one {demand.domain_level}; no "
-                    f"single domain has room for all of them ({fitting} fitting devices free in total)",
-                    {"needed": needed, "free_devices": fitting, "members": demand.members},
                 )
             return Pending(
                 demand.id,
                 CAPACITY_IN_USE,
                 f"needs {label} with {demand.cpu_milli}m CPU and {demand.memory_mib} MiB; the nodes "
-                f"with {per_member} free fitting devices have no CPU or memory left",
+                f"with {needed} free fitting devices have no CPU or memory left",
                 {
                     "needed": needed,
                     "free_devices": fitting,
@@ -644,15 +552,6 @@ class PlacementEngine:
         if key not in self._rooms:
             self._rooms[key] = _rooms(self.nodes, demand)
         return _never_fits(self._rooms[key], demand)
-
-    def _count_degraded(self, models) -> int:
-        return sum(
-            1
-            for node in self.nodes
-            if node.schedulable
-            for d in node.devices
-            if d.health == DEGRADED and d.model in models
-        )
 
     def _profile_share(self, demand: Demand, models) -> int | None:
         shares = [
@@ -688,8 +587,6 @@ class PlacementEngine:
     def plan_preemption(self, demand: Demand, max_combinations: int = 200_000) -> PreemptionPlan:
         """Smallest set of running, preemptible, strictly lower-priority allocations whose eviction lets a one-node
         demand fit: fewest victims, then lowest priorities, then youngest. Exhaustive per node by victim count."""
-        if demand.members > 1 or demand.domain_level:
-            return PreemptionPlan(False, message="preemption planning covers one-node demands only")
         if self.fits(demand):
             return PreemptionPlan(True, message="fits without preemption")
         shape = _Shape(demand)
@@ -714,7 +611,7 @@ class PlacementEngine:
                         continue
                     if found is not None and key >= found[0]:
                         continue
-                    if self._fits_without(i, subset, shape, demand):
+                    if self._fits_without(i, subset, shape):
                         found = (key, i, subset)
                 if found is not None:
                     if best is None or found[0] < best[0]:
@@ -732,12 +629,11 @@ class PlacementEngine:
             True, self.nodes[i].name, ids, f"evict {len(ids)} allocation(s) on {self.nodes[i].name}: {', '.join(ids)}"
         )
 
-    def _fits_without(self, i: int, subset, shape: _Shape, demand: Demand) -> bool:
+    def _fits_without(self, i: int, subset, shape: _Shape) -> bool:
         for a in subset:
             self._apply(i, a.devices, a.cpu_milli, a.memory_mib, sign=+1, refresh=False)
         try:
-            state = self._state(i, with_degraded=demand.allow_degraded)
-            return self._evaluate(state, shape, self.nodes[i]) is not None
+            return self._evaluate(self._state(i), shape, self.nodes[i]) is not None
         finally:
             for a in subset:
                 self._apply(i, a.devices, a.cpu_milli, a.memory_mib, refresh=False)
@@ -747,7 +643,7 @@ class PlacementEngine:
 
 
 def unplaceable(nodes: Sequence[Node], demand: Demand) -> Pending | None:
-    """`no_matching_spec` when no node of the inventory could hold the demand (one member of a gang) even empty;
+    """`no_matching_spec` when no node of the inventory could hold the demand even empty;
     None when one could.
 
     Every node counts, cordoned ones and isolated or unhealthy devices included: they can come back, so they make a
@@ -781,7 +677,7 @@ def _never_fits(rooms, demand: Demand) -> Pending | None:
             demand.id,
             NO_MATCHING_SPEC,
             f"needs {demand.label}; no {wanted} device exists in the cluster",
-            {"needed": demand.count * demand.members, "devices": 0},
+            {"needed": demand.count, "devices": 0},
         )
     kind = f"{wanted} devices" + (f" with {demand.slice_profile} slices" if demand.slice_profile else "")
     dimensions = (

@@ -255,7 +255,7 @@ def schedule(
     hopeless: set = set()  # (class, tenant, demand shape) that found no plan this cycle
     for demand in candidates[:MAX_PLANS_PER_CYCLE]:
         winner = requests[int(demand.id)]
-        priority, tenant = winner.priority, winner.tenant_id  # the class: demand.priority may carry an aging boost
+        priority, tenant = winner.priority, winner.tenant_id
         shape = (priority, tenant, replace(demand, id=""))
         if shape in hopeless:
             continue

@@ -58,22 +58,5 @@ def nodes_with_capacity() -> QuerySet[Node]:
     )
 
 
-def capacity_by_node() -> list[dict]:
-    """Per node: devices, cards allocated and free (zero free on a cordoned node). One query."""
-    return [
-        {
-            "node_id": node.pk,
-            "name": node.name,
-            "site": node.rack.site.name if node.rack else "",
-            "rack": node.rack.name if node.rack else "",
-            "schedulable": node.schedulable,
-            "devices": node.device_count,
-            "allocated": _cards(node.allocated_milli),
-            "free": _cards(node.free_milli if node.schedulable else 0),
-        }
-        for node in nodes_with_capacity().order_by("name")
-    ]
-
-
 def devices_with_relations() -> QuerySet[Device]:
     return Device.objects.select_related("node", "model__vendor")

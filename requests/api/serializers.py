@@ -341,11 +341,13 @@ class EventSerializer(serializers.ModelSerializer):
         fields = ["at", "actor", "from_state", "to_state", "code", "message", "data"]
 
 
-_LATER = {
-    "type": "object",
-    "nullable": True,
-    "description": "Filled once scheduling, provisioning and metering exist; null until then.",
-}
+class UsageSerializer(serializers.Serializer):
+    """What a request has used so far, all its allocations together, as metering counts it."""
+
+    card_hours = serializers.DecimalField(max_digits=14, decimal_places=4)
+    energy_kwh = serializers.FloatField(help_text="From the daily telemetry rollups (today's counts once rolled up).")
+    cost = serializers.DecimalField(max_digits=14, decimal_places=2)
+    currency = serializers.CharField()
 
 
 class RequestDetailSerializer(RequestSummarySerializer):
@@ -361,7 +363,7 @@ class RequestDetailSerializer(RequestSummarySerializer):
     allocation = serializers.SerializerMethodField()
     provisioning = serializers.SerializerMethodField()
     endpoint = serializers.SerializerMethodField()
-    usage = serializers.SerializerMethodField(method_name="filled_later")
+    usage = serializers.SerializerMethodField()
 
     class Meta(RequestSummarySerializer.Meta):
         fields = [
@@ -399,9 +401,10 @@ class RequestDetailSerializer(RequestSummarySerializer):
     def get_timeline(self, resource_request) -> list[dict]:
         return EventSerializer(selectors.timeline_of(resource_request), many=True).data
 
-    @extend_schema_field(_LATER)
-    def filled_later(self, _resource_request) -> None:
-        return None
+    @extend_schema_field(UsageSerializer(allow_null=True))
+    def get_usage(self, resource_request) -> dict | None:
+        usage = hooks.request_usage(resource_request) if hooks.request_usage else None
+        return None if usage is None else UsageSerializer(usage).data
 
     @extend_schema_field(
         {

@@ -12,7 +12,6 @@ from django_fsm import ConcurrentTransitionMixin, FSMField, transition
 from config.jsonvalues import as_stored
 from requests.choices import (
     CANCELLABLE_STATES,
-    PRIORITY_RANK,
     TERMINAL_STATES,
     EventCode,
     PriorityClass,
@@ -113,10 +112,6 @@ class ResourceRequest(ConcurrentTransitionMixin, models.Model):
     @property
     def is_cancellable(self) -> bool:
         return self.state in CANCELLABLE_STATES
-
-    @property
-    def priority_rank(self) -> int:
-        return PRIORITY_RANK[self.priority]
 
     @property
     def snapshot_intact(self) -> bool:

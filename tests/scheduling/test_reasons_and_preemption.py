@@ -1,4 +1,4 @@
-"""Crafted scenarios: one per pending reason code (code and numbers), preemption planning, degraded fallback."""
+"""Crafted scenarios: one per pending reason code (code and numbers), preemption planning, device health."""
 
 from scheduling.placement import (
     CAPACITY_IN_USE,
@@ -21,10 +21,10 @@ from scheduling.placement import (
 H100 = frozenset({"H100"})
 
 
-def node(name, n, model="H100", health=None, cpu=128000, mem=1 << 20, rack="r1"):
+def node(name, n, model="H100", health=None, cpu=128000, mem=1 << 20):
     health = health or {}
     devices = tuple(Device(j, model, health=health.get(j, "healthy")) for j in range(n))
-    return Node(name, cpu, mem, devices, domains={"rack": rack})
+    return Node(name, cpu, mem, devices)
 
 
 def pending_of(result, demand_id):
@@ -67,15 +67,6 @@ def test_topology_constraint_states_largest_block():
     assert "needs 8×H100 on one node" in p.message  # noqa: RUF001 and "largest free block is 6 on node r12-n04" in p.message
 
 
-def test_gang_needs_one_domain():
-    snapshot = Snapshot([node("a", 4, rack="r1"), node("b", 4, rack="r2")])
-    demand = Demand("g", count=4, models=H100, members=2, domain_level="rack")
-    p = pending_of(place(snapshot, [demand]), "g")
-    assert p.reason == TOPOLOGY_CONSTRAINT and p.numbers["members"] == 2
-    ok = place(Snapshot([node("a", 4, rack="r1"), node("b", 4, rack="r1"), node("c", 4, rack="r2")]), [demand])
-    assert sorted(b.node for b in ok.bindings) == ["a", "b"]
-
-
 def test_fragmentation():
     snapshot = Snapshot(
         [node("a", 2), node("b", 2)],
@@ -98,28 +89,16 @@ def test_higher_priority_ahead():
     assert [b.demand_id for b in place(snapshot, [big, small], backfill=True).bindings] == ["small"]
 
 
-def test_degraded_only_when_allowed_and_nothing_healthy_fits():
+def test_degraded_devices_are_not_used():
     snapshot = Snapshot([node("a", 2, health={0: DEGRADED}), node("b", 1)])
-    result = place(
-        snapshot,
-        [
-            Demand("d1", models=H100, allow_degraded=True),
-            Demand("d2", models=H100, allow_degraded=True),
-            Demand("d3", models=H100),
-        ],
-    )
-    bound = {b.demand_id: (b.node, b.devices, b.degraded) for b in result.bindings}
-    healthy_first = {bound["d1"][:2], bound["d2"][:2]}
-    assert healthy_first == {("a", ((1, 1000),)), ("b", ((0, 1000),))}
-    assert not bound["d1"][2] and not bound["d2"][2]
-    assert pending_of(result, "d3").reason == CAPACITY_IN_USE
-    result = place(snapshot, [Demand(f"d{k}", models=H100, allow_degraded=True) for k in range(3)])
-    assert [b.degraded for b in result.bindings] == [False, False, True]
+    result = place(snapshot, [Demand(f"d{k}", models=H100) for k in range(3)])
+    assert sorted((b.node, b.devices) for b in result.bindings) == [("a", ((1, 1000),)), ("b", ((0, 1000),))]
+    assert pending_of(result, "d2").reason == CAPACITY_IN_USE
 
 
 def test_isolated_never_used():
     snapshot = Snapshot([node("a", 2, health={0: ISOLATED})])
-    result = place(snapshot, [Demand("d1", models=H100, allow_degraded=True), Demand("d2", allow_degraded=True)])
+    result = place(snapshot, [Demand("d1", models=H100), Demand("d2")])
     assert [b.devices for b in result.bindings] == [((1, 1000),)]
 
 
