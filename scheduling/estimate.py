@@ -52,14 +52,19 @@ def placement_estimate(order, sizing) -> dict:
     if outcome is None:
         ahead = _queued(demand)
         return _estimate(demand, load_snapshot().snapshot, ahead, len(ahead), as_of=None)
-    snapshot = outcome.snapshot
     reservation = outcome.reservation
-    if reservation is not None and timezone.now() + timedelta(hours=order.duration_hours) > datetime.fromisoformat(
-        reservation["start"]
-    ):
-        snapshot = without_node(snapshot, reservation["node"])  # it would still run when the head is due there
+    delays = reservation is not None and timezone.now() + timedelta(
+        hours=order.duration_hours
+    ) > datetime.fromisoformat(reservation["start"])
     ahead_count = ResourceRequest.objects.filter(state=RequestState.QUEUED, priority__in=_classes_from(demand)).count()
-    return _estimate(demand, snapshot, _queued(demand, since_last_cycle=True), ahead_count, as_of=outcome.finished_at)
+    return _estimate(
+        demand,
+        outcome.snapshot,
+        _queued(demand, since_last_cycle=True),
+        ahead_count,
+        as_of=outcome.finished_at,
+        held=reservation if delays else None,
+    )
 
 
 def _classes_from(demand: placement.Demand) -> list[str]:
@@ -76,7 +81,7 @@ def _queued(demand: placement.Demand, since_last_cycle: bool = False) -> list[Re
     return queue_order(list(queued))
 
 
-def _estimate(demand, snapshot, ahead: list[ResourceRequest], ahead_count: int, as_of) -> dict:
+def _estimate(demand, snapshot, ahead: list[ResourceRequest], ahead_count: int, as_of, held=None) -> dict:
     freshness = {
         "as_of": None if as_of is None else as_of.isoformat(),
         "age_seconds": None if as_of is None else _age_seconds(as_of),
@@ -92,9 +97,7 @@ def _estimate(demand, snapshot, ahead: list[ResourceRequest], ahead_count: int, 
             "details": dict(never.numbers),
             **freshness,
         }
-    engine = placement.PlacementEngine(snapshot, workload=[demand])
-    engine.place([demand_of(request) for request in ahead])
-    outcome = engine.place_one(demand)
+    outcome = _place_behind(demand, snapshot, ahead, held)
     if isinstance(outcome, placement.Pending):
         return {
             "fits_now": False,
@@ -115,6 +118,31 @@ def _estimate(demand, snapshot, ahead: list[ResourceRequest], ahead_count: int, 
         "message": f"Fits now on {node}" + (f", after the {ahead_count} request(s) ahead." if ahead_count else "."),
         **freshness,
     }
+
+
+def _place_behind(demand, snapshot, ahead: list[ResourceRequest], held: dict | None):
+    """The order's binding (or why not) once the requests ahead are placed; `held` is the head's reservation when
+    the order would still run at its start: then the order stays off that node, as the cycle would keep it off."""
+    outcome = _engine_after(snapshot, demand, ahead).place_one(demand)
+    if held is None or isinstance(outcome, placement.Pending) or outcome[0].node != held["node"]:
+        return outcome
+    elsewhere = _engine_after(without_node(snapshot, held["node"]), demand, ahead).place_one(demand)
+    if not isinstance(elsewhere, placement.Pending):
+        return elsewhere
+    return placement.Pending(
+        demand.id,
+        placement.HIGHER_PRIORITY_AHEAD,
+        f"it would fit on {held['node']} now but still be running when request #{held['request_id']} is due to "
+        f"start there ({datetime.fromisoformat(held['start']):%Y-%m-%d %H:%M} UTC); it waits so that larger "
+        "request is not starved",
+        {"reserved_for": held["request_id"], "node": held["node"], "reserved_from": held["start"]},
+    )
+
+
+def _engine_after(snapshot, demand, ahead: list[ResourceRequest]) -> placement.PlacementEngine:
+    engine = placement.PlacementEngine(snapshot, workload=[demand])
+    engine.place([demand_of(request) for request in ahead])
+    return engine
 
 
 def _age_seconds(as_of: datetime) -> int:
