@@ -50,8 +50,9 @@ def placement_estimate(order, sizing) -> dict:
     demand = order_demand(order, sizing)
     outcome = last_outcome()
     if outcome is None:
-        ahead = _queued(demand)
-        return _estimate(demand, load_snapshot().snapshot, ahead, len(ahead), as_of=None)
+        snapshot = load_snapshot().snapshot
+        ahead = [] if placement.unplaceable(snapshot.nodes, demand) else _queued(demand)  # never fits: no queue
+        return _estimate(demand, snapshot, ahead, len(ahead), as_of=None)
     reservation = outcome.reservation
     delays = reservation is not None and timezone.now() + timedelta(
         hours=order.duration_hours
@@ -86,18 +87,17 @@ def _estimate(demand, snapshot, ahead: list[ResourceRequest], ahead_count: int, 
         "as_of": None if as_of is None else as_of.isoformat(),
         "age_seconds": None if as_of is None else _age_seconds(as_of),
     }
-    never = placement.unplaceable(snapshot.nodes, demand)
-    if never is not None:
+    outcome = _place_behind(demand, snapshot, ahead, held)
+    if isinstance(outcome, placement.Pending) and outcome.reason == placement.NO_MATCHING_SPEC:
         return {
             "fits_now": False,
             "never_fits": True,
             "queued_ahead": None,
-            "code": never.reason,
-            "message": _sentence(never.message),
-            "details": dict(never.numbers),
+            "code": outcome.reason,
+            "message": _sentence(outcome.message),
+            "details": dict(outcome.numbers),
             **freshness,
         }
-    outcome = _place_behind(demand, snapshot, ahead, held)
     if isinstance(outcome, placement.Pending):
         return {
             "fits_now": False,
@@ -140,8 +140,19 @@ def _place_behind(demand, snapshot, ahead: list[ResourceRequest], held: dict | N
 
 
 def _engine_after(snapshot, demand, ahead: list[ResourceRequest]) -> placement.PlacementEngine:
+    """The engine once the requests ahead took what fits them. Only their bindings matter here, so a shape that did
+    not fit is not tried again and nothing is diagnosed (the cycle will say why they wait)."""
     engine = placement.PlacementEngine(snapshot, workload=[demand])
-    engine.place([demand_of(request) for request in ahead])
+    failed = set()
+    for request in ahead:
+        queued = demand_of(request)
+        shape = (queued.count, queued.slice_profile, queued.models, queued.cpu_milli, queued.memory_mib)
+        if shape in failed:
+            continue
+        if engine.fits(queued):
+            engine.place_one(queued)
+        else:
+            failed.add(shape)
     return engine
 
 

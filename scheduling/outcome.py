@@ -35,10 +35,25 @@ def record_outcome(*, snapshot: placement.Snapshot, bindings, reservation, now: 
     )
 
 
+_decoded: dict[datetime, "Outcome"] = {}  # the last outcome this process read, by the time of its cycle
+
+
 def last_outcome() -> Outcome | None:
-    row = CycleOutcome.objects.filter(pk=CycleOutcome.SINGLETON).first()
-    if row is None:
+    """The last cycle's outcome as an engine snapshot. Decoding a thousand-node row costs more than the preview
+    itself, so each process keeps the one it decoded last and reads only the cycle's time while it is current."""
+    finished_at = CycleOutcome.objects.filter(pk=CycleOutcome.SINGLETON).values_list("finished_at", flat=True).first()
+    if finished_at is None:
         return None
+    if finished_at not in _decoded:
+        row = CycleOutcome.objects.filter(pk=CycleOutcome.SINGLETON).first()
+        if row is None:  # deleted in between
+            return None
+        _decoded.clear()
+        _decoded[finished_at] = _decode(row)  # a cycle that wrote in between is read on the next call
+    return _decoded[finished_at]
+
+
+def _decode(row: CycleOutcome) -> Outcome:
     nodes, used = [], []
     for entry in row.nodes:
         node = placement.Node(
