@@ -8,7 +8,7 @@ from django.utils import timezone
 
 from requests.choices import RequestState
 from requests.models import ResourceRequest
-from scheduling import cycle, placement
+from scheduling import cycle, estimate
 from scheduling.models import CycleOutcome
 from tests.scheduling import test_cycle
 from tests.scheduling.test_cycle import add_node, queued
@@ -45,16 +45,16 @@ def still_queued() -> ResourceRequest:
 
 @pytest.fixture
 def placed_demands(monkeypatch):
-    """How many demands each PlacementEngine.place call was given (the preview's work, whatever the clock says)."""
-    sizes = []
-    original = placement.PlacementEngine.place
+    """The queued requests the preview turned into engine demands (its work, whatever the clock says)."""
+    seen = []
+    original = estimate.demand_of
 
-    def counting(self, demands, *args, **kwargs):
-        sizes.append(len(demands))
-        return original(self, demands, *args, **kwargs)
+    def counting(request):
+        seen.append(request.pk)
+        return original(request)
 
-    monkeypatch.setattr(placement.PlacementEngine, "place", counting)
-    return sizes
+    monkeypatch.setattr(estimate, "demand_of", counting)
+    return seen
 
 
 def test_the_preview_does_not_place_again_what_the_last_cycle_saw(shop, team, api_as, placed_demands):
@@ -63,9 +63,9 @@ def test_the_preview_does_not_place_again_what_the_last_cycle_saw(shop, team, ap
     copies(first, 300)  # wait
     cycle.run_cycle()
     copies(still_queued(), 1)  # queued after the cycle: the preview places it ahead of the order
-    placed_demands.clear()
+    newcomer = ResourceRequest.objects.get(state=RequestState.QUEUED, queue_position__isnull=True)
     preview = api_as(team.developer).post(PREVIEW, order_body(shop, team), format="json").json()["placement"]
-    assert placed_demands == [1]
+    assert placed_demands == [newcomer.pk]
     assert (preview["fits_now"], preview["code"], preview["queued_ahead"]) == (False, "capacity_in_use", 301)
 
 
