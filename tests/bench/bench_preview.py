@@ -13,10 +13,11 @@ TITLE = "Order preview at a long queue"
 QUEUED = 10000
 DESCRIPTION = (
     f"`manage.py bench_preview --queued {QUEUED}`: the node list imported into PostgreSQL, {QUEUED} approved requests "
-    "of mixed shapes queued, scheduling cycles until that many still wait (each leaves its outcome: free capacity per node and the head-of-line "
-    "reservation), 50 more queued after it; then 200 placement estimates of orders of each shape, as the order form "
-    "asks on every change. Each estimate reads the last cycle's outcome and the requests queued since, never the "
-    "whole queue. Target: p95 at most 50 ms with 10,000 queued, a query count that does not grow with the queue."
+    "of mixed shapes queued, scheduling cycles until that many still wait (each leaves its outcome: free capacity per "
+    "node and the head-of-line reservation), 50 more queued after them; then 200 placement estimates of orders of each "
+    "shape, as the order form asks on every change. Each estimate reads the last cycle's outcome and the requests "
+    "queued since, never the whole queue. Target: p95 at most 50 ms with 10,000 queued, a query count that does not "
+    "grow with the queue."
 )
 
 
