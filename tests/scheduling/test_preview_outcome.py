@@ -125,4 +125,4 @@ def test_preview_query_count_does_not_grow_with_the_queue(shop, team, api_as, wa
     assert response.status_code == 200 and response.json()["placement"]["queued_ahead"] == waiting + 1
 
 
-PREVIEW_QUERIES = 30
+PREVIEW_QUERIES = 26  # the whole API preview (auth, catalog, quota, route, placement): the same at 3 or 1,001 queued
