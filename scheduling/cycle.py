@@ -28,6 +28,7 @@ from scheduling import backfill, placement, preemption
 from scheduling.allocations import adjust_device_shares
 from scheduling.choices import AllocationState, DeviceHealth
 from scheduling.models import Allocation, AllocationDevice, Device, Node
+from scheduling.outcome import record_outcome
 from scheduling.signals import cycle_finished, requests_allocated
 from tenancy.choices import QuotaDimension
 from tenancy.models import MonthlyUsage, ProjectQuota
@@ -321,7 +322,9 @@ def _commit_bindings(result, cluster: ClusterSnapshot, requests: dict[int, Resou
     return [request.pk for request, _, _ in placed]
 
 
-def _reserve_for_the_head(cluster: ClusterSnapshot, result, demands, requests, now, policy: str) -> None:
+def _reserve_for_the_head(
+    cluster: ClusterSnapshot, result, demands, requests, now, policy: str
+) -> backfill.Reservation | None:
     hours = {demand.id: requests[int(demand.id)].duration_hours for demand in demands}
     reservation = backfill.reserve_for_head(
         snapshot=cluster.snapshot,
@@ -334,6 +337,7 @@ def _reserve_for_the_head(cluster: ClusterSnapshot, result, demands, requests, n
     )
     if reservation is not None:
         backfill.hold_back_delaying(result, reservation, demands, hours, now)
+    return reservation
 
 
 def run_cycle(*, policy: str = "default") -> CycleResult:
@@ -382,6 +386,7 @@ def _cycle(policy: str) -> CycleResult:
             list(ResourceRequest.objects.select_for_update().filter(state=RequestState.QUEUED).order_by("pk"))
         )
         if not queue:
+            record_outcome(snapshot=load_snapshot().snapshot, bindings=[], reservation=None, now=now)
             return CycleResult(ran=True, preempted=carried.preempted, wakeups=wakeups)
         refused = _over_concurrency(queue)
         candidates = [request for request in queue if request.pk not in refused]
@@ -389,8 +394,9 @@ def _cycle(policy: str) -> CycleResult:
         demands = [demand_of(request) for request in candidates]
         result = placement.PlacementEngine(cluster.snapshot, policy, workload=demands).place(demands)
         by_id = {request.pk: request for request in queue}
-        _reserve_for_the_head(cluster, result, demands, by_id, now, policy)
+        reservation = _reserve_for_the_head(cluster, result, demands, by_id, now, policy)
         allocated = _commit_bindings(result, cluster, by_id, now)
+        record_outcome(snapshot=cluster.snapshot, bindings=result.bindings, reservation=reservation, now=now)
         reasons = {
             **refused,
             **{

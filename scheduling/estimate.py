@@ -1,12 +1,20 @@
-"""The order preview's "would it fit now?" (the queue ahead of the order is placed first, then the order) and the
-submission's "could it ever fit?" (against the inventory alone)."""
+"""The order preview's "would it fit now?" (against what the last cycle left, the requests queued since placed
+first, then the order) and the submission's "could it ever fit?" (against the inventory alone)."""
+
+from datetime import datetime, timedelta
+
+from django.utils import timezone
 
 from requests.choices import PRIORITY_RANK, RequestState
 from requests.models import ResourceRequest
 from scheduling import placement
 from scheduling.cycle import demand_of, load_inventory, load_snapshot, make_demand, queue_order
+from scheduling.outcome import last_outcome, without_node
 
 PREVIEW_ID = "preview"
+# Requests queued since the last cycle that a preview places ahead of the order. A cycle runs on every queued
+# request (and each minute), so more than this means one is due; the preview must not grow with the backlog.
+MAX_QUEUED_SINCE = 200
 
 
 def order_demand(order, sizing) -> placement.Demand:
@@ -34,45 +42,122 @@ def order_demand(order, sizing) -> placement.Demand:
 
 def placement_estimate(order, sizing) -> dict:
     """Whether the order fits now behind the queue ahead of it, or why not; `never_fits` when no node of the
-    inventory could hold it even empty (then the queue is not even looked at)."""
+    inventory could hold it even empty (then the queue is not even looked at).
+
+    Estimated against what the last cycle left (its free capacity and head-of-line reservation) plus the requests
+    queued since, so a preview costs the same few queries at any queue length; `as_of` and `age_seconds` say how
+    old that picture is. Before any cycle has run, the whole queue is placed as the cycle would."""
     demand = order_demand(order, sizing)
-    cluster = load_snapshot()
-    never = placement.unplaceable(cluster.snapshot.nodes, demand)
-    if never is not None:
+    outcome = last_outcome()
+    if outcome is None:
+        snapshot = load_snapshot().snapshot
+        ahead = [] if placement.unplaceable(snapshot.nodes, demand) else _queued(demand)  # never fits: no queue
+        return _estimate(demand, snapshot, ahead, len(ahead), as_of=None)
+    reservation = outcome.reservation
+    delays = reservation is not None and timezone.now() + timedelta(
+        hours=order.duration_hours
+    ) > datetime.fromisoformat(reservation["start"])
+    ahead_count = ResourceRequest.objects.filter(state=RequestState.QUEUED, priority__in=_classes_from(demand)).count()
+    return _estimate(
+        demand,
+        outcome.snapshot,
+        _queued(demand, since_last_cycle=True),
+        ahead_count,
+        as_of=outcome.finished_at,
+        held=reservation if delays else None,
+    )
+
+
+def _classes_from(demand: placement.Demand) -> list[str]:
+    """The priority classes that queue ahead of the demand (its own and higher)."""
+    return [name for name, rank in PRIORITY_RANK.items() if rank >= demand.priority]
+
+
+def _queued(demand: placement.Demand, since_last_cycle: bool = False) -> list[ResourceRequest]:
+    """The queued requests ahead of the demand in queue order; with `since_last_cycle`, only those no cycle has
+    seen yet (a cycle gives every request it leaves waiting a position), at most MAX_QUEUED_SINCE of them."""
+    queued = ResourceRequest.objects.filter(state=RequestState.QUEUED, priority__in=_classes_from(demand))
+    if since_last_cycle:
+        queued = queued.filter(queue_position__isnull=True).order_by("created_at", "pk")[:MAX_QUEUED_SINCE]
+    return queue_order(list(queued))
+
+
+def _estimate(demand, snapshot, ahead: list[ResourceRequest], ahead_count: int, as_of, held=None) -> dict:
+    freshness = {
+        "as_of": None if as_of is None else as_of.isoformat(),
+        "age_seconds": None if as_of is None else _age_seconds(as_of),
+    }
+    outcome = _place_behind(demand, snapshot, ahead, held)
+    if isinstance(outcome, placement.Pending) and outcome.reason == placement.NO_MATCHING_SPEC:
         return {
             "fits_now": False,
             "never_fits": True,
             "queued_ahead": None,
-            "code": never.reason,
-            "message": _sentence(never.message),
-            "details": dict(never.numbers),
+            "code": outcome.reason,
+            "message": _sentence(outcome.message),
+            "details": dict(outcome.numbers),
+            **freshness,
         }
-    ahead = [
-        request
-        for request in queue_order(list(ResourceRequest.objects.filter(state=RequestState.QUEUED)))
-        if PRIORITY_RANK[request.priority] >= demand.priority
-    ]
-    engine = placement.PlacementEngine(cluster.snapshot, workload=[demand])
-    engine.place([demand_of(request) for request in ahead])
-    outcome = engine.place_one(demand)
     if isinstance(outcome, placement.Pending):
         return {
             "fits_now": False,
             "never_fits": False,
-            "queued_ahead": len(ahead),
+            "queued_ahead": ahead_count,
             "code": outcome.reason,
-            "message": f"Would queue behind {len(ahead)} request(s): {outcome.message}.",
+            "message": f"Would queue behind {ahead_count} request(s): {outcome.message}.",
             "details": dict(outcome.numbers),
+            **freshness,
         }
     node = outcome[0].node
     return {
         "fits_now": True,
         "never_fits": False,
-        "queued_ahead": len(ahead),
+        "queued_ahead": ahead_count,
         "node": node,
         "code": None,
-        "message": f"Fits now on {node}" + (f", after the {len(ahead)} request(s) ahead." if ahead else "."),
+        "message": f"Fits now on {node}" + (f", after the {ahead_count} request(s) ahead." if ahead_count else "."),
+        **freshness,
     }
+
+
+def _place_behind(demand, snapshot, ahead: list[ResourceRequest], held: dict | None):
+    """The order's binding (or why not) once the requests ahead are placed; `held` is the head's reservation when
+    the order would still run at its start: then the order stays off that node, as the cycle would keep it off."""
+    outcome = _engine_after(snapshot, demand, ahead).place_one(demand)
+    if held is None or isinstance(outcome, placement.Pending) or outcome[0].node != held["node"]:
+        return outcome
+    elsewhere = _engine_after(without_node(snapshot, held["node"]), demand, ahead).place_one(demand)
+    if not isinstance(elsewhere, placement.Pending):
+        return elsewhere
+    return placement.Pending(
+        demand.id,
+        placement.HIGHER_PRIORITY_AHEAD,
+        f"it would fit on {held['node']} now but still be running when request #{held['request_id']} is due to "
+        f"start there ({datetime.fromisoformat(held['start']):%Y-%m-%d %H:%M} UTC); it waits so that larger "
+        "request is not starved",
+        {"reserved_for": held["request_id"], "node": held["node"], "reserved_from": held["start"]},
+    )
+
+
+def _engine_after(snapshot, demand, ahead: list[ResourceRequest]) -> placement.PlacementEngine:
+    """The engine once the requests ahead took what fits them. Only their bindings matter here, so a shape that did
+    not fit is not tried again and nothing is diagnosed (the cycle will say why they wait)."""
+    engine = placement.PlacementEngine(snapshot, workload=[demand])
+    failed = set()
+    for request in ahead:
+        queued = demand_of(request)
+        shape = (queued.count, queued.slice_profile, queued.models, queued.cpu_milli, queued.memory_mib)
+        if shape in failed:
+            continue
+        if engine.fits(queued):
+            engine.place_one(queued)
+        else:
+            failed.add(shape)
+    return engine
+
+
+def _age_seconds(as_of: datetime) -> int:
+    return max(0, int((timezone.now() - as_of).total_seconds()))
 
 
 def order_never_fits(order, sizing) -> dict | None:

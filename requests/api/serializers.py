@@ -230,8 +230,9 @@ class RequestPreviewSerializer(serializers.Serializer):
     placement = serializers.JSONField(
         allow_null=True,
         help_text="Whether it would fit now (fits_now, node, queued_ahead) or why not (code, message, "
-        "details); never_fits when no node of the inventory could ever hold it. Null until "
-        "scheduling estimates it.",
+        "details); never_fits when no node of the inventory could ever hold it. Estimated against the last "
+        "scheduling cycle's outcome plus the requests queued since: as_of is that cycle's time and age_seconds its "
+        "age (both null before any cycle ran, when the whole queue is placed). Null until scheduling estimates it.",
     )
 
 

@@ -51,7 +51,7 @@ class Command(BaseCommand):
         if not force and not str(connection.settings_dict["NAME"]).endswith("_bench"):
             raise CommandError("This adds thousands of rows: point DATABASE_URL at a *_bench database or pass --force.")
         call_command("import_inventory", str(nodes), verbosity=0)
-        queued = _queue(requests, seed)
+        queued = queue_requests(requests, seed)
         started = time.perf_counter()
         with CaptureQueriesContext(connection) as queries:
             result = run_cycle()
@@ -102,7 +102,7 @@ def _specs() -> list[tuple[ResourceSpec, int]]:
     return specs
 
 
-def _queue(count: int, seed: int) -> int:
+def queue_requests(count: int, seed: int) -> int:
     """Bulk-create `count` approved, queued requests whose snapshots are what submission would have frozen."""
     requester, _ = User.objects.get_or_create(username="bench-requester")
     tenant = Tenant.objects.filter(slug="bench").first() or tenant_create(name="Bench", slug="bench", actor=None)

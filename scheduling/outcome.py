@@ -1,0 +1,112 @@
+"""The last cycle's outcome, kept for the order preview: the cycle writes it in its own transaction (one row),
+the preview reads it back as an engine snapshot in one query, however long the queue is.
+
+The row holds each node with its devices and what is in use on it once the cycle committed (running allocations
+plus the bindings it made), summed per node: the engine only needs free capacity to place one more demand.
+"""
+
+from dataclasses import dataclass, replace
+from datetime import datetime
+
+from scheduling import placement
+from scheduling.models import CycleOutcome
+
+
+@dataclass(frozen=True)
+class Outcome:
+    finished_at: datetime
+    snapshot: placement.Snapshot
+    reservation: dict | None  # {"request_id", "node", "start"} of the head-of-line hold
+
+
+def record_outcome(*, snapshot: placement.Snapshot, bindings, reservation, now: datetime) -> None:
+    """Store what the engine would start the next preview from (one upsert)."""
+    row = CycleOutcome(
+        pk=CycleOutcome.SINGLETON,
+        finished_at=now,
+        nodes=_in_use(snapshot, bindings),
+        reservation=None
+        if reservation is None
+        else {"request_id": reservation.request_id, "node": reservation.node, "start": reservation.start.isoformat()},
+    )
+    # INSERT ... ON CONFLICT: one statement whether or not a cycle wrote the row before.
+    CycleOutcome.objects.bulk_create(
+        [row], update_conflicts=True, unique_fields=["id"], update_fields=["finished_at", "nodes", "reservation"]
+    )
+
+
+_decoded: dict[datetime, "Outcome"] = {}  # the last outcome this process read, by the time of its cycle
+
+
+def last_outcome() -> Outcome | None:
+    """The last cycle's outcome as an engine snapshot. Decoding a thousand-node row costs more than the preview
+    itself, so each process keeps the one it decoded last and reads only the cycle's time while it is current."""
+    finished_at = CycleOutcome.objects.filter(pk=CycleOutcome.SINGLETON).values_list("finished_at", flat=True).first()
+    if finished_at is None:
+        return None
+    if finished_at not in _decoded:
+        row = CycleOutcome.objects.filter(pk=CycleOutcome.SINGLETON).first()
+        if row is None:  # deleted in between
+            return None
+        _decoded.clear()
+        _decoded[finished_at] = _decode(row)  # a cycle that wrote in between is read on the next call
+    return _decoded[finished_at]
+
+
+def _decode(row: CycleOutcome) -> Outcome:
+    nodes, used = [], []
+    for entry in row.nodes:
+        node = placement.Node(
+            entry["name"],
+            entry["cpu_milli"],
+            entry["memory_mib"],
+            tuple(
+                placement.Device(index, *device[:5], slice_profiles=device[5])
+                for index, device in enumerate(entry["devices"])
+            ),
+            entry["domains"],
+            schedulable=entry["schedulable"],
+        )
+        nodes.append(node)
+        cpu, memory, devices = entry["in_use"]
+        if cpu or memory or devices:
+            used.append(placement.Allocation(f"in-use:{node.name}", node.name, tuple(map(tuple, devices)), cpu, memory))
+    return Outcome(row.finished_at, placement.Snapshot(nodes, used), row.reservation)
+
+
+def without_node(snapshot: placement.Snapshot, name: str) -> placement.Snapshot:
+    """The snapshot with one node closed to new work (the head of the queue holds it)."""
+    nodes = [replace(node, schedulable=False) if node.name == name else node for node in snapshot.nodes]
+    return placement.Snapshot(nodes, snapshot.allocations)
+
+
+def _in_use(snapshot: placement.Snapshot, bindings) -> list[dict]:
+    cpu, memory, shares = {}, {}, {}
+    for held in [*snapshot.allocations, *bindings]:
+        cpu[held.node] = cpu.get(held.node, 0) + held.cpu_milli
+        memory[held.node] = memory.get(held.node, 0) + held.memory_mib
+        on_node = shares.setdefault(held.node, {})
+        for index, milli in held.devices:
+            on_node[index] = on_node.get(index, 0) + milli
+    return [
+        {
+            "name": node.name,
+            "cpu_milli": node.cpu_milli,
+            "memory_mib": node.memory_mib,
+            "schedulable": node.schedulable,
+            "domains": dict(node.domains),
+            "devices": [
+                [
+                    device.model,
+                    device.vendor,
+                    device.memory_mib,
+                    device.capacity,
+                    device.health,
+                    dict(device.slice_profiles),
+                ]
+                for device in node.devices
+            ],
+            "in_use": [cpu.get(node.name, 0), memory.get(node.name, 0), sorted(shares.get(node.name, {}).items())],
+        }
+        for node in snapshot.nodes
+    ]

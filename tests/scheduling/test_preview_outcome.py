@@ -1,0 +1,128 @@
+"""The order preview estimates against what the last cycle left, not by placing the whole queue again."""
+
+import copy
+from datetime import timedelta
+
+import pytest
+from django.utils import timezone
+
+from requests.choices import RequestState
+from requests.models import ResourceRequest
+from scheduling import cycle, estimate
+from scheduling.models import CycleOutcome
+from tests.scheduling import test_cycle
+from tests.scheduling.test_cycle import add_node, queued
+
+pytestmark = pytest.mark.django_db
+shop, team = test_cycle.shop, test_cycle.team  # the fixtures of the cycle's tests
+PREVIEW = "/api/v1/requests/preview/"
+
+
+def order_body(shop, team, spec=None, duration_hours=10) -> dict:
+    return {
+        "service": shop.service.pk,
+        "project": team.project.pk,
+        "spec": (spec or shop.whole).pk,
+        "image": shop.image.pk,
+        "duration_hours": duration_hours,
+    }
+
+
+def copies(request: ResourceRequest, count: int) -> None:
+    """`count` more queued requests like `request` (same frozen snapshot), in one statement."""
+    template = ResourceRequest.objects.get(pk=request.pk)
+    rows = []
+    for _ in range(count):
+        row = copy.copy(template)
+        row.pk, row.queue_position, row.queue_reason = None, None, {}  # not seen by a cycle yet
+        rows.append(row)
+    ResourceRequest.objects.bulk_create(rows)
+
+
+def still_queued() -> ResourceRequest:
+    return ResourceRequest.objects.filter(state=RequestState.QUEUED).first()
+
+
+@pytest.fixture
+def placed_demands(monkeypatch):
+    """The queued requests the preview turned into engine demands (its work, whatever the clock says)."""
+    seen = []
+    original = estimate.demand_of
+
+    def counting(request):
+        seen.append(request.pk)
+        return original(request)
+
+    monkeypatch.setattr(estimate, "demand_of", counting)
+    return seen
+
+
+def test_the_preview_does_not_place_again_what_the_last_cycle_saw(shop, team, api_as, placed_demands):
+    add_node(shop.accelerator, name="only", cards=2)
+    first = queued(shop, team)  # takes both cards
+    copies(first, 300)  # wait
+    cycle.run_cycle()
+    copies(still_queued(), 1)  # queued after the cycle: the preview places it ahead of the order
+    newcomer = ResourceRequest.objects.get(state=RequestState.QUEUED, queue_position__isnull=True)
+    preview = api_as(team.developer).post(PREVIEW, order_body(shop, team), format="json").json()["placement"]
+    assert placed_demands == [newcomer.pk]
+    assert (preview["fits_now"], preview["code"], preview["queued_ahead"]) == (False, "capacity_in_use", 301)
+
+
+def test_the_preview_says_how_old_its_picture_is(shop, team, api_as, client):
+    add_node(shop.accelerator, name="only", cards=2)
+    body = order_body(shop, team)
+    before = api_as(team.developer).post(PREVIEW, body, format="json").json()["placement"]
+    assert (before["fits_now"], before["as_of"], before["age_seconds"]) == (True, None, None)  # no cycle yet
+    cycle.run_cycle()
+    CycleOutcome.objects.update(finished_at=timezone.now() - timedelta(seconds=42))
+    after = api_as(team.developer).post(PREVIEW, body, format="json").json()["placement"]
+    assert after["fits_now"] is True and after["node"] == "only"
+    assert 42 <= after["age_seconds"] < 60 and after["as_of"]
+    client.force_login(team.developer)
+    form = {**body, "priority": "standard", "environment": "development", "justification": "", "over_quota": "reject"}
+    page = client.post(f"/order/{shop.service.slug}/preview/", form).content.decode()
+    assert "as of the last cycle, 4" in page  # 42 s or a little more
+
+
+def test_the_preview_counts_what_the_cycle_placed(shop, team, api_as):
+    add_node(shop.accelerator, name="only", cards=2)
+    queued(shop, team)
+    cycle.run_cycle()  # the request now holds both cards
+    preview = api_as(team.developer).post(PREVIEW, order_body(shop, team), format="json").json()["placement"]
+    assert (preview["fits_now"], preview["code"], preview["queued_ahead"]) == (False, "capacity_in_use", 0)
+
+
+def test_the_preview_respects_the_head_of_line_reservation(shop, team, api_as):
+    """Two cards, one slice running for 5 hours: a two-card request waits for it (the head holds the node from
+    then on); a 10-hour slice would still run then, a 1-hour one would not."""
+    add_node(shop.accelerator, name="only", cards=2)
+    queued(shop, team, spec=shop.sliced, duration_hours=5)
+    cycle.run_cycle()
+    queued(shop, team)  # two cards: waits for the slice
+    cycle.run_cycle()
+    assert CycleOutcome.objects.get().reservation["node"] == "only"
+    long, short = (
+        api_as(team.developer)
+        .post(PREVIEW, order_body(shop, team, spec=shop.sliced, duration_hours=hours), format="json")
+        .json()["placement"]
+        for hours in (10, 1)
+    )
+    assert (long["fits_now"], long["code"], long["details"]["node"]) == (False, "higher_priority_ahead", "only")
+    assert short["fits_now"] is True
+
+
+@pytest.mark.parametrize("waiting", [2, 1000])
+def test_preview_query_count_does_not_grow_with_the_queue(shop, team, api_as, waiting, django_assert_max_num_queries):
+    add_node(shop.accelerator, name="only", cards=2)
+    first = queued(shop, team)
+    copies(first, waiting)
+    cycle.run_cycle()
+    copies(still_queued(), 1)  # one queued since the cycle
+    client = api_as(team.developer)
+    with django_assert_max_num_queries(PREVIEW_QUERIES):
+        response = client.post(PREVIEW, order_body(shop, team), format="json")
+    assert response.status_code == 200 and response.json()["placement"]["queued_ahead"] == waiting + 1
+
+
+PREVIEW_QUERIES = 26  # the whole API preview (auth, catalog, quota, route, placement): the same at 3 or 1,001 queued
