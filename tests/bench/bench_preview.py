@@ -1,13 +1,6 @@
 """The order preview's placement estimate at a long queue, on the openb inventory (or the synthetic one)."""
 
-import json
-import tempfile
-from io import StringIO
-from pathlib import Path
-
-from django.core.management import call_command
-
-from tests.bench.bench_scheduler import OPENB_NODES, synthetic_nodes
+from tests.bench.bench_scheduler import run_on_inventory
 
 TITLE = "Order preview at a long queue"
 QUEUED = 10000
@@ -22,9 +15,4 @@ DESCRIPTION = (
 
 
 def run() -> list[dict]:
-    with tempfile.TemporaryDirectory() as tmp:
-        nodes = OPENB_NODES if OPENB_NODES.exists() else synthetic_nodes(Path(tmp))
-        out = StringIO()
-        call_command("bench_preview", nodes=nodes, queued=QUEUED, as_json=True, stdout=out)
-    report = json.loads(out.getvalue())
-    return [{"inventory": "openb (1,213 nodes, 6,212 GPUs)" if nodes == OPENB_NODES else "synthetic", **report}]
+    return run_on_inventory("bench_preview", queued=QUEUED)

@@ -39,10 +39,16 @@ def synthetic_nodes(directory: Path) -> Path:
     return path
 
 
-def run() -> list[dict]:
+def run_on_inventory(command: str, **options) -> list[dict]:
+    """A bench command's JSON report on the openb node list, or on the synthetic one when shared/ is not beside
+    the checkout."""
     with tempfile.TemporaryDirectory() as tmp:
         nodes = OPENB_NODES if OPENB_NODES.exists() else synthetic_nodes(Path(tmp))
         out = StringIO()
-        call_command("bench_scheduler", nodes=nodes, requests=REQUESTS, as_json=True, stdout=out)
+        call_command(command, nodes=nodes, as_json=True, stdout=out, **options)
     report = json.loads(out.getvalue())
     return [{"inventory": "openb (1,213 nodes, 6,212 GPUs)" if nodes == OPENB_NODES else "synthetic", **report}]
+
+
+def run() -> list[dict]:
+    return run_on_inventory("bench_scheduler", requests=REQUESTS)

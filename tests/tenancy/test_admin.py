@@ -6,7 +6,7 @@ import pytest
 from django.contrib.admin.helpers import ACTION_CHECKBOX_NAME
 
 from tenancy import services
-from tenancy.choices import ROLE_PERMISSIONS, ProjectPermission, Role
+from tenancy.choices import ROLE_PERMISSIONS, ProjectPermission, QuotaDimension, Role
 from tenancy.models import AuditEvent, Membership, Project, ProjectQuota, User
 from tests import factories
 from tests.admin_pages import as_posted
@@ -240,17 +240,7 @@ def test_bulk_delete_including_a_lead_membership_deletes_nothing(operator_client
 
 # --- The priority entitlement (operators only) --------------------------------------------------------------
 
-QUOTA_FORM = {
-    dimension: ""
-    for dimension in (
-        "gpus",
-        "accelerator_memory_gb",
-        "cpu_cores",
-        "memory_gb",
-        "concurrent_tasks",
-        "monthly_card_hours",
-    )
-}
+QUOTA_FORM = {dimension: "" for dimension in QuotaDimension.values}  # every limit left empty (unlimited)
 
 
 def test_operator_changes_the_priority_entitlement_audited(operator_client, roles):

@@ -13,6 +13,7 @@ from requests.choices import ApprovalSubject, ApproverSource
 from requests.models import ApprovalPolicy, ApprovalRule, ApprovalRuleStage
 from scheduling.choices import HealthAction, HealthSource
 from scheduling.models import HealthRule, PreemptionRule
+from tenancy.choices import QuotaDimension
 from tenancy.models import AuditEvent, ProjectQuota
 from tests import factories
 from tests.admin_pages import as_posted, changelist_as_posted
@@ -203,17 +204,7 @@ def test_operators_retire_catalog_rows_rather_than_delete_them(console):
 
 QUOTA_FORM = {
     "max_priority": "standard",
-    **{
-        dimension: ""
-        for dimension in (
-            "gpus",
-            "accelerator_memory_gb",
-            "cpu_cores",
-            "memory_gb",
-            "concurrent_tasks",
-            "monthly_card_hours",
-        )
-    },
+    **{dimension: "" for dimension in QuotaDimension.values},
 }
 
 
