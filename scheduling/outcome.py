@@ -64,7 +64,6 @@ def _decode(row: CycleOutcome) -> Outcome:
                 placement.Device(index, *device[:5], slice_profiles=device[5])
                 for index, device in enumerate(entry["devices"])
             ),
-            entry["domains"],
             schedulable=entry["schedulable"],
         )
         nodes.append(node)
@@ -94,7 +93,6 @@ def _in_use(snapshot: placement.Snapshot, bindings) -> list[dict]:
             "cpu_milli": node.cpu_milli,
             "memory_mib": node.memory_mib,
             "schedulable": node.schedulable,
-            "domains": dict(node.domains),
             "devices": [
                 [
                     device.model,
