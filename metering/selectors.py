@@ -11,7 +11,7 @@ from functools import reduce
 
 from django.conf import settings
 from django.db.models import Count, DecimalField, F, Max, OuterRef, Q, QuerySet, Subquery, Sum, Value
-from django.db.models.functions import Cast, Coalesce, TruncMonth
+from django.db.models.functions import Cast, Coalesce, Least, TruncMonth
 from django.utils import timezone
 
 from catalog.models import AcceleratorModel, BareMetalProfile, ResourceSpec
@@ -21,7 +21,7 @@ from metering.expressions import card_hours, cost, overlapping, share_of_allocat
 from metering.models import BudgetAlert, DailyUsage, TokenUsage
 from metering.periods import Period, days_of_month, first_of_month, month_period, months, next_month
 from metering.telemetry import Binding
-from requests.choices import RequestState
+from requests.choices import RUNNING_STATES, RequestState
 from requests.models import RequestEvent, ResourceRequest
 from requests.quota import usage_by_project
 from scheduling.models import Allocation, AllocationDevice
@@ -235,10 +235,9 @@ def card_hours_by_project(*, periods: list[Period], now=None) -> dict[tuple[int,
     }
 
 
-def metered_card_hours_of_request():
-    """Card-hours metered so far for the ResourceRequest named by OuterRef("pk"), all its allocations together:
-    the expression admission uses (through requests.hooks) to count only the remainder of running work."""
-    now = timezone.now()
+def _metered_card_hours_of_request(now: datetime):
+    """Card-hours metered up to `now` for the ResourceRequest named by OuterRef("pk"), all its allocations
+    together."""
     return Cast(
         Subquery(
             Allocation.objects.filter(request=OuterRef("pk"))
@@ -251,9 +250,22 @@ def metered_card_hours_of_request():
     )
 
 
+def running_card_hours_by_project(*, now=None) -> dict[int, Decimal]:
+    """{project id: card-hours} that requests still running have metered so far, each up to its own committed
+    card-hours: the part of their demand the ledger already holds, so admission counts only the rest."""
+    metered = Least(F("card_hours"), Coalesce(_metered_card_hours_of_request(now or timezone.now()), Decimal(0)))
+    rows = (
+        ResourceRequest.objects.filter(state__in=RUNNING_STATES)
+        .values("project_id")
+        .annotate(hours=Sum(metered))
+        .values_list("project_id", "hours")
+    )
+    return {project_id: _decimal(hours, CARD_HOURS_PLACES) for project_id, hours in rows}
+
+
 def request_usage(resource_request: ResourceRequest, *, now=None) -> dict | None:
     """Card-hours, cost and energy of one request so far, all its allocations together (two queries); None while it
-    never held an allocation. Registered as requests.hooks.request_usage."""
+    never held an allocation. Registered as requests.hooks.REQUEST_USAGE."""
     now = now or timezone.now()
     bound = Allocation.objects.filter(request=resource_request).aggregate(
         allocations=Count("pk"),

@@ -19,7 +19,7 @@ from metering.choices import BUDGET_THRESHOLDS, BudgetLevel
 from metering.models import BudgetAlert, DailyUsage, HistogramBucket, TelemetrySample
 from metering.periods import first_of_month, midnight, month_period
 from metering.telemetry import Reading, driver_for
-from requests.choices import RequestState
+from requests.choices import RUNNING_STATES
 from requests.models import ResourceRequest
 from requests.services import request_release
 from scheduling.choices import AllocationState
@@ -28,8 +28,6 @@ from tenancy.models import MonthlyUsage, Project
 from tenancy.services import audit_record
 
 logger = logging.getLogger(__name__)
-
-RUNNING_STATES = (RequestState.ALLOCATED, RequestState.PROVISIONING, RequestState.ACTIVE)
 
 
 # --- Telemetry ------------------------------------------------------------------------------------------------
@@ -165,15 +163,25 @@ def telemetry_prune(*, now: datetime | None = None) -> int:
 @transaction.atomic
 def ledger_refresh(*, months: list[date], now: datetime | None = None) -> int:
     """Recompute tenancy.MonthlyUsage (card-hours per project and month, running allocations up to now) for the
-    given months from the allocations, and store it; returns the rows written."""
+    given months from the allocations, and store it; returns the rows written. The current month's rows also get
+    what running requests have metered so far (`running_card_hours`), as of the same `now`."""
+    now = now or timezone.now()
+    this_month = first_of_month(now.date())
     periods = {month_period(month).label: first_of_month(month) for month in months}
     hours = selectors.card_hours_by_project(periods=[month_period(month) for month in periods.values()], now=now)
-    rows = [
-        MonthlyUsage(project_id=project_id, month=periods[label], card_hours=value)
+    running = selectors.running_card_hours_by_project(now=now) if this_month in periods.values() else {}
+    rows = {
+        (project_id, periods[label]): MonthlyUsage(project_id=project_id, month=periods[label], card_hours=value)
         for (project_id, label), value in hours.items()
-    ]
+    }
+    for project_id, value in running.items():
+        rows.setdefault((project_id, this_month), MonthlyUsage(project_id=project_id, month=this_month))
+        rows[project_id, this_month].running_card_hours = value
     MonthlyUsage.objects.bulk_create(
-        rows, update_conflicts=True, unique_fields=["project", "month"], update_fields=["card_hours", "updated_at"]
+        rows.values(),
+        update_conflicts=True,
+        unique_fields=["project", "month"],
+        update_fields=["card_hours", "running_card_hours", "updated_at"],
     )
     return len(rows)
 

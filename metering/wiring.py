@@ -38,14 +38,13 @@ def connect() -> None:
 
     from config import metrics
     from metering.metrics import MeteringCollector
-    from metering.selectors import metered_card_hours_of_request, request_usage, rightsizing_advice
+    from metering.selectors import request_usage, rightsizing_advice
     from requests import hooks
     from requests.signals import request_preempted, request_releasing
     from scheduling.signals import cycle_finished
 
-    hooks.metered_card_hours = metered_card_hours_of_request
-    hooks.rightsizing_advice = rightsizing_advice
-    hooks.request_usage = request_usage
+    hooks.register(hooks.RIGHTSIZING_ADVICE, rightsizing_advice)
+    hooks.register(hooks.REQUEST_USAGE, request_usage)
     metrics.register(MeteringCollector())
     request_releasing.connect(refresh_usage_after_release, dispatch_uid="metering.usage_on_release")
     request_preempted.connect(refresh_usage_after_release, dispatch_uid="metering.usage_on_preemption")

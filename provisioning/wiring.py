@@ -40,8 +40,8 @@ def connect() -> None:
     from scheduling import hooks as scheduling_hooks
     from scheduling.signals import requests_allocated
 
-    request_hooks.provisioning_details = provisioning_details
-    request_hooks.endpoint_details = endpoint_details
+    request_hooks.register(request_hooks.PROVISIONING_DETAILS, provisioning_details)
+    request_hooks.register(request_hooks.ENDPOINT_DETAILS, endpoint_details)
     scheduling_hooks.release_teardown = teardown_start
     metrics.register(ProvisioningCollector())
     requests_allocated.connect(start_runs, dispatch_uid="provisioning.start_on_allocation")

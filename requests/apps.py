@@ -32,7 +32,10 @@ class RequestsConfig(AppConfig):
 
     def ready(self):
         _hide_from_drf_compat()
+        from django.core import checks
+
         from requests import approvals
+        from requests.checks import check_hooks_registered
         from requests.extensions import ExtensionApprovals
         from requests.models import QuotaChangeRequest, RequestExtension, ResourceRequest
         from requests.quota import usage_by_project
@@ -48,6 +51,7 @@ class RequestsConfig(AppConfig):
         hooks.project_usage_provider = usage_by_project
         quota_changed.connect(readmit_on_quota_change, dispatch_uid="requests.readmit_on_quota_change")
         post_migrate.connect(ensure_schedules, sender=self, dispatch_uid="requests.ensure_schedules")
+        checks.register(check_hooks_registered)
 
 
 def _hide_from_drf_compat():

@@ -34,6 +34,8 @@ COMMITTED_STATES = frozenset(
         RequestState.RELEASING,
     }
 )
+# States of a request holding devices and metering: what it metered so far is in the quota ledger already.
+RUNNING_STATES = frozenset({RequestState.ALLOCATED, RequestState.PROVISIONING, RequestState.ACTIVE})
 CANCELLABLE_STATES = frozenset(
     {
         RequestState.SUBMITTED,

@@ -1,9 +1,11 @@
 """Quota arithmetic: what an order demands, what a project (and its tenant) already uses, what is left.
 
 Usage = requests in committed states (pending approval through releasing) plus, for card-hours, what the
-quota ledger says was metered this month and what committed work will still use: all of a request not running
-yet, the unmetered remainder of a running one, so nothing counts twice. Callers that decide on admission hold row
-locks on the tenant and project (see `lock_quota_scope`) so that concurrent submissions see each other's demand.
+quota ledger says was metered this month and what committed work will still use: the demand of every committed
+request not being released, less what the running ones have metered already (the ledger's `running_card_hours`),
+so nothing counts twice. Only the ledger is read, so the arithmetic is the same whichever apps are installed.
+Callers that decide on admission hold row locks on the tenant and project (see `lock_quota_scope`) so that
+concurrent submissions see each other's demand.
 """
 
 from collections.abc import Iterable
@@ -11,11 +13,10 @@ from dataclasses import asdict, dataclass, replace
 from datetime import date
 from decimal import Decimal
 
-from django.db.models import Case, Count, DecimalField, F, Sum, When
-from django.db.models.functions import Coalesce, Greatest
+from django.db.models import Count, Q, Sum
+from django.db.models.functions import Coalesce
 from django.utils import timezone
 
-from requests import hooks
 from requests.choices import COMMITTED_STATES, RequestState
 from requests.models import ResourceRequest
 from tenancy.choices import QuotaDimension
@@ -134,23 +135,9 @@ def month_start(today: date | None = None) -> date:
     return (today or timezone.now().date()).replace(day=1)
 
 
-RUNNING_STATES = (RequestState.ALLOCATED, RequestState.PROVISIONING, RequestState.ACTIVE)
-
-
-def _projected_card_hours():
-    """Committed card-hours not metered yet. With metering installed (hooks.metered_card_hours): the whole demand of
-    a request not running yet, the unmetered remainder of a running one, nothing of one being released (what it
-    used is in the ledger). Without metering, every committed request counts whole."""
-    if hooks.metered_card_hours is None:
-        return Coalesce(Sum("card_hours"), ZERO)
-    remainder = Greatest(F("card_hours") - Coalesce(hooks.metered_card_hours(), ZERO), ZERO)
-    still_to_use = Case(
-        When(state__in=RUNNING_STATES, then=remainder),
-        When(state=RequestState.RELEASING, then=ZERO),
-        default=F("card_hours"),
-        output_field=DecimalField(max_digits=24, decimal_places=8),
-    )
-    return Coalesce(Sum(still_to_use), ZERO)
+def _committed_card_hours():
+    """The demand of committed requests, except those being released: what they used is in the ledger already."""
+    return Coalesce(Sum("card_hours", filter=~Q(state=RequestState.RELEASING)), ZERO)
 
 
 def _committed_totals() -> dict:
@@ -161,7 +148,7 @@ def _committed_totals() -> dict:
         "cpu_cores": Coalesce(Sum("cpu_cores"), 0),
         "memory_gb": Coalesce(Sum("memory_gb"), 0),
         "concurrent_tasks": Count("id"),
-        "projected_card_hours": _projected_card_hours(),
+        "committed_card_hours": _committed_card_hours(),
     }
 
 
@@ -171,13 +158,26 @@ _NOTHING_COMMITTED = {
     "cpu_cores": 0,
     "memory_gb": 0,
     "concurrent_tasks": 0,
-    "projected_card_hours": ZERO,
+    "committed_card_hours": ZERO,
 }
 
+_NOTHING_METERED = {"card_hours": ZERO, "running_card_hours": ZERO}
 
-def _usage(committed: dict, metered: Decimal) -> dict[str, Decimal | int]:
-    usage = {key: value for key, value in committed.items() if key != "projected_card_hours"}
-    usage[D.MONTHLY_CARD_HOURS] = (metered + committed["projected_card_hours"]).quantize(CARD_HOUR_PRECISION)
+
+def _metered_totals() -> dict:
+    return {
+        "card_hours": Coalesce(Sum("card_hours"), ZERO),
+        "running_card_hours": Coalesce(Sum("running_card_hours"), ZERO),
+    }
+
+
+def _usage(committed: dict, metered: dict) -> dict[str, Decimal | int]:
+    """Committed sums, with this month's card-hours: metered so far plus what committed work will still use."""
+    usage = {key: value for key, value in committed.items() if key != "committed_card_hours"}
+    # A request released since the ledger's refresh leaves its metered hours in `running_card_hours` until the next
+    # one (its release triggers it); never let that count below nothing still to come.
+    still_to_use = max(committed["committed_card_hours"] - metered["running_card_hours"], ZERO)
+    usage[D.MONTHLY_CARD_HOURS] = (metered["card_hours"] + still_to_use).quantize(CARD_HOUR_PRECISION)
     return usage
 
 
@@ -187,8 +187,8 @@ def usage_of(project_ids: list[int]) -> dict[str, Decimal | int]:
         **_committed_totals()
     )
     metered = MonthlyUsage.objects.filter(project_id__in=project_ids, month=month_start()).aggregate(
-        hours=Coalesce(Sum("card_hours"), ZERO)
-    )["hours"]
+        **_metered_totals()
+    )
     return _usage(committed, metered)
 
 
@@ -200,13 +200,13 @@ def _usage_grouped_by(key: str, ids: list[int]) -> dict[int, dict[str, Decimal |
         .values(key)
         .annotate(**_committed_totals())
     }
-    metered = dict(
-        MonthlyUsage.objects.filter(**{f"{key}__in": ids}, month=month_start())
+    metered = {
+        row.pop(key): row
+        for row in MonthlyUsage.objects.filter(**{f"{key}__in": ids}, month=month_start())
         .values(key)
-        .annotate(hours=Sum("card_hours"))
-        .values_list(key, "hours")
-    )
-    return {pk: _usage(committed.get(pk, _NOTHING_COMMITTED), metered.get(pk, ZERO)) for pk in ids}
+        .annotate(**_metered_totals())
+    }
+    return {pk: _usage(committed.get(pk, _NOTHING_COMMITTED), metered.get(pk, _NOTHING_METERED)) for pk in ids}
 
 
 def usage_by_project(project_ids: list[int]) -> dict[int, dict[str, Decimal | int]]:

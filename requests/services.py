@@ -159,7 +159,7 @@ def request_preview(*, order: Order, requester: User, over_quota: str = OverQuot
         "fits_quota": not reasons,
         "quota_reasons": reasons,
         "approval_route": approvals.route_for(facts).as_data(),
-        "placement": hooks.placement_estimate(order, sizing) if hooks.placement_estimate else None,
+        "placement": hooks.ask(hooks.PLACEMENT_ESTIMATE, order, sizing),
     }
 
 
@@ -260,7 +260,7 @@ def _priority_beyond_entitlement(order: Order, over_quota: str) -> dict | None:
 
 def _never_fits(order: Order, sizing, if_unplaceable: str) -> dict | None:
     """Why no node could ever hold the order, or None; refused here when the order asked for that."""
-    never_fits = hooks.order_never_fits(order, sizing) if hooks.order_never_fits else None
+    never_fits = hooks.ask(hooks.ORDER_NEVER_FITS, order, sizing)
     if never_fits and if_unplaceable == IfUnplaceable.REFUSE:
         raise Unplaceable(never_fits["message"], code=never_fits["code"], details=never_fits["details"])
     return never_fits

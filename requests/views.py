@@ -113,7 +113,7 @@ def _preview(request, form) -> dict:
         data = services.request_preview(order=order, requester=request.user, over_quota=form.cleaned_data["over_quota"])
     except DomainError as error:
         return {"refusal": error}
-    advice = hooks.rightsizing_advice(request.user, order.project, order.spec) if hooks.rightsizing_advice else []
+    advice = hooks.ask(hooks.RIGHTSIZING_ADVICE, request.user, order.project, order.spec) or []
     return {"data": data, "rightsizing": advice}
 
 
@@ -167,8 +167,8 @@ def request_detail_context(request, resource_request) -> dict:
         "r": resource_request,
         "timeline": selectors.timeline_of(resource_request),
         "approval": selectors.approval_of(resource_request),
-        "allocation": hooks.allocation_details(resource_request) if hooks.allocation_details else None,
-        "endpoint": hooks.endpoint_details(resource_request) if hooks.endpoint_details else None,
+        "allocation": hooks.ask(hooks.ALLOCATION_DETAILS, resource_request),
+        "endpoint": hooks.ask(hooks.ENDPOINT_DETAILS, resource_request),
         **_provisioning_context(resource_request),
         "can_cancel": resource_request.is_cancellable and services.can_cancel(request.user, resource_request),
         "can_release": holding and services.can_release(request.user, resource_request),
@@ -188,7 +188,7 @@ def request_provisioning(request, pk):
 def request_endpoint_health(request, pk):
     """A serving endpoint's replica health and tokens alone, polled by the request page."""
     resource_request = selectors.request_get(user=request.user, pk=pk)
-    endpoint = hooks.endpoint_details(resource_request) if hooks.endpoint_details else None
+    endpoint = hooks.ask(hooks.ENDPOINT_DETAILS, resource_request)
     if endpoint is None:
         raise Http404("This request has no endpoint.")
     return render(request, "requests/_endpoint_health.html", {"r": resource_request, "endpoint": endpoint})
@@ -196,7 +196,7 @@ def request_endpoint_health(request, pk):
 
 def _provisioning_context(resource_request) -> dict:
     return {
-        "provisioning": hooks.provisioning_details(resource_request) if hooks.provisioning_details else None,
+        "provisioning": hooks.ask(hooks.PROVISIONING_DETAILS, resource_request),
         "live": resource_request.state in LIVE_STATES,
     }
 

@@ -41,9 +41,9 @@ def connect() -> None:
     from scheduling.metrics import SchedulerCollector
     from scheduling.signals import health_changed
 
-    hooks.allocation_details = allocation_details
-    hooks.placement_estimate = placement_estimate
-    hooks.order_never_fits = order_never_fits
+    hooks.register(hooks.ALLOCATION_DETAILS, allocation_details)
+    hooks.register(hooks.PLACEMENT_ESTIMATE, placement_estimate)
+    hooks.register(hooks.ORDER_NEVER_FITS, order_never_fits)
     metrics.register(SchedulerCollector())
     request_queued.connect(trigger_cycle, dispatch_uid="scheduling.cycle_on_queue")
     health_changed.connect(trigger_cycle, dispatch_uid="scheduling.cycle_on_health")

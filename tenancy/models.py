@@ -194,12 +194,21 @@ class AuditEvent(models.Model):
 class MonthlyUsage(models.Model):
     """The quota ledger: card-hours metered per project and calendar month (metering keeps it current).
 
-    Admission reads it for the monthly card-hours dimension, so the request workflow never imports metering.
+    Admission reads it for the monthly card-hours dimension, so the request workflow never imports metering and
+    counts the same whichever apps are installed: the month's metered card-hours, plus the committed demand of
+    the project's requests less what running ones have metered already (`running_card_hours`).
     """
 
     project = models.ForeignKey(Project, on_delete=models.CASCADE, related_name="monthly_usage")
     month = models.DateField(help_text="First day of the month.")
     card_hours = models.DecimalField(max_digits=14, decimal_places=4, default=Decimal(0))
+    running_card_hours = models.DecimalField(
+        max_digits=14,
+        decimal_places=4,
+        default=Decimal(0),
+        help_text="What the project's requests still running have metered so far, each up to its own card-hours "
+        "(current month only): the part of their demand already in card_hours.",
+    )
     updated_at = models.DateTimeField(auto_now=True)
 
     class Meta:
@@ -208,6 +217,7 @@ class MonthlyUsage(models.Model):
             models.UniqueConstraint(fields=["project", "month"], name="one_usage_row_per_project_month"),
             models.CheckConstraint(condition=Q(month__day=1), name="usage_month_is_first_day"),
             models.CheckConstraint(condition=Q(card_hours__gte=0), name="usage_card_hours_non_negative"),
+            models.CheckConstraint(condition=Q(running_card_hours__gte=0), name="usage_running_hours_non_negative"),
         ]
 
     def __str__(self):

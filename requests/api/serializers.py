@@ -404,7 +404,7 @@ class RequestDetailSerializer(RequestSummarySerializer):
 
     @extend_schema_field(UsageSerializer(allow_null=True))
     def get_usage(self, resource_request) -> dict | None:
-        usage = hooks.request_usage(resource_request) if hooks.request_usage else None
+        usage = hooks.ask(hooks.REQUEST_USAGE, resource_request)
         return None if usage is None else UsageSerializer(usage).data
 
     @extend_schema_field(
@@ -417,7 +417,7 @@ class RequestDetailSerializer(RequestSummarySerializer):
         }
     )
     def get_provisioning(self, resource_request) -> dict | None:
-        return hooks.provisioning_details(resource_request) if hooks.provisioning_details else None
+        return hooks.ask(hooks.PROVISIONING_DETAILS, resource_request)
 
     @extend_schema_field(
         {
@@ -428,7 +428,7 @@ class RequestDetailSerializer(RequestSummarySerializer):
         }
     )
     def get_endpoint(self, resource_request) -> dict | None:
-        return hooks.endpoint_details(resource_request) if hooks.endpoint_details else None
+        return hooks.ask(hooks.ENDPOINT_DETAILS, resource_request)
 
     @extend_schema_field(
         {
@@ -438,7 +438,7 @@ class RequestDetailSerializer(RequestSummarySerializer):
         }
     )
     def get_allocation(self, resource_request) -> dict | None:
-        return hooks.allocation_details(resource_request) if hooks.allocation_details else None
+        return hooks.ask(hooks.ALLOCATION_DETAILS, resource_request)
 
 
 # --- Approval tasks ----------------------------------------------------------------------------------------

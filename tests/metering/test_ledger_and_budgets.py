@@ -8,6 +8,7 @@ import time_machine
 
 from metering import services
 from metering.models import BudgetAlert
+from requests import hooks as request_hooks
 from requests import services as request_services
 from requests.choices import RequestState
 from requests.orders import Order
@@ -66,6 +67,26 @@ def test_admission_counts_metered_use_plus_the_unmetered_remainder_of_running_wo
         Decimal(100),
         Decimal(100),
     )
+
+
+def test_ledger_holds_what_running_requests_metered_this_month_each_up_to_its_demand(world):
+    first, second = world.node.devices.order_by("index")[:2]
+    bound(world, spec=world.half, devices=[first], started=at("2026-11-20 02:00"))  # half a card x 10 h = 5 of 12
+    bound(world, spec=world.half, devices=[second], started=at("2026-11-19 12:00"), hours=6)  # 12 h, demand 3
+    bound(world, started=at("2026-11-19 00:00"), released=at("2026-11-19 06:00"))  # released: not running
+    services.usage_refresh(now=at(NOW))
+    running = dict(MonthlyUsage.objects.filter(project=world.project).values_list("month", "running_card_hours"))
+    assert running == {NOVEMBER: Decimal(8)}  # 5 + 3, on this month's row
+
+
+def test_monthly_card_hours_are_the_same_whichever_hooks_are_registered(world, monkeypatch):
+    with time_machine.travel(at(NOW), tick=False):
+        bound(world, started=at("2026-11-20 02:00"), hours=24)
+        services.usage_refresh()
+        with_metering = usage_of([world.project.pk])
+        monkeypatch.setattr(request_hooks, "_registered", {})  # as if no higher app were installed
+        assert usage_of([world.project.pk]) == with_metering
+    assert with_metering["monthly_card_hours"] == Decimal(48)  # 20 metered + 28 still to come
 
 
 def test_a_request_being_released_counts_only_what_it_used(world):

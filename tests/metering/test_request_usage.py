@@ -1,5 +1,5 @@
 """GET /api/v1/requests/{id}/ shows what the request has used so far, as metering counts it (through
-requests.hooks.request_usage, which metering registers)."""
+requests.hooks.REQUEST_USAGE, which metering registers)."""
 
 from datetime import date
 
