@@ -23,7 +23,14 @@ from provisioning.models import ProvisioningRun, ProvisioningStep
 from provisioning.pipelines import pipeline_for, restart_position, steps_for
 from requests.choices import EventCode, RequestState
 from requests.models import ResourceRequest
-from requests.services import record_event, request_release, request_transition
+from requests.services import (
+    record_event,
+    request_activate,
+    request_fail,
+    request_provisioning_started,
+    request_release,
+    request_retry_provisioning,
+)
 from scheduling.choices import AllocationState
 from scheduling.models import Allocation
 from tenancy.models import User
@@ -110,10 +117,8 @@ def _start(request_id: int) -> ProvisioningRun | None:
     if ProvisioningRun.objects.filter(allocation=allocation, kind=RunKind.PROVISION).exists():
         return None
     run = _create_run(request, allocation, RunKind.PROVISION)
-    request_transition(
+    request_provisioning_started(
         request=request,
-        transition="start_provisioning",
-        code=EventCode.PROVISIONING,
         message=f"Provisioning started on {allocation.node.name}: {run.get_pipeline_display()}, "
         f"{run.steps.count()} steps ({run.driver} driver).",
         data={"run": run.pk, "pipeline": run.pipeline, "driver": run.driver},
@@ -196,13 +201,12 @@ def run_succeeded(run: ProvisioningRun, last_output: dict) -> None:
     run.save(update_fields=["state", "finished_at", "delivered"])
     if run.kind == RunKind.PROVISION:
         if _request_still(run, RequestState.PROVISIONING):  # not when a release overtook it
-            request_transition(
+            request_activate(
                 request=run.request,
-                transition="activate",
-                code=EventCode.ACTIVE,
+                delivered=last_output,
                 message=f"Active: delivered on {last_output['node']} ({last_output['host']}) after "
                 f"{run.steps.count()} steps.",
-                data={"run": run.pk, "delivered": last_output},
+                data={"run": run.pk},
             )
     elif run.kind != RunKind.RELEASE:  # a release's last step already finished the request's release
         record_event(
@@ -247,12 +251,11 @@ def run_failed(run: ProvisioningRun, step: ProvisioningStep, error: StepError) -
     )
     failing_the_request = _request_still(run, _DRIVES.get(run.kind))
     if failing_the_request:
-        request_transition(
+        request_fail(
             request=request,
-            transition="fail",
-            code=EventCode.FAILED,
+            failure=failure,
             message=message,
-            data={"run": run.pk, "failure": failure},
+            data={"run": run.pk},
         )
     else:
         record_event(
@@ -356,15 +359,13 @@ def run_retry(*, run: ProvisioningRun, actor: User, reason: str) -> Provisioning
     start_at = restart_position(run.pipeline, failed.position)
     retry = _create_run(request, allocation, RunKind.PROVISION, start_at=start_at, retry_of=run)
     restart_name = retry.steps.get(position=start_at).name
-    request_transition(
+    request_retry_provisioning(
         request=request,
-        transition="retry_provisioning",
-        code=EventCode.PROVISIONING_RETRIED,
         actor=actor,
-        intervention=True,
+        reason=reason,
         message=f"Provisioning retried by {actor.username} from step '{restart_name}' "
         f"(failed at '{failed.name}'): {reason}",
-        data={"run": retry.pk, "retry_of": run.pk, "from_step": restart_name, "reason": reason},
+        data={"run": retry.pk, "retry_of": run.pk, "from_step": restart_name},
     )
     audit_record(
         actor=actor,

@@ -21,7 +21,9 @@ class RequestState(models.TextChoices):
     FAILED = "failed", "Failed"
 
 
-TERMINAL_STATES = frozenset({RequestState.RELEASED, RequestState.REJECTED, RequestState.CANCELLED, RequestState.FAILED})
+# No transition leaves these. FAILED is not one of them: an operator may retry provisioning from a failed
+# step (failed -> provisioning, `retry_provisioning`).
+TERMINAL_STATES = frozenset({RequestState.RELEASED, RequestState.REJECTED, RequestState.CANCELLED})
 # States whose demand counts against quota: admitted and not yet given back.
 COMMITTED_STATES = frozenset(
     {

@@ -107,21 +107,53 @@ def is_operator_intervention(actor: User | None, request: ResourceRequest) -> bo
     )
 
 
+# --- Transitions driven by provisioning ---------------------------------------------------------------------
+# Each later stage's move has its own service, which picks the transition and the event code; the caller
+# only tells what happened (its message and the run's data), on a row locked here.
+
+
 @transaction.atomic
-def request_transition(
-    *,
-    request: ResourceRequest,
-    transition: str,
-    code: str,
-    message: str,
-    data: dict | None = None,
-    actor: User | None = None,
-    intervention: bool = False,
-) -> ResourceRequest:
-    """A transition driven by a later stage (provisioning: started, active, failed, retried), on a locked row."""
-    request = _locked(request)
+def request_provisioning_started(*, request: ResourceRequest, message: str, data: dict) -> ResourceRequest:
+    """A provisioning run took the allocated request."""
     return _transition(
-        request, transition, actor=actor, code=code, message=message, data=data, intervention=intervention
+        _locked(request), "start_provisioning", actor=None, code=EventCode.PROVISIONING, message=message, data=data
+    )
+
+
+@transaction.atomic
+def request_activate(*, request: ResourceRequest, delivered: dict, message: str, data: dict) -> ResourceRequest:
+    """Provisioning delivered the request (node, host, access) and it is in use from now."""
+    return _transition(
+        _locked(request),
+        "activate",
+        actor=None,
+        code=EventCode.ACTIVE,
+        message=message,
+        data={**data, "delivered": delivered},
+    )
+
+
+@transaction.atomic
+def request_fail(*, request: ResourceRequest, failure: dict, message: str, data: dict) -> ResourceRequest:
+    """A run failed for good; `failure` is `{step, code, message, attempts, details}`."""
+    return _transition(
+        _locked(request), "fail", actor=None, code=EventCode.FAILED, message=message, data={**data, "failure": failure}
+    )
+
+
+@transaction.atomic
+def request_retry_provisioning(
+    *, request: ResourceRequest, actor: User, reason: str, message: str, data: dict
+) -> ResourceRequest:
+    """An operator retries a failed request's provisioning; always a manual intervention."""
+    return _transition(
+        _locked(request),
+        "retry_provisioning",
+        actor=actor,
+        code=EventCode.PROVISIONING_RETRIED,
+        message=message,
+        data={**data, "reason": reason},
+        intervention=True,
     )
 
 

@@ -126,6 +126,11 @@ def order_preview(request, slug):
     return render(request, "requests/_preview.html", {"form": form, "preview": _preview(request, form)})
 
 
+# A list row shows its latest message while the request is still under way; finished requests and failed ones
+# (which wait on an operator's retry, not on their requester) stay quiet.
+QUIET_STATES = TERMINAL_STATES | {RequestState.FAILED}
+
+
 @login_required
 def request_list(request):
     latest = RequestEvent.objects.filter(request=OuterRef("pk")).order_by("-created_at", "-id")
@@ -145,7 +150,7 @@ def request_list(request):
             "states": RequestState.choices,
             "state": state,
             "mine": request.GET.get("mine", "1"),
-            "terminal": TERMINAL_STATES,
+            "quiet": QUIET_STATES,
         },
     )
 

@@ -260,3 +260,16 @@ def test_role_matrix_for_a_pending_request(client, shop, team):
         client.force_login(user)
         assert client.get(f"/requests/{created.pk}/").status_code == (200 if sees_detail else 404), user
         assert (f"#{created.pk}" in client.get("/approvals/").content.decode()) is in_inbox, user
+
+
+def test_the_request_list_keeps_failed_and_finished_rows_quiet(client, shop, team):
+    """FAILED left TERMINAL_STATES (an operator may retry it), but its list row stays as quiet as before."""
+    moving = services.request_submit(order=make_order(shop, team.project), requester=team.developer)
+    services.record_event(moving, actor=None, code="note", message="still-moving-note")
+    failed = services.request_submit(order=make_order(shop, team.project), requester=team.developer)
+    services._transition(failed, "allocate", actor=None, code="allocated", message="allocated")
+    services.request_fail(request=failed, failure={"step": "boot"}, message="failed-at-boot-note", data={})
+    client.force_login(team.developer)
+    page = client.get("/requests/").content.decode()
+    assert "still-moving-note" in page
+    assert "failed-at-boot-note" not in page

@@ -33,6 +33,7 @@ LEGAL = {
     "start_release": {S.ALLOCATED: S.RELEASING, S.PROVISIONING: S.RELEASING, S.ACTIVE: S.RELEASING},
     "finish_release": {S.RELEASING: S.RELEASED},
     "fail": {S.ALLOCATED: S.FAILED, S.PROVISIONING: S.FAILED, S.ACTIVE: S.FAILED, S.RELEASING: S.FAILED},
+    "retry_provisioning": {S.FAILED: S.PROVISIONING},
 }
 MATRIX = [(state, name) for state in S for name in LEGAL]
 
@@ -50,17 +51,34 @@ def test_transition_from_state(state, name):
         assert request.state == target
 
 
+def _model_transitions() -> dict[str, dict[str, str]]:
+    """The machine django-fsm actually built from the model's @transition methods, shaped like LEGAL."""
+    moves: dict[str, dict[str, str]] = {}
+    for move in ResourceRequest._meta.get_field("state").get_all_transitions(ResourceRequest):
+        moves.setdefault(move.name, {})[move.source] = move.target
+    return moves
+
+
+def test_the_table_is_the_models_state_machine():
+    # Both ways: a transition added to the model without the table, or one the table keeps after the model
+    # dropped it, fails here.
+    assert _model_transitions() == LEGAL
+
+
 def test_every_state_is_reachable_and_the_table_covers_every_transition():
     targets = {target for moves in LEGAL.values() for target in moves.values()}
     assert targets | {S.SUBMITTED} == set(S)
 
 
-def test_terminal_states_are_released_rejected_cancelled_failed_and_have_no_way_out():
-    assert {S.RELEASED, S.REJECTED, S.CANCELLED, S.FAILED} == TERMINAL_STATES
+def test_terminal_states_are_released_rejected_cancelled_and_have_no_way_out():
+    # FAILED is not terminal: an operator may retry provisioning from it.
+    assert {S.RELEASED, S.REJECTED, S.CANCELLED} == TERMINAL_STATES
     for state in S:
         request = walk(ResourceRequest(), state)
         assert request.is_terminal == (state in TERMINAL_STATES)
-    assert not [name for name, moves in LEGAL.items() if set(moves) & TERMINAL_STATES]
+    # Terminal means exactly: no transition of the model leaves the state.
+    sources = {source for moves in _model_transitions().values() for source in moves}
+    assert sources == set(S) - TERMINAL_STATES
 
 
 def test_state_cannot_be_assigned():
@@ -101,6 +119,29 @@ def test_service_transitions_write_one_event_each(shop, team):
         (S.PROVISIONING, S.ACTIVE, "active"),
         (S.ACTIVE, S.RELEASING, "releasing"),
         (S.RELEASING, S.RELEASED, "released"),
+    ]
+
+
+def test_provisioning_transitions_choose_their_own_event_codes(shop, team):
+    request = services.request_submit(order=make_order(shop, team.project), requester=team.developer)
+    services._transition(request, "allocate", actor=None, code=EventCode.ALLOCATED, message="allocated")
+    failure = {"step": "boot", "code": "bmc_unreachable", "message": "BMC down.", "attempts": 3, "details": {}}
+    services.request_provisioning_started(request=request, message="started", data={"run": 1})
+    services.request_fail(request=request, failure=failure, message="failed", data={"run": 1})
+    services.request_retry_provisioning(
+        request=request, actor=team.operator, reason="BMC back", message="retried", data={"run": 2}
+    )
+    services.request_activate(request=request, delivered={"node": "n1"}, message="active", data={"run": 2})
+    stored = ResourceRequest.objects.get(pk=request.pk)
+    assert stored.state == S.ACTIVE
+    tail = list(
+        stored.events.order_by("id").values_list("from_state", "to_state", "code", "actor", "intervention", "data")
+    )[-4:]
+    assert tail == [
+        (S.ALLOCATED, S.PROVISIONING, "provisioning", None, False, {"run": 1}),
+        (S.PROVISIONING, S.FAILED, "failed", None, False, {"run": 1, "failure": failure}),
+        (S.FAILED, S.PROVISIONING, "provisioning_retried", team.operator.pk, True, {"run": 2, "reason": "BMC back"}),
+        (S.PROVISIONING, S.ACTIVE, "active", None, False, {"run": 2, "delivered": {"node": "n1"}}),
     ]
 
 
