@@ -39,7 +39,7 @@ class StepContext:
 
     @cached_property
     def host(self):
-        return host_driver()
+        return host_driver(self.target.backend)
 
     @property
     def snapshot(self) -> dict:

@@ -1,4 +1,4 @@
-"""Driver registry: which BMC driver runs bare metal, and the host agent for in-band work."""
+"""Driver registry: which BMC driver runs bare metal, and which host driver runs in-band work on a node."""
 
 from django.conf import settings
 
@@ -18,7 +18,18 @@ def bmc_driver(name: str | None = None) -> BmcDriver:
     raise ValueError(f"Unknown BMC driver {name!r}; use 'simulated' or 'redfish'.")
 
 
-def host_driver() -> HostDriver:
-    from provisioning.drivers.simulated import SimulatedHost
+def host_driver(backend: str) -> HostDriver:
+    """The host driver of a node's execution backend (scheduling.choices.ExecutionBackend)."""
+    if backend == "slurm":
+        from provisioning.drivers.slurm import SlurmHost
 
-    return SimulatedHost()
+        return SlurmHost()
+    if backend == "container":
+        from provisioning.drivers.container import ContainerHost
+
+        return ContainerHost()
+    if backend == "simulated":
+        from provisioning.drivers.simulated import SimulatedHost
+
+        return SimulatedHost()
+    raise ValueError(f"Unknown execution backend {backend!r}; use 'simulated', 'slurm' or 'container'.")

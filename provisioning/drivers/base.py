@@ -6,8 +6,9 @@ again by another one, so a call must cope with finding its work already (partly)
 Two families of operations:
 - out-of-band, through the server's BMC (power, boot override, virtual media, hardware inventory): the
   `simulated` driver and the `redfish` driver (DMTF Redfish over HTTP);
-- in-band, on the running host (container workloads, GPU driver, monitoring agent, cluster registration,
-  health checks): the `simulated` host agent until a real agent driver (SSH, Ansible, Kubernetes) exists.
+- in-band, on the allocated node (workloads, GPU driver, monitoring agent, cluster registration, health
+  checks): the host driver of the node's execution backend (`Node.execution_backend`): `simulated`, `slurm`
+  (jobs through slurmrestd) or `container` (podman). A Kubernetes backend would be one more HostDriver.
 """
 
 from abc import ABC, abstractmethod
@@ -27,6 +28,7 @@ class Target:
     bmc_credentials_ref: str = ""
     inventory: dict = field(default_factory=dict)  # what the platform believes: cpu_cores, memory_gb, accelerators
     attempt: int = 1
+    backend: str = "simulated"  # the node's execution backend, which picked the host driver
 
 
 class StepError(Exception):
