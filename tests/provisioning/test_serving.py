@@ -9,7 +9,7 @@ import pytest
 from django.urls import reverse
 
 from metering.models import TokenUsage
-from provisioning.choices import RunState
+from provisioning.choices import DeploymentState, RunState
 from provisioning.models import ProvisioningRun, ServingDeployment, ServingReplica
 from provisioning.serving import keys
 from requests import services as request_services
@@ -52,7 +52,7 @@ def test_an_ordered_model_is_served_through_the_gateway_and_its_tokens_metered(d
         "register_routes",
         "publish_endpoint",
     ]
-    assert deployment.state == ServingDeployment.State.SERVING
+    assert deployment.state == DeploymentState.SERVING
     assert set(deployment.replicas.values_list("healthy", flat=True)) == {True}
     assert run.delivered["endpoint"].endswith(f"/serve/{deployment.slug}/v1")
 
