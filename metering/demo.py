@@ -69,11 +69,10 @@ def _run(context: dict, project, requester, spec, workload, node, days, hours, b
         memory_mib=spec.memory_gb * 1024,
         priority=50,
         expires_at=end,
-        state=AllocationState.RELEASED,
-        released_at=end,
-        release_reason="done",
     )
-    Allocation.objects.filter(pk=allocation.pk).update(started_at=start)  # set on creation otherwise
+    Allocation.objects.filter(pk=allocation.pk).update(
+        started_at=start, released_at=end, release_reason="done", state=AllocationState.RELEASED
+    )
     share = int(spec.slice_profile.compute_fraction * MILLI) if spec.slice_profile else MILLI
     devices = Device.objects.filter(node=node).order_by("-index" if spec.slice_profile else "index")
     AllocationDevice.objects.bulk_create(
