@@ -105,9 +105,7 @@ def _claim(step_id: int, owner: uuid.UUID) -> tuple[ProvisioningStep, datetime] 
     elif not _claimable(step, now):
         return None
     definition = definition_of(step.run.pipeline, step.run.kind, step.position)
-    step.attempts += 0 if step.waiting_for == Wait.EVENT else 1
-    step.state, step.lease_owner, step.waiting_for, step.retry_at = StepState.RUNNING, owner, Wait.NONE, None
-    step.started_at = step.started_at or now
+    step.claim(owner=owner, now=now)
     if definition.polls and step.deadline_at is None:
         step.deadline_at = now + timedelta(seconds=step.timeout_seconds)
     deadline = _attempt_deadline(step, definition.polls, now)
@@ -250,9 +248,8 @@ def _record(step_id: int, owner: uuid.UUID, outcome: Done | Waiting | StepError)
     step = ProvisioningStep.objects.select_for_update(of=("self", "run")).select_related("run").get(pk=step_id)
     if step.state != StepState.RUNNING or step.lease_owner != owner:
         return None  # our lease expired and another worker took the step over: its result counts, not ours
-    step.lease_owner = step.lease_expires_at = None
     if step.run.state != RunState.RUNNING:
-        step.state, step.finished_at = StepState.CANCELLED, timezone.now()
+        step.cancel()
         _append_log(step, f"attempt {step.attempts}: the run was {step.run.state}; result discarded")
         step.save()
         return None
@@ -264,7 +261,7 @@ def _record(step_id: int, owner: uuid.UUID, outcome: Done | Waiting | StepError)
 
 
 def _succeed(step: ProvisioningStep, output: dict) -> None:
-    step.state, step.finished_at, step.output, step.error = StepState.SUCCEEDED, timezone.now(), output, {}
+    step.succeed(output=output)
     _append_log(step, f"attempt {step.attempts}: done in {output.get('seconds', 0)} s")
     step.save()
     run = step.run
@@ -278,8 +275,7 @@ def _succeed(step: ProvisioningStep, output: dict) -> None:
 
 
 def _wait(step: ProvisioningStep, seconds: float, waiting_for: str, message: str) -> float:
-    step.state, step.waiting_for = StepState.WAITING, waiting_for
-    step.retry_at = timezone.now() + timedelta(seconds=seconds)
+    step.wait(until=timezone.now() + timedelta(seconds=seconds), waiting_for=waiting_for)
     if not step.log.endswith(f" {message}\n"):  # a poll repeats itself; log it once
         _append_log(step, message)
     step.save()
@@ -287,7 +283,7 @@ def _wait(step: ProvisioningStep, seconds: float, waiting_for: str, message: str
 
 
 def _retry_or_fail(step: ProvisioningStep, error: StepError) -> float | None:
-    step.error = {"code": error.code, "message": error.message, "details": error.details}
+    step.error = _error_data(error)  # kept while the step waits for its next attempt
     if not error.retryable or step.attempts >= step.max_attempts:
         _fail(step, error)
         return None
@@ -309,12 +305,14 @@ def _retry_or_fail(step: ProvisioningStep, error: StepError) -> float | None:
 
 
 def _fail(step: ProvisioningStep, error: StepError) -> None:
-    step.state, step.finished_at = StepState.FAILED, timezone.now()
-    step.lease_owner = step.lease_expires_at = None
-    step.error = {"code": error.code, "message": error.message, "details": error.details}
+    step.fail(error=_error_data(error))
     _append_log(step, f"attempt {step.attempts}: failed for good: {error.code}: {error.message}")
     step.save()
     services.run_failed(step.run, step, error)
+
+
+def _error_data(error: StepError) -> dict:
+    return {"code": error.code, "message": error.message, "details": error.details}
 
 
 def _append_log(step: ProvisioningStep, line: str) -> None:

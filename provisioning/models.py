@@ -3,17 +3,22 @@
 from django.conf import settings
 from django.db import models
 from django.db.models import Q
+from django.utils import timezone
+from django_fsm import ConcurrentTransitionMixin, FSMField, transition
 
-from provisioning.choices import Pipeline, RunKind, RunState, StepState, Wait
+from provisioning.choices import DeploymentState, Pipeline, RunKind, RunState, StepState, Wait
+
+# A step in one of these has not finished: it may still be claimed, and cancelled with its run.
+UNFINISHED_STEP_STATES = [StepState.PENDING, StepState.RUNNING, StepState.WAITING]
 
 
-class ProvisioningRun(models.Model):
+class ProvisioningRun(ConcurrentTransitionMixin, models.Model):
     request = models.ForeignKey("requests.ResourceRequest", on_delete=models.PROTECT, related_name="provisioning_runs")
     allocation = models.ForeignKey("scheduling.Allocation", on_delete=models.PROTECT, related_name="provisioning_runs")
     kind = models.CharField(max_length=10, choices=RunKind.choices)
     pipeline = models.CharField(max_length=16, choices=Pipeline.choices)
     driver = models.CharField(max_length=20, help_text="Out-of-band driver for bare metal; the host agent otherwise.")
-    state = models.CharField(max_length=10, choices=RunState.choices, default=RunState.RUNNING)
+    state = FSMField(max_length=10, choices=RunState.choices, default=RunState.RUNNING, protected=True)
     reason = models.CharField(max_length=300, blank=True, help_text="Why a teardown run runs (release, expiry...).")
     current_position = models.PositiveSmallIntegerField(default=0, help_text="The step that runs next.")
     retry_of = models.ForeignKey("self", null=True, blank=True, on_delete=models.PROTECT, related_name="retries")
@@ -48,12 +53,29 @@ class ProvisioningRun(models.Model):
     def __str__(self):
         return f"{self.get_kind_display()} #{self.pk} of request #{self.request_id}"
 
+    # Transitions change only the run's own fields; provisioning.services saves and writes the timeline.
+    @transition(field=state, source=RunState.RUNNING, target=RunState.SUCCEEDED)
+    def succeed(self, *, delivered: dict | None = None):
+        """The last step succeeded; a provisioning run's last step says what the requester got."""
+        self.finished_at = timezone.now()
+        if delivered is not None:
+            self.delivered = delivered
 
-class ProvisioningStep(models.Model):
+    @transition(field=state, source=RunState.RUNNING, target=RunState.FAILED)
+    def fail(self, *, failure: dict):
+        self.finished_at, self.failure = timezone.now(), failure
+
+    @transition(field=state, source=RunState.RUNNING, target=RunState.CANCELLED)
+    def cancel(self):
+        """A release overtook the provisioning: the run stops where it is."""
+        self.finished_at = timezone.now()
+
+
+class ProvisioningStep(ConcurrentTransitionMixin, models.Model):
     run = models.ForeignKey(ProvisioningRun, on_delete=models.CASCADE, related_name="steps")
     position = models.PositiveSmallIntegerField()
     name = models.CharField(max_length=40)
-    state = models.CharField(max_length=10, choices=StepState.choices, default=StepState.PENDING)
+    state = FSMField(max_length=10, choices=StepState.choices, default=StepState.PENDING, protected=True)
     waiting_for = models.CharField(max_length=5, choices=Wait.choices, blank=True, default=Wait.NONE)
     attempts = models.PositiveSmallIntegerField(default=0)
     max_attempts = models.PositiveSmallIntegerField()
@@ -80,12 +102,47 @@ class ProvisioningStep(models.Model):
             models.Index(
                 fields=["state", "retry_at"],
                 name="step_due_idx",
-                condition=Q(state__in=[StepState.PENDING, StepState.RUNNING, StepState.WAITING]),
+                condition=Q(state__in=UNFINISHED_STEP_STATES),
             )
         ]
 
     def __str__(self):
         return f"{self.name} ({self.state})"
+
+    # Transitions of the step engine (provisioning/engine.py), which holds the step's row lock and saves. A step
+    # leaves RUNNING only through the worker holding its lease (or a takeover once the lease expired).
+    @transition(field=state, source=UNFINISHED_STEP_STATES, target=StepState.RUNNING)
+    def claim(self, *, owner, now):
+        """A worker takes the step under its lease; from RUNNING only when the previous worker's lease expired.
+        Resuming after an outside event is the same attempt; anything else is a new one."""
+        self.attempts += 0 if self.waiting_for == Wait.EVENT else 1
+        self.lease_owner, self.waiting_for, self.retry_at = owner, Wait.NONE, None
+        self.started_at = self.started_at or now
+
+    @transition(field=state, source=StepState.RUNNING, target=StepState.SUCCEEDED)
+    def succeed(self, *, output: dict):
+        self._end_attempt()
+        self.finished_at, self.output, self.error = timezone.now(), output, {}
+
+    @transition(field=state, source=StepState.RUNNING, target=StepState.WAITING)
+    def wait(self, *, until, waiting_for: str):
+        """Back off before the next attempt (Wait.RETRY), or wait for an outside event (Wait.EVENT)."""
+        self._end_attempt()
+        self.waiting_for, self.retry_at = waiting_for, until
+
+    @transition(field=state, source=StepState.RUNNING, target=StepState.FAILED)
+    def fail(self, *, error: dict):
+        self._end_attempt()
+        self.finished_at, self.error = timezone.now(), error
+
+    @transition(field=state, source=UNFINISHED_STEP_STATES, target=StepState.CANCELLED)
+    def cancel(self):
+        """The run stopped: a step not yet done will not run (a running attempt's result is discarded)."""
+        self._end_attempt()
+        self.finished_at = timezone.now()
+
+    def _end_attempt(self) -> None:
+        self.lease_owner = self.lease_expires_at = None
 
     @property
     def duration_seconds(self) -> float | None:
@@ -109,19 +166,14 @@ class SimulatedMachine(models.Model):
         return f"{self.node}: {self.power_state}"
 
 
-class ServingDeployment(models.Model):
+class ServingDeployment(ConcurrentTransitionMixin, models.Model):
     """A model-serving request's endpoint behind the gateway: /serve/<slug>/v1/... while it is serving."""
-
-    class State(models.TextChoices):
-        DEPLOYING = "deploying", "Deploying"
-        SERVING = "serving", "Serving"
-        STOPPED = "stopped", "Stopped"
 
     request = models.OneToOneField("requests.ResourceRequest", on_delete=models.PROTECT, related_name="deployment")
     project = models.ForeignKey("tenancy.Project", on_delete=models.PROTECT, related_name="deployments")
     slug = models.SlugField(max_length=80, unique=True)
     model_name = models.CharField(max_length=160, help_text="The model id clients send, as /v1/models lists it.")
-    state = models.CharField(max_length=10, choices=State.choices, default=State.DEPLOYING)
+    state = FSMField(max_length=10, choices=DeploymentState.choices, default=DeploymentState.DEPLOYING, protected=True)
     rate_limit_per_minute = models.PositiveIntegerField(help_text="Requests per minute per API key.")
     monthly_token_budget = models.PositiveBigIntegerField(
         null=True, blank=True, help_text="Input + output tokens a month; empty = none."
@@ -134,6 +186,19 @@ class ServingDeployment(models.Model):
 
     def __str__(self):
         return self.slug
+
+    # A retried provisioning routes a deployment again after the failure's cleanup stopped it.
+    @transition(
+        field=state, source=[DeploymentState.DEPLOYING, DeploymentState.STOPPED], target=DeploymentState.SERVING
+    )
+    def serve(self):
+        self.stopped_at = None
+
+    @transition(
+        field=state, source=[DeploymentState.DEPLOYING, DeploymentState.SERVING], target=DeploymentState.STOPPED
+    )
+    def stop(self):
+        self.stopped_at = timezone.now()
 
 
 class ServingReplica(models.Model):

@@ -195,9 +195,7 @@ def _release_stranded(request_id: int, reason: dict) -> str:
 
 def run_succeeded(run: ProvisioningRun, last_output: dict) -> None:
     """Called by the engine inside the transaction that records the run's last step."""
-    run.state, run.finished_at = RunState.SUCCEEDED, timezone.now()
-    if run.kind == RunKind.PROVISION:
-        run.delivered = last_output
+    run.succeed(delivered=last_output if run.kind == RunKind.PROVISION else None)
     run.save(update_fields=["state", "finished_at", "delivered"])
     if run.kind == RunKind.PROVISION:
         if _request_still(run, RequestState.PROVISIONING):  # not when a release overtook it
@@ -241,7 +239,7 @@ def run_failed(run: ProvisioningRun, step: ProvisioningStep, error: StepError) -
         "attempts": step.attempts,
         "details": error.details,
     }
-    run.state, run.finished_at, run.failure = RunState.FAILED, timezone.now(), failure
+    run.fail(failure=failure)
     run.save(update_fields=["state", "finished_at", "failure"])
     isolated = _isolate_if_needed(run, step, error)
     request = run.request
@@ -303,9 +301,11 @@ def _cancel_provisioning(allocation_id: int) -> None:
     for run in ProvisioningRun.objects.select_for_update().filter(
         allocation_id=allocation_id, kind=RunKind.PROVISION, state=RunState.RUNNING
     ):
-        run.state, run.finished_at = RunState.CANCELLED, timezone.now()
+        run.cancel()
         run.save(update_fields=["state", "finished_at"])
-        run.steps.filter(state__in=[StepState.PENDING, StepState.WAITING]).update(state=StepState.CANCELLED)
+        for step in run.steps.select_for_update().filter(state__in=[StepState.PENDING, StepState.WAITING]):
+            step.cancel()
+            step.save(update_fields=["state", "finished_at", "lease_owner", "lease_expires_at"])
 
 
 @transaction.atomic

@@ -12,10 +12,12 @@ from django.utils import timezone
 from provisioning.choices import RunKind, StepState
 from provisioning.drivers import bmc_driver, in_band_driver, serving_driver, workload_driver
 from provisioning.drivers.base import StepError, StepPending, Target
-from provisioning.models import ProvisioningRun, ProvisioningStep, ServingDeployment, ServingReplica
+from provisioning.models import ProvisioningRun, ProvisioningStep, ServingReplica
 from provisioning.serving.deployments import (
     await_replicas,
     deployment_for,
+    deployment_serve,
+    deployment_stop,
     endpoint_url,
     example_curl,
     probe,
@@ -324,8 +326,7 @@ def wait_replicas_ready(ctx: StepContext) -> dict:
 
 
 def register_routes(ctx: StepContext) -> dict:
-    deployment = deployment_for(ctx.run.request)
-    ServingDeployment.objects.filter(pk=deployment.pk).update(state=ServingDeployment.State.SERVING, stopped_at=None)
+    deployment = deployment_serve(deployment=deployment_for(ctx.run.request))
     return {"route": f"/serve/{deployment.slug}/v1/", "replicas": deployment.replicas.count()}
 
 
@@ -346,10 +347,7 @@ def publish_endpoint(ctx: StepContext) -> dict:
 
 def unregister_routes(ctx: StepContext) -> dict:
     _wait_for_inflight_provisioning(ctx)
-    stopped = ServingDeployment.objects.filter(request=ctx.run.request).update(
-        state=ServingDeployment.State.STOPPED, stopped_at=timezone.now()
-    )
-    return {"routes_removed": stopped}
+    return {"routes_removed": deployment_stop(request=ctx.run.request)}
 
 
 def stop_replicas(ctx: StepContext) -> dict:

@@ -302,10 +302,9 @@ def approval_start(*, subject: models.Model, facts: Facts) -> tuple[Approval | N
     return approval, route
 
 
-def approval_for(subject: models.Model) -> Approval | None:
-    return Approval.objects.filter(
-        subject_type=ContentType.objects.get_for_model(subject), subject_id=subject.pk
-    ).first()
+def approval_for(subject: models.Model, *, lock: bool = False) -> Approval | None:
+    approvals = Approval.objects.select_for_update() if lock else Approval.objects
+    return approvals.filter(subject_type=ContentType.objects.get_for_model(subject), subject_id=subject.pk).first()
 
 
 @transaction.atomic
@@ -321,7 +320,9 @@ def approval_decide(*, assignment: ApprovalAssignment, decision: str, comment: s
     subject = approval.subject
     handler = _handler_for(subject)
     if decision == Decision.REJECT:
-        _close(approval, stage, ApprovalState.REJECTED, StageState.REJECTED, now)
+        approval.reject(at=now)
+        approval.save(update_fields=["state", "decided_at"])
+        _close_open_stages(approval, rejected=stage, now=now)
         handler.on_rejected(subject, actor=actor, comment=assignment.comment)
         return approval
     if not _stage_complete(stage):
@@ -333,11 +334,11 @@ def approval_decide(*, assignment: ApprovalAssignment, decision: str, comment: s
             message=f"{actor.username} approved; '{stage.name}' needs every approver.",
         )
         return approval
-    stage.state, stage.decided_at = StageState.APPROVED, now
+    stage.approve(at=now)
     stage.save(update_fields=["state", "decided_at"])
     following = approval.stages.filter(order__gt=stage.order).order_by("order").first()
     if following is not None:
-        following.state = StageState.PENDING
+        following.open()
         following.save(update_fields=["state"])
         handler.note(
             subject,
@@ -347,7 +348,7 @@ def approval_decide(*, assignment: ApprovalAssignment, decision: str, comment: s
             message=f"'{stage.name}' approved by {actor.username}; next: '{following.name}'.",
         )
         return approval
-    approval.state, approval.decided_at = ApprovalState.APPROVED, now
+    approval.approve(at=now)
     approval.save(update_fields=["state", "decided_at"])
     handler.on_approved(subject, actor=actor)
     return approval
@@ -397,21 +398,26 @@ def _stage_complete(stage: ApprovalStage) -> bool:
     return all(decision == Decision.APPROVE for decision in decisions)
 
 
-def _close(approval: Approval, stage: ApprovalStage | None, state: str, stage_state: str, now) -> None:
-    approval.state, approval.decided_at = state, now
-    approval.save(update_fields=["state", "decided_at"])
-    open_stages = approval.stages.filter(state__in=[StageState.PENDING, StageState.WAITING])
-    if stage is not None:
-        open_stages.filter(pk=stage.pk).update(state=stage_state, decided_at=now)
-    open_stages.update(state=StageState.CANCELLED)
+def _close_open_stages(approval: Approval, *, rejected: ApprovalStage | None, now) -> None:
+    """The approval has ended: the stage that rejected it records that, every other open stage is cancelled."""
+    open_stages = approval.stages.select_for_update().filter(state__in=[StageState.PENDING, StageState.WAITING])
+    for stage in open_stages:
+        if rejected is not None and stage.pk == rejected.pk:
+            stage.reject(at=now)
+        else:
+            stage.cancel()
+        stage.save(update_fields=["state", "decided_at"])
 
 
 @transaction.atomic
 def approval_cancel(*, subject: models.Model) -> None:
     """Withdraw a pending approval because its subject went away (cancelled by the requester)."""
-    approval = approval_for(subject)
+    approval = approval_for(subject, lock=True)
     if approval is not None and approval.state == ApprovalState.PENDING:
-        _close(approval, None, ApprovalState.CANCELLED, StageState.CANCELLED, timezone.now())
+        now = timezone.now()
+        approval.cancel(at=now)
+        approval.save(update_fields=["state", "decided_at"])
+        _close_open_stages(approval, rejected=None, now=now)
 
 
 def approvals_remind_stale(*, older_than) -> int:

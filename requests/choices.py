@@ -145,7 +145,7 @@ class Decision(models.TextChoices):
 
 
 class ChangeState(models.TextChoices):
-    """States of a change request (a quota change, an extension)."""
+    """States of a change request (a quota change, an extension, an isolation clearance)."""
 
     PENDING_APPROVAL = "pending_approval", "Pending approval"
     APPLIED = "applied", "Approved and applied"

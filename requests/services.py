@@ -609,7 +609,11 @@ def _bulk_transition(
         )
     target = items[0][0].state if items else None
     updated = ResourceRequest.objects.filter(pk__in=[request.pk for request, _, _ in items], state__in=sources).update(
-        state=target, queue_position=None, queue_reason={}, queue_updated_at=now, updated_at=now
+        state=target,  # fsm: the target the transitions above reached, compare-and-set on their sources
+        queue_position=None,
+        queue_reason={},
+        queue_updated_at=now,
+        updated_at=now,
     )
     if updated != len(items):
         raise Conflict(refusal, code="state_changed", details={"expected": len(items), "updated": updated})

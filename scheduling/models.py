@@ -14,7 +14,8 @@ from django.core.validators import MaxValueValidator, MinValueValidator
 from django.db import models
 from django.db.models import Q
 
-from requests.choices import PRIORITY_RANK, PriorityClass
+from requests.choices import PRIORITY_RANK, ChangeState, PriorityClass
+from requests.models.change import ChangeRequest
 from scheduling.choices import AllocationState, Comparison, DeviceHealth, ExecutionBackend, HealthAction, HealthSource
 from scheduling.placement import MILLI
 from scheduling.readings import usable_number
@@ -358,30 +359,23 @@ class HealthEvent(models.Model):
         return f"{self.device}: {self.signal}={self.value}"
 
 
-class IsolationClearance(models.Model):
+class IsolationClearance(ChangeRequest):
     """A request to clear a device's health isolation; a second operator approves it (four eyes)."""
-
-    class State(models.TextChoices):
-        PENDING = "pending", "Pending approval"
-        APPLIED = "applied", "Approved and cleared"
-        REJECTED = "rejected", "Rejected"
 
     device = models.ForeignKey(Device, on_delete=models.CASCADE, related_name="clearances")
     requested_by = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="+")
     reason = models.TextField()
-    state = models.CharField(max_length=10, choices=State.choices, default=State.PENDING)
     approved_by = models.ForeignKey(
         settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.PROTECT, related_name="+"
     )
-    created_at = models.DateTimeField(auto_now_add=True)
-    decided_at = models.DateTimeField(null=True, blank=True)
 
-    class Meta:
-        ordering = ["-created_at", "-id"]
+    class Meta(ChangeRequest.Meta):
         constraints = [
             models.CheckConstraint(condition=~Q(reason=""), name="clearance_has_reason"),
             models.UniqueConstraint(
-                fields=["device"], condition=Q(state="pending"), name="one_pending_clearance_per_device"
+                fields=["device"],
+                condition=Q(state=ChangeState.PENDING_APPROVAL),
+                name="one_pending_clearance_per_device",
             ),
             models.CheckConstraint(
                 condition=Q(approved_by__isnull=True) | ~Q(approved_by=models.F("requested_by")),

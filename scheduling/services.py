@@ -17,7 +17,7 @@ from catalog.models import AcceleratorModel, Vendor
 from catalog.services import catalog_entry_save
 from config.errors import Conflict, DomainError, NotPermitted
 from requests import approvals
-from requests.choices import ApprovalSubject, ApproverSource, EventCode
+from requests.choices import ApprovalSubject, ApproverSource, ChangeState, EventCode
 from requests.services import is_operator_intervention, record_event
 from scheduling.choices import AllocationState, DeviceHealth
 from scheduling.inventory_formats import OPENB_MODELS, NodeRecord
@@ -248,7 +248,7 @@ def isolation_clearance_request(device: Device, reason: str, actor: User) -> Iso
     device = _locked_device(device)
     if not device.isolated:
         raise Conflict(f"{device} is not isolated.", code="device_not_isolated", details={"device": device.uuid})
-    pending = IsolationClearance.objects.filter(device=device, state=IsolationClearance.State.PENDING).first()
+    pending = IsolationClearance.objects.filter(device=device, state=ChangeState.PENDING_APPROVAL).first()
     if pending is not None:
         raise Conflict(
             f"A clearance of {device} is already waiting for approval.",
@@ -312,11 +312,8 @@ class IsolationClearanceApprovals:
         previous = device.isolation_reason
         device.isolated, device.isolation_reason, device.isolated_at = False, "", None
         device.save(update_fields=["isolated", "isolation_reason", "isolated_at", "updated_at"])
-        clearance.state, clearance.approved_by, clearance.decided_at = (
-            IsolationClearance.State.APPLIED,
-            actor,
-            timezone.now(),
-        )
+        clearance.decide(approved=True)
+        clearance.approved_by = actor
         clearance.save(update_fields=["state", "approved_by", "decided_at"])
         requester = clearance.requested_by.username
         audit_record(
@@ -335,7 +332,7 @@ class IsolationClearanceApprovals:
 
     def on_rejected(self, clearance: IsolationClearance, *, actor: User, comment: str) -> None:
         clearance = IsolationClearance.objects.select_for_update().get(pk=clearance.pk)
-        clearance.state, clearance.decided_at = IsolationClearance.State.REJECTED, timezone.now()
+        clearance.decide(approved=False)
         clearance.save(update_fields=["state", "decided_at"])
         audit_record(actor=actor, action="isolation_clearance.rejected", target=clearance, reason=comment)
 

@@ -5,10 +5,12 @@ import json
 
 import httpx
 from django.conf import settings
+from django.db import transaction
 from django.urls import reverse
 from django.utils import timezone
 from django.utils.text import slugify
 
+from provisioning.choices import DeploymentState
 from provisioning.drivers.base import StepPending, Target
 from provisioning.models import ServingDeployment, ServingReplica
 
@@ -38,6 +40,28 @@ def deployment_for(request) -> ServingDeployment:
         },
     )
     return deployment
+
+
+@transaction.atomic
+def deployment_serve(*, deployment: ServingDeployment) -> ServingDeployment:
+    """Let the gateway route to the deployment; a step run again finds it serving already."""
+    deployment = ServingDeployment.objects.select_for_update().get(pk=deployment.pk)
+    if deployment.state != DeploymentState.SERVING:
+        deployment.serve()
+        deployment.save(update_fields=["state", "stopped_at"])
+    return deployment
+
+
+@transaction.atomic
+def deployment_stop(*, request) -> int:
+    """Take the request's deployment (if it has one) out of the gateway; how many routes that removes."""
+    deployment = ServingDeployment.objects.select_for_update().filter(request=request).first()
+    if deployment is None:
+        return 0
+    if deployment.state != DeploymentState.STOPPED:
+        deployment.stop()
+        deployment.save(update_fields=["state", "stopped_at"])
+    return 1
 
 
 def replica_devices(target: Target, replicas: int) -> list[list[dict]]:
@@ -100,5 +124,5 @@ def replica_failed(replica: ServingReplica, reason: str) -> None:
 
 def serving_replicas_check() -> int:
     """The minute health check of every serving deployment's replicas; returns how many are down."""
-    replicas = list(ServingReplica.objects.filter(deployment__state=ServingDeployment.State.SERVING))
+    replicas = list(ServingReplica.objects.filter(deployment__state=DeploymentState.SERVING))
     return len(replicas_check(replicas))

@@ -20,6 +20,7 @@ from django.http import HttpResponse, JsonResponse, StreamingHttpResponse
 from django.utils import timezone
 from django.views.decorators.csrf import csrf_exempt
 
+from provisioning.choices import DeploymentState
 from provisioning.models import ApiKey, ServingDeployment, ServingReplica
 from provisioning.serving import usage
 from provisioning.serving.deployments import replica_failed
@@ -62,7 +63,7 @@ def _admit(request, slug: str) -> tuple[ApiKey, ServingDeployment]:
     if key is None:
         raise Refusal(401, "invalid_api_key", "Send a valid, unrevoked project API key as 'Authorization: Bearer'.")
     deployment = (
-        ServingDeployment.objects.filter(slug=slug, state=ServingDeployment.State.SERVING)
+        ServingDeployment.objects.filter(slug=slug, state=DeploymentState.SERVING)
         .prefetch_related(
             Prefetch(
                 "replicas",

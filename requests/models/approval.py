@@ -10,6 +10,7 @@ from django.contrib.contenttypes.models import ContentType
 from django.core.validators import MinValueValidator
 from django.db import models
 from django.db.models import Q
+from django_fsm import ConcurrentTransitionMixin, FSMField, transition
 
 from catalog.choices import ServiceKind
 from requests.choices import (
@@ -115,7 +116,7 @@ class ApprovalRuleStage(models.Model):
         return f"{self.order}. {self.name}"
 
 
-class Approval(models.Model):
+class Approval(ConcurrentTransitionMixin, models.Model):
     """The approval of one subject: its resolved stages and approvers, frozen at submission."""
 
     subject_type = models.ForeignKey(ContentType, on_delete=models.PROTECT, related_name="+")
@@ -133,7 +134,7 @@ class Approval(models.Model):
     rule = models.ForeignKey(ApprovalRule, null=True, blank=True, on_delete=models.SET_NULL, related_name="+")
     route_name = models.CharField(max_length=250, help_text="Policy and rule that chose the route.")
     summary = models.CharField(max_length=250, help_text="What is being approved, for the inbox.")
-    state = models.CharField(max_length=12, choices=ApprovalState.choices, default=ApprovalState.PENDING)
+    state = FSMField(max_length=12, choices=ApprovalState.choices, default=ApprovalState.PENDING, protected=True)
     created_at = models.DateTimeField(auto_now_add=True)
     decided_at = models.DateTimeField(null=True, blank=True)
     reminded_at = models.DateTimeField(null=True, blank=True)
@@ -148,14 +149,28 @@ class Approval(models.Model):
     def __str__(self):
         return f"Approval of {self.summary}"
 
+    # Transitions change only the state and its time; the approval engine saves and tells the subject.
+    @transition(field=state, source=ApprovalState.PENDING, target=ApprovalState.APPROVED)
+    def approve(self, *, at):
+        self.decided_at = at
 
-class ApprovalStage(models.Model):
+    @transition(field=state, source=ApprovalState.PENDING, target=ApprovalState.REJECTED)
+    def reject(self, *, at):
+        self.decided_at = at
+
+    @transition(field=state, source=ApprovalState.PENDING, target=ApprovalState.CANCELLED)
+    def cancel(self, *, at):
+        """The subject went away before anyone decided."""
+        self.decided_at = at
+
+
+class ApprovalStage(ConcurrentTransitionMixin, models.Model):
     approval = models.ForeignKey(Approval, on_delete=models.CASCADE, related_name="stages")
     order = models.PositiveIntegerField()
     name = models.CharField(max_length=120)
     source = models.CharField(max_length=16, choices=ApproverSource.choices)
     mode = models.CharField(max_length=4, choices=ApprovalMode.choices)
-    state = models.CharField(max_length=12, choices=StageState.choices, default=StageState.WAITING)
+    state = FSMField(max_length=12, choices=StageState.choices, default=StageState.WAITING, protected=True)
     note = models.CharField(max_length=250, blank=True, help_text="How the approvers were found.")
     decided_at = models.DateTimeField(null=True, blank=True)
 
@@ -165,6 +180,22 @@ class ApprovalStage(models.Model):
 
     def __str__(self):
         return f"{self.name} ({self.get_state_display()})"
+
+    @transition(field=state, source=StageState.WAITING, target=StageState.PENDING)
+    def open(self):
+        """The stage before it passed: its approvers may decide now."""
+
+    @transition(field=state, source=StageState.PENDING, target=StageState.APPROVED)
+    def approve(self, *, at):
+        self.decided_at = at
+
+    @transition(field=state, source=StageState.PENDING, target=StageState.REJECTED)
+    def reject(self, *, at):
+        self.decided_at = at
+
+    @transition(field=state, source=[StageState.WAITING, StageState.PENDING], target=StageState.CANCELLED)
+    def cancel(self):
+        """The approval ended (rejected at another stage, or withdrawn) before this stage was decided."""
 
 
 class ApprovalAssignment(models.Model):

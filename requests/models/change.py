@@ -1,4 +1,5 @@
-"""What every change request shares (quota changes, extensions): a decision state and when it was taken."""
+"""What every change request shares (quota changes, extensions, isolation clearances): a decision state and when
+it was taken."""
 
 from django.db import models
 from django.utils import timezone

@@ -4,8 +4,10 @@ installer callback's refusals, and the operator's retry from the failed step."""
 from datetime import timedelta
 
 import pytest
+from django.db import transaction
 from django.urls import reverse
 from django.utils import timezone
+from django_fsm import ConcurrentTransition
 
 from config.errors import Conflict, NotPermitted
 from provisioning import engine, services
@@ -88,6 +90,20 @@ def test_a_worker_whose_lease_was_taken_over_discards_its_result(compute, settin
     assert engine._record(step.pk, slow, engine.Done({"ready": True})) is None
     step.refresh_from_db()
     assert (step.state, step.lease_owner) == (StepState.RUNNING, fast)
+
+
+def test_a_stale_run_cannot_overwrite_a_transition_saved_meanwhile(compute, settings):
+    settings.PROVISIONING_FAULTS = NEVER_READY
+    settings.PROVISIONING_INLINE_WAIT_SECONDS = 0
+    request = compute.order()
+    run = ProvisioningRun.objects.get(request=request, kind=RunKind.PROVISION)
+    stale = ProvisioningRun.objects.get(pk=run.pk)
+    run.cancel()
+    run.save(update_fields=["state", "finished_at"])
+    stale.fail(failure={"step": "readiness_check"})
+    with pytest.raises(ConcurrentTransition), transaction.atomic():
+        stale.save(update_fields=["state", "finished_at", "failure"])
+    assert ProvisioningRun.objects.get(pk=run.pk).state == RunState.CANCELLED
 
 
 @pytest.fixture

@@ -9,9 +9,9 @@ import pytest
 from django.urls import reverse
 
 from metering.models import TokenUsage
-from provisioning.choices import RunState
+from provisioning.choices import DeploymentState, RunState
 from provisioning.models import ProvisioningRun, ServingDeployment, ServingReplica
-from provisioning.serving import keys
+from provisioning.serving import deployments, keys
 from requests import services as request_services
 from requests.choices import RequestState
 from tests import factories
@@ -52,7 +52,7 @@ def test_an_ordered_model_is_served_through_the_gateway_and_its_tokens_metered(d
         "register_routes",
         "publish_endpoint",
     ]
-    assert deployment.state == ServingDeployment.State.SERVING
+    assert deployment.state == DeploymentState.SERVING
     assert set(deployment.replicas.values_list("healthy", flat=True)) == {True}
     assert run.delivered["endpoint"].endswith(f"/serve/{deployment.slug}/v1")
 
@@ -153,6 +153,18 @@ def test_release_removes_the_route_and_stops_the_replicas(deployed, client, run_
     assert gone.status_code == 404 and gone.json()["code"] == "unknown_deployment"
     assert set(ServingReplica.objects.values_list("pid", flat=True)) == {None}
     assert all(exits(pid) for pid in pids)
+
+
+def test_routing_moves_are_idempotent_and_a_stopped_deployment_can_serve_again(deployed):
+    request, deployment, _secret = deployed
+    assert deployments.deployment_serve(deployment=deployment).state == DeploymentState.SERVING  # a step run twice
+    assert deployments.deployment_stop(request=request) == 1
+    stopped = ServingDeployment.objects.get(pk=deployment.pk)
+    assert stopped.state == DeploymentState.STOPPED and stopped.stopped_at is not None
+    assert deployments.deployment_stop(request=request) == 1
+    assert ServingDeployment.objects.get(pk=deployment.pk).stopped_at == stopped.stopped_at
+    served = deployments.deployment_serve(deployment=deployment)  # a retried provisioning routes it again
+    assert (served.state, served.stopped_at) == (DeploymentState.SERVING, None)
 
 
 def exits(pid: int) -> bool:

@@ -4,7 +4,7 @@ import pytest
 
 from config.errors import Conflict, DomainError, NotPermitted
 from requests import approvals
-from requests.choices import ApprovalState, ApproverSource
+from requests.choices import ApprovalState, ApproverSource, ChangeState
 from requests.models import Approval, ApprovalAssignment, ApprovalPolicy, ApprovalRule, ApprovalRuleStage
 from scheduling import services
 from scheduling.models import Device, IsolationClearance
@@ -97,7 +97,7 @@ def test_requester_cannot_approve_their_own_clearance(isolated, holders):
         approvals.approval_decide(assignment=task_of(clearance, bob), decision="approve", comment="", actor=alice)
     assert refusal.value.code == "self_approval"
     assert Device.objects.get(pk=isolated.pk).isolated
-    assert IsolationClearance.objects.get(pk=clearance.pk).state == IsolationClearance.State.PENDING
+    assert IsolationClearance.objects.get(pk=clearance.pk).state == ChangeState.PENDING_APPROVAL
 
 
 def test_second_holder_approves_device_cleared_one_audit_row_names_both(isolated, holders):
@@ -107,7 +107,7 @@ def test_second_holder_approves_device_cleared_one_audit_row_names_both(isolated
     device = Device.objects.get(pk=isolated.pk)
     assert not device.isolated and device.isolation_reason == "" and device.isolated_at is None
     clearance.refresh_from_db()
-    assert clearance.state == IsolationClearance.State.APPLIED
+    assert clearance.state == ChangeState.APPLIED
     assert clearance.approved_by == bob and clearance.decided_at is not None
     [audit] = AuditEvent.objects.filter(action="device.isolation_cleared")
     assert audit.actor == bob and audit.target_id == str(device.pk)
@@ -123,7 +123,7 @@ def test_rejection_keeps_the_device_isolated(isolated, holders):
         assignment=task_of(clearance, bob), decision="reject", comment="Still XIDs in dmesg", actor=bob
     )
     assert Device.objects.get(pk=isolated.pk).isolated
-    assert IsolationClearance.objects.get(pk=clearance.pk).state == IsolationClearance.State.REJECTED
+    assert IsolationClearance.objects.get(pk=clearance.pk).state == ChangeState.REJECTED
     assert AuditEvent.objects.filter(action="isolation_clearance.rejected", reason="Still XIDs in dmesg").exists()
 
 

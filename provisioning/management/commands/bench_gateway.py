@@ -143,6 +143,7 @@ def _deployment(replica_url: str) -> tuple[str, str]:
     """A served request with one healthy replica and a key, written straight into the database."""
     from catalog.choices import ServiceKind
     from catalog.models import Service
+    from provisioning.choices import DeploymentState
     from provisioning.models import ServingDeployment, ServingReplica
     from provisioning.serving.keys import api_key_create
     from requests.choices import RequestState
@@ -190,7 +191,7 @@ def _deployment(replica_url: str) -> tuple[str, str]:
         project=project,
         slug=f"bench-{stamp}",
         model_name=BODY["model"],
-        state=ServingDeployment.State.SERVING,
+        state=DeploymentState.SERVING,
         rate_limit_per_minute=10_000_000,
     )
     ServingReplica.objects.create(
