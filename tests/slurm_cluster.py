@@ -177,7 +177,7 @@ def running_cluster(
     root.chmod(0o755)
     cluster_name = f"{name_prefix}{secrets.token_hex(4)}"
     node_names = tuple(f"{cluster_name}-n{index}" for index in range(1, node_count + 1))
-    ports = _free_ports(node_count + 2)
+    ports = free_ports(node_count + 2)
     cluster = SlurmCluster(
         root=root,
         name=cluster_name,
@@ -321,7 +321,7 @@ def _ensure_rest_user() -> None:
             raise SlurmClusterError(f"Could not create user {REST_USER}: {result.stderr.strip()}") from None
 
 
-def _free_ports(count: int) -> list[int]:
+def free_ports(count: int) -> list[int]:
     """Ports the kernel says are free now; all held open together so that none is handed out twice."""
     with contextlib.ExitStack() as stack:
         sockets = [stack.enter_context(socket.socket()) for _ in range(count)]
