@@ -47,10 +47,11 @@ class SlurmClusterError(RuntimeError):
 
 @dataclass(frozen=True)
 class NodeShape:
-    """What one test node declares to Slurm."""
+    """What one test node declares to Slurm: big enough for two of the demo catalog's one-GPU specs (12 vCPU,
+    96 GiB each); slurmd reports these numbers (config_overrides), nothing checks them against the machine."""
 
-    cpus: int = 8
-    real_memory_mib: int = 32768
+    cpus: int = 32
+    real_memory_mib: int = 262144
     gpu_type: str = "a100"
     gpus: int = 2
 

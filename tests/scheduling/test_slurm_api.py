@@ -43,8 +43,8 @@ def test_nodes_and_one_node(api, slurm):
     assert (node["name"], node["gres"], node["cpus"], node["real_memory"], node["state"]) == (
         slurm.node_names[1],
         "gpu:a100:2",
-        8,
-        32768,
+        32,
+        262144,
         "idle",
     )
 
