@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import httpx
+import pytest
 
 REST_API = "/slurm/v0.0.38"
 REST_USER = "slurmrest"  # runs slurmrestd and owns the JWT the tests use; jobs submitted over REST run as this user
@@ -57,7 +58,8 @@ class NodeShape:
 
     @property
     def gres(self) -> str:
-        return f"gpu:{self.gpu_type}:{self.gpus}"
+        """gpu:<type>:<n>, or gpu:<n> when gpu_type is "" (untyped GPUs)."""
+        return f"gpu:{self.gpu_type}:{self.gpus}" if self.gpu_type else f"gpu:{self.gpus}"
 
 
 @dataclass
@@ -129,7 +131,10 @@ class SlurmCluster:
         self.run("scancel", "--full", f"--partition={self.partition}", check=False)
 
     def reset(self) -> None:
-        """Cancel every job and resume every node: the cluster is shared by the session, a test's leftovers are not."""
+        """Restart what a test stopped, cancel every job and resume every node: the cluster is shared by the
+        session, a test's leftovers are not."""
+        for name in [name for name in self._commands if name not in self._processes]:
+            self.start_daemon(name)
         self.cancel_all_jobs()
         self.resume_all()
         for node in self.node_names:
@@ -213,6 +218,17 @@ def running_cluster(
         shutil.rmtree(root, ignore_errors=True)
 
 
+@contextlib.contextmanager
+def cluster_for_tests(**options) -> Iterator[SlurmCluster]:
+    """running_cluster for a pytest fixture: a part that is missing or does not come up fails the test (never a
+    skip), with what is missing and the daemons' logs."""
+    try:
+        with running_cluster(**options) as cluster:
+            yield cluster
+    except SlurmClusterError as error:
+        pytest.fail(str(error), pytrace=False)
+
+
 # --- Files ---------------------------------------------------------------------------------------------------------
 
 
@@ -245,7 +261,8 @@ def _fake_gpus(cluster: SlurmCluster, node: str) -> str:
     for index in range(cluster.node_shape.gpus):
         os.mknod(directory / f"nvidia{index}", 0o666 | stat.S_IFCHR, os.makedev(1, 3))
     last = cluster.node_shape.gpus - 1
-    return f"NodeName={node} Name=gpu Type={cluster.node_shape.gpu_type} File={directory}/nvidia[0-{last}]"
+    gpu_type = f" Type={cluster.node_shape.gpu_type}" if cluster.node_shape.gpu_type else ""
+    return f"NodeName={node} Name=gpu{gpu_type} File={directory}/nvidia[0-{last}]"
 
 
 def _slurm_conf(cluster: SlurmCluster, controller_port: int, node_lines: list[str]) -> str:
