@@ -64,9 +64,10 @@ def slurm_inventory_import(
         result = SlurmImportResult(inventory_import(records, actor=actor, default_site=site))
         nodes = Node.objects.in_bulk([record.name for record in records], field_name="name")
         for slurm_node in slurm_nodes:
-            state = SlurmNodeState.of(slurm_node)
-            _apply_state(nodes[slurm_node["name"]], state, result, actor)
-            _resync_if_out_of_step(Node.objects.get(pk=nodes[slurm_node["name"]].pk), state)
+            state, node = SlurmNodeState.of(slurm_node), nodes[slurm_node["name"]]
+            _apply_state(node, state, result, actor)
+            node.refresh_from_db(fields=["schedulable", "cordon_reason"])
+            _resync_if_out_of_step(node, state)
         _cordon_vanished({record.name for record in records}, site, result, actor)
     return result
 

@@ -116,7 +116,7 @@ def test_an_outage_keeps_the_cordon_records_the_failure_and_the_next_import_drai
     assert outcomes(slurm_node)[-1] == ("node.slurm_drained", "Replacing a DIMM")
 
 
-def test_a_node_on_another_backend_is_left_to_it(slurm, after_commit, db):
+def test_a_node_on_another_backend_is_left_to_it(after_commit):
     node = Node.objects.create(name="demo-node", serial_number="sn-demo", cpu_milli=1000, memory_mib=1024)
 
     after_commit(services.node_cordon, node, "Replacing a DIMM", None)
