@@ -466,3 +466,35 @@ def _kill_job_processes(cluster: SlurmCluster) -> None:
                 os.kill(int(entry.name), signal.SIGKILL)
         except (FileNotFoundError, PermissionError, ProcessLookupError):
             continue
+
+
+def main() -> None:
+    """`python -m tests.slurm_cluster [--env-file PATH]`: run a cluster until interrupted (for a demo against it).
+    Writes the settings that point the product at it (SLURM_REST_URL, SLURM_USER_NAME, SLURM_JWT_FILE, SLURM_CONF)
+    as shell `export` lines to the env file, and the JWT to a file beside the cluster's configuration."""
+    import argparse
+
+    parser = argparse.ArgumentParser(description=main.__doc__)
+    parser.add_argument("--env-file", type=Path, default=Path("slurm.env"))
+    arguments = parser.parse_args()
+    with running_cluster(name_prefix="demo") as cluster:
+        token_file = cluster.root / "rest.jwt"
+        token_file.write_text(cluster.token)
+        token_file.chmod(0o600)
+        settings = {
+            "SLURM_REST_URL": cluster.rest_url,
+            "SLURM_USER_NAME": cluster.user_name,
+            "SLURM_JWT_FILE": token_file,
+            "SLURM_CONF": cluster.slurm_conf,
+        }
+        arguments.env_file.write_text("".join(f"export {key}={value}\n" for key, value in settings.items()))
+        nodes = ", ".join(cluster.node_names)
+        print(f"Slurm cluster {cluster.name} up (nodes {nodes}); settings in {arguments.env_file}", flush=True)
+        # Blocked only now, after the daemons started (they inherit the mask); teardown follows either signal.
+        stop_signals = {signal.SIGINT, signal.SIGTERM}
+        signal.pthread_sigmask(signal.SIG_BLOCK, stop_signals)
+        signal.sigwait(stop_signals)
+
+
+if __name__ == "__main__":
+    main()

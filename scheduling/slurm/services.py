@@ -125,7 +125,7 @@ def _models_by_gres_type(slurm_nodes: list[dict], gpu_models: dict[str, str]) ->
         listed = [f"{gpu_type} (on {', '.join(sorted(set(types[gpu_type])))})" for gpu_type in unknown]
         raise DomainError(
             f"Slurm GPU types with no catalog accelerator model: {'; '.join(listed)}. Map each to a model with "
-            f"--gpu-model TYPE=SLUG (or SLURM_GPU_MODELS), or add the model to the catalog; nothing was imported.",
+            f"--gpu-model TYPE=SLUG (or SLURM_GPU_MODELS), or add the model to the catalog.",
             code="unknown_slurm_gpu_type",
             details={"types": unknown, "nodes": {gpu_type: sorted(set(types[gpu_type])) for gpu_type in unknown}},
         )
