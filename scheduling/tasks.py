@@ -2,7 +2,7 @@
 
 from config.retry import retry_if_locked
 from scheduling import cycle, reclaim
-from scheduling.slurm.services import slurm_node_sync
+from scheduling.slurm.services import slurm_inventory_refresh, slurm_node_sync
 
 
 @retry_if_locked
@@ -33,3 +33,8 @@ def requeue_from_device(device_id: int) -> int:
 @retry_if_locked
 def sync_slurm_node(node_id: int) -> str:
     return slurm_node_sync(node_id=node_id)
+
+
+@retry_if_locked
+def import_from_slurm() -> str:
+    return slurm_inventory_refresh()

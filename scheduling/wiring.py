@@ -8,6 +8,7 @@ from scheduling.choices import ExecutionBackend
 CYCLE_TASK = "scheduling.tasks.run_cycle"
 RECLAIM_TASK = "scheduling.tasks.reclaim_allocations"
 SLURM_SYNC_TASK = "scheduling.tasks.sync_slurm_node"
+SLURM_IMPORT_TASK = "scheduling.tasks.import_from_slurm"
 
 
 def trigger_cycle(**_kwargs) -> None:
@@ -31,10 +32,12 @@ def extend_allocation(*, request_id: int, hours: int, **_kwargs) -> None:
 
 
 def ensure_schedules(**_kwargs) -> None:
-    """A cycle every minute as a safety net (events trigger one at once), reclamation every minute."""
+    """A cycle every minute as a safety net (events trigger one at once), reclamation every minute, and the Slurm
+    inventory every five minutes (a no-op while no Slurm cluster is configured)."""
     schedules.ensure(
         ("Scheduling cycle", CYCLE_TASK, schedules.EVERY_MINUTE),
         ("Reclaim expired and stale allocations", RECLAIM_TASK, schedules.EVERY_MINUTE),
+        ("Import inventory from Slurm", SLURM_IMPORT_TASK, schedules.EVERY_FIVE_MINUTES),
     )
 
 

@@ -8,8 +8,10 @@
   operator's action, so a Slurm outage never undoes it; every outcome is an audit row on the node.
 """
 
+import logging
 from dataclasses import dataclass, field
 
+from django.conf import settings
 from django.contrib.contenttypes.models import ContentType
 from django.db import transaction
 from django.db.models import Q
@@ -26,6 +28,8 @@ from scheduling.slurm.api import SlurmApi, SlurmApiError, SlurmNotFound
 from scheduling.slurm.nodes import GresError, SlurmNodeState, parse_gpus
 from tenancy.models import AuditEvent, User
 from tenancy.services import audit_record
+
+logger = logging.getLogger(__name__)
 
 # The GRES "type" of an untyped `gpu:<n>`, as a key of the GPU model mapping.
 UNTYPED_GPU = "gpu"
@@ -70,6 +74,25 @@ def slurm_inventory_import(
             _resync_if_out_of_step(node, state)
         _cordon_vanished({record.name for record in records}, site, result, actor)
     return result
+
+
+def slurm_inventory_refresh() -> str:
+    """The periodic import (schedule "Import inventory from Slurm"): the configured cluster, GPU mapping and site
+    (SLURM_REST_URL, SLURM_GPU_MODELS, SLURM_SITE), so Slurm's DOWN/DRAIN states reach placement without an
+    operator running the command. Does nothing while SLURM_REST_URL is empty; a refusal is logged, not raised
+    (the next run tries again). Returns what happened, for the task's result."""
+    if not settings.SLURM_REST_URL:
+        return "Slurm not configured (SLURM_REST_URL is empty)"
+    try:
+        with SlurmApi.from_settings() as api:
+            result = slurm_inventory_import(api=api, gpu_models=settings.SLURM_GPU_MODELS, site=settings.SLURM_SITE)
+    except (SlurmApiError, DomainError) as error:
+        logger.warning("Slurm inventory import refused: %s", error)
+        return f"refused: {error}"
+    return (
+        f"{result.inventory.nodes_created} created, {result.inventory.nodes_updated} updated, "
+        f"{len(result.cordoned)} cordoned, {len(result.uncordoned)} uncordoned, {result.health_events} health events"
+    )
 
 
 def _node_records(slurm_nodes: list[dict], gpu_models: dict[str, str]) -> list[NodeRecord]:

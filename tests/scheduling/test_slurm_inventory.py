@@ -5,6 +5,7 @@ from io import StringIO
 import pytest
 from django.core.management import CommandError, call_command
 
+from scheduling import tasks
 from scheduling.choices import ExecutionBackend, HealthSource
 from scheduling.models import Device, HealthEvent, Node
 from scheduling.slurm.services import VANISHED_REASON
@@ -152,3 +153,29 @@ def test_untyped_gpus_are_imported_through_the_gpu_mapping(untyped_cluster, sett
         (0, t4.pk),
         (1, t4.pk),
     ]
+
+
+def test_the_periodic_import_uses_the_settings(slurm_settings, settings, a100):
+    settings.SLURM_GPU_MODELS, settings.SLURM_SITE = {"a100": "a100-40gb"}, "slurm-lab"
+
+    summary = tasks.import_from_slurm()
+
+    assert summary.startswith("3 created, 0 updated")
+    assert set(Node.objects.values_list("rack__site__name", flat=True)) == {"slurm-lab"}
+
+
+def test_the_periodic_import_does_nothing_without_a_cluster(settings):
+    settings.SLURM_REST_URL = ""
+
+    assert tasks.import_from_slurm() == "Slurm not configured (SLURM_REST_URL is empty)"
+    assert not Node.objects.exists()
+
+
+def test_the_periodic_import_logs_a_refusal_and_writes_nothing(slurm_settings, settings, caplog):
+    settings.SLURM_GPU_MODELS = {}
+
+    summary = tasks.import_from_slurm()
+
+    assert summary.startswith("refused: Slurm GPU types with no catalog accelerator model: a100")
+    assert "Slurm inventory import refused" in caplog.text
+    assert not Node.objects.exists()

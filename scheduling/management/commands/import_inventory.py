@@ -59,7 +59,7 @@ See docs/inventory.md."""
         if from_slurm:
             if path is not None:
                 raise CommandError("Give a file or --from-slurm, not both.")
-            return self._from_slurm(site.strip(), options["gpu_model"])
+            return self._from_slurm(site.strip() or settings.SLURM_SITE, options["gpu_model"])
         if path is None:
             raise CommandError("Give an inventory file, or --from-slurm.")
         if not path.is_file():
