@@ -9,7 +9,7 @@ from requests.choices import PRIORITY_RANK, RequestState
 from requests.models import ResourceRequest
 from scheduling import placement
 from scheduling.cycle import demand_of, load_inventory, load_snapshot, make_demand, queue_order
-from scheduling.outcome import last_outcome, without_node
+from scheduling.outcome import last_outcome
 
 PREVIEW_ID = "preview"
 # Requests queued since the last cycle that a preview places ahead of the order. A cycle runs on every queued
@@ -52,7 +52,7 @@ def placement_estimate(order, sizing) -> dict:
     if outcome is None:
         snapshot = load_snapshot().snapshot
         ahead = [] if placement.unplaceable(snapshot.nodes, demand) else _queued(demand)  # never fits: no queue
-        return _estimate(demand, snapshot, ahead, len(ahead), as_of=None)
+        return _estimate(demand, lambda: placement.PlacementEngine(snapshot, workload=[demand]), ahead, len(ahead))
     reservation = outcome.reservation
     delays = reservation is not None and timezone.now() + timedelta(
         hours=order.duration_hours
@@ -60,7 +60,7 @@ def placement_estimate(order, sizing) -> dict:
     ahead_count = ResourceRequest.objects.filter(state=RequestState.QUEUED, priority__in=_classes_from(demand)).count()
     return _estimate(
         demand,
-        outcome.snapshot,
+        lambda: outcome.engine_for(demand),
         _queued(demand, since_last_cycle=True),
         ahead_count,
         as_of=outcome.finished_at,
@@ -82,12 +82,13 @@ def _queued(demand: placement.Demand, since_last_cycle: bool = False) -> list[Re
     return queue_order(list(queued))
 
 
-def _estimate(demand, snapshot, ahead: list[ResourceRequest], ahead_count: int, as_of, held=None) -> dict:
+def _estimate(demand, fresh_engine, ahead: list[ResourceRequest], ahead_count: int, as_of=None, held=None) -> dict:
+    """`fresh_engine()` gives an engine to place on, at the state the estimate starts from."""
     freshness = {
         "as_of": None if as_of is None else as_of.isoformat(),
         "age_seconds": None if as_of is None else _age_seconds(as_of),
     }
-    outcome = _place_behind(demand, snapshot, ahead, held)
+    outcome = _place_behind(demand, fresh_engine, ahead, held)
     if isinstance(outcome, placement.Pending) and outcome.reason == placement.NO_MATCHING_SPEC:
         return {
             "fits_now": False,
@@ -120,13 +121,15 @@ def _estimate(demand, snapshot, ahead: list[ResourceRequest], ahead_count: int, 
     }
 
 
-def _place_behind(demand, snapshot, ahead: list[ResourceRequest], held: dict | None):
+def _place_behind(demand, fresh_engine, ahead: list[ResourceRequest], held: dict | None):
     """The order's binding (or why not) once the requests ahead are placed; `held` is the head's reservation when
     the order would still run at its start: then the order stays off that node, as the cycle would keep it off."""
-    outcome = _engine_after(snapshot, demand, ahead).place_one(demand)
+    outcome = _place_after(fresh_engine(), demand, ahead)
     if held is None or isinstance(outcome, placement.Pending) or outcome[0].node != held["node"]:
         return outcome
-    elsewhere = _engine_after(without_node(snapshot, held["node"]), demand, ahead).place_one(demand)
+    off_the_held_node = fresh_engine()
+    off_the_held_node.close_node(held["node"])
+    elsewhere = _place_after(off_the_held_node, demand, ahead)
     if not isinstance(elsewhere, placement.Pending):
         return elsewhere
     return placement.Pending(
@@ -139,10 +142,10 @@ def _place_behind(demand, snapshot, ahead: list[ResourceRequest], held: dict | N
     )
 
 
-def _engine_after(snapshot, demand, ahead: list[ResourceRequest]) -> placement.PlacementEngine:
-    """The engine once the requests ahead took what fits them. Only their bindings matter here, so a shape that did
-    not fit is not tried again and nothing is diagnosed (the cycle will say why they wait)."""
-    engine = placement.PlacementEngine(snapshot, workload=[demand])
+def _place_after(engine: placement.PlacementEngine, demand, ahead: list[ResourceRequest]):
+    """The demand's binding (or why not) once the requests ahead took what fits them on the engine. Only their
+    bindings matter here, so a shape that did not fit is not tried again and nothing is diagnosed (the cycle will
+    say why they wait)."""
     failed = set()
     for request in ahead:
         queued = demand_of(request)
@@ -153,7 +156,7 @@ def _engine_after(snapshot, demand, ahead: list[ResourceRequest]) -> placement.P
             engine.place_one(queued)
         else:
             failed.add(shape)
-    return engine
+    return engine.place_one(demand)
 
 
 def _age_seconds(as_of: datetime) -> int:
