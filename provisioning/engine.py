@@ -229,6 +229,7 @@ def _context(step: ProvisioningStep) -> StepContext:
         bmc_address=node.bmc_address,
         bmc_credentials_ref=node.bmc_credentials_ref,
         attempt=step.attempts,
+        backend=node.execution_backend,
         inventory={
             "cpu_cores": node.cpu_milli // 1000,
             "memory_gb": node.memory_mib // 1024,

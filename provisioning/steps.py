@@ -10,7 +10,7 @@ from django.urls import reverse
 from django.utils import timezone
 
 from provisioning.choices import RunKind, StepState
-from provisioning.drivers import bmc_driver, host_driver
+from provisioning.drivers import bmc_driver, in_band_driver, serving_driver, workload_driver
 from provisioning.drivers.base import StepError, StepPending, Target
 from provisioning.models import ProvisioningRun, ProvisioningStep, ServingDeployment, ServingReplica
 from provisioning.serving.deployments import (
@@ -38,8 +38,16 @@ class StepContext:
         return bmc_driver(self.run.driver)
 
     @cached_property
-    def host(self):
-        return host_driver()
+    def workload(self):
+        return workload_driver(self.target.backend)
+
+    @cached_property
+    def in_band(self):
+        return in_band_driver()
+
+    @cached_property
+    def inference(self):
+        return serving_driver()
 
     @property
     def snapshot(self) -> dict:
@@ -58,15 +66,15 @@ class StepContext:
 
 
 def prepare_image(ctx: StepContext) -> dict:
-    return ctx.host.prepare_image(ctx.target, ctx.snapshot["image"])
+    return ctx.workload.prepare_image(ctx.target, ctx.snapshot["image"])
 
 
 def start_workload(ctx: StepContext) -> dict:
-    return ctx.host.start_workload(ctx.target, ctx.snapshot["image"])
+    return ctx.workload.start_workload(ctx.target, ctx.snapshot["image"])
 
 
 def readiness_check(ctx: StepContext) -> dict:
-    return ctx.host.workload_ready(ctx.target)
+    return ctx.workload.workload_ready(ctx.target)
 
 
 def _delivered_base(ctx: StepContext) -> dict:
@@ -96,7 +104,7 @@ def publish_compute_access(ctx: StepContext) -> dict:
 
 def stop_workload(ctx: StepContext) -> dict:
     _wait_for_inflight_provisioning(ctx)
-    return ctx.host.stop_workload(ctx.target)
+    return ctx.workload.stop_workload(ctx.target)
 
 
 # --- bare metal --------------------------------------------------------------------------------------------
@@ -199,15 +207,15 @@ def wait_for_install(ctx: StepContext) -> dict:
 
 
 def install_gpu_driver(ctx: StepContext) -> dict:
-    return ctx.host.install_gpu_driver(ctx.target, ctx.snapshot["bare_metal_profile"]["driver_version"])
+    return ctx.in_band.install_gpu_driver(ctx.target, ctx.snapshot["bare_metal_profile"]["driver_version"])
 
 
 def install_monitoring_agent(ctx: StepContext) -> dict:
-    return ctx.host.install_monitoring_agent(ctx.target, ctx.snapshot["bare_metal_profile"]["monitoring_agent"])
+    return ctx.in_band.install_monitoring_agent(ctx.target, ctx.snapshot["bare_metal_profile"]["monitoring_agent"])
 
 
 def register_cluster(ctx: StepContext) -> dict:
-    return ctx.host.register_in_cluster(ctx.target, ctx.snapshot["bare_metal_profile"]["target_cluster"])
+    return ctx.in_band.register_in_cluster(ctx.target, ctx.snapshot["bare_metal_profile"]["target_cluster"])
 
 
 def post_install_health_check(ctx: StepContext) -> dict:
@@ -215,7 +223,7 @@ def post_install_health_check(ctx: StepContext) -> dict:
         check for check in ctx.snapshot["bare_metal_profile"]["validation_suite"] if check not in BASIC_HARDWARE_CHECKS
     ]
     try:
-        return ctx.host.health_check(ctx.target, checks)
+        return ctx.in_band.health_check(ctx.target, checks)
     except StepError as failure:
         raise _isolating_error(failure.code, failure.message, failure.details) from failure
 
@@ -237,7 +245,7 @@ def publish_bare_metal_access(ctx: StepContext) -> dict:
 
 def deregister_cluster(ctx: StepContext) -> dict:
     _wait_for_inflight_provisioning(ctx)
-    return ctx.host.deregister_from_cluster(ctx.target, ctx.snapshot["bare_metal_profile"]["target_cluster"])
+    return ctx.in_band.deregister_from_cluster(ctx.target, ctx.snapshot["bare_metal_profile"]["target_cluster"])
 
 
 def power_off(ctx: StepContext) -> dict:
@@ -255,7 +263,7 @@ def eject_media(ctx: StepContext) -> dict:
 
 
 def mark_for_cleaning(ctx: StepContext) -> dict:
-    return ctx.host.request_cleaning(ctx.target)
+    return ctx.in_band.request_cleaning(ctx.target)
 
 
 # --- both --------------------------------------------------------------------------------------------------
@@ -303,8 +311,8 @@ def start_replicas(ctx: StepContext) -> dict:
         replica, _ = ServingReplica.objects.get_or_create(deployment=deployment, name=f"replica-{index}")
         if replica.pid and not probe(replica):
             continue
-        ctx.host.stop_inference(ctx.target, replica.pid)  # a half-started one from an interrupted attempt
-        instance = ctx.host.start_inference(ctx.target, replica.name, devices, serving)
+        ctx.inference.stop_inference(ctx.target, replica.pid)  # a half-started one from an interrupted attempt
+        instance = ctx.inference.start_inference(ctx.target, replica.name, devices, serving)
         replica.url, replica.pid, replica.devices = instance["url"], instance["pid"], instance["devices"]
         replica.save(update_fields=["url", "pid", "devices"])
         started[replica.name] = instance
@@ -346,6 +354,6 @@ def unregister_routes(ctx: StepContext) -> dict:
 
 def stop_replicas(ctx: StepContext) -> dict:
     replicas = list(ServingReplica.objects.filter(deployment__request=ctx.run.request))
-    stopped = {replica.name: ctx.host.stop_inference(ctx.target, replica.pid) for replica in replicas}
+    stopped = {replica.name: ctx.inference.stop_inference(ctx.target, replica.pid) for replica in replicas}
     ServingReplica.objects.filter(pk__in=[replica.pk for replica in replicas]).update(healthy=False, pid=None)
     return {"stopped": stopped}

@@ -34,6 +34,7 @@ class RequestsConfig(AppConfig):
         _hide_from_drf_compat()
         from django.core import checks
 
+        from config.hooks import register
         from requests import approvals
         from requests.checks import check_hooks_registered
         from requests.extensions import ExtensionApprovals
@@ -48,7 +49,7 @@ class RequestsConfig(AppConfig):
         approvals.register_subject(ResourceRequest, RequestApprovals())
         approvals.register_subject(QuotaChangeRequest, QuotaChangeApprovals())
         approvals.register_subject(RequestExtension, ExtensionApprovals())
-        hooks.project_usage_provider = usage_by_project
+        register(hooks.PROJECT_USAGE, usage_by_project)
         quota_changed.connect(readmit_on_quota_change, dispatch_uid="requests.readmit_on_quota_change")
         post_migrate.connect(ensure_schedules, sender=self, dispatch_uid="requests.ensure_schedules")
         checks.register(check_hooks_registered)

@@ -1,9 +1,10 @@
-"""System checks of the request workflow: every hook an installed app provides is registered (requests.E001)."""
+"""System checks of the request workflow: every declared hook whose provider app is installed is registered
+(requests.E001)."""
 
 from django.apps import apps
 from django.core.checks import Error
 
-from requests import hooks
+from config import hooks
 
 
 def check_hooks_registered(app_configs=None, **_kwargs) -> list[Error]:
@@ -16,6 +17,6 @@ def check_hooks_registered(app_configs=None, **_kwargs) -> list[Error]:
             obj=hook.protocol,
             id="requests.E001",
         )
-        for hook in hooks.HOOKS
+        for hook in hooks.DECLARED
         if apps.is_installed(hook.provider) and hooks.get(hook) is None
     ]

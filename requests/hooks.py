@@ -1,24 +1,12 @@
 """Hooks higher apps register in their ready(), so request pages and the API can show their data without importing
-them (see docs/architecture.md, "Layering").
-
-Each hook is a `typing.Protocol` named once here, with the app that provides it. `register` checks an
-implementation against the protocol's call signature; `get` is the typed accessor. The `requests.E001` system
-check (requests/checks.py) fails at start-up when an installed provider did not register its hook, so a renamed or
-forgotten registration is an error instead of a page that silently shows less.
+them (see docs/architecture.md, "Layering"; the registry itself is config/hooks.py).
 """
 
-import inspect
-from dataclasses import dataclass
-from typing import Any, Generic, Protocol, TypedDict, TypeVar
+from typing import Any, Protocol, TypedDict
 
-Implementation = TypeVar("Implementation")
+from config.hooks import Hook, ask, get, register
 
-
-@dataclass(frozen=True)
-class Hook(Generic[Implementation]):
-    name: str
-    protocol: type[Implementation]
-    provider: str  # label of the app whose ready() registers it
+__all__ = ["Hook", "ask", "get", "register"]
 
 
 class AllocationDetails(Protocol):
@@ -80,41 +68,3 @@ PROVISIONING_DETAILS = Hook("provisioning_details", ProvisioningDetails, provide
 ENDPOINT_DETAILS = Hook("endpoint_details", EndpointDetails, provider="provisioning")
 RIGHTSIZING_ADVICE = Hook("rightsizing_advice", RightsizingAdvice, provider="metering")
 REQUEST_USAGE = Hook("request_usage", RequestUsageProvider, provider="metering")
-
-HOOKS = (
-    ALLOCATION_DETAILS,
-    PLACEMENT_ESTIMATE,
-    ORDER_NEVER_FITS,
-    PROVISIONING_DETAILS,
-    ENDPOINT_DETAILS,
-    RIGHTSIZING_ADVICE,
-    REQUEST_USAGE,
-)
-
-_registered: dict[str, Any] = {}
-
-
-def register(hook: Hook[Implementation], implementation: Implementation) -> None:
-    """Fill in `hook`; refuses (TypeError) an implementation that cannot be called the way the protocol is."""
-    expected = [
-        parameter
-        for parameter in inspect.signature(hook.protocol.__call__).parameters.values()
-        if parameter.name != "self"
-    ]
-    try:
-        inspect.signature(implementation).bind(*expected)
-    except (TypeError, ValueError) as error:
-        accepted = ", ".join(parameter.name for parameter in expected)
-        raise TypeError(f"{implementation!r} cannot serve the {hook.name} hook: it must accept ({accepted})") from error
-    _registered[hook.name] = implementation
-
-
-def get(hook: Hook[Implementation]) -> Implementation | None:
-    """The registered implementation, or None while its provider app is not installed."""
-    return _registered.get(hook.name)
-
-
-def ask(hook: Hook, *arguments) -> Any:
-    """The hook's answer for `arguments`, or None while its provider app is not installed."""
-    implementation = get(hook)
-    return None if implementation is None else implementation(*arguments)

@@ -103,6 +103,7 @@ class NodeAdmin(AuditedInventoryMixin, admin.ModelAdmin):
         "name",
         "rack",
         "topology_domain",
+        "execution_backend",
         "cpu_cores",
         "memory_gib",
         "device_count",
@@ -111,6 +112,7 @@ class NodeAdmin(AuditedInventoryMixin, admin.ModelAdmin):
     ]
     list_filter = [
         "schedulable",
+        "execution_backend",
         ("rack__site", related_list_filter()),
         ("rack", related_list_filter("site")),
         "topology_domain",
@@ -118,7 +120,20 @@ class NodeAdmin(AuditedInventoryMixin, admin.ModelAdmin):
     search_fields = ["name", "serial_number", "topology_domain", "bmc_address"]
     readonly_fields = ["schedulable", "cordon_reason", "cordoned_at", "cordoned_by", "created_at", "updated_at"]
     fieldsets = [
-        (None, {"fields": ["name", "serial_number", "rack", "topology_domain", "cpu_milli", "memory_mib"]}),
+        (
+            None,
+            {
+                "fields": [
+                    "name",
+                    "serial_number",
+                    "rack",
+                    "topology_domain",
+                    "execution_backend",
+                    "cpu_milli",
+                    "memory_mib",
+                ]
+            },
+        ),
         ("BMC", {"fields": ["bmc_address", "bmc_credentials_ref"]}),
         (
             "Cordon (use the Cordon / Uncordon actions)",

@@ -9,6 +9,14 @@ class DeviceHealth(models.TextChoices):
     UNHEALTHY = "unhealthy", "Unhealthy"
 
 
+class ExecutionBackend(models.TextChoices):
+    """What runs work on a node: chosen by the node the scheduler picked, never by the developer."""
+
+    SIMULATED = "simulated", "Simulated host (demo)"
+    SLURM = "slurm", "Slurm cluster (slurmrestd)"
+    CONTAINER = "container", "Container runtime (podman)"
+
+
 class AllocationState(models.TextChoices):
     ACTIVE = "active", "Active"
     RELEASED = "released", "Released"

@@ -12,6 +12,8 @@ from pathlib import Path
 import yaml
 
 FORMATS = ("csv", "yaml", "openb")
+# The values of scheduling.choices.ExecutionBackend (this module stays free of Django).
+EXECUTION_BACKENDS = ("simulated", "slurm", "container")
 
 # openb model code -> (slug, name, memory GB, interconnect). G2/G3 are anonymised in the trace; 32 GB assumed.
 OPENB_MODELS = {
@@ -51,6 +53,7 @@ class NodeRecord:
     topology_domain: str | None = None
     bmc_address: str | None = None
     bmc_credentials_ref: str | None = None
+    execution_backend: str | None = None  # None keeps what the node has (new nodes: simulated)
     where: str = ""
 
 
@@ -198,8 +201,17 @@ def _node_from_mapping(raw: dict, where: str, problems: list[str]) -> NodeRecord
         topology_domain=optional("topology_domain"),
         bmc_address=optional("bmc_address"),
         bmc_credentials_ref=optional("bmc_credentials_ref"),
+        execution_backend=_backend(optional("execution_backend"), problems, where),
         where=where,
     )
+
+
+def _backend(value: str | None, problems: list[str], where: str) -> str | None:
+    if value in (None, ""):
+        return None
+    if value not in EXECUTION_BACKENDS:
+        problems.append(f"{where}: unknown execution_backend {value!r} (known: {', '.join(EXECUTION_BACKENDS)})")
+    return value
 
 
 def read_csv(path: Path) -> list[NodeRecord]:

@@ -15,7 +15,7 @@ from django.db import models
 from django.db.models import Q
 
 from requests.choices import PRIORITY_RANK, PriorityClass
-from scheduling.choices import AllocationState, Comparison, DeviceHealth, HealthAction, HealthSource
+from scheduling.choices import AllocationState, Comparison, DeviceHealth, ExecutionBackend, HealthAction, HealthSource
 from scheduling.placement import MILLI
 from scheduling.readings import usable_number
 
@@ -54,6 +54,12 @@ class Node(models.Model):
     rack = models.ForeignKey(Rack, null=True, blank=True, on_delete=models.PROTECT, related_name="nodes")
     topology_domain = models.CharField(
         max_length=120, blank=True, help_text="Gang placement domain, e.g. an NVLink/InfiniBand island."
+    )
+    execution_backend = models.CharField(
+        max_length=12,
+        choices=ExecutionBackend.choices,
+        default=ExecutionBackend.SIMULATED,
+        help_text="What runs work placed on this node (see provisioning/drivers/).",
     )
     cpu_milli = models.PositiveIntegerField(help_text="Allocatable CPU in milli-cores.")
     memory_mib = models.PositiveBigIntegerField(help_text="Allocatable memory in MiB.")

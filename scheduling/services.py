@@ -471,6 +471,7 @@ def inventory_import(
             "topology_domain": record.topology_domain,
             "bmc_address": record.bmc_address,
             "bmc_credentials_ref": record.bmc_credentials_ref,
+            "execution_backend": record.execution_backend,
             "rack_id": racks[(site, record.rack or "default")].pk if site else None,
         }
         node = nodes.get(record.name)

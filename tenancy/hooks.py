@@ -1,5 +1,15 @@
-"""Extension points that higher apps fill in `ready()`, so tenancy can show their data without importing them."""
+"""Hooks higher apps register in their ready(), so tenancy can show their data without importing them (the registry
+is config/hooks.py)."""
 
-# Current quota usage of projects: a callable taking a list of project ids and returning
-# {project_id: {dimension: value}}. The request workflow registers it; None means nobody tracks usage.
-project_usage_provider = None
+from typing import Protocol
+
+from config.hooks import Hook
+
+
+class ProjectUsage(Protocol):
+    """requests: current quota usage of the given projects, {project_id: {dimension: value}}."""
+
+    def __call__(self, project_ids: list[int], /) -> dict[int, dict]: ...
+
+
+PROJECT_USAGE = Hook("project_usage", ProjectUsage, provider="requests")

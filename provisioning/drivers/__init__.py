@@ -1,8 +1,9 @@
-"""Driver registry: which BMC driver runs bare metal, and the host agent for in-band work."""
+"""Driver registry: the BMC driver for bare metal, the workload driver of a node's execution backend, the in-band
+driver for a bare-metal server's post-install steps, and the serving driver for inference replicas."""
 
 from django.conf import settings
 
-from provisioning.drivers.base import BmcDriver, HostDriver
+from provisioning.drivers.base import BmcDriver, InBandDriver, ServingDriver, WorkloadDriver
 
 
 def bmc_driver(name: str | None = None) -> BmcDriver:
@@ -18,7 +19,32 @@ def bmc_driver(name: str | None = None) -> BmcDriver:
     raise ValueError(f"Unknown BMC driver {name!r}; use 'simulated' or 'redfish'.")
 
 
-def host_driver() -> HostDriver:
+def workload_driver(backend: str) -> WorkloadDriver:
+    """The workload driver of a node's execution backend (scheduling.choices.ExecutionBackend)."""
+    if backend == "slurm":
+        from provisioning.drivers.slurm import SlurmWorkloads
+
+        return SlurmWorkloads()
+    if backend == "container":
+        from provisioning.drivers.container import ContainerWorkloads
+
+        return ContainerWorkloads()
+    if backend == "simulated":
+        from provisioning.drivers.simulated import SimulatedHost
+
+        return SimulatedHost()
+    raise ValueError(f"Unknown execution backend {backend!r}; use 'simulated', 'slurm' or 'container'.")
+
+
+def in_band_driver() -> InBandDriver:
+    # The simulated host agent until a real one (Ansible over SSH) exists.
+    from provisioning.drivers.simulated import SimulatedHost
+
+    return SimulatedHost()
+
+
+def serving_driver() -> ServingDriver:
+    # Inference servers run as local processes (the project's stand-in engine) until a serving runtime is named.
     from provisioning.drivers.simulated import SimulatedHost
 
     return SimulatedHost()

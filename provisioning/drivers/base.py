@@ -6,8 +6,11 @@ again by another one, so a call must cope with finding its work already (partly)
 Two families of operations:
 - out-of-band, through the server's BMC (power, boot override, virtual media, hardware inventory): the
   `simulated` driver and the `redfish` driver (DMTF Redfish over HTTP);
-- in-band, on the running host (container workloads, GPU driver, monitoring agent, cluster registration,
-  health checks): the `simulated` host agent until a real agent driver (SSH, Ansible, Kubernetes) exists.
+- on the allocated node: a compute workload through the workload driver of the node's execution backend
+  (`Node.execution_backend`: `simulated`, `slurm` for jobs through slurmrestd, `container` for podman; a
+  Kubernetes backend would be one more WorkloadDriver); a bare-metal server's post-install steps (GPU driver,
+  monitoring agent, cluster registration, health checks) through the in-band driver; a model-serving
+  replica's inference server through the serving driver.
 """
 
 from abc import ABC, abstractmethod
@@ -27,6 +30,7 @@ class Target:
     bmc_credentials_ref: str = ""
     inventory: dict = field(default_factory=dict)  # what the platform believes: cpu_cores, memory_gb, accelerators
     attempt: int = 1
+    backend: str = "simulated"  # the node's execution backend, which picked the host driver
 
 
 class StepError(Exception):
@@ -79,14 +83,15 @@ class BmcDriver(ABC):
         """Let go of connections (the step is done with the driver)."""
 
 
-class HostDriver(ABC):
-    """In-band work on the allocated node: container/VM workloads and the post-install steps of bare metal."""
+class WorkloadDriver(ABC):
+    """Runs a compute order's workload on the allocated node; one per execution backend (`Node.execution_backend`:
+    simulated, slurm, container). The approved snapshot reaches it unchanged, in `target.snapshot`."""
 
     name: str
 
     @abstractmethod
     def prepare_image(self, target: Target, image: dict) -> dict:
-        """Make the approved image available on the node (pull and verify)."""
+        """Make the approved image available on the node (pull or build, and verify)."""
 
     @abstractmethod
     def start_workload(self, target: Target, image: dict) -> dict:
@@ -99,6 +104,12 @@ class HostDriver(ABC):
     @abstractmethod
     def stop_workload(self, target: Target) -> dict:
         """Stop and remove the workload (no-op when it is gone)."""
+
+
+class InBandDriver(ABC):
+    """The post-install steps of a bare-metal server, run on the delivered server itself."""
+
+    name: str
 
     @abstractmethod
     def install_gpu_driver(self, target: Target, version: str) -> dict: ...
@@ -118,13 +129,19 @@ class HostDriver(ABC):
         burn-in and collective-bandwidth checks when listed); StepError when one fails."""
 
     @abstractmethod
+    def request_cleaning(self, target: Target) -> dict:
+        """Queue the disk wipe and firmware reset that must happen before the server serves another tenant."""
+
+
+class ServingDriver(ABC):
+    """Starts and stops the inference servers of a model-serving deployment's replicas."""
+
+    name: str
+
+    @abstractmethod
     def start_inference(self, target: Target, replica: str, devices: list[dict], serving: dict) -> dict:
         """Start one inference server for a model-serving replica on its devices: {url, pid}."""
 
     @abstractmethod
     def stop_inference(self, target: Target, pid: int | None) -> dict:
         """Stop a replica's inference server (no-op when it is gone)."""
-
-    @abstractmethod
-    def request_cleaning(self, target: Target) -> dict:
-        """Queue the disk wipe and firmware reset that must happen before the server serves another tenant."""

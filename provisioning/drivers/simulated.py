@@ -19,7 +19,15 @@ from urllib.parse import parse_qs, urlsplit
 from django.conf import settings
 from django.utils import timezone
 
-from provisioning.drivers.base import BmcDriver, HostDriver, StepError, StepPending, Target
+from provisioning.drivers.base import (
+    BmcDriver,
+    InBandDriver,
+    ServingDriver,
+    StepError,
+    StepPending,
+    Target,
+    WorkloadDriver,
+)
 from provisioning.serving.deployments import served_model_id
 
 # Seconds a real system takes, roughly; scaled by PROVISIONING_SIMULATED_SPEED.
@@ -158,7 +166,9 @@ class SimulatedBmc(BmcDriver):
         return {"ejected": ejected}
 
 
-class SimulatedHost(HostDriver):
+class SimulatedHost(WorkloadDriver, InBandDriver, ServingDriver):
+    """One simulated machine plays all three in-band roles: workloads, bare-metal post-install, inference."""
+
     name = "simulated"
 
     def prepare_image(self, target: Target, image: dict) -> dict:

@@ -40,6 +40,7 @@ class NodeSerializer(serializers.ModelSerializer):
             "site",
             "rack",
             "topology_domain",
+            "execution_backend",
             "cpu_milli",
             "cpu_cores",
             "memory_mib",

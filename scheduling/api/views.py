@@ -38,7 +38,7 @@ class NodeFilter(filters.FilterSet):
 
     class Meta:
         model = Node
-        fields = ["schedulable", "site", "rack", "topology_domain"]
+        fields = ["schedulable", "site", "rack", "topology_domain", "execution_backend"]
 
 
 class NodeViewSet(viewsets.ReadOnlyModelViewSet):

@@ -4,6 +4,7 @@ from django.core.exceptions import ObjectDoesNotExist
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
+from config.hooks import ask
 from tenancy import hooks
 from tenancy.choices import priorities_up_to
 from tenancy.models import Project, QuotaLimits, Tenant
@@ -26,8 +27,7 @@ def limits_representation(quota: QuotaLimits) -> dict:
 
 
 def _usage_of(projects: list[Project]) -> dict | None:
-    provider = hooks.project_usage_provider
-    return None if provider is None else provider([project.pk for project in projects])
+    return ask(hooks.PROJECT_USAGE, [project.pk for project in projects])
 
 
 class ProjectListSerializer(serializers.ListSerializer):

@@ -6,9 +6,9 @@ from decimal import Decimal
 import pytest
 import time_machine
 
+from config import hooks as hook_registry
 from metering import services
 from metering.models import BudgetAlert
-from requests import hooks as request_hooks
 from requests import services as request_services
 from requests.choices import RequestState
 from requests.orders import Order
@@ -84,7 +84,7 @@ def test_monthly_card_hours_are_the_same_whichever_hooks_are_registered(world, m
         bound(world, started=at("2026-11-20 02:00"), hours=24)
         services.usage_refresh()
         with_metering = usage_of([world.project.pk])
-        monkeypatch.setattr(request_hooks, "_registered", {})  # as if no higher app were installed
+        monkeypatch.setattr(hook_registry, "_registered", {})  # as if no higher app were installed
         assert usage_of([world.project.pk]) == with_metering
     assert with_metering["monthly_card_hours"] == Decimal(48)  # 20 metered + 28 still to come
 

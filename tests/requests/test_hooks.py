@@ -5,6 +5,7 @@ import pytest
 from django.core import checks
 from django.core.management import CommandError, call_command
 
+from config import hooks as registry
 from requests import hooks
 
 
@@ -14,12 +15,25 @@ def _hook_errors() -> list[checks.CheckMessage]:
 
 def test_every_hook_of_the_installed_apps_is_registered():
     assert _hook_errors() == []
-    assert all(hooks.get(hook) is not None for hook in hooks.HOOKS)
+    assert all(hooks.get(hook) is not None for hook in registry.DECLARED)
 
 
-@pytest.mark.parametrize("hook", hooks.HOOKS, ids=lambda hook: hook.name)
+def test_every_app_declares_its_hooks_in_the_one_registry():
+    assert {hook.name for hook in registry.DECLARED} == {
+        "allocation_details",
+        "placement_estimate",
+        "order_never_fits",
+        "provisioning_details",
+        "endpoint_details",
+        "rightsizing_advice",
+        "request_usage",
+        "project_usage",
+    }
+
+
+@pytest.mark.parametrize("hook", list(registry.DECLARED), ids=lambda hook: hook.name)
 def test_a_missing_hook_fails_the_system_check_naming_it_and_its_provider(monkeypatch, hook):
-    monkeypatch.delitem(hooks._registered, hook.name)
+    monkeypatch.delitem(registry._registered, hook.name)
     [error] = _hook_errors()
     assert error.level == checks.ERROR
     assert f"The {hook.name} hook is not registered." == error.msg
@@ -29,14 +43,14 @@ def test_a_missing_hook_fails_the_system_check_naming_it_and_its_provider(monkey
 
 
 def test_a_hook_whose_provider_is_not_installed_may_stay_unregistered(monkeypatch):
+    monkeypatch.setattr(registry, "DECLARED", list(registry.DECLARED))
     absent = hooks.Hook("absent_details", hooks.AllocationDetails, provider="absent")
-    monkeypatch.setattr(hooks, "HOOKS", (*hooks.HOOKS, absent))
     assert _hook_errors() == []
     assert hooks.ask(absent, object()) is None
 
 
 def test_register_refuses_an_implementation_with_the_wrong_signature(monkeypatch):
-    monkeypatch.setattr(hooks, "_registered", dict(hooks._registered))
+    monkeypatch.setattr(registry, "_registered", dict(registry._registered))
     registered = hooks.get(hooks.PLACEMENT_ESTIMATE)
     with pytest.raises(TypeError, match=r"cannot serve the placement_estimate hook: it must accept \(order, sizing\)"):
         hooks.register(hooks.PLACEMENT_ESTIMATE, lambda order: None)
@@ -46,6 +60,6 @@ def test_register_refuses_an_implementation_with_the_wrong_signature(monkeypatch
 
 
 def test_register_and_ask_go_through_the_protocol(monkeypatch):
-    monkeypatch.setattr(hooks, "_registered", dict(hooks._registered))
+    monkeypatch.setattr(registry, "_registered", dict(registry._registered))
     hooks.register(hooks.ALLOCATION_DETAILS, lambda resource_request, *, now=None: {"asked": resource_request})
     assert hooks.ask(hooks.ALLOCATION_DETAILS, "r") == {"asked": "r"}

@@ -257,6 +257,22 @@ nodes:
     assert "0 created, 0 updated, 1 unchanged" in run_import(path)
 
 
+def test_execution_backend_is_imported_validated_and_kept_when_the_column_is_empty(tmp_path):
+    path = tmp_path / "inventory.csv"
+    path.write_text("name,cpu_cores,memory_gib,execution_backend\nslurm-01,8,64,slurm\nplain-01,8,64,\n")
+    run_import(path)
+    assert dict(Node.objects.values_list("name", "execution_backend")) == {
+        "slurm-01": "slurm",
+        "plain-01": "simulated",
+    }
+    path.write_text("name,cpu_cores,memory_gib,execution_backend\nslurm-01,8,64,\n")
+    assert "0 updated, 1 unchanged" in run_import(path)
+    path.write_text("name,cpu_cores,memory_gib,execution_backend\nslurm-01,8,64,kubernetes\n")
+    with pytest.raises(CommandError, match="unknown execution_backend 'kubernetes'"):
+        run_import(path)
+    assert Node.objects.get(name="slurm-01").execution_backend == "slurm"
+
+
 def test_bad_rows_are_all_reported_and_nothing_is_imported(tmp_path):
     path = tmp_path / "bad.csv"
     path.write_text(

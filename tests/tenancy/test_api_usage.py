@@ -6,10 +6,11 @@ import pytest
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
+from config import hooks
 from requests import services
 from requests.orders import Order
 from requests.quota import month_start, usage_by_project
-from tenancy import hooks
+from tenancy import hooks as tenancy_hooks
 from tenancy import services as tenancy_services
 from tenancy.choices import QuotaDimension
 from tenancy.models import MonthlyUsage
@@ -44,7 +45,7 @@ def busy(order_for):
 
 
 def test_the_request_workflow_registers_the_usage_provider():
-    assert hooks.project_usage_provider is usage_by_project
+    assert hooks.get(tenancy_hooks.PROJECT_USAGE) is usage_by_project
 
 
 def test_projects_list_shows_current_usage_per_dimension(api_as, busy):
@@ -68,7 +69,7 @@ def test_project_detail_shows_usage_too(api_as, busy):
 
 def test_usage_is_null_without_a_provider(api_as, busy, monkeypatch):
     project, developer = busy
-    monkeypatch.setattr(hooks, "project_usage_provider", None)
+    monkeypatch.delitem(hooks._registered, tenancy_hooks.PROJECT_USAGE.name)
 
     assert usage_of(api_as(developer).get(PROJECTS), project) is None
 
@@ -78,7 +79,9 @@ def test_the_provider_is_asked_once_for_the_whole_page(api_as, busy, monkeypatch
     second = factories.project()
     factories.member(second, user=developer)
     calls = []
-    monkeypatch.setattr(hooks, "project_usage_provider", lambda ids: calls.append(ids) or usage_by_project(ids))
+    monkeypatch.setitem(
+        hooks._registered, tenancy_hooks.PROJECT_USAGE.name, lambda ids: calls.append(ids) or usage_by_project(ids)
+    )
 
     api_as(developer).get(PROJECTS)
 
