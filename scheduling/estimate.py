@@ -15,6 +15,8 @@ PREVIEW_ID = "preview"
 # Requests queued since the last cycle that a preview places ahead of the order. A cycle runs on every queued
 # request (and each minute), so more than this means one is due; the preview must not grow with the backlog.
 MAX_QUEUED_SINCE = 200
+# What demand_of and queue_order read (and the state, which the model keeps to check its transitions).
+DEMAND_FIELDS = ("id", "state", "priority", "project_id", "created_at", "approved_spec", "cpu_cores", "memory_gb")
 
 
 def order_demand(order, sizing) -> placement.Demand:
@@ -57,12 +59,13 @@ def placement_estimate(order, sizing) -> dict:
     delays = reservation is not None and timezone.now() + timedelta(
         hours=order.duration_hours
     ) > datetime.fromisoformat(reservation["start"])
-    ahead_count = ResourceRequest.objects.filter(state=RequestState.QUEUED, priority__in=_classes_from(demand)).count()
+    since, since_count = _queued_since_last_cycle(demand)
+    left_waiting = sum(outcome.waiting.get(name, 0) for name in _classes_from(demand))
     return _estimate(
         demand,
         lambda: outcome.engine_for(demand),
-        _queued(demand, since_last_cycle=True),
-        ahead_count,
+        since,
+        left_waiting + since_count,
         as_of=outcome.finished_at,
         held=reservation if delays else None,
     )
@@ -73,13 +76,25 @@ def _classes_from(demand: placement.Demand) -> list[str]:
     return [name for name, rank in PRIORITY_RANK.items() if rank >= demand.priority]
 
 
-def _queued(demand: placement.Demand, since_last_cycle: bool = False) -> list[ResourceRequest]:
-    """The queued requests ahead of the demand in queue order; with `since_last_cycle`, only those no cycle has
-    seen yet (a cycle gives every request it leaves waiting a position), at most MAX_QUEUED_SINCE of them."""
-    queued = ResourceRequest.objects.filter(state=RequestState.QUEUED, priority__in=_classes_from(demand))
-    if since_last_cycle:
-        queued = queued.filter(queue_position__isnull=True).order_by("created_at", "pk")[:MAX_QUEUED_SINCE]
-    return queue_order(list(queued))
+def _queued_ahead_of(demand: placement.Demand):
+    """The queued requests ahead of the demand, with the fields that place them."""
+    return ResourceRequest.objects.filter(state=RequestState.QUEUED, priority__in=_classes_from(demand)).only(
+        *DEMAND_FIELDS
+    )
+
+
+def _queued(demand: placement.Demand) -> list[ResourceRequest]:
+    """The queued requests ahead of the demand in queue order."""
+    return queue_order(list(_queued_ahead_of(demand)))
+
+
+def _queued_since_last_cycle(demand: placement.Demand) -> tuple[list[ResourceRequest], int]:
+    """The queued requests ahead of the demand that no cycle has seen yet (a cycle gives every request it leaves
+    waiting a position): the first MAX_QUEUED_SINCE of them in queue order, and how many there are. An index holds
+    just these, so the queue behind them costs nothing."""
+    unseen = _queued_ahead_of(demand).filter(queue_position__isnull=True)
+    first = list(unseen.order_by("created_at", "pk")[:MAX_QUEUED_SINCE])
+    return queue_order(first), len(first) if len(first) < MAX_QUEUED_SINCE else unseen.count()
 
 
 def _estimate(demand, fresh_engine, ahead: list[ResourceRequest], ahead_count: int, as_of=None, held=None) -> dict:

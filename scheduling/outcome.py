@@ -7,6 +7,7 @@ Each process builds the engine state once per outcome; every preview places on a
 what it places, not the size of the cluster, and leaves the state as the cycle left it for the next one.
 """
 
+from collections import Counter
 from dataclasses import dataclass, field
 from datetime import datetime
 
@@ -23,6 +24,7 @@ class Outcome:
     finished_at: datetime
     engine: placement.PlacementEngine  # frozen, as the cycle ended: previews place on forks of it
     reservation: dict | None  # {"request_id", "node", "start"} of the head-of-line hold
+    waiting: dict[str, int]  # requests the cycle left queued, per priority class
     _tuned: dict = field(default_factory=dict, compare=False, repr=False)  # by the shape its policy learnt
 
     def engine_for(self, demand: placement.Demand) -> placement.PlacementEngine:
@@ -37,8 +39,9 @@ class Outcome:
         return tuned.fork()
 
 
-def record_outcome(*, snapshot: placement.Snapshot, bindings, reservation, now: datetime) -> None:
-    """Store what the engine would start the next preview from (one upsert)."""
+def record_outcome(*, snapshot: placement.Snapshot, bindings, reservation, waiting, now: datetime) -> None:
+    """Store what the engine would start the next preview from, and how many of the requests it left `waiting`
+    are in each priority class (one upsert)."""
     row = CycleOutcome(
         pk=CycleOutcome.SINGLETON,
         finished_at=now,
@@ -46,10 +49,14 @@ def record_outcome(*, snapshot: placement.Snapshot, bindings, reservation, now: 
         reservation=None
         if reservation is None
         else {"request_id": reservation.request_id, "node": reservation.node, "start": reservation.start.isoformat()},
+        waiting=dict(Counter(request.priority for request in waiting)),
     )
     # INSERT ... ON CONFLICT: one statement whether or not a cycle wrote the row before.
     CycleOutcome.objects.bulk_create(
-        [row], update_conflicts=True, unique_fields=["id"], update_fields=["finished_at", "nodes", "reservation"]
+        [row],
+        update_conflicts=True,
+        unique_fields=["id"],
+        update_fields=["finished_at", "nodes", "reservation", "waiting"],
     )
 
 
@@ -90,7 +97,7 @@ def _decode(row: CycleOutcome) -> Outcome:
             used.append(placement.Allocation(f"in-use:{node.name}", node.name, tuple(map(tuple, devices)), cpu, memory))
     # No policy: every preview forks it with the one its order places by.
     engine = placement.PlacementEngine(placement.Snapshot(nodes, used), policy=make_policy("default", ()))
-    return Outcome(row.finished_at, engine, row.reservation)
+    return Outcome(row.finished_at, engine, row.reservation, row.waiting)
 
 
 def _in_use(snapshot: placement.Snapshot, bindings) -> list[dict]:
