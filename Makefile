@@ -15,7 +15,9 @@ SCHEMATHESIS_VERSION := 4.32.5
 HOST ?= 127.0.0.1
 PORT ?= 8000
 # The demo runs on the embedded defaults (SQLite, django-q2's ORM broker) unless DATABASE_URL/REDIS_URL say otherwise.
-DEMO_ENV := DEBUG=1
+# Endpoint URLs and installer callbacks are built without a browser request, from PUBLIC_BASE_URL: follow HOST/PORT.
+PUBLIC_BASE_URL ?= http://$(HOST):$(PORT)
+DEMO_ENV := DEBUG=1 PUBLIC_BASE_URL=$(PUBLIC_BASE_URL)
 
 .PHONY: install browser redfish-emulator fuzz-venv run migrate seed test bench lint format clean
 

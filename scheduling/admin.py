@@ -17,6 +17,8 @@ from config.admin_actions import ReadOnlyAdminMixin, action_with_reason, related
 from config.errors import DomainError
 from scheduling import agents, selectors, services
 from scheduling.models import (
+    DEVICE_STATE_FIELDS,
+    NODE_STATE_FIELDS,
     AgentToken,
     Allocation,
     AllocationDevice,
@@ -118,7 +120,7 @@ class NodeAdmin(AuditedInventoryMixin, admin.ModelAdmin):
         "topology_domain",
     ]
     search_fields = ["name", "serial_number", "topology_domain", "bmc_address"]
-    readonly_fields = ["schedulable", "cordon_reason", "cordoned_at", "cordoned_by", "created_at", "updated_at"]
+    readonly_fields = [*NODE_STATE_FIELDS, "created_at", "updated_at"]
     fieldsets = [
         (
             None,
@@ -213,17 +215,7 @@ class DeviceAdmin(AuditedInventoryMixin, admin.ModelAdmin):
     list_filter = [("model", related_list_filter("vendor")), "health", "isolated", ("node", related_list_filter())]
     list_select_related = ["node", "model__vendor"]
     search_fields = ["uuid", "node__name", "node__serial_number"]
-    readonly_fields = [
-        "health",
-        "health_detail",
-        "degraded_by",
-        "clear_since",
-        "isolated",
-        "isolation_reason",
-        "isolated_at",
-        "allocated_milli",
-        "updated_at",
-    ]
+    readonly_fields = [*DEVICE_STATE_FIELDS, "updated_at"]
     fieldsets = [
         (None, {"fields": ["node", "index", "uuid", "model", "memory_gb"]}),
         (

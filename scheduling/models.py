@@ -44,6 +44,21 @@ class Rack(models.Model):
         return f"{self.site.name}/{self.name}"
 
 
+# Operational state that changes only through the cordon, health and isolation services (read-only in the admin,
+# refused by inventory_entry_save), never by editing the row.
+NODE_STATE_FIELDS = ("schedulable", "cordon_reason", "cordoned_at", "cordoned_by")
+DEVICE_STATE_FIELDS = (
+    "health",
+    "health_detail",
+    "degraded_by",
+    "clear_since",
+    "isolated",
+    "isolation_reason",
+    "isolated_at",
+    "allocated_milli",
+)
+
+
 class Node(models.Model):
     name = models.CharField(max_length=120, unique=True)
     serial_number = models.CharField(max_length=120, unique=True)

@@ -21,7 +21,17 @@ from requests.choices import ApprovalSubject, ApproverSource, EventCode
 from requests.services import is_operator_intervention, record_event
 from scheduling.choices import AllocationState, DeviceHealth
 from scheduling.inventory_formats import OPENB_MODELS, NodeRecord
-from scheduling.models import AllocationDevice, Device, HealthRule, IsolationClearance, Node, Rack, Site
+from scheduling.models import (
+    DEVICE_STATE_FIELDS,
+    NODE_STATE_FIELDS,
+    AllocationDevice,
+    Device,
+    HealthRule,
+    IsolationClearance,
+    Node,
+    Rack,
+    Site,
+)
 from tenancy.models import User
 from tenancy.services import audit_record, configuration_save
 
@@ -78,20 +88,7 @@ def node_uncordon(node: Node, reason: str, actor: User | None) -> Node:
 def inventory_entry_save(entry, changed_fields: list[str], actor: User | None):
     """Save a site, rack, node, device, health or preemption rule edited by an operator, with an audit row.
     Cordons, health, isolation and allocated shares are not editable this way (the admin shows them read-only)."""
-    protected = {
-        "schedulable",
-        "cordon_reason",
-        "cordoned_at",
-        "cordoned_by",
-        "health",
-        "health_detail",
-        "degraded_by",
-        "clear_since",
-        "isolated",
-        "isolation_reason",
-        "isolated_at",
-        "allocated_milli",
-    } & set(changed_fields)
+    protected = {*NODE_STATE_FIELDS, *DEVICE_STATE_FIELDS} & set(changed_fields)
     if protected:
         raise DomainError(
             f"{', '.join(sorted(protected))} change only through cordon, health and isolation actions.",

@@ -190,6 +190,17 @@ def test_reject_without_comment_is_refused_and_changes_nothing(client, shop, tea
     assert created.state == RequestState.PENDING_APPROVAL
 
 
+@pytest.mark.parametrize("decision, comment, shown", [("approve", "ok", "approved"), ("reject", "too big", "rejected")])
+def test_the_request_page_says_how_each_approver_decided(client, shop, team, decision, comment, shown):
+    approval_rule(approver_stage())
+    created = services.request_submit(order=make_order(shop, team.project), requester=team.developer)
+    client.force_login(team.approver)
+    client.post(f"/approvals/{created_task(created).pk}/decide/", {"decision": decision, "comment": comment})
+    client.force_login(team.developer)
+    page = client.get(f"/requests/{created.pk}/").content.decode()
+    assert f"{team.approver.username}: {shown} — “{comment}”" in page
+
+
 def test_someone_elses_approval_task_is_not_found(client, shop, team):
     approval_rule(approver_stage())
     created = services.request_submit(order=make_order(shop, team.project), requester=team.developer)

@@ -123,6 +123,7 @@ def test_node_form_cannot_uncordon_or_change_cordon_fields(console, operator):
         "serial_number": host.serial_number,
         "rack": "",
         "topology_domain": "new-island",
+        "execution_backend": host.execution_backend,
         "cpu_milli": host.cpu_milli,
         "memory_mib": host.memory_mib,
         "bmc_address": "",
