@@ -46,9 +46,10 @@ def placement_estimate(order, sizing) -> dict:
     """Whether the order fits now behind the queue ahead of it, or why not; `never_fits` when no node of the
     inventory could hold it even empty (then the queue is not even looked at).
 
-    Estimated against what the last cycle left (its free capacity and head-of-line reservation) plus the requests
-    queued since, so a preview costs the same few queries at any queue length; `as_of` and `age_seconds` say how
-    old that picture is. Before any cycle has run, the whole queue is placed as the cycle would."""
+    Estimated against what the last cycle left (its free capacity, head-of-line reservation and the requests it
+    left waiting) plus the requests queued since, so a preview costs the same few queries and the same time at any
+    queue length; `as_of` and `age_seconds` say how old that picture is (a request cancelled since still counts in
+    `queued_ahead` until the next cycle). Before any cycle has run, the whole queue is placed as the cycle would."""
     demand = order_demand(order, sizing)
     outcome = last_outcome()
     if outcome is None:
