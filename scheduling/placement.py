@@ -153,8 +153,9 @@ class _Shape:
 class PlacementEngine:
     """Mutable cluster state plus a policy. ``place`` binds demands in order and explains the rest.
 
-    ``fork`` gives a copy to try placements on: building the state costs O(cluster), a fork costs O(nodes it
-    changes), and the engine it came from stays as it was (it is frozen: placing on it afterwards is an error)."""
+    ``fork`` gives a copy to try placements on: building the state scores every node in Python, a fork copies a few
+    flat lists (no per-node work) and then costs what is placed on it, and the engine it came from stays as it was
+    (it is frozen: placing on it afterwards is an error)."""
 
     def __init__(
         self,
