@@ -386,7 +386,7 @@ def _cycle(policy: str) -> CycleResult:
             list(ResourceRequest.objects.select_for_update().filter(state=RequestState.QUEUED).order_by("pk"))
         )
         if not queue:
-            record_outcome(snapshot=load_snapshot().snapshot, bindings=[], reservation=None, now=now)
+            record_outcome(snapshot=load_snapshot().snapshot, bindings=[], reservation=None, waiting=[], now=now)
             return CycleResult(ran=True, preempted=carried.preempted, wakeups=wakeups)
         refused = _over_concurrency(queue)
         candidates = [request for request in queue if request.pk not in refused]
@@ -396,7 +396,6 @@ def _cycle(policy: str) -> CycleResult:
         by_id = {request.pk: request for request in queue}
         reservation = _reserve_for_the_head(cluster, result, demands, by_id, now, policy)
         allocated = _commit_bindings(result, cluster, by_id, now)
-        record_outcome(snapshot=cluster.snapshot, bindings=result.bindings, reservation=reservation, now=now)
         reasons = {
             **refused,
             **{
@@ -420,6 +419,9 @@ def _cycle(policy: str) -> CycleResult:
             )
         )
         waiting = [request for request in queue if request.pk in reasons]
+        record_outcome(
+            snapshot=cluster.snapshot, bindings=result.bindings, reservation=reservation, waiting=waiting, now=now
+        )
         requests_note_queue(
             waiting=[(request, position, reasons[request.pk]) for position, request in enumerate(waiting, start=1)]
         )

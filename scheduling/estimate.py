@@ -9,12 +9,14 @@ from requests.choices import PRIORITY_RANK, RequestState
 from requests.models import ResourceRequest
 from scheduling import placement
 from scheduling.cycle import demand_of, load_inventory, load_snapshot, make_demand, queue_order
-from scheduling.outcome import last_outcome, without_node
+from scheduling.outcome import last_outcome
 
 PREVIEW_ID = "preview"
 # Requests queued since the last cycle that a preview places ahead of the order. A cycle runs on every queued
 # request (and each minute), so more than this means one is due; the preview must not grow with the backlog.
 MAX_QUEUED_SINCE = 200
+# What demand_of and queue_order read (and the state, which the model keeps to check its transitions).
+DEMAND_FIELDS = ("id", "state", "priority", "project_id", "created_at", "approved_spec", "cpu_cores", "memory_gb")
 
 
 def order_demand(order, sizing) -> placement.Demand:
@@ -44,25 +46,27 @@ def placement_estimate(order, sizing) -> dict:
     """Whether the order fits now behind the queue ahead of it, or why not; `never_fits` when no node of the
     inventory could hold it even empty (then the queue is not even looked at).
 
-    Estimated against what the last cycle left (its free capacity and head-of-line reservation) plus the requests
-    queued since, so a preview costs the same few queries at any queue length; `as_of` and `age_seconds` say how
-    old that picture is. Before any cycle has run, the whole queue is placed as the cycle would."""
+    Estimated against what the last cycle left (its free capacity, head-of-line reservation and the requests it
+    left waiting) plus the requests queued since, so a preview costs the same few queries and the same time at any
+    queue length; `as_of` and `age_seconds` say how old that picture is (a request cancelled since still counts in
+    `queued_ahead` until the next cycle). Before any cycle has run, the whole queue is placed as the cycle would."""
     demand = order_demand(order, sizing)
     outcome = last_outcome()
     if outcome is None:
         snapshot = load_snapshot().snapshot
         ahead = [] if placement.unplaceable(snapshot.nodes, demand) else _queued(demand)  # never fits: no queue
-        return _estimate(demand, snapshot, ahead, len(ahead), as_of=None)
+        return _estimate(demand, lambda: placement.PlacementEngine(snapshot, workload=[demand]), ahead, len(ahead))
     reservation = outcome.reservation
     delays = reservation is not None and timezone.now() + timedelta(
         hours=order.duration_hours
     ) > datetime.fromisoformat(reservation["start"])
-    ahead_count = ResourceRequest.objects.filter(state=RequestState.QUEUED, priority__in=_classes_from(demand)).count()
+    since, since_count = _queued_since_last_cycle(demand)
+    left_waiting = sum(outcome.waiting.get(name, 0) for name in _classes_from(demand))
     return _estimate(
         demand,
-        outcome.snapshot,
-        _queued(demand, since_last_cycle=True),
-        ahead_count,
+        lambda: outcome.engine_for(demand),
+        since,
+        left_waiting + since_count,
         as_of=outcome.finished_at,
         held=reservation if delays else None,
     )
@@ -73,21 +77,34 @@ def _classes_from(demand: placement.Demand) -> list[str]:
     return [name for name, rank in PRIORITY_RANK.items() if rank >= demand.priority]
 
 
-def _queued(demand: placement.Demand, since_last_cycle: bool = False) -> list[ResourceRequest]:
-    """The queued requests ahead of the demand in queue order; with `since_last_cycle`, only those no cycle has
-    seen yet (a cycle gives every request it leaves waiting a position), at most MAX_QUEUED_SINCE of them."""
-    queued = ResourceRequest.objects.filter(state=RequestState.QUEUED, priority__in=_classes_from(demand))
-    if since_last_cycle:
-        queued = queued.filter(queue_position__isnull=True).order_by("created_at", "pk")[:MAX_QUEUED_SINCE]
-    return queue_order(list(queued))
+def _queued_ahead_of(demand: placement.Demand):
+    """The queued requests ahead of the demand, with the fields that place them."""
+    return ResourceRequest.objects.filter(state=RequestState.QUEUED, priority__in=_classes_from(demand)).only(
+        *DEMAND_FIELDS
+    )
 
 
-def _estimate(demand, snapshot, ahead: list[ResourceRequest], ahead_count: int, as_of, held=None) -> dict:
+def _queued(demand: placement.Demand) -> list[ResourceRequest]:
+    """The queued requests ahead of the demand in queue order."""
+    return queue_order(list(_queued_ahead_of(demand)))
+
+
+def _queued_since_last_cycle(demand: placement.Demand) -> tuple[list[ResourceRequest], int]:
+    """The queued requests ahead of the demand that no cycle has seen yet (a cycle gives every request it leaves
+    waiting a position): the first MAX_QUEUED_SINCE of them in queue order, and how many there are. An index holds
+    just these, so the queue behind them costs nothing."""
+    unseen = _queued_ahead_of(demand).filter(queue_position__isnull=True)
+    first = list(unseen.order_by("created_at", "pk")[:MAX_QUEUED_SINCE])
+    return queue_order(first), len(first) if len(first) < MAX_QUEUED_SINCE else unseen.count()
+
+
+def _estimate(demand, fresh_engine, ahead: list[ResourceRequest], ahead_count: int, as_of=None, held=None) -> dict:
+    """`fresh_engine()` gives an engine to place on, at the state the estimate starts from."""
     freshness = {
         "as_of": None if as_of is None else as_of.isoformat(),
         "age_seconds": None if as_of is None else _age_seconds(as_of),
     }
-    outcome = _place_behind(demand, snapshot, ahead, held)
+    outcome = _place_behind(demand, fresh_engine, ahead, held)
     if isinstance(outcome, placement.Pending) and outcome.reason == placement.NO_MATCHING_SPEC:
         return {
             "fits_now": False,
@@ -120,13 +137,15 @@ def _estimate(demand, snapshot, ahead: list[ResourceRequest], ahead_count: int, 
     }
 
 
-def _place_behind(demand, snapshot, ahead: list[ResourceRequest], held: dict | None):
+def _place_behind(demand, fresh_engine, ahead: list[ResourceRequest], held: dict | None):
     """The order's binding (or why not) once the requests ahead are placed; `held` is the head's reservation when
     the order would still run at its start: then the order stays off that node, as the cycle would keep it off."""
-    outcome = _engine_after(snapshot, demand, ahead).place_one(demand)
+    outcome = _place_after(fresh_engine(), demand, ahead)
     if held is None or isinstance(outcome, placement.Pending) or outcome[0].node != held["node"]:
         return outcome
-    elsewhere = _engine_after(without_node(snapshot, held["node"]), demand, ahead).place_one(demand)
+    off_the_held_node = fresh_engine()
+    off_the_held_node.close_node(held["node"])
+    elsewhere = _place_after(off_the_held_node, demand, ahead)
     if not isinstance(elsewhere, placement.Pending):
         return elsewhere
     return placement.Pending(
@@ -139,10 +158,10 @@ def _place_behind(demand, snapshot, ahead: list[ResourceRequest], held: dict | N
     )
 
 
-def _engine_after(snapshot, demand, ahead: list[ResourceRequest]) -> placement.PlacementEngine:
-    """The engine once the requests ahead took what fits them. Only their bindings matter here, so a shape that did
-    not fit is not tried again and nothing is diagnosed (the cycle will say why they wait)."""
-    engine = placement.PlacementEngine(snapshot, workload=[demand])
+def _place_after(engine: placement.PlacementEngine, demand, ahead: list[ResourceRequest]):
+    """The demand's binding (or why not) once the requests ahead took what fits them on the engine. Only their
+    bindings matter here, so a shape that did not fit is not tried again and nothing is diagnosed (the cycle will
+    say why they wait)."""
     failed = set()
     for request in ahead:
         queued = demand_of(request)
@@ -153,7 +172,7 @@ def _engine_after(snapshot, demand, ahead: list[ResourceRequest]) -> placement.P
             engine.place_one(queued)
         else:
             failed.add(shape)
-    return engine
+    return engine.place_one(demand)
 
 
 def _age_seconds(as_of: datetime) -> int:

@@ -443,14 +443,16 @@ class PreemptionRule(models.Model):
 
 class CycleOutcome(models.Model):
     """What the last scheduling cycle left behind, so the order preview estimates against it instead of placing the
-    whole queue again: per node what is in use (running allocations plus what the cycle just placed) and the
-    reservation held for the head of the queue. One row (pk 1), rewritten in every cycle's transaction."""
+    whole queue again: per node what is in use (running allocations plus what the cycle just placed), the
+    reservation held for the head of the queue and how many requests it left waiting. One row (pk 1), rewritten
+    in every cycle's transaction."""
 
     SINGLETON = 1
 
     finished_at = models.DateTimeField(help_text="When the cycle that wrote this took its snapshot.")
     nodes = models.JSONField(help_text="The inventory as the engine saw it and what each node had in use.")
     reservation = models.JSONField(null=True, blank=True, help_text="request_id, node and start of the head's hold.")
+    waiting = models.JSONField(default=dict, help_text="How many requests the cycle left queued, per priority class.")
 
     def __str__(self):
         return f"Cycle outcome of {self.finished_at:%Y-%m-%d %H:%M:%S} UTC"

@@ -1,26 +1,47 @@
 """The last cycle's outcome, kept for the order preview: the cycle writes it in its own transaction (one row),
-the preview reads it back as an engine snapshot in one query, however long the queue is.
+the preview reads it back as placement engine state in one query, however long the queue is.
 
 The row holds each node with its devices and what is in use on it once the cycle committed (running allocations
 plus the bindings it made), summed per node: the engine only needs free capacity to place one more demand.
+Each process builds the engine state once per outcome; every preview places on a fork of it, so a preview costs
+what it places, not the size of the cluster, and leaves the state as the cycle left it for the next one.
 """
 
-from dataclasses import dataclass, replace
+from collections import Counter
+from dataclasses import dataclass, field
 from datetime import datetime
 
 from scheduling import placement
 from scheduling.models import CycleOutcome
+from scheduling.policies import make_policy
+
+# Engines tuned to an order's shape kept per outcome: orders come in a few catalog shapes; more are built again.
+MAX_TUNED_ENGINES = 32
 
 
 @dataclass(frozen=True)
 class Outcome:
     finished_at: datetime
-    snapshot: placement.Snapshot
+    engine: placement.PlacementEngine  # frozen, as the cycle ended: previews place on forks of it
     reservation: dict | None  # {"request_id", "node", "start"} of the head-of-line hold
+    waiting: dict[str, int]  # requests the cycle left queued, per priority class
+    _tuned: dict = field(default_factory=dict, compare=False, repr=False)  # by the shape its policy learnt
+
+    def engine_for(self, demand: placement.Demand) -> placement.PlacementEngine:
+        """A fresh engine at the cycle's end state to place on, its policy learnt from the demand alone (what a
+        preview of it places by); building it costs O(cluster) once per shape, each call after that a fork."""
+        shape = (demand.cpu_milli, demand.memory_mib, demand.count, demand.share, demand.models)
+        tuned = self._tuned.get(shape)
+        if tuned is None:
+            if len(self._tuned) >= MAX_TUNED_ENGINES:
+                self._tuned.pop(next(iter(self._tuned)), None)  # the oldest
+            tuned = self._tuned[shape] = self.engine.fork(workload=[demand])
+        return tuned.fork()
 
 
-def record_outcome(*, snapshot: placement.Snapshot, bindings, reservation, now: datetime) -> None:
-    """Store what the engine would start the next preview from (one upsert)."""
+def record_outcome(*, snapshot: placement.Snapshot, bindings, reservation, waiting, now: datetime) -> None:
+    """Store what the engine would start the next preview from, and how many of the requests it left `waiting`
+    are in each priority class (one upsert)."""
     row = CycleOutcome(
         pk=CycleOutcome.SINGLETON,
         finished_at=now,
@@ -28,10 +49,14 @@ def record_outcome(*, snapshot: placement.Snapshot, bindings, reservation, now: 
         reservation=None
         if reservation is None
         else {"request_id": reservation.request_id, "node": reservation.node, "start": reservation.start.isoformat()},
+        waiting=dict(Counter(request.priority for request in waiting)),
     )
     # INSERT ... ON CONFLICT: one statement whether or not a cycle wrote the row before.
     CycleOutcome.objects.bulk_create(
-        [row], update_conflicts=True, unique_fields=["id"], update_fields=["finished_at", "nodes", "reservation"]
+        [row],
+        update_conflicts=True,
+        unique_fields=["id"],
+        update_fields=["finished_at", "nodes", "reservation", "waiting"],
     )
 
 
@@ -70,13 +95,9 @@ def _decode(row: CycleOutcome) -> Outcome:
         cpu, memory, devices = entry["in_use"]
         if cpu or memory or devices:
             used.append(placement.Allocation(f"in-use:{node.name}", node.name, tuple(map(tuple, devices)), cpu, memory))
-    return Outcome(row.finished_at, placement.Snapshot(nodes, used), row.reservation)
-
-
-def without_node(snapshot: placement.Snapshot, name: str) -> placement.Snapshot:
-    """The snapshot with one node closed to new work (the head of the queue holds it)."""
-    nodes = [replace(node, schedulable=False) if node.name == name else node for node in snapshot.nodes]
-    return placement.Snapshot(nodes, snapshot.allocations)
+    # No policy: every preview forks it with the one its order places by.
+    engine = placement.PlacementEngine(placement.Snapshot(nodes, used), policy=make_policy("default", ()))
+    return Outcome(row.finished_at, engine, row.reservation, row.waiting)
 
 
 def _in_use(snapshot: placement.Snapshot, bindings) -> list[dict]:

@@ -13,8 +13,9 @@ from __future__ import annotations
 
 import heapq
 import random
+import threading
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from itertools import combinations
 
 from scheduling.frag import MILLI, FragTable
@@ -150,7 +151,11 @@ class _Shape:
 
 
 class PlacementEngine:
-    """Mutable cluster state plus a policy. ``place`` binds demands in order and explains the rest."""
+    """Mutable cluster state plus a policy. ``place`` binds demands in order and explains the rest.
+
+    ``fork`` gives a copy to try placements on: building the state scores every node in Python, a fork copies a few
+    flat lists (no per-node work) and then costs what is placed on it, and the engine it came from stays as it was
+    (it is frozen: placing on it afterwards is an error)."""
 
     def __init__(
         self,
@@ -159,6 +164,9 @@ class PlacementEngine:
         seed: int = 0,
         workload: Iterable[Demand] | None = None,
     ):
+        self._origin: PlacementEngine | None = None  # the frozen engine whose shape indexes a fork copies
+        self._frozen = False
+        self._index_lock = threading.Lock()
         self.nodes = list(snapshot.nodes)
         self.node_index = {node.name: i for i, node in enumerate(self.nodes)}
         order = list(range(len(self.nodes)))
@@ -203,6 +211,49 @@ class PlacementEngine:
         self._build_aggregates()
         self.policy.attach(self.model_healthy)
 
+    def fork(self, *, workload: Iterable[Demand] | None = None, policy: str = "default") -> PlacementEngine:
+        """A copy of the current state to place on, leaving this engine as it is; this engine is frozen from now on.
+
+        Per-node lists are shared until the copy writes (``_apply`` replaces a node's free list, never edits it),
+        and so are the caches that depend only on the inventory. With ``workload`` the copy gets a policy learnt
+        from it, as the constructor would make it; without, it keeps this engine's policy and copies the scores
+        this engine has for a demand shape, worked out once, instead of scoring every node again."""
+        self._frozen = True
+        forked = object.__new__(PlacementEngine)
+        forked.__dict__.update(self.__dict__)
+        forked.nodes, forked.cpu, forked.mem = list(self.nodes), list(self.cpu), list(self.mem)
+        forked.free, forked.version, forked.changed = list(self.free), list(self.version), list(self.changed)
+        forked.state = list(self.state)
+        forked.model_devices, forked.model_healthy = dict(self.model_devices), dict(self.model_healthy)
+        forked.model_hist = {model: dict(hist) for model, hist in self.model_hist.items()}
+        forked.rng = random.Random()
+        forked.rng.setstate(self.rng.getstate())
+        forked._indexes, forked._frozen, forked._index_lock = {}, False, threading.Lock()
+        forked._origin = self
+        if workload is not None:
+            source = [(d.cpu_milli, d.memory_mib, d.count, d.share, d.models) for d in workload]
+            forked.policy = make_policy(policy, source)
+            forked.is_random = isinstance(forked.policy, RandomPolicy)
+            forked.policy.attach(forked.model_healthy)
+            forked._origin = None  # another policy scores nodes differently: no scores to copy
+        return forked
+
+    def close_node(self, name: str) -> None:
+        """No new work on this node from now on (as if cordoned). The policy keeps what it learnt from the devices
+        it saw, so the other nodes rank as before."""
+        self._check_writable()
+        i = self.node_index[name]
+        if not self.nodes[i].schedulable:
+            return
+        self._count_node(i, -1)
+        self.nodes[i] = replace(self.nodes[i], schedulable=False)
+        self.version[i] += 1  # its entries in the shape indexes are stale now
+        self.changed.append(i)
+
+    def _check_writable(self):
+        if self._frozen:  # its forks copied its scores and share its per-node lists
+            raise RuntimeError("this engine was forked and is frozen: place on a fork")
+
     # -- state ------------------------------------------------------------------------------------------------
 
     def _state(self, i: int):
@@ -214,7 +265,8 @@ class PlacementEngine:
         return (self.cpu[i], self.mem[i], devs)
 
     def _apply(self, i: int, devices, cpu: int, mem: int, sign: int = -1, refresh: bool = True):
-        free = self.free[i]
+        self._check_writable()
+        free = self.free[i] = list(self.free[i])  # a new list: a fork may share the old one
         for j, milli in devices:
             free[j] += sign * milli
         self.cpu[i] += sign * cpu
@@ -231,14 +283,18 @@ class PlacementEngine:
         self.model_healthy: dict[str, int] = {}
         self.model_hist: dict[str, dict[int, int]] = {}
         for i, node in enumerate(self.nodes):
-            for j, device in enumerate(node.devices):
-                if not node.schedulable:
-                    continue
-                self.model_devices[device.model] = self.model_devices.get(device.model, 0) + 1
-                if device.health == HEALTHY:
-                    self.model_healthy[device.model] = self.model_healthy.get(device.model, 0) + 1
-                    hist = self.model_hist.setdefault(device.model, {})
-                    hist[self.free[i][j]] = hist.get(self.free[i][j], 0) + 1
+            if node.schedulable:
+                self._count_node(i, +1)
+
+    def _count_node(self, i: int, sign: int):
+        """Add a schedulable node's devices to the aggregates (sign +1) or take them out (-1)."""
+        free = self.free[i]
+        for j, device in enumerate(self.nodes[i].devices):
+            self.model_devices[device.model] = self.model_devices.get(device.model, 0) + sign
+            if device.health == HEALTHY:
+                self.model_healthy[device.model] = self.model_healthy.get(device.model, 0) + sign
+                hist = self.model_hist.setdefault(device.model, {})
+                hist[free[j]] = hist.get(free[j], 0) + sign
 
     def _aggregate_update(self, i: int, devices, sign: int):
         node = self.nodes[i]
@@ -332,14 +388,33 @@ class PlacementEngine:
     def _index(self, shape: _Shape):
         index = self._indexes.get(shape.key)
         if index is None:
-            index = self._indexes[shape.key] = _ShapeIndex()
+            index = _ShapeIndex() if self._origin is None else self._origin._shared_index(shape).copy()
+            self._indexes[shape.key] = index
         return index
+
+    def _shared_index(self, shape: _Shape):
+        """The shape's index over this frozen engine's state, for forks to copy (built once, by one thread)."""
+        with self._index_lock:
+            index = self._index(shape)
+            self._refresh(index, shape)
+            return index
 
     def _best_node(self, shape: _Shape):
         """(node index, picks) of the best feasible schedulable node, or None."""
         if self.is_random:
             return self._random_node(shape)
         index = self._index(shape)
+        self._refresh(index, shape)
+        heap, version = index.heap, self.version
+        while heap:
+            _key, _rank, i, ver, picks = heap[0]
+            if ver == version[i]:
+                return i, picks
+            heapq.heappop(heap)
+        return None
+
+    def _refresh(self, index: _ShapeIndex, shape: _Shape):
+        """Score the nodes changed since the index last looked (all of them the first time) into its heap."""
         heap, version, rank, nodes, state = index.heap, self.version, self.rank, self.nodes, self.state
         evaluate, push = self._evaluate, heapq.heappush
         if index.seen is None:
@@ -360,12 +435,6 @@ class PlacementEngine:
                 result = memo[memo_key] = evaluate(st, shape, node)
             if result is not None:
                 push(heap, (result[0], rank[i], i, version[i], result[1]))
-        while heap:
-            _key, _rank, i, ver, picks = heap[0]
-            if ver == version[i]:
-                return i, picks
-            heapq.heappop(heap)
-        return None
 
     def _random_node(self, shape: _Shape):
         pool = list(range(len(self.nodes)))
@@ -741,10 +810,14 @@ class _ShapeIndex:
 
     __slots__ = ("heap", "memo", "seen")
 
-    def __init__(self):
-        self.heap: list = []
-        self.memo: dict = {}
-        self.seen: int | None = None
+    def __init__(self, heap: list | None = None, memo: dict | None = None, seen: int | None = None):
+        self.heap: list = [] if heap is None else heap
+        self.memo: dict = {} if memo is None else memo
+        self.seen: int | None = seen
+
+    def copy(self) -> _ShapeIndex:
+        """Its own heap to pop from; the memo of scores by node state stays shared (a pure cache)."""
+        return _ShapeIndex(list(self.heap), self.memo, self.seen)
 
 
 def place(

@@ -79,7 +79,15 @@ class ResourceRequest(ConcurrentTransitionMixin, models.Model):
 
     class Meta:
         ordering = ["-created_at", "-id"]
-        indexes = [models.Index(fields=["project", "state"], name="request_project_state_idx")]
+        indexes = [
+            models.Index(fields=["project", "state"], name="request_project_state_idx"),
+            # The order preview reads the requests queued since the last cycle: a few, however long the queue.
+            models.Index(
+                fields=["created_at", "id"],
+                condition=Q(state=RequestState.QUEUED, queue_position__isnull=True),
+                name="request_queued_unseen_idx",
+            ),
+        ]
         constraints = [
             models.CheckConstraint(condition=Q(state__in=RequestState.values), name="request_state_valid"),
             models.CheckConstraint(

@@ -9,8 +9,9 @@ DESCRIPTION = (
     "of mixed shapes queued, scheduling cycles until that many still wait (each leaves its outcome: free capacity per "
     "node and the head-of-line reservation), 50 more queued after them; then 200 placement estimates of orders of each "
     "shape, as the order form asks on every change. Each estimate reads the last cycle's outcome and the requests "
-    "queued since, never the whole queue. Target: p95 at most 50 ms with 10,000 queued, a query count that does not "
-    "grow with the queue."
+    "queued since, never the whole queue, and places them on a fork of the engine state the process built once for "
+    "that outcome, never on the whole cluster again. Target: p95 at most 50 ms with 10,000 queued, a query count "
+    "that does not grow with the queue."
 )
 
 

@@ -112,6 +112,34 @@ def test_the_preview_respects_the_head_of_line_reservation(shop, team, api_as):
     assert short["fits_now"] is True
 
 
+def test_a_preview_leaves_the_cycle_outcome_as_it_was(shop, team, api_as):
+    """Six cards: the cycle placed one request (2), one queued since takes 2 more in the preview, the order fits on
+    the last 2. Had the first preview kept what it placed, the second would find no room for the order."""
+    add_node(shop.accelerator, name="only", cards=6)
+    queued(shop, team)
+    cycle.run_cycle()
+    queued(shop, team)  # since the cycle
+    client = api_as(team.developer)
+    answers = [client.post(PREVIEW, order_body(shop, team), format="json").json()["placement"] for _ in range(2)]
+    assert (answers[0]["fits_now"], answers[0]["queued_ahead"]) == (True, 1)
+    assert answers[1] == answers[0]
+
+
+def test_the_preview_picks_up_the_next_cycle_outcome(shop, team, api_as):
+    """After a new cycle the preview starts from its outcome, not from the one this process read before."""
+    add_node(shop.accelerator, name="only", cards=6)
+    queued(shop, team)
+    cycle.run_cycle()
+    client = api_as(team.developer)
+    before = client.post(PREVIEW, order_body(shop, team), format="json").json()["placement"]
+    queued(shop, team), queued(shop, team)
+    cycle.run_cycle()  # both placed: all six cards in use
+    after = client.post(PREVIEW, order_body(shop, team), format="json").json()["placement"]
+    assert (before["fits_now"], before["queued_ahead"]) == (True, 0)
+    assert (after["fits_now"], after["code"], after["queued_ahead"]) == (False, "capacity_in_use", 0)
+    assert after["as_of"] > before["as_of"]
+
+
 @pytest.mark.parametrize("waiting", [2, 1000])
 def test_preview_query_count_does_not_grow_with_the_queue(shop, team, api_as, waiting, django_assert_max_num_queries):
     add_node(shop.accelerator, name="only", cards=2)
