@@ -8,7 +8,7 @@ class Migration(migrations.Migration):
 
     dependencies = [
         ('catalog', '0004_service_parameter_schema'),
-        ('requests', '0011_provisioning_start_events'),
+        ('requests', '0012_approval_state_machines'),
         ('tenancy', '0004_monthly_usage_running_card_hours'),
         migrations.swappable_dependency(settings.AUTH_USER_MODEL),
     ]

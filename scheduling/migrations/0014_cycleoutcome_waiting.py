@@ -6,7 +6,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('scheduling', '0011_node_execution_backend'),
+        ('scheduling', '0013_health_source_slurm'),
     ]
 
     operations = [
