@@ -68,10 +68,9 @@ def _run(context: dict, project, requester, spec, workload, node, days, hours, b
         cpu_milli=spec.cpu_cores * MILLI,
         memory_mib=spec.memory_gb * 1024,
         priority=50,
-        expires_at=end,
     )
     Allocation.objects.filter(pk=allocation.pk).update(
-        started_at=start, released_at=end, release_reason="done", state=AllocationState.RELEASED
+        started_at=start, term_started_at=start, released_at=end, release_reason="done", state=AllocationState.RELEASED
     )
     share = int(spec.slice_profile.compute_fraction * MILLI) if spec.slice_profile else MILLI
     devices = Device.objects.filter(node=node).order_by("-index" if spec.slice_profile else "index")

@@ -12,14 +12,11 @@ def trigger_cycle(**_kwargs) -> None:
     async_task(CYCLE_TASK)
 
 
-def free_devices(*, request_id: int, reason: str, **_kwargs) -> None:
-    async_task("scheduling.tasks.free_released", request_id, reason)
-
-
-def extend_allocation(*, request_id: int, hours: int, **_kwargs) -> None:
-    from scheduling.reclaim import allocation_extend
-
-    allocation_extend(request_id=request_id, hours=hours)
+def free_unprovisioned(*, request_id: int, reason: str, provisioning_started: bool, **_kwargs) -> None:
+    """Nothing was provisioned, so nothing is torn down: the devices go back at once. Otherwise provisioning
+    tears the environment down and its last step frees them (provisioning.wiring.teardown_after_release)."""
+    if not provisioning_started:
+        async_task("scheduling.tasks.free_allocations", [request_id], reason)
 
 
 def ensure_schedules(**_kwargs) -> None:
@@ -35,7 +32,7 @@ def connect() -> None:
 
     from config import metrics
     from requests import hooks
-    from requests.signals import request_extended, request_queued, request_releasing
+    from requests.signals import request_queued, request_releasing
     from scheduling.allocations import allocation_details
     from scheduling.estimate import order_never_fits, placement_estimate
     from scheduling.metrics import SchedulerCollector
@@ -47,6 +44,5 @@ def connect() -> None:
     metrics.register(SchedulerCollector())
     request_queued.connect(trigger_cycle, dispatch_uid="scheduling.cycle_on_queue")
     health_changed.connect(trigger_cycle, dispatch_uid="scheduling.cycle_on_health")
-    request_releasing.connect(free_devices, dispatch_uid="scheduling.free_on_release")
-    request_extended.connect(extend_allocation, dispatch_uid="scheduling.extend_allocation")
+    request_releasing.connect(free_unprovisioned, dispatch_uid="scheduling.free_on_release")
     post_migrate.connect(ensure_schedules, dispatch_uid="scheduling.ensure_schedules")

@@ -1,0 +1,55 @@
+"""Allocation: a protected django-fsm state, and an end derived from the request's duration instead of a stored
+expiry (the term's start is carried over from the stored expiry, which extensions had already moved)."""
+
+import django.utils.timezone
+import django_fsm
+from django.db import migrations, models
+
+TERM_FROM_EXPIRY = """
+UPDATE scheduling_allocation AS allocation
+SET term_started_at = allocation.expires_at - request.duration_hours * interval '1 hour'
+FROM requests_resourcerequest AS request
+WHERE request.id = allocation.request_id
+"""
+EXPIRY_FROM_TERM = """
+UPDATE scheduling_allocation AS allocation
+SET expires_at = allocation.term_started_at + request.duration_hours * interval '1 hour'
+FROM requests_resourcerequest AS request
+WHERE request.id = allocation.request_id
+"""
+
+
+class Migration(migrations.Migration):
+    dependencies = [
+        ("requests", "0011_provisioning_start_events"),
+        ("scheduling", "0010_cycle_outcome"),
+    ]
+
+    operations = [
+        migrations.AddField(
+            model_name="allocation",
+            name="term_started_at",
+            field=models.DateTimeField(
+                default=django.utils.timezone.now,
+                help_text="When the request's approved duration started counting: the allocation's start, or the "
+                "released allocation's for an operator's retry on the same devices.",
+            ),
+        ),
+        migrations.RunSQL(TERM_FROM_EXPIRY, EXPIRY_FROM_TERM),
+        migrations.RemoveIndex(model_name="allocation", name="allocation_state_expiry_idx"),
+        migrations.RemoveField(model_name="allocation", name="expires_at"),
+        migrations.AlterField(
+            model_name="allocation",
+            name="state",
+            field=django_fsm.FSMField(
+                choices=[("active", "Active"), ("released", "Released")],
+                default="active",
+                max_length=10,
+                protected=True,
+            ),
+        ),
+        migrations.AddIndex(
+            model_name="allocation",
+            index=models.Index(fields=["state", "term_started_at"], name="allocation_state_term_idx"),
+        ),
+    ]
