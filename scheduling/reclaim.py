@@ -228,9 +228,9 @@ def _warn_one(allocation_id: int, due: Q, now) -> bool:
         return True
 
 
-# An extension applied after the last warning moved the end: the new end gets its own warning.
+# An extension applied since the last warning moved the end: the new end gets its own warning.
 _extended_since_warned = RequestExtension.objects.filter(
-    request_id=OuterRef("request_id"), state=ChangeState.APPLIED, decided_at__gt=OuterRef("expiry_warned_at")
+    request_id=OuterRef("request_id"), state=ChangeState.APPLIED, decided_at__gte=OuterRef("expiry_warned_at")
 )
 
 
