@@ -13,7 +13,7 @@ from django.conf import settings
 from django.core.exceptions import ValidationError
 from django.core.validators import MaxValueValidator, MinValueValidator
 from django.db import models
-from django.db.models import DateTimeField, ExpressionWrapper, F, Q
+from django.db.models import DateTimeField, DurationField, ExpressionWrapper, F, Func, Q
 from django.utils import timezone
 from django_fsm import ConcurrentTransitionMixin, FSMField, transition
 
@@ -182,11 +182,20 @@ class AgentToken(models.Model):
         return self.revoked_at is None
 
 
+class Hours(Func):
+    """Whole hours as a duration: an interval in PostgreSQL, elsewhere the microseconds Django keeps durations in
+    (the SQLite demo)."""
+
+    template = "(%(expressions)s * 3600000000)"
+    output_field = DurationField()
+
+    def as_postgresql(self, compiler, connection, **extra_context):
+        return self.as_sql(compiler, connection, template="make_interval(hours => %(expressions)s)", **extra_context)
+
+
 # When an allocation's term ends: the request's approved duration (extensions included) after the term started.
 # Derived, never stored, so an approved extension writes the request alone.
-ENDS_AT = ExpressionWrapper(
-    F("term_started_at") + F("request__duration_hours") * timedelta(hours=1), output_field=DateTimeField()
-)
+ENDS_AT = ExpressionWrapper(F("term_started_at") + Hours("request__duration_hours"), output_field=DateTimeField())
 
 
 class Allocation(ConcurrentTransitionMixin, models.Model):

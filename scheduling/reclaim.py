@@ -38,7 +38,7 @@ from scheduling.models import ENDS_AT, Allocation, AllocationDevice, Node
 from scheduling.wiring import CYCLE_TASK
 
 
-def unbind_devices(allocation_ids: list[int]) -> None:
+def _unbind_devices(allocation_ids: list[int]) -> None:
     """Take the allocations' shares off their devices: one read, one UPDATE, however many allocations."""
     shares = (
         AllocationDevice.objects.filter(allocation_id__in=allocation_ids)
@@ -67,7 +67,7 @@ def allocation_release(*, allocations: list[Allocation], reason: Reason) -> None
                 code="illegal_transition",
                 details={"allocation": allocation.pk, "state": allocation.state, "action": "release"},
             ) from error
-    unbind_devices([allocation.pk for allocation in allocations])
+    _unbind_devices([allocation.pk for allocation in allocations])
     Allocation.objects.bulk_update(allocations, ["state", "released_at", "release_reason"])
 
 

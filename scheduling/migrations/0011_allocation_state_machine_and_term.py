@@ -1,22 +1,20 @@
 """Allocation: a protected django-fsm state, and an end derived from the request's duration instead of a stored
 expiry (the term's start is carried over from the stored expiry, which extensions had already moved)."""
 
+from datetime import timedelta
+
 import django.utils.timezone
 import django_fsm
 from django.db import migrations, models
 
-TERM_FROM_EXPIRY = """
-UPDATE scheduling_allocation AS allocation
-SET term_started_at = allocation.expires_at - request.duration_hours * interval '1 hour'
-FROM requests_resourcerequest AS request
-WHERE request.id = allocation.request_id
-"""
-EXPIRY_FROM_TERM = """
-UPDATE scheduling_allocation AS allocation
-SET expires_at = allocation.term_started_at + request.duration_hours * interval '1 hour'
-FROM requests_resourcerequest AS request
-WHERE request.id = allocation.request_id
-"""
+
+def term_from_expiry(apps, schema_editor):
+    """The stored expiry already counted every applied extension, as the request's duration does."""
+    Allocation = apps.get_model("scheduling", "Allocation")
+    allocations = list(Allocation.objects.select_related("request"))
+    for allocation in allocations:
+        allocation.term_started_at = allocation.expires_at - timedelta(hours=allocation.request.duration_hours)
+    Allocation.objects.bulk_update(allocations, ["term_started_at"], batch_size=1000)
 
 
 class Migration(migrations.Migration):
@@ -35,7 +33,7 @@ class Migration(migrations.Migration):
                 "released allocation's for an operator's retry on the same devices.",
             ),
         ),
-        migrations.RunSQL(TERM_FROM_EXPIRY, EXPIRY_FROM_TERM),
+        migrations.RunPython(term_from_expiry, migrations.RunPython.noop),
         migrations.RemoveIndex(model_name="allocation", name="allocation_state_expiry_idx"),
         migrations.RemoveField(model_name="allocation", name="expires_at"),
         migrations.AlterField(
