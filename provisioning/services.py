@@ -311,8 +311,10 @@ def _cancel_provisioning(allocation_id: int) -> None:
 @transaction.atomic
 def teardown_start(*, request_id: int, reason: str, kind: str = RunKind.RELEASE) -> ProvisioningRun | None:
     """Tear down what provisioning built on the request's allocation. A release run's last step frees the devices
-    (allocation_free); a teardown after a preemption finds them freed already. None when nothing was built there or
-    its teardown has begun (a second delivery of the same signal)."""
+    (allocation_free); a teardown after a preemption finds them freed already. None when its teardown has begun (a
+    second delivery of the same signal) or nothing was built there."""
+    from scheduling.reclaim import allocation_free
+
     # A release tears down what runs now; after a preemption the scheduler has already released the allocation
     # (and may have placed the request anew), so the teardown is for the latest released one.
     state = AllocationState.RELEASED if kind == RunKind.TEARDOWN else AllocationState.ACTIVE
@@ -323,6 +325,8 @@ def teardown_start(*, request_id: int, reason: str, kind: str = RunKind.RELEASE)
         .first()
     )
     if allocation is None or not allocation.provisioning_runs.filter(kind=RunKind.PROVISION).exists():
+        if kind == RunKind.RELEASE:  # running without a run of ours (made active elsewhere): nothing to tear down
+            allocation_free(request_ids=[request_id], reason=reason)
         return None
     if allocation.provisioning_runs.exclude(kind=RunKind.PROVISION).exists():
         return None

@@ -9,12 +9,15 @@ from django.utils import timezone
 
 from provisioning.choices import RunKind, RunState
 from provisioning.models import ProvisioningRun
+from requests import services as request_services
 from requests.choices import EventCode, PriorityClass, RequestState
 from scheduling import cycle, reclaim, tasks
 from scheduling.choices import AllocationState
 from scheduling.models import Allocation, Device
 from scheduling.services import device_isolate
 from tenancy.services import quota_set_priority_entitlement
+from tests.requests.conftest import make_order
+from tests.scheduling.inventory_helpers import active_request, allocate, node
 from tests.scheduling.test_cycle import device_totals_match_bindings
 
 pytestmark = pytest.mark.django_db
@@ -61,9 +64,6 @@ def test_a_release_through_the_api_tears_down_then_frees_once(compute, api_as, f
 
 
 def test_a_release_before_provisioning_began_frees_at_once_without_a_run(compute, api_as, frees, run_on_commit):
-    from requests import services as request_services
-    from tests.requests.conftest import make_order
-
     request = request_services.request_submit(
         order=make_order(compute.shop, compute.team.project), requester=compute.team.developer
     )
@@ -134,3 +134,14 @@ def test_a_second_free_of_the_same_release_changes_nothing(compute, frees, run_o
     released = request.events.filter(code=EventCode.RELEASED).count()
     assert tasks.free_allocations([request.pk], "delivered twice") == 0
     assert request.events.filter(code=EventCode.RELEASED).count() == released == 1
+
+
+def test_a_running_request_provisioning_never_built_is_freed_at_once(frees, run_on_commit):
+    """Made active outside provisioning (stored history, an import): nothing to tear down, the release still ends."""
+    request = active_request()
+    allocate(request, list(node(devices=1).devices.all()))
+    run_on_commit(request_services.request_release, request=request, actor=None, reason="done")
+    request.refresh_from_db()
+    assert request.state == RequestState.RELEASED and not request.provisioning_runs.exists()
+    assert freed_once(frees, request)
+    assert set(Device.objects.values_list("allocated_milli", flat=True)) == {0}
