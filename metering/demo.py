@@ -68,11 +68,12 @@ def _run(context: dict, project, requester, spec, workload, node, days, hours, b
         cpu_milli=spec.cpu_cores * MILLI,
         memory_mib=spec.memory_gb * 1024,
         priority=50,
-        expires_at=end,
+        state=AllocationState.RELEASED,  # history: it is stored as it ended, not moved there
+        term_started_at=start,
+        released_at=end,
+        release_reason="done",
     )
-    Allocation.objects.filter(pk=allocation.pk).update(
-        started_at=start, released_at=end, release_reason="done", state=AllocationState.RELEASED
-    )
+    Allocation.objects.filter(pk=allocation.pk).update(started_at=start)  # auto_now_add would say now
     share = int(spec.slice_profile.compute_fraction * MILLI) if spec.slice_profile else MILLI
     devices = Device.objects.filter(node=node).order_by("-index" if spec.slice_profile else "index")
     AllocationDevice.objects.bulk_create(

@@ -1,7 +1,8 @@
-"""django-q2 entry points: take ids (here: nothing but the clock), call one service."""
+"""django-q2 entry points: take ids (here: nothing but the clock, or a measured duration), call one service."""
 
 from config.retry import retry_if_locked
 from metering import services
+from metering.metrics import SCHEDULER_CYCLE_BOUNDS, SCHEDULER_CYCLE_SECONDS
 
 
 @retry_if_locked
@@ -17,3 +18,8 @@ def refresh_usage() -> dict:
 @retry_if_locked
 def refresh_telemetry() -> dict:
     return services.telemetry_refresh()
+
+
+@retry_if_locked
+def record_cycle_duration(seconds: float) -> None:
+    services.duration_observe(metric=SCHEDULER_CYCLE_SECONDS, seconds=seconds, bounds=SCHEDULER_CYCLE_BOUNDS)

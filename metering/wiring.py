@@ -17,10 +17,7 @@ def refresh_usage_after_release(**_kwargs) -> None:
 
 
 def record_cycle_duration(*, seconds: float, **_kwargs) -> None:
-    from metering.metrics import SCHEDULER_CYCLE_BOUNDS, SCHEDULER_CYCLE_SECONDS
-    from metering.services import duration_observe
-
-    duration_observe(metric=SCHEDULER_CYCLE_SECONDS, seconds=seconds, bounds=SCHEDULER_CYCLE_BOUNDS)
+    async_task("metering.tasks.record_cycle_duration", seconds)
 
 
 def ensure_schedules(**_kwargs) -> None:

@@ -288,9 +288,9 @@ def _isolate_if_needed(run: ProvisioningRun, step: ProvisioningStep, error: Step
 
 def _return_capacity_anyway(run: ProvisioningRun) -> None:
     """The node is isolated, so its devices can go back to the pool's books without anyone landing there."""
-    from scheduling.reclaim import allocation_return
+    from scheduling.reclaim import allocation_free
 
-    allocation_return(request_id=run.request_id, reason=f"{run.kind} failed; node isolated ({run.reason})")
+    allocation_free(request_ids=[run.request_id], reason=f"{run.kind} failed; node isolated ({run.reason})")
 
 
 # --- Tear down --------------------------------------------------------------------------------------------
@@ -309,9 +309,12 @@ def _cancel_provisioning(allocation_id: int) -> None:
 
 
 @transaction.atomic
-def teardown_start(*, request_id: int, reason: str, kind: str = RunKind.RELEASE) -> bool:
-    """Tear down the request's environment (a release run returns the capacity at its end). False when nothing
-    was provisioned on its allocation, so the scheduler frees the devices at once."""
+def teardown_start(*, request_id: int, reason: str, kind: str = RunKind.RELEASE) -> ProvisioningRun | None:
+    """Tear down what provisioning built on the request's allocation. A release run's last step frees the devices
+    (allocation_free); a teardown after a preemption finds them freed already. None when its teardown has begun (a
+    second delivery of the same signal) or nothing was built there."""
+    from scheduling.reclaim import allocation_free
+
     # A release tears down what runs now; after a preemption the scheduler has already released the allocation
     # (and may have placed the request anew), so the teardown is for the latest released one.
     state = AllocationState.RELEASED if kind == RunKind.TEARDOWN else AllocationState.ACTIVE
@@ -322,15 +325,20 @@ def teardown_start(*, request_id: int, reason: str, kind: str = RunKind.RELEASE)
         .first()
     )
     if allocation is None or not allocation.provisioning_runs.filter(kind=RunKind.PROVISION).exists():
-        return False
+        if kind == RunKind.RELEASE:  # running without a run of ours (made active elsewhere): nothing to tear down
+            allocation_free(request_ids=[request_id], reason=reason)
+        return None
     if allocation.provisioning_runs.exclude(kind=RunKind.PROVISION).exists():
-        return True
+        return None
     _cancel_provisioning(allocation.pk)
-    _create_run(allocation.request, allocation, kind, reason=reason)
-    return True
+    return _create_run(allocation.request, allocation, kind, reason=reason)
 
 
-def teardown_after_preemption(*, request_id: int, **_kwargs) -> bool:
+def teardown_after_release(*, request_id: int, reason: str) -> ProvisioningRun | None:
+    return teardown_start(request_id=request_id, reason=reason, kind=RunKind.RELEASE)
+
+
+def teardown_after_preemption(*, request_id: int) -> ProvisioningRun | None:
     return teardown_start(request_id=request_id, reason="preempted", kind=RunKind.TEARDOWN)
 
 

@@ -272,14 +272,10 @@ def mark_for_cleaning(ctx: StepContext) -> dict:
 
 
 def return_capacity(ctx: StepContext) -> dict:
-    """Give the devices back to the scheduler; a release also finishes the request's release."""
-    from scheduling.reclaim import allocation_free, allocation_return
+    """The last step of a release or cleanup: the devices go back to the scheduler, which finishes a release."""
+    from scheduling.reclaim import allocation_free
 
-    reason = ctx.run.reason or ctx.run.get_kind_display()
-    if ctx.run.kind == RunKind.RELEASE:
-        allocation_free(request_id=ctx.run.request_id, reason=reason)
-    else:
-        allocation_return(request_id=ctx.run.request_id, reason=reason)
+    allocation_free(request_ids=[ctx.run.request_id], reason=ctx.run.reason or ctx.run.get_kind_display())
     return {"returned": [device["uuid"] for device in ctx.target.devices]}
 
 

@@ -26,8 +26,13 @@ def start_stranded_runs() -> dict[str, list[int]]:
 
 
 @retry_if_locked
+def teardown_after_release(request_id: int, reason: str) -> bool:
+    return services.teardown_after_release(request_id=request_id, reason=reason) is not None
+
+
+@retry_if_locked
 def teardown_after_preemption(request_id: int) -> bool:
-    return services.teardown_after_preemption(request_id=request_id)
+    return services.teardown_after_preemption(request_id=request_id) is not None
 
 
 @retry_if_locked

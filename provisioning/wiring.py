@@ -1,4 +1,4 @@
-"""What starts provisioning work: scheduling's signals and hooks, the sweeper schedule, metrics."""
+"""What starts provisioning work: the requests' and scheduling's signals, the sweeper schedule, metrics."""
 
 from django_q.tasks import async_task
 
@@ -11,6 +11,13 @@ STRANDED_TASK = "provisioning.tasks.start_stranded_runs"
 
 def start_runs(*, request_ids: list[int], **_kwargs) -> None:
     async_task("provisioning.tasks.start_runs", request_ids)
+
+
+def teardown_after_release(*, request_id: int, reason: str, provisioning_started: bool, **_kwargs) -> None:
+    """What provisioning built is torn down; the release run's last step frees the devices (allocation_free).
+    Nothing built: the scheduler frees them itself (scheduling.wiring.free_unprovisioned)."""
+    if provisioning_started:
+        async_task("provisioning.tasks.teardown_after_release", request_id, reason)
 
 
 def teardown_after_preemption(*, request_id: int, **_kwargs) -> None:
@@ -33,17 +40,15 @@ def connect() -> None:
     from config import metrics
     from provisioning.metrics import ProvisioningCollector
     from provisioning.selectors import provisioning_details
-    from provisioning.services import teardown_start
     from provisioning.serving.selectors import endpoint_details
     from requests import hooks as request_hooks
-    from requests.signals import request_preempted
-    from scheduling import hooks as scheduling_hooks
+    from requests.signals import request_preempted, request_releasing
     from scheduling.signals import requests_allocated
 
     request_hooks.register(request_hooks.PROVISIONING_DETAILS, provisioning_details)
     request_hooks.register(request_hooks.ENDPOINT_DETAILS, endpoint_details)
-    scheduling_hooks.release_teardown = teardown_start
     metrics.register(ProvisioningCollector())
     requests_allocated.connect(start_runs, dispatch_uid="provisioning.start_on_allocation")
+    request_releasing.connect(teardown_after_release, dispatch_uid="provisioning.teardown_on_release")
     request_preempted.connect(teardown_after_preemption, dispatch_uid="provisioning.teardown_on_preemption")
     post_migrate.connect(ensure_schedules, dispatch_uid="provisioning.ensure_schedules")

@@ -1,6 +1,7 @@
 """Extending a running request: more hours, checked against the monthly card-hour budget and approved by the
 same rules as a new order. The approved snapshot stays as it was; the request's duration and committed
-card-hours grow, and the scheduler moves the allocation's expiry (request_extended)."""
+card-hours grow, and with the duration the allocation's end (derived from it, so the extension writes the request
+alone)."""
 
 from dataclasses import replace
 
@@ -13,7 +14,6 @@ from requests.models import RequestExtension, ResourceRequest
 from requests.orders import OrderInvalid, approval_facts, order_duration_limits, size_order
 from requests.quota import Demand, exceeded, lock_quota_scope, quota_impact
 from requests.services import QuotaExceeded, can_release, order_of, record_event
-from requests.signals import request_extended
 from tenancy.models import User
 
 EXTENDABLE = (RequestState.ALLOCATED, RequestState.PROVISIONING, RequestState.ACTIVE)
@@ -102,10 +102,6 @@ class ExtensionApprovals:
             data={"hours": extension.hours},
             message=f"Extended by {extension.hours} hours (approved by {who}); now {request.duration_hours} "
             "hours in all.",
-        )
-        request_id, hours = request.pk, extension.hours
-        transaction.on_commit(
-            lambda: request_extended.send(sender=RequestExtension, request_id=request_id, hours=hours)
         )
 
     def on_rejected(self, extension: RequestExtension, *, actor: User, comment: str) -> None:

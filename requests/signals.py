@@ -5,14 +5,12 @@ from django.dispatch import Signal
 # Sent after commit when a request enters the queue. kwargs: request_id (int). The scheduler listens.
 request_queued = Signal()
 
-# Sent after commit when a request starts releasing. kwargs: request_id (int), reason (str). The scheduler frees
-# the devices and finishes the release.
+# Sent after commit when a request starts releasing. kwargs: request_id (int), reason (str), provisioning_started
+# (bool: provisioning had begun building its environment). Provisioning then tears the environment down and its
+# last step frees the devices; otherwise the scheduler frees them at once. Either way the release ends in
+# scheduling's allocation_free, which finishes it.
 request_releasing = Signal()
 
 # Sent after commit when a running request is preempted back to the queue. kwargs: request_id (int), winner_id (int).
 # Provisioning listens to stop the environment.
 request_preempted = Signal()
-
-# Sent after commit when an extension of a running request is approved. kwargs: request_id, hours. The
-# scheduler moves the allocation's expiry.
-request_extended = Signal()

@@ -18,7 +18,9 @@ def adjust_device_shares(deltas: dict[int, int]) -> None:
 
 def allocation_details(request) -> dict | None:
     """The request's latest allocation: node, devices with their shares, times (two queries)."""
-    allocation = Allocation.objects.filter(request=request).select_related("node").order_by("-started_at").first()
+    allocation = (
+        Allocation.objects.filter(request=request).select_related("node", "request").order_by("-started_at").first()
+    )
     if allocation is None:
         return None
     devices = AllocationDevice.objects.filter(allocation=allocation).select_related("device__model")

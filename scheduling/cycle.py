@@ -12,7 +12,7 @@ what arrived after its queue read is placed at once instead of at the minute saf
 import logging
 import time
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta
+from datetime import datetime
 
 from django.conf import settings
 from django.db import connection, transaction
@@ -27,7 +27,7 @@ from requests.services import requests_allocate, requests_note_queue
 from scheduling import backfill, placement, preemption
 from scheduling.allocations import adjust_device_shares
 from scheduling.choices import AllocationState, DeviceHealth
-from scheduling.models import Allocation, AllocationDevice, Device, Node
+from scheduling.models import ENDS_AT, Allocation, AllocationDevice, Device, Node
 from scheduling.outcome import record_outcome
 from scheduling.signals import cycle_finished, requests_allocated
 from tenancy.choices import QuotaDimension
@@ -105,7 +105,9 @@ def load_snapshot() -> ClusterSnapshot:
     bound: dict[int, list[tuple[int, int]]] = {}
     for binding in AllocationDevice.objects.filter(allocation__state=AllocationState.ACTIVE):
         bound.setdefault(binding.allocation_id, []).append((positions[binding.device_id], binding.milli))
-    active = list(Allocation.objects.filter(state=AllocationState.ACTIVE).select_related("node"))
+    active = list(
+        Allocation.objects.filter(state=AllocationState.ACTIVE).select_related("node").annotate(ends_at=ENDS_AT)
+    )
     allocations = [
         placement.Allocation(
             str(allocation.request_id),
@@ -119,7 +121,7 @@ def load_snapshot() -> ClusterSnapshot:
         )
         for allocation in active
     ]
-    expires = {str(allocation.request_id): allocation.expires_at for allocation in active}
+    expires = {str(allocation.request_id): allocation.ends_at for allocation in active}
     return ClusterSnapshot(placement.Snapshot(nodes, allocations), device_ids, node_ids, expires)
 
 
@@ -285,7 +287,7 @@ def _binding_rows(bindings, cluster: ClusterSnapshot, requests: dict[int, Resour
                 memory_mib=binding.memory_mib,
                 priority=PRIORITY_RANK[request.priority],
                 preemptible=request.priority == PriorityClass.BATCH,
-                expires_at=now + timedelta(hours=request.duration_hours),
+                term_started_at=now,
             )
         )
         devices.append([(cluster.device_ids[(binding.node, position)], milli) for position, milli in binding.devices])

@@ -6,13 +6,16 @@ over-committed share fails in PostgreSQL, whatever the code above it believes.
 """
 
 import operator
+from datetime import timedelta
 from functools import reduce
 
 from django.conf import settings
 from django.core.exceptions import ValidationError
 from django.core.validators import MaxValueValidator, MinValueValidator
 from django.db import models
-from django.db.models import Q
+from django.db.models import DateTimeField, DurationField, ExpressionWrapper, F, Func, Q
+from django.utils import timezone
+from django_fsm import ConcurrentTransitionMixin, FSMField, transition
 
 from requests.choices import PRIORITY_RANK, ChangeState, PriorityClass
 from requests.models.change import ChangeRequest
@@ -201,18 +204,39 @@ class AgentToken(models.Model):
         return self.revoked_at is None
 
 
-class Allocation(models.Model):
-    """Devices bound to one request; released allocations stay for history and metering."""
+class Hours(Func):
+    """Whole hours as a duration: an interval in PostgreSQL, elsewhere the microseconds Django keeps durations in
+    (the SQLite demo)."""
+
+    template = "(%(expressions)s * 3600000000)"
+    output_field = DurationField()
+
+    def as_postgresql(self, compiler, connection, **extra_context):
+        return self.as_sql(compiler, connection, template="make_interval(hours => %(expressions)s)", **extra_context)
+
+
+# When an allocation's term ends: the request's approved duration (extensions included) after the term started.
+# Derived, never stored, so an approved extension writes the request alone.
+ENDS_AT = ExpressionWrapper(F("term_started_at") + Hours("request__duration_hours"), output_field=DateTimeField())
+
+
+class Allocation(ConcurrentTransitionMixin, models.Model):
+    """Devices bound to one request; released allocations stay for history and metering. Its state changes only
+    through scheduling's allocation_release."""
 
     request = models.ForeignKey("requests.ResourceRequest", on_delete=models.PROTECT, related_name="allocations")
     node = models.ForeignKey(Node, on_delete=models.PROTECT, related_name="allocations")
-    state = models.CharField(max_length=10, choices=AllocationState.choices, default=AllocationState.ACTIVE)
+    state = FSMField(max_length=10, choices=AllocationState.choices, default=AllocationState.ACTIVE, protected=True)
     cpu_milli = models.PositiveIntegerField()
     memory_mib = models.PositiveBigIntegerField()
     priority = models.PositiveSmallIntegerField()
     preemptible = models.BooleanField(default=False)
     started_at = models.DateTimeField(auto_now_add=True)
-    expires_at = models.DateTimeField()
+    term_started_at = models.DateTimeField(
+        default=timezone.now,
+        help_text="When the request's approved duration started counting: the allocation's start, or the released "
+        "allocation's for an operator's retry on the same devices.",
+    )
     expiry_warned_at = models.DateTimeField(null=True, blank=True)
     heartbeat_at = models.DateTimeField(null=True, blank=True, help_text="Last sign of life from the runtime.")
     released_at = models.DateTimeField(null=True, blank=True)
@@ -232,7 +256,7 @@ class Allocation(models.Model):
     class Meta:
         ordering = ["-started_at", "-id"]
         indexes = [
-            models.Index(fields=["state", "expires_at"], name="allocation_state_expiry_idx"),
+            models.Index(fields=["state", "term_started_at"], name="allocation_state_term_idx"),
             models.Index(
                 fields=["preempt_at"], condition=Q(preempt_at__isnull=False), name="allocation_preempt_at_idx"
             ),
@@ -252,6 +276,16 @@ class Allocation(models.Model):
 
     def __str__(self):
         return f"Allocation #{self.pk} of request #{self.request_id} on {self.node.name}"
+
+    @property
+    def expires_at(self):
+        """The end of the term (reads the request: select it with the allocation)."""
+        return self.term_started_at + timedelta(hours=self.request.duration_hours)
+
+    # Transitions change only the state; scheduling's services lock, save and return the devices.
+    @transition(field=state, source=AllocationState.ACTIVE, target=AllocationState.RELEASED)
+    def release(self, *, reason: str, at) -> None:
+        self.released_at, self.release_reason = at, reason[:300]
 
 
 class AllocationDevice(models.Model):

@@ -27,10 +27,9 @@ from datetime import UTC, timedelta
 
 from requests.choices import PRIORITY_RANK, EventCode, RequestState
 from requests.services import PREEMPTABLE_STATES, requests_note, requests_preempt
-from scheduling import placement
+from scheduling import placement, reclaim
 from scheduling.choices import AllocationState
 from scheduling.models import Allocation, PreemptionRule
-from scheduling.reclaim import unbind_devices
 
 PREEMPTION_PENDING = "preemption_pending"
 PLANNABLE = frozenset({placement.CAPACITY_IN_USE, placement.FRAGMENTATION})  # waits that evicting can end
@@ -81,14 +80,12 @@ def carry_out(now) -> CarriedOut:
         _call_off(called_off)
         outcome.called_off = list({allocation.request_id for allocation, _why in called_off})
     if due:
-        unbind_devices([allocation.pk for allocation in due])
-        for allocation in due:
-            allocation.state, allocation.released_at = AllocationState.RELEASED, now
-            allocation.release_reason = f"preempted for #{allocation.preempted_for_id}"
-        Allocation.objects.bulk_update(due, ["state", "released_at", "release_reason"])
         victims = {}
         for allocation in due:
             victims.setdefault(allocation.request_id, allocation)
+        reclaim.allocation_free(
+            request_ids=list(victims), reason=lambda freed: f"preempted for #{freed.preempted_for_id}"
+        )
         requests_preempt(
             preempted=[
                 (

@@ -8,19 +8,22 @@ at again on the next pass, so one race never stops the rest of the batch. Outcom
 `busy`, plus `heartbeat` and `not_your_node` for runtime reports.
 """
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from datetime import timedelta
 
 from django.conf import settings
 from django.db import IntegrityError, transaction
-from django.db.models import F, Q, Sum
+from django.db.models import Exists, OuterRef, Q, Sum
 from django.db.models.functions import Coalesce
+from django.db.models.lookups import GreaterThan, LessThanOrEqual
 from django.utils import timezone
+from django_fsm import TransitionNotAllowed
+from django_q.tasks import async_task
 
 from config.errors import Conflict
-from requests.choices import EventCode, RequestState
-from requests.models import ResourceRequest
+from requests.choices import ChangeState, EventCode, RequestState
+from requests.models import RequestExtension, ResourceRequest
 from requests.services import (
     PREEMPTABLE_STATES,
     record_event,
@@ -28,18 +31,14 @@ from requests.services import (
     request_release,
     requests_preempt,
 )
-from scheduling import hooks
 from scheduling.agents import ANY_NODE, NOT_YOUR_NODE, NodeScope
 from scheduling.allocations import adjust_device_shares
 from scheduling.choices import AllocationState, DeviceHealth
-from scheduling.models import Allocation, AllocationDevice, Node
+from scheduling.models import ENDS_AT, Allocation, AllocationDevice, Node
+from scheduling.wiring import CYCLE_TASK
 
 
-def _unbind_devices(allocation: Allocation) -> None:
-    unbind_devices([allocation.pk])
-
-
-def unbind_devices(allocation_ids: list[int]) -> None:
+def _unbind_devices(allocation_ids: list[int]) -> None:
     """Take the allocations' shares off their devices: one read, one UPDATE, however many allocations."""
     shares = (
         AllocationDevice.objects.filter(allocation_id__in=allocation_ids)
@@ -51,39 +50,46 @@ def unbind_devices(allocation_ids: list[int]) -> None:
     adjust_device_shares({device_id: -total for device_id, total in shares})
 
 
-def allocation_release(*, request_id: int, reason: str) -> None:
-    """A releasing request: its environment is torn down first when provisioning built one (the teardown frees the
-    devices at its end), otherwise the devices are freed now."""
-    if hooks.release_teardown is None or not hooks.release_teardown(request_id=request_id, reason=reason):
-        allocation_free(request_id=request_id, reason=reason)
+Reason = str | Callable[[Allocation], str]  # one sentence for all, or one per allocation (whom a preemption serves)
 
 
-@transaction.atomic
-def allocation_free(*, request_id: int, reason: str) -> ResourceRequest:
-    """Return a releasing request's devices to the pool and finish its release (idempotent)."""
-    request = ResourceRequest.objects.select_for_update().get(pk=request_id)
-    if request.state != RequestState.RELEASING:
-        return request
-    allocation_return(request_id=request_id, reason=reason)
-    return request_finish_release(request=request, message=f"Devices returned to the pool ({reason}).")
-
-
-@transaction.atomic
-def allocation_return(*, request_id: int, reason: str) -> int:
-    """Give the request's active allocations back whatever its state (e.g. the cleanup after a failed
-    provisioning); idempotent. Returns how many were released."""
-    allocations = list(
-        Allocation.objects.select_for_update().filter(request_id=request_id, state=AllocationState.ACTIVE)
-    )
+def allocation_release(*, allocations: list[Allocation], reason: Reason) -> None:
+    """active -> released for allocations the caller has locked: every transition first (an illegal one refuses
+    before anything is written), then the devices' shares back and the allocations saved, in three statements
+    however many there are."""
+    now = timezone.now()
     for allocation in allocations:
-        _unbind_devices(allocation)
-        allocation.state, allocation.released_at, allocation.release_reason = (
-            AllocationState.RELEASED,
-            timezone.now(),
-            reason[:300],
-        )
-        allocation.save(update_fields=["state", "released_at", "release_reason"])
-    return len(allocations)
+        try:
+            allocation.release(reason=reason if isinstance(reason, str) else reason(allocation), at=now)
+        except TransitionNotAllowed as error:
+            raise Conflict(
+                f"Allocation #{allocation.pk} is {allocation.state}; it cannot be released again.",
+                code="illegal_transition",
+                details={"allocation": allocation.pk, "state": allocation.state, "action": "release"},
+            ) from error
+    _unbind_devices([allocation.pk for allocation in allocations])
+    Allocation.objects.bulk_update(allocations, ["state", "released_at", "release_reason"])
+
+
+@transaction.atomic
+def allocation_free(*, request_ids: list[int], reason: Reason) -> list[Allocation]:
+    """The end of every release pipeline (release, expiry, staleness, preemption, isolation requeue, the cleanup
+    after a failure): the requests' active allocations go back to the pool, and a releasing request's release
+    finishes. Called by the last teardown step, or at once when nothing was provisioned; idempotent. Locks the
+    requests, then their allocations, in a constant number of queries for any number of requests."""
+    requests = list(ResourceRequest.objects.select_for_update().filter(pk__in=request_ids).order_by("pk"))
+    allocations = list(
+        Allocation.objects.select_for_update()
+        .filter(request_id__in=request_ids, state=AllocationState.ACTIVE)
+        .order_by("pk")
+    )
+    allocation_release(allocations=allocations, reason=reason)
+    released = {allocation.request_id: allocation.release_reason for allocation in allocations}
+    for request in requests:
+        if request.state == RequestState.RELEASING:
+            why = released.get(request.pk, "nothing was bound any more")
+            request_finish_release(request=request, message=f"Devices returned to the pool ({why}).")
+    return allocations
 
 
 @transaction.atomic
@@ -100,7 +106,7 @@ def allocation_rebind(*, allocation: Allocation) -> Allocation:
         memory_mib=allocation.memory_mib,
         priority=allocation.priority,
         preemptible=allocation.preemptible,
-        expires_at=allocation.expires_at,
+        term_started_at=allocation.term_started_at,  # a retry continues the term, it does not restart it
     )
     AllocationDevice.objects.bulk_create(
         [AllocationDevice(allocation=rebound, device=binding.device, milli=binding.milli) for binding in bindings]
@@ -222,19 +228,36 @@ def _warn_one(allocation_id: int, due: Q, now) -> bool:
         return True
 
 
+# An extension applied since the last warning moved the end: the new end gets its own warning.
+_extended_since_warned = RequestExtension.objects.filter(
+    request_id=OuterRef("request_id"), state=ChangeState.APPLIED, decided_at__gte=OuterRef("expiry_warned_at")
+)
+
+
 def warn_expiring(*, now=None) -> int:
-    """Put one warning on the timeline of each allocation that expires within the warning window (each decided on
-    its locked row, so two workers never warn twice and an extension approved meanwhile is seen)."""
+    """Put one warning on the timeline of each allocation that expires within the warning window, and one more
+    after each extension (each decided on its locked row, so two workers never warn twice and an extension
+    approved meanwhile is seen)."""
     now = now or timezone.now()
     window = now + timedelta(hours=settings.EXPIRY_WARNING_HOURS)
-    due = Q(state=AllocationState.ACTIVE, expires_at__lte=window, expires_at__gt=now, expiry_warned_at__isnull=True)
+    due = Q(LessThanOrEqual(ENDS_AT, window), GreaterThan(ENDS_AT, now), state=AllocationState.ACTIVE) & (
+        Q(expiry_warned_at__isnull=True) | Q(Exists(_extended_since_warned))
+    )
     candidates = Allocation.objects.filter(due).order_by("pk").values_list("pk", flat=True)
     return sum(_warn_one(allocation_id, due, now) for allocation_id in list(candidates))
 
 
+def allocations_reclaim(*, now=None) -> int:
+    """The periodic pass: warn what expires soon, then release what has expired or gone stale; how many were
+    released."""
+    warn_expiring(now=now)
+    outcomes = [*reclaim_expired(now=now).values(), *reclaim_stale(now=now).values()]
+    return outcomes.count(RELEASED)
+
+
 def reclaim_expired(*, now=None) -> dict[int, str]:
     """Release every request whose allocation's approved duration is over; the outcome per request id."""
-    due = Q(expires_at__lte=now or timezone.now())
+    due = Q(LessThanOrEqual(ENDS_AT, now or timezone.now()))
     return _reclaim_each(_due_request_ids(due), due, "expired: the approved duration is over")
 
 
@@ -251,39 +274,39 @@ def reclaim_stale(*, now=None) -> dict[int, str]:
 
 @transaction.atomic
 def requeue_from_device(*, device_id: int) -> list[int]:
-    """Requests running on an isolated device give it back and return to the queue (SCHEDULER_REQUEUE_ON_ISOLATION).
+    """Requests running on an isolated device give it back and return to the queue (SCHEDULER_REQUEUE_ON_ISOLATION);
+    a cycle runs after the commit.
 
     Their approved snapshot stays the contract; the next cycle places them on healthy hardware.
     """
-    allocations = list(
-        Allocation.objects.select_for_update(of=("self",))
+    running = list(
+        ResourceRequest.objects.select_for_update()
         .filter(
-            state=AllocationState.ACTIVE,
-            request__state__in=PREEMPTABLE_STATES,
-            pk__in=AllocationDevice.objects.filter(device_id=device_id).values("allocation_id"),
+            state__in=PREEMPTABLE_STATES,
+            pk__in=Allocation.objects.filter(state=AllocationState.ACTIVE, devices__device_id=device_id).values(
+                "request_id"
+            ),
         )
-        .select_related("request")
+        .order_by("pk")
     )
-    if not allocations:
+    if not running:
         return []
-    now = timezone.now()
-    unbind_devices([allocation.pk for allocation in allocations])
-    for allocation in allocations:
-        allocation.state, allocation.released_at = AllocationState.RELEASED, now
-        allocation.release_reason = f"requeued: device #{device_id} was isolated"
-    Allocation.objects.bulk_update(allocations, ["state", "released_at", "release_reason"])
+    allocation_free(
+        request_ids=[request.pk for request in running], reason=f"requeued: device #{device_id} was isolated"
+    )
     requests_preempt(
         preempted=[
             (
-                allocation.request,
+                request,
                 None,
                 "Requeued: a device of the allocation was isolated; the request waits for healthy hardware.",
                 {"device": device_id},
             )
-            for allocation in allocations
+            for request in running
         ]
     )
-    return [allocation.request_id for allocation in allocations]
+    transaction.on_commit(lambda: async_task(CYCLE_TASK))
+    return [request.pk for request in running]
 
 
 @dataclass
@@ -333,10 +356,3 @@ def runtime_report(*, reports: list[tuple[int, str]], scope: NodeScope = ANY_NOD
     results.update(_heartbeat(running, on_nodes, now))
     results.update(_reclaim_each(gone, on_nodes, "stale: the runtime reports the workload gone"))
     return RuntimeOutcome(results, [scope.refusal({"request": request_id}) for request_id in refused])
-
-
-def allocation_extend(*, request_id: int, hours: int) -> int:
-    """An approved extension moves the active allocation's expiry; a new warning will come before the new end."""
-    return Allocation.objects.filter(request_id=request_id, state=AllocationState.ACTIVE).update(
-        expires_at=F("expires_at") + timedelta(hours=hours), expiry_warned_at=None
-    )

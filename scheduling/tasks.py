@@ -11,23 +11,18 @@ def run_cycle() -> int:
 
 
 @retry_if_locked
-def free_released(request_id: int, reason: str) -> None:
-    reclaim.allocation_release(request_id=request_id, reason=reason)
+def free_allocations(request_ids: list[int], reason: str) -> int:
+    return len(reclaim.allocation_free(request_ids=request_ids, reason=reason))
 
 
 @retry_if_locked
 def reclaim_allocations() -> int:
-    reclaim.warn_expiring()
-    outcomes = [*reclaim.reclaim_expired().values(), *reclaim.reclaim_stale().values()]
-    return outcomes.count(reclaim.RELEASED)
+    return reclaim.allocations_reclaim()
 
 
 @retry_if_locked
 def requeue_from_device(device_id: int) -> int:
-    requeued = reclaim.requeue_from_device(device_id=device_id)
-    if requeued:
-        cycle.run_cycle()
-    return len(requeued)
+    return len(reclaim.requeue_from_device(device_id=device_id))
 
 
 @retry_if_locked

@@ -15,20 +15,17 @@ def trigger_cycle(**_kwargs) -> None:
     async_task(CYCLE_TASK)
 
 
-def free_devices(*, request_id: int, reason: str, **_kwargs) -> None:
-    async_task("scheduling.tasks.free_released", request_id, reason)
+def free_unprovisioned(*, request_id: int, reason: str, provisioning_started: bool, **_kwargs) -> None:
+    """Nothing was provisioned, so nothing is torn down: the devices go back at once. Otherwise provisioning
+    tears the environment down and its last step frees them (provisioning.wiring.teardown_after_release)."""
+    if not provisioning_started:
+        async_task("scheduling.tasks.free_allocations", [request_id], reason)
 
 
 def drain_in_slurm(*, node_id: int, execution_backend: str, **_kwargs) -> None:
     """A Slurm-backed node's cordon or card isolation changed: drain or resume it in Slurm, in a task."""
     if execution_backend == ExecutionBackend.SLURM:
         async_task(SLURM_SYNC_TASK, node_id)
-
-
-def extend_allocation(*, request_id: int, hours: int, **_kwargs) -> None:
-    from scheduling.reclaim import allocation_extend
-
-    allocation_extend(request_id=request_id, hours=hours)
 
 
 def ensure_schedules(**_kwargs) -> None:
@@ -46,7 +43,7 @@ def connect() -> None:
 
     from config import metrics
     from requests import hooks
-    from requests.signals import request_extended, request_queued, request_releasing
+    from requests.signals import request_queued, request_releasing
     from scheduling.allocations import allocation_details
     from scheduling.estimate import order_never_fits, placement_estimate
     from scheduling.metrics import SchedulerCollector
@@ -59,6 +56,5 @@ def connect() -> None:
     request_queued.connect(trigger_cycle, dispatch_uid="scheduling.cycle_on_queue")
     health_changed.connect(trigger_cycle, dispatch_uid="scheduling.cycle_on_health")
     node_availability_changed.connect(drain_in_slurm, dispatch_uid="scheduling.drain_in_slurm")
-    request_releasing.connect(free_devices, dispatch_uid="scheduling.free_on_release")
-    request_extended.connect(extend_allocation, dispatch_uid="scheduling.extend_allocation")
+    request_releasing.connect(free_unprovisioned, dispatch_uid="scheduling.free_on_release")
     post_migrate.connect(ensure_schedules, dispatch_uid="scheduling.ensure_schedules")

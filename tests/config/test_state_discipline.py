@@ -145,10 +145,7 @@ def test_resuming_after_an_outside_event_is_the_same_attempt():
 
 APPS = ["requests", "provisioning", "tenancy", "catalog", "metering", "scheduling"]
 # scheduling/placement.py is the pure placement engine: its `state` is its own per-node array, not a model field.
-# These modules still set Allocation.state directly; Allocation's machine comes with the release pipeline
-# (issue 13, item 1), which empties this set.
 NOT_MODEL_STATE = {"scheduling/placement.py"}
-ALLOCATION_PENDING = {"scheduling/reclaim.py", "scheduling/preemption.py", "metering/demo.py"}
 # Instances can only carry states their transitions reached (the field is protected), so saving them, one by one
 # or with bulk_update, is fine; what bypasses the transitions is assigning the attribute or a queryset UPDATE.
 DIRECT_STATE_WRITES = [
@@ -163,7 +160,7 @@ def _sources():
     for app in APPS:
         for path in sorted((root / app).rglob("*.py")):
             relative = path.relative_to(root).as_posix()
-            if "/migrations/" not in relative and relative not in NOT_MODEL_STATE | ALLOCATION_PENDING:
+            if "/migrations/" not in relative and relative not in NOT_MODEL_STATE:
                 yield relative, path.read_text()
 
 
@@ -194,9 +191,3 @@ def test_no_module_assigns_a_state_field():
     assert "provisioning/engine.py" in scanned and "requests/approvals.py" in scanned
     writes = {path: found for path, source in scanned.items() if (found := _direct_writes(source))}
     assert writes == {}
-
-
-def test_every_pending_allocation_module_still_needs_its_exclusion():
-    # Once Allocation's machine lands, this fails for each module it cleaned: drop it from ALLOCATION_PENDING.
-    root = Path(settings.BASE_DIR)
-    assert {path for path in ALLOCATION_PENDING if _direct_writes((root / path).read_text())} == ALLOCATION_PENDING

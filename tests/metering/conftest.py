@@ -1,7 +1,7 @@
 """A metered world: a project with a card-hour budget, whole-card and half-card specs, a node, and allocations
 bound over chosen intervals (the scheduler's own bookkeeping is not needed to meter them)."""
 
-from datetime import UTC, date, datetime, timedelta
+from datetime import UTC, date, datetime
 from decimal import Decimal
 from types import SimpleNamespace
 
@@ -111,14 +111,16 @@ def bound(
         cpu_milli=spec.cpu_cores * 1000,
         memory_mib=spec.memory_gb * 1024,
         priority=50,
-        expires_at=started + timedelta(hours=hours),
     )
     milli = int(spec.slice_profile.compute_fraction * 1000) if spec.slice_profile else 1000
     AllocationDevice.objects.bulk_create(
         AllocationDevice(allocation=allocation, device=device, milli=milli) for device in cards
     )
     Allocation.objects.filter(pk=allocation.pk).update(
-        started_at=started, released_at=released, state=AllocationState.RELEASED if released else AllocationState.ACTIVE
+        started_at=started,
+        term_started_at=started,
+        released_at=released,
+        state=AllocationState.RELEASED if released else AllocationState.ACTIVE,
     )
     if released is None:
         Device.objects.filter(pk__in=[device.pk for device in cards]).update(

@@ -6,7 +6,6 @@ from itertools import count
 
 from django.contrib.auth.models import Permission
 from django.db.models import F
-from django.utils import timezone
 
 from catalog.models import Vendor
 from requests.choices import RequestState
@@ -69,12 +68,18 @@ def allocate(request, devices: list[Device], milli: int = 1000) -> Allocation:
         cpu_milli=8000,
         memory_mib=65536,
         priority=50,
-        expires_at=timezone.now() + timedelta(hours=4),
     )
     for device in devices:
         AllocationDevice.objects.create(allocation=allocation, device=device, milli=milli)
         Device.objects.filter(pk=device.pk).update(allocated_milli=F("allocated_milli") + milli)
     return allocation
+
+
+def end_terms_at(moment) -> None:
+    """Every allocation's term ends at `moment`: its start moves, since the end is derived from the duration."""
+    for allocation in Allocation.objects.select_related("request"):
+        started = moment - timedelta(hours=allocation.request.duration_hours)
+        Allocation.objects.filter(pk=allocation.pk).update(term_started_at=started)
 
 
 def grant(user, codename: str = "clear_device_isolation"):

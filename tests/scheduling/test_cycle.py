@@ -22,6 +22,7 @@ from tenancy.services import quota_set
 from tests import factories
 from tests.requests.conftest import GENEROUS_QUOTA, make_order
 from tests.scheduling.agent_tokens import agent_api
+from tests.scheduling.inventory_helpers import end_terms_at
 
 pytestmark = pytest.mark.django_db
 # Placed requests: provisioning moves them on from allocated when after-commit work runs.
@@ -262,7 +263,7 @@ def test_reclaim_reports_each_item_and_a_release_in_progress_as_already_releasin
     first, releasing, last = (queued(shop, team) for _ in range(3))
     cycle.run_cycle()
     services.request_release(request=releasing, actor=team.developer, reason="done early")
-    Allocation.objects.update(expires_at=timezone.now() - timedelta(minutes=1))
+    end_terms_at(timezone.now() - timedelta(minutes=1))
     assert reclaim.reclaim_expired() == {first.pk: "released", releasing.pk: "already_releasing", last.pk: "released"}
     assert reclaim.runtime_report(reports=[(releasing.pk, "running"), (last.pk, "gone"), (10**9, "gone")]).results == {
         releasing.pk: "heartbeat",
@@ -307,7 +308,7 @@ def test_concurrent_cycles_submissions_and_releases_never_bind_a_device_twice(sh
                     for request in ResourceRequest.objects.filter(state__in=HOLDING)[:2]:
                         try:
                             services.request_release(request=request, actor=None, reason="test churn")
-                            reclaim.allocation_free(request_id=request.pk, reason="test churn")
+                            reclaim.allocation_free(request_ids=[request.pk], reason="test churn")
                         except services.Conflict:
                             pass  # another thread got there first
         except Exception as error:  # surfaced below

@@ -4,10 +4,13 @@ from datetime import timedelta
 from decimal import Decimal
 
 import pytest
+import time_machine
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
 
 from requests.choices import ApprovalMode
 from requests.models import ApprovalAssignment, RequestExtension
-from scheduling import cycle
+from scheduling import cycle, reclaim
 from scheduling.models import Allocation
 from tenancy.services import quota_set
 from tests.requests.conftest import approval_rule, approver_stage
@@ -46,6 +49,36 @@ def test_extension_without_a_policy_applies_and_moves_the_expiry(
     assert Allocation.objects.get(request=running).expires_at == expires + timedelta(hours=5)
     assert [e["code"] for e in body["timeline"]][-2:] == ["extension_requested", "extended"]
     assert running.extensions.get().state == "applied"
+
+
+def test_an_extension_writes_the_request_and_never_the_allocation(
+    api_as,
+    team,  # noqa: F811
+    running,
+    django_capture_on_commit_callbacks,
+):
+    """The allocation's end is derived from the request's duration: request and allocation cannot disagree."""
+    with CaptureQueriesContext(connection) as queries, django_capture_on_commit_callbacks(execute=True):
+        assert extend(api_as, team.developer, running).status_code == 200
+    writes = [query["sql"] for query in queries if query["sql"].startswith(("UPDATE", "INSERT", "DELETE"))]
+    assert not [sql for sql in writes if '"scheduling_allocation"' in sql.split(" SET ")[0]]
+    assert len([sql for sql in writes if sql.startswith('UPDATE "requests_resourcerequest"')]) == 1
+
+
+def test_an_extension_gets_its_own_expiry_warning_before_the_new_end(api_as, team, running):  # noqa: F811
+    start = Allocation.objects.get(request=running).term_started_at
+    with time_machine.travel(start + timedelta(hours=7), tick=False):  # the 4-hour window of a 10-hour run
+        assert (reclaim.warn_expiring(), reclaim.warn_expiring()) == (1, 0)
+        assert extend(api_as, team.developer, running).status_code == 200  # now 15 hours
+        assert reclaim.warn_expiring() == 0  # the new end is 8 hours away
+    with time_machine.travel(start + timedelta(hours=12), tick=False):
+        assert (reclaim.warn_expiring(), reclaim.warn_expiring()) == (1, 0)
+    warnings = running.events.filter(code="expiry_warning").order_by("id")
+    assert [event.data["expires_at"] for event in warnings] == [
+        (start + timedelta(hours=10)).isoformat(),
+        (start + timedelta(hours=15)).isoformat(),
+    ]
+    assert not reclaim.reclaim_expired(now=start + timedelta(hours=14))
 
 
 def test_extension_waits_for_the_same_approvers_as_an_order(

@@ -13,6 +13,7 @@ from scheduling import services
 from scheduling.choices import DeviceHealth
 from scheduling.inventory_formats import device_uuid
 from scheduling.models import Device, Node
+from scheduling.reclaim import allocation_release
 from tenancy.models import AuditEvent
 from tests.factories import AcceleratorModelFactory
 from tests.scheduling.inventory_helpers import active_request, allocate, node
@@ -98,8 +99,7 @@ def test_isolation_is_noted_on_the_timeline_of_each_active_allocation_holding_th
     allocate(holder, [first], milli=500)
     allocate(bystander, [second])
     released = allocate(active_request(), [first], milli=250)
-    released.state, released.released_at = "released", released.started_at
-    released.save()
+    allocation_release(allocations=[released], reason="done")
 
     services.device_isolate(first, "XID 48 (double-bit ECC)", actor=operator)
 

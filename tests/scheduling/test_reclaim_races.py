@@ -20,6 +20,7 @@ from requests.models import ResourceRequest
 from scheduling import cycle, reclaim
 from scheduling.models import Allocation
 from tests.requests.test_concurrency import _migrated_data, in_own_connection  # noqa: F401  (fixture)
+from tests.scheduling.inventory_helpers import end_terms_at
 from tests.scheduling.test_cycle import add_node, queued, shop, team  # noqa: F401  (fixtures)
 
 pytestmark = pytest.mark.django_db(transaction=True, serialized_rollback=True)
@@ -57,7 +58,8 @@ def three_due(shop, team):  # noqa: F811
     requests = [queued(shop, team) for _ in range(3)]
     cycle.run_cycle()
     long_ago = timezone.now() - timedelta(days=2)
-    Allocation.objects.update(expires_at=long_ago, heartbeat_at=long_ago)
+    end_terms_at(long_ago)
+    Allocation.objects.update(heartbeat_at=long_ago)
     return [ResourceRequest.objects.get(pk=request.pk) for request in requests]
 
 
@@ -103,7 +105,7 @@ def test_a_batch_releases_the_others_and_reports_the_one_a_user_is_releasing(bat
 
 
 def test_expiry_warnings_skip_a_held_allocation_and_warn_it_once_on_the_next_pass(three_due):
-    Allocation.objects.update(expires_at=timezone.now() + timedelta(hours=1))
+    end_terms_at(timezone.now() + timedelta(hours=1))
     held = Allocation.objects.get(request=three_due[1])
     assert while_held(lambda: Allocation.objects.select_for_update().get(pk=held.pk), reclaim.warn_expiring) == 2
     assert not ResourceRequest.objects.get(pk=held.request_id).events.filter(code="expiry_warning").exists()

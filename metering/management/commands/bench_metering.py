@@ -200,10 +200,9 @@ FROM generate_series(0, %(allocations)s - 1) AS i
 # (the specs come five per model, the nodes NODES_PER_MODEL per model, in the same order).
 _ALLOCATIONS = """
 INSERT INTO {allocations} (request_id, node_id, state, cpu_milli, memory_mib, priority, preemptible, started_at,
-    expires_at, released_at, release_reason)
+    term_started_at, released_at, release_reason)
 SELECT r.id, (%(nodes)s::bigint[])[1 + r.i %% %(per_model)s + %(per_model)s * r.model],
-       CASE WHEN r.state = 'active' THEN 'active' ELSE 'released' END, 8000, 65536, 50, false, starts.at,
-       starts.at + make_interval(hours => r.duration_hours),
+       CASE WHEN r.state = 'active' THEN 'active' ELSE 'released' END, 8000, 65536, 50, false, starts.at, starts.at,
        CASE WHEN r.state = 'active' THEN NULL ELSE starts.at + make_interval(hours => r.duration_hours) END,
        CASE WHEN r.state = 'active' THEN '' ELSE 'bench' END
 FROM (SELECT id, state, duration_hours, row_number() OVER (ORDER BY id) - 1 AS i,
