@@ -171,6 +171,16 @@ PROVISIONING_FAULTS = env_json("PROVISIONING_FAULTS", [])
 REDFISH_TIMEOUT_SECONDS = env_float("REDFISH_TIMEOUT_SECONDS", 10.0)
 REDFISH_VERIFY_TLS = env_bool("REDFISH_VERIFY_TLS", default=True)
 BMC_CREDENTIALS = env_json("BMC_CREDENTIALS", {})
+# Slurm (docs/inventory.md, "From Slurm"): slurmrestd's URL (without /slurm/v0.0.38), the user the JWT belongs to,
+# the JWT itself or, better, a file holding it (a mounted secret; read on every use, so rotation needs no restart),
+# and the per-call timeout. scontrol (node drain/resume: v0.0.38 has no node update) reads SLURM_CONF when set.
+SLURM_REST_URL = env_str("SLURM_REST_URL")
+SLURM_USER_NAME = env_str("SLURM_USER_NAME")
+SLURM_JWT = env_str("SLURM_JWT")
+SLURM_JWT_FILE = env_str("SLURM_JWT_FILE")
+SLURM_TIMEOUT_SECONDS = env_float("SLURM_TIMEOUT_SECONDS", 10.0)
+SLURM_CONF = env_str("SLURM_CONF")
+SLURM_SCONTROL = env_str("SLURM_SCONTROL", "scontrol")
 # Model serving: per-key rate limit when the order does not set one, and how long the gateway waits for a replica.
 SERVING_DEFAULT_RATE_LIMIT_PER_MINUTE = env_int("SERVING_DEFAULT_RATE_LIMIT_PER_MINUTE", 600)
 GATEWAY_UPSTREAM_TIMEOUT_SECONDS = env_float("GATEWAY_UPSTREAM_TIMEOUT_SECONDS", 60.0)

@@ -64,3 +64,14 @@ def slurm(slurm_cluster):
     """The session's Slurm cluster, with every job cancelled and every node resumed after the test."""
     yield slurm_cluster
     slurm_cluster.reset()
+
+
+@pytest.fixture
+def slurm_settings(settings, slurm):
+    """Django settings pointed at the session's Slurm cluster (REST URL, user, JWT, SLURM_CONF for scontrol)."""
+    settings.SLURM_REST_URL = slurm.rest_url
+    settings.SLURM_USER_NAME = slurm.user_name
+    settings.SLURM_JWT = slurm.token
+    settings.SLURM_JWT_FILE = ""
+    settings.SLURM_CONF = str(slurm.slurm_conf)
+    return slurm

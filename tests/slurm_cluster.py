@@ -47,10 +47,11 @@ class SlurmClusterError(RuntimeError):
 
 @dataclass(frozen=True)
 class NodeShape:
-    """What one test node declares to Slurm."""
+    """What one test node declares to Slurm: big enough for two of the demo catalog's one-GPU specs (12 vCPU,
+    96 GiB each); slurmd reports these numbers (config_overrides), nothing checks them against the machine."""
 
-    cpus: int = 8
-    real_memory_mib: int = 32768
+    cpus: int = 32
+    real_memory_mib: int = 262144
     gpu_type: str = "a100"
     gpus: int = 2
 
@@ -177,7 +178,7 @@ def running_cluster(
     root.chmod(0o755)
     cluster_name = f"{name_prefix}{secrets.token_hex(4)}"
     node_names = tuple(f"{cluster_name}-n{index}" for index in range(1, node_count + 1))
-    ports = _free_ports(node_count + 2)
+    ports = free_ports(node_count + 2)
     cluster = SlurmCluster(
         root=root,
         name=cluster_name,
@@ -321,7 +322,7 @@ def _ensure_rest_user() -> None:
             raise SlurmClusterError(f"Could not create user {REST_USER}: {result.stderr.strip()}") from None
 
 
-def _free_ports(count: int) -> list[int]:
+def free_ports(count: int) -> list[int]:
     """Ports the kernel says are free now; all held open together so that none is handed out twice."""
     with contextlib.ExitStack() as stack:
         sockets = [stack.enter_context(socket.socket()) for _ in range(count)]

@@ -9,7 +9,7 @@ def test_three_idle_nodes_with_gpu_gres(slurm):
     output = slurm.run("sinfo", "--noheader", "--Node", "--format=%N %T %G %c %m").stdout
 
     rows = sorted(line.split() for line in output.splitlines())
-    assert rows == [[node, "idle", "gpu:a100:2", "8", "32768"] for node in slurm.node_names]
+    assert rows == [[node, "idle", "gpu:a100:2", "32", "262144"] for node in slurm.node_names]
 
 
 def test_rest_api_answers_with_the_jwt(slurm):
