@@ -33,15 +33,12 @@ FAILING_COMMAND = "sleep 2; exit 3"
 
 
 @pytest.fixture
-def on_slurm(settings, slurm):
-    """Settings pointed at the session's cluster; jobs write their output where the REST user may write."""
-    settings.SLURM_REST_URL, settings.SLURM_USER_NAME = slurm.rest_url, slurm.user_name
-    settings.SLURM_JWT, settings.SLURM_JWT_FILE = slurm.token, ""
-    settings.SLURM_CONF = str(slurm.slurm_conf)
+def on_slurm(settings, slurm_settings):
+    """The platform pointed at the session's cluster; jobs write their output where the REST user may write."""
+    slurm = slurm_settings
     settings.SLURM_JOB_DIRECTORY = str(slurm.job_dir)
     settings.SLURM_PARTITION = slurm.partition
-    settings.SLURM_TIMEOUT_SECONDS = 10.0
-    with SlurmApi(url=slurm.rest_url, user_name=slurm.user_name, token=slurm.token) as api:
+    with SlurmApi.from_settings() as api:
         yield SimpleNamespace(cluster=slurm, api=api)
 
 
