@@ -9,6 +9,7 @@ from django.conf import settings
 from django.urls import reverse
 from django.utils import timezone
 
+from config.errors import Conflict
 from provisioning.choices import RunKind, StepState
 from provisioning.drivers import bmc_driver, in_band_driver, serving_driver, workload_driver
 from provisioning.drivers.base import StepError, StepPending, Target
@@ -86,9 +87,12 @@ def readiness_check(ctx: StepContext) -> dict:
             _note_backend_wait(ctx, pending.reason)
         raise
     if "bound_indexes" in ready:
-        ready["binding"] = allocation_adopt_backend_binding(
-            allocation_id=ctx.run.allocation_id, indexes=ready["bound_indexes"], backend=ctx.target.backend
-        )
+        try:
+            ready["binding"] = allocation_adopt_backend_binding(
+                allocation_id=ctx.run.allocation_id, indexes=ready["bound_indexes"], backend=ctx.target.backend
+            )
+        except Conflict as mismatch:
+            raise StepError(mismatch.code, mismatch.message, retryable=False, details=mismatch.details) from mismatch
     return ready
 
 

@@ -10,7 +10,7 @@ from config.sql import update_from_values
 from requests.choices import EventCode
 from requests.services import record_event
 from scheduling.choices import AllocationState
-from scheduling.models import Allocation, AllocationDevice, Device
+from scheduling.models import Allocation, AllocationDevice, Device, Node
 
 
 def adjust_device_shares(deltas: dict[int, int]) -> None:
@@ -34,14 +34,18 @@ def allocation_adopt_backend_binding(*, allocation_id: int, indexes: list[int], 
     A device the backend gave us that the books show under another active allocation is exchanged with the one we
     leave: the backend cannot have bound one card twice, so that allocation's books were wrong as well (its own
     job's report corrects them again). Returns {"chosen", "bound", "rebound"}."""
-    allocation = Allocation.objects.select_for_update().select_related("request").get(pk=allocation_id)
+    # The node's row first: rebinds on one node take turns, so two of them exchanging devices cannot deadlock.
+    Node.objects.select_for_update(of=("self",)).filter(allocations__pk=allocation_id).values_list("pk").get()
+    allocation = Allocation.objects.select_for_update(of=("self",)).select_related("request").get(pk=allocation_id)
     rows = list(AllocationDevice.objects.select_for_update().filter(allocation=allocation).select_related("device"))
     chosen, bound = sorted(row.device.index for row in rows), sorted(indexes)
     if chosen == bound or allocation.state != AllocationState.ACTIVE:
         return {"chosen": chosen, "bound": bound, "rebound": False}
     devices = {
         device.index: device
-        for device in Device.objects.select_for_update().filter(node_id=allocation.node_id, index__in=bound)
+        for device in Device.objects.select_for_update()
+        .filter(node_id=allocation.node_id, index__in=bound)
+        .order_by("pk")
     }
     if len(bound) != len(rows) or len(devices) != len(bound):
         raise Conflict(
