@@ -18,23 +18,29 @@ from provisioning.drivers import workload_driver
 from provisioning.drivers.base import StepError, Target, WorkloadEnd
 from provisioning.models import ProvisioningRun
 from provisioning.services import teardown_start
-from requests.choices import RequestState
+from requests.choices import EventCode, RequestState
 from requests.models import ResourceRequest
-from requests.services import request_fail, request_release
+from requests.services import record_event, request_fail, request_release
 from scheduling.choices import AllocationState, ExecutionBackend
+from scheduling.models import Allocation, Node
 
 logger = logging.getLogger(__name__)
 
-RELEASED, FAILED, MOVED_ON, BUSY, BACKEND_UNREACHABLE = "released", "failed", "moved_on", "busy", "backend_unreachable"
+RELEASED, FAILED, MOVED_ON, BUSY = "released", "failed", "moved_on", "busy"
+BACKEND_UNREACHABLE, ORPHAN_STOPPED = "backend_unreachable", "orphan_stopped"
 
 
 def workloads_reconcile() -> dict[int, str]:
-    """Settle every active request whose workload ended by itself; the outcome per request id."""
+    """Settle every active request whose workload ended by itself, and stop workloads left behind by a teardown
+    that could not reach the backend; the outcome per request id."""
     outcome = {}
-    for backend, runs in _delivered_runs().items():
-        targets = {run.allocation_id: _target(run) for run in runs}
+    delivered = _delivered_runs()
+    for backend in _reconciled_backends():
+        runs = delivered.get(backend, [])
+        driver = workload_driver(backend)
         try:
-            ended = workload_driver(backend).ended_workloads(targets.values())
+            ended = driver.ended_workloads([_target(run) for run in runs])
+            orphans = driver.stop_orphans(_held)
         except StepError as unreachable:
             logger.warning("Cannot reconcile %s workloads: %s", backend, unreachable.message)
             outcome.update(dict.fromkeys((run.request_id for run in runs), BACKEND_UNREACHABLE))
@@ -42,7 +48,39 @@ def workloads_reconcile() -> dict[int, str]:
         for run in runs:
             if run.allocation_id in ended:
                 outcome[run.request_id] = _settle(run, ended[run.allocation_id])
+        for orphan in orphans:
+            outcome.setdefault(orphan["request_id"], _note_orphan(orphan))
     return outcome
+
+
+def _reconciled_backends() -> list[str]:
+    """The backends of the inventory whose workloads can end, or be left behind, without the platform."""
+    return list(
+        Node.objects.exclude(execution_backend=ExecutionBackend.SIMULATED)
+        .order_by("execution_backend")
+        .values_list("execution_backend", flat=True)
+        .distinct()
+    )
+
+
+def _held(allocation_ids: set[int]) -> set[int]:
+    return set(
+        Allocation.objects.filter(pk__in=allocation_ids, state=AllocationState.ACTIVE).values_list("pk", flat=True)
+    )
+
+
+def _note_orphan(orphan: dict) -> str:
+    request = ResourceRequest.objects.filter(pk=orphan["request_id"]).first()
+    if request is not None:
+        record_event(
+            request,
+            actor=None,
+            code=EventCode.CLEANED_UP,
+            message=f"The reconciler stopped {orphan['workload']}, left running for allocation "
+            f"#{orphan['allocation_id']} which the request no longer holds.",
+            data=orphan,
+        )
+    return ORPHAN_STOPPED
 
 
 def _delivered_runs() -> dict[str, list[ProvisioningRun]]:

@@ -11,7 +11,10 @@ RECONCILE_TASK = "provisioning.tasks.reconcile_workloads"
 
 
 def start_runs(*, request_ids: list[int], **_kwargs) -> None:
-    async_task("provisioning.tasks.start_runs", request_ids)
+    """One task per request: a cycle that placed hundreds starts their runs on all workers at once, not one by one
+    on a single worker."""
+    for request_id in request_ids:
+        async_task("provisioning.tasks.start_runs", [request_id])
 
 
 def teardown_after_preemption(*, request_id: int, **_kwargs) -> None:

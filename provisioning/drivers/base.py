@@ -14,7 +14,7 @@ Two families of operations:
 """
 
 from abc import ABC, abstractmethod
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
 
@@ -123,6 +123,13 @@ class WorkloadDriver(ABC):
         and how. A backend whose workloads never end on their own (the simulated one) has none. Raises StepError
         when the backend cannot be asked, so nothing is reclaimed on a guess."""
         return {}
+
+    def stop_orphans(self, still_held: Callable[[set[int]], set[int]]) -> list[dict]:
+        """Stop this platform's workloads whose allocation is no longer held (a teardown that could not reach the
+        backend left them running): `still_held` says which of the allocation ids the backend's workloads name are
+        held (asked after the backend was read, so an allocation made meanwhile is held). Returns
+        [{request_id, allocation_id, workload}] of those stopped."""
+        return []
 
 
 class InBandDriver(ABC):

@@ -20,7 +20,8 @@ finds the job it already submitted; two workers submitting at once take turns on
 import hashlib
 import re
 import threading
-from collections.abc import Iterable
+import time
+from collections.abc import Callable, Iterable
 from contextlib import contextmanager
 
 from django.conf import settings
@@ -61,7 +62,8 @@ PENDING_REASONS = {
     "InvalidQOS": "no_matching_spec",
 }
 BACKEND_HOLD = "backend_hold"  # any other reason: a hold, a QOS or association limit, a dependency, a begin time
-POLL_SECONDS = 0.5
+POLL_SECONDS = 0.5  # between the engine's readiness attempts
+WATCH_SECONDS, WATCH_EVERY_SECONDS = 2.0, 0.1  # within one attempt
 SUBMIT_LOCK_NAMESPACE = 0x534C  # "SL": advisory locks of Slurm submissions, keyed by request id
 HOLD_COMMAND = "exec sleep infinity"
 
@@ -72,6 +74,9 @@ def job_name(request_id: int) -> str:
 
 def job_comment(target: Target) -> str:
     return f"compute-catalog request {target.request_id} allocation {target.allocation_id}"
+
+
+JOB_COMMENT = re.compile(r"^compute-catalog request (?P<request>\d+) allocation (?P<allocation>\d+)$")
 
 
 def attach_command(job_id: int) -> str:
@@ -175,8 +180,15 @@ class SlurmWorkloads(WorkloadDriver):
         }
 
     def workload_ready(self, target: Target) -> dict:
+        """RUNNING is ready. Slurm usually starts a job within a scheduling pass, so one attempt watches the job
+        closely for a short while before handing the wait back to the engine (whose every attempt costs a claim
+        and a record in the database)."""
         with self._api() as api:
             job = _latest_job(api.jobs(), target)
+            deadline = time.monotonic() + WATCH_SECONDS
+            while job is not None and job.get("job_state") in WAITING_STATES and time.monotonic() < deadline:
+                time.sleep(WATCH_EVERY_SECONDS)
+                job = _job_or_none(api, job["job_id"])
         if job is None:
             raise StepError("slurm_job_missing", f"Slurm has no job for request #{target.request_id}.", retryable=False)
         state = job.get("job_state")
@@ -234,6 +246,28 @@ class SlurmWorkloads(WorkloadDriver):
             elif job.get("job_state") not in WAITING_STATES | {RUNNING, ENDING}:
                 ended[target.allocation_id] = workload_end(job)
         return ended
+
+    def stop_orphans(self, still_held: Callable[[set[int]], set[int]]) -> list[dict]:
+        with self._api() as api:
+            live = [
+                (job, JOB_COMMENT.match(job.get("comment") or ""))
+                for job in api.jobs()
+                if job.get("job_state") in WAITING_STATES | {RUNNING}
+            ]
+            ours = [(job, int(named["request"]), int(named["allocation"])) for job, named in live if named]
+            held = still_held({allocation_id for _, _, allocation_id in ours})
+            stopped = []
+            for job, request_id, allocation_id in ours:
+                if allocation_id in held:
+                    continue
+                try:
+                    api.cancel_job(job["job_id"])
+                except SlurmNotFound:  # it ended meanwhile
+                    continue
+                stopped.append(
+                    {"request_id": request_id, "allocation_id": allocation_id, "workload": f"slurm job {job['job_id']}"}
+                )
+        return stopped
 
 
 # --- The job ---------------------------------------------------------------------------------------------------

@@ -223,6 +223,7 @@ def test_slurmctld_stopped_mid_run_gives_retries_then_a_clear_failure_with_clean
         slurm_compute.cluster.start_daemon("slurmctld")
 
     run = ProvisioningRun.objects.get(request=request, kind=RunKind.PROVISION)
+    job_id = run.steps.get(name="start_workload").output["job_id"]
     assert (run.failure["step"], run.failure["code"], run.failure["attempts"]) == (
         "readiness_check",
         "slurm_unavailable",
@@ -235,6 +236,11 @@ def test_slurmctld_stopped_mid_run_gives_retries_then_a_clear_failure_with_clean
     assert not slurm_compute.node.schedulable and "stop_workload" in slurm_compute.node.cordon_reason
     assert Allocation.objects.get(request=request).state == AllocationState.RELEASED
     assert not Device.objects.filter(node=slurm_compute.node, allocated_milli__gt=0).exists()
+    # Slurm still holds the job the cleanup could not cancel: the reconciler stops it once Slurm answers again.
+    assert job_state(slurm_compute.api, job_id) == "PENDING"
+    assert slurm_compute.run_on_commit(workloads_reconcile) == {request.pk: "orphan_stopped"}
+    assert eventually(lambda: job_state(slurm_compute.api, job_id) == "CANCELLED")
+    assert request.events.get(code=EventCode.CLEANED_UP).data["workload"] == f"slurm job {job_id}"
 
 
 def test_a_job_cancelled_outside_the_platform_is_reclaimed_with_the_reason(slurm_compute):
