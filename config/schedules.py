@@ -3,6 +3,7 @@
 from django_q.models import Schedule
 
 EVERY_MINUTE = (Schedule.MINUTES, 1)
+EVERY_FIVE_MINUTES = (Schedule.MINUTES, 5)
 HOURLY = (Schedule.HOURLY, None)
 
 

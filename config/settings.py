@@ -181,6 +181,12 @@ SLURM_JWT_FILE = env_str("SLURM_JWT_FILE")
 SLURM_TIMEOUT_SECONDS = env_float("SLURM_TIMEOUT_SECONDS", 10.0)
 SLURM_CONF = env_str("SLURM_CONF")
 SLURM_SCONTROL = env_str("SLURM_SCONTROL", "scontrol")
+# Slurm GRES type -> catalog accelerator model (slug or name) for `import_inventory --from-slurm`, e.g.
+# {"a100": "a100-40gb", "gpu": "t4-16gb"} ("gpu" names untyped GPUs); --gpu-model adds to it.
+SLURM_GPU_MODELS = env_json("SLURM_GPU_MODELS", {})
+# The site the Slurm cluster's nodes go into (and the scope of "vanished" nodes); the periodic import uses it and
+# `import_inventory --from-slurm` defaults --site to it.
+SLURM_SITE = env_str("SLURM_SITE")
 # Model serving: per-key rate limit when the order does not set one, and how long the gateway waits for a replica.
 SERVING_DEFAULT_RATE_LIMIT_PER_MINUTE = env_int("SERVING_DEFAULT_RATE_LIMIT_PER_MINUTE", 600)
 GATEWAY_UPSTREAM_TIMEOUT_SECONDS = env_float("GATEWAY_UPSTREAM_TIMEOUT_SECONDS", 60.0)

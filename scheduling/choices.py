@@ -26,6 +26,7 @@ class HealthSource(models.TextChoices):
     DCGM = "dcgm", "NVIDIA dcgm-exporter metric"
     BMC = "bmc", "BMC / Redfish health state"
     AGENT = "agent", "Structured agent event"
+    SLURM = "slurm", "Slurm node state (inventory import)"
 
 
 class HealthAction(models.TextChoices):

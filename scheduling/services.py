@@ -22,6 +22,7 @@ from requests.services import is_operator_intervention, record_event
 from scheduling.choices import AllocationState, DeviceHealth
 from scheduling.inventory_formats import OPENB_MODELS, NodeRecord
 from scheduling.models import AllocationDevice, Device, HealthRule, IsolationClearance, Node, Rack, Site
+from scheduling.signals import node_availability_changed
 from tenancy.models import User
 from tenancy.services import audit_record, configuration_save
 
@@ -37,6 +38,14 @@ def _reason(reason: str | None) -> str:
 
 def _who(user: User | None) -> str:
     return user.username if user is not None and user.is_authenticated else "the platform"
+
+
+def _announce_availability(node: Node) -> None:
+    """After the commit, tell the data plane (e.g. Slurm's drain) that the node's availability changed."""
+    node_id, backend = node.pk, node.execution_backend
+    transaction.on_commit(
+        lambda: node_availability_changed.send(sender=Node, node_id=node_id, execution_backend=backend)
+    )
 
 
 # --- Nodes -------------------------------------------------------------------------------------------------
@@ -57,6 +66,7 @@ def node_cordon(node: Node, reason: str, actor: User | None) -> Node:
     node.cordoned_by = actor if actor is not None and actor.is_authenticated else None
     node.save(update_fields=["schedulable", "cordon_reason", "cordoned_at", "cordoned_by", "updated_at"])
     audit_record(actor=actor, action="node.cordoned", target=node, reason=reason)
+    _announce_availability(node)
     return node
 
 
@@ -71,6 +81,7 @@ def node_uncordon(node: Node, reason: str, actor: User | None) -> Node:
     node.schedulable, node.cordon_reason, node.cordoned_at, node.cordoned_by = True, "", None, None
     node.save(update_fields=["schedulable", "cordon_reason", "cordoned_at", "cordoned_by", "updated_at"])
     audit_record(actor=actor, action="node.uncordoned", target=node, reason=reason, data={"cordon_reason": previous})
+    _announce_availability(node)
     return node
 
 
@@ -229,6 +240,7 @@ def device_isolate(device: Device, reason: str, actor: User | None = None) -> De
         reason=reason,
         data={"node": device.node.name, "index": device.index, "uuid": device.uuid, "affected_requests": affected},
     )
+    _announce_availability(device.node)
     if requeue:
         device_id = device.pk
         transaction.on_commit(lambda: async_task("scheduling.tasks.requeue_from_device", device_id))
@@ -335,6 +347,7 @@ class IsolationClearanceApprovals:
                 "health": device.health,
             },
         )
+        _announce_availability(device.node)
 
     def on_rejected(self, clearance: IsolationClearance, *, actor: User, comment: str) -> None:
         clearance = IsolationClearance.objects.select_for_update().get(pk=clearance.pk)

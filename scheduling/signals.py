@@ -16,3 +16,7 @@ requests_allocated = Signal()
 # Sent after every scheduling cycle that ran (held the cycle lock). kwargs: seconds (float, wall time), allocated and
 # waiting (counts). Metering records the durations for /metrics.
 cycle_finished = Signal()
+
+# Sent after the commit of a change to whether a node should take work: a cordon or uncordon, a card isolated or its
+# isolation cleared. kwargs: node_id (int), execution_backend (str). The Slurm drain connects here.
+node_availability_changed = Signal()

@@ -2,6 +2,7 @@
 
 from config.retry import retry_if_locked
 from scheduling import cycle, reclaim
+from scheduling.slurm.services import slurm_inventory_refresh, slurm_node_sync
 
 
 @retry_if_locked
@@ -27,3 +28,13 @@ def requeue_from_device(device_id: int) -> int:
     if requeued:
         cycle.run_cycle()
     return len(requeued)
+
+
+@retry_if_locked
+def sync_slurm_node(node_id: int) -> str:
+    return slurm_node_sync(node_id=node_id)
+
+
+@retry_if_locked
+def import_from_slurm() -> str:
+    return slurm_inventory_refresh()

@@ -3,9 +3,12 @@
 from django_q.tasks import async_task
 
 from config import schedules
+from scheduling.choices import ExecutionBackend
 
 CYCLE_TASK = "scheduling.tasks.run_cycle"
 RECLAIM_TASK = "scheduling.tasks.reclaim_allocations"
+SLURM_SYNC_TASK = "scheduling.tasks.sync_slurm_node"
+SLURM_IMPORT_TASK = "scheduling.tasks.import_from_slurm"
 
 
 def trigger_cycle(**_kwargs) -> None:
@@ -16,6 +19,12 @@ def free_devices(*, request_id: int, reason: str, **_kwargs) -> None:
     async_task("scheduling.tasks.free_released", request_id, reason)
 
 
+def drain_in_slurm(*, node_id: int, execution_backend: str, **_kwargs) -> None:
+    """A Slurm-backed node's cordon or card isolation changed: drain or resume it in Slurm, in a task."""
+    if execution_backend == ExecutionBackend.SLURM:
+        async_task(SLURM_SYNC_TASK, node_id)
+
+
 def extend_allocation(*, request_id: int, hours: int, **_kwargs) -> None:
     from scheduling.reclaim import allocation_extend
 
@@ -23,10 +32,12 @@ def extend_allocation(*, request_id: int, hours: int, **_kwargs) -> None:
 
 
 def ensure_schedules(**_kwargs) -> None:
-    """A cycle every minute as a safety net (events trigger one at once), reclamation every minute."""
+    """A cycle every minute as a safety net (events trigger one at once), reclamation every minute, and the Slurm
+    inventory every five minutes (a no-op while no Slurm cluster is configured)."""
     schedules.ensure(
         ("Scheduling cycle", CYCLE_TASK, schedules.EVERY_MINUTE),
         ("Reclaim expired and stale allocations", RECLAIM_TASK, schedules.EVERY_MINUTE),
+        ("Import inventory from Slurm", SLURM_IMPORT_TASK, schedules.EVERY_FIVE_MINUTES),
     )
 
 
@@ -39,7 +50,7 @@ def connect() -> None:
     from scheduling.allocations import allocation_details
     from scheduling.estimate import order_never_fits, placement_estimate
     from scheduling.metrics import SchedulerCollector
-    from scheduling.signals import health_changed
+    from scheduling.signals import health_changed, node_availability_changed
 
     hooks.register(hooks.ALLOCATION_DETAILS, allocation_details)
     hooks.register(hooks.PLACEMENT_ESTIMATE, placement_estimate)
@@ -47,6 +58,7 @@ def connect() -> None:
     metrics.register(SchedulerCollector())
     request_queued.connect(trigger_cycle, dispatch_uid="scheduling.cycle_on_queue")
     health_changed.connect(trigger_cycle, dispatch_uid="scheduling.cycle_on_health")
+    node_availability_changed.connect(drain_in_slurm, dispatch_uid="scheduling.drain_in_slurm")
     request_releasing.connect(free_devices, dispatch_uid="scheduling.free_on_release")
     request_extended.connect(extend_allocation, dispatch_uid="scheduling.extend_allocation")
     post_migrate.connect(ensure_schedules, dispatch_uid="scheduling.ensure_schedules")

@@ -3,7 +3,7 @@ from django.db import connection
 from rest_framework.test import APIClient
 
 from tests import factories
-from tests.slurm_cluster import SlurmClusterError, running_cluster
+from tests.slurm_cluster import cluster_for_tests
 
 
 @pytest.fixture(autouse=True, scope="session")
@@ -52,11 +52,8 @@ def console(client, operator):
 def slurm_cluster():
     """A real Slurm cluster (tests/slurm_cluster.py) shared by the session: 3 idle nodes with gpu:a100:2 each,
     slurmrestd with a JWT. A missing part fails the test that asked for it (`make slurm` installs the parts)."""
-    try:
-        with running_cluster() as cluster:
-            yield cluster
-    except SlurmClusterError as error:
-        pytest.fail(str(error), pytrace=False)
+    with cluster_for_tests() as cluster:
+        yield cluster
 
 
 @pytest.fixture

@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import httpx
+import pytest
 
 REST_API = "/slurm/v0.0.38"
 REST_USER = "slurmrest"  # runs slurmrestd and owns the JWT the tests use; jobs submitted over REST run as this user
@@ -57,7 +58,8 @@ class NodeShape:
 
     @property
     def gres(self) -> str:
-        return f"gpu:{self.gpu_type}:{self.gpus}"
+        """gpu:<type>:<n>, or gpu:<n> when gpu_type is "" (untyped GPUs)."""
+        return f"gpu:{self.gpu_type}:{self.gpus}" if self.gpu_type else f"gpu:{self.gpus}"
 
 
 @dataclass
@@ -129,7 +131,10 @@ class SlurmCluster:
         self.run("scancel", "--full", f"--partition={self.partition}", check=False)
 
     def reset(self) -> None:
-        """Cancel every job and resume every node: the cluster is shared by the session, a test's leftovers are not."""
+        """Restart what a test stopped, cancel every job and resume every node: the cluster is shared by the
+        session, a test's leftovers are not."""
+        for name in [name for name in self._commands if name not in self._processes]:
+            self.start_daemon(name)
         self.cancel_all_jobs()
         self.resume_all()
         for node in self.node_names:
@@ -213,6 +218,17 @@ def running_cluster(
         shutil.rmtree(root, ignore_errors=True)
 
 
+@contextlib.contextmanager
+def cluster_for_tests(**options) -> Iterator[SlurmCluster]:
+    """running_cluster for a pytest fixture: a part that is missing or does not come up fails the test (never a
+    skip), with what is missing and the daemons' logs."""
+    try:
+        with running_cluster(**options) as cluster:
+            yield cluster
+    except SlurmClusterError as error:
+        pytest.fail(str(error), pytrace=False)
+
+
 # --- Files ---------------------------------------------------------------------------------------------------------
 
 
@@ -245,7 +261,8 @@ def _fake_gpus(cluster: SlurmCluster, node: str) -> str:
     for index in range(cluster.node_shape.gpus):
         os.mknod(directory / f"nvidia{index}", 0o666 | stat.S_IFCHR, os.makedev(1, 3))
     last = cluster.node_shape.gpus - 1
-    return f"NodeName={node} Name=gpu Type={cluster.node_shape.gpu_type} File={directory}/nvidia[0-{last}]"
+    gpu_type = f" Type={cluster.node_shape.gpu_type}" if cluster.node_shape.gpu_type else ""
+    return f"NodeName={node} Name=gpu{gpu_type} File={directory}/nvidia[0-{last}]"
 
 
 def _slurm_conf(cluster: SlurmCluster, controller_port: int, node_lines: list[str]) -> str:
@@ -449,3 +466,35 @@ def _kill_job_processes(cluster: SlurmCluster) -> None:
                 os.kill(int(entry.name), signal.SIGKILL)
         except (FileNotFoundError, PermissionError, ProcessLookupError):
             continue
+
+
+def main() -> None:
+    """`python -m tests.slurm_cluster [--env-file PATH]`: run a cluster until interrupted (for a demo against it).
+    Writes the settings that point the product at it (SLURM_REST_URL, SLURM_USER_NAME, SLURM_JWT_FILE, SLURM_CONF)
+    as shell `export` lines to the env file, and the JWT to a file beside the cluster's configuration."""
+    import argparse
+
+    parser = argparse.ArgumentParser(description=main.__doc__)
+    parser.add_argument("--env-file", type=Path, default=Path("slurm.env"))
+    arguments = parser.parse_args()
+    with running_cluster(name_prefix="demo") as cluster:
+        token_file = cluster.root / "rest.jwt"
+        token_file.write_text(cluster.token)
+        token_file.chmod(0o600)
+        settings = {
+            "SLURM_REST_URL": cluster.rest_url,
+            "SLURM_USER_NAME": cluster.user_name,
+            "SLURM_JWT_FILE": token_file,
+            "SLURM_CONF": cluster.slurm_conf,
+        }
+        arguments.env_file.write_text("".join(f"export {key}={value}\n" for key, value in settings.items()))
+        nodes = ", ".join(cluster.node_names)
+        print(f"Slurm cluster {cluster.name} up (nodes {nodes}); settings in {arguments.env_file}", flush=True)
+        # Blocked only now, after the daemons started (they inherit the mask); teardown follows either signal.
+        stop_signals = {signal.SIGINT, signal.SIGTERM}
+        signal.pthread_sigmask(signal.SIG_BLOCK, stop_signals)
+        signal.sigwait(stop_signals)
+
+
+if __name__ == "__main__":
+    main()

@@ -9,6 +9,7 @@ pytestmark = pytest.mark.django_db
 TASKS = {
     "scheduling.tasks.run_cycle",
     "scheduling.tasks.reclaim_allocations",
+    "scheduling.tasks.import_from_slurm",
     "provisioning.tasks.resume_due_steps",
     "provisioning.tasks.check_replicas",
     "provisioning.tasks.reconcile_workloads",

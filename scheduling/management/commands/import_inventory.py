@@ -1,12 +1,16 @@
-"""manage.py import_inventory PATH [--format csv|yaml|openb] [--site NAME]"""
+"""manage.py import_inventory PATH [--format csv|yaml|openb] [--site NAME]
+manage.py import_inventory --from-slurm [--gpu-model TYPE=MODEL ...] [--site NAME]"""
 
 from pathlib import Path
 
+from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 
 from config.errors import DomainError
 from scheduling import inventory_formats
 from scheduling.services import inventory_import
+from scheduling.slurm.api import SlurmApi, SlurmApiError
+from scheduling.slurm.services import SlurmImportResult, slurm_inventory_import
 
 
 class Command(BaseCommand):
@@ -25,10 +29,24 @@ Formats (guessed from the file when --format is not given):
   yaml   `nodes:` a list of mappings with the CSV's keys, or `devices:` [{index, model, uuid, memory_gb}];
          optional top-level `site:` / `rack:` defaults.
 --site NAME puts nodes without a site column into that site (rack "default" unless a rack is given).
+
+--from-slurm reads the nodes from slurmrestd (SLURM_REST_URL, SLURM_USER_NAME, SLURM_JWT or SLURM_JWT_FILE):
+CPUs, real memory, GPU GRES (gpu:<type>:<n> or gpu:<n>) and state. Nodes get execution_backend=slurm; GRES types
+map to catalog models by slug or name, or through --gpu-model TYPE=MODEL (repeatable; "gpu" names untyped GPUs;
+defaults from SLURM_GPU_MODELS). Slurm's DOWN/DRAIN/FAIL become health events and a cordon with Slurm's reason;
+slurm-backed nodes Slurm no longer lists (in --site, when given) are cordoned, never deleted.
 See docs/inventory.md."""
 
     def add_arguments(self, parser):
-        parser.add_argument("path", type=Path)
+        parser.add_argument("path", type=Path, nargs="?")
+        parser.add_argument("--from-slurm", action="store_true", help="Read the nodes from slurmrestd.")
+        parser.add_argument(
+            "--gpu-model",
+            action="append",
+            default=[],
+            metavar="TYPE=MODEL",
+            help="With --from-slurm: the catalog model (slug or name) of a Slurm GRES type; repeatable.",
+        )
         parser.add_argument(
             "--format",
             choices=inventory_formats.FORMATS,
@@ -37,7 +55,13 @@ See docs/inventory.md."""
         )
         parser.add_argument("--site", default="", help="Site for nodes whose row names none.")
 
-    def handle(self, *args, path: Path, format: str | None, site: str, **options):
+    def handle(self, *args, path: Path | None, format: str | None, site: str, from_slurm: bool, **options):
+        if from_slurm:
+            if path is not None:
+                raise CommandError("Give a file or --from-slurm, not both.")
+            return self._from_slurm(site.strip() or settings.SLURM_SITE, options["gpu_model"])
+        if path is None:
+            raise CommandError("Give an inventory file, or --from-slurm.")
         if not path.is_file():
             raise CommandError(f"No such file: {path}")
         fmt = format or inventory_formats.guess_format(path)
@@ -61,3 +85,38 @@ See docs/inventory.md."""
                 f"unchanged. Devices: {result.devices_created} created, {result.devices_updated} updated."
             )
         )
+
+    def _from_slurm(self, site: str, gpu_model_options: list[str]) -> None:
+        gpu_models = {**settings.SLURM_GPU_MODELS, **_gpu_models(gpu_model_options)}
+        try:
+            with SlurmApi.from_settings() as api:
+                result = slurm_inventory_import(api=api, gpu_models=gpu_models, site=site)
+        except SlurmApiError as error:
+            raise CommandError(f"Slurm: nothing imported. {error}") from error
+        except DomainError as error:
+            raise CommandError(f"Slurm: nothing imported. {error.message}") from error
+        self._report_slurm(result)
+
+    def _report_slurm(self, result: SlurmImportResult) -> None:
+        inventory = result.inventory
+        for line in result.cordoned:
+            self.stdout.write(f"Cordoned {line}")
+        for name in result.uncordoned:
+            self.stdout.write(f"Uncordoned {name}: Slurm has it in service again")
+        self.stdout.write(
+            self.style.SUCCESS(
+                f"Slurm nodes: {inventory.nodes_created} created, {inventory.nodes_updated} updated, "
+                f"{inventory.nodes_unchanged} unchanged. Devices: {inventory.devices_created} created, "
+                f"{inventory.devices_updated} updated. Health events: {result.health_events}."
+            )
+        )
+
+
+def _gpu_models(options: list[str]) -> dict[str, str]:
+    mapping = {}
+    for option in options:
+        gpu_type, separator, model = option.partition("=")
+        if not separator or not gpu_type.strip() or not model.strip():
+            raise CommandError(f"--gpu-model takes TYPE=MODEL (e.g. a100=a100-40gb), not {option!r}")
+        mapping[gpu_type.strip()] = model.strip()
+    return mapping

@@ -1,0 +1,36 @@
+"""Node drain and resume through `scontrol update`: slurmrestd v0.0.38 has no node update.
+
+scontrol finds the cluster through SLURM_CONF (setting) and authenticates with munge, so it runs on a host that is
+part of the Slurm cluster (a login node) as a user Slurm lets change node states (root or SlurmUser).
+"""
+
+import os
+import subprocess
+
+from django.conf import settings
+
+SCONTROL_TIMEOUT_SECONDS = 30
+
+
+class ScontrolError(RuntimeError):
+    """scontrol failed or could not be run; the message holds what it printed."""
+
+
+def drain_node(name: str, reason: str) -> None:
+    _update(f"nodename={name}", "state=drain", f"reason={reason}")
+
+
+def resume_node(name: str) -> None:
+    _update(f"nodename={name}", "state=resume")
+
+
+def _update(*arguments: str) -> None:
+    command = [settings.SLURM_SCONTROL, "update", *arguments]
+    env = {**os.environ, "SLURM_CONF": settings.SLURM_CONF} if settings.SLURM_CONF else None
+    try:
+        result = subprocess.run(command, env=env, capture_output=True, text=True, timeout=SCONTROL_TIMEOUT_SECONDS)
+    except (OSError, subprocess.TimeoutExpired) as error:
+        raise ScontrolError(f"scontrol could not run: {error}") from error
+    if result.returncode != 0:
+        output = (result.stderr or result.stdout).strip()
+        raise ScontrolError(f"scontrol update failed ({result.returncode}): {output}")
