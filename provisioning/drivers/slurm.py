@@ -29,6 +29,7 @@ from django.db import connection, transaction
 
 from provisioning.drivers.base import StepError, StepPending, Target, WorkloadDriver, WorkloadEnd
 from scheduling.slurm.api import SlurmApi, SlurmApiError, SlurmNotFound, configured_token
+from scheduling.slurm.services import UNTYPED_GPU
 
 # Slurm job states (squeue(1) "JOB STATE CODES") as slurmrestd v0.0.38 spells them.
 WAITING_STATES = frozenset({"PENDING", "CONFIGURING", "REQUEUED", "RESIZING", "SUSPENDED"})
@@ -328,13 +329,22 @@ def job_properties(target: Target, image: dict) -> dict:
 
 
 def gres(target: Target) -> str:
-    """gpu:<type>:<count>; the type is the accelerator model's slug, as the Slurm inventory import names it."""
-    types = sorted({device["model_slug"] for device in target.devices})
-    if len(types) != 1:
+    """gpu:<type>:<count>, the GRES type Slurm knows the devices' model by: the type SLURM_GPU_MODELS maps onto the
+    model (its untyped "gpu" key asks for gpu:<count>), else the model's slug, as the Slurm inventory import names
+    an unmapped type."""
+    models = {(device["model_slug"], device["model"]) for device in target.devices}
+    if len(models) != 1:
         raise StepError(
-            "slurm_gres_ambiguous", f"The allocation's devices are not of one GPU type: {types}.", retryable=False
+            "slurm_gres_ambiguous",
+            f"The allocation's devices are not of one GPU model: {sorted(slug for slug, _ in models)}.",
+            retryable=False,
         )
-    return f"gpu:{types[0]}:{len(target.devices)}"
+    slug, name = models.pop()
+    gpu_type = next(
+        (gres_type for gres_type, model in settings.SLURM_GPU_MODELS.items() if model in (slug, name)), slug
+    )
+    count = len(target.devices)
+    return f"gpu:{count}" if gpu_type == UNTYPED_GPU else f"gpu:{gpu_type}:{count}"
 
 
 def output_path(target: Target, job_id) -> str:

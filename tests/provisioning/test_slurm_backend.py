@@ -13,8 +13,8 @@ from django.db import connection
 from catalog.models import Vendor
 from provisioning import engine
 from provisioning.choices import RunKind, RunState
-from provisioning.drivers.base import Target
-from provisioning.drivers.slurm import SlurmWorkloads, job_name
+from provisioning.drivers.base import StepError, Target
+from provisioning.drivers.slurm import SlurmWorkloads, gpu_indexes, gres, job_name, pending_reason
 from provisioning.models import ProvisioningRun
 from provisioning.reconcile import workloads_reconcile
 from requests import services as request_services
@@ -328,3 +328,59 @@ def test_two_workers_submitting_for_the_same_request_create_one_job(on_slurm):
     assert len(jobs) == 1
     assert sorted(result["submitted"] for result in results) == [False, True]
     assert {result["job_id"] for result in results} == {jobs[0]["job_id"]}
+
+
+def _on(models: list[tuple[str, str]]) -> Target:
+    devices = tuple(
+        {"index": index, "uuid": f"GPU-{index}", "model": name, "model_slug": slug, "milli": 1000}
+        for index, (slug, name) in enumerate(models)
+    )
+    return Target(run_id=1, request_id=1, node="n1", devices=devices, snapshot={}, allocation_id=1)
+
+
+@pytest.mark.parametrize(
+    ("mapping", "wanted"),
+    [
+        ({}, "gpu:a100-80gb:2"),  # an unmapped GRES type is the model's slug
+        ({"a100": "a100-80gb"}, "gpu:a100:2"),  # SLURM_GPU_MODELS maps the type onto the slug...
+        ({"a100": "A100 80GB"}, "gpu:a100:2"),  # ...or onto the name
+        ({"gpu": "a100-80gb"}, "gpu:2"),  # untyped GPUs
+    ],
+)
+def test_the_gres_names_the_devices_model_as_slurm_knows_it(settings, mapping, wanted):
+    settings.SLURM_GPU_MODELS = mapping
+
+    assert gres(_on([("a100-80gb", "A100 80GB")] * 2)) == wanted
+
+
+def test_devices_of_two_models_cannot_be_one_gres():
+    with pytest.raises(StepError) as refused:
+        gres(_on([("a100-80gb", "A100 80GB"), ("h100", "H100")]))
+
+    assert refused.value.code == "slurm_gres_ambiguous" and not refused.value.retryable
+
+
+@pytest.mark.parametrize(
+    ("gres_detail", "indexes"),
+    [(["gpu:a100:1(IDX:1)"], [1]), (["gpu:a100:4(IDX:0,2-3,5)"], [0, 2, 3, 5]), (["gpu(IDX:N/A)"], []), ([], [])],
+)
+def test_gpu_indexes_are_read_from_gres_detail(gres_detail, indexes):
+    assert gpu_indexes(gres_detail) == indexes
+
+
+@pytest.mark.parametrize(
+    ("slurm_reason", "code"),
+    [
+        ("Resources", "capacity_in_use"),
+        ("Priority", "higher_priority_ahead"),
+        ("ReqNodeNotAvail", "insufficient_healthy_capacity"),
+        ("JobHeldAdmin", "backend_hold"),
+    ],
+)
+def test_slurms_pending_reasons_map_onto_the_platforms_codes_keeping_slurms_text(slurm_reason, code):
+    job = {"job_id": 12, "nodes": "", "required_nodes": "n1", "state_reason": slurm_reason, "state_description": ""}
+
+    reason = pending_reason(job)
+
+    assert reason["code"] == code and reason["details"]["slurm_reason"] == slurm_reason
+    assert reason["message"] == f"Slurm keeps job 12 pending on n1: {slurm_reason}."
