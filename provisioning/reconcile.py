@@ -49,7 +49,8 @@ def workloads_reconcile() -> dict[int, str]:
             if run.allocation_id in ended:
                 outcome[run.request_id] = _settle(run, ended[run.allocation_id])
         for orphan in orphans:
-            outcome.setdefault(orphan["request_id"], _note_orphan(orphan))
+            _note_orphan(orphan)
+            outcome.setdefault(orphan["request_id"], ORPHAN_STOPPED)
     return outcome
 
 
@@ -69,7 +70,7 @@ def _held(allocation_ids: set[int]) -> set[int]:
     )
 
 
-def _note_orphan(orphan: dict) -> str:
+def _note_orphan(orphan: dict) -> None:
     request = ResourceRequest.objects.filter(pk=orphan["request_id"]).first()
     if request is not None:
         record_event(
@@ -80,7 +81,6 @@ def _note_orphan(orphan: dict) -> str:
             f"#{orphan['allocation_id']} which the request no longer holds.",
             data=orphan,
         )
-    return ORPHAN_STOPPED
 
 
 def _delivered_runs() -> dict[str, list[ProvisioningRun]]:

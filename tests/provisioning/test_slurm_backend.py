@@ -9,6 +9,7 @@ from types import SimpleNamespace
 
 import pytest
 from django.db import connection
+from django.urls import reverse
 
 from catalog.models import Vendor
 from provisioning import engine
@@ -136,7 +137,7 @@ def finished(run: ProvisioningRun) -> bool:
     return run.state != RunState.RUNNING
 
 
-def test_a_compute_order_runs_as_a_slurm_job_on_the_chosen_node_and_release_cancels_it(slurm_compute):
+def test_a_compute_order_runs_as_a_slurm_job_on_the_chosen_node_and_release_cancels_it(slurm_compute, client):
     request = slurm_compute.order()
 
     assert request.state == RequestState.ACTIVE
@@ -156,6 +157,9 @@ def test_a_compute_order_runs_as_a_slurm_job_on_the_chosen_node_and_release_canc
     assert [device["index"] for device in access["devices"]] == [int(bound.split("IDX:")[1].rstrip(")"))]
     output = eventually(lambda: Path(access["output"]).exists() and Path(access["output"]).read_text())
     assert f"request {request.pk}" in output and f"Slurm job {job['job_id']}" in output
+    client.force_login(request.requester)
+    page = client.get(reverse("portal:request-detail", args=[request.pk])).content.decode()
+    assert f"srun --jobid={job['job_id']} --pty bash" in page and access["output"] in page
 
     slurm_compute.run_on_commit(
         request_services.request_release, request=request, actor=request.requester, reason="done"
