@@ -76,7 +76,7 @@ run: seed
 test: install browser slurm redfish-emulator fuzz-venv
 	$(BIN)/pytest
 
-bench: install
+bench: install slurm
 	$(BIN)/python -m tests.bench.run
 
 lint: install

@@ -156,6 +156,10 @@ PROVISIONING_INLINE_WAIT_SECONDS = env_float("PROVISIONING_INLINE_WAIT_SECONDS",
 PROVISIONING_STEP_TIMEOUTS = env_json("PROVISIONING_STEP_TIMEOUTS", {})
 # An allocated request with no provisioning run after this long is started (or released) by the sweeper.
 PROVISIONING_START_GRACE_SECONDS = env_int("PROVISIONING_START_GRACE_SECONDS", 120)
+# Slurm jobs (the `slurm` execution backend): the partition they go to (empty: the cluster's default) and the
+# directory on the nodes that is their working directory and holds their output (cc-request-<id>-<job id>.out).
+SLURM_PARTITION = env_str("SLURM_PARTITION")
+SLURM_JOB_DIRECTORY = env_str("SLURM_JOB_DIRECTORY", "/tmp")
 # Where OS installers post their completion callback.
 PUBLIC_BASE_URL = env_str("PUBLIC_BASE_URL", "http://127.0.0.1:8000")
 # The simulated drivers: a multiplier on their realistic durations (0 = instant), and injected faults:

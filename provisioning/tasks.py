@@ -6,7 +6,7 @@ from django_q.tasks import async_task
 
 from config.retry import retry_if_locked
 from config.workers import wait_unless_stopping
-from provisioning import engine, services
+from provisioning import engine, reconcile, services
 from provisioning.serving.deployments import serving_replicas_check
 
 
@@ -38,6 +38,11 @@ def teardown_after_preemption(request_id: int) -> bool:
 @retry_if_locked
 def resume_due_steps() -> int:
     return engine.steps_resume_due()
+
+
+@retry_if_locked
+def reconcile_workloads() -> dict[int, str]:
+    return reconcile.workloads_reconcile()
 
 
 @retry_if_locked

@@ -7,10 +7,14 @@ from config import schedules
 SWEEP_TASK = "provisioning.tasks.resume_due_steps"
 REPLICA_CHECK_TASK = "provisioning.tasks.check_replicas"
 STRANDED_TASK = "provisioning.tasks.start_stranded_runs"
+RECONCILE_TASK = "provisioning.tasks.reconcile_workloads"
 
 
 def start_runs(*, request_ids: list[int], **_kwargs) -> None:
-    async_task("provisioning.tasks.start_runs", request_ids)
+    """One task per request: a cycle that placed hundreds starts their runs on all workers at once, not one by one
+    on a single worker."""
+    for request_id in request_ids:
+        async_task("provisioning.tasks.start_runs", [request_id])
 
 
 def teardown_after_release(*, request_id: int, reason: str, provisioning_started: bool, **_kwargs) -> None:
@@ -26,11 +30,13 @@ def teardown_after_preemption(*, request_id: int, **_kwargs) -> None:
 
 def ensure_schedules(**_kwargs) -> None:
     """Every minute: resume steps back from a wait or whose worker died; start (or release) allocations whose
-    provisioning never started; health-check serving replicas."""
+    provisioning never started; health-check serving replicas; settle workloads that ended by themselves on their
+    backend (a finished Slurm job)."""
     schedules.ensure(
         ("Resume provisioning steps", SWEEP_TASK, schedules.EVERY_MINUTE),
         ("Start stranded provisioning", STRANDED_TASK, schedules.EVERY_MINUTE),
         ("Health-check serving replicas", REPLICA_CHECK_TASK, schedules.EVERY_MINUTE),
+        ("Reconcile workloads with their backends", RECONCILE_TASK, schedules.EVERY_MINUTE),
     )
 
 

@@ -12,6 +12,7 @@ TASKS = {
     "scheduling.tasks.import_from_slurm",
     "provisioning.tasks.resume_due_steps",
     "provisioning.tasks.check_replicas",
+    "provisioning.tasks.reconcile_workloads",
     "requests.tasks.remind_pending_approvals",
     "metering.tasks.collect_telemetry",
     "metering.tasks.refresh_usage",
