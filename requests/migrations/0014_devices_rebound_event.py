@@ -6,7 +6,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('requests', '0011_provisioning_start_events'),
+        ('requests', '0013_resourcerequest_request_queued_unseen_idx'),
     ]
 
     operations = [
