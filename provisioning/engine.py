@@ -210,6 +210,7 @@ def _context(step: ProvisioningStep) -> StepContext:
     run = ProvisioningRun.objects.select_related("request__requester", "allocation__node").get(pk=step.run_id)
     node = run.allocation.node
     bindings = AllocationDevice.objects.filter(allocation=run.allocation).select_related("device__model")
+    recorded = list(node.devices.order_by("index").values_list("index", "serial_number"))
     target = Target(
         run_id=run.pk,
         request_id=run.request_id,
@@ -226,12 +227,14 @@ def _context(step: ProvisioningStep) -> StepContext:
         ),
         bmc_address=node.bmc_address,
         bmc_credentials_ref=node.bmc_credentials_ref,
+        bmc_inventory_address=node.bmc_inventory_address,
         attempt=step.attempts,
         backend=node.execution_backend,
         inventory={
             "cpu_cores": node.cpu_milli // 1000,
             "memory_gb": node.memory_mib // 1024,
-            "accelerators": node.devices.count(),
+            "accelerators": len(recorded),
+            "accelerator_serials": [{"index": index, "serial": serial} for index, serial in recorded],
         },
     )
     return StepContext(run=run, step=step, target=target)
