@@ -253,6 +253,17 @@ class BareMetalProfile(models.Model):
             and not self.os_image.compatible_vendors.filter(pk=self.accelerator_model.vendor_id).exists()
         ):
             raise ValidationError({"os_image": "The OS image does not support this accelerator's vendor."})
+        if self.boot_method == BootMethod.PXE and self.os_image_id and not _netboot_files(self.os_image):
+            raise ValidationError(
+                {"boot_method": "PXE needs the OS image's configuration to name netboot kernel and initrd URLs."}
+            )
+
+
+def _netboot_files(image: Image) -> bool:
+    netboot = (image.configuration or {}).get("netboot")
+    return isinstance(netboot, dict) and all(
+        str(netboot.get(key, "")).startswith("http") for key in ("kernel", "initrd")
+    )
 
 
 class ServingTemplate(models.Model):

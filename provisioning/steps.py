@@ -5,10 +5,10 @@ from dataclasses import dataclass
 from functools import cached_property
 from urllib.parse import urlencode, urlsplit
 
-from django.conf import settings
-from django.urls import reverse
 from django.utils import timezone
 
+from catalog.choices import BootMethod
+from provisioning import netboot
 from provisioning.choices import RunKind, StepState
 from provisioning.drivers import bmc_driver, in_band_driver, serving_driver, workload_driver
 from provisioning.drivers.base import ACCELERATOR_TYPES, StepError, StepPending, Target
@@ -221,19 +221,36 @@ def _isolating_error(code: str, message: str, details: dict) -> StepError:
 def boot_installer(ctx: StepContext) -> dict:
     from provisioning.services import installer_token_issue
 
-    image = ctx.snapshot["bare_metal_profile"]["os_image_url"]
+    profile = ctx.snapshot["bare_metal_profile"]
+    image = profile["os_image_url"]
     if not image.startswith(("http://", "https://")):
         raise StepError(
             "installer_image_not_bootable",
-            f"The OS image {image!r} is not an http(s) URL that virtual media can boot.",
+            f"The OS image {image!r} is not an http(s) URL that virtual media or the installer can fetch.",
             retryable=False,
         )
+    if profile.get("boot_method") == BootMethod.PXE:
+        return _boot_from_network(ctx, installer_token_issue(ctx.run))
     token = installer_token_issue(ctx.run)
-    callback = settings.PUBLIC_BASE_URL.rstrip("/") + reverse("provisioning-installer-callback")
     separator = "&" if "?" in image else "?"
-    media = ctx.bmc.insert_media(ctx.target, f"{image}{separator}{urlencode({'callback': callback, 'token': token})}")
+    query = urlencode({"callback": netboot.callback_url(), "token": token})
+    media = ctx.bmc.insert_media(ctx.target, f"{image}{separator}{query}")
     boot = ctx.bmc.set_one_time_boot(ctx.target, "Cd")
     return {"image": image, "media": media.get("media"), "boot": boot}
+
+
+def _boot_from_network(ctx: StepContext, token: str) -> dict:
+    """PXE: the platform serves the run's iPXE script and install config under the token; the site's DHCP / iPXE
+    chain hands the server the script URL, which is why it is in the output (docs/provisioning.md, PXE)."""
+    netboot_files = ctx.snapshot["bare_metal_profile"].get("netboot") or {}
+    if not all(netboot_files.get(key) for key in ("kernel", "initrd")):
+        raise StepError(
+            "netboot_not_configured",
+            "The OS image names no netboot kernel and initrd, which a PXE boot loads.",
+            retryable=False,
+        )
+    boot = ctx.bmc.set_one_time_boot(ctx.target, "Pxe")
+    return {"boot_method": BootMethod.PXE, "script": netboot.script_url(token), "boot": boot}
 
 
 def power_cycle(ctx: StepContext) -> dict:

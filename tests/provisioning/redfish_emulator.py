@@ -33,6 +33,7 @@ FAKE_SYSTEMS = {
     "power": "5c0c0d6e-0000-4000-8000-000000000004",
     "pipeline": "5c0c0d6e-0000-4000-8000-000000000005",  # the bare-metal pipeline end to end
     "hgx": "5c0c0d6e-0000-4000-8000-000000000006",  # power, boot and media of the mockup GPU server
+    "pxe": "5c0c0d6e-0000-4000-8000-000000000007",  # a bare-metal order booting from the network
 }
 AUTH_SYSTEM = {"only": "5c0c0d6e-0000-4000-8000-0000000000a1"}
 AUTH_USER, AUTH_PASSWORD = "bmc-admin", "s3cret-Emulator-Pa55"
