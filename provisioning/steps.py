@@ -189,10 +189,10 @@ def _serial_mismatch(recorded: list[dict], processors: list[dict] | None) -> tup
     when there is nothing to compare or everything matches."""
     reported = {p["serial"] for p in processors or [] if p["type"] in ACCELERATOR_TYPES and p["serial"]}
     known = {device["serial"]: device["index"] for device in recorded if device["serial"]}
+    if not known:  # the inventory claims no serials: nothing to hold the BMC to
+        return {}, ""
     if not reported:
         return {}, "accelerator serials not reported by the BMC"
-    if not known:
-        return {}, "accelerator serials not recorded in the inventory"
     missing = [{"index": index, "serial": serial} for serial, index in known.items() if serial not in reported]
     fully_recorded = len(known) == len(recorded)
     unexpected = sorted(reported - set(known)) if fully_recorded else []

@@ -146,4 +146,17 @@ def test_serials_are_only_compared_where_the_inventory_records_them(hgx):
 
     run = ProvisioningRun.objects.get(request=request, kind=RunKind.PROVISION)
     checks = run.steps.get(name="validate_hardware").output["checks"]
-    assert checks["inventory_match"] == "passed (accelerator serials not recorded in the inventory)"
+    assert checks["inventory_match"] == "passed"
+
+
+def test_with_some_serials_recorded_only_those_are_held_to_the_bmc(hgx):
+    hgx.inventory_from("hgx")
+    Device.objects.filter(node=hgx.node).exclude(index=0).update(serial_number="")
+    Device.objects.filter(node=hgx.node, index=0).update(serial_number="1654223019999")
+
+    failure, _ = failed_validation(hgx)
+
+    assert failure["details"]["mismatches"]["accelerator_serials"] == {
+        "missing_at_bmc": [{"index": 0, "serial": "1654223019999"}],
+        "unknown_to_inventory": [],  # the seven cards without a recorded serial could be any of the others
+    }
