@@ -15,7 +15,7 @@ from config.api import ErrorSerializer
 from config.errors import NotPermitted
 from provisioning import netboot, services
 from provisioning.models import ProvisioningRun
-from provisioning.selectors import run_summary
+from provisioning.selectors import installer_run, run_summary
 
 
 class InstallerThrottle(AnonRateThrottle):
@@ -77,7 +77,7 @@ class NetbootView(APIView):
 
     @extend_schema(responses={(200, "text/plain"): str, 404: ErrorSerializer, 409: ErrorSerializer})
     def get(self, request, token: str):
-        run = services.installer_run(token)
+        run = installer_run(token)
         content_type, render = NETBOOT_DOCUMENTS[self.document]
         return HttpResponse(render(run, token), content_type=f"{content_type}; charset=utf-8")
 
