@@ -58,9 +58,9 @@ class _AlwaysJson(BaseContentNegotiation):
 
 
 NETBOOT_DOCUMENTS = {
-    "ipxe": ("text/plain", lambda run, token: netboot.ipxe_script(run, token)),
-    "user-data": ("text/cloud-config", lambda run, token: netboot.user_data(run, token)),
-    "meta-data": ("text/plain", lambda run, token: netboot.meta_data(run)),
+    "ipxe": ("text/plain", netboot.ipxe_script),
+    "user-data": ("text/cloud-config", netboot.user_data),
+    "meta-data": ("text/plain", lambda run, _token: netboot.meta_data(run)),
 }
 
 
