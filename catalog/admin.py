@@ -179,11 +179,12 @@ class BareMetalProfileAdmin(AuditedAdminMixin, admin.ModelAdmin):
         "accelerator_model",
         "accelerator_count",
         "os_image",
+        "boot_method",
         "target_cluster",
         "hourly_price",
         "active",
     ]
-    list_filter = ["active", "accelerator_model__vendor", "target_cluster"]
+    list_filter = ["active", "boot_method", "accelerator_model__vendor", "target_cluster"]
     list_select_related = ["accelerator_model__vendor", "os_image"]
     search_fields = ["name", "slug", "server_class", "target_cluster"]
     prepopulated_fields = {"slug": ["name"]}

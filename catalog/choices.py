@@ -59,3 +59,10 @@ class ValidationCheck(models.TextChoices):
     INVENTORY_MATCH = "inventory_match", "CPU, memory and accelerator count match inventory"
     ACCELERATOR_BURN_IN = "accelerator_burn_in", "Accelerator burn-in"
     COLLECTIVE_BANDWIDTH = "collective_bandwidth", "Collective bandwidth (NCCL/HCCL all-reduce)"
+
+
+class BootMethod(models.TextChoices):
+    """How a bare-metal server boots its OS installer."""
+
+    VIRTUAL_MEDIA = "virtual_media", "Virtual media (the OS image as a BMC CD)"
+    PXE = "pxe", "PXE (network boot: the platform's iPXE script and install config)"

@@ -10,6 +10,7 @@ from django.db.models import Q
 
 from catalog.choices import (
     AcceleratorKind,
+    BootMethod,
     Interconnect,
     Runtime,
     ServiceKind,
@@ -217,6 +218,12 @@ class BareMetalProfile(models.Model):
     cpu_cores = models.PositiveIntegerField(validators=[MinValueValidator(1)])
     memory_gb = models.PositiveIntegerField(validators=[MinValueValidator(1)])
     os_image = models.ForeignKey(Image, on_delete=models.PROTECT, related_name="bare_metal_profiles")
+    boot_method = models.CharField(
+        max_length=16,
+        choices=BootMethod.choices,
+        default=BootMethod.VIRTUAL_MEDIA,
+        help_text="Virtual media boots the OS image's ISO; PXE boots the image's kernel and initrd over the network.",
+    )
     driver_version = models.CharField(max_length=40)
     monitoring_agent = models.CharField(max_length=80)
     target_cluster = models.CharField(max_length=120, help_text="Cluster the server registers into.")
@@ -246,6 +253,17 @@ class BareMetalProfile(models.Model):
             and not self.os_image.compatible_vendors.filter(pk=self.accelerator_model.vendor_id).exists()
         ):
             raise ValidationError({"os_image": "The OS image does not support this accelerator's vendor."})
+        if self.boot_method == BootMethod.PXE and self.os_image_id and not _netboot_files(self.os_image):
+            raise ValidationError(
+                {"boot_method": "PXE needs the OS image's configuration to name netboot kernel and initrd URLs."}
+            )
+
+
+def _netboot_files(image: Image) -> bool:
+    netboot = (image.configuration or {}).get("netboot")
+    return isinstance(netboot, dict) and all(
+        str(netboot.get(key, "")).startswith("http") for key in ("kernel", "initrd")
+    )
 
 
 class ServingTemplate(models.Model):

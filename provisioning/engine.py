@@ -215,6 +215,7 @@ def run_target(run: ProvisioningRun, *, attempt: int = 1) -> Target:
     """What the run's steps act on: its allocation's node and devices, and the request's snapshot."""
     node = run.allocation.node
     bindings = AllocationDevice.objects.filter(allocation=run.allocation).select_related("device__model")
+    recorded = list(node.devices.order_by("index").values_list("index", "serial_number"))
     return Target(
         run_id=run.pk,
         request_id=run.request_id,
@@ -232,13 +233,15 @@ def run_target(run: ProvisioningRun, *, attempt: int = 1) -> Target:
         ),
         bmc_address=node.bmc_address,
         bmc_credentials_ref=node.bmc_credentials_ref,
+        bmc_inventory_address=node.bmc_inventory_address,
         attempt=attempt,
         backend=node.execution_backend,
         allocation_id=run.allocation_id,
         inventory={
             "cpu_cores": node.cpu_milli // 1000,
             "memory_gb": node.memory_mib // 1024,
-            "accelerators": node.devices.count(),
+            "accelerators": len(recorded),
+            "accelerator_serials": [{"index": index, "serial": serial} for index, serial in recorded],
         },
     )
 

@@ -2,6 +2,8 @@
 
 from django.db.models import Prefetch
 
+from config.errors import Conflict, NotFound
+from config.tokens import secret_hash
 from provisioning.choices import RunKind, RunState
 from provisioning.models import ProvisioningRun, ProvisioningStep
 from provisioning.pipelines import definition_of
@@ -61,3 +63,20 @@ def provisioning_details(request) -> dict | None:
         "runs": [_run_data(run) for run in runs],
         "delivered": delivered if request.state == RequestState.ACTIVE else None,
     }
+
+
+def installer_run(token: str) -> ProvisioningRun:
+    """The run whose installer holds this token, while it may still use it (the network boot files are fetched
+    with it): 404 for a token no run holds, 409 once the installer has reported or the run has stopped."""
+    run = (
+        ProvisioningRun.objects.select_related("request__requester", "allocation__node")
+        .filter(installer_token_hash=secret_hash(token or ""))
+        .first()
+    )
+    if run is None or not token:
+        raise NotFound("Unknown installer token.", code="unknown_token")
+    if run.installer_reported_at is not None:
+        raise Conflict("This installer token has already been used.", code="token_used")
+    if run.state != RunState.RUNNING:
+        raise Conflict(f"The provisioning run is {run.state}.", code="token_expired", details={"state": run.state})
+    return run

@@ -5,14 +5,14 @@ from dataclasses import dataclass
 from functools import cached_property
 from urllib.parse import urlencode, urlsplit
 
-from django.conf import settings
-from django.urls import reverse
 from django.utils import timezone
 
+from catalog.choices import BootMethod
 from config.errors import Conflict
+from provisioning import netboot
 from provisioning.choices import RunKind, StepState
 from provisioning.drivers import bmc_driver, in_band_driver, serving_driver, workload_driver
-from provisioning.drivers.base import StepError, StepPending, Target
+from provisioning.drivers.base import ACCELERATOR_TYPES, StepError, StepPending, Target
 from provisioning.models import ProvisioningRun, ProvisioningStep, ServingReplica
 from provisioning.serving.deployments import (
     await_replicas,
@@ -161,12 +161,38 @@ def validate_hardware(ctx: StepContext) -> dict:
     ]
     results = {"bmc_reachable": "passed"}
     if "system_health" in checks:
-        if found["health"] not in ("OK", None):
-            raise _isolating_error("hardware_unhealthy", f"The BMC reports system health {found['health']}.", found)
-        results["system_health"] = "passed" if found["health"] else "not reported"
+        results["system_health"] = _system_health(found)
     if "inventory_match" in checks:
         results["inventory_match"] = _inventory_match(ctx.target.inventory, found)
     return {"inventory": found, "checks": results}
+
+
+def _system_health(found: dict) -> str:
+    if found["health"] not in ("OK", None):
+        raise _isolating_error("hardware_unhealthy", f"The BMC reports system health {found['health']}.", found)
+    # A system can still read OK while one of its GPUs is Critical (only the rollup says so): judge each processor.
+    processors = found.get("processors")
+    unhealthy = [p for p in processors or [] if p["health"] not in ("OK", None)]
+    if unhealthy:
+        accelerators = [p for p in processors if p["type"] in ACCELERATOR_TYPES]
+        failing_accelerators = [p for p in unhealthy if p["type"] in ACCELERATOR_TYPES]
+        described = ", ".join(
+            f"{p['id']} ({p['type']} {p['model'] or 'unknown model'}, serial {p['serial'] or 'unknown'}) {p['health']}"
+            for p in unhealthy
+        )
+        raise _isolating_error(
+            "processor_unhealthy",
+            f"The BMC reports {len(failing_accelerators)} of {len(accelerators)} accelerators and "
+            f"{len(unhealthy) - len(failing_accelerators)} CPUs unhealthy: {described}.",
+            {
+                "unhealthy": unhealthy,
+                "accelerators": len(accelerators),
+                "accelerators_unhealthy": len(failing_accelerators),
+            },
+        )
+    if found["health"] is None:
+        return "not reported"
+    return "passed" if processors is not None else "passed (processors not reported by the BMC)"
 
 
 def _inventory_match(expected: dict, found: dict) -> str:
@@ -175,15 +201,48 @@ def _inventory_match(expected: dict, found: dict) -> str:
         for key in ("cpu_cores", "memory_gb", "accelerators")
         if found.get(key) is not None and found[key] != expected.get(key)
     }
+    serials, serial_note = _serial_mismatch(expected.get("accelerator_serials", []), found.get("processors"))
+    if serials:
+        mismatches["accelerator_serials"] = serials
     if mismatches:
-        described = ", ".join(
-            f"{key} {values['bmc']} (inventory says {values['inventory']})" for key, values in mismatches.items()
-        )
         raise _isolating_error(
-            "inventory_mismatch", f"The server does not match the inventory: {described}.", {"mismatches": mismatches}
+            "inventory_mismatch",
+            f"The server does not match the inventory: {_described(mismatches)}.",
+            {"mismatches": mismatches},
         )
     unreported = [key for key in ("cpu_cores", "memory_gb", "accelerators") if found.get(key) is None]
-    return "passed" + (f" ({', '.join(unreported)} not reported by the BMC)" if unreported else "")
+    notes = [f"{', '.join(unreported)} not reported by the BMC"] if unreported else []
+    return "passed" + (f" ({'; '.join([*notes, serial_note])})" if notes or serial_note else "")
+
+
+def _serial_mismatch(recorded: list[dict], processors: list[dict] | None) -> tuple[dict, str]:
+    """The accelerator serials the inventory records but the BMC does not report (a card swapped or gone), and,
+    when every device has a serial recorded, those the BMC reports that the inventory does not know. ({}, note)
+    when there is nothing to compare or everything matches."""
+    reported = {p["serial"] for p in processors or [] if p["type"] in ACCELERATOR_TYPES and p["serial"]}
+    known = {device["serial"]: device["index"] for device in recorded if device["serial"]}
+    if not known:  # the inventory claims no serials: nothing to hold the BMC to
+        return {}, ""
+    if not reported:
+        return {}, "accelerator serials not reported by the BMC"
+    missing = [{"index": index, "serial": serial} for serial, index in known.items() if serial not in reported]
+    fully_recorded = len(known) == len(recorded)
+    unexpected = sorted(reported - set(known)) if fully_recorded else []
+    if not missing and not unexpected:
+        return {}, "" if fully_recorded else f"serials of {len(recorded) - len(known)} devices not recorded"
+    return {"missing_at_bmc": missing, "unknown_to_inventory": unexpected}, ""
+
+
+def _described(mismatches: dict) -> str:
+    parts = [
+        f"{key} {values['bmc']} (inventory says {values['inventory']})"
+        for key, values in mismatches.items()
+        if key != "accelerator_serials"
+    ]
+    serials = mismatches.get("accelerator_serials", {"missing_at_bmc": [], "unknown_to_inventory": []})
+    parts += [f"gpu{gone['index']} serial {gone['serial']} not at the BMC" for gone in serials["missing_at_bmc"]]
+    parts += [f"serial {serial} not in the inventory" for serial in serials["unknown_to_inventory"]]
+    return ", ".join(parts)
 
 
 def _isolating_error(code: str, message: str, details: dict) -> StepError:
@@ -194,19 +253,36 @@ def _isolating_error(code: str, message: str, details: dict) -> StepError:
 def boot_installer(ctx: StepContext) -> dict:
     from provisioning.services import installer_token_issue
 
-    image = ctx.snapshot["bare_metal_profile"]["os_image_url"]
+    profile = ctx.snapshot["bare_metal_profile"]
+    image = profile["os_image_url"]
     if not image.startswith(("http://", "https://")):
         raise StepError(
             "installer_image_not_bootable",
-            f"The OS image {image!r} is not an http(s) URL that virtual media can boot.",
+            f"The OS image {image!r} is not an http(s) URL that virtual media or the installer can fetch.",
             retryable=False,
         )
+    if profile.get("boot_method") == BootMethod.PXE:
+        return _boot_from_network(ctx, installer_token_issue(ctx.run))
     token = installer_token_issue(ctx.run)
-    callback = settings.PUBLIC_BASE_URL.rstrip("/") + reverse("provisioning-installer-callback")
     separator = "&" if "?" in image else "?"
-    media = ctx.bmc.insert_media(ctx.target, f"{image}{separator}{urlencode({'callback': callback, 'token': token})}")
+    query = urlencode({"callback": netboot.callback_url(), "token": token})
+    media = ctx.bmc.insert_media(ctx.target, f"{image}{separator}{query}")
     boot = ctx.bmc.set_one_time_boot(ctx.target, "Cd")
     return {"image": image, "media": media.get("media"), "boot": boot}
+
+
+def _boot_from_network(ctx: StepContext, token: str) -> dict:
+    """PXE: the platform serves the run's iPXE script and install config under the token; the site's DHCP / iPXE
+    chain hands the server the script URL, which is why it is in the output (docs/provisioning.md, PXE)."""
+    netboot_files = ctx.snapshot["bare_metal_profile"].get("netboot") or {}
+    if not all(netboot_files.get(key) for key in ("kernel", "initrd")):
+        raise StepError(
+            "netboot_not_configured",
+            "The OS image names no netboot kernel and initrd, which a PXE boot loads.",
+            retryable=False,
+        )
+    boot = ctx.bmc.set_one_time_boot(ctx.target, "Pxe")
+    return {"boot_method": BootMethod.PXE, "script": netboot.script_url(token), "boot": boot}
 
 
 def power_cycle(ctx: StepContext) -> dict:

@@ -85,7 +85,7 @@ class RackAdmin(AuditedInventoryMixin, admin.ModelAdmin):
 
 class DeviceInline(admin.TabularInline):
     model = Device
-    fields = ["index", "uuid", "model", "memory_gb", "health", "isolated", "allocated_milli"]
+    fields = ["index", "uuid", "serial_number", "model", "memory_gb", "health", "isolated", "allocated_milli"]
     readonly_fields = fields
     extra = 0
     can_delete = False
@@ -136,7 +136,7 @@ class NodeAdmin(AuditedInventoryMixin, admin.ModelAdmin):
                 ]
             },
         ),
-        ("BMC", {"fields": ["bmc_address", "bmc_credentials_ref"]}),
+        ("BMC", {"fields": ["bmc_address", "bmc_credentials_ref", "bmc_inventory_address"]}),
         (
             "Cordon (use the Cordon / Uncordon actions)",
             {"fields": ["schedulable", "cordon_reason", "cordoned_at", "cordoned_by"]},
@@ -211,13 +211,13 @@ def _request_clearance(device, reason, actor):
 
 @admin.register(Device)
 class DeviceAdmin(AuditedInventoryMixin, admin.ModelAdmin):
-    list_display = ["__str__", "uuid", "model", "memory_gb", "health", "isolated", "allocated_milli"]
+    list_display = ["__str__", "uuid", "serial_number", "model", "memory_gb", "health", "isolated", "allocated_milli"]
     list_filter = [("model", related_list_filter("vendor")), "health", "isolated", ("node", related_list_filter())]
     list_select_related = ["node", "model__vendor"]
-    search_fields = ["uuid", "node__name", "node__serial_number"]
+    search_fields = ["uuid", "serial_number", "node__name", "node__serial_number"]
     readonly_fields = [*DEVICE_STATE_FIELDS, "updated_at"]
     fieldsets = [
-        (None, {"fields": ["node", "index", "uuid", "model", "memory_gb"]}),
+        (None, {"fields": ["node", "index", "uuid", "serial_number", "model", "memory_gb"]}),
         (
             "Health and isolation (use the Mark healthy / Isolate / clearance actions)",
             {

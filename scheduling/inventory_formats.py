@@ -39,6 +39,7 @@ class DeviceRecord:
     model: str  # accelerator model slug or name
     uuid: str
     memory_gb: int | None = None  # None: the model's memory
+    serial_number: str | None = None  # None keeps what is stored
 
 
 @dataclass
@@ -53,6 +54,7 @@ class NodeRecord:
     topology_domain: str | None = None
     bmc_address: str | None = None
     bmc_credentials_ref: str | None = None
+    bmc_inventory_address: str | None = None
     execution_backend: str | None = None  # None keeps what the node has (new nodes: simulated)
     where: str = ""
 
@@ -91,6 +93,7 @@ def _int(value, what: str, problems: list[str], where: str, *, scale: int = 1, m
 def _checked(records: list[NodeRecord], problems: list[str]) -> list[NodeRecord]:
     seen: dict[str, str] = {}
     serials: dict[str, str] = {}
+    device_serials: dict[str, str] = {}
     for record in records:
         if record.name in seen:
             problems.append(f"{record.where}: node {record.name} also appears at {seen[record.name]}")
@@ -103,6 +106,14 @@ def _checked(records: list[NodeRecord], problems: list[str]) -> list[NodeRecord]
         indexes = [device.index for device in record.devices]
         if len(set(indexes)) != len(indexes):
             problems.append(f"{record.where}: device indexes repeat on {record.name}")
+        for device in record.devices:
+            if device.serial_number and device.serial_number in device_serials:
+                problems.append(
+                    f"{record.where}: device serial {device.serial_number} also appears at "
+                    f"{device_serials[device.serial_number]}"
+                )
+            elif device.serial_number:
+                device_serials[device.serial_number] = f"{record.where} gpu{device.index}"
     if problems:
         raise InventoryFileError(problems)
     return records
@@ -162,6 +173,7 @@ def _node_from_mapping(raw: dict, where: str, problems: list[str]) -> NodeRecord
                 continue
             index = _int(item.get("index", position), "index", problems, spot)
             memory = item.get("memory_gb")
+            serial = item.get("serial_number")
             devices.append(
                 DeviceRecord(
                     index=index,
@@ -170,6 +182,7 @@ def _node_from_mapping(raw: dict, where: str, problems: list[str]) -> NodeRecord
                     memory_gb=_int(memory, "memory_gb", problems, spot, minimum=1)
                     if memory not in (None, "")
                     else None,
+                    serial_number=None if serial in (None, "") else str(serial).strip(),
                 )
             )
     elif raw.get("gpu_count") not in (None, "", 0, "0"):
@@ -180,10 +193,20 @@ def _node_from_mapping(raw: dict, where: str, problems: list[str]) -> NodeRecord
         uuids = [part.strip() for part in str(raw.get("gpu_uuids") or "").split(";") if part.strip()]
         if uuids and len(uuids) != count:
             problems.append(f"{where}: {len(uuids)} gpu_uuids for {count} GPUs")
+        serials = [part.strip() for part in str(raw.get("gpu_serials") or "").split(";")]
+        serials = serials if any(serials) else []
+        if serials and len(serials) != count:
+            problems.append(f"{where}: {len(serials)} gpu_serials for {count} GPUs")
         memory = raw.get("gpu_memory_gb")
         memory_gb = _int(memory, "gpu_memory_gb", problems, where, minimum=1) if memory not in (None, "") else None
         devices = [
-            DeviceRecord(index=i, model=model, uuid=uuids[i] if uuids else device_uuid(name, i), memory_gb=memory_gb)
+            DeviceRecord(
+                index=i,
+                model=model,
+                uuid=uuids[i] if uuids else device_uuid(name, i),
+                memory_gb=memory_gb,
+                serial_number=(serials[i] or None) if len(serials) == count else None,
+            )
             for i in range(count)
         ]
 
@@ -201,6 +224,7 @@ def _node_from_mapping(raw: dict, where: str, problems: list[str]) -> NodeRecord
         topology_domain=optional("topology_domain"),
         bmc_address=optional("bmc_address"),
         bmc_credentials_ref=optional("bmc_credentials_ref"),
+        bmc_inventory_address=optional("bmc_inventory_address"),
         execution_backend=_backend(optional("execution_backend"), problems, where),
         where=where,
     )
@@ -229,7 +253,8 @@ def read_csv(path: Path) -> list[NodeRecord]:
 
 
 def read_yaml(path: Path) -> list[NodeRecord]:
-    """`nodes:` a list of mappings with the CSV's keys, plus `devices:` (index, model, uuid, memory_gb)."""
+    """`nodes:` a list of mappings with the CSV's keys, plus `devices:` (index, model, uuid, memory_gb,
+    serial_number)."""
     try:
         document = yaml.safe_load(path.read_text())
     except yaml.YAMLError as error:

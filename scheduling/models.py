@@ -70,6 +70,12 @@ class Node(models.Model):
     bmc_credentials_ref = models.CharField(
         max_length=200, blank=True, help_text="Name of the secret holding BMC credentials; never the credentials."
     )
+    bmc_inventory_address = models.CharField(
+        max_length=200,
+        blank=True,
+        help_text="Redfish endpoint that reports the hardware inventory when it is not the BMC's own (e.g. an HGX "
+        "baseboard's management controller); empty: the BMC address.",
+    )
     rack = models.ForeignKey(Rack, null=True, blank=True, on_delete=models.PROTECT, related_name="nodes")
     topology_domain = models.CharField(
         max_length=120, blank=True, help_text="Gang placement domain, e.g. an NVLink/InfiniBand island."
@@ -107,6 +113,9 @@ class Device(models.Model):
     node = models.ForeignKey(Node, on_delete=models.CASCADE, related_name="devices")
     index = models.PositiveSmallIntegerField()
     uuid = models.CharField(max_length=80, unique=True)
+    serial_number = models.CharField(
+        max_length=80, blank=True, help_text="The board's serial as the BMC reports it; hardware validation checks it."
+    )
     model = models.ForeignKey("catalog.AcceleratorModel", on_delete=models.PROTECT, related_name="devices")
     memory_gb = models.PositiveIntegerField()
     health = models.CharField(max_length=12, choices=DeviceHealth.choices, default=DeviceHealth.HEALTHY)
@@ -136,6 +145,9 @@ class Device(models.Model):
         ordering = ["node__name", "index"]
         constraints = [
             models.UniqueConstraint(fields=["node", "index"], name="device_index_unique_on_node"),
+            models.UniqueConstraint(
+                fields=["serial_number"], condition=~Q(serial_number=""), name="device_serial_unique"
+            ),
             models.CheckConstraint(
                 condition=Q(allocated_milli__gte=0) & Q(allocated_milli__lte=MILLI), name="device_never_overcommitted"
             ),

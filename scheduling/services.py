@@ -453,6 +453,12 @@ def inventory_import(
             uuid__in=[d.uuid for r in records for d in r.devices]
         ).values_list("uuid", "node__name", "index")
     }
+    device_serial_owners = {
+        serial: (node, index)
+        for serial, node, index in Device.objects.filter(
+            serial_number__in=[d.serial_number for r in records for d in r.devices if d.serial_number]
+        ).values_list("serial_number", "node__name", "index")
+    }
     problems = [
         f"{r.where}: serial {r.serial_number} belongs to node {serial_owners[r.serial_number]}"
         for r in records
@@ -463,6 +469,13 @@ def inventory_import(
         for r in records
         for d in r.devices
         if uuid_owners.get(d.uuid, (r.name, d.index)) != (r.name, d.index)
+    ]
+    problems += [
+        f"{r.where}: device serial {d.serial_number} belongs to "
+        f"{device_serial_owners[d.serial_number][0]}/gpu{device_serial_owners[d.serial_number][1]}"
+        for r in records
+        for d in r.devices
+        if d.serial_number and device_serial_owners.get(d.serial_number, (r.name, d.index)) != (r.name, d.index)
     ]
     if problems:
         raise Conflict(problems[0], code="inventory_conflict", details={"problems": problems})
@@ -478,6 +491,7 @@ def inventory_import(
             "topology_domain": record.topology_domain,
             "bmc_address": record.bmc_address,
             "bmc_credentials_ref": record.bmc_credentials_ref,
+            "bmc_inventory_address": record.bmc_inventory_address,
             "execution_backend": record.execution_backend,
             "rack_id": racks[(site, record.rack or "default")].pk if site else None,
         }
@@ -499,7 +513,12 @@ def inventory_import(
         node = nodes[record.name]
         for item in record.devices:
             model = models[item.model]
-            values = {"uuid": item.uuid, "model_id": model.pk, "memory_gb": item.memory_gb or model.memory_gb}
+            values = {
+                "uuid": item.uuid,
+                "serial_number": item.serial_number,
+                "model_id": model.pk,
+                "memory_gb": item.memory_gb or model.memory_gb,
+            }
             device = devices.get((record.name, item.index))
             if device is None:
                 device = Device(node=node, index=item.index)

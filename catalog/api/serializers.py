@@ -118,6 +118,7 @@ class BareMetalProfileSerializer(PricedMixin, serializers.ModelSerializer):
             "cpu_cores",
             "memory_gb",
             "os_image",
+            "boot_method",
             "driver_version",
             "monitoring_agent",
             "target_cluster",

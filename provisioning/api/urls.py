@@ -9,6 +9,21 @@ urlpatterns = [
         views.InstallerCallbackView.as_view(),
         name="provisioning-installer-callback",
     ),
+    path(
+        "provisioning/pxe/<str:token>/boot.ipxe",
+        views.NetbootView.as_view(document="ipxe"),
+        name="provisioning-netboot-script",
+    ),
+    path(
+        "provisioning/pxe/<str:token>/user-data",
+        views.NetbootView.as_view(document="user-data"),
+        name="provisioning-netboot-user-data",
+    ),
+    path(
+        "provisioning/pxe/<str:token>/meta-data",
+        views.NetbootView.as_view(document="meta-data"),
+        name="provisioning-netboot-meta-data",
+    ),
     path("provisioning/runs/<int:pk>/retry/", views.RunRetryView.as_view(), name="provisioning-run-retry"),
     path("projects/<int:project_id>/api-keys/", serving_views.ProjectKeysView.as_view(), name="api-key-list"),
     path("api-keys/<int:pk>/rotate/", serving_views.KeyRotateView.as_view(), name="api-key-rotate"),

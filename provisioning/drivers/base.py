@@ -17,6 +17,9 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
+# Redfish `ProcessorType`s that count as the server's accelerators (cards in the inventory).
+ACCELERATOR_TYPES = frozenset({"GPU", "Accelerator"})
+
 
 @dataclass(frozen=True)
 class Target:
@@ -29,7 +32,9 @@ class Target:
     snapshot: dict
     bmc_address: str = ""
     bmc_credentials_ref: str = ""
-    inventory: dict = field(default_factory=dict)  # what the platform believes: cpu_cores, memory_gb, accelerators
+    bmc_inventory_address: str = ""  # where the hardware inventory is read, when not from the BMC itself
+    # What the platform believes: cpu_cores, memory_gb, accelerators, accelerator_serials [{index, serial}].
+    inventory: dict = field(default_factory=dict)
     attempt: int = 1
     backend: str = "simulated"  # the node's execution backend, which picked the host driver
     allocation_id: int = 0  # one request can hold several allocations over its life (preemption, retry)
@@ -69,8 +74,8 @@ class BmcDriver(ABC):
 
     @abstractmethod
     def inventory(self, target: Target) -> dict:
-        """{reachable, health, power_state, cpu_cores, memory_gb, accelerators}; None for what the BMC does not
-        report."""
+        """{reachable, health, power_state, cpu_cores, memory_gb, accelerators, processors: [{id, type, model,
+        serial, cores, health}]}; None for what the BMC does not report."""
 
     @abstractmethod
     def insert_media(self, target: Target, image_url: str) -> dict:

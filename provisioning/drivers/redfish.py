@@ -9,14 +9,13 @@ import logging
 import httpx
 from django.conf import settings
 
-from provisioning.drivers.base import BmcDriver, StepError, Target
+from provisioning.drivers.base import ACCELERATOR_TYPES, BmcDriver, StepError, Target
 from provisioning.secrets import bmc_credentials
 
 logger = logging.getLogger(__name__)
 
 SYSTEMS_PATH = "/redfish/v1/Systems"
 OPTICAL_MEDIA_TYPES = {"CD", "DVD"}
-ACCELERATOR_PROCESSOR_TYPES = {"GPU", "Accelerator"}
 # Reset types whose outcome is a steady state: asking for the state the system is already in is a no-op.
 RESET_OUTCOMES = {"On": "On", "ForceOn": "On", "ForceOff": "Off", "GracefulShutdown": "Off"}
 
@@ -45,18 +44,24 @@ class RedfishBmc(BmcDriver):
             self._client = None
 
     def inventory(self, target: Target) -> dict:
-        bmc = self._connect(target)
+        # An HGX-class server may report its GPUs through a second Redfish service (the baseboard's management
+        # controller): the node names it as its inventory address, and power, boot and media stay with the BMC.
+        bmc = self._connect(target, address=target.bmc_inventory_address or target.bmc_address)
         system = bmc.get(bmc.system_path)
-        processors = system.get("ProcessorSummary", {})
+        summary = system.get("ProcessorSummary", {})
+        processors = _processors(bmc, system)
+        accelerators = None if processors is None else [p for p in processors if p["type"] in ACCELERATOR_TYPES]
         return {
             "reachable": True,
             "health": system.get("Status", {}).get("Health"),
             "power_state": system.get("PowerState"),
-            # Redfish's `Count` is processor packages; cores are `CoreCount` (ComputerSystem v1.14+).
-            "cpu_cores": processors.get("CoreCount"),
-            "cpu_sockets": processors.get("Count"),
+            # Redfish's `Count` is processor packages; cores are `CoreCount` (ComputerSystem v1.14+), else the sum
+            # of the CPUs' `TotalCores`.
+            "cpu_cores": summary.get("CoreCount") or _cpu_cores(processors),
+            "cpu_sockets": summary.get("Count"),
             "memory_gb": system.get("MemorySummary", {}).get("TotalSystemMemoryGiB"),
-            "accelerators": _accelerator_count(bmc, system),
+            "accelerators": None if accelerators is None else len(accelerators),
+            "processors": processors,
             "manufacturer": system.get("Manufacturer"),
             "model": system.get("Model"),
             "system": system.get("@odata.id", bmc.system_path),
@@ -116,8 +121,9 @@ class RedfishBmc(BmcDriver):
             logger.info("Ejected %s from virtual media %s", media.get("Image"), media.get("Id"))
         return {"ejected": [media.get("Id") for media in inserted], "changed": bool(inserted)}
 
-    def _connect(self, target: Target) -> "_Session":
-        if not target.bmc_address:
+    def _connect(self, target: Target, address: str | None = None) -> "_Session":
+        address = address or target.bmc_address
+        if not address:
             raise StepError("bmc_not_configured", f"Node {target.node} has no BMC address", retryable=False)
         auth = bmc_credentials(target.bmc_credentials_ref)
         if target.bmc_credentials_ref and auth is None:
@@ -126,7 +132,7 @@ class RedfishBmc(BmcDriver):
                 f"No BMC credentials named {target.bmc_credentials_ref!r} are configured",
                 retryable=False,
             )
-        return _Session(self.client, target.bmc_address, auth)
+        return _Session(self.client, address, auth)
 
 
 class _Session:
@@ -220,12 +226,30 @@ def _require_allowed(value: str, allowed: list | None, *, code: str, what: str) 
         )
 
 
-def _accelerator_count(bmc: _Session, system: dict) -> int | None:
+def _processors(bmc: _Session, system: dict) -> list[dict] | None:
+    """Every processor (CPUs and accelerators) the system links: {id, type, model, serial, cores, health}; None
+    when the BMC links no Processors collection."""
     if "Processors" not in system:
         return None
     members = bmc.get(system["Processors"]["@odata.id"]).get("Members", [])
-    processors = [bmc.get(member["@odata.id"]) for member in members]
-    return sum(processor.get("ProcessorType") in ACCELERATOR_PROCESSOR_TYPES for processor in processors)
+    return [
+        {
+            "id": processor.get("Id"),
+            "type": processor.get("ProcessorType"),
+            "model": processor.get("Model"),
+            "serial": processor.get("SerialNumber"),
+            "cores": processor.get("TotalCores"),
+            # A processor slot without a part (State Absent) has no health to judge.
+            "health": processor.get("Status", {}).get("Health"),
+        }
+        for processor in (bmc.get(member["@odata.id"]) for member in members)
+        if processor.get("Status", {}).get("State") != "Absent"
+    ]
+
+
+def _cpu_cores(processors: list[dict] | None) -> int | None:
+    cores = [p["cores"] for p in processors or [] if p["type"] == "CPU" and p["cores"] is not None]
+    return sum(cores) if cores else None
 
 
 def _optical_media(bmc: _Session) -> list[dict]:

@@ -105,6 +105,7 @@ class SimulatedBmc(BmcDriver):
             "cpu_cores": target.inventory.get("cpu_cores"),
             "memory_gb": target.inventory.get("memory_gb"),
             "accelerators": target.inventory.get("accelerators"),
+            "processors": None,  # the simulated BMC lists no processors (fault injection may give some)
             "manufacturer": "Simulated",
             "model": "simulated server",
             "system": f"simulated://{target.node}",

@@ -21,6 +21,7 @@ from tests.provisioning.redfish_emulator import (  # noqa: F401  (fixtures)
     redfish_stand_in,
     sushy_emulator,
     sushy_emulator_with_auth,
+    sushy_static,
 )
 from tests.requests import conftest as request_fixtures
 from tests.requests.conftest import GENEROUS_QUOTA, make_order
@@ -107,6 +108,17 @@ def bare_metal(team, run_on_commit):
         return request
 
     return SimpleNamespace(team=team, node=node, profile=profile, service=service, order=order)
+
+
+@pytest.fixture
+def on_redfish(settings, bare_metal, image_server):  # noqa: F811  (the imported fixture)
+    """The bare-metal shop on the `redfish` driver, its OS image served by the image server."""
+    settings.PROVISIONING_BMC_DRIVER = "redfish"
+    settings.REDFISH_VERIFY_TLS = False
+    image = bare_metal.profile.os_image
+    image.reference = f"{image_server}/installer-a.iso"
+    image.save(update_fields=["reference"])
+    return bare_metal
 
 
 @pytest.fixture

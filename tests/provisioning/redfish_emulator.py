@@ -1,8 +1,9 @@
 """Fixtures around the BMC driver tests: the real sushy-tools Redfish emulator, the image server it downloads
-virtual media from, and a fault-injecting stand-in for what the emulator cannot be made to do (errors, slowness).
+virtual media from, sushy-tools' static mockup server serving HGX-like GPU servers (tests/provisioning/
+redfish_mockup.py), and a fault-injecting stand-in for what neither can be made to do (errors, slowness).
 
-The emulator runs from its own virtualenv (`make redfish-emulator`), because it imports the PyPI `requests`
-library that our `requests` app shadows (DESIGN.md).
+Both run from their own virtualenv (`make redfish-emulator`), because they import the PyPI `requests` library that
+our `requests` app shadows (DESIGN.md).
 """
 
 import contextlib
@@ -20,6 +21,8 @@ from pathlib import Path
 import httpx
 import pytest
 
+from tests.provisioning.redfish_mockup import write_hgx_mockup
+
 REPO = Path(__file__).resolve().parents[2]
 EMULATOR_START_SECONDS = 30
 # One fake system per test concern, so tests that change power, boot or media state never see each other's.
@@ -29,6 +32,8 @@ FAKE_SYSTEMS = {
     "media": "5c0c0d6e-0000-4000-8000-000000000003",
     "power": "5c0c0d6e-0000-4000-8000-000000000004",
     "pipeline": "5c0c0d6e-0000-4000-8000-000000000005",  # the bare-metal pipeline end to end
+    "hgx": "5c0c0d6e-0000-4000-8000-000000000006",  # power, boot and media of the mockup GPU server
+    "pxe": "5c0c0d6e-0000-4000-8000-000000000007",  # a bare-metal order booting from the network
 }
 AUTH_SYSTEM = {"only": "5c0c0d6e-0000-4000-8000-0000000000a1"}
 AUTH_USER, AUTH_PASSWORD = "bmc-admin", "s3cret-Emulator-Pa55"
@@ -59,6 +64,20 @@ def sushy_emulator_with_auth(tmp_path_factory) -> Emulator:
     auth_file.write_text(f"{AUTH_USER}:{_bcrypt_hash(AUTH_PASSWORD)}\n")
     with _running_emulator(workdir, AUTH_SYSTEM, SUSHY_EMULATOR_AUTH_FILE=str(auth_file)) as emulator:
         yield emulator
+
+
+@pytest.fixture(scope="session")
+def sushy_static(tmp_path_factory) -> Emulator:
+    """`sushy-static` serving the HGX mockup: one read-only system per variant (hgx, hgx-critical-gpu,
+    hgx-seven-gpus), the inventory half of a GPU server's BMC."""
+    workdir = tmp_path_factory.mktemp("sushy-static")
+    systems = write_hgx_mockup(workdir / "mockup")
+    port = free_loopback_port()
+    command = [str(_redfish_binary("sushy-static")), "-i", "127.0.0.1", "-p", str(port), "-m", str(workdir / "mockup")]
+    with _running(
+        command, Emulator(url=f"http://127.0.0.1:{port}", system_ids=systems), workdir / "static.log"
+    ) as static:
+        yield static
 
 
 @pytest.fixture(scope="session")
@@ -142,18 +161,24 @@ def _serving(server: http.server.HTTPServer):
 
 @contextlib.contextmanager
 def _running_emulator(workdir: Path, systems: dict[str, str], **extra_config):
-    binary = _emulator_binary()
     port = free_loopback_port()
     config = workdir / "emulator.conf"
     config.write_text(_emulator_config(workdir, systems, extra_config))
-    log = workdir / "emulator.log"
+    command = [str(_emulator_binary()), "--config", str(config), "-i", "127.0.0.1", "-p", str(port)]
+    with _running(
+        command, Emulator(url=f"http://127.0.0.1:{port}", system_ids=systems), workdir / "emulator.log"
+    ) as em:
+        yield em
+
+
+@contextlib.contextmanager
+def _running(command: list[str], emulator: Emulator, log: Path):
+    """Start a Redfish server process, wait until its service root answers, and stop it (by its own PID) after."""
     env = {**os.environ, "NO_PROXY": "127.0.0.1,localhost", "no_proxy": "127.0.0.1,localhost"}
-    command = [str(binary), "--config", str(config), "-i", "127.0.0.1", "-p", str(port)]
     with log.open("wb") as output:
         process = subprocess.Popen(command, stdout=output, stderr=subprocess.STDOUT, env=env)
     try:
-        emulator = Emulator(url=f"http://127.0.0.1:{port}", system_ids=systems)
-        _wait_until_serving(emulator, process, log)
+        _wait_until_serving(emulator, process, log, Path(command[0]).name)
         yield emulator
     finally:
         process.terminate()
@@ -165,10 +190,16 @@ def _running_emulator(workdir: Path, systems: dict[str, str], **extra_config):
 
 
 def _emulator_binary() -> Path:
-    binary = Path(os.environ.get("SUSHY_EMULATOR") or REPO / ".venv-redfish" / "bin" / "sushy-emulator")
+    return _redfish_binary("sushy-emulator")
+
+
+def _redfish_binary(name: str) -> Path:
+    """A sushy-tools program: SUSHY_EMULATOR names sushy-emulator, and sushy-static is its neighbour."""
+    emulator = Path(os.environ.get("SUSHY_EMULATOR") or REPO / ".venv-redfish" / "bin" / "sushy-emulator")
+    binary = emulator.with_name(name)
     if not binary.exists():
         pytest.fail(
-            f"The sushy-tools Redfish emulator is missing at {binary}: run `make redfish-emulator` "
+            f"The sushy-tools program {name} is missing at {binary}: run `make redfish-emulator` "
             "(or point SUSHY_EMULATOR at a sushy-emulator binary).",
             pytrace=False,
         )
@@ -204,16 +235,16 @@ def _bcrypt_hash(password: str) -> str:
     return result.stdout.strip()
 
 
-def _wait_until_serving(emulator: Emulator, process: subprocess.Popen, log: Path) -> None:
+def _wait_until_serving(emulator: Emulator, process: subprocess.Popen, log: Path, name: str) -> None:
     deadline = time.monotonic() + EMULATOR_START_SECONDS
     while time.monotonic() < deadline:
         if process.poll() is not None:
-            pytest.fail(f"sushy-emulator exited with {process.returncode}:\n{log.read_text()[-3000:]}", pytrace=False)
+            pytest.fail(f"{name} exited with {process.returncode}:\n{log.read_text()[-3000:]}", pytrace=False)
         with contextlib.suppress(httpx.TransportError):
             if httpx.get(f"{emulator.url}/redfish/v1/", timeout=1).status_code == 200:
                 return
         time.sleep(0.2)
-    pytest.fail(f"sushy-emulator did not answer within {EMULATOR_START_SECONDS}s:\n{log.read_text()[-3000:]}")
+    pytest.fail(f"{name} did not answer within {EMULATOR_START_SECONDS}s:\n{log.read_text()[-3000:]}")
 
 
 def free_loopback_port() -> int:

@@ -70,6 +70,7 @@ def test_inventory_reports_what_the_bmc_knows_and_none_for_what_it_does_not(driv
         "cpu_sockets": None,
         "memory_gb": None,
         "accelerators": None,
+        "processors": None,
         "manufacturer": "Sushy Emulator",
         "model": None,
         "system": system_url.removeprefix(sushy_emulator.url),

@@ -19,16 +19,6 @@ from tests.provisioning.redfish_emulator import free_loopback_port
 pytestmark = pytest.mark.django_db
 
 
-@pytest.fixture
-def on_redfish(settings, bare_metal, image_server):
-    settings.PROVISIONING_BMC_DRIVER = "redfish"
-    settings.REDFISH_VERIFY_TLS = False
-    image = bare_metal.profile.os_image
-    image.reference = f"{image_server}/installer-a.iso"
-    image.save(update_fields=["reference"])
-    return bare_metal
-
-
 def redfish_get(url: str) -> dict:
     return httpx.get(url, timeout=5).json()
 

@@ -292,6 +292,42 @@ def test_bad_rows_are_all_reported_and_nothing_is_imported(tmp_path):
     assert not Node.objects.exists()
 
 
+def test_gpu_serials_and_the_inventory_address_are_imported_from_csv_and_yaml(tmp_path):
+    AcceleratorModelFactory(slug="h100-80gb", memory_gb=80)
+    path = tmp_path / "inventory.csv"
+    path.write_text(
+        "name,cpu_cores,memory_gib,bmc_address,bmc_inventory_address,gpu_model,gpu_count,gpu_serials\n"
+        "hgx-01,112,2048,https://hgx-01-bmc,https://hgx-01-hmc/redfish/v1/Systems/HGX_Baseboard_0,h100-80gb,2,S-0;S-1\n"
+    )
+    run_import(path)
+    hgx = Node.objects.get(name="hgx-01")
+    assert hgx.bmc_inventory_address == "https://hgx-01-hmc/redfish/v1/Systems/HGX_Baseboard_0"
+    assert list(hgx.devices.values_list("serial_number", flat=True)) == ["S-0", "S-1"]
+    yaml_path = tmp_path / "inventory.yaml"
+    yaml_path.write_text(
+        "nodes:\n  - name: hgx-01\n    cpu_cores: 112\n    memory_gib: 2048\n    devices:\n"
+        "      - {index: 0, model: h100-80gb, uuid: " + device_uuid("hgx-01", 0) + ", serial_number: S-9}\n"
+    )
+    assert "1 updated" in run_import(yaml_path)
+    assert list(hgx.devices.values_list("serial_number", flat=True)) == ["S-9", "S-1"]
+    assert "0 updated, 1 unchanged" in run_import(yaml_path)
+
+
+def test_a_gpu_serial_repeated_or_held_by_another_device_is_refused(tmp_path):
+    AcceleratorModelFactory(slug="h100-80gb", memory_gb=80)
+    path = tmp_path / "inventory.csv"
+    header = "name,cpu_cores,memory_gib,gpu_model,gpu_count,gpu_serials\n"
+    path.write_text(header + "a-01,8,64,h100-80gb,2,S-0;S-0\n")
+    with pytest.raises(CommandError, match="device serial S-0 also appears"):
+        run_import(path)
+    path.write_text(header + "a-01,8,64,h100-80gb,1,S-0\n")
+    run_import(path)
+    path.write_text(header + "b-01,8,64,h100-80gb,1,S-0\n")
+    with pytest.raises(CommandError, match="device serial S-0 belongs to a-01/gpu0"):
+        run_import(path)
+    assert not Node.objects.filter(name="b-01").exists()
+
+
 def test_serial_of_another_node_is_a_conflict(tmp_path):
     node(name="existing")
     path = tmp_path / "clash.csv"
