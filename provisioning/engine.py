@@ -230,6 +230,8 @@ def _context(step: ProvisioningStep) -> StepContext:
         bmc_credentials_ref=node.bmc_credentials_ref,
         attempt=step.attempts,
         backend=node.execution_backend,
+        allocation_id=run.allocation_id,
+        requester=run.request.requester.username,
         inventory={
             "cpu_cores": node.cpu_milli // 1000,
             "memory_gb": node.memory_mib // 1024,

@@ -90,15 +90,20 @@ def _delivered_base(ctx: StepContext) -> dict:
 def publish_compute_access(ctx: StepContext) -> dict:
     workload = ctx.output_of("start_workload")
     host, ports = workload["host"], workload["ports"]
-    user = ctx.run.request.requester.username
+    user = workload.get("user") or ctx.run.request.requester.username  # a backend may name the account it made
     image = ctx.snapshot["image"]
+    access = {"ssh": f"ssh -p {ports['ssh']} {user}@{host}"}
+    if "jupyter" in ports:
+        access["jupyter"] = f"https://{host}:{ports['jupyter']}/"
+    digest = ctx.output_of("prepare_image").get("digest")
     return {
         **_delivered_base(ctx),
         "host": host,
         "ports": ports,
         "workload": workload["workload"],
         "image": f"{image['name']}:{image['version']}",
-        "access": {"ssh": f"ssh -p {ports['ssh']} {user}@{host}", "jupyter": f"https://{host}:{ports['jupyter']}/"},
+        **({"image_digest": digest} if digest else {}),
+        "access": {**access, **workload.get("access", {})},  # what the backend knows better (Jupyter's URL)
     }
 
 

@@ -7,6 +7,7 @@ from django_q.tasks import async_task
 from config.retry import retry_if_locked
 from config.workers import wait_unless_stopping
 from provisioning import engine, services
+from provisioning.container_reconcile import containers_reconcile
 from provisioning.serving.deployments import serving_replicas_check
 
 
@@ -38,6 +39,11 @@ def resume_due_steps() -> int:
 @retry_if_locked
 def check_replicas() -> int:
     return serving_replicas_check()
+
+
+@retry_if_locked
+def reconcile_containers() -> dict[str, list[int]]:
+    return containers_reconcile()
 
 
 @retry_if_locked

@@ -31,6 +31,8 @@ class Target:
     inventory: dict = field(default_factory=dict)  # what the platform believes: cpu_cores, memory_gb, accelerators
     attempt: int = 1
     backend: str = "simulated"  # the node's execution backend, which picked the host driver
+    allocation_id: int = 0  # the allocation the run belongs to: a backend labels what it starts with it
+    requester: str = ""  # the requester's username, the account a workspace gives them
 
 
 class StepError(Exception):
