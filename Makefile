@@ -17,7 +17,7 @@ PORT ?= 8000
 # The demo runs on the embedded defaults (SQLite, django-q2's ORM broker) unless DATABASE_URL/REDIS_URL say otherwise.
 DEMO_ENV := DEBUG=1
 
-.PHONY: install browser redfish-emulator fuzz-venv run migrate seed test bench lint format clean
+.PHONY: install browser slurm redfish-emulator fuzz-venv run migrate seed test bench lint format clean
 
 install: $(STAMP)
 
@@ -31,6 +31,13 @@ $(STAMP): pyproject.toml
 browser:
 	@command -v chromium >/dev/null 2>&1 || { echo "Installing Debian's chromium for the browser tests"; \
 	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium; }
+
+# The Slurm tests start a real local cluster (tests/slurm_cluster.py) from Debian's packages; install them when missing.
+SLURM_PACKAGES := munge slurmctld slurmd slurmrestd slurm-client slurm-wlm-jwt-plugin
+slurm:
+	@dpkg-query -W -f='$${Status}\n' $(SLURM_PACKAGES) 2>/dev/null | grep -c "install ok installed" | grep -qx $(words $(SLURM_PACKAGES)) || { \
+	  echo "Installing Debian's Slurm for the Slurm tests"; \
+	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $(SLURM_PACKAGES); }
 
 redfish-emulator: $(REDFISH_STAMP)
 
@@ -64,7 +71,7 @@ run: seed
 	$(DEMO_ENV) $(BIN)/python manage.py runserver $(HOST):$(PORT)
 
 # Runs on PostgreSQL: DATABASE_URL when set, else postgres@127.0.0.1:5432 (config/settings_test.py).
-test: install browser redfish-emulator fuzz-venv
+test: install browser slurm redfish-emulator fuzz-venv
 	$(BIN)/pytest
 
 bench: install

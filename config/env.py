@@ -49,3 +49,12 @@ def env_float(name: str, default: float) -> float:
 
 def env_json(name: str, default):
     return _parsed(name, default, json.loads, "JSON")
+
+
+def database_url(database: dict) -> str:
+    """A DATABASE_URL naming this Django database (settings.DATABASES entry), for subprocesses that must use the same
+    one (a test run's test database included)."""
+    if database["ENGINE"].endswith("sqlite3"):
+        return f"sqlite:///{database['NAME']}"
+    credentials = database["USER"] + (f":{database['PASSWORD']}" if database.get("PASSWORD") else "")
+    return f"postgres://{credentials}@{database['HOST'] or '127.0.0.1'}:{database['PORT'] or 5432}/{database['NAME']}"

@@ -156,6 +156,10 @@ PROVISIONING_INLINE_WAIT_SECONDS = env_float("PROVISIONING_INLINE_WAIT_SECONDS",
 PROVISIONING_STEP_TIMEOUTS = env_json("PROVISIONING_STEP_TIMEOUTS", {})
 # An allocated request with no provisioning run after this long is started (or released) by the sweeper.
 PROVISIONING_START_GRACE_SECONDS = env_int("PROVISIONING_START_GRACE_SECONDS", 120)
+# Slurm jobs (the `slurm` execution backend): the partition they go to (empty: the cluster's default) and the
+# directory on the nodes that is their working directory and holds their output (cc-request-<id>-<job id>.out).
+SLURM_PARTITION = env_str("SLURM_PARTITION")
+SLURM_JOB_DIRECTORY = env_str("SLURM_JOB_DIRECTORY", "/tmp")
 # Where OS installers post their completion callback.
 PUBLIC_BASE_URL = env_str("PUBLIC_BASE_URL", "http://127.0.0.1:8000")
 # The simulated drivers: a multiplier on their realistic durations (0 = instant), and injected faults:
@@ -185,6 +189,16 @@ CONTAINER_IMAGE_DIR = env_str("CONTAINER_IMAGE_DIR", str(BASE_DIR / "provisionin
 CONTAINER_IMAGE_CACHE = env_str("CONTAINER_IMAGE_CACHE", str(Path.home() / ".cache" / "compute-catalog" / "images"))
 CONTAINER_COMMAND_TIMEOUT_SECONDS = env_float("CONTAINER_COMMAND_TIMEOUT_SECONDS", 60.0)
 CONTAINER_BUILD_TIMEOUT_SECONDS = env_float("CONTAINER_BUILD_TIMEOUT_SECONDS", 1800.0)
+# Slurm (docs/inventory.md, "From Slurm"): slurmrestd's URL (without /slurm/v0.0.38), the user the JWT belongs to,
+# the JWT itself or, better, a file holding it (a mounted secret; read on every use, so rotation needs no restart),
+# and the per-call timeout. scontrol (node drain/resume: v0.0.38 has no node update) reads SLURM_CONF when set.
+SLURM_REST_URL = env_str("SLURM_REST_URL")
+SLURM_USER_NAME = env_str("SLURM_USER_NAME")
+SLURM_JWT = env_str("SLURM_JWT")
+SLURM_JWT_FILE = env_str("SLURM_JWT_FILE")
+SLURM_TIMEOUT_SECONDS = env_float("SLURM_TIMEOUT_SECONDS", 10.0)
+SLURM_CONF = env_str("SLURM_CONF")
+SLURM_SCONTROL = env_str("SLURM_SCONTROL", "scontrol")
 # Model serving: per-key rate limit when the order does not set one, and how long the gateway waits for a replica.
 SERVING_DEFAULT_RATE_LIMIT_PER_MINUTE = env_int("SERVING_DEFAULT_RATE_LIMIT_PER_MINUTE", 600)
 GATEWAY_UPSTREAM_TIMEOUT_SECONDS = env_float("GATEWAY_UPSTREAM_TIMEOUT_SECONDS", 60.0)

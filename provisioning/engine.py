@@ -210,9 +210,14 @@ def _waiting(step: ProvisioningStep, pending: StepPending) -> Waiting | StepErro
 
 def _context(step: ProvisioningStep) -> StepContext:
     run = ProvisioningRun.objects.select_related("request__requester", "allocation__node").get(pk=step.run_id)
+    return StepContext(run=run, step=step, target=run_target(run, attempt=step.attempts))
+
+
+def run_target(run: ProvisioningRun, *, attempt: int = 1) -> Target:
+    """What the run's steps act on: its allocation's node and devices, and the request's snapshot."""
     node = run.allocation.node
     bindings = AllocationDevice.objects.filter(allocation=run.allocation).select_related("device__model")
-    target = Target(
+    return Target(
         run_id=run.pk,
         request_id=run.request_id,
         node=node.name,
@@ -222,13 +227,14 @@ def _context(step: ProvisioningStep) -> StepContext:
                 "index": binding.device.index,
                 "uuid": binding.device.uuid,
                 "model": binding.device.model.name,
+                "model_slug": binding.device.model.slug,
                 "milli": binding.milli,
             }
             for binding in bindings
         ),
         bmc_address=node.bmc_address,
         bmc_credentials_ref=node.bmc_credentials_ref,
-        attempt=step.attempts,
+        attempt=attempt,
         backend=node.execution_backend,
         allocation_id=run.allocation_id,
         requester=run.request.requester.username,
@@ -238,7 +244,6 @@ def _context(step: ProvisioningStep) -> StepContext:
             "accelerators": node.devices.count(),
         },
     )
-    return StepContext(run=run, step=step, target=target)
 
 
 # --- Record -----------------------------------------------------------------------------------------------

@@ -334,25 +334,6 @@ def teardown_after_preemption(*, request_id: int, **_kwargs) -> bool:
     return teardown_start(request_id=request_id, reason="preempted", kind=RunKind.TEARDOWN)
 
 
-@transaction.atomic
-def workload_ended(*, request_id: int, exit_code: int | None, message: str, details: dict) -> str | None:
-    """The backend says an active request's workload ended by itself (a container exited, a job finished). Exit
-    code 0 releases the request (releasing -> released); anything else, or a workload that is gone, fails it with
-    the code and cleans up. Either way the teardown runs and the devices go back. None when the request has moved
-    on meanwhile (a release got there first)."""
-    request = ResourceRequest.objects.select_for_update().get(pk=request_id)
-    allocation = Allocation.objects.filter(request=request, state=AllocationState.ACTIVE).first()
-    if request.state != RequestState.ACTIVE or allocation is None:
-        return None
-    if exit_code == 0:
-        request_release(request=request, actor=None, reason=message)
-        return RequestState.RELEASED
-    failure = {"step": "workload", "code": "workload_ended", "message": message, "attempts": 0, "details": details}
-    request_fail(request=request, failure=failure, message=message, data={"exit_code": exit_code})
-    _create_run(request, allocation, RunKind.CLEANUP, reason=message)
-    return RequestState.FAILED
-
-
 # --- Retry ------------------------------------------------------------------------------------------------
 
 

@@ -9,6 +9,7 @@ from django.conf import settings
 from django.urls import reverse
 from django.utils import timezone
 
+from config.errors import Conflict
 from provisioning.choices import RunKind, StepState
 from provisioning.drivers import bmc_driver, in_band_driver, serving_driver, workload_driver
 from provisioning.drivers.base import StepError, StepPending, Target
@@ -21,6 +22,9 @@ from provisioning.serving.deployments import (
     probe,
     replica_devices,
 )
+from requests.choices import EventCode
+from requests.services import record_event
+from scheduling.allocations import allocation_adopt_backend_binding
 
 POWER_POLL_SECONDS = 2.0
 INSTALLER_POLL_SECONDS = 60.0
@@ -74,7 +78,29 @@ def start_workload(ctx: StepContext) -> dict:
 
 
 def readiness_check(ctx: StepContext) -> dict:
-    return ctx.workload.workload_ready(ctx.target)
+    """Ready when the backend says so. Why the backend still holds the workload back goes on the request; the
+    devices it actually bound (Slurm picks the GPU indexes inside the node) become the allocation's."""
+    try:
+        ready = ctx.workload.workload_ready(ctx.target)
+    except StepPending as pending:
+        if pending.reason:
+            _note_backend_wait(ctx, pending.reason)
+        raise
+    if "bound_indexes" in ready:
+        try:
+            ready["binding"] = allocation_adopt_backend_binding(
+                allocation_id=ctx.run.allocation_id, indexes=ready["bound_indexes"], backend=ctx.target.backend
+            )
+        except Conflict as mismatch:
+            raise StepError(mismatch.code, mismatch.message, retryable=False, details=mismatch.details) from mismatch
+    return ready
+
+
+def _note_backend_wait(ctx: StepContext, reason: dict) -> None:
+    """One timeline note per change of the backend's reason (a poll repeats itself)."""
+    last = ctx.run.request.events.filter(code=EventCode.QUEUE_REASON).order_by("-created_at", "-id").first()
+    if last is None or last.data.get("details") != reason["details"] or last.data.get("code") != reason["code"]:
+        record_event(ctx.run.request, actor=None, code=EventCode.QUEUE_REASON, message=reason["message"], data=reason)
 
 
 def _delivered_base(ctx: StepContext) -> dict:
@@ -88,13 +114,13 @@ def _delivered_base(ctx: StepContext) -> dict:
 
 
 def publish_compute_access(ctx: StepContext) -> dict:
-    workload = ctx.output_of("start_workload")
+    """Where it runs and how to reach it: the backend's own access (a Slurm job: attach with srun) or the
+    workspace's SSH and notebook ports."""
+    workload, ready = ctx.output_of("start_workload"), ctx.output_of("readiness_check")
     host, ports = workload["host"], workload["ports"]
     user = workload.get("user") or ctx.run.request.requester.username  # a backend may name the account it made
     image = ctx.snapshot["image"]
-    access = {"ssh": f"ssh -p {ports['ssh']} {user}@{host}"}
-    if "jupyter" in ports:
-        access["jupyter"] = f"https://{host}:{ports['jupyter']}/"
+    backend_facts = {key: ready[key] for key in ("job_id", "partition", "gres", "output") if key in ready}
     digest = ctx.output_of("prepare_image").get("digest")
     return {
         **_delivered_base(ctx),
@@ -103,8 +129,17 @@ def publish_compute_access(ctx: StepContext) -> dict:
         "workload": workload["workload"],
         "image": f"{image['name']}:{image['version']}",
         **({"image_digest": digest} if digest else {}),
-        "access": {**access, **workload.get("access", {})},  # what the backend knows better (Jupyter's URL)
+        "backend": ctx.target.backend,
+        **backend_facts,
+        "access": ready.get("access") or _workspace_access(workload, host, ports, user),
     }
+
+
+def _workspace_access(workload: dict, host: str, ports: dict, user: str) -> dict:
+    access = {"ssh": f"ssh -p {ports['ssh']} {user}@{host}"}
+    if "jupyter" in ports:
+        access["jupyter"] = f"https://{host}:{ports['jupyter']}/"
+    return {**access, **workload.get("access", {})}  # what the backend knows better (Jupyter's URL and token)
 
 
 def stop_workload(ctx: StepContext) -> dict:

@@ -6,8 +6,7 @@ from django_q.tasks import async_task
 
 from config.retry import retry_if_locked
 from config.workers import wait_unless_stopping
-from provisioning import engine, services
-from provisioning.container_reconcile import containers_reconcile
+from provisioning import engine, reconcile, services
 from provisioning.serving.deployments import serving_replicas_check
 
 
@@ -37,13 +36,13 @@ def resume_due_steps() -> int:
 
 
 @retry_if_locked
-def check_replicas() -> int:
-    return serving_replicas_check()
+def reconcile_workloads() -> dict[int, str]:
+    return reconcile.workloads_reconcile()
 
 
 @retry_if_locked
-def reconcile_containers() -> dict[str, list[int]]:
-    return containers_reconcile()
+def check_replicas() -> int:
+    return serving_replicas_check()
 
 
 @retry_if_locked

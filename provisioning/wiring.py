@@ -7,7 +7,7 @@ from config import schedules
 SWEEP_TASK = "provisioning.tasks.resume_due_steps"
 REPLICA_CHECK_TASK = "provisioning.tasks.check_replicas"
 STRANDED_TASK = "provisioning.tasks.start_stranded_runs"
-CONTAINER_RECONCILE_TASK = "provisioning.tasks.reconcile_containers"
+RECONCILE_TASK = "provisioning.tasks.reconcile_workloads"
 
 
 def start_runs(*, request_ids: list[int], **_kwargs) -> None:
@@ -20,12 +20,13 @@ def teardown_after_preemption(*, request_id: int, **_kwargs) -> None:
 
 def ensure_schedules(**_kwargs) -> None:
     """Every minute: resume steps back from a wait or whose worker died; start (or release) allocations whose
-    provisioning never started; health-check serving replicas; end the requests whose workspace container exited."""
+    provisioning never started; health-check serving replicas; settle workloads that ended by themselves on their
+    backend (a finished Slurm job)."""
     schedules.ensure(
         ("Resume provisioning steps", SWEEP_TASK, schedules.EVERY_MINUTE),
         ("Start stranded provisioning", STRANDED_TASK, schedules.EVERY_MINUTE),
         ("Health-check serving replicas", REPLICA_CHECK_TASK, schedules.EVERY_MINUTE),
-        ("Reconcile workspace containers", CONTAINER_RECONCILE_TASK, schedules.EVERY_MINUTE),
+        ("Reconcile workloads with their backends", RECONCILE_TASK, schedules.EVERY_MINUTE),
     )
 
 

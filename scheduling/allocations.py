@@ -1,7 +1,16 @@
-"""Device accounting for allocations, and the allocation details other apps show (through requests.hooks)."""
+"""Device accounting for allocations, the execution backend's binding adopted, and the allocation details other
+apps show (through requests.hooks)."""
 
+from collections import defaultdict
+
+from django.db import transaction
+
+from config.errors import Conflict
 from config.sql import update_from_values
-from scheduling.models import Allocation, AllocationDevice, Device
+from requests.choices import EventCode
+from requests.services import record_event
+from scheduling.choices import AllocationState
+from scheduling.models import Allocation, AllocationDevice, Device, Node
 
 
 def adjust_device_shares(deltas: dict[int, int]) -> None:
@@ -14,6 +23,74 @@ def adjust_device_shares(deltas: dict[int, int]) -> None:
         rows=[(device_id, delta) for device_id, delta in deltas.items() if delta],
         set_sql=f"allocated_milli = {table}.allocated_milli + v.delta",
     )
+
+
+@transaction.atomic
+def allocation_adopt_backend_binding(*, allocation_id: int, indexes: list[int], backend: str) -> dict:
+    """The execution backend is the source of truth for which devices inside the node run the work (Slurm binds
+    GPU indexes itself): when the indexes it bound differ from the platform's choice, the allocation is rebound to
+    them, with a note on the request's timeline, in this one transaction.
+
+    A device the backend gave us that the books show under another active allocation is exchanged with the one we
+    leave: the backend cannot have bound one card twice, so that allocation's books were wrong as well (its own
+    job's report corrects them again). Returns {"chosen", "bound", "rebound"}."""
+    # The node's row first: rebinds on one node take turns, so two of them exchanging devices cannot deadlock.
+    Node.objects.select_for_update(of=("self",)).filter(allocations__pk=allocation_id).values_list("pk").get()
+    allocation = Allocation.objects.select_for_update(of=("self",)).select_related("request").get(pk=allocation_id)
+    rows = list(AllocationDevice.objects.select_for_update().filter(allocation=allocation).select_related("device"))
+    chosen, bound = sorted(row.device.index for row in rows), sorted(indexes)
+    if chosen == bound or allocation.state != AllocationState.ACTIVE:
+        return {"chosen": chosen, "bound": bound, "rebound": False}
+    devices = {
+        device.index: device
+        for device in Device.objects.select_for_update()
+        .filter(node_id=allocation.node_id, index__in=bound)
+        .order_by("pk")
+    }
+    if len(bound) != len(rows) or len(devices) != len(bound):
+        raise Conflict(
+            f"{backend} bound devices {bound} where the allocation holds {chosen}; the inventory and the backend "
+            "disagree about the node.",
+            code="backend_binding_mismatch",
+            details={"chosen": chosen, "bound": bound},
+        )
+    deltas = defaultdict(int)
+    left = [row for row in rows if row.device.index not in bound]
+    gained = [devices[index] for index in bound if index not in chosen]
+    for row, device in zip(left, gained, strict=True):
+        _exchange(allocation, row, device, deltas)
+    adjust_device_shares(deltas)
+    record_event(
+        allocation.request,
+        actor=None,
+        code=EventCode.DEVICES_REBOUND,
+        message=f"{backend} bound device index(es) {_listed(bound)} on the node where the platform chose "
+        f"{_listed(chosen)}: the allocation follows {backend}.",
+        data={"backend": backend, "chosen": chosen, "bound": bound},
+    )
+    return {"chosen": chosen, "bound": bound, "rebound": True}
+
+
+def _exchange(allocation: Allocation, row: AllocationDevice, device: Device, deltas: dict[int, int]) -> None:
+    """Move our binding `row` onto `device`, and whoever else the books put on `device` onto the one we leave."""
+    left = row.device_id
+    for other in (
+        AllocationDevice.objects.select_for_update()
+        .filter(device=device, allocation__state=AllocationState.ACTIVE)
+        .exclude(allocation=allocation)
+    ):
+        other.device_id = left
+        other.save(update_fields=["device"])
+        deltas[device.pk] -= other.milli
+        deltas[left] += other.milli
+    row.device = device
+    row.save(update_fields=["device"])
+    deltas[left] -= row.milli
+    deltas[device.pk] += row.milli
+
+
+def _listed(indexes: list[int]) -> str:
+    return ", ".join(str(index) for index in indexes)
 
 
 def allocation_details(request) -> dict | None:

@@ -3,6 +3,7 @@ from django.db import connection
 from rest_framework.test import APIClient
 
 from tests import factories
+from tests.slurm_cluster import SlurmClusterError, running_cluster
 
 
 @pytest.fixture(autouse=True, scope="session")
@@ -45,3 +46,32 @@ def console(client, operator):
     """The Django test client signed in to the operator console."""
     client.force_login(operator)
     return client
+
+
+@pytest.fixture(scope="session")
+def slurm_cluster():
+    """A real Slurm cluster (tests/slurm_cluster.py) shared by the session: 3 idle nodes with gpu:a100:2 each,
+    slurmrestd with a JWT. A missing part fails the test that asked for it (`make slurm` installs the parts)."""
+    try:
+        with running_cluster() as cluster:
+            yield cluster
+    except SlurmClusterError as error:
+        pytest.fail(str(error), pytrace=False)
+
+
+@pytest.fixture
+def slurm(slurm_cluster):
+    """The session's Slurm cluster, with every job cancelled and every node resumed after the test."""
+    yield slurm_cluster
+    slurm_cluster.reset()
+
+
+@pytest.fixture
+def slurm_settings(settings, slurm):
+    """Django settings pointed at the session's Slurm cluster (REST URL, user, JWT, SLURM_CONF for scontrol)."""
+    settings.SLURM_REST_URL = slurm.rest_url
+    settings.SLURM_USER_NAME = slurm.user_name
+    settings.SLURM_JWT = slurm.token
+    settings.SLURM_JWT_FILE = ""
+    settings.SLURM_CONF = str(slurm.slurm_conf)
+    return slurm

@@ -14,6 +14,7 @@ Two families of operations:
 """
 
 from abc import ABC, abstractmethod
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 
@@ -24,14 +25,14 @@ class Target:
     run_id: int
     request_id: int
     node: str
-    devices: tuple[dict, ...]  # {index, uuid, model, milli}
+    devices: tuple[dict, ...]  # {index, uuid, model, model_slug, milli}
     snapshot: dict
     bmc_address: str = ""
     bmc_credentials_ref: str = ""
     inventory: dict = field(default_factory=dict)  # what the platform believes: cpu_cores, memory_gb, accelerators
     attempt: int = 1
     backend: str = "simulated"  # the node's execution backend, which picked the host driver
-    allocation_id: int = 0  # the allocation the run belongs to: a backend labels what it starts with it
+    allocation_id: int = 0  # one request can hold several allocations over its life (preemption, retry)
     requester: str = ""  # the requester's username, the account a workspace gives them
 
 
@@ -44,11 +45,22 @@ class StepError(Exception):
 
 
 class StepPending(Exception):
-    """Not done yet (a power transition, an installer): ask again after `retry_after` seconds."""
+    """Not done yet (a power transition, an installer): ask again after `retry_after` seconds. `reason` is why the
+    backend holds the work back ({code, message, details}, e.g. Slurm keeping a job pending), for the request."""
 
-    def __init__(self, message: str, *, retry_after: float):
+    def __init__(self, message: str, *, retry_after: float, reason: dict | None = None):
         super().__init__(message)
-        self.message, self.retry_after = message, retry_after
+        self.message, self.retry_after, self.reason = message, retry_after, reason
+
+
+@dataclass(frozen=True)
+class WorkloadEnd:
+    """How a workload ended by itself, as its backend tells it."""
+
+    state: str  # the backend's own word, e.g. Slurm's COMPLETED, FAILED, TIMEOUT, NODE_FAIL, CANCELLED
+    failed: bool  # the request fails (exit code, node failure) rather than being released
+    message: str  # a sentence for the timeline, with the backend's reason and exit code
+    details: dict = field(default_factory=dict)
 
 
 class BmcDriver(ABC):
@@ -106,6 +118,12 @@ class WorkloadDriver(ABC):
     @abstractmethod
     def stop_workload(self, target: Target) -> dict:
         """Stop and remove the workload (no-op when it is gone)."""
+
+    def ended_workloads(self, targets: Iterable[Target]) -> dict[int, WorkloadEnd]:
+        """The reconciler's question: which of these running workloads (by allocation id) have ended by themselves,
+        and how. A backend whose workloads never end on their own (the simulated one) has none. Raises StepError
+        when the backend cannot be asked, so nothing is reclaimed on a guess."""
+        return {}
 
 
 class InBandDriver(ABC):

@@ -26,13 +26,15 @@ import secrets
 import shutil
 import socket
 import subprocess
+from collections import defaultdict
+from collections.abc import Iterable
 from contextlib import contextmanager
 from pathlib import Path
 
 import httpx
 from django.conf import settings
 
-from provisioning.drivers.base import StepError, StepPending, Target, WorkloadDriver
+from provisioning.drivers.base import StepError, StepPending, Target, WorkloadDriver, WorkloadEnd
 
 logger = logging.getLogger(__name__)
 
@@ -394,21 +396,42 @@ class ContainerWorkloads(WorkloadDriver):
             removed.append(container["Names"][0])
         return {"workload": container_name(target), "removed": removed, "stopped": bool(removed)}
 
-    def ended_workloads(self, node: str, allocation_ids: set[int]) -> dict[int, dict]:
-        """Of these allocations' containers on the node, those that are no longer running: {allocation id:
-        {state, exit_code}}, exit_code None for a container that is gone."""
-        running_or_not = {
-            int(container["Labels"][ALLOCATION_LABEL]): container
-            for container in Podman.of(node).containers(ALLOCATION_LABEL)
-        }
+    def ended_workloads(self, targets: Iterable[Target]) -> dict[int, WorkloadEnd]:
+        """Of these workspaces, those whose container is no longer running, by allocation id: exit code 0 is a
+        release, any other code (or a container removed outside the platform) a failure."""
+        by_node = defaultdict(list)
+        for target in targets:
+            by_node[target.node].append(target)
         ended = {}
-        for allocation_id in allocation_ids:
-            container = running_or_not.get(allocation_id)
-            if container is None:
-                ended[allocation_id] = {"state": "gone", "exit_code": None}
-            elif container["State"] in ENDED_STATES:
-                ended[allocation_id] = {"state": container["State"], "exit_code": container["ExitCode"]}
+        for node, node_targets in by_node.items():
+            containers = {
+                int(container["Labels"][ALLOCATION_LABEL]): container
+                for container in Podman.of(node).containers(ALLOCATION_LABEL)
+            }
+            for target in node_targets:
+                end = _end_of(node, containers.get(target.allocation_id))
+                if end is not None:
+                    ended[target.allocation_id] = end
         return ended
+
+
+def _end_of(node: str, container: dict | None) -> WorkloadEnd | None:
+    if container is None:
+        return WorkloadEnd(
+            state="gone",
+            failed=True,
+            message=f"The workspace container on {node} is gone (removed outside the platform)",
+            details={"node": node, "exit_code": None},
+        )
+    if container["State"] not in ENDED_STATES:
+        return None
+    code = container["ExitCode"]
+    return WorkloadEnd(
+        state=container["State"],
+        failed=code != 0,
+        message=f"The workspace container on {node} exited by itself with code {code}",
+        details={"node": node, "exit_code": code, "container": container["Names"][0]},
+    )
 
 
 def _published_ports(container: dict) -> dict[str, int]:

@@ -11,7 +11,7 @@ TASKS = {
     "scheduling.tasks.reclaim_allocations",
     "provisioning.tasks.resume_due_steps",
     "provisioning.tasks.check_replicas",
-    "provisioning.tasks.reconcile_containers",
+    "provisioning.tasks.reconcile_workloads",
     "requests.tasks.remind_pending_approvals",
     "metering.tasks.collect_telemetry",
     "metering.tasks.refresh_usage",

@@ -10,9 +10,9 @@ import pytest
 from catalog.demo import seed_catalog, workspace_schema
 from provisioning import engine
 from provisioning.choices import RunKind, RunState
-from provisioning.container_reconcile import containers_reconcile
 from provisioning.drivers.container import ContainerWorkloads, Podman
 from provisioning.models import ProvisioningRun, ProvisioningStep
+from provisioning.reconcile import workloads_reconcile
 from requests import services as request_services
 from requests.choices import RequestState
 from requests.orders import Order
@@ -130,15 +130,15 @@ def test_a_container_that_exits_by_itself_fails_the_request_with_its_code_and_fr
     request = workspace.order(jupyter=False)
     name = _delivered(request)["workload"]
     _end_from_inside(workspace, name, "QUIT")  # sshd ends with 255 on SIGQUIT
-    assert run_on_commit(containers_reconcile) == {"failed": [request.pk]}
+    assert run_on_commit(workloads_reconcile) == {request.pk: "failed"}
     request.refresh_from_db()
     assert request.state == RequestState.FAILED
     failure = request.events.get(code="failed").data["failure"]
-    assert failure["code"] == "workload_ended" and failure["details"]["exit_code"] == 255
+    assert failure["code"] == "workload_failed" and failure["details"]["exit_code"] == 255
     assert ProvisioningRun.objects.get(request=request, kind=RunKind.CLEANUP).state == RunState.SUCCEEDED
     assert workspace.podman.inspect(name) is None
     assert set(Device.objects.values_list("allocated_milli", flat=True)) == {0}
-    assert run_on_commit(containers_reconcile) == {}  # nothing left to reconcile
+    assert run_on_commit(workloads_reconcile) == {}  # nothing left to reconcile
 
 
 def test_a_container_that_ends_with_code_0_releases_the_request(workspace, run_on_commit):
@@ -146,7 +146,7 @@ def test_a_container_that_ends_with_code_0_releases_the_request(workspace, run_o
     name = _delivered(request)["workload"]
     _end_from_inside(workspace, name, "TERM")  # sshd ends cleanly, with 0, on SIGTERM
     assert workspace.podman.inspect(name)["State"]["ExitCode"] == 0
-    assert run_on_commit(containers_reconcile) == {"released": [request.pk]}
+    assert run_on_commit(workloads_reconcile) == {request.pk: "released"}
     request.refresh_from_db()
     assert request.state == RequestState.RELEASED
     assert "exited by itself with code 0" in request.events.get(code="releasing").message

@@ -24,6 +24,8 @@ from django.conf import settings
 from django.core.management.base import BaseCommand
 from django.utils import timezone
 
+from config.env import database_url
+
 BODY = {
     "model": "bench-model",
     "messages": [{"role": "user", "content": "Summarise the quarterly GPU usage."}],
@@ -238,16 +240,9 @@ def _gateway_command(port: int) -> list[str]:
 
 def _gateway_env() -> dict:
     """The gateway processes use this process's database (a test run's test database included)."""
-    database = settings.DATABASES["default"]
-    credentials = database["USER"] + (f":{database['PASSWORD']}" if database.get("PASSWORD") else "")
-    url = (
-        f"sqlite:///{database['NAME']}"
-        if database["ENGINE"].endswith("sqlite3")
-        else f"postgres://{credentials}@{database['HOST'] or '127.0.0.1'}:{database['PORT'] or 5432}/{database['NAME']}"
-    )
     return {
         **os.environ,
-        "DATABASE_URL": url,
+        "DATABASE_URL": database_url(settings.DATABASES["default"]),
         "DEBUG": "0",
         "SECRET_KEY": os.environ.get("SECRET_KEY", "bench-only"),
         "ALLOWED_HOSTS": "127.0.0.1,localhost",

@@ -127,12 +127,13 @@ def queue_requests(count: int, seed: int) -> int:
     service.specs.set([spec for spec, _ in specs])
     rng = random.Random(seed)
     chosen = rng.choices([spec for spec, _ in specs], weights=[weight for _, weight in specs], k=count)
-    rows = [_request(spec, project, requester, service, image) for spec in chosen]
+    rows = [queued_request(spec, project, requester, service, image) for spec in chosen]
     ResourceRequest.objects.bulk_create(rows, batch_size=2000)
     return ResourceRequest.objects.filter(project=project, state=RequestState.QUEUED).count()
 
 
-def _request(spec, project, requester, service, image) -> ResourceRequest:
+def queued_request(spec, project, requester, service, image) -> ResourceRequest:
+    """An approved, queued request for the spec, with the snapshot submission would have frozen (not saved)."""
     request = ResourceRequest(
         tenant_id=project.tenant_id,
         project=project,

@@ -1,0 +1,378 @@
+"""The `slurm` execution backend: a compute order runs as a Slurm batch job, submitted through slurmrestd (REST API
+v0.0.38, JWT; the client is scheduling/slurm/api.py).
+
+How a job uses the approved image: Slurm runs a batch script on a node, not an image, and the nodes of a Slurm
+pool carry their site's software stack (OS, driver, CUDA runtime), which the image catalog entry names. So the
+job runs the image's contract on the node: its environment (`configuration.env`) plus CC_IMAGE /
+CC_IMAGE_REFERENCE, and its command (`configuration.command`) when the image has one; an image without a command
+is an interactive workspace, whose job holds the allocation until its time limit while the developer attaches
+with `srun --jobid=<id> --pty bash`.
+
+The platform chose the node and the devices; the job is pinned to that node (`nodelist`) with the GPU type and
+count (`gres`), the order's CPUs and memory, and a time limit equal to the approved duration. Inside the node
+Slurm binds the GPU indexes itself (`gres_detail`): readiness reports them, and the allocation follows Slurm.
+
+Idempotent by name: the job is named after the request and its comment names the allocation, so a retried step
+finds the job it already submitted; two workers submitting at once take turns on a per-request database lock
+(PostgreSQL advisory lock; the SQLite demo serialises writers anyway) and the second finds the first one's job.
+"""
+
+import hashlib
+import re
+import threading
+from collections.abc import Iterable
+from contextlib import contextmanager
+
+from django.conf import settings
+from django.db import connection, transaction
+
+from provisioning.drivers.base import StepError, StepPending, Target, WorkloadDriver, WorkloadEnd
+from scheduling.slurm.api import SlurmApi, SlurmApiError, SlurmNotFound, configured_token
+
+# Slurm job states (squeue(1) "JOB STATE CODES") as slurmrestd v0.0.38 spells them.
+WAITING_STATES = frozenset({"PENDING", "CONFIGURING", "REQUEUED", "RESIZING", "SUSPENDED"})
+RUNNING = "RUNNING"
+ENDING = "COMPLETING"  # the job is over but its processes are still being cleaned up; its final state follows
+ENDED_WELL = {
+    "COMPLETED": "completed",
+    "CANCELLED": "was cancelled outside the platform",
+    "TIMEOUT": "reached its time limit (the approved duration)",
+}
+ENDED_BADLY = {
+    "FAILED": "failed",
+    "NODE_FAIL": "ended because its node failed",
+    "OUT_OF_MEMORY": "ran out of memory",
+    "BOOT_FAIL": "could not boot its node",
+    "DEADLINE": "missed its deadline",
+    "PREEMPTED": "was preempted by Slurm",
+}
+# Why Slurm keeps a job pending (squeue(1) "JOB REASON CODES"), onto the platform's queue reason codes.
+PENDING_REASONS = {
+    "Resources": "capacity_in_use",
+    "Priority": "higher_priority_ahead",
+    "ReqNodeNotAvail": "insufficient_healthy_capacity",
+    "NodeDown": "insufficient_healthy_capacity",
+    "PartitionDown": "insufficient_healthy_capacity",
+    "PartitionInactive": "insufficient_healthy_capacity",
+    "BadConstraints": "no_matching_spec",
+    "PartitionConfig": "no_matching_spec",
+    "PartitionNodeLimit": "no_matching_spec",
+    "PartitionTimeLimit": "no_matching_spec",
+    "InvalidQOS": "no_matching_spec",
+}
+BACKEND_HOLD = "backend_hold"  # any other reason: a hold, a QOS or association limit, a dependency, a begin time
+POLL_SECONDS = 0.5
+SUBMIT_LOCK_NAMESPACE = 0x534C  # "SL": advisory locks of Slurm submissions, keyed by request id
+HOLD_COMMAND = "exec sleep infinity"
+
+
+def job_name(request_id: int) -> str:
+    return f"cc-request-{request_id}"
+
+
+def job_comment(target: Target) -> str:
+    return f"compute-catalog request {target.request_id} allocation {target.allocation_id}"
+
+
+def attach_command(job_id: int) -> str:
+    return f"srun --jobid={job_id} --pty bash"
+
+
+def gpu_indexes(gres_detail: list[str]) -> list[int]:
+    """The GPU indexes in Slurm's gres_detail, e.g. ["gpu:a100:2(IDX:0,2-3)"] -> [0, 2, 3]."""
+    indexes = []
+    for entry in gres_detail or []:
+        match = re.search(r"\(IDX:([0-9,\-]+)\)", entry)
+        for part in match.group(1).split(",") if match else []:
+            first, _, last = part.partition("-")
+            indexes += range(int(first), int(last or first) + 1)
+    return sorted(indexes)
+
+
+def exit_status(job: dict) -> tuple[int | None, int | None]:
+    """(exit code, signal) from Slurm's exit_code, a wait(2) status as slurmctld keeps it."""
+    raw = job.get("exit_code")
+    if not isinstance(raw, int):
+        return None, None
+    return (raw >> 8) & 0xFF, raw & 0x7F
+
+
+_clients: dict[tuple, SlurmApi] = {}
+_clients_lock = threading.Lock()
+
+
+def shared_api() -> SlurmApi:
+    """One client per worker process and configuration, shared by its threads: building one costs tens of
+    milliseconds (its TLS context), and its keep-alive connections save a handshake per call. A changed setting or a
+    rotated token (SLURM_JWT_FILE is read on every use) replaces it."""
+    key = (settings.SLURM_REST_URL, settings.SLURM_USER_NAME, configured_token(), settings.SLURM_TIMEOUT_SECONDS)
+    with _clients_lock:
+        api = _clients.get(key)
+        if api is None:
+            for replaced in _clients.values():
+                replaced.close()
+            _clients.clear()
+            url, user_name, token, timeout = key
+            api = _clients[key] = SlurmApi(url=url, user_name=user_name, token=token, timeout=timeout)
+        return api
+
+
+class SlurmWorkloads(WorkloadDriver):
+    name = "slurm"
+
+    @contextmanager
+    def _api(self):
+        try:
+            yield shared_api()
+        except SlurmApiError as error:
+            raise StepError(
+                "slurm_unavailable" if error.retryable else "slurm_refused",
+                str(error),
+                retryable=error.retryable,
+                details={"errors": error.errors},
+            ) from error
+
+    # --- Image ---------------------------------------------------------------------------------------------------
+
+    def prepare_image(self, target: Target, image: dict) -> dict:
+        """Nothing to pull: check that Slurm knows the chosen node, and record what the job will run."""
+        with self._api() as api:
+            try:
+                node = api.node(target.node)
+            except SlurmNotFound as unknown:
+                raise StepError(
+                    "slurm_node_unknown",
+                    f"Slurm has no node {target.node!r}; the inventory and the cluster disagree.",
+                    retryable=False,
+                    details={"isolate": True},
+                ) from unknown
+        script = batch_script(target, image)
+        return {
+            "image": f"{image['name']}:{image['version']}",
+            "reference": image["reference"],
+            "runs": "the image's command" if image_command(image) else "an interactive allocation (no command)",
+            "script_sha256": hashlib.sha256(script.encode()).hexdigest(),
+            "slurm_node_state": node.get("state"),
+        }
+
+    # --- Run -----------------------------------------------------------------------------------------------------
+
+    def start_workload(self, target: Target, image: dict) -> dict:
+        with self._api() as api, _submission_lock(target.request_id):
+            job = _live_job(api, target)
+            submitted = job is None
+            if submitted:
+                job_id = api.submit_job(batch_script(target, image), job_properties(target, image))["job_id"]
+                job = _job_or_none(api, job_id) or {"job_id": job_id, "job_state": "PENDING"}
+        return {
+            "workload": f"slurm job {job['job_id']}",
+            "job_id": job["job_id"],
+            "submitted": submitted,
+            "host": target.node,
+            "ports": {},
+            "job_state": job.get("job_state"),
+            "output": output_path(target, job["job_id"]),
+        }
+
+    def workload_ready(self, target: Target) -> dict:
+        with self._api() as api:
+            job = _latest_job(api.jobs(), target)
+        if job is None:
+            raise StepError("slurm_job_missing", f"Slurm has no job for request #{target.request_id}.", retryable=False)
+        state = job.get("job_state")
+        if state in WAITING_STATES:
+            reason = pending_reason(job)
+            raise StepPending(
+                f"Slurm keeps job {job['job_id']} {state.lower()}: {job.get('state_reason') or 'not scheduled yet'}.",
+                retry_after=POLL_SECONDS,
+                reason=reason,
+            )
+        if state != RUNNING:
+            ended = workload_end(job)
+            raise StepError(
+                "slurm_job_ended", f"{ended.message} before it was ready.", retryable=False, details=ended.details
+            )
+        return {
+            "ready": True,
+            "job_id": job["job_id"],
+            "node": job.get("nodes"),
+            "partition": job.get("partition"),
+            "gres": job.get("tres_per_node"),
+            "bound_indexes": gpu_indexes(job.get("gres_detail")),
+            "output": output_path(target, job["job_id"]),
+            "access": {"attach": attach_command(job["job_id"])},
+        }
+
+    def stop_workload(self, target: Target) -> dict:
+        cancelled = []
+        with self._api() as api:
+            for job in _jobs_of(api.jobs(), target):
+                if job.get("job_state") in WAITING_STATES | {RUNNING}:
+                    try:
+                        api.cancel_job(job["job_id"])
+                    except SlurmNotFound:  # it ended meanwhile
+                        continue
+                    cancelled.append(job["job_id"])
+        return {"cancelled": cancelled, "stopped": True}
+
+    # --- End -----------------------------------------------------------------------------------------------------
+
+    def ended_workloads(self, targets: Iterable[Target]) -> dict[int, WorkloadEnd]:
+        """One look at Slurm's job list for all of them; a job Slurm no longer knows has ended too."""
+        with self._api() as api:
+            jobs = api.jobs()
+        ended = {}
+        for target in targets:
+            job = _latest_job(jobs, target)
+            if job is None:
+                ended[target.allocation_id] = WorkloadEnd(
+                    state="MISSING",
+                    failed=False,
+                    message=f"Slurm no longer knows a job for request #{target.request_id}",
+                    details={"backend": "slurm"},
+                )
+            elif job.get("job_state") not in WAITING_STATES | {RUNNING, ENDING}:
+                ended[target.allocation_id] = workload_end(job)
+        return ended
+
+
+# --- The job ---------------------------------------------------------------------------------------------------
+
+
+def image_command(image: dict) -> str:
+    return (image.get("configuration") or {}).get("command") or ""
+
+
+def batch_script(target: Target, image: dict) -> str:
+    """The script Slurm runs on the node: it names what runs, then runs the image's command or holds the
+    allocation for attaching."""
+    label = f"{image['name']}:{image['version']}"
+    return "\n".join(
+        [
+            "#!/bin/sh",
+            f"# compute-catalog request {target.request_id}: {label} ({image['reference']})",
+            f'echo "request {target.request_id} ({label}) on $(hostname): Slurm job $SLURM_JOB_ID,'
+            ' GPUs ${SLURM_JOB_GPUS:-${CUDA_VISIBLE_DEVICES:-none}}"',
+            image_command(image) or HOLD_COMMAND,
+            "",
+        ]
+    )
+
+
+def job_properties(target: Target, image: dict) -> dict:
+    if any(device["milli"] < 1000 for device in target.devices):
+        raise StepError(
+            "slurm_slices_unsupported",
+            "Slurm binds whole GPUs here (no MPS or shard GRES is configured): a slice cannot run as a Slurm job.",
+            retryable=False,
+        )
+    demand, snapshot = target.snapshot["demand"], target.snapshot
+    environment = {
+        "PATH": "/usr/local/bin:/usr/bin:/bin",
+        **{str(key): str(value) for key, value in ((image.get("configuration") or {}).get("env") or {}).items()},
+        "CC_REQUEST_ID": str(target.request_id),
+        "CC_IMAGE": f"{image['name']}:{image['version']}",
+        "CC_IMAGE_REFERENCE": image["reference"],
+    }
+    job = {
+        "name": job_name(target.request_id),
+        "comment": job_comment(target),
+        "nodes": "1",
+        "nodelist": target.node,
+        "gres": gres(target),
+        "tasks": 1,
+        "cpus_per_task": max(1, int(demand["cpu_cores"])),
+        "memory_per_node": int(demand["memory_gb"]) * 1024,
+        "time_limit": int(snapshot["duration_hours"]) * 60,
+        "current_working_directory": settings.SLURM_JOB_DIRECTORY,
+        "standard_output": output_path(target, "%j"),
+        "environment": environment,
+    }
+    if settings.SLURM_PARTITION:
+        job["partition"] = settings.SLURM_PARTITION
+    return job
+
+
+def gres(target: Target) -> str:
+    """gpu:<type>:<count>; the type is the accelerator model's slug, as the Slurm inventory import names it."""
+    types = sorted({device["model_slug"] for device in target.devices})
+    if len(types) != 1:
+        raise StepError(
+            "slurm_gres_ambiguous", f"The allocation's devices are not of one GPU type: {types}.", retryable=False
+        )
+    return f"gpu:{types[0]}:{len(target.devices)}"
+
+
+def output_path(target: Target, job_id) -> str:
+    return f"{settings.SLURM_JOB_DIRECTORY.rstrip('/')}/{job_name(target.request_id)}-{job_id}.out"
+
+
+def pending_reason(job: dict) -> dict | None:
+    """Slurm's reason for keeping the job pending, as a platform reason ({code, message, details}) that keeps
+    Slurm's own word and text; None while Slurm has not looked at the job yet."""
+    slurm_reason = job.get("state_reason") or "None"
+    if slurm_reason == "None":
+        return None
+    code = PENDING_REASONS.get(slurm_reason, BACKEND_HOLD)
+    text = job.get("state_description") or slurm_reason
+    return {
+        "code": code,
+        "message": f"Slurm keeps job {job['job_id']} pending on {job.get('nodes') or job.get('required_nodes')}: "
+        f"{text}.",
+        "details": {"backend": "slurm", "job_id": job["job_id"], "slurm_reason": slurm_reason},
+    }
+
+
+def workload_end(job: dict) -> WorkloadEnd:
+    state = job.get("job_state") or "UNKNOWN"
+    exit_code, signal = exit_status(job)
+    reason = job.get("state_reason") or "None"
+    how = ENDED_WELL.get(state) or ENDED_BADLY.get(state) or f"ended {state}"
+    parts = [f"exit code {exit_code}" if exit_code is not None else None, f"signal {signal}" if signal else None]
+    parts.append(f"Slurm's reason: {reason}" if reason != "None" else None)
+    said = ", ".join(part for part in parts if part)
+    return WorkloadEnd(
+        state=state,
+        failed=state not in ENDED_WELL,
+        message=f"Slurm job {job['job_id']} {how}" + (f" ({said})" if said else ""),
+        details={
+            "backend": "slurm",
+            "job_id": job["job_id"],
+            "job_state": state,
+            "exit_code": exit_code,
+            "signal": signal,
+            "slurm_reason": reason,
+        },
+    )
+
+
+def _jobs_of(jobs: list[dict], target: Target) -> list[dict]:
+    name, comment = job_name(target.request_id), job_comment(target)
+    return [job for job in jobs if job.get("name") == name and job.get("comment") == comment]
+
+
+def _latest_job(jobs: list[dict], target: Target) -> dict | None:
+    return max(_jobs_of(jobs, target), key=lambda job: job["job_id"], default=None)
+
+
+def _live_job(api: SlurmApi, target: Target) -> dict | None:
+    """The job an earlier attempt submitted for this allocation and Slurm still runs or holds."""
+    live = [job for job in _jobs_of(api.jobs(), target) if job.get("job_state") in WAITING_STATES | {RUNNING}]
+    return max(live, key=lambda job: job["job_id"], default=None)
+
+
+def _job_or_none(api: SlurmApi, job_id: int) -> dict | None:
+    try:
+        return api.job(job_id)
+    except SlurmNotFound:
+        return None
+
+
+@contextmanager
+def _submission_lock(request_id: int):
+    """Held from the look-up to the submission, so that of two workers the second finds the first one's job."""
+    with transaction.atomic():
+        if connection.vendor == "postgresql":
+            with connection.cursor() as cursor:
+                cursor.execute("SELECT pg_advisory_xact_lock(%s, %s)", [SUBMIT_LOCK_NAMESPACE, request_id])
+        yield

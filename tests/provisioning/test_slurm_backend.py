@@ -1,0 +1,324 @@
+"""The `slurm` execution backend against the real local Slurm cluster (tests/slurm_cluster.py): compute orders run as
+Slurm jobs pinned to the node the platform chose, Slurm's GPU binding and pending reasons reach the record, release
+cancels the job, jobs that end by themselves are reconciled, and a controller outage fails clearly."""
+
+import threading
+import time
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+from django.db import connection
+
+from catalog.models import Vendor
+from provisioning import engine
+from provisioning.choices import RunKind, RunState
+from provisioning.drivers.base import Target
+from provisioning.drivers.slurm import SlurmWorkloads, job_name
+from provisioning.models import ProvisioningRun
+from provisioning.reconcile import workloads_reconcile
+from requests import services as request_services
+from requests.choices import EventCode, RequestState
+from requests.orders import Order
+from scheduling import cycle
+from scheduling.choices import AllocationState, ExecutionBackend
+from scheduling.models import Allocation, AllocationDevice, Device
+from scheduling.slurm.api import SlurmApi
+from tests import factories
+from tests.provisioning.conftest import add_node
+
+pytestmark = pytest.mark.django_db
+
+FAILING_COMMAND = "sleep 2; exit 3"
+
+
+@pytest.fixture
+def on_slurm(settings, slurm_settings):
+    """The platform pointed at the session's cluster; jobs write their output where the REST user may write."""
+    slurm = slurm_settings
+    settings.SLURM_JOB_DIRECTORY = str(slurm.job_dir)
+    settings.SLURM_PARTITION = slurm.partition
+    with SlurmApi.from_settings() as api:
+        yield SimpleNamespace(cluster=slurm, api=api)
+
+
+@pytest.fixture
+def slurm_compute(on_slurm, team, run_on_commit):
+    """A one-GPU compute service whose only node is the cluster's first (2 x a100), and an order helper."""
+    nvidia = Vendor.objects.get(slug="nvidia")
+    cluster = on_slurm.cluster
+    accelerator = factories.AcceleratorModelFactory(vendor=nvidia, slug=cluster.node_shape.gpu_type, name="A100 80GB")
+    spec = factories.ResourceSpecFactory(
+        accelerator_models=[accelerator], accelerator_count=1, cpu_cores=2, memory_gb=4
+    )
+    workspace = factories.ImageFactory(compatible_vendors=[nvidia], configuration={"env": {"NCCL_DEBUG": "WARN"}})
+    batch = factories.ImageFactory(compatible_vendors=[nvidia], configuration={"command": FAILING_COMMAND})
+    service = factories.ServiceFactory(specs=[spec], images=[workspace, batch])
+    node = add_node(
+        accelerator,
+        name=cluster.node_names[0],
+        cards=cluster.node_shape.gpus,
+        cpu_cores=cluster.node_shape.cpus,
+        memory_gb=cluster.node_shape.real_memory_mib // 1024,
+        execution_backend=ExecutionBackend.SLURM,
+    )
+
+    def order(image=workspace):
+        request = run_on_commit(
+            request_services.request_submit,
+            order=Order(service=service, project=team.project, duration_hours=1, spec=spec, image=image),
+            requester=team.developer,
+        )
+        run_on_commit(cycle.run_cycle)
+        request.refresh_from_db()
+        return request
+
+    return SimpleNamespace(
+        order=order, node=node, api=on_slurm.api, cluster=cluster, batch=batch, team=team, run_on_commit=run_on_commit
+    )
+
+
+def delivered(request) -> dict:
+    return ProvisioningRun.objects.get(request=request, kind=RunKind.PROVISION).delivered
+
+
+def eventually(check, seconds: float = 20.0, every: float = 0.2):
+    deadline = time.monotonic() + seconds
+    while not (result := check()):
+        assert time.monotonic() < deadline, f"not within {seconds} s"
+        time.sleep(every)
+    return result
+
+
+def job_state(api: SlurmApi, job_id: int) -> str:
+    return api.job(job_id)["job_state"]
+
+
+def outside_job(api: SlurmApi, cluster, node: str, gpus: int) -> int:
+    """A job someone submitted to Slurm directly, behind the platform's back, holding GPUs of the node."""
+    answer = api.submit_job(
+        "#!/bin/sh\nexec sleep infinity\n",
+        {
+            "name": "outside-the-platform",
+            "nodes": "1",
+            "nodelist": node,
+            "gres": f"gpu:{cluster.node_shape.gpu_type}:{gpus}",
+            "cpus_per_task": 1,
+            "memory_per_node": 256,
+            "time_limit": 10,
+            "current_working_directory": str(cluster.job_dir),
+            "environment": {"PATH": "/usr/bin:/bin"},
+        },
+    )
+    eventually(lambda: job_state(api, answer["job_id"]) == "RUNNING")
+    return answer["job_id"]
+
+
+def resumed_until(check, seconds: float = 30.0):
+    """What the minute sweeper does, sooner: hand due steps to a worker until `check()` holds; returns its value."""
+
+    def done():
+        result = check()
+        if not result:
+            engine.steps_resume_due()
+        return result
+
+    return eventually(done, seconds, every=0.3)
+
+
+def in_state(request, state: str) -> bool:
+    request.refresh_from_db()
+    return request.state == state
+
+
+def finished(run: ProvisioningRun) -> bool:
+    run.refresh_from_db()
+    return run.state != RunState.RUNNING
+
+
+def test_a_compute_order_runs_as_a_slurm_job_on_the_chosen_node_and_release_cancels_it(slurm_compute):
+    request = slurm_compute.order()
+
+    assert request.state == RequestState.ACTIVE
+    access = delivered(request)
+    job = slurm_compute.api.job(access["job_id"])
+    assert job["job_state"] == "RUNNING"
+    assert (job["name"], job["nodes"], job["tres_per_node"]) == (
+        job_name(request.pk),
+        slurm_compute.node.name,
+        "gres:gpu:a100:1",
+    )
+    assert (job["cpus"], job["memory_per_node"], job["time_limit"]) == (2, 4096, 60)
+    assert (access["node"], access["partition"], access["backend"]) == (slurm_compute.node.name, "gpu", "slurm")
+    assert access["access"] == {"attach": f"srun --jobid={job['job_id']} --pty bash"}
+    assert access["output"] == f"{slurm_compute.cluster.job_dir}/cc-request-{request.pk}-{job['job_id']}.out"
+    bound = job["gres_detail"][0]
+    assert [device["index"] for device in access["devices"]] == [int(bound.split("IDX:")[1].rstrip(")"))]
+    output = eventually(lambda: Path(access["output"]).exists() and Path(access["output"]).read_text())
+    assert f"request {request.pk}" in output and f"Slurm job {job['job_id']}" in output
+
+    slurm_compute.run_on_commit(
+        request_services.request_release, request=request, actor=request.requester, reason="done"
+    )
+
+    request.refresh_from_db()
+    assert request.state == RequestState.RELEASED
+    assert eventually(lambda: job_state(slurm_compute.api, job["job_id"]) == "CANCELLED")
+    assert Allocation.objects.get(request=request).state == AllocationState.RELEASED
+    assert not Device.objects.filter(node=slurm_compute.node, allocated_milli__gt=0).exists()
+
+
+def test_the_allocation_follows_the_gpu_index_slurm_bound(slurm_compute):
+    # Slurm gives GPU 0 to a job it got directly; the platform, which does not know that job, chooses GPU 0 too.
+    outside_job(slurm_compute.api, slurm_compute.cluster, slurm_compute.node.name, gpus=1)
+
+    request = slurm_compute.order()
+
+    assert request.state == RequestState.ACTIVE
+    assert slurm_compute.api.job(delivered(request)["job_id"])["gres_detail"] == ["gpu:a100:1(IDX:1)"]
+    binding = AllocationDevice.objects.get(allocation__request=request)
+    assert binding.device.index == 1
+    assert dict(Device.objects.filter(node=slurm_compute.node).values_list("index", "allocated_milli")) == {
+        0: 0,
+        1: 1000,
+    }
+    note = request.events.get(code=EventCode.DEVICES_REBOUND)
+    assert note.data == {"backend": "slurm", "chosen": [0], "bound": [1]}
+    assert [device["index"] for device in delivered(request)["devices"]] == [1]
+
+
+def test_a_job_slurm_keeps_pending_shows_slurms_reason_until_it_runs(slurm_compute, settings):
+    settings.PROVISIONING_INLINE_WAIT_SECONDS = 0  # the readiness poll goes back to the sweeper between checks
+    blocker = outside_job(slurm_compute.api, slurm_compute.cluster, slurm_compute.node.name, gpus=2)
+
+    request = slurm_compute.order()
+
+    assert request.state == RequestState.PROVISIONING
+    waiting = resumed_until(lambda: request.events.filter(code=EventCode.QUEUE_REASON).first())
+    assert waiting.data["code"] == "capacity_in_use"
+    assert waiting.data["details"]["slurm_reason"] == "Resources"
+    assert "Resources" in waiting.message and slurm_compute.node.name in waiting.message
+
+    slurm_compute.cluster.scancel(str(blocker))
+    resumed_until(lambda: in_state(request, RequestState.ACTIVE))
+
+    assert job_state(slurm_compute.api, delivered(request)["job_id"]) == "RUNNING"
+    assert request.events.filter(code=EventCode.QUEUE_REASON).count() == 1  # repeated polls add no notes
+
+
+def test_slurmctld_stopped_mid_run_gives_retries_then_a_clear_failure_with_cleanup(slurm_compute, settings):
+    settings.PROVISIONING_INLINE_WAIT_SECONDS = 0
+    settings.PROVISIONING_MAX_ATTEMPTS = 3
+    settings.SLURM_TIMEOUT_SECONDS = 3.0
+    outside_job(slurm_compute.api, slurm_compute.cluster, slurm_compute.node.name, gpus=2)
+    request = slurm_compute.order()
+    assert request.state == RequestState.PROVISIONING  # submitted; Slurm holds it pending
+
+    slurm_compute.cluster.stop_daemon("slurmctld")
+    try:
+        resumed_until(lambda: in_state(request, RequestState.FAILED), seconds=90)
+        cleanup = ProvisioningRun.objects.get(request=request, kind=RunKind.CLEANUP)
+        resumed_until(lambda: finished(cleanup), seconds=90)
+    finally:
+        slurm_compute.cluster.start_daemon("slurmctld")
+
+    run = ProvisioningRun.objects.get(request=request, kind=RunKind.PROVISION)
+    assert (run.failure["step"], run.failure["code"], run.failure["attempts"]) == (
+        "readiness_check",
+        "slurm_unavailable",
+        3,
+    )
+    assert request.events.filter(code=EventCode.PROVISIONING_STEP_FAILED, data__step="readiness_check").count() == 2
+    cleanup.refresh_from_db()
+    assert cleanup.state == RunState.FAILED  # Slurm cannot cancel the job either: the node is isolated for an operator
+    slurm_compute.node.refresh_from_db()
+    assert not slurm_compute.node.schedulable and "stop_workload" in slurm_compute.node.cordon_reason
+    assert Allocation.objects.get(request=request).state == AllocationState.RELEASED
+    assert not Device.objects.filter(node=slurm_compute.node, allocated_milli__gt=0).exists()
+
+
+def test_a_job_cancelled_outside_the_platform_is_reclaimed_with_the_reason(slurm_compute):
+    request = slurm_compute.order()
+    job_id = delivered(request)["job_id"]
+
+    slurm_compute.cluster.scancel(str(job_id))
+    eventually(lambda: job_state(slurm_compute.api, job_id) == "CANCELLED")
+    outcome = slurm_compute.run_on_commit(workloads_reconcile)
+
+    assert outcome == {request.pk: "released"}
+    request.refresh_from_db()
+    assert request.state == RequestState.RELEASED
+    releasing = request.events.get(code=EventCode.RELEASING)
+    assert f"Slurm job {job_id} was cancelled outside the platform" in releasing.message
+    assert Allocation.objects.get(request=request).state == AllocationState.RELEASED
+    assert slurm_compute.run_on_commit(workloads_reconcile) == {}  # settled once
+
+
+def test_a_job_that_exits_non_zero_fails_the_request_with_its_exit_code(slurm_compute):
+    request = slurm_compute.order(image=slurm_compute.batch)
+    assert request.state == RequestState.ACTIVE
+    job_id = delivered(request)["job_id"]
+
+    eventually(lambda: job_state(slurm_compute.api, job_id) == "FAILED")
+    outcome = slurm_compute.run_on_commit(workloads_reconcile)
+
+    assert outcome == {request.pk: "failed"}
+    request.refresh_from_db()
+    assert request.state == RequestState.FAILED
+    failed = request.events.get(code=EventCode.FAILED)
+    assert f"Slurm job {job_id} failed (exit code 3, Slurm's reason: NonZeroExitCode)" in failed.message
+    assert failed.data["failure"]["details"]["exit_code"] == 3
+    cleanup = ProvisioningRun.objects.get(request=request, kind=RunKind.CLEANUP)
+    assert cleanup.state == RunState.SUCCEEDED
+    assert Allocation.objects.get(request=request).state == AllocationState.RELEASED
+    assert not Device.objects.filter(node=slurm_compute.node, allocated_milli__gt=0).exists()
+
+
+def test_the_reconciler_reclaims_nothing_while_slurm_cannot_be_asked(slurm_compute, settings):
+    settings.SLURM_TIMEOUT_SECONDS = 3.0
+    request = slurm_compute.order()
+
+    slurm_compute.cluster.stop_daemon("slurmctld")
+    try:
+        outcome = slurm_compute.run_on_commit(workloads_reconcile)
+    finally:
+        slurm_compute.cluster.start_daemon("slurmctld")
+
+    assert outcome == {request.pk: "backend_unreachable"}
+    request.refresh_from_db()
+    assert request.state == RequestState.ACTIVE
+
+
+@pytest.mark.django_db(transaction=True)
+def test_two_workers_submitting_for_the_same_request_create_one_job(on_slurm):
+    cluster = on_slurm.cluster
+    target = Target(
+        run_id=1,
+        request_id=424242,
+        node=cluster.node_names[2],
+        devices=({"index": 0, "uuid": "GPU-x", "model": "A100", "model_slug": "a100", "milli": 1000},),
+        snapshot={"demand": {"cpu_cores": 1, "memory_gb": 1}, "duration_hours": 1},
+        backend=ExecutionBackend.SLURM,
+        allocation_id=7,
+    )
+    image = {"name": "img", "version": "1", "reference": "registry.test/img:1", "configuration": {}}
+    both_ready = threading.Barrier(2)
+    results = []
+
+    def worker():
+        try:
+            both_ready.wait()
+            results.append(SlurmWorkloads().start_workload(target, image))
+        finally:
+            connection.close()
+
+    threads = [threading.Thread(target=worker) for _ in range(2)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+
+    jobs = [job for job in on_slurm.api.jobs() if job["name"] == job_name(target.request_id)]
+    assert len(jobs) == 1
+    assert sorted(result["submitted"] for result in results) == [False, True]
+    assert {result["job_id"] for result in results} == {jobs[0]["job_id"]}
