@@ -4,6 +4,7 @@ stay under this machine's hard ones; CONTAINERS_CONF
 keeps the machine's global configuration untouched), serving its REST socket through `podman system service`, and
 fake GPU device nodes (`mknod c 1 3`, the same numbers as /dev/null). Started once a session, stopped by PID."""
 
+import contextlib
 import json
 import os
 import shutil
@@ -11,6 +12,8 @@ import signal
 import stat
 import subprocess
 import time
+from collections.abc import Iterator
+from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
@@ -26,51 +29,68 @@ DEVICES = 4
 NEEDED = ("podman", "runc", "debootstrap", "ssh", "ssh-keygen")
 
 
-@pytest.fixture(scope="session")
-def podman_service(tmp_path_factory):
-    """The node's podman as the container backend reaches it: {url, device_path, key, instance}."""
+class PodmanMissing(RuntimeError):
+    pass
+
+
+@contextlib.contextmanager
+def running_podman(root: Path, *, nodes: dict[str, int], instance: str) -> Iterator[SimpleNamespace]:
+    """podman's service on a socket under `root`, fake device nodes for each node's cards (`<root>/dev/<node>/
+    nvidia<index>`), and a client key pair: {url, device_path, key, instance}. The instance's containers are
+    removed and the service stopped (by PID) at the end."""
     missing = [tool for tool in NEEDED if shutil.which(tool) is None]
     if missing:
-        pytest.fail(f"The container backend's tests need {', '.join(missing)}: run `make podman`.")
-    root = tmp_path_factory.mktemp("podman")
+        raise PodmanMissing(f"The container backend needs {', '.join(missing)}: run `make podman`.")
     (root / "containers.conf").write_text(CONTAINERS_CONF)
-    socket_path = root / "podman.sock"
-    service = subprocess.Popen(
-        ["podman", "system", "service", "--time=0", f"unix://{socket_path}"],
-        env={**os.environ, "CONTAINERS_CONF": str(root / "containers.conf")},
-        stdout=subprocess.DEVNULL,
-        stderr=open(root / "service.log", "w"),  # noqa: SIM115  (the service writes to it until the end)
-        start_new_session=True,
-    )
-    url = f"unix://{socket_path}"
+    url = f"unix://{root / 'podman.sock'}"
+    with open(root / "service.log", "w") as log:
+        service = subprocess.Popen(
+            ["podman", "system", "service", "--time=0", url],
+            env={**os.environ, "CONTAINERS_CONF": str(root / "containers.conf")},
+            stdout=subprocess.DEVNULL,
+            stderr=log,
+            start_new_session=True,
+        )
     try:
         _wait_until_answering(url, service, root)
-        runtime = SimpleNamespace(
+        for node, cards in nodes.items():
+            _fake_devices(root / "dev" / node, cards)
+        yield SimpleNamespace(
             url=url,
-            device_path=str(_fake_devices(root / "dev") / "nvidia{index}"),
+            device_path=str(root / "dev" / "{node}" / "nvidia{index}"),
             key=_key_pair(root / "id_ed25519"),
-            instance=f"cc-test-{os.getpid()}",
+            instance=instance,
         )
-        yield runtime
-        _remove_containers(url, runtime.instance)
+        _remove_containers(url, instance)
     finally:
         os.killpg(service.pid, signal.SIGTERM)
         service.wait(timeout=30)
 
 
-def _wait_until_answering(url: str, service: subprocess.Popen, root) -> None:
+@pytest.fixture(scope="session")
+def podman_service(tmp_path_factory):
+    """This machine's podman as the container backend reaches a node's (node "podman-1", 4 cards)."""
+    try:
+        with running_podman(
+            tmp_path_factory.mktemp("podman"), nodes={"podman-1": DEVICES}, instance=f"cc-test-{os.getpid()}"
+        ) as runtime:
+            yield runtime
+    except PodmanMissing as missing:
+        pytest.fail(str(missing))
+
+
+def _wait_until_answering(url: str, service: subprocess.Popen, root: Path) -> None:
     deadline = time.monotonic() + 30
     while subprocess.run(["podman", "--url", url, "version"], capture_output=True, check=False).returncode != 0:
         if service.poll() is not None or time.monotonic() > deadline:
-            pytest.fail(f"podman system service did not start: {(root / 'service.log').read_text()[-2000:]}")
+            raise RuntimeError(f"podman system service did not start: {(root / 'service.log').read_text()[-2000:]}")
         time.sleep(0.2)
 
 
-def _fake_devices(directory):
-    directory.mkdir()
-    for index in range(DEVICES):
+def _fake_devices(directory: Path, cards: int) -> None:
+    directory.mkdir(parents=True)
+    for index in range(cards):
         os.mknod(directory / f"nvidia{index}", 0o666 | stat.S_IFCHR, os.makedev(1, 3))
-    return directory
 
 
 def _key_pair(path) -> SimpleNamespace:
