@@ -272,18 +272,22 @@ class ContainerWorkloads(WorkloadDriver):
     def start_workload(self, target: Target, image: dict) -> dict:
         podman = Podman.of(target.node)
         name = container_name(target)
-        existing = podman.inspect(name)
-        if existing is not None and existing["State"]["Status"] in ENDED_STATES:
-            podman.run("rm", "--force", name)  # what an interrupted attempt left behind
-            existing = None
-        if existing is None:
-            try:
-                podman.run("run", "--detach", *self._run_options(target, image))
-            except PodmanFailed as failure:
-                if "already in use" not in failure.stderr:
-                    raise
-                # another worker's attempt started it meanwhile: it is the one
+        if not self._run(podman, target, image):  # an earlier attempt, or another worker, started it already
+            existing = podman.inspect(name)
+            if existing is not None and existing["State"]["Status"] in ENDED_STATES:
+                podman.run("rm", "--force", name)  # what an interrupted attempt left behind
+                self._run(podman, target, image)
         return self._described(target, podman.inspect(name))
+
+    def _run(self, podman: Podman, target: Target, image: dict) -> bool:
+        """Start the allocation's container; False when a container of that name exists already."""
+        try:
+            podman.run("run", "--detach", *self._run_options(target, image))
+        except PodmanFailed as failure:
+            if "already in use" not in failure.stderr:
+                raise
+            return False
+        return True
 
     def _run_options(self, target: Target, image: dict) -> list[str]:
         parameters = target.snapshot.get("parameters") or {}
