@@ -2,6 +2,7 @@
 container-backed node runs as a container built from its Containerfile, with the allocated (fake) device nodes
 bound; SSH into it works; release removes it; a container that exits by itself is reclaimed."""
 
+import shutil
 from types import SimpleNamespace
 
 import httpx
@@ -10,7 +11,8 @@ import pytest
 from catalog.demo import seed_catalog, workspace_schema
 from provisioning import engine
 from provisioning.choices import RunKind, RunState
-from provisioning.drivers.container import ContainerWorkloads, Podman
+from provisioning.drivers.base import StepError
+from provisioning.drivers.container import ContainerWorkloads, Podman, prepare_built_image
 from provisioning.models import ProvisioningRun, ProvisioningStep
 from provisioning.reconcile import workloads_reconcile
 from requests import services as request_services
@@ -159,3 +161,27 @@ def test_a_workspace_without_an_ssh_key_fails_with_a_clear_reason(workspace):
     assert request.state == RequestState.FAILED
     assert request.events.get(code="failed").data["failure"]["code"] == "ssh_public_key_missing"
     assert workspace.podman.containers() == []
+
+
+def test_an_image_is_built_once_and_the_node_s_copy_verified_by_digest(podman_service, settings, tmp_path):  # noqa: F811
+    """busybox-static images from their own Containerfiles: built once, found (not rebuilt) after, and refused when
+    the node's image under that tag is no longer the one built."""
+    settings.CONTAINER_IMAGE_DIR, settings.CONTAINER_IMAGE_CACHE = str(tmp_path / "images"), str(tmp_path / "cache")
+    for name, extra in (("busybox", ""), ("other", "COPY Containerfile /\n")):
+        context = tmp_path / "images" / name
+        context.mkdir(parents=True)
+        shutil.copy(shutil.which("busybox"), context / "busybox")
+        (context / "Containerfile").write_text(f"FROM scratch\nCOPY busybox /bin/busybox\n{extra}")
+    podman = Podman(podman_service.url)
+    built, other = (prepare_built_image(podman, f"containerfile:{name}") for name in ("busybox", "other"))
+    try:
+        assert built["built"] and built["digest"].startswith("sha256:") and other["digest"] != built["digest"]
+        assert prepare_built_image(podman, "containerfile:busybox") == {**built, "built": False}
+        podman.run("tag", other["image"], built["image"])  # someone put another image under the tag
+        with pytest.raises(StepError) as refused:
+            prepare_built_image(podman, "containerfile:busybox")
+        assert refused.value.code == "image_digest_mismatch" and not refused.value.retryable
+    finally:
+        podman.run(
+            "rmi", "--force", "--ignore", built["image"], other["image"], built["digest"].removeprefix("sha256:")
+        )
