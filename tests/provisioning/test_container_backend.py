@@ -2,7 +2,9 @@
 container-backed node runs as a container built from its Containerfile, with the allocated (fake) device nodes
 bound; SSH into it works; release removes it; a container that exits by itself is reclaimed."""
 
+import json
 import shutil
+from pathlib import Path
 from types import SimpleNamespace
 
 import httpx
@@ -185,3 +187,39 @@ def test_an_image_is_built_once_and_the_node_s_copy_verified_by_digest(podman_se
         podman.run(
             "rmi", "--force", "--ignore", built["image"], other["image"], built["digest"].removeprefix("sha256:")
         )
+
+
+@pytest.fixture
+def cdi_spec(workspace, settings):
+    """A CDI spec for the node's cards (a kind of this test run's own, in /var/run/cdi where podman 4.3 looks;
+    removed at the end), and the node marked as having one."""
+    kind = f"{workspace.runtime.instance}.test/gpu"
+    devices = [
+        {
+            "name": device.uuid,
+            "containerEdits": {
+                "deviceNodes": [
+                    {
+                        "path": f"/dev/nvidia{device.index}",
+                        "hostPath": workspace.runtime.device_path.format(node=workspace.node.name, index=device.index),
+                    }
+                ]
+            },
+        }
+        for device in workspace.node.devices.all()
+    ]
+    spec = Path("/var/run/cdi") / f"{workspace.runtime.instance}.json"
+    spec.parent.mkdir(exist_ok=True)
+    spec.write_text(json.dumps({"cdiVersion": "0.5.0", "kind": kind, "devices": devices}))
+    settings.CONTAINER_CDI_KINDS = {workspace.node.name: kind}
+    yield kind
+    spec.unlink()
+
+
+def test_on_a_node_with_a_cdi_spec_the_devices_are_bound_by_cdi_name(workspace, cdi_spec):
+    request = workspace.order(jupyter=False)
+    assert request.state == RequestState.ACTIVE
+    [(index, uuid)] = Allocation.objects.get(request=request).devices.values_list("device__index", "device__uuid")
+    session = ssh(workspace.runtime, _delivered(request)["access"], f"stat -c '%F %t,%T' /dev/nvidia{index}")
+    assert session.stdout.splitlines() == ["character special file 1,3"], session.stderr
+    assert f"{cdi_spec}={uuid}" in _container(workspace, request)["Config"]["CreateCommand"]
