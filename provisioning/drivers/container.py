@@ -19,7 +19,6 @@ the node runs the containers.
 import fcntl
 import hashlib
 import json
-import logging
 import os
 import re
 import secrets
@@ -36,8 +35,6 @@ from django.conf import settings
 
 from provisioning.drivers.base import StepError, StepPending, Target, WorkloadDriver, WorkloadEnd
 
-logger = logging.getLogger(__name__)
-
 BUILT_PREFIX = "containerfile:"
 INSTANCE_LABEL = "compute-catalog.instance"
 REQUEST_LABEL = "compute-catalog.request"
@@ -48,6 +45,7 @@ PROBE_AGAIN_SECONDS = 0.25
 STOP_GRACE_SECONDS = 5
 LOG_TAIL_LINES = 20
 ENDED_STATES = {"exited", "stopped", "dead"}
+CONTEXT_NAME = re.compile(r"^[a-z0-9][a-z0-9._-]*$")  # a directory right under CONTAINER_IMAGE_DIR, nothing else
 # A login name the image's useradd accepts, made from the requester's username.
 NOT_IN_LOGIN_NAME = re.compile(r"[^a-z0-9_-]")
 SSH_KEY = re.compile(r"^(ssh-(ed25519|rsa|dss)|ecdsa-sha2-nistp\d+|sk-[a-z0-9@.-]+) [A-Za-z0-9+/=]+( [^\n]*)?$")
@@ -132,7 +130,7 @@ def built_image_tag(reference: str) -> tuple[str, Path]:
     """The tag a `containerfile:<name>` image is built under, and its build context."""
     name = reference.removeprefix(BUILT_PREFIX)
     context = Path(settings.CONTAINER_IMAGE_DIR) / name
-    if not (context / "Containerfile").is_file():
+    if not CONTEXT_NAME.match(name) or not (context / "Containerfile").is_file():
         raise StepError(
             "image_context_missing",
             f"The image {reference!r} names no Containerfile under {settings.CONTAINER_IMAGE_DIR}.",
@@ -224,16 +222,17 @@ def _root_filesystem(script: Path) -> Path:
 
 
 def _run_local(command: list[str], log: Path) -> None:
+    """Run a build script ("sh <script> ...") on this host, its output to `log`."""
     with open(log, "w") as output:
         try:
             done = subprocess.run(
                 command, stdout=output, stderr=subprocess.STDOUT, timeout=settings.CONTAINER_BUILD_TIMEOUT_SECONDS
             )
         except subprocess.TimeoutExpired as slow:
-            raise StepError("image_build_timeout", f"{command[0]} ran for more than {slow.timeout:g} s.") from slow
+            raise StepError("image_build_timeout", f"{command[1]} ran for more than {slow.timeout:g} s.") from slow
     if done.returncode != 0:
         tail = log.read_text()[-800:]
-        raise StepError("image_build_failed", f"{command[0]} exited with {done.returncode}: {tail}")
+        raise StepError("image_build_failed", f"{command[1]} exited with {done.returncode}: {tail}")
 
 
 def prepare_pulled_image(podman: Podman, reference: str) -> dict:
