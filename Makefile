@@ -19,7 +19,7 @@ PORT ?= 8000
 PUBLIC_BASE_URL ?= http://$(HOST):$(PORT)
 DEMO_ENV := DEBUG=1 PUBLIC_BASE_URL=$(PUBLIC_BASE_URL)
 
-.PHONY: install browser slurm redfish-emulator fuzz-venv run migrate seed test bench lint format clean
+.PHONY: install browser slurm podman redfish-emulator fuzz-venv run migrate seed test bench lint format clean
 
 install: $(STAMP)
 
@@ -40,6 +40,14 @@ slurm:
 	@dpkg-query -W -f='$${Status}\n' $(SLURM_PACKAGES) 2>/dev/null | grep -c "install ok installed" | grep -qx $(words $(SLURM_PACKAGES)) || { \
 	  echo "Installing Debian's Slurm for the Slurm tests"; \
 	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $(SLURM_PACKAGES); }
+
+# The container backend's tests run workspaces in rootful podman with runc (tests/provisioning/podman_runtime.py),
+# built from a debootstrap'd Debian; install what they need when missing.
+PODMAN_PACKAGES := podman runc busybox-static debootstrap openssh-client
+podman:
+	@dpkg-query -W -f='$${Status}\n' $(PODMAN_PACKAGES) 2>/dev/null | grep -c "install ok installed" | grep -qx $(words $(PODMAN_PACKAGES)) || { \
+	  echo "Installing Debian's podman for the container backend tests"; \
+	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $(PODMAN_PACKAGES); }
 
 redfish-emulator: $(REDFISH_STAMP)
 
@@ -73,7 +81,7 @@ run: seed
 	$(DEMO_ENV) $(BIN)/python manage.py runserver $(HOST):$(PORT)
 
 # Runs on PostgreSQL: DATABASE_URL when set, else postgres@127.0.0.1:5432 (config/settings_test.py).
-test: install browser slurm redfish-emulator fuzz-venv
+test: install browser slurm podman redfish-emulator fuzz-venv
 	$(BIN)/pytest
 
 bench: install slurm

@@ -17,7 +17,7 @@ from catalog.models import (
     SliceProfile,
     Vendor,
 )
-from catalog.parameters import default_parameter_schema, serving_parameter_schema
+from catalog.parameters import SSH_PUBLIC_KEY, default_parameter_schema, serving_parameter_schema
 from catalog.services import spec_deprecate
 from tenancy.models import Project
 
@@ -204,6 +204,13 @@ JUPYTER = {
     "label": "Start Jupyter",
     "help": "Serve a Jupyter notebook next to SSH.",
 }
+
+
+def workspace_schema() -> list[dict]:
+    """The GPU workspace's parameters: Jupyter next to SSH, and the key SSH accepts."""
+    return [*default_parameter_schema(), dict(JUPYTER), dict(SSH_PUBLIC_KEY)]
+
+
 TRAINING_SCHEMA = [
     *default_parameter_schema(),
     {
@@ -391,7 +398,7 @@ def seed_offerings(catalog: dict, tenants: dict) -> None:
         336,
         specs=nvidia_specs,
         images=nvidia_images,
-        schema=[*default_parameter_schema(), JUPYTER],
+        schema=workspace_schema(),
     )
     _service(
         "amd-instinct-training",

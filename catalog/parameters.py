@@ -58,6 +58,13 @@ WORKLOAD = {
     "label": "Workload",
     "help": "What runs, in a few words (training, inference, notebook...).",
 }
+SSH_PUBLIC_KEY = {
+    "name": "ssh_public_key",
+    "type": "string",
+    "max_length": MAX_STRING_LENGTH,
+    "label": "SSH public key",
+    "help": "One OpenSSH public key line (ssh-ed25519 AAAA...): a container workspace lets it log in.",
+}
 RATE_LIMIT = {
     "name": "rate_limit_per_minute",
     "type": "int",

@@ -171,6 +171,24 @@ PROVISIONING_FAULTS = env_json("PROVISIONING_FAULTS", [])
 REDFISH_TIMEOUT_SECONDS = env_float("REDFISH_TIMEOUT_SECONDS", 10.0)
 REDFISH_VERIFY_TLS = env_bool("REDFISH_VERIFY_TLS", default=True)
 BMC_CREDENTIALS = env_json("BMC_CREDENTIALS", {})
+# The container execution backend (nodes with execution_backend "container"): podman on the node, reached through
+# its remote interface. Templates take {node} (the node's name): the podman URL (ssh://... or unix://...), the host
+# users connect to, and each allocated device's node on the host (also {index}, {uuid}). Ports are published on
+# CONTAINER_PUBLISH_IP. CONTAINER_CDI_KINDS maps a node with a CDI spec to its device kind (e.g. "nvidia.com/gpu"):
+# there devices are bound by CDI name (<kind>=<uuid>) instead of device node.
+CONTAINER_PODMAN_URL = env_str("CONTAINER_PODMAN_URL", "ssh://root@{node}/run/podman/podman.sock")
+CONTAINER_ACCESS_HOST = env_str("CONTAINER_ACCESS_HOST", "{node}")
+CONTAINER_PUBLISH_IP = env_str("CONTAINER_PUBLISH_IP", "0.0.0.0")
+CONTAINER_DEVICE_PATH = env_str("CONTAINER_DEVICE_PATH", "/dev/nvidia{index}")
+CONTAINER_CDI_KINDS = env_json("CONTAINER_CDI_KINDS", {})
+# Names and labels this platform's containers: two platforms (or a test run) sharing a node keep apart.
+CONTAINER_INSTANCE = env_str("CONTAINER_INSTANCE", "compute-catalog")
+# Images whose reference is "containerfile:<name>" are built from <CONTAINER_IMAGE_DIR>/<name>/Containerfile, once
+# per content hash; what the build needs besides podman (a debootstrap'd root filesystem) is kept in the cache.
+CONTAINER_IMAGE_DIR = env_str("CONTAINER_IMAGE_DIR", str(BASE_DIR / "provisioning" / "images"))
+CONTAINER_IMAGE_CACHE = env_str("CONTAINER_IMAGE_CACHE", str(Path.home() / ".cache" / "compute-catalog" / "images"))
+CONTAINER_COMMAND_TIMEOUT_SECONDS = env_float("CONTAINER_COMMAND_TIMEOUT_SECONDS", 60.0)
+CONTAINER_BUILD_TIMEOUT_SECONDS = env_float("CONTAINER_BUILD_TIMEOUT_SECONDS", 1800.0)
 # Slurm (docs/inventory.md, "From Slurm"): slurmrestd's URL (without /slurm/v0.0.38), the user the JWT belongs to,
 # the JWT itself or, better, a file holding it (a mounted secret; read on every use, so rotation needs no restart),
 # and the per-call timeout. scontrol (node drain/resume: v0.0.38 has no node update) reads SLURM_CONF when set.

@@ -237,6 +237,7 @@ def run_target(run: ProvisioningRun, *, attempt: int = 1) -> Target:
         attempt=attempt,
         backend=node.execution_backend,
         allocation_id=run.allocation_id,
+        requester=run.request.requester.username,
         inventory={
             "cpu_cores": node.cpu_milli // 1000,
             "memory_gb": node.memory_mib // 1024,

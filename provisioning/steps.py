@@ -120,20 +120,28 @@ def publish_compute_access(ctx: StepContext) -> dict:
     workspace's SSH and notebook ports."""
     workload, ready = ctx.output_of("start_workload"), ctx.output_of("readiness_check")
     host, ports = workload["host"], workload["ports"]
-    user = ctx.run.request.requester.username
+    user = workload.get("user") or ctx.run.request.requester.username  # a backend may name the account it made
     image = ctx.snapshot["image"]
     backend_facts = {key: ready[key] for key in ("job_id", "partition", "gres", "output") if key in ready}
+    digest = ctx.output_of("prepare_image").get("digest")
     return {
         **_delivered_base(ctx),
         "host": host,
         "ports": ports,
         "workload": workload["workload"],
         "image": f"{image['name']}:{image['version']}",
+        **({"image_digest": digest} if digest else {}),
         "backend": ctx.target.backend,
         **backend_facts,
-        "access": ready.get("access")
-        or {"ssh": f"ssh -p {ports['ssh']} {user}@{host}", "jupyter": f"https://{host}:{ports['jupyter']}/"},
+        "access": ready.get("access") or _workspace_access(workload, host, ports, user),
     }
+
+
+def _workspace_access(workload: dict, host: str, ports: dict, user: str) -> dict:
+    access = {"ssh": f"ssh -p {ports['ssh']} {user}@{host}"}
+    if "jupyter" in ports:
+        access["jupyter"] = f"https://{host}:{ports['jupyter']}/"
+    return {**access, **workload.get("access", {})}  # what the backend knows better (Jupyter's URL and token)
 
 
 def stop_workload(ctx: StepContext) -> dict:

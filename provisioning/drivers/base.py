@@ -38,6 +38,7 @@ class Target:
     attempt: int = 1
     backend: str = "simulated"  # the node's execution backend, which picked the host driver
     allocation_id: int = 0  # one request can hold several allocations over its life (preemption, retry)
+    requester: str = ""  # the requester's username, the account a workspace gives them
 
 
 class StepError(Exception):

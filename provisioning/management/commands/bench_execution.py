@@ -1,7 +1,8 @@
-"""manage.py bench_execution --backend slurm --requests 100 [--workers 8] [--json]
+"""manage.py bench_execution --backend slurm|container --requests 100 [--workers 8] [--json]
 
 End to end on a real execution backend: start the backend's real local runtime (for `slurm`, the test cluster of
-tests/slurm_cluster.py, sized so every request fits at once), put its nodes into the inventory, queue N approved
+tests/slurm_cluster.py; for `container`, this machine's podman, provisioning/bench_execution_container.py; sized so
+every request fits at once), put its nodes into the inventory, queue N approved
 one-GPU requests, start real `qcluster` workers on this database, then run one scheduling cycle and wait until
 every request is active (its workload RUNNING on the backend) or failed. Reports
 {"backend", "requests", "active", "wall_s", "jobs_per_s", "p50_s", "p99_s"}: wall_s from the cycle's start to the
@@ -24,7 +25,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from decimal import Decimal
 from pathlib import Path
 
@@ -38,6 +39,7 @@ from django_q.tasks import async_task, result
 from catalog.choices import AcceleratorKind, Interconnect, ServiceKind
 from catalog.models import AcceleratorModel, Image, ResourceSpec, Service, Vendor
 from config.env import database_url
+from provisioning.bench_execution_container import container_runtime
 from requests.choices import EventCode, RequestState
 from requests.models import RequestEvent, ResourceRequest
 from scheduling.choices import ExecutionBackend
@@ -68,6 +70,8 @@ class Runtime:
     backend: str
     nodes: list[BenchNode]
     settings: dict[str, str]
+    image_reference: str = "bench"  # what the backend runs (the container backend builds "containerfile:...")
+    parameters: dict = field(default_factory=dict)  # the orders' parameters (a workspace's SSH key)
 
 
 @contextlib.contextmanager
@@ -110,6 +114,7 @@ def _tune_scheduler(cluster) -> None:
 
 BACKENDS: dict[str, Callable[[int], contextlib.AbstractContextManager[Runtime]]] = {
     ExecutionBackend.SLURM: slurm_runtime,
+    ExecutionBackend.CONTAINER: container_runtime,
 }
 
 
@@ -181,7 +186,12 @@ def _queue(runtime: Runtime, count: int) -> list[int]:
     )
     spec.accelerator_models.set([accelerator])
     image = Image.objects.create(
-        name=f"bench-{stamp}", version="1", reference="bench", os="linux", runtime="cuda", approved=True
+        name=f"bench-{stamp}",
+        version="1",
+        reference=runtime.image_reference,
+        os="linux",
+        runtime="cuda",
+        approved=True,
     )
     service = Service.objects.create(
         name=f"Bench {stamp}",
@@ -194,7 +204,7 @@ def _queue(runtime: Runtime, count: int) -> list[int]:
     service.specs.set([spec])
     service.images.set([image])
     rows = ResourceRequest.objects.bulk_create(
-        [queued_request(spec, project, requester, service, image) for _ in range(count)]
+        [queued_request(spec, project, requester, service, image, runtime.parameters) for _ in range(count)]
     )
     return [row.pk for row in rows]
 

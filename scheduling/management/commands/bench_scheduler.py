@@ -132,9 +132,10 @@ def queue_requests(count: int, seed: int) -> int:
     return ResourceRequest.objects.filter(project=project, state=RequestState.QUEUED).count()
 
 
-def queued_request(spec, project, requester, service, image) -> ResourceRequest:
+def queued_request(spec, project, requester, service, image, parameters=None) -> ResourceRequest:
     """An approved, queued request for the spec, with the snapshot submission would have frozen (not saved)."""
     request = ResourceRequest(
+        parameters=parameters or {},
         tenant_id=project.tenant_id,
         project=project,
         requester=requester,

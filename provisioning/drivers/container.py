@@ -1,0 +1,468 @@
+"""The `container` execution backend: a compute order's workspace as a podman container on the allocated node.
+
+podman is reached through its remote interface only (CONTAINER_PODMAN_URL, e.g. `ssh://root@{node}/run/podman/
+podman.sock` or the `unix://` socket of a local `podman system service`): the control plane runs the podman client,
+the node runs the containers.
+
+- Image: a catalog image whose reference is `containerfile:<name>` is built from CONTAINER_IMAGE_DIR/<name>/
+  (no registry needed), tagged with the hash of that directory's files, and verified against the digest recorded at
+  its first build; a context with a `rootfs.sh` gets the root filesystem it writes (a debootstrap'd Debian) built
+  once into CONTAINER_IMAGE_CACHE. Any other reference is pulled.
+- Run: one container per allocation, labelled with the request and allocation ids (a retry finds the container it
+  already started), the allocated devices bound (device nodes, or CDI names on nodes with a CDI spec),
+  NVIDIA_VISIBLE_DEVICES with their UUIDs, CPU and memory limits from the approved demand, SSH (and Jupyter when
+  ordered) published on the node. The requester's account accepts the order's `ssh_public_key`.
+- Ready when sshd answers with its banner (and Jupyter's API answers, when it runs): real probes of the published
+  ports, from the control plane.
+"""
+
+import fcntl
+import hashlib
+import json
+import os
+import re
+import secrets
+import shutil
+import socket
+import subprocess
+from collections import defaultdict
+from collections.abc import Iterable
+from contextlib import contextmanager
+from pathlib import Path
+
+import httpx
+from django.conf import settings
+
+from provisioning.drivers.base import StepError, StepPending, Target, WorkloadDriver, WorkloadEnd
+
+BUILT_PREFIX = "containerfile:"
+INSTANCE_LABEL = "compute-catalog.instance"
+REQUEST_LABEL = "compute-catalog.request"
+ALLOCATION_LABEL = "compute-catalog.allocation"
+SSH_PORT, JUPYTER_PORT = 22, 8888
+PROBE_TIMEOUT_SECONDS = 2.0
+PROBE_AGAIN_SECONDS = 0.25
+STOP_GRACE_SECONDS = 5
+LOG_TAIL_LINES = 20
+ENDED_STATES = {"exited", "stopped", "dead"}
+CONTEXT_NAME = re.compile(r"^[a-z0-9][a-z0-9._-]*$")  # a directory right under CONTAINER_IMAGE_DIR, nothing else
+# A login name the image's useradd accepts, made from the requester's username.
+NOT_IN_LOGIN_NAME = re.compile(r"[^a-z0-9_-]")
+SSH_KEY = re.compile(r"^(ssh-(ed25519|rsa|dss)|ecdsa-sha2-nistp\d+|sk-[a-z0-9@.-]+) [A-Za-z0-9+/=]+( [^\n]*)?$")
+
+
+class PodmanFailed(StepError):
+    """podman answered with an error; an unreachable service is worth retrying, and so is most else."""
+
+    def __init__(self, command: str, stderr: str):
+        unreachable = any(
+            sign in stderr.lower() for sign in ("cannot connect", "unable to connect", "failed to connect")
+        )
+        super().__init__(
+            "podman_unreachable" if unreachable else "podman_failed",
+            f"podman {command} failed: {stderr[-500:] or 'no output'}",
+            details={"command": command},
+        )
+        self.stderr = stderr
+
+
+class Podman:
+    """The podman remote client, pointed at one node's podman service."""
+
+    def __init__(self, url: str):
+        self.url = url
+
+    @classmethod
+    def of(cls, node: str) -> "Podman":
+        return cls(settings.CONTAINER_PODMAN_URL.format(node=node))
+
+    def run(self, *args: str, timeout: float | None = None, with_stderr: bool = False) -> str:
+        """The command's output (with what it wrote to stderr, for `logs`); PodmanFailed when it fails."""
+        try:
+            done = subprocess.run(
+                ["podman", "--url", self.url, *args],
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT if with_stderr else subprocess.PIPE,
+                text=True,
+                timeout=timeout or settings.CONTAINER_COMMAND_TIMEOUT_SECONDS,
+                check=False,
+            )
+        except FileNotFoundError as missing:
+            raise StepError(
+                "podman_missing", "The podman client is not installed on the control plane.", retryable=False
+            ) from missing
+        except subprocess.TimeoutExpired as slow:
+            raise StepError("podman_timeout", f"podman {args[0]} did not answer within {slow.timeout:g} s.") from slow
+        if done.returncode != 0:
+            raise PodmanFailed(args[0], (done.stderr or done.stdout).strip())
+        return done.stdout
+
+    def containers(self, *labels: str) -> list[dict]:
+        """This platform's containers (running or not) carrying every `key` or `key=value` label."""
+        filters = [
+            argument
+            for label in (f"{INSTANCE_LABEL}={settings.CONTAINER_INSTANCE}", *labels)
+            for argument in ("--filter", f"label={label}")
+        ]
+        return json.loads(self.run("ps", "--all", *filters, "--format", "json") or "[]")
+
+    def inspect(self, name: str) -> dict | None:
+        try:
+            return json.loads(self.run("container", "inspect", name))[0]
+        except PodmanFailed as failure:
+            if "no such container" in failure.stderr.lower():
+                return None
+            raise
+
+    def image_digest(self, reference: str) -> str | None:
+        try:
+            return "sha256:" + self.run("image", "inspect", "--format", "{{.Id}}", reference).strip()
+        except PodmanFailed as failure:
+            if "image not known" in failure.stderr.lower() or "no such image" in failure.stderr.lower():
+                return None
+            raise
+
+
+# --- Images -----------------------------------------------------------------------------------------------
+
+
+def built_image_tag(reference: str) -> tuple[str, Path]:
+    """The tag a `containerfile:<name>` image is built under, and its build context."""
+    name = reference.removeprefix(BUILT_PREFIX)
+    context = Path(settings.CONTAINER_IMAGE_DIR) / name
+    if not CONTEXT_NAME.match(name) or not (context / "Containerfile").is_file():
+        raise StepError(
+            "image_context_missing",
+            f"The image {reference!r} names no Containerfile under {settings.CONTAINER_IMAGE_DIR}.",
+            retryable=False,
+        )
+    return f"localhost/compute-catalog/{name}:{_context_hash(context)[:16]}", context
+
+
+def _context_hash(context: Path) -> str:
+    digest = hashlib.sha256()
+    for path in sorted(path for path in context.rglob("*") if path.is_file()):
+        digest.update(f"{path.relative_to(context).as_posix()}\0{path.stat().st_mode & 0o111}\0".encode())
+        digest.update(path.read_bytes())
+    return digest.hexdigest()
+
+
+def image_reference(image: dict) -> str:
+    """What podman runs for an approved image."""
+    reference = image["reference"]
+    return built_image_tag(reference)[0] if reference.startswith(BUILT_PREFIX) else reference
+
+
+def prepare_built_image(podman: Podman, reference: str) -> dict:
+    """Build the image once per content hash (the root filesystem once per cache) and verify the node's image
+    against the digest recorded at the first build."""
+    tag, context = built_image_tag(reference)
+    build_dir = Path(settings.CONTAINER_IMAGE_CACHE).expanduser() / tag.rsplit("/", 1)[1].replace(":", "-")
+    manifest = build_dir / "image.json"
+    found = podman.image_digest(tag)
+    if found and manifest.is_file():
+        return _verified(tag, found, json.loads(manifest.read_text())["digest"], built=False)
+    with _build_lock(build_dir):
+        found = podman.image_digest(tag)  # another worker may have built it while we waited
+        recorded = json.loads(manifest.read_text())["digest"] if manifest.is_file() else None
+        if found and recorded:
+            return _verified(tag, found, recorded, built=False)
+        _build(podman, tag, context, build_dir)
+        digest = podman.image_digest(tag)
+        if recorded is None:
+            manifest.write_text(json.dumps({"tag": tag, "digest": digest}))
+        return _verified(tag, digest, recorded or digest, built=True)
+
+
+def _verified(tag: str, found: str, recorded: str, *, built: bool) -> dict:
+    if found != recorded:
+        raise StepError(
+            "image_digest_mismatch",
+            f"The node's {tag} is {found}, not the {recorded} it was built as.",
+            retryable=False,
+            details={"found": found, "recorded": recorded},
+        )
+    return {"image": tag, "digest": found, "built": built}
+
+
+@contextmanager
+def _build_lock(directory: Path):
+    """One build at a time in this directory on this control-plane host: concurrent workers wait for it."""
+    directory.mkdir(parents=True, exist_ok=True)
+    with open(directory / ".lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        yield
+
+
+def _build(podman: Podman, tag: str, context: Path, build_dir: Path) -> None:
+    for path in context.iterdir():
+        if path.is_file():
+            shutil.copy2(path, build_dir / path.name)
+    if (context / "rootfs.sh").is_file():
+        rootfs = build_dir / "rootfs.tar"
+        rootfs.unlink(missing_ok=True)
+        os.link(_root_filesystem(context / "rootfs.sh"), rootfs)
+    # A fixed timestamp makes the build reproducible: every node builds the image with the same digest.
+    podman.run(
+        "build", "--timestamp", "0", "--tag", tag, str(build_dir), timeout=settings.CONTAINER_BUILD_TIMEOUT_SECONDS
+    )
+
+
+def _root_filesystem(script: Path) -> Path:
+    """The tar the script writes, made once per script content (a change to the rest of the context, such as the
+    entry point, rebuilds the image but not its debootstrap'd root filesystem)."""
+    rootfs = (
+        Path(settings.CONTAINER_IMAGE_CACHE).expanduser()
+        / f"rootfs-{hashlib.sha256(script.read_bytes()).hexdigest()[:16]}.tar"
+    )
+    with _build_lock(rootfs.parent):
+        if not rootfs.is_file():
+            _run_local(["sh", str(script), str(rootfs)], rootfs.with_suffix(".log"))
+    return rootfs
+
+
+def _run_local(command: list[str], log: Path) -> None:
+    """Run a build script ("sh <script> ...") on this host, its output to `log`."""
+    with open(log, "w") as output:
+        try:
+            done = subprocess.run(
+                command, stdout=output, stderr=subprocess.STDOUT, timeout=settings.CONTAINER_BUILD_TIMEOUT_SECONDS
+            )
+        except subprocess.TimeoutExpired as slow:
+            raise StepError("image_build_timeout", f"{command[1]} ran for more than {slow.timeout:g} s.") from slow
+    if done.returncode != 0:
+        tail = log.read_text()[-800:]
+        raise StepError("image_build_failed", f"{command[1]} exited with {done.returncode}: {tail}")
+
+
+def prepare_pulled_image(podman: Podman, reference: str) -> dict:
+    digest = podman.image_digest(reference)
+    if digest is None:
+        podman.run("pull", reference, timeout=settings.CONTAINER_BUILD_TIMEOUT_SECONDS)
+        digest = podman.image_digest(reference)
+    return {"image": reference, "digest": digest, "built": False}
+
+
+# --- Workloads --------------------------------------------------------------------------------------------
+
+
+def login_name(username: str) -> str:
+    name = NOT_IN_LOGIN_NAME.sub("_", username.lower())[:32]
+    return name if name[:1].isalpha() else f"u{name}"[:32]
+
+
+def container_name(target: Target) -> str:
+    return f"{settings.CONTAINER_INSTANCE}-request-{target.request_id}-allocation-{target.allocation_id}"
+
+
+class ContainerWorkloads(WorkloadDriver):
+    name = "container"
+
+    def prepare_image(self, target: Target, image: dict) -> dict:
+        podman = Podman.of(target.node)
+        reference = image["reference"]
+        prepared = (
+            prepare_built_image(podman, reference)
+            if reference.startswith(BUILT_PREFIX)
+            else prepare_pulled_image(podman, reference)
+        )
+        return {**prepared, "reference": reference}
+
+    def start_workload(self, target: Target, image: dict) -> dict:
+        podman = Podman.of(target.node)
+        name = container_name(target)
+        if not self._run(podman, target, image):  # an earlier attempt, or another worker, started it already
+            existing = podman.inspect(name)
+            if existing is not None and existing["State"]["Status"] in ENDED_STATES:
+                podman.run("rm", "--force", name)  # what an interrupted attempt left behind
+                self._run(podman, target, image)
+        return self._described(target, podman.inspect(name))
+
+    def _run(self, podman: Podman, target: Target, image: dict) -> bool:
+        """Start the allocation's container; False when a container of that name exists already."""
+        try:
+            podman.run("run", "--detach", *self._run_options(target, image))
+        except PodmanFailed as failure:
+            if "already in use" not in failure.stderr:
+                raise
+            return False
+        return True
+
+    def _run_options(self, target: Target, image: dict) -> list[str]:
+        parameters = target.snapshot.get("parameters") or {}
+        demand = target.snapshot["demand"]
+        key = (parameters.get("ssh_public_key") or "").strip()
+        if not SSH_KEY.match(key):
+            raise StepError(
+                "ssh_public_key_missing",
+                "A workspace needs the order's ssh_public_key (an OpenSSH public key line).",
+                retryable=False,
+            )
+        publish = settings.CONTAINER_PUBLISH_IP
+        options = [
+            *("--name", container_name(target), "--hostname", f"request-{target.request_id}"),
+            *self._labels(target),
+            *("--cpus", str(demand["cpu_cores"]), "--memory", f"{demand['memory_gb']}g"),
+            *("--publish", f"{publish}::{SSH_PORT}"),
+            *self._device_options(target),
+            *("--env", f"NVIDIA_VISIBLE_DEVICES={','.join(device['uuid'] for device in target.devices)}"),
+            *(
+                "--env",
+                f"WORKSPACE_REQUEST={target.request_id}",
+                "--env",
+                f"WORKSPACE_USER={login_name(target.requester)}",
+            ),
+            *("--env", f"WORKSPACE_AUTHORIZED_KEY={key}"),
+        ]
+        for variable, value in (image.get("configuration") or {}).get("env", {}).items():
+            options += ["--env", f"{variable}={value}"]
+        if parameters.get("jupyter", True):
+            options += [
+                "--publish",
+                f"{publish}::{JUPYTER_PORT}",
+                "--env",
+                f"WORKSPACE_JUPYTER_TOKEN={secrets.token_urlsafe(24)}",
+            ]
+        return [*options, image_reference(image)]
+
+    def _labels(self, target: Target) -> list[str]:
+        labels = {
+            INSTANCE_LABEL: settings.CONTAINER_INSTANCE,
+            REQUEST_LABEL: target.request_id,
+            ALLOCATION_LABEL: target.allocation_id,
+        }
+        return [option for label, value in labels.items() for option in ("--label", f"{label}={value}")]
+
+    def _device_options(self, target: Target) -> list[str]:
+        cdi_kind = settings.CONTAINER_CDI_KINDS.get(target.node)
+        options = []
+        for device in target.devices:
+            if cdi_kind:
+                options += ["--device", f"{cdi_kind}={device['uuid']}"]
+            else:
+                host_path = settings.CONTAINER_DEVICE_PATH.format(node=target.node, **device)
+                options += ["--device", f"{host_path}:/dev/nvidia{device['index']}"]
+        return options
+
+    def _described(self, target: Target, container: dict | None) -> dict:
+        if container is None:
+            raise StepError("container_missing", f"The container {container_name(target)} is gone.")
+        host = settings.CONTAINER_ACCESS_HOST.format(node=target.node)
+        ports = _published_ports(container)
+        environment = dict(variable.split("=", 1) for variable in container["Config"]["Env"])
+        access = {}
+        if "jupyter" in ports:
+            access["jupyter"] = f"http://{host}:{ports['jupyter']}/?token={environment['WORKSPACE_JUPYTER_TOKEN']}"
+        return {
+            "workload": container["Name"],
+            "container_id": container["Id"][:12],
+            "host": host,
+            "ports": ports,
+            "user": environment["WORKSPACE_USER"],
+            "devices": [device["uuid"] for device in target.devices],
+            "device_nodes": [device["PathInContainer"] for device in container["HostConfig"].get("Devices") or []],
+            "image_digest": f"sha256:{container['Image']}",
+            "access": access,
+        }
+
+    def workload_ready(self, target: Target) -> dict:
+        podman = Podman.of(target.node)
+        container = podman.inspect(container_name(target))
+        if container is None:
+            raise StepError("container_missing", f"The container {container_name(target)} is gone.", retryable=False)
+        state = container["State"]
+        if state["Status"] in ENDED_STATES or state.get("Error"):
+            raise StepError(
+                "container_exited",
+                f"The container {state['Status']} with code {state['ExitCode']} before it was ready"
+                + (f": {state['Error']}" if state.get("Error") else "."),
+                retryable=False,
+                details={"exit_code": state["ExitCode"], "log": _log_tail(podman, container["Name"])},
+            )
+        if not state["Running"]:
+            raise StepPending(f"The container is {state['Status']}.", retry_after=PROBE_AGAIN_SECONDS)
+        host = settings.CONTAINER_ACCESS_HOST.format(node=target.node)
+        ports = _published_ports(container)
+        answers = {"ssh": _ssh_banner(host, ports["ssh"])}
+        if "jupyter" in ports:
+            answers["jupyter"] = _jupyter_version(host, ports["jupyter"])
+        silent = [service for service, answer in answers.items() if answer is None]
+        if silent:
+            raise StepPending(f"Waiting for {' and '.join(silent)} to answer.", retry_after=PROBE_AGAIN_SECONDS)
+        return {"ready": True, **answers}
+
+    def stop_workload(self, target: Target) -> dict:
+        podman = Podman.of(target.node)
+        removed = []
+        for container in podman.containers(f"{ALLOCATION_LABEL}={target.allocation_id}"):
+            podman.run("rm", "--force", "--time", str(STOP_GRACE_SECONDS), container["Id"])
+            removed.append(container["Names"][0])
+        return {"workload": container_name(target), "removed": removed, "stopped": bool(removed)}
+
+    def ended_workloads(self, targets: Iterable[Target]) -> dict[int, WorkloadEnd]:
+        """Of these workspaces, those whose container is no longer running, by allocation id: exit code 0 is a
+        release, any other code (or a container removed outside the platform) a failure."""
+        by_node = defaultdict(list)
+        for target in targets:
+            by_node[target.node].append(target)
+        ended = {}
+        for node, node_targets in by_node.items():
+            containers = {
+                int(container["Labels"][ALLOCATION_LABEL]): container
+                for container in Podman.of(node).containers(ALLOCATION_LABEL)
+            }
+            for target in node_targets:
+                end = _end_of(node, containers.get(target.allocation_id))
+                if end is not None:
+                    ended[target.allocation_id] = end
+        return ended
+
+
+def _end_of(node: str, container: dict | None) -> WorkloadEnd | None:
+    if container is None:
+        return WorkloadEnd(
+            state="gone",
+            failed=True,
+            message=f"The workspace container on {node} is gone (removed outside the platform)",
+            details={"node": node, "exit_code": None},
+        )
+    if container["State"] not in ENDED_STATES:
+        return None
+    code = container["ExitCode"]
+    return WorkloadEnd(
+        state=container["State"],
+        failed=code != 0,
+        message=f"The workspace container on {node} exited by itself with code {code}",
+        details={"node": node, "exit_code": code, "container": container["Names"][0]},
+    )
+
+
+def _published_ports(container: dict) -> dict[str, int]:
+    bindings = container["NetworkSettings"]["Ports"] or {}
+    named = {"ssh": f"{SSH_PORT}/tcp", "jupyter": f"{JUPYTER_PORT}/tcp"}
+    return {service: int(bindings[port][0]["HostPort"]) for service, port in named.items() if bindings.get(port)}
+
+
+def _ssh_banner(host: str, port: int) -> str | None:
+    """sshd's identification line (RFC 4253), or None while nothing answers with one."""
+    try:
+        with socket.create_connection((host, port), timeout=PROBE_TIMEOUT_SECONDS) as connection:
+            banner = connection.makefile("rb").readline(256).decode("ascii", "replace").strip()
+    except OSError:
+        return None
+    return banner if banner.startswith("SSH-2.0-") else None
+
+
+def _jupyter_version(host: str, port: int) -> str | None:
+    try:
+        answer = httpx.get(f"http://{host}:{port}/api", timeout=PROBE_TIMEOUT_SECONDS)
+    except httpx.HTTPError:
+        return None
+    return answer.json().get("version") if answer.status_code == 200 else None
+
+
+def _log_tail(podman: Podman, name: str) -> str:
+    try:
+        return podman.run("logs", "--tail", str(LOG_TAIL_LINES), name, with_stderr=True)[-2000:]
+    except StepError:
+        return ""
