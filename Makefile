@@ -19,7 +19,7 @@ PORT ?= 8000
 PUBLIC_BASE_URL ?= http://$(HOST):$(PORT)
 DEMO_ENV := DEBUG=1 PUBLIC_BASE_URL=$(PUBLIC_BASE_URL)
 
-.PHONY: install browser slurm podman redfish-emulator fuzz-venv run migrate seed test bench lint format clean
+.PHONY: install browser slurm podman redfish-emulator fuzz-venv run run-slurm migrate seed test bench lint format clean
 
 install: $(STAMP)
 
@@ -79,6 +79,25 @@ run: seed
 	@trap 'kill 0' INT TERM EXIT; \
 	$(DEMO_ENV) $(BIN)/python manage.py qcluster & \
 	$(DEMO_ENV) $(BIN)/python manage.py runserver $(HOST):$(PORT)
+
+# The same demo with its A100 orders running as real jobs on a local three-node Slurm cluster (tests/slurm_cluster.py,
+# root needed for munge/slurmd): the cluster's nodes are imported with --from-slurm and the simulated pool is
+# cordoned, so orders land on Slurm. Ctrl-C stops the server, the workers and the cluster.
+SLURM_DEMO_ENV := .slurm-demo.env
+
+run-slurm: seed slurm
+	@rm -f $(SLURM_DEMO_ENV)
+	@trap 'kill 0' INT TERM EXIT; \
+	$(BIN)/python -m tests.slurm_cluster --env-file $(SLURM_DEMO_ENV) & \
+	for _ in $$(seq 1 60); do [ -s $(SLURM_DEMO_ENV) ] && break; sleep 1; done; \
+	[ -s $(SLURM_DEMO_ENV) ] || { echo "The local Slurm cluster did not come up" >&2; exit 1; }; \
+	. ./$(SLURM_DEMO_ENV); export SLURM_GPU_MODELS='{"a100": "a100-40gb"}'; \
+	$(DEMO_ENV) $(BIN)/python manage.py import_inventory --from-slurm --site demo-slurm && \
+	$(DEMO_ENV) $(BIN)/python manage.py cordon_nodes --backend simulated --reason "make run-slurm: orders run on the local Slurm cluster" && \
+	echo "" && echo "  Portal        http://$(HOST):$(PORT)/   (order 1x A100 40GB: it runs as a Slurm job; squeue shows it)" && \
+	echo "  Slurm         SLURM_CONF=$$SLURM_CONF squeue / sinfo" && echo "" && \
+	{ $(DEMO_ENV) $(BIN)/python manage.py qcluster & \
+	  $(DEMO_ENV) $(BIN)/python manage.py runserver $(HOST):$(PORT); }
 
 # Runs on PostgreSQL: DATABASE_URL when set, else postgres@127.0.0.1:5432 (config/settings_test.py).
 test: install browser slurm podman redfish-emulator fuzz-venv

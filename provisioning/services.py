@@ -44,8 +44,9 @@ def enqueue_step(step_id: int) -> None:
     transaction.on_commit(lambda: async_task(STEP_TASK, step_id))
 
 
-def _driver_for(pipeline: str) -> str:
-    return settings.PROVISIONING_BMC_DRIVER if pipeline == Pipeline.BARE_METAL else "simulated"
+def _driver_for(pipeline: str, allocation: Allocation) -> str:
+    """Bare metal: the BMC driver; anything else: the execution backend of the allocated node."""
+    return settings.PROVISIONING_BMC_DRIVER if pipeline == Pipeline.BARE_METAL else allocation.node.execution_backend
 
 
 def _create_run(
@@ -64,7 +65,7 @@ def _create_run(
         allocation=allocation,
         kind=kind,
         pipeline=pipeline,
-        driver=_driver_for(pipeline),
+        driver=_driver_for(pipeline, allocation),
         reason=reason[:300],
         current_position=start_at,
         retry_of=retry_of,

@@ -40,6 +40,30 @@ def test_cordon_and_uncordon_are_audited_with_reason_and_actor(operator):
     assert audit.reason == "PSU replaced" and audit.data == {"cordon_reason": "Replacing PSU"}
 
 
+def test_cordon_nodes_command_cordons_a_backend_pool_with_the_reason_and_leaves_the_rest():
+    node(name="sim-1")
+    already, slurm = node(name="sim-2"), node(name="slurm-1")
+    Node.objects.filter(pk=slurm.pk).update(execution_backend="slurm")
+    services.node_cordon(already, "Fan failure", None)
+    out = StringIO()
+    call_command("cordon_nodes", "--backend", "simulated", "--reason", "Demo runs on Slurm", stdout=out)
+    assert out.getvalue().strip() == "Cordoned 1 node(s): sim-1"
+    assert dict(Node.objects.values_list("name", "cordon_reason")) == {
+        "sim-1": "Demo runs on Slurm",
+        "sim-2": "Fan failure",
+        "slurm-1": "",
+    }
+    assert AuditEvent.objects.filter(action="node.cordoned", reason="Demo runs on Slurm").count() == 1
+
+
+@pytest.mark.parametrize("arguments", [["--reason", "  ", "--backend", "simulated"], ["--reason", "why"]])
+def test_cordon_nodes_command_needs_a_reason_and_a_selection(arguments):
+    node(name="sim-1")
+    with pytest.raises(CommandError):
+        call_command("cordon_nodes", *arguments, stdout=StringIO())
+    assert Node.objects.get(name="sim-1").schedulable
+
+
 @pytest.mark.parametrize("reason", ["", "   ", None])
 def test_cordon_without_reason_is_refused_and_changes_nothing(operator, reason):
     target = node()
