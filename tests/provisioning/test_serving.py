@@ -192,10 +192,11 @@ def test_request_page_shows_the_endpoint_curl_and_key_management(deployed, clien
     page = client.get(reverse("portal:request-detail", args=[request.pk])).content.decode()
     assert deployment.slug in page and "curl " in page and "chat-frontend" in page
     created = client.post(reverse("serving-key-create", args=[request.pk]), {"name": "batch-jobs"})
-    body = created.content.decode()
-    assert created.status_code == 200 and 'id="new-key"' in body
-    shown = body.split('id="new-key"')[1].split("<code>")[1].split("</code>")[0]
+    assert created.status_code == 302  # a reload of the page it lands on creates nothing
+    body = client.get(created["Location"]).content.decode()
+    shown = body.split('id="new-key-secret"')[1].split(">")[1].split("</code")[0]
     assert keys.api_key_authenticate(shown).name == "batch-jobs"
+    assert f"Bearer {shown}" in body.split('id="new-key-curl"')[1]  # the curl is ready to paste
     again = client.get(reverse("portal:request-detail", args=[request.pk])).content.decode()
     assert shown not in again  # shown once
 
