@@ -4,9 +4,12 @@
 import json
 import os
 import signal
+from datetime import timedelta
 
 import pytest
+import time_machine
 from django.urls import reverse
+from django.utils import timezone
 
 from metering.models import TokenUsage
 from provisioning.choices import DeploymentState, RunState
@@ -97,6 +100,16 @@ def test_unknown_revoked_and_foreign_keys_are_refused(deployed, client, serving)
     keys.api_key_revoke(key=key, actor=serving.team.developer)
     assert call(client, deployment, secret).json()["code"] == "invalid_api_key"
     assert not TokenUsage.objects.exists()
+
+
+def test_the_gateway_honours_a_rotated_keys_grace_period(deployed, client, serving):
+    _request, deployment, old_secret = deployed
+    key = keys.api_key_authenticate(old_secret)
+    new_secret = keys.api_key_rotate(key=key, actor=serving.team.developer, grace_hours=2).secret
+    assert call(client, deployment, old_secret).status_code == 200  # callers switch over without an outage
+    with time_machine.travel(timezone.now() + timedelta(hours=2, seconds=1)):
+        assert call(client, deployment, old_secret).json()["code"] == "invalid_api_key"
+        assert call(client, deployment, new_secret).status_code == 200
 
 
 def test_the_rate_limit_answers_429_with_retry_after(serving, client):
