@@ -262,7 +262,7 @@ def _act_on_request(request, pk: int, act, done: str):
     return redirect("portal:request-detail", pk=pk)
 
 
-def _confirmed_action(*, allowed, form_class, question, consequences, confirm_label, act, done: str):
+def _confirmed_action(*, allowed, form_class, question, consequences, confirm_label, act, done: str, danger=True):
     """A request action behind a confirmation: GET asks (a page, or the dialog's content for htmx), POST acts.
     People who may see the request but not do this get 403 (the service would refuse them too)."""
 
@@ -282,6 +282,7 @@ def _confirmed_action(*, allowed, form_class, question, consequences, confirm_la
             form=form,
             confirm_label=confirm_label,
             back_url=reverse("portal:request-detail", args=[pk]),
+            danger=danger,
             status=400 if form.is_bound else 200,
         )
 
@@ -320,8 +321,8 @@ def _devices_in_words(devices: list[dict]) -> str:
 
 def _cancel_consequences(target) -> list[str]:
     return [
-        f"Withdraws the request from {target.get_state_display().lower()}; nothing was allocated yet.",
-        "Pending approvals are closed. Ordering again starts over.",
+        f"Withdraws the request (now {target.get_state_display().lower()}); nothing was allocated to it yet.",
+        "This cannot be undone: ordering again starts over.",
     ]
 
 
@@ -349,12 +350,16 @@ request_extend = _confirmed_action(
     allowed=services.can_release,
     form_class=ExtendForm,
     question=lambda target: f"Ask for more time for request #{target.pk}?",
-    consequences=lambda target: ["The extension goes to the approvers of the project; the expiry moves once approved."],
+    consequences=lambda target: [
+        "The extra hours are checked against the monthly card-hour budget and approved by the same rules as an "
+        "order; the expiry moves once they are approved."
+    ],
     confirm_label="Ask for more time",
     act=lambda target, actor, data: extensions.request_extension_submit(
         request=target, hours=data["hours"], justification=data["justification"], actor=actor
     ),
     done="extension sent",
+    danger=False,
 )
 
 

@@ -157,7 +157,7 @@ def test_cancel_confirms_and_redirects(compute, client):
     assert request.state == RequestState.PENDING_APPROVAL
     client.force_login(request.requester)
     url = reverse("portal:request-cancel", args=[request.pk])
-    assert "nothing was allocated yet" in client.get(url).content.decode()
+    assert "nothing was allocated to it yet" in client.get(url).content.decode()
     done = client.post(url, {"reason": "wrong project"})
     assert done.status_code == 302 and done["Location"] == page_of(request)
     request.refresh_from_db()

@@ -214,6 +214,16 @@ def test_request_page_shows_the_endpoint_curl_and_key_management(deployed, clien
     assert shown not in again  # shown once
 
 
+def test_the_endpoint_url_follows_the_address_the_page_was_reached_by(deployed, client, settings):
+    request, deployment, _secret = deployed
+    settings.ALLOWED_HOSTS = ["gpu.example.test"]
+    client.force_login(request.requester)
+    page = client.get(reverse("portal:request-detail", args=[request.pk]), HTTP_HOST="gpu.example.test:8200")
+    connect = page.content.decode().split('id="connect"')[1].split("</section>")[0]
+    assert f"http://gpu.example.test:8200/serve/{deployment.slug}/v1/chat/completions" in connect
+    assert settings.PUBLIC_BASE_URL not in connect
+
+
 def test_tokens_show_on_the_usage_report_page_and_metrics_by_project_and_model(deployed, client, api_as):
     from prometheus_client.parser import text_string_to_metric_families
 
