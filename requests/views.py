@@ -183,7 +183,7 @@ def _pop_shown_once(request, request_id: int) -> dict:
 @login_required
 def request_detail(request, pk):
     resource_request = selectors.request_get(user=request.user, pk=pk)
-    context = {**request_detail_context(request, resource_request), "shown_once": _pop_shown_once(request, pk)}
+    context = {**request_page_context(request, resource_request), "shown_once": _pop_shown_once(request, pk)}
     return render(request, "requests/request_detail.html", context)
 
 
@@ -192,10 +192,10 @@ def request_status(request, pk):
     """The status area alone (badge, actions, connect, queue, approval, provisioning, allocation, timeline), polled
     by the request page; one render from one read, so its parts never disagree."""
     resource_request = selectors.request_get(user=request.user, pk=pk)
-    return render(request, "requests/_status.html", request_detail_context(request, resource_request))
+    return render(request, "requests/_status.html", request_page_context(request, resource_request))
 
 
-def request_detail_context(request, resource_request) -> dict:
+def request_page_context(request, resource_request) -> dict:
     """What the request page shows, read once per render."""
     state = resource_request.state
     provisioning = hooks.ask(hooks.PROVISIONING_DETAILS, resource_request)
