@@ -33,8 +33,10 @@ def _plural(model: type[Model], count: int) -> str:
     return model._meta.verbose_name if count == 1 else model._meta.verbose_name_plural
 
 
-def action_with_reason(*, name: str, description: str, verb: str, permission: str, change):
-    """An admin action that asks for a reason first, then calls `change(obj, reason, actor)` on each row."""
+def action_with_reason(*, name: str, description: str, verb: str, permission: str, change, affected=None):
+    """An admin action that asks for a reason first, then calls `change(obj, reason, actor)` on each row.
+    `affected(queryset)`, when given, lists who the action hits beyond the selected rows (dicts with request, owner,
+    project, node, devices, outcome), shown on the confirm page so the operator sees the blast radius first."""
 
     def action(modeladmin: admin.ModelAdmin, request, queryset: QuerySet):
         form = ReasonForm(request.POST if "apply" in request.POST else None)
@@ -50,6 +52,7 @@ def action_with_reason(*, name: str, description: str, verb: str, permission: st
             "action_name": name,
             "opts": modeladmin.model._meta,
             "selected_field": helpers.ACTION_CHECKBOX_NAME,
+            "affected": affected(queryset) if affected else None,
         }
         return TemplateResponse(request, "admin/action_with_reason.html", context)
 

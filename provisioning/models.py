@@ -233,6 +233,11 @@ class ApiKey(models.Model):
     replaced_by = models.OneToOneField(
         "self", null=True, blank=True, on_delete=models.SET_NULL, related_name="replaces", help_text="Set when rotated."
     )
+    expires_at = models.DateTimeField(
+        null=True,
+        blank=True,
+        help_text="Set when rotated: the key keeps working until then (the grace period its owner chose).",
+    )
 
     class Meta:
         ordering = ["project", "-created_at"]
@@ -242,4 +247,4 @@ class ApiKey(models.Model):
 
     @property
     def active(self) -> bool:
-        return self.revoked_at is None
+        return self.revoked_at is None and (self.expires_at is None or self.expires_at > timezone.now())

@@ -96,6 +96,7 @@ class EventCode(models.TextChoices):
     PREEMPTION_CALLED_OFF = "preemption_called_off", "Preemption called off"
     DEVICE_ISOLATED = "device_isolated", "Device isolated"
     DEVICES_REBOUND = "devices_rebound", "Devices rebound to the backend's choice"
+    NODE_CORDONED = "node_cordoned", "Node cordoned"
     PROVISIONING_STEP_FAILED = "provisioning_step_failed", "Provisioning step failed"
     PROVISIONING_RETRIED = "provisioning_retried", "Provisioning retried"
     PROVISIONING_RECOVERED = "provisioning_recovered", "Provisioning started late by the sweeper"

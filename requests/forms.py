@@ -212,3 +212,14 @@ class QuotaChangeForm(forms.Form):
             for dimension in QuotaDimension.values
             if self.cleaned_data.get(dimension) is not None
         }
+
+
+class ReasonForm(forms.Form):
+    """The confirm step of releasing or cancelling a request: an optional reason for the timeline."""
+
+    reason = forms.CharField(required=False, max_length=500, widget=forms.TextInput(attrs={"placeholder": "Optional"}))
+
+
+class ExtendForm(forms.Form):
+    hours = forms.IntegerField(label="Extend by (hours)", min_value=1, initial=24)
+    justification = forms.CharField(label="Why", max_length=2000)

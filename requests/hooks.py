@@ -36,9 +36,10 @@ class ProvisioningDetails(Protocol):
 
 class EndpointDetails(Protocol):
     """provisioning: a model-serving request's endpoint (URL, replicas and their health, tokens this month, the
-    project's API keys), or None."""
+    project's API keys), or None. The URL starts with `base_url` (the address the caller reached us by), else
+    with PUBLIC_BASE_URL."""
 
-    def __call__(self, resource_request: Any, /) -> dict | None: ...
+    def __call__(self, resource_request: Any, base_url: str | None = None, /) -> dict | None: ...
 
 
 class RightsizingAdvice(Protocol):

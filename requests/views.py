@@ -8,10 +8,12 @@ from itertools import groupby
 
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
+from django.core.exceptions import PermissionDenied
 from django.db.models import OuterRef, Subquery
 from django.http import Http404
 from django.shortcuts import get_object_or_404, redirect, render
-from django.views.decorators.http import require_POST
+from django.urls import reverse
+from django.views.decorators.http import require_http_methods, require_POST
 
 from catalog import selectors as catalog_selectors
 from catalog.choices import ServiceKind
@@ -19,7 +21,7 @@ from catalog.durations import default_duration_hours, longest_duration_hours, ma
 from config.errors import DomainError
 from requests import approvals, extensions, hooks, quota_changes, selectors, services
 from requests.choices import TERMINAL_STATES, Decision, RequestState
-from requests.forms import DecisionForm, OrderForm, QuotaChangeForm, orderable_projects
+from requests.forms import DecisionForm, ExtendForm, OrderForm, QuotaChangeForm, ReasonForm, orderable_projects
 from requests.models import RequestEvent, ResourceRequest
 from requests.orders import Order, size_order
 from requests.quota import dimensions_over, quota_scopes_by_project, request_quota_impact
@@ -155,61 +157,103 @@ def request_list(request):
     )
 
 
-# While the request is in one of these, its provisioning panel refreshes itself.
-LIVE_STATES = frozenset({RequestState.ALLOCATED, RequestState.PROVISIONING, RequestState.RELEASING})
+# The status area of a request page polls itself until the request is final: quickly while it is on its way,
+# slowly once it has settled (active, or failed and waiting for an operator), not at all when it is over.
+SETTLED_STATES = frozenset({RequestState.ACTIVE, RequestState.FAILED})
+POLL_SECONDS_MOVING = 3
+POLL_SECONDS_SETTLED = 15
+HOLDING_STATES = frozenset({RequestState.ALLOCATED, RequestState.PROVISIONING, RequestState.ACTIVE})
+# What a higher app hands to the next render of a request page once (e.g. a new API key after its POST redirected).
+SHOWN_ONCE_SESSION_KEY = "request_page_shown_once"
+
+
+def show_once_on_request_page(request, request_id: int, **values) -> None:
+    """Keep `values` in the (server-side) session for the next render of the request page, which drops them."""
+    request.session[SHOWN_ONCE_SESSION_KEY] = {"request": request_id, **values}
+
+
+def _pop_shown_once(request, request_id: int) -> dict:
+    shown = request.session.get(SHOWN_ONCE_SESSION_KEY)
+    if not shown or shown.get("request") != request_id:
+        return {}
+    del request.session[SHOWN_ONCE_SESSION_KEY]
+    return shown
 
 
 @login_required
 def request_detail(request, pk):
     resource_request = selectors.request_get(user=request.user, pk=pk)
-    return render(request, "requests/request_detail.html", request_detail_context(request, resource_request))
+    context = {**request_page_context(request, resource_request), "shown_once": _pop_shown_once(request, pk)}
+    return render(request, "requests/request_detail.html", context)
 
 
-def request_detail_context(request, resource_request) -> dict:
-    """What the request page shows; higher apps render it too after their own actions (e.g. a new API key)."""
-    holding = resource_request.state in (RequestState.ALLOCATED, RequestState.PROVISIONING, RequestState.ACTIVE)
+@login_required
+def request_status(request, pk):
+    """The status area alone (badge, actions, connect, queue, approval, provisioning, allocation, timeline), polled
+    by the request page; one render from one read, so its parts never disagree."""
+    resource_request = selectors.request_get(user=request.user, pk=pk)
+    return render(request, "requests/_status.html", request_page_context(request, resource_request))
+
+
+def request_page_context(request, resource_request) -> dict:
+    """What the request page shows, read once per render."""
+    state = resource_request.state
+    provisioning = hooks.ask(hooks.PROVISIONING_DETAILS, resource_request)
+    endpoint = hooks.ask(hooks.ENDPOINT_DETAILS, resource_request, request.build_absolute_uri("/"))
+    allocation = hooks.ask(hooks.ALLOCATION_DETAILS, resource_request)
+    may_act = services.can_cancel(request.user, resource_request)
     return {
         "r": resource_request,
         "timeline": selectors.timeline_of(resource_request),
         "approval": selectors.approval_of(resource_request),
-        "allocation": hooks.ask(hooks.ALLOCATION_DETAILS, resource_request),
-        "endpoint": hooks.ask(hooks.ENDPOINT_DETAILS, resource_request),
-        **_provisioning_context(resource_request),
-        "can_cancel": resource_request.is_cancellable and services.can_cancel(request.user, resource_request),
-        "can_release": holding and services.can_release(request.user, resource_request),
+        "allocation": allocation,
+        "endpoint": endpoint,
+        "provisioning": provisioning,
+        "connect": _connect_items(provisioning, endpoint) if state == RequestState.ACTIVE else [],
+        "poll_seconds": _poll_seconds(state),
+        "can_cancel": resource_request.is_cancellable and may_act,
+        "can_release": state in HOLDING_STATES and may_act,
     }
 
 
-@login_required
-def request_provisioning(request, pk):
-    """The provisioning panel alone, polled by the detail page while steps are running."""
-    resource_request = selectors.request_get(user=request.user, pk=pk)
-    return render(
-        request, "requests/_provisioning.html", {"r": resource_request, **_provisioning_context(resource_request)}
-    )
+def _poll_seconds(state: str) -> int | None:
+    if state in TERMINAL_STATES:
+        return None
+    return POLL_SECONDS_SETTLED if state in SETTLED_STATES else POLL_SECONDS_MOVING
+
+
+ACCESS_LABELS = {"ssh": "SSH", "jupyter": "Jupyter", "attach": "Attach (Slurm)"}
+
+
+def _connect_items(provisioning, endpoint) -> list[dict]:
+    """How to reach what was delivered, each with a value to copy and a link where a browser can open it."""
+    if endpoint is not None:
+        return [
+            {"name": "endpoint", "label": "Endpoint", "value": endpoint["url"]},
+            {"name": "curl", "label": "Try it", "value": endpoint["curl"]},
+        ]
+    delivered = (provisioning or {}).get("delivered") or {}
+    return [
+        {"name": name, "label": ACCESS_LABELS.get(name, name), "value": value, "link": value.startswith("http")}
+        for name, value in delivered.get("access", {}).items()
+    ]
 
 
 @login_required
 def request_endpoint_health(request, pk):
     """A serving endpoint's replica health and tokens alone, polled by the request page."""
     resource_request = selectors.request_get(user=request.user, pk=pk)
-    endpoint = hooks.ask(hooks.ENDPOINT_DETAILS, resource_request)
+    endpoint = hooks.ask(hooks.ENDPOINT_DETAILS, resource_request, request.build_absolute_uri("/"))
     if endpoint is None:
         raise Http404("This request has no endpoint.")
     return render(request, "requests/_endpoint_health.html", {"r": resource_request, "endpoint": endpoint})
 
 
-def _provisioning_context(resource_request) -> dict:
-    return {
-        "provisioning": hooks.ask(hooks.PROVISIONING_DETAILS, resource_request),
-        "live": resource_request.state in LIVE_STATES,
-    }
-
-
 def _act_on_request(request, pk: int, act, done: str):
-    """Run one service on a request the user may see; the outcome or the refusal is a message on its page."""
+    """Run one service on a request the user may see; the outcome or the refusal is a message on its page, which
+    the answer redirects to (a reload repeats nothing)."""
     try:
-        act(selectors.request_get(user=request.user, pk=pk), request.POST.get("reason", "").strip())
+        act(selectors.request_get(user=request.user, pk=pk))
     except DomainError as error:
         messages.error(request, error.message)
     else:
@@ -217,45 +261,105 @@ def _act_on_request(request, pk: int, act, done: str):
     return redirect("portal:request-detail", pk=pk)
 
 
-@login_required
-@require_POST
-def request_cancel(request, pk):
-    return _act_on_request(
-        request,
-        pk,
-        lambda target, reason: services.request_cancel(request=target, actor=request.user, reason=reason),
-        "cancelled",
+def _confirmed_action(*, allowed, form_class, question, consequences, confirm_label, act, done: str, danger=True):
+    """A request action behind a confirmation: GET asks (a page, or the dialog's content for htmx), POST acts.
+    People who may see the request but not do this get 403 (the service would refuse them too)."""
+
+    @login_required
+    @require_http_methods(["GET", "POST"])
+    def view(request, pk):
+        target = selectors.request_get(user=request.user, pk=pk)
+        if not allowed(request.user, target):
+            raise PermissionDenied("You may see this request but not do this.")
+        form = form_class(request.POST or None)
+        if request.method == "POST" and form.is_valid():
+            return _act_on_request(request, pk, lambda locked: act(locked, request.user, form.cleaned_data), done)
+        return confirmation(
+            request,
+            title=question(target),
+            consequences=consequences(target),
+            form=form,
+            confirm_label=confirm_label,
+            back_url=reverse("portal:request-detail", args=[pk]),
+            danger=danger,
+            status=400 if form.is_bound else 200,
+        )
+
+    return view
+
+
+def confirmation(request, *, title, consequences, form, confirm_label, back_url, danger=True, status=200):
+    """The confirm step of a destructive action: what it will do, in words, and a form that posts to this URL.
+    Opened in the page's dialog by htmx, or as a page of its own without JavaScript."""
+    template = "requests/_confirm.html" if request.headers.get("HX-Request") else "requests/confirm.html"
+    context = {
+        "title": title,
+        "consequences": consequences,
+        "form": form,
+        "confirm_label": confirm_label,
+        "back_url": back_url,
+        "danger": danger,
+    }
+    return render(request, template, context, status=status)
+
+
+def _release_consequences(target) -> list[str]:
+    allocation = hooks.ask(hooks.ALLOCATION_DETAILS, target)
+    held = (
+        [f"Stops the workload on {allocation['node']} and gives back {_devices_in_words(allocation['devices'])}."]
+        if allocation
+        else []
     )
+    return [*held, "Whatever was delivered (SSH, Jupyter, endpoint) stops answering.", "This cannot be undone."]
 
 
-@login_required
-@require_POST
-def request_release(request, pk):
-    return _act_on_request(
-        request,
-        pk,
-        lambda target, reason: services.request_release(
-            request=target, actor=request.user, reason=reason or "released early"
-        ),
-        "is being released",
-    )
+def _devices_in_words(devices: list[dict]) -> str:
+    names = ", ".join(f"{device['model']} #{device['index']}" for device in devices)
+    return f"{len(devices)} device{'s' if len(devices) != 1 else ''} ({names})" if devices else "its share"
 
 
-@login_required
-@require_POST
-def request_extend(request, pk):
-    hours = request.POST.get("hours", "")
-    if not hours.isdigit():
-        messages.error(request, "Give the extra hours as a whole number.")
-        return redirect("portal:request-detail", pk=pk)
-    return _act_on_request(
-        request,
-        pk,
-        lambda target, _reason: extensions.request_extension_submit(
-            request=target, hours=int(hours), justification=request.POST.get("justification", ""), actor=request.user
-        ),
-        "extension sent",
-    )
+def _cancel_consequences(target) -> list[str]:
+    return [
+        f"Withdraws the request (now {target.get_state_display().lower()}); nothing was allocated to it yet.",
+        "This cannot be undone: ordering again starts over.",
+    ]
+
+
+request_release = _confirmed_action(
+    allowed=services.can_release,
+    form_class=ReasonForm,
+    question=lambda target: f"Release request #{target.pk}?",
+    consequences=_release_consequences,
+    confirm_label="Release now",
+    act=lambda target, actor, data: services.request_release(
+        request=target, actor=actor, reason=data["reason"] or "released early"
+    ),
+    done="is being released",
+)
+request_cancel = _confirmed_action(
+    allowed=services.can_cancel,
+    form_class=ReasonForm,
+    question=lambda target: f"Cancel request #{target.pk}?",
+    consequences=_cancel_consequences,
+    confirm_label="Cancel request",
+    act=lambda target, actor, data: services.request_cancel(request=target, actor=actor, reason=data["reason"]),
+    done="cancelled",
+)
+request_extend = _confirmed_action(
+    allowed=services.can_release,
+    form_class=ExtendForm,
+    question=lambda target: f"Ask for more time for request #{target.pk}?",
+    consequences=lambda target: [
+        "The extra hours are checked against the monthly card-hour budget and approved by the same rules as an "
+        "order; the expiry moves once they are approved."
+    ],
+    confirm_label="Ask for more time",
+    act=lambda target, actor, data: extensions.request_extension_submit(
+        request=target, hours=data["hours"], justification=data["justification"], actor=actor
+    ),
+    done="extension sent",
+    danger=False,
+)
 
 
 @login_required

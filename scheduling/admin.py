@@ -5,6 +5,7 @@ actions here, health ingestion and the scheduler. Every changelist runs a consta
 """
 
 from django import forms
+from django.conf import settings
 from django.contrib import admin
 from django.contrib.admin.widgets import FilteredSelectMultiple
 from django.core.exceptions import PermissionDenied
@@ -98,6 +99,16 @@ class DeviceInline(admin.TabularInline):
         return super().get_queryset(request).select_related("model__vendor", "node")
 
 
+def _running_requests(*, outcome: str, **where) -> list[dict]:
+    return [{**row, "outcome": outcome} for row in selectors.running_requests_on(**where)]
+
+
+def _isolation_outcome() -> str:
+    if settings.SCHEDULER_REQUEUE_ON_ISOLATION:
+        return "is stopped and goes back to the queue for healthy hardware"
+    return "keeps its allocation; new placements avoid the card"
+
+
 @admin.register(Node)
 class NodeAdmin(AuditedInventoryMixin, admin.ModelAdmin):
     change_list_template = "admin/scheduling/node/change_list.html"
@@ -151,6 +162,9 @@ class NodeAdmin(AuditedInventoryMixin, admin.ModelAdmin):
             verb="Cordoned",
             permission="change",
             change=lambda node, reason, actor: services.node_cordon(node, reason, actor),
+            affected=lambda nodes: _running_requests(
+                node_ids=[node.pk for node in nodes], outcome="keeps running; new placements avoid the node"
+            ),
         ),
         action_with_reason(
             name="uncordon_nodes",
@@ -241,6 +255,9 @@ class DeviceAdmin(AuditedInventoryMixin, admin.ModelAdmin):
             verb="Isolated",
             permission="change",
             change=lambda device, reason, actor: services.device_isolate(device, reason, actor),
+            affected=lambda devices: _running_requests(
+                device_ids=[device.pk for device in devices], outcome=_isolation_outcome()
+            ),
         ),
         action_with_reason(
             name="mark_healthy",

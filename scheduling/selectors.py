@@ -5,8 +5,8 @@ from decimal import Decimal
 from django.db.models import Count, F, Q, QuerySet, Sum, Value
 from django.db.models.functions import Coalesce
 
-from scheduling.choices import DeviceHealth
-from scheduling.models import Device, Node
+from scheduling.choices import AllocationState, DeviceHealth
+from scheduling.models import AllocationDevice, Device, Node
 from scheduling.placement import MILLI
 
 # A device the scheduler may place on: not isolated, not unhealthy, on a schedulable node.
@@ -60,3 +60,30 @@ def nodes_with_capacity() -> QuerySet[Node]:
 
 def devices_with_relations() -> QuerySet[Device]:
     return Device.objects.select_related("node", "model__vendor")
+
+
+def running_requests_on(*, node_ids: list[int] | None = None, device_ids: list[int] | None = None) -> list[dict]:
+    """The requests holding an active allocation on these nodes or devices, with their owners and the cards they
+    hold there (one query): the blast radius an operator sees before cordoning or isolating."""
+    bindings = AllocationDevice.objects.filter(allocation__state=AllocationState.ACTIVE)
+    if node_ids is not None:
+        bindings = bindings.filter(allocation__node_id__in=node_ids)
+    if device_ids is not None:
+        bindings = bindings.filter(device_id__in=device_ids)
+    rows: dict[int, dict] = {}
+    for binding in bindings.select_related(
+        "allocation__request__requester", "allocation__request__project", "allocation__node", "device"
+    ).order_by("allocation__request_id", "device__index"):
+        request = binding.allocation.request
+        row = rows.setdefault(
+            request.pk,
+            {
+                "request": request,
+                "owner": request.requester.username,
+                "project": request.project.name,
+                "node": binding.allocation.node.name,
+                "devices": [],
+            },
+        )
+        row["devices"].append(f"gpu{binding.device.index}")
+    return list(rows.values())

@@ -19,6 +19,7 @@ from config.errors import Conflict, DomainError, NotPermitted
 from requests import approvals
 from requests.choices import ApprovalSubject, ApproverSource, ChangeState, EventCode
 from requests.services import is_operator_intervention, record_event
+from scheduling import selectors
 from scheduling.choices import AllocationState, DeviceHealth
 from scheduling.inventory_formats import OPENB_MODELS, NodeRecord
 from scheduling.models import (
@@ -76,6 +77,15 @@ def node_cordon(node: Node, reason: str, actor: User | None) -> Node:
     node.cordoned_by = actor if actor is not None and actor.is_authenticated else None
     node.save(update_fields=["schedulable", "cordon_reason", "cordoned_at", "cordoned_by", "updated_at"])
     audit_record(actor=actor, action="node.cordoned", target=node, reason=reason)
+    for running in selectors.running_requests_on(node_ids=[node.pk]):
+        record_event(
+            running["request"],
+            actor=actor,
+            code=EventCode.NODE_CORDONED,
+            message=f"Node {node.name} was cordoned by {_who(actor)}: {reason}. Your workload keeps running there "
+            "until it is released or expires; new placements avoid the node.",
+            data={"node": node.name, "reason": reason},
+        )
     _announce_availability(node)
     return node
 

@@ -70,15 +70,17 @@ def replica_devices(target: Target, replicas: int) -> list[list[dict]]:
     return [list(target.devices[i * per_replica : (i + 1) * per_replica]) for i in range(replicas)]
 
 
-def endpoint_url(deployment: ServingDeployment) -> str:
+def endpoint_url(deployment: ServingDeployment, base_url: str | None = None) -> str:
+    """The gateway URL of a deployment, under `base_url` when a browser request gave one (its host and port are
+    the ones that person reached), else under PUBLIC_BASE_URL (tasks, installers, mails)."""
     path = reverse("serving-gateway", kwargs={"slug": deployment.slug, "path": ""})
-    return settings.PUBLIC_BASE_URL.rstrip("/") + path.rstrip("/")
+    return (base_url or settings.PUBLIC_BASE_URL).rstrip("/") + path.rstrip("/")
 
 
-def example_curl(url: str, model: str) -> str:
+def example_curl(url: str, model: str, api_key: str = "$API_KEY") -> str:
     body = json.dumps({"model": model, "messages": [{"role": "user", "content": "Hello"}]})
     return (
-        f'curl {url}/chat/completions -H "Authorization: Bearer $API_KEY" '
+        f'curl {url}/chat/completions -H "Authorization: Bearer {api_key}" '
         f"-H 'Content-Type: application/json' -d '{body}'"
     )
 

@@ -2,8 +2,10 @@
 gateway in constant time. Only a SHA-256 hash and a public prefix are stored."""
 
 from dataclasses import dataclass
+from datetime import timedelta
 
 from django.db import transaction
+from django.db.models import Q
 from django.utils import timezone
 
 from config.errors import Conflict, DomainError, NotPermitted
@@ -15,6 +17,9 @@ from tenancy.selectors import user_has_project_permission
 from tenancy.services import audit_record
 
 KEY_PREFIX = "cc"
+# How long a rotated key keeps working, so that its users can switch over without an outage.
+ROTATION_GRACE_HOURS_DEFAULT = 24
+ROTATION_GRACE_HOURS_MAX = 24 * 30
 
 
 @dataclass(frozen=True)
@@ -53,6 +58,17 @@ def _locked_active(key: ApiKey, actor: User) -> ApiKey:
     return key
 
 
+def _locked_unrotated(key: ApiKey, actor: User) -> ApiKey:
+    key = _locked_active(key, actor)
+    if key.replaced_by_id is not None:
+        raise Conflict(
+            "This key was already rotated; rotate its replacement instead.",
+            code="key_rotated",
+            details={"key": key.prefix, "expires_at": key.expires_at.isoformat() if key.expires_at else None},
+        )
+    return key
+
+
 @transaction.atomic
 def api_key_revoke(*, key: ApiKey, actor: User) -> ApiKey:
     key = _locked_active(key, actor)
@@ -63,22 +79,35 @@ def api_key_revoke(*, key: ApiKey, actor: User) -> ApiKey:
 
 
 @transaction.atomic
-def api_key_rotate(*, key: ApiKey, actor: User) -> IssuedKey:
-    """A new key with the same name; the old one stops working at once."""
-    key = _locked_active(key, actor)
+def api_key_rotate(*, key: ApiKey, actor: User, grace_hours: int = ROTATION_GRACE_HOURS_DEFAULT) -> IssuedKey:
+    """A new key with the same name; the old one keeps working for `grace_hours` (0: stops at once), then the
+    gateway refuses it. Revoking it meanwhile ends the grace period."""
+    if not 0 <= grace_hours <= ROTATION_GRACE_HOURS_MAX:
+        raise DomainError(
+            f"The grace period is 0 to {ROTATION_GRACE_HOURS_MAX} hours.",
+            code="grace_out_of_range",
+            details={"field": "grace_hours", "max": ROTATION_GRACE_HOURS_MAX},
+        )
+    key = _locked_unrotated(key, actor)
     issued = _issue(key.project, key.name, actor)
-    key.revoked_at, key.replaced_by = timezone.now(), issued.key
-    key.save(update_fields=["revoked_at", "replaced_by"])
-    audit_record(actor=actor, action="api_key.rotated", target=key, data={"new_key": issued.key.prefix})
+    key.expires_at, key.replaced_by = timezone.now() + timedelta(hours=grace_hours), issued.key
+    key.save(update_fields=["expires_at", "replaced_by"])
+    audit_record(
+        actor=actor,
+        action="api_key.rotated",
+        target=key,
+        data={"new_key": issued.key.prefix, "grace_hours": grace_hours, "expires_at": key.expires_at.isoformat()},
+    )
     return issued
 
 
 def api_key_authenticate(secret: str) -> ApiKey | None:
-    """The active key this secret belongs to, or None (unknown, malformed, revoked)."""
+    """The active key this secret belongs to, or None (unknown, malformed, revoked, past its rotation grace)."""
     prefix = prefixed_secret_prefix(KEY_PREFIX, secret)
     if prefix is None:
         return None
-    key = ApiKey.objects.filter(prefix=prefix, revoked_at__isnull=True).first()
+    unexpired = Q(expires_at__isnull=True) | Q(expires_at__gt=timezone.now())
+    key = ApiKey.objects.filter(unexpired, prefix=prefix, revoked_at__isnull=True).first()
     if key is None or not secret_matches(key.hashed, secret):
         return None
     return key

@@ -15,6 +15,8 @@ def _key_data(key: ApiKey) -> dict:
         "created_at": key.created_at,
         "last_used_at": key.last_used_at,
         "revoked_at": key.revoked_at,
+        "expires_at": key.expires_at,
+        "rotated": key.replaced_by_id is not None,
         "active": key.active,
         "rotate_url": reverse("serving-key-rotate", args=[key.pk]),
         "revoke_url": reverse("serving-key-revoke", args=[key.pk]),
@@ -25,12 +27,12 @@ def project_keys(project_id: int) -> list[dict]:
     return [_key_data(key) for key in ApiKey.objects.filter(project_id=project_id).order_by("-created_at")]
 
 
-def endpoint_details(request) -> dict | None:
+def endpoint_details(request, base_url: str | None = None) -> dict | None:
     """The request's deployment (four queries), or None for other kinds of request."""
     deployment = ServingDeployment.objects.filter(request=request).first()
     if deployment is None:
         return None
-    url = endpoint_url(deployment)
+    url = endpoint_url(deployment, base_url)
     return {
         "url": url,
         "slug": deployment.slug,

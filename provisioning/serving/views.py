@@ -1,11 +1,15 @@
-"""API keys of a project, from the request page of one of its deployments and from the API. A new or rotated key
-is shown once, on the page that answers the POST (never stored in a cookie or a redirect)."""
+"""API keys of a project, from the request page of one of its deployments and from the API. Page actions confirm
+first (GET asks, POST acts) and answer with a redirect to the request page, so a reload repeats nothing; a new or
+rotated key travels to that page's next render in the server-side session and is shown there once."""
 
+from django import forms
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
+from django.core.exceptions import PermissionDenied
 from django.http import Http404
-from django.shortcuts import get_object_or_404, render
-from django.views.decorators.http import require_POST
+from django.shortcuts import get_object_or_404, redirect
+from django.urls import reverse
+from django.views.decorators.http import require_http_methods
 from drf_spectacular.utils import extend_schema
 from rest_framework import serializers, status
 from rest_framework.response import Response
@@ -13,71 +17,154 @@ from rest_framework.views import APIView
 
 from config.api import ErrorSerializer
 from config.errors import DomainError
-from provisioning.models import ApiKey
+from provisioning.models import ApiKey, ServingDeployment
 from provisioning.serving import keys
+from provisioning.serving.deployments import endpoint_url, example_curl
 from requests import selectors as request_selectors
-from requests.views import request_detail_context
+from requests.views import confirmation, show_once_on_request_page
 from tenancy.selectors import project_list_visible_to
+
+GRACE_CHOICES = [
+    (0, "None: the old key stops now"),
+    (1, "1 hour"),
+    (24, "24 hours"),
+    (72, "3 days"),
+    (168, "7 days"),
+]
+
+
+class RotateForm(forms.Form):
+    grace_hours = forms.TypedChoiceField(
+        label="The old key keeps working for",
+        choices=GRACE_CHOICES,
+        coerce=int,
+        required=False,
+        empty_value=keys.ROTATION_GRACE_HOURS_DEFAULT,
+        initial=keys.ROTATION_GRACE_HOURS_DEFAULT,
+    )
+
+
+class RevokeForm(forms.Form):
+    """Nothing to choose: the confirm step only asks."""
 
 
 def _visible_key(user, pk: int) -> ApiKey:
-    return get_object_or_404(ApiKey.objects.filter(project__in=project_list_visible_to(user=user)), pk=pk)
+    return get_object_or_404(
+        ApiKey.objects.filter(project__in=project_list_visible_to(user=user)).select_related("project"), pk=pk
+    )
 
 
 def _page_request_id(request) -> int:
-    """The request page a rotate/revoke form came from (hidden field)."""
-    value = request.POST.get("request", "")
+    """The request page a key action came from (`?request=` on the confirm step, or a hidden field)."""
+    value = request.POST.get("request") or request.GET.get("request", "")
     if not value.isdigit():
         raise Http404("No request page to return to.")
     return int(value)
 
 
-def _answer_on_request_page(request, request_id: int, act):
-    """Run the key action, then show the request page with the outcome (and the new key, once)."""
-    resource_request = request_selectors.request_get(user=request.user, pk=request_id)
-    new_key = None
+def _back_to_request_page(request, resource_request, act, done: str):
+    """Run the key action; keep a new key for the request page's next render; redirect there."""
     try:
-        issued = act(resource_request)
+        issued = act()
     except DomainError as error:
         messages.error(request, error.message)
-    else:
-        new_key = issued.secret if isinstance(issued, keys.IssuedKey) else None
-        messages.success(request, "Key created: copy it now, it is not shown again." if new_key else "Key revoked.")
-    return render(
-        request,
-        "requests/request_detail.html",
-        {**request_detail_context(request, resource_request), "new_key": new_key},
-    )
+        return redirect("portal:request-detail", pk=resource_request.pk)
+    messages.success(request, done)
+    if isinstance(issued, keys.IssuedKey):
+        show_once_on_request_page(
+            request,
+            resource_request.pk,
+            new_key=issued.secret,
+            new_key_name=issued.key.name,
+            new_key_curl=_curl_with(request, resource_request, issued.secret),
+        )
+        return redirect(reverse("portal:request-detail", args=[resource_request.pk]) + "#new-key")
+    return redirect("portal:request-detail", pk=resource_request.pk)
+
+
+def _curl_with(request, resource_request, secret: str) -> str:
+    deployment = ServingDeployment.objects.filter(request=resource_request).first()
+    if deployment is None:
+        return ""
+    return example_curl(endpoint_url(deployment, request.build_absolute_uri("/")), deployment.model_name, secret)
 
 
 @login_required
-@require_POST
+@require_http_methods(["GET", "POST"])
 def key_create(request, pk):
-    return _answer_on_request_page(
+    resource_request = request_selectors.request_get(user=request.user, pk=pk)
+    if request.method == "GET":  # a reload after the redirect, or a bookmarked form URL: nothing to create
+        return redirect(reverse("portal:request-detail", args=[pk]) + "#api-keys")
+    return _back_to_request_page(
         request,
-        pk,
-        lambda resource_request: keys.api_key_create(
+        resource_request,
+        lambda: keys.api_key_create(
             project=resource_request.project, name=request.POST.get("name", ""), actor=request.user
         ),
+        "Key created: copy it now, it is not shown again.",
     )
 
 
-def _key_change(change):
-    """A page action on one key (rotate or revoke), answered on the request page the form came from."""
+def _rotate_consequences(key: ApiKey) -> list[str]:
+    return [
+        f"A new key named “{key.name}” is created and shown once, with a ready curl.",
+        f"The old key cc_{key.prefix}_… keeps working for the grace period you pick, then the gateway refuses it.",
+    ]
+
+
+def _revoke_consequences(key: ApiKey) -> list[str]:
+    serving = ServingDeployment.objects.filter(project=key.project, stopped_at__isnull=True).count()
+    return [
+        f"cc_{key.prefix}_… (“{key.name}”) stops working at once on every endpoint of {key.project.name} "
+        f"({serving} serving now).",
+        "Whatever still sends it gets 401. A revoked key cannot be restored; create a new one instead.",
+    ]
+
+
+def _key_change(*, form_class, title, consequences, confirm_label, change, done: str):
+    """A page action on one key (rotate or revoke): confirm, act, return to the request page it came from."""
 
     @login_required
-    @require_POST
+    @require_http_methods(["GET", "POST"])
     def view(request, pk):
         key = _visible_key(request.user, pk)
-        return _answer_on_request_page(
-            request, _page_request_id(request), lambda _request: change(key=key, actor=request.user)
+        resource_request = request_selectors.request_get(user=request.user, pk=_page_request_id(request))
+        if not keys.can_manage_keys(request.user, key.project):
+            raise PermissionDenied("Only members who may order for the project manage its API keys.")
+        form = form_class(request.POST or None) if request.method == "POST" else form_class()
+        if request.method == "POST" and form.is_valid():
+            return _back_to_request_page(
+                request, resource_request, lambda: change(key, request.user, form.cleaned_data), done
+            )
+        return confirmation(
+            request,
+            title=title(key),
+            consequences=consequences(key),
+            form=form,
+            confirm_label=confirm_label,
+            back_url=reverse("portal:request-detail", args=[resource_request.pk]) + "#api-keys",
+            status=400 if request.method == "POST" else 200,
         )
 
     return view
 
 
-key_rotate = _key_change(keys.api_key_rotate)
-key_revoke = _key_change(keys.api_key_revoke)
+key_rotate = _key_change(
+    form_class=RotateForm,
+    title=lambda key: f"Rotate the key “{key.name}”?",
+    consequences=_rotate_consequences,
+    confirm_label="Rotate",
+    change=lambda key, actor, data: keys.api_key_rotate(key=key, actor=actor, grace_hours=data["grace_hours"]),
+    done="Key rotated: copy the new one now, it is not shown again.",
+)
+key_revoke = _key_change(
+    form_class=RevokeForm,
+    title=lambda key: f"Revoke the key “{key.name}”?",
+    consequences=_revoke_consequences,
+    confirm_label="Revoke",
+    change=lambda key, actor, _data: keys.api_key_revoke(key=key, actor=actor),
+    done="Key revoked.",
+)
 
 
 # --- API ----------------------------------------------------------------------------------------------------
@@ -90,6 +177,9 @@ class KeySerializer(serializers.Serializer):
     created_at = serializers.DateTimeField(read_only=True)
     last_used_at = serializers.DateTimeField(read_only=True, allow_null=True)
     revoked_at = serializers.DateTimeField(read_only=True, allow_null=True)
+    expires_at = serializers.DateTimeField(
+        read_only=True, allow_null=True, help_text="Set when rotated: the end of the old key's grace period."
+    )
     active = serializers.BooleanField(read_only=True)
 
 
@@ -121,15 +211,33 @@ class ProjectKeysView(APIView):
         return Response(_issued(issued), status=status.HTTP_201_CREATED)
 
 
+class RotateSerializer(serializers.Serializer):
+    grace_hours = serializers.IntegerField(
+        min_value=0,
+        max_value=keys.ROTATION_GRACE_HOURS_MAX,
+        default=keys.ROTATION_GRACE_HOURS_DEFAULT,
+        help_text="How long the old key keeps working (0: it stops at once).",
+    )
+
+
 class KeyRotateView(APIView):
-    """A new key with the same name; the old one stops working at once."""
+    """A new key with the same name; the old one keeps working for `grace_hours` (default 24), then stops."""
 
     @extend_schema(
-        request=None,
-        responses={201: IssuedKeySerializer, 403: ErrorSerializer, 404: ErrorSerializer, 409: ErrorSerializer},
+        request=RotateSerializer,
+        responses={
+            201: IssuedKeySerializer,
+            400: ErrorSerializer,
+            403: ErrorSerializer,
+            404: ErrorSerializer,
+            409: ErrorSerializer,
+        },
     )
     def post(self, request, pk: int):
-        issued = keys.api_key_rotate(key=_visible_key(request.user, pk), actor=request.user)
+        body = RotateSerializer(data=request.data)
+        body.is_valid(raise_exception=True)
+        key = _visible_key(request.user, pk)
+        issued = keys.api_key_rotate(key=key, actor=request.user, grace_hours=body.validated_data["grace_hours"])
         return Response(_issued(issued), status=status.HTTP_201_CREATED)
 
 

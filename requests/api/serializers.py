@@ -428,7 +428,9 @@ class RequestDetailSerializer(RequestSummarySerializer):
         }
     )
     def get_endpoint(self, resource_request) -> dict | None:
-        return hooks.ask(hooks.ENDPOINT_DETAILS, resource_request)
+        http_request = self.context.get("request")
+        base_url = http_request.build_absolute_uri("/") if http_request is not None else None
+        return hooks.ask(hooks.ENDPOINT_DETAILS, resource_request, base_url)
 
     @extend_schema_field(
         {

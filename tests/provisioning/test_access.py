@@ -7,6 +7,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from provisioning.choices import RunKind
 from provisioning.models import ProvisioningRun
+from requests import services as request_services
 from requests.choices import RequestState
 from tenancy.choices import Role
 from tests import factories
@@ -55,24 +56,29 @@ def test_request_api_and_page_follow_the_role_matrix(delivered, compute, api_as,
     }
     assert api_as(users[who]).get(detail_url(delivered)).status_code == status
     client.force_login(users[who])
-    panel = client.get(reverse("portal:request-provisioning", args=[delivered.pk]))
+    panel = client.get(reverse("portal:request-status", args=[delivered.pk]))
     assert panel.status_code == status
     if status == 200:
         assert b'data-step="publish_access" data-state="succeeded"' in panel.content
         page = client.get(reverse("portal:request-detail", args=[delivered.pk])).content.decode()
-        assert 'id="delivered"' in page and "ssh -p" in page
+        assert 'id="delivered"' in page and "ssh -p" in page.split('id="connect"')[1]
 
 
 def test_anonymous_gets_nothing(delivered, api, client):
     assert api.get(detail_url(delivered)).status_code == 401
-    assert client.get(reverse("portal:request-provisioning", args=[delivered.pk])).status_code == 302
+    assert client.get(reverse("portal:request-status", args=[delivered.pk])).status_code == 302
     retry = api.post(reverse("provisioning-run-retry", args=[1]), {"reason": "x"}, format="json")
     assert retry.status_code == 401
 
 
-def test_panel_polls_only_while_something_is_moving(delivered, client):
+def test_status_polls_slowly_once_active_and_stops_when_final(delivered, client, run_on_commit):
     client.force_login(delivered.requester)
-    assert b"hx-trigger" not in client.get(reverse("portal:request-provisioning", args=[delivered.pk])).content
+    url = reverse("portal:request-status", args=[delivered.pk])
+    assert b'hx-trigger="every 15s"' in client.get(url).content
+    run_on_commit(request_services.request_release, request=delivered, actor=delivered.requester, reason="done")
+    delivered.refresh_from_db()
+    assert delivered.state == RequestState.RELEASED
+    assert b"hx-trigger" not in client.get(url).content
 
 
 @pytest.fixture

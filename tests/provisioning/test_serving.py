@@ -4,9 +4,12 @@
 import json
 import os
 import signal
+from datetime import timedelta
 
 import pytest
+import time_machine
 from django.urls import reverse
+from django.utils import timezone
 
 from metering.models import TokenUsage
 from provisioning.choices import DeploymentState, RunState
@@ -97,6 +100,16 @@ def test_unknown_revoked_and_foreign_keys_are_refused(deployed, client, serving)
     keys.api_key_revoke(key=key, actor=serving.team.developer)
     assert call(client, deployment, secret).json()["code"] == "invalid_api_key"
     assert not TokenUsage.objects.exists()
+
+
+def test_the_gateway_honours_a_rotated_keys_grace_period(deployed, client, serving):
+    _request, deployment, old_secret = deployed
+    key = keys.api_key_authenticate(old_secret)
+    new_secret = keys.api_key_rotate(key=key, actor=serving.team.developer, grace_hours=2).secret
+    assert call(client, deployment, old_secret).status_code == 200  # callers switch over without an outage
+    with time_machine.travel(timezone.now() + timedelta(hours=2, seconds=1)):
+        assert call(client, deployment, old_secret).json()["code"] == "invalid_api_key"
+        assert call(client, deployment, new_secret).status_code == 200
 
 
 def test_the_rate_limit_answers_429_with_retry_after(serving, client):
@@ -192,12 +205,23 @@ def test_request_page_shows_the_endpoint_curl_and_key_management(deployed, clien
     page = client.get(reverse("portal:request-detail", args=[request.pk])).content.decode()
     assert deployment.slug in page and "curl " in page and "chat-frontend" in page
     created = client.post(reverse("serving-key-create", args=[request.pk]), {"name": "batch-jobs"})
-    body = created.content.decode()
-    assert created.status_code == 200 and 'id="new-key"' in body
-    shown = body.split('id="new-key"')[1].split("<code>")[1].split("</code>")[0]
+    assert created.status_code == 302  # a reload of the page it lands on creates nothing
+    body = client.get(created["Location"]).content.decode()
+    shown = body.split('id="new-key-secret"')[1].split(">")[1].split("</code")[0]
     assert keys.api_key_authenticate(shown).name == "batch-jobs"
+    assert f"Bearer {shown}" in body.split('id="new-key-curl"')[1]  # the curl is ready to paste
     again = client.get(reverse("portal:request-detail", args=[request.pk])).content.decode()
     assert shown not in again  # shown once
+
+
+def test_the_endpoint_url_follows_the_address_the_page_was_reached_by(deployed, client, settings):
+    request, deployment, _secret = deployed
+    settings.ALLOWED_HOSTS = ["gpu.example.test"]
+    client.force_login(request.requester)
+    page = client.get(reverse("portal:request-detail", args=[request.pk]), HTTP_HOST="gpu.example.test:8200")
+    connect = page.content.decode().split('id="connect"')[1].split("</section>")[0]
+    assert f"http://gpu.example.test:8200/serve/{deployment.slug}/v1/chat/completions" in connect
+    assert settings.PUBLIC_BASE_URL not in connect
 
 
 def test_tokens_show_on_the_usage_report_page_and_metrics_by_project_and_model(deployed, client, api_as):

@@ -61,8 +61,13 @@ def test_rotation_replaces_the_key_and_revocation_is_final(project_keys, api_as)
     assert rotated.status_code == 201
     new_secret = rotated.json()["key"]
     key.refresh_from_db()
-    assert key.revoked_at is not None and key.replaced_by.prefix == rotated.json()["prefix"]
+    assert key.active and key.expires_at is not None  # the default grace period: 24 h
+    assert key.replaced_by.prefix == rotated.json()["prefix"]
     assert keys.api_key_authenticate(new_secret) is not None
+    twice = client.post(reverse("api-key-rotate", args=[key.pk]))
+    assert twice.status_code == 409 and twice.json()["code"] == "key_rotated"
+    ended = client.post(reverse("api-key-revoke", args=[key.pk]))  # revoking ends the grace period
+    assert ended.status_code == 200 and ended.json()["active"] is False
     again = client.post(reverse("api-key-revoke", args=[key.pk]))
     assert again.status_code == 409 and again.json()["code"] == "key_revoked"
     revoked = client.post(reverse("api-key-revoke", args=[key.replaced_by.pk]))
@@ -129,8 +134,12 @@ def test_page_rotate_and_revoke_return_to_the_request_page(deployed_for_pages, c
     request, _outsider = deployed_for_pages
     key = keys.api_key_create(project=request.project, name="k", actor=request.requester).key
     client.force_login(request.requester)
+    page = reverse("portal:request-detail", args=[request.pk])
     rotated = client.post(reverse("serving-key-rotate", args=[key.pk]), {"request": request.pk})
-    assert rotated.status_code == 200 and 'id="new-key"' in rotated.content.decode()
+    assert rotated.status_code == 302 and rotated["Location"] == page + "#new-key"
+    assert 'id="new-key"' in client.get(page).content.decode()
     assert client.post(reverse("serving-key-revoke", args=[key.pk]), {"request": "x"}).status_code == 404
-    again = client.post(reverse("serving-key-revoke", args=[key.pk]), {"request": request.pk})
-    assert "already revoked" in again.content.decode()  # the rotation revoked it
+    revoked = client.post(reverse("serving-key-revoke", args=[key.pk]), {"request": request.pk})
+    assert revoked.status_code == 302 and revoked["Location"] == page
+    again = client.post(reverse("serving-key-revoke", args=[key.pk]), {"request": request.pk}, follow=True)
+    assert "already revoked" in again.content.decode()

@@ -92,10 +92,56 @@ def test_an_order_with_free_hardware_is_delivered_and_released_without_an_operat
     developer.wait_for_selector("#request-state >> text=Active")  # approved, placed and provisioned meanwhile
     for step in ("prepare_image", "start_workload", "readiness_check", "publish_access"):
         assert developer.locator(f"#provisioning tr[data-step={step}][data-state=succeeded]").count() == 1
-    delivered = developer.inner_text("#delivered")
-    assert "GPU-n1-0" in delivered and "ssh -p" in delivered
+    assert "ssh -p" in developer.inner_text("#connect")  # how to connect comes first, once
+    assert "GPU-n1-0" in developer.inner_text("#allocation")
 
-    developer.fill("#release-reason", "Finished")
-    developer.click("text=Release now")
+    developer.click("#release")  # asks first, in a dialog, saying what it stops
+    dialog = developer.wait_for_selector("#confirm-dialog[open]")
+    assert "n1" in dialog.inner_text() and "2 devices" in dialog.inner_text()
+    assert developer.locator("#request-state >> text=Active").count() == 1  # nothing happened yet
+    developer.fill("#confirm-dialog #id_reason", "Finished")
+    developer.click("#confirm-submit")
     developer.wait_for_selector("#request-state >> text=Released")
     assert developer.locator("#provisioning tr[data-step=return_capacity][data-state=succeeded]").count() == 1
+
+
+def _submitted(developer, shop, hours="4"):
+    developer.click(f"text=Order {shop.service.name}")
+    developer.select_option("#id_spec", str(shop.whole.pk))
+    developer.fill("#id_duration_hours", hours)
+    developer.click("text=Submit request")
+
+
+@pytest.mark.django_db(transaction=True, serialized_rollback=True)
+def test_the_request_page_turns_active_by_itself(browser, live_server, shop, team):
+    from scheduling import cycle
+    from tests.provisioning.conftest import add_node
+
+    developer = _signed_in(browser, live_server, team.developer)
+    _submitted(developer, shop)
+    developer.wait_for_selector("#request-state >> text=Queued")  # no hardware yet
+    developer.evaluate("window.notReloaded = true")
+
+    add_node(shop.accelerator)  # capacity arrives; the scheduler places and provisioning delivers
+    cycle.run_cycle()
+
+    developer.wait_for_selector("#request-state >> text=Active", timeout=15_000)
+    assert developer.evaluate("window.notReloaded") is True  # the page followed the request without a reload
+    assert "ssh -p" in developer.inner_text("#connect")
+    assert developer.locator("#release").count() == 1 and developer.locator("#queue-status").count() == 0
+
+
+@pytest.mark.django_db(transaction=True, serialized_rollback=True)
+def test_the_request_page_fits_a_phone(browser, live_server, shop, team):
+    from tests.provisioning.conftest import add_node
+
+    add_node(shop.accelerator)
+    desktop = _signed_in(browser, live_server, team.developer)
+    _submitted(desktop, shop)
+    desktop.wait_for_selector("#request-state >> text=Active")
+    phone = desktop.context.browser.new_context(viewport={"width": 390, "height": 844}, is_mobile=True)
+    phone.add_cookies(desktop.context.cookies())
+    page = phone.new_page()
+    page.goto(desktop.url)
+    page.wait_for_selector("#connect")
+    assert page.evaluate("document.documentElement.scrollWidth") <= 390

@@ -1,0 +1,28 @@
+// Small enhancements of the portal pages; everything they do also works without JavaScript.
+
+// Copy-to-clipboard buttons: <button data-copy="text">. The text stays visible (and selectable) beside them.
+document.addEventListener("click", async (event) => {
+  const button = event.target.closest("[data-copy]");
+  if (!button) return;
+  const label = button.textContent;
+  try {
+    await navigator.clipboard.writeText(button.dataset.copy);
+    button.textContent = "Copied";
+  } catch {
+    button.textContent = "Select and copy";
+  }
+  setTimeout(() => { button.textContent = label; }, 1500);
+});
+
+// Confirm steps: links with hx-get into <dialog id="confirm-dialog"> open it as a modal once the question arrived;
+// "Back" closes it. Without JavaScript the same links lead to the confirm page.
+document.addEventListener("htmx:afterSwap", (event) => {
+  const dialog = event.detail.target;
+  if (dialog.id === "confirm-dialog" && !dialog.open) dialog.showModal();
+});
+document.addEventListener("click", (event) => {
+  const back = event.target.closest("dialog [data-close-dialog]");
+  if (!back) return;
+  event.preventDefault();
+  back.closest("dialog").close();
+});
