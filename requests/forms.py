@@ -3,6 +3,8 @@
 from collections import defaultdict
 
 from django import forms
+from django.forms.utils import pretty_name
+from django.http import QueryDict
 
 from catalog import selectors as catalog_selectors
 from catalog.choices import ServiceKind
@@ -20,6 +22,16 @@ _OFFERINGS = {
     ServiceKind.COMPUTE: ("spec", "image"),
     ServiceKind.BARE_METAL: ("bare_metal_profile",),
     ServiceKind.MODEL_SERVING: ("serving_model", "serving_template", "spec"),
+}
+
+
+# What a catalog link may name in the order form's query string: the form's own field names, and these shorter
+# ones people read in a URL.
+PREFILL_ALIASES = {
+    "profile": "bare_metal_profile",
+    "model": "serving_model",
+    "template": "serving_template",
+    "duration": "duration_hours",
 }
 
 
@@ -94,12 +106,46 @@ class OrderForm(forms.Form):
         last = ["justification", "over_quota", "if_unplaceable"]
         self.order_fields([name for name in self.fields if name not in last] + last)
 
+    @classmethod
+    def prefilled(cls, query: QueryDict, *, user: User, service: Service) -> tuple["OrderForm", list[str]]:
+        """An unbound form with what the query string chose, each value cleaned by its field as a POST would be;
+        values the form cannot take are left out, each with a sentence saying so."""
+        probe = cls(user=user, service=service)
+        initial, notices, duration = {}, [], None
+        for key, values in query.lists():
+            name = PREFILL_ALIASES.get(key, key)
+            if name not in probe.fields:
+                notices.append(f"The link's “{key}” is not an option of {service.name}; it was left out.")
+            elif name == "duration_hours":  # its limit depends on the offering chosen: checked once that is known
+                duration = values[-1]
+            else:
+                try:
+                    initial[name] = probe.fields[name].clean(values[-1])
+                except forms.ValidationError as error:
+                    notices.append(_left_out(name, probe.fields[name], error))
+        form = cls(user=user, service=service, initial=initial)
+        if duration is not None:
+            try:
+                form.initial["duration_hours"] = form.fields["duration_hours"].clean(duration)
+            except forms.ValidationError as error:
+                notices.append(_left_out("duration_hours", form.fields["duration_hours"], error))
+        return form, notices
+
+    def as_data(self) -> dict:
+        """The values the form shows, as a POST of it would send them (to preview what is on screen)."""
+        data = {}
+        for bound in self:
+            value = bound.value()
+            if value not in (None, ""):
+                data[bound.html_name] = value
+        return data
+
     def clean_if_unplaceable(self) -> str:
         return self.cleaned_data["if_unplaceable"] or IfUnplaceable.WARN  # left unchosen: the API's default
 
     def _chosen_offering(self) -> dict:
-        """The spec, template or profile the form has selected: the submitted one, else the first (the one the
-        page shows selected)."""
+        """The spec, template or profile the form has selected: the submitted one, else the one a link chose, else
+        the first (the one the page shows selected)."""
         chosen = {}
         for name in ("spec", "serving_template", "bare_metal_profile"):
             field = self.fields.get(name)
@@ -107,7 +153,9 @@ class OrderForm(forms.Form):
                 continue
             try:
                 chosen[name] = (
-                    field.clean(self.data.get(self.add_prefix(name))) if self.is_bound else field.queryset.first()
+                    field.clean(self.data.get(self.add_prefix(name)))
+                    if self.is_bound
+                    else self.initial.get(name) or field.queryset.first()
                 )
             except forms.ValidationError:
                 chosen[name] = None
@@ -163,6 +211,11 @@ class OrderForm(forms.Form):
             justification=data["justification"],
             parameters=data["parameters"],
         )
+
+
+def _left_out(name: str, field: forms.Field, error: forms.ValidationError) -> str:
+    label = (field.label or pretty_name(name)).lower()
+    return f"The link's {label} was left out: {' '.join(error.messages)}"
 
 
 def parameter_field(entry: dict) -> forms.Field:

@@ -22,6 +22,7 @@ from requests.choices import TERMINAL_STATES, Decision, RequestState
 from requests.forms import DecisionForm, OrderForm, QuotaChangeForm, orderable_projects
 from requests.models import RequestEvent, ResourceRequest
 from requests.orders import Order, size_order
+from requests.refusals import next_steps
 from requests.quota import dimensions_over, quota_scopes_by_project, request_quota_impact
 from tenancy.choices import ProjectPermission
 from tenancy.selectors import project_list_visible_to, user_has_project_permission
@@ -66,9 +67,7 @@ def _offer_rows(service, project, usage) -> list[dict]:
 
 
 def _order_form(request, service):
-    return OrderForm(
-        request.POST or None, user=request.user, service=service, initial={"project": request.GET.get("project")}
-    )
+    return OrderForm(request.POST, user=request.user, service=service)
 
 
 def _orderable_service(request, slug):
@@ -81,28 +80,43 @@ def _orderable_service(request, slug):
 @login_required
 def order(request, slug):
     service = _orderable_service(request, slug)
+    if request.method != "POST":
+        return _order_page(request, service, *OrderForm.prefilled(request.GET, user=request.user, service=service))
     form = _order_form(request, service)
-    refusal = None
-    if request.method == "POST" and form.is_valid():
-        try:
-            created = services.request_submit(
-                order=form.order(),
-                requester=request.user,
-                over_quota=form.cleaned_data["over_quota"],
-                if_unplaceable=form.cleaned_data["if_unplaceable"],
-            )
-        except DomainError as error:
-            refusal = error
-        else:
-            messages.success(request, f"Request #{created.pk} submitted: {created.get_state_display().lower()}.")
-            return redirect("portal:request-detail", pk=created.pk)
-    status = 200 if refusal is None and not form.errors else 422 if refusal else 400
-    return render(
-        request,
-        "requests/order.html",
-        {"service": service, "form": form, "refusal": refusal, "preview": _preview(request, form)},
-        status=status,
-    )
+    if not form.is_valid():
+        return _order_page(request, service, form, status=400)
+    try:
+        created = services.request_submit(
+            order=form.order(),
+            requester=request.user,
+            over_quota=form.cleaned_data["over_quota"],
+            if_unplaceable=form.cleaned_data["if_unplaceable"],
+        )
+    except DomainError as refusal:
+        return _refused_order_page(request, service, form, refusal)
+    messages.success(request, f"Request #{created.pk} submitted: {created.get_state_display().lower()}.")
+    return redirect("portal:request-detail", pk=created.pk)
+
+
+def _order_page(request, service, form, notices=(), *, status=200, preview=None, refusal=None, next_steps=()):
+    """The order form with its preview: on first load (a catalog link's choices in `form.initial`) the preview of
+    what the form shows, so that it is there before anything is changed."""
+    for notice in notices:
+        messages.warning(request, notice)
+    if preview is None:
+        shown = form if form.is_bound else OrderForm(form.as_data(), user=request.user, service=service)
+        preview = _preview(request, shown)
+    context = {"service": service, "form": form, "refusal": refusal, "next_steps": next_steps, "preview": preview}
+    return render(request, "requests/order.html", context, status=status)
+
+
+def _refused_order_page(request, service, form, refusal: DomainError):
+    """The service's refusal at the field it names (the summary on top links there), with the next steps."""
+    preview = _preview(request, form)
+    steps = next_steps(refusal, form=form, user=request.user, rightsizing=preview.get("rightsizing", []))
+    field = refusal.details.get("field") if isinstance(refusal.details, dict) else None
+    form.add_error(field if field in form.fields else None, refusal.message)
+    return _order_page(request, service, form, status=422, preview=preview, refusal=refusal, next_steps=steps)
 
 
 def _preview(request, form) -> dict:
