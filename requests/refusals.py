@@ -65,7 +65,7 @@ def _quota_change_step(refusal: DomainError, order, user) -> dict:
 
 
 def rightsized_steps(form, rightsizing: list[dict]) -> list[dict]:
-    """"Use the rightsized spec": the same order with each spec rightsizing suggests, where the service offers it."""
+    """ "Use the rightsized spec": the same order with each spec rightsizing suggests, where the service offers it."""
     if "spec" not in form.fields:
         return []
     slugs = [suggestion["spec"] for advice in rightsizing for suggestion in advice.get("suggestions", [])]

@@ -216,7 +216,9 @@ def request_submit(
     priority = _priority_beyond_entitlement(order, over_quota)
     if over_quota == OverQuota.EXCEPTION and not order.justification.strip():
         raise DomainError(
-            "A quota exception needs a justification.", code="justification_required", details={"field": "justification"}
+            "A quota exception needs a justification.",
+            code="justification_required",
+            details={"field": "justification"},
         )
     sizing = size_order(order)
     never_fits = _never_fits(order, sizing, if_unplaceable)

@@ -22,8 +22,8 @@ from requests.choices import TERMINAL_STATES, Decision, RequestState
 from requests.forms import DecisionForm, OrderForm, QuotaChangeForm, orderable_projects
 from requests.models import RequestEvent, ResourceRequest
 from requests.orders import Order, size_order
-from requests.refusals import next_steps
 from requests.quota import dimensions_over, quota_scopes_by_project, request_quota_impact
+from requests.refusals import next_steps
 from tenancy.choices import ProjectPermission
 from tenancy.selectors import project_list_visible_to, user_has_project_permission
 
