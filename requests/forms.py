@@ -9,7 +9,7 @@ from django.http import QueryDict
 from catalog import selectors as catalog_selectors
 from catalog.choices import ServiceKind
 from catalog.durations import default_duration_hours, max_duration_hours
-from catalog.models import Service
+from catalog.models import Service, Vendor
 from catalog.parameters import MAX_STRING_LENGTH, ParameterInvalid, parameters_clean
 from requests.choices import IfUnplaceable, OverQuota, PriorityClass
 from requests.orders import Order
@@ -259,9 +259,46 @@ class QuotaChangeForm(forms.Form):
                 label=dimension.label, required=False, min_value=0, max_digits=12, decimal_places=2
             )
 
+    @classmethod
+    def prefill_from(cls, query: QueryDict) -> dict:
+        """Initial values from a link (the order page's "ask for a larger quota"): each value its field takes;
+        others are dropped, since the lead reviews the form before sending it anyway."""
+        fields = cls().fields
+        initial = {}
+        for name, field in fields.items():
+            try:
+                value = field.clean(query.get(name))
+            except forms.ValidationError:
+                continue
+            if value not in (None, ""):
+                initial[name] = value
+        return initial
+
     def limits(self) -> dict:
         return {
             dimension: self.cleaned_data[dimension]
             for dimension in QuotaDimension.values
             if self.cleaned_data.get(dimension) is not None
         }
+
+
+class CatalogFilterForm(forms.Form):
+    """The catalog's search and filters; every field is optional and a value the form cannot take is no filter."""
+
+    q = forms.CharField(required=False, max_length=100, label="Search")
+    vendor = forms.ModelChoiceField(
+        queryset=Vendor.objects.order_by("name"), to_field_name="slug", required=False, empty_label="Any vendor"
+    )
+    min_accelerator_memory = forms.IntegerField(required=False, min_value=0, label="Accelerator memory at least (GiB)")
+    max_hourly_price = forms.DecimalField(required=False, min_value=0, max_digits=12, decimal_places=2)
+    fits_quota = forms.BooleanField(required=False, label="Fits my project's remaining quota")
+
+    def __init__(self, *args, currency: str, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.fields["max_hourly_price"].label = f"Price per hour at most ({currency})"
+
+    def filters(self) -> dict:
+        """The filters that hold a value (none when the form is invalid: the whole catalog is shown)."""
+        if not self.is_valid():
+            return {}
+        return {name: value for name, value in self.cleaned_data.items() if value not in (None, "", False)}

@@ -5,12 +5,16 @@ a sentence, which the pages show as they are.
 """
 
 from itertools import groupby
+from urllib.parse import urlencode
 
+from django.conf import settings
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
+from django.contrib.auth.views import LoginView
 from django.db.models import OuterRef, Subquery
 from django.http import Http404
 from django.shortcuts import get_object_or_404, redirect, render
+from django.urls import reverse
 from django.views.decorators.http import require_POST
 
 from catalog import selectors as catalog_selectors
@@ -19,13 +23,31 @@ from catalog.durations import default_duration_hours, longest_duration_hours, ma
 from config.errors import DomainError
 from requests import approvals, extensions, hooks, quota_changes, selectors, services
 from requests.choices import TERMINAL_STATES, Decision, RequestState
-from requests.forms import DecisionForm, OrderForm, QuotaChangeForm, orderable_projects
+from requests.forms import CatalogFilterForm, DecisionForm, OrderForm, QuotaChangeForm, orderable_projects
 from requests.models import RequestEvent, ResourceRequest
 from requests.orders import Order, size_order
 from requests.quota import dimensions_over, quota_scopes_by_project, request_quota_impact
 from requests.refusals import next_steps
 from tenancy.choices import ProjectPermission
-from tenancy.selectors import project_list_visible_to, user_has_project_permission
+from tenancy.selectors import project_list_visible_to, projects_with_permission, user_has_project_permission
+
+
+def landing_url(user) -> str:
+    """Where a role starts: operators in the console, people who approve but cannot order in their inbox, everyone
+    else in the catalog."""
+    if user.is_staff:
+        return reverse("admin:index")
+    can_order = projects_with_permission(user=user, permission=ProjectPermission.REQUEST).exists()
+    if not can_order and projects_with_permission(user=user, permission=ProjectPermission.APPROVE).exists():
+        return reverse("portal:approval-inbox")
+    return reverse("portal:catalog")
+
+
+class SignInView(LoginView):
+    """Django's sign-in, sending each role to its page when no `next` asks for another."""
+
+    def get_default_redirect_url(self):
+        return landing_url(self.request.user)
 
 
 @login_required
@@ -33,37 +55,92 @@ def catalog(request):
     projects = list(orderable_projects(request.user))
     project = next((p for p in projects if str(p.pk) == request.GET.get("project")), projects[0] if projects else None)
     usage = selectors.project_quota_usage(project) if project else []
+    filter_form = CatalogFilterForm(request.GET, currency=settings.CATALOG_CURRENCY)
+    filters = filter_form.filters()
     services_by_kind = []
     visible = catalog_selectors.service_list(user=request.user).order_by("kind", "name")
     for kind, group in groupby(visible, key=lambda service: service.kind):
-        rows = [(service, _offer_rows(service, project, usage), longest_duration_hours(service)) for service in group]
-        services_by_kind.append((ServiceKind(kind).label, rows))
-    return render(
-        request,
-        "requests/catalog.html",
-        {"projects": projects, "project": project, "usage": usage, "services_by_kind": services_by_kind},
-    )
+        rows = []
+        for service in group:
+            offers = [row for row in _offer_rows(service, project, usage) if _passes(row, service, filters)]
+            if offers or _shown_without_offers(service, filters):
+                rows.append((service, offers, longest_duration_hours(service)))
+        if rows:
+            services_by_kind.append((ServiceKind(kind).label, rows))
+    _mark_never_fitting([row for _, rows in services_by_kind for _, offers, _ in rows for row in offers])
+    context = {
+        "projects": projects,
+        "project": project,
+        "usage": usage,
+        "services_by_kind": services_by_kind,
+        "filter_form": filter_form,
+        "filtered": bool(filters),
+        "currency": settings.CATALOG_CURRENCY,
+    }
+    return render(request, "requests/catalog.html", context)
 
 
 def _offer_rows(service, project, usage) -> list[dict]:
-    """Each orderable spec or profile with its price and whether it fits the project's remaining quota."""
+    """Each orderable spec or profile with its price, whether it fits the project's remaining quota, the order
+    link's query and what the filters look at (from prefetched rows: no query per offer)."""
     offers = [("spec", spec) for spec in service.specs.all()] if service.kind != ServiceKind.BARE_METAL else []
     offers += [("bare_metal_profile", profile) for profile in service.bare_metal_profiles.all()]
     rows = []
     for field, offer in offers:
         hours = default_duration_hours(service, **{field: offer})
-        sizing = size_order(Order(service=service, project=project, duration_hours=hours, **{field: offer}))
-        over = dimensions_over(sizing.demand, usage) if project else []
+        order = Order(service=service, project=project, duration_hours=hours, **{field: offer})
+        sizing = size_order(order)
+        models = [offer.accelerator_model] if field == "bare_metal_profile" else list(offer.accelerator_models.all())
         rows.append(
             {
                 "offer": offer,
                 "field": field,
+                "order": order,
                 "sizing": sizing,
-                "over": over,
+                "over": dimensions_over(sizing.demand, usage) if project else [],
                 "max_duration_hours": max_duration_hours(service, **{field: offer}),
+                "link_query": urlencode(
+                    {**({"project": project.pk} if project else {}), PREFILL_KEYS[field]: offer.pk}
+                ),
+                "vendors": {model.vendor.slug for model in models},
+                "text": " ".join([service.name, service.description, offer.name, *(str(model) for model in models)]),
             }
         )
     return rows
+
+
+# The query-string name a catalog link uses for each offering (the order form's short aliases).
+PREFILL_KEYS = {"spec": "spec", "bare_metal_profile": "profile"}
+
+
+def _passes(row: dict, service, filters: dict) -> bool:
+    sizing = row["sizing"]
+    return (
+        _matches(filters.get("q"), row["text"])
+        and ("vendor" not in filters or filters["vendor"].slug in row["vendors"])
+        and sizing.accelerator_memory_gb >= filters.get("min_accelerator_memory", 0)
+        and ("max_hourly_price" not in filters or sizing.hourly_cost <= filters["max_hourly_price"])
+        and not (filters.get("fits_quota") and row["over"])
+    )
+
+
+def _shown_without_offers(service, filters: dict) -> bool:
+    """A serving service lists models, not specs: the search finds it by name or model; other filters hide it."""
+    if service.kind != ServiceKind.MODEL_SERVING or set(filters) - {"q"}:
+        return False
+    names = [service.name, service.description, *(str(model) for model in service.serving_models.all())]
+    return _matches(filters.get("q"), " ".join(names))
+
+
+def _matches(query: str | None, text: str) -> bool:
+    return not query or all(word in text.lower() for word in query.lower().split())
+
+
+def _mark_never_fitting(rows: list[dict]) -> None:
+    """Say on each option no node of the inventory could ever hold why not (one inventory load for the page)."""
+    reasons = hooks.ask(hooks.ORDERS_NEVER_FIT, [(row["order"], row["sizing"]) for row in rows])
+    for row, reason in zip(rows, reasons or [None] * len(rows), strict=True):
+        row["never_fits"] = reason
 
 
 def _order_form(request, service):
@@ -165,6 +242,10 @@ def request_list(request):
             "state": state,
             "mine": request.GET.get("mine", "1"),
             "quiet": QUIET_STATES,
+            # "Mine" is the default view, not a filter; a state, or everyone's requests, is.
+            "filtered": bool(state) or request.GET.get("mine") == "0",
+            "can_order": projects_with_permission(user=request.user, permission=ProjectPermission.REQUEST).exists(),
+            "currency": settings.CATALOG_CURRENCY,
         },
     )
 
@@ -331,7 +412,7 @@ def project_list(request):
 def project_quota(request, pk):
     project = get_object_or_404(project_list_visible_to(user=request.user), pk=pk)
     is_lead = user_has_project_permission(user=request.user, project=project, permission=ProjectPermission.MANAGE)
-    form = QuotaChangeForm(request.POST or None)
+    form = QuotaChangeForm(request.POST or None, initial=QuotaChangeForm.prefill_from(request.GET))
     if request.method == "POST" and is_lead and form.is_valid():
         try:
             change = quota_changes.quota_change_request_submit(
