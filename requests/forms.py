@@ -136,6 +136,12 @@ class OrderForm(forms.Form):
         data = {}
         for bound in self:
             value = bound.value()
+            if (
+                value in (None, "")
+                and isinstance(bound.field, forms.ModelChoiceField)
+                and bound.field.empty_label is None
+            ):
+                value = _first_choice(bound.field)  # a select without a blank shows, and a browser sends, its first
             if value not in (None, ""):
                 data[bound.html_name] = value
         return data
@@ -211,6 +217,11 @@ class OrderForm(forms.Form):
             justification=data["justification"],
             parameters=data["parameters"],
         )
+
+
+def _first_choice(field: forms.ModelChoiceField):
+    first = field.queryset.first()
+    return None if first is None else first.pk
 
 
 def _left_out(name: str, field: forms.Field, error: forms.ValidationError) -> str:
