@@ -52,9 +52,8 @@ def test_each_catalog_option_links_to_the_order_form_with_it_chosen(client, shop
 
 def test_the_order_form_takes_its_choices_from_the_query_string_and_previews_them_on_load(client, shop, team):
     client.force_login(team.developer)
-    body = _page(
-        client, f"/order/{shop.service.slug}/?project={team.project.pk}&spec={shop.sliced.pk}&duration=20&priority=batch"
-    )
+    query = f"project={team.project.pk}&spec={shop.sliced.pk}&duration=20&priority=batch"
+    body = _page(client, f"/order/{shop.service.slug}/?{query}")
     assert _selected(body, "spec") == str(shop.sliced.pk)
     assert _selected(body, "priority") == "batch"
     assert 'name="duration_hours" value="20"' in body
