@@ -11,7 +11,9 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
 from catalog.models import Vendor
+from requests.forms import OrderForm
 from requests.models import ResourceRequest
+from requests.refusals import rightsized_steps
 from scheduling.models import Device, Node
 from tenancy.services import quota_set
 from tests import factories
@@ -266,3 +268,13 @@ def test_the_request_list_says_why_it_is_empty(client, team, user, query, senten
     client.force_login(getattr(team, user))
     body = _page(client, f"/requests/{query}")
     assert sentence in body
+
+
+def test_a_refusal_offers_the_spec_rightsizing_suggests_when_the_service_offers_it(shop, team):
+    form = OrderForm(_order_post(shop, team.project), user=team.developer, service=shop.service)
+    assert form.is_valid(), form.errors
+    advice = [{"message": "…", "suggestions": [{"spec": shop.sliced.slug}, {"spec": "not-offered-here"}]}]
+    (step,) = rightsized_steps(form, advice)
+    assert step["label"] == f"Use the rightsized spec: {shop.sliced.name}"
+    assert step["url"].startswith(f"/order/{shop.service.slug}/?") and f"spec={shop.sliced.pk}" in step["url"]
+    assert f"project={team.project.pk}" in step["url"] and "duration_hours=10" in step["url"]
