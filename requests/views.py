@@ -75,7 +75,6 @@ def catalog(request):
         "services_by_kind": services_by_kind,
         "filter_form": filter_form,
         "filtered": bool(filters),
-        "currency": settings.CATALOG_CURRENCY,
     }
     return render(request, "requests/catalog.html", context)
 
@@ -245,7 +244,6 @@ def request_list(request):
             # "Mine" is the default view, not a filter; a state, or everyone's requests, is.
             "filtered": bool(state) or request.GET.get("mine") == "0",
             "can_order": projects_with_permission(user=request.user, permission=ProjectPermission.REQUEST).exists(),
-            "currency": settings.CATALOG_CURRENCY,
         },
     )
 
