@@ -5,7 +5,6 @@ a sentence, which the pages show as they are.
 """
 
 from itertools import groupby
-from urllib.parse import urlencode
 
 from django.conf import settings
 from django.contrib import messages
@@ -19,14 +18,14 @@ from django.views.decorators.http import require_POST
 
 from catalog import selectors as catalog_selectors
 from catalog.choices import ServiceKind
-from catalog.durations import default_duration_hours, longest_duration_hours, max_duration_hours
+from catalog.durations import longest_duration_hours
 from config.errors import DomainError
 from requests import approvals, extensions, hooks, quota_changes, selectors, services
+from requests.catalog_offers import mark_never_fitting, offer_rows, passes, shown_without_offers
 from requests.choices import TERMINAL_STATES, Decision, RequestState
 from requests.forms import CatalogFilterForm, DecisionForm, OrderForm, QuotaChangeForm, orderable_projects
 from requests.models import RequestEvent, ResourceRequest
-from requests.orders import Order, size_order
-from requests.quota import dimensions_over, quota_scopes_by_project, request_quota_impact
+from requests.quota import quota_scopes_by_project, request_quota_impact
 from requests.refusals import next_steps
 from tenancy.choices import ProjectPermission
 from tenancy.selectors import project_list_visible_to, projects_with_permission, user_has_project_permission
@@ -62,12 +61,12 @@ def catalog(request):
     for kind, group in groupby(visible, key=lambda service: service.kind):
         rows = []
         for service in group:
-            offers = [row for row in _offer_rows(service, project, usage) if _passes(row, service, filters)]
-            if offers or _shown_without_offers(service, filters):
+            offers = [row for row in offer_rows(service, project, usage) if passes(row, filters)]
+            if offers or shown_without_offers(service, filters):
                 rows.append((service, offers, longest_duration_hours(service)))
         if rows:
             services_by_kind.append((ServiceKind(kind).label, rows))
-    _mark_never_fitting([row for _, rows in services_by_kind for _, offers, _ in rows for row in offers])
+    mark_never_fitting([row for _, rows in services_by_kind for _, offers, _ in rows for row in offers])
     context = {
         "projects": projects,
         "project": project,
@@ -77,69 +76,6 @@ def catalog(request):
         "filtered": bool(filters),
     }
     return render(request, "requests/catalog.html", context)
-
-
-def _offer_rows(service, project, usage) -> list[dict]:
-    """Each orderable spec or profile with its price, whether it fits the project's remaining quota, the order
-    link's query and what the filters look at (from prefetched rows: no query per offer)."""
-    offers = [("spec", spec) for spec in service.specs.all()] if service.kind != ServiceKind.BARE_METAL else []
-    offers += [("bare_metal_profile", profile) for profile in service.bare_metal_profiles.all()]
-    rows = []
-    for field, offer in offers:
-        hours = default_duration_hours(service, **{field: offer})
-        order = Order(service=service, project=project, duration_hours=hours, **{field: offer})
-        sizing = size_order(order)
-        models = [offer.accelerator_model] if field == "bare_metal_profile" else list(offer.accelerator_models.all())
-        rows.append(
-            {
-                "offer": offer,
-                "field": field,
-                "order": order,
-                "sizing": sizing,
-                "over": dimensions_over(sizing.demand, usage) if project else [],
-                "max_duration_hours": max_duration_hours(service, **{field: offer}),
-                "link_query": urlencode(
-                    {**({"project": project.pk} if project else {}), PREFILL_KEYS[field]: offer.pk}
-                ),
-                "vendors": {model.vendor.slug for model in models},
-                "text": " ".join([service.name, service.description, offer.name, *(str(model) for model in models)]),
-            }
-        )
-    return rows
-
-
-# The query-string name a catalog link uses for each offering (the order form's short aliases).
-PREFILL_KEYS = {"spec": "spec", "bare_metal_profile": "profile"}
-
-
-def _passes(row: dict, service, filters: dict) -> bool:
-    sizing = row["sizing"]
-    return (
-        _matches(filters.get("q"), row["text"])
-        and ("vendor" not in filters or filters["vendor"].slug in row["vendors"])
-        and sizing.accelerator_memory_gb >= filters.get("min_accelerator_memory", 0)
-        and ("max_hourly_price" not in filters or sizing.hourly_cost <= filters["max_hourly_price"])
-        and not (filters.get("fits_quota") and row["over"])
-    )
-
-
-def _shown_without_offers(service, filters: dict) -> bool:
-    """A serving service lists models, not specs: the search finds it by name or model; other filters hide it."""
-    if service.kind != ServiceKind.MODEL_SERVING or set(filters) - {"q"}:
-        return False
-    names = [service.name, service.description, *(str(model) for model in service.serving_models.all())]
-    return _matches(filters.get("q"), " ".join(names))
-
-
-def _matches(query: str | None, text: str) -> bool:
-    return not query or all(word in text.lower() for word in query.lower().split())
-
-
-def _mark_never_fitting(rows: list[dict]) -> None:
-    """Say on each option no node of the inventory could ever hold why not (one inventory load for the page)."""
-    reasons = hooks.ask(hooks.ORDERS_NEVER_FIT, [(row["order"], row["sizing"]) for row in rows])
-    for row, reason in zip(rows, reasons or [None] * len(rows), strict=True):
-        row["never_fits"] = reason
 
 
 def _order_form(request, service):
