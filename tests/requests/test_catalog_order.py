@@ -10,6 +10,7 @@ from django.conf import settings
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
+from catalog.choices import ServiceKind
 from catalog.models import Vendor
 from requests.forms import OrderForm
 from requests.models import ResourceRequest
@@ -278,3 +279,23 @@ def test_a_refusal_offers_the_spec_rightsizing_suggests_when_the_service_offers_
     assert step["label"] == f"Use the rightsized spec: {shop.sliced.name}"
     assert step["url"].startswith(f"/order/{shop.service.slug}/?") and f"spec={shop.sliced.pk}" in step["url"]
     assert f"project={team.project.pk}" in step["url"] and "duration_hours=10" in step["url"]
+
+
+def test_bare_metal_profiles_and_served_models_link_to_their_order_too(client, shop, team):
+    profile = factories.BareMetalProfileFactory(accelerator_model=shop.accelerator)
+    bare_metal = factories.ServiceFactory(kind=ServiceKind.BARE_METAL, specs=[], images=[])
+    bare_metal.bare_metal_profiles.add(profile)
+    template = factories.ServingTemplateFactory(spec=shop.whole)
+    first, second = (
+        factories.ServingModelFactory(templates=[template]),
+        factories.ServingModelFactory(templates=[template]),
+    )
+    serving = factories.ServiceFactory(kind=ServiceKind.MODEL_SERVING, specs=[shop.whole], images=[])
+    serving.serving_models.set([first, second])
+    client.force_login(team.developer)
+    body = _page(client, "/")
+    profile_link = f"/order/{bare_metal.slug}/?project={team.project.pk}&profile={profile.pk}"
+    model_link = f"/order/{serving.slug}/?project={team.project.pk}&model={second.pk}"
+    assert f'href="{profile_link}"' in body and f'href="{model_link}"' in body
+    assert _selected(_page(client, profile_link), "bare_metal_profile") == str(profile.pk)
+    assert _selected(_page(client, model_link), "serving_model") == str(second.pk)
