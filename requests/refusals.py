@@ -43,11 +43,6 @@ def next_steps(refusal: DomainError, *, form, user, rightsizing: list[dict]) -> 
 def _quota_change_step(refusal: DomainError, order, user) -> dict:
     """The lead gets the quota change page with the limits this order needs; anyone else is told whom to ask."""
     project = order.project
-    needed = {
-        reason["dimension"]: Decimal(reason["used"]) + Decimal(reason["requested"])
-        for reason in refusal.details.get("reasons", [])
-        if reason.get("scope") == "project" and reason.get("used") is not None
-    }
     if not user_has_project_permission(user=user, project=project, permission=ProjectPermission.MANAGE):
         return {
             "kind": "quota_change",
@@ -55,6 +50,11 @@ def _quota_change_step(refusal: DomainError, order, user) -> dict:
             "for a larger quota",
             "url": None,
         }
+    needed = {  # the project's limits this order needs (a tenant's limits are the operators' to change)
+        reason["dimension"]: Decimal(reason["used"]) + Decimal(reason["requested"])
+        for reason in refusal.details.get("reasons", [])
+        if reason.get("scope") == "project" and reason.get("used") is not None
+    }
     query = {dimension: f"{limit.normalize():f}" for dimension, limit in needed.items()}
     query["justification"] = f"Room for {describe_order(order)}."
     return {
@@ -65,7 +65,7 @@ def _quota_change_step(refusal: DomainError, order, user) -> dict:
 
 
 def rightsized_steps(form, rightsizing: list[dict]) -> list[dict]:
-    """ "Use the rightsized spec": the same order with each spec rightsizing suggests, where the service offers it."""
+    """The same order with each spec rightsizing suggests instead, where the service offers it."""
     if "spec" not in form.fields:
         return []
     slugs = [suggestion["spec"] for advice in rightsizing for suggestion in advice.get("suggestions", [])]
