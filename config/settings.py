@@ -72,6 +72,7 @@ TEMPLATES = [
                 "django.contrib.auth.context_processors.auth",
                 "django.contrib.messages.context_processors.messages",
                 "requests.context_processors.inbox_count",
+                "requests.context_processors.currency",
             ],
         },
     },

@@ -6,6 +6,7 @@ from rest_framework.authtoken.views import obtain_auth_token
 from config.metrics import metrics
 from config.views import healthz, not_found
 from provisioning.serving import gateway
+from requests.views import SignInView
 
 api_v1 = [
     path("auth/token/", obtain_auth_token, name="auth-token"),
@@ -22,6 +23,7 @@ urlpatterns = [
     path("", include("requests.urls")),
     path("", include("provisioning.urls")),
     path("usage/", include("metering.urls")),
+    path("accounts/login/", SignInView.as_view(), name="login"),  # before Django's own: each role lands on its page
     path("accounts/", include("django.contrib.auth.urls")),
     path("admin/", admin.site.urls),
     path("api/v1/", include(api_v1)),

@@ -457,9 +457,9 @@ def recommendations(
 # --- Zero-touch delivery KPI ---------------------------------------------------------------------------------
 
 
-def zero_touch_kpi(*, user: User, first_month: date, last_month: date) -> list[dict]:
+def zero_touch_kpi(*, user: User, first_month: date, last_month: date, project_id: int | None = None) -> list[dict]:
     """Per service and month of delivery (first time active): requests delivered, those delivered with no manual
-    operator intervention at any point of their life, and the interventions counted."""
+    operator intervention at any point of their life, and the interventions counted; of one project if given."""
     first_active = (
         RequestEvent.objects.filter(request=OuterRef("pk"), to_state=RequestState.ACTIVE)
         .order_by("created_at", "id")
@@ -473,8 +473,11 @@ def zero_touch_kpi(*, user: User, first_month: date, last_month: date) -> list[d
         .values("n")
     )
     start, end = month_period(first_month).start, month_period(last_month).end
+    projects = visible_projects(user=user)
+    if project_id:
+        projects = projects.filter(pk=project_id)
     rows = (
-        ResourceRequest.objects.filter(project__in=visible_projects(user=user).values("pk"))
+        ResourceRequest.objects.filter(project__in=projects.values("pk"))
         .annotate(delivered_at=Subquery(first_active), touches=Coalesce(Subquery(touches), 0))
         .filter(delivered_at__gte=start, delivered_at__lt=end)
         .values(service_slug=F("service__slug"), service_name=F("service__name"), month=TruncMonth("delivered_at"))

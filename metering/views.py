@@ -78,7 +78,7 @@ def usage_context(*, user: User, project: Project | None, first: date, last: dat
         "budgets": selectors.budget_list(user=user, project_id=project_id),
         "burn_down": _burn_down(project, now),
         "recommendations": [advice.as_data() for advice in selectors.recommendations(user=user, project_id=project_id)],
-        "kpi": selectors.zero_touch_kpi(user=user, first_month=first, last_month=last),
+        "kpi": selectors.zero_touch_kpi(user=user, first_month=first, last_month=last, project_id=project_id),
         "tokens": selectors.token_usage(user=user, first_month=first, last_month=last),
         "export_query": urlencode(query),
     }

@@ -3,11 +3,13 @@
 from collections import defaultdict
 
 from django import forms
+from django.forms.utils import pretty_name
+from django.http import QueryDict
 
 from catalog import selectors as catalog_selectors
 from catalog.choices import ServiceKind
 from catalog.durations import default_duration_hours, max_duration_hours
-from catalog.models import Service
+from catalog.models import Service, Vendor
 from catalog.parameters import MAX_STRING_LENGTH, ParameterInvalid, parameters_clean
 from requests.choices import IfUnplaceable, OverQuota, PriorityClass
 from requests.orders import Order
@@ -20,6 +22,16 @@ _OFFERINGS = {
     ServiceKind.COMPUTE: ("spec", "image"),
     ServiceKind.BARE_METAL: ("bare_metal_profile",),
     ServiceKind.MODEL_SERVING: ("serving_model", "serving_template", "spec"),
+}
+
+
+# What a catalog link may name in the order form's query string: the form's own field names, and these shorter
+# ones people read in a URL.
+PREFILL_ALIASES = {
+    "profile": "bare_metal_profile",
+    "model": "serving_model",
+    "template": "serving_template",
+    "duration": "duration_hours",
 }
 
 
@@ -94,12 +106,52 @@ class OrderForm(forms.Form):
         last = ["justification", "over_quota", "if_unplaceable"]
         self.order_fields([name for name in self.fields if name not in last] + last)
 
+    @classmethod
+    def prefilled(cls, query: QueryDict, *, user: User, service: Service) -> tuple["OrderForm", list[str]]:
+        """An unbound form with what the query string chose, each value cleaned by its field as a POST would be;
+        values the form cannot take are left out, each with a sentence saying so."""
+        probe = cls(user=user, service=service)
+        initial, notices, duration = {}, [], None
+        for key, values in query.lists():
+            name = PREFILL_ALIASES.get(key, key)
+            if name not in probe.fields:
+                notices.append(f"The link's “{key}” is not an option of {service.name}; it was left out.")
+            elif name == "duration_hours":  # its limit depends on the offering chosen: checked once that is known
+                duration = values[-1]
+            else:
+                try:
+                    initial[name] = probe.fields[name].clean(values[-1])
+                except forms.ValidationError as error:
+                    notices.append(_left_out(name, probe.fields[name], error))
+        form = cls(user=user, service=service, initial=initial)
+        if duration is not None:
+            try:
+                form.initial["duration_hours"] = form.fields["duration_hours"].clean(duration)
+            except forms.ValidationError as error:
+                notices.append(_left_out("duration_hours", form.fields["duration_hours"], error))
+        return form, notices
+
+    def as_data(self) -> dict:
+        """The values the form shows, as a POST of it would send them (to preview what is on screen)."""
+        data = {}
+        for bound in self:
+            value = bound.value()
+            if (
+                value in (None, "")
+                and isinstance(bound.field, forms.ModelChoiceField)
+                and bound.field.empty_label is None
+            ):
+                value = _first_choice(bound.field)  # a select without a blank shows, and a browser sends, its first
+            if value not in (None, ""):
+                data[bound.html_name] = value
+        return data
+
     def clean_if_unplaceable(self) -> str:
         return self.cleaned_data["if_unplaceable"] or IfUnplaceable.WARN  # left unchosen: the API's default
 
     def _chosen_offering(self) -> dict:
-        """The spec, template or profile the form has selected: the submitted one, else the first (the one the
-        page shows selected)."""
+        """The spec, template or profile the form has selected: the submitted one, else the one a link chose, else
+        the first (the one the page shows selected)."""
         chosen = {}
         for name in ("spec", "serving_template", "bare_metal_profile"):
             field = self.fields.get(name)
@@ -107,7 +159,9 @@ class OrderForm(forms.Form):
                 continue
             try:
                 chosen[name] = (
-                    field.clean(self.data.get(self.add_prefix(name))) if self.is_bound else field.queryset.first()
+                    field.clean(self.data.get(self.add_prefix(name)))
+                    if self.is_bound
+                    else self.initial.get(name) or field.queryset.first()
                 )
             except forms.ValidationError:
                 chosen[name] = None
@@ -165,6 +219,16 @@ class OrderForm(forms.Form):
         )
 
 
+def _first_choice(field: forms.ModelChoiceField):
+    first = field.queryset.first()
+    return None if first is None else first.pk
+
+
+def _left_out(name: str, field: forms.Field, error: forms.ValidationError) -> str:
+    label = (field.label or pretty_name(name)).lower()
+    return f"The link's {label} was left out: {' '.join(error.messages)}"
+
+
 def parameter_field(entry: dict) -> forms.Field:
     """The form field of one declared parameter. It only parses and renders (HTML min, max, maxlength);
     whether the value is allowed is parameters_clean's call, in clean()."""
@@ -206,6 +270,21 @@ class QuotaChangeForm(forms.Form):
                 label=dimension.label, required=False, min_value=0, max_digits=12, decimal_places=2
             )
 
+    @classmethod
+    def prefill_from(cls, query: QueryDict) -> dict:
+        """Initial values from a link (the order page's "ask for a larger quota"): each value its field takes;
+        others are dropped, since the lead reviews the form before sending it anyway."""
+        fields = cls().fields
+        initial = {}
+        for name, field in fields.items():
+            try:
+                value = field.clean(query.get(name))
+            except forms.ValidationError:
+                continue
+            if value not in (None, ""):
+                initial[name] = value
+        return initial
+
     def limits(self) -> dict:
         return {
             dimension: self.cleaned_data[dimension]
@@ -223,3 +302,25 @@ class ReasonForm(forms.Form):
 class ExtendForm(forms.Form):
     hours = forms.IntegerField(label="Extend by (hours)", min_value=1, initial=24)
     justification = forms.CharField(label="Why", max_length=2000)
+
+
+class CatalogFilterForm(forms.Form):
+    """The catalog's search and filters; every field is optional and a value the form cannot take is no filter."""
+
+    q = forms.CharField(required=False, max_length=100, label="Search")
+    vendor = forms.ModelChoiceField(
+        queryset=Vendor.objects.order_by("name"), to_field_name="slug", required=False, empty_label="Any vendor"
+    )
+    min_accelerator_memory = forms.IntegerField(required=False, min_value=0, label="Accelerator memory at least (GiB)")
+    max_hourly_price = forms.DecimalField(required=False, min_value=0, max_digits=12, decimal_places=2)
+    fits_quota = forms.BooleanField(required=False, label="Fits my project's remaining quota")
+
+    def __init__(self, *args, currency: str, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.fields["max_hourly_price"].label = f"Price per hour at most ({currency})"
+
+    def filters(self) -> dict:
+        """The filters that hold a value (none when the form is invalid: the whole catalog is shown)."""
+        if not self.is_valid():
+            return {}
+        return {name: value for name, value in self.cleaned_data.items() if value not in (None, "", False)}

@@ -28,6 +28,13 @@ class OrderNeverFits(Protocol):
     def __call__(self, order: Any, sizing: Any, /) -> dict | None: ...
 
 
+class OrdersNeverFit(Protocol):
+    """scheduling: ORDER_NEVER_FITS for a list of (order, sizing) pairs, one answer per pair, over one load of the
+    inventory (the catalog marks every option it lists)."""
+
+    def __call__(self, orders: list[tuple[Any, Any]], /) -> list[dict | None]: ...
+
+
 class ProvisioningDetails(Protocol):
     """provisioning: the request's provisioning runs with their steps, and what was delivered ({runs, delivered})."""
 
@@ -65,6 +72,7 @@ class RequestUsageProvider(Protocol):
 ALLOCATION_DETAILS = Hook("allocation_details", AllocationDetails, provider="scheduling")
 PLACEMENT_ESTIMATE = Hook("placement_estimate", PlacementEstimate, provider="scheduling")
 ORDER_NEVER_FITS = Hook("order_never_fits", OrderNeverFits, provider="scheduling")
+ORDERS_NEVER_FIT = Hook("orders_never_fit", OrdersNeverFit, provider="scheduling")
 PROVISIONING_DETAILS = Hook("provisioning_details", ProvisioningDetails, provider="provisioning")
 ENDPOINT_DETAILS = Hook("endpoint_details", EndpointDetails, provider="provisioning")
 RIGHTSIZING_ADVICE = Hook("rightsizing_advice", RightsizingAdvice, provider="metering")

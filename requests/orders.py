@@ -240,7 +240,7 @@ def approval_facts(order: Order, sizing: Sizing, requester: User, *, quota_excep
         subject=ApprovalSubject.RESOURCE_REQUEST,
         project=order.project,
         requester=requester,
-        summary=f"{order.service.name}: {describe_order(order)} for {order.project.slug}",
+        summary=f"{order.service.name}: {describe_order(order)} for {order.project}",
         service_kind=order.service.kind,
         vendor_ids=frozenset(model.vendor_id for model in models),
         accelerator_model_ids=frozenset(model.pk for model in models),

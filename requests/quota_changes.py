@@ -73,7 +73,7 @@ def quota_change_request_submit(
         subject=ApprovalSubject.QUOTA_CHANGE,
         project=project,
         requester=actor,
-        summary=f"Quota change for {project.slug}: "
+        summary=f"Quota change for {project}: "
         + ", ".join(f"{dim} {change.previous_limits[dim]} → {change.limits[dim]}" for dim in parsed),
     )
     audit_record(

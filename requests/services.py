@@ -215,7 +215,11 @@ def request_submit(
     validate_order(order, requester)
     priority = _priority_beyond_entitlement(order, over_quota)
     if over_quota == OverQuota.EXCEPTION and not order.justification.strip():
-        raise DomainError("A quota exception needs a justification.", code="justification_required")
+        raise DomainError(
+            "A quota exception needs a justification.",
+            code="justification_required",
+            details={"field": "justification"},
+        )
     sizing = size_order(order)
     never_fits = _never_fits(order, sizing, if_unplaceable)
     reasons = _admission_reasons(order, sizing, over_quota)

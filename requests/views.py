@@ -6,8 +6,10 @@ a sentence, which the pages show as they are.
 
 from itertools import groupby
 
+from django.conf import settings
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
+from django.contrib.auth.views import LoginView
 from django.core.exceptions import PermissionDenied
 from django.db.models import OuterRef, Subquery
 from django.http import Http404
@@ -17,16 +19,43 @@ from django.views.decorators.http import require_http_methods, require_POST
 
 from catalog import selectors as catalog_selectors
 from catalog.choices import ServiceKind
-from catalog.durations import default_duration_hours, longest_duration_hours, max_duration_hours
+from catalog.durations import longest_duration_hours
 from config.errors import DomainError
 from requests import approvals, extensions, hooks, quota_changes, selectors, services
+from requests.catalog_offers import mark_never_fitting, offer_rows, passes, shown_without_offers
 from requests.choices import TERMINAL_STATES, Decision, RequestState
-from requests.forms import DecisionForm, ExtendForm, OrderForm, QuotaChangeForm, ReasonForm, orderable_projects
+from requests.forms import (
+    CatalogFilterForm,
+    DecisionForm,
+    ExtendForm,
+    OrderForm,
+    QuotaChangeForm,
+    ReasonForm,
+    orderable_projects,
+)
 from requests.models import RequestEvent, ResourceRequest
-from requests.orders import Order, size_order
-from requests.quota import dimensions_over, quota_scopes_by_project, request_quota_impact
+from requests.quota import quota_scopes_by_project, request_quota_impact
+from requests.refusals import next_steps
 from tenancy.choices import ProjectPermission
-from tenancy.selectors import project_list_visible_to, user_has_project_permission
+from tenancy.selectors import project_list_visible_to, projects_with_permission, user_has_project_permission
+
+
+def landing_url(user) -> str:
+    """Where a role starts: operators in the console, people who approve but cannot order in their inbox, everyone
+    else in the catalog."""
+    if user.is_staff:
+        return reverse("admin:index")
+    can_order = projects_with_permission(user=user, permission=ProjectPermission.REQUEST).exists()
+    if not can_order and projects_with_permission(user=user, permission=ProjectPermission.APPROVE).exists():
+        return reverse("portal:approval-inbox")
+    return reverse("portal:catalog")
+
+
+class SignInView(LoginView):
+    """Django's sign-in, sending each role to its page when no `next` asks for another."""
+
+    def get_default_redirect_url(self):
+        return landing_url(self.request.user)
 
 
 @login_required
@@ -34,43 +63,32 @@ def catalog(request):
     projects = list(orderable_projects(request.user))
     project = next((p for p in projects if str(p.pk) == request.GET.get("project")), projects[0] if projects else None)
     usage = selectors.project_quota_usage(project) if project else []
+    filter_form = CatalogFilterForm(request.GET, currency=settings.CATALOG_CURRENCY)
+    filters = filter_form.filters()
     services_by_kind = []
     visible = catalog_selectors.service_list(user=request.user).order_by("kind", "name")
     for kind, group in groupby(visible, key=lambda service: service.kind):
-        rows = [(service, _offer_rows(service, project, usage), longest_duration_hours(service)) for service in group]
-        services_by_kind.append((ServiceKind(kind).label, rows))
-    return render(
-        request,
-        "requests/catalog.html",
-        {"projects": projects, "project": project, "usage": usage, "services_by_kind": services_by_kind},
-    )
-
-
-def _offer_rows(service, project, usage) -> list[dict]:
-    """Each orderable spec or profile with its price and whether it fits the project's remaining quota."""
-    offers = [("spec", spec) for spec in service.specs.all()] if service.kind != ServiceKind.BARE_METAL else []
-    offers += [("bare_metal_profile", profile) for profile in service.bare_metal_profiles.all()]
-    rows = []
-    for field, offer in offers:
-        hours = default_duration_hours(service, **{field: offer})
-        sizing = size_order(Order(service=service, project=project, duration_hours=hours, **{field: offer}))
-        over = dimensions_over(sizing.demand, usage) if project else []
-        rows.append(
-            {
-                "offer": offer,
-                "field": field,
-                "sizing": sizing,
-                "over": over,
-                "max_duration_hours": max_duration_hours(service, **{field: offer}),
-            }
-        )
-    return rows
+        rows = []
+        for service in group:
+            offers = [row for row in offer_rows(service, project, usage) if passes(row, filters)]
+            if offers or shown_without_offers(service, filters):
+                rows.append((service, offers, longest_duration_hours(service)))
+        if rows:
+            services_by_kind.append((ServiceKind(kind).label, rows))
+    mark_never_fitting([row for _, rows in services_by_kind for _, offers, _ in rows for row in offers])
+    context = {
+        "projects": projects,
+        "project": project,
+        "usage": usage,
+        "services_by_kind": services_by_kind,
+        "filter_form": filter_form,
+        "filtered": bool(filters),
+    }
+    return render(request, "requests/catalog.html", context)
 
 
 def _order_form(request, service):
-    return OrderForm(
-        request.POST or None, user=request.user, service=service, initial={"project": request.GET.get("project")}
-    )
+    return OrderForm(request.POST, user=request.user, service=service)
 
 
 def _orderable_service(request, slug):
@@ -83,28 +101,43 @@ def _orderable_service(request, slug):
 @login_required
 def order(request, slug):
     service = _orderable_service(request, slug)
+    if request.method != "POST":
+        return _order_page(request, service, *OrderForm.prefilled(request.GET, user=request.user, service=service))
     form = _order_form(request, service)
-    refusal = None
-    if request.method == "POST" and form.is_valid():
-        try:
-            created = services.request_submit(
-                order=form.order(),
-                requester=request.user,
-                over_quota=form.cleaned_data["over_quota"],
-                if_unplaceable=form.cleaned_data["if_unplaceable"],
-            )
-        except DomainError as error:
-            refusal = error
-        else:
-            messages.success(request, f"Request #{created.pk} submitted: {created.get_state_display().lower()}.")
-            return redirect("portal:request-detail", pk=created.pk)
-    status = 200 if refusal is None and not form.errors else 422 if refusal else 400
-    return render(
-        request,
-        "requests/order.html",
-        {"service": service, "form": form, "refusal": refusal, "preview": _preview(request, form)},
-        status=status,
-    )
+    if not form.is_valid():
+        return _order_page(request, service, form, status=400)
+    try:
+        created = services.request_submit(
+            order=form.order(),
+            requester=request.user,
+            over_quota=form.cleaned_data["over_quota"],
+            if_unplaceable=form.cleaned_data["if_unplaceable"],
+        )
+    except DomainError as refusal:
+        return _refused_order_page(request, service, form, refusal)
+    messages.success(request, f"Request #{created.pk} submitted: {created.get_state_display().lower()}.")
+    return redirect("portal:request-detail", pk=created.pk)
+
+
+def _order_page(request, service, form, notices=(), *, status=200, preview=None, refusal=None, next_steps=()):
+    """The order form with its preview: on first load (a catalog link's choices in `form.initial`) the preview of
+    what the form shows, so that it is there before anything is changed."""
+    for notice in notices:
+        messages.warning(request, notice)
+    if preview is None:
+        shown = form if form.is_bound else OrderForm(form.as_data(), user=request.user, service=service)
+        preview = _preview(request, shown)
+    context = {"service": service, "form": form, "refusal": refusal, "next_steps": next_steps, "preview": preview}
+    return render(request, "requests/order.html", context, status=status)
+
+
+def _refused_order_page(request, service, form, refusal: DomainError):
+    """The service's refusal at the field it names (the summary on top links there), with the next steps."""
+    preview = _preview(request, form)
+    steps = next_steps(refusal, form=form, user=request.user, rightsizing=preview.get("rightsizing", []))
+    field = refusal.details.get("field") if isinstance(refusal.details, dict) else None
+    form.add_error(field if field in form.fields else None, refusal.message)
+    return _order_page(request, service, form, status=422, preview=preview, refusal=refusal, next_steps=steps)
 
 
 def _preview(request, form) -> dict:
@@ -153,6 +186,9 @@ def request_list(request):
             "state": state,
             "mine": request.GET.get("mine", "1"),
             "quiet": QUIET_STATES,
+            # "Mine" is the default view, not a filter; a state, or everyone's requests, is.
+            "filtered": bool(state) or request.GET.get("mine") == "0",
+            "can_order": projects_with_permission(user=request.user, permission=ProjectPermission.REQUEST).exists(),
         },
     )
 
@@ -421,7 +457,7 @@ def project_list(request):
 def project_quota(request, pk):
     project = get_object_or_404(project_list_visible_to(user=request.user), pk=pk)
     is_lead = user_has_project_permission(user=request.user, project=project, permission=ProjectPermission.MANAGE)
-    form = QuotaChangeForm(request.POST or None)
+    form = QuotaChangeForm(request.POST or None, initial=QuotaChangeForm.prefill_from(request.GET))
     if request.method == "POST" and is_lead and form.is_valid():
         try:
             change = quota_changes.quota_change_request_submit(

@@ -182,7 +182,20 @@ def _age_seconds(as_of: datetime) -> int:
 def order_never_fits(order, sizing) -> dict | None:
     """The submission's check ({code, message, details}) when no node of the inventory could ever hold the order;
     None when one could. Three queries: the inventory, not what runs on it."""
-    never = placement.unplaceable(load_inventory(), order_demand(order, sizing))
+    return _never_fits_reason(load_inventory(), order, sizing)
+
+
+def orders_never_fit(orders) -> list[dict | None]:
+    """`order_never_fits` for each (order, sizing), over one load of the inventory (the catalog asks it of every
+    option on the page). An empty inventory (nothing imported yet) marks nothing."""
+    nodes = load_inventory()
+    if not nodes:
+        return [None for _ in orders]
+    return [_never_fits_reason(nodes, order, sizing) for order, sizing in orders]
+
+
+def _never_fits_reason(nodes, order, sizing) -> dict | None:
+    never = placement.unplaceable(nodes, order_demand(order, sizing))
     if never is None:
         return None
     return {"code": never.reason, "message": _sentence(never.message), "details": dict(never.numbers)}

@@ -95,7 +95,7 @@ class Demand:
     @property
     def label(self) -> str:
         what = "/".join(sorted(self.models)) or "any"
-        per = self.slice_profile or ("" if self.share >= MILLI else f"{self.share}m of ")
+        per = self.slice_profile or ("" if self.share >= MILLI else f"{cards_text(self.share)} of ")
         return f"{self.count}×{per}{what}"  # noqa: RUF001
 
 
@@ -590,8 +590,8 @@ class PlacementEngine:
             return Pending(
                 demand.id,
                 CAPACITY_IN_USE,
-                f"needs {label} with {demand.cpu_milli}m CPU and {demand.memory_mib} MiB; the nodes "
-                f"with {needed} free fitting devices have no CPU or memory left",
+                f"needs {label} with {cores_text(demand.cpu_milli)} and {memory_text(demand.memory_mib)}; the "
+                f"nodes with {needed} free fitting devices have not that much CPU or memory left",
                 {
                     "needed": needed,
                     "free_devices": fitting,
@@ -603,14 +603,15 @@ class PlacementEngine:
             return Pending(
                 demand.id,
                 FRAGMENTATION,
-                f"needs {label} ({needed * share}m); {free_milli}m is free in total but split so that "
-                f"only {fitting} device(s) have {share}m free",
+                f"needs {label} ({cards_text(needed * share)}); {cards_text(free_milli)} are free in total but "
+                f"split so that only {fitting} device(s) have {cards_text(share)} free",
                 {"needed_milli": needed * share, "free_milli": free_milli, "fitting_devices": fitting},
             )
         return Pending(
             demand.id,
             CAPACITY_IN_USE,
-            f"needs {label} ({needed * share}m); {usable} healthy devices exist but only {free_milli}m is free",
+            f"needs {label} ({cards_text(needed * share)}); {usable} healthy devices exist but only "
+            f"{cards_text(free_milli)} are free",
             {"needed_milli": needed * share, "free_milli": free_milli, "healthy": usable},
         )
 
@@ -786,6 +787,25 @@ def _could_hold(device: Device, demand: Demand) -> bool:
     """Whether the device, free, could take one of the demand's shares (whatever its health now)."""
     share = device.slice_profiles.get(demand.slice_profile) if demand.slice_profile else demand.share
     return _of_model(device, demand) and share is not None and share <= device.capacity
+
+
+# Reasons people read say cores, GiB/TiB and cards; the milli and MiB the engine counts in stay in their numbers.
+def cores_text(cpu_milli: int) -> str:
+    return f"{_in_units(cpu_milli, MILLI)} CPU cores"
+
+
+def memory_text(memory_mib: int) -> str:
+    gib = memory_mib / 1024
+    return (
+        f"{_in_units(memory_mib, 1024 * 1024)} TiB memory"
+        if gib >= 1024
+        else f"{_in_units(memory_mib, 1024)} GiB memory"
+    )
+
+
+def cards_text(milli: int) -> str:
+    cards = _in_units(milli, MILLI)
+    return f"{cards} card" if cards == 1 else f"{cards} cards"
 
 
 def _in_units(amount: int, unit: int) -> int | float:

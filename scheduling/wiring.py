@@ -45,13 +45,14 @@ def connect() -> None:
     from requests import hooks
     from requests.signals import request_queued, request_releasing
     from scheduling.allocations import allocation_details
-    from scheduling.estimate import order_never_fits, placement_estimate
+    from scheduling.estimate import order_never_fits, orders_never_fit, placement_estimate
     from scheduling.metrics import SchedulerCollector
     from scheduling.signals import health_changed, node_availability_changed
 
     hooks.register(hooks.ALLOCATION_DETAILS, allocation_details)
     hooks.register(hooks.PLACEMENT_ESTIMATE, placement_estimate)
     hooks.register(hooks.ORDER_NEVER_FITS, order_never_fits)
+    hooks.register(hooks.ORDERS_NEVER_FIT, orders_never_fit)
     metrics.register(SchedulerCollector())
     request_queued.connect(trigger_cycle, dispatch_uid="scheduling.cycle_on_queue")
     health_changed.connect(trigger_cycle, dispatch_uid="scheduling.cycle_on_health")

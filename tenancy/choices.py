@@ -27,9 +27,9 @@ class QuotaDimension(models.TextChoices):
     """The six quota dimensions; each value is also the field name on the quota models."""
 
     GPUS = "gpus", "GPUs (whole-card equivalents)"
-    ACCELERATOR_MEMORY_GB = "accelerator_memory_gb", "Accelerator memory (GB)"
+    ACCELERATOR_MEMORY_GB = "accelerator_memory_gb", "Accelerator memory (GiB)"
     CPU_CORES = "cpu_cores", "CPU cores"
-    MEMORY_GB = "memory_gb", "Memory (GB)"
+    MEMORY_GB = "memory_gb", "Memory (GiB)"
     CONCURRENT_TASKS = "concurrent_tasks", "Concurrent tasks"
     MONTHLY_CARD_HOURS = "monthly_card_hours", "Card-hours per month"
 

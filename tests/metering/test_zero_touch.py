@@ -56,3 +56,17 @@ def test_developers_see_the_kpi_of_their_projects_only(world):
     delivered(world, "2026-11-02 09:00")
     assert len(kpi(world.developer)) == 1
     assert kpi(factories.member(world.other_project)) == []
+
+
+def test_the_kpi_of_one_project_and_the_usage_page_under_its_project_filter(world, client):
+    operator = factories.operator()
+    delivered(world, "2026-11-02 09:00")
+    delivered(world, "2026-11-03 09:00", project=world.other_project)
+    of_one = zero_touch_kpi(
+        user=operator, first_month=date(2026, 11, 1), last_month=date(2026, 11, 1), project_id=world.other_project.pk
+    )
+    assert [row["delivered"] for row in of_one] == [1]
+    client.force_login(operator)
+    page = client.get(f"/usage/?project={world.other_project.pk}&from=2026-11&to=2026-11").content.decode()
+    table = page[page.index('id="zero-touch-table"') :].split("</table>")[0]
+    assert table.count("<tr><td>2026-11</td>") == 1 and '<td class="num">1</td>' in table

@@ -23,6 +23,7 @@ def test_every_app_declares_its_hooks_in_the_one_registry():
         "allocation_details",
         "placement_estimate",
         "order_never_fits",
+        "orders_never_fit",
         "provisioning_details",
         "endpoint_details",
         "rightsizing_advice",
