@@ -299,7 +299,7 @@ def test_the_reconciler_reclaims_nothing_while_slurm_cannot_be_asked(slurm_compu
     assert request.state == RequestState.ACTIVE
 
 
-@pytest.mark.django_db(transaction=True)
+@pytest.mark.django_db(transaction=True, serialized_rollback=True)
 def test_two_workers_submitting_for_the_same_request_create_one_job(on_slurm):
     cluster = on_slurm.cluster
     target = Target(
