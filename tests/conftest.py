@@ -6,6 +6,20 @@ from tests import factories
 from tests.slurm_cluster import cluster_for_tests
 
 
+def pytest_collection_modifyitems(items):
+    """A transactional test must restore the serialized database (serialized_rollback=True): its flush otherwise
+    re-runs post_migrate, whose Operators group then clashes with the next restoring test's setup."""
+    unrestored = [
+        item.nodeid
+        for item in items
+        if (marker := item.get_closest_marker("django_db")) is not None
+        and marker.kwargs.get("transaction")
+        and not marker.kwargs.get("serialized_rollback")
+    ]
+    if unrestored:
+        raise pytest.UsageError("Transactional tests without serialized_rollback=True: " + ", ".join(unrestored))
+
+
 @pytest.fixture(autouse=True, scope="session")
 def _postgresql_only(django_db_setup, django_db_blocker):
     """The suite runs on PostgreSQL, like production; SQLite would hide locking and constraint behaviour."""
