@@ -53,6 +53,7 @@ class Following:
     """The run's next step, pending once the step before it was recorded."""
 
     step_id: int
+    polls: bool  # it waits for something that happens elsewhere (a Slurm job starting)
 
 
 def step_execute(*, step_id: int) -> None:
@@ -71,7 +72,9 @@ def step_execute(*, step_id: int) -> None:
             outcome = _attempt(step)
         then = _record(step_id, owner, outcome)
         if isinstance(then, Following):
-            if stopping() or time.monotonic() >= chain_ends:
+            # A polling step goes round the broker: the time other runs' steps take there is time its workload
+            # needs to come up anyway, and this worker is not held watching it.
+            if then.polls or stopping() or time.monotonic() >= chain_ends:
                 async_task(services.STEP_TASK, then.step_id)  # the rest of the run goes back to the broker
                 return
             step_id = then.step_id
@@ -106,7 +109,12 @@ def steps_resume_due(*, now=None) -> int:
 @transaction.atomic
 def _claim(step_id: int, owner: uuid.UUID) -> tuple[ProvisioningStep, datetime] | None:
     """The step, now ours under a lease, and the deadline of this attempt; None when it is not ours to run."""
-    step = ProvisioningStep.objects.select_for_update(of=("self",)).select_related("run").filter(pk=step_id).first()
+    step = (
+        ProvisioningStep.objects.select_for_update(of=("self",))
+        .select_related("run__request__requester", "run__allocation__node")  # what the attempt's context needs
+        .filter(pk=step_id)
+        .first()
+    )
     now = timezone.now()
     if step is None or step.run.state != RunState.RUNNING or step.position != step.run.current_position:
         return None
@@ -223,8 +231,7 @@ def _waiting(step: ProvisioningStep, pending: StepPending) -> Waiting | StepErro
 
 
 def _context(step: ProvisioningStep) -> StepContext:
-    run = ProvisioningRun.objects.select_related("request__requester", "allocation__node").get(pk=step.run_id)
-    return StepContext(run=run, step=step, target=run_target(run, attempt=step.attempts))
+    return StepContext(run=step.run, step=step, target=run_target(step.run, attempt=step.attempts))
 
 
 def run_target(run: ProvisioningRun, *, attempt: int = 1) -> Target:
@@ -293,7 +300,7 @@ def _succeed(step: ProvisioningStep, output: dict) -> Following | None:
     if following is None:
         services.run_succeeded(run, output)
         return None
-    return Following(following)
+    return Following(following, polls=definition_of(run.pipeline, run.kind, run.current_position).polls)
 
 
 def _wait(step: ProvisioningStep, seconds: float, waiting_for: str, message: str) -> float:
