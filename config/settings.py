@@ -153,6 +153,9 @@ PROVISIONING_BACKOFF_SECONDS = env_float("PROVISIONING_BACKOFF_SECONDS", 2.0)
 PROVISIONING_BACKOFF_MAX_SECONDS = env_float("PROVISIONING_BACKOFF_MAX_SECONDS", 120.0)
 # A worker sleeps through waits up to this long; longer ones go back to the minute sweeper (or an event).
 PROVISIONING_INLINE_WAIT_SECONDS = env_float("PROVISIONING_INLINE_WAIT_SECONDS", 30.0)
+# A worker that finishes a step goes on with the run's next one, starting none after this many seconds of the task
+# (well under Q_TIMEOUT): the rest goes back to the broker as one task.
+PROVISIONING_CHAIN_SECONDS = env_float("PROVISIONING_CHAIN_SECONDS", 60.0)
 # Per-step timeout overrides in seconds, e.g. {"wait_for_install": 5400}.
 PROVISIONING_STEP_TIMEOUTS = env_json("PROVISIONING_STEP_TIMEOUTS", {})
 # An allocated request with no provisioning run after this long is started (or released) by the sweeper.

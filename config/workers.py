@@ -32,6 +32,11 @@ def wait_unless_stopping(seconds: float) -> bool:
     return _stopping.wait(seconds)
 
 
+def stopping() -> bool:
+    """True once the worker was told to stop: start nothing new, hand it back."""
+    return _stopping.is_set()
+
+
 def install() -> None:
     # django-q2's cluster and broker modules need the app registry: imported here, from an app's ready().
     from django_q import cluster

@@ -21,7 +21,7 @@ from django.db.models import F, Q
 from django.utils import timezone
 from django_q.tasks import async_task
 
-from config.workers import wait_unless_stopping
+from config.workers import stopping, wait_unless_stopping
 from provisioning import services
 from provisioning.choices import RunState, StepState, Wait
 from provisioning.drivers.base import StepError, StepPending, Target
@@ -48,9 +48,20 @@ class Waiting:
     message: str
 
 
+@dataclass
+class Following:
+    """The run's next step, pending once the step before it was recorded."""
+
+    step_id: int
+    polls: bool  # it waits for something that happens elsewhere (a Slurm job starting)
+
+
 def step_execute(*, step_id: int) -> None:
     """The task body: attempt until the step is finished, or waits longer than a worker should sleep, or belongs
-    to another worker, or the worker is stopping."""
+    to another worker, or the worker is stopping. A finished step's successor is run next by the same worker while
+    the chain's budget lasts: a request goes through its pipeline at once instead of queueing behind every other
+    request's current step, and the broker carries one task per run instead of one per step."""
+    chain_ends = time.monotonic() + settings.PROVISIONING_CHAIN_SECONDS
     while True:
         owner = uuid.uuid4()
         claimed = _claim(step_id, owner)
@@ -59,10 +70,18 @@ def step_execute(*, step_id: int) -> None:
         step, deadline = claimed
         with _Heartbeat(step_id, owner, deadline):
             outcome = _attempt(step)
-        delay = _record(step_id, owner, outcome)
-        if delay is None or delay > settings.PROVISIONING_INLINE_WAIT_SECONDS:
+        then = _record(step_id, owner, outcome)
+        if isinstance(then, Following):
+            # A polling step goes round the broker: the time other runs' steps take there is time its workload
+            # needs to come up anyway, and this worker is not held watching it.
+            if then.polls or stopping() or time.monotonic() >= chain_ends:
+                async_task(services.STEP_TASK, then.step_id)  # the rest of the run goes back to the broker
+                return
+            step_id = then.step_id
+            continue
+        if then is None or then > settings.PROVISIONING_INLINE_WAIT_SECONDS:
             return
-        if wait_unless_stopping(delay):
+        if wait_unless_stopping(then):
             return  # the cluster is stopping: the step waits as recorded, the sweeper hands it out when due
 
 
@@ -90,7 +109,12 @@ def steps_resume_due(*, now=None) -> int:
 @transaction.atomic
 def _claim(step_id: int, owner: uuid.UUID) -> tuple[ProvisioningStep, datetime] | None:
     """The step, now ours under a lease, and the deadline of this attempt; None when it is not ours to run."""
-    step = ProvisioningStep.objects.select_for_update(of=("self",)).select_related("run").filter(pk=step_id).first()
+    step = (
+        ProvisioningStep.objects.select_for_update(of=("self",))
+        .select_related("run__request__requester", "run__allocation__node")  # what the attempt's context needs
+        .filter(pk=step_id)
+        .first()
+    )
     now = timezone.now()
     if step is None or step.run.state != RunState.RUNNING or step.position != step.run.current_position:
         return None
@@ -207,8 +231,7 @@ def _waiting(step: ProvisioningStep, pending: StepPending) -> Waiting | StepErro
 
 
 def _context(step: ProvisioningStep) -> StepContext:
-    run = ProvisioningRun.objects.select_related("request__requester", "allocation__node").get(pk=step.run_id)
-    return StepContext(run=run, step=step, target=run_target(run, attempt=step.attempts))
+    return StepContext(run=step.run, step=step, target=run_target(step.run, attempt=step.attempts))
 
 
 def run_target(run: ProvisioningRun, *, attempt: int = 1) -> Target:
@@ -251,9 +274,9 @@ def run_target(run: ProvisioningRun, *, attempt: int = 1) -> Target:
 
 
 @transaction.atomic
-def _record(step_id: int, owner: uuid.UUID, outcome: Done | Waiting | StepError) -> float | None:
-    """Store the attempt's outcome if the lease is still ours; returns how long to wait before the next attempt
-    (None when the step is finished or no longer ours)."""
+def _record(step_id: int, owner: uuid.UUID, outcome: Done | Waiting | StepError) -> float | Following | None:
+    """Store the attempt's outcome if the lease is still ours; returns how long to wait before the next attempt,
+    or the run's next step once this one is done (None when the run is finished or the step no longer ours)."""
     # The run is locked too: a release cancelling it waits for this record, or this record sees it cancelled.
     step = ProvisioningStep.objects.select_for_update(of=("self", "run")).select_related("run").get(pk=step_id)
     if step.state != StepState.RUNNING or step.lease_owner != owner:
@@ -270,7 +293,7 @@ def _record(step_id: int, owner: uuid.UUID, outcome: Done | Waiting | StepError)
     return _retry_or_fail(step, outcome)
 
 
-def _succeed(step: ProvisioningStep, output: dict) -> None:
+def _succeed(step: ProvisioningStep, output: dict) -> Following | None:
     step.succeed(output=output)
     _append_log(step, f"attempt {step.attempts}: done in {output.get('seconds', 0)} s")
     step.save()
@@ -280,8 +303,8 @@ def _succeed(step: ProvisioningStep, output: dict) -> None:
     following = run.steps.filter(position=run.current_position).values_list("pk", flat=True).first()
     if following is None:
         services.run_succeeded(run, output)
-    else:
-        services.enqueue_step(following)
+        return None
+    return Following(following, polls=definition_of(run.pipeline, run.kind, run.current_position).polls)
 
 
 def _wait(step: ProvisioningStep, seconds: float, waiting_for: str, message: str) -> float:

@@ -83,7 +83,7 @@ def readiness_check(ctx: StepContext) -> dict:
     """Ready when the backend says so. Why the backend still holds the workload back goes on the request; the
     devices it actually bound (Slurm picks the GPU indexes inside the node) become the allocation's."""
     try:
-        ready = ctx.workload.workload_ready(ctx.target)
+        ready = ctx.workload.workload_ready(ctx.target, ctx.output_of("start_workload"))
     except StepPending as pending:
         if pending.reason:
             _note_backend_wait(ctx, pending.reason)

@@ -117,8 +117,9 @@ class WorkloadDriver(ABC):
         """Start (or find already started) the workload with the allocated devices bound: {workload, host, ports}."""
 
     @abstractmethod
-    def workload_ready(self, target: Target) -> dict:
-        """Raise StepPending until the workload answers its readiness probe."""
+    def workload_ready(self, target: Target, started: dict) -> dict:
+        """Raise StepPending until the workload that start_workload reported (`started`, its output) answers its
+        readiness probe."""
 
     @abstractmethod
     def stop_workload(self, target: Target) -> dict:

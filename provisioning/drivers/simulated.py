@@ -187,7 +187,7 @@ class SimulatedHost(WorkloadDriver, InBandDriver, ServingDriver):
             **overrides,
         }
 
-    def workload_ready(self, target: Target) -> dict:
+    def workload_ready(self, target: Target, started: dict) -> dict:
         overrides = _work("workload_ready", target)
         if overrides.get("ready") is False:
             raise StepPending("The workload is not answering its readiness probe yet.", retry_after=2)

@@ -180,12 +180,13 @@ class SlurmWorkloads(WorkloadDriver):
             "output": output_path(target, job["job_id"]),
         }
 
-    def workload_ready(self, target: Target) -> dict:
+    def workload_ready(self, target: Target, started: dict) -> dict:
         """RUNNING is ready. Slurm usually starts a job within a scheduling pass, so one attempt watches the job
         closely for a short while before handing the wait back to the engine (whose every attempt costs a claim
-        and a record in the database)."""
+        and a record in the database). The job is asked for by the id start_workload recorded: Slurm's whole job
+        list costs slurmrestd and slurmctld time in proportion to every job they know, on every check."""
         with self._api() as api:
-            job = _latest_job(api.jobs(), target)
+            job = _job_or_none(api, started["job_id"])
             deadline = time.monotonic() + WATCH_SECONDS
             while job is not None and job.get("job_state") in WAITING_STATES and time.monotonic() < deadline:
                 time.sleep(WATCH_EVERY_SECONDS)

@@ -226,3 +226,36 @@ def test_a_provisioning_that_finishes_after_a_release_began_leaves_the_release_i
     request.refresh_from_db()
     assert request.state == RequestState.RELEASED
     assert ProvisioningRun.objects.get(request=request, kind=RunKind.RELEASE).state == RunState.SUCCEEDED
+
+
+def _handed_to_the_broker(monkeypatch) -> list[int]:
+    handed = []
+    monkeypatch.setattr(engine, "async_task", lambda task, step_id: handed.append(step_id))
+    return handed
+
+
+def test_a_worker_goes_on_with_the_run_s_next_step_but_sends_a_polling_one_round_the_broker(compute, monkeypatch):
+    handed = _handed_to_the_broker(monkeypatch)
+    request = compute.order()
+    steps = ProvisioningRun.objects.get(request=request, kind=RunKind.PROVISION).steps
+    assert request.state == RequestState.PROVISIONING
+    assert handed == [steps.get(name="readiness_check").pk]
+    assert dict(steps.values_list("name", "state")) == {
+        "prepare_image": StepState.SUCCEEDED,
+        "start_workload": StepState.SUCCEEDED,
+        "readiness_check": StepState.PENDING,
+        "publish_access": StepState.PENDING,
+    }
+    engine.step_execute(step_id=handed.pop())  # the broker's task: readiness, then publishing in the same worker
+    request.refresh_from_db()
+    assert request.state == RequestState.ACTIVE and handed == []
+
+
+def test_a_chain_past_its_budget_hands_the_run_s_next_step_to_the_broker(compute, settings, monkeypatch):
+    settings.PROVISIONING_CHAIN_SECONDS = 0
+    handed = _handed_to_the_broker(monkeypatch)
+    request = compute.order()
+    steps = ProvisioningRun.objects.get(request=request, kind=RunKind.PROVISION).steps
+    assert handed == [steps.get(name="start_workload").pk]
+    assert steps.get(name="prepare_image").state == StepState.SUCCEEDED
+    assert steps.get(name="start_workload").state == StepState.PENDING
