@@ -365,7 +365,8 @@ class ContainerWorkloads(WorkloadDriver):
             "access": access,
         }
 
-    def workload_ready(self, target: Target) -> dict:
+    def workload_ready(self, target: Target, started: dict) -> dict:
+        # The container is found by its name (labels carry the ids), so what start_workload reported is not needed.
         podman = Podman.of(target.node)
         container = podman.inspect(container_name(target))
         if container is None:
