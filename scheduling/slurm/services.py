@@ -26,6 +26,7 @@ from scheduling.services import ImportResult, inventory_import, node_cordon, nod
 from scheduling.slurm import scontrol
 from scheduling.slurm.api import SlurmApi, SlurmApiError, SlurmNotFound
 from scheduling.slurm.nodes import GresError, SlurmNodeState, parse_gpus
+from scheduling.wiring import SLURM_SYNC_TASK
 from tenancy.models import AuditEvent, User
 from tenancy.services import audit_record
 
@@ -38,7 +39,6 @@ VANISHED_REASON = "Slurm no longer lists this node (cordoned by the Slurm import
 IMPORT_CORDON_PREFIXES = ("Slurm reports the node ", VANISHED_REASON)
 STATE_SIGNAL = "node_state"
 DRAINED_ACTION = "node.slurm_drained"
-SYNC_TASK = "scheduling.tasks.sync_slurm_node"
 
 
 # --- Slurm -> inventory ----------------------------------------------------------------------------------------
@@ -203,7 +203,7 @@ def _resync_if_out_of_step(node: Node, state: SlurmNodeState) -> None:
     ours = state.drained and state.reason == _last_platform_drain(node)
     if (wanted is not None and not state.unavailable) or (wanted is None and ours):
         node_id = node.pk
-        transaction.on_commit(lambda: async_task(SYNC_TASK, node_id))
+        transaction.on_commit(lambda: async_task(SLURM_SYNC_TASK, node_id))
 
 
 def _cordon_vanished(listed: set[str], site: str, result: SlurmImportResult, actor: User | None) -> None:

@@ -74,6 +74,21 @@ def make_order(shop, project, *, spec=None, **overrides) -> Order:
     return Order(**{**values, **overrides})
 
 
+def order_post(shop, project, **overrides) -> dict:
+    """The order form's POST for the shop's whole-card spec, as a browser sends it."""
+    data = {
+        "project": project.pk,
+        "spec": shop.whole.pk,
+        "image": shop.image.pk,
+        "duration_hours": 10,
+        "priority": "standard",
+        "environment": "development",
+        "justification": "",
+        "over_quota": "reject",
+    }
+    return {**data, **overrides}
+
+
 def approval_rule(*stages, subject=ApprovalSubject.RESOURCE_REQUEST, **conditions) -> ApprovalRule:
     """One active policy with one rule; each stage is (source, mode, extra fields)."""
     policy = ApprovalPolicy.objects.create(name=f"Policy {ApprovalPolicy.objects.count() + 1}", subject=subject)

@@ -18,6 +18,7 @@ from requests.refusals import rightsized_steps
 from scheduling.models import Device, Node
 from tenancy.services import quota_set
 from tests import factories
+from tests.requests.conftest import order_post
 
 
 def _page(client, path) -> str:
@@ -179,22 +180,9 @@ def test_an_option_no_node_could_hold_is_marked_and_says_why_in_words(client, sh
 # --- refusals at their field, next steps --------------------------------------------------------------------------
 
 
-def _order_post(shop, project, **overrides):
-    data = {
-        "project": project.pk,
-        "spec": shop.whole.pk,
-        "image": shop.image.pk,
-        "duration_hours": 10,
-        "priority": "standard",
-        "justification": "",
-        "over_quota": "reject",
-    }
-    return {**data, **overrides}
-
-
 def test_a_service_refusal_is_shown_at_its_field_and_in_a_summary_that_links_there(client, shop, team):
     client.force_login(team.developer)
-    response = client.post(f"/order/{shop.service.slug}/", _order_post(shop, team.project, over_quota="exception"))
+    response = client.post(f"/order/{shop.service.slug}/", order_post(shop, team.project, over_quota="exception"))
     body = unescape(response.content.decode())
     assert response.status_code == 422
     summary = body[body.index('id="error-summary"') : body.index("</div>", body.index('id="error-summary"'))]
@@ -208,7 +196,7 @@ def test_a_service_refusal_is_shown_at_its_field_and_in_a_summary_that_links_the
 def test_an_over_quota_refusal_offers_the_lead_a_prefilled_quota_change_and_an_exception(client, shop, team):
     quota_set(quota=team.project.quota, limits={"gpus": Decimal(1)}, actor=None)
     client.force_login(team.lead)
-    body = unescape(client.post(f"/order/{shop.service.slug}/", _order_post(shop, team.project)).content.decode())
+    body = unescape(client.post(f"/order/{shop.service.slug}/", order_post(shop, team.project)).content.decode())
     steps = body[body.index('id="next-steps"') :].split("</ul>")[0]
     change = re.search(r'data-kind="quota_change"><a href="([^"]+)"', steps).group(1)
     assert change.startswith(f"/projects/{team.project.pk}/quota/?gpus=2&")  # 0 used + 2 cards ordered
@@ -223,7 +211,7 @@ def test_an_over_quota_refusal_offers_the_lead_a_prefilled_quota_change_and_an_e
 def test_a_developer_is_told_which_lead_to_ask_for_more_quota(client, shop, team):
     quota_set(quota=team.project.quota, limits={"gpus": Decimal(1)}, actor=None)
     client.force_login(team.developer)
-    body = unescape(client.post(f"/order/{shop.service.slug}/", _order_post(shop, team.project)).content.decode())
+    body = unescape(client.post(f"/order/{shop.service.slug}/", order_post(shop, team.project)).content.decode())
     step = re.search(r'data-kind="quota_change">([^<]+)<', body).group(1)
     assert team.lead.username in step or team.lead.get_full_name() in step
     assert f"/projects/{team.project.pk}/quota/" not in body.split('id="next-steps"')[1].split("</ul>")[0]
@@ -272,7 +260,7 @@ def test_the_request_list_says_why_it_is_empty(client, team, user, query, senten
 
 
 def test_a_refusal_offers_the_spec_rightsizing_suggests_when_the_service_offers_it(shop, team):
-    form = OrderForm(_order_post(shop, team.project), user=team.developer, service=shop.service)
+    form = OrderForm(order_post(shop, team.project), user=team.developer, service=shop.service)
     assert form.is_valid(), form.errors
     advice = [{"message": "…", "suggestions": [{"spec": shop.sliced.slug}, {"spec": "not-offered-here"}]}]
     (step,) = rightsized_steps(form, advice)

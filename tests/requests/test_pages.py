@@ -12,23 +12,9 @@ from requests.models import ApprovalAssignment, ResourceRequest
 from tenancy.choices import Role
 from tenancy.services import quota_set
 from tests import factories
-from tests.requests.conftest import approval_rule, approver_stage, make_order
+from tests.requests.conftest import approval_rule, approver_stage, make_order, order_post
 
 PAGES = ["/", "/requests/", "/approvals/", "/projects/"]
-
-
-def _order_post(shop, project, **overrides):
-    data = {
-        "project": project.pk,
-        "spec": shop.whole.pk,
-        "image": shop.image.pk,
-        "duration_hours": 10,
-        "priority": "standard",
-        "environment": "development",
-        "justification": "",
-        "over_quota": "reject",
-    }
-    return {**data, **overrides}
 
 
 @pytest.mark.django_db
@@ -56,7 +42,7 @@ def test_catalog_shows_the_service_with_prices_and_quota_fit(client, shop, team)
 
 def test_order_submits_and_lands_on_the_request_page(client, shop, team):
     client.force_login(team.developer)
-    response = client.post(f"/order/{shop.service.slug}/", _order_post(shop, team.project))
+    response = client.post(f"/order/{shop.service.slug}/", order_post(shop, team.project))
     created = ResourceRequest.objects.get()
     assert response.status_code == 302 and response["Location"] == f"/requests/{created.pk}/"
     assert created.parameters == {"environment": "development"}
@@ -66,7 +52,7 @@ def test_order_submits_and_lands_on_the_request_page(client, shop, team):
 def test_order_over_quota_is_refused_with_every_reason_and_stores_nothing(client, shop, team):
     quota_set(quota=team.project.quota, limits={"gpus": Decimal(1), "cpu_cores": 8}, actor=None)
     client.force_login(team.developer)
-    response = client.post(f"/order/{shop.service.slug}/", _order_post(shop, team.project))
+    response = client.post(f"/order/{shop.service.slug}/", order_post(shop, team.project))
     body = response.content.decode()
     assert response.status_code == 422
     assert "quota_exceeded" in body and "GPUs" in body and "CPU cores" in body
@@ -105,7 +91,7 @@ def test_order_with_a_parameter_the_schema_refuses_is_a_form_error(client, shop,
     ]
     shop.service.save()
     client.force_login(team.developer)
-    response = client.post(f"/order/{shop.service.slug}/", _order_post(shop, team.project, **{field: value}))
+    response = client.post(f"/order/{shop.service.slug}/", order_post(shop, team.project, **{field: value}))
     assert response.status_code == 400
     assert sentence in response.content.decode()
     assert not ResourceRequest.objects.exists()
@@ -119,7 +105,7 @@ def test_order_form_stores_the_declared_parameters_with_their_defaults(client, s
     shop.service.save()
     client.force_login(team.developer)
     response = client.post(
-        f"/order/{shop.service.slug}/", _order_post(shop, team.project, batch_size="512", jupyter="on")
+        f"/order/{shop.service.slug}/", order_post(shop, team.project, batch_size="512", jupyter="on")
     )
     assert response.status_code == 302
     created = ResourceRequest.objects.get()
@@ -130,7 +116,7 @@ def test_order_form_stores_the_declared_parameters_with_their_defaults(client, s
 def test_order_for_a_project_the_user_cannot_order_on_is_refused(client, shop, team):
     outsider_project = factories.project()
     client.force_login(team.developer)
-    response = client.post(f"/order/{shop.service.slug}/", _order_post(shop, outsider_project))
+    response = client.post(f"/order/{shop.service.slug}/", order_post(shop, outsider_project))
     assert response.status_code == 400
     assert not ResourceRequest.objects.exists()
 
@@ -138,7 +124,7 @@ def test_order_for_a_project_the_user_cannot_order_on_is_refused(client, shop, t
 def test_live_preview_returns_cost_quota_and_route(client, shop, team):
     approval_rule(approver_stage())
     client.force_login(team.developer)
-    response = client.post(f"/order/{shop.service.slug}/preview/", _order_post(shop, team.project))
+    response = client.post(f"/order/{shop.service.slug}/preview/", order_post(shop, team.project))
     body = response.content.decode()
     assert response.status_code == 200
     assert "80.00" in body and "Stage 1" in body and team.approver.username in body

@@ -14,7 +14,7 @@ from requests.models import Approval, ApprovalAssignment, RequestEvent, Resource
 from tenancy import services as tenancy_services
 from tenancy.models import AuditEvent, ProjectQuota
 from tests import factories
-from tests.requests.conftest import GENEROUS_QUOTA, approval_rule, approver_stage, make_order
+from tests.requests.conftest import GENEROUS_QUOTA, approval_rule, approver_stage, make_order, order_post
 
 pytestmark = pytest.mark.django_db
 
@@ -274,25 +274,10 @@ def test_project_api_hides_other_tenants_entitlements(api_as, team):
 # --- Portal ------------------------------------------------------------------------------------------------
 
 
-def _order_post(shop, project, **overrides) -> dict:
-    data = {
-        "project": project.pk,
-        "spec": shop.whole.pk,
-        "image": shop.image.pk,
-        "duration_hours": 10,
-        "priority": "standard",
-        "environment": "development",
-        "parameters": "",
-        "justification": "",
-        "over_quota": "reject",
-    }
-    return {**data, **overrides}
-
-
 def test_portal_refuses_a_critical_order_naming_the_allowed_classes(client, shop, team):
     client.force_login(team.developer)
 
-    response = client.post(f"/order/{shop.service.slug}/", _order_post(shop, team.project, priority="critical"))
+    response = client.post(f"/order/{shop.service.slug}/", order_post(shop, team.project, priority="critical"))
 
     assert response.status_code == 422
     body = response.content.decode()
@@ -303,7 +288,7 @@ def test_portal_refuses_a_critical_order_naming_the_allowed_classes(client, shop
 def test_portal_preview_shows_the_entitlement(client, shop, team):
     client.force_login(team.developer)
 
-    response = client.post(f"/order/{shop.service.slug}/preview/", _order_post(shop, team.project, priority="high"))
+    response = client.post(f"/order/{shop.service.slug}/preview/", order_post(shop, team.project, priority="high"))
 
     body = response.content.decode()
     assert response.status_code == 200 and 'id="preview-priority"' in body
@@ -314,7 +299,7 @@ def test_portal_priority_exception_reaches_the_operators_inbox(client, shop, tea
     client.force_login(team.developer)
     client.post(
         f"/order/{shop.service.slug}/",
-        _order_post(shop, team.project, priority="critical", over_quota="exception", justification="Outage"),
+        order_post(shop, team.project, priority="critical", over_quota="exception", justification="Outage"),
     )
     request = ResourceRequest.objects.get()
     assert request.state == S.PENDING_APPROVAL
