@@ -261,6 +261,7 @@ def run_target(run: ProvisioningRun, *, attempt: int = 1) -> Target:
         backend=node.execution_backend,
         allocation_id=run.allocation_id,
         requester=run.request.requester.username,
+        duration_hours=run.request.duration_hours,
         inventory={
             "cpu_cores": node.cpu_milli // 1000,
             "memory_gb": node.memory_mib // 1024,

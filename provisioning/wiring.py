@@ -28,6 +28,11 @@ def teardown_after_preemption(*, request_id: int, **_kwargs) -> None:
     async_task("provisioning.tasks.teardown_after_preemption", request_id)
 
 
+def extend_after_approval(*, request_id: int, **_kwargs) -> None:
+    """The end the backend enforces (a Slurm job's time limit) moves with an approved extension."""
+    async_task("provisioning.tasks.extend_workload", request_id)
+
+
 def ensure_schedules(**_kwargs) -> None:
     """Every minute: resume steps back from a wait or whose worker died; start (or release) allocations whose
     provisioning never started; health-check serving replicas; settle workloads that ended by themselves on their
@@ -48,7 +53,7 @@ def connect() -> None:
     from provisioning.selectors import provisioning_details
     from provisioning.serving.selectors import endpoint_details
     from requests import hooks as request_hooks
-    from requests.signals import request_preempted, request_releasing
+    from requests.signals import request_extended, request_preempted, request_releasing
     from scheduling.signals import requests_allocated
 
     request_hooks.register(request_hooks.PROVISIONING_DETAILS, provisioning_details)
@@ -57,4 +62,5 @@ def connect() -> None:
     requests_allocated.connect(start_runs, dispatch_uid="provisioning.start_on_allocation")
     request_releasing.connect(teardown_after_release, dispatch_uid="provisioning.teardown_on_release")
     request_preempted.connect(teardown_after_preemption, dispatch_uid="provisioning.teardown_on_preemption")
+    request_extended.connect(extend_after_approval, dispatch_uid="provisioning.extend_on_approval")
     post_migrate.connect(ensure_schedules, dispatch_uid="provisioning.ensure_schedules")
