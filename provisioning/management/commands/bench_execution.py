@@ -4,10 +4,11 @@ End to end on a real execution backend: start the backend's real local runtime (
 tests/slurm_cluster.py; for `container`, this machine's podman, provisioning/bench_execution_container.py; sized so
 every request fits at once), put its nodes into the inventory, queue N approved
 one-GPU requests, start real `qcluster` workers on this database, then run one scheduling cycle and wait until
-every request is active (its workload RUNNING on the backend) or failed. Reports
-{"backend", "requests", "active", "wall_s", "jobs_per_s", "p50_s", "p99_s"}: wall_s from the cycle's start to the
-last request active, jobs_per_s = active / wall_s, and p50/p99 of each request's time from that start (all are
-queued by then) to active.
+every request is active (its workload RUNNING on the backend) or failed. Reports {"backend", "requests",
+"active", "wall_s", "jobs_per_s", "p50_s", "p99_s", "worker_cpu_s"}: wall_s from the cycle's start to the last request
+active, jobs_per_s = active / wall_s, and p50/p99 of each request's time from that start (all are
+queued by then) to active; worker_cpu_s is the CPU time the qcluster's processes used meanwhile (on a loaded
+machine wall times stretch, this much less).
 
 A backend plugs in as one more entry of BACKENDS: a context manager that starts its runtime and yields a Runtime
 (its nodes, and the settings that point the platform at it). It adds a benchmark tenant, nodes and requests: run it
@@ -136,11 +137,13 @@ class Command(BaseCommand):
             )
         with BACKENDS[backend](requests) as runtime, override_settings(**runtime.settings):
             request_ids = _queue(runtime, requests)
-            with _workers(workers, runtime.settings):
-                started = timezone.now()
+            with _workers(workers, runtime.settings) as cpu_seconds:
+                started, cpu_before = timezone.now(), cpu_seconds()
                 run_cycle()
                 _wait_until_settled(request_ids, timeout)
+                worker_cpu = cpu_seconds() - cpu_before
             report = _report(runtime.backend, request_ids, started)
+            report["worker_cpu_s"] = round(worker_cpu, 2)
         self.stdout.write(json.dumps(report) if as_json else "\n".join(f"{k:>10}: {v}" for k, v in report.items()))
 
 
@@ -210,9 +213,10 @@ def _queue(runtime: Runtime, count: int) -> list[int]:
 
 
 @contextlib.contextmanager
-def _workers(count: int, runtime_settings: dict[str, str]) -> Iterator[None]:
+def _workers(count: int, runtime_settings: dict[str, str]) -> Iterator[Callable[[], float]]:
     """A real qcluster on this database and broker, pointed at the runtime; up (it ran a task) before the clock
-    starts, stopped by its PID afterwards."""
+    starts, stopped by its PID afterwards. Yields a function giving the CPU seconds its processes have used (what the
+    platform costs, whatever else loads the machine)."""
     env = {
         **os.environ,
         **runtime_settings,
@@ -236,7 +240,7 @@ def _workers(count: int, runtime_settings: dict[str, str]) -> Iterator[None]:
     try:
         if result(async_task("math.floor", 1.5), wait=WORKER_START_SECONDS * 1000) != 1:
             raise CommandError(f"qcluster did not run a task within {WORKER_START_SECONDS} s; see {log}")
-        yield
+        yield lambda: _group_cpu_seconds(worker.pid)
     finally:
         os.killpg(worker.pid, signal.SIGTERM)
         try:
@@ -244,6 +248,19 @@ def _workers(count: int, runtime_settings: dict[str, str]) -> Iterator[None]:
         except subprocess.TimeoutExpired:
             os.killpg(worker.pid, signal.SIGKILL)
             worker.wait()
+
+
+def _group_cpu_seconds(group: int) -> float:
+    """User + system CPU seconds of the live processes of a process group (Linux /proc)."""
+    ticks = 0
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rpartition(")")[2].split()
+        except OSError:  # the process ended meanwhile
+            continue
+        if int(fields[2]) == group:  # pgrp; utime and stime follow at 11 and 12 (man 5 proc, after the comm field)
+            ticks += int(fields[11]) + int(fields[12])
+    return ticks / os.sysconf("SC_CLK_TCK")
 
 
 def _wait_until_settled(request_ids: list[int], timeout: float) -> None:
