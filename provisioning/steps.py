@@ -63,9 +63,14 @@ class StepContext:
         if "bmc" in self.__dict__:  # only when a step used it
             self.bmc.close()
 
+    @cached_property
+    def outputs(self) -> dict[str, dict]:
+        """The outputs of the run's succeeded steps by name, read once per attempt (the first of a name wins)."""
+        succeeded = self.run.steps.filter(state=StepState.SUCCEEDED).order_by("-position")
+        return dict(succeeded.values_list("name", "output"))
+
     def output_of(self, name: str) -> dict:
-        step = self.run.steps.filter(name=name, state=StepState.SUCCEEDED).first()
-        return step.output if step else {}
+        return self.outputs.get(name) or {}
 
 
 # --- compute -----------------------------------------------------------------------------------------------

@@ -1,5 +1,6 @@
 """What starts provisioning work: the requests' and scheduling's signals, the sweeper schedule, metrics."""
 
+from django.conf import settings
 from django_q.tasks import async_task
 
 from config import schedules
@@ -11,10 +12,12 @@ RECONCILE_TASK = "provisioning.tasks.reconcile_workloads"
 
 
 def start_runs(*, request_ids: list[int], **_kwargs) -> None:
-    """One task per request: a cycle that placed hundreds starts their runs on all workers at once, not one by one
-    on a single worker."""
-    for request_id in request_ids:
-        async_task("provisioning.tasks.start_runs", [request_id])
+    """One task per batch of PROVISIONING_START_BATCH requests: a cycle that placed hundreds starts their runs on
+    several workers at once, without a task per request ahead of every step in the broker (each run's first step
+    is enqueued as soon as its own start commits)."""
+    size = max(1, settings.PROVISIONING_START_BATCH)
+    for first in range(0, len(request_ids), size):
+        async_task("provisioning.tasks.start_runs", list(request_ids[first : first + size]))
 
 
 def teardown_after_release(*, request_id: int, reason: str, provisioning_started: bool, **_kwargs) -> None:
