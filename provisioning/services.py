@@ -213,7 +213,7 @@ def run_succeeded(run: ProvisioningRun, last_output: dict) -> None:
                 request=run.request,
                 delivered=last_output,
                 message=f"Active: delivered on {last_output['node']} ({last_output['host']}) after "
-                f"{run.steps.count()} steps.",
+                f"{run.current_position} steps.",
                 data={"run": run.pk},
             )
     elif run.kind != RunKind.RELEASE:  # a release's last step already finished the request's release
