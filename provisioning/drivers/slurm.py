@@ -20,6 +20,7 @@ finds the job it already submitted; two workers submitting at once take turns on
 """
 
 import hashlib
+import logging
 import re
 import threading
 import time
@@ -33,6 +34,8 @@ from provisioning.drivers.base import StepError, StepPending, Target, WorkloadDr
 from scheduling.slurm import scontrol
 from scheduling.slurm.api import SlurmAccessDenied, SlurmApi, SlurmApiError, SlurmNotFound, configured_token
 from scheduling.slurm.services import UNTYPED_GPU
+
+logger = logging.getLogger(__name__)
 
 # Slurm job states (squeue(1) "JOB STATE CODES") as slurmrestd v0.0.38 spells them.
 WAITING_STATES = frozenset({"PENDING", "CONFIGURING", "REQUEUED", "RESIZING", "SUSPENDED"})
@@ -211,8 +214,11 @@ class SlurmWorkloads(WorkloadDriver):
             )
         limit = job.get("time_limit")
         if _short(job, target):  # an extension approved while the job was being submitted
-            with self._api() as api:
-                limit = _raise_time_limit(api, job["job_id"], target.term_hours * 60)["time_limit_minutes"]
+            try:
+                with self._api() as api:
+                    limit = _raise_time_limit(api, job["job_id"], target.term_hours * 60)["time_limit_minutes"]
+            except StepError as refused:  # the job runs; the reconciler raises the limit on its next pass
+                logger.warning("Slurm job %s keeps its time limit for now: %s", job["job_id"], refused.message)
         return {
             "ready": True,
             "job_id": job["job_id"],
