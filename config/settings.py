@@ -156,6 +156,8 @@ PROVISIONING_INLINE_WAIT_SECONDS = env_float("PROVISIONING_INLINE_WAIT_SECONDS",
 # A worker that finishes a step goes on with the run's next one, starting none after this many seconds of the task
 # (well under Q_TIMEOUT): the rest goes back to the broker as one task.
 PROVISIONING_CHAIN_SECONDS = env_float("PROVISIONING_CHAIN_SECONDS", 60.0)
+# Runs a scheduling cycle's placements start per task (the rest go to other workers, a batch per task).
+PROVISIONING_START_BATCH = env_int("PROVISIONING_START_BATCH", 10)
 # Per-step timeout overrides in seconds, e.g. {"wait_for_install": 5400}.
 PROVISIONING_STEP_TIMEOUTS = env_json("PROVISIONING_STEP_TIMEOUTS", {})
 # An allocated request with no provisioning run after this long is started (or released) by the sweeper.

@@ -17,16 +17,16 @@ from datetime import datetime, timedelta
 
 from django.conf import settings
 from django.db import DatabaseError, connections, transaction
-from django.db.models import F, Q
+from django.db.models import F, OuterRef, Q, Subquery
 from django.utils import timezone
-from django_q.tasks import async_task
 
 from config.workers import stopping, wait_unless_stopping
 from provisioning import services
-from provisioning.choices import RunState, StepState, Wait
+from provisioning.choices import Pipeline, RunState, StepState, Wait
 from provisioning.drivers.base import StepError, StepPending, Target
 from provisioning.models import ProvisioningRun, ProvisioningStep
 from provisioning.pipelines import definition_of
+from provisioning.services import step_task
 from provisioning.steps import StepContext
 from requests.choices import EventCode
 from requests.services import record_event
@@ -75,7 +75,7 @@ def step_execute(*, step_id: int) -> None:
             # A polling step goes round the broker: the time other runs' steps take there is time its workload
             # needs to come up anyway, and this worker is not held watching it.
             if then.polls or stopping() or time.monotonic() >= chain_ends:
-                async_task(services.STEP_TASK, then.step_id)  # the rest of the run goes back to the broker
+                step_task(then.step_id)  # the rest of the run goes back to the broker
                 return
             step_id = then.step_id
             continue
@@ -99,7 +99,7 @@ def steps_resume_due(*, now=None) -> int:
         .values_list("pk", flat=True)
     )
     for step_id in due:
-        async_task(services.STEP_TASK, step_id)
+        step_task(step_id)
     return len(due)
 
 
@@ -231,6 +231,9 @@ def _waiting(step: ProvisioningStep, pending: StepPending) -> Waiting | StepErro
 
 
 def _context(step: ProvisioningStep) -> StepContext:
+    run = step.run
+    if run.allocation.request_id == run.request_id:
+        run.allocation.request = run.request  # the same row, already read by the claim (the expiry reads it)
     return StepContext(run=step.run, step=step, target=run_target(step.run, attempt=step.attempts))
 
 
@@ -238,7 +241,9 @@ def run_target(run: ProvisioningRun, *, attempt: int = 1) -> Target:
     """What the run's steps act on: its allocation's node and devices, and the request's snapshot."""
     node = run.allocation.node
     bindings = AllocationDevice.objects.filter(allocation=run.allocation).select_related("device__model")
-    recorded = list(node.devices.order_by("index").values_list("index", "serial_number"))
+    # The recorded cards, which only a bare-metal server's hardware validation compares with what its BMC reports.
+    bare_metal = run.pipeline == Pipeline.BARE_METAL
+    recorded = list(node.devices.order_by("index").values_list("index", "serial_number")) if bare_metal else []
     return Target(
         run_id=run.pk,
         request_id=run.request_id,
@@ -261,11 +266,18 @@ def run_target(run: ProvisioningRun, *, attempt: int = 1) -> Target:
         backend=node.execution_backend,
         allocation_id=run.allocation_id,
         requester=run.request.requester.username,
+        duration_hours=run.request.duration_hours,
         inventory={
             "cpu_cores": node.cpu_milli // 1000,
             "memory_gb": node.memory_mib // 1024,
-            "accelerators": len(recorded),
-            "accelerator_serials": [{"index": index, "serial": serial} for index, serial in recorded],
+            **(
+                {
+                    "accelerators": len(recorded),
+                    "accelerator_serials": [{"index": index, "serial": serial} for index, serial in recorded],
+                }
+                if bare_metal
+                else {}
+            ),
         },
     )
 
@@ -278,7 +290,13 @@ def _record(step_id: int, owner: uuid.UUID, outcome: Done | Waiting | StepError)
     """Store the attempt's outcome if the lease is still ours; returns how long to wait before the next attempt,
     or the run's next step once this one is done (None when the run is finished or the step no longer ours)."""
     # The run is locked too: a release cancelling it waits for this record, or this record sees it cancelled.
-    step = ProvisioningStep.objects.select_for_update(of=("self", "run")).select_related("run").get(pk=step_id)
+    following = ProvisioningStep.objects.filter(run=OuterRef("run"), position=OuterRef("position") + 1)
+    step = (
+        ProvisioningStep.objects.select_for_update(of=("self", "run"))
+        .select_related("run")
+        .annotate(following_id=Subquery(following.values("pk")[:1]))  # the run's next step, in the same read
+        .get(pk=step_id)
+    )
     if step.state != StepState.RUNNING or step.lease_owner != owner:
         return None  # our lease expired and another worker took the step over: its result counts, not ours
     if step.run.state != RunState.RUNNING:
@@ -300,7 +318,7 @@ def _succeed(step: ProvisioningStep, output: dict) -> Following | None:
     run = step.run
     run.current_position = step.position + 1
     run.save(update_fields=["current_position"])
-    following = run.steps.filter(position=run.current_position).values_list("pk", flat=True).first()
+    following = step.following_id
     if following is None:
         services.run_succeeded(run, output)
         return None

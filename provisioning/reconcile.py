@@ -2,7 +2,8 @@
 active workloads have ended by themselves (a Slurm job that completed, failed, timed out, lost its node or was
 cancelled outside the platform) and settles each request with the backend's reason: released through the release
 pipeline, or failed with the exit code, whose cleanup run gives the devices back. This is the stale-allocation
-cleanup for backends that can be asked, instead of heartbeats.
+cleanup for backends that can be asked, instead of heartbeats. The same pass raises the end a backend enforces
+(a Slurm job's time limit) where an approved extension has not reached it yet.
 
 Each request is decided on its own locked row (SKIP LOCKED: a release or a step holding it is looked at again on
 the next pass); a backend that cannot be asked reclaims nothing.
@@ -16,6 +17,7 @@ from django.db import transaction
 from provisioning.choices import RunKind, RunState
 from provisioning.drivers import workload_driver
 from provisioning.drivers.base import StepError, Target, WorkloadEnd
+from provisioning.extensions import workload_extended_note
 from provisioning.models import ProvisioningRun
 from provisioning.services import teardown_start
 from requests.choices import EventCode, RequestState
@@ -48,10 +50,24 @@ def workloads_reconcile() -> dict[int, str]:
         for run in runs:
             if run.allocation_id in ended:
                 outcome[run.request_id] = _settle(run, ended[run.allocation_id])
+        _extend([run for run in runs if run.allocation_id not in ended], driver)
         for orphan in orphans:
             _note_orphan(orphan)
             outcome.setdefault(orphan["request_id"], ORPHAN_STOPPED)
     return outcome
+
+
+def _extend(runs: list[ProvisioningRun], driver) -> None:
+    """Workloads still running with an end short of their request's term (an extension the task after its approval
+    could not bring to the backend) get it now."""
+    try:
+        moved = driver.extend_workloads([_target(run) for run in runs])
+    except StepError as refused:
+        logger.warning("Cannot extend %s workloads: %s", driver.name, refused.message)
+        return
+    for run in runs:
+        if run.allocation_id in moved:
+            workload_extended_note(run, moved[run.allocation_id])
 
 
 def _reconciled_backends() -> list[str]:
@@ -113,6 +129,7 @@ def _target(run: ProvisioningRun) -> Target:
         snapshot=run.request.approved_spec,
         backend=node.execution_backend,
         allocation_id=run.allocation_id,
+        duration_hours=run.request.duration_hours,
     )
 
 

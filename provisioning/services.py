@@ -41,7 +41,14 @@ logger = logging.getLogger(__name__)
 
 
 def enqueue_step(step_id: int) -> None:
-    transaction.on_commit(lambda: async_task(STEP_TASK, step_id))
+    transaction.on_commit(lambda: step_task(step_id))
+
+
+def step_task(step_id: int) -> None:
+    """A step's task. Its success is not saved as a django-q2 result (a failure still is): the step's own row
+    records every attempt, and the monitor's saving (pruning to the save limit under a lock, then an insert) costs
+    more than most steps."""
+    async_task(STEP_TASK, step_id, save=False)
 
 
 def _driver_for(pipeline: str, allocation: Allocation) -> str:
@@ -72,7 +79,7 @@ def _create_run(
     )
     carried = {step.position: step for step in retry_of.steps.all()} if retry_of else {}
     timeouts = settings.PROVISIONING_STEP_TIMEOUTS
-    ProvisioningStep.objects.bulk_create(
+    steps = ProvisioningStep.objects.bulk_create(
         [
             ProvisioningStep(
                 run=run,
@@ -85,7 +92,9 @@ def _create_run(
             for position, definition in enumerate(steps_for(pipeline, kind))
         ]
     )
-    enqueue_step(run.steps.get(position=start_at).pk)
+    first = next(step for step in steps if step.position == start_at)
+    enqueue_step(first.pk if first.pk is not None else run.steps.get(position=start_at).pk)
+    run.step_count = len(steps)
     return run
 
 
@@ -121,7 +130,7 @@ def _start(request_id: int) -> ProvisioningRun | None:
     request_provisioning_started(
         request=request,
         message=f"Provisioning started on {allocation.node.name}: {run.get_pipeline_display()}, "
-        f"{run.steps.count()} steps ({run.driver} driver).",
+        f"{run.step_count} steps ({run.driver} driver).",
         data={"run": run.pk, "pipeline": run.pipeline, "driver": run.driver},
     )
     return run
@@ -204,7 +213,7 @@ def run_succeeded(run: ProvisioningRun, last_output: dict) -> None:
                 request=run.request,
                 delivered=last_output,
                 message=f"Active: delivered on {last_output['node']} ({last_output['host']}) after "
-                f"{run.steps.count()} steps.",
+                f"{run.current_position} steps.",
                 data={"run": run.pk},
             )
     elif run.kind != RunKind.RELEASE:  # a release's last step already finished the request's release

@@ -63,9 +63,14 @@ class StepContext:
         if "bmc" in self.__dict__:  # only when a step used it
             self.bmc.close()
 
+    @cached_property
+    def outputs(self) -> dict[str, dict]:
+        """The outputs of the run's succeeded steps by name, read once per attempt (the first of a name wins)."""
+        succeeded = self.run.steps.filter(state=StepState.SUCCEEDED).order_by("-position")
+        return dict(succeeded.values_list("name", "output"))
+
     def output_of(self, name: str) -> dict:
-        step = self.run.steps.filter(name=name, state=StepState.SUCCEEDED).first()
-        return step.output if step else {}
+        return self.outputs.get(name) or {}
 
 
 # --- compute -----------------------------------------------------------------------------------------------
@@ -122,7 +127,9 @@ def publish_compute_access(ctx: StepContext) -> dict:
     host, ports = workload["host"], workload["ports"]
     user = workload.get("user") or ctx.run.request.requester.username  # a backend may name the account it made
     image = ctx.snapshot["image"]
-    backend_facts = {key: ready[key] for key in ("job_id", "partition", "gres", "output") if key in ready}
+    backend_facts = {
+        key: ready[key] for key in ("job_id", "partition", "gres", "output", "time_limit_minutes") if key in ready
+    }
     digest = ctx.output_of("prepare_image").get("digest")
     return {
         **_delivered_base(ctx),

@@ -6,7 +6,7 @@ from django_q.tasks import async_task
 
 from config.retry import retry_if_locked
 from config.workers import wait_unless_stopping
-from provisioning import engine, reconcile, services
+from provisioning import engine, extensions, reconcile, services
 from provisioning.serving.deployments import serving_replicas_check
 
 
@@ -33,6 +33,11 @@ def teardown_after_release(request_id: int, reason: str) -> bool:
 @retry_if_locked
 def teardown_after_preemption(request_id: int) -> bool:
     return services.teardown_after_preemption(request_id=request_id) is not None
+
+
+@retry_if_locked
+def extend_workload(request_id: int) -> str:
+    return extensions.workload_extend(request_id=request_id)
 
 
 @retry_if_locked

@@ -1,5 +1,6 @@
 """What starts provisioning work: the requests' and scheduling's signals, the sweeper schedule, metrics."""
 
+from django.conf import settings
 from django_q.tasks import async_task
 
 from config import schedules
@@ -11,10 +12,12 @@ RECONCILE_TASK = "provisioning.tasks.reconcile_workloads"
 
 
 def start_runs(*, request_ids: list[int], **_kwargs) -> None:
-    """One task per request: a cycle that placed hundreds starts their runs on all workers at once, not one by one
-    on a single worker."""
-    for request_id in request_ids:
-        async_task("provisioning.tasks.start_runs", [request_id])
+    """One task per batch of PROVISIONING_START_BATCH requests: a cycle that placed hundreds starts their runs on
+    several workers at once, without a task per request ahead of every step in the broker (each run's first step
+    is enqueued as soon as its own start commits)."""
+    size = max(1, settings.PROVISIONING_START_BATCH)
+    for first in range(0, len(request_ids), size):
+        async_task("provisioning.tasks.start_runs", list(request_ids[first : first + size]))
 
 
 def teardown_after_release(*, request_id: int, reason: str, provisioning_started: bool, **_kwargs) -> None:
@@ -26,6 +29,11 @@ def teardown_after_release(*, request_id: int, reason: str, provisioning_started
 
 def teardown_after_preemption(*, request_id: int, **_kwargs) -> None:
     async_task("provisioning.tasks.teardown_after_preemption", request_id)
+
+
+def extend_after_approval(*, request_id: int, **_kwargs) -> None:
+    """The end the backend enforces (a Slurm job's time limit) moves with an approved extension."""
+    async_task("provisioning.tasks.extend_workload", request_id)
 
 
 def ensure_schedules(**_kwargs) -> None:
@@ -48,7 +56,7 @@ def connect() -> None:
     from provisioning.selectors import provisioning_details
     from provisioning.serving.selectors import endpoint_details
     from requests import hooks as request_hooks
-    from requests.signals import request_preempted, request_releasing
+    from requests.signals import request_extended, request_preempted, request_releasing
     from scheduling.signals import requests_allocated
 
     request_hooks.register(request_hooks.PROVISIONING_DETAILS, provisioning_details)
@@ -57,4 +65,5 @@ def connect() -> None:
     requests_allocated.connect(start_runs, dispatch_uid="provisioning.start_on_allocation")
     request_releasing.connect(teardown_after_release, dispatch_uid="provisioning.teardown_on_release")
     request_preempted.connect(teardown_after_preemption, dispatch_uid="provisioning.teardown_on_preemption")
+    request_extended.connect(extend_after_approval, dispatch_uid="provisioning.extend_on_approval")
     post_migrate.connect(ensure_schedules, dispatch_uid="provisioning.ensure_schedules")

@@ -83,6 +83,7 @@ class EventCode(models.TextChoices):
     EXTENSION_REQUESTED = "extension_requested", "Extension requested"
     EXTENDED = "extended", "Extended"
     EXTENSION_REJECTED = "extension_rejected", "Extension rejected"
+    WORKLOAD_EXTENDED = "workload_extended", "Backend's end moved with the extension"
     EXPIRY_WARNING = "expiry_warning", "Expiry warning"
     CANCELLED = "cancelled", "Cancelled"
     ALLOCATED = "allocated", "Allocated"

@@ -14,6 +14,7 @@ from requests.models import RequestExtension, ResourceRequest
 from requests.orders import OrderInvalid, approval_facts, order_duration_limits, size_order
 from requests.quota import Demand, exceeded, lock_quota_scope, quota_impact
 from requests.services import QuotaExceeded, can_release, order_of, record_event
+from requests.signals import request_extended
 from tenancy.models import User
 
 EXTENDABLE = (RequestState.ALLOCATED, RequestState.PROVISIONING, RequestState.ACTIVE)
@@ -102,6 +103,15 @@ class ExtensionApprovals:
             data={"hours": extension.hours},
             message=f"Extended by {extension.hours} hours (approved by {who}); now {request.duration_hours} "
             "hours in all.",
+        )
+        request_id, extension_id, duration_hours = request.pk, extension.pk, request.duration_hours
+        transaction.on_commit(
+            lambda: request_extended.send(
+                sender=ResourceRequest,
+                request_id=request_id,
+                extension_id=extension_id,
+                duration_hours=duration_hours,
+            )
         )
 
     def on_rejected(self, extension: RequestExtension, *, actor: User, comment: str) -> None:

@@ -4,7 +4,7 @@ from django.contrib.contenttypes.models import ContentType
 from django.db.models import F, Prefetch, Q, QuerySet
 from django.http import Http404
 
-from requests.choices import ApprovalState, RequestState, StageState
+from requests.choices import ApprovalState, EventCode, RequestState, StageState
 from requests.models import (
     Approval,
     ApprovalAssignment,
@@ -72,6 +72,16 @@ def approval_of(subject) -> Approval | None:
     return (
         _approval_with_decisions()
         .filter(subject_type=ContentType.objects.get_for_model(subject), subject_id=subject.pk)
+        .first()
+    )
+
+
+def backend_wait_of(request: ResourceRequest) -> RequestEvent | None:
+    """Why the execution backend holds the request's workload back (Slurm keeping its job pending), as the
+    provisioning step last noted it: a queue reason that names its backend."""
+    return (
+        request.events.filter(code=EventCode.QUEUE_REASON, data__details__has_key="backend")
+        .order_by("-created_at", "-id")
         .first()
     )
 

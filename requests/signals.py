@@ -14,3 +14,8 @@ request_releasing = Signal()
 # Sent after commit when a running request is preempted back to the queue. kwargs: request_id (int), winner_id (int).
 # Provisioning listens to stop the environment.
 request_preempted = Signal()
+
+# Sent after commit when an extension of a request is approved. kwargs: request_id (int), extension_id (int),
+# duration_hours (int: the whole term now). Provisioning listens to move the end its backend enforces (a Slurm
+# job's time limit); the allocation's expiry follows the request's duration by itself.
+request_extended = Signal()

@@ -245,6 +245,7 @@ def request_page_context(request, resource_request) -> dict:
         "allocation": allocation,
         "endpoint": endpoint,
         "provisioning": provisioning,
+        "backend_wait": selectors.backend_wait_of(resource_request) if state == RequestState.PROVISIONING else None,
         "connect": _connect_items(provisioning, endpoint) if state == RequestState.ACTIVE else [],
         "poll_seconds": _poll_seconds(state),
         "can_cancel": resource_request.is_cancellable and may_act,

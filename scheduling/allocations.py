@@ -25,7 +25,6 @@ def adjust_device_shares(deltas: dict[int, int]) -> None:
     )
 
 
-@transaction.atomic
 def allocation_adopt_backend_binding(*, allocation_id: int, indexes: list[int], backend: str) -> dict:
     """The execution backend is the source of truth for which devices inside the node run the work (Slurm binds
     GPU indexes itself): when the indexes it bound differ from the platform's choice, the allocation is rebound to
@@ -33,7 +32,20 @@ def allocation_adopt_backend_binding(*, allocation_id: int, indexes: list[int], 
 
     A device the backend gave us that the books show under another active allocation is exchanged with the one we
     leave: the backend cannot have bound one card twice, so that allocation's books were wrong as well (its own
-    job's report corrects them again). Returns {"chosen", "bound", "rebound"}."""
+    job's report corrects them again). Returns {"chosen", "bound", "rebound"}.
+
+    Mostly the backend bound what the platform chose: one read says so, without the node's lock (which makes the
+    reports of one node's allocations take turns) or a transaction."""
+    chosen = sorted(
+        AllocationDevice.objects.filter(allocation_id=allocation_id).values_list("device__index", flat=True)
+    )
+    if chosen == sorted(indexes):
+        return {"chosen": chosen, "bound": chosen, "rebound": False}
+    return _adopt(allocation_id=allocation_id, indexes=indexes, backend=backend)
+
+
+@transaction.atomic
+def _adopt(*, allocation_id: int, indexes: list[int], backend: str) -> dict:
     # The node's row first: rebinds on one node take turns, so two of them exchanging devices cannot deadlock.
     Node.objects.select_for_update(of=("self",)).filter(allocations__pk=allocation_id).values_list("pk").get()
     allocation = Allocation.objects.select_for_update(of=("self",)).select_related("request").get(pk=allocation_id)

@@ -39,6 +39,12 @@ class Target:
     backend: str = "simulated"  # the node's execution backend, which picked the host driver
     allocation_id: int = 0  # one request can hold several allocations over its life (preemption, retry)
     requester: str = ""  # the requester's username, the account a workspace gives them
+    # The request's term in hours: the approved duration plus the extensions approved since (0: the snapshot's).
+    duration_hours: int = 0
+
+    @property
+    def term_hours(self) -> int:
+        return self.duration_hours or int(self.snapshot["duration_hours"])
 
 
 class StepError(Exception):
@@ -129,6 +135,13 @@ class WorkloadDriver(ABC):
         """The reconciler's question: which of these running workloads (by allocation id) have ended by themselves,
         and how. A backend whose workloads never end on their own (the simulated one) has none. Raises StepError
         when the backend cannot be asked, so nothing is reclaimed on a guess."""
+        return {}
+
+    def extend_workloads(self, targets: Iterable[Target]) -> dict[int, dict]:
+        """Move the end this backend enforces on each workload (a Slurm job's time limit) out to its request's
+        term (`target.term_hours`) where it is shorter; {allocation_id: what changed} for those moved. A backend
+        that enforces no end of its own (the platform's expiry releases the workload) moves nothing. Raises
+        StepError when the backend cannot be asked or refuses."""
         return {}
 
     def stop_orphans(self, still_held: Callable[[set[int]], set[int]]) -> list[dict]:

@@ -9,8 +9,10 @@ is an interactive workspace, whose job holds the allocation until its time limit
 with `srun --jobid=<id> --pty bash`.
 
 The platform chose the node and the devices; the job is pinned to that node (`nodelist`) with the GPU type and
-count (`gres`), the order's CPUs and memory, and a time limit equal to the approved duration. Inside the node
-Slurm binds the GPU indexes itself (`gres_detail`): readiness reports them, and the allocation follows Slurm.
+count (`gres`), the order's CPUs and memory, and a time limit equal to the approved duration; an approved
+extension raises it (`extend_workloads`: over REST, or with scontrol where Slurm lets only operators raise a limit).
+Inside the node Slurm binds the GPU indexes itself (`gres_detail`): readiness reports them, and the allocation
+follows Slurm.
 
 Idempotent by name: the job is named after the request and its comment names the allocation, so a retried step
 finds the job it already submitted; two workers submitting at once take turns on a per-request database lock
@@ -18,6 +20,7 @@ finds the job it already submitted; two workers submitting at once take turns on
 """
 
 import hashlib
+import logging
 import re
 import threading
 import time
@@ -28,8 +31,11 @@ from django.conf import settings
 from django.db import connection, transaction
 
 from provisioning.drivers.base import StepError, StepPending, Target, WorkloadDriver, WorkloadEnd
-from scheduling.slurm.api import SlurmApi, SlurmApiError, SlurmNotFound, configured_token
+from scheduling.slurm import scontrol
+from scheduling.slurm.api import SlurmAccessDenied, SlurmApi, SlurmApiError, SlurmNotFound, configured_token
 from scheduling.slurm.services import UNTYPED_GPU
+
+logger = logging.getLogger(__name__)
 
 # Slurm job states (squeue(1) "JOB STATE CODES") as slurmrestd v0.0.38 spells them.
 WAITING_STATES = frozenset({"PENDING", "CONFIGURING", "REQUEUED", "RESIZING", "SUSPENDED"})
@@ -206,9 +212,17 @@ class SlurmWorkloads(WorkloadDriver):
             raise StepError(
                 "slurm_job_ended", f"{ended.message} before it was ready.", retryable=False, details=ended.details
             )
+        limit = job.get("time_limit")
+        if _short(job, target):  # an extension approved while the job was being submitted
+            try:
+                with self._api() as api:
+                    limit = _raise_time_limit(api, job["job_id"], target.term_hours * 60)["time_limit_minutes"]
+            except StepError as refused:  # the job runs; the reconciler raises the limit on its next pass
+                logger.warning("Slurm job %s keeps its time limit for now: %s", job["job_id"], refused.message)
         return {
             "ready": True,
             "job_id": job["job_id"],
+            "time_limit_minutes": limit,
             "node": job.get("nodes"),
             "partition": job.get("partition"),
             "gres": job.get("tres_per_node"),
@@ -248,6 +262,26 @@ class SlurmWorkloads(WorkloadDriver):
             elif job.get("job_state") not in WAITING_STATES | {RUNNING, ENDING}:
                 ended[target.allocation_id] = workload_end(job)
         return ended
+
+    def extend_workloads(self, targets: Iterable[Target]) -> dict[int, dict]:
+        """Raise the time limit of each target's live job to its request's term, in minutes, where it is shorter
+        (one look at Slurm's job list for all of them). Over REST first; Slurm lets only operators and SlurmUser
+        raise a limit, so when it refuses the token's user, through `scontrol update jobid=... TimeLimit=...` (the
+        platform's host is a login node of the cluster, as for draining nodes)."""
+        targets = list(targets)
+        if not targets:
+            return {}
+        moved = {}
+        with self._api() as api:
+            jobs = api.jobs()
+            for target in targets:
+                live = [job for job in _jobs_of(jobs, target) if job.get("job_state") in WAITING_STATES | {RUNNING}]
+                job = max(live, key=lambda job: job["job_id"], default=None)
+                if job is not None and _short(job, target):
+                    moved[target.allocation_id] = _raise_time_limit(api, job["job_id"], target.term_hours * 60) | {
+                        "was_minutes": job["time_limit"]
+                    }
+        return moved
 
     def stop_orphans(self, still_held: Callable[[set[int]], set[int]]) -> list[dict]:
         with self._api() as api:
@@ -302,7 +336,7 @@ def job_properties(target: Target, image: dict) -> dict:
             "Slurm binds whole GPUs here (no MPS or shard GRES is configured): a slice cannot run as a Slurm job.",
             retryable=False,
         )
-    demand, snapshot = target.snapshot["demand"], target.snapshot
+    demand = target.snapshot["demand"]
     environment = {
         "PATH": "/usr/local/bin:/usr/bin:/bin",
         **{str(key): str(value) for key, value in ((image.get("configuration") or {}).get("env") or {}).items()},
@@ -319,7 +353,7 @@ def job_properties(target: Target, image: dict) -> dict:
         "tasks": 1,
         "cpus_per_task": max(1, int(demand["cpu_cores"])),
         "memory_per_node": int(demand["memory_gb"]) * 1024,
-        "time_limit": int(snapshot["duration_hours"]) * 60,
+        "time_limit": target.term_hours * 60,  # the approved duration, with any extension approved since
         "current_working_directory": settings.SLURM_JOB_DIRECTORY,
         "standard_output": output_path(target, "%j"),
         "environment": environment,
@@ -389,6 +423,31 @@ def workload_end(job: dict) -> WorkloadEnd:
             "slurm_reason": reason,
         },
     )
+
+
+def _short(job: dict, target: Target) -> bool:
+    """The job's time limit (minutes; Slurm's INFINITE/NO_VAL are not ints below 2**31) ends before the term."""
+    limit = job.get("time_limit")
+    return isinstance(limit, int) and limit < target.term_hours * 60
+
+
+def _raise_time_limit(api: SlurmApi, job_id: int, minutes: int) -> dict:
+    """{job_id, time_limit_minutes, via}: over REST, else (the token's user may not raise limits) with scontrol."""
+    try:
+        api.update_job(job_id, {"time_limit": minutes})
+        via = "slurmrestd"
+    except SlurmAccessDenied:
+        try:
+            scontrol.job_time_limit(job_id, minutes)
+        except scontrol.ScontrolError as error:
+            raise StepError(
+                "slurm_time_limit_refused",
+                f"Slurm refused to raise job {job_id}'s time limit to {minutes} minutes over REST (the token's user "
+                f"is no operator) and scontrol failed: {error}",
+                retryable=True,
+            ) from error
+        via = "scontrol"
+    return {"workload": f"Slurm job {job_id}", "job_id": job_id, "time_limit_minutes": minutes, "via": via}
 
 
 def _jobs_of(jobs: list[dict], target: Target) -> list[dict]:

@@ -22,6 +22,7 @@ API_PREFIX = "/slurm/v0.0.38"
 CONTROLLER_UNREACHABLE_ERRNOS = frozenset({*range(1001, 1005), 1013, *range(1800, 1804), *range(5000, 5006)})
 # ESLURM_INVALID_JOB_ID, ESLURM_INVALID_NODE_NAME: the job or node is not (or no longer) known to slurmctld.
 NOT_FOUND_ERRNOS = frozenset({2017, 2018})
+ACCESS_DENIED_ERRNOS = frozenset({2002})  # ESLURM_ACCESS_DENIED: the token's user may not do this
 UNAVAILABLE_HTTP_STATUSES = frozenset({502, 503, 504})
 
 
@@ -49,6 +50,10 @@ class SlurmUnavailable(SlurmApiError):
 
 class SlurmNotFound(SlurmApiError):
     """The job or node is unknown to slurmctld (never existed, or a finished job older than MinJobAge)."""
+
+
+class SlurmAccessDenied(SlurmApiError):
+    """slurmctld refused the token's user the operation (ESLURM_ACCESS_DENIED), e.g. raising a time limit."""
 
 
 class SlurmNotConfigured(SlurmApiError):
@@ -129,6 +134,11 @@ class SlurmApi:
         """Every job slurmctld still knows (pending, running, and finished ones younger than MinJobAge)."""
         return self._call("GET", "/jobs/")["jobs"]
 
+    def update_job(self, job_id: int, changes: dict) -> None:
+        """Change a job's properties (`changes` as in submit_job's `job`, e.g. {"time_limit": minutes}). Slurm lets
+        only operators (or SlurmUser) raise a time limit: others get ESLURM_ACCESS_DENIED, a SlurmAccessDenied."""
+        self._call("POST", f"/job/{job_id}", json=changes)
+
     def cancel_job(self, job_id: int, signal: str | None = None) -> None:
         """Cancel the job, or send it a signal (a POSIX name such as "TERM" or "KILL")."""
         self._call("DELETE", f"/job/{job_id}", params={"signal": signal} if signal else None)
@@ -165,6 +175,8 @@ def _error_for(method: str, path: str, status: int, errors: list[dict]) -> Slurm
         error_class = SlurmUnavailable
     elif numbers & NOT_FOUND_ERRNOS:
         error_class = SlurmNotFound
+    elif numbers & ACCESS_DENIED_ERRNOS:
+        error_class = SlurmAccessDenied
     else:
         error_class = SlurmApiError
     logger.warning("%s", message)

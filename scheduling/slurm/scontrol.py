@@ -1,4 +1,5 @@
-"""Node drain and resume through `scontrol update`: slurmrestd v0.0.38 has no node update.
+"""Node drain and resume through `scontrol update`: slurmrestd v0.0.38 has no node update. And a job's time limit
+raised where the REST token's user may not raise it (Slurm lets only operators and SlurmUser do that).
 
 scontrol finds the cluster through SLURM_CONF (setting) and authenticates with munge, so it runs on a host that is
 part of the Slurm cluster (a login node) as a user Slurm lets change node states (root or SlurmUser).
@@ -22,6 +23,10 @@ def drain_node(name: str, reason: str) -> None:
 
 def resume_node(name: str) -> None:
     _update(f"nodename={name}", "state=resume")
+
+
+def job_time_limit(job_id: int, minutes: int) -> None:
+    _update(f"jobid={job_id}", f"TimeLimit={minutes}")
 
 
 def _update(*arguments: str) -> None:

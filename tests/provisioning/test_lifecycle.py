@@ -230,7 +230,7 @@ def test_a_provisioning_that_finishes_after_a_release_began_leaves_the_release_i
 
 def _handed_to_the_broker(monkeypatch) -> list[int]:
     handed = []
-    monkeypatch.setattr(engine, "async_task", lambda task, step_id: handed.append(step_id))
+    monkeypatch.setattr(engine, "step_task", lambda step_id: handed.append(step_id))
     return handed
 
 

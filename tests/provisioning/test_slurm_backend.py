@@ -191,7 +191,7 @@ def test_the_allocation_follows_the_gpu_index_slurm_bound(slurm_compute):
     assert [device["index"] for device in delivered(request)["devices"]] == [1]
 
 
-def test_a_job_slurm_keeps_pending_shows_slurms_reason_until_it_runs(slurm_compute, settings):
+def test_a_job_slurm_keeps_pending_shows_slurms_reason_until_it_runs(slurm_compute, settings, client):
     settings.PROVISIONING_INLINE_WAIT_SECONDS = 0  # the readiness poll goes back to the sweeper between checks
     blocker = outside_job(slurm_compute.api, slurm_compute.cluster, slurm_compute.node.name, gpus=2)
 
@@ -202,6 +202,9 @@ def test_a_job_slurm_keeps_pending_shows_slurms_reason_until_it_runs(slurm_compu
     assert waiting.data["code"] == "capacity_in_use"
     assert waiting.data["details"]["slurm_reason"] == "Resources"
     assert "Resources" in waiting.message and slurm_compute.node.name in waiting.message
+    client.force_login(request.requester)
+    page = client.get(reverse("portal:request-detail", args=[request.pk])).content.decode()
+    assert 'id="backend-wait" data-code="capacity_in_use"' in page and waiting.message in page
 
     slurm_compute.cluster.scancel(str(blocker))
     resumed_until(lambda: in_state(request, RequestState.ACTIVE))
