@@ -186,3 +186,28 @@ def test_the_digest_schedule_is_created_once():
 
     [schedule] = Schedule.objects.filter(func=DIGEST_TASK)
     assert (schedule.schedule_type, schedule.minutes, schedule.repeats) == (Schedule.MINUTES, 15, -1)
+
+
+def test_a_mail_the_smtp_server_refused_is_not_marked_sent_and_goes_out_on_the_retry(
+    shop, team, mailbox, settings, run_on_commit
+):
+    approval_rule(approver_stage(mode=ApprovalMode.ANY))
+    request = run_on_commit(
+        request_services.request_submit, order=make_order(shop, team.project), requester=team.developer
+    )
+    [task] = approval_inbox(user=team.approver)
+    working_port = settings.EMAIL_PORT
+    settings.EMAIL_PORT = 1  # nothing listens there: the send fails
+    with pytest.raises(OSError):  # the task (inline in tests) fails after the decision's commit
+        run_on_commit(approvals.approval_decide, assignment=task, decision="reject", comment="no", actor=team.approver)
+    request.refresh_from_db()
+    assert request.state == RequestState.REJECTED  # the decision stands
+    rejected = request.events.get(code=EventCode.REJECTED)
+    assert not NotificationDelivery.objects.filter(key=f"event:{rejected.pk}").exists()
+    with pytest.raises(OSError):
+        tasks.notify_request_events([rejected.pk])  # django-q retries a task that raised
+    assert mailbox.messages == []
+    settings.EMAIL_PORT = working_port
+    assert tasks.notify_request_events([rejected.pk]) == 1
+    [mail] = mailbox.wait_for(1)
+    assert mail["Subject"] == f"Request #{request.pk} rejected"
