@@ -66,3 +66,18 @@ def test_a_lead_adds_a_member_and_invites_someone_who_signs_up_from_the_mail(
     lead.click("#team tr[data-user=grace] >> text=Remove")
     lead.wait_for_selector("text=grace was removed")
     assert not Membership.objects.filter(project=roles.project, user=grace).exists()
+
+
+@pytest.mark.django_db(transaction=True, serialized_rollback=True)
+def test_the_team_page_fits_a_phone(browser, live_server, roles):  # noqa: F811
+    for _ in range(3):
+        factories.member(roles.project, user=factories.UserFactory(first_name="Maximiliane", last_name="Longname"))
+    page = browser.new_context(viewport={"width": 390, "height": 844}).new_page()
+    page.goto(f"{live_server.url}/accounts/login/")
+    page.fill("#id_username", roles.lead.username)
+    page.fill("#id_password", factories.PASSWORD)
+    page.click("button[type=submit]")
+    page.wait_for_url(lambda url: "/accounts/login/" not in url)
+    page.goto(f"{live_server.url}/projects/{roles.project.pk}/team/")
+    page.wait_for_selector("#team-add")
+    assert page.evaluate("document.documentElement.scrollWidth") <= 390
