@@ -168,6 +168,22 @@ SLURM_PARTITION = env_str("SLURM_PARTITION")
 SLURM_JOB_DIRECTORY = env_str("SLURM_JOB_DIRECTORY", "/tmp")
 # Where OS installers post their completion callback.
 PUBLIC_BASE_URL = env_str("PUBLIC_BASE_URL", "http://127.0.0.1:8000")
+# Mail (README, "Notifications"): SMTP when EMAIL_HOST is set, else the console (the demo prints mails).
+EMAIL_HOST = env_str("EMAIL_HOST")
+EMAIL_BACKEND = env_str(
+    "EMAIL_BACKEND",
+    "django.core.mail.backends.smtp.EmailBackend" if EMAIL_HOST else "django.core.mail.backends.console.EmailBackend",
+)
+EMAIL_PORT = env_int("EMAIL_PORT", 25)
+EMAIL_HOST_USER = env_str("EMAIL_USER")
+EMAIL_HOST_PASSWORD = env_str("EMAIL_PASSWORD")
+EMAIL_USE_TLS = env_bool("EMAIL_USE_TLS", default=False)
+EMAIL_TIMEOUT = env_int("EMAIL_TIMEOUT", 10)
+DEFAULT_FROM_EMAIL = env_str("DEFAULT_FROM_EMAIL", "Compute Catalog <compute-catalog@localhost>")
+# Approvers get one digest of what waits for them, at most this often (a django-q2 schedule).
+NOTIFY_APPROVAL_DIGEST_MINUTES = env_int("NOTIFY_APPROVAL_DIGEST_MINUTES", 15)
+# A team invitation's sign-up link works this long, once.
+TEAM_INVITATION_DAYS = env_int("TEAM_INVITATION_DAYS", 7)
 # The simulated drivers: a multiplier on their realistic durations (0 = instant), and injected faults:
 # [{"step": "install_gpu_driver", "attempts": [1, 2] or "all", "code": "...", "message": "...", "retryable": true}].
 PROVISIONING_SIMULATED_SPEED = env_float("PROVISIONING_SIMULATED_SPEED", 0.1)

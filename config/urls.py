@@ -22,6 +22,7 @@ api_v1 = [
 urlpatterns = [
     path("", include("requests.urls")),
     path("", include("provisioning.urls")),
+    path("", include("tenancy.urls")),
     path("usage/", include("metering.urls")),
     path("accounts/login/", SignInView.as_view(), name="login"),  # before Django's own: each role lands on its page
     path("accounts/", include("django.contrib.auth.urls")),

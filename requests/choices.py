@@ -154,3 +154,38 @@ class ChangeState(models.TextChoices):
     APPLIED = "applied", "Approved and applied"
     REJECTED = "rejected", "Rejected"
     CANCELLED = "cancelled", "Cancelled"
+
+
+class NotificationKind(models.TextChoices):
+    """What a person can be told by mail; each may be turned off on the notifications page (all on by default)."""
+
+    REQUEST_APPROVED = "request_approved", "My request was approved"
+    REQUEST_REJECTED = "request_rejected", "My request was rejected"
+    REQUEST_ACTIVE = "request_active", "My request is ready, with how to connect"
+    REQUEST_FAILED = "request_failed", "My request failed"
+    REQUEST_REQUEUED = "request_requeued", "My request was preempted or requeued"
+    REQUEST_EXPIRING = "request_expiring", "My request is about to expire"
+    REQUEST_RELEASED = "request_released", "My request was released"
+    APPROVAL_DIGEST = "approval_digest", "A digest of what waits for my approval"
+    OPERATOR_RUN_FAILED = "operator_run_failed", "A provisioning run failed (operators)"
+    OPERATOR_ISOLATION = "operator_isolation", "A device was isolated (operators)"
+
+
+class NotificationAudience(models.TextChoices):
+    REQUESTER = "requester", "About my requests"
+    APPROVER = "approver", "As an approver"
+    OPERATOR = "operator", "As an operator"
+
+
+NOTIFICATION_AUDIENCE = {
+    NotificationKind.REQUEST_APPROVED: NotificationAudience.REQUESTER,
+    NotificationKind.REQUEST_REJECTED: NotificationAudience.REQUESTER,
+    NotificationKind.REQUEST_ACTIVE: NotificationAudience.REQUESTER,
+    NotificationKind.REQUEST_FAILED: NotificationAudience.REQUESTER,
+    NotificationKind.REQUEST_REQUEUED: NotificationAudience.REQUESTER,
+    NotificationKind.REQUEST_EXPIRING: NotificationAudience.REQUESTER,
+    NotificationKind.REQUEST_RELEASED: NotificationAudience.REQUESTER,
+    NotificationKind.APPROVAL_DIGEST: NotificationAudience.APPROVER,
+    NotificationKind.OPERATOR_RUN_FAILED: NotificationAudience.OPERATOR,
+    NotificationKind.OPERATOR_ISOLATION: NotificationAudience.OPERATOR,
+}

@@ -1,15 +1,23 @@
 """Background work wiring: periodic schedules and reactions to other apps' signals."""
 
+from django.conf import settings
+from django_q.models import Schedule
 from django_q.tasks import async_task
 
 from config import schedules
+
+DIGEST_TASK = "requests.tasks.send_approval_digests"
 
 REMINDER_TASK = "requests.tasks.remind_pending_approvals"
 
 
 def ensure_schedules(**_kwargs) -> None:
-    """Create the hourly approval-reminder schedule once; operators may retime it in the admin."""
-    schedules.ensure(("Approval reminders", REMINDER_TASK, schedules.HOURLY))
+    """Create the hourly approval-reminder schedule and the approvers' digest once; operators may retime them in
+    the admin."""
+    schedules.ensure(
+        ("Approval reminders", REMINDER_TASK, schedules.HOURLY),
+        ("Approval digest mails", DIGEST_TASK, (Schedule.MINUTES, settings.NOTIFY_APPROVAL_DIGEST_MINUTES)),
+    )
 
 
 def readmit_on_quota_change(*, project_ids: list[int], **_kwargs) -> None:

@@ -154,3 +154,24 @@ def project_quota_usage(project: Project) -> list[DimensionImpact]:
 
 def quota_change_list_visible_to(*, user: User) -> QuerySet[QuotaChangeRequest]:
     return _visible(QuotaChangeRequest.objects.select_related("project__tenant", "requested_by"), user)
+
+
+def approval_inbox_all() -> QuerySet[ApprovalAssignment]:
+    """Every approver's inbox at once (the approval digest): undecided assignments of open stages."""
+    return (
+        ApprovalAssignment.objects.filter(
+            decision="",
+            stage__state=StageState.PENDING,
+            stage__approval__state=ApprovalState.PENDING,
+        )
+        .select_related("approver", "stage__approval__project", "stage__approval__requester")
+        .order_by("approver_id", "stage__approval__created_at", "id")
+    )
+
+
+def can_approve_anything(user: User) -> bool:
+    """Whether the person approves at all: an approval role on a project, or an approval assigned to them."""
+    return (
+        projects_with_permission(user=user, permission=ProjectPermission.APPROVE).exists()
+        or ApprovalAssignment.objects.filter(approver=user).exists()
+    )

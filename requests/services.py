@@ -20,6 +20,7 @@ from requests import approvals, hooks
 from requests.choices import ApprovalSubject, EventCode, IfUnplaceable, OverQuota, RequestState
 from requests.models import RequestEvent, ResourceRequest
 from requests.models.request import snapshot_hash
+from requests.notifications import announce_events
 from requests.orders import (
     Order,
     approval_facts,
@@ -85,7 +86,7 @@ def record_event(
 ) -> RequestEvent:
     """Append to the timeline; without from_state it is a note that leaves the state as it is. `intervention`
     marks a manual operator action (the zero-touch KPI counts them)."""
-    return RequestEvent.objects.create(
+    event = RequestEvent.objects.create(
         request=request,
         actor=actor if actor is not None and actor.is_authenticated else None,
         from_state=from_state if from_state is not None else request.state,
@@ -95,6 +96,8 @@ def record_event(
         data=data or {},
         intervention=intervention,
     )
+    announce_events([event])
+    return event
 
 
 def is_operator_intervention(actor: User | None, request: ResourceRequest) -> bool:
@@ -624,7 +627,7 @@ def _bulk_transition(
     )
     if updated != len(items):
         raise Conflict(refusal, code="state_changed", details={"expected": len(items), "updated": updated})
-    RequestEvent.objects.bulk_create(events)
+    announce_events(RequestEvent.objects.bulk_create(events))
 
 
 def requests_allocate(*, placed: list[tuple[ResourceRequest, str, dict]]) -> None:
@@ -664,7 +667,7 @@ def requests_preempt(*, preempted: list[tuple[ResourceRequest, int | None, str, 
 def requests_note(*, code: str, notes: list[tuple[ResourceRequest, str, dict]]) -> None:
     """Put one note (same code) on many timelines in one INSERT; the states stay as they are."""
     now = timezone.now()
-    RequestEvent.objects.bulk_create(
+    events = RequestEvent.objects.bulk_create(
         [
             RequestEvent(
                 request=request,
@@ -678,6 +681,7 @@ def requests_note(*, code: str, notes: list[tuple[ResourceRequest, str, dict]]) 
             for request, message, data in notes
         ]
     )
+    announce_events(events)
 
 
 def requests_note_queue(*, waiting: list[tuple[ResourceRequest, int, dict]]) -> None:

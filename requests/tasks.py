@@ -5,7 +5,7 @@ from datetime import timedelta
 from django.conf import settings
 
 from config.retry import retry_if_locked
-from requests import approvals, services
+from requests import approvals, notifications, services
 
 
 @retry_if_locked
@@ -16,3 +16,11 @@ def readmit_waiting(project_id: int) -> int:
 @retry_if_locked
 def remind_pending_approvals() -> int:
     return approvals.approvals_remind_stale(older_than=timedelta(hours=settings.APPROVAL_REMINDER_HOURS))
+
+
+def notify_request_events(event_ids: list[int]) -> int:
+    return notifications.request_events_notify(event_ids=event_ids)
+
+
+def send_approval_digests() -> int:
+    return notifications.approval_digests_send()

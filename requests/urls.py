@@ -1,6 +1,6 @@
 from django.urls import path
 
-from requests import views
+from requests import notification_views, views
 
 app_name = "portal"
 
@@ -20,4 +20,5 @@ urlpatterns = [
     path("approvals/bulk-approve/", views.approval_bulk_approve, name="approval-bulk-approve"),
     path("projects/", views.project_list, name="project-list"),
     path("projects/<int:pk>/quota/", views.project_quota, name="project-quota"),
+    path("notifications/", notification_views.notification_preferences, name="notifications"),
 ]

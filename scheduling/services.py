@@ -248,8 +248,9 @@ def device_isolate(device: Device, reason: str, actor: User | None = None) -> De
         data={"node": device.node.name, "index": device.index, "uuid": device.uuid, "affected_requests": affected},
     )
     _announce_availability(device.node)
+    device_id = device.pk
+    transaction.on_commit(lambda: async_task("scheduling.tasks.notify_isolation", device_id, affected, requeue))
     if requeue:
-        device_id = device.pk
         transaction.on_commit(lambda: async_task("scheduling.tasks.requeue_from_device", device_id))
     return device
 

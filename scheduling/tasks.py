@@ -2,6 +2,7 @@
 
 from config.retry import retry_if_locked
 from scheduling import cycle, reclaim
+from scheduling.notifications import isolation_notify
 from scheduling.slurm.services import slurm_inventory_refresh, slurm_node_sync
 
 
@@ -33,3 +34,7 @@ def sync_slurm_node(node_id: int) -> str:
 @retry_if_locked
 def import_from_slurm() -> str:
     return slurm_inventory_refresh()
+
+
+def notify_isolation(device_id: int, affected_request_ids: list[int], requeued: bool) -> int:
+    return isolation_notify(device_id=device_id, affected_request_ids=affected_request_ids, requeued=requeued)

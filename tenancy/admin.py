@@ -12,7 +12,7 @@ from config.admin_actions import ReadOnlyAdminMixin, action_with_reason
 from config.errors import DomainError
 from tenancy import services
 from tenancy.choices import QuotaDimension, Role
-from tenancy.models import AuditEvent, Membership, Project, ProjectQuota, Tenant, TenantQuota, User
+from tenancy.models import AuditEvent, Invitation, Membership, Project, ProjectQuota, Tenant, TenantQuota, User
 
 QUOTA_FIELDS = tuple(QuotaDimension.values)
 ENTITLEMENT = "max_priority"  # project quotas only: the highest priority class ordered without approval
@@ -367,3 +367,14 @@ class AuditEventAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
     list_select_related = ["actor", "target_type"]
     search_fields = ["target_repr", "action", "actor__username", "reason"]
     date_hierarchy = "created_at"
+
+
+@admin.register(Invitation)
+class InvitationAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
+    """Team invitations leads sent from their project's Team page (the link itself is never stored)."""
+
+    list_display = ["email", "project", "role", "invited_by", "created_at", "expires_at", "accepted_by", "revoked_at"]
+    list_filter = ["role"]
+    list_select_related = ["project__tenant", "invited_by", "accepted_by"]
+    search_fields = ["email", "project__name", "invited_by__username"]
+    exclude = ["token_prefix", "token_hash"]

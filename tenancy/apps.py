@@ -17,6 +17,7 @@ class TenancyConfig(AppConfig):
         *_crud("tenancy", "projectquota", "view", "change"),
         *_crud("tenancy", "tenantquota", "view", "add", "change"),
         "tenancy.view_auditevent",
+        "tenancy.view_invitation",
     ]
 
     def ready(self):

@@ -222,3 +222,43 @@ class MonthlyUsage(models.Model):
 
     def __str__(self):
         return f"{self.project.slug} {self.month:%Y-%m}: {self.card_hours} card-hours"
+
+
+class Invitation(models.Model):
+    """A lead's invitation for someone without an account: a mail with a one-time sign-up link that creates the
+    account and the membership. Only the secret's hash is stored; sending again replaces the link."""
+
+    project = models.ForeignKey(Project, on_delete=models.CASCADE, related_name="invitations")
+    email = models.EmailField()
+    role = models.CharField(max_length=20, choices=Role.choices, default=Role.MEMBER)
+    invited_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    token_prefix = models.CharField(max_length=12, blank=True, db_index=True)
+    token_hash = models.CharField(max_length=64, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+    sent_at = models.DateTimeField(null=True, blank=True)
+    expires_at = models.DateTimeField()
+    accepted_at = models.DateTimeField(null=True, blank=True)
+    accepted_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    revoked_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
+        constraints = [
+            models.CheckConstraint(condition=Q(role__in=[Role.MEMBER, Role.APPROVER]), name="invitation_role_valid"),
+            models.UniqueConstraint(
+                fields=["project", "email"],
+                condition=Q(accepted_at__isnull=True, revoked_at__isnull=True),
+                name="one_open_invitation_per_project_and_email",
+            ),
+        ]
+
+    def __str__(self):
+        return f"Invitation of {self.email} to {self.project.slug}"
+
+    @property
+    def is_open(self) -> bool:
+        return self.accepted_at is None and self.revoked_at is None

@@ -5,7 +5,7 @@ from django.db.models import QuerySet
 from guardian.shortcuts import get_objects_for_user
 
 from tenancy.choices import ProjectPermission
-from tenancy.models import AuditEvent, Project, User
+from tenancy.models import AuditEvent, Invitation, Membership, Project, User
 
 
 def projects_with_permission(*, user: User, permission: str) -> QuerySet[Project]:
@@ -37,3 +37,13 @@ def audit_events_for(*, target) -> QuerySet[AuditEvent]:
         target_type=ContentType.objects.get_for_model(target, for_concrete_model=False),
         target_id=str(target.pk),
     ).select_related("actor")
+
+
+def team_of(project: Project) -> QuerySet[Membership]:
+    return Membership.objects.filter(project=project).select_related("user", "granted_by").order_by("user__username")
+
+
+def invitations_open(project: Project) -> QuerySet[Invitation]:
+    return Invitation.objects.filter(project=project, accepted_at__isnull=True, revoked_at__isnull=True).select_related(
+        "invited_by"
+    )

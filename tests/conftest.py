@@ -4,6 +4,7 @@ from rest_framework.test import APIClient
 
 from tests import factories
 from tests.slurm_cluster import cluster_for_tests
+from tests.smtp_server import smtp_server
 
 
 def pytest_collection_modifyitems(items):
@@ -86,3 +87,23 @@ def slurm_settings(settings, slurm):
     settings.SLURM_JWT_FILE = ""
     settings.SLURM_CONF = str(slurm.slurm_conf)
     return slurm
+
+
+@pytest.fixture(scope="session")
+def _smtp_server():
+    with smtp_server() as running:
+        yield running
+
+
+@pytest.fixture
+def mailbox(_smtp_server, settings):
+    """A real SMTP server on the loopback (aiosmtpd), with Django's mail settings pointed at it; the mails that
+    arrived during the test, parsed (tests/smtp_server.py)."""
+    host, port, received = _smtp_server
+    settings.EMAIL_BACKEND = "django.core.mail.backends.smtp.EmailBackend"
+    settings.EMAIL_HOST, settings.EMAIL_PORT, settings.EMAIL_USE_TLS = host, port, False
+    settings.EMAIL_HOST_USER = settings.EMAIL_HOST_PASSWORD = ""
+    settings.PUBLIC_BASE_URL = "https://compute.example.org"
+    received.clear()
+    yield received
+    received.clear()

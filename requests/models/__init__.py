@@ -7,6 +7,7 @@ from requests.models.approval import (
     ApprovalStage,
 )
 from requests.models.extension import RequestExtension
+from requests.models.notification import NotificationDelivery, NotificationPreference
 from requests.models.quota_change import QuotaChangeRequest
 from requests.models.request import RequestEvent, ResourceRequest
 
@@ -17,6 +18,8 @@ __all__ = [
     "ApprovalRule",
     "ApprovalRuleStage",
     "ApprovalStage",
+    "NotificationDelivery",
+    "NotificationPreference",
     "QuotaChangeRequest",
     "RequestEvent",
     "RequestExtension",

@@ -5,7 +5,7 @@ from decimal import Decimal
 import pytest
 from django.contrib.admin.helpers import ACTION_CHECKBOX_NAME
 
-from tenancy import services
+from tenancy import services, team
 from tenancy.choices import ROLE_PERMISSIONS, ProjectPermission, QuotaDimension, Role
 from tenancy.models import AuditEvent, Membership, Project, ProjectQuota, User
 from tests import factories
@@ -22,6 +22,7 @@ TENANCY_CHANGELISTS = [
     "/admin/tenancy/tenantquota/",
     "/admin/tenancy/auditevent/",
     "/admin/tenancy/user/",
+    "/admin/tenancy/invitation/",
 ]
 
 
@@ -44,6 +45,9 @@ def _populate(count: int) -> None:
         developer = factories.member(project)
         services.user_set_manager(user=developer, manager=project.lead, actor=None)
         services.quota_set(quota=project.quota, limits={"gpus": Decimal("2")}, actor=None)
+        team.invitation_create(
+            project=project, email=f"guest-{project.slug}@example.org", role="member", actor=project.lead
+        )
 
 
 def _changelist_queries(client, url: str, assert_max_queries) -> int:

@@ -1,0 +1,33 @@
+from django import forms
+
+from tenancy.choices import Role
+from tenancy.team import TEAM_ROLES
+
+ROLE_CHOICES = [(role, Role(role).label) for role in TEAM_ROLES]
+
+
+class TeamAddForm(forms.Form):
+    identifier = forms.CharField(
+        label="Username or e-mail",
+        max_length=254,
+        help_text="Someone without an account gets an e-mail with a sign-up link.",
+    )
+    role = forms.ChoiceField(choices=ROLE_CHOICES, initial=Role.MEMBER)
+
+
+class TeamRoleForm(forms.Form):
+    role = forms.ChoiceField(choices=ROLE_CHOICES)
+
+
+class InvitationAcceptForm(forms.Form):
+    username = forms.CharField(max_length=150)
+    first_name = forms.CharField(max_length=150, required=False)
+    last_name = forms.CharField(max_length=150, required=False)
+    password = forms.CharField(widget=forms.PasswordInput, max_length=128)
+    password_again = forms.CharField(label="Password again", widget=forms.PasswordInput, max_length=128)
+
+    def clean(self):
+        cleaned = super().clean()
+        if cleaned.get("password") and cleaned.get("password") != cleaned.get("password_again"):
+            self.add_error("password_again", "The two passwords differ.")
+        return cleaned

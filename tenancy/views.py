@@ -1,0 +1,151 @@
+"""The Team page of a project (its lead and operators manage it) and the invitation's sign-up page."""
+
+from django.contrib import messages
+from django.contrib.auth import login
+from django.contrib.auth.decorators import login_required
+from django.core.exceptions import PermissionDenied
+from django.shortcuts import get_object_or_404, redirect, render
+from django.views.decorators.http import require_http_methods, require_POST
+
+from config.errors import DomainError
+from tenancy import selectors, team
+from tenancy.forms import InvitationAcceptForm, TeamAddForm, TeamRoleForm
+from tenancy.models import Invitation, Membership
+
+
+def _project(request, pk):
+    """The project when the user may see it (404 otherwise, also for another tenant's developers)."""
+    return get_object_or_404(selectors.project_list_visible_to(user=request.user), pk=pk)
+
+
+def _managed_project(request, pk):
+    project = _project(request, pk)
+    if not team.can_manage_team(request.user, project):
+        raise PermissionDenied("Only the project's lead or an operator can change its team.")
+    return project
+
+
+def _refusal_on(form, error: DomainError) -> None:
+    field = (error.details or {}).get("field") if isinstance(error.details, dict) else None
+    form.add_error(field if field in form.fields else None, error.message)
+
+
+@login_required
+@require_http_methods(["GET", "POST"])
+def team_page(request, pk):
+    project = _project(request, pk)
+    can_manage = team.can_manage_team(request.user, project)
+    form = TeamAddForm(request.POST or None)
+    if request.method == "POST":
+        if not can_manage:
+            raise PermissionDenied("Only the project's lead or an operator can change its team.")
+        if form.is_valid():
+            try:
+                added = team.team_member_add(
+                    project=project,
+                    identifier=form.cleaned_data["identifier"],
+                    role=form.cleaned_data["role"],
+                    actor=request.user,
+                )
+            except DomainError as error:
+                _refusal_on(form, error)
+            else:
+                if isinstance(added, Invitation):
+                    messages.success(request, f"Invitation sent to {added.email}.")
+                else:
+                    messages.success(request, f"{added.user.username} is now {added.get_role_display().lower()}.")
+                return redirect("team:team", pk=project.pk)
+    return render(
+        request,
+        "tenancy/team.html",
+        {
+            "project": project,
+            "memberships": list(selectors.team_of(project)),
+            "invitations": list(selectors.invitations_open(project)) if can_manage else [],
+            "can_manage": can_manage,
+            "form": form,
+            "role_choices": TeamRoleForm.base_fields["role"].choices,
+        },
+        status=422 if form.errors else 200,
+    )
+
+
+def _membership(project, user_id) -> Membership:
+    return get_object_or_404(Membership.objects.select_related("user"), project=project, user_id=user_id)
+
+
+@login_required
+@require_POST
+def team_role(request, pk, user_id):
+    project = _managed_project(request, pk)
+    membership = _membership(project, user_id)
+    form = TeamRoleForm(request.POST)
+    try:
+        if not form.is_valid():
+            raise DomainError("Choose member or approver.", code="invalid_role")
+        team.team_role_change(project=project, user=membership.user, role=form.cleaned_data["role"], actor=request.user)
+    except DomainError as error:
+        messages.error(request, f"{membership.user.username}: {error.message}")
+    else:
+        messages.success(request, f"{membership.user.username} is now {form.cleaned_data['role']}.")
+    return redirect("team:team", pk=project.pk)
+
+
+@login_required
+@require_POST
+def team_remove(request, pk, user_id):
+    project = _managed_project(request, pk)
+    membership = _membership(project, user_id)
+    try:
+        team.team_member_remove(project=project, user=membership.user, actor=request.user)
+    except DomainError as error:
+        messages.error(request, f"{membership.user.username}: {error.message}")
+    else:
+        messages.success(request, f"{membership.user.username} was removed from {project.name}.")
+    return redirect("team:team", pk=project.pk)
+
+
+@login_required
+@require_POST
+def invitation_revoke(request, pk, invitation_id):
+    project = _managed_project(request, pk)
+    invitation = get_object_or_404(Invitation, project=project, pk=invitation_id)
+    try:
+        team.invitation_revoke(invitation=invitation, actor=request.user)
+    except DomainError as error:
+        messages.error(request, error.message)
+    else:
+        messages.success(request, f"The invitation of {invitation.email} was withdrawn.")
+    return redirect("team:team", pk=project.pk)
+
+
+@require_http_methods(["GET", "POST"])
+def invitation_accept(request, token):
+    """Anyone holding the link: a form that creates the account and the membership, then signs them in."""
+    invitation = team.invitation_for_token(token)
+    if invitation is None:
+        return render(request, "tenancy/invitation_invalid.html", status=404)
+    form = InvitationAcceptForm(request.POST or None)
+    if request.method == "POST" and form.is_valid():
+        try:
+            user = team.invitation_accept(
+                token=token,
+                username=form.cleaned_data["username"],
+                password=form.cleaned_data["password"],
+                first_name=form.cleaned_data["first_name"],
+                last_name=form.cleaned_data["last_name"],
+            )
+        except DomainError as error:
+            _refusal_on(form, error)
+        else:
+            login(request, user, backend="django.contrib.auth.backends.ModelBackend")
+            messages.success(
+                request, f"Welcome! You are now {invitation.get_role_display().lower()} of {invitation.project.name}."
+            )
+            return redirect("portal:catalog")
+    return render(
+        request,
+        "tenancy/invitation_accept.html",
+        {"invitation": invitation, "form": form},
+        status=422 if form.errors else 200,
+    )
