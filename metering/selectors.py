@@ -498,12 +498,15 @@ def zero_touch_kpi(*, user: User, first_month: date, last_month: date, project_i
     ]
 
 
-def rightsizing_advice(user: User, project: Project, spec: ResourceSpec | None = None) -> list[dict]:
-    """What the order form shows through requests.hooks: the project's advice for the spec being ordered."""
+def rightsizing_advice(user: User, project: Project | None, spec: ResourceSpec | None = None) -> list[dict]:
+    """What the order form shows through requests.hooks: the project's advice for the spec being ordered; with no
+    project, the advice for every project the user sees (the approval inbox matches it to its rows by slug)."""
     return [
         recommendation.as_data()
         for recommendation in recommendations(
-            user=user, project_id=project.pk, spec_id=spec.pk if spec is not None else None
+            user=user,
+            project_id=project.pk if project is not None else None,
+            spec_id=spec.pk if spec is not None else None,
         )
     ]
 
