@@ -5,8 +5,10 @@ from django.contrib import admin
 from django.core.exceptions import PermissionDenied
 from django.template.response import TemplateResponse
 from django.urls import path, reverse
+from django.utils import timezone
 
 from config.admin_actions import ReadOnlyAdminMixin, related_list_filter
+from config.dashboard import PanelContent, Row, register_panel
 from metering.forms import UsageFilterForm
 from metering.models import BudgetAlert, DailyUsage, TelemetrySample
 from metering.views import usage_context
@@ -81,3 +83,38 @@ class BudgetAlertAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
     @admin.display(description="%")
     def percent(self, alert):
         return alert.percent
+
+
+# --- The console's home: budget alerts -------------------------------------------------------------------------
+
+
+@register_panel("budgets", title="Budget alerts this month", order=60)
+def budgets_panel(request) -> PanelContent | None:
+    """Projects that reached a share of their monthly card-hour budget this month, highest level first (two
+    queries)."""
+    if not request.user.has_perm("metering.view_budgetalert"):
+        return None
+    month = timezone.now().date().replace(day=1)
+    alerts = BudgetAlert.objects.filter(month=month)
+    # One row per project: its highest level reached (the alerts' percentages only grow within a month).
+    latest = {}
+    for alert in alerts.select_related("project__tenant").order_by("project_id", "-card_hours"):
+        latest.setdefault(alert.project_id, alert)
+    shown = sorted(latest.values(), key=lambda alert: -alert.percent)[:8]
+    changelist = reverse("admin:metering_budgetalert_changelist")
+    return PanelContent(
+        count=len(latest),
+        count_label=f"project{'s' if len(latest) != 1 else ''} at a budget threshold",
+        tone="warn" if latest else "",
+        rows=[
+            Row(
+                str(alert.project),
+                f"{alert.percent} % of {alert.limit.normalize():f} card-hours",
+                f"{changelist}?project__id__exact={alert.project_id}",
+                "bad" if alert.percent >= 100 else "warn",
+            )
+            for alert in shown
+        ],
+        links=[("Budget alerts", changelist), ("Usage report", reverse("admin:metering_usage_report"))],
+        empty="No project has reached a budget threshold this month.",
+    )

@@ -154,6 +154,7 @@ class Route:
     def as_data(self) -> dict:
         return {
             "name": self.name,
+            "rule": self.rule.pk if self.rule is not None else None,
             "automatic": self.automatic,
             "stages": [
                 {
