@@ -7,6 +7,7 @@ which the actions below call. Approval policies, rules and stages are configurat
 import json
 
 from django import forms
+from django.conf import settings
 from django.contrib import admin
 from django.core.exceptions import PermissionDenied
 from django.db.models import Count, Prefetch
@@ -224,7 +225,7 @@ class ResourceRequestAdmin(ObjectActionsMixin, ApprovalOfSubjectMixin, ReadOnlyA
         "requester",
         "state_badge",
         "priority",
-        "cost_estimate",
+        "cost",
         "quota_exception",
         "created_at",
     ]
@@ -288,6 +289,11 @@ class ResourceRequestAdmin(ObjectActionsMixin, ApprovalOfSubjectMixin, ReadOnlyA
     ]
 
     parameters_json = pretty_json("parameters", "Parameters")
+
+    @admin.display(description="Est. cost", ordering="cost_estimate")
+    def cost(self, resource_request):
+        return f"{resource_request.cost_estimate:.2f} {settings.CATALOG_CURRENCY}"
+
     quota_reasons_json = pretty_json("quota_reasons", "Quota reasons")
     approved_spec_json = pretty_json("approved_spec", "Approved spec")
 
