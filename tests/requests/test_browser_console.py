@@ -78,7 +78,7 @@ def test_the_operator_lands_on_a_dashboard_whose_counts_lead_to_the_work(browser
 
 @pytest.mark.django_db(transaction=True, serialized_rollback=True)
 def test_the_dry_run_shows_the_matching_rule_and_its_stages(browser, live_server, shop, team):  # noqa: F811
-    approval_rule(approver_stage(), OPERATORS_STAGE, min_accelerator_count=2)
+    rule = approval_rule(approver_stage(), OPERATORS_STAGE, min_accelerator_count=2)
     page = _signed_in(browser, live_server, team.operator)
     page.goto(f"{live_server.url}/admin/requests/approvalpolicy/")
     page.click("#dry-run-link")
@@ -98,6 +98,11 @@ def test_the_dry_run_shows_the_matching_rule_and_its_stages(browser, live_server
     page.select_option("#id_spec", str(shop.sliced.pk))  # one slice: below the rule's two accelerators
     page.click("#dry-run-submit")
     page.wait_for_selector("#dry-run-stages >> text=approved automatically")
+
+    page.goto(f"{live_server.url}/admin/requests/approvalpolicy/{rule.policy_id}/change/")  # rules as sentences
+    page.wait_for_selector("#rules-group")
+    assert "When at least 2 accelerators: 1. Stage 1" in page.inner_text("#rules-group")
+    assert _overflow(page) == 0, "policy page"
 
 
 @pytest.mark.django_db(transaction=True, serialized_rollback=True)
