@@ -181,3 +181,29 @@ def test_a_dry_run_shows_which_rule_matches_and_the_stages_that_follow(client, s
     assert "No stages: approved automatically on submission." in page
     page = client.get("/admin/requests/approvalpolicy/test/", {**query, "requester": factories.UserFactory().pk})
     assert "You may not order for project" in page.content.decode()  # the preview's refusal, in words
+
+
+def test_the_dry_run_is_for_the_console_only(client, shop, team):
+    url = "/admin/requests/approvalpolicy/test/"
+    assert client.get(url).status_code == 302  # anonymous: the console's sign-in
+    for user in (factories.member(factories.project()), team.developer, team.approver, team.lead):
+        client.force_login(user)
+        assert client.get(url).status_code == 302, user
+    client.force_login(team.operator)
+    assert client.get(url).status_code == 200
+    assert 'id="dry-run-result"' not in client.get(url).content.decode()  # nothing to show before a test
+
+
+def test_the_console_home_and_every_policy_read_well_on_the_demo_data(client, settings):
+    from django.core.management import call_command
+
+    from requests.models import ApprovalPolicy
+    from tenancy.models import User
+
+    settings.DEBUG = True
+    call_command("seed_demo")
+    page = _home(client, User.objects.get(username="operator"))
+    assert _count(page, "queue") >= 0 and "Capacity per accelerator model" in page
+    for policy in ApprovalPolicy.objects.all():
+        page = client.get(f"/admin/requests/approvalpolicy/{policy.pk}/change/").content.decode()
+        assert page.count("When ") + page.count("Every order:") >= policy.rules.count(), policy
