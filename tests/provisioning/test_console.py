@@ -207,3 +207,25 @@ def test_the_console_home_and_every_policy_read_well_on_the_demo_data(client, se
     for policy in ApprovalPolicy.objects.all():
         page = client.get(f"/admin/requests/approvalpolicy/{policy.pk}/change/").content.decode()
         assert page.count("When ") + page.count("Every order:") >= policy.rules.count(), policy
+
+
+def test_console_labels_are_words_people_use_and_floats_are_rounded(client, team):
+    from metering.admin import rounded
+
+    page = _home(client, team.operator)
+    assert "API keys" in page and "Api keys" not in page
+    quota = client.get(f"/admin/tenancy/projectquota/{team.project.quota.pk}/change/").content.decode()
+    assert ">GPUs:<" in quota and "Gpus" not in quota and "Memory (GiB):" in quota
+
+    class Sample:
+        energy_kwh = 0.6837000000000001
+
+    assert rounded("energy_kwh", 2, "Energy (kWh)")(None, Sample()) == "0.68"
+
+
+def test_approvers_and_operators_see_no_error_on_the_catalog(client, shop, team):
+    for user in (team.approver, team.operator):
+        client.force_login(user)
+        page = client.get("/").content.decode()
+        assert "error-box" not in page and 'class="error"' not in page, user
+        assert 'id="browse-only"' in page, user  # they may browse; ordering needs a project that may order
