@@ -1,6 +1,7 @@
 """Operator console for the catalog. Saves and lifecycle actions go through catalog services (audited)."""
 
 from django import forms
+from django.conf import settings
 from django.contrib import admin
 from django.db.models import Count, Prefetch
 
@@ -21,6 +22,12 @@ from config.admin_actions import action_with_reason, related_list_filter
 from tenancy.audited_admin import AuditedAdminMixin
 
 AUDIT_FIELDS = ["created_at", "updated_at"]
+
+
+@admin.display(description="Hourly price", ordering="hourly_price")
+def price(obj) -> str:
+    """Every price with its currency, as the portal shows it."""
+    return f"{obj.hourly_price:.2f} {settings.CATALOG_CURRENCY}/h"
 
 
 def availability_actions(noun: str, on: tuple[str, str], off: tuple[str, str]):
@@ -107,7 +114,7 @@ class ResourceSpecAdmin(AuditedAdminMixin, admin.ModelAdmin):
         "slice_profile",
         "cpu_cores",
         "memory_gb",
-        "hourly_price",
+        price,
         "max_duration_hours",
         "status",
     ]
@@ -181,7 +188,7 @@ class BareMetalProfileAdmin(AuditedAdminMixin, admin.ModelAdmin):
         "os_image",
         "boot_method",
         "target_cluster",
-        "hourly_price",
+        price,
         "active",
     ]
     list_filter = ["active", "boot_method", "accelerator_model__vendor", "target_cluster"]

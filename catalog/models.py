@@ -50,7 +50,7 @@ class AcceleratorModel(models.Model):
     name = models.CharField(max_length=80, unique=True, help_text="e.g. H100 80GB SXM")
     slug = models.SlugField(max_length=60, unique=True, validators=[slug_validator])
     kind = models.CharField(max_length=8, choices=AcceleratorKind.choices)
-    memory_gb = models.PositiveIntegerField(validators=[MinValueValidator(1)])
+    memory_gb = models.PositiveIntegerField("memory (GiB)", validators=[MinValueValidator(1)])
     interconnect = models.CharField(max_length=20, choices=Interconnect.choices)
     active = models.BooleanField(default=True)
 
@@ -77,7 +77,7 @@ class SliceProfile(models.Model):
         validators=[MinValueValidator(Decimal("0.0001")), MaxValueValidator(Decimal(1))],
         help_text="Share of one card's compute, counted against the GPU quota (1g of 7 = 0.1429).",
     )
-    memory_gb = models.PositiveIntegerField(validators=[MinValueValidator(1)])
+    memory_gb = models.PositiveIntegerField("memory (GiB)", validators=[MinValueValidator(1)])
     max_per_device = models.PositiveSmallIntegerField(
         validators=[MinValueValidator(1)], help_text="How many of these fit on one card at most."
     )
@@ -121,9 +121,9 @@ class ResourceSpec(models.Model):
         related_name="specs",
         help_text="Empty for whole cards; otherwise every unit is one slice of this profile.",
     )
-    cpu_cores = models.PositiveIntegerField(validators=[MinValueValidator(1)])
-    memory_gb = models.PositiveIntegerField(validators=[MinValueValidator(1)])
-    local_disk_gb = models.PositiveIntegerField(default=0)
+    cpu_cores = models.PositiveIntegerField("CPU cores", validators=[MinValueValidator(1)])
+    memory_gb = models.PositiveIntegerField("memory (GiB)", validators=[MinValueValidator(1)])
+    local_disk_gb = models.PositiveIntegerField("local disk (GiB)", default=0)
     hourly_price = _money_field("accelerator (card or slice)")
     max_duration_hours = models.PositiveIntegerField(validators=[MinValueValidator(1)])
     status = models.CharField(max_length=12, choices=SpecStatus.choices, default=SpecStatus.ACTIVE)
@@ -215,9 +215,11 @@ class BareMetalProfile(models.Model):
     server_class = models.CharField(max_length=120, help_text="e.g. HGX H100 8-GPU, 2x Xeon 8480+")
     accelerator_model = models.ForeignKey(AcceleratorModel, on_delete=models.PROTECT, related_name="profiles")
     accelerator_count = models.PositiveSmallIntegerField(validators=[MinValueValidator(1)])
-    cpu_cores = models.PositiveIntegerField(validators=[MinValueValidator(1)])
-    memory_gb = models.PositiveIntegerField(validators=[MinValueValidator(1)])
-    os_image = models.ForeignKey(Image, on_delete=models.PROTECT, related_name="bare_metal_profiles")
+    cpu_cores = models.PositiveIntegerField("CPU cores", validators=[MinValueValidator(1)])
+    memory_gb = models.PositiveIntegerField("memory (GiB)", validators=[MinValueValidator(1)])
+    os_image = models.ForeignKey(
+        Image, on_delete=models.PROTECT, related_name="bare_metal_profiles", verbose_name="OS image"
+    )
     boot_method = models.CharField(
         max_length=16,
         choices=BootMethod.choices,
@@ -302,7 +304,9 @@ class ServingModel(models.Model):
     artifact_uri = models.CharField(max_length=300, help_text="Where the weights are mirrored internally.")
     license = models.CharField(max_length=80)
     max_context_length = models.PositiveIntegerField(validators=[MinValueValidator(1)])
-    min_accelerator_memory_gb = models.PositiveIntegerField(help_text="Memory one replica needs to load.")
+    min_accelerator_memory_gb = models.PositiveIntegerField(
+        "minimum accelerator memory (GiB)", help_text="Memory one replica needs to load."
+    )
     templates = models.ManyToManyField(ServingTemplate, related_name="models")
     approved = models.BooleanField(default=False)
     created_at = models.DateTimeField(auto_now_add=True)

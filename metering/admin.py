@@ -5,16 +5,33 @@ from django.contrib import admin
 from django.core.exceptions import PermissionDenied
 from django.template.response import TemplateResponse
 from django.urls import path, reverse
+from django.utils import timezone
 
 from config.admin_actions import ReadOnlyAdminMixin, related_list_filter
+from config.dashboard import PanelContent, Row, register_panel
 from metering.forms import UsageFilterForm
 from metering.models import BudgetAlert, DailyUsage, TelemetrySample
 from metering.views import usage_context
 
 
+def rounded(field: str, places: int, description: str):
+    """A float column as people read it (0.68, not 0.6837000000000001)."""
+
+    @admin.display(description=description, ordering=field)
+    def show(modeladmin, obj):
+        value = getattr(obj, field)
+        return None if value is None else f"{round(value, places):.{places}f}"
+
+    return show
+
+
 @admin.register(TelemetrySample)
 class TelemetrySampleAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
-    list_display = ["sampled_at", "allocation", "device", "utilization_pct", "memory_used_mb", "power_w"]
+    list_display = ["sampled_at", "allocation", "device", "utilization", "memory_used_mb", "power"]
+    fields = ["sampled_at", "allocation", "device", "utilization", "memory_used_mb", "power"]
+    readonly_fields = ["utilization", "power"]
+    utilization = rounded("utilization_pct", 1, "Utilization %")
+    power = rounded("power_w", 1, "Power (W)")
     list_select_related = ["allocation__node", "device__node", "device__model"]
     search_fields = ["=allocation__id", "=allocation__request__id", "device__uuid"]
     show_full_result_count = False  # millions of rows: no second COUNT(*) for the "show all" link
@@ -28,10 +45,15 @@ class DailyUsageAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
         "allocation",
         "accelerator_model",
         "mean_utilization",
-        "busy_cards_p95",
+        "busy_cards",
         "memory_p95_gb",
-        "energy_kwh",
+        "energy",
     ]
+    fields = ["day", "allocation", "accelerator_model", "samples", "mean_utilization", "busy_cards", "memory_p95_gb"]
+    fields += ["energy", "updated_at"]
+    readonly_fields = ["mean_utilization", "busy_cards", "memory_p95_gb", "energy"]
+    busy_cards = rounded("busy_cards_p95", 2, "p95 busy cards")
+    energy = rounded("energy_kwh", 2, "Energy (kWh)")
     list_filter = [("accelerator_model", related_list_filter("vendor"))]
     list_select_related = ["allocation__node", "accelerator_model__vendor"]
     search_fields = ["=allocation__id", "=allocation__request__id", "allocation__request__project__slug"]
@@ -41,7 +63,7 @@ class DailyUsageAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
     def mean_utilization(self, usage):
         return round(usage.mean_utilization_pct, 1)
 
-    @admin.display(description="p95 memory GB", ordering="memory_p95_mb")
+    @admin.display(description="p95 memory GiB", ordering="memory_p95_mb")
     def memory_p95_gb(self, usage):
         return round(usage.memory_p95_mb / 1024, 1)
 
@@ -81,3 +103,38 @@ class BudgetAlertAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
     @admin.display(description="%")
     def percent(self, alert):
         return alert.percent
+
+
+# --- The console's home: budget alerts -------------------------------------------------------------------------
+
+
+@register_panel("budgets", title="Budget alerts this month", order=60)
+def budgets_panel(request) -> PanelContent | None:
+    """Projects that reached a share of their monthly card-hour budget this month, highest level first (two
+    queries)."""
+    if not request.user.has_perm("metering.view_budgetalert"):
+        return None
+    month = timezone.now().date().replace(day=1)
+    alerts = BudgetAlert.objects.filter(month=month)
+    # One row per project: its highest level reached (the alerts' percentages only grow within a month).
+    latest = {}
+    for alert in alerts.select_related("project__tenant").order_by("project_id", "-card_hours"):
+        latest.setdefault(alert.project_id, alert)
+    shown = sorted(latest.values(), key=lambda alert: -alert.percent)[:8]
+    changelist = reverse("admin:metering_budgetalert_changelist")
+    return PanelContent(
+        count=len(latest),
+        count_label=f"project{'s' if len(latest) != 1 else ''} at a budget threshold",
+        tone="warn" if latest else "",
+        rows=[
+            Row(
+                str(alert.project),
+                f"{alert.percent} % of {alert.limit.normalize():f} card-hours",
+                f"{changelist}?project__id__exact={alert.project_id}",
+                "bad" if alert.percent >= 100 else "warn",
+            )
+            for alert in shown
+        ],
+        links=[("Budget alerts", changelist), ("Usage report", reverse("admin:metering_usage_report"))],
+        empty="No project has reached a budget threshold this month.",
+    )

@@ -20,9 +20,9 @@ class TelemetrySample(models.Model):
     allocation = models.ForeignKey("scheduling.Allocation", on_delete=models.CASCADE, related_name="+", db_index=False)
     device = models.ForeignKey("scheduling.Device", on_delete=models.CASCADE, related_name="+", db_index=False)
     sampled_at = models.DateTimeField()
-    utilization_pct = models.FloatField(validators=[MinValueValidator(0), MaxValueValidator(100)])
-    memory_used_mb = models.PositiveIntegerField()
-    power_w = models.FloatField(validators=[MinValueValidator(0)])
+    utilization_pct = models.FloatField("utilization (%)", validators=[MinValueValidator(0), MaxValueValidator(100)])
+    memory_used_mb = models.PositiveIntegerField("memory used (MiB)")
+    power_w = models.FloatField("power (W)", validators=[MinValueValidator(0)])
 
     class Meta:
         ordering = ["-sampled_at", "allocation", "device"]
@@ -53,11 +53,17 @@ class DailyUsage(models.Model):
     samples = models.PositiveIntegerField(help_text="Sampling instants.")
     device_samples = models.PositiveIntegerField(help_text="Device readings (instants x devices).")
     utilization_sum = models.FloatField(help_text="Sum of every device reading's utilization in percent.")
-    busy_cards_p95 = models.FloatField(help_text="95th percentile of the cards kept busy (sum of utilization / 100).")
-    memory_sum_mb = models.FloatField(help_text="Sum over the instants of the memory in use on all devices.")
-    memory_p95_mb = models.FloatField(help_text="95th percentile of the memory in use on all devices.")
-    memory_max_mb = models.FloatField()
-    energy_kwh = models.FloatField(help_text="Power integrated over time (trapezoids between samples).")
+    busy_cards_p95 = models.FloatField(
+        "p95 busy cards", help_text="95th percentile of the cards kept busy (sum of utilization / 100)."
+    )
+    memory_sum_mb = models.FloatField(
+        "memory sum (MiB)", help_text="Sum over the instants of the memory in use on all devices."
+    )
+    memory_p95_mb = models.FloatField(
+        "p95 memory (MiB)", help_text="95th percentile of the memory in use on all devices."
+    )
+    memory_max_mb = models.FloatField("peak memory (MiB)")
+    energy_kwh = models.FloatField("energy (kWh)", help_text="Power integrated over time (trapezoids between samples).")
     updated_at = models.DateTimeField()
 
     class Meta:

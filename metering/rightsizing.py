@@ -108,7 +108,7 @@ def recommend(
         return None
     message = (
         f"{requested.label} requested {evidence.requests} times in {policy.window_days} days, mean "
-        f"utilization {evidence.mean_utilization_pct:.0f}%, p95 memory {evidence.p95_memory_gb:.0f} GB: "
+        f"utilization {evidence.mean_utilization_pct:.0f}%, p95 memory {evidence.p95_memory_gb:.0f} GiB: "
         f"{' or '.join(shape.label for shape in suggestions)} would have served."
     )
     return Recommendation(evidence, requested, suggestions, message)

@@ -498,12 +498,15 @@ def zero_touch_kpi(*, user: User, first_month: date, last_month: date, project_i
     ]
 
 
-def rightsizing_advice(user: User, project: Project, spec: ResourceSpec | None = None) -> list[dict]:
-    """What the order form shows through requests.hooks: the project's advice for the spec being ordered."""
+def rightsizing_advice(user: User, project: Project | None, spec: ResourceSpec | None = None) -> list[dict]:
+    """What the order form shows through requests.hooks: the project's advice for the spec being ordered; with no
+    project, the advice for every project the user sees (the approval inbox matches it to its rows by slug)."""
     return [
         recommendation.as_data()
         for recommendation in recommendations(
-            user=user, project_id=project.pk, spec_id=spec.pk if spec is not None else None
+            user=user,
+            project_id=project.pk if project is not None else None,
+            spec_id=spec.pk if spec is not None else None,
         )
     ]
 
@@ -511,11 +514,15 @@ def rightsizing_advice(user: User, project: Project, spec: ResourceSpec | None =
 # --- Tokens served by the gateway --------------------------------------------------------------------------
 
 
-def token_usage(*, user: User, first_month: date, last_month: date) -> list[dict]:
-    """Input and output tokens per project, model and month, from the gateway's ledger (one query)."""
+def token_usage(*, user: User, first_month: date, last_month: date, project_id: int | None = None) -> list[dict]:
+    """Input and output tokens per project, model and month, from the gateway's ledger (one query); of one project
+    if given."""
+    projects = visible_projects(user=user)
+    if project_id:
+        projects = projects.filter(pk=project_id)
     rows = (
         TokenUsage.objects.filter(
-            project__in=visible_projects(user=user).values("pk"), day__gte=first_month, day__lt=next_month(last_month)
+            project__in=projects.values("pk"), day__gte=first_month, day__lt=next_month(last_month)
         )
         .values("model", project_slug=F("project__slug"), month=TruncMonth("day"))
         .annotate(

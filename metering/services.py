@@ -215,9 +215,9 @@ def budget_alert_record(*, project_id: int, month: date, level: str, used, limit
     )
     if not created:
         return None
-    project = Project.objects.get(pk=project_id)
+    project = Project.objects.select_related("tenant").get(pk=project_id)
     message = (
-        f"{project.slug} used {used:.1f} of its {limit:.0f} card-hours for {month:%B %Y}: "
+        f"{project} used {used:.1f} of its {limit:.0f} card-hours for {month:%B %Y}: "
         f"{BudgetLevel(level).label.lower()}."
     )
     audit_record(

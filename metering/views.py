@@ -79,7 +79,7 @@ def usage_context(*, user: User, project: Project | None, first: date, last: dat
         "burn_down": _burn_down(project, now),
         "recommendations": [advice.as_data() for advice in selectors.recommendations(user=user, project_id=project_id)],
         "kpi": selectors.zero_touch_kpi(user=user, first_month=first, last_month=last, project_id=project_id),
-        "tokens": selectors.token_usage(user=user, first_month=first, last_month=last),
+        "tokens": selectors.token_usage(user=user, first_month=first, last_month=last, project_id=project_id),
         "export_query": urlencode(query),
     }
 

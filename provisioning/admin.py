@@ -2,10 +2,14 @@
 
 from django.contrib import admin
 from django.db.models import Count, F, OuterRef, Q, Subquery
+from django.urls import reverse
 
-from config.admin_actions import ReadOnlyAdminMixin, action_with_reason
+from config.admin_actions import ObjectAction, ObjectActionsMixin, ReadOnlyAdminMixin, action_with_reason
+from config.dashboard import PanelContent, Row, register_panel
 from provisioning import services
+from provisioning.choices import RunKind, RunState
 from provisioning.models import ApiKey, ProvisioningRun, ProvisioningStep, ServingDeployment, ServingReplica
+from requests.choices import RequestState
 
 
 class StepInline(ReadOnlyAdminMixin, admin.TabularInline):
@@ -51,8 +55,35 @@ def _retry(run: ProvisioningRun, reason: str, actor) -> ProvisioningRun:
     return services.run_retry(run=run, actor=actor, reason=reason)
 
 
+def _retryable(request, run: ProvisioningRun) -> bool:
+    return (
+        services.can_retry(request.user)
+        and run.kind == RunKind.PROVISION
+        and run.state == RunState.FAILED
+        and run.request.state == RequestState.FAILED
+        and not run.retries.exists()
+    )
+
+
+RUN_BUTTONS = [
+    ObjectAction(
+        name="retry",
+        label="Retry from the failed step",
+        available=_retryable,
+        act=_retry,
+        done="retried",
+        consequences=lambda run: [
+            f"Starts a new run on the same devices from step '{run.failure.get('step', '?')}' (or the first earlier "
+            "step whose effect the cleanup undid); the request goes back to provisioning.",
+            "Counts as a manual intervention; the reason goes on the request's timeline.",
+        ],
+    ),
+]
+
+
 @admin.register(ProvisioningRun)
-class ProvisioningRunAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
+class ProvisioningRunAdmin(ObjectActionsMixin, ReadOnlyAdminMixin, admin.ModelAdmin):
+    object_actions = RUN_BUTTONS
     list_display = [
         "id",
         "request",
@@ -169,3 +200,33 @@ class ApiKeyAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
     list_select_related = ["project__tenant", "created_by"]
     search_fields = ["name", "prefix", "project__slug"]
     exclude = ["hashed"]
+
+
+@register_panel("failed_runs", title="Failed provisioning runs", order=30)
+def failed_runs_panel(request) -> PanelContent | None:
+    """Provisioning runs that failed and wait for an operator (the request still failed, no retry yet): two
+    queries."""
+    if not request.user.has_perm("provisioning.view_provisioningrun"):
+        return None
+    waiting = ProvisioningRun.objects.filter(
+        kind=RunKind.PROVISION, state=RunState.FAILED, request__state=RequestState.FAILED, retries__isnull=True
+    )
+    latest = list(waiting.order_by("-finished_at", "-id")[:5])
+    changelist = reverse("admin:provisioning_provisioningrun_changelist")
+    return PanelContent(
+        count=waiting.count(),
+        count_label="failed, waiting for a retry or a release",
+        tone="bad" if latest else "",
+        rows=[
+            Row(
+                f"Run #{run.pk} of request #{run.request_id}",
+                run.failure.get("step", ""),
+                reverse("admin:provisioning_provisioningrun_change", args=[run.pk]),
+                "bad",
+                run.failure.get("message", ""),
+            )
+            for run in latest
+        ],
+        links=[("Failed runs", f"{changelist}?state__exact={RunState.FAILED}")],
+        empty="No failed run waits for an operator.",
+    )

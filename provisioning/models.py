@@ -204,7 +204,9 @@ class ServingDeployment(ConcurrentTransitionMixin, models.Model):
 class ServingReplica(models.Model):
     deployment = models.ForeignKey(ServingDeployment, on_delete=models.CASCADE, related_name="replicas")
     name = models.CharField(max_length=40)
-    url = models.URLField(max_length=200, blank=True, help_text="Where the gateway sends this replica's traffic.")
+    url = models.URLField(
+        "URL", max_length=200, blank=True, help_text="Where the gateway sends this replica's traffic."
+    )
     pid = models.PositiveIntegerField(null=True, blank=True)
     devices = models.JSONField(default=list, blank=True)
     healthy = models.BooleanField(default=False)
@@ -241,6 +243,7 @@ class ApiKey(models.Model):
 
     class Meta:
         ordering = ["project", "-created_at"]
+        verbose_name = "API key"
 
     def __str__(self):
         return f"{self.name} ({self.prefix}…)"

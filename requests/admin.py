@@ -7,14 +7,28 @@ which the actions below call. Approval policies, rules and stages are configurat
 import json
 
 from django import forms
+from django.conf import settings
 from django.contrib import admin
+from django.core.exceptions import PermissionDenied
 from django.db.models import Count, Prefetch
-from django.urls import reverse
+from django.db.models.fields.json import KeyTextTransform
+from django.template.response import TemplateResponse
+from django.urls import path, reverse
 from django.utils.html import format_html, format_html_join
+from django.utils.timesince import timesince
 
-from config.admin_actions import ReadOnlyAdminMixin, action_with_reason, related_list_filter
-from requests import services
-from requests.choices import ApproverSource, RequestState
+from catalog.models import BareMetalProfile, Image, ResourceSpec, Service, ServingModel
+from config.admin_actions import (
+    ObjectAction,
+    ObjectActionsMixin,
+    ReadOnlyAdminMixin,
+    action_with_reason,
+    related_list_filter,
+)
+from config.dashboard import PanelContent, Row, register_panel
+from config.errors import DomainError
+from requests import approvals, services
+from requests.choices import ApprovalState, ApproverSource, Decision, OverQuota, RequestState, StageState
 from requests.models import (
     Approval,
     ApprovalAssignment,
@@ -26,8 +40,13 @@ from requests.models import (
     RequestEvent,
     ResourceRequest,
 )
-from requests.selectors import approval_of
+from requests.orders import Order
+from requests.policy_words import rule_in_words
+from requests.selectors import approval_inbox, approval_of
 from tenancy.audited_admin import AuditedAdminMixin
+from tenancy.choices import PriorityClass
+from tenancy.models import Project, User
+from tenancy.operators import OPERATOR_GROUP
 
 S = RequestState
 _STATE_COLOURS = {
@@ -135,9 +154,68 @@ class RequestEventInline(ReadOnlyAdminMixin, admin.TabularInline):
         return super().get_queryset(request).select_related("actor")
 
 
+def _my_open_task(user, resource_request) -> ApprovalAssignment | None:
+    """The user's undecided task on the request's current approval stage, if any (one query)."""
+    return (
+        approval_inbox(user=user)
+        .filter(stage__approval__subject_type__model="resourcerequest", stage__approval__subject_id=resource_request.pk)
+        .first()
+    )
+
+
+def _approve_my_stage(resource_request, comment, actor):
+    task = _my_open_task(actor, resource_request)
+    if task is None:
+        raise DomainError("Nothing on this request waits for your decision.", code="not_your_approval")
+    return approvals.approval_decide(assignment=task, decision=Decision.APPROVE, comment=comment, actor=actor)
+
+
+REQUEST_BUTTONS = [
+    ObjectAction(
+        name="approve",
+        label="Approve stage",
+        available=lambda request, obj: (
+            obj.state == RequestState.PENDING_APPROVAL and _my_open_task(request.user, obj) is not None
+        ),
+        act=_approve_my_stage,
+        done="your stage approved",
+        consequences=lambda obj: [
+            "Records your approval of the stage waiting for you; the next stage opens, or the request is queued."
+        ],
+        reason_required=False,
+    ),
+    ObjectAction(
+        name="reject",
+        label="Reject",
+        available=lambda request, obj: (
+            obj.state == RequestState.PENDING_APPROVAL and request.user.has_perm("requests.change_resourcerequest")
+        ),
+        act=lambda obj, reason, actor: services.request_reject_by_operator(request=obj, actor=actor, reason=reason),
+        done="rejected",
+        consequences=lambda obj: ["Ends the request outside its approval route; the requester sees your reason."],
+        danger=True,
+    ),
+    ObjectAction(
+        name="cancel",
+        label="Cancel request",
+        available=lambda request, obj: obj.is_cancellable and request.user.has_perm("requests.change_resourcerequest"),
+        act=lambda obj, reason, actor: services.request_cancel(request=obj, actor=actor, reason=reason),
+        done="cancelled",
+        consequences=lambda obj: [
+            f"Withdraws the request (now {obj.get_state_display().lower()}); nothing was allocated to it yet.",
+            "The requester is told on the request's timeline. This cannot be undone.",
+        ],
+        danger=True,
+    ),
+]
+
+
 @admin.register(ResourceRequest)
-class ResourceRequestAdmin(ApprovalOfSubjectMixin, ReadOnlyAdminMixin, admin.ModelAdmin):
-    """Requests are never edited here; operators steer them with the cancel and reject actions."""
+class ResourceRequestAdmin(ObjectActionsMixin, ApprovalOfSubjectMixin, ReadOnlyAdminMixin, admin.ModelAdmin):
+    """Requests are never edited here; operators steer them with the cancel and reject actions, and with the
+    buttons on a request's page (approve the stage waiting for them, reject, cancel)."""
+
+    object_actions = REQUEST_BUTTONS
 
     list_display = [
         "id",
@@ -147,7 +225,7 @@ class ResourceRequestAdmin(ApprovalOfSubjectMixin, ReadOnlyAdminMixin, admin.Mod
         "requester",
         "state_badge",
         "priority",
-        "cost_estimate",
+        "cost",
         "quota_exception",
         "created_at",
     ]
@@ -211,6 +289,11 @@ class ResourceRequestAdmin(ApprovalOfSubjectMixin, ReadOnlyAdminMixin, admin.Mod
     ]
 
     parameters_json = pretty_json("parameters", "Parameters")
+
+    @admin.display(description="Est. cost", ordering="cost_estimate")
+    def cost(self, resource_request):
+        return f"{resource_request.cost_estimate:.2f} {settings.CATALOG_CURRENCY}"
+
     quota_reasons_json = pretty_json("quota_reasons", "Quota reasons")
     approved_spec_json = pretty_json("approved_spec", "Approved spec")
 
@@ -303,26 +386,91 @@ class ApprovalAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
 # --- Approval policies -------------------------------------------------------------------------------------
 
 
+def _rules_with_words(queryset):
+    """Rules with what their sentence names loaded (constant queries however many rules)."""
+    stages = ApprovalRuleStage.objects.select_related("group").prefetch_related("users").order_by("order", "id")
+    return queryset.select_related(
+        "policy", "vendor", "accelerator_model", "spec", "tenant", "project__tenant"
+    ).prefetch_related(Prefetch("stages", queryset=stages))
+
+
 class ApprovalRuleInline(admin.TabularInline):
+    """A policy's rules as sentences, in the order they are tried; conditions and stages are edited together on
+    each rule's page (its change link, or "Add a rule"), so this page stays readable. A rule added here by name
+    alone matches every order until it gets conditions; its sentence says so."""
+
     model = ApprovalRule
-    fields = ["order", "name", *RULE_CONDITIONS]
-    autocomplete_fields = RULE_CONDITION_LOOKUPS
+    fields = ["order", "name", "in_words"]
+    readonly_fields = ["in_words"]
     show_change_link = True
     extra = 0
 
     def get_queryset(self, request):
-        return super().get_queryset(request).select_related("policy")
+        return _rules_with_words(super().get_queryset(request))
+
+    @admin.display(description="Reads as")
+    def in_words(self, rule):
+        return rule_in_words(rule)
+
+
+class DryRunForm(forms.Form):
+    """An order to test the policies with: what a developer would pick on the order form."""
+
+    project = forms.ModelChoiceField(queryset=Project.objects.select_related("tenant").order_by("tenant__name", "name"))
+    requester = forms.ModelChoiceField(
+        queryset=User.objects.filter(is_active=True).order_by("username"),
+        required=False,
+        help_text="Who orders; empty: the project's lead.",
+    )
+    service = forms.ModelChoiceField(queryset=Service.objects.filter(active=True).order_by("name"))
+    spec = forms.ModelChoiceField(queryset=ResourceSpec.objects.order_by("name"), required=False)
+    image = forms.ModelChoiceField(queryset=Image.objects.order_by("name"), required=False)
+    bare_metal_profile = forms.ModelChoiceField(queryset=BareMetalProfile.objects.order_by("name"), required=False)
+    serving_model = forms.ModelChoiceField(queryset=ServingModel.objects.order_by("name"), required=False)
+    duration_hours = forms.IntegerField(min_value=1, initial=8)
+    priority = forms.ChoiceField(choices=PriorityClass.choices, initial=PriorityClass.STANDARD)
+    over_quota = forms.ChoiceField(
+        choices=OverQuota.choices,
+        initial=OverQuota.REJECT,
+        label="If over quota",
+        help_text="A quota exception routes differently (rules with 'quota exception: yes').",
+    )
+    parameters = forms.JSONField(
+        required=False, initial=dict, help_text='Form fields, e.g. {"environment": "production"}'
+    )
+    justification = forms.CharField(required=False, widget=forms.Textarea(attrs={"rows": 2}))
+
+    def order(self) -> Order:
+        data = self.cleaned_data
+        return Order(
+            service=data["service"],
+            project=data["project"],
+            duration_hours=data["duration_hours"],
+            spec=data["spec"],
+            image=data["image"],
+            bare_metal_profile=data["bare_metal_profile"],
+            serving_model=data["serving_model"],
+            priority=data["priority"],
+            justification=data["justification"],
+            parameters=data["parameters"] or {},
+        )
+
+    def orderer(self) -> User:
+        return self.cleaned_data["requester"] or self.cleaned_data["project"].lead
 
 
 @admin.register(ApprovalPolicy)
 class ApprovalPolicyAdmin(AuditedAdminMixin, admin.ModelAdmin):
-    """Policies are tried in order; within a policy the first matching rule decides the route."""
+    """Policies are tried in order; within a policy the first matching rule decides the route. "Test with an order"
+    shows which rule an order would match and the stages that follow, from the order preview itself."""
 
     list_display = ["name", "subject", "order", "active", "rule_count"]
     list_filter = ["subject", "active"]
     ordering = ApprovalPolicy._meta.ordering  # the Count annotation drops Meta.ordering; autocomplete paginates
     search_fields = ["name", "description"]
     inlines = [ApprovalRuleInline]
+    change_list_template = "admin/requests/approvalpolicy/change_list.html"
+    change_form_template = "admin/requests/approvalpolicy/change_form.html"
 
     def get_queryset(self, request):
         return super().get_queryset(request).annotate(rule_count=Count("rules"))
@@ -330,6 +478,51 @@ class ApprovalPolicyAdmin(AuditedAdminMixin, admin.ModelAdmin):
     @admin.display(ordering="rule_count", description="Rules")
     def rule_count(self, policy):
         return policy.rule_count
+
+    def get_urls(self):
+        test = path("test/", self.admin_site.admin_view(self.dry_run_view), name="requests_approvalpolicy_test")
+        return [test, *super().get_urls()]
+
+    def dry_run_view(self, request):
+        """Preview an order as its requester would (nothing is stored): the matching rule, the stages and who is in
+        each, with cost and quota beside it."""
+        if not self.has_view_permission(request):
+            raise PermissionDenied
+        form = DryRunForm(request.GET or None)
+        context = {
+            **self.admin_site.each_context(request),
+            "title": "Test the approval policies with an order",
+            "opts": self.model._meta,
+            "form": form,
+        }
+        if form.is_valid():
+            try:
+                preview = services.request_preview(
+                    order=form.order(), requester=form.orderer(), over_quota=form.cleaned_data["over_quota"]
+                )
+            except DomainError as refusal:
+                context["refusal"] = refusal
+            else:
+                route = preview["approval_route"]
+                rule = (
+                    _rules_with_words(ApprovalRule.objects.filter(pk=route["rule"])).first() if route["rule"] else None
+                )
+                context.update(
+                    {"preview": preview, "route": route, "rule": rule, "rule_words": rule and rule_in_words(rule)}
+                )
+        return TemplateResponse(request, "admin/requests/approvalpolicy/dry_run.html", context)
+
+    def changelist_view(self, request, extra_context=None):
+        extra = {"dry_run_url": reverse("admin:requests_approvalpolicy_test"), **(extra_context or {})}
+        return super().changelist_view(request, extra_context=extra)
+
+    def change_view(self, request, object_id, form_url="", extra_context=None):
+        extra = {
+            "dry_run_url": reverse("admin:requests_approvalpolicy_test"),
+            "add_rule_url": f"{reverse('admin:requests_approvalrule_add')}?policy={object_id}",
+            **(extra_context or {}),
+        }
+        return super().change_view(request, object_id, form_url, extra)
 
 
 _FIELD_NAMING_APPROVERS = {
@@ -368,11 +561,19 @@ class ApprovalRuleAdmin(AuditedAdminMixin, admin.ModelAdmin):
     list_select_related = ["policy"]
     search_fields = ["name", "policy__name"]
     autocomplete_fields = ["policy", *RULE_CONDITION_LOOKUPS]
-    fieldsets = [(None, {"fields": ["policy", "order", "name"]}), ("Conditions", {"fields": RULE_CONDITIONS})]
+    readonly_fields = ["in_words"]
+    fieldsets = [
+        (None, {"fields": ["policy", "order", "name", "in_words"]}),
+        ("Conditions (all must hold; empty means any)", {"fields": RULE_CONDITIONS}),
+    ]
     inlines = [ApprovalRuleStageInline]
 
     def get_queryset(self, request):
         return super().get_queryset(request).annotate(stage_count=Count("stages"))
+
+    @admin.display(description="Reads as")
+    def in_words(self, rule):
+        return rule_in_words(rule) if rule.pk else "Save the rule to read it as a sentence."
 
     @admin.display(ordering="stage_count", description="Stages")
     def stage_count(self, rule):
@@ -406,3 +607,70 @@ class QuotaChangeRequestAdmin(ApprovalOfSubjectMixin, ReadOnlyAdminMixin, admin.
 
     previous_limits_json = pretty_json("previous_limits", "Previous limits")
     limits_json = pretty_json("limits", "Requested limits")
+
+
+# --- The console's home: approvals waiting for operators, the queue by reason ----------------------------------
+
+
+def _age(moment) -> str:
+    return f"waiting {timesince(moment, depth=1)}"
+
+
+@register_panel("approvals", title="Approvals waiting for operators", order=10)
+def approvals_panel(request) -> PanelContent | None:
+    """Open approvals whose current stage waits on an operator (three queries)."""
+    if not request.user.has_perm("requests.view_approval"):
+        return None
+    waiting = Approval.objects.filter(
+        state=ApprovalState.PENDING,
+        stages__state=StageState.PENDING,
+        stages__assignments__decision="",
+        stages__assignments__approver__groups__name=OPERATOR_GROUP,
+    ).distinct()
+    oldest = list(waiting.select_related("project__tenant").order_by("created_at", "id")[:5])
+    mine = approval_inbox(user=request.user).count()
+    return PanelContent(
+        count=waiting.count(),
+        count_label=f"waiting for operators; {mine} for you",
+        tone="warn" if oldest else "",
+        rows=[
+            Row(approval.summary, _age(approval.created_at), _admin_change_url(Approval, approval.pk))
+            for approval in oldest
+        ],
+        links=[("Open your approval inbox", reverse("portal:approval-inbox"))],
+        empty="Nothing waits for an operator's decision.",
+    )
+
+
+def _reason_label(code: str) -> str:
+    return code.replace("_", " ").capitalize() if code else "Not seen by a scheduling cycle yet"
+
+
+@register_panel("queue", title="Queue by reason", order=20)
+def queue_panel(request) -> PanelContent | None:
+    """Queued requests per wait reason, with requests waiting for quota or approval (two queries)."""
+    if not request.user.has_perm("requests.view_resourcerequest"):
+        return None
+    changelist = reverse("admin:requests_resourcerequest_changelist")
+    by_reason = (
+        ResourceRequest.objects.filter(state=RequestState.QUEUED)
+        .values(code=KeyTextTransform("code", "queue_reason"))
+        .annotate(n=Count("id"))
+        .order_by("-n", "code")
+    )
+    waiting = dict(
+        ResourceRequest.objects.filter(state__in=[RequestState.WAITING_FOR_QUOTA, RequestState.PENDING_APPROVAL])
+        .values_list("state")
+        .annotate(n=Count("id"))
+        .order_by()
+    )
+    rows = [Row(_reason_label(row["code"] or ""), str(row["n"])) for row in by_reason]
+    queued = sum(int(row.value) for row in rows)
+    for state in (RequestState.WAITING_FOR_QUOTA, RequestState.PENDING_APPROVAL):
+        rows.append(Row(state.label, str(waiting.get(state, 0)), f"{changelist}?state__exact={state}", "warn"))
+    return PanelContent(
+        count=queued,
+        count_label="queued for the scheduler",
+        rows=rows,
+        links=[("Queued requests", f"{changelist}?state__exact={RequestState.QUEUED}")],
+    )

@@ -154,6 +154,7 @@ class Route:
     def as_data(self) -> dict:
         return {
             "name": self.name,
+            "rule": self.rule.pk if self.rule is not None else None,
             "automatic": self.automatic,
             "stages": [
                 {
@@ -356,13 +357,19 @@ def approval_decide(*, assignment: ApprovalAssignment, decision: str, comment: s
 
 def approvals_bulk_approve(*, task_ids: list[int], comment: str, actor: User) -> list[dict]:
     """Approve each of the actor's tasks on its own (own transaction); one refusal does not stop the others."""
+    return approvals_bulk_decide(task_ids=task_ids, decision=Decision.APPROVE, comment=comment, actor=actor)
+
+
+def approvals_bulk_decide(*, task_ids: list[int], decision: str, comment: str, actor: User) -> list[dict]:
+    """Decide each of the actor's tasks on its own through `approval_decide` (own transaction each); one refusal
+    does not stop the others. One result per task: {id, ok, code, message}."""
     tasks = ApprovalAssignment.objects.filter(approver=actor).in_bulk(task_ids)
     results = []
     for pk in dict.fromkeys(task_ids):
         try:
             if pk not in tasks:
                 raise DomainError("No such approval task.", code="not_found")
-            approval_decide(assignment=tasks[pk], decision=Decision.APPROVE, comment=comment, actor=actor)
+            approval_decide(assignment=tasks[pk], decision=decision, comment=comment, actor=actor)
         except DomainError as refusal:
             results.append({"id": pk, "ok": False, "code": refusal.code, "message": refusal.message})
         else:

@@ -50,7 +50,8 @@ class EndpointDetails(Protocol):
 
 
 class RightsizingAdvice(Protocol):
-    """metering: rightsizing advice for (user, project, spec or None), as a list of dicts with a "message"."""
+    """metering: rightsizing advice for (user, project or None, spec or None), as a list of dicts with "project" and
+    "spec" (slugs) and a "message"; no project means every project the user sees."""
 
     def __call__(self, user: Any, project: Any, spec: Any, /) -> list[dict]: ...
 

@@ -49,15 +49,15 @@ def validate_order(order: Order, requester: User) -> None:
     """Refuse, with a specific code, anything the catalog or the project does not allow."""
     project, service = order.project, order.service
     if not user_has_project_permission(user=requester, project=project, permission=ProjectPermission.REQUEST):
-        _refuse("not_permitted_on_project", f"You may not order for project {project.slug}.", project=project.slug)
+        _refuse("not_permitted_on_project", f"You may not order for project {project}.", project=project.slug)
     if not project.active:
-        _refuse("project_inactive", f"Project {project.slug} is inactive and accepts no new requests.")
+        _refuse("project_inactive", f"Project {project} is inactive and accepts no new requests.")
     if not service.active:
         _refuse("service_unavailable", f"{service.name} is closed for new orders.", service=service.slug)
     if not _open_to(service, project):
         _refuse(
             "service_not_offered_to_project",
-            f"{service.name} is not offered to project {project.slug}.",
+            f"{service.name} is not offered to project {project}.",
             service=service.slug,
             project=project.slug,
         )

@@ -44,7 +44,7 @@ def priority_reason(order: Order, entitlement: dict | None = None) -> dict | Non
         "used": None,
         "limit": entitlement["max_priority"],
         "allowed": allowed,
-        "message": f"Priority {order.priority} is above what project {order.project.slug} may order without "
+        "message": f"Priority {order.priority} is above what project {order.project} may order without "
         f"approval ({', '.join(allowed)}).",
     }
 

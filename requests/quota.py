@@ -306,3 +306,29 @@ def dimensions_over(demand: Demand, usage: list[DimensionImpact]) -> list[str]:
     """Labels of the dimensions where `demand` on top of current usage would pass the limit."""
     with_demand = (replace(row, requested=demand.get(row.dimension)) for row in usage)
     return [impact.label for impact in with_demand if not impact.fits]
+
+
+def awaiting_approval(projects: Iterable[Project]) -> dict[tuple[str, int], dict[str, Decimal | int]]:
+    """The demand of requests waiting for an approval decision, per project ("project", pk) and per tenant ("tenant",
+    pk): admission counts it in `used` already, an approver wants to see it apart (two grouped queries)."""
+    projects = list(projects)
+    totals = {"project": {}, "tenant": {}}
+    for scope, key, ids in (
+        ("project", "project_id", [project.pk for project in projects]),
+        ("tenant", "project__tenant_id", list({project.tenant_id for project in projects})),
+    ):
+        rows = (
+            ResourceRequest.objects.filter(**{f"{key}__in": ids}, state=RequestState.PENDING_APPROVAL)
+            .values(key)
+            .annotate(**_committed_totals())
+        )
+        for row in rows:
+            pk = row.pop(key)
+            row[D.MONTHLY_CARD_HOURS] = row.pop("committed_card_hours")
+            totals[scope][pk] = row
+    nothing = {**{k: v for k, v in _NOTHING_COMMITTED.items() if k != "committed_card_hours"}}
+    nothing[D.MONTHLY_CARD_HOURS] = ZERO
+    return {
+        **{("project", project.pk): totals["project"].get(project.pk, nothing) for project in projects},
+        **{("tenant", project.tenant_id): totals["tenant"].get(project.tenant_id, nothing) for project in projects},
+    }

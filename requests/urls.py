@@ -18,6 +18,7 @@ urlpatterns = [
     path("approvals/", views.approval_inbox, name="approval-inbox"),
     path("approvals/<int:pk>/decide/", views.approval_decide, name="approval-decide"),
     path("approvals/bulk-approve/", views.approval_bulk_approve, name="approval-bulk-approve"),
+    path("approvals/bulk/", views.approval_bulk_decide, name="approval-bulk-decide"),
     path("projects/", views.project_list, name="project-list"),
     path("projects/<int:pk>/quota/", views.project_quota, name="project-quota"),
     path("notifications/", notification_views.notification_preferences, name="notifications"),

@@ -21,7 +21,7 @@ from catalog import selectors as catalog_selectors
 from catalog.choices import ServiceKind
 from catalog.durations import longest_duration_hours
 from config.errors import DomainError
-from requests import approvals, extensions, hooks, quota_changes, selectors, services
+from requests import approvals, extensions, hooks, inbox, quota_changes, selectors, services
 from requests.catalog_offers import mark_never_fitting, offer_rows, passes, shown_without_offers
 from requests.choices import TERMINAL_STATES, Decision, RequestState
 from requests.forms import (
@@ -33,8 +33,7 @@ from requests.forms import (
     ReasonForm,
     orderable_projects,
 )
-from requests.models import RequestEvent, ResourceRequest
-from requests.quota import quota_scopes_by_project, request_quota_impact
+from requests.models import RequestEvent
 from requests.refusals import next_steps
 from tenancy.choices import ProjectPermission
 from tenancy.selectors import project_list_visible_to, projects_with_permission, user_has_project_permission
@@ -401,19 +400,29 @@ request_extend = _confirmed_action(
 
 @login_required
 def approval_inbox(request):
-    tasks = selectors.approval_inbox_with_subjects(user=request.user)
-    scopes = quota_scopes_by_project({task.stage.approval.project for task in tasks if task.stage.approval.project})
-    rows = [
-        {
-            "task": task,
-            "subject": task.subject,
-            "impact": request_quota_impact(task.subject, scopes[task.subject.project_id])
-            if isinstance(task.subject, ResourceRequest)
-            else None,
-        }
-        for task in tasks
-    ]
-    return render(request, "requests/approval_inbox.html", {"rows": rows, "form": DecisionForm()})
+    """What waits for the user's decision (filters, sort, bulk decisions, errors on their rows), or with
+    `?tab=decided` what the user decided."""
+    if request.GET.get("tab") == "decided":
+        context = {"tab": "decided", "decided": inbox.decided_rows(request.user), "page": inbox.DECIDED_PAGE}
+        return render(request, "requests/approval_inbox.html", context)
+    row_errors = request.session.pop(inbox.ROW_ERRORS_SESSION_KEY, {})
+    context = {
+        "tab": "pending",
+        **inbox.pending_rows(request.user, params=request.GET, row_errors=row_errors),
+        "form": DecisionForm(),
+        "sorts": inbox.SORTS,
+        "kinds": inbox.KINDS,
+        "flags": inbox.FLAGS,
+        "chosen": {key: request.GET.get(key, "") for key in ("project", "kind", "flag", "sort")},
+        "filtered": any(request.GET.get(key) for key in ("project", "kind", "flag")),
+    }
+    return render(request, "requests/approval_inbox.html", context)
+
+
+def _back_to_inbox(request):
+    """Back to the inbox as the user had it (filters and sort), never to another site."""
+    query = request.POST.get("back", "")
+    return redirect(reverse("portal:approval-inbox") + (f"?{query}" if query and "//" not in query else ""))
 
 
 @login_required
@@ -428,25 +437,42 @@ def approval_decide(request, pk):
             assignment=task, decision=decision, comment=form.cleaned_data.get("comment", ""), actor=request.user
         )
     except DomainError as error:
-        messages.error(request, error.message)
+        request.session[inbox.ROW_ERRORS_SESSION_KEY] = {str(task.pk): error.message}
+        messages.error(request, f"{task.stage.approval.summary}: {error.message}")
     else:
         verb = "Approved" if decision == Decision.APPROVE else "Rejected"
         messages.success(request, f"{verb}: {task.stage.approval.summary}")
-    return redirect("portal:approval-inbox")
+    return _back_to_inbox(request)
 
 
 @login_required
 @require_POST
-def approval_bulk_approve(request):
+def approval_bulk_decide(request):
+    """Approve or reject the selected tasks, each through the approval service on its own; a refusal is shown on
+    its row (and summed up on top), the others go through."""
     task_ids = [int(pk) for pk in request.POST.getlist("task") if pk.isdigit()]
-    results = approvals.approvals_bulk_approve(task_ids=task_ids, comment="", actor=request.user)
-    approved = sum(result["ok"] for result in results)
-    if approved:
-        messages.success(request, f"Approved {approved} item{'s' if approved != 1 else ''}.")
-    for result in results:
-        if not result["ok"]:
-            messages.error(request, f"#{result['id']}: {result['message']}")
-    return redirect("portal:approval-inbox")
+    decision = request.POST.get("decision", Decision.APPROVE)
+    if not task_ids:
+        messages.warning(request, "Select the items to decide first.")
+        return _back_to_inbox(request)
+    form = DecisionForm(request.POST)
+    form.is_valid()
+    results = approvals.approvals_bulk_decide(
+        task_ids=task_ids, decision=decision, comment=form.cleaned_data.get("comment", ""), actor=request.user
+    )
+    done = sum(result["ok"] for result in results)
+    verb = "Rejected" if decision == Decision.REJECT else "Approved"
+    if done:
+        messages.success(request, f"{verb} {done} item{'s' if done != 1 else ''}.")
+    failed = {str(result["id"]): result["message"] for result in results if not result["ok"]}
+    if failed:
+        request.session[inbox.ROW_ERRORS_SESSION_KEY] = failed
+        messages.error(request, f"{len(failed)} item{'s' if len(failed) != 1 else ''} not decided: see the rows.")
+    return _back_to_inbox(request)
+
+
+# The name the inbox's bulk form posted to before rejecting in bulk existed.
+approval_bulk_approve = approval_bulk_decide
 
 
 @login_required

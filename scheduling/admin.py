@@ -9,14 +9,16 @@ from django.conf import settings
 from django.contrib import admin
 from django.contrib.admin.widgets import FilteredSelectMultiple
 from django.core.exceptions import PermissionDenied
-from django.db.models import Count
+from django.db.models import Count, Q
 from django.template.response import TemplateResponse
 from django.urls import path, reverse
 from django.utils.html import format_html
 
 from config.admin_actions import ReadOnlyAdminMixin, action_with_reason, related_list_filter
+from config.dashboard import PanelContent, Row, register_panel
 from config.errors import DomainError
 from scheduling import agents, selectors, services
+from scheduling.choices import DeviceHealth
 from scheduling.models import (
     DEVICE_STATE_FIELDS,
     NODE_STATE_FIELDS,
@@ -439,3 +441,82 @@ class AgentTokenAdmin(admin.ModelAdmin):
     def _page(self, request, template: str, title: str, **context):
         context = {**self.admin_site.each_context(request), "title": title, "opts": self.model._meta, **context}
         return TemplateResponse(request, f"admin/scheduling/agenttoken/{template}.html", context)
+
+
+# --- The console's home: isolated and degraded devices, capacity with queued demand -----------------------------
+
+
+@register_panel("devices", title="Isolated and degraded devices", order=40)
+def devices_panel(request) -> PanelContent | None:
+    """Devices out of service or degraded, the first ten listed (two queries)."""
+    if not request.user.has_perm("scheduling.view_device"):
+        return None
+    troubled = Device.objects.filter(Q(isolated=True) | ~Q(health=DeviceHealth.HEALTHY))
+    counts = troubled.aggregate(
+        isolated=Count("id", filter=Q(isolated=True)),
+        degraded=Count("id", filter=Q(health=DeviceHealth.DEGRADED)),
+        unhealthy=Count("id", filter=Q(health=DeviceHealth.UNHEALTHY)),
+        total=Count("id"),
+    )
+    shown = troubled.select_related("node", "model").order_by("-isolated", "node__name", "index")[:10]
+    changelist = reverse("admin:scheduling_device_changelist")
+    return PanelContent(
+        count=counts["total"],
+        count_label=f"{counts['isolated']} isolated, {counts['degraded']} degraded, {counts['unhealthy']} unhealthy",
+        tone="bad" if counts["isolated"] or counts["unhealthy"] else ("warn" if counts["total"] else ""),
+        rows=[
+            Row(
+                f"{device.node.name} #{device.index} ({device.model.name})",
+                "isolated" if device.isolated else device.get_health_display().lower(),
+                reverse("admin:scheduling_device_change", args=[device.pk]),
+                "bad" if device.isolated or device.health == DeviceHealth.UNHEALTHY else "warn",
+                device.isolation_reason or device.health_detail,
+            )
+            for device in shown
+        ],
+        links=[
+            ("Isolated devices", f"{changelist}?isolated__exact=1"),
+            ("Degraded devices", f"{changelist}?health__exact={DeviceHealth.DEGRADED}"),
+        ],
+        empty="Every device is healthy and in service.",
+    )
+
+
+@register_panel("capacity", title="Capacity per accelerator model", order=50)
+def capacity_panel(request) -> PanelContent | None:
+    """Cards per model (total, healthy, free) beside the cards queued requests wait for (three queries)."""
+    if not request.user.has_perm("scheduling.view_node"):
+        return None
+    demand = selectors.queued_demand_by_model()
+    rows = selectors.capacity_by_model()
+    known = {row["model_id"] for row in rows}
+    table = [
+        [
+            f"{row['vendor']} {row['name']}",
+            str(row["total"]),
+            str(row["healthy"]),
+            f"{row['free']:.3f}".rstrip("0").rstrip("."),
+            _queued(demand.get(row["model_id"])),
+        ]
+        for row in rows
+    ]
+    table += [
+        [entry["name"], "0", "0", "0", _queued(entry)] for model_id, entry in demand.items() if model_id not in known
+    ]
+    return PanelContent(
+        columns=["Model", "Devices", "Healthy", "Free cards", "Queued demand"],
+        table=table,
+        links=[
+            ("Capacity page", reverse("admin:scheduling_capacity")),
+            ("Usage report", reverse("admin:metering_usage_report")),
+        ],
+        empty="No devices in the inventory yet.",
+    )
+
+
+def _queued(entry: dict | None) -> str:
+    if not entry:
+        return "—"
+    cards = f"{entry['cards']:.3f}".rstrip("0").rstrip(".")
+    requests = entry["requests"]
+    return f"{cards} card{'s' if cards != '1' else ''} ({requests} request{'s' if requests != 1 else ''})"

@@ -66,11 +66,17 @@ DEVICE_STATE_FIELDS = (
 class Node(models.Model):
     name = models.CharField(max_length=120, unique=True)
     serial_number = models.CharField(max_length=120, unique=True)
-    bmc_address = models.CharField(max_length=200, blank=True, help_text="Redfish endpoint of the node's BMC.")
+    bmc_address = models.CharField(
+        "BMC address", max_length=200, blank=True, help_text="Redfish endpoint of the node's BMC."
+    )
     bmc_credentials_ref = models.CharField(
-        max_length=200, blank=True, help_text="Name of the secret holding BMC credentials; never the credentials."
+        "BMC credentials reference",
+        max_length=200,
+        blank=True,
+        help_text="Name of the secret holding BMC credentials; never the credentials.",
     )
     bmc_inventory_address = models.CharField(
+        "BMC inventory address",
         max_length=200,
         blank=True,
         help_text="Redfish endpoint that reports the hardware inventory when it is not the BMC's own (e.g. an HGX "
@@ -86,8 +92,8 @@ class Node(models.Model):
         default=ExecutionBackend.SIMULATED,
         help_text="What runs work placed on this node (see provisioning/drivers/).",
     )
-    cpu_milli = models.PositiveIntegerField(help_text="Allocatable CPU in milli-cores.")
-    memory_mib = models.PositiveBigIntegerField(help_text="Allocatable memory in MiB.")
+    cpu_milli = models.PositiveIntegerField("CPU (millicores)", help_text="Allocatable CPU in milli-cores.")
+    memory_mib = models.PositiveBigIntegerField("memory (MiB)", help_text="Allocatable memory in MiB.")
     schedulable = models.BooleanField(default=True)
     cordon_reason = models.TextField(blank=True)
     cordoned_at = models.DateTimeField(null=True, blank=True)
@@ -112,12 +118,12 @@ class Node(models.Model):
 class Device(models.Model):
     node = models.ForeignKey(Node, on_delete=models.CASCADE, related_name="devices")
     index = models.PositiveSmallIntegerField()
-    uuid = models.CharField(max_length=80, unique=True)
+    uuid = models.CharField("UUID", max_length=80, unique=True)
     serial_number = models.CharField(
         max_length=80, blank=True, help_text="The board's serial as the BMC reports it; hardware validation checks it."
     )
     model = models.ForeignKey("catalog.AcceleratorModel", on_delete=models.PROTECT, related_name="devices")
-    memory_gb = models.PositiveIntegerField()
+    memory_gb = models.PositiveIntegerField("memory (GiB)")
     health = models.CharField(max_length=12, choices=DeviceHealth.choices, default=DeviceHealth.HEALTHY)
     health_detail = models.CharField(max_length=300, blank=True, help_text="The last signal that set the health.")
     isolated = models.BooleanField(default=False, help_text="Isolated devices receive no new placements.")
@@ -239,8 +245,8 @@ class Allocation(ConcurrentTransitionMixin, models.Model):
     request = models.ForeignKey("requests.ResourceRequest", on_delete=models.PROTECT, related_name="allocations")
     node = models.ForeignKey(Node, on_delete=models.PROTECT, related_name="allocations")
     state = FSMField(max_length=10, choices=AllocationState.choices, default=AllocationState.ACTIVE, protected=True)
-    cpu_milli = models.PositiveIntegerField()
-    memory_mib = models.PositiveBigIntegerField()
+    cpu_milli = models.PositiveIntegerField("CPU (millicores)")
+    memory_mib = models.PositiveBigIntegerField("memory (MiB)")
     priority = models.PositiveSmallIntegerField()
     preemptible = models.BooleanField(default=False)
     started_at = models.DateTimeField(auto_now_add=True)

@@ -5,6 +5,8 @@ from decimal import Decimal
 from django.db.models import Count, F, Q, QuerySet, Sum, Value
 from django.db.models.functions import Coalesce
 
+from requests.choices import RequestState
+from requests.models import ResourceRequest
 from scheduling.choices import AllocationState, DeviceHealth
 from scheduling.models import AllocationDevice, Device, Node
 from scheduling.placement import MILLI
@@ -87,3 +89,22 @@ def running_requests_on(*, node_ids: list[int] | None = None, device_ids: list[i
         )
         row["devices"].append(f"gpu{binding.device.index}")
     return list(rows.values())
+
+
+def queued_demand_by_model() -> dict[int, dict]:
+    """Per accelerator model: the cards (whole-card equivalents) and the number of queued requests waiting for it; a
+    spec open to several models counts under each (two queries)."""
+    queued = ResourceRequest.objects.filter(state=RequestState.QUEUED)
+    demand: dict[int, dict] = {}
+    for path in ("spec__accelerator_models", "bare_metal_profile__accelerator_model"):
+        rows = (
+            queued.filter(**{f"{path}__isnull": False})
+            .values(model_id=F(path), name=F(f"{path}__name"))
+            .annotate(cards=Sum("gpu_equivalents"), requests=Count("id"))
+            .order_by()
+        )
+        for row in rows:
+            entry = demand.setdefault(row["model_id"], {"name": row["name"], "cards": Decimal(0), "requests": 0})
+            entry["cards"] += row["cards"]
+            entry["requests"] += row["requests"]
+    return demand

@@ -99,9 +99,9 @@ class Membership(models.Model):
         return f"{self.user} is {self.get_role_display().lower()} of {self.project.slug}"
 
 
-def _limit_field(decimal: bool, help_text: str):
+def _limit_field(decimal: bool, help_text: str, label: str):
     """One quota dimension: empty means no limit on that dimension."""
-    common = {"null": True, "blank": True, "help_text": f"{help_text} Empty means unlimited."}
+    common = {"verbose_name": label, "null": True, "blank": True, "help_text": f"{help_text} Empty means unlimited."}
     if decimal:
         return models.DecimalField(
             max_digits=12, decimal_places=2, validators=[MinValueValidator(Decimal(0))], **common
@@ -110,12 +110,12 @@ def _limit_field(decimal: bool, help_text: str):
 
 
 class QuotaLimits(models.Model):
-    gpus = _limit_field(True, "Whole-card equivalents; a slice counts as its fraction of a card.")
-    accelerator_memory_gb = _limit_field(False, "Accelerator memory in GB.")
-    cpu_cores = _limit_field(False, "CPU cores.")
-    memory_gb = _limit_field(False, "Host memory in GB.")
-    concurrent_tasks = _limit_field(False, "Requests holding resources at the same time.")
-    monthly_card_hours = _limit_field(True, "Accelerator card-hours per calendar month.")
+    gpus = _limit_field(True, "Whole-card equivalents; a slice counts as its fraction of a card.", "GPUs")
+    accelerator_memory_gb = _limit_field(False, "Accelerator memory in GiB.", "accelerator memory (GiB)")
+    cpu_cores = _limit_field(False, "CPU cores.", "CPU cores")
+    memory_gb = _limit_field(False, "Host memory in GiB.", "memory (GiB)")
+    concurrent_tasks = _limit_field(False, "Requests holding resources at the same time.", "concurrent tasks")
+    monthly_card_hours = _limit_field(True, "Accelerator card-hours per calendar month.", "card-hours per month")
     updated_at = models.DateTimeField(auto_now=True)
     updated_by = models.ForeignKey(
         settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
@@ -177,7 +177,7 @@ class AuditEvent(models.Model):
     )
     action = models.CharField(max_length=60)
     target_type = models.ForeignKey(ContentType, on_delete=models.PROTECT, related_name="+")
-    target_id = models.CharField(max_length=64)
+    target_id = models.CharField("target ID", max_length=64)
     target_repr = models.CharField(max_length=200)
     reason = models.TextField(blank=True)
     data = models.JSONField(default=dict, blank=True)

@@ -120,7 +120,7 @@ class Approval(ConcurrentTransitionMixin, models.Model):
     """The approval of one subject: its resolved stages and approvers, frozen at submission."""
 
     subject_type = models.ForeignKey(ContentType, on_delete=models.PROTECT, related_name="+")
-    subject_id = models.PositiveBigIntegerField()
+    subject_id = models.PositiveBigIntegerField("subject ID")
     subject = GenericForeignKey("subject_type", "subject_id")
     project = models.ForeignKey(
         "tenancy.Project",

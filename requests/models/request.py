@@ -56,11 +56,11 @@ class ResourceRequest(ConcurrentTransitionMixin, models.Model):
     state = FSMField(default=S.SUBMITTED, choices=RequestState.choices, protected=True, db_index=True)
 
     # Demand, fixed at submission: what admission counts against the quota.
-    gpu_equivalents = models.DecimalField(max_digits=10, decimal_places=4)
+    gpu_equivalents = models.DecimalField("GPU equivalents", max_digits=10, decimal_places=4)
     accelerator_count = models.PositiveIntegerField()
-    accelerator_memory_gb = models.PositiveIntegerField()
-    cpu_cores = models.PositiveIntegerField()
-    memory_gb = models.PositiveIntegerField()
+    accelerator_memory_gb = models.PositiveIntegerField("accelerator memory (GiB)")
+    cpu_cores = models.PositiveIntegerField("CPU cores")
+    memory_gb = models.PositiveIntegerField("memory (GiB)")
     card_hours = models.DecimalField(max_digits=14, decimal_places=4)
     hourly_cost = models.DecimalField(max_digits=12, decimal_places=2)
     cost_estimate = models.DecimalField(max_digits=14, decimal_places=2)

@@ -125,3 +125,24 @@ def test_the_order_form_shows_the_projects_rightsizing_hint_for_the_chosen_spec(
     fresh = factories.project()
     factories.member(fresh, user=usage.developer)
     assert "preview-rightsizing" not in _preview(client, usage, fresh, eight_cards.eight)  # no evidence there
+
+
+def test_choosing_a_project_filters_every_table_tokens_and_zero_touch_included(client, usage):
+    from datetime import date
+
+    from metering.models import TokenUsage
+    from requests.models import ResourceRequest
+
+    for project, model in ((usage.project, "model-of-home"), (usage.other_project, "model-of-other")):
+        request = ResourceRequest.objects.filter(project=project).first()
+        TokenUsage.objects.create(
+            request=request, project=project, model=model, key_prefix="k", day=date(2026, 11, 5), requests=1
+        )
+    operator = factories.operator()
+    everything = page_of(client, operator, {"from": "2026-11", "to": "2026-11"})
+    assert "model-of-home" in everything and "model-of-other" in everything
+    one = page_of(client, operator, {"project": usage.project.pk, "from": "2026-11", "to": "2026-11"})
+    assert "model-of-home" in one and "model-of-other" not in one
+    kpi = one[one.index('id="zero-touch-table"') : one.index('id="tokens"')]
+    assert usage.other_service.name not in kpi  # the other project's delivery is not counted here
+    assert usage.other_service.name in everything[everything.index('id="zero-touch-table"') :]

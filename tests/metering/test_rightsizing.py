@@ -40,7 +40,7 @@ def test_consistently_low_use_gets_the_smallest_whole_card_spec_and_slice_that_w
     advice = rightsizing.recommend(evidence(), EIGHT, CATALOG, POLICY)
     assert [suggestion.slug for suggestion in advice.suggestions] == ["h100-1x", "3g.40gb"]
     assert advice.message == (
-        "8x H100 requested 12 times in 30 days, mean utilization 4%, p95 memory 22 GB: "
+        "8x H100 requested 12 times in 30 days, mean utilization 4%, p95 memory 22 GiB: "
         "1x H100 or 3g.40gb would have served."
     )
     assert advice.p95_utilization_pct == 5.0  # 0.4 of 8 cards
@@ -102,7 +102,7 @@ def test_recommendations_from_daily_rollups(world, eight_cards):
     [advice] = recommendations(user=factories.operator(), today=TODAY)
     assert [suggestion.slug for suggestion in advice.suggestions] == [eight_cards.one.slug, eight_cards.mig.slug]
     assert advice.message == (
-        "8x Test H100 80GB requested 3 times in 30 days, mean utilization 4%, p95 memory 23 GB: "
+        "8x Test H100 80GB requested 3 times in 30 days, mean utilization 4%, p95 memory 23 GiB: "
         "1x Test H100 80GB or 3g.40gb would have served."
     )
     assert advice.evidence.mean_memory_gb == pytest.approx((20 + 2 / 3 + 20 + 5 / 3 + 20 + 3) / 3 / 2)

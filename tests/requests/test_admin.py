@@ -272,34 +272,38 @@ def _inline(prefix: str, rows: list[dict]) -> dict:
     return data
 
 
-def test_operator_creates_policy_with_inline_rule(console, shop):
+def test_operator_creates_a_policy_then_a_rule_with_its_conditions_and_stages_on_one_page(console, shop, team):
+    data = {"name": "GPU governance", "subject": "resource_request", "description": "", "order": 10, "active": "on"}
+    data.update(_inline("rules", []))
+    assert console.post(_url("approvalpolicy", "add/"), data).status_code == 302
+    policy = ApprovalPolicy.objects.get(name="GPU governance")
     rule = {
+        "policy": policy.pk,
         "order": 1,
         "name": "Big orders",
         "vendor": shop.accelerator.vendor_id,
         "spec": shop.whole.pk,
         "min_accelerator_count": 8,
         "quota_exception": "unknown",
-    }
-    data = {
-        "name": "GPU governance",
-        "subject": "resource_request",
-        "description": "",
-        "order": 10,
-        "active": "on",
-        **_inline("rules", [rule]),
+        **_inline("stages", [{"order": 1, "name": "Operators", "mode": "any", "source": "operators"}]),
     }
 
-    response = console.post(_url("approvalpolicy", "add/"), data)
+    response = console.post(_url("approvalrule", "add/"), rule)
 
     assert response.status_code == 302, response.context and response.context["errors"]
-    saved = ApprovalPolicy.objects.get(name="GPU governance").rules.get()
+    saved = policy.rules.get()
     assert (saved.name, saved.spec, saved.min_accelerator_count, saved.quota_exception) == (
         "Big orders",
         shop.whole,
         8,
         None,
     )
+    page = console.get(_url("approvalpolicy", f"{policy.pk}/change/")).content.decode()
+    assert (
+        f"When the vendor is {shop.accelerator.vendor.name} and the spec is {shop.whole} and at least 8 accelerators: "
+        "1. Operators — any one operator." in page
+    )
+    assert 'name="rules-0-min_cost_estimate"' not in page  # conditions live on the rule's page, not in columns here
 
 
 def _rule_post(policy: ApprovalPolicy, stage: dict) -> dict:

@@ -26,3 +26,12 @@ document.addEventListener("click", (event) => {
   event.preventDefault();
   back.closest("dialog").close();
 });
+
+// Select-all: <input type=checkbox data-select-all="name"> ticks every checkbox of that name on the page.
+document.addEventListener("change", (event) => {
+  const all = event.target.closest("[data-select-all]");
+  if (!all) return;
+  document.querySelectorAll(`input[type=checkbox][name="${all.dataset.selectAll}"]`).forEach((box) => {
+    box.checked = all.checked;
+  });
+});
