@@ -27,7 +27,9 @@ PORT ?= 8000
 # The demo runs on the embedded defaults (SQLite, django-q2's ORM broker) unless DATABASE_URL/REDIS_URL say otherwise.
 # Endpoint URLs and installer callbacks are built without a browser request, from PUBLIC_BASE_URL: follow HOST/PORT.
 PUBLIC_BASE_URL ?= http://$(HOST):$(PORT)
-DEMO_ENV := DEBUG=1 PUBLIC_BASE_URL=$(PUBLIC_BASE_URL)
+# The gateway data plane (manage.py run_gateway) beside the web server; the web server relays /serve/ to it.
+GATEWAY_PORT ?= 8001
+DEMO_ENV := DEBUG=1 PUBLIC_BASE_URL=$(PUBLIC_BASE_URL) GATEWAY_URL=http://$(HOST):$(GATEWAY_PORT)
 
 .PHONY: install browser slurm podman redfish-emulator fuzz-venv llama run run-slurm migrate seed test bench lint format clean
 
@@ -92,10 +94,12 @@ run: seed
 	@echo "  API docs      http://$(HOST):$(PORT)/api/docs/"
 	@echo "  Operator      http://$(HOST):$(PORT)/admin/   (operator or admin)"
 	@echo "  Health        http://$(HOST):$(PORT)/healthz"
+	@echo "  Gateway       http://$(HOST):$(GATEWAY_PORT)/serve/<deployment>/v1/   (also relayed under :$(PORT)/serve/)"
 	@echo "  Logins: developer, approver, lead, operator, admin with the password printed above."
 	@echo ""
 	@trap 'kill 0' INT TERM EXIT; \
 	$(DEMO_ENV) $(BIN)/python manage.py qcluster & \
+	$(DEMO_ENV) $(BIN)/python manage.py run_gateway --host $(HOST) --port $(GATEWAY_PORT) & \
 	$(DEMO_ENV) $(BIN)/python manage.py runserver $(HOST):$(PORT)
 
 # The same demo with its A100 orders running as real jobs on a local three-node Slurm cluster (tests/slurm_cluster.py,
@@ -115,6 +119,7 @@ run-slurm: seed slurm
 	echo "" && echo "  Portal        http://$(HOST):$(PORT)/   (order 1x A100 40GB: it runs as a Slurm job; squeue shows it)" && \
 	echo "  Slurm         SLURM_CONF=$$SLURM_CONF squeue / sinfo" && echo "" && \
 	{ $(DEMO_ENV) $(BIN)/python manage.py qcluster & \
+	  $(DEMO_ENV) $(BIN)/python manage.py run_gateway --host $(HOST) --port $(GATEWAY_PORT) & \
 	  $(DEMO_ENV) $(BIN)/python manage.py runserver $(HOST):$(PORT); }
 
 # Runs on PostgreSQL: DATABASE_URL when set, else postgres@127.0.0.1:5432 (config/settings_test.py).

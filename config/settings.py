@@ -216,6 +216,10 @@ GATEWAY_UPSTREAM_TIMEOUT_SECONDS = env_float("GATEWAY_UPSTREAM_TIMEOUT_SECONDS",
 # demo's `make run` starts one beside it), how often a gateway polls Redis for a control-plane change, how long its
 # snapshot lives without Redis, how often it flushes its token tallies, and how long a stop waits for calls in flight.
 GATEWAY_URL = env_str("GATEWAY_URL")
+# The `llamacpp` serving runtime (provisioning/drivers/llamacpp.py): the Python of the venv `make llama` builds, and
+# where its servers' logs go (empty: discarded).
+LLAMACPP_PYTHON = env_str("LLAMACPP_PYTHON", str(BASE_DIR / ".venv-llama" / "bin" / "python"))
+LLAMACPP_LOG_DIR = env_str("LLAMACPP_LOG_DIR")
 GATEWAY_POLL_SECONDS = env_float("GATEWAY_POLL_SECONDS", 0.1)
 GATEWAY_SNAPSHOT_TTL_SECONDS = env_float("GATEWAY_SNAPSHOT_TTL_SECONDS", 0.5)
 GATEWAY_FLUSH_SECONDS = env_float("GATEWAY_FLUSH_SECONDS", 1.0)

@@ -54,7 +54,7 @@ class StepContext:
 
     @cached_property
     def inference(self):
-        return serving_driver()
+        return serving_driver((self.snapshot.get("serving") or {}).get("runtime", "simulated"))
 
     @property
     def snapshot(self) -> dict:

@@ -87,11 +87,12 @@ def example_curl(url: str, model: str, api_key: str = "$API_KEY") -> str:
 
 
 def probe(replica: ServingReplica) -> str:
-    """ "" when the replica answers its health check, else why not."""
+    """ "" when the replica answers its readiness check (GET /v1/models: every OpenAI-compatible runtime has it, and
+    llama.cpp's server, which has no /health, only listens once its model is loaded), else why not."""
     if not replica.url:
         return "not started"
     try:
-        answer = httpx.get(f"{replica.url}/health", timeout=HEALTH_TIMEOUT_SECONDS)
+        answer = httpx.get(f"{replica.url}/v1/models", timeout=HEALTH_TIMEOUT_SECONDS)
     except httpx.HTTPError as error:
         return f"unreachable: {type(error).__name__}"
     return "" if answer.status_code == 200 else f"health check answered {answer.status_code}"

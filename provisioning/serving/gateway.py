@@ -21,6 +21,7 @@ Errors are {code, message, details}: 401 invalid_api_key, 403 key_not_for_this_d
 """
 
 import asyncio
+import collections
 import contextlib
 import hashlib
 import itertools
@@ -31,6 +32,7 @@ import signal
 import time
 from collections import defaultdict
 from concurrent.futures import ThreadPoolExecutor
+from urllib.parse import urlsplit
 
 import aiohttp
 from aiohttp import web
@@ -60,17 +62,74 @@ class Refusal(Exception):
         return web.Response(text=body, status=self.status, content_type="application/json", headers=self.headers)
 
 
-class _StreamCount:
-    """Tokens of a streamed answer that reports no `usage` (llama.cpp's server never does).
+class _RateCounter(asyncio.Protocol):
+    """The rate-limit counter on one pipelined Redis connection: each call sends one EVAL (INCR, and EXPIRE on a
+    window's first call) and awaits its integer reply: one round trip, and calls in flight share the socket's
+    writes and reads. redis-py's asyncio client costs several times the CPU per call, which at thousands of calls
+    a second is the gateway's budget."""
 
-    Completion tokens: the content deltas. llama.cpp's server sends one event per sampled token (text held back
-    only while it could still be a stop sequence or an incomplete UTF-8 character, then sent in one event), so the
-    events are the tokens without a second pass. Re-tokenizing the assembled text (the replica's
-    /extras/tokenize/count) would be one more call per answer and can disagree with what was sampled.
-    Prompt tokens: the replica's tokenizer (/extras/tokenize/count) on the prompt it was sent, once the stream ended
-    (for chat: the messages' contents as the runtime's chat template frames them is not known here, so the count is
-    asked of the replica with `messages` rendered by /v1/chat/completions at max_tokens 0 is not possible either:
-    see docs/serving.md, "Streaming usage")."""
+    def __init__(self):
+        self.transport = None
+        self.waiting: collections.deque[asyncio.Future] = collections.deque()
+        self.buffer = b""
+
+    @classmethod
+    async def connect(cls, url: str) -> "_RateCounter":
+        parts = urlsplit(url)
+        loop = asyncio.get_running_loop()
+        _transport, counter = await loop.create_connection(cls, parts.hostname or "127.0.0.1", parts.port or 6379)
+        database = (parts.path or "/0").strip("/") or "0"
+        if parts.password:
+            await counter._send(["AUTH", *([parts.username] if parts.username else []), parts.password])
+        await counter._send(["SELECT", database])
+        return counter
+
+    def connection_made(self, transport):
+        self.transport = transport
+
+    def connection_lost(self, exc):
+        while self.waiting:
+            future = self.waiting.popleft()
+            if not future.done():
+                future.set_exception(ConnectionError("Redis closed the connection"))
+
+    def data_received(self, data: bytes):
+        self.buffer += data
+        while (end := self.buffer.find(b"\r\n")) >= 0:
+            line, self.buffer = self.buffer[:end], self.buffer[end + 2 :]
+            future = self.waiting.popleft()
+            if future.done():
+                continue
+            if line[:1] == b":":
+                future.set_result(int(line[1:]))
+            elif line[:1] == b"+":
+                future.set_result(line[1:].decode())
+            else:
+                future.set_exception(ConnectionError(f"Redis: {line.decode(errors='replace')}"))
+
+    def _send(self, words: list) -> asyncio.Future:
+        encoded = [word if isinstance(word, bytes) else str(word).encode() for word in words]
+        command = b"*%d\r\n" % len(encoded) + b"".join(b"$%d\r\n%s\r\n" % (len(w), w) for w in encoded)
+        future = asyncio.get_running_loop().create_future()
+        self.waiting.append(future)
+        self.transport.write(command)
+        return future
+
+    def count(self, key: str) -> asyncio.Future:
+        return self._send([b"EVAL", RATE_SCRIPT.encode(), b"1", key.encode()])
+
+    def close(self):
+        if self.transport is not None:
+            self.transport.close()
+
+
+class _StreamCount:
+    """The completion tokens of a streamed answer that reports no `usage` (llama.cpp's server never does): its
+    content deltas. llama.cpp's server sends one event per sampled token (it holds text back only while it could
+    still be a stop string or an incomplete UTF-8 character), so the events are the sampled tokens, with no second
+    pass; re-tokenizing the assembled text would cost a call per answer and can disagree with what was sampled.
+    The prompt's tokens are asked of the replica's tokenizer (Gateway._prompt_tokens). docs/serving.md, "Streaming
+    usage"."""
 
     __slots__ = ("completion",)
 
@@ -89,7 +148,7 @@ class Gateway:
     def __init__(self, *, redis_url: str = ""):
         self.redis_url = redis_url
         self.redis = None
-        self.rate_script = None
+        self.rates: _RateCounter | None = None
         self.snapshot = routes.Snapshot(routes={}, keys={}, loaded_at=0.0)
         self.version = None
         self.turns = itertools.count()
@@ -126,8 +185,8 @@ class Gateway:
         if self.redis_url:
             import redis.asyncio
 
-            self.redis = redis.asyncio.Redis.from_url(self.redis_url, socket_timeout=2, max_connections=256)
-            self.rate_script = self.redis.register_script(RATE_SCRIPT)
+            self.redis = redis.asyncio.Redis.from_url(self.redis_url, socket_timeout=2)  # the version poll
+            self.rates = await _RateCounter.connect(self.redis_url)
         await self._reload()
         self.tasks = [asyncio.create_task(self._watch()), asyncio.create_task(self._flushing())]
 
@@ -144,6 +203,7 @@ class Gateway:
         await self.session.close()
         if self.redis is not None:
             await self.redis.aclose()
+            self.rates.close()
         await asyncio.get_running_loop().run_in_executor(self.db, close_old_connections)
         self.db.shutdown(wait=True)
 
@@ -262,8 +322,15 @@ class Gateway:
         now = time.time()
         window = int(now // 60)
         counter = f"{RATE_PREFIX}{key.id}:{route.deployment_id}:{window}"
-        if self.rate_script is not None:
-            count = await self.rate_script(keys=[counter])
+        if self.rates is not None:
+            try:
+                if self.rates.transport.is_closing():  # Redis went away (and maybe came back): reconnect
+                    self.rates = await _RateCounter.connect(self.redis_url)
+                count = await asyncio.wait_for(self.rates.count(counter), timeout=2.0)
+            except (ConnectionError, OSError, TimeoutError):
+                raise Refusal(
+                    503, "rate_limiter_unavailable", "The rate limiter (Redis) did not answer; try again shortly."
+                ) from None
         else:
             count = self.local_rates.get(counter, 0) + 1
             if count == 1:
