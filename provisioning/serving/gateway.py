@@ -161,6 +161,7 @@ class Gateway:
         self.last_use_written: dict[str, float] = {}
         self.session: aiohttp.ClientSession | None = None
         self.tasks: list[asyncio.Task] = []
+        self.counting: set[asyncio.Task] = set()  # streamed answers whose prompt tokens are being counted
         self.today, self.today_until = None, 0.0
         timeout = settings.GATEWAY_UPSTREAM_TIMEOUT_SECONDS
         self.timeout = aiohttp.ClientTimeout(total=None, sock_connect=2.0, sock_read=timeout)
@@ -199,6 +200,8 @@ class Gateway:
 
     async def _cleanup(self, _app) -> None:
         """After the in-flight calls ended: the last tallies go to the ledger, so a clean stop loses nothing."""
+        if self.counting:
+            await asyncio.wait(set(self.counting), timeout=settings.GATEWAY_SHUTDOWN_SECONDS)
         await self._flush()
         await self.session.close()
         if self.redis is not None:
@@ -449,27 +452,31 @@ class Gateway:
             if upstream.status == 200:
                 if found:
                     self._meter(key, route, int(found.get("prompt_tokens", 0)), int(found.get("completion_tokens", 0)))
-                elif counted.completion:
-                    prompt = await self._prompt_tokens(replica, route, sent)
-                    self._meter(key, route, prompt, counted.completion)
+                elif counted.completion:  # after the answer has gone out: the caller does not wait for it
+                    task = asyncio.create_task(
+                        self._meter_stream(key, route, replica, request.match_info["path"], sent, counted.completion)
+                    )
+                    self.counting.add(task)
+                    task.add_done_callback(self.counting.discard)
         await answer.write_eof()
         return answer
 
-    async def _prompt_tokens(self, replica: routes.Replica, route: routes.Route, sent: bytes) -> int:
-        """The prompt's tokens by the replica's own tokenizer (llama.cpp's /extras/tokenize/count)."""
+    async def _prompt_tokens(self, replica: routes.Replica, path: str, sent: bytes) -> int:
+        """The prompt's tokens as the runtime counts them: the same request again, to the same replica, without
+        streaming and for one token; its `usage.prompt_tokens` comes from the runtime's own chat template and
+        tokenizer (right for any model, where counting the text here would not know the template), and llama.cpp
+        reuses the prompt it has just evaluated, so this costs about one token."""
         try:
-            body = json.loads(sent)
-            if "messages" in body:
-                text = _chatml(body["messages"])
-            else:
-                text = body.get("prompt", "")
-                text = "".join(text) if isinstance(text, list) else str(text)
-            async with self.session.post(
-                f"{replica.url}/extras/tokenize/count", json={"input": text}, timeout=self.timeout
-            ) as counted:
-                return int((await counted.json())["count"]) if counted.status == 200 else 0
-        except (aiohttp.ClientError, TimeoutError, ValueError, KeyError, TypeError):
+            body = {**json.loads(sent), "stream": False, "max_tokens": 1}
+            body.pop("stream_options", None)
+            async with self.session.post(f"{replica.url}/v1/{path}", json=body, timeout=self.timeout) as answer:
+                found = (await answer.json()).get("usage") or {} if answer.status == 200 else {}
+            return int(found.get("prompt_tokens", 0))
+        except (aiohttp.ClientError, TimeoutError, ValueError, TypeError, AttributeError):
             return 0
+
+    async def _meter_stream(self, key, route, replica, path: str, sent: bytes, completion: int) -> None:
+        self._meter(key, route, await self._prompt_tokens(replica, path, sent), completion)
 
     def _meter(self, key: routes.Key, route: routes.Route, prompt: int, completion: int) -> None:
         now = time.time()
@@ -483,12 +490,6 @@ class Gateway:
         row[4] += completion
         self.local_tokens[route.request_id] += prompt + completion
         self.last_use[key.prefix] = now
-
-
-def _chatml(messages) -> str:
-    """The chat as ChatML frames it (SmolLM2's and most small instruct models' template)."""
-    parts = [f"<|im_start|>{m.get('role', 'user')}\n{m.get('content', '')}<|im_end|>\n" for m in messages]
-    return "".join(parts) + "<|im_start|>assistant\n"
 
 
 def _usage_of(body: bytes) -> dict | None:

@@ -23,19 +23,18 @@ from django.utils import timezone
 logger = logging.getLogger(__name__)
 
 ROUTES_VERSION_KEY = "gateway:routes:version"
-_redis = None
+_redis: tuple[str, object] | None = None  # (url, client)
 
 
 def _store():
     global _redis
     if not settings.REDIS_URL:
         return None
-    if _redis is None or _redis.connection_pool.connection_kwargs.get("_url") != settings.REDIS_URL:
+    if _redis is None or _redis[0] != settings.REDIS_URL:
         import redis
 
-        _redis = redis.Redis.from_url(settings.REDIS_URL, socket_timeout=2)
-        _redis.connection_pool.connection_kwargs["_url"] = settings.REDIS_URL
-    return _redis
+        _redis = (settings.REDIS_URL, redis.Redis.from_url(settings.REDIS_URL, socket_timeout=2))
+    return _redis[1]
 
 
 def _bump() -> None:

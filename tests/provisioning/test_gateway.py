@@ -39,11 +39,9 @@ def deployed(serving, gateway_redis):
 
 
 def call(gateway, deployment, secret, body=CHAT, path="chat/completions") -> httpx.Response:
+    headers = {"Content-Type": "application/json", **({"Authorization": f"Bearer {secret}"} if secret else {})}
     return httpx.post(
-        f"{gateway.url}/serve/{deployment.slug}/v1/{path}",
-        content=json.dumps(body),
-        headers={"Authorization": f"Bearer {secret}", "Content-Type": "application/json"},
-        timeout=30,
+        f"{gateway.url}/serve/{deployment.slug}/v1/{path}", content=json.dumps(body), headers=headers, timeout=30
     )
 
 
