@@ -3,6 +3,7 @@
 process with a project key: a deterministic answer at temperature 0, streaming metered like non-streaming, a killed
 replica failed over, release -> 404 within a second."""
 
+import contextlib
 import json
 import os
 import signal
@@ -63,10 +64,8 @@ def smollm2(shop, team, run_on_commit, gateway_redis):
     secret = keys.api_key_create(project=team.project, name="engine", actor=team.developer).secret
     yield request, ServingDeployment.objects.get(request=request), secret
     for pid in ServingReplica.objects.exclude(pid=None).values_list("pid", flat=True):
-        try:
+        with contextlib.suppress(ProcessLookupError):
             os.kill(pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
 
 
 def ask(gateway, deployment, secret, **extra) -> httpx.Response:

@@ -69,9 +69,14 @@ class Command(BaseCommand):
         )
         parser.add_argument("--gateways", type=int, default=1, help="Gateway processes sharing the port.")
         parser.add_argument("--no-haproxy", action="store_true", dest="no_haproxy")
+        parser.add_argument(
+            "--engine",
+            action="store_true",
+            help="Also measure the llama.cpp engine (SmolLM2, `make llama`): tokens/s straight and through a gateway.",
+        )
         parser.add_argument("--json", action="store_true", dest="as_json")
 
-    def handle(self, *args, clients, seconds, rate, gateways, no_haproxy, as_json, **options):
+    def handle(self, *args, clients, seconds, rate, gateways, no_haproxy, engine, as_json, **options):
         import redis
 
         redis.from_url(REDIS_URL).flushdb()
@@ -105,8 +110,65 @@ class Command(BaseCommand):
                         paced_overhead_p50_ms=round(paced.percentile_ms(50) - paced_direct.percentile_ms(50), 2),
                         paced_overhead_p99_ms=round(paced.percentile_ms(99) - paced_direct.percentile_ms(99), 2),
                     )
+                if engine:
+                    report.update(_engine(gateway_port, seconds))
             report["metered_requests"] = _metered(slug)
         self.stdout.write(json.dumps(report) if as_json else "\n".join(f"{k}: {v}" for k, v in report.items()))
+
+
+ENGINE_CLIENTS, ENGINE_MAX_TOKENS = 2, 64
+
+
+def _engine(gateway_port: int, seconds: float) -> dict:
+    """SmolLM2 on llama.cpp's server (2 threads): completion tokens per second from 2 clients, straight and through
+    the gateway (non-streaming, temperature 0, 64 tokens an answer)."""
+    from catalog.serving_models import SMOLLM2
+    from provisioning.drivers.llamacpp import model_path, server_command
+
+    port = _free_port()
+    serving = {"model_name": BODY["model"], "context_length": 2048}
+    command = server_command(
+        python=settings.LLAMACPP_PYTHON,
+        model=model_path(SMOLLM2["artifact_uri"]),
+        port=port,
+        threads=2,
+        serving=serving,
+    )
+    with _process(command):
+        _wait_until_up(f"http://127.0.0.1:{port}/v1/models", seconds=120)
+        slug, secret = _deployment(f"http://127.0.0.1:{port}")
+        time.sleep(1.0)  # the gateways pick the new route up
+        direct = _tokens_per_second(f"http://127.0.0.1:{port}/v1/chat/completions", {}, seconds)
+        through = _tokens_per_second(
+            f"http://127.0.0.1:{gateway_port}/serve/{slug}/v1/chat/completions",
+            {"Authorization": f"Bearer {secret}"},
+            seconds,
+        )
+    return {
+        "engine_tokens_per_s_direct": direct,
+        "engine_tokens_per_s_gateway": through,
+        "engine_ratio": round(through / direct, 3) if direct else None,
+    }
+
+
+def _tokens_per_second(url: str, headers: dict, seconds: float) -> float:
+    body = {**BODY, "max_tokens": ENGINE_MAX_TOKENS, "temperature": 0}
+    tokens, deadline = 0, time.monotonic() + seconds
+
+    async def client():
+        nonlocal tokens
+        async with httpx.AsyncClient(timeout=120, headers=headers) as http:
+            while time.monotonic() < deadline:
+                answer = await http.post(url, json=body)
+                answer.raise_for_status()
+                tokens += answer.json()["usage"]["completion_tokens"]
+
+    async def all_clients():
+        await asyncio.gather(*(client() for _ in range(ENGINE_CLIENTS)))
+
+    started = time.monotonic()
+    asyncio.run(all_clients())
+    return round(tokens / (time.monotonic() - started), 1)
 
 
 def _metered(slug: str) -> int:
@@ -222,7 +284,7 @@ def _deployment(replica_url: str) -> tuple[str, str]:
     from tenancy.models import Project, Tenant, User
     from tenancy.services import membership_grant
 
-    stamp = int(time.time())
+    stamp = time.time_ns() // 1000
     user = User.objects.create_user(f"bench-{stamp}", password=None)
     tenant = Tenant.objects.create(name=f"Bench {stamp}", slug=f"bench-{stamp}")
     lead = User.objects.create_user(f"bench-lead-{stamp}", password=None)
