@@ -377,7 +377,7 @@ class Gateway:
             url = f"{replica.url}/v1/{request.match_info['path']}"
             try:
                 upstream = await self.session.request(
-                    request.method, url, data=body, headers=headers, params=request.query, timeout=self.timeout
+                    request.method, url, data=body, headers=headers, params=request.query or None, timeout=self.timeout
                 )
             except aiohttp.SocketTimeoutError:  # connected, but no answer in time: slow, not dead
                 raise Refusal(
@@ -505,6 +505,8 @@ def run(*, host: str, port: int, redis_url: str = "", reuse_port: bool = False) 
     """Serve until SIGTERM/SIGINT; then finish the calls in flight and flush the tallies."""
     gateway = Gateway(redis_url=redis_url)
     signal.signal(signal.SIGPIPE, signal.SIG_IGN)
+    import uvloop  # a faster event loop than asyncio's own
+
     web.run_app(
         gateway.app(),
         host=host,
@@ -514,4 +516,5 @@ def run(*, host: str, port: int, redis_url: str = "", reuse_port: bool = False) 
         print=None,
         shutdown_timeout=settings.GATEWAY_SHUTDOWN_SECONDS,
         handle_signals=True,
+        loop=uvloop.new_event_loop(),
     )

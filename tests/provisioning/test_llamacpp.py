@@ -111,7 +111,7 @@ def test_smollm2_is_served_by_llama_cpp_through_the_gateway_and_metered_exactly(
         "POST",
         f"{gateway.url}/serve/{deployment.slug}/v1/chat/completions",
         content=json.dumps({**ASK, "stream": True}),
-        headers={"Authorization": f"Bearer {secret}"},
+        headers={"Authorization": f"Bearer {secret}", "Content-Type": "application/json"},
         timeout=120,
     ) as streamed:
         assert streamed.status_code == 200 and streamed.headers["content-type"].startswith("text/event-stream")
