@@ -1,6 +1,7 @@
 """Redis for real, as when scaled out: with REDIS_URL set, django-q2's Redis broker carries a scheduling cycle and a
 provisioning run to a real qcluster (the gateway's use of Redis, rate limit and control-plane signal across two
-gateway processes, is in test_gateway.py). Uses its own Redis database (REDIS_TEST_URL, default DB 7) and flushes only that one; no Redis fails."""
+gateway processes, is in test_gateway.py). Uses its own Redis database (REDIS_TEST_URL, default DB 7) and flushes
+only that one; no Redis fails."""
 
 import os
 
