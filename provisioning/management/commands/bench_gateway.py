@@ -153,6 +153,7 @@ def _engine(gateway_port: int, seconds: float) -> dict:
 
 def _tokens_per_second(url: str, headers: dict, seconds: float) -> float:
     body = {**BODY, "max_tokens": ENGINE_MAX_TOKENS, "temperature": 0}
+    httpx.post(url, json=body, headers=headers, timeout=120).raise_for_status()  # warm-up: the first call loads pages
     tokens, deadline = 0, time.monotonic() + seconds
 
     async def client():
