@@ -31,7 +31,7 @@ PUBLIC_BASE_URL ?= http://$(HOST):$(PORT)
 GATEWAY_PORT ?= 8001
 DEMO_ENV := DEBUG=1 PUBLIC_BASE_URL=$(PUBLIC_BASE_URL) GATEWAY_URL=http://$(HOST):$(GATEWAY_PORT)
 
-.PHONY: install browser slurm podman redfish-emulator fuzz-venv llama run run-slurm migrate seed test bench lint format clean
+.PHONY: install browser slurm podman redfish-emulator fuzz-venv llama haproxy run run-slurm migrate seed test bench lint format clean
 
 install: $(STAMP)
 
@@ -60,6 +60,11 @@ podman:
 	@dpkg-query -W -f='$${Status}\n' $(PODMAN_PACKAGES) 2>/dev/null | grep -c "install ok installed" | grep -qx $(words $(PODMAN_PACKAGES)) || { \
 	  echo "Installing Debian's podman for the container backend tests"; \
 	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $(PODMAN_PACKAGES); }
+
+# haproxy is the gateway benchmark's ceiling (a proxy that only proxies, in front of the same upstream).
+haproxy:
+	@command -v haproxy >/dev/null 2>&1 || { echo "Installing Debian's haproxy for the gateway benchmark"; \
+	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq haproxy; }
 
 redfish-emulator: $(REDFISH_STAMP)
 
@@ -123,10 +128,10 @@ run-slurm: seed slurm
 	  $(DEMO_ENV) $(BIN)/python manage.py runserver $(HOST):$(PORT); }
 
 # Runs on PostgreSQL: DATABASE_URL when set, else postgres@127.0.0.1:5432 (config/settings_test.py).
-test: install browser slurm podman redfish-emulator fuzz-venv
+test: install browser slurm podman redfish-emulator fuzz-venv llama haproxy
 	$(BIN)/pytest
 
-bench: install slurm
+bench: install slurm llama haproxy
 	$(BIN)/python -m tests.bench.run
 
 lint: install
