@@ -198,7 +198,8 @@ class Gateway:
             import redis.asyncio
 
             self.redis = redis.asyncio.Redis.from_url(self.redis_url, socket_timeout=2)  # the version poll
-            self.rates = await _RateCounter.connect(self.redis_url)
+            with contextlib.suppress(OSError):  # Redis down at start: calls answer 503 until it is back
+                self.rates = await _RateCounter.connect(self.redis_url)
         await self._reload()
         self.tasks = [asyncio.create_task(self._watch()), asyncio.create_task(self._flushing())]
 
@@ -217,7 +218,8 @@ class Gateway:
         await self.session.close()
         if self.redis is not None:
             await self.redis.aclose()
-            self.rates.close()
+            if self.rates is not None:
+                self.rates.close()
         await asyncio.get_running_loop().run_in_executor(self.db, close_old_connections)
         self.db.shutdown(wait=True)
 
@@ -232,7 +234,8 @@ class Gateway:
         self.snapshot = await self._in_db(routes.snapshot_load)
         budgeted = [r.request_id for r in self.snapshot.routes.values() if r.monthly_token_budget is not None]
         if budgeted:
-            self.db_tokens.update(await self._in_db(usage.tokens_this_month_by_request, budgeted))
+            totals = await self._in_db(usage.tokens_this_month_by_request, budgeted)
+            self.db_tokens.update({request_id: totals.get(request_id, 0) for request_id in budgeted})
 
     async def _watch(self) -> None:
         """Reload the snapshot when the control plane's version moves (Redis), else on a short TTL."""
@@ -285,7 +288,7 @@ class Gateway:
         totals = await self._in_db(usage.tokens_this_month_by_request, budgeted) if budgeted else {}
         for request_id, tokens in flushed.items():
             self.local_tokens[request_id] -= tokens
-        self.db_tokens.update(totals)
+        self.db_tokens.update({request_id: totals.get(request_id, 0) for request_id in budgeted})  # a new month: 0
         await self._note_last_use()
 
     async def _note_last_use(self) -> None:
@@ -336,9 +339,9 @@ class Gateway:
         now = time.time()
         window = int(now // 60)
         counter = f"{RATE_PREFIX}{key.id}:{route.deployment_id}:{window}"
-        if self.rates is not None:
+        if self.redis_url:
             try:
-                if self.rates.transport.is_closing():  # Redis went away (and maybe came back): reconnect
+                if self.rates is None or self.rates.transport.is_closing():  # Redis was away: reconnect
                     self.rates = await _RateCounter.connect(self.redis_url)
                 count = await asyncio.wait_for(self.rates.count(counter), timeout=2.0)
             except (ConnectionError, OSError, TimeoutError):
