@@ -143,4 +143,4 @@ format: install
 	$(BIN)/ruff format .
 
 clean:
-	rm -rf $(VENV) $(REDFISH_VENV) $(FUZZ_VENV) db.sqlite3 staticfiles .pytest_cache .ruff_cache
+	rm -rf $(VENV) $(REDFISH_VENV) $(FUZZ_VENV) $(LLAMA_VENV) db.sqlite3 staticfiles .pytest_cache .ruff_cache
