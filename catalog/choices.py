@@ -34,6 +34,8 @@ class Runtime(models.TextChoices):
 
 
 class ServingRuntime(models.TextChoices):
+    SIMULATED = "simulated", "Simulated (the platform's stand-in server)"
+    LLAMACPP = "llamacpp", "llama.cpp (llama-cpp-python server, CPU)"
     VLLM = "vllm", "vLLM"
     TGI = "tgi", "Text Generation Inference"
     TRITON = "triton", "Triton Inference Server"

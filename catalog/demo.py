@@ -19,6 +19,7 @@ from catalog.models import (
 )
 from catalog.parameters import SSH_PUBLIC_KEY, default_parameter_schema, serving_parameter_schema
 from catalog.services import spec_deprecate
+from catalog.serving_models import SMOLLM2
 from tenancy.models import Project
 
 D = Decimal
@@ -343,7 +344,24 @@ def seed_offerings(catalog: dict, tenants: dict) -> None:
             },
         ),
     ]
+    cpu_template = _upsert(
+        ServingTemplate,
+        {"name": "llama.cpp on CPU, 1 replica"},
+        {
+            "runtime": ServingRuntime.LLAMACPP,
+            "replicas": 1,
+            "context_length": 2048,
+            "max_tokens": 512,
+            "spec": specs["l40s-1x"],
+        },
+    )
     models = [
+        _upsert(
+            ServingModel,
+            {"name": SMOLLM2["name"], "version": SMOLLM2["version"]},
+            {key: value for key, value in SMOLLM2.items() if key not in ("name", "version")},
+            {"templates": [cpu_template]},
+        ),
         _upsert(
             ServingModel,
             {"name": "Llama 3.1 8B Instruct", "version": "3.1"},

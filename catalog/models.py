@@ -303,6 +303,9 @@ class ServingModel(models.Model):
     parameters_billion = models.DecimalField(max_digits=7, decimal_places=2, validators=[MinValueValidator(0)])
     artifact_uri = models.CharField(max_length=300, help_text="Where the weights are mirrored internally.")
     license = models.CharField(max_length=80)
+    checksum_sha256 = models.CharField(
+        max_length=64, blank=True, help_text="SHA-256 of the weights file; the runtime refuses a file that differs."
+    )
     max_context_length = models.PositiveIntegerField(validators=[MinValueValidator(1)])
     min_accelerator_memory_gb = models.PositiveIntegerField(
         "minimum accelerator memory (GiB)", help_text="Memory one replica needs to load."

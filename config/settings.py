@@ -230,6 +230,18 @@ SLURM_SITE = env_str("SLURM_SITE")
 # Model serving: per-key rate limit when the order does not set one, and how long the gateway waits for a replica.
 SERVING_DEFAULT_RATE_LIMIT_PER_MINUTE = env_int("SERVING_DEFAULT_RATE_LIMIT_PER_MINUTE", 600)
 GATEWAY_UPSTREAM_TIMEOUT_SECONDS = env_float("GATEWAY_UPSTREAM_TIMEOUT_SECONDS", 60.0)
+# The gateway data plane (`manage.py run_gateway`, docs/serving.md): where this web server relays /serve/... to (the
+# demo's `make run` starts one beside it), how often a gateway polls Redis for a control-plane change, how long its
+# snapshot lives without Redis, how often it flushes its token tallies, and how long a stop waits for calls in flight.
+GATEWAY_URL = env_str("GATEWAY_URL")
+# The `llamacpp` serving runtime (provisioning/drivers/llamacpp.py): the Python of the venv `make llama` builds, and
+# where its servers' logs go (empty: discarded).
+LLAMACPP_PYTHON = env_str("LLAMACPP_PYTHON", str(BASE_DIR / ".venv-llama" / "bin" / "python"))
+LLAMACPP_LOG_DIR = env_str("LLAMACPP_LOG_DIR")
+GATEWAY_POLL_SECONDS = env_float("GATEWAY_POLL_SECONDS", 0.1)
+GATEWAY_SNAPSHOT_TTL_SECONDS = env_float("GATEWAY_SNAPSHOT_TTL_SECONDS", 0.5)
+GATEWAY_FLUSH_SECONDS = env_float("GATEWAY_FLUSH_SECONDS", 1.0)
+GATEWAY_SHUTDOWN_SECONDS = env_float("GATEWAY_SHUTDOWN_SECONDS", 10.0)
 
 # Input limits (docs/architecture.md, "Input limits"). Bodies over REQUEST_MAX_BODY_BYTES get a JSON 413 (read and
 # discarded up to REQUEST_DRAIN_MAX_BYTES, so the keep-alive connection survives) and query strings over

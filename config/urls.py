@@ -5,7 +5,7 @@ from rest_framework.authtoken.views import obtain_auth_token
 
 from config.metrics import metrics
 from config.views import healthz, not_found
-from provisioning.serving import gateway
+from provisioning.serving import relay
 from requests.views import SignInView
 
 api_v1 = [
@@ -30,7 +30,7 @@ urlpatterns = [
     path("api/v1/", include(api_v1)),
     path("api/schema/", SpectacularAPIView.as_view(), name="api-schema"),
     path("api/docs/", SpectacularSwaggerView.as_view(url_name="api-schema"), name="api-docs"),
-    re_path(r"^serve/(?P<slug>[-\w]+)/v1/(?P<path>.*)$", gateway.serve, name="serving-gateway"),
+    re_path(r"^serve/(?P<slug>[-\w]+)/v1/(?P<path>.*)$", relay.serve, name="serving-gateway"),
     path("healthz", healthz, name="healthz"),
     path("metrics", metrics, name="metrics"),
     re_path(r"^api/", not_found),  # unknown API paths answer in the API's error shape, DEBUG or not

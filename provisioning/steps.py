@@ -24,6 +24,7 @@ from provisioning.serving.deployments import (
     probe,
     replica_devices,
 )
+from provisioning.serving.routes import routes_changed
 from requests.choices import EventCode
 from requests.services import record_event
 from scheduling.allocations import allocation_adopt_backend_binding
@@ -53,7 +54,7 @@ class StepContext:
 
     @cached_property
     def inference(self):
-        return serving_driver()
+        return serving_driver((self.snapshot.get("serving") or {}).get("runtime", "simulated"))
 
     @property
     def snapshot(self) -> dict:
@@ -473,4 +474,5 @@ def stop_replicas(ctx: StepContext) -> dict:
     replicas = list(ServingReplica.objects.filter(deployment__request=ctx.run.request))
     stopped = {replica.name: ctx.inference.stop_inference(ctx.target, replica.pid) for replica in replicas}
     ServingReplica.objects.filter(pk__in=[replica.pk for replica in replicas]).update(healthy=False, pid=None)
+    routes_changed()
     return {"stopped": stopped}

@@ -67,3 +67,20 @@ def connect() -> None:
     request_preempted.connect(teardown_after_preemption, dispatch_uid="provisioning.teardown_on_preemption")
     request_extended.connect(extend_after_approval, dispatch_uid="provisioning.extend_on_approval")
     post_migrate.connect(ensure_schedules, dispatch_uid="provisioning.ensure_schedules")
+    _tell_gateways_on_change()
+
+
+def _tell_gateways_on_change() -> None:
+    """Any saved or deleted key, deployment or replica (services, admin, steps) makes the gateways reload their
+    snapshot after commit; the few bulk updates call routes_changed() themselves."""
+    from django.db.models.signals import post_delete, post_save
+
+    from provisioning.models import ApiKey, ServingDeployment, ServingReplica
+    from provisioning.serving.routes import routes_changed
+
+    def changed(**_kwargs):
+        routes_changed()
+
+    for model in (ApiKey, ServingDeployment, ServingReplica):
+        post_save.connect(changed, sender=model, weak=False, dispatch_uid=f"gateway.{model.__name__}.saved")
+        post_delete.connect(changed, sender=model, weak=False, dispatch_uid=f"gateway.{model.__name__}.deleted")

@@ -421,6 +421,7 @@ def approved_snapshot(request: ResourceRequest) -> dict:
             "model": str(request.serving_model),
             "model_name": request.serving_model.name,
             "artifact_uri": request.serving_model.artifact_uri,
+            "checksum_sha256": request.serving_model.checksum_sha256,
             "runtime": request.serving_template.runtime,
             "replicas": request.serving_template.replicas,
             "context_length": request.serving_template.context_length,

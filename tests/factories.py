@@ -194,7 +194,7 @@ class ServingTemplateFactory(factory.django.DjangoModelFactory):
         model = ServingTemplate
 
     name = factory.Sequence(lambda n: f"Template {n}")
-    runtime = "vllm"
+    runtime = "simulated"
     replicas = 1
     context_length = 8192
     max_tokens = 1024

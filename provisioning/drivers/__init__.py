@@ -43,8 +43,13 @@ def in_band_driver() -> InBandDriver:
     return SimulatedHost()
 
 
-def serving_driver() -> ServingDriver:
-    # Inference servers run as local processes (the project's stand-in engine) until a serving runtime is named.
+def serving_driver(runtime: str = "simulated") -> ServingDriver:
+    """The driver of a serving template's runtime: `llamacpp` runs llama.cpp's server per replica; `simulated` (and,
+    until they have drivers of their own, vllm, tgi, triton, mindie) the project's stand-in OpenAI-compatible server."""
+    if runtime == "llamacpp":
+        from provisioning.drivers.llamacpp import LlamaCppServing
+
+        return LlamaCppServing()
     from provisioning.drivers.simulated import SimulatedHost
 
     return SimulatedHost()

@@ -13,6 +13,7 @@ from django.utils.text import slugify
 from provisioning.choices import DeploymentState
 from provisioning.drivers.base import StepPending, Target
 from provisioning.models import ServingDeployment, ServingReplica
+from provisioning.serving.routes import routes_changed
 
 HEALTH_TIMEOUT_SECONDS = 2.0
 
@@ -86,11 +87,12 @@ def example_curl(url: str, model: str, api_key: str = "$API_KEY") -> str:
 
 
 def probe(replica: ServingReplica) -> str:
-    """ "" when the replica answers its health check, else why not."""
+    """ "" when the replica answers its readiness check (GET /v1/models: every OpenAI-compatible runtime has it, and
+    llama.cpp's server, which has no /health, only listens once its model is loaded), else why not."""
     if not replica.url:
         return "not started"
     try:
-        answer = httpx.get(f"{replica.url}/health", timeout=HEALTH_TIMEOUT_SECONDS)
+        answer = httpx.get(f"{replica.url}/v1/models", timeout=HEALTH_TIMEOUT_SECONDS)
     except httpx.HTTPError as error:
         return f"unreachable: {type(error).__name__}"
     return "" if answer.status_code == 200 else f"health check answered {answer.status_code}"
@@ -98,13 +100,16 @@ def probe(replica: ServingReplica) -> str:
 
 def replicas_check(replicas: list[ServingReplica]) -> list[ServingReplica]:
     """Probe each replica and store its health; returns those that are down."""
-    now, down = timezone.now(), []
+    now, down, moved = timezone.now(), [], False
     for replica in replicas:
         problem = probe(replica)
+        moved = moved or replica.healthy == bool(problem)
         replica.healthy, replica.last_error, replica.checked_at = not problem, problem[:300], now
         if problem:
             down.append(replica)
     ServingReplica.objects.bulk_update(replicas, ["healthy", "last_error", "checked_at"])
+    if moved:
+        routes_changed()  # a replica left or came back into rotation
     return down
 
 
@@ -117,11 +122,14 @@ def await_replicas(deployment: ServingDeployment) -> dict:
     return {"replicas": list(deployment.replicas.values_list("name", flat=True))}
 
 
-def replica_failed(replica: ServingReplica, reason: str) -> None:
-    """The gateway could not reach it: take it out of rotation until a health check finds it answering."""
-    ServingReplica.objects.filter(pk=replica.pk).update(
+@transaction.atomic
+def replica_failed(*, replica_id: int, reason: str) -> None:
+    """The gateway could not reach it: take it out of rotation until a health check finds it answering (the one
+    write a gateway asks of the control plane besides metering)."""
+    ServingReplica.objects.filter(pk=replica_id).update(
         healthy=False, last_error=reason[:300], checked_at=timezone.now()
     )
+    routes_changed()
 
 
 def serving_replicas_check() -> int:

@@ -1,39 +1,57 @@
-"""The gateway: /serve/<deployment>/v1/... authenticates a project API key, enforces the key's rate limit and the
-deployment's monthly token budget, balances over healthy replicas (failing over when one does not answer),
-streams the answer through, and meters the tokens each answer reports in its `usage`.
+"""The gateway data plane: /serve/<deployment>/v1/... in its own asyncio process (aiohttp server, aiohttp client
+to the replicas), `python manage.py run_gateway`. Run as many as the load needs behind the load balancer.
 
-A sync view on a shared httpx connection pool: under WSGI each request holds a worker thread; under ASGI Django
-runs it in its thread pool. Nothing is kept in process memory between requests but connections and the cache.
+Per call, nothing touches the database:
+1. the key is found by the SHA-256 of the secret in the in-process snapshot (routes.py: keys, deployments, healthy
+   replicas, budgets; reloaded when the control plane bumps the version in Redis, else every 0.5 s);
+2. the rate limit is one Redis round trip (a Lua INCR + EXPIRE on a one-minute window per key and deployment); with
+   no Redis it is counted in this process only (N gateways then allow N times the limit);
+3. the token budget is checked against a counter: the ledger's month total, re-read after every flush, plus what
+   this process served since;
+4. round robin over the healthy replicas; one that refuses the connection is dropped from this process's rotation
+   at once and reported to the control plane (deployments.replica_failed, which marks it down with the reason and
+   makes every gateway reload); the call fails over to the next one;
+5. the answer is relayed (server-sent events line by line, as they come) and its `usage` added to an in-memory
+   tally, flushed to metering.TokenUsage at least every second and on SIGTERM. A crash loses at most the last
+   second of counts. A streamed answer without `usage` (llama.cpp's) is counted here: see `_StreamCount`.
+
+Errors are {code, message, details}: 401 invalid_api_key, 403 key_not_for_this_deployment, 404 unknown_deployment,
+429 rate_limited (Retry-After) / token_budget_exhausted, 502 no_healthy_replica / upstream_unavailable,
+504 upstream_timeout.
 """
 
+import asyncio
+import collections
+import contextlib
+import hashlib
 import itertools
 import json
 import logging
 import math
+import signal
+import socket
 import time
+from collections import defaultdict
+from concurrent.futures import ThreadPoolExecutor
+from urllib.parse import urlsplit
 
-import httpx
+import aiohttp
+from aiohttp import web
 from django.conf import settings
-from django.core.cache import cache
-from django.db.models import Prefetch
-from django.http import HttpResponse, JsonResponse, StreamingHttpResponse
+from django.db import close_old_connections
 from django.utils import timezone
-from django.views.decorators.csrf import csrf_exempt
+from yarl import URL
 
-from provisioning.choices import DeploymentState
-from provisioning.models import ApiKey, ServingDeployment, ServingReplica
-from provisioning.serving import usage
-from provisioning.serving.deployments import replica_failed
-from provisioning.serving.keys import api_key_authenticate
+from provisioning.serving import routes, usage
 
 logger = logging.getLogger(__name__)
 
-FORWARDED_HEADERS = ("content-type", "accept")
-_client = httpx.Client(
-    timeout=httpx.Timeout(settings.GATEWAY_UPSTREAM_TIMEOUT_SECONDS, connect=2.0),
-    limits=httpx.Limits(max_connections=500, max_keepalive_connections=200),
-)
-_turns = itertools.count()
+FORWARDED_HEADERS = ("Content-Type", "Accept")
+# One INCR and, on a window's first call, its EXPIRE: one round trip.
+RATE_SCRIPT = "local n = redis.call('INCR', KEYS[1]) if n == 1 then redis.call('EXPIRE', KEYS[1], 120) end return n"
+RATE_PREFIX = "gateway:rate:"
+LAST_USE_EVERY_SECONDS = 60.0
+SAFETY_RELOAD_SECONDS = 5.0
 
 
 class Refusal(Exception):
@@ -41,179 +59,480 @@ class Refusal(Exception):
         super().__init__(message)
         self.status, self.code, self.message, self.headers, self.details = status, code, message, headers or {}, details
 
-    def response(self) -> JsonResponse:
-        answer = JsonResponse({"code": self.code, "message": self.message, "details": self.details}, status=self.status)
-        for name, value in self.headers.items():
-            answer[name] = value
-        return answer
+    def response(self) -> web.Response:
+        body = json.dumps({"code": self.code, "message": self.message, "details": self.details})
+        return web.Response(text=body, status=self.status, content_type="application/json", headers=self.headers)
 
 
-@csrf_exempt
-def serve(request, slug: str, path: str):
-    try:
-        key, deployment = _admit(request, slug)
-        return _forward(request, key, deployment, path)
-    except Refusal as refusal:
-        return refusal.response()
+class _RateCounter(asyncio.Protocol):
+    """The rate-limit counter on one pipelined Redis connection: each call sends one EVAL (INCR, and EXPIRE on a
+    window's first call) and awaits its integer reply: one round trip; the calls of one event-loop turn go out in
+    one write and their replies come back in one read. (redis-py's asyncio client costs several times the CPU a
+    call, and at thousands of calls a second the gateway's CPU is the budget.)"""
 
+    def __init__(self):
+        self.transport = None
+        self.waiting: collections.deque[asyncio.Future] = collections.deque()
+        self.buffer = b""
+        self.outgoing: list[bytes] = []  # commands of this loop turn, sent in one write (one syscall for many calls)
 
-def _admit(request, slug: str) -> tuple[ApiKey, ServingDeployment]:
-    secret = request.headers.get("Authorization", "").removeprefix("Bearer ").strip()
-    key = api_key_authenticate(secret) if secret else None
-    if key is None:
-        raise Refusal(401, "invalid_api_key", "Send a valid, unrevoked project API key as 'Authorization: Bearer'.")
-    deployment = (
-        ServingDeployment.objects.filter(slug=slug, state=DeploymentState.SERVING)
-        .prefetch_related(
-            Prefetch(
-                "replicas",
-                queryset=ServingReplica.objects.filter(healthy=True).order_by("name"),
-                to_attr="healthy_replicas",
-            )
-        )
-        .first()
-    )
-    if deployment is None:
-        raise Refusal(404, "unknown_deployment", f"No deployment '{slug}' is serving.")
-    if key.project_id != deployment.project_id:
-        raise Refusal(403, "key_not_for_this_deployment", "This key belongs to another project.")
-    _check_rate(key, deployment)
-    _check_budget(deployment)
-    _note_use(key)
-    return key, deployment
+    @classmethod
+    async def connect(cls, url: str) -> "_RateCounter":
+        parts = urlsplit(url)
+        loop = asyncio.get_running_loop()
+        _transport, counter = await loop.create_connection(cls, parts.hostname or "127.0.0.1", parts.port or 6379)
+        database = (parts.path or "/0").strip("/") or "0"
+        if parts.password:
+            await counter._send(["AUTH", *([parts.username] if parts.username else []), parts.password])
+        await counter._send(["SELECT", database])
+        return counter
 
+    def connection_made(self, transport):
+        self.transport = transport
+        sock = transport.get_extra_info("socket")
+        if sock is not None:  # small writes back to back: Nagle + delayed ACK would stall each by ~40 ms
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
 
-def _note_use(key: ApiKey) -> None:
-    """Last use to the minute: one UPDATE a minute per key, not one per call."""
-    now = timezone.now()
-    if key.last_used_at is None or (now - key.last_used_at).total_seconds() >= 60:
-        ApiKey.objects.filter(pk=key.pk).update(last_used_at=now)
+    def connection_lost(self, exc):
+        while self.waiting:
+            future = self.waiting.popleft()
+            if not future.done():
+                future.set_exception(ConnectionError("Redis closed the connection"))
 
+    def data_received(self, data: bytes):
+        self.buffer += data
+        while (end := self.buffer.find(b"\r\n")) >= 0:
+            line, self.buffer = self.buffer[:end], self.buffer[end + 2 :]
+            future = self.waiting.popleft()
+            if future.done():
+                continue
+            if line[:1] == b":":
+                future.set_result(int(line[1:]))
+            elif line[:1] == b"+":
+                future.set_result(line[1:].decode())
+            else:
+                future.set_exception(ConnectionError(f"Redis: {line.decode(errors='replace')}"))
 
-def _check_rate(key: ApiKey, deployment: ServingDeployment) -> None:
-    """A fixed one-minute window per key and deployment, counted in the shared cache."""
-    now = time.time()
-    window = int(now // 60)
-    counter = f"gateway:rate:{key.pk}:{deployment.pk}:{window}"
-    cache.add(counter, 0, timeout=120)
-    if cache.incr(counter) > deployment.rate_limit_per_minute:
-        retry_after = max(1, math.ceil((window + 1) * 60 - now))
-        raise Refusal(
-            429,
-            "rate_limited",
-            f"More than {deployment.rate_limit_per_minute} requests a minute with this key.",
-            headers={"Retry-After": str(retry_after)},
-            limit=deployment.rate_limit_per_minute,
-            retry_after=retry_after,
-        )
+    def _send(self, words: list) -> asyncio.Future:
+        encoded = [word if isinstance(word, bytes) else str(word).encode() for word in words]
+        command = b"*%d\r\n" % len(encoded) + b"".join(b"$%d\r\n%s\r\n" % (len(w), w) for w in encoded)
+        loop = asyncio.get_running_loop()
+        future = loop.create_future()
+        self.waiting.append(future)
+        if not self.outgoing:
+            loop.call_soon(self._write)
+        self.outgoing.append(command)
+        return future
 
+    def _write(self):
+        outgoing, self.outgoing = self.outgoing, []
+        if self.transport is not None and not self.transport.is_closing():
+            self.transport.write(b"".join(outgoing))
 
-def _check_budget(deployment: ServingDeployment) -> None:
-    if deployment.monthly_token_budget is None:
-        return
-    used = usage.tokens_this_month(deployment)
-    if used >= deployment.monthly_token_budget:
-        raise Refusal(
-            429,
-            "token_budget_exhausted",
-            f"The deployment's monthly token budget "
-            f"({deployment.monthly_token_budget}) is used up; it renews on the 1st.",
-            budget=deployment.monthly_token_budget,
-            used=used,
-        )
-
-
-def _forward(request, key: ApiKey, deployment: ServingDeployment, path: str):
-    replicas = deployment.healthy_replicas
-    if not replicas:
-        raise Refusal(
-            502, "no_healthy_replica", "No replica of this deployment is healthy right now.", deployment=deployment.slug
-        )
-    start = next(_turns) % len(replicas)
-    for replica in replicas[start:] + replicas[:start]:  # round robin, then fail over
-        try:
-            upstream = _send(request, replica, path)
-        except httpx.TransportError as error:
-            replica_failed(replica, f"gateway could not reach it: {type(error).__name__}")
-            logger.warning("Replica %s failed: %s", replica, error)
-            continue
-        return _relay(upstream, key, deployment)
-    raise Refusal(
-        502,
-        "upstream_unavailable",
-        "No replica answered; they are marked unhealthy until they recover.",
-        deployment=deployment.slug,
-    )
-
-
-def _send(request, replica: ServingReplica, path: str) -> httpx.Response:
-    headers = {name: request.headers[name] for name in FORWARDED_HEADERS if name in request.headers}
-    upstream = _client.build_request(
-        request.method, f"{replica.url}/v1/{path}", content=request.body, headers=headers, params=request.GET
-    )
-    return _client.send(upstream, stream=True)
-
-
-def _relay(upstream: httpx.Response, key: ApiKey, deployment: ServingDeployment):
-    content_type = upstream.headers.get("content-type", "application/json")
-    if content_type.startswith("text/event-stream"):
-        answer = StreamingHttpResponse(
-            _stream(upstream, key, deployment), status=upstream.status_code, content_type=content_type
-        )
-        answer["Cache-Control"] = "no-cache"
-        answer["X-Accel-Buffering"] = "no"
-        return answer
-    try:
-        body = upstream.read()
-    finally:
-        upstream.close()
-    answer = MeteredResponse(body, status=upstream.status_code, content_type=content_type)
-    if upstream.status_code == 200:
-        answer.meter = lambda: _meter(key, deployment, _usage_of(body))
-    return answer
-
-
-class MeteredResponse(HttpResponse):
-    """Meters once the server has sent the body (WSGI servers close the response then): the client does not
-    wait for the ledger write."""
-
-    meter = None
+    def count(self, key: str) -> asyncio.Future:
+        return self._send([b"EVAL", RATE_SCRIPT.encode(), b"1", key.encode()])
 
     def close(self):
-        super().close()
-        if self.meter is not None:
-            meter, self.meter = self.meter, None
-            meter()
+        if self.transport is not None:
+            self.transport.close()
 
 
-def _stream(upstream: httpx.Response, key: ApiKey, deployment: ServingDeployment):
-    """Pass the events through as they come; the last `usage` seen is what the answer cost."""
-    found = None
-    try:
-        for line in upstream.iter_lines():
-            if line.startswith("data: {") and '"usage"' in line:
-                found = _usage_of(line.removeprefix("data: ")) or found
-            yield f"{line}\n".encode()
-    except httpx.TransportError as error:
-        logger.warning("Stream from %s broke: %s", deployment.slug, error)
-    finally:
-        upstream.close()
-        _meter(key, deployment, found)
+class _StreamCount:
+    """The completion tokens of a streamed answer that reports no `usage` (llama.cpp's server never does): its
+    content deltas. llama.cpp's server sends one event per sampled token (it holds text back only while it could
+    still be a stop string or an incomplete UTF-8 character), so the events are the sampled tokens, with no second
+    pass; re-tokenizing the assembled text would cost a call per answer and can disagree with what was sampled.
+    The prompt's tokens are asked of the replica's tokenizer (Gateway._prompt_tokens). docs/serving.md, "Streaming
+    usage"."""
+
+    __slots__ = ("completion",)
+
+    def __init__(self):
+        self.completion = 0
+
+    def add(self, event: dict) -> None:
+        for choice in event.get("choices") or ():
+            delta = choice.get("delta")
+            text = delta.get("content") if isinstance(delta, dict) else choice.get("text")
+            if text:
+                self.completion += 1
 
 
-def _usage_of(body) -> dict | None:
+class Gateway:
+    def __init__(self, *, redis_url: str = ""):
+        self.redis_url = redis_url
+        self.redis = None
+        self.rates: _RateCounter | None = None
+        self.snapshot = routes.Snapshot(routes={}, keys={}, loaded_at=0.0)
+        self.version = None
+        self.turns = itertools.count()
+        self.db = ThreadPoolExecutor(max_workers=1, thread_name_prefix="gateway-db")
+        self.local_rates: dict[str, int] = {}
+        self.tally: dict[tuple, list] = {}
+        self.db_tokens: dict[int, int] = {}  # this month's ledger total per request, as of the last flush
+        self.local_tokens: dict[int, int] = defaultdict(int)  # served by this process, not in db_tokens yet
+        self.last_use: dict[str, float] = {}
+        self.last_use_written: dict[str, float] = {}
+        self.session: aiohttp.ClientSession | None = None
+        self.tasks: list[asyncio.Task] = []
+        self.counting: set[asyncio.Task] = set()  # streamed answers whose prompt tokens are being counted
+        self.today, self.today_until = None, 0.0
+        timeout = settings.GATEWAY_UPSTREAM_TIMEOUT_SECONDS
+        self.timeout = aiohttp.ClientTimeout(total=None, sock_connect=2.0, sock_read=timeout)
+
+    # --- lifecycle ---------------------------------------------------------------------------------------------
+
+    def app(self) -> web.Application:
+        app = web.Application(client_max_size=settings.REQUEST_MAX_BODY_BYTES)
+        app.router.add_route("*", "/serve/{slug}/v1/{path:.*}", self.serve)
+        app.router.add_get("/healthz", self.healthz)
+        app.on_startup.append(self._start)
+        app.on_shutdown.append(self._shutdown)
+        app.on_cleanup.append(self._cleanup)
+        return app
+
+    async def _start(self, _app) -> None:
+        self.session = aiohttp.ClientSession(
+            connector=aiohttp.TCPConnector(limit=1000, limit_per_host=0, keepalive_timeout=30),
+            auto_decompress=False,
+            skip_auto_headers=("User-Agent", "Accept", "Accept-Encoding"),
+            timeout=self.timeout,
+        )
+        if self.redis_url:
+            import redis.asyncio
+
+            self.redis = redis.asyncio.Redis.from_url(self.redis_url, socket_timeout=2)  # the version poll
+            with contextlib.suppress(OSError):  # Redis down at start: calls answer 503 until it is back
+                self.rates = await _RateCounter.connect(self.redis_url)
+        await self._reload()
+        self.tasks = [asyncio.create_task(self._watch()), asyncio.create_task(self._flushing())]
+
+    async def _shutdown(self, _app) -> None:
+        for task in self.tasks:
+            task.cancel()
+        for task in self.tasks:
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+
+    async def _cleanup(self, _app) -> None:
+        """After the in-flight calls ended: the last tallies go to the ledger, so a clean stop loses nothing."""
+        if self.counting:
+            await asyncio.wait(set(self.counting), timeout=settings.GATEWAY_SHUTDOWN_SECONDS)
+        await self._flush()
+        await self.session.close()
+        if self.redis is not None:
+            await self.redis.aclose()
+            if self.rates is not None:
+                self.rates.close()
+        await asyncio.get_running_loop().run_in_executor(self.db, close_old_connections)
+        self.db.shutdown(wait=True)
+
+    async def _in_db(self, function, *args):
+        def run():
+            close_old_connections()
+            return function(*args)
+
+        return await asyncio.get_running_loop().run_in_executor(self.db, run)
+
+    async def _reload(self) -> None:
+        self.snapshot = await self._in_db(routes.snapshot_load)
+        budgeted = [r.request_id for r in self.snapshot.routes.values() if r.monthly_token_budget is not None]
+        if budgeted:
+            totals = await self._in_db(usage.tokens_this_month_by_request, budgeted)
+            self.db_tokens.update({request_id: totals.get(request_id, 0) for request_id in budgeted})
+
+    async def _watch(self) -> None:
+        """Reload the snapshot when the control plane's version moves (Redis), else on a short TTL."""
+        while True:
+            try:
+                if self.redis is not None:
+                    await asyncio.sleep(settings.GATEWAY_POLL_SECONDS)
+                    version = await self.redis.get(routes.ROUTES_VERSION_KEY)
+                    stale = time.monotonic() - self.snapshot.loaded_at > SAFETY_RELOAD_SECONDS
+                    if version != self.version or stale:
+                        self.version = version
+                        await self._reload()
+                else:
+                    await asyncio.sleep(settings.GATEWAY_SNAPSHOT_TTL_SECONDS)
+                    await self._reload()
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                logger.exception("Gateway snapshot reload failed; serving the previous one")
+                await asyncio.sleep(1.0)
+
+    async def _flushing(self) -> None:
+        while True:
+            await asyncio.sleep(settings.GATEWAY_FLUSH_SECONDS)
+            try:
+                await self._flush()
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                logger.exception("Gateway metering flush failed; keeping the tallies for the next one")
+
+    async def _flush(self) -> None:
+        tally, self.tally = self.tally, {}
+        tallies = [
+            usage.Tally(request_id, project_id, model, prefix, day, n, prompt, completion)
+            for (request_id, prefix, day), (project_id, model, n, prompt, completion) in tally.items()
+        ]
+        try:
+            await self._in_db(usage.tokens_flush, tallies)
+        except BaseException:
+            for key, row in tally.items():  # back into the tally: the next flush tries again
+                mine = self.tally.setdefault(key, [row[0], row[1], 0, 0, 0])
+                for i in (2, 3, 4):
+                    mine[i] += row[i]
+            raise
+        flushed = defaultdict(int)
+        for t in tallies:
+            flushed[t.request_id] += t.prompt + t.completion
+        budgeted = [r.request_id for r in self.snapshot.routes.values() if r.monthly_token_budget is not None]
+        totals = await self._in_db(usage.tokens_this_month_by_request, budgeted) if budgeted else {}
+        for request_id, tokens in flushed.items():
+            self.local_tokens[request_id] -= tokens
+        self.db_tokens.update({request_id: totals.get(request_id, 0) for request_id in budgeted})  # a new month: 0
+        await self._note_last_use()
+
+    async def _note_last_use(self) -> None:
+        now = time.time()
+        due = {
+            prefix: at
+            for prefix, at in self.last_use.items()
+            if at - self.last_use_written.get(prefix, 0.0) >= LAST_USE_EVERY_SECONDS
+        }
+        if due:
+            from provisioning.serving.keys import api_keys_used
+
+            await self._in_db(api_keys_used, due)
+            self.last_use_written.update(dict.fromkeys(due, now))
+
+    # --- one call ------------------------------------------------------------------------------------------------
+
+    async def healthz(self, _request) -> web.Response:
+        return web.json_response({"status": "ok", "routes": len(self.snapshot.routes)})
+
+    async def serve(self, request: web.Request) -> web.StreamResponse:
+        try:
+            key, route = self._admit(request)
+            await self._check_rate(key, route)
+            self._check_budget(route)
+            return await self._forward(request, key, route)
+        except Refusal as refusal:
+            return refusal.response()
+
+    def _admit(self, request: web.Request) -> tuple[routes.Key, routes.Route]:
+        secret = request.headers.get("Authorization", "").removeprefix("Bearer ").strip()
+        key = (
+            self.snapshot.keys.get(hashlib.sha256(secret.encode(errors="surrogatepass")).hexdigest())
+            if secret
+            else None
+        )
+        if key is None or (key.expires_at is not None and key.expires_at <= time.time()):
+            raise Refusal(401, "invalid_api_key", "Send a valid, unrevoked project API key as 'Authorization: Bearer'.")
+        slug = request.match_info["slug"]
+        route = self.snapshot.routes.get(slug)
+        if route is None:
+            raise Refusal(404, "unknown_deployment", f"No deployment '{slug}' is serving.")
+        if key.project_id != route.project_id:
+            raise Refusal(403, "key_not_for_this_deployment", "This key belongs to another project.")
+        return key, route
+
+    async def _check_rate(self, key: routes.Key, route: routes.Route) -> None:
+        now = time.time()
+        window = int(now // 60)
+        counter = f"{RATE_PREFIX}{key.id}:{route.deployment_id}:{window}"
+        if self.redis_url:
+            try:
+                if self.rates is None or self.rates.transport.is_closing():  # Redis was away: reconnect
+                    self.rates = await _RateCounter.connect(self.redis_url)
+                count = await asyncio.wait_for(self.rates.count(counter), timeout=2.0)
+            except (ConnectionError, OSError, TimeoutError):
+                raise Refusal(
+                    503, "rate_limiter_unavailable", "The rate limiter (Redis) did not answer; try again shortly."
+                ) from None
+        else:
+            count = self.local_rates.get(counter, 0) + 1
+            if count == 1:
+                self.local_rates = {k: v for k, v in self.local_rates.items() if k.endswith(f":{window}")}
+            self.local_rates[counter] = count
+        if count > route.rate_limit_per_minute:
+            retry_after = max(1, math.ceil((window + 1) * 60 - now))
+            raise Refusal(
+                429,
+                "rate_limited",
+                f"More than {route.rate_limit_per_minute} requests a minute with this key.",
+                headers={"Retry-After": str(retry_after)},
+                limit=route.rate_limit_per_minute,
+                retry_after=retry_after,
+            )
+
+    def _check_budget(self, route: routes.Route) -> None:
+        if route.monthly_token_budget is None:
+            return
+        used = self.db_tokens.get(route.request_id, 0) + self.local_tokens.get(route.request_id, 0)
+        if used >= route.monthly_token_budget:
+            raise Refusal(
+                429,
+                "token_budget_exhausted",
+                f"The deployment's monthly token budget ({route.monthly_token_budget}) is used up; "
+                "it renews on the 1st.",
+                budget=route.monthly_token_budget,
+                used=used,
+            )
+
+    async def _forward(self, request: web.Request, key: routes.Key, route: routes.Route) -> web.StreamResponse:
+        replicas = route.replicas
+        if not replicas:
+            raise Refusal(
+                502, "no_healthy_replica", "No replica of this deployment is healthy right now.", deployment=route.slug
+            )
+        body = await request.read()
+        headers = {name: request.headers[name] for name in FORWARDED_HEADERS if name in request.headers}
+        start = next(self.turns) % len(replicas)
+        for replica in replicas[start:] + replicas[:start]:  # round robin, then fail over
+            url = URL(f"{replica.url}/v1/{request.match_info['path']}", encoded=True)  # already a valid URL
+            try:
+                upstream = await self.session.request(
+                    request.method, url, data=body, headers=headers, params=request.query or None
+                )
+            except aiohttp.SocketTimeoutError:  # connected, but no answer in time: slow, not dead
+                raise Refusal(
+                    504, "upstream_timeout", "The replica did not answer in time.", replica=replica.name
+                ) from None
+            except (aiohttp.ClientConnectionError, OSError) as error:  # refused, reset, connect timeout: down
+                self._replica_down(route, replica, f"gateway could not reach it: {type(error).__name__}")
+                continue
+            try:
+                return await self._relay(request, upstream, key, route, replica, body)
+            finally:
+                upstream.release()
+        raise Refusal(
+            502,
+            "upstream_unavailable",
+            "No replica answered; they are marked unhealthy until they recover.",
+            deployment=route.slug,
+        )
+
+    def _replica_down(self, route: routes.Route, replica: routes.Replica, reason: str) -> None:
+        logger.warning("Replica %s/%s failed: %s", route.slug, replica.name, reason)
+        route.replicas = [r for r in route.replicas if r.id != replica.id]  # out of this process's rotation now
+        from provisioning.serving.deployments import replica_failed
+
+        future = asyncio.get_running_loop().run_in_executor(
+            self.db, lambda: (close_old_connections(), replica_failed(replica_id=replica.id, reason=reason))
+        )
+        future.add_done_callback(lambda f: f.exception() and logger.error("Could not mark %s down", replica.name))
+
+    async def _relay(self, request, upstream, key, route, replica, sent: bytes) -> web.StreamResponse:
+        content_type = upstream.headers.get("Content-Type", "application/json")
+        if content_type.startswith("text/event-stream"):
+            return await self._stream(request, upstream, key, route, replica, sent)
+        try:
+            body = await upstream.read()
+        except (aiohttp.ClientError, TimeoutError) as error:
+            raise Refusal(
+                502, "upstream_unavailable", f"The replica broke off its answer: {type(error).__name__}"
+            ) from None
+        if upstream.status == 200:
+            found = _usage_of(body)
+            if found:
+                self._meter(key, route, int(found.get("prompt_tokens", 0)), int(found.get("completion_tokens", 0)))
+        answer = web.Response(body=body, status=upstream.status)
+        answer.headers["Content-Type"] = content_type
+        return answer
+
+    async def _stream(self, request, upstream, key, route, replica, sent: bytes) -> web.StreamResponse:
+        """Each event is written (and so sent) as it arrives; the last `usage` seen is what the answer cost, else
+        the gateway counts it (_StreamCount)."""
+        answer = web.StreamResponse(status=upstream.status)
+        answer.headers.update(
+            {"Content-Type": upstream.headers["Content-Type"], "Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
+        )
+        await answer.prepare(request)
+        found, counted = None, _StreamCount()
+        try:
+            async for line in upstream.content:
+                if line.startswith(b"data: {"):
+                    try:
+                        event = json.loads(line[6:])
+                    except ValueError:
+                        event = {}
+                    if event.get("usage"):
+                        found = event["usage"]
+                    else:
+                        counted.add(event)
+                await answer.write(line)
+        except (aiohttp.ClientError, TimeoutError) as error:
+            logger.warning("Stream from %s broke: %s", route.slug, error)
+        finally:
+            if upstream.status == 200:
+                if found:
+                    self._meter(key, route, int(found.get("prompt_tokens", 0)), int(found.get("completion_tokens", 0)))
+                elif counted.completion:  # after the answer has gone out: the caller does not wait for it
+                    task = asyncio.create_task(
+                        self._meter_stream(key, route, replica, request.match_info["path"], sent, counted.completion)
+                    )
+                    self.counting.add(task)
+                    task.add_done_callback(self.counting.discard)
+        await answer.write_eof()
+        return answer
+
+    async def _prompt_tokens(self, replica: routes.Replica, path: str, sent: bytes) -> int:
+        """The prompt's tokens as the runtime counts them: the same request again, to the same replica, without
+        streaming and for one token; its `usage.prompt_tokens` comes from the runtime's own chat template and
+        tokenizer (right for any model, where counting the text here would not know the template), and llama.cpp
+        reuses the prompt it has just evaluated, so this costs about one token."""
+        try:
+            body = {**json.loads(sent), "stream": False, "max_tokens": 1}
+            body.pop("stream_options", None)
+            async with self.session.post(f"{replica.url}/v1/{path}", json=body, timeout=self.timeout) as answer:
+                found = (await answer.json()).get("usage") or {} if answer.status == 200 else {}
+            return int(found.get("prompt_tokens", 0))
+        except (aiohttp.ClientError, TimeoutError, ValueError, TypeError, AttributeError):
+            return 0
+
+    async def _meter_stream(self, key, route, replica, path: str, sent: bytes, completion: int) -> None:
+        self._meter(key, route, await self._prompt_tokens(replica, path, sent), completion)
+
+    def _meter(self, key: routes.Key, route: routes.Route, prompt: int, completion: int) -> None:
+        now = time.time()
+        if now >= self.today_until:
+            self.today, self.today_until = timezone.localdate(), now + 1.0
+        row = self.tally.get((route.request_id, key.prefix, self.today))
+        if row is None:
+            row = self.tally[(route.request_id, key.prefix, self.today)] = [route.project_id, route.model, 0, 0, 0]
+        row[2] += 1
+        row[3] += prompt
+        row[4] += completion
+        self.local_tokens[route.request_id] += prompt + completion
+        self.last_use[key.prefix] = now
+
+
+def _usage_of(body: bytes) -> dict | None:
+    if b'"usage"' not in body:
+        return None
     try:
         return json.loads(body).get("usage") or None
     except (ValueError, AttributeError):
         return None
 
 
-def _meter(key: ApiKey, deployment: ServingDeployment, found: dict | None) -> None:
-    if found:
-        usage.tokens_record(
-            key=key,
-            deployment=deployment,
-            prompt=int(found.get("prompt_tokens", 0)),
-            completion=int(found.get("completion_tokens", 0)),
-            at=timezone.now(),
-        )
+def run(*, host: str, port: int, redis_url: str = "", reuse_port: bool = False) -> None:
+    """Serve until SIGTERM/SIGINT; then finish the calls in flight and flush the tallies."""
+    gateway = Gateway(redis_url=redis_url)
+    signal.signal(signal.SIGPIPE, signal.SIG_IGN)
+    import uvloop  # a faster event loop than asyncio's own
+
+    web.run_app(
+        gateway.app(),
+        host=host,
+        port=port,
+        reuse_port=reuse_port,
+        access_log=None,
+        print=None,
+        shutdown_timeout=settings.GATEWAY_SHUTDOWN_SECONDS,
+        handle_signals=True,
+        loop=uvloop.new_event_loop(),
+    )

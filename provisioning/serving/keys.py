@@ -111,3 +111,12 @@ def api_key_authenticate(secret: str) -> ApiKey | None:
     if key is None or not secret_matches(key.hashed, secret):
         return None
     return key
+
+
+def api_keys_used(last_use: dict[str, float]) -> int:
+    """The gateways' note of when keys were last used ({prefix: epoch seconds}), at most once a minute a key."""
+    from datetime import UTC, datetime
+
+    for prefix, at in last_use.items():
+        ApiKey.objects.filter(prefix=prefix).update(last_used_at=datetime.fromtimestamp(at, tz=UTC))
+    return len(last_use)

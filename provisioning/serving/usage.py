@@ -1,41 +1,17 @@
 """Token metering for the gateway: every answer's input and output tokens, per deployment (request), API key and
-day, in metering's ledger (one upsert per answer, so counts are exact across gateway processes)."""
+day, in metering's ledger. A gateway process adds its answers up in memory and flushes them here at least every
+second (one upsert per (request, key, day) with the increments, so counts stay exact across gateway processes)."""
 
-from datetime import datetime
+from collections.abc import Iterable
+from dataclasses import dataclass
+from datetime import date
 
 from django.db import connection, transaction
 from django.db.models import Sum
-from django.utils import timezone
 
 from metering.models import TokenUsage
-from provisioning.models import ApiKey, ServingDeployment
+from provisioning.models import ServingDeployment
 from requests.quota import month_start
-
-
-@transaction.atomic
-def tokens_record(*, key: ApiKey, deployment: ServingDeployment, prompt: int, completion: int, at: datetime) -> None:
-    table = TokenUsage._meta.db_table
-    with connection.cursor() as cursor:
-        if connection.vendor == "postgresql":
-            # Not worth a disk flush per answer on the gateway's hot path: a crash may lose the last instant's
-            # counts, never corrupt them (PostgreSQL's asynchronous commit).
-            cursor.execute("SET LOCAL synchronous_commit TO OFF")
-        cursor.execute(
-            f"INSERT INTO {table} (request_id, project_id, model, key_prefix, day, requests, prompt_tokens, "
-            "completion_tokens) VALUES (%s, %s, %s, %s, %s, 1, %s, %s) "
-            "ON CONFLICT (request_id, key_prefix, day) DO UPDATE SET requests = "
-            f"{table}.requests + 1, prompt_tokens = {table}.prompt_tokens + excluded.prompt_tokens, "
-            f"completion_tokens = {table}.completion_tokens + excluded.completion_tokens",
-            [
-                deployment.request_id,
-                deployment.project_id,
-                deployment.model_name,
-                key.prefix,
-                timezone.localdate(at),
-                prompt,
-                completion,
-            ],
-        )
 
 
 def month_totals(deployment: ServingDeployment) -> dict:
@@ -49,3 +25,53 @@ def month_totals(deployment: ServingDeployment) -> dict:
 def tokens_this_month(deployment: ServingDeployment) -> int:
     totals = month_totals(deployment)
     return totals["prompt"] + totals["completion"]
+
+
+@dataclass(frozen=True)
+class Tally:
+    """What one gateway process served for one (request, key, day) since its last flush."""
+
+    request_id: int
+    project_id: int
+    model: str
+    key_prefix: str
+    day: date
+    requests: int
+    prompt: int
+    completion: int
+
+
+@transaction.atomic
+def tokens_flush(tallies: Iterable[Tally]) -> int:
+    """Add a gateway's in-memory tallies to the ledger (one statement per row, in one transaction)."""
+    rows = [
+        [t.request_id, t.project_id, t.model, t.key_prefix, t.day, t.requests, t.prompt, t.completion] for t in tallies
+    ]
+    if not rows:
+        return 0
+    table = TokenUsage._meta.db_table
+    with connection.cursor() as cursor:
+        if connection.vendor == "postgresql":
+            cursor.execute("SET LOCAL synchronous_commit TO OFF")
+        cursor.executemany(
+            f"INSERT INTO {table} (request_id, project_id, model, key_prefix, day, requests, prompt_tokens, "
+            "completion_tokens) VALUES (%s, %s, %s, %s, %s, %s, %s, %s) "
+            f"ON CONFLICT (request_id, key_prefix, day) DO UPDATE SET requests = {table}.requests + excluded.requests, "
+            f"prompt_tokens = {table}.prompt_tokens + excluded.prompt_tokens, "
+            f"completion_tokens = {table}.completion_tokens + excluded.completion_tokens",
+            rows,
+        )
+    return len(rows)
+
+
+def tokens_this_month_by_request(request_ids: Iterable[int]) -> dict[int, int]:
+    """Tokens metered this month per deployment (request): the budget counters' base, read once a flush."""
+    ids = list(request_ids)
+    if not ids:
+        return {}
+    rows = (
+        TokenUsage.objects.filter(request_id__in=ids, day__gte=month_start())
+        .values("request_id")
+        .annotate(prompt=Sum("prompt_tokens"), completion=Sum("completion_tokens"))
+    )
+    return {row["request_id"]: (row["prompt"] or 0) + (row["completion"] or 0) for row in rows}

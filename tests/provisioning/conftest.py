@@ -16,6 +16,7 @@ from scheduling.models import Device, Node
 from tests import factories
 
 # --- Redfish BMC driver: the sushy-tools emulator, its image server and the fault-injecting stand-in --------------
+from tests.provisioning.gateway_process import gateway_redis, gateways  # noqa: F401  (fixtures)
 from tests.provisioning.redfish_emulator import (  # noqa: F401  (fixtures)
     image_server,
     redfish_stand_in,

@@ -1,18 +1,22 @@
-"""Gateway overhead under load on loopback: the same non-streaming chat request from N concurrent clients, first
-straight to an inference server, then through the gateway (gunicorn, this project, the same database), and the
-latency the gateway adds at the median and the 99th percentile.
+"""Gateway overhead under load on loopback: the same non-streaming chat request from N concurrent clients, straight
+to an inference server, through haproxy in front of it (the ceiling: a proxy that does nothing but proxy), and
+through the gateway (`manage.py run_gateway`, on this database and Redis, with the key check, a rate limit, a token
+budget and metering all on); closed loop for throughput, then paced for the latency the gateway adds below
+saturation.
 
 The benchmark's deployment is written straight into the database (a served request, its replica and a key):
 what is measured is the gateway, not the ordering workflow.
 """
 
 import asyncio
+import contextlib
 import json
 import os
 import socket
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -31,8 +35,24 @@ BODY = {
     "messages": [{"role": "user", "content": "Summarise the quarterly GPU usage."}],
     "max_tokens": 32,
 }
-GATEWAY_WORKERS, GATEWAY_THREADS = 2, 32
 WARM_UP_SECONDS = 3.0
+REDIS_URL = os.environ.get("BENCH_REDIS_URL", "redis://127.0.0.1:6379/11")
+HAPROXY_CONFIG = """global
+    maxconn 4096
+    nbthread 1
+defaults
+    mode http
+    timeout connect 2s
+    timeout client 60s
+    timeout server 60s
+    option http-keep-alive
+frontend bench
+    bind 127.0.0.1:{port}
+    default_backend replica
+backend replica
+    http-reuse always
+    server replica-0 127.0.0.1:{upstream} maxconn 1000
+"""
 
 
 class Command(BaseCommand):
@@ -44,23 +64,133 @@ class Command(BaseCommand):
         parser.add_argument(
             "--rate",
             type=float,
-            default=0.0,
-            help="Total requests per second, paced across the clients (open loop); 0 = each client "
-            "sends its next request as soon as the previous answer arrives (closed loop).",
+            default=500.0,
+            help="The paced runs' total requests per second across the clients (open loop); 0 = no paced run.",
+        )
+        parser.add_argument("--gateways", type=int, default=1, help="Gateway processes sharing the port.")
+        parser.add_argument("--no-haproxy", action="store_true", dest="no_haproxy")
+        parser.add_argument(
+            "--engine",
+            action="store_true",
+            help="Also measure the llama.cpp engine (SmolLM2, `make llama`): tokens/s straight and through a gateway.",
         )
         parser.add_argument("--json", action="store_true", dest="as_json")
 
-    def handle(self, *args, clients: int, seconds: float, rate: float, as_json: bool, **options):
-        with _process(_inference_command(port := _free_port())) as _server:
+    def handle(self, *args, clients, seconds, rate, gateways, no_haproxy, engine, as_json, **options):
+        import redis
+
+        redis.from_url(REDIS_URL).flushdb()
+        report = {"clients": clients, "gateways": gateways, "load_average": list(os.getloadavg())}
+        with _process(_inference_command(port := _free_port())):
             _wait_until_up(f"http://127.0.0.1:{port}/health")
             slug, secret = _deployment(f"http://127.0.0.1:{port}")
-            direct = _measured(f"http://127.0.0.1:{port}/v1/chat/completions", {}, clients, seconds, rate)
-            with _process(_gateway_command(gateway_port := _free_port()), env=_gateway_env()):
+            direct_url = f"http://127.0.0.1:{port}/v1/chat/completions"
+            direct = _measured(direct_url, {}, clients, seconds, 0)
+            if not no_haproxy:
+                with _haproxy(port) as haproxy_port:
+                    proxied = _measured(f"http://127.0.0.1:{haproxy_port}/v1/chat/completions", {}, clients, seconds, 0)
+                report.update(haproxy_rps=proxied.rps, haproxy_ratio=round(proxied.rps / direct.rps, 3))
+            gateway_port = _free_port()
+            commands = [_gateway_command(gateway_port, reuse_port=gateways > 1) for _ in range(gateways)]
+            with contextlib.ExitStack() as stack:
+                for command in commands:
+                    stack.enter_context(_process(command, env=_gateway_env()))
                 _wait_until_up(f"http://127.0.0.1:{gateway_port}/healthz")
                 url = f"http://127.0.0.1:{gateway_port}/serve/{slug}/v1/chat/completions"
-                through = _measured(url, {"Authorization": f"Bearer {secret}"}, clients, seconds, rate)
-        report = {**_report(clients, direct, through), "offered_rps": rate or None}
+                headers = {"Authorization": f"Bearer {secret}"}
+                through = _measured(url, headers, clients, seconds, 0)
+                report.update(_report(direct, through))
+                if rate:
+                    paced_direct = _measured(direct_url, {}, clients, seconds, rate)
+                    paced = _measured(url, headers, clients, seconds, rate)
+                    report.update(
+                        paced_rps=paced.rps,
+                        paced_direct_p99_ms=paced_direct.percentile_ms(99),
+                        paced_gateway_p99_ms=paced.percentile_ms(99),
+                        paced_overhead_p50_ms=round(paced.percentile_ms(50) - paced_direct.percentile_ms(50), 2),
+                        paced_overhead_p99_ms=round(paced.percentile_ms(99) - paced_direct.percentile_ms(99), 2),
+                    )
+                if engine:
+                    report.update(_engine(gateway_port, seconds))
+            report["metered_requests"] = _metered(slug)
         self.stdout.write(json.dumps(report) if as_json else "\n".join(f"{k}: {v}" for k, v in report.items()))
+
+
+ENGINE_CLIENTS, ENGINE_MAX_TOKENS = 2, 64
+
+
+def _engine(gateway_port: int, seconds: float) -> dict:
+    """SmolLM2 on llama.cpp's server (2 threads): completion tokens per second from 2 clients, straight and through
+    the gateway (non-streaming, temperature 0, 64 tokens an answer)."""
+    from catalog.serving_models import SMOLLM2
+    from provisioning.drivers.llamacpp import model_path, server_command
+
+    port = _free_port()
+    serving = {"model_name": BODY["model"], "context_length": 2048}
+    command = server_command(
+        python=settings.LLAMACPP_PYTHON,
+        model=model_path(SMOLLM2["artifact_uri"]),
+        port=port,
+        threads=2,
+        serving=serving,
+    )
+    with _process(command):
+        _wait_until_up(f"http://127.0.0.1:{port}/v1/models", seconds=120)
+        slug, secret = _deployment(f"http://127.0.0.1:{port}")
+        time.sleep(1.0)  # the gateways pick the new route up
+        direct = _tokens_per_second(f"http://127.0.0.1:{port}/v1/chat/completions", {}, seconds)
+        through = _tokens_per_second(
+            f"http://127.0.0.1:{gateway_port}/serve/{slug}/v1/chat/completions",
+            {"Authorization": f"Bearer {secret}"},
+            seconds,
+        )
+    return {
+        "engine_tokens_per_s_direct": direct,
+        "engine_tokens_per_s_gateway": through,
+        "engine_ratio": round(through / direct, 3) if direct else None,
+    }
+
+
+def _tokens_per_second(url: str, headers: dict, seconds: float) -> float:
+    body = {**BODY, "max_tokens": ENGINE_MAX_TOKENS, "temperature": 0}
+    httpx.post(url, json=body, headers=headers, timeout=120).raise_for_status()  # warm-up: the first call loads pages
+    tokens, deadline = 0, time.monotonic() + seconds
+
+    async def client():
+        nonlocal tokens
+        async with httpx.AsyncClient(timeout=120, headers=headers) as http:
+            while time.monotonic() < deadline:
+                answer = await http.post(url, json=body)
+                answer.raise_for_status()
+                tokens += answer.json()["usage"]["completion_tokens"]
+
+    async def all_clients():
+        await asyncio.gather(*(client() for _ in range(ENGINE_CLIENTS)))
+
+    started = time.monotonic()
+    asyncio.run(all_clients())
+    return round(tokens / (time.monotonic() - started), 1)
+
+
+def _metered(slug: str) -> int:
+    from metering.models import TokenUsage
+    from provisioning.models import ServingDeployment
+
+    deployment = ServingDeployment.objects.get(slug=slug)
+    return sum(TokenUsage.objects.filter(request_id=deployment.request_id).values_list("requests", flat=True))
+
+
+@contextmanager
+def _haproxy(upstream: int):
+    port = _free_port()
+    with tempfile.NamedTemporaryFile("w", suffix=".cfg", delete=False) as config:
+        config.write(HAPROXY_CONFIG.format(port=port, upstream=upstream))
+    try:
+        with _process(["haproxy", "-f", config.name, "-db"]):
+            _wait_until_up(f"http://127.0.0.1:{port}/health")
+            yield port
+    finally:
+        os.unlink(config.name)
 
 
 @dataclass(frozen=True)
@@ -76,10 +206,10 @@ class LoadRun:
         return round(statistics.quantiles(self.latencies, n=100)[q - 1] * 1000, 2)
 
 
-def _report(clients: int, direct: LoadRun, through: LoadRun) -> dict:
+def _report(direct: LoadRun, through: LoadRun) -> dict:
     return {
-        "clients": clients,
         "rps": through.rps,
+        "ratio": round(through.rps / direct.rps, 3),
         "direct_p50_ms": direct.percentile_ms(50),
         "direct_p99_ms": direct.percentile_ms(99),
         "gateway_p50_ms": through.percentile_ms(50),
@@ -155,7 +285,7 @@ def _deployment(replica_url: str) -> tuple[str, str]:
     from tenancy.models import Project, Tenant, User
     from tenancy.services import membership_grant
 
-    stamp = int(time.time())
+    stamp = time.time_ns() // 1000
     user = User.objects.create_user(f"bench-{stamp}", password=None)
     tenant = Tenant.objects.create(name=f"Bench {stamp}", slug=f"bench-{stamp}")
     lead = User.objects.create_user(f"bench-lead-{stamp}", password=None)
@@ -194,7 +324,8 @@ def _deployment(replica_url: str) -> tuple[str, str]:
         slug=f"bench-{stamp}",
         model_name=BODY["model"],
         state=DeploymentState.SERVING,
-        rate_limit_per_minute=10_000_000,
+        rate_limit_per_minute=100_000_000,  # on, and checked every call, but not in the way
+        monthly_token_budget=10**15,
     )
     ServingReplica.objects.create(
         deployment=deployment,
@@ -222,21 +353,9 @@ def _inference_command(port: int) -> list[str]:
     ]
 
 
-def _gateway_command(port: int) -> list[str]:
-    return [
-        sys.executable,
-        "-m",
-        "gunicorn",
-        "config.wsgi",
-        "-b",
-        f"127.0.0.1:{port}",
-        "-w",
-        str(GATEWAY_WORKERS),
-        "--threads",
-        str(GATEWAY_THREADS),
-        "--log-level",
-        "warning",
-    ]
+def _gateway_command(port: int, reuse_port: bool) -> list[str]:
+    command = [sys.executable, "manage.py", "run_gateway", "--port", str(port)]
+    return [*command, "--reuse-port"] if reuse_port else command
 
 
 def _gateway_env() -> dict:
@@ -249,6 +368,7 @@ def _gateway_env() -> dict:
         "ALLOWED_HOSTS": "127.0.0.1,localhost",
         "LOG_LEVEL": "WARNING",
         "DJANGO_SETTINGS_MODULE": "config.settings",
+        "REDIS_URL": REDIS_URL,
     }
 
 

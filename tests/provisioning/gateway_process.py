@@ -1,0 +1,109 @@
+"""Real gateway processes (`manage.py run_gateway`) on the test database and a dedicated Redis database, for the
+tests that call /serve/... through the data plane. The tests that use them are transactional: the gateway reads what
+the test committed, as it reads the control plane's writes in production."""
+
+import contextlib
+import os
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import httpx
+import pytest
+import redis
+from django.db import connection
+
+from config.env import database_url
+from tests.provisioning.redfish_emulator import free_loopback_port
+
+REPO = Path(__file__).resolve().parents[2]
+REDIS_URL = os.environ.get("GATEWAY_TEST_REDIS_URL", "redis://127.0.0.1:6379/12")
+
+
+@dataclass
+class GatewayProcess:
+    process: subprocess.Popen
+    url: str
+    log: Path
+
+    def stop(self, sig: int = signal.SIGTERM, timeout: float = 20) -> int:
+        with contextlib.suppress(ProcessLookupError):
+            self.process.send_signal(sig)
+        return self.process.wait(timeout=timeout)
+
+    def tail(self) -> str:
+        return self.log.read_text()[-3000:] if self.log.exists() else ""
+
+
+def start_gateway(log: Path, *, redis_url: str = REDIS_URL, **extra_env: str) -> GatewayProcess:
+    port = free_loopback_port()
+    env = {
+        **os.environ,
+        "DJANGO_SETTINGS_MODULE": "config.settings_test",
+        "DATABASE_URL": database_url(connection.settings_dict),
+        "REDIS_URL": redis_url,
+        **extra_env,
+    }
+    process = subprocess.Popen(
+        [sys.executable, "manage.py", "run_gateway", "--port", str(port)],
+        cwd=REPO,
+        env=env,
+        stdout=log.open("w"),
+        stderr=subprocess.STDOUT,
+    )
+    gateway = GatewayProcess(process, f"http://127.0.0.1:{port}", log)
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            pytest.fail(f"The gateway exited with {process.returncode}:\n{gateway.tail()}")
+        try:
+            if httpx.get(f"{gateway.url}/healthz", timeout=1).status_code == 200:
+                return gateway
+        except httpx.TransportError:
+            pass
+        time.sleep(0.1)
+    gateway.stop(signal.SIGKILL)
+    pytest.fail(f"The gateway did not come up:\n{gateway.tail()}")
+
+
+@pytest.fixture
+def gateway_redis(settings):
+    """The control plane (this test process) and the gateways share a Redis database of their own."""
+    store = redis.from_url(REDIS_URL)
+    store.flushdb()
+    settings.REDIS_URL = REDIS_URL
+    yield store
+    store.flushdb()
+    store.close()
+
+
+@pytest.fixture
+def gateways(gateway_redis, tmp_path):
+    """A factory of gateway processes; each is stopped (SIGKILL if it lingers) at the end."""
+    started: list[GatewayProcess] = []
+
+    def start(**extra_env) -> GatewayProcess:
+        gateway = start_gateway(tmp_path / f"gateway-{len(started)}.log", **extra_env)
+        started.append(gateway)
+        return gateway
+
+    yield start
+    for gateway in started:
+        if gateway.process.poll() is None:
+            try:
+                gateway.stop(timeout=15)
+            except subprocess.TimeoutExpired:
+                gateway.stop(signal.SIGKILL)
+
+
+def until(condition, *, seconds: float, what: str):
+    """Poll `condition` until it is truthy; how long that took."""
+    started = time.monotonic()
+    while time.monotonic() - started < seconds:
+        if value := condition():
+            return time.monotonic() - started, value
+        time.sleep(0.02)
+    pytest.fail(f"Timed out after {seconds} s waiting for {what}")
