@@ -209,6 +209,29 @@ class SliceProfile(models.Model):
         has_accelerator = self.accelerator_id is not None or type(self).accelerator.is_cached(self)
         if has_accelerator and self.memory_gb and self.memory_gb > self.accelerator.memory_gb:
             raise ValidationError({"memory_gb": "A slice cannot have more memory than its card."})
+        if has_accelerator and self.kind == SliceKind.MIG and self.accelerator.mig_geometry_id:
+            self._check_against_geometry(self.accelerator.mig_geometry)
+
+    def _check_against_geometry(self, geometry):
+        """A MIG slice of a model with a geometry is one of its profiles: quota counts its compute fraction
+        (compute slices / the card's) and its memory (the profile's), so both must be the profile's."""
+        profile = geometry.profiles.filter(name=self.name).first()
+        if profile is None:
+            names = ", ".join(geometry.profiles.values_list("name", flat=True))
+            raise ValidationError({"name": f"{geometry.name} has no MIG profile {self.name} (profiles: {names})."})
+        problems = {}
+        fraction = Decimal(profile.compute_slices) / Decimal(geometry.compute_slices)
+        if self.compute_fraction is not None and abs(self.compute_fraction - fraction) > Decimal("0.0001"):
+            problems["compute_fraction"] = (
+                f"{self.name} takes {profile.compute_slices} of {geometry.compute_slices} compute slices: "
+                f"{fraction.quantize(Decimal('0.0001'))}."
+            )
+        if self.memory_gb and self.memory_gb != profile.memory_gb:
+            problems["memory_gb"] = f"{self.name} has {profile.memory_gb} GB."
+        if self.max_per_device and self.max_per_device > profile.max_instances:
+            problems["max_per_device"] = f"At most {profile.max_instances} {self.name} fit on one card."
+        if problems:
+            raise ValidationError(problems)
 
 
 class ResourceSpec(models.Model):

@@ -256,6 +256,25 @@ def _or_list(items: Iterable[int]) -> str:
     return items[0] if len(items) == 1 else ", ".join(items[:-1]) + " or " + items[-1]
 
 
+def create_commands(gpu: int, profile_id: int, start: int, *, mode_change: bool = False) -> list[list[str]]:
+    """The host commands that create one GPU instance (and its default compute instance) at a placement; MIG mode
+    first when the card is in whole mode (only ever on an empty card). `nvidia-smi mig -lgipp` lists a profile's
+    placements; `-cgi <profile id>:<start>` asks for one (R525 and later drivers)."""
+    commands = [["nvidia-smi", "-i", str(gpu), "-mig", "1"]] if mode_change else []
+    commands.append(["nvidia-smi", "mig", "-i", str(gpu), "-cgi", f"{profile_id}:{start}", "-C"])
+    commands.append(["nvidia-smi", "-L"])  # reads the new MIG device UUID back
+    return commands
+
+
+def destroy_commands(gpu: int, gi_id: int | None) -> list[list[str]]:
+    """Destroy a GPU instance made for work that ended: its compute instances, then the GPU instance."""
+    gi = "?" if gi_id is None else str(gi_id)
+    return [
+        ["nvidia-smi", "mig", "-i", str(gpu), "-gi", gi, "-dci"],
+        ["nvidia-smi", "mig", "-i", str(gpu), "-dgi", "-gi", gi],
+    ]
+
+
 # ---------------------------------------------------------------------------------------------------- inventory
 
 

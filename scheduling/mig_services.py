@@ -177,3 +177,21 @@ def node_mig_unpin(node: Node, reason: str, actor: User | None) -> Node:
     node.save(update_fields=["mig_layout_pinned", "mig_pin_reason", "updated_at"])
     audit_record(actor=actor, action="node.mig_layout_unpinned", target=node, reason=reason, data={"was": previous})
     return node
+
+
+def mig_instances_created(*, allocation_id: int, reported: list[dict]) -> int:
+    """The host driver created the GPU instances an allocation holds: store the GI/CI ids and MIG device UUIDs it
+    reports (by card index and placement start), in the provisioning step's transaction. Two queries."""
+    rows = {
+        (i.device.index, i.start): i
+        for i in MigInstance.objects.filter(allocation_id=allocation_id).select_related("device")
+    }
+    changed = []
+    for item in reported:
+        row = rows.get((item.get("gpu"), item.get("start")))
+        if row is None:
+            continue
+        row.gi_id, row.ci_id, row.uuid = item.get("gi_id"), item.get("ci_id"), str(item.get("uuid") or "")
+        changed.append(row)
+    MigInstance.objects.bulk_update(changed, ["gi_id", "ci_id", "uuid"])
+    return len(changed)

@@ -28,7 +28,7 @@ class Target:
     run_id: int
     request_id: int
     node: str
-    devices: tuple[dict, ...]  # {index, uuid, model, model_slug, milli}
+    devices: tuple[dict, ...]  # {index, uuid, model, model_slug, milli, mig: None or the GPU instance}
     snapshot: dict
     bmc_address: str = ""
     bmc_credentials_ref: str = ""
@@ -39,6 +39,12 @@ class Target:
     backend: str = "simulated"  # the node's execution backend, which picked the host driver
     allocation_id: int = 0  # one request can hold several allocations over its life (preemption, retry)
     requester: str = ""  # the requester's username, the account a workspace gives them
+
+
+def visible_uuid(device: dict) -> str:
+    """What work is bound by: the MIG device UUID of its GPU instance, else the card's UUID."""
+    mig = device.get("mig")
+    return mig["uuid"] if mig and mig.get("uuid") else device["uuid"]
 
 
 class StepError(Exception):

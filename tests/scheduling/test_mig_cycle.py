@@ -138,3 +138,21 @@ def test_a_pinned_layout_is_used_as_it_is(shop, team):
     (instance,) = MigInstance.objects.all()
     assert instance.uuid == "MIG-pinned-0" and instance.allocation.request_id == three.pk
     assert not instance.created_by_scheduler
+
+
+def test_provisioning_creates_the_instance_and_binds_the_work_to_its_mig_uuid(
+    shop, team, django_capture_on_commit_callbacks
+):
+    h100_node(shop)
+    request = queued(shop, team, spec=shop.specs["3g.40gb"])
+    with django_capture_on_commit_callbacks(execute=True):
+        cycle.run_cycle()
+    request.refresh_from_db()
+    assert request.state == RequestState.ACTIVE
+    instance = MigInstance.objects.get()
+    assert instance.uuid.startswith("MIG-") and (instance.gi_id, instance.ci_id) == (5, 0)
+    start = request.provisioning_runs.get().steps.get(name="start_workload")
+    assert start.output["devices"] == [instance.uuid]  # NVIDIA_VISIBLE_DEVICES / the MIG GRES bind this
+    (created,) = start.output["mig_instances"]
+    assert created["commands"][0] == ["nvidia-smi", "mig", "-i", "0", "-cgi", "9:4", "-C"]
+    assert allocation_details(request)["devices"][0]["mig_instance"]["uuid"] == instance.uuid

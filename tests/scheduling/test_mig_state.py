@@ -232,3 +232,40 @@ def test_device_list_queries_do_not_grow_with_mig_instances(roles, api_as):
                 actor=None,
             )
     assert count() == before
+
+
+def test_a_mig_slice_profile_must_match_its_cards_geometry():
+    from decimal import Decimal
+
+    from catalog.models import SliceProfile
+
+    model = accelerator()
+    model.mig_geometry = MigGeometry.objects.get(name="H100 80GB")
+    model.save()
+    good = SliceProfile(
+        accelerator=model,
+        name="3g.40gb",
+        kind="mig",
+        compute_fraction=Decimal("0.4286"),
+        memory_gb=40,
+        max_per_device=2,
+    )
+    good.full_clean()
+    wrong = SliceProfile(
+        accelerator=model, name="3g.40gb", kind="mig", compute_fraction=Decimal("0.5"), memory_gb=30, max_per_device=3
+    )
+    with pytest.raises(ValidationError) as error:
+        wrong.full_clean()
+    assert set(error.value.message_dict) == {"compute_fraction", "memory_gb", "max_per_device"}
+    unknown = SliceProfile(
+        accelerator=model, name="5g.50gb", kind="mig", compute_fraction=Decimal("0.7"), memory_gb=50, max_per_device=1
+    )
+    with pytest.raises(ValidationError) as error:
+        unknown.full_clean()
+    assert "has no MIG profile 5g.50gb" in error.value.message_dict["name"][0]
+    # quota: a 7g.80gb counts 8x the accelerator memory of a 1g.10gb and the whole card's compute
+    big = SliceProfile(
+        accelerator=model, name="7g.80gb", kind="mig", compute_fraction=Decimal("1"), memory_gb=80, max_per_device=1
+    )
+    big.full_clean()
+    assert big.memory_gb == 8 * MigProfile.objects.get(geometry=model.mig_geometry, name="1g.10gb").memory_gb
