@@ -15,8 +15,9 @@ TITLE = "MIG placement (openb default mapped to MIG, arrivals only, inflate 1.3)
 DESCRIPTION = (
     "openb's G2 nodes taken as H100 80GB and G3 as A100 80GB (4,704 MIG-capable cards, 7 compute / 8 memory "
     "slices, NVIDIA's placements), T4/P100/V100/A10 as whole cards; a fractional pod asks for the smallest profile "
-    "whose compute (g/7) and memory (slices/8) fractions cover its share (openb default: 0.05-0.11 -> 1g.10gb, 0.14 -> "
-    "1g.20gb, 0.16-0.23 -> 2g.20gb, 0.27-0.37 -> 3g.40gb, 0.44-0.48 -> 4g.40gb, 0.55-0.81 -> 7g.80gb), whole pods ask for whole cards. "
+    "whose compute (g/7) and memory (slices/8) fractions cover its share (openb default: 0.05-0.11 -> 1g.10gb, "
+    "0.14 -> 1g.20gb, 0.16-0.23 -> 2g.20gb, 0.27-0.37 -> 3g.40gb, 0.44-0.48 -> 4g.40gb, 0.55-0.81 -> 7g.80gb), "
+    "whole pods ask for whole cards. "
     "alloc@100 counts the pods' requested GPU share at arrived 100% for every variant. decisions/s is CPU time of "
     "the process (one core; pending reasons included). `invalid` counts final layouts that break a placement "
     f"rule (every layout is checked). Seeds {SEEDS}. `milli model`: the current engine with a slice as a milli-share "
