@@ -105,6 +105,16 @@ def device_mig_layout_report(
                 code="invalid_mig_layout",
                 details={**details, "problems": problems},
             )
+    uuids = [str(item.get("uuid") or "") for _n, _s, _z, item in wanted if item.get("uuid")]
+    if len(set(uuids)) != len(uuids):
+        raise DomainError("Two instances report the same MIG UUID.", code="mig_uuid_repeated", details=details)
+    taken = list(MigInstance.objects.filter(uuid__in=uuids).exclude(device=device).values_list("uuid", flat=True))
+    if taken:
+        raise Conflict(
+            f"MIG UUID {taken[0]} belongs to an instance on another card.",
+            code="mig_uuid_in_use",
+            details={**details, "uuids": taken},
+        )
     current = {i.start: i for i in device.mig_instances.select_related("profile", "allocation")}
     reported = {start: (name, size, item) for name, start, size, item in wanted}
     for start, held in current.items():
