@@ -269,3 +269,42 @@ def test_a_mig_slice_profile_must_match_its_cards_geometry():
     )
     big.full_clean()
     assert big.memory_gb == 8 * MigProfile.objects.get(geometry=model.mig_geometry, name="1g.10gb").memory_gb
+
+
+def test_inventory_import_reads_mig_layouts_from_yaml(tmp_path):
+    from io import StringIO
+
+    from django.core.management import call_command
+    from django.core.management.base import CommandError
+
+    model = accelerator()
+    model.mig_geometry = MigGeometry.objects.get(name="H100 80GB")
+    model.save()
+    path = tmp_path / "inventory.yaml"
+    path.write_text(f"""
+nodes:
+  - name: mig-01
+    cpu_milli: 96000
+    memory_mib: 1048576
+    devices:
+      - index: 0
+        model: {model.slug}
+        uuid: GPU-mig-0
+        mig:
+          mode: mig
+          instances:
+            - {{profile: 4g.40gb, start: 0, size: 4, gi_id: 1, ci_id: 0, uuid: MIG-aa}}
+            - {{profile: 2g.20gb, start: 4, size: 2, gi_id: 5, ci_id: 0, uuid: MIG-bb}}
+      - {{index: 1, model: {model.slug}, uuid: GPU-mig-1, mig: {{mode: whole}}}}
+""")
+    call_command("import_inventory", str(path), stdout=StringIO())
+    first, second = Device.objects.filter(node__name="mig-01").order_by("index")
+    assert first.mig_mode and not second.mig_mode
+    assert list(first.mig_instances.values_list("profile__name", "start", "uuid")) == [
+        ("4g.40gb", 0, "MIG-aa"),
+        ("2g.20gb", 4, "MIG-bb"),
+    ]
+    path.write_text(path.read_text().replace("start: 4, size: 2", "start: 2, size: 2"))  # overlaps the 4g
+    with pytest.raises(CommandError, match="overlaps memory slices 2–3"):  # noqa: RUF001
+        call_command("import_inventory", str(path), stdout=StringIO())
+    assert list(first.mig_instances.values_list("start", flat=True)) == [0, 4]
