@@ -322,9 +322,12 @@ def _commit_bindings(
             f"Allocated on {binding.node}: {len(shares)} device(s).",
             {"node": binding.node, "devices": shares},
         )
-        for _position, instance in instances.get(binding.demand_id, ()):
-            words, numbers = mig_cycle.describe(instance, binding.node)
-            message, data = f"Allocated on {binding.node}: {words}", {**data, "mig_instance": numbers}
+        held = [
+            mig_cycle.describe(instance, binding.node) for _position, instance in instances.get(binding.demand_id, ())
+        ]
+        if held:  # the GPU instances the request holds, in words and numbers
+            message = f"Allocated on {binding.node}: " + " ".join(words for words, _numbers in held)
+            data = {**data, "mig_instance": held[0][1], "mig_instances": [numbers for _words, numbers in held]}
         placed.append((requests[int(binding.demand_id)], message, data))
     requests_allocate(placed=placed)
     return [request.pk for request, _, _ in placed]

@@ -719,7 +719,8 @@ class MigEngine:
             return None
         if self.first_fit:
             options.sort(key=lambda o: (o[0], o[1]))
-            chosen = options[:1] if demand.profile is not None else _distinct_cards(options, demand.count)
+            single = demand.profile is not None and demand.count == 1
+            chosen = options[:1] if single else _distinct_cards(options, demand.count)
             found = None if chosen is None else tuple((o[0], o[2], o[3], o[4], o[5]) for o in chosen)
             self._option_memo[key] = found
             return found
@@ -737,8 +738,6 @@ class MigEngine:
                     idle - free(old) + free(new),
                 )
             scored.append((j, option[1], option, effect))
-        if demand.profile is None:  # whole cards or shares: the node's combination is worked out at evaluation
-            scored = [(j, start, option, effect) for j, start, option, effect in scored]
         self._option_memo[key] = found = (before, idle, scored)
         return found
 
@@ -761,7 +760,7 @@ class MigEngine:
         new_cpu, new_mem = cpu - demand.cpu_milli, mem - demand.memory_mib
         node_frag = self.node_frag
         f_before = node_frag(cpu, mem, before, idle)
-        if demand.profile is not None:
+        if demand.profile is not None and demand.count == 1:
             best = None
             for j, start, option, (after, left) in scored:
                 key = (round(node_frag(new_cpu, new_mem, after, left) - f_before, 6), left, j, start)

@@ -39,7 +39,7 @@ def plan(cluster, demands: list[placement.Demand]) -> MigPlan:
     capable = _mig_models()
     if not capable:
         return MigPlan(snapshot, list(demands))
-    ours = [d for d in demands if d.slice_profile and d.models and all(m in capable for m in d.models) and d.count == 1]
+    ours = [d for d in demands if d.slice_profile and d.models and all(m in capable for m in d.models)]
     mig_ids = {d.id for d in ours}
     rest = [d for d in demands if d.id not in mig_ids]
     shares = {

@@ -156,3 +156,20 @@ def test_provisioning_creates_the_instance_and_binds_the_work_to_its_mig_uuid(
     (created,) = start.output["mig_instances"]
     assert created["commands"][0] == ["nvidia-smi", "mig", "-i", "0", "-cgi", "9:4", "-C"]
     assert allocation_details(request)["devices"][0]["mig_instance"]["uuid"] == instance.uuid
+
+
+def test_a_spec_of_two_slices_gets_two_instances_on_two_cards(shop, team):
+    h100_node(shop, cards=2)
+    profile = shop.specs["3g.40gb"].slice_profile
+    pair = factories.ResourceSpecFactory(
+        accelerator_models=[shop.accelerator], accelerator_count=2, slice_profile=profile, cpu_cores=2, memory_gb=8
+    )
+    shop.service.specs.add(pair)
+    request = queued(shop, team, spec=pair)
+    cycle.run_cycle()
+    request.refresh_from_db()
+    assert request.state != RequestState.QUEUED, request.queue_reason
+    rows = list(MigInstance.objects.order_by("device__index").values_list("device__index", "profile__name", "start"))
+    assert [(gpu, name) for gpu, name, _start in rows] == [(0, "3g.40gb"), (1, "3g.40gb")]
+    event = request.events.filter(code="allocated").get()
+    assert len(event.data["mig_instances"]) == 2

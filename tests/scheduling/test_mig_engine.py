@@ -172,6 +172,7 @@ def scenarios(draw):
         st.lists(
             st.one_of(
                 st.tuples(st.just("slice"), st.sampled_from(profiles), st.integers(0, 8000)),
+                st.tuples(st.just("slices"), st.sampled_from(profiles), st.integers(0, 8000)),
                 st.tuples(st.just("whole"), st.integers(1, 2), st.integers(0, 8000)),
                 st.tuples(st.just("release"), st.integers(0, 50), st.just(0)),
             ),
@@ -194,14 +195,16 @@ def test_no_produced_layout_is_impossible(scenario):
             if held:
                 engine.release(held.pop(value % len(held)))
         else:
-            demand = (
-                SliceDemand(f"d{n}", profile=value, cpu_milli=cpu)
-                if kind == "slice"
-                else SliceDemand(f"d{n}", count=value, cpu_milli=cpu)
-            )
+            if kind == "slice":
+                demand = SliceDemand(f"d{n}", profile=value, cpu_milli=cpu)
+            elif kind == "slices":  # two instances, on two cards of one node
+                demand = SliceDemand(f"d{n}", count=2, profile=value, cpu_milli=cpu)
+            else:
+                demand = SliceDemand(f"d{n}", count=value, cpu_milli=cpu)
             outcome = engine.place_one(demand)
             if isinstance(outcome, MigBinding):
                 held.append(outcome)
+                assert len({p.card for p in outcome.placed}) == len(outcome.placed) == demand.count
                 for placed in outcome.placed:
                     if placed.instance is not None:
                         card = nodes[engine.node_index[outcome.node]].cards[placed.card]
