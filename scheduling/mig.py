@@ -494,7 +494,7 @@ class MigEngine:
         self._card_tuples: list = []
         self._aggregates: dict = {}
         self._option_memo: dict = {}
-        self.state = [self._node_state(i) for i in range(len(self.nodes))]
+        self.node_states = [self._node_state(i) for i in range(len(self.nodes))]
         self.version = [0] * len(self.nodes)
         self.changed: list[int] = []
         self._heaps: dict = {}
@@ -790,7 +790,7 @@ class MigEngine:
         if entry is None:
             entry = self._heaps[key] = [[], None, {}]
         heap, seen, memo = entry
-        state, version, rank, nodes = self.state, self.version, self.rank, self.nodes
+        state, version, rank, nodes = self.node_states, self.version, self.rank, self.nodes
         evaluate = self._evaluate
         if seen is None:
             todo: Iterable[int] = range(len(nodes))
@@ -866,7 +866,7 @@ class MigEngine:
                 self.modes[i][p.card] = p.mode
         self.cpu[i] += cpu
         self.mem[i] += mem
-        self.state[i] = self._node_state(i)
+        self.node_states[i] = self._node_state(i)
         self.version[i] += 1
         self.changed.append(i)
 
