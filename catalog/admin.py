@@ -11,6 +11,8 @@ from catalog.models import (
     AcceleratorModel,
     BareMetalProfile,
     Image,
+    MigGeometry,
+    MigProfile,
     ResourceSpec,
     Service,
     ServingModel,
@@ -54,6 +56,29 @@ class VendorAdmin(AuditedAdminMixin, admin.ModelAdmin):
     prepopulated_fields = {"slug": ["name"]}
 
 
+class MigProfileInline(admin.TabularInline):
+    model = MigProfile
+    fields = ["name", "profile_id", "compute_slices", "memory_slices", "memory_gb", "max_instances", "placements"]
+    extra = 0
+
+
+@admin.register(MigGeometry)
+class MigGeometryAdmin(AuditedAdminMixin, admin.ModelAdmin):
+    """NVIDIA's MIG tables per card: operators correct or extend them; every profile row is validated against the
+    card (placements inside its memory slices, sizes equal to the profile's, instance limits reachable)."""
+
+    list_display = ["name", "compute_slices", "memory_slices", "profile_count", "source"]
+    search_fields = ["name"]
+    inlines = [MigProfileInline]
+
+    def get_queryset(self, request):
+        return super().get_queryset(request).annotate(profile_count=Count("profiles"))
+
+    @admin.display(ordering="profile_count", description="Profiles")
+    def profile_count(self, geometry):
+        return geometry.profile_count
+
+
 class SliceProfileInline(admin.TabularInline):
     model = SliceProfile
     fields = ["name", "kind", "compute_fraction", "memory_gb", "max_per_device"]
@@ -63,9 +88,18 @@ class SliceProfileInline(admin.TabularInline):
 @admin.register(AcceleratorModel)
 class AcceleratorModelAdmin(AuditedAdminMixin, admin.ModelAdmin):
     ordering = ["vendor__name", "name"]
-    list_display = ["name", "vendor", "kind", "memory_gb", "interconnect", "slice_profile_count", "active"]
+    list_display = [
+        "name",
+        "vendor",
+        "kind",
+        "memory_gb",
+        "interconnect",
+        "mig_geometry",
+        "slice_profile_count",
+        "active",
+    ]
     list_filter = ["vendor", "kind", "interconnect", "active"]
-    list_select_related = ["vendor"]
+    list_select_related = ["vendor", "mig_geometry"]
     search_fields = ["name", "slug", "vendor__name"]
     prepopulated_fields = {"slug": ["name"]}
     inlines = [SliceProfileInline]

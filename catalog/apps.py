@@ -4,6 +4,8 @@ _OPERATED_MODELS = [
     "vendor",
     "acceleratormodel",
     "sliceprofile",
+    "miggeometry",
+    "migprofile",
     "resourcespec",
     "image",
     "baremetalprofile",

@@ -10,6 +10,7 @@ from catalog.models import (
     AcceleratorModel,
     BareMetalProfile,
     Image,
+    MigGeometry,
     ResourceSpec,
     Service,
     ServingModel,
@@ -24,6 +25,7 @@ from tenancy.models import Project
 
 D = Decimal
 
+MIG_GEOMETRIES = {"h100-80gb": "H100 80GB", "a100-40gb": "A100 40GB"}  # demo model -> seeded MIG geometry
 # slug, vendor, name, kind, memory, interconnect, [(slice name, kind, fraction, memory, per card)]
 ACCELERATORS = [
     (
@@ -247,7 +249,15 @@ def seed_catalog() -> dict:
         accelerators[slug] = _upsert(
             AcceleratorModel,
             {"slug": slug},
-            {"vendor": vendors[vendor], "name": name, "kind": kind, "memory_gb": memory, "interconnect": link},
+            {
+                "vendor": vendors[vendor],
+                "name": name,
+                "kind": kind,
+                "memory_gb": memory,
+                "interconnect": link,
+                # the MIG tables migration 0007 seeded from NVIDIA's guide
+                "mig_geometry": MigGeometry.objects.filter(name=MIG_GEOMETRIES.get(slug, "")).first(),
+            },
         )
         for slice_name, slice_kind, fraction, slice_memory, per_card in slices:
             _upsert(

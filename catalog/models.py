@@ -45,6 +45,106 @@ class Vendor(models.Model):
         return self.name
 
 
+class MigGeometry(models.Model):
+    """How a MIG-capable card partitions: its compute and memory slices and its GPU-instance profiles with their
+    allowed placements, as NVIDIA's MIG User Guide ("Supported MIG Profiles") and `nvidia-smi mig -lgipp` give
+    them. The placement engine reads it; operators edit it in the admin (validated)."""
+
+    name = models.CharField(max_length=80, unique=True, help_text="e.g. H100 80GB")
+    compute_slices = models.PositiveSmallIntegerField(validators=[MinValueValidator(1), MaxValueValidator(16)])
+    memory_slices = models.PositiveSmallIntegerField(validators=[MinValueValidator(1), MaxValueValidator(16)])
+    source = models.CharField(max_length=300, help_text="The document (and its version) the table comes from.")
+
+    class Meta:
+        ordering = ["name"]
+        verbose_name_plural = "MIG geometries"
+
+    def __str__(self):
+        return f"{self.name} ({self.compute_slices} compute / {self.memory_slices} memory slices)"
+
+
+class MigProfile(models.Model):
+    """One GPU-instance profile of a geometry: NVIDIA profile id, slices, memory, allowed placements."""
+
+    geometry = models.ForeignKey(MigGeometry, on_delete=models.CASCADE, related_name="profiles")
+    name = models.CharField(max_length=30, help_text="e.g. 3g.40gb")
+    profile_id = models.PositiveSmallIntegerField(help_text="NVIDIA GPU-instance profile id (nvidia-smi mig -lgip).")
+    compute_slices = models.PositiveSmallIntegerField(validators=[MinValueValidator(1)])
+    memory_slices = models.PositiveSmallIntegerField(validators=[MinValueValidator(1)])
+    memory_gb = models.PositiveIntegerField(validators=[MinValueValidator(1)])
+    max_instances = models.PositiveSmallIntegerField(validators=[MinValueValidator(1)])
+    placements = models.JSONField(
+        help_text="Allowed placements as [[start memory slice, size], ...], e.g. [[0, 4], [4, 4]]."
+    )
+
+    class Meta:
+        ordering = ["geometry", "compute_slices", "memory_slices", "name"]
+        constraints = [
+            models.UniqueConstraint(fields=["geometry", "name"], name="mig_profile_unique_name"),
+            models.UniqueConstraint(fields=["geometry", "profile_id"], name="mig_profile_unique_id"),
+            models.CheckConstraint(condition=Q(compute_slices__gte=1), name="mig_profile_compute_positive"),
+            models.CheckConstraint(condition=Q(memory_slices__gte=1), name="mig_profile_memory_positive"),
+        ]
+
+    def __str__(self):
+        return f"{self.geometry.name} {self.name}"
+
+    @property
+    def placements_text(self) -> str:
+        return ", ".join(f"{start}+{size}" for start, size in self.placements or [])
+
+    def clean(self):
+        errors = placement_problems(self.placements, self.memory_slices)
+        if errors:
+            raise ValidationError({"placements": errors})
+        has_geometry = self.geometry_id is not None or type(self).geometry.is_cached(self)
+        if not has_geometry:
+            return
+        geometry = self.geometry
+        problems = {}
+        if self.compute_slices and self.compute_slices > geometry.compute_slices:
+            problems["compute_slices"] = f"The card has {geometry.compute_slices} compute slices."
+        outside = [f"{start}+{size}" for start, size in self.placements if start + size > geometry.memory_slices]
+        if outside:
+            problems["placements"] = (
+                f"Placements {', '.join(outside)} end past the card's {geometry.memory_slices} memory slices."
+            )
+        elif self.max_instances and self.max_instances > _disjoint(self.placements):
+            problems["max_instances"] = f"At most {_disjoint(self.placements)} instances fit at these placements."
+        if problems:
+            raise ValidationError(problems)
+
+
+def placement_problems(placements, memory_slices) -> list[str]:
+    """Shape of the placements list: pairs of integers, start >= 0, size equal to the profile's memory slices."""
+    if not isinstance(placements, list) or not placements:
+        return ["Give at least one placement as [start, size]."]
+    problems = []
+    for item in placements:
+        if not (isinstance(item, list) and len(item) == 2 and all(type(v) is int for v in item)):
+            problems.append(f"{item!r} is not [start, size].")
+            continue
+        start, size = item
+        if start < 0:
+            problems.append(f"Placement {start}+{size} starts before slice 0.")
+        if memory_slices and size != memory_slices:
+            problems.append(f"Placement {start}+{size} has size {size}, the profile takes {memory_slices} slices.")
+    if not problems and len({tuple(p) for p in placements}) != len(placements):
+        problems.append("A placement repeats.")
+    return problems
+
+
+def _disjoint(placements) -> int:
+    """Most non-overlapping placements (one size per profile: earliest start first is optimal)."""
+    taken, n = set(), 0
+    for start, size in sorted(placements):
+        slices = set(range(start, start + size))
+        if not slices & taken:
+            taken |= slices
+            n += 1
+    return n
+
+
 class AcceleratorModel(models.Model):
     vendor = models.ForeignKey(Vendor, on_delete=models.PROTECT, related_name="accelerator_models")
     name = models.CharField(max_length=80, unique=True, help_text="e.g. H100 80GB SXM")
@@ -53,6 +153,14 @@ class AcceleratorModel(models.Model):
     memory_gb = models.PositiveIntegerField("memory (GiB)", validators=[MinValueValidator(1)])
     interconnect = models.CharField(max_length=20, choices=Interconnect.choices)
     active = models.BooleanField(default=True)
+    mig_geometry = models.ForeignKey(
+        MigGeometry,
+        null=True,
+        blank=True,
+        on_delete=models.PROTECT,
+        related_name="accelerator_models",
+        help_text="MIG-capable models: how the card partitions. Empty for models without MIG.",
+    )
 
     class Meta:
         ordering = ["vendor__name", "name"]
@@ -101,6 +209,29 @@ class SliceProfile(models.Model):
         has_accelerator = self.accelerator_id is not None or type(self).accelerator.is_cached(self)
         if has_accelerator and self.memory_gb and self.memory_gb > self.accelerator.memory_gb:
             raise ValidationError({"memory_gb": "A slice cannot have more memory than its card."})
+        if has_accelerator and self.kind == SliceKind.MIG and self.accelerator.mig_geometry_id:
+            self._check_against_geometry(self.accelerator.mig_geometry)
+
+    def _check_against_geometry(self, geometry):
+        """A MIG slice of a model with a geometry is one of its profiles: quota counts its compute fraction
+        (compute slices / the card's) and its memory (the profile's), so both must be the profile's."""
+        profile = geometry.profiles.filter(name=self.name).first()
+        if profile is None:
+            names = ", ".join(geometry.profiles.values_list("name", flat=True))
+            raise ValidationError({"name": f"{geometry.name} has no MIG profile {self.name} (profiles: {names})."})
+        problems = {}
+        fraction = Decimal(profile.compute_slices) / Decimal(geometry.compute_slices)
+        if self.compute_fraction is not None and abs(self.compute_fraction - fraction) > Decimal("0.0001"):
+            problems["compute_fraction"] = (
+                f"{self.name} takes {profile.compute_slices} of {geometry.compute_slices} compute slices: "
+                f"{fraction.quantize(Decimal('0.0001'))}."
+            )
+        if self.memory_gb and self.memory_gb != profile.memory_gb:
+            problems["memory_gb"] = f"{self.name} has {profile.memory_gb} GB."
+        if self.max_per_device and self.max_per_device > profile.max_instances:
+            problems["max_per_device"] = f"At most {profile.max_instances} {self.name} fit on one card."
+        if problems:
+            raise ValidationError(problems)
 
 
 class ResourceSpec(models.Model):

@@ -24,7 +24,7 @@ from metering.telemetry import Binding
 from requests.choices import RUNNING_STATES, RequestState
 from requests.models import RequestEvent, ResourceRequest
 from requests.quota import usage_by_project
-from scheduling.models import Allocation, AllocationDevice
+from scheduling.models import Allocation, AllocationDevice, MigInstance
 from tenancy.choices import ProjectPermission, QuotaDimension
 from tenancy.models import MonthlyUsage, Project, Tenant, User
 from tenancy.selectors import projects_with_permission
@@ -45,6 +45,13 @@ def bindings_of(allocations: QuerySet[Allocation]) -> list[Binding]:
     """Every device share bound to the allocations, as telemetry drivers read them (one query)."""
     rows = (
         AllocationDevice.objects.filter(allocation__in=allocations)
+        .annotate(
+            gi_id=Subquery(
+                MigInstance.objects.filter(allocation=OuterRef("allocation_id"), device=OuterRef("device_id")).values(
+                    "gi_id"
+                )[:1]
+            )
+        )
         .order_by("allocation_id", "device__index")
         .values_list(
             "allocation_id",
@@ -55,10 +62,11 @@ def bindings_of(allocations: QuerySet[Allocation]) -> list[Binding]:
             "milli",
             "allocation__request__service__kind",
             "allocation__request__parameters",
+            "gi_id",
         )
     )
     bindings, positions = [], {}
-    for allocation_id, device_id, uuid, node, memory_gb, milli, kind, parameters in rows:
+    for allocation_id, device_id, uuid, node, memory_gb, milli, kind, parameters, gi_id in rows:
         position = positions[allocation_id] = positions.get(allocation_id, -1) + 1
         bindings.append(
             Binding(
@@ -71,6 +79,7 @@ def bindings_of(allocations: QuerySet[Allocation]) -> list[Binding]:
                 milli,
                 kind,
                 str(parameters.get("workload", "")),
+                gi_id,
             )
         )
     return bindings

@@ -19,6 +19,7 @@ from datetime import datetime
 import httpx
 from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
+from prometheus_client.parser import text_string_to_metric_families
 
 from catalog.choices import ServiceKind
 from metering.choices import TelemetryDriver
@@ -41,6 +42,7 @@ class Binding:
     milli: int
     service_kind: str
     workload: str = ""  # what the order declared (parameter "workload"), if anything
+    gi_id: int | None = None  # the GPU instance the allocation holds on this card (MIG), if any
 
     @property
     def share(self) -> float:
@@ -143,6 +145,31 @@ def dcgm_device_values(text: str) -> dict[str, dict[str, float]]:
     return values
 
 
+ENGINE_ACTIVE = "DCGM_FI_PROF_GR_ENGINE_ACTIVE"  # per MIG instance, a ratio (GPU_UTIL is not reported for MIG)
+
+
+def dcgm_instance_values(text: str) -> dict[tuple[str, str], dict[str, float]]:
+    """{(card UUID, GPU_I_ID): {metric: value}} of the samples dcgm-exporter labels with a MIG GPU instance: memory
+    used, and utilization from the graphics engine activity (GPU_UTIL where the exporter gives it per instance)."""
+    values: dict[tuple[str, str], dict[str, float]] = defaultdict(dict)
+    try:
+        families = list(text_string_to_metric_families(text))
+    except (ValueError, IndexError, KeyError, TypeError) as exc:
+        raise ValueError(f"Not Prometheus text exposition format: {exc or type(exc).__name__}.") from exc
+    for family in families:
+        for sample in family.samples:
+            uuid, gi = sample.labels.get("UUID", ""), sample.labels.get("GPU_I_ID", "")
+            if not uuid or gi == "":
+                continue
+            if sample.name == ENGINE_ACTIVE:
+                values[(uuid, gi)].setdefault(UTILIZATION, float(sample.value) * 100)
+            elif sample.name == UTILIZATION:
+                values[(uuid, gi)][UTILIZATION] = float(sample.value)
+            elif sample.name == MEMORY_USED:
+                values[(uuid, gi)][MEMORY_USED] = float(sample.value)
+    return values
+
+
 def _dcgm_problem(device: dict[str, float], binding: Binding) -> str | None:
     """Why a card's dcgm values cannot be stored, or None. dcgm reports memory in MiB and utilization in percent."""
     limits = {UTILIZATION: 100.0, MEMORY_USED: binding.memory_gb * 1024.0, POWER: MAX_BOARD_POWER_W}
@@ -175,11 +202,34 @@ class DcgmDriver:
             response = client.get(url)
             response.raise_for_status()
             values = dcgm_device_values(response.text)
+            instances = dcgm_instance_values(response.text) if any(b.gi_id is not None for b in bindings) else {}
         except (httpx.HTTPError, ValueError) as error:
             result.errors.append(f"{node}: {url} gave no readings ({error})")
             return
         for binding in bindings:
             device = values.get(binding.device_uuid, {})
+            if binding.gi_id is not None:  # a MIG instance: its own utilization and memory, the card's power by share
+                own = instances.get((binding.device_uuid, str(binding.gi_id)), {})
+                if not {UTILIZATION, MEMORY_USED} <= own.keys() or POWER not in device:
+                    result.errors.append(
+                        f"{node}: no utilization, memory and power for GPU instance {binding.gi_id} of "
+                        f"{binding.device_uuid}"
+                    )
+                    continue
+                sample = {**own, POWER: device[POWER]}
+                if problem := _dcgm_problem(sample, binding):
+                    result.errors.append(f"{node}: dropped the sample of {binding.device_uuid}: {problem}")
+                    continue
+                result.readings.append(
+                    Reading(
+                        binding.allocation_id,
+                        binding.device_id,
+                        round(sample[UTILIZATION], 2),
+                        int(sample[MEMORY_USED]),
+                        round(sample[POWER] * binding.share, 3),
+                    )
+                )
+                continue
             if not {UTILIZATION, MEMORY_USED, POWER} <= device.keys():
                 result.errors.append(f"{node}: no utilization, memory and power for {binding.device_uuid}")
                 continue

@@ -30,7 +30,8 @@ from provisioning.services import step_task
 from provisioning.steps import StepContext
 from requests.choices import EventCode
 from requests.services import record_event
-from scheduling.models import AllocationDevice
+from scheduling import mig_services
+from scheduling.models import AllocationDevice, MigInstance
 
 logger = logging.getLogger(__name__)
 
@@ -244,6 +245,19 @@ def run_target(run: ProvisioningRun, *, attempt: int = 1) -> Target:
     # The recorded cards, which only a bare-metal server's hardware validation compares with what its BMC reports.
     bare_metal = run.pipeline == Pipeline.BARE_METAL
     recorded = list(node.devices.order_by("index").values_list("index", "serial_number")) if bare_metal else []
+    mig_instances = {
+        i.device_id: {
+            "profile": i.profile.name,
+            "profile_id": i.profile.profile_id,
+            "start": i.start,
+            "size": i.size,
+            "gi_id": i.gi_id,
+            "ci_id": i.ci_id,
+            "uuid": i.uuid,
+            "create": i.created_by_scheduler,
+        }
+        for i in MigInstance.objects.filter(allocation=run.allocation).select_related("profile")
+    }
     return Target(
         run_id=run.pk,
         request_id=run.request_id,
@@ -256,6 +270,7 @@ def run_target(run: ProvisioningRun, *, attempt: int = 1) -> Target:
                 "model": binding.device.model.name,
                 "model_slug": binding.device.model.slug,
                 "milli": binding.milli,
+                "mig": mig_instances.get(binding.device_id),  # the GPU instance the work is bound to, if MIG
             }
             for binding in bindings
         ),
@@ -313,6 +328,8 @@ def _record(step_id: int, owner: uuid.UUID, outcome: Done | Waiting | StepError)
 
 def _succeed(step: ProvisioningStep, output: dict) -> Following | None:
     step.succeed(output=output)
+    if output.get("mig_instances") and step.run.allocation_id:  # the host created GPU instances: record their ids
+        mig_services.mig_instances_created(allocation_id=step.run.allocation_id, reported=output["mig_instances"])
     _append_log(step, f"attempt {step.attempts}: done in {output.get('seconds', 0)} s")
     step.save()
     run = step.run

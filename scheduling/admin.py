@@ -17,7 +17,7 @@ from django.utils.html import format_html
 from config.admin_actions import ReadOnlyAdminMixin, action_with_reason, related_list_filter
 from config.dashboard import PanelContent, Row, register_panel
 from config.errors import DomainError
-from scheduling import agents, selectors, services
+from scheduling import agents, mig_services, selectors, services
 from scheduling.choices import DeviceHealth
 from scheduling.models import (
     DEVICE_STATE_FIELDS,
@@ -29,6 +29,7 @@ from scheduling.models import (
     HealthEvent,
     HealthRule,
     IsolationClearance,
+    MigInstance,
     Node,
     PreemptionRule,
     Rack,
@@ -88,7 +89,18 @@ class RackAdmin(AuditedInventoryMixin, admin.ModelAdmin):
 
 class DeviceInline(admin.TabularInline):
     model = Device
-    fields = ["index", "uuid", "serial_number", "model", "memory_gb", "health", "isolated", "allocated_milli"]
+    fields = [
+        "index",
+        "uuid",
+        "serial_number",
+        "model",
+        "memory_gb",
+        "health",
+        "isolated",
+        "allocated_milli",
+        "mig_mode",
+        "mig_layout",
+    ]
     readonly_fields = fields
     extra = 0
     can_delete = False
@@ -98,7 +110,16 @@ class DeviceInline(admin.TabularInline):
         return False
 
     def get_queryset(self, request):
-        return super().get_queryset(request).select_related("model__vendor", "node")
+        return (
+            super()
+            .get_queryset(request)
+            .select_related("model__vendor", "node")
+            .prefetch_related("mig_instances__profile")
+        )
+
+    @admin.display(description="MIG layout")
+    def mig_layout(self, device):
+        return mig_layout_text(device)
 
 
 def _running_requests(*, outcome: str, **where) -> list[dict]:
@@ -154,6 +175,7 @@ class NodeAdmin(AuditedInventoryMixin, admin.ModelAdmin):
             "Cordon (use the Cordon / Uncordon actions)",
             {"fields": ["schedulable", "cordon_reason", "cordoned_at", "cordoned_by"]},
         ),
+        ("MIG layout (use the Pin / Unpin MIG layout actions)", {"fields": ["mig_layout_pinned", "mig_pin_reason"]}),
         ("History", {"fields": ["created_at", "updated_at"]}),
     ]
     inlines = [DeviceInline]
@@ -174,6 +196,20 @@ class NodeAdmin(AuditedInventoryMixin, admin.ModelAdmin):
             verb="Uncordoned",
             permission="change",
             change=lambda node, reason, actor: services.node_uncordon(node, reason, actor),
+        ),
+        action_with_reason(
+            name="pin_mig_layout",
+            description="Pin the MIG layout of selected nodes (no repartitioning)",
+            verb="Pinned the MIG layout of",
+            permission="change",
+            change=lambda node, reason, actor: mig_services.node_mig_pin(node, reason, actor),
+        ),
+        action_with_reason(
+            name="unpin_mig_layout",
+            description="Unpin the MIG layout of selected nodes",
+            verb="Unpinned the MIG layout of",
+            permission="change",
+            change=lambda node, reason, actor: mig_services.node_mig_unpin(node, reason, actor),
         ),
     ]
 
@@ -225,6 +261,29 @@ def _request_clearance(device, reason, actor):
     services.isolation_clearance_request(device, reason, actor)
 
 
+def mig_layout_text(device) -> str:
+    """'3g.40gb@0+4 (GI 1, MIG-…), 4g.40gb@4…' from prefetched instances; '' in whole mode."""
+    if not device.mig_mode:
+        return ""
+    parts = []
+    for instance in device.mig_instances.all():
+        ids = f"GI {instance.gi_id}" if instance.gi_id is not None else "GI ?"
+        held = f", held by allocation {instance.allocation_id}" if instance.allocation_id else ", free"
+        parts.append(f"{instance.profile.name}@{instance.start}+{instance.size} ({ids}{held}) {instance.uuid}".strip())
+    return "; ".join(parts) or "MIG mode, no instances"
+
+
+class MigInstanceInline(admin.TabularInline):
+    model = MigInstance
+    fields = ["profile", "start", "size", "gi_id", "ci_id", "uuid", "allocation", "created_by_scheduler"]
+    readonly_fields = fields
+    extra = 0
+    can_delete = False
+
+    def has_add_permission(self, request, obj=None):
+        return False
+
+
 @admin.register(Device)
 class DeviceAdmin(AuditedInventoryMixin, admin.ModelAdmin):
     list_display = ["__str__", "uuid", "serial_number", "model", "memory_gb", "health", "isolated", "allocated_milli"]
@@ -248,8 +307,9 @@ class DeviceAdmin(AuditedInventoryMixin, admin.ModelAdmin):
                 ]
             },
         ),
-        ("Scheduling", {"fields": ["allocated_milli", "updated_at"]}),
+        ("Scheduling", {"fields": ["allocated_milli", "mig_mode", "updated_at"]}),
     ]
+    inlines = [MigInstanceInline]
     actions = [
         action_with_reason(
             name="isolate_devices",

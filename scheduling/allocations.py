@@ -10,7 +10,7 @@ from config.sql import update_from_values
 from requests.choices import EventCode
 from requests.services import record_event
 from scheduling.choices import AllocationState
-from scheduling.models import Allocation, AllocationDevice, Device, Node
+from scheduling.models import Allocation, AllocationDevice, Device, MigInstance, Node
 
 
 def adjust_device_shares(deltas: dict[int, int]) -> None:
@@ -106,13 +106,25 @@ def _listed(indexes: list[int]) -> str:
 
 
 def allocation_details(request) -> dict | None:
-    """The request's latest allocation: node, devices with their shares, times (two queries)."""
+    """The request's latest allocation: node, devices with their shares and MIG instances, times (three queries)."""
     allocation = (
         Allocation.objects.filter(request=request).select_related("node", "request").order_by("-started_at").first()
     )
     if allocation is None:
         return None
     devices = AllocationDevice.objects.filter(allocation=allocation).select_related("device__model")
+    instances = {
+        i.device_id: {
+            "profile": i.profile.name,
+            "start": i.start,
+            "size": i.size,
+            "gi_id": i.gi_id,
+            "ci_id": i.ci_id,
+            "uuid": i.uuid,
+            "created_for_it": i.created_by_scheduler,
+        }
+        for i in MigInstance.objects.filter(allocation=allocation).select_related("profile")
+    }
     return {
         "state": allocation.state,
         "node": allocation.node.name,
@@ -126,6 +138,7 @@ def allocation_details(request) -> dict | None:
                 "uuid": binding.device.uuid,
                 "model": binding.device.model.name,
                 "milli": binding.milli,
+                "mig_instance": instances.get(binding.device_id),
             }
             for binding in devices
         ],

@@ -1,6 +1,7 @@
 """Placement benchmark on the Alibaba openb traces, following the FGD paper's protocol (USENIX ATC'23).
 
     python -m scheduling.bench openb --nodes NODES.csv --pods PODS.csv --policy NAME --seeds 42-51 --inflate 1.3
+    python -m scheduling.bench mig --nodes NODES.csv --pods PODS.csv --seeds 42-51 --json   (scheduling.mig_bench)
 
 Per seed: pods sorted by name then shuffled with the seed; pods sampled with replacement from the name-sorted trace
 are appended while the running total of requested GPU milli plus the sampled pod's per-GPU milli stays within
@@ -185,9 +186,19 @@ def fmt(stat: dict) -> str:
     return "n/a" if stat["mean"] is None else f"{stat['mean']:.2f} ± {stat['std']:.2f}"
 
 
+def _mig_text(summary: dict) -> str:
+    baseline, static = summary["baseline"], summary["no_repartitioning"]
+    return (
+        f"mig-frag alloc@100 {fmt(summary['alloc_at_100'])}% ({summary['decisions_per_s']}/s, "
+        f"{summary['invalid_layouts']} invalid)  without repartitioning {fmt(static['alloc_at_100'])}%  "
+        f"first-fit {fmt(baseline['alloc_at_100'])}%  milli model: {summary['milli_model_invalid_layouts']['mean']} "
+        f"impossible layouts"
+    )
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m scheduling.bench", description=__doc__.split("\n\n")[0])
-    parser.add_argument("trace", choices=["openb"])
+    parser.add_argument("trace", choices=["openb", "mig"])
     parser.add_argument("--nodes", required=True)
     parser.add_argument("--pods", required=True)
     parser.add_argument("--policy", default="default")
@@ -195,6 +206,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--inflate", type=float, default=1.3)
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args(argv)
+    if args.trace == "mig":
+        from scheduling.mig_bench import run as run_mig
+
+        summary = run_mig(args.nodes, args.pods, parse_seeds(args.seeds), args.inflate)
+        print(json.dumps(summary) if args.json else _mig_text(summary))
+        return 0
     summary = run(args.nodes, args.pods, args.policy, parse_seeds(args.seeds), args.inflate)
     if args.json:
         print(json.dumps(summary))

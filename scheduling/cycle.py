@@ -11,7 +11,7 @@ what arrived after its queue read is placed at once instead of at the minute saf
 
 import logging
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 
 from django.conf import settings
@@ -24,7 +24,7 @@ from requests.choices import PRIORITY_RANK, PriorityClass, RequestState
 from requests.models import ResourceRequest
 from requests.quota import month_start
 from requests.services import requests_allocate, requests_note_queue
-from scheduling import backfill, placement, preemption
+from scheduling import backfill, mig_cycle, placement, preemption
 from scheduling.allocations import adjust_device_shares
 from scheduling.choices import AllocationState, DeviceHealth
 from scheduling.models import ENDS_AT, Allocation, AllocationDevice, Device, Node
@@ -301,7 +301,9 @@ def _bind_devices(device_shares: list[tuple[int, int]]) -> None:
     adjust_device_shares(totals)
 
 
-def _commit_bindings(result, cluster: ClusterSnapshot, requests: dict[int, ResourceRequest], now) -> list[int]:
+def _commit_bindings(
+    result, cluster: ClusterSnapshot, requests: dict[int, ResourceRequest], now, mig_plan=None
+) -> list[int]:
     allocations, device_lists = _binding_rows(result.bindings, cluster, requests, now)
     Allocation.objects.bulk_create(allocations)
     rows = [
@@ -311,15 +313,22 @@ def _commit_bindings(result, cluster: ClusterSnapshot, requests: dict[int, Resou
     ]
     AllocationDevice.objects.bulk_create(rows)
     _bind_devices([(row.device_id, row.milli) for row in rows])
+    instances = mig_plan.instances if mig_plan is not None else {}
+    if instances:
+        mig_cycle.record_instances(mig_plan, cluster)
     placed = []
     for binding, shares in zip(result.bindings, device_lists, strict=True):
-        placed.append(
-            (
-                requests[int(binding.demand_id)],
-                f"Allocated on {binding.node}: {len(shares)} device(s).",
-                {"node": binding.node, "devices": shares},
-            )
+        message, data = (
+            f"Allocated on {binding.node}: {len(shares)} device(s).",
+            {"node": binding.node, "devices": shares},
         )
+        held = [
+            mig_cycle.describe(instance, binding.node) for _position, instance in instances.get(binding.demand_id, ())
+        ]
+        if held:  # the GPU instances the request holds, in words and numbers
+            message = f"Allocated on {binding.node}: " + " ".join(words for words, _numbers in held)
+            data = {**data, "mig_instance": held[0][1], "mig_instances": [numbers for _words, numbers in held]}
+        placed.append((requests[int(binding.demand_id)], message, data))
     requests_allocate(placed=placed)
     return [request.pk for request, _, _ in placed]
 
@@ -394,10 +403,15 @@ def _cycle(policy: str) -> CycleResult:
         candidates = [request for request in queue if request.pk not in refused]
         cluster = load_snapshot()
         demands = [demand_of(request) for request in candidates]
-        result = placement.PlacementEngine(cluster.snapshot, policy, workload=demands).place(demands)
+        # Slices of MIG-capable models are placed geometry-true first (scheduling/mig_cycle.py); the milli-share
+        # engine places the rest around them.
+        mig_plan = mig_cycle.plan(cluster, demands)
+        result = placement.PlacementEngine(mig_plan.snapshot, policy, workload=demands).place(mig_plan.demands)
+        result.bindings[:0], result.pending[:0] = mig_plan.bindings, mig_plan.pending
+        cluster = replace(cluster, snapshot=placement.Snapshot(mig_plan.snapshot.nodes, cluster.snapshot.allocations))
         by_id = {request.pk: request for request in queue}
         reservation = _reserve_for_the_head(cluster, result, demands, by_id, now, policy)
-        allocated = _commit_bindings(result, cluster, by_id, now)
+        allocated = _commit_bindings(result, cluster, by_id, now, mig_plan)
         reasons = {
             **refused,
             **{

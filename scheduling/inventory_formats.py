@@ -40,6 +40,7 @@ class DeviceRecord:
     uuid: str
     memory_gb: int | None = None  # None: the model's memory
     serial_number: str | None = None  # None keeps what is stored
+    mig: dict | None = None  # YAML `mig: {mode: mig|whole, instances: [{profile, start, size, gi_id, ci_id, uuid}]}`
 
 
 @dataclass
@@ -174,6 +175,7 @@ def _node_from_mapping(raw: dict, where: str, problems: list[str]) -> NodeRecord
             index = _int(item.get("index", position), "index", problems, spot)
             memory = item.get("memory_gb")
             serial = item.get("serial_number")
+            mig = _mig_layout(item.get("mig"), problems, spot)
             devices.append(
                 DeviceRecord(
                     index=index,
@@ -183,6 +185,7 @@ def _node_from_mapping(raw: dict, where: str, problems: list[str]) -> NodeRecord
                     if memory not in (None, "")
                     else None,
                     serial_number=None if serial in (None, "") else str(serial).strip(),
+                    mig=mig,
                 )
             )
     elif raw.get("gpu_count") not in (None, "", 0, "0"):
@@ -273,3 +276,18 @@ def read_yaml(path: Path) -> list[NodeRecord]:
         if record is not None:
             records.append(record)
     return _checked(records, problems)
+
+
+def _mig_layout(raw, problems: list[str], spot: str) -> dict | None:
+    """A device's `mig:` block as {"mig_mode", "instances"}; the layout itself is checked against the card's
+    geometry when it is stored."""
+    if raw is None:
+        return None
+    if not isinstance(raw, dict) or raw.get("mode") not in ("mig", "whole"):
+        problems.append(f"{spot}: mig needs mode: mig or whole")
+        return None
+    instances = raw.get("instances") or []
+    if not isinstance(instances, list) or not all(isinstance(i, dict) and "profile" in i for i in instances):
+        problems.append(f"{spot}: mig instances are mappings with at least profile and start")
+        return None
+    return {"mig_mode": raw["mode"] == "mig", "instances": instances}

@@ -100,6 +100,12 @@ class Node(models.Model):
     cordoned_by = models.ForeignKey(
         settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
     )
+    mig_layout_pinned = models.BooleanField(
+        default=False,
+        help_text="MIG layout frozen: the scheduler uses the free instances as they are and never creates or "
+        "destroys one, nor changes a card's mode.",
+    )
+    mig_pin_reason = models.TextField(blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
 
@@ -108,6 +114,9 @@ class Node(models.Model):
         constraints = [
             models.CheckConstraint(
                 condition=Q(schedulable=True) | ~Q(cordon_reason=""), name="cordoned_node_has_reason"
+            ),
+            models.CheckConstraint(
+                condition=Q(mig_layout_pinned=False) | ~Q(mig_pin_reason=""), name="pinned_mig_layout_has_reason"
             ),
         ]
 
@@ -145,6 +154,10 @@ class Device(models.Model):
         validators=[MaxValueValidator(MILLI)],
         help_text="Milli-shares bound to active allocations (1000 = the whole card).",
     )
+    mig_mode = models.BooleanField(
+        default=False,
+        help_text="MIG mode (the card is partitioned into GPU instances); off: whole mode. Reported by the node.",
+    )
     updated_at = models.DateTimeField(auto_now=True)
 
     class Meta:
@@ -173,6 +186,45 @@ class Device(models.Model):
 
     def __str__(self):
         return f"{self.node.name}/gpu{self.index} ({self.model.name})"
+
+
+class MigInstance(models.Model):
+    """A GPU instance on a card in MIG mode, as the node reports it (`nvidia-smi mig -lgi`/`-lci`) or as the
+    scheduler's repartitioning created it: profile, placement, GPU/compute instance ids and the MIG device UUID
+    work is bound by (Slurm MIG GRES, container NVIDIA_VISIBLE_DEVICES)."""
+
+    device = models.ForeignKey(Device, on_delete=models.CASCADE, related_name="mig_instances")
+    profile = models.ForeignKey("catalog.MigProfile", on_delete=models.PROTECT, related_name="instances")
+    start = models.PositiveSmallIntegerField(help_text="First memory slice of the placement.")
+    size = models.PositiveSmallIntegerField(help_text="Memory slices of the placement.")
+    gi_id = models.PositiveSmallIntegerField(null=True, blank=True, help_text="GPU instance id on the card.")
+    ci_id = models.PositiveSmallIntegerField(null=True, blank=True, help_text="Compute instance id in the GI.")
+    uuid = models.CharField(max_length=80, blank=True, help_text="MIG device UUID, e.g. MIG-4b0c...")
+    allocation = models.ForeignKey(
+        "Allocation",
+        null=True,
+        blank=True,
+        on_delete=models.SET_NULL,
+        related_name="mig_instances",
+        help_text="The allocation holding the instance; empty: free.",
+    )
+    created_by_scheduler = models.BooleanField(
+        default=False, help_text="Created by repartitioning for a request (destroyed on its release)."
+    )
+    reported_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["device", "start"]
+        constraints = [
+            models.UniqueConstraint(fields=["device", "start"], name="mig_instance_one_per_start"),
+            models.UniqueConstraint(fields=["uuid"], condition=~Q(uuid=""), name="mig_instance_uuid_unique"),
+            models.UniqueConstraint(
+                fields=["device", "gi_id"], condition=Q(gi_id__isnull=False), name="mig_instance_gi_unique"
+            ),
+        ]
+
+    def __str__(self):
+        return f"{self.device} {self.profile.name}@{self.start}"
 
 
 class AgentToken(models.Model):

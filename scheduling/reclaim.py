@@ -31,6 +31,7 @@ from requests.services import (
     request_release,
     requests_preempt,
 )
+from scheduling import mig_cycle
 from scheduling.agents import ANY_NODE, NOT_YOUR_NODE, NodeScope
 from scheduling.allocations import adjust_device_shares
 from scheduling.choices import AllocationState, DeviceHealth
@@ -68,6 +69,7 @@ def allocation_release(*, allocations: list[Allocation], reason: Reason) -> None
                 details={"allocation": allocation.pk, "state": allocation.state, "action": "release"},
             ) from error
     _unbind_devices([allocation.pk for allocation in allocations])
+    mig_cycle.release_instances([allocation.pk for allocation in allocations])
     Allocation.objects.bulk_update(allocations, ["state", "released_at", "release_reason"])
 
 

@@ -8,7 +8,7 @@ from django.db.models.functions import Coalesce
 from requests.choices import RequestState
 from requests.models import ResourceRequest
 from scheduling.choices import AllocationState, DeviceHealth
-from scheduling.models import AllocationDevice, Device, Node
+from scheduling.models import AllocationDevice, Device, MigInstance, Node
 from scheduling.placement import MILLI
 
 # A device the scheduler may place on: not isolated, not unhealthy, on a schedulable node.
@@ -21,7 +21,8 @@ def _cards(milli: int | None) -> Decimal:
 
 def capacity_by_model() -> list[dict]:
     """Per accelerator model: devices in total, healthy, isolated; cards allocated (from milli-shares) and free
-    (unallocated shares on placeable devices). One query."""
+    (unallocated shares on placeable devices); cards in MIG mode and their GPU instances per profile. Three
+    queries."""
     rows = (
         Device.objects.values("model_id", "model__slug", "model__name", "model__vendor__name", "model__memory_gb")
         .annotate(
@@ -33,8 +34,10 @@ def capacity_by_model() -> list[dict]:
         )
         .order_by("model__vendor__name", "model__name")
     )
+    mig = mig_capacity_by_model()
     return [
         {
+            **mig.get(row["model_id"], {"mig_mode_devices": 0, "mig_instances": []}),
             "model_id": row["model_id"],
             "slug": row["model__slug"],
             "name": row["model__name"],
@@ -61,7 +64,24 @@ def nodes_with_capacity() -> QuerySet[Node]:
 
 
 def devices_with_relations() -> QuerySet[Device]:
-    return Device.objects.select_related("node", "model__vendor")
+    return Device.objects.select_related("node", "model__vendor").prefetch_related("mig_instances__profile")
+
+
+def mig_capacity_by_model() -> dict[int, dict]:
+    """Per accelerator model: cards in MIG mode and GPU instances by profile, free and held. One query."""
+    rows = (
+        MigInstance.objects.values("device__model_id", "profile__name", "profile__compute_slices")
+        .annotate(n=Count("id"), held=Count("id", filter=Q(allocation__isnull=False)))
+        .order_by("device__model_id", "profile__compute_slices", "profile__name")
+    )
+    modes = Device.objects.filter(mig_mode=True).values("model_id").annotate(n=Count("id")).order_by("model_id")
+    out: dict[int, dict] = {row["model_id"]: {"mig_mode_devices": row["n"], "mig_instances": []} for row in modes}
+    for row in rows:
+        entry = out.setdefault(row["device__model_id"], {"mig_mode_devices": 0, "mig_instances": []})
+        entry["mig_instances"].append(
+            {"profile": row["profile__name"], "total": row["n"], "held": row["held"], "free": row["n"] - row["held"]}
+        )
+    return out
 
 
 def running_requests_on(*, node_ids: list[int] | None = None, device_ids: list[int] | None = None) -> list[dict]:

@@ -19,7 +19,7 @@ from config.errors import Conflict, DomainError, NotPermitted
 from requests import approvals
 from requests.choices import ApprovalSubject, ApproverSource, ChangeState, EventCode
 from requests.services import is_operator_intervention, record_event
-from scheduling import selectors
+from scheduling import mig_services, selectors
 from scheduling.choices import AllocationState, DeviceHealth
 from scheduling.inventory_formats import OPENB_MODELS, NodeRecord
 from scheduling.models import (
@@ -558,4 +558,23 @@ def inventory_import(
             )
     for name, fields in changes.items():
         audit_record(actor=actor, action="node.import_updated", target=nodes[name], data={"changed": fields})
+    _import_mig_layouts(records, actor)
     return result
+
+
+def _import_mig_layouts(records: list[NodeRecord], actor: User | None) -> None:
+    """The MIG layouts the file gives (YAML `mig:` per device), stored as a node's report would be."""
+    wanted = {(r.name, d.index): d.mig for r in records for d in r.devices if d.mig is not None}
+    if not wanted:
+        return
+    rows = Device.objects.filter(node__name__in={name for name, _ in wanted}).select_related("node")
+    for device in rows:
+        layout = wanted.get((device.node.name, device.index))
+        if layout is not None:
+            mig_services.device_mig_layout_report(
+                device=device,
+                mig_mode=layout["mig_mode"],
+                instances=layout["instances"],
+                source="inventory import",
+                actor=actor,
+            )

@@ -28,7 +28,7 @@ class Target:
     run_id: int
     request_id: int
     node: str
-    devices: tuple[dict, ...]  # {index, uuid, model, model_slug, milli}
+    devices: tuple[dict, ...]  # {index, uuid, model, model_slug, milli, mig: None or the GPU instance}
     snapshot: dict
     bmc_address: str = ""
     bmc_credentials_ref: str = ""
@@ -45,6 +45,12 @@ class Target:
     @property
     def term_hours(self) -> int:
         return self.duration_hours or int(self.snapshot["duration_hours"])
+
+
+def visible_uuid(device: dict) -> str:
+    """What work is bound by: the MIG device UUID of its GPU instance, else the card's UUID."""
+    mig = device.get("mig")
+    return mig["uuid"] if mig and mig.get("uuid") else device["uuid"]
 
 
 class StepError(Exception):

@@ -33,7 +33,7 @@ from pathlib import Path
 import httpx
 from django.conf import settings
 
-from provisioning.drivers.base import StepError, StepPending, Target, WorkloadDriver, WorkloadEnd
+from provisioning.drivers.base import StepError, StepPending, Target, WorkloadDriver, WorkloadEnd, visible_uuid
 
 BUILT_PREFIX = "containerfile:"
 INSTANCE_LABEL = "compute-catalog.instance"
@@ -305,7 +305,7 @@ class ContainerWorkloads(WorkloadDriver):
             *("--cpus", str(demand["cpu_cores"]), "--memory", f"{demand['memory_gb']}g"),
             *("--publish", f"{publish}::{SSH_PORT}"),
             *self._device_options(target),
-            *("--env", f"NVIDIA_VISIBLE_DEVICES={','.join(device['uuid'] for device in target.devices)}"),
+            *("--env", f"NVIDIA_VISIBLE_DEVICES={','.join(visible_uuid(device) for device in target.devices)}"),
             *(
                 "--env",
                 f"WORKSPACE_REQUEST={target.request_id}",

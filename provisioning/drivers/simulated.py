@@ -13,6 +13,7 @@ import socket
 import subprocess
 import sys
 import time
+import uuid
 from datetime import timedelta
 from urllib.parse import parse_qs, urlsplit
 
@@ -27,8 +28,10 @@ from provisioning.drivers.base import (
     StepPending,
     Target,
     WorkloadDriver,
+    visible_uuid,
 )
 from provisioning.serving.deployments import served_model_id
+from scheduling import mig
 
 # Seconds a real system takes, roughly; scaled by PROVISIONING_SIMULATED_SPEED.
 DURATIONS = {
@@ -167,6 +170,27 @@ class SimulatedBmc(BmcDriver):
         return {"ejected": ejected}
 
 
+def simulated_mig_instances(target: Target) -> dict[int, dict]:
+    """What a real host would do for the GPU instances repartitioning asked for: the commands, and the ids and
+    MIG device UUID the driver reports (deterministic here: from the card's UUID and the placement)."""
+    created = {}
+    for device in target.devices:
+        instance = device.get("mig")
+        if not instance or not instance.get("create") or instance.get("uuid"):
+            continue
+        name = f"{device['uuid']}/{instance['profile']}@{instance['start']}"
+        created[device["index"]] = {
+            "gpu": device["index"],
+            "profile": instance["profile"],
+            "start": instance["start"],
+            "gi_id": instance["start"] + 1,
+            "ci_id": 0,
+            "uuid": f"MIG-{uuid.uuid5(uuid.NAMESPACE_URL, name)}",
+            "commands": mig.create_commands(device["index"], instance["profile_id"], instance["start"]),
+        }
+    return created
+
+
 class SimulatedHost(WorkloadDriver, InBandDriver, ServingDriver):
     """One simulated machine plays all three in-band roles: workloads, bare-metal post-install, inference."""
 
@@ -179,11 +203,15 @@ class SimulatedHost(WorkloadDriver, InBandDriver, ServingDriver):
     def start_workload(self, target: Target, image: dict) -> dict:
         overrides = _work("start_workload", target)
         base_port = 20000 + (target.request_id % 2000) * 10
+        created = simulated_mig_instances(target)
         return {
             "workload": f"req-{target.request_id}",
             "host": f"{target.node}.compute.internal",
             "ports": {"ssh": base_port + 2, "jupyter": base_port + 8},
-            "devices": [device["uuid"] for device in target.devices],
+            "devices": [
+                created.get(device["index"], {}).get("uuid") or visible_uuid(device) for device in target.devices
+            ],
+            **({"mig_instances": list(created.values())} if created else {}),
             **overrides,
         }
 
@@ -195,7 +223,16 @@ class SimulatedHost(WorkloadDriver, InBandDriver, ServingDriver):
 
     def stop_workload(self, target: Target) -> dict:
         _work("stop_workload", target)
-        return {"workload": f"req-{target.request_id}", "stopped": True}
+        destroyed = [
+            {"gpu": device["index"], "commands": mig.destroy_commands(device["index"], device["mig"]["gi_id"])}
+            for device in target.devices
+            if device.get("mig") and device["mig"].get("create")
+        ]
+        return {
+            "workload": f"req-{target.request_id}",
+            "stopped": True,
+            **({"mig_instances_destroyed": destroyed} if destroyed else {}),
+        }
 
     def install_gpu_driver(self, target: Target, version: str) -> dict:
         _work("install_gpu_driver", target)

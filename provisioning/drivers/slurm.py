@@ -375,6 +375,9 @@ def gres(target: Target) -> str:
             retryable=False,
         )
     slug, name = models.pop()
+    profiles = {device["mig"]["profile"] for device in target.devices if device.get("mig")}
+    if profiles:  # a MIG instance: Slurm's MIG GRES is typed by the profile (gres.conf AutoDetect=nvml)
+        return f"gpu:{sorted(profiles)[0]}:{len(target.devices)}"
     gpu_type = next(
         (gres_type for gres_type, model in settings.SLURM_GPU_MODELS.items() if model in (slug, name)), slug
     )

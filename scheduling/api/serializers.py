@@ -2,8 +2,24 @@
 
 from rest_framework import serializers
 
-from scheduling.models import Device, Node
+from scheduling.models import Device, MigInstance, Node
 from scheduling.placement import MILLI
+
+
+class MigCapacitySerializer(serializers.Serializer):
+    profile = serializers.CharField()
+    total = serializers.IntegerField()
+    held = serializers.IntegerField()
+    free = serializers.IntegerField()
+
+
+class MigInstanceSerializer(serializers.ModelSerializer):
+    profile = serializers.CharField(source="profile.name", read_only=True)
+    profile_id = serializers.IntegerField(source="profile.profile_id", read_only=True)
+
+    class Meta:
+        model = MigInstance
+        fields = ["profile", "profile_id", "start", "size", "gi_id", "ci_id", "uuid", "allocation"]
 
 
 class CapacitySerializer(serializers.Serializer):
@@ -20,6 +36,8 @@ class CapacitySerializer(serializers.Serializer):
     isolated = serializers.IntegerField()
     allocated = serializers.DecimalField(max_digits=12, decimal_places=3, help_text="Cards allocated.")
     free = serializers.DecimalField(max_digits=12, decimal_places=3, help_text="Cards free to place on.")
+    mig_mode_devices = serializers.IntegerField(help_text="Cards of this model in MIG mode.")
+    mig_instances = MigCapacitySerializer(many=True, help_text="GPU instances per profile (MIG-mode cards).")
 
 
 class NodeSerializer(serializers.ModelSerializer):
@@ -73,6 +91,7 @@ class DeviceSerializer(serializers.ModelSerializer):
     model = serializers.CharField(source="model.slug", read_only=True)
     model_name = serializers.CharField(source="model.name", read_only=True)
     vendor = serializers.CharField(source="model.vendor.slug", read_only=True)
+    mig_instances = MigInstanceSerializer(many=True, read_only=True)
 
     class Meta:
         model = Device
@@ -91,5 +110,7 @@ class DeviceSerializer(serializers.ModelSerializer):
             "isolation_reason",
             "isolated_at",
             "allocated_milli",
+            "mig_mode",
+            "mig_instances",
             "updated_at",
         ]

@@ -20,6 +20,7 @@ BENCHMARKS = [
     "tests.bench.bench_scheduler",
     "tests.bench.bench_preview",
     "tests.bench.bench_placement",
+    "tests.bench.bench_mig",
     "tests.bench.bench_metering",
     "tests.bench.bench_gateway",
     "tests.bench.bench_execution",

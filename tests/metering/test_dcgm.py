@@ -157,3 +157,53 @@ def test_unusable_numbers_drop_that_sample_with_a_reason_and_the_rest_is_stored(
     stored = TelemetrySample.objects.filter(allocation=allocation)
     assert set(stored.values_list("device__uuid", flat=True)) == set(UUIDS[4:])
     assert all(math.isfinite(power) for power in stored.values_list("power_w", flat=True))
+
+
+def _with_mig_instances(text: str, uuid: str, instances: list[tuple[str, str, float, int]]) -> str:
+    """The recorded output with per-GPU-instance samples of one card, as dcgm-exporter prints MIG devices: memory
+    used with GPU_I_ID/GPU_I_PROFILE labels next to the card's, and the graphics engine activity per instance."""
+    lines = text.splitlines()
+    last_fb = max(k for k, line in enumerate(lines) if line.startswith("DCGM_FI_DEV_FB_USED{"))
+    labels = 'gpu="7",UUID="{uuid}",device="nvidia7",GPU_I_ID="{gi}",GPU_I_PROFILE="{profile}",Hostname="hgx-h100-07"'
+    fb = [f"DCGM_FI_DEV_FB_USED{{{labels.format(uuid=uuid, gi=gi, profile=p)}}} {mb}" for gi, p, _a, mb in instances]
+    lines[last_fb + 1 : last_fb + 1] = fb
+    lines += [
+        "# HELP DCGM_FI_PROF_GR_ENGINE_ACTIVE Ratio of time the graphics engine is active.",
+        "# TYPE DCGM_FI_PROF_GR_ENGINE_ACTIVE gauge",
+    ]
+    lines += [
+        f"DCGM_FI_PROF_GR_ENGINE_ACTIVE{{{labels.format(uuid=uuid, gi=gi, profile=p)}}} {active}"
+        for gi, p, active, _mb in instances
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def test_mig_instance_samples_go_to_the_request_holding_the_instance(world, hgx, settings):
+    from catalog.models import MigProfile
+    from metering.telemetry import dcgm_instance_values
+    from scheduling.models import MigInstance
+
+    text = _with_mig_instances(
+        OUTPUT.read_text(), UUIDS[7], [("1", "3g.40gb", 0.63, 20480), ("2", "3g.40gb", 0.2, 9000)]
+    )
+    assert dcgm_instance_values(text)[(UUIDS[7], "2")] == {UTILIZATION: pytest.approx(20.0), MEMORY_USED: 9000}
+    card_power = dcgm_device_values(text)[UUIDS[7]][POWER]
+    Device.objects.filter(pk=hgx[7].pk).update(mig_mode=True)
+    profile = MigProfile.objects.get(geometry__name="H100 80GB", name="3g.40gb")
+    first = bound(world, spec=world.half, started=at("2026-11-30 08:00"), devices=[hgx[7]])
+    second = bound(world, spec=world.half, started=at("2026-11-30 08:00"), devices=[hgx[7]])
+    MigInstance.objects.create(device=hgx[7], profile=profile, start=0, size=4, gi_id=2, allocation=first)
+    MigInstance.objects.create(device=hgx[7], profile=profile, start=4, size=4, gi_id=1, allocation=second)
+    for server in _serve(text.encode()):
+        settings.METERING_TELEMETRY_DRIVER = "dcgm"
+        settings.METERING_DCGM_URL_TEMPLATE = server + "/{node}/metrics"
+        report = services.telemetry_collect(now=at("2026-11-30 10:00"))
+    assert (report.samples, report.errors) == (2, [])
+    rows = {
+        sample.allocation_id: (sample.utilization_pct, sample.memory_used_mb, sample.power_w)
+        for sample in TelemetrySample.objects.all()
+    }
+    assert rows == {
+        first.pk: (pytest.approx(20.0), 9000, pytest.approx(card_power / 2, abs=0.001)),  # GPU_I_ID 2 is first's
+        second.pk: (pytest.approx(63.0), 20480, pytest.approx(card_power / 2, abs=0.001)),
+    }

@@ -75,6 +75,8 @@ def test_capacity_by_model_numbers(roles, api_as, cluster):
         "allocated": "0.500",
         # first node: devices 2 (half free) and 3 (free); second node is cordoned
         "free": "1.500",
+        "mig_mode_devices": 0,
+        "mig_instances": [],
     }
     assert rows[b.slug]["total"] == 2 and rows[b.slug]["free"] == "2.000"
 

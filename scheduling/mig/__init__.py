@@ -1,0 +1,84 @@
+"""MIG as the hardware does it: profile geometry, layout rules, the MIG fragmentation score and a geometry-true
+placement engine. Pure Python, no Django (the catalog's geometry rows are turned into `Geometry` by the caller).
+
+A MIG-capable card has ``compute_slices`` compute slices and ``memory_slices`` memory slices (H100 80GB: 7 and 8).
+A GPU-instance profile takes ``compute`` compute slices and a run of memory slices at one of its allowed placements
+``(start, size)``; creating an instance fails when its placement overlaps an occupied one (NVIDIA MIG User Guide,
+"Supported MIG Profiles"; ``nvidia-smi mig -lgip`` / ``-lgipp``). A layout is valid when every instance sits at an
+allowed placement of its profile, no two instances share a memory slice, the compute slices add up to at most the
+card's, and no profile has more instances than its table allows (``+me`` profiles: one).
+
+MIG fragmentation score (in the spirit of FGD, Weng et al., ATC'23). The workload's demand mix gives each demand
+class ``c`` (a whole card, or one instance of profile ``p``) a popularity weight ``w_c`` (sum 1). For one card,
+``usable_c`` is the capacity class ``c`` could still take from the card as it is now: for a profile, the memory
+slices of the most instances of ``p`` that fit at once in the free slices (free compute slices and the profile's
+instance limit included); for a whole card, the full card if it is empty and may change mode, else nothing. The
+card's fragmentation is ``F = sum_c w_c * (free - usable_c)`` in milli-cards (``1000 / memory_slices`` per memory
+slice): the free capacity the typical demand could not use. Among all valid placements of a demand the engine takes
+the one with the smallest increase ``F(after) - F(before)`` of the card it touches, then the node left with the
+least free card capacity, then the seeded node order, the lowest card index and the lowest start.
+"""
+
+from scheduling.mig.engine import (
+    CAPACITY_IN_USE,
+    FRAGMENTATION,
+    INSUFFICIENT_HEALTHY_CAPACITY,
+    MILLI,
+    NO_MATCHING_SPEC,
+    TOPOLOGY_CONSTRAINT,
+    WHOLE,
+    Card,
+    Instance,
+    MigBinding,
+    MigEngine,
+    MigNode,
+    MigPending,
+    Placed,
+    SliceDemand,
+    mix_weights,
+    typical_shapes,
+)
+from scheduling.mig.geometry import (
+    SEEDED,
+    SOURCE,
+    Geometry,
+    Profile,
+    create_commands,
+    destroy_commands,
+    fits_somehow,
+    free_starts,
+    geometry_problems,
+    layout_problems,
+    max_pack,
+)
+
+__all__ = [
+    "CAPACITY_IN_USE",
+    "FRAGMENTATION",
+    "INSUFFICIENT_HEALTHY_CAPACITY",
+    "MILLI",
+    "NO_MATCHING_SPEC",
+    "SEEDED",
+    "SOURCE",
+    "TOPOLOGY_CONSTRAINT",
+    "WHOLE",
+    "Card",
+    "Geometry",
+    "Instance",
+    "MigBinding",
+    "MigEngine",
+    "MigNode",
+    "MigPending",
+    "Placed",
+    "Profile",
+    "SliceDemand",
+    "create_commands",
+    "destroy_commands",
+    "fits_somehow",
+    "free_starts",
+    "geometry_problems",
+    "layout_problems",
+    "max_pack",
+    "mix_weights",
+    "typical_shapes",
+]

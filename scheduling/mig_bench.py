@@ -1,0 +1,252 @@
+"""MIG benchmark on the openb default trace (``python -m scheduling.bench mig --nodes … --pods … --json``).
+
+Mapping (deterministic, documented in docs/BENCHMARKS.md):
+- nodes: the openb node list; its undisclosed 8-GPU ``G2`` nodes become H100 80GB cards and ``G3`` nodes A100 80GB
+  cards (MIG-capable, 7 compute and 8 memory slices, NVIDIA's placements); T4/P100/V100/A10 cards stay whole cards.
+- pods: a fractional-GPU pod (one GPU, milli < 1000) asks for the smallest H100/A100 80GB profile (the two cards
+  share profile names and placements) whose compute fraction (g/7) and memory fraction (memory slices/8) both cover
+  its share, on a MIG-capable card; whole-GPU pods ask for whole cards of any model; CPU-only pods for CPU/memory.
+- protocol: the openb arrival sequence of ``scheduling.bench`` (seeded shuffle, sampling up to 1.3x capacity),
+  arrivals only, each pod tried once; alloc% = allocated requested GPU milli / capacity, averaged over the events at
+  arrived 100% (the same counting for every variant).
+
+Variants: ``frag`` (the MIG fragmentation score) with repartitioning (instances created on demand, empty cards
+change mode), ``frag`` without repartitioning (MIG-capable cards laid out once from the trace's profile mix, see
+`static_layout`), first-fit over valid placements with repartitioning as the baseline, and the current milli-share
+model (``scheduling.placement`` with 1g = 142 milli …) whose final card layouts are checked against the geometry.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from collections import Counter
+
+from scheduling.bench import Pod, _at, read_nodes, read_pods, workload
+from scheduling.mig import (
+    MILLI,
+    SEEDED,
+    Card,
+    Instance,
+    MigBinding,
+    MigEngine,
+    MigNode,
+    SliceDemand,
+    fits_somehow,
+    free_starts,
+    layout_problems,
+)
+from scheduling.placement import Demand, Device, Node, PlacementEngine, Snapshot
+
+MIG_MODELS = {"G2": "H100 80GB", "G3": "A100 80GB"}
+REFERENCE = SEEDED["H100 80GB"]
+
+
+def profile_for(milli: int) -> str:
+    """Smallest profile (compute, then memory) covering the share in compute and in memory; no +me profiles."""
+    g = REFERENCE
+    best = None
+    for p in g.profiles:
+        if "+" in p.name:
+            continue
+        covers = p.compute * MILLI >= milli * g.compute_slices and p.memory_slices * MILLI >= milli * g.memory_slices
+        if covers and (best is None or (p.compute, p.memory_slices) < (best.compute, best.memory_slices)):
+            best = p
+    return best.name
+
+
+def mig_nodes(path: str) -> list[MigNode]:
+    nodes = []
+    for node in read_nodes(path):
+        model = node.devices[0].model if node.devices else ""
+        mapped = MIG_MODELS.get(model)
+        cards = tuple(Card(d.index, mapped, SEEDED[mapped]) if mapped else Card(d.index, d.model) for d in node.devices)
+        nodes.append(MigNode(node.name, node.cpu_milli, node.memory_mib, cards))
+    return nodes
+
+
+def demand_of(pod: Pod, n: int) -> SliceDemand:
+    if pod.num_gpu == 1 and pod.milli < MILLI:
+        return SliceDemand(
+            f"{pod.name}#{n}",
+            1,
+            profile=profile_for(pod.milli),
+            models=frozenset(MIG_MODELS.values()),
+            cpu_milli=pod.cpu,
+            memory_mib=pod.mem,
+        )
+    return SliceDemand(f"{pod.name}#{n}", pod.num_gpu, cpu_milli=pod.cpu, memory_mib=pod.mem)
+
+
+def static_layout(nodes: list[MigNode], pods: list[Pod]) -> list[MigNode]:
+    """Layouts for the no-repartitioning variant, from the whole trace's demand (not the arrival order).
+
+    Whole-card demand beyond the cards that are not MIG-capable keeps that many MIG-capable cards in whole mode
+    (the cards of whole nodes, last nodes first); the others go to MIG mode, and their instances are the profile
+    demand in proportion to its memory slices, packed first-fit-decreasing at NVIDIA's placements, the slices left
+    over filled with 1g.10gb."""
+    plain = sum(1 for node in nodes for card in node.cards if card.geometry is None)
+    capable = [(i, card.index) for i, node in enumerate(nodes) for card in node.cards if card.geometry is not None]
+    whole_milli = sum(p.gpu_milli for p in pods if p.num_gpu and p.milli >= MILLI)
+    profiles = Counter(profile_for(p.milli) for p in pods if p.num_gpu == 1 and p.milli < MILLI)
+    slice_slices = sum(REFERENCE.profile(name).memory_slices * n for name, n in profiles.items())
+    extra_whole = max(0, whole_milli - plain * MILLI) / MILLI
+    slice_cards = slice_slices / REFERENCE.memory_slices
+    mig_cards = round(len(capable) * slice_cards / (slice_cards + extra_whole)) if slice_cards else 0
+    total = sum(profiles.values())
+    wanted = []  # per MIG card the profiles to lay out, by demand share
+    scale = mig_cards * REFERENCE.memory_slices / slice_slices if slice_slices else 0
+    for name, n in sorted(profiles.items(), key=lambda item: -REFERENCE.profile(item[0]).memory_slices):
+        wanted.extend([name] * round(n * scale))
+    layouts: list[list[tuple[str, int, int]]] = [[] for _ in range(mig_cards)]
+    for name in wanted:  # first-fit decreasing over the MIG cards
+        profile = REFERENCE.profile(name)
+        for layout in layouts:
+            occupied = sum(((1 << z) - 1) << s for _n, s, z in layout)
+            compute = sum(REFERENCE.profile(n).compute for n, _s, _z in layout)
+            starts = free_starts(REFERENCE, profile, occupied, compute, Counter(n for n, _s, _z in layout))
+            if starts:
+                layout.append((name, starts[0], profile.memory_slices))
+                break
+    filler = REFERENCE.profile(profile_for(1))
+    for layout in layouts:
+        while True:
+            occupied = sum(((1 << z) - 1) << s for _n, s, z in layout)
+            compute = sum(REFERENCE.profile(n).compute for n, _s, _z in layout)
+            starts = free_starts(REFERENCE, filler, occupied, compute, Counter(n for n, _s, _z in layout))
+            if not starts:
+                break
+            layout.append((filler.name, starts[0], filler.memory_slices))
+    del total
+    by_card = dict(zip(capable[:mig_cards], layouts, strict=True))
+    out = []
+    for i, node in enumerate(nodes):
+        cards = []
+        for card in node.cards:
+            layout = by_card.get((i, card.index))
+            if layout is None:
+                cards.append(Card(card.index, card.model, card.geometry, mig=False, pinned=card.geometry is not None))
+            else:
+                instances = tuple(Instance(n, s, z, gi_id=k + 1, ci_id=0) for k, (n, s, z) in enumerate(layout))
+                cards.append(Card(card.index, card.model, card.geometry, mig=True, instances=instances, pinned=True))
+        out.append(MigNode(node.name, node.cpu_milli, node.memory_mib, tuple(cards)))
+    return out
+
+
+def simulate(nodes, pods, seed, *, policy="frag", repartition=True, inflate=1.3) -> dict:
+    capacity = sum(len(node.cards) for node in nodes) * MILLI
+    sequence = workload(pods, capacity, seed, inflate)
+    shapes = [demand_of(p, 0) for p in sorted(pods, key=lambda pod: pod.name)]
+    engine = MigEngine(nodes, policy=policy, repartition=repartition, workload=shapes, seed=seed)
+    arrived = allocated = 0
+    accepted_slices = slice_demands = 0
+    by_arrived: dict[int, list[float]] = {}
+    reasons: Counter = Counter()
+    elapsed = 0.0
+    clock = time.process_time  # CPU time of this process: one core, whatever else the machine runs
+    for n, pod in enumerate(sequence):
+        demand = demand_of(pod, n)
+        started = clock()
+        outcome = engine.place_one(demand)
+        elapsed += clock() - started
+        arrived += pod.gpu_milli
+        if demand.profile:
+            slice_demands += 1
+        if isinstance(outcome, MigBinding):
+            allocated += pod.gpu_milli
+            accepted_slices += bool(demand.profile)
+        else:
+            reasons[outcome.reason] += 1
+        by_arrived.setdefault(round(100 * arrived / capacity), []).append(100 * allocated / capacity)
+    invalid = sum(1 for _node, _card, g, layout in engine.layouts() if layout_problems(g, layout))
+    return {
+        "seed": seed,
+        "pods": len(sequence),
+        "alloc_at_100": _at(by_arrived, 100),
+        "slice_demands": slice_demands,
+        "accepted_slice_demands": accepted_slices,
+        "invalid_layouts": invalid,
+        "decisions_per_s": len(sequence) / elapsed if elapsed else float("inf"),
+        "reasons": dict(reasons),
+    }
+
+
+def milli_model(node_path: str, pods: list[Pod], seed: int, inflate: float = 1.3) -> dict:
+    """Today's model: a slice is a milli-share (compute fraction, 1g = 142) of a card; count the cards whose
+    final set of slices no MIG layout can hold, and the bindings that made a card's set impossible."""
+    shares = {p.name: p.compute * MILLI // REFERENCE.compute_slices for p in REFERENCE.profiles}
+    nodes = []
+    for node in read_nodes(node_path):
+        mapped = MIG_MODELS.get(node.devices[0].model if node.devices else "")
+        devices = tuple(
+            Device(d.index, mapped or d.model, slice_profiles=shares if mapped else {}) for d in node.devices
+        )
+        nodes.append(Node(node.name, node.cpu_milli, node.memory_mib, devices))
+    geometry = {node.name: {d.index: SEEDED[d.model] for d in node.devices if d.model in SEEDED} for node in nodes}
+    capacity = sum(len(node.devices) for node in nodes) * MILLI
+    sequence = workload(pods, capacity, seed, inflate)
+
+    def as_demand(pod: Pod, n: int) -> Demand:
+        if pod.num_gpu == 1 and pod.milli < MILLI:
+            return Demand(
+                f"{pod.name}#{n}", 1, slice_profile=profile_for(pod.milli), cpu_milli=pod.cpu, memory_mib=pod.mem
+            )
+        return Demand(f"{pod.name}#{n}", pod.num_gpu, cpu_milli=pod.cpu, memory_mib=pod.mem)
+
+    engine = PlacementEngine(Snapshot(nodes), "default", seed=seed, workload=[as_demand(p, 0) for p in pods])
+    held: dict[tuple[str, int], list[str]] = {}
+    bad_decisions = 0
+    for n, pod in enumerate(sequence):
+        demand = as_demand(pod, n)
+        outcome = engine.place_one(demand)
+        if not isinstance(outcome, list) or not demand.slice_profile:
+            continue
+        for binding in outcome:
+            for index, _milli in binding.devices:
+                names = held.setdefault((binding.node, index), [])
+                names.append(demand.slice_profile)
+                if not fits_somehow(geometry[binding.node][index], names):
+                    bad_decisions += 1
+    invalid = sum(1 for (node, index), names in held.items() if not fits_somehow(geometry[node][index], names))
+    return {"seed": seed, "invalid_layouts": invalid, "invalid_decisions": bad_decisions}
+
+
+def _stat(values):
+    values = [v for v in values if v == v]
+    if not values:
+        return {"mean": None, "std": None}
+    return {
+        "mean": round(statistics.fmean(values), 2),
+        "std": round(statistics.stdev(values), 2) if len(values) > 1 else 0.0,
+    }
+
+
+def _summary(policy: str, runs: list[dict]) -> dict:
+    pods = sum(r["pods"] for r in runs)
+    seconds = sum(r["pods"] / r["decisions_per_s"] for r in runs)
+    return {
+        "policy": policy,
+        "alloc_at_100": _stat([r["alloc_at_100"] for r in runs]),
+        "accepted_slice_demands": _stat([r["accepted_slice_demands"] for r in runs]),
+        "slice_demands": _stat([r["slice_demands"] for r in runs]),
+        "invalid_layouts": sum(r["invalid_layouts"] for r in runs),
+        "decisions_per_s": round(pods / seconds),
+    }
+
+
+def run(nodes_path: str, pods_path: str, seeds: list[int], inflate: float = 1.3, milli: bool = True) -> dict:
+    nodes, pods = mig_nodes(nodes_path), read_pods(pods_path)
+    static = static_layout(nodes, pods)
+    main = _summary("mig-frag", [simulate(nodes, pods, s, inflate=inflate) for s in seeds])
+    main["seeds"] = seeds
+    main["no_repartitioning"] = _summary(
+        "mig-frag-static", [simulate(static, pods, s, repartition=False, inflate=inflate) for s in seeds]
+    )
+    main["baseline"] = _summary(
+        "mig-first-fit", [simulate(nodes, pods, s, policy="first-fit", inflate=inflate) for s in seeds]
+    )
+    if milli:
+        runs = [milli_model(nodes_path, pods, s, inflate) for s in seeds]
+        main["milli_model_invalid_layouts"] = _stat([r["invalid_layouts"] for r in runs])
+        main["milli_model_invalid_decisions"] = _stat([r["invalid_decisions"] for r in runs])
+    return main

@@ -1,0 +1,175 @@
+"""The cycle places slices of MIG-capable models geometry-true: a request gets a GPU instance at a valid
+placement (created by repartitioning, or a free one of a pinned layout), its record names the instance, a slice that
+no placement can take waits with a `fragmentation` reason in MIG terms, and release destroys what was created."""
+
+from decimal import Decimal
+from types import SimpleNamespace
+
+import pytest
+
+from catalog.models import MigGeometry
+from requests import services
+from requests.choices import RequestState
+from scheduling import cycle, mig_services
+from scheduling.allocations import allocation_details
+from scheduling.models import Device, MigInstance, Node
+from tests import factories
+from tests.scheduling import test_cycle
+from tests.scheduling.inventory_helpers import active_request, allocate
+from tests.scheduling.test_cycle import queued
+
+pytestmark = pytest.mark.django_db
+team = test_cycle.team  # the project, developer and approver of the cycle tests
+
+
+@pytest.fixture
+def shop(db):
+    accelerator = factories.AcceleratorModelFactory(memory_gb=80)
+    accelerator.mig_geometry = MigGeometry.objects.get(name="H100 80GB")
+    accelerator.save()
+    specs = {}
+    for name, fraction, memory, per_card in (("3g.40gb", "0.4286", 40, 2), ("4g.40gb", "0.5714", 40, 1)):
+        profile = factories.SliceProfileFactory(
+            accelerator=accelerator,
+            name=name,
+            kind="mig",
+            compute_fraction=Decimal(fraction),
+            memory_gb=memory,
+            max_per_device=per_card,
+        )
+        specs[name] = factories.ResourceSpecFactory(
+            accelerator_models=[accelerator], accelerator_count=1, slice_profile=profile, cpu_cores=2, memory_gb=8
+        )
+    whole = factories.ResourceSpecFactory(
+        accelerator_models=[accelerator], accelerator_count=1, cpu_cores=2, memory_gb=8
+    )
+    image = factories.ImageFactory()
+    service = factories.ServiceFactory(specs=[*specs.values(), whole], images=[image], max_duration_hours=168)
+    return SimpleNamespace(service=service, whole=whole, specs=specs, image=image, accelerator=accelerator)
+
+
+def h100_node(shop, cards=1, name="n7"):
+    node = Node.objects.create(name=name, serial_number=f"sn-{name}", cpu_milli=64_000, memory_mib=512 * 1024)
+    for index in range(cards):
+        Device.objects.create(node=node, index=index, uuid=f"GPU-{name}-{index}", model=shop.accelerator, memory_gb=80)
+    return node
+
+
+def test_slices_get_valid_instances_and_the_record_names_them(shop, team, django_capture_on_commit_callbacks):
+    h100_node(shop)
+    three = queued(shop, team, spec=shop.specs["3g.40gb"])
+    cycle.run_cycle()
+    three.refresh_from_db()
+    assert three.state != RequestState.QUEUED
+    (instance,) = MigInstance.objects.all()
+    # 3g.40gb at 4, not 0: 4g.40gb can only start at 0 and the workload may ask for it
+    assert (instance.profile.name, instance.start, instance.size, instance.created_by_scheduler) == (
+        "3g.40gb",
+        4,
+        4,
+        True,
+    )
+    assert instance.allocation.request_id == three.pk
+    assert Device.objects.get().mig_mode
+    event = three.events.filter(code="allocated").get()
+    assert "MIG 3g.40gb on gpu 0 of n7, memory slices 4–7, created for it by repartitioning" in event.message  # noqa: RUF001
+    assert event.data["mig_instance"]["start"] == 4
+    details = allocation_details(three)
+    assert details["devices"][0]["mig_instance"]["profile"] == "3g.40gb"
+    assert details["devices"][0]["milli"] == 428
+    # a 4g.40gb fits next to it; then a whole card does not (the card holds running instances)
+    four = queued(shop, team, spec=shop.specs["4g.40gb"])
+    whole = queued(shop, team, spec=shop.whole)
+    cycle.run_cycle()
+    four.refresh_from_db()
+    whole.refresh_from_db()
+    assert four.state != RequestState.QUEUED and whole.state == RequestState.QUEUED
+    assert sorted(MigInstance.objects.values_list("profile__name", "start")) == [("3g.40gb", 4), ("4g.40gb", 0)]
+    assert Device.objects.get().allocated_milli == 999
+    # release destroys the instance the scheduler made
+    with django_capture_on_commit_callbacks(execute=True):
+        services.request_release(request=three, actor=team.developer, reason="done")
+    three.refresh_from_db()
+    assert three.state == RequestState.RELEASED
+    assert list(MigInstance.objects.values_list("profile__name", flat=True)) == ["4g.40gb"]
+
+
+def test_no_valid_placement_waits_with_a_mig_reason(shop, team):
+    node = h100_node(shop)
+    device = node.devices.get()
+    mig_services.device_mig_layout_report(
+        device=device,
+        mig_mode=True,
+        instances=[{"profile": "1g.10gb", "start": 0, "gi_id": 1}, {"profile": "1g.10gb", "start": 4, "gi_id": 2}],
+        source="nvidia-smi",
+        actor=None,
+    )
+    # both 1g instances are held by running work (another request)
+    holder = allocate(active_request(), [device], milli=284)
+    MigInstance.objects.filter(device=device).update(allocation=holder)
+    waiting = queued(shop, team, spec=shop.specs["3g.40gb"])
+    cycle.run_cycle()
+    waiting.refresh_from_db()
+    assert waiting.state == RequestState.QUEUED
+    assert waiting.queue_reason["code"] == "fragmentation"
+    assert waiting.queue_reason["numbers"]["free_memory_slices"] == [1, 2, 3, 5, 6, 7]
+    assert waiting.queue_reason["message"] == (
+        "needs 3g.40gb; gpu 0 on node n7 has free memory slices 1–3 and 5–7, no valid 3g placement (starts 0 or 4)"  # noqa: RUF001
+    )
+
+
+def test_a_pinned_layout_is_used_as_it_is(shop, team):
+    node = h100_node(shop)
+    mig_services.device_mig_layout_report(
+        device=node.devices.get(),
+        mig_mode=True,
+        instances=[{"profile": "3g.40gb", "start": 0, "gi_id": 2, "uuid": "MIG-pinned-0"}],
+        source="nvidia-smi",
+        actor=None,
+    )
+    mig_services.node_mig_pin(node, "fixed inference layout", None)
+    four = queued(shop, team, spec=shop.specs["4g.40gb"])
+    three = queued(shop, team, spec=shop.specs["3g.40gb"])
+    cycle.run_cycle()
+    four.refresh_from_db()
+    three.refresh_from_db()
+    assert four.state == RequestState.QUEUED  # no 4g instance exists and none is created on a pinned node
+    assert three.state != RequestState.QUEUED
+    (instance,) = MigInstance.objects.all()
+    assert instance.uuid == "MIG-pinned-0" and instance.allocation.request_id == three.pk
+    assert not instance.created_by_scheduler
+
+
+def test_provisioning_creates_the_instance_and_binds_the_work_to_its_mig_uuid(
+    shop, team, django_capture_on_commit_callbacks
+):
+    h100_node(shop)
+    request = queued(shop, team, spec=shop.specs["3g.40gb"])
+    with django_capture_on_commit_callbacks(execute=True):
+        cycle.run_cycle()
+    request.refresh_from_db()
+    assert request.state == RequestState.ACTIVE
+    instance = MigInstance.objects.get()
+    assert instance.uuid.startswith("MIG-") and (instance.gi_id, instance.ci_id) == (5, 0)
+    start = request.provisioning_runs.get().steps.get(name="start_workload")
+    assert start.output["devices"] == [instance.uuid]  # NVIDIA_VISIBLE_DEVICES / the MIG GRES bind this
+    (created,) = start.output["mig_instances"]
+    assert created["commands"][0] == ["nvidia-smi", "mig", "-i", "0", "-cgi", "9:4", "-C"]
+    assert allocation_details(request)["devices"][0]["mig_instance"]["uuid"] == instance.uuid
+
+
+def test_a_spec_of_two_slices_gets_two_instances_on_two_cards(shop, team):
+    h100_node(shop, cards=2)
+    profile = shop.specs["3g.40gb"].slice_profile
+    pair = factories.ResourceSpecFactory(
+        accelerator_models=[shop.accelerator], accelerator_count=2, slice_profile=profile, cpu_cores=2, memory_gb=8
+    )
+    shop.service.specs.add(pair)
+    request = queued(shop, team, spec=pair)
+    cycle.run_cycle()
+    request.refresh_from_db()
+    assert request.state != RequestState.QUEUED, request.queue_reason
+    rows = list(MigInstance.objects.order_by("device__index").values_list("device__index", "profile__name", "start"))
+    assert [(gpu, name) for gpu, name, _start in rows] == [(0, "3g.40gb"), (1, "3g.40gb")]
+    event = request.events.filter(code="allocated").get()
+    assert len(event.data["mig_instances"]) == 2
