@@ -49,7 +49,7 @@ class StepContext:
 
     @cached_property
     def in_band(self):
-        return in_band_driver()
+        return in_band_driver(timeout=self.step.timeout_seconds)
 
     @cached_property
     def inference(self):

@@ -282,7 +282,9 @@ def _environment(target: Target, work: Path) -> dict:
     timeout = settings.ANSIBLE_CONNECT_TIMEOUT_SECONDS
     ssh_args = (
         f"-o ControlMaster=auto -o ControlPersist=60s -o BatchMode=yes -o ConnectTimeout={timeout} "
-        f"-o UserKnownHostsFile={known_hosts} -o StrictHostKeyChecking=accept-new -o ServerAliveInterval=10"
+        f"-o UserKnownHostsFile={known_hosts} -o StrictHostKeyChecking=accept-new -o ServerAliveInterval=10 "
+        # The key is the node's, whatever address it answers at: a new address does not pass for first contact.
+        f"-o HostKeyAlias={re.sub(r'[^A-Za-z0-9._-]', '_', target.node)}"
     )
     keep = {key: value for key, value in os.environ.items() if key in ("PATH", "LANG", "LC_ALL", "HOME", "TMPDIR")}
     return {
@@ -419,8 +421,10 @@ def _await_slurm_node(node: str, *, idle: bool) -> str:
         except SlurmApiError as error:
             raise StepError("cluster_unreachable", f"slurmrestd could not be asked about {node}: {error}") from error
         entry = listed.get(node)
-        state = "not listed" if entry is None else SlurmNodeState.of(entry).label
-        if idle and state == "IDLE":
+        node_state = None if entry is None else SlurmNodeState.of(entry)
+        state = "not listed" if node_state is None else node_state.label
+        # A dynamic node reads IDLE+DYNAMIC_NORM: idle, with no flag that keeps work off it.
+        if idle and node_state is not None and node_state.base == "idle" and not node_state.unavailable:
             return state
         if not idle and entry is None:
             return state

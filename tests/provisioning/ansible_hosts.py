@@ -92,6 +92,12 @@ class TestHosts:
         if host.container in self.ids:
             self.ids.remove(host.container)
 
+    def restart(self, host) -> None:
+        """Restart the host's container (sshd picks up a new host key); it keeps its address."""
+        self.podman.run("restart", "--time", "0", host.container)
+        host.address = json.loads(self.podman.run("inspect", host.container))[0]["NetworkSettings"]["IPAddress"]
+        self._wait_for_ssh(host)
+
     def exec(self, host, *command: str) -> subprocess.CompletedProcess:
         return subprocess.run(
             ["podman", "--url", self.runtime.url, "exec", host.container, *command],
@@ -130,3 +136,24 @@ def test_hosts(podman_service, tmp_path_factory):
     hosts = TestHosts(podman_service, tmp_path_factory.mktemp("test-hosts"))
     yield hosts
     hosts.remove_all()
+
+
+@pytest.fixture
+def in_band(settings, test_hosts, slurm_settings, tmp_path):
+    """Settings for the `ansible` in-band driver on the test hosts and the session's Slurm cluster: the test key by
+    reference, a fresh known_hosts directory, the stand-in driver package, the cluster's munge key and controller
+    (reached from the hosts at the bridge's gateway). Hosts a test started are removed after it."""
+    state = tmp_path / "ansible-state"
+    packages = tmp_path / "packages"
+    packages.mkdir()
+    build_driver_package(packages, "550.54.15")
+    settings.PROVISIONING_IN_BAND_DRIVER = "ansible"
+    settings.SSH_CREDENTIALS = {"test-hosts": {"username": "root", "private_key_file": test_hosts.runtime.key.private}}
+    settings.ANSIBLE_STATE_DIR = str(state)
+    settings.INBAND_PACKAGE_DIR = str(packages)
+    settings.INBAND_MUNGE_KEY_FILE = str(slurm_settings.root / "munge" / "munge.key")
+    settings.INBAND_SLURMCTLD_ADDRESS = test_hosts.gateway
+    started = len(test_hosts.ids)
+    yield SimpleNamespace(hosts=test_hosts, state=state, packages=packages, cluster=slurm_settings)
+    for container in test_hosts.ids[started:]:
+        test_hosts.remove(SimpleNamespace(container=container))

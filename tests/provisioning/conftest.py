@@ -23,6 +23,10 @@ from tests.provisioning.redfish_emulator import (  # noqa: F401  (fixtures)
     sushy_emulator_with_auth,
     sushy_static,
 )
+
+# --- Ansible in-band driver: the bare-metal test hosts (podman containers) and the driver's settings ---------------
+from tests.provisioning.ansible_hosts import in_band, test_hosts  # noqa: F401  (fixtures)
+from tests.provisioning.podman_runtime import podman_service  # noqa: F401  (fixture)
 from tests.requests import conftest as request_fixtures
 from tests.requests.conftest import GENEROUS_QUOTA, make_order
 
