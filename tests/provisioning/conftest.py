@@ -15,6 +15,10 @@ from scheduling import cycle
 from scheduling.models import Device, Node
 from tests import factories
 
+# --- Ansible in-band driver: the bare-metal test hosts (podman containers) and the driver's settings ---------------
+from tests.provisioning.ansible_hosts import in_band, test_hosts  # noqa: F401  (fixtures)
+from tests.provisioning.podman_runtime import podman_service  # noqa: F401  (fixture)
+
 # --- Redfish BMC driver: the sushy-tools emulator, its image server and the fault-injecting stand-in --------------
 from tests.provisioning.redfish_emulator import (  # noqa: F401  (fixtures)
     image_server,
@@ -23,10 +27,6 @@ from tests.provisioning.redfish_emulator import (  # noqa: F401  (fixtures)
     sushy_emulator_with_auth,
     sushy_static,
 )
-
-# --- Ansible in-band driver: the bare-metal test hosts (podman containers) and the driver's settings ---------------
-from tests.provisioning.ansible_hosts import in_band, test_hosts  # noqa: F401  (fixtures)
-from tests.provisioning.podman_runtime import podman_service  # noqa: F401  (fixture)
 from tests.requests import conftest as request_fixtures
 from tests.requests.conftest import GENEROUS_QUOTA, make_order
 

@@ -130,8 +130,8 @@ def test_the_host_key_is_recorded_on_first_contact_and_checked_afterwards(in_ban
     known_hosts = in_band.state / "known_hosts" / "bm-key"
     host_key = in_band.hosts.exec(host, "cat", "/etc/ssh/ssh_host_ed25519_key.pub").stdout.split()[1]
     assert host_key in known_hosts.read_text()
-    in_band.hosts.exec(host, "sh", "-c", "ssh-keygen -q -t ed25519 -N '' -f /tmp/k && "
-                       "cp /tmp/k /etc/ssh/ssh_host_ed25519_key && cp /tmp/k.pub /etc/ssh/ssh_host_ed25519_key.pub")  # fmt: skip
+    new_key = "ssh-keygen -q -t ed25519 -N '' -f /tmp/k && cp /tmp/k /etc/ssh/ssh_host_ed25519_key"
+    in_band.hosts.exec(host, "sh", "-c", f"{new_key} && cp /tmp/k.pub /etc/ssh/ssh_host_ed25519_key.pub")
     in_band.hosts.exec(host, "kill", "-HUP", "1")  # sshd (the container's init) re-executes with the new key
     clear_control_sockets()  # a persisted connection would not shake hands again
     with pytest.raises(StepError) as failure:
