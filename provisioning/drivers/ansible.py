@@ -232,7 +232,9 @@ def _outcome(target: Target, step: str, playbook: Path, done: subprocess.Complet
     summary = {
         "playbook": _relative(playbook),
         "host": target.node,
-        **{key: stats.get(key, 0) for key in ("ok", "changed", "failed", "unreachable", "skipped")},
+        # Ansible's own counts (its summary calls failed tasks "failures").
+        **{key: stats.get(key, 0) for key in ("ok", "changed", "unreachable", "skipped")},
+        "failed": stats.get("failures", 0),
         "seconds": seconds,
         "log": [_log_line(task) for task in document["tasks"][-LOG_EXCERPT_TASKS:]],
     }

@@ -104,7 +104,7 @@ def test_a_failing_task_fails_with_its_name_and_message(in_band, slurm):
     assert (
         "task 'Check every accelerator is visible' failed: Missing device nodes: /dev/nvidia1" in failure.value.message
     )
-    assert failure.value.retryable  # not tagged permanent; the health check step makes it isolate the node
+    assert not failure.value.retryable  # tagged permanent: retrying cannot bring a card back
     assert failure.value.details["task"] == "Check every accelerator is visible"
     assert any("failed: Check every accelerator" in line for line in failure.value.details["ansible"]["log"])
 

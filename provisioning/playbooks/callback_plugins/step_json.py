@@ -1,7 +1,7 @@
 """Ansible stdout callback for the platform's in-band steps: one JSON document on stdout at the end of the run.
 
 ansible-core ships no JSON callback (the `json` one lives in the ansible.posix collection), so this small one is
-the repo's own. Document: {"stats": {host: {ok, changed, failed, unreachable, skipped, rescued, ignored}},
+the repo's own. Document: {"stats": {host: {ok, changed, failures, unreachable, skipped, rescued, ignored}},
 "tasks": [{task, host, status, changed, msg, permanent, facts}], "facts": {host: {...set_stats data...}}}.
 A task tagged `permanent` fails for good (retrying cannot fix it); other failures are worth retrying. Results are
 reduced to what a step's output and log need: no module arguments (no secrets) and no full stdout.
