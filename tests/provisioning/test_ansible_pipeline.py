@@ -8,7 +8,7 @@ from urllib.parse import urlsplit
 
 import pytest
 
-from provisioning.choices import RunKind, StepState
+from provisioning.choices import RunKind
 from provisioning.drivers.ansible import AnsibleHost
 from provisioning.engine import run_target
 from provisioning.models import ProvisioningRun

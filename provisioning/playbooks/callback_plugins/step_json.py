@@ -33,8 +33,8 @@ class CallbackModule(CallbackBase):
     def _record(self, result, status):
         outcome = result._result
         message = outcome.get("msg") or outcome.get("stderr") or outcome.get("reason") or ""
-        if status == "failed" and outcome.get("stdout") and not outcome.get("stderr"):
-            message = f"{message} {outcome['stdout']}".strip()
+        if status == "failed" and outcome.get("rc") not in (None, 0):  # a command: what it said beats "non-zero rc"
+            message = (outcome.get("stderr") or outcome.get("stdout") or message).strip()
         self.tasks.append(
             {
                 "task": result._task.get_name(),
