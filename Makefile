@@ -9,6 +9,11 @@ REDFISH_VENV := .venv-redfish
 REDFISH_STAMP := $(REDFISH_VENV)/.installed
 # schemathesis for the fuzz test (tests/config/test_fuzz.py), in its own venv for the same reason; pinned so that
 # the seeded run generates the same cases.
+# ansible-core for the `ansible` in-band driver (bare metal's post-install steps), in its own venv: the product runs
+# ansible-playbook as a subprocess. pip's wheel cache keeps reinstalls (CI) off the network.
+ANSIBLE_VENV := .venv-ansible
+ANSIBLE_STAMP := $(ANSIBLE_VENV)/.installed
+ANSIBLE_CORE_VERSION := 2.19.14
 FUZZ_VENV := .venv-fuzz
 FUZZ_STAMP := $(FUZZ_VENV)/.installed
 SCHEMATHESIS_VERSION := 4.32.5
@@ -19,7 +24,7 @@ PORT ?= 8000
 PUBLIC_BASE_URL ?= http://$(HOST):$(PORT)
 DEMO_ENV := DEBUG=1 PUBLIC_BASE_URL=$(PUBLIC_BASE_URL)
 
-.PHONY: install browser slurm podman redfish-emulator fuzz-venv run run-slurm migrate seed test bench lint format clean
+.PHONY: install browser slurm podman redfish-emulator ansible-venv fuzz-venv run run-slurm migrate seed test bench lint format clean
 
 install: $(STAMP)
 
@@ -54,6 +59,12 @@ redfish-emulator: $(REDFISH_STAMP)
 $(REDFISH_STAMP):
 	$(PYTHON) -m venv $(REDFISH_VENV) && $(REDFISH_VENV)/bin/pip install --quiet sushy-tools
 	touch $(REDFISH_STAMP)
+
+ansible-venv: $(ANSIBLE_STAMP)
+
+$(ANSIBLE_STAMP):
+	$(PYTHON) -m venv $(ANSIBLE_VENV) && $(ANSIBLE_VENV)/bin/pip install --quiet "ansible-core==$(ANSIBLE_CORE_VERSION)"
+	touch $(ANSIBLE_STAMP)
 
 fuzz-venv: $(FUZZ_STAMP)
 
@@ -100,10 +111,10 @@ run-slurm: seed slurm
 	  $(DEMO_ENV) $(BIN)/python manage.py runserver $(HOST):$(PORT); }
 
 # Runs on PostgreSQL: DATABASE_URL when set, else postgres@127.0.0.1:5432 (config/settings_test.py).
-test: install browser slurm podman redfish-emulator fuzz-venv
+test: install browser slurm podman redfish-emulator ansible-venv fuzz-venv
 	$(BIN)/pytest
 
-bench: install slurm
+bench: install slurm podman ansible-venv
 	$(BIN)/python -m tests.bench.run
 
 lint: install
@@ -115,4 +126,4 @@ format: install
 	$(BIN)/ruff format .
 
 clean:
-	rm -rf $(VENV) $(REDFISH_VENV) $(FUZZ_VENV) db.sqlite3 staticfiles .pytest_cache .ruff_cache
+	rm -rf $(VENV) $(REDFISH_VENV) $(ANSIBLE_VENV) $(FUZZ_VENV) db.sqlite3 staticfiles .pytest_cache .ruff_cache
