@@ -139,3 +139,14 @@ def test_the_host_key_is_recorded_on_first_contact_and_checked_afterwards(in_ban
     assert failure.value.code == "host_key_mismatch" and not failure.value.retryable
     assert driver.request_cleaning(target)["host_key_forgotten"] is True
     assert driver.install_gpu_driver(target, DRIVER_VERSION)["ansible"]["changed"] == 0
+
+
+def test_a_server_missing_a_card_does_not_join_the_cluster(in_band, slurm):
+    host = in_band.hosts.start("bm-card", cards=2)
+    in_band.hosts.exec(host, "rm", "/dev/nvidia1")
+    with pytest.raises(StepError) as failure:
+        AnsibleHost(timeout=300).register_in_cluster(target_for(host, slurm.name), slurm.name)
+    assert failure.value.code == "playbook_task_failed" and not failure.value.retryable
+    assert "task 'Start munged and slurmd as a dynamic node" in failure.value.message
+    assert "can't stat gres.conf file /dev/nvidia1" in failure.value.message  # slurmd's own words, from its log
+    assert "bm-card" not in slurm.node_states()
