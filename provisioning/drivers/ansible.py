@@ -22,10 +22,12 @@ What the control plane checks itself after a playbook: the agent's /metrics answ
 state in the target Slurm cluster (slurmrestd), and, on release, the node's removal (`scontrol delete`).
 """
 
+import contextlib
 import json
 import os
 import re
 import shutil
+import signal
 import subprocess
 import tempfile
 import time
@@ -193,14 +195,10 @@ class AnsibleHost(InBandDriver):
             extra.chmod(0o600)
             started = time.monotonic()
             try:
-                done = subprocess.run(
+                done = _run_in_own_group(
                     [settings.ANSIBLE_PLAYBOOK, "-i", str(inventory), "-e", f"@{extra}", str(playbook)],
                     env=_environment(target, work),
-                    cwd=PLAYBOOK_DIR,
-                    capture_output=True,
-                    text=True,
                     timeout=self.timeout,
-                    check=False,
                 )
             except FileNotFoundError as missing:
                 raise StepError(
@@ -216,6 +214,28 @@ class AnsibleHost(InBandDriver):
                 ) from slow
         seconds = round(time.monotonic() - started, 3)
         return _outcome(target, step, playbook, done, seconds)
+
+
+def _run_in_own_group(command: list[str], *, env: dict, timeout: float) -> subprocess.CompletedProcess:
+    """ansible-playbook in a process group of its own: on timeout the whole group (its forks too) is killed."""
+    process = subprocess.Popen(
+        command,
+        env=env,
+        cwd=PLAYBOOK_DIR,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
+    try:
+        stdout, stderr = process.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(process.pid, signal.SIGKILL)
+        process.communicate()
+        raise
+    return subprocess.CompletedProcess(command, process.returncode, stdout, stderr)
 
 
 def _outcome(target: Target, step: str, playbook: Path, done: subprocess.CompletedProcess, seconds: float) -> dict:

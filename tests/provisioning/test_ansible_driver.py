@@ -150,3 +150,17 @@ def test_a_server_missing_a_card_does_not_join_the_cluster(in_band, slurm):
     assert "task 'Start munged and slurmd as a dynamic node" in failure.value.message
     assert "can't stat gres.conf file /dev/nvidia1" in failure.value.message  # slurmd's own words, from its log
     assert "bm-card" not in slurm.node_states()
+
+
+def test_a_playbook_killed_midway_is_resumed_harmlessly(in_band, slurm):
+    """What a worker dying during a playbook leaves: ansible-playbook killed halfway (here by the step's timeout);
+    the step's next attempt finishes the job, and one more changes nothing."""
+    host = in_band.hosts.start("bm-killed", cards=1)
+    target = target_for(host, slurm.name, cards=1)
+    with pytest.raises(StepError) as failure:
+        AnsibleHost(timeout=2).install_monitoring_agent(target, "node-exporter")
+    assert failure.value.code == "playbook_timeout" and failure.value.retryable
+    assert "bm-killed" in failure.value.message
+    resumed = AnsibleHost(timeout=300).install_monitoring_agent(target, "node-exporter")
+    assert resumed["reporting"] is True
+    assert AnsibleHost(timeout=300).install_monitoring_agent(target, "node-exporter")["ansible"]["changed"] == 0
