@@ -9,6 +9,11 @@ REDFISH_VENV := .venv-redfish
 REDFISH_STAMP := $(REDFISH_VENV)/.installed
 # schemathesis for the fuzz test (tests/config/test_fuzz.py), in its own venv for the same reason; pinned so that
 # the seeded run generates the same cases.
+# ansible-core for the `ansible` in-band driver (bare metal's post-install steps), in its own venv: the product runs
+# ansible-playbook as a subprocess. pip's wheel cache keeps reinstalls (CI) off the network.
+ANSIBLE_VENV := .venv-ansible
+ANSIBLE_STAMP := $(ANSIBLE_VENV)/.installed
+ANSIBLE_CORE_VERSION := 2.19.14
 FUZZ_VENV := .venv-fuzz
 FUZZ_STAMP := $(FUZZ_VENV)/.installed
 # The `llamacpp` serving runtime: llama-cpp-python's OpenAI-compatible server in its own venv (run as a subprocess,
@@ -31,7 +36,7 @@ PUBLIC_BASE_URL ?= http://$(HOST):$(PORT)
 GATEWAY_PORT ?= 8001
 DEMO_ENV := DEBUG=1 PUBLIC_BASE_URL=$(PUBLIC_BASE_URL) GATEWAY_URL=http://$(HOST):$(GATEWAY_PORT)
 
-.PHONY: install browser slurm podman redfish-emulator fuzz-venv llama haproxy run run-slurm migrate seed test bench lint format clean
+.PHONY: install browser slurm podman redfish-emulator ansible-venv fuzz-venv llama haproxy run run-slurm migrate seed test bench lint format clean
 
 install: $(STAMP)
 
@@ -71,6 +76,12 @@ redfish-emulator: $(REDFISH_STAMP)
 $(REDFISH_STAMP):
 	$(PYTHON) -m venv $(REDFISH_VENV) && $(REDFISH_VENV)/bin/pip install --quiet sushy-tools
 	touch $(REDFISH_STAMP)
+
+ansible-venv: $(ANSIBLE_STAMP)
+
+$(ANSIBLE_STAMP):
+	$(PYTHON) -m venv $(ANSIBLE_VENV) && $(ANSIBLE_VENV)/bin/pip install --quiet "ansible-core==$(ANSIBLE_CORE_VERSION)"
+	touch $(ANSIBLE_STAMP)
 
 fuzz-venv: $(FUZZ_STAMP)
 
@@ -128,10 +139,10 @@ run-slurm: seed slurm
 	  $(DEMO_ENV) $(BIN)/python manage.py runserver $(HOST):$(PORT); }
 
 # Runs on PostgreSQL: DATABASE_URL when set, else postgres@127.0.0.1:5432 (config/settings_test.py).
-test: install browser slurm podman redfish-emulator fuzz-venv llama haproxy
+test: install browser slurm podman redfish-emulator ansible-venv fuzz-venv llama haproxy
 	$(BIN)/pytest
 
-bench: install slurm llama haproxy
+bench: install slurm podman ansible-venv llama haproxy
 	$(BIN)/python -m tests.bench.run
 
 lint: install
@@ -143,4 +154,4 @@ format: install
 	$(BIN)/ruff format .
 
 clean:
-	rm -rf $(VENV) $(REDFISH_VENV) $(FUZZ_VENV) $(LLAMA_VENV) db.sqlite3 staticfiles .pytest_cache .ruff_cache
+	rm -rf $(VENV) $(REDFISH_VENV) $(ANSIBLE_VENV) $(FUZZ_VENV) $(LLAMA_VENV) db.sqlite3 staticfiles .pytest_cache .ruff_cache

@@ -361,6 +361,12 @@ class BareMetalProfile(models.Model):
     monitoring_agent = models.CharField(max_length=80)
     target_cluster = models.CharField(max_length=120, help_text="Cluster the server registers into.")
     validation_suite = models.JSONField(default=list, blank=True, help_text="Ordered hardware checks.")
+    playbooks = models.CharField(
+        max_length=60,
+        default="bare-metal-v1",
+        validators=[slug_validator],
+        help_text="The versioned set of in-band playbooks (provisioning/playbooks/<name>/) the Ansible driver runs.",
+    )
     hourly_price = _money_field("server")
     max_duration_hours = models.PositiveIntegerField(validators=[MinValueValidator(1)])
     active = models.BooleanField(default=True)

@@ -193,6 +193,23 @@ PROVISIONING_FAULTS = env_json("PROVISIONING_FAULTS", [])
 REDFISH_TIMEOUT_SECONDS = env_float("REDFISH_TIMEOUT_SECONDS", 10.0)
 REDFISH_VERIFY_TLS = env_bool("REDFISH_VERIFY_TLS", default=True)
 BMC_CREDENTIALS = env_json("BMC_CREDENTIALS", {})
+# The in-band driver of a bare-metal server's post-install steps (docs/provisioning.md, "Ansible"): "simulated"
+# (embedded default) or "ansible" (ansible-playbook from ANSIBLE_PLAYBOOK, `make ansible-venv`, over SSH to the
+# node's os_address with the key its ssh_credentials_ref names: {"<ref>": {"username": "root",
+# "private_key_file": "/path"}}, from a JSON file that is not in the repository). Host keys are recorded per node
+# under ANSIBLE_STATE_DIR on first contact and checked afterwards. GPU driver packages are looked up in
+# INBAND_PACKAGE_DIR as cc-gpu-driver_<version>_*.deb. A Slurm target cluster is joined with SLURM_CONF's
+# configuration (its ClusterName must be the profile's target_cluster), the munge key in INBAND_MUNGE_KEY_FILE and
+# slurmctld at INBAND_SLURMCTLD_ADDRESS, the address the servers reach the controller at.
+PROVISIONING_IN_BAND_DRIVER = env_str("PROVISIONING_IN_BAND_DRIVER", "simulated")
+ANSIBLE_PLAYBOOK = env_str("ANSIBLE_PLAYBOOK", str(BASE_DIR / ".venv-ansible" / "bin" / "ansible-playbook"))
+ANSIBLE_STATE_DIR = env_str("ANSIBLE_STATE_DIR", str(Path.home() / ".local" / "state" / "compute-catalog" / "ansible"))
+ANSIBLE_CONNECT_TIMEOUT_SECONDS = env_int("ANSIBLE_CONNECT_TIMEOUT_SECONDS", 10)
+SSH_CREDENTIALS = env_json("SSH_CREDENTIALS", {})
+INBAND_PACKAGE_DIR = env_str("INBAND_PACKAGE_DIR", "/srv/compute-catalog/packages")
+INBAND_MUNGE_KEY_FILE = env_str("INBAND_MUNGE_KEY_FILE", "/etc/munge/munge.key")
+INBAND_SLURMCTLD_ADDRESS = env_str("INBAND_SLURMCTLD_ADDRESS")
+INBAND_METRICS_PORT = env_int("INBAND_METRICS_PORT", 9100)
 # The container execution backend (nodes with execution_backend "container"): podman on the node, reached through
 # its remote interface. Templates take {node} (the node's name): the podman URL (ssh://... or unix://...), the host
 # users connect to, and each allocated device's node on the host (also {index}, {uuid}). Ports are published on

@@ -5,6 +5,7 @@ from dataclasses import dataclass
 from functools import cached_property
 from urllib.parse import urlencode, urlsplit
 
+from django.conf import settings
 from django.utils import timezone
 
 from catalog.choices import BootMethod
@@ -50,7 +51,8 @@ class StepContext:
 
     @cached_property
     def in_band(self):
-        return in_band_driver()
+        # A playbook gets the step's timeout, but no more than the worker's task may run (it would be killed).
+        return in_band_driver(timeout=min(self.step.timeout_seconds, settings.Q_CLUSTER["timeout"] - 30))
 
     @cached_property
     def inference(self):
@@ -354,17 +356,34 @@ def post_install_health_check(ctx: StepContext) -> dict:
         raise _isolating_error(failure.code, failure.message, failure.details) from failure
 
 
+IN_BAND_STEPS = ("install_gpu_driver", "install_monitoring_agent", "register_cluster", "health_check")
+
+
 def publish_bare_metal_access(ctx: StepContext) -> dict:
+    """The delivered server: where it answers, what the BMC found, the driver version the host reports, the agent's
+    endpoint, its node name in the cluster, and each in-band step's playbook summary (the `ansible` driver's)."""
     profile = ctx.snapshot["bare_metal_profile"]
-    address = ctx.output_of("register_cluster").get("address", ctx.target.node)
+    registered = ctx.output_of("register_cluster")
+    address = registered.get("address", ctx.target.node)
     user = ctx.run.request.requester.username
+    agent = ctx.output_of("install_monitoring_agent")
+    in_band = {name: ctx.output_of(name) for name in IN_BAND_STEPS}
+    summaries = {
+        name: {key: value for key, value in output["ansible"].items() if key != "log"}
+        for name, output in in_band.items()
+        if "ansible" in output
+    }
     return {
         **_delivered_base(ctx),
         "host": address,
         "os": profile["os_image"],
         "cluster": profile["target_cluster"],
-        "driver_version": profile["driver_version"],
+        "cluster_node": registered.get("node_name", ctx.target.node),
+        "driver_version": ctx.output_of("install_gpu_driver").get("driver_version") or profile["driver_version"],
         "monitoring_agent": profile["monitoring_agent"],
+        **({"agent_endpoint": agent["endpoint"]} if "endpoint" in agent else {}),
+        "bmc_findings": ctx.output_of("validate_hardware").get("checks", {}),
+        **({"in_band": summaries} if summaries else {}),
         "access": {"ssh": f"ssh {user}@{address}"},
     }
 

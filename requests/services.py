@@ -411,6 +411,7 @@ def approved_snapshot(request: ResourceRequest) -> dict:
             "monitoring_agent": profile.monitoring_agent,
             "target_cluster": profile.target_cluster,
             "validation_suite": profile.validation_suite,
+            "playbooks": profile.playbooks,
             "boot_method": profile.boot_method,
             # A PXE boot loads the image's installer kernel and initrd (Image.configuration["netboot"]).
             "netboot": profile.os_image.configuration.get("netboot", {}),

@@ -171,6 +171,7 @@ class NodeAdmin(AuditedInventoryMixin, admin.ModelAdmin):
             },
         ),
         ("BMC", {"fields": ["bmc_address", "bmc_credentials_ref", "bmc_inventory_address"]}),
+        ("In-band (the installed server, for the Ansible driver)", {"fields": ["os_address", "ssh_credentials_ref"]}),
         (
             "Cordon (use the Cordon / Uncordon actions)",
             {"fields": ["schedulable", "cordon_reason", "cordoned_at", "cordoned_by"]},

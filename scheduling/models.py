@@ -82,6 +82,14 @@ class Node(models.Model):
         help_text="Redfish endpoint that reports the hardware inventory when it is not the BMC's own (e.g. an HGX "
         "baseboard's management controller); empty: the BMC address.",
     )
+    os_address = models.CharField(
+        max_length=200,
+        blank=True,
+        help_text="Where the installed server answers SSH (host or host:port) for its in-band steps; empty: its name.",
+    )
+    ssh_credentials_ref = models.CharField(
+        max_length=200, blank=True, help_text="Name of the secret holding the SSH login and key; never the key."
+    )
     rack = models.ForeignKey(Rack, null=True, blank=True, on_delete=models.PROTECT, related_name="nodes")
     topology_domain = models.CharField(
         max_length=120, blank=True, help_text="Gang placement domain, e.g. an NVLink/InfiniBand island."

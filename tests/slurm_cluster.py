@@ -40,6 +40,7 @@ APT_PACKAGES = "munge slurmctld slurmd slurmrestd slurm-client slurm-wlm-jwt-plu
 START_SECONDS = 60
 STOP_SECONDS = 10
 TOKEN_LIFESPAN_SECONDS = 24 * 3600
+DYNAMIC_NODES = 8
 
 
 class SlurmClusterError(RuntimeError):
@@ -304,6 +305,10 @@ def _slurm_conf(cluster: SlurmCluster, controller_port: int, node_lines: list[st
         "KillWait": 2,
         # Finished jobs stay visible long enough for a reconciler to see how they ended.
         "MinJobAge": 600,
+        # Room for dynamic nodes (`slurmd -Z`: bare-metal servers joining, tests/provisioning/test_ansible_*); a
+        # tree width above the node count, as dynamic nodes need (slurmd cannot forward to nodes it does not know).
+        "MaxNodeCount": len(node_lines) + DYNAMIC_NODES,
+        "TreeWidth": 65533,
     }
     lines = [f"{key}={value}" for key, value in settings.items()]
     lines += node_lines

@@ -36,11 +36,19 @@ def workload_driver(backend: str) -> WorkloadDriver:
     raise ValueError(f"Unknown execution backend {backend!r}; use 'simulated', 'slurm' or 'container'.")
 
 
-def in_band_driver() -> InBandDriver:
-    # The simulated host agent until a real one (Ansible over SSH) exists.
-    from provisioning.drivers.simulated import SimulatedHost
+def in_band_driver(name: str | None = None, *, timeout: float | None = None) -> InBandDriver:
+    """The bare-metal post-install steps' driver (PROVISIONING_IN_BAND_DRIVER): "simulated" or "ansible" (playbooks
+    over SSH, each run limited to the step's `timeout`)."""
+    name = name or settings.PROVISIONING_IN_BAND_DRIVER
+    if name == "ansible":
+        from provisioning.drivers.ansible import AnsibleHost
 
-    return SimulatedHost()
+        return AnsibleHost(timeout=timeout)
+    if name == "simulated":
+        from provisioning.drivers.simulated import SimulatedHost
+
+        return SimulatedHost()
+    raise ValueError(f"Unknown in-band driver {name!r}; use 'simulated' or 'ansible'.")
 
 
 def serving_driver(runtime: str = "simulated") -> ServingDriver:

@@ -33,6 +33,8 @@ class Target:
     bmc_address: str = ""
     bmc_credentials_ref: str = ""
     bmc_inventory_address: str = ""  # where the hardware inventory is read, when not from the BMC itself
+    os_address: str = ""  # where the installed server answers SSH (in-band steps); empty: the node's name
+    ssh_credentials_ref: str = ""
     # What the platform believes: cpu_cores, memory_gb, accelerators, accelerator_serials [{index, serial}].
     inventory: dict = field(default_factory=dict)
     attempt: int = 1

@@ -1,5 +1,6 @@
-"""Node drain and resume through `scontrol update`: slurmrestd v0.0.38 has no node update. And a job's time limit
-raised where the REST token's user may not raise it (Slurm lets only operators and SlurmUser do that).
+"""Node drain and resume through `scontrol update`, and dynamic node removal through `scontrol delete`: slurmrestd
+v0.0.38 has neither. And a job's time limit raised where the REST token's user may not raise it (Slurm lets only
+operators and SlurmUser do that).
 
 scontrol finds the cluster through SLURM_CONF (setting) and authenticates with munge, so it runs on a host that is
 part of the Slurm cluster (a login node) as a user Slurm lets change node states (root or SlurmUser).
@@ -29,8 +30,17 @@ def job_time_limit(job_id: int, minutes: int) -> None:
     _update(f"jobid={job_id}", f"TimeLimit={minutes}")
 
 
+def delete_node(name: str) -> None:
+    """Remove a dynamic node (one that joined with `slurmd -Z`) from slurmctld."""
+    _run("delete", f"nodename={name}")
+
+
 def _update(*arguments: str) -> None:
-    command = [settings.SLURM_SCONTROL, "update", *arguments]
+    _run("update", *arguments)
+
+
+def _run(verb: str, *arguments: str) -> None:
+    command = [settings.SLURM_SCONTROL, verb, *arguments]
     env = {**os.environ, "SLURM_CONF": settings.SLURM_CONF} if settings.SLURM_CONF else None
     try:
         result = subprocess.run(command, env=env, capture_output=True, text=True, timeout=SCONTROL_TIMEOUT_SECONDS)
@@ -38,4 +48,4 @@ def _update(*arguments: str) -> None:
         raise ScontrolError(f"scontrol could not run: {error}") from error
     if result.returncode != 0:
         output = (result.stderr or result.stdout).strip()
-        raise ScontrolError(f"scontrol update failed ({result.returncode}): {output}")
+        raise ScontrolError(f"scontrol {verb} failed ({result.returncode}): {output}")

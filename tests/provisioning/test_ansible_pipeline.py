@@ -1,0 +1,133 @@
+"""The whole bare-metal path for real: hardware validation against the static BMC that reports GPUs (sushy-static),
+one-time boot and power on the fake BMC (sushy-emulator), the installer's callback, then every in-band step as an
+Ansible playbook on a real test host (a podman container), which joins the real Slurm cluster as a dynamic node;
+active with the record showing what each part found. Release: the node leaves slurmctld, power off, media ejected,
+marked for cleaning. Faults: SSH unreachable (retried, then a failure naming step and host), a failing task."""
+
+from urllib.parse import urlsplit
+
+import pytest
+
+from provisioning.choices import RunKind
+from provisioning.drivers.ansible import AnsibleHost
+from provisioning.engine import run_target
+from provisioning.models import ProvisioningRun
+from provisioning.steps import IN_BAND_STEPS
+from requests import services as request_services
+from requests.choices import EventCode, RequestState
+from tests.provisioning.redfish_emulator import free_loopback_port
+from tests.provisioning.test_redfish_inventory import hgx  # noqa: F401  (fixture)
+from tests.provisioning.test_redfish_pipeline import installer_callback_from_media, redfish_get
+
+pytestmark = pytest.mark.django_db
+DRIVER_VERSION = "550.54.15"
+
+
+@pytest.fixture
+def server(hgx, in_band):  # noqa: F811  (the imported fixture)
+    """The HGX server of the inventory tests, delivered as a real test host (8 fake GPUs) reached over SSH, its
+    profile installing the stand-in driver and joining the session's Slurm cluster."""
+    hgx.inventory_from("hgx")
+    host = in_band.hosts.start(hgx.node.name, cards=8)
+    hgx.node.os_address, hgx.node.ssh_credentials_ref = host.address, "test-hosts"
+    hgx.node.save(update_fields=["os_address", "ssh_credentials_ref"])
+    hgx.profile.driver_version, hgx.profile.target_cluster = DRIVER_VERSION, in_band.cluster.name
+    hgx.profile.save(update_fields=["driver_version", "target_cluster"])
+    hgx.host, hgx.in_band = host, in_band
+    return hgx
+
+
+def deliver(server, api, run_on_commit):
+    """Order, then report the OS installed as the installer would: the in-band steps run on the callback."""
+    request = server.order()
+    callback, token = installer_callback_from_media(server.node.bmc_address)
+    answer = run_on_commit(api.post, urlsplit(callback).path, {"token": token, "status": "succeeded"}, format="json")
+    assert answer.status_code == 202
+    request.refresh_from_db()
+    return request
+
+
+def test_a_bare_metal_order_from_the_bmcs_to_a_slurm_node_and_back(server, api, run_on_commit):
+    slurm, name = server.in_band.cluster, server.node.name
+    request = deliver(server, api, run_on_commit)
+
+    assert request.state == RequestState.ACTIVE, request.events.values_list("message", flat=True)
+    run = ProvisioningRun.objects.get(request=request, kind=RunKind.PROVISION)
+    record = run.steps.get(name="publish_access").output
+    assert record["bmc_findings"] == {
+        "bmc_reachable": "passed",
+        "system_health": "passed",
+        "inventory_match": "passed",
+    }
+    assert record["driver_version"] == DRIVER_VERSION
+    assert record["agent_endpoint"] == f"http://{server.host.address}:9100/metrics"
+    assert (record["cluster_node"], record["cluster"], record["host"]) == (name, slurm.name, server.host.address)
+    assert set(record["in_band"]) == set(IN_BAND_STEPS)
+    for step, summary in record["in_band"].items():
+        assert summary["host"] == name and summary["failed"] == summary["unreachable"] == 0, step
+        assert summary["playbook"].startswith("provisioning/playbooks/bare-metal-v1/")
+    assert record["in_band"]["install_gpu_driver"]["changed"] > 0
+    assert slurm.node_states()[name] == "idle"
+    health = run.steps.get(name="health_check").output["checks"]
+    assert health["accelerators_visible"] == "passed (8 device nodes)"
+
+    # A step run again (a worker died after its playbook finished, before recording it) changes nothing.
+    target = run_target(run)
+    driver = AnsibleHost(timeout=300)
+    profile = target.snapshot["bare_metal_profile"]
+    again = [
+        driver.install_gpu_driver(target, profile["driver_version"]),
+        driver.install_monitoring_agent(target, profile["monitoring_agent"]),
+        driver.register_in_cluster(target, profile["target_cluster"]),
+        driver.health_check(target, []),
+    ]
+    assert [output["ansible"]["changed"] for output in again] == [0, 0, 0, 0]
+
+    run_on_commit(request_services.request_release, request=request, actor=request.requester, reason="done")
+    request.refresh_from_db()
+    assert request.state == RequestState.RELEASED
+    assert name not in slurm.node_states()
+    teardown = ProvisioningRun.objects.get(request=request, kind=RunKind.RELEASE)
+    assert teardown.steps.get(name="deregister_cluster").output["removed_now"] is True
+    assert teardown.steps.get(name="mark_for_cleaning").output["host_key_forgotten"] is True
+    system = redfish_get(server.node.bmc_address)
+    assert system["PowerState"] == "Off"
+    assert redfish_get(f"{server.node.bmc_address}/VirtualMedia/Cd")["Inserted"] is False
+
+
+def test_an_unreachable_server_is_retried_then_fails_naming_the_step_and_host(server, api, run_on_commit, settings):
+    settings.PROVISIONING_MAX_ATTEMPTS = 2
+    settings.ANSIBLE_CONNECT_TIMEOUT_SECONDS = 2
+    server.node.os_address = f"127.0.0.1:{free_loopback_port()}"
+    server.node.save(update_fields=["os_address"])
+
+    request = deliver(server, api, run_on_commit)
+
+    assert request.state == RequestState.FAILED
+    run = ProvisioningRun.objects.get(request=request, kind=RunKind.PROVISION)
+    failure = run.failure
+    assert (failure["step"], failure["code"], failure["attempts"]) == ("install_gpu_driver", "host_unreachable", 2)
+    assert f"{server.node.name} (127.0.0.1) is unreachable over SSH" in failure["message"]
+    assert request.events.filter(code=EventCode.PROVISIONING_STEP_FAILED, data__step="install_gpu_driver").count() == 1
+
+
+def test_a_failing_task_fails_the_step_with_the_task_and_its_message(server, api, run_on_commit, settings):
+    settings.PROVISIONING_MAX_ATTEMPTS = 2
+    # A file where the driver package goes: the copy task fails (retryable: it is not tagged permanent).
+    server.in_band.hosts.exec(server.host, "sh", "-c", "echo broken > /var/cache/cc-packages")
+
+    request = deliver(server, api, run_on_commit)
+
+    assert request.state == RequestState.FAILED
+    run = ProvisioningRun.objects.get(request=request, kind=RunKind.PROVISION)
+    assert (run.failure["step"], run.failure["code"], run.failure["attempts"]) == (
+        "install_gpu_driver",
+        "playbook_task_failed",
+        2,
+    )
+    message = run.failure["message"]
+    assert message.startswith(f"Step install_gpu_driver on {server.node.name}: task 'Copy the driver package' failed: ")
+    assert "/var/cache/cc-packages" in message, message
+    assert run.failure["details"]["task"] == "Copy the driver package"
+    assert run.failure["details"]["ansible"]["failed"] == 1
+    assert request.events.filter(code=EventCode.PROVISIONING_STEP_FAILED, data__step="install_gpu_driver").count() == 1
