@@ -8,7 +8,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('catalog', '0007_seed_mig_geometry'),
+        ('catalog', '0008_seed_mig_geometry'),
         ('scheduling', '0016_node_inventory_address_device_serial'),
         migrations.swappable_dependency(settings.AUTH_USER_MODEL),
     ]

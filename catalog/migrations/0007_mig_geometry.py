@@ -8,7 +8,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('catalog', '0005_baremetalprofile_boot_method'),
+        ('catalog', '0006_serving_runtimes_and_model_checksum'),
     ]
 
     operations = [

@@ -7,7 +7,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('catalog', '0005_baremetalprofile_boot_method'),
+        ('catalog', '0008_seed_mig_geometry'),
     ]
 
     operations = [

@@ -79,5 +79,5 @@ def unseed(apps, schema_editor):
 
 
 class Migration(migrations.Migration):
-    dependencies = [("catalog", "0006_mig_geometry")]
+    dependencies = [("catalog", "0007_mig_geometry")]
     operations = [migrations.RunPython(seed, unseed)]

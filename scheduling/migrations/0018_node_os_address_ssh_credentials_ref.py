@@ -6,7 +6,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('scheduling', '0016_node_inventory_address_device_serial'),
+        ('scheduling', '0017_device_mig_state'),
     ]
 
     operations = [
