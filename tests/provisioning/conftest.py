@@ -15,12 +15,11 @@ from scheduling import cycle
 from scheduling.models import Device, Node
 from tests import factories
 
-# --- Ansible in-band driver: the bare-metal test hosts (podman containers) and the driver's settings ---------------
+# Fixtures from their own modules: the Ansible test hosts, the podman service, the gateway processes and the Redfish
+# BMC stand-ins (the sushy-tools emulator, its image server and the fault-injecting stand-in).
 from tests.provisioning.ansible_hosts import in_band, test_hosts  # noqa: F401  (fixtures)
-from tests.provisioning.podman_runtime import podman_service  # noqa: F401  (fixture)
-
-# --- Redfish BMC driver: the sushy-tools emulator, its image server and the fault-injecting stand-in --------------
 from tests.provisioning.gateway_process import gateway_redis, gateways  # noqa: F401  (fixtures)
+from tests.provisioning.podman_runtime import podman_service  # noqa: F401  (fixture)
 from tests.provisioning.redfish_emulator import (  # noqa: F401  (fixtures)
     image_server,
     redfish_stand_in,
