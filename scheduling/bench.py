@@ -207,7 +207,8 @@ def main(argv: list[str] | None = None) -> int:
         print(json.dumps(summary))
     else:
         print(
-            f"{summary['nodes']} nodes  policy {summary['policy']}  seeds {args.seeds}  alloc@100 {fmt(summary['alloc_at_100'])}%  "
+            f"{summary['nodes']} nodes  policy {summary['policy']}  seeds {args.seeds}  "
+            f"alloc@100 {fmt(summary['alloc_at_100'])}%  "
             f"alloc@{round(100 * args.inflate)} {fmt(summary['alloc_at_130'])}%  "
             f"frag@100 {fmt(summary['frag_at_100'])}%  {summary['decisions_per_s']} decisions/s  "
             f"peak {summary['peak_mem_mb']} MB"
