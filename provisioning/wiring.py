@@ -10,11 +10,18 @@ STRANDED_TASK = "provisioning.tasks.start_stranded_runs"
 RECONCILE_TASK = "provisioning.tasks.reconcile_workloads"
 
 
+# At most this many start tasks per cycle: a cycle that placed a few requests gets one task each, as before, and
+# one that placed ten thousand enqueues this many (each starting every n-th request), so the cycle's enqueues do
+# not grow with what it placed while every worker still gets a share.
+START_TASKS_PER_CYCLE = 64
+
+
 def start_runs(*, request_ids: list[int], **_kwargs) -> None:
-    """One task per request: a cycle that placed hundreds starts their runs on all workers at once, not one by one
-    on a single worker."""
-    for request_id in request_ids:
-        async_task("provisioning.tasks.start_runs", [request_id])
+    """One task per request, up to START_TASKS_PER_CYCLE tasks: a cycle that placed hundreds starts their runs on
+    all workers at once, not one by one on a single worker."""
+    tasks = min(len(request_ids), START_TASKS_PER_CYCLE)
+    for n in range(tasks):
+        async_task("provisioning.tasks.start_runs", request_ids[n::tasks])
 
 
 def teardown_after_release(*, request_id: int, reason: str, provisioning_started: bool, **_kwargs) -> None:

@@ -9,9 +9,11 @@ domain ``site-kk/pod-p`` (the openb nodes in groups of 64 per pod), node names `
 gives 12,130 nodes and 62,120 GPUs.
 
 Workload (the proportions below are the documented mix; `MIX` holds them):
-- shapes: the GPU pods of the trace (``openb_pod_list_gpuspec33.csv`` by default: 7,064 GPU pods, 415 distinct
-  (cards, milli per card, cores, GiB, allowed models) shapes; ~34% of them restricted to named models, the trace's
-  own `gpu_spec`), sampled with replacement; CPU-only pods are left out (the catalog sells accelerators);
+- shapes: the GPU pods of the trace (``openb_pod_list_gpuspec33.csv`` by default: 7,064 GPU pods; 34% of them
+  restricted to named models, the trace's own `gpu_spec`), sampled with replacement; CPU-only pods are left out
+  (the catalog sells accelerators). Each pod becomes the catalog spec a developer would pick for it: cores rounded
+  up to 1, 2, 4, 8, 12, 16, 24, 32, 48, 64, 96, memory up to a power of two GiB, a shared card's milli up to the
+  next tenth of a card (268 specs instead of the trace's 415 raw shapes);
 - priority: the trace's QoS: best-effort (BE, 42% of GPU pods) becomes ``batch`` (preemptible); of the rest
   (latency-sensitive, burstable, guaranteed) 4% are ``critical``, 12% ``high`` and the others ``standard``;
 - projects: ``projects`` projects (default 200) in tenants of 10; requests pick a project with Zipf weights
@@ -30,6 +32,19 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 NODES_PER_POD = 64  # nodes per topology domain inside a site
+CORE_SIZES = (1, 2, 4, 8, 12, 16, 24, 32, 48, 64, 96)
+
+
+def _catalog_cores(cores: int) -> int:
+    return next((size for size in CORE_SIZES if size >= cores), cores)
+
+
+def _catalog_memory(gb: int) -> int:
+    return 1 << max(0, (gb - 1).bit_length())
+
+
+def _catalog_milli(milli: int) -> int:
+    return milli if milli >= 1000 else min(1000, -(-milli // 100) * 100)
 
 
 @dataclass(frozen=True)
@@ -104,9 +119,9 @@ def read_pod_shapes(path: str | Path) -> list[PodShape]:
         shapes.append(
             PodShape(
                 count=count,
-                milli=milli,
-                cpu_cores=max(1, math.ceil(int(row["cpu_milli"]) / 1000)),
-                memory_gb=max(1, math.ceil(int(row["memory_mib"]) / 1024)),
+                milli=_catalog_milli(milli),
+                cpu_cores=_catalog_cores(max(1, math.ceil(int(row["cpu_milli"]) / 1000))),
+                memory_gb=_catalog_memory(max(1, math.ceil(int(row["memory_mib"]) / 1024))),
                 models=tuple(sorted(m for m in (row.get("gpu_spec") or "").split("|") if m)),
                 qos=row.get("qos") or "LS",
                 duration_s=max(60, end - start) if end > start else 3600,
