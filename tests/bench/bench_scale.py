@@ -13,7 +13,15 @@ from pathlib import Path
 import psycopg
 
 ROOT = Path(__file__).resolve().parents[2]
-OPENB = ROOT.parent / "shared" / "data" / "openb"
+# Beside the checkout (/work/main -> /work/shared), or beside a worktree's parent (/work/wt/<name> -> /work/shared).
+OPENB = next(
+    (
+        path
+        for path in (ROOT.parent / "shared" / "data" / "openb", ROOT.parents[1] / "shared" / "data" / "openb")
+        if path.is_dir()
+    ),
+    ROOT.parent / "shared" / "data" / "openb",
+)
 SERVER_URL = os.environ.get("BENCH_DATABASE_SERVER", "postgres://postgres@127.0.0.1:5432")
 DATABASE = "compute_catalog_bench_scale"
 TITLE = "Scheduler at scale (openb fleet K times, trace workload)"
@@ -110,7 +118,7 @@ def _cycles(scale: int, queued: int) -> list[dict]:
             "allocated": row["allocated"],
             "seconds": row["cycle_seconds"],
             "queries": row["queries_per_cycle"],
-            "decisions/s": round(row["queued"] / row["cycle_seconds"]) if row["cycle_seconds"] else "-",
+            "decisions/s": "-",
             "load": f"{load} - {_load()}",
         }
         for row in rows
