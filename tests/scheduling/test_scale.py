@@ -22,10 +22,10 @@ from tenancy.models import ProjectQuota
 NODES = "sn,cpu_milli,memory_mib,gpu,model\nn0,64000,262144,8,G2\nn1,32000,131072,2,T4\nn2,96000,786432,8,V100M32\n"
 PODS = (
     "name,cpu_milli,memory_mib,num_gpu,gpu_milli,gpu_spec,qos,pod_phase,creation_time,deletion_time,scheduled_time\n"
-    "p0,4000,16384,1,1000,,LS,Running,0,7200,0\n"
+    "p0,4000,16384,1,1000,,LS,Running,0,600,0\n"
     "p1,2000,8192,1,460,,BE,Running,0,600,0\n"
     "p2,16000,65536,2,1000,T4,LS,Running,0,90000,10\n"
-    "p3,8000,32768,4,1000,G2|V100M32,BE,Running,0,3600,0\n"
+    "p3,8000,32768,4,1000,G2|V100M32,BE,Running,0,900,0\n"
     "p4,0,1024,0,0,,LS,Running,0,100,0\n"
 )
 
@@ -170,3 +170,19 @@ def test_a_cycle_works_on_the_head_of_the_queue_order_only(trace, settings):
     result = cycle.run_cycle()
     assert set(result.allocated) | set(result.waiting) == head
     assert not ResourceRequest.objects.exclude(pk__in=head).exclude(queue_reason={}).exists()
+
+
+@pytest.mark.django_db
+def test_steady_state_replay_releases_what_ended_and_reports_waits(trace):
+    from scheduling import steady
+
+    shapes = fleet.read_pod_shapes(trace[1])
+    scale.import_fleet(trace[0], 3)
+    workload = scale.Workload(shapes, projects=20)
+    report = steady.run(workload, shapes, minutes=30, queued=40, interval_s=300, arrivals_per_minute=2, seed=5)
+    assert report["cycles"] == 7
+
+    assert report["allocated"] > 0 and report["departed"] > 0  # the trace's 10-minute pods leave
+    assert report["wait_max_s"] >= report["wait_p99_s"] >= report["wait_p50_s"] >= 0
+    assert ResourceRequest.objects.filter(state=RequestState.RELEASED).count() == report["departed"]
+    assert all(row["queries"] > 0 for row in report["per_cycle"])

@@ -9,7 +9,7 @@ It adds a benchmark tenant, nodes and requests: run it on a scratch database (`m
 62,120 GPUs) and requests drawn from the openb trace's GPU pod shapes (--pods, default the gpuspec33 list beside
 the node list) with the priority classes, projects, quotas and durations of `scheduling.fleet` (documented
 there and in docs/BENCHMARKS.md). --cycles N runs N cycles in a row (the second and later ones on what the first
-left waiting).
+left waiting). --steady MINUTES replays arrivals and departures in simulated time instead (`scheduling.steady`).
 """
 
 import json as json_module
@@ -57,11 +57,14 @@ class Command(BaseCommand):
         parser.add_argument("--pods", type=Path, default=None, help="openb pod list for --scale's request shapes.")
         parser.add_argument("--projects", type=int, default=200)
         parser.add_argument("--cycles", type=int, default=1, help="With --scale: cycles in a row, one row each.")
+        parser.add_argument("--steady", type=float, default=0, metavar="MINUTES", help="Steady-state replay.")
+        parser.add_argument("--interval", type=float, default=60, help="--steady: simulated seconds between cycles.")
+        parser.add_argument("--arrivals", type=float, default=None, help="--steady: arrivals per simulated minute.")
 
     def handle(self, *args, nodes: Path, requests: int, seed: int, as_json: bool, force: bool, **options):
         if not force and not str(connection.settings_dict["NAME"]).endswith("_bench"):
             raise CommandError("This adds thousands of rows: point DATABASE_URL at a *_bench database or pass --force.")
-        if options["scale"]:
+        if options["scale"] or options["steady"]:
             return self._scaled(nodes, requests, seed, as_json, options)
         call_command("import_inventory", str(nodes), verbosity=0)
         queued = queue_requests(requests, seed)
@@ -88,6 +91,21 @@ class Command(BaseCommand):
         inventory = scale.import_fleet(nodes, k)
         shapes = fleet.read_pod_shapes(pods)
         workload = scale.Workload(shapes, projects=options["projects"])
+        if options["steady"]:
+            from scheduling import steady
+
+            report = steady.run(
+                workload,
+                shapes,
+                minutes=options["steady"],
+                queued=requests,
+                interval_s=options["interval"],
+                arrivals_per_minute=options["arrivals"],
+                seed=seed,
+                progress=None if as_json else self.stdout.write,
+            )
+            self.stdout.write(json_module.dumps({**inventory, **report}))
+            return
         workload.queue(fleet.draw_requests(shapes, requests, projects=options["projects"], seed=seed))
         rows = []
         for n in range(options["cycles"]):
