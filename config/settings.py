@@ -131,6 +131,10 @@ METRICS_TOKEN = env_str("METRICS_TOKEN")
 # Scheduling: optional fair share, requeue on isolation, expiry warnings, when an allocation counts as stale.
 SCHEDULER_FAIR_SHARE = env_bool("SCHEDULER_FAIR_SHARE", default=False)
 SCHEDULER_REQUEUE_ON_ISOLATION = env_bool("SCHEDULER_REQUEUE_ON_ISOLATION", default=True)
+# Bounded work per cycle: a cycle places and explains the first this many queued requests in queue order (priority
+# class, fair share, submission); the ones behind them wait for a later cycle (0 = the whole queue). See
+# docs/BENCHMARKS.md (scheduler at scale) for the fairness rule.
+SCHEDULER_CYCLE_WINDOW = env_int("SCHEDULER_CYCLE_WINDOW", 10000)
 EXPIRY_WARNING_HOURS = env_int("EXPIRY_WARNING_HOURS", 4)
 ALLOCATION_HEARTBEAT_TIMEOUT_MINUTES = env_int("ALLOCATION_HEARTBEAT_TIMEOUT_MINUTES", 30)
 # Metering: telemetry driver (simulated or dcgm) and where each node's dcgm-exporter answers ({node} = node name),

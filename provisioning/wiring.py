@@ -11,13 +11,21 @@ STRANDED_TASK = "provisioning.tasks.start_stranded_runs"
 RECONCILE_TASK = "provisioning.tasks.reconcile_workloads"
 
 
+# At most this many start tasks per cycle: a cycle that placed a few requests gets one task each, as before, and
+# one that placed ten thousand enqueues this many (each starting every n-th request), so the cycle's enqueues do
+# not grow with what it placed while every worker still gets a share.
+START_TASKS_PER_CYCLE = 64
+
+
 def start_runs(*, request_ids: list[int], **_kwargs) -> None:
-    """One task per batch of PROVISIONING_START_BATCH requests: a cycle that placed hundreds starts their runs on
-    several workers at once, without a task per request ahead of every step in the broker (each run's first step
-    is enqueued as soon as its own start commits)."""
+    """One task per batch of PROVISIONING_START_BATCH requests, at most START_TASKS_PER_CYCLE tasks: a cycle that
+    placed hundreds starts their runs on several workers at once, without a task per request ahead of every step
+    in the broker (each run's first step is enqueued as soon as its own start commits), and one that placed ten
+    thousand enqueues no more tasks than that."""
     size = max(1, settings.PROVISIONING_START_BATCH)
-    for first in range(0, len(request_ids), size):
-        async_task("provisioning.tasks.start_runs", list(request_ids[first : first + size]))
+    tasks = min(-(-len(request_ids) // size), START_TASKS_PER_CYCLE)
+    for n in range(tasks):
+        async_task("provisioning.tasks.start_runs", list(request_ids[n::tasks]))
 
 
 def teardown_after_release(*, request_id: int, reason: str, provisioning_started: bool, **_kwargs) -> None:

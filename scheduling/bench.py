@@ -1,6 +1,7 @@
 """Placement benchmark on the Alibaba openb traces, following the FGD paper's protocol (USENIX ATC'23).
 
     python -m scheduling.bench openb --nodes NODES.csv --pods PODS.csv --policy NAME --seeds 42-51 --inflate 1.3
+    python -m scheduling.bench openb ... --scale 10     (the node list 10 times: 12,130 nodes, 62,120 GPUs)
     python -m scheduling.bench mig --nodes NODES.csv --pods PODS.csv --seeds 42-51 --json   (scheduling.mig_bench)
 
 Per seed: pods sorted by name then shuffled with the seed; pods sampled with replacement from the name-sorted trace
@@ -24,6 +25,7 @@ import sys
 import time
 from dataclasses import dataclass
 
+from scheduling.fleet import scaled_engine_nodes
 from scheduling.frag import MILLI, FragTable, typical_shapes
 from scheduling.placement import Demand, Device, Node, PlacementEngine, Snapshot
 from scheduling.policies import DEFAULT_POLICY, make_policy
@@ -153,10 +155,14 @@ def parse_seeds(text: str) -> list[int]:
     return seeds
 
 
-def run(nodes_path: str, pods_path: str, policy: str, seeds: list[int], inflate: float = 1.3) -> dict:
+def run(nodes_path: str, pods_path: str, policy: str, seeds: list[int], inflate: float = 1.3, scale: int = 1) -> dict:
+    """At --scale K the cluster is the node list K times (distinct names) and the arrival sequence is K times as
+    long (the protocol samples pods up to `inflate` times the capacity), so decisions/s compare fleet sizes."""
     nodes, pods = read_nodes(nodes_path), read_pods(pods_path)
+    if scale > 1:
+        nodes = scaled_engine_nodes(nodes, scale)
     runs = [simulate(nodes, pods, policy, seed, inflate) for seed in seeds]
-    return summarise(policy, seeds, runs)
+    return {**summarise(policy, seeds, runs), "nodes": len(nodes), "gpus": sum(len(n.devices) for n in nodes)}
 
 
 def summarise(policy: str, seeds: list[int], runs: list[dict]) -> dict:
@@ -204,6 +210,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--policy", default="default")
     parser.add_argument("--seeds", default="42-51")
     parser.add_argument("--inflate", type=float, default=1.3)
+    parser.add_argument("--scale", type=int, default=1, help="Replicate the node list K times (distinct names).")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args(argv)
     if args.trace == "mig":
@@ -212,12 +219,13 @@ def main(argv: list[str] | None = None) -> int:
         summary = run_mig(args.nodes, args.pods, parse_seeds(args.seeds), args.inflate)
         print(json.dumps(summary) if args.json else _mig_text(summary))
         return 0
-    summary = run(args.nodes, args.pods, args.policy, parse_seeds(args.seeds), args.inflate)
+    summary = run(args.nodes, args.pods, args.policy, parse_seeds(args.seeds), args.inflate, args.scale)
     if args.json:
         print(json.dumps(summary))
     else:
         print(
-            f"policy {summary['policy']}  seeds {args.seeds}  alloc@100 {fmt(summary['alloc_at_100'])}%  "
+            f"{summary['nodes']} nodes  policy {summary['policy']}  seeds {args.seeds}  "
+            f"alloc@100 {fmt(summary['alloc_at_100'])}%  "
             f"alloc@{round(100 * args.inflate)} {fmt(summary['alloc_at_130'])}%  "
             f"frag@100 {fmt(summary['frag_at_100'])}%  {summary['decisions_per_s']} decisions/s  "
             f"peak {summary['peak_mem_mb']} MB"

@@ -12,6 +12,7 @@ Ties between equally scored nodes go to a fixed node order drawn from the engine
 from __future__ import annotations
 
 import heapq
+import itertools
 import random
 import threading
 from collections.abc import Iterable, Mapping, Sequence
@@ -205,9 +206,15 @@ class PlacementEngine:
         self.version = [0] * len(self.nodes)
         self.changed: list[int] = []
         self.state = [self._state(i) for i in range(len(self.nodes))]
+        # Each distinct node state gets a small integer once, so the per-shape score memos hash an int per node
+        # visit instead of the nested state tuple (shared with forks: a pure cache, ids are never reused).
+        self._sids: dict = {}
+        self._sid_counter = itertools.count()
+        self.sid = [self._sid(state) for state in self.state]
         self._indexes: dict = {}
         self._gpu_memo: dict = {}
         self._rooms: dict = {}
+        self._blocks: dict = {}  # (models, share) -> _BlockIndex, for topology pending reasons
         self._build_aggregates()
         self.policy.attach(self.model_healthy)
 
@@ -223,12 +230,13 @@ class PlacementEngine:
         forked.__dict__.update(self.__dict__)
         forked.nodes, forked.cpu, forked.mem = list(self.nodes), list(self.cpu), list(self.mem)
         forked.free, forked.version, forked.changed = list(self.free), list(self.version), list(self.changed)
-        forked.state = list(self.state)
+        forked.state, forked.sid = list(self.state), list(self.sid)
         forked.model_devices, forked.model_healthy = dict(self.model_devices), dict(self.model_healthy)
         forked.model_hist = {model: dict(hist) for model, hist in self.model_hist.items()}
         forked.rng = random.Random()
         forked.rng.setstate(self.rng.getstate())
         forked._indexes, forked._frozen, forked._index_lock = {}, False, threading.Lock()
+        forked._blocks = {}  # per-node counts that the fork's placements would change under the original
         forked._origin = self
         if workload is not None:
             source = [(d.cpu_milli, d.memory_mib, d.count, d.share, d.models) for d in workload]
@@ -264,6 +272,12 @@ class PlacementEngine:
         )
         return (self.cpu[i], self.mem[i], devs)
 
+    def _sid(self, state) -> int:
+        sid = self._sids.get(state)
+        if sid is None:
+            sid = self._sids.setdefault(state, next(self._sid_counter))
+        return sid
+
     def _apply(self, i: int, devices, cpu: int, mem: int, sign: int = -1, refresh: bool = True):
         self._check_writable()
         free = self.free[i] = list(self.free[i])  # a new list: a fork may share the old one
@@ -275,6 +289,7 @@ class PlacementEngine:
             self.version[i] += 1
             self.changed.append(i)
             self.state[i] = self._state(i)
+            self.sid[i] = self._sid(self.state[i])
             self._aggregate_update(i, devices, sign)
 
     def _build_aggregates(self):
@@ -415,7 +430,7 @@ class PlacementEngine:
 
     def _refresh(self, index: _ShapeIndex, shape: _Shape):
         """Score the nodes changed since the index last looked (all of them the first time) into its heap."""
-        heap, version, rank, nodes, state = index.heap, self.version, self.rank, self.nodes, self.state
+        heap, version, rank, nodes, state, sid = index.heap, self.version, self.rank, self.nodes, self.state, self.sid
         evaluate, push = self._evaluate, heapq.heappush
         if index.seen is None:
             todo: Iterable[int] = range(len(nodes))
@@ -428,11 +443,10 @@ class PlacementEngine:
             node = nodes[i]
             if not node.schedulable:
                 continue
-            st = state[i]
-            memo_key = st if not shape.profile else (st, node.name)
+            memo_key = sid[i] if not shape.profile else (sid[i], i)
             result = memo.get(memo_key, _MISSING)
             if result is _MISSING:
-                result = memo[memo_key] = evaluate(st, shape, node)
+                result = memo[memo_key] = evaluate(state[i], shape, node)
             if result is not None:
                 push(heap, (result[0], rank[i], i, version[i], result[1]))
 
@@ -624,26 +638,47 @@ class PlacementEngine:
         return _never_fits(self._rooms[key], demand)
 
     def _profile_share(self, demand: Demand, models) -> int | None:
-        shares = [
-            d.slice_profiles[demand.slice_profile]
-            for node in self.nodes
-            for d in node.devices
-            if d.model in models and demand.slice_profile in d.slice_profiles
-        ]
-        return min(shares) if shares else None
+        """The smallest share the profile takes on the models (the inventory's slice tables do not change while
+        the engine lives: worked out once per profile and models, not once per pending demand)."""
+        key = ("profile-share", demand.slice_profile, frozenset(models))
+        if key not in self._rooms:
+            shares = [
+                d.slice_profiles[demand.slice_profile]
+                for node in self.nodes
+                for d in node.devices
+                if d.model in models and demand.slice_profile in d.slice_profiles
+            ]
+            self._rooms[key] = min(shares) if shares else None
+        return self._rooms[key]
 
     def _largest_block(self, demand: Demand, models, share: int):
-        best, where = 0, None
-        for i, node in enumerate(self.nodes):
-            if not node.schedulable:
-                continue
-            free = self.free[i]
-            block = sum(
-                1 for j, d in enumerate(node.devices) if d.model in models and d.health == HEALTHY and free[j] >= share
-            )
-            if block > best or (block == best and where is not None and node.name < where):
-                best, where = block, node.name
-        return best, where
+        """(devices, node) of the schedulable node with the most healthy devices of the models with `share`
+        free (ties: the first name). Kept per (models, share) and brought up to date from the nodes changed since
+        it last looked, so a pending reason costs what changed, not the whole fleet."""
+        key = (frozenset(models), share)
+        blocks = self._blocks.get(key)
+        if blocks is None:
+            blocks = self._blocks[key] = _BlockIndex(len(self.nodes))
+            todo: Iterable[int] = range(len(self.nodes))
+        else:
+            todo = set(self.changed[blocks.seen :])
+        blocks.seen = len(self.changed)
+        for i in todo:
+            node = self.nodes[i]
+            if node.schedulable:
+                free = self.free[i]
+                block = sum(
+                    1
+                    for j, d in enumerate(node.devices)
+                    if d.model in key[0] and d.health == HEALTHY and free[j] >= share
+                )
+            else:
+                block = 0
+            blocks.move(i, block)
+        best = blocks.best()
+        if best == 0:
+            return 0, None
+        return best, min(self.nodes[i].name for i in blocks.by_block[best])
 
     # -- reporting --------------------------------------------------------------------------------------------
 
@@ -838,6 +873,29 @@ class _ShapeIndex:
     def copy(self) -> _ShapeIndex:
         """Its own heap to pop from; the memo of scores by node state stays shared (a pure cache)."""
         return _ShapeIndex(list(self.heap), self.memo, self.seen)
+
+
+class _BlockIndex:
+    """Per (models, share): each node's count of healthy devices with that much free, and the nodes by count."""
+
+    __slots__ = ("by_block", "per_node", "seen")
+
+    def __init__(self, nodes: int):
+        self.per_node = [0] * nodes
+        self.by_block: dict[int, set[int]] = {0: set(range(nodes))}
+        self.seen = 0
+
+    def move(self, i: int, block: int) -> None:
+        before = self.per_node[i]
+        if before != block:
+            self.by_block[before].discard(i)
+            if not self.by_block[before]:
+                del self.by_block[before]
+            self.by_block.setdefault(block, set()).add(i)
+            self.per_node[i] = block
+
+    def best(self) -> int:
+        return max(self.by_block) if self.by_block else 0
 
 
 def place(

@@ -18,6 +18,8 @@ BENCHMARKS = [
     "tests.bench.bench_catalog_api",
     "tests.bench.bench_requests",
     "tests.bench.bench_scheduler",
+    "tests.bench.bench_scale",
+    "tests.bench.bench_steady",
     "tests.bench.bench_preview",
     "tests.bench.bench_placement",
     "tests.bench.bench_mig",

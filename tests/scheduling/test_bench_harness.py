@@ -4,6 +4,7 @@ import json
 
 from scheduling import bench
 from scheduling.bench import Pod
+from scheduling.fleet import scaled_engine_nodes
 
 NODES = "sn,cpu_milli,memory_mib,gpu,model\nn0,8000,32768,2,T4\nn1,8000,32768,1,V100M16\n"
 PODS = (
@@ -77,5 +78,19 @@ def test_cli_json(tmp_path, capsys):
         "frag_at_100",
         "decisions_per_s",
         "peak_mem_mb",
+        "nodes",
+        "gpus",
     }
     assert out["seeds"] == [1, 2, 3] and set(out["alloc_at_100"]) == {"mean", "std"}
+
+
+def test_scale_replicates_the_node_list_with_distinct_names(tmp_path, capsys):
+    nodes_path, pods_path = _files(tmp_path)
+    single = bench.read_nodes(nodes_path)
+    args = ["openb", "--nodes", nodes_path, "--pods", pods_path, "--seeds", "1", "--json"]
+    assert bench.main([*args, "--scale", "3"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["nodes"] == 3 * len(single)
+    assert out["gpus"] == 3 * sum(len(node.devices) for node in single)
+    names = [node.name for node in scaled_engine_nodes(single, 3)]
+    assert len(set(names)) == len(names) == 3 * len(single)

@@ -1,8 +1,15 @@
 """manage.py bench_scheduler --nodes NODES.csv --requests 10000 [--json]
+manage.py bench_scheduler --nodes openb_node_list_gpu_node.csv --scale 10 --requests 100000 [--pods PODS.csv]
 
 End to end through the database: import the node list, queue N approved requests of mixed shapes, run ONE
 scheduling cycle, and report wall time, allocations per second (database writes included) and SQL queries.
 It adds a benchmark tenant, nodes and requests: run it on a scratch database (`make bench` does).
+
+--scale K: the openb node list K times (sites site-00.., topology domains of 64 nodes; K=10: 12,130 nodes,
+62,120 GPUs) and requests drawn from the openb trace's GPU pod shapes (--pods, default the gpuspec33 list beside
+the node list) with the priority classes, projects, quotas and durations of `scheduling.fleet` (documented
+there and in docs/BENCHMARKS.md). --cycles N runs N cycles in a row (the second and later ones on what the first
+left waiting). --steady MINUTES replays arrivals and departures in simulated time instead (`scheduling.steady`).
 """
 
 import json as json_module
@@ -46,10 +53,19 @@ class Command(BaseCommand):
         parser.add_argument("--seed", type=int, default=42)
         parser.add_argument("--json", action="store_true", dest="as_json", help="Print one JSON object.")
         parser.add_argument("--force", action="store_true", help="Run on a database not named *_bench.")
+        parser.add_argument("--scale", type=int, default=0, help="The openb node list K times, trace workload.")
+        parser.add_argument("--pods", type=Path, default=None, help="openb pod list for --scale's request shapes.")
+        parser.add_argument("--projects", type=int, default=200)
+        parser.add_argument("--cycles", type=int, default=1, help="With --scale: cycles in a row, one row each.")
+        parser.add_argument("--steady", type=float, default=0, metavar="MINUTES", help="Steady-state replay.")
+        parser.add_argument("--interval", type=float, default=60, help="--steady: simulated seconds between cycles.")
+        parser.add_argument("--arrivals", type=float, default=None, help="--steady: arrivals per simulated minute.")
 
     def handle(self, *args, nodes: Path, requests: int, seed: int, as_json: bool, force: bool, **options):
         if not force and not str(connection.settings_dict["NAME"]).endswith("_bench"):
             raise CommandError("This adds thousands of rows: point DATABASE_URL at a *_bench database or pass --force.")
+        if options["scale"] or options["steady"]:
+            return self._scaled(nodes, requests, seed, as_json, options)
         call_command("import_inventory", str(nodes), verbosity=0)
         queued = queue_requests(requests, seed)
         started = time.perf_counter()
@@ -66,6 +82,53 @@ class Command(BaseCommand):
         self.stdout.write(
             json_module.dumps(report) if as_json else "\n".join(f"{key:>18}: {value}" for key, value in report.items())
         )
+
+    def _scaled(self, nodes: Path, requests: int, seed: int, as_json: bool, options) -> None:
+        from scheduling import fleet, scale
+
+        pods = options["pods"] or nodes.with_name("openb_pod_list_gpuspec33.csv")
+        k = max(1, options["scale"])
+        inventory = scale.import_fleet(nodes, k)
+        shapes = fleet.read_pod_shapes(pods)
+        workload = scale.Workload(shapes, projects=options["projects"])
+        if options["steady"]:
+            from scheduling import steady
+
+            report = steady.run(
+                workload,
+                shapes,
+                minutes=options["steady"],
+                queued=requests,
+                interval_s=options["interval"],
+                arrivals_per_minute=options["arrivals"],
+                seed=seed,
+                progress=None if as_json else self.stdout.write,
+            )
+            self.stdout.write(json_module.dumps({**inventory, **report}))
+            return
+        workload.queue(fleet.draw_requests(shapes, requests, projects=options["projects"], seed=seed))
+        rows = []
+        for n in range(options["cycles"]):
+            queued = ResourceRequest.objects.filter(state=RequestState.QUEUED).count()
+            started = time.perf_counter()
+            with CaptureQueriesContext(connection) as queries:
+                result = run_cycle()
+            seconds = time.perf_counter() - started
+            rows.append(
+                {
+                    **inventory,
+                    "cycle": n + 1,
+                    "queued": queued,
+                    "allocated": len(result.allocated),
+                    "preempted": len(result.preempted),
+                    "cycle_seconds": round(seconds, 3),
+                    "queries_per_cycle": len(queries),
+                }
+            )
+            if not as_json:
+                self.stdout.write(json_module.dumps(rows[-1]))
+        if as_json:
+            self.stdout.write(json_module.dumps(rows if len(rows) > 1 else rows[0]))
 
 
 def _specs() -> list[tuple[ResourceSpec, int]]:
