@@ -38,10 +38,11 @@ def test_a_catalog_option_opens_the_order_with_it_chosen_and_previewed(browser, 
     page.fill("#id_duration_hours", "30")
     page.press("#id_duration_hours", "Tab")  # the field's change event
     page.wait_for_selector("#preview-loading", state="visible")
-    # The form previews on change and on keyup after 500 ms: Tab may start a second preview, so let every one go.
-    page.unroute("**/preview/")
+    # The form previews on change and on keyup after 500 ms: Tab may start a second preview, so let every one go
+    # (unroute lets go of any held after these, and would itself have handled these: continue them first).
     for route in held:
         route.continue_()
+    page.unroute("**/preview/")
     page.wait_for_selector("#preview-loading", state="hidden")
     assert "for 30 h" in page.inner_text("#preview-cost")
 
