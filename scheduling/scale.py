@@ -174,9 +174,8 @@ class Workload:
         """A request for the spec, its snapshot worked out once per spec with the catalog's queries."""
         template = self._templates.get(spec.pk)
         if template is None:
-            template = self._templates[spec.pk] = _request(
-                spec, self.projects[0], self.requester, self.service, self.image
-            )
+            template = queued_row(spec, self.projects[0], self.requester, self.service, self.image)
+            self._templates[spec.pk] = template
             template.approved_spec = approved_snapshot(template)
         return template
 
@@ -188,7 +187,7 @@ class Workload:
             spec = self.specs[synthetic.shape.key]
             project = self.projects[synthetic.project]
             template = self._template(spec)
-            request = _request(spec, project, self.requester, self.service, self.image)
+            request = queued_row(spec, project, self.requester, self.service, self.image)
             request.priority = synthetic.priority
             request.duration_hours = synthetic.duration_hours
             request.card_hours = spec.gpu_equivalents * synthetic.duration_hours
@@ -214,9 +213,10 @@ def _spec_slug(key: tuple) -> str:
     return f"trace-{uuid.uuid5(uuid.NAMESPACE_OID, repr(key)).hex[:12]}-{count}x{milli}-{cpu}c{memory}g"[:60]
 
 
-def _request(spec, project, requester, service, image) -> ResourceRequest:
+def queued_row(spec, project, requester, service, image, parameters=None) -> ResourceRequest:
+    """An unsaved queued request for the spec over 24 h, without its snapshot (callers freeze or copy one)."""
     return ResourceRequest(
-        parameters={},
+        parameters=parameters or {},
         tenant_id=project.tenant_id,
         project=project,
         requester=requester,

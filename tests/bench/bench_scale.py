@@ -79,36 +79,25 @@ def _load() -> str:
     return Path("/proc/loadavg").read_text().split()[0]
 
 
-def _cycles(scale: int, queued: int) -> list[dict]:
+def bench_scheduler_on_fresh_database(*arguments: str) -> tuple[str, dict | list, str]:
+    """`manage.py bench_scheduler --nodes <openb> <arguments> --json --force` on a freshly migrated scratch database:
+    the load average before, its JSON report, the load average after."""
     with psycopg.connect(f"{SERVER_URL}/postgres", autocommit=True) as connection:
         connection.execute(f'DROP DATABASE IF EXISTS "{DATABASE}" WITH (FORCE)')
         connection.execute(f'CREATE DATABASE "{DATABASE}"')
     env = {**os.environ, "DATABASE_URL": f"{SERVER_URL}/{DATABASE}"}
     subprocess.run([sys.executable, "manage.py", "migrate", "-v0"], cwd=ROOT, env=env, check=True)
     load = _load()
-    out = subprocess.run(
-        [
-            sys.executable,
-            "manage.py",
-            "bench_scheduler",
-            "--nodes",
-            str(OPENB / "openb_node_list_gpu_node.csv"),
-            "--scale",
-            str(scale),
-            "--requests",
-            str(queued),
-            "--cycles",
-            "2",
-            "--json",
-            "--force",
-        ],
-        cwd=ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        check=True,
-    ).stdout
-    rows = json.loads(out.strip().splitlines()[-1])
+    nodes = str(OPENB / "openb_node_list_gpu_node.csv")
+    command = [sys.executable, "manage.py", "bench_scheduler", "--nodes", nodes, *arguments, "--json", "--force"]
+    out = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, check=True).stdout
+    return load, json.loads(out.strip().splitlines()[-1]), _load()
+
+
+def _cycles(scale: int, queued: int) -> list[dict]:
+    load, rows, load_after = bench_scheduler_on_fresh_database(
+        "--scale", str(scale), "--requests", str(queued), "--cycles", "2"
+    )
     return [
         {
             "what": "cycle",
@@ -119,7 +108,7 @@ def _cycles(scale: int, queued: int) -> list[dict]:
             "seconds": row["cycle_seconds"],
             "queries": row["queries_per_cycle"],
             "decisions/s": "-",
-            "load": f"{load} - {_load()}",
+            "load": f"{load} - {load_after}",
         }
         for row in rows
     ]

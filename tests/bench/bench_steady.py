@@ -1,14 +1,7 @@
 """Steady state at a bounded size for `make bench`: `manage.py bench_scheduler --scale 1 --requests 2000 --steady 5
 --arrivals 200` on its own scratch database (the 10x runs are the documented flags in docs/BENCHMARKS.md)."""
 
-import json
-import os
-import subprocess
-import sys
-
-import psycopg
-
-from tests.bench.bench_scale import DATABASE, OPENB, ROOT, SERVER_URL, _load
+from tests.bench.bench_scale import bench_scheduler_on_fresh_database
 
 TITLE = "Scheduler steady state (bounded)"
 DESCRIPTION = (
@@ -21,37 +14,9 @@ DESCRIPTION = (
 
 
 def run() -> list[dict]:
-    with psycopg.connect(f"{SERVER_URL}/postgres", autocommit=True) as connection:
-        connection.execute(f'DROP DATABASE IF EXISTS "{DATABASE}" WITH (FORCE)')
-        connection.execute(f'CREATE DATABASE "{DATABASE}"')
-    env = {**os.environ, "DATABASE_URL": f"{SERVER_URL}/{DATABASE}"}
-    subprocess.run([sys.executable, "manage.py", "migrate", "-v0"], cwd=ROOT, env=env, check=True)
-    load = _load()
-    out = subprocess.run(
-        [
-            sys.executable,
-            "manage.py",
-            "bench_scheduler",
-            "--nodes",
-            str(OPENB / "openb_node_list_gpu_node.csv"),
-            "--scale",
-            "1",
-            "--requests",
-            "2000",
-            "--steady",
-            "5",
-            "--arrivals",
-            "200",
-            "--json",
-            "--force",
-        ],
-        cwd=ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        check=True,
-    ).stdout
-    report = json.loads(out.strip().splitlines()[-1])
+    load, report, load_after = bench_scheduler_on_fresh_database(
+        "--scale", "1", "--requests", "2000", "--steady", "5", "--arrivals", "200"
+    )
     keys = [
         "nodes",
         "cycles",
@@ -68,4 +33,4 @@ def run() -> list[dict]:
         "wait_max_s",
         "still_queued",
     ]
-    return [{**{key: report[key] for key in keys}, "load": f"{load} - {_load()}"}]
+    return [{**{key: report[key] for key in keys}, "load": f"{load} - {load_after}"}]

@@ -30,6 +30,7 @@ from requests.models import ResourceRequest
 from requests.models.request import snapshot_hash
 from requests.services import approved_snapshot
 from scheduling.cycle import run_cycle
+from scheduling.scale import queued_row
 from tenancy.models import Project, Tenant, User
 from tenancy.services import project_create, tenant_create
 
@@ -197,25 +198,7 @@ def queue_requests(count: int, seed: int) -> int:
 
 def queued_request(spec, project, requester, service, image, parameters=None) -> ResourceRequest:
     """An approved, queued request for the spec, with the snapshot submission would have frozen (not saved)."""
-    request = ResourceRequest(
-        parameters=parameters or {},
-        tenant_id=project.tenant_id,
-        project=project,
-        requester=requester,
-        service=service,
-        spec=spec,
-        image=image,
-        duration_hours=24,
-        gpu_equivalents=spec.gpu_equivalents,
-        accelerator_count=spec.accelerator_count,
-        accelerator_memory_gb=spec.accelerator_memory_gb,
-        cpu_cores=spec.cpu_cores,
-        memory_gb=spec.memory_gb,
-        card_hours=spec.gpu_equivalents * 24,
-        hourly_cost=spec.hourly_cost,
-        cost_estimate=spec.hourly_cost * 24,
-        state=RequestState.QUEUED,
-    )
+    request = queued_row(spec, project, requester, service, image, parameters)
     request.approved_spec = approved_snapshot(request)
     request.approved_spec_hash = snapshot_hash(request.approved_spec)
     request.approved_at = project.created_at
