@@ -36,8 +36,13 @@ def browser(transactional_db):
         chromium.close()
 
 
-def _signed_in(browser, live_server, user):
-    page = browser.new_context(viewport={"width": 1366, "height": 900}).new_page()
+PHONE = {"width": 390, "height": 844}
+LAPTOP = {"width": 1440, "height": 900}
+
+
+def signed_in(browser, live_server, user, viewport=LAPTOP):
+    """A new page of its own browser context, signed in as the user."""
+    page = browser.new_context(viewport=viewport).new_page()
     page.set_default_timeout(10_000)
     page.goto(f"{live_server.url}/accounts/login/")
     page.fill("#id_username", user.username)
@@ -47,11 +52,16 @@ def _signed_in(browser, live_server, user):
     return page
 
 
+def horizontal_overflow(page) -> int:
+    """How many CSS pixels the page is wider than its viewport (0: no sideways scroll)."""
+    return page.evaluate("document.documentElement.scrollWidth - document.documentElement.clientWidth")
+
+
 @pytest.mark.django_db(transaction=True, serialized_rollback=True)
 def test_developer_orders_approver_approves_developer_sees_it_queued(browser, live_server, shop, team):
     approval_rule(approver_stage(mode=ApprovalMode.ANY))
 
-    developer = _signed_in(browser, live_server, team.developer)
+    developer = signed_in(browser, live_server, team.developer)
     developer.click(f"text=Order {shop.service.name}")
     developer.select_option("#id_spec", str(shop.whole.pk))
     developer.fill("#id_duration_hours", "10")
@@ -63,7 +73,7 @@ def test_developer_orders_approver_approves_developer_sees_it_queued(browser, li
     developer.wait_for_selector("#request-state >> text=Pending approval")
     request_url = developer.url
 
-    approver = _signed_in(browser, live_server, team.approver)
+    approver = signed_in(browser, live_server, team.approver)
     approver.click("text=Approvals")
     row = approver.locator("#inbox tbody tr").first
     assert team.developer.username in row.inner_text()
@@ -84,7 +94,7 @@ def test_an_order_with_free_hardware_is_delivered_and_released_without_an_operat
     from tests.provisioning.conftest import add_node
 
     add_node(shop.accelerator)
-    developer = _signed_in(browser, live_server, team.developer)
+    developer = signed_in(browser, live_server, team.developer)
     developer.click(f"text=Order {shop.service.name}")
     developer.select_option("#id_spec", str(shop.whole.pk))
     developer.fill("#id_duration_hours", "4")
@@ -117,7 +127,7 @@ def test_the_request_page_turns_active_by_itself(browser, live_server, shop, tea
     from scheduling import cycle
     from tests.provisioning.conftest import add_node
 
-    developer = _signed_in(browser, live_server, team.developer)
+    developer = signed_in(browser, live_server, team.developer)
     _submitted(developer, shop)
     developer.wait_for_selector("#request-state >> text=Queued")  # no hardware yet
     developer.evaluate("window.notReloaded = true")
@@ -136,7 +146,7 @@ def test_the_request_page_fits_a_phone(browser, live_server, shop, team):
     from tests.provisioning.conftest import add_node
 
     add_node(shop.accelerator)
-    desktop = _signed_in(browser, live_server, team.developer)
+    desktop = signed_in(browser, live_server, team.developer)
     _submitted(desktop, shop)
     desktop.wait_for_selector("#request-state >> text=Active")
     phone = desktop.context.browser.new_context(viewport={"width": 390, "height": 844}, is_mobile=True)

@@ -10,28 +10,16 @@ from django.utils import timezone
 from requests import services
 from requests.choices import ApprovalMode, ApproverSource, RequestState
 from requests.models import ResourceRequest
-from tests import factories
 from tests.requests.conftest import approval_rule, approver_stage, make_order
-from tests.requests.test_browser import browser  # noqa: F401 (the fixture)
+from tests.requests.test_browser import (  # noqa: F401 (the fixture)
+    LAPTOP,
+    PHONE,
+    browser,
+    horizontal_overflow,
+    signed_in,
+)
 
-PHONE = {"width": 390, "height": 844}
-LAPTOP = {"width": 1440, "height": 900}
 OPERATORS_STAGE = (ApproverSource.OPERATORS, ApprovalMode.ANY, {})
-
-
-def _signed_in(browser, live_server, user, viewport=LAPTOP):  # noqa: F811 (the fixture, passed in)
-    page = browser.new_context(viewport=viewport).new_page()
-    page.set_default_timeout(10_000)
-    page.goto(f"{live_server.url}/accounts/login/")
-    page.fill("#id_username", user.username)
-    page.fill("#id_password", factories.PASSWORD)
-    page.click("button[type=submit]")
-    page.wait_for_url(lambda url: "/accounts/login/" not in url)
-    return page
-
-
-def _overflow(page) -> int:
-    return page.evaluate("document.documentElement.scrollWidth - document.documentElement.clientWidth")
 
 
 @pytest.mark.django_db(transaction=True, serialized_rollback=True)
@@ -54,7 +42,7 @@ def test_the_operator_lands_on_a_dashboard_whose_counts_lead_to_the_work(browser
         limit=Decimal(100),
     )
 
-    page = _signed_in(browser, live_server, team.operator)
+    page = signed_in(browser, live_server, team.operator)
     assert page.url.endswith("/admin/")  # the operator's landing page is the console's home
     assert page.get_attribute("#panel-approvals [data-count]", "data-count") == "3"
     assert page.get_attribute("#panel-devices [data-count]", "data-count") == "1"
@@ -79,7 +67,7 @@ def test_the_operator_lands_on_a_dashboard_whose_counts_lead_to_the_work(browser
 @pytest.mark.django_db(transaction=True, serialized_rollback=True)
 def test_the_dry_run_shows_the_matching_rule_and_its_stages(browser, live_server, shop, team):  # noqa: F811
     rule = approval_rule(approver_stage(), OPERATORS_STAGE, min_accelerator_count=2)
-    page = _signed_in(browser, live_server, team.operator)
+    page = signed_in(browser, live_server, team.operator)
     page.goto(f"{live_server.url}/admin/requests/approvalpolicy/")
     page.click("#dry-run-link")
     page.select_option("#id_project", str(team.project.pk))
@@ -102,29 +90,29 @@ def test_the_dry_run_shows_the_matching_rule_and_its_stages(browser, live_server
     page.goto(f"{live_server.url}/admin/requests/approvalpolicy/{rule.policy_id}/change/")  # rules as sentences
     page.wait_for_selector("#rules-group")
     assert "When at least 2 accelerators: 1. Stage 1" in page.inner_text("#rules-group")
-    assert _overflow(page) == 0, "policy page"
+    assert horizontal_overflow(page) == 0, "policy page"
 
 
 @pytest.mark.django_db(transaction=True, serialized_rollback=True)
 def test_catalog_order_request_and_inbox_pages_fit_a_phone(browser, live_server, shop, team):  # noqa: F811
     approval_rule(approver_stage(), approver_stage(mode=ApprovalMode.ALL))
     earlier = services.request_submit(order=make_order(shop, team.project), requester=team.developer)
-    developer = _signed_in(browser, live_server, team.developer, viewport=PHONE)
-    assert _overflow(developer) == 0, "catalog"
+    developer = signed_in(browser, live_server, team.developer, viewport=PHONE)
+    assert horizontal_overflow(developer) == 0, "catalog"
     assert developer.evaluate("document.querySelector('header.top nav').scrollWidth <= window.innerWidth"), "nav"
     developer.goto(f"{live_server.url}/order/{shop.service.slug}/?spec={shop.whole.pk}")
     developer.wait_for_selector("#preview-cost")
-    assert _overflow(developer) == 0, "order"
+    assert horizontal_overflow(developer) == 0, "order"
     developer.fill("#id_justification", "A long justification " * 20)
     developer.click("text=Submit request")
     developer.wait_for_selector("#request-state >> text=Pending approval")
-    assert _overflow(developer) == 0, "request"
+    assert horizontal_overflow(developer) == 0, "request"
 
-    approver = _signed_in(browser, live_server, team.approver, viewport=PHONE)
+    approver = signed_in(browser, live_server, team.approver, viewport=PHONE)
     assert approver.url.endswith("/approvals/")  # approvers who cannot order land on their inbox
     approver.wait_for_selector(f"#inbox a:text-is('#{earlier.pk}')")
     assert approver.locator("#inbox tbody tr").count() == 2
-    assert _overflow(approver) == 0, "inbox"
+    assert horizontal_overflow(approver) == 0, "inbox"
     approver.goto(f"{live_server.url}/")
     assert approver.locator(".error-box, .messages li.error").count() == 0, "no red box on the catalog"
-    assert _overflow(approver) == 0, "approver's catalog"
+    assert horizontal_overflow(approver) == 0, "approver's catalog"

@@ -6,7 +6,7 @@ from requests import services as request_services
 from requests.choices import ApprovalMode, NotificationKind, RequestState
 from requests.notifications import preferences_of
 from tests.requests.conftest import approval_rule, approver_stage, make_order
-from tests.requests.test_browser import _signed_in, browser  # noqa: F401 (the fixture)
+from tests.requests.test_browser import browser, signed_in  # noqa: F401 (the fixture)
 from tests.smtp_server import html_of, text_of
 
 
@@ -16,7 +16,7 @@ def test_an_approval_in_the_browser_mails_the_requester(browser, live_server, sh
     request = request_services.request_submit(order=make_order(shop, team.project), requester=team.developer)
     assert request.state == RequestState.PENDING_APPROVAL
 
-    approver = _signed_in(browser, live_server, team.approver)
+    approver = signed_in(browser, live_server, team.approver)
     approver.goto(f"{live_server.url}/approvals/")
     row = approver.locator("#inbox tbody tr").first
     row.locator("textarea").fill("Go ahead")
@@ -38,7 +38,7 @@ def test_a_developer_turns_a_kind_off_in_the_browser_and_no_longer_gets_it(
     team,
     mailbox,
 ):
-    developer = _signed_in(browser, live_server, team.developer)
+    developer = signed_in(browser, live_server, team.developer)
     developer.click("nav >> text=Notifications")
     developer.uncheck("#kind-request_rejected")
     developer.click("#notification-preferences button[type=submit]")
@@ -50,7 +50,7 @@ def test_a_developer_turns_a_kind_off_in_the_browser_and_no_longer_gets_it(
     approval_rule(approver_stage(mode=ApprovalMode.ANY))
     rejected = request_services.request_submit(order=make_order(shop, team.project), requester=team.developer)
     approved = request_services.request_submit(order=make_order(shop, team.project), requester=team.developer)
-    approver = _signed_in(browser, live_server, team.approver)
+    approver = signed_in(browser, live_server, team.approver)
     approver.goto(f"{live_server.url}/approvals/")
     for request, decision in ((rejected, "reject"), (approved, "approve")):
         row = approver.locator(f"#inbox tbody tr:has-text('#{request.pk}')").first

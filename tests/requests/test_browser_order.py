@@ -4,31 +4,18 @@ summary, and no horizontal scroll on a phone."""
 
 import pytest
 
-from tests import factories
-from tests.requests.test_browser import browser  # noqa: F401 (the fixture)
-
-PHONE = {"width": 390, "height": 844}
-LAPTOP = {"width": 1440, "height": 900}
-
-
-def _signed_in(browser, live_server, user, viewport=LAPTOP):  # noqa: F811 (the fixture, passed in)
-    page = browser.new_context(viewport=viewport).new_page()
-    page.set_default_timeout(10_000)
-    page.goto(f"{live_server.url}/accounts/login/")
-    page.fill("#id_username", user.username)
-    page.fill("#id_password", factories.PASSWORD)
-    page.click("button[type=submit]")
-    page.wait_for_url(lambda url: "/accounts/login/" not in url)
-    return page
-
-
-def _horizontal_overflow(page) -> int:
-    return page.evaluate("document.documentElement.scrollWidth - document.documentElement.clientWidth")
+from tests.requests.test_browser import (  # noqa: F401 (the fixture)
+    LAPTOP,
+    PHONE,
+    browser,
+    horizontal_overflow,
+    signed_in,
+)
 
 
 @pytest.mark.django_db(transaction=True, serialized_rollback=True)
 def test_a_catalog_option_opens_the_order_with_it_chosen_and_previewed(browser, live_server, shop, team):  # noqa: F811
-    page = _signed_in(browser, live_server, team.developer)
+    page = signed_in(browser, live_server, team.developer)
     page.click(f"a:text-is('{shop.sliced.name}')")
     page.wait_for_url(f"**/order/{shop.service.slug}/?**")
     assert page.input_value("#id_spec") == str(shop.sliced.pk)
@@ -49,7 +36,7 @@ def test_a_catalog_option_opens_the_order_with_it_chosen_and_previewed(browser, 
 
 @pytest.mark.django_db(transaction=True, serialized_rollback=True)
 def test_a_refusal_is_shown_at_its_field_and_the_summary_takes_the_focus(browser, live_server, shop, team):  # noqa: F811
-    page = _signed_in(browser, live_server, team.developer)
+    page = signed_in(browser, live_server, team.developer)
     page.goto(f"{live_server.url}/order/{shop.service.slug}/?project={team.project.pk}")
     page.check("input[name=over_quota][value=exception]")
     page.click("text=Submit request")
@@ -63,10 +50,10 @@ def test_a_refusal_is_shown_at_its_field_and_the_summary_takes_the_focus(browser
 
 @pytest.mark.django_db(transaction=True, serialized_rollback=True)
 def test_catalog_and_order_pages_do_not_scroll_sideways_on_a_phone(browser, live_server, shop, team):  # noqa: F811
-    page = _signed_in(browser, live_server, team.developer, viewport=PHONE)
-    assert _horizontal_overflow(page) == 0, "catalog"
+    page = signed_in(browser, live_server, team.developer, viewport=PHONE)
+    assert horizontal_overflow(page) == 0, "catalog"
     page.goto(f"{live_server.url}/?vendor=nvidia&fits_quota=on")
-    assert _horizontal_overflow(page) == 0, "filtered catalog"
+    assert horizontal_overflow(page) == 0, "filtered catalog"
     page.goto(f"{live_server.url}/order/{shop.service.slug}/?spec={shop.whole.pk}")
     page.wait_for_selector("#preview-cost")
-    assert _horizontal_overflow(page) == 0, "order"
+    assert horizontal_overflow(page) == 0, "order"

@@ -7,7 +7,7 @@ import pytest
 from tenancy.choices import Role
 from tenancy.models import Membership, User
 from tests import factories
-from tests.requests.test_browser import _signed_in, browser  # noqa: F401 (the fixture)
+from tests.requests.test_browser import browser, signed_in  # noqa: F401 (the fixture)
 from tests.smtp_server import text_of
 
 
@@ -21,7 +21,7 @@ def test_a_lead_adds_a_member_and_invites_someone_who_signs_up_from_the_mail(
 ):
     settings.PUBLIC_BASE_URL = live_server.url  # the mail's link leads to this server
     colleague = factories.UserFactory(first_name="Ada", last_name="Lovelace")
-    lead = _signed_in(browser, live_server, roles.lead)
+    lead = signed_in(browser, live_server, roles.lead)
     lead.goto(f"{live_server.url}/projects/")
     lead.click(f"tr:has-text('{roles.project.name}') >> text=Team")
     lead.wait_for_selector("#team-add")
