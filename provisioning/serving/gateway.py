@@ -164,6 +164,9 @@ class Gateway:
         self.redis = None
         self.rates: _RateCounter | None = None
         self.snapshot = routes.Snapshot(routes={}, keys={}, loaded_at=0.0)
+        # Replicas this process found dead -> when the control plane recorded it (None: not yet). A snapshot read
+        # before that moment still lists them healthy, so a reload keeps them out of the rotation until then.
+        self.found_down: dict[int, float | None] = {}
         self.version = None
         self.turns = itertools.count()
         self.db = ThreadPoolExecutor(max_workers=1, thread_name_prefix="gateway-db")
@@ -235,7 +238,12 @@ class Gateway:
         return await asyncio.get_running_loop().run_in_executor(self.db, run)
 
     async def _reload(self) -> None:
-        self.snapshot = await self._in_db(routes.snapshot_load)
+        started = time.monotonic()
+        snapshot = await self._in_db(routes.snapshot_load)
+        for route in snapshot.routes.values():
+            route.replicas = [r for r in route.replicas if not self._still_down(r.id, started)]
+        self.found_down = {i: at for i, at in self.found_down.items() if at is None or at > started}
+        self.snapshot = snapshot
         budgeted = [r.request_id for r in self.snapshot.routes.values() if r.monthly_token_budget is not None]
         if budgeted:
             totals = await self._in_db(usage.tokens_this_month_by_request, budgeted)
@@ -415,15 +423,31 @@ class Gateway:
             deployment=route.slug,
         )
 
+    def _still_down(self, replica_id: int, snapshot_started: float) -> bool:
+        """Found dead here and not yet recorded by the control plane when the snapshot was read."""
+        if replica_id not in self.found_down:
+            return False
+        recorded_at = self.found_down[replica_id]
+        return recorded_at is None or recorded_at > snapshot_started
+
     def _replica_down(self, route: routes.Route, replica: routes.Replica, reason: str) -> None:
         logger.warning("Replica %s/%s failed: %s", route.slug, replica.name, reason)
         route.replicas = [r for r in route.replicas if r.id != replica.id]  # out of this process's rotation now
+        self.found_down[replica.id] = None
         from provisioning.serving.deployments import replica_failed
 
         future = asyncio.get_running_loop().run_in_executor(
             self.db, lambda: (close_old_connections(), replica_failed(replica_id=replica.id, reason=reason))
         )
-        future.add_done_callback(lambda f: f.exception() and logger.error("Could not mark %s down", replica.name))
+
+        def recorded(done) -> None:
+            if done.exception():  # the next reload shows the control plane's view again
+                logger.error("Could not mark %s down", replica.name)
+                self.found_down.pop(replica.id, None)
+            else:
+                self.found_down[replica.id] = time.monotonic()
+
+        future.add_done_callback(recorded)
 
     async def _relay(self, request, upstream, key, route, replica, sent: bytes) -> web.StreamResponse:
         content_type = upstream.headers.get("Content-Type", "application/json")
