@@ -92,8 +92,12 @@ def notification_preferences_set(*, user: User, enabled: Iterable[str], shown: I
     enabled, shown = set(enabled), set(shown) & set(K.values)
     before = preferences_of(user)
     changed = {kind: kind in enabled for kind in shown if before[kind] != (kind in enabled)}
-    for kind, on in changed.items():
-        NotificationPreference.objects.update_or_create(user=user, kind=kind, defaults={"enabled": on})
+    NotificationPreference.objects.bulk_create(
+        [NotificationPreference(user=user, kind=kind, enabled=on) for kind, on in changed.items()],
+        update_conflicts=True,
+        unique_fields=["user", "kind"],
+        update_fields=["enabled", "updated_at"],
+    )
     if changed:
         audit_record(actor=user, action="notifications.preferences_changed", target=user, data=changed)
     return {**before, **changed}
