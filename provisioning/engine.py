@@ -32,6 +32,7 @@ from requests.choices import EventCode
 from requests.services import record_event
 from scheduling import mig_services
 from scheduling.models import AllocationDevice, MigInstance
+from scheduling.placement import MILLI
 
 logger = logging.getLogger(__name__)
 
@@ -241,23 +242,13 @@ def _context(step: ProvisioningStep) -> StepContext:
 def run_target(run: ProvisioningRun, *, attempt: int = 1) -> Target:
     """What the run's steps act on: its allocation's node and devices, and the request's snapshot."""
     node = run.allocation.node
-    bindings = AllocationDevice.objects.filter(allocation=run.allocation).select_related("device__model")
+    bindings = list(AllocationDevice.objects.filter(allocation=run.allocation).select_related("device__model"))
     # The recorded cards, which only a bare-metal server's hardware validation compares with what its BMC reports.
     bare_metal = run.pipeline == Pipeline.BARE_METAL
     recorded = list(node.devices.order_by("index").values_list("index", "serial_number")) if bare_metal else []
-    mig_instances = {
-        i.device_id: {
-            "profile": i.profile.name,
-            "profile_id": i.profile.profile_id,
-            "start": i.start,
-            "size": i.size,
-            "gi_id": i.gi_id,
-            "ci_id": i.ci_id,
-            "uuid": i.uuid,
-            "create": i.created_by_scheduler,
-        }
-        for i in MigInstance.objects.filter(allocation=run.allocation).select_related("profile")
-    }
+    # A MIG instance is a slice of a card in MIG mode: whole cards (the common case) need no look.
+    sliced = any(binding.device.mig_mode or binding.milli < MILLI for binding in bindings)
+    mig_instances = _mig_instances(run.allocation_id) if sliced else {}
     return Target(
         run_id=run.pk,
         request_id=run.request_id,
@@ -297,6 +288,23 @@ def run_target(run: ProvisioningRun, *, attempt: int = 1) -> Target:
             ),
         },
     )
+
+
+def _mig_instances(allocation_id: int) -> dict[int, dict]:
+    """The GPU instances the allocation's work is bound to, by device (read only for cards in MIG mode)."""
+    return {
+        i.device_id: {
+            "profile": i.profile.name,
+            "profile_id": i.profile.profile_id,
+            "start": i.start,
+            "size": i.size,
+            "gi_id": i.gi_id,
+            "ci_id": i.ci_id,
+            "uuid": i.uuid,
+            "create": i.created_by_scheduler,
+        }
+        for i in MigInstance.objects.filter(allocation_id=allocation_id).select_related("profile")
+    }
 
 
 # --- Record -----------------------------------------------------------------------------------------------

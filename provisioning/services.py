@@ -120,7 +120,7 @@ def runs_start(*, request_ids: list[int]) -> list[ProvisioningRun]:
 @transaction.atomic
 def _start(request_id: int) -> ProvisioningRun | None:
     request = ResourceRequest.objects.select_for_update().get(pk=request_id)
-    allocation = Allocation.objects.filter(request=request, state=AllocationState.ACTIVE).first()
+    allocation = Allocation.objects.filter(request=request, state=AllocationState.ACTIVE).select_related("node").first()
     pipeline = pipeline_for(request.approved_spec["service"]["kind"]) if request.approved_spec else None
     if request.state != RequestState.ALLOCATED or allocation is None or pipeline is None:
         return None

@@ -91,6 +91,11 @@ class SlurmCluster:
         return self.root / "jobs"
 
     @property
+    def daemon_groups(self) -> dict[str, int]:
+        """Each running daemon's process group (it was started in a session of its own), by name."""
+        return {name: process.pid for name, process in self._processes.items() if process.poll() is None}
+
+    @property
     def rest_headers(self) -> dict[str, str]:
         return {"X-SLURM-USER-NAME": self.user_name, "X-SLURM-USER-TOKEN": self.token}
 

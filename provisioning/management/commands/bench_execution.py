@@ -8,7 +8,7 @@ every request is active (its workload RUNNING on the backend) or failed. Reports
 "active", "wall_s", "jobs_per_s", "p50_s", "p99_s", "worker_cpu_s"}: wall_s from the cycle's start to the last request
 active, jobs_per_s = active / wall_s, and p50/p99 of each request's time from that start (all are
 queued by then) to active; worker_cpu_s is the CPU time the qcluster's processes used meanwhile (on a loaded
-machine wall times stretch, this much less).
+machine wall times stretch, this much less), and backend_cpu_s what the backend's own daemons used (Slurm's).
 
 A backend plugs in as one more entry of BACKENDS: a context manager that starts its runtime and yields a Runtime
 (its nodes, and the settings that point the platform at it). It adds a benchmark tenant, nodes and requests: run it
@@ -75,6 +75,7 @@ class Runtime:
     settings: dict[str, str]
     image_reference: str = "bench"  # what the backend runs (the container backend builds "containerfile:...")
     parameters: dict = field(default_factory=dict)  # the orders' parameters (a workspace's SSH key)
+    daemon_groups: Callable[[], dict[str, int]] = dict  # the backend's own daemons' process groups, to meter
 
 
 @contextlib.contextmanager
@@ -101,6 +102,7 @@ def slurm_runtime(requests: int) -> Iterator[Runtime]:
                 "SLURM_PARTITION": cluster.partition,
                 "SLURM_JOB_DIRECTORY": str(cluster.job_dir),
             },
+            daemon_groups=lambda: cluster.daemon_groups,
         )
 
 
@@ -140,12 +142,15 @@ class Command(BaseCommand):
         with BACKENDS[backend](requests) as runtime, override_settings(**runtime.settings):
             request_ids = _queue(runtime, requests)
             with _workers(workers, runtime.settings) as cpu_seconds:
-                started, cpu_before = timezone.now(), cpu_seconds()
+                started, cpu_before, backend_before = timezone.now(), cpu_seconds(), _daemons_cpu_seconds(runtime)
                 run_cycle()
                 _wait_until_settled(request_ids, timeout)
                 worker_cpu = cpu_seconds() - cpu_before
+                backend_cpu = _daemons_cpu_seconds(runtime) - backend_before
             report = _report(runtime.backend, request_ids, started)
             report["worker_cpu_s"] = round(worker_cpu, 2)
+            if runtime.daemon_groups():
+                report["backend_cpu_s"] = round(backend_cpu, 2)
         self.stdout.write(json.dumps(report) if as_json else "\n".join(f"{k:>10}: {v}" for k, v in report.items()))
 
 
@@ -258,6 +263,11 @@ def _defer_housekeeping() -> None:
     due the moment the cluster starts, and would hold every worker while the clock runs (a running platform spreads
     them over its minutes): on the benchmark's scratch database they wait until it is over."""
     Schedule.objects.update(next_run=timezone.now() + timedelta(hours=1))
+
+
+def _daemons_cpu_seconds(runtime: Runtime) -> float:
+    """CPU seconds the backend's own daemons have used (slurmctld, slurmd, slurmrestd: what the cluster costs)."""
+    return sum(_group_cpu_seconds(group) for group in runtime.daemon_groups().values())
 
 
 def _group_cpu_seconds(group: int) -> float:
