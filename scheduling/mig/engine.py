@@ -7,9 +7,10 @@ import heapq
 import random
 from bisect import bisect_right
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from scheduling.mig.geometry import Geometry, _or_list, _ranges, free_starts, max_pack
+from scheduling.placement import smallest_victim_set
 
 MILLI = 1000
 WHOLE = "whole"
@@ -114,6 +115,28 @@ class MigBinding:
     placed: tuple[Placed, ...]
     cpu_milli: int
     memory_mib: int
+
+
+@dataclass(frozen=True)
+class Holding:
+    """Running work as preemption sees it: what it holds on each card of its node, its CPU and memory, and what
+    victims are ordered by."""
+
+    id: str
+    node: str
+    placed: tuple[Placed, ...]
+    cpu_milli: int = 0
+    memory_mib: int = 0
+    priority: int = 0
+    started_at: float = 0.0
+
+
+@dataclass(frozen=True)
+class MigPreemptionPlan:
+    feasible: bool
+    node: str | None = None
+    victims: tuple[str, ...] = ()
+    message: str = ""
 
 
 @dataclass(frozen=True)
@@ -280,12 +303,14 @@ class MigEngine:
     def _node_state(self, i: int):
         """(cpu, memory, id of the card tuple): the card tuple is interned once per change, so the per-shape memos
         hash three ints."""
-        cards = tuple(self.cards[i])
+        return (self.cpu[i], self.mem[i], self._intern(tuple(self.cards[i])))
+
+    def _intern(self, cards: tuple) -> int:
         cid = self._card_ids.get(cards)
         if cid is None:
             cid = self._card_ids[cards] = len(self._card_tuples)
             self._card_tuples.append(cards)
-        return (self.cpu[i], self.mem[i], cid)
+        return cid
 
     # -- the fragmentation score of one card --------------------------------------------------------------------
 
@@ -602,10 +627,7 @@ class MigEngine:
             old = cards[j]
             cards[j] = st
             if schedulable and old[0] == "m":
-                where = self.where[old]
-                del where[(i, j)]
-                if not where:
-                    del self.where[old]
+                self._unlocate(old, i, j)
             if schedulable and st[0] == "m":
                 self.where.setdefault(st, {})[(i, j)] = None
         for p in placed:
@@ -617,6 +639,24 @@ class MigEngine:
         self.version[i] += 1
         self.changed.append(i)
 
+    def close_node(self, name: str) -> None:
+        """No new work on this node from now on (as if cordoned); its cards leave the pending reasons too."""
+        i = self.node_index[name]
+        if not self.nodes[i].schedulable:
+            return
+        for j, st in enumerate(self.cards[i]):
+            if st[0] == "m":
+                self._unlocate(st, i, j)
+        self.nodes[i] = replace(self.nodes[i], schedulable=False)
+        self.version[i] += 1
+        self.changed.append(i)
+
+    def _unlocate(self, st, i: int, j: int) -> None:
+        where = self.where[st]
+        del where[(i, j)]
+        if not where:
+            del self.where[st]
+
     def fits(self, demand: SliceDemand) -> bool:
         return self._best(demand) is not None
 
@@ -624,31 +664,68 @@ class MigEngine:
         """Give a binding back: whole cards and shares free up (an emptied repartitionable card may change mode
         again), a created instance is destroyed, a pinned layout's instance becomes free."""
         i = self.node_index[binding.node]
-        node = self.nodes[i]
-        new_states = []
+        cards = list(self.cards[i])
         for p in binding.placed:
-            st = self.cards[i][p.card]
-            card = node.cards[p.card]
-            if p.instance is None:
-                if card.geometry is None:
-                    new = ("p", card.model, (st[2] if st[0] == "p" else 0) + p.milli)
-                elif card.pinned or not self.repartition:
-                    new = ("w", card.model)
-                else:
-                    new = ("m", card.model, 0, 0, ())
-                new_states.append((p.card, new))
-                continue
-            inst = (p.instance.profile, p.instance.start, p.instance.size)
-            if st[0] == "m":
-                held = list(st[4])
-                held.remove(inst)
-                g = self.geometries[st[1]]
-                new = ("m", st[1], _mask(held), st[3] - g.profile(inst[0]).compute, tuple(held))
-            else:
-                k = st[2].index(inst)
-                new = ("s", st[1], st[2], (*st[3][:k], False, *st[3][k + 1 :]))
-            new_states.append((p.card, new))
-        self._commit(i, new_states, binding.cpu_milli, binding.memory_mib)
+            cards[p.card] = self._released(cards[p.card], self.nodes[i].cards[p.card], p)
+        self._commit(i, [(p.card, cards[p.card]) for p in binding.placed], binding.cpu_milli, binding.memory_mib)
+
+    def _released(self, st, card: Card, p: Placed):
+        """A card's state once what ``p`` holds on it is given back."""
+        if p.instance is None:
+            if card.geometry is None:
+                return ("p", card.model, (st[2] if st[0] == "p" else 0) + p.milli)
+            return ("w", card.model) if card.pinned or not self.repartition else ("m", card.model, 0, 0, ())
+        inst = (p.instance.profile, p.instance.start, p.instance.size)
+        if st[0] == "m":
+            held = list(st[4])
+            held.remove(inst)
+            g = self.geometries[st[1]]
+            return ("m", st[1], _mask(held), st[3] - g.profile(inst[0]).compute, tuple(held))
+        k = st[2].index(inst)
+        return ("s", st[1], st[2], (*st[3][:k], False, *st[3][k + 1 :]))
+
+    def take(self, node: str, devices, cpu_milli: int, memory_mib: int) -> None:
+        """What another engine bound on this node (the cycle's milli-share engine): its CPU and memory, a MIG-capable
+        card it put work on (whole mode) is taken, a share of another card is used."""
+        i = self.node_index[node]
+        new_states = []
+        for j, milli in devices:
+            st = self.cards[i][j]
+            used = st[0] == "p" and st[2] > milli
+            new_states.append((j, ("p", st[1], st[2] - milli) if used else ("x",)))
+        self._commit(i, new_states, -cpu_milli, -memory_mib)
+
+    def plan_preemption(self, demand: SliceDemand, candidates: Iterable[Holding], budget: int = 200_000):
+        """The smallest set of the candidates (running work the caller may evict for this demand) on one node
+        whose release leaves a valid placement for the demand: the freed memory slices must hold one of the
+        profile's placements (or the emptied card may change mode), with CPU and memory on the node. Victims as
+        `scheduling.placement.smallest_victim_set` orders them (fewest, lowest priorities, youngest)."""
+        if self.fits(demand):
+            return MigPreemptionPlan(True, message="fits without preemption")
+        by_node: dict[int, list[Holding]] = {}
+        for holding in candidates:
+            by_node.setdefault(self.node_index[holding.node], []).append(holding)
+        best = smallest_victim_set(by_node, lambda i, subset: self._fits_without(i, subset, demand), budget)
+        if best is None:
+            return MigPreemptionPlan(
+                False, message=f"needs {demand.label}; no set of preemptible work frees a valid placement on one node"
+            )
+        _key, i, subset = best
+        ids = tuple(h.id for h in subset)
+        name = self.nodes[i].name
+        return MigPreemptionPlan(True, name, ids, f"evict {len(ids)} allocation(s) on {name}: {', '.join(ids)}")
+
+    def _fits_without(self, i: int, subset: Sequence[Holding], demand: SliceDemand) -> bool:
+        """Whether the demand has a valid placement on node ``i`` once the subset is released (nothing changes)."""
+        if not self.nodes[i].schedulable:
+            return False
+        cards = list(self.cards[i])
+        cpu, mem = self.cpu[i], self.mem[i]
+        for holding in subset:
+            for p in holding.placed:
+                cards[p.card] = self._released(cards[p.card], self.nodes[i].cards[p.card], p)
+            cpu, mem = cpu + holding.cpu_milli, mem + holding.memory_mib
+        return self._evaluate((cpu, mem, self._intern(tuple(cards))), demand) is not None
 
     def layouts(self):
         """Every MIG-mode card's layout: (node, card index, geometry, [(profile, start, size)]) — the instances
