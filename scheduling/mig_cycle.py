@@ -13,7 +13,7 @@ back lower-priority work for the same models (`higher_priority_ahead`) as any de
 the freed memory slices must form a valid placement). `record_instances` writes each bound GPU instance (a free
 instance of a pinned layout gets its holder; a new one is created for repartitioning, its GI/CI ids and MIG UUID
 filled in by the host driver) after the allocations exist; `release_instances` destroys created instances and
-frees the others when allocations are released. Ten queries per cycle whatever the size.
+frees the others when allocations are released. A fixed number of queries per cycle whatever the size.
 """
 
 from collections.abc import Callable, Iterable
