@@ -2,6 +2,8 @@
 they are now, behind the queue, with its reasons in MIG terms (not the milli-share model's "fits")."""
 
 import pytest
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
 
 from requests.choices import RequestState
 from scheduling import cycle, mig_services
@@ -82,3 +84,20 @@ def test_the_queue_ahead_is_placed_first_and_a_second_4g_has_no_room(shop, team,
     assert "needs 4g.40gb" in answer["message"]
     # a 3g.40gb still fits beside it (start 4), as the cycle would put it
     assert preview(api_as, shop, team, "3g.40gb")["fits_now"] is True
+
+
+def test_the_mig_preview_costs_the_same_queries_behind_a_longer_queue(shop, team, api_as):
+    h100_node(shop)
+
+    def preview_queries() -> int:
+        with CaptureQueriesContext(connection) as queries:
+            preview(api_as, shop, team, "3g.40gb")
+        return len(queries)
+
+    queued(shop, team, spec=shop.specs["4g.40gb"])
+    queued(shop, team, spec=shop.specs["3g.40gb"])  # the card is full: the order would wait
+    preview_queries()  # what a process reads once (permissions, content types) is not the preview's
+    two_ahead = preview_queries()
+    for _ in range(5):
+        queued(shop, team, spec=shop.specs["3g.40gb"])
+    assert preview_queries() == two_ahead
