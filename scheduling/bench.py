@@ -198,7 +198,8 @@ def _mig_text(summary: dict) -> str:
         f"mig-frag alloc@100 {fmt(summary['alloc_at_100'])}% ({summary['decisions_per_s']}/s, "
         f"{summary['invalid_layouts']} invalid)  without repartitioning {fmt(static['alloc_at_100'])}%  "
         f"first-fit {fmt(baseline['alloc_at_100'])}%  milli model: {summary['milli_model_invalid_layouts']['mean']} "
-        f"impossible layouts"
+        f"impossible layouts  ceiling {fmt(summary['ceiling_perfect_packing'])}% (perfect packing), "
+        f"{fmt(summary['ceiling_hindsight'])}% (hindsight)"
     )
 
 

@@ -352,7 +352,7 @@ def _bind_devices(device_shares: list[tuple[int, int]]) -> None:
 
 
 def _commit_bindings(
-    result, cluster: ClusterSnapshot, requests: dict[int, ResourceRequest], now, mig_plan=None
+    result, cluster: ClusterSnapshot, requests: dict[int, ResourceRequest], now, instances
 ) -> list[int]:
     allocations, device_lists = _binding_rows(result.bindings, cluster, requests, now)
     Allocation.objects.bulk_create(allocations)
@@ -363,18 +363,14 @@ def _commit_bindings(
     ]
     AllocationDevice.objects.bulk_create(rows)
     _bind_devices([(row.device_id, row.milli) for row in rows])
-    instances = mig_plan.instances if mig_plan is not None else {}
-    if instances:
-        mig_cycle.record_instances(mig_plan, cluster)
+    mig_cycle.record_instances(instances, result.bindings, cluster)
     placed = []
     for binding, shares in zip(result.bindings, device_lists, strict=True):
         message, data = (
             f"Allocated on {binding.node}: {len(shares)} device(s).",
             {"node": binding.node, "devices": shares},
         )
-        held = [
-            mig_cycle.describe(instance, binding.node) for _position, instance in instances.get(binding.demand_id, ())
-        ]
+        held = [mig_cycle.describe(instance, binding.node) for instance in instances.get(binding.demand_id, ())]
         if held:  # the GPU instances the request holds, in words and numbers
             message = f"Allocated on {binding.node}: " + " ".join(words for words, _numbers in held)
             data = {**data, "mig_instance": held[0][1], "mig_instances": [numbers for _words, numbers in held]}
@@ -449,15 +445,14 @@ def _cycle(policy: str) -> CycleResult:
         candidates = [request for request in queue if request.pk not in refused]
         cluster = load_snapshot()
         demands = [demand_of(request) for request in candidates]
-        # Slices of MIG-capable models are placed geometry-true first (scheduling/mig_cycle.py); the milli-share
-        # engine places the rest around them.
-        mig_plan = mig_cycle.plan(cluster, demands)
-        result = placement.PlacementEngine(mig_plan.snapshot, policy, workload=demands).place(mig_plan.demands)
-        result.bindings[:0], result.pending[:0] = mig_plan.bindings, mig_plan.pending
-        cluster = replace(cluster, snapshot=placement.Snapshot(mig_plan.snapshot.nodes, cluster.snapshot.allocations))
+        # One queue order for every demand: slices of MIG-capable models go to the geometry-true engine, the rest
+        # to the milli-share engine, each seeing what the other bound (scheduling/mig_cycle.py).
+        engine = mig_cycle.cycle_engine(cluster, demands, policy)
+        result = engine.place(demands)
+        cluster = replace(cluster, snapshot=placement.Snapshot(engine.milli.nodes, cluster.snapshot.allocations))
         by_id = {request.pk: request for request in queue}
         reservation = _reserve_for_the_head(cluster, result, demands, by_id, now, policy)
-        allocated = _commit_bindings(result, cluster, by_id, now, mig_plan)
+        allocated = _commit_bindings(result, cluster, by_id, now, engine.instances)
         reasons = {
             **refused,
             **{
@@ -478,6 +473,7 @@ def _cycle(policy: str) -> CycleResult:
                 scheduled=carried.scheduled,
                 policy=policy,
                 now=now,
+                slices=engine,
             )
         )
         waiting = [request for request in queue if request.pk in reasons]

@@ -1,5 +1,11 @@
 """The order preview's "would it fit now?" (against what the last cycle left, the requests queued since placed
-first, then the order) and the submission's "could it ever fit?" (against the inventory alone)."""
+first, then the order) and the submission's "could it ever fit?" (against the inventory alone).
+
+A slice of MIG-capable models is previewed geometry-true: the last cycle's outcome keeps milli-shares per card, not
+GPU-instance layouts, so its preview places on the cycle's own engines (scheduling.mig_cycle) over the inventory,
+what runs on it and the MIG layouts now, the queued requests ahead in queue order first: the answer the next cycle
+would give, its reasons in MIG terms (free memory slices, valid starts). That costs the cycle's snapshot queries
+and the queue ahead; only MIG orders pay it."""
 
 from datetime import datetime, timedelta
 
@@ -7,7 +13,7 @@ from django.utils import timezone
 
 from requests.choices import PRIORITY_RANK, RequestState
 from requests.models import ResourceRequest
-from scheduling import placement
+from scheduling import mig_cycle, placement
 from scheduling.cycle import demand_of, load_inventory, load_snapshot, make_demand, queue_order
 from scheduling.outcome import last_outcome
 
@@ -52,14 +58,12 @@ def placement_estimate(order, sizing) -> dict:
     `queued_ahead` until the next cycle). Before any cycle has run, the whole queue is placed as the cycle would."""
     demand = order_demand(order, sizing)
     outcome = last_outcome()
+    if mig_cycle.placed_geometry_true(demand):
+        return _mig_estimate(demand, _delaying(order, outcome))
     if outcome is None:
         snapshot = load_snapshot().snapshot
         ahead = [] if placement.unplaceable(snapshot.nodes, demand) else _queued(demand)  # never fits: no queue
         return _estimate(demand, lambda: placement.PlacementEngine(snapshot, workload=[demand]), ahead, len(ahead))
-    reservation = outcome.reservation
-    delays = reservation is not None and timezone.now() + timedelta(
-        hours=order.duration_hours
-    ) > datetime.fromisoformat(reservation["start"])
     since, since_count = _queued_since_last_cycle(demand)
     left_waiting = sum(outcome.waiting.get(name, 0) for name in _classes_from(demand))
     return _estimate(
@@ -68,8 +72,25 @@ def placement_estimate(order, sizing) -> dict:
         since,
         left_waiting + since_count,
         as_of=outcome.finished_at,
-        held=reservation if delays else None,
+        held=_delaying(order, outcome),
     )
+
+
+def _delaying(order, outcome) -> dict | None:
+    """The last cycle's head-of-line reservation when the order would still run at its start, else None."""
+    reservation = None if outcome is None else outcome.reservation
+    if reservation is None:
+        return None
+    ends = timezone.now() + timedelta(hours=order.duration_hours)
+    return reservation if ends > datetime.fromisoformat(reservation["start"]) else None
+
+
+def _mig_estimate(demand: placement.Demand, held: dict | None) -> dict:
+    """A MIG slice placed as the cycle would place it now (module docstring)."""
+    cluster = load_snapshot()
+    ahead = _queued(demand)
+    demands = [*map(demand_of, ahead), demand]
+    return _estimate(demand, lambda: mig_cycle.cycle_engine(cluster, demands), ahead, len(ahead), held=held)
 
 
 def _classes_from(demand: placement.Demand) -> list[str]:
@@ -158,10 +179,10 @@ def _place_behind(demand, fresh_engine, ahead: list[ResourceRequest], held: dict
     )
 
 
-def _place_after(engine: placement.PlacementEngine, demand, ahead: list[ResourceRequest]):
-    """The demand's binding (or why not) once the requests ahead took what fits them on the engine. Only their
-    bindings matter here, so a shape that did not fit is not tried again and nothing is diagnosed (the cycle will
-    say why they wait)."""
+def _place_after(engine, demand, ahead: list[ResourceRequest]):
+    """The demand's binding (or why not) once the requests ahead took what fits them on the engine (the milli-share
+    engine, or the cycle's pair of engines for a MIG slice). Only their bindings matter here, so a shape that did
+    not fit is not tried again and nothing is diagnosed (the cycle will say why they wait)."""
     failed = set()
     for request in ahead:
         queued = demand_of(request)

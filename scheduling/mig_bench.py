@@ -211,6 +211,71 @@ def milli_model(node_path: str, pods: list[Pod], seed: int, inflate: float = 1.3
     return {"seed": seed, "invalid_layouts": invalid, "invalid_decisions": bad_decisions}
 
 
+def ceilings(nodes: list[MigNode], pods: list[Pod], seed: int, inflate: float = 1.3) -> dict:
+    """What alloc@100 could be at most, ignoring CPU, memory and node boundaries (all cards pooled: the MIG cards'
+    memory and compute slices, the other cards whole), over the pods that arrived by 100%:
+
+    - ``perfect_packing``: every pod placed in arrival order whenever the pool still has room for it, as an
+      engine that places whatever fits would do with perfect packing;
+    - ``hindsight``: the LP bound of the best subset chosen knowing the whole sequence (surrogate relaxation of the
+      two slice constraints, minimised over the weight): reachable only by refusing work that fits.
+    """
+    capacity = sum(len(node.cards) for node in nodes) * MILLI
+    mig_cards = sum(1 for node in nodes for card in node.cards if card.geometry is not None)
+    arrived, total = [], 0
+    for pod in workload(pods, capacity, seed, inflate):
+        if total + pod.gpu_milli > capacity:
+            break
+        total += pod.gpu_milli
+        if pod.num_gpu:
+            arrived.append(pod)
+    plain = len([c for node in nodes for c in node.cards]) - mig_cards
+    return {
+        "perfect_packing": 100 * _pooled_in_order(arrived, mig_cards, plain) / capacity,
+        "hindsight": 100 * min(_surrogate_lp(arrived, capacity, k / 20) for k in range(21)) / capacity,
+    }
+
+
+def _slice_profile(pod: Pod):
+    return REFERENCE.profile(profile_for(pod.milli)) if pod.num_gpu == 1 and pod.milli < MILLI else None
+
+
+def _pooled_in_order(arrived: list[Pod], mig_cards: int, plain: int) -> int:
+    memory, compute, got = REFERENCE.memory_slices * mig_cards, REFERENCE.compute_slices * mig_cards, 0
+    for pod in arrived:
+        profile = _slice_profile(pod)
+        need = (profile.memory_slices, profile.compute) if profile else None
+        if profile is None:  # whole cards: the plain ones first, then whole MIG cards
+            rest = pod.num_gpu - min(plain, pod.num_gpu)
+            need = (REFERENCE.memory_slices * rest, REFERENCE.compute_slices * rest)
+        if need[0] <= memory and need[1] <= compute:
+            memory, compute, got = memory - need[0], compute - need[1], got + pod.gpu_milli
+            if profile is None:
+                plain -= min(plain, pod.num_gpu)
+    return got
+
+
+def _surrogate_lp(arrived: list[Pod], capacity: int, weight: float) -> float:
+    """Fractional knapsack with each slice costing ``weight`` x its memory fraction + the rest x its compute
+    fraction of a card (an upper bound of the two-constraint LP for every weight)."""
+    items = []
+    for pod in arrived:
+        profile = _slice_profile(pod)
+        cost = pod.gpu_milli
+        if profile is not None:
+            fraction = weight * profile.memory_slices / REFERENCE.memory_slices
+            cost = (fraction + (1 - weight) * profile.compute / REFERENCE.compute_slices) * MILLI
+        items.append((pod.gpu_milli, cost))
+    items.sort(key=lambda item: -item[0] / item[1])
+    left, value = capacity, 0.0
+    for gain, cost in items:
+        if left <= 0:
+            break
+        taken = min(1.0, left / cost)
+        value, left = value + gain * taken, left - cost * taken
+    return value
+
+
 def _stat(values):
     values = [v for v in values if v == v]
     if not values:
@@ -245,6 +310,9 @@ def run(nodes_path: str, pods_path: str, seeds: list[int], inflate: float = 1.3,
     main["baseline"] = _summary(
         "mig-first-fit", [simulate(nodes, pods, s, policy="first-fit", inflate=inflate) for s in seeds]
     )
+    bounds = [ceilings(nodes, pods, s, inflate) for s in seeds]
+    main["ceiling_perfect_packing"] = _stat([b["perfect_packing"] for b in bounds])
+    main["ceiling_hindsight"] = _stat([b["hindsight"] for b in bounds])
     if milli:
         runs = [milli_model(nodes_path, pods, s, inflate) for s in seeds]
         main["milli_model_invalid_layouts"] = _stat([r["invalid_layouts"] for r in runs])

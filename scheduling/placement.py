@@ -483,54 +483,8 @@ class PlacementEngine:
     # -- public API -------------------------------------------------------------------------------------------
 
     def place(self, demands: Sequence[Demand], backfill: bool = False) -> PlacementResult:
-        """Bind demands in the given (priority) order. Without ``backfill``, once a demand stays pending, lower-
-        priority demands competing for the same models are held back (``higher_priority_ahead``)."""
-        result = PlacementResult()
-        blockers: dict[frozenset, Demand] = {}  # per model set: the highest-priority demand left pending
-        # Shapes that did not fit. Within one call nothing frees up, so the same shape fails the same way again
-        # and needs no second search (a cycle over thousands of identical waiting requests stays fast).
-        failed: dict[tuple, Pending] = {}
-        for demand in demands:
-            blocker = (
-                None
-                if backfill
-                else next(
-                    (
-                        b
-                        for b in blockers.values()
-                        if b.priority > demand.priority and _overlap(b.models, demand.models)
-                    ),
-                    None,
-                )
-            )
-            if blocker is not None and self.fits(demand):
-                result.pending.append(
-                    Pending(
-                        demand.id,
-                        HIGHER_PRIORITY_AHEAD,
-                        f"needs {demand.label}; it would fit now but is held back for {blocker.id} "
-                        f"(priority {blocker.priority} > {demand.priority}) which is still pending",
-                        {"blocked_by": blocker.id, "blocker_priority": blocker.priority, "priority": demand.priority},
-                    )
-                )
-                continue
-            key = _Shape(demand).key
-            known = failed.get(key)
-            outcome = (
-                self.place_one(demand)
-                if known is None
-                else Pending(demand.id, known.reason, known.message, known.numbers)
-            )
-            if isinstance(outcome, Pending):
-                result.pending.append(outcome)
-                failed.setdefault(key, outcome)
-                current = blockers.get(demand.models)
-                # A demand that can never run holds nobody back: waiting behind it would be waiting for ever.
-                if outcome.reason != NO_MATCHING_SPEC and (current is None or demand.priority > current.priority):
-                    blockers[demand.models] = demand
-            else:
-                result.bindings.extend(outcome)
-        return result
+        """Bind demands in the given (priority) order (see `place_in_order`)."""
+        return place_in_order(self, demands, backfill)
 
     def place_one(self, demand: Demand) -> list[Binding] | Pending:
         """Bind one demand now, or say why it waits."""
@@ -545,6 +499,13 @@ class PlacementEngine:
 
     def fits(self, demand: Demand) -> bool:
         return self._best_node(_Shape(demand)) is not None
+
+    def take(self, node: str, devices, cpu_milli: int, memory_mib: int) -> None:
+        """What another engine bound on this node (the cycle's MIG engine): its CPU and memory, and all that is
+        left of the devices it took (a card with a GPU instance takes no whole or shared work any more)."""
+        i = self.node_index[node]
+        free = self.free[i]
+        self._apply(i, tuple((j, free[j]) for j in sorted(set(devices))), cpu_milli, memory_mib)
 
     def release(self, binding: Binding) -> None:
         """Give a binding's resources back (used by preemption planning and by simulations with departures)."""
@@ -699,29 +660,7 @@ class PlacementEngine:
         for allocation in self.allocations.values():
             if allocation.preemptible and allocation.priority < demand.priority:
                 by_node.setdefault(self.node_index[allocation.node], []).append(allocation)
-        best = None
-        budget = max_combinations
-        for i, victims in sorted(by_node.items()):
-            victims.sort(key=lambda a: (a.priority, -a.started_at, a.id))
-            for size in range(1, len(victims) + 1):
-                if best is not None and size > best[0][0]:
-                    break
-                found = None
-                for subset in combinations(victims, size):
-                    budget -= 1
-                    if budget < 0:
-                        break
-                    key = _victim_key(subset)
-                    if best is not None and key >= best[0]:
-                        continue
-                    if found is not None and key >= found[0]:
-                        continue
-                    if self._fits_without(i, subset, shape):
-                        found = (key, i, subset)
-                if found is not None:
-                    if best is None or found[0] < best[0]:
-                        best = found
-                    break
+        best = smallest_victim_set(by_node, lambda i, subset: self._fits_without(i, subset, shape), max_combinations)
         if best is None:
             return PreemptionPlan(
                 False,
@@ -742,6 +681,34 @@ class PlacementEngine:
         finally:
             for a in subset:
                 self._apply(i, a.devices, a.cpu_milli, a.memory_mib, refresh=False)
+
+
+def smallest_victim_set(by_node: Mapping[int, list], fits_without, budget: int = 200_000):
+    """(key, node, victims) of the smallest set of victims on one node whose eviction lets a demand fit: fewest
+    victims, then lowest priorities, then youngest (`victim_key`); None when no set does. ``by_node`` maps a node
+    to its candidates (``priority``, ``started_at``, ``id``), ``fits_without(node, subset)`` says whether the
+    demand fits once the subset is gone. Exhaustive per node by victim count, within ``budget`` subsets in all."""
+    best = None
+    for i, victims in sorted(by_node.items()):
+        victims = sorted(victims, key=lambda a: (a.priority, -a.started_at, a.id))
+        for size in range(1, len(victims) + 1):
+            if best is not None and size > best[0][0]:
+                break
+            found = None
+            for subset in combinations(victims, size):
+                budget -= 1
+                if budget < 0:
+                    break
+                key = victim_key(subset)
+                if (best is not None and key >= best[0]) or (found is not None and key >= found[0]):
+                    continue
+                if fits_without(i, subset):
+                    found = (key, i, subset)
+            if found is not None:
+                if best is None or found[0] < best[0]:
+                    best = found
+                break
+    return best
 
 
 # ---------------------------------------------------------------------------------------------------- never fits
@@ -848,7 +815,7 @@ def _in_units(amount: int, unit: int) -> int | float:
     return int(value) if value.is_integer() else round(value, 2)
 
 
-def _victim_key(subset) -> tuple:
+def victim_key(subset) -> tuple:
     priorities = sorted((a.priority for a in subset), reverse=True)
     return (len(subset), priorities, -sum(a.started_at for a in subset), tuple(sorted(a.id for a in subset)))
 
@@ -896,6 +863,54 @@ class _BlockIndex:
 
     def best(self) -> int:
         return max(self.by_block) if self.by_block else 0
+
+
+def place_in_order(engine, demands: Sequence[Demand], backfill: bool = False) -> PlacementResult:
+    """Bind demands in the given (priority) order on an engine with `fits` and `place_one` (this module's, or the
+    cycle's pair of milli-share and MIG engines). Without ``backfill``, once a demand stays pending, lower-priority
+    demands competing for the same models are held back (``higher_priority_ahead``)."""
+    result = PlacementResult()
+    blockers: dict[frozenset, Demand] = {}  # per model set: the highest-priority demand left pending
+    # Shapes that did not fit. Within one call nothing frees up, so the same shape fails the same way again
+    # and needs no second search (a cycle over thousands of identical waiting requests stays fast).
+    failed: dict[tuple, Pending] = {}
+    for demand in demands:
+        blocker = (
+            None
+            if backfill
+            else next(
+                (b for b in blockers.values() if b.priority > demand.priority and _overlap(b.models, demand.models)),
+                None,
+            )
+        )
+        if blocker is not None and engine.fits(demand):
+            result.pending.append(
+                Pending(
+                    demand.id,
+                    HIGHER_PRIORITY_AHEAD,
+                    f"needs {demand.label}; it would fit now but is held back for {blocker.id} "
+                    f"(priority {blocker.priority} > {demand.priority}) which is still pending",
+                    {"blocked_by": blocker.id, "blocker_priority": blocker.priority, "priority": demand.priority},
+                )
+            )
+            continue
+        key = _Shape(demand).key
+        known = failed.get(key)
+        outcome = (
+            engine.place_one(demand)
+            if known is None
+            else Pending(demand.id, known.reason, known.message, known.numbers)
+        )
+        if isinstance(outcome, Pending):
+            result.pending.append(outcome)
+            failed.setdefault(key, outcome)
+            current = blockers.get(demand.models)
+            # A demand that can never run holds nobody back: waiting behind it would be waiting for ever.
+            if outcome.reason != NO_MATCHING_SPEC and (current is None or demand.priority > current.priority):
+                blockers[demand.models] = demand
+        else:
+            result.bindings.extend(outcome)
+    return result
 
 
 def place(

@@ -8,12 +8,13 @@ Two steps, both under the cycle's advisory lock and transaction:
    placed elsewhere, cancelled, ...) or that no active rule allows any more (an operator deactivated the rule or
    withdrew its `cross_tenant`) are called off.
 2. `schedule` (after placement): for each higher-priority request still waiting for capacity, in queue order, the
-   engine plans the smallest set of running allocations whose eviction makes room. When every victim's class may
-   be preempted by the request's class under an active `PreemptionRule`, every victim belongs to the request's own
-   tenant (unless that rule is `cross_tenant`: an operator's explicit choice) and no victim is already promised to
-   another request, the victims' allocations get `preempt_at` (now + the longest grace among the rules involved,
-   one time for the whole set) and `preempted_for`, their timelines say when and for whom, and the winner's queue
-   reason becomes `preemption_pending` with the victims and the time.
+   engine plans the smallest set of running allocations whose eviction makes room (for a MIG slice: whose GPU
+   instances, or whole cards that can then change mode, free a valid placement of its profile). When every
+   victim's class may be preempted by the request's class under an active `PreemptionRule`, every victim belongs to
+   the request's own tenant (unless that rule is `cross_tenant`: an operator's explicit choice) and no victim is
+   already promised to another request, the victims' allocations get `preempt_at` (now + the longest grace among
+   the rules involved, one time for the whole set) and `preempted_for`, their timelines say when and for whom, and
+   the winner's queue reason becomes `preemption_pending` with the victims and the time.
 
 Queries are constant per cycle (a handful when anything is scheduled or due, however many requests wait).
 Planning runs the engine over a copy of the post-placement cluster in which only the victims the rules allow for
@@ -195,10 +196,13 @@ def schedule(
     scheduled: dict[int, list[Allocation]],
     policy,
     now,
+    slices=None,
 ) -> dict[int, dict]:
     """Plan and record preemptions for waiting requests; returns queue reasons (preemption_pending) by request id.
 
-    `cluster` is the cycle's ClusterSnapshot (before placement), `result` the placement just committed.
+    `cluster` is the cycle's ClusterSnapshot (before placement), `result` the placement just committed, `slices`
+    the cycle's engine after it (scheduling.mig_cycle.CycleEngine): a waiting MIG slice is planned on its MIG
+    engine, among the same allowed victims, so that what they free is a valid placement for the profile.
     """
     pending = {int(item.demand_id): item.reason for item in result.pending}
     running = {allocation.id: allocation for allocation in cluster.snapshot.allocations}
@@ -256,11 +260,19 @@ def schedule(
         shape = (priority, tenant, replace(demand, id=""))
         if shape in hopeless:
             continue
-        plan = engine_for(priority, tenant).plan_preemption(demand)
+        allowed = rules[priority]
+        if slices is not None and slices.is_mig(demand):
+            plan = slices.plan_preemption(
+                demand,
+                lambda victim, allowed=allowed, tenant=tenant: (
+                    victim in running and _evictable(running[victim], allowed, tenant, tenants, promised)
+                ),
+            )
+        else:
+            plan = engine_for(priority, tenant).plan_preemption(demand)
         if not plan.feasible or not plan.victims:
             hopeless.add(shape)
             continue
-        allowed = rules[priority]
         if not all(
             victim in running and _evictable(running[victim], allowed, tenant, tenants, promised)
             for victim in plan.victims

@@ -8,36 +8,21 @@ A GPU-instance profile takes ``compute`` compute slices and a run of memory slic
 allowed placement of its profile, no two instances share a memory slice, the compute slices add up to at most the
 card's, and no profile has more instances than its table allows (``+me`` profiles: one).
 
-MIG fragmentation score (in the spirit of FGD, Weng et al., ATC'23). The workload's demand mix gives each demand
-class ``c`` (a whole card, or one instance of profile ``p``) a popularity weight ``w_c`` (sum 1). For one card,
-``usable_c`` is the capacity class ``c`` could still take from the card as it is now: for a profile, the memory
-slices of the most instances of ``p`` that fit at once in the free slices (free compute slices and the profile's
-instance limit included); for a whole card, the full card if it is empty and may change mode, else nothing. The
-card's fragmentation is ``F = sum_c w_c * (free - usable_c)`` in milli-cards (``1000 / memory_slices`` per memory
-slice): the free capacity the typical demand could not use. Among all valid placements of a demand the engine takes
-the one with the smallest increase ``F(after) - F(before)`` of the card it touches, then the node left with the
-least free card capacity, then the seeded node order, the lowest card index and the lowest start.
+MIG fragmentation score (in the spirit of FGD, Weng et al., ATC'23; scheduling/mig/scoring.py). The workload's
+demands give each demand class ``c`` (a whole card, a time-sliced share, or one instance of profile ``p``) and its
+typical shapes ``s`` (class, card count, cores; the most popular covering 95% of demands) popularity weights
+``w_s`` (sum 1). For one card, ``usable_c`` is the capacity class ``c`` could still take from it as it is now: for
+a profile, the memory slices of the most instances of ``p`` that fit at once in the free slices (free compute
+slices and the profile's instance limit included); for a whole card, the full card if it is empty and may change
+mode, else nothing. A node's fragmentation is ``F = idle - sum_s w_s * usable_c(s)`` over the shapes ``s`` that
+could run there now (enough usable capacity of their class summed over the node's cards, and their cores free),
+in milli-cards (``1000 / memory_slices`` per memory slice): the idle capacity the typical demand could not use.
+Among all valid placements of a demand the engine takes the one with the smallest increase ``F(after) -
+F(before)`` of the node it touches, then the node left with the least idle card capacity, then the seeded node
+order, the lowest card index and the lowest start.
 """
 
-from scheduling.mig.engine import (
-    CAPACITY_IN_USE,
-    FRAGMENTATION,
-    INSUFFICIENT_HEALTHY_CAPACITY,
-    MILLI,
-    NO_MATCHING_SPEC,
-    TOPOLOGY_CONSTRAINT,
-    WHOLE,
-    Card,
-    Instance,
-    MigBinding,
-    MigEngine,
-    MigNode,
-    MigPending,
-    Placed,
-    SliceDemand,
-    mix_weights,
-    typical_shapes,
-)
+from scheduling.mig.engine import MigEngine
 from scheduling.mig.geometry import (
     SEEDED,
     SOURCE,
@@ -51,6 +36,25 @@ from scheduling.mig.geometry import (
     layout_problems,
     max_pack,
 )
+from scheduling.mig.model import (
+    CAPACITY_IN_USE,
+    FRAGMENTATION,
+    INSUFFICIENT_HEALTHY_CAPACITY,
+    MILLI,
+    NO_MATCHING_SPEC,
+    TOPOLOGY_CONSTRAINT,
+    WHOLE,
+    Card,
+    Holding,
+    Instance,
+    MigBinding,
+    MigNode,
+    MigPending,
+    MigPreemptionPlan,
+    Placed,
+    SliceDemand,
+)
+from scheduling.mig.scoring import mix_weights, typical_shapes
 
 __all__ = [
     "CAPACITY_IN_USE",
@@ -64,11 +68,13 @@ __all__ = [
     "WHOLE",
     "Card",
     "Geometry",
+    "Holding",
     "Instance",
     "MigBinding",
     "MigEngine",
     "MigNode",
     "MigPending",
+    "MigPreemptionPlan",
     "Placed",
     "Profile",
     "SliceDemand",

@@ -21,7 +21,9 @@ DESCRIPTION = (
     "alloc@100 counts the pods' requested GPU share at arrived 100% for every variant. decisions/s is CPU time of "
     "the process (one core; pending reasons included). `invalid` counts final layouts that break a placement "
     f"rule (every layout is checked). Seeds {SEEDS}. `milli model`: the current engine with a slice as a milli-share "
-    "(1g = 142), its final per-card slice sets checked for any valid layout (mean per seed)."
+    "(1g = 142), its final per-card slice sets checked for any valid layout (mean per seed). Ceilings "
+    "(`scheduling.mig_bench.ceilings`, CPU, memory and node boundaries ignored, all cards pooled): every pod placed "
+    "in arrival order while the pool has room (perfect packing), and the LP bound of the best subset in hindsight."
 )
 
 
@@ -89,4 +91,18 @@ def run() -> list[dict]:
             "load avg": load,
         }
     )
+    for label, key in (
+        ("ceiling: perfect packing, arrival order", "ceiling_perfect_packing"),
+        ("ceiling: hindsight LP (refuses work that fits)", "ceiling_hindsight"),
+    ):
+        rows.append(
+            {
+                "variant": label,
+                "alloc@100 %": fmt(summary[key]),
+                "accepted slices": "",
+                "invalid": "",
+                "decisions/s": "",
+                "load avg": "",
+            }
+        )
     return rows

@@ -2,17 +2,20 @@
 placement (created by repartitioning, or a free one of a pinned layout), its record names the instance, a slice that
 no placement can take waits with a `fragmentation` reason in MIG terms, and release destroys what was created."""
 
+from datetime import timedelta
 from decimal import Decimal
 from types import SimpleNamespace
 
 import pytest
+import time_machine
+from django.utils import timezone
 
 from catalog.models import MigGeometry
 from requests import services
-from requests.choices import RequestState
+from requests.choices import PriorityClass, RequestState
 from scheduling import cycle, mig_services
 from scheduling.allocations import allocation_details
-from scheduling.models import Device, MigInstance, Node
+from scheduling.models import Allocation, Device, MigInstance, Node
 from tests import factories
 from tests.scheduling import test_cycle
 from tests.scheduling.inventory_helpers import active_request, allocate
@@ -173,3 +176,40 @@ def test_a_spec_of_two_slices_gets_two_instances_on_two_cards(shop, team):
     assert [(gpu, name) for gpu, name, _start in rows] == [(0, "3g.40gb"), (1, "3g.40gb")]
     event = request.events.filter(code="allocated").get()
     assert len(event.data["mig_instances"]) == 2
+
+
+def test_a_high_priority_slice_preempts_the_batch_slice_whose_instance_frees_its_placement(shop, team):
+    """Two batch 3g.40gb on one H100 (at 4, then 0). A high 4g.40gb can start only at 0 and needs 4 compute slices:
+    evicting the 3g at 0 frees both; the 3g at 4 would free as much memory and compute but no 4g start."""
+    h100_node(shop)
+    first, second = (queued(shop, team, spec=shop.specs["3g.40gb"], priority=PriorityClass.BATCH) for _ in "12")
+    cycle.run_cycle()
+    starts = dict(MigInstance.objects.values_list("allocation__request_id", "start"))
+    assert starts == {first.pk: 4, second.pk: 0}
+    start = timezone.now()
+    high = queued(shop, team, spec=shop.specs["4g.40gb"], priority=PriorityClass.HIGH)
+    with time_machine.travel(start, tick=False):
+        result = cycle.run_cycle()
+    assert result.waiting[high.pk] == "preemption_pending"
+    scheduled = Allocation.objects.filter(state="active", preempt_at__isnull=False)
+    assert list(scheduled.values_list("request_id", "preempted_for_id")) == [(second.pk, high.pk)]
+    with time_machine.travel(start + timedelta(seconds=601), tick=False):  # the high-over-batch rule's grace
+        result = cycle.run_cycle()
+    assert result.preempted == [second.pk] and high.pk in result.allocated
+    assert dict(MigInstance.objects.values_list("allocation__request_id", "profile__name")) == {
+        first.pk: "3g.40gb",
+        high.pk: "4g.40gb",
+    }
+    assert MigInstance.objects.get(allocation__request=high).start == 0
+
+
+def test_slices_and_whole_cards_are_placed_in_one_priority_order(shop, team):
+    """One H100: a batch 3g.40gb queued first and a high whole card after it. The high one goes first (MIG slices
+    used to be placed before every other demand); the slice then finds the card taken."""
+    h100_node(shop)
+    slice_request = queued(shop, team, spec=shop.specs["3g.40gb"], priority=PriorityClass.BATCH)
+    whole = queued(shop, team, spec=shop.whole, priority=PriorityClass.HIGH)
+    result = cycle.run_cycle()
+    assert result.allocated == [whole.pk]
+    assert result.waiting == {slice_request.pk: "capacity_in_use"}
+    assert not MigInstance.objects.exists() and not Device.objects.get().mig_mode

@@ -244,3 +244,17 @@ def test_each_model_fills_to_a_valid_full_card(model):
     assert len(placed) == smallest.max_instances
     ((_node, _card, _g, layout),) = engine.layouts()
     assert layout_problems(geometry, layout) == []
+
+
+def test_the_benchmark_ceilings_place_in_order_or_choose_in_hindsight():
+    """One H100: seven 0.1-share pods (1g.10gb each) then a whole-card pod. Placed in arrival order the seven fill
+    the card's compute and the whole pod finds no room (700 of 1000); knowing the sequence, the whole pod alone
+    counts more (1000), which only refusing the seven would give."""
+    from scheduling.bench import Pod
+    from scheduling.mig_bench import _pooled_in_order, _surrogate_lp
+
+    small = [Pod(f"p{k}", 1000, 1024, 1, 100, frozenset()) for k in range(7)]
+    whole = Pod("whole", 1000, 1024, 1, 1000, frozenset())
+    assert _pooled_in_order([*small, whole], mig_cards=1, plain=0) == 700
+    assert _pooled_in_order([*small, whole], mig_cards=1, plain=1) == 1700  # a plain card takes the whole pod
+    assert min(_surrogate_lp([*small, whole], 1000, k / 20) for k in range(21)) == pytest.approx(1000)
