@@ -4,7 +4,8 @@ to the replicas), `python manage.py run_gateway`. Run as many as the load needs 
 Per call, nothing touches the database:
 1. the key is found by the SHA-256 of the secret in the in-process snapshot (routes.py: keys, deployments, healthy
    replicas, budgets; reloaded when the control plane bumps the version in Redis, else every 0.5 s);
-2. the rate limit is one Redis round trip (a Lua INCR + EXPIRE on a one-minute window per key and deployment); with
+2. the rate limit is one Redis round trip (INCRBY + EXPIRE on a one-minute window per key and deployment, the
+   calls of one event-loop turn on the same counter in one INCRBY: _RateCounter); with
    no Redis it is counted in this process only (N gateways then allow N times the limit);
 3. the token budget is checked against a counter: the ledger's month total, re-read after every flush, plus what
    this process served since;
@@ -23,16 +24,19 @@ Errors are {code, message, details}: 401 invalid_api_key, 403 key_not_for_this_d
 import asyncio
 import collections
 import contextlib
+import gc
 import hashlib
 import itertools
 import json
 import logging
 import math
+import os
 import signal
 import socket
 import time
 from collections import defaultdict
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 from urllib.parse import urlsplit
 
 import aiohttp
@@ -47,11 +51,10 @@ from provisioning.serving import routes, usage
 logger = logging.getLogger(__name__)
 
 FORWARDED_HEADERS = ("Content-Type", "Accept")
-# One INCR and, on a window's first call, its EXPIRE: one round trip.
-RATE_SCRIPT = "local n = redis.call('INCR', KEYS[1]) if n == 1 then redis.call('EXPIRE', KEYS[1], 120) end return n"
 RATE_PREFIX = "gateway:rate:"
 LAST_USE_EVERY_SECONDS = 60.0
 SAFETY_RELOAD_SECONDS = 5.0
+REDIS_TIMEOUT_SECONDS = 2.0
 
 
 class Refusal(Exception):
@@ -65,16 +68,23 @@ class Refusal(Exception):
 
 
 class _RateCounter(asyncio.Protocol):
-    """The rate-limit counter on one pipelined Redis connection: each call sends one EVAL (INCR, and EXPIRE on a
-    window's first call) and awaits its integer reply: one round trip; the calls of one event-loop turn go out in
-    one write and their replies come back in one read. (redis-py's asyncio client costs several times the CPU a
-    call, and at thousands of calls a second the gateway's CPU is the budget.)"""
+    """The rate-limit counters on one pipelined Redis connection. Every call is counted in Redis and waits for the
+    answer (one round trip, exact across gateway processes), but the calls of one event-loop turn go out in one
+    write: per counter one INCRBY by the number of calls on it plus an EXPIRE, and each call gets its own position
+    in the new total (total - n + 1 ... total). At thousands of calls a second many share a counter and a turn, so
+    Redis runs two small commands for many calls instead of a Lua script per call. (redis-py's asyncio client costs
+    several times the CPU a call, and the gateway's CPU is the budget.) A reply that takes over REDIS_TIMEOUT_SECONDS
+    closes the connection: its callers get ConnectionError (503) and the next call reconnects."""
 
     def __init__(self):
         self.transport = None
-        self.waiting: collections.deque[asyncio.Future] = collections.deque()
+        # Per command sent, in order: (sent at, the futures its reply answers). An INCRBY by n answers n callers;
+        # an EXPIRE none.
+        self.waiting: collections.deque[tuple[float, list[asyncio.Future]]] = collections.deque()
         self.buffer = b""
-        self.outgoing: list[bytes] = []  # commands of this loop turn, sent in one write (one syscall for many calls)
+        self.counts: dict[str, list[asyncio.Future]] = {}  # this loop turn's calls, by counter
+        self.commands: list[tuple[bytes, list[asyncio.Future]]] = []  # this loop turn's other commands
+        self.watchdog: asyncio.TimerHandle | None = None
 
     @classmethod
     async def connect(cls, url: str) -> "_RateCounter":
@@ -94,47 +104,98 @@ class _RateCounter(asyncio.Protocol):
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
 
     def connection_lost(self, exc):
-        while self.waiting:
-            future = self.waiting.popleft()
-            if not future.done():
-                future.set_exception(ConnectionError("Redis closed the connection"))
+        self.transport = None
+        unsent = [futures for futures in self.counts.values()] + [futures for _, futures in self.commands]
+        for futures in [futures for _, futures in self.waiting] + unsent:
+            for future in futures:
+                if not future.done():
+                    future.set_exception(ConnectionError("Redis closed the connection"))
+        self.waiting.clear()
+        self.counts, self.commands = {}, []
+
+    @property
+    def closed(self) -> bool:
+        return self.transport is None or self.transport.is_closing()
 
     def data_received(self, data: bytes):
         self.buffer += data
         while (end := self.buffer.find(b"\r\n")) >= 0:
             line, self.buffer = self.buffer[:end], self.buffer[end + 2 :]
-            future = self.waiting.popleft()
-            if future.done():
-                continue
-            if line[:1] == b":":
-                future.set_result(int(line[1:]))
-            elif line[:1] == b"+":
-                future.set_result(line[1:].decode())
+            _sent_at, futures = self.waiting.popleft()
+            kind = line[:1]
+            if kind == b":":
+                total = int(line[1:])
+                first = total - len(futures) + 1
+                for position, future in enumerate(futures, first):
+                    if not future.done():
+                        future.set_result(position)
+            elif kind == b"+":
+                for future in futures:
+                    future.set_result(line[1:].decode())
             else:
-                future.set_exception(ConnectionError(f"Redis: {line.decode(errors='replace')}"))
+                for future in futures:
+                    future.set_exception(ConnectionError(f"Redis: {line.decode(errors='replace')}"))
 
     def _send(self, words: list) -> asyncio.Future:
-        encoded = [word if isinstance(word, bytes) else str(word).encode() for word in words]
-        command = b"*%d\r\n" % len(encoded) + b"".join(b"$%d\r\n%s\r\n" % (len(w), w) for w in encoded)
-        loop = asyncio.get_running_loop()
-        future = loop.create_future()
-        self.waiting.append(future)
-        if not self.outgoing:
-            loop.call_soon(self._write)
-        self.outgoing.append(command)
+        future = asyncio.get_running_loop().create_future()
+        self._queue()
+        self.commands.append((_command(words), [future]))
         return future
 
-    def _write(self):
-        outgoing, self.outgoing = self.outgoing, []
-        if self.transport is not None and not self.transport.is_closing():
-            self.transport.write(b"".join(outgoing))
-
     def count(self, key: str) -> asyncio.Future:
-        return self._send([b"EVAL", RATE_SCRIPT.encode(), b"1", key.encode()])
+        """The caller's position in this minute's count of `key`, once Redis has it."""
+        future = asyncio.get_running_loop().create_future()
+        self._queue()
+        callers = self.counts.get(key)
+        if callers is None:
+            self.counts[key] = [future]
+        else:
+            callers.append(future)
+        return future
+
+    def _queue(self) -> None:
+        if not self.counts and not self.commands:
+            asyncio.get_running_loop().call_soon(self._write)
+
+    def _write(self):
+        now = time.monotonic()
+        counts, self.counts = self.counts, {}
+        commands, self.commands = self.commands, []
+        for key, callers in counts.items():
+            encoded = key.encode()
+            commands.append((_command([b"INCRBY", encoded, b"%d" % len(callers)]), callers))
+            commands.append((_command([b"EXPIRE", encoded, b"120"]), []))
+        if self.closed:
+            for _, futures in commands:
+                for future in futures:
+                    future.set_exception(ConnectionError("Redis connection closed"))
+            return
+        self.waiting.extend((now, futures) for _, futures in commands)
+        self.transport.write(b"".join(command for command, _ in commands))
+        if self.watchdog is None:
+            self.watchdog = asyncio.get_running_loop().call_later(REDIS_TIMEOUT_SECONDS, self._check_overdue)
+
+    def _check_overdue(self):
+        self.watchdog = None
+        if not self.waiting:
+            return
+        if time.monotonic() - self.waiting[0][0] > REDIS_TIMEOUT_SECONDS:
+            logger.warning("Redis did not answer within %s s; reconnecting", REDIS_TIMEOUT_SECONDS)
+            self.transport.abort()  # connection_lost fails the callers
+        else:
+            self.watchdog = asyncio.get_running_loop().call_later(REDIS_TIMEOUT_SECONDS / 2, self._check_overdue)
 
     def close(self):
+        if self.watchdog is not None:
+            self.watchdog.cancel()
         if self.transport is not None:
             self.transport.close()
+
+
+def _command(words: list) -> bytes:
+    """One command in Redis's protocol (RESP)."""
+    encoded = [word if isinstance(word, bytes) else str(word).encode() for word in words]
+    return b"*%d\r\n" % len(encoded) + b"".join(b"$%d\r\n%s\r\n" % (len(w), w) for w in encoded)
 
 
 class _StreamCount:
@@ -198,6 +259,7 @@ class Gateway:
         self.session = aiohttp.ClientSession(
             connector=aiohttp.TCPConnector(limit=1000, limit_per_host=0, keepalive_timeout=30),
             auto_decompress=False,
+            cookie_jar=aiohttp.DummyCookieJar(),  # replicas set no cookies; no jar to filter per call
             skip_auto_headers=("User-Agent", "Accept", "Accept-Encoding"),
             timeout=self.timeout,
         )
@@ -208,6 +270,11 @@ class Gateway:
             with contextlib.suppress(OSError):  # Redis down at start: calls answer 503 until it is back
                 self.rates = await _RateCounter.connect(self.redis_url)
         await self._reload()
+        # Django, aiohttp and the snapshot are ~100,000 objects that live as long as the process: a full collection
+        # walked them all with the event loop stopped, every ~10 s under load, 240-540 ms each on the loaded bench
+        # machine (GATEWAY_GC_LOG; the paced benchmark's p99). Frozen, the collector only walks what calls allocate.
+        gc.collect()
+        gc.freeze()
         self.tasks = [asyncio.create_task(self._watch()), asyncio.create_task(self._flushing())]
 
     async def _shutdown(self, _app) -> None:
@@ -353,9 +420,9 @@ class Gateway:
         counter = f"{RATE_PREFIX}{key.id}:{route.deployment_id}:{window}"
         if self.redis_url:
             try:
-                if self.rates is None or self.rates.transport.is_closing():  # Redis was away: reconnect
-                    self.rates = await _RateCounter.connect(self.redis_url)
-                count = await asyncio.wait_for(self.rates.count(counter), timeout=2.0)
+                if self.rates is None or self.rates.closed:  # Redis was away: reconnect
+                    self.rates = await asyncio.wait_for(_RateCounter.connect(self.redis_url), REDIS_TIMEOUT_SECONDS)
+                count = await self.rates.count(counter)
             except (ConnectionError, OSError, TimeoutError):
                 raise Refusal(
                     503, "rate_limiter_unavailable", "The rate limiter (Redis) did not answer; try again shortly."
@@ -549,14 +616,61 @@ def run(*, host: str, port: int, redis_url: str = "", reuse_port: bool = False) 
     signal.signal(signal.SIGPIPE, signal.SIG_IGN)
     import uvloop  # a faster event loop than asyncio's own
 
-    web.run_app(
-        gateway.app(),
-        host=host,
-        port=port,
-        reuse_port=reuse_port,
-        access_log=None,
-        print=None,
-        shutdown_timeout=settings.GATEWAY_SHUTDOWN_SECONDS,
-        handle_signals=True,
-        loop=uvloop.new_event_loop(),
-    )
+    with _profiled(os.environ.get("GATEWAY_PROFILE", ""), os.environ.get("GATEWAY_GC_LOG", "")):
+        web.run_app(
+            gateway.app(),
+            host=host,
+            port=port,
+            reuse_port=reuse_port,
+            access_log=None,
+            print=None,
+            shutdown_timeout=settings.GATEWAY_SHUTDOWN_SECONDS,
+            handle_signals=True,
+            loop=uvloop.new_event_loop(),
+        )
+
+
+@contextlib.contextmanager
+def _profiled(path: str, gc_log: str):
+    """Diagnostics for finding per-call work and stalls, off by default. GATEWAY_PROFILE=<file>: the whole run under
+    cProfile, its stats written to <file> on exit (`python -m pstats <file>`); the timer is the event-loop thread's
+    CPU time, so on a loaded machine the profile shows work, not waits for a core (it roughly triples the CPU per
+    call). GATEWAY_GC_LOG=<file>: every garbage collection's pause, the long ones (> 5 ms) with when they happened,
+    written to <file> as JSON on exit."""
+    with contextlib.ExitStack() as stack:
+        if gc_log:
+            stack.enter_context(_gc_pauses_logged(Path(gc_log)))
+        if path:
+            import cProfile
+
+            profile = cProfile.Profile(time.thread_time)
+            stack.callback(profile.dump_stats, path)
+            stack.enter_context(profile)
+        yield
+
+
+@contextlib.contextmanager
+def _gc_pauses_logged(log: Path):
+    pauses: list[tuple[float, int, float]] = []  # (seconds since start, generation, ms)
+    began, started = time.monotonic(), [0.0]
+
+    def timed(phase: str, info: dict) -> None:
+        if phase == "start":
+            started[0] = time.monotonic()
+        else:
+            pauses.append((started[0] - began, info["generation"], (time.monotonic() - started[0]) * 1000))
+
+    gc.callbacks.append(timed)
+    try:
+        yield
+    finally:
+        gc.callbacks.remove(timed)
+        summary = {
+            "generations": {
+                g: {"count": len(ms), "max_ms": round(max(ms, default=0), 3)}
+                for g in (0, 1, 2)
+                for ms in [[ms for _, gen, ms in pauses if gen == g]]
+            },
+            "long": [[round(at, 2), gen, round(ms, 1)] for at, gen, ms in pauses if ms > 5],
+        }
+        log.write_text(json.dumps(summary))
