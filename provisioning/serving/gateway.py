@@ -4,9 +4,10 @@ to the replicas), `python manage.py run_gateway`. Run as many as the load needs 
 Per call, nothing touches the database:
 1. the key is found by the SHA-256 of the secret in the in-process snapshot (routes.py: keys, deployments, healthy
    replicas, budgets; reloaded when the control plane bumps the version in Redis, else every 0.5 s);
-2. the rate limit is one Redis round trip (INCRBY + EXPIRE on a one-minute window per key and deployment, the
-   calls of one event-loop turn on the same counter in one INCRBY: _RateCounter); with
-   no Redis it is counted in this process only (N gateways then allow N times the limit);
+2. the rate limit is counted in Redis on a one-minute window per key and deployment (ratelimit.py): a small limit
+   call by call, one round trip each; a large one in leases of up to 1 % of the limit reserved ahead, so a busy key
+   does not wait on Redis per call and the processes together never exceed the limit; with no Redis it is counted
+   in this process only (N gateways then allow N times the limit);
 3. the token budget is checked against a counter: the ledger's month total, re-read after every flush, plus what
    this process served since;
 4. round robin over the healthy replicas; one that refuses the connection is dropped from this process's rotation
@@ -22,7 +23,6 @@ Errors are {code, message, details}: 401 invalid_api_key, 403 key_not_for_this_d
 """
 
 import asyncio
-import collections
 import contextlib
 import gc
 import hashlib
@@ -32,12 +32,9 @@ import logging
 import math
 import os
 import signal
-import socket
 import time
 from collections import defaultdict
 from concurrent.futures import ThreadPoolExecutor
-from pathlib import Path
-from urllib.parse import urlsplit
 
 import aiohttp
 from aiohttp import web
@@ -46,15 +43,13 @@ from django.db import close_old_connections
 from django.utils import timezone
 from yarl import URL
 
-from provisioning.serving import routes, usage
+from provisioning.serving import diagnostics, ratelimit, routes, usage
 
 logger = logging.getLogger(__name__)
 
 FORWARDED_HEADERS = ("Content-Type", "Accept")
-RATE_PREFIX = "gateway:rate:"
 LAST_USE_EVERY_SECONDS = 60.0
 SAFETY_RELOAD_SECONDS = 5.0
-REDIS_TIMEOUT_SECONDS = 2.0
 
 
 class Refusal(Exception):
@@ -65,137 +60,6 @@ class Refusal(Exception):
     def response(self) -> web.Response:
         body = json.dumps({"code": self.code, "message": self.message, "details": self.details})
         return web.Response(text=body, status=self.status, content_type="application/json", headers=self.headers)
-
-
-class _RateCounter(asyncio.Protocol):
-    """The rate-limit counters on one pipelined Redis connection. Every call is counted in Redis and waits for the
-    answer (one round trip, exact across gateway processes), but the calls of one event-loop turn go out in one
-    write: per counter one INCRBY by the number of calls on it plus an EXPIRE, and each call gets its own position
-    in the new total (total - n + 1 ... total). At thousands of calls a second many share a counter and a turn, so
-    Redis runs two small commands for many calls instead of a Lua script per call. (redis-py's asyncio client costs
-    several times the CPU a call, and the gateway's CPU is the budget.) A reply that takes over REDIS_TIMEOUT_SECONDS
-    closes the connection: its callers get ConnectionError (503) and the next call reconnects."""
-
-    def __init__(self):
-        self.transport = None
-        # Per command sent, in order: (sent at, the futures its reply answers). An INCRBY by n answers n callers;
-        # an EXPIRE none.
-        self.waiting: collections.deque[tuple[float, list[asyncio.Future]]] = collections.deque()
-        self.buffer = b""
-        self.counts: dict[str, list[asyncio.Future]] = {}  # this loop turn's calls, by counter
-        self.commands: list[tuple[bytes, list[asyncio.Future]]] = []  # this loop turn's other commands
-        self.watchdog: asyncio.TimerHandle | None = None
-
-    @classmethod
-    async def connect(cls, url: str) -> "_RateCounter":
-        parts = urlsplit(url)
-        loop = asyncio.get_running_loop()
-        _transport, counter = await loop.create_connection(cls, parts.hostname or "127.0.0.1", parts.port or 6379)
-        database = (parts.path or "/0").strip("/") or "0"
-        if parts.password:
-            await counter._send(["AUTH", *([parts.username] if parts.username else []), parts.password])
-        await counter._send(["SELECT", database])
-        return counter
-
-    def connection_made(self, transport):
-        self.transport = transport
-        sock = transport.get_extra_info("socket")
-        if sock is not None:  # small writes back to back: Nagle + delayed ACK would stall each by ~40 ms
-            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-
-    def connection_lost(self, exc):
-        self.transport = None
-        unsent = [futures for futures in self.counts.values()] + [futures for _, futures in self.commands]
-        for futures in [futures for _, futures in self.waiting] + unsent:
-            for future in futures:
-                if not future.done():
-                    future.set_exception(ConnectionError("Redis closed the connection"))
-        self.waiting.clear()
-        self.counts, self.commands = {}, []
-
-    @property
-    def closed(self) -> bool:
-        return self.transport is None or self.transport.is_closing()
-
-    def data_received(self, data: bytes):
-        self.buffer += data
-        while (end := self.buffer.find(b"\r\n")) >= 0:
-            line, self.buffer = self.buffer[:end], self.buffer[end + 2 :]
-            _sent_at, futures = self.waiting.popleft()
-            kind = line[:1]
-            if kind == b":":
-                total = int(line[1:])
-                first = total - len(futures) + 1
-                for position, future in enumerate(futures, first):
-                    if not future.done():
-                        future.set_result(position)
-            elif kind == b"+":
-                for future in futures:
-                    future.set_result(line[1:].decode())
-            else:
-                for future in futures:
-                    future.set_exception(ConnectionError(f"Redis: {line.decode(errors='replace')}"))
-
-    def _send(self, words: list) -> asyncio.Future:
-        future = asyncio.get_running_loop().create_future()
-        self._queue()
-        self.commands.append((_command(words), [future]))
-        return future
-
-    def count(self, key: str) -> asyncio.Future:
-        """The caller's position in this minute's count of `key`, once Redis has it."""
-        future = asyncio.get_running_loop().create_future()
-        self._queue()
-        callers = self.counts.get(key)
-        if callers is None:
-            self.counts[key] = [future]
-        else:
-            callers.append(future)
-        return future
-
-    def _queue(self) -> None:
-        if not self.counts and not self.commands:
-            asyncio.get_running_loop().call_soon(self._write)
-
-    def _write(self):
-        now = time.monotonic()
-        counts, self.counts = self.counts, {}
-        commands, self.commands = self.commands, []
-        for key, callers in counts.items():
-            encoded = key.encode()
-            commands.append((_command([b"INCRBY", encoded, b"%d" % len(callers)]), callers))
-            commands.append((_command([b"EXPIRE", encoded, b"120"]), []))
-        if self.closed:
-            for _, futures in commands:
-                for future in futures:
-                    future.set_exception(ConnectionError("Redis connection closed"))
-            return
-        self.waiting.extend((now, futures) for _, futures in commands)
-        self.transport.write(b"".join(command for command, _ in commands))
-        if self.watchdog is None:
-            self.watchdog = asyncio.get_running_loop().call_later(REDIS_TIMEOUT_SECONDS, self._check_overdue)
-
-    def _check_overdue(self):
-        self.watchdog = None
-        if not self.waiting:
-            return
-        if time.monotonic() - self.waiting[0][0] > REDIS_TIMEOUT_SECONDS:
-            logger.warning("Redis did not answer within %s s; reconnecting", REDIS_TIMEOUT_SECONDS)
-            self.transport.abort()  # connection_lost fails the callers
-        else:
-            self.watchdog = asyncio.get_running_loop().call_later(REDIS_TIMEOUT_SECONDS / 2, self._check_overdue)
-
-    def close(self):
-        if self.watchdog is not None:
-            self.watchdog.cancel()
-        if self.transport is not None:
-            self.transport.close()
-
-
-def _command(words: list) -> bytes:
-    """One command in Redis's protocol (RESP)."""
-    encoded = [word if isinstance(word, bytes) else str(word).encode() for word in words]
-    return b"*%d\r\n" % len(encoded) + b"".join(b"$%d\r\n%s\r\n" % (len(w), w) for w in encoded)
 
 
 class _StreamCount:
@@ -220,10 +84,11 @@ class _StreamCount:
 
 
 class Gateway:
-    def __init__(self, *, redis_url: str = ""):
+    def __init__(self, *, redis_url: str = "", stalls: diagnostics.Stalls | None = None):
         self.redis_url = redis_url
+        self.stalls = stalls
         self.redis = None
-        self.rates: _RateCounter | None = None
+        self.limiter = ratelimit.RateLimiter(redis_url) if redis_url else None
         self.snapshot = routes.Snapshot(routes={}, keys={}, loaded_at=0.0)
         # Replicas this process found dead -> when the control plane recorded it (None: not yet). A snapshot read
         # before that moment still lists them healthy, so a reload keeps them out of the rotation until then.
@@ -268,7 +133,7 @@ class Gateway:
 
             self.redis = redis.asyncio.Redis.from_url(self.redis_url, socket_timeout=2)  # the version poll
             with contextlib.suppress(OSError):  # Redis down at start: calls answer 503 until it is back
-                self.rates = await _RateCounter.connect(self.redis_url)
+                await self.limiter.connect()
         await self._reload()
         # Django, aiohttp and the snapshot are ~100,000 objects that live as long as the process: a full collection
         # walked them all with the event loop stopped, every ~10 s under load, 240-540 ms each on the loaded bench
@@ -276,6 +141,8 @@ class Gateway:
         gc.collect()
         gc.freeze()
         self.tasks = [asyncio.create_task(self._watch()), asyncio.create_task(self._flushing())]
+        if self.stalls is not None:
+            self.tasks.append(asyncio.create_task(self.stalls.watch_loop()))
 
     async def _shutdown(self, _app) -> None:
         for task in self.tasks:
@@ -292,8 +159,7 @@ class Gateway:
         await self.session.close()
         if self.redis is not None:
             await self.redis.aclose()
-            if self.rates is not None:
-                self.rates.close()
+            self.limiter.close()
         await asyncio.get_running_loop().run_in_executor(self.db, close_old_connections)
         self.db.shutdown(wait=True)
 
@@ -417,22 +283,21 @@ class Gateway:
     async def _check_rate(self, key: routes.Key, route: routes.Route) -> None:
         now = time.time()
         window = int(now // 60)
-        counter = f"{RATE_PREFIX}{key.id}:{route.deployment_id}:{window}"
-        if self.redis_url:
+        if self.limiter is not None:
             try:
-                if self.rates is None or self.rates.closed:  # Redis was away: reconnect
-                    self.rates = await asyncio.wait_for(_RateCounter.connect(self.redis_url), REDIS_TIMEOUT_SECONDS)
-                count = await self.rates.count(counter)
-            except (ConnectionError, OSError, TimeoutError):
+                admitted = await self.limiter.admit(key.id, route.deployment_id, window, route.rate_limit_per_minute)
+            except ratelimit.Unavailable:
                 raise Refusal(
                     503, "rate_limiter_unavailable", "The rate limiter (Redis) did not answer; try again shortly."
                 ) from None
         else:
+            counter = f"{key.id}:{route.deployment_id}:{window}"
             count = self.local_rates.get(counter, 0) + 1
             if count == 1:
                 self.local_rates = {k: v for k, v in self.local_rates.items() if k.endswith(f":{window}")}
             self.local_rates[counter] = count
-        if count > route.rate_limit_per_minute:
+            admitted = count <= route.rate_limit_per_minute
+        if not admitted:
             retry_after = max(1, math.ceil((window + 1) * 60 - now))
             raise Refusal(
                 429,
@@ -612,11 +477,11 @@ def _usage_of(body: bytes) -> dict | None:
 
 def run(*, host: str, port: int, redis_url: str = "", reuse_port: bool = False) -> None:
     """Serve until SIGTERM/SIGINT; then finish the calls in flight and flush the tallies."""
-    gateway = Gateway(redis_url=redis_url)
     signal.signal(signal.SIGPIPE, signal.SIG_IGN)
     import uvloop  # a faster event loop than asyncio's own
 
-    with _profiled(os.environ.get("GATEWAY_PROFILE", ""), os.environ.get("GATEWAY_GC_LOG", "")):
+    with diagnostics.profiled(os.environ.get("GATEWAY_PROFILE", ""), os.environ.get("GATEWAY_STALL_LOG", "")) as stalls:
+        gateway = Gateway(redis_url=redis_url, stalls=stalls)
         web.run_app(
             gateway.app(),
             host=host,
@@ -628,49 +493,3 @@ def run(*, host: str, port: int, redis_url: str = "", reuse_port: bool = False) 
             handle_signals=True,
             loop=uvloop.new_event_loop(),
         )
-
-
-@contextlib.contextmanager
-def _profiled(path: str, gc_log: str):
-    """Diagnostics for finding per-call work and stalls, off by default. GATEWAY_PROFILE=<file>: the whole run under
-    cProfile, its stats written to <file> on exit (`python -m pstats <file>`); the timer is the event-loop thread's
-    CPU time, so on a loaded machine the profile shows work, not waits for a core (it roughly triples the CPU per
-    call). GATEWAY_GC_LOG=<file>: every garbage collection's pause, the long ones (> 5 ms) with when they happened,
-    written to <file> as JSON on exit."""
-    with contextlib.ExitStack() as stack:
-        if gc_log:
-            stack.enter_context(_gc_pauses_logged(Path(gc_log)))
-        if path:
-            import cProfile
-
-            profile = cProfile.Profile(time.thread_time)
-            stack.callback(profile.dump_stats, path)
-            stack.enter_context(profile)
-        yield
-
-
-@contextlib.contextmanager
-def _gc_pauses_logged(log: Path):
-    pauses: list[tuple[float, int, float]] = []  # (seconds since start, generation, ms)
-    began, started = time.monotonic(), [0.0]
-
-    def timed(phase: str, info: dict) -> None:
-        if phase == "start":
-            started[0] = time.monotonic()
-        else:
-            pauses.append((started[0] - began, info["generation"], (time.monotonic() - started[0]) * 1000))
-
-    gc.callbacks.append(timed)
-    try:
-        yield
-    finally:
-        gc.callbacks.remove(timed)
-        summary = {
-            "generations": {
-                g: {"count": len(ms), "max_ms": round(max(ms, default=0), 3)}
-                for g in (0, 1, 2)
-                for ms in [[ms for _, gen, ms in pauses if gen == g]]
-            },
-            "long": [[round(at, 2), gen, round(ms, 1)] for at, gen, ms in pauses if ms > 5],
-        }
-        log.write_text(json.dumps(summary))
