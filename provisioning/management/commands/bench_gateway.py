@@ -90,7 +90,10 @@ class Command(BaseCommand):
             slug, secret = _deployment(f"http://127.0.0.1:{port}")
             direct_url = f"http://127.0.0.1:{port}/v1/chat/completions"
             direct = _measured(direct_url, {}, clients, seconds, 0, {"upstream": [upstream.pid]})
-            report["direct_cpu_us_per_request"] = direct.cpu_us_per_request
+            report.update(
+                direct_cpu_us_per_request=direct.cpu_us_per_request,
+                direct_cpu_wait_us_per_request=direct.cpu_wait_us_per_request,
+            )
             if not no_haproxy:
                 with _haproxy(port) as haproxy:
                     proxied = _measured(
@@ -121,6 +124,7 @@ class Command(BaseCommand):
                         paced_overhead_p50_ms=round(paced.percentile_ms(50) - paced_direct.percentile_ms(50), 2),
                         paced_overhead_p99_ms=round(paced.percentile_ms(99) - paced_direct.percentile_ms(99), 2),
                         paced_cpu_us_per_request=paced.cpu_us_per_request,
+                        paced_cpu_wait_us_per_request=paced.cpu_wait_us_per_request,
                     )
                 if engine:
                     report.update(_engine(gateway_port, seconds))
@@ -216,6 +220,7 @@ class LoadRun:
     latencies: list[float]
     seconds: float
     cpu_us_per_request: dict[str, float]  # CPU time (user + system) each process spent per answered request
+    cpu_wait_us_per_request: dict[str, float]  # time each process's event loop waited for a core, per request
 
     @property
     def rps(self) -> float:
@@ -237,27 +242,37 @@ def _report(direct: LoadRun, through: LoadRun) -> dict:
         "overhead_p99_ms": round(through.percentile_ms(99) - direct.percentile_ms(99), 2),
         "direct_rps": direct.rps,
         "cpu_us_per_request": through.cpu_us_per_request,
+        "cpu_wait_us_per_request": through.cpu_wait_us_per_request,
     }
 
 
 def _measured(url: str, headers: dict, clients: int, seconds: float, rate: float, servers: dict) -> LoadRun:
     """A warm-up first (every worker thread opens its database connection, caches fill), then the measurement, with
-    the CPU time the load generator (this process) and each of `servers` ({name: [pid, ...]}) spent per request:
-    on a shared machine wall-clock rates move with the neighbours' load, CPU per request much less."""
+    what the load generator (this process) and each of `servers` ({name: [pid, ...]}) spent per request: CPU time
+    (on a shared machine wall-clock rates move with the neighbours' load, CPU per request much less) and time the
+    main thread (the event loop) spent runnable but waiting for a core: the delay the neighbours' load added."""
     _run_load(url, headers, clients, WARM_UP_SECONDS, rate)
-    before = {name: sum(map(_cpu_seconds, pids)) for name, pids in servers.items()}
-    own_before = time.process_time()
+    processes = {"load_generator": [os.getpid()], **servers}
+    before = {name: _totals(pids) for name, pids in processes.items()}
     latencies, wall = _run_load(url, headers, clients, seconds, rate)
-    spent = {"load_generator": time.process_time() - own_before}
-    spent.update({name: sum(map(_cpu_seconds, pids)) - before[name] for name, pids in servers.items()})
+    after = {name: _totals(pids) for name, pids in processes.items()}
     answered = max(1, len(latencies))
-    return LoadRun(latencies, wall, {name: round(cpu * 1e6 / answered, 1) for name, cpu in spent.items()})
+
+    def per_request(index: int) -> dict:
+        return {name: round((after[name][index] - before[name][index]) * 1e6 / answered, 1) for name in processes}
+
+    return LoadRun(latencies, wall, per_request(0), per_request(1))
 
 
-def _cpu_seconds(pid: int) -> float:
-    """User + system CPU seconds of a process so far (/proc/<pid>/stat fields 14 and 15)."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+def _totals(pids: list[int]) -> tuple[float, float]:
+    """Of these processes so far: CPU seconds, user + system, all threads (/proc/<pid>/stat fields 14 and 15), and
+    seconds the main thread waited on the run queue (/proc/<pid>/schedstat, field 2, ns)."""
+    cpu = wait = 0.0
+    for pid in pids:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        cpu += (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+        wait += int(Path(f"/proc/{pid}/schedstat").read_text().split()[1]) / 1e9
+    return cpu, wait
 
 
 def _run_load(url: str, headers: dict, clients: int, seconds: float, rate: float) -> tuple[list[float], float]:
