@@ -4,8 +4,10 @@ to the replicas), `python manage.py run_gateway`. Run as many as the load needs 
 Per call, nothing touches the database:
 1. the key is found by the SHA-256 of the secret in the in-process snapshot (routes.py: keys, deployments, healthy
    replicas, budgets; reloaded when the control plane bumps the version in Redis, else every 0.5 s);
-2. the rate limit is one Redis round trip (a Lua INCR + EXPIRE on a one-minute window per key and deployment); with
-   no Redis it is counted in this process only (N gateways then allow N times the limit);
+2. the rate limit is counted in Redis on a one-minute window per key and deployment (ratelimit.py): a small limit
+   call by call, one round trip each; a large one in leases of up to 1 % of the limit reserved ahead, so a busy key
+   does not wait on Redis per call and the processes together never exceed the limit; with no Redis it is counted
+   in this process only (N gateways then allow N times the limit);
 3. the token budget is checked against a counter: the ledger's month total, re-read after every flush, plus what
    this process served since;
 4. round robin over the healthy replicas; one that refuses the connection is dropped from this process's rotation
@@ -21,19 +23,18 @@ Errors are {code, message, details}: 401 invalid_api_key, 403 key_not_for_this_d
 """
 
 import asyncio
-import collections
 import contextlib
+import gc
 import hashlib
 import itertools
 import json
 import logging
 import math
+import os
 import signal
-import socket
 import time
 from collections import defaultdict
 from concurrent.futures import ThreadPoolExecutor
-from urllib.parse import urlsplit
 
 import aiohttp
 from aiohttp import web
@@ -42,14 +43,11 @@ from django.db import close_old_connections
 from django.utils import timezone
 from yarl import URL
 
-from provisioning.serving import routes, usage
+from provisioning.serving import diagnostics, ratelimit, routes, usage
 
 logger = logging.getLogger(__name__)
 
 FORWARDED_HEADERS = ("Content-Type", "Accept")
-# One INCR and, on a window's first call, its EXPIRE: one round trip.
-RATE_SCRIPT = "local n = redis.call('INCR', KEYS[1]) if n == 1 then redis.call('EXPIRE', KEYS[1], 120) end return n"
-RATE_PREFIX = "gateway:rate:"
 LAST_USE_EVERY_SECONDS = 60.0
 SAFETY_RELOAD_SECONDS = 5.0
 
@@ -62,79 +60,6 @@ class Refusal(Exception):
     def response(self) -> web.Response:
         body = json.dumps({"code": self.code, "message": self.message, "details": self.details})
         return web.Response(text=body, status=self.status, content_type="application/json", headers=self.headers)
-
-
-class _RateCounter(asyncio.Protocol):
-    """The rate-limit counter on one pipelined Redis connection: each call sends one EVAL (INCR, and EXPIRE on a
-    window's first call) and awaits its integer reply: one round trip; the calls of one event-loop turn go out in
-    one write and their replies come back in one read. (redis-py's asyncio client costs several times the CPU a
-    call, and at thousands of calls a second the gateway's CPU is the budget.)"""
-
-    def __init__(self):
-        self.transport = None
-        self.waiting: collections.deque[asyncio.Future] = collections.deque()
-        self.buffer = b""
-        self.outgoing: list[bytes] = []  # commands of this loop turn, sent in one write (one syscall for many calls)
-
-    @classmethod
-    async def connect(cls, url: str) -> "_RateCounter":
-        parts = urlsplit(url)
-        loop = asyncio.get_running_loop()
-        _transport, counter = await loop.create_connection(cls, parts.hostname or "127.0.0.1", parts.port or 6379)
-        database = (parts.path or "/0").strip("/") or "0"
-        if parts.password:
-            await counter._send(["AUTH", *([parts.username] if parts.username else []), parts.password])
-        await counter._send(["SELECT", database])
-        return counter
-
-    def connection_made(self, transport):
-        self.transport = transport
-        sock = transport.get_extra_info("socket")
-        if sock is not None:  # small writes back to back: Nagle + delayed ACK would stall each by ~40 ms
-            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-
-    def connection_lost(self, exc):
-        while self.waiting:
-            future = self.waiting.popleft()
-            if not future.done():
-                future.set_exception(ConnectionError("Redis closed the connection"))
-
-    def data_received(self, data: bytes):
-        self.buffer += data
-        while (end := self.buffer.find(b"\r\n")) >= 0:
-            line, self.buffer = self.buffer[:end], self.buffer[end + 2 :]
-            future = self.waiting.popleft()
-            if future.done():
-                continue
-            if line[:1] == b":":
-                future.set_result(int(line[1:]))
-            elif line[:1] == b"+":
-                future.set_result(line[1:].decode())
-            else:
-                future.set_exception(ConnectionError(f"Redis: {line.decode(errors='replace')}"))
-
-    def _send(self, words: list) -> asyncio.Future:
-        encoded = [word if isinstance(word, bytes) else str(word).encode() for word in words]
-        command = b"*%d\r\n" % len(encoded) + b"".join(b"$%d\r\n%s\r\n" % (len(w), w) for w in encoded)
-        loop = asyncio.get_running_loop()
-        future = loop.create_future()
-        self.waiting.append(future)
-        if not self.outgoing:
-            loop.call_soon(self._write)
-        self.outgoing.append(command)
-        return future
-
-    def _write(self):
-        outgoing, self.outgoing = self.outgoing, []
-        if self.transport is not None and not self.transport.is_closing():
-            self.transport.write(b"".join(outgoing))
-
-    def count(self, key: str) -> asyncio.Future:
-        return self._send([b"EVAL", RATE_SCRIPT.encode(), b"1", key.encode()])
-
-    def close(self):
-        if self.transport is not None:
-            self.transport.close()
 
 
 class _StreamCount:
@@ -159,10 +84,11 @@ class _StreamCount:
 
 
 class Gateway:
-    def __init__(self, *, redis_url: str = ""):
+    def __init__(self, *, redis_url: str = "", stalls: diagnostics.Stalls | None = None):
         self.redis_url = redis_url
+        self.stalls = stalls
         self.redis = None
-        self.rates: _RateCounter | None = None
+        self.limiter = ratelimit.RateLimiter(redis_url) if redis_url else None
         self.snapshot = routes.Snapshot(routes={}, keys={}, loaded_at=0.0)
         # Replicas this process found dead -> when the control plane recorded it (None: not yet). A snapshot read
         # before that moment still lists them healthy, so a reload keeps them out of the rotation until then.
@@ -198,6 +124,7 @@ class Gateway:
         self.session = aiohttp.ClientSession(
             connector=aiohttp.TCPConnector(limit=1000, limit_per_host=0, keepalive_timeout=30),
             auto_decompress=False,
+            cookie_jar=aiohttp.DummyCookieJar(),  # replicas set no cookies; no jar to filter per call
             skip_auto_headers=("User-Agent", "Accept", "Accept-Encoding"),
             timeout=self.timeout,
         )
@@ -206,9 +133,16 @@ class Gateway:
 
             self.redis = redis.asyncio.Redis.from_url(self.redis_url, socket_timeout=2)  # the version poll
             with contextlib.suppress(OSError):  # Redis down at start: calls answer 503 until it is back
-                self.rates = await _RateCounter.connect(self.redis_url)
+                await self.limiter.connect()
         await self._reload()
+        # Django, aiohttp and the snapshot are ~100,000 objects that live as long as the process: a full collection
+        # walked them all with the event loop stopped, every ~10 s under load, 240-540 ms each on the loaded bench
+        # machine (GATEWAY_GC_LOG; the paced benchmark's p99). Frozen, the collector only walks what calls allocate.
+        gc.collect()
+        gc.freeze()
         self.tasks = [asyncio.create_task(self._watch()), asyncio.create_task(self._flushing())]
+        if self.stalls is not None:
+            self.tasks.append(asyncio.create_task(self.stalls.watch_loop()))
 
     async def _shutdown(self, _app) -> None:
         for task in self.tasks:
@@ -225,8 +159,7 @@ class Gateway:
         await self.session.close()
         if self.redis is not None:
             await self.redis.aclose()
-            if self.rates is not None:
-                self.rates.close()
+            self.limiter.close()
         await asyncio.get_running_loop().run_in_executor(self.db, close_old_connections)
         self.db.shutdown(wait=True)
 
@@ -350,22 +283,21 @@ class Gateway:
     async def _check_rate(self, key: routes.Key, route: routes.Route) -> None:
         now = time.time()
         window = int(now // 60)
-        counter = f"{RATE_PREFIX}{key.id}:{route.deployment_id}:{window}"
-        if self.redis_url:
+        if self.limiter is not None:
             try:
-                if self.rates is None or self.rates.transport.is_closing():  # Redis was away: reconnect
-                    self.rates = await _RateCounter.connect(self.redis_url)
-                count = await asyncio.wait_for(self.rates.count(counter), timeout=2.0)
-            except (ConnectionError, OSError, TimeoutError):
+                admitted = await self.limiter.admit(key.id, route.deployment_id, window, route.rate_limit_per_minute)
+            except ratelimit.Unavailable:
                 raise Refusal(
                     503, "rate_limiter_unavailable", "The rate limiter (Redis) did not answer; try again shortly."
                 ) from None
         else:
+            counter = f"{key.id}:{route.deployment_id}:{window}"
             count = self.local_rates.get(counter, 0) + 1
             if count == 1:
                 self.local_rates = {k: v for k, v in self.local_rates.items() if k.endswith(f":{window}")}
             self.local_rates[counter] = count
-        if count > route.rate_limit_per_minute:
+            admitted = count <= route.rate_limit_per_minute
+        if not admitted:
             retry_after = max(1, math.ceil((window + 1) * 60 - now))
             raise Refusal(
                 429,
@@ -545,18 +477,19 @@ def _usage_of(body: bytes) -> dict | None:
 
 def run(*, host: str, port: int, redis_url: str = "", reuse_port: bool = False) -> None:
     """Serve until SIGTERM/SIGINT; then finish the calls in flight and flush the tallies."""
-    gateway = Gateway(redis_url=redis_url)
     signal.signal(signal.SIGPIPE, signal.SIG_IGN)
     import uvloop  # a faster event loop than asyncio's own
 
-    web.run_app(
-        gateway.app(),
-        host=host,
-        port=port,
-        reuse_port=reuse_port,
-        access_log=None,
-        print=None,
-        shutdown_timeout=settings.GATEWAY_SHUTDOWN_SECONDS,
-        handle_signals=True,
-        loop=uvloop.new_event_loop(),
-    )
+    with diagnostics.profiled(os.environ.get("GATEWAY_PROFILE", ""), os.environ.get("GATEWAY_STALL_LOG", "")) as stalls:
+        gateway = Gateway(redis_url=redis_url, stalls=stalls)
+        web.run_app(
+            gateway.app(),
+            host=host,
+            port=port,
+            reuse_port=reuse_port,
+            access_log=None,
+            print=None,
+            shutdown_timeout=settings.GATEWAY_SHUTDOWN_SECONDS,
+            handle_signals=True,
+            loop=uvloop.new_event_loop(),
+        )

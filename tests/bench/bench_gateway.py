@@ -16,7 +16,8 @@ DESCRIPTION = (
     f"direct). Paced: {PACED_RPS} requests/s in all (the latency the gateway adds below saturation). Targets: "
     ">= 2,000 req/s and ratio >= 0.35 closed loop, p99 overhead <= 10 ms paced. Engine: SmolLM2-135M on llama.cpp "
     "(2 threads), completion tokens/s from 2 clients straight and through the gateway. Load generator, servers, "
-    "Redis and PostgreSQL share the machine's cores."
+    "Redis and PostgreSQL share the machine's cores; `cpu_us_per_request` (CPU per request of each process) and "
+    "`cpu_wait_us_per_request` (its event loop's wait for a core) say how much of a number is the machine's load."
 )
 
 

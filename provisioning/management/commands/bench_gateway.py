@@ -12,6 +12,8 @@ import asyncio
 import contextlib
 import json
 import os
+import re
+import shutil
 import socket
 import statistics
 import subprocess
@@ -21,9 +23,11 @@ import time
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import timedelta
+from pathlib import Path
 from urllib.parse import urlsplit
 
 import httpx
+import uvloop
 from django.conf import settings
 from django.core.management.base import BaseCommand
 from django.utils import timezone
@@ -81,34 +85,46 @@ class Command(BaseCommand):
 
         redis.from_url(REDIS_URL).flushdb()
         report = {"clients": clients, "gateways": gateways, "load_average": list(os.getloadavg())}
-        with _process(_inference_command(port := _free_port())):
+        with _process(_inference_command(port := _free_port())) as upstream:
             _wait_until_up(f"http://127.0.0.1:{port}/health")
             slug, secret = _deployment(f"http://127.0.0.1:{port}")
             direct_url = f"http://127.0.0.1:{port}/v1/chat/completions"
-            direct = _measured(direct_url, {}, clients, seconds, 0)
+            direct = _measured(direct_url, {}, clients, seconds, 0, {"upstream": [upstream.pid]})
+            report.update(
+                direct_cpu_us_per_request=direct.cpu_us_per_request,
+                direct_cpu_wait_us_per_request=direct.cpu_wait_us_per_request,
+            )
             if not no_haproxy:
-                with _haproxy(port) as haproxy_port:
-                    proxied = _measured(f"http://127.0.0.1:{haproxy_port}/v1/chat/completions", {}, clients, seconds, 0)
-                report.update(haproxy_rps=proxied.rps, haproxy_ratio=round(proxied.rps / direct.rps, 3))
+                with _haproxy(port) as haproxy:
+                    proxied = _measured(
+                        haproxy.url, {}, clients, seconds, 0, {"haproxy": [haproxy.pid], "upstream": [upstream.pid]}
+                    )
+                report.update(
+                    haproxy_rps=proxied.rps,
+                    haproxy_ratio=round(proxied.rps / direct.rps, 3),
+                    haproxy_cpu_us_per_request=proxied.cpu_us_per_request,
+                )
             gateway_port = _free_port()
             commands = [_gateway_command(gateway_port, reuse_port=gateways > 1) for _ in range(gateways)]
             with contextlib.ExitStack() as stack:
-                for command in commands:
-                    stack.enter_context(_process(command, env=_gateway_env()))
+                started = [stack.enter_context(_process(command, env=_gateway_env())) for command in commands]
                 _wait_until_up(f"http://127.0.0.1:{gateway_port}/healthz")
                 url = f"http://127.0.0.1:{gateway_port}/serve/{slug}/v1/chat/completions"
                 headers = {"Authorization": f"Bearer {secret}"}
-                through = _measured(url, headers, clients, seconds, 0)
+                servers = {"gateway": [p.pid for p in started], "upstream": [upstream.pid]}
+                through = _measured(url, headers, clients, seconds, 0, servers)
                 report.update(_report(direct, through))
                 if rate:
-                    paced_direct = _measured(direct_url, {}, clients, seconds, rate)
-                    paced = _measured(url, headers, clients, seconds, rate)
+                    paced_direct = _measured(direct_url, {}, clients, seconds, rate, {"upstream": [upstream.pid]})
+                    paced = _measured(url, headers, clients, seconds, rate, servers)
                     report.update(
                         paced_rps=paced.rps,
                         paced_direct_p99_ms=paced_direct.percentile_ms(99),
                         paced_gateway_p99_ms=paced.percentile_ms(99),
                         paced_overhead_p50_ms=round(paced.percentile_ms(50) - paced_direct.percentile_ms(50), 2),
                         paced_overhead_p99_ms=round(paced.percentile_ms(99) - paced_direct.percentile_ms(99), 2),
+                        paced_cpu_us_per_request=paced.cpu_us_per_request,
+                        paced_cpu_wait_us_per_request=paced.cpu_wait_us_per_request,
                     )
                 if engine:
                     report.update(_engine(gateway_port, seconds))
@@ -180,15 +196,21 @@ def _metered(slug: str) -> int:
     return sum(TokenUsage.objects.filter(request_id=deployment.request_id).values_list("requests", flat=True))
 
 
+@dataclass(frozen=True)
+class Haproxy:
+    pid: int
+    url: str
+
+
 @contextmanager
 def _haproxy(upstream: int):
     port = _free_port()
     with tempfile.NamedTemporaryFile("w", suffix=".cfg", delete=False) as config:
         config.write(HAPROXY_CONFIG.format(port=port, upstream=upstream))
     try:
-        with _process(["haproxy", "-f", config.name, "-db"]):
+        with _process([shutil.which("haproxy") or "/usr/sbin/haproxy", "-f", config.name, "-db"]) as process:
             _wait_until_up(f"http://127.0.0.1:{port}/health")
-            yield port
+            yield Haproxy(process.pid, f"http://127.0.0.1:{port}/v1/chat/completions")
     finally:
         os.unlink(config.name)
 
@@ -197,6 +219,8 @@ def _haproxy(upstream: int):
 class LoadRun:
     latencies: list[float]
     seconds: float
+    cpu_us_per_request: dict[str, float]  # CPU time (user + system) each process spent per answered request
+    cpu_wait_us_per_request: dict[str, float]  # time each process's event loop waited for a core, per request
 
     @property
     def rps(self) -> float:
@@ -217,19 +241,44 @@ def _report(direct: LoadRun, through: LoadRun) -> dict:
         "overhead_p50_ms": round(through.percentile_ms(50) - direct.percentile_ms(50), 2),
         "overhead_p99_ms": round(through.percentile_ms(99) - direct.percentile_ms(99), 2),
         "direct_rps": direct.rps,
+        "cpu_us_per_request": through.cpu_us_per_request,
+        "cpu_wait_us_per_request": through.cpu_wait_us_per_request,
     }
 
 
-def _measured(url: str, headers: dict, clients: int, seconds: float, rate: float) -> LoadRun:
-    """A warm-up first (every worker thread opens its database connection, caches fill), then the measurement."""
-    asyncio.run(_load(url, headers, clients, WARM_UP_SECONDS, rate))
-    return asyncio.run(_load(url, headers, clients, seconds, rate))
+def _measured(url: str, headers: dict, clients: int, seconds: float, rate: float, servers: dict) -> LoadRun:
+    """A warm-up first (every worker thread opens its database connection, caches fill), then the measurement, with
+    what the load generator (this process) and each of `servers` ({name: [pid, ...]}) spent per request: CPU time
+    (on a shared machine wall-clock rates move with the neighbours' load, CPU per request much less) and time the
+    main thread (the event loop) spent runnable but waiting for a core: the delay the neighbours' load added."""
+    _run_load(url, headers, clients, WARM_UP_SECONDS, rate)
+    processes = {"load_generator": [os.getpid()], **servers}
+    before = {name: _totals(pids) for name, pids in processes.items()}
+    latencies, wall = _run_load(url, headers, clients, seconds, rate)
+    after = {name: _totals(pids) for name, pids in processes.items()}
+    answered = max(1, len(latencies))
+
+    def per_request(index: int) -> dict:
+        return {name: round((after[name][index] - before[name][index]) * 1e6 / answered, 1) for name in processes}
+
+    return LoadRun(latencies, wall, per_request(0), per_request(1))
 
 
-async def _load(url: str, headers: dict, clients: int, seconds: float, rate: float) -> LoadRun:
+def _totals(pids: list[int]) -> tuple[float, float]:
+    """Of these processes so far: CPU seconds, user + system, all threads (/proc/<pid>/stat fields 14 and 15), and
+    seconds the main thread waited on the run queue (/proc/<pid>/schedstat, field 2, ns)."""
+    cpu = wait = 0.0
+    for pid in pids:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        cpu += (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+        wait += int(Path(f"/proc/{pid}/schedstat").read_text().split()[1]) / 1e9
+    return cpu, wait
+
+
+def _run_load(url: str, headers: dict, clients: int, seconds: float, rate: float) -> tuple[list[float], float]:
     """`clients` keep-alive connections sending for `seconds`, back to back or paced to `rate` in all: every
-    latency, and how long it took. A minimal HTTP/1.1 client, so the load generator costs little of the CPU the
-    servers share."""
+    latency, and how long it took. A minimal HTTP/1.1 client on uvloop driven by callbacks (no coroutine, task or
+    stream per request), so the load generator costs as little as possible of the CPU the servers share."""
     parts = urlsplit(url)
     payload = json.dumps(BODY).encode()
     extra = "".join(f"{name}: {value}\r\n" for name, value in headers.items())
@@ -237,38 +286,80 @@ async def _load(url: str, headers: dict, clients: int, seconds: float, rate: flo
         f"POST {parts.path} HTTP/1.1\r\nHost: {parts.netloc}\r\nContent-Type: application/json\r\n{extra}"
         f"Content-Length: {len(payload)}\r\n\r\n"
     ).encode() + payload
-    latencies: list[float] = []
-    deadline = time.monotonic() + seconds
     interval = clients / rate if rate else 0.0
+    latencies: list[float] = []
 
-    async def one_client(offset: float):
-        reader, writer = await asyncio.open_connection(parts.hostname, parts.port)
-        next_send = time.monotonic() + offset
-        try:
-            while next_send < deadline:
-                await asyncio.sleep(max(0.0, next_send - time.monotonic()))
-                started = time.perf_counter()
-                writer.write(request)
-                await _read_response(reader)
-                latencies.append(time.perf_counter() - started)
-                next_send = max(next_send + interval, time.monotonic()) if interval else time.monotonic()
-        finally:
-            writer.close()
+    async def all_clients() -> float:
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + seconds
+        finished = [loop.create_future() for _ in range(clients)]
+        started = time.monotonic()
+        for n, done in enumerate(finished):
+            client = _Client(request, deadline, interval, interval * n / clients, latencies, done)
+            await loop.create_connection(lambda client=client: client, parts.hostname, parts.port)
+        await asyncio.gather(*finished)
+        return time.monotonic() - started
 
-    started = time.monotonic()
-    await asyncio.gather(*(one_client(interval * n / clients) for n in range(clients)))
-    return LoadRun(latencies, time.monotonic() - started)
+    with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
+        wall = runner.run(all_clients())
+    return latencies, wall
 
 
-async def _read_response(reader: asyncio.StreamReader) -> None:
-    head = (await reader.readuntil(b"\r\n\r\n")).decode("latin-1")
-    status = head.split(" ", 2)[1]
-    if status != "200":
-        raise RuntimeError(f"HTTP {status}: {head.splitlines()[0]}")
-    length = next(
-        int(line.split(":", 1)[1]) for line in head.split("\r\n") if line.lower().startswith("content-length:")
-    )
-    await reader.readexactly(length)
+CONTENT_LENGTH = re.compile(rb"\r\ncontent-length: *(\d+)", re.IGNORECASE)
+
+
+class _Client(asyncio.Protocol):
+    """One keep-alive connection: sends the request, reads the answer (status 200, Content-Length body), records
+    the latency and sends the next one at once (closed loop) or at its next slot (paced), until the deadline."""
+
+    def __init__(self, request: bytes, deadline: float, interval: float, offset: float, latencies: list, done):
+        self.request, self.deadline, self.interval, self.offset = request, deadline, interval, offset
+        self.latencies, self.done = latencies, done
+        self.buffer = b""
+        self.sent_at = self.next_send = 0.0
+
+    def connection_made(self, transport):
+        self.transport = transport
+        transport.get_extra_info("socket").setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        self.loop = asyncio.get_running_loop()
+        self.next_send = self.loop.time() + self.offset
+        self.loop.call_at(self.next_send, self.send)
+
+    def send(self):
+        self.sent_at = time.perf_counter()
+        self.transport.write(self.request)
+
+    def data_received(self, data: bytes):
+        self.buffer += data
+        head_end = self.buffer.find(b"\r\n\r\n")
+        if head_end < 0:
+            return
+        head = self.buffer[: head_end + 2]
+        length = CONTENT_LENGTH.search(head)
+        if not head.startswith(b"HTTP/1.1 200 ") or length is None:
+            self._finish(RuntimeError(f"Unexpected answer: {head.splitlines()[0].decode(errors='replace')}"))
+            return
+        end = head_end + 4 + int(length[1])
+        if len(self.buffer) < end:
+            return
+        self.latencies.append(time.perf_counter() - self.sent_at)
+        self.buffer = self.buffer[end:]
+        now = self.loop.time()
+        self.next_send = max(self.next_send + self.interval, now) if self.interval else now
+        if self.next_send >= self.deadline:
+            self._finish(None)
+        elif self.interval:
+            self.loop.call_at(self.next_send, self.send)
+        else:
+            self.send()
+
+    def connection_lost(self, exc):
+        self._finish(exc or ConnectionError("The server closed the connection"))
+
+    def _finish(self, error: BaseException | None):
+        if not self.done.done():
+            self.done.set_exception(error) if error else self.done.set_result(None)
+        self.transport.close()
 
 
 def _deployment(replica_url: str) -> tuple[str, str]:
