@@ -97,7 +97,23 @@ def allocation_free(*, request_ids: list[int], reason: Reason) -> list[Allocatio
 @transaction.atomic
 def allocation_rebind(*, allocation: Allocation) -> Allocation:
     """Bind a released allocation's devices (same shares, same node) to its request again, for an operator's retry
-    of a failed provisioning. Refused when the devices, the node or its CPU/memory are no longer free."""
+    of a failed provisioning; a serving replica's comes back with the other replicas released with it (returns the
+    one given). Refused when the devices, the node or its CPU/memory are no longer free."""
+    siblings = (
+        Allocation.objects.filter(request_id=allocation.request_id, replica__isnull=False)
+        .filter(released_at=allocation.released_at)
+        .exclude(pk=allocation.pk)
+        .order_by("replica")
+        if allocation.replica is not None
+        else []
+    )
+    rebound = _rebind_one(allocation)
+    for sibling in siblings:
+        _rebind_one(sibling)
+    return rebound
+
+
+def _rebind_one(allocation: Allocation) -> Allocation:
     node = Node.objects.select_for_update().get(pk=allocation.node_id)
     bindings = list(allocation.devices.select_related("device"))
     _check_rebindable(allocation, node, bindings)
@@ -109,6 +125,7 @@ def allocation_rebind(*, allocation: Allocation) -> Allocation:
         priority=allocation.priority,
         preemptible=allocation.preemptible,
         term_started_at=allocation.term_started_at,  # a retry continues the term, it does not restart it
+        replica=allocation.replica,
     )
     AllocationDevice.objects.bulk_create(
         [AllocationDevice(allocation=rebound, device=binding.device, milli=binding.milli) for binding in bindings]
