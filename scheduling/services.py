@@ -215,16 +215,27 @@ def device_isolate(device: Device, reason: str, actor: User | None = None) -> De
             "allocation__request"
         )
     )
-    requeue = bool(holders) and settings.SCHEDULER_REQUEUE_ON_ISOLATION
-    consequence = (
-        "Your request goes back to the queue for healthy hardware."
-        if requeue
-        else "Your allocation still holds it; new placements avoid it."
+    spared = set(
+        selectors.replicas_serving_without(device_id=device.pk)
+        .filter(request_id__in=[binding.allocation.request_id for binding in holders])
+        .values_list("request_id", flat=True)
+    )
+    requeue = settings.SCHEDULER_REQUEUE_ON_ISOLATION and any(
+        binding.allocation.request_id not in spared for binding in holders
     )
     affected = []
     for binding in holders:
         request = binding.allocation.request
         affected.append(request.pk)
+        if request.pk in spared:
+            consequence = (
+                f"Replica {binding.allocation.replica} leaves the rotation; the deployment's other replicas keep "
+                "serving."
+            )
+        elif settings.SCHEDULER_REQUEUE_ON_ISOLATION:
+            consequence = "Your request goes back to the queue for healthy hardware."
+        else:
+            consequence = "Your allocation still holds it; new placements avoid it."
         record_event(
             request,
             actor=actor,

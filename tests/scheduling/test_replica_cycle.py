@@ -22,6 +22,7 @@ from scheduling.choices import AllocationState
 from scheduling.estimate import placement_estimate
 from scheduling.models import Allocation, Device
 from scheduling.placement import CAPACITY_IN_USE, REPLICAS_SHARE_NODE
+from scheduling.services import device_isolate
 from tenancy.services import quota_set
 from tests import factories
 from tests.requests.conftest import GENEROUS_QUOTA
@@ -198,3 +199,34 @@ def test_preempting_a_replicated_request_frees_all_its_replicas(shop, team):
     victim.refresh_from_db()
     assert victim.state == RequestState.QUEUED and replicas_of(victim) == []
     device_totals_match_bindings()
+
+
+def test_a_card_failing_under_one_replica_takes_only_that_replica_out(
+    shop, team, settings, django_capture_on_commit_callbacks
+):
+    settings.SCHEDULER_REQUEUE_ON_ISOLATION = True
+    for name in ("a", "b", "c"):
+        add_node(shop.accelerator, name=name, cards=1)
+    request = submit(team, serving_order(shop, team))
+    cycle.run_cycle()
+    with django_capture_on_commit_callbacks(execute=True):  # the requeue task runs (inline in tests)
+        device_isolate(Device.objects.get(node__name="b"), "XID 79: fallen off the bus")
+    request.refresh_from_db()
+    assert request.state == RequestState.ALLOCATED and len(replicas_of(request)) == 3  # not requeued
+    event = request.events.get(code="device_isolated")
+    on_b = Allocation.objects.get(request=request, node__name="b").replica
+    assert f"Replica {on_b} leaves the rotation; the deployment's other replicas keep serving." in event.message
+
+
+def test_a_serving_request_goes_stale_only_when_every_replica_has(shop, team):
+    for name in ("a", "b", "c"):
+        add_node(shop.accelerator, name=name, cards=1)
+    request = submit(team, serving_order(shop, team))
+    cycle.run_cycle()
+    now = timezone.now()
+    allocations = Allocation.objects.filter(request=request)
+    allocations.update(heartbeat_at=now)
+    allocations.filter(replica=1).update(heartbeat_at=now - timedelta(hours=3))  # its node went quiet
+    assert reclaim.reclaim_stale(now=now) == {}
+    allocations.update(heartbeat_at=now - timedelta(hours=3))
+    assert reclaim.reclaim_stale(now=now) == {request.pk: reclaim.RELEASED}
