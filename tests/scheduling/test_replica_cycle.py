@@ -230,3 +230,22 @@ def test_a_serving_request_goes_stale_only_when_every_replica_has(shop, team):
     assert reclaim.reclaim_stale(now=now) == {}
     allocations.update(heartbeat_at=now - timedelta(hours=3))
     assert reclaim.reclaim_stale(now=now) == {request.pk: reclaim.RELEASED}
+
+
+def test_the_request_record_shows_each_replica_with_its_node(shop, team, client):
+    add_node(shop.accelerator, name="a", cards=2)
+    add_node(shop.accelerator, name="b", cards=1)
+    request = submit(team, serving_order(shop, team))
+    cycle.run_cycle()
+    from rest_framework.test import APIClient
+
+    api = APIClient()
+    api.force_authenticate(team.developer)
+    record = api.get(f"/api/v1/requests/{request.pk}/").json()["allocation"]
+    assert sorted(replica["node"] for replica in record["replicas"]) == ["a", "a", "b"]
+    assert record["spread"]["code"] == REPLICAS_SHARE_NODE and len(record["spread"]["numbers"]["shared"]["a"]) == 2
+    client.force_login(team.developer)
+    page = client.get(f"/requests/{request.pk}/").content.decode()
+    for replica in record["replicas"]:
+        assert f"replica {replica['replica']} on <strong>{replica['node']}</strong>" in page
+    assert 'data-code="replicas_share_node"' in page
