@@ -140,7 +140,11 @@ def replicas_check(replicas: list[ServingReplica]) -> list[ServingReplica]:
 
 
 def await_replicas(deployment: ServingDeployment) -> dict:
-    down = replicas_check(list(deployment.replicas.all()))
+    """Wait until every replica's server answers. One on a node cordoned meanwhile is not waited for (it would never
+    come into rotation): the deployment starts serving through the others."""
+    replicas = list(deployment.replicas.all())
+    out_of_service = placement_problems(replicas)
+    down = [replica for replica in replicas_check(replicas) if replica.pk not in out_of_service]
     if down:
         raise StepPending(
             f"Waiting for {', '.join(r.name for r in down)} to answer: {down[0].last_error}", retry_after=0.5
