@@ -113,9 +113,12 @@ def running_requests_on(*, node_ids: list[int] | None = None, device_ids: list[i
                 "project": request.project.name,
                 "node": binding.allocation.node.name,
                 "devices": [],
+                "replicas": [],  # a serving request's replicas there (each holds an allocation of its own)
             },
         )
         row["devices"].append(f"gpu{binding.device.index}")
+        if binding.allocation.replica is not None and binding.allocation.replica not in row["replicas"]:
+            row["replicas"].append(binding.allocation.replica)
     return list(rows.values())
 
 

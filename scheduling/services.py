@@ -83,7 +83,13 @@ def node_cordon(node: Node, reason: str, actor: User | None) -> Node:
             actor=actor,
             code=EventCode.NODE_CORDONED,
             message=f"Node {node.name} was cordoned by {_who(actor)}: {reason}. Your workload keeps running there "
-            "until it is released or expires; new placements avoid the node.",
+            "until it is released or expires; new placements avoid the node."
+            + (
+                f" Replica(s) {', '.join(map(str, running['replicas']))} there leave the endpoint's rotation while "
+                "replicas on other nodes serve."
+                if running["replicas"]
+                else ""
+            ),
             data={"node": node.name, "reason": reason},
         )
     _announce_availability(node)

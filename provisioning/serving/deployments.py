@@ -77,9 +77,15 @@ def replica_devices(target: Target, replicas: int) -> list[list[dict]]:
 
 def placement_problems(replicas: list[ServingReplica]) -> dict[int, str]:
     """Why a replica's placement cannot serve, by replica id: its node cordoned, or a card it runs on isolated or
-    unhealthy (two queries). Such a replica stays out of rotation however its process answers: the node is being
-    taken out of service, so the deployment serves through the replicas on other nodes."""
-    allocation_ids = {replica.allocation_id for replica in replicas if replica.allocation_id}
+    unhealthy (three queries). Such a replica stays out of rotation however its process answers: the node is being
+    taken out of service, so the deployment serves through its replicas on other nodes. When none of them is in
+    service either, they all keep serving where they are (what runs on a cordoned node keeps running)."""
+    siblings = list(
+        ServingReplica.objects.filter(deployment_id__in={replica.deployment_id for replica in replicas}).values_list(
+            "deployment_id", "allocation_id"
+        )
+    )
+    allocation_ids = {allocation_id for _deployment, allocation_id in siblings if allocation_id}
     if not allocation_ids:
         return {}
     problems = {
@@ -92,7 +98,12 @@ def placement_problems(replicas: list[ServingReplica]) -> dict[int, str]:
         Q(device__isolated=True) | Q(device__health=DeviceHealth.UNHEALTHY), allocation_id__in=allocation_ids
     ).values_list("allocation_id", "device__uuid", "device__isolation_reason", "device__health"):
         problems.setdefault(allocation_id, f"device {uuid} {'isolated: ' + reason if reason else health}"[:300])
-    return {replica.pk: problems[replica.allocation_id] for replica in replicas if replica.allocation_id in problems}
+    in_service = {deployment for deployment, allocation_id in siblings if allocation_id not in problems}
+    return {
+        replica.pk: problems[replica.allocation_id]
+        for replica in replicas
+        if replica.allocation_id in problems and replica.deployment_id in in_service
+    }
 
 
 def endpoint_url(deployment: ServingDeployment, base_url: str | None = None) -> str:
