@@ -171,7 +171,14 @@ def _place_after(engine: placement.PlacementEngine, demand, ahead: list[Resource
     failed = set()
     for request in ahead:
         queued = demand_of(request)
-        shape = (queued.count, queued.slice_profile, queued.models, queued.cpu_milli, queued.memory_mib)
+        shape = (
+            queued.count,
+            queued.slice_profile,
+            queued.models,
+            queued.cpu_milli,
+            queued.memory_mib,
+            queued.replicas,
+        )
         if shape in failed:
             continue
         if engine.fits(queued):
