@@ -2,14 +2,16 @@
 
 An allocation bound `gpu_equivalents` cards (whole cards count 1 each; a slice counts as its profile's fraction, as
 in the quota) from `started_at` until `released_at`, or until now while it runs. Over a period its card-hours are
-the seconds of the overlap times the cards / 3600, its cost the same seconds times the request's hourly cost.
+the seconds of the overlap times the cards / 3600, its cost the same seconds times the request's hourly cost. A
+model-serving request's replicas each hold an allocation of their own: each counts for its part of the request.
 Arithmetic is in double precision (exact to far below the 0.0001 card-hour the results are rounded to, and several
 times faster than numeric over a million rows).
 """
 
 from datetime import datetime
 
-from django.db.models import ExpressionWrapper, F, FloatField, Func, Q, Value
+from django.db.models import Case, ExpressionWrapper, F, FloatField, Func, Q, Value, When
+from django.db.models.fields.json import KeyTextTransform, KeyTransform
 from django.db.models.functions import Cast, Coalesce, Floor, Greatest, Least
 
 NUMBER = FloatField()
@@ -60,9 +62,22 @@ def share_of_allocation():
     )
 
 
+def part_of_request(prefix: str):
+    """On an Allocation: its part of the request's cards and cost. The request's gpu_equivalents and hourly cost are
+    the whole deployment's (spec x replicas); a replica's allocation holds one replica of them (1 / the approved
+    replicas), any other allocation all of it."""
+    replicas = Cast(KeyTextTransform("replicas", KeyTransform("serving", f"{prefix}request__approved_spec")), NUMBER)
+    return Case(
+        When(**{f"{prefix}replica__isnull": True}, then=Value(1.0)),
+        default=Value(1.0) / replicas,
+        output_field=NUMBER,
+    )
+
+
 def _per_hour(prefix: str, rate: str, start: datetime, end: datetime, now: datetime, share):
+    """`share`: a device binding's part of its request (share_of_allocation); None: the allocation's part."""
     amount = bound_seconds(prefix, start, end, now) * _number(f"{prefix}request__{rate}") / 3600.0
-    return ExpressionWrapper(amount if share is None else amount * share, output_field=NUMBER)
+    return ExpressionWrapper(amount * (part_of_request(prefix) if share is None else share), output_field=NUMBER)
 
 
 def card_hours(prefix: str, start: datetime, end: datetime, now: datetime, share=None):

@@ -22,17 +22,16 @@ from django.utils import timezone
 
 from config.workers import stopping, wait_unless_stopping
 from provisioning import services
-from provisioning.choices import Pipeline, RunState, StepState, Wait
-from provisioning.drivers.base import StepError, StepPending, Target
-from provisioning.models import ProvisioningRun, ProvisioningStep
+from provisioning.choices import RunState, StepState, Wait
+from provisioning.drivers.base import StepError, StepPending
+from provisioning.models import ProvisioningStep
 from provisioning.pipelines import definition_of
 from provisioning.services import step_task
 from provisioning.steps import StepContext
+from provisioning.targets import run_target
 from requests.choices import EventCode
 from requests.services import record_event
 from scheduling import mig_services
-from scheduling.models import AllocationDevice, MigInstance
-from scheduling.placement import MILLI
 
 logger = logging.getLogger(__name__)
 
@@ -237,74 +236,6 @@ def _context(step: ProvisioningStep) -> StepContext:
     if run.allocation.request_id == run.request_id:
         run.allocation.request = run.request  # the same row, already read by the claim (the expiry reads it)
     return StepContext(run=step.run, step=step, target=run_target(step.run, attempt=step.attempts))
-
-
-def run_target(run: ProvisioningRun, *, attempt: int = 1) -> Target:
-    """What the run's steps act on: its allocation's node and devices, and the request's snapshot."""
-    node = run.allocation.node
-    bindings = list(AllocationDevice.objects.filter(allocation=run.allocation).select_related("device__model"))
-    # The recorded cards, which only a bare-metal server's hardware validation compares with what its BMC reports.
-    bare_metal = run.pipeline == Pipeline.BARE_METAL
-    recorded = list(node.devices.order_by("index").values_list("index", "serial_number")) if bare_metal else []
-    # A MIG instance is a slice of a card in MIG mode: whole cards (the common case) need no look.
-    sliced = any(binding.device.mig_mode or binding.milli < MILLI for binding in bindings)
-    mig_instances = _mig_instances(run.allocation_id) if sliced else {}
-    return Target(
-        run_id=run.pk,
-        request_id=run.request_id,
-        node=node.name,
-        snapshot=run.request.approved_spec,
-        devices=tuple(
-            {
-                "index": binding.device.index,
-                "uuid": binding.device.uuid,
-                "model": binding.device.model.name,
-                "model_slug": binding.device.model.slug,
-                "milli": binding.milli,
-                "mig": mig_instances.get(binding.device_id),  # the GPU instance the work is bound to, if MIG
-            }
-            for binding in bindings
-        ),
-        bmc_address=node.bmc_address,
-        bmc_credentials_ref=node.bmc_credentials_ref,
-        bmc_inventory_address=node.bmc_inventory_address,
-        os_address=node.os_address,
-        ssh_credentials_ref=node.ssh_credentials_ref,
-        attempt=attempt,
-        backend=node.execution_backend,
-        allocation_id=run.allocation_id,
-        requester=run.request.requester.username,
-        duration_hours=run.request.duration_hours,
-        inventory={
-            "cpu_cores": node.cpu_milli // 1000,
-            "memory_gb": node.memory_mib // 1024,
-            **(
-                {
-                    "accelerators": len(recorded),
-                    "accelerator_serials": [{"index": index, "serial": serial} for index, serial in recorded],
-                }
-                if bare_metal
-                else {}
-            ),
-        },
-    )
-
-
-def _mig_instances(allocation_id: int) -> dict[int, dict]:
-    """The GPU instances the allocation's work is bound to, by device (read only for cards in MIG mode)."""
-    return {
-        i.device_id: {
-            "profile": i.profile.name,
-            "profile_id": i.profile.profile_id,
-            "start": i.start,
-            "size": i.size,
-            "gi_id": i.gi_id,
-            "ci_id": i.ci_id,
-            "uuid": i.uuid,
-            "create": i.created_by_scheduler,
-        }
-        for i in MigInstance.objects.filter(allocation_id=allocation_id).select_related("profile")
-    }
 
 
 # --- Record -----------------------------------------------------------------------------------------------

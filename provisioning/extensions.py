@@ -16,8 +16,8 @@ from django.db import transaction
 from provisioning.choices import RunKind, RunState, StepState
 from provisioning.drivers import workload_driver
 from provisioning.drivers.base import StepError
-from provisioning.engine import run_target
 from provisioning.models import ProvisioningRun
+from provisioning.targets import run_target
 from requests.choices import EventCode, RequestState
 from requests.services import record_event
 from scheduling.choices import AllocationState

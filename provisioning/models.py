@@ -204,6 +204,14 @@ class ServingDeployment(ConcurrentTransitionMixin, models.Model):
 class ServingReplica(models.Model):
     deployment = models.ForeignKey(ServingDeployment, on_delete=models.CASCADE, related_name="replicas")
     name = models.CharField(max_length=40)
+    allocation = models.ForeignKey(
+        "scheduling.Allocation",
+        null=True,
+        blank=True,
+        on_delete=models.SET_NULL,
+        related_name="serving_replicas",
+        help_text="The allocation (node and devices) the replica runs on.",
+    )
     url = models.URLField(
         "URL", max_length=200, blank=True, help_text="Where the gateway sends this replica's traffic."
     )

@@ -32,7 +32,7 @@ from requests.services import (
     request_retry_provisioning,
 )
 from scheduling.choices import AllocationState
-from scheduling.models import Allocation
+from scheduling.models import RUN_ANCHOR, Allocation
 from tenancy.models import User
 from tenancy.services import audit_record
 
@@ -120,7 +120,11 @@ def runs_start(*, request_ids: list[int]) -> list[ProvisioningRun]:
 @transaction.atomic
 def _start(request_id: int) -> ProvisioningRun | None:
     request = ResourceRequest.objects.select_for_update().get(pk=request_id)
-    allocation = Allocation.objects.filter(request=request, state=AllocationState.ACTIVE).select_related("node").first()
+    allocation = (
+        Allocation.objects.filter(RUN_ANCHOR, request=request, state=AllocationState.ACTIVE)
+        .select_related("node")
+        .first()
+    )
     pipeline = pipeline_for(request.approved_spec["service"]["kind"]) if request.approved_spec else None
     if request.state != RequestState.ALLOCATED or allocation is None or pipeline is None:
         return None
@@ -329,7 +333,7 @@ def teardown_start(*, request_id: int, reason: str, kind: str = RunKind.RELEASE)
     # (and may have placed the request anew), so the teardown is for the latest released one.
     state = AllocationState.RELEASED if kind == RunKind.TEARDOWN else AllocationState.ACTIVE
     allocation = (
-        Allocation.objects.filter(request_id=request_id, state=state)
+        Allocation.objects.filter(RUN_ANCHOR, request_id=request_id, state=state)
         .order_by("-started_at", "-id")
         .select_related("request")
         .first()

@@ -6,6 +6,7 @@ from functools import cached_property
 from urllib.parse import urlencode, urlsplit
 
 from django.conf import settings
+from django.db.models import F
 from django.utils import timezone
 
 from catalog.choices import BootMethod
@@ -26,9 +27,12 @@ from provisioning.serving.deployments import (
     replica_devices,
 )
 from provisioning.serving.routes import routes_changed
+from provisioning.targets import allocation_target
 from requests.choices import EventCode
 from requests.services import record_event
 from scheduling.allocations import allocation_adopt_backend_binding
+from scheduling.choices import AllocationState
+from scheduling.models import Allocation
 
 POWER_POLL_SECONDS = 2.0
 INSTALLER_POLL_SECONDS = 60.0
@@ -444,20 +448,36 @@ def _wait_for_inflight_provisioning(ctx: StepContext) -> None:
 
 
 def start_replicas(ctx: StepContext) -> dict:
-    """One inference server per replica on its share of the devices; a replica still running is kept."""
+    """One inference server per replica, on its own allocation's node and devices; a replica still running is
+    kept."""
     deployment = deployment_for(ctx.run.request)
     serving = ctx.snapshot["serving"]
     started = {}
-    for index, devices in enumerate(replica_devices(ctx.target, serving["replicas"])):
+    for index, (target, allocation_id, devices) in enumerate(_replica_placements(ctx, serving["replicas"])):
         replica, _ = ServingReplica.objects.get_or_create(deployment=deployment, name=f"replica-{index}")
-        if replica.pid and not probe(replica):
+        if replica.pid and replica.allocation_id == allocation_id and not probe(replica):
             continue
-        ctx.inference.stop_inference(ctx.target, replica.pid)  # a half-started one from an interrupted attempt
-        instance = ctx.inference.start_inference(ctx.target, replica.name, devices, serving)
+        ctx.inference.stop_inference(target, replica.pid)  # a half-started one from an interrupted attempt
+        instance = ctx.inference.start_inference(target, replica.name, devices, serving)
         replica.url, replica.pid, replica.devices = instance["url"], instance["pid"], instance["devices"]
-        replica.save(update_fields=["url", "pid", "devices"])
-        started[replica.name] = instance
+        replica.allocation_id = allocation_id
+        replica.save(update_fields=["url", "pid", "devices", "allocation"])
+        started[replica.name] = {**instance, "node": target.node}
     return {"deployment": deployment.slug, "started": started}
+
+
+def _replica_placements(ctx: StepContext, replicas: int) -> list[tuple[Target, int, list[dict]]]:
+    """(target, allocation id, devices) of each replica: the allocation the scheduler bound for it, or, when one
+    allocation holds them all (MIG slices, requests placed before replicas were spread), its share of that one."""
+    own = list(
+        Allocation.objects.filter(request_id=ctx.run.request_id, state=AllocationState.ACTIVE, replica__isnull=False)
+        .select_related("node")
+        .order_by("replica")
+    )
+    if len(own) == replicas:
+        targets = [allocation_target(ctx.run, allocation, attempt=ctx.target.attempt) for allocation in own]
+        return [(target, target.allocation_id, list(target.devices)) for target in targets]
+    return [(ctx.target, ctx.target.allocation_id, devices) for devices in replica_devices(ctx.target, replicas)]
 
 
 def wait_replicas_ready(ctx: StepContext) -> dict:
@@ -477,7 +497,7 @@ def publish_endpoint(ctx: StepContext) -> dict:
         "host": urlsplit(url).netloc,
         "endpoint": url,
         "model": deployment.model_name,
-        "replicas": list(deployment.replicas.values("name", "devices")),
+        "replicas": list(deployment.replicas.values("name", "devices", node=F("allocation__node__name"))),
         "rate_limit_per_minute": deployment.rate_limit_per_minute,
         "monthly_token_budget": deployment.monthly_token_budget,
         "access": {"curl": example_curl(url, deployment.model_name)},
@@ -490,8 +510,17 @@ def unregister_routes(ctx: StepContext) -> dict:
 
 
 def stop_replicas(ctx: StepContext) -> dict:
-    replicas = list(ServingReplica.objects.filter(deployment__request=ctx.run.request))
-    stopped = {replica.name: ctx.inference.stop_inference(ctx.target, replica.pid) for replica in replicas}
+    replicas = list(ServingReplica.objects.filter(deployment__request=ctx.run.request).select_related("allocation"))
+    stopped = {
+        replica.name: ctx.inference.stop_inference(_replica_target(ctx, replica), replica.pid) for replica in replicas
+    }
     ServingReplica.objects.filter(pk__in=[replica.pk for replica in replicas]).update(healthy=False, pid=None)
     routes_changed()
     return {"stopped": stopped}
+
+
+def _replica_target(ctx: StepContext, replica: ServingReplica) -> Target:
+    """Where the replica runs: its own allocation's node, else the run's."""
+    if replica.allocation is None or replica.allocation_id == ctx.target.allocation_id:
+        return ctx.target
+    return allocation_target(ctx.run, replica.allocation, attempt=ctx.target.attempt)

@@ -51,8 +51,8 @@ def reconcile_workloads() -> dict[int, str]:
 
 
 @retry_if_locked
-def check_replicas() -> int:
-    return serving_replicas_check()
+def check_replicas(node_id: int | None = None) -> int:
+    return serving_replicas_check(node_id=node_id)
 
 
 @retry_if_locked

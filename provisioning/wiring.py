@@ -39,6 +39,12 @@ def teardown_after_preemption(*, request_id: int, **_kwargs) -> None:
     async_task("provisioning.tasks.teardown_after_preemption", request_id)
 
 
+def check_replicas_on_node(*, node_id: int, **_kwargs) -> None:
+    """A node was cordoned or a card of it isolated (or cleared): its serving replicas leave (or rejoin) the
+    rotation now, not at the next minute's health check."""
+    async_task(REPLICA_CHECK_TASK, node_id)
+
+
 def extend_after_approval(*, request_id: int, **_kwargs) -> None:
     """The end the backend enforces (a Slurm job's time limit) moves with an approved extension."""
     async_task("provisioning.tasks.extend_workload", request_id)
@@ -65,7 +71,7 @@ def connect() -> None:
     from provisioning.serving.selectors import endpoint_details
     from requests import hooks as request_hooks
     from requests.signals import request_extended, request_preempted, request_releasing
-    from scheduling.signals import requests_allocated
+    from scheduling.signals import node_availability_changed, requests_allocated
 
     request_hooks.register(request_hooks.PROVISIONING_DETAILS, provisioning_details)
     request_hooks.register(request_hooks.ENDPOINT_DETAILS, endpoint_details)
@@ -74,6 +80,7 @@ def connect() -> None:
     request_releasing.connect(teardown_after_release, dispatch_uid="provisioning.teardown_on_release")
     request_preempted.connect(teardown_after_preemption, dispatch_uid="provisioning.teardown_on_preemption")
     request_extended.connect(extend_after_approval, dispatch_uid="provisioning.extend_on_approval")
+    node_availability_changed.connect(check_replicas_on_node, dispatch_uid="provisioning.replicas_on_node")
     post_migrate.connect(ensure_schedules, dispatch_uid="provisioning.ensure_schedules")
     _tell_gateways_on_change()
 

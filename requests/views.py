@@ -342,7 +342,10 @@ def confirmation(request, *, title, consequences, form, confirm_label, back_url,
 def _release_consequences(target) -> list[str]:
     allocation = hooks.ask(hooks.ALLOCATION_DETAILS, target)
     held = (
-        [f"Stops the workload on {allocation['node']} and gives back {_devices_in_words(allocation['devices'])}."]
+        [
+            f"Stops the workload on {', '.join(dict.fromkeys(allocation.get('nodes') or [allocation['node']]))} and "
+            f"gives back {_devices_in_words(allocation['devices'])}."
+        ]
         if allocation
         else []
     )

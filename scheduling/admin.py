@@ -350,6 +350,7 @@ class AllocationAdmin(ReadOnlyAdmin):
     list_display = [
         "id",
         "request",
+        "replica",
         "node",
         "state",
         "device_count",

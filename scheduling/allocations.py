@@ -11,6 +11,7 @@ from requests.choices import EventCode
 from requests.services import record_event
 from scheduling.choices import AllocationState
 from scheduling.models import Allocation, AllocationDevice, Device, MigInstance, Node
+from scheduling.placement import Binding, spread_note
 
 
 def adjust_device_shares(deltas: dict[int, int]) -> None:
@@ -106,15 +107,49 @@ def _listed(indexes: list[int]) -> str:
 
 
 def allocation_details(request) -> dict | None:
-    """The request's latest allocation: node, devices with their shares and MIG instances, times (three queries)."""
-    allocation = (
+    """The request's latest allocation: node, devices with their shares and MIG instances, times (three queries).
+    A serving request's replicas each hold one: then all of them that were bound (or released) together, each
+    replica with its node and devices, and a note when replicas share a node."""
+    latest = (
         Allocation.objects.filter(request=request).select_related("node", "request").order_by("-started_at").first()
     )
-    if allocation is None:
+    if latest is None:
         return None
-    devices = AllocationDevice.objects.filter(allocation=allocation).select_related("device__model")
+    together = (
+        [latest]
+        if latest.replica is None
+        else list(
+            Allocation.objects.filter(
+                request=request, replica__isnull=False, state=latest.state, released_at=latest.released_at
+            )
+            .select_related("node")
+            .order_by("replica")
+        )
+    )
+    devices = _devices_of(together)
+    details = {
+        "state": latest.state,
+        "node": together[0].node.name,
+        "started_at": latest.started_at,
+        "expires_at": latest.expires_at,
+        "released_at": latest.released_at,
+        "release_reason": latest.release_reason,
+        "devices": [device for allocation in together for device in devices[allocation.pk]],
+    }
+    if latest.replica is None:
+        return details
+    replicas = [
+        {"replica": allocation.replica, "node": allocation.node.name, "devices": devices[allocation.pk]}
+        for allocation in together
+    ]
+    spread = spread_note([Binding(str(request.pk), r["node"], (), 0, 0, r["replica"]) for r in replicas])
+    return {**details, "nodes": [r["node"] for r in replicas], "replicas": replicas, "spread": spread}
+
+
+def _devices_of(allocations: list[Allocation]) -> dict[int, list[dict]]:
+    """Each allocation's devices with their shares and MIG instances (two queries)."""
     instances = {
-        i.device_id: {
+        (i.allocation_id, i.device_id): {
             "profile": i.profile.name,
             "start": i.start,
             "size": i.size,
@@ -123,23 +158,17 @@ def allocation_details(request) -> dict | None:
             "uuid": i.uuid,
             "created_for_it": i.created_by_scheduler,
         }
-        for i in MigInstance.objects.filter(allocation=allocation).select_related("profile")
+        for i in MigInstance.objects.filter(allocation__in=allocations).select_related("profile")
     }
-    return {
-        "state": allocation.state,
-        "node": allocation.node.name,
-        "started_at": allocation.started_at,
-        "expires_at": allocation.expires_at,
-        "released_at": allocation.released_at,
-        "release_reason": allocation.release_reason,
-        "devices": [
+    devices: dict[int, list[dict]] = {allocation.pk: [] for allocation in allocations}
+    for binding in AllocationDevice.objects.filter(allocation__in=allocations).select_related("device__model"):
+        devices[binding.allocation_id].append(
             {
                 "index": binding.device.index,
                 "uuid": binding.device.uuid,
                 "model": binding.device.model.name,
                 "milli": binding.milli,
-                "mig_instance": instances.get(binding.device_id),
+                "mig_instance": instances.get((binding.allocation_id, binding.device_id)),
             }
-            for binding in devices
-        ],
-    }
+        )
+    return devices

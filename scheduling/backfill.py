@@ -66,8 +66,9 @@ def hold_back_delaying(result, reservation: Reservation, demands, hours, now) ->
     ]
     if not delaying:
         return
-    held = {binding.demand_id for binding in delaying}
+    held = {binding.demand_id for binding in delaying}  # all of a held demand's bindings: a gang's replicas too
     result.bindings = [binding for binding in result.bindings if binding.demand_id not in held]
+    delaying = list({binding.demand_id: binding for binding in reversed(delaying)}.values())  # one reason each
     result.pending.extend(
         placement.Pending(
             binding.demand_id,

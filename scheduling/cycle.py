@@ -198,17 +198,21 @@ def make_demand(
     count: int,
     models: frozenset,
     slice_profile: str | None = None,
+    replicas: int = 1,
 ) -> placement.Demand:
-    """The engine's demand for a request or an order: one shape for both, so the preview matches the cycle."""
+    """The engine's demand for a request or an order: one shape for both, so the preview matches the cycle. With
+    replicas (a serving deployment), `count`, `cpu_cores` and `memory_gb` are the totals the order reserved (spec x
+    replicas): each replica is placed as its share, on a node of its own where there is room."""
     return placement.Demand(
         id=demand_id,
-        count=count,
+        count=count // replicas,
         slice_profile=slice_profile,
         models=models,
-        cpu_milli=cpu_cores * 1000,
-        memory_mib=memory_gb * 1024,
+        cpu_milli=cpu_cores * 1000 // replicas,
+        memory_mib=memory_gb * 1024 // replicas,
         priority=PRIORITY_RANK[priority_class],
         preemptible=priority_class == PriorityClass.BATCH,
+        replicas=replicas,
     )
 
 
@@ -225,12 +229,14 @@ def demand_of(request: ResourceRequest) -> placement.Demand:
             models=frozenset([profile["accelerator_model"]]),
             **sizes,
         )
+    replicas = serving.get("replicas", 1)
     return make_demand(
         str(request.pk),
         request.priority,
-        count=spec["accelerator_count"] * serving.get("replicas", 1),
+        count=spec["accelerator_count"] * replicas,
         slice_profile=spec["slice_profile"],
         models=frozenset(spec["accelerator_models"]),
+        replicas=replicas,
         **sizes,
     )
 
@@ -338,6 +344,7 @@ def _binding_rows(bindings, cluster: ClusterSnapshot, requests: dict[int, Resour
                 priority=PRIORITY_RANK[request.priority],
                 preemptible=request.priority == PriorityClass.BATCH,
                 term_started_at=now,
+                replica=binding.replica,
             )
         )
         devices.append([(cluster.device_ids[(binding.node, position)], milli) for position, milli in binding.devices])
@@ -364,8 +371,11 @@ def _commit_bindings(
     AllocationDevice.objects.bulk_create(rows)
     _bind_devices([(row.device_id, row.milli) for row in rows])
     mig_cycle.record_instances(instances, result.bindings, cluster)
-    placed = []
+    placed, replicated = [], {}
     for binding, shares in zip(result.bindings, device_lists, strict=True):
+        if binding.replica is not None:  # one event for all of a deployment's replicas, below
+            replicated.setdefault(binding.demand_id, []).append((binding, shares))
+            continue
         message, data = (
             f"Allocated on {binding.node}: {len(shares)} device(s).",
             {"node": binding.node, "devices": shares},
@@ -375,8 +385,27 @@ def _commit_bindings(
             message = f"Allocated on {binding.node}: " + " ".join(words for words, _numbers in held)
             data = {**data, "mig_instance": held[0][1], "mig_instances": [numbers for _words, numbers in held]}
         placed.append((requests[int(binding.demand_id)], message, data))
+    placed += [(requests[int(demand_id)], *_replicas_allocated(bound)) for demand_id, bound in replicated.items()]
     requests_allocate(placed=placed)
     return [request.pk for request, _, _ in placed]
+
+
+def _replicas_allocated(bound: list[tuple[placement.Binding, list]]) -> tuple[str, dict]:
+    """The ALLOCATED event of a replicated request: each replica with its node and devices, and a note when
+    replicas had to share a node."""
+    spread = placement.spread_note([binding for binding, _shares in bound])
+    where = ", ".join(f"replica {binding.replica} on {binding.node}" for binding, _shares in bound)
+    return (
+        f"Allocated {len(bound)} replicas: {where}." + (f" {spread['message']}" if spread else ""),
+        {
+            "node": bound[0][0].node,
+            "devices": [share for _binding, shares in bound for share in shares],
+            "replicas": [
+                {"replica": binding.replica, "node": binding.node, "devices": shares} for binding, shares in bound
+            ],
+            "spread": spread,
+        },
+    )
 
 
 def _reserve_for_the_head(

@@ -44,6 +44,7 @@ def order_demand(order, sizing) -> placement.Demand:
         count=sizing.accelerator_count,
         slice_profile=spec.slice_profile.name if spec.slice_profile else None,
         models=frozenset(model.slug for model in spec.accelerator_models.all()),
+        replicas=order.replicas,
         **sizes,
     )
 
@@ -147,13 +148,18 @@ def _estimate(demand, fresh_engine, ahead: list[ResourceRequest], ahead_count: i
             **freshness,
         }
     node = outcome[0].node
+    nodes = list(dict.fromkeys(binding.node for binding in outcome))  # a serving order's replicas: each one's node
+    spread = placement.spread_note(outcome) if demand.replicas > 1 else None
     return {
         "fits_now": True,
         "never_fits": False,
         "queued_ahead": ahead_count,
         "node": node,
+        **({"nodes": [binding.node for binding in outcome], "spread": spread} if demand.replicas > 1 else {}),
         "code": None,
-        "message": f"Fits now on {node}" + (f", after the {ahead_count} request(s) ahead." if ahead_count else "."),
+        "message": f"Fits now on {', '.join(nodes)}"
+        + (f", after the {ahead_count} request(s) ahead." if ahead_count else ".")
+        + (f" {spread['message']}" if spread else ""),
         **freshness,
     }
 
@@ -186,7 +192,14 @@ def _place_after(engine, demand, ahead: list[ResourceRequest]):
     failed = set()
     for request in ahead:
         queued = demand_of(request)
-        shape = (queued.count, queued.slice_profile, queued.models, queued.cpu_milli, queued.memory_mib)
+        shape = (
+            queued.count,
+            queued.slice_profile,
+            queued.models,
+            queued.cpu_milli,
+            queued.memory_mib,
+            queued.replicas,
+        )
         if shape in failed:
             continue
         if engine.fits(queued):

@@ -241,6 +241,8 @@ def _offered(capable) -> list[mig.SliceDemand]:
 
 
 def slice_demand(demand: placement.Demand) -> mig.SliceDemand:
+    # The MIG engine has no anti-affinity: a serving request's replicas of MIG slices stay together on one node.
+    demand = demand.colocated
     return mig.SliceDemand(
         demand.id,
         demand.count,

@@ -299,8 +299,9 @@ ENDS_AT = ExpressionWrapper(F("term_started_at") + Hours("request__duration_hour
 
 
 class Allocation(ConcurrentTransitionMixin, models.Model):
-    """Devices bound to one request; released allocations stay for history and metering. Its state changes only
-    through scheduling's allocation_release."""
+    """Devices bound to one request (to one replica of a model-serving request, which holds one per replica);
+    released allocations stay for history and metering. Its state changes only through scheduling's
+    allocation_release."""
 
     request = models.ForeignKey("requests.ResourceRequest", on_delete=models.PROTECT, related_name="allocations")
     node = models.ForeignKey(Node, on_delete=models.PROTECT, related_name="allocations")
@@ -330,6 +331,12 @@ class Allocation(ConcurrentTransitionMixin, models.Model):
         related_name="preempting",
         help_text="The request it makes room for.",
     )
+    replica = models.PositiveSmallIntegerField(
+        null=True,
+        blank=True,
+        help_text="The model-serving replica it holds (each replica has an allocation of its own, on its own node "
+        "where there is room); empty: the request's one allocation.",
+    )
 
     class Meta:
         ordering = ["-started_at", "-id"]
@@ -350,6 +357,11 @@ class Allocation(ConcurrentTransitionMixin, models.Model):
                 | Q(preempt_at__isnull=False, preempted_for__isnull=False),
                 name="preemption_has_time_and_winner",
             ),
+            models.UniqueConstraint(
+                fields=["request", "replica"],
+                condition=Q(state=AllocationState.ACTIVE, replica__isnull=False),
+                name="one_active_allocation_per_replica",
+            ),
         ]
 
     def __str__(self):
@@ -364,6 +376,11 @@ class Allocation(ConcurrentTransitionMixin, models.Model):
     @transition(field=state, source=AllocationState.ACTIVE, target=AllocationState.RELEASED)
     def release(self, *, reason: str, at) -> None:
         self.released_at, self.release_reason = at, reason[:300]
+
+
+# The allocation a request's provisioning runs hang on: its one allocation, or its first replica's (a serving
+# request's replicas each hold one; the run starts all of them).
+RUN_ANCHOR = Q(replica__isnull=True) | Q(replica=0)
 
 
 class AllocationDevice(models.Model):

@@ -81,7 +81,11 @@ class Allocation:
 class Demand:
     """What to place. ``share`` is milli per device (1000 = whole card); ``slice_profile`` asks for a MIG slice
     instead (its share comes from each device's profile table). ``models`` empty means any model. A demand runs on
-    one node, on healthy devices only (multi-node gangs come with multi-node specs)."""
+    one node, on healthy devices only (multi-node gangs come with multi-node specs).
+
+    ``replicas`` > 1 asks for that many copies of the shape (a serving deployment's replicas: count, CPU and memory
+    are each replica's): placed as a gang, all of them in one call or none, each on a node that holds none of the
+    others while one has room (soft anti-affinity: when too few nodes have room they share, evenly)."""
 
     id: str
     count: int = 1
@@ -92,12 +96,27 @@ class Demand:
     memory_mib: int = 0
     priority: int = 0
     preemptible: bool = False
+    replicas: int = 1
 
     @property
     def label(self) -> str:
         what = "/".join(sorted(self.models)) or "any"
         per = self.slice_profile or ("" if self.share >= MILLI else f"{cards_text(self.share)} of ")
-        return f"{self.count}×{per}{what}"  # noqa: RUF001
+        one = f"{self.count}×{per}{what}"  # noqa: RUF001
+        return f"{self.replicas} replicas of {one}" if self.replicas > 1 else one
+
+    @property
+    def replica(self) -> Demand:
+        """One replica of the demand, as a demand of its own."""
+        return replace(self, replicas=1)
+
+    @property
+    def colocated(self) -> Demand:
+        """All replicas as one demand on one node (for placers without anti-affinity: the MIG engine)."""
+        n = self.replicas
+        return replace(
+            self, count=self.count * n, cpu_milli=self.cpu_milli * n, memory_mib=self.memory_mib * n, replicas=1
+        )
 
 
 @dataclass(frozen=True)
@@ -113,6 +132,7 @@ class Binding:
     devices: tuple[tuple[int, int], ...]  # (device index, milli)
     cpu_milli: int
     memory_mib: int
+    replica: int | None = None  # which replica of a replicated demand; None: the demand is not replicated
 
 
 @dataclass(frozen=True)
@@ -181,7 +201,7 @@ class PlacementEngine:
         self.free = [
             [device.capacity if device.health != ISOLATED else 0 for device in node.devices] for node in self.nodes
         ]
-        self.allocations: dict[str, Allocation] = {}
+        self.allocations: list[Allocation] = []  # ids repeat: a replicated request's replicas share its id
         for allocation in snapshot.allocations:
             self._apply(
                 self.node_index[allocation.node],
@@ -190,7 +210,7 @@ class PlacementEngine:
                 allocation.memory_mib,
                 refresh=False,
             )
-            self.allocations[allocation.id] = allocation
+            self.allocations.append(allocation)
         if isinstance(policy, Policy):
             self.policy = policy
         else:
@@ -414,19 +434,27 @@ class PlacementEngine:
             self._refresh(index, shape)
             return index
 
-    def _best_node(self, shape: _Shape):
-        """(node index, picks) of the best feasible schedulable node, or None."""
+    def _best_node(self, shape: _Shape, excluded: frozenset | set = frozenset()):
+        """(node index, picks) of the best feasible schedulable node not in `excluded`, or None."""
         if self.is_random:
-            return self._random_node(shape)
+            return self._random_node(shape, excluded)
         index = self._index(shape)
         self._refresh(index, shape)
         heap, version = index.heap, self.version
+        skipped = []  # current entries of excluded nodes: back on the heap afterwards, they are still valid
+        found = None
         while heap:
             _key, _rank, i, ver, picks = heap[0]
-            if ver == version[i]:
-                return i, picks
-            heapq.heappop(heap)
-        return None
+            if ver != version[i]:
+                heapq.heappop(heap)
+            elif i in excluded:
+                skipped.append(heapq.heappop(heap))
+            else:
+                found = i, picks
+                break
+        for entry in skipped:
+            heapq.heappush(heap, entry)
+        return found
 
     def _refresh(self, index: _ShapeIndex, shape: _Shape):
         """Score the nodes changed since the index last looked (all of them the first time) into its heap."""
@@ -450,11 +478,11 @@ class PlacementEngine:
             if result is not None:
                 push(heap, (result[0], rank[i], i, version[i], result[1]))
 
-    def _random_node(self, shape: _Shape):
+    def _random_node(self, shape: _Shape, excluded: frozenset | set = frozenset()):
         pool = list(range(len(self.nodes)))
         self.rng.shuffle(pool)
         for i in pool:
-            if not self.nodes[i].schedulable:
+            if not self.nodes[i].schedulable or i in excluded:
                 continue
             result = self._evaluate(self.state[i], shape, self.nodes[i])
             if result is not None:
@@ -487,17 +515,71 @@ class PlacementEngine:
         return place_in_order(self, demands, backfill)
 
     def place_one(self, demand: Demand) -> list[Binding] | Pending:
-        """Bind one demand now, or say why it waits."""
+        """Bind one demand now (every replica of a replicated one), or say why it waits."""
+        if demand.replicas > 1:
+            placed = self._bind_gang(demand)
+            return placed if isinstance(placed, list) else self._gang_pending(demand, placed)
         shape = _Shape(demand)
         found = self._best_node(shape)
         if found is None:
             return self.diagnose(demand)
-        i, picks = found
+        return [self._bind(demand, shape, *found)]
+
+    def _bind(self, demand: Demand, shape: _Shape, i: int, picks, replica: int | None = None) -> Binding:
         devices = self._choose_devices(i, picks, shape)
         self._apply(i, devices, demand.cpu_milli, demand.memory_mib)
-        return [Binding(demand.id, self.nodes[i].name, devices, demand.cpu_milli, demand.memory_mib)]
+        return Binding(demand.id, self.nodes[i].name, devices, demand.cpu_milli, demand.memory_mib, replica)
+
+    def _bind_gang(self, demand: Demand) -> list[Binding] | tuple[str, ...]:
+        """Every replica bound, each on the best node among those holding the fewest of its replicas so far; or,
+        when one does not fit, none (what was bound is given back) and the nodes the ones that fitted took."""
+        shape = _Shape(demand)
+        held: dict[int, int] = {}  # node index -> replicas of this demand on it
+        bindings = []
+        for replica in range(demand.replicas):
+            found = self._spread_node(shape, held)
+            if found is None:
+                for binding in bindings:
+                    self.release(binding)
+                return tuple(binding.node for binding in bindings)
+            bindings.append(self._bind(demand, shape, *found, replica=replica))
+            held[found[0]] = held.get(found[0], 0) + 1
+        return bindings
+
+    def _spread_node(self, shape: _Shape, held: dict[int, int]):
+        """The best node holding none of the gang's replicas; failing that (too few nodes have room) one holding
+        the fewest, so that sharing stays even."""
+        for level in sorted({0, *held.values()}):
+            found = self._best_node(shape, {i for i, n in held.items() if n > level})
+            if found is not None:
+                return found
+        return None
+
+    def _gang_pending(self, demand: Demand, fitted: tuple[str, ...]) -> Pending:
+        if not fitted:  # not even one replica fits: why, in the words of one replica
+            why = self.diagnose(demand.replica)
+            return Pending(
+                demand.id,
+                why.reason,
+                f"each of its {demand.replicas} replicas {why.message}",
+                {**why.numbers, "replicas": demand.replicas, "replicas_fitting": 0},
+            )
+        return Pending(
+            demand.id,
+            CAPACITY_IN_USE,
+            f"needs {demand.label} with {cores_text(demand.cpu_milli)} and {memory_text(demand.memory_mib)} each, "
+            f"all placed together; only {len(fitted)} fit now, even sharing nodes ({', '.join(sorted(set(fitted)))})",
+            {"replicas": demand.replicas, "replicas_fitting": len(fitted), "nodes": sorted(set(fitted))},
+        )
 
     def fits(self, demand: Demand) -> bool:
+        if demand.replicas > 1:  # all the replicas: bound on trial, then given back
+            placed = self._bind_gang(demand)
+            if not isinstance(placed, list):
+                return False
+            for binding in placed:
+                self.release(binding)
+            return True
         return self._best_node(_Shape(demand)) is not None
 
     def take(self, node: str, devices, cpu_milli: int, memory_mib: int) -> None:
@@ -652,12 +734,17 @@ class PlacementEngine:
 
     def plan_preemption(self, demand: Demand, max_combinations: int = 200_000) -> PreemptionPlan:
         """Smallest set of running, preemptible, strictly lower-priority allocations whose eviction lets a one-node
-        demand fit: fewest victims, then lowest priorities, then youngest. Exhaustive per node by victim count."""
+        demand fit: fewest victims, then lowest priorities, then youngest. Exhaustive per node by victim count.
+        A replicated demand is not planned for (its replicas would need room on several nodes): it waits."""
         if self.fits(demand):
             return PreemptionPlan(True, message="fits without preemption")
+        if demand.replicas > 1:
+            return PreemptionPlan(
+                False, message=f"needs {demand.label}; preemption is planned for one-node demands only"
+            )
         shape = _Shape(demand)
         by_node: dict[int, list[Allocation]] = {}
-        for allocation in self.allocations.values():
+        for allocation in self.allocations:
             if allocation.preemptible and allocation.priority < demand.priority:
                 by_node.setdefault(self.node_index[allocation.node], []).append(allocation)
         best = smallest_victim_set(by_node, lambda i, subset: self._fits_without(i, subset, shape), max_combinations)
@@ -709,6 +796,32 @@ def smallest_victim_set(by_node: Mapping[int, list], fits_without, budget: int =
                     best = found
                 break
     return best
+
+
+# ---------------------------------------------------------------------------------------------------- replicas
+
+
+REPLICAS_SHARE_NODE = "replicas_share_node"
+
+
+def spread_note(bindings: Sequence[Binding]) -> dict | None:
+    """{code, message, numbers} when a replicated demand's replicas had to share a node (the engine shares only
+    when no node holding fewer of them had room), else None. `bindings` are one demand's."""
+    on_node: dict[str, list[int]] = {}
+    for binding in bindings:
+        on_node.setdefault(binding.node, []).append(binding.replica)
+    shared = {node: sorted(replicas) for node, replicas in sorted(on_node.items()) if len(replicas) > 1}
+    if not shared:
+        return None
+    worst = max(len(replicas) for replicas in shared.values())
+    return {
+        "code": REPLICAS_SHARE_NODE,
+        "message": f"{len(bindings)} replicas on {len(on_node)} node{'s' if len(on_node) > 1 else ''}: no other "
+        "node had room, so "
+        + "; ".join(f"replicas {', '.join(map(str, replicas))} share {node}" for node, replicas in shared.items())
+        + f". One node failing can take {worst} of the {len(bindings)} replicas down.",
+        "numbers": {"replicas": len(bindings), "nodes": len(on_node), "shared": shared},
+    }
 
 
 # ---------------------------------------------------------------------------------------------------- never fits
@@ -894,7 +1007,7 @@ def place_in_order(engine, demands: Sequence[Demand], backfill: bool = False) ->
                 )
             )
             continue
-        key = _Shape(demand).key
+        key = (_Shape(demand).key, demand.replicas)
         known = failed.get(key)
         outcome = (
             engine.place_one(demand)

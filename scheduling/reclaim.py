@@ -36,6 +36,7 @@ from scheduling.agents import ANY_NODE, NOT_YOUR_NODE, NodeScope
 from scheduling.allocations import adjust_device_shares
 from scheduling.choices import AllocationState, DeviceHealth
 from scheduling.models import ENDS_AT, Allocation, AllocationDevice, Node
+from scheduling.selectors import replicas_serving_without
 from scheduling.wiring import CYCLE_TASK
 
 
@@ -97,7 +98,23 @@ def allocation_free(*, request_ids: list[int], reason: Reason) -> list[Allocatio
 @transaction.atomic
 def allocation_rebind(*, allocation: Allocation) -> Allocation:
     """Bind a released allocation's devices (same shares, same node) to its request again, for an operator's retry
-    of a failed provisioning. Refused when the devices, the node or its CPU/memory are no longer free."""
+    of a failed provisioning; a serving replica's comes back with the other replicas released with it (returns the
+    one given). Refused when the devices, the node or its CPU/memory are no longer free."""
+    siblings = (
+        Allocation.objects.filter(request_id=allocation.request_id, replica__isnull=False)
+        .filter(released_at=allocation.released_at)
+        .exclude(pk=allocation.pk)
+        .order_by("replica")
+        if allocation.replica is not None
+        else []
+    )
+    rebound = _rebind_one(allocation)
+    for sibling in siblings:
+        _rebind_one(sibling)
+    return rebound
+
+
+def _rebind_one(allocation: Allocation) -> Allocation:
     node = Node.objects.select_for_update().get(pk=allocation.node_id)
     bindings = list(allocation.devices.select_related("device"))
     _check_rebindable(allocation, node, bindings)
@@ -109,6 +126,7 @@ def allocation_rebind(*, allocation: Allocation) -> Allocation:
         priority=allocation.priority,
         preemptible=allocation.preemptible,
         term_started_at=allocation.term_started_at,  # a retry continues the term, it does not restart it
+        replica=allocation.replica,
     )
     AllocationDevice.objects.bulk_create(
         [AllocationDevice(allocation=rebound, device=binding.device, milli=binding.milli) for binding in bindings]
@@ -264,9 +282,18 @@ def reclaim_expired(*, now=None) -> dict[int, str]:
 
 
 def reclaim_stale(*, now=None) -> dict[int, str]:
-    """Allocations whose runtime has stopped reporting for longer than the heartbeat timeout."""
+    """Allocations whose runtime has stopped reporting for longer than the heartbeat timeout. A serving request is
+    stale only when every replica is: one node gone quiet takes only its replica out (the health check finds it
+    unreachable), not the endpoint."""
     now = now or timezone.now()
-    due = Q(heartbeat_at__lt=now - timedelta(minutes=settings.ALLOCATION_HEARTBEAT_TIMEOUT_MINUTES))
+    cutoff = now - timedelta(minutes=settings.ALLOCATION_HEARTBEAT_TIMEOUT_MINUTES)
+    live_replica = Allocation.objects.filter(
+        Q(heartbeat_at__isnull=True) | Q(heartbeat_at__gte=cutoff),
+        request_id=OuterRef("request_id"),
+        state=AllocationState.ACTIVE,
+        replica__isnull=False,
+    )
+    due = Q(heartbeat_at__lt=cutoff) & ~Q(Exists(live_replica))
     return _reclaim_each(
         _due_request_ids(due),
         due,
@@ -277,7 +304,8 @@ def reclaim_stale(*, now=None) -> dict[int, str]:
 @transaction.atomic
 def requeue_from_device(*, device_id: int) -> list[int]:
     """Requests running on an isolated device give it back and return to the queue (SCHEDULER_REQUEUE_ON_ISOLATION);
-    a cycle runs after the commit.
+    a cycle runs after the commit. A serving request with replicas elsewhere stays: only the replica on the device
+    leaves the rotation.
 
     Their approved snapshot stays the contract; the next cycle places them on healthy hardware.
     """
@@ -289,6 +317,7 @@ def requeue_from_device(*, device_id: int) -> list[int]:
                 "request_id"
             ),
         )
+        .exclude(pk__in=replicas_serving_without(device_id=device_id).values("request_id"))
         .order_by("pk")
     )
     if not running:

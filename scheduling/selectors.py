@@ -8,11 +8,19 @@ from django.db.models.functions import Coalesce
 from requests.choices import RequestState
 from requests.models import ResourceRequest
 from scheduling.choices import AllocationState, DeviceHealth
-from scheduling.models import AllocationDevice, Device, MigInstance, Node
+from scheduling.models import Allocation, AllocationDevice, Device, MigInstance, Node
 from scheduling.placement import MILLI
 
 # A device the scheduler may place on: not isolated, not unhealthy, on a schedulable node.
 PLACEABLE = Q(isolated=False, node__schedulable=True) & ~Q(health=DeviceHealth.UNHEALTHY)
+
+
+def replicas_serving_without(*, device_id: int) -> QuerySet[Allocation]:
+    """Active replica allocations that do not hold the device: a serving request with one of these keeps serving
+    when the device fails, only its replica there leaves the rotation (the request is not requeued)."""
+    return Allocation.objects.filter(state=AllocationState.ACTIVE, replica__isnull=False).exclude(
+        devices__device_id=device_id
+    )
 
 
 def _cards(milli: int | None) -> Decimal:
@@ -105,9 +113,12 @@ def running_requests_on(*, node_ids: list[int] | None = None, device_ids: list[i
                 "project": request.project.name,
                 "node": binding.allocation.node.name,
                 "devices": [],
+                "replicas": [],  # a serving request's replicas there (each holds an allocation of its own)
             },
         )
         row["devices"].append(f"gpu{binding.device.index}")
+        if binding.allocation.replica is not None and binding.allocation.replica not in row["replicas"]:
+            row["replicas"].append(binding.allocation.replica)
     return list(rows.values())
 
 

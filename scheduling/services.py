@@ -83,7 +83,13 @@ def node_cordon(node: Node, reason: str, actor: User | None) -> Node:
             actor=actor,
             code=EventCode.NODE_CORDONED,
             message=f"Node {node.name} was cordoned by {_who(actor)}: {reason}. Your workload keeps running there "
-            "until it is released or expires; new placements avoid the node.",
+            "until it is released or expires; new placements avoid the node."
+            + (
+                f" Replica(s) {', '.join(map(str, running['replicas']))} there leave the endpoint's rotation while "
+                "replicas on other nodes serve."
+                if running["replicas"]
+                else ""
+            ),
             data={"node": node.name, "reason": reason},
         )
     _announce_availability(node)
@@ -215,16 +221,27 @@ def device_isolate(device: Device, reason: str, actor: User | None = None) -> De
             "allocation__request"
         )
     )
-    requeue = bool(holders) and settings.SCHEDULER_REQUEUE_ON_ISOLATION
-    consequence = (
-        "Your request goes back to the queue for healthy hardware."
-        if requeue
-        else "Your allocation still holds it; new placements avoid it."
+    spared = set(
+        selectors.replicas_serving_without(device_id=device.pk)
+        .filter(request_id__in=[binding.allocation.request_id for binding in holders])
+        .values_list("request_id", flat=True)
+    )
+    requeue = settings.SCHEDULER_REQUEUE_ON_ISOLATION and any(
+        binding.allocation.request_id not in spared for binding in holders
     )
     affected = []
     for binding in holders:
         request = binding.allocation.request
         affected.append(request.pk)
+        if request.pk in spared:
+            consequence = (
+                f"Replica {binding.allocation.replica} leaves the rotation; the deployment's other replicas keep "
+                "serving."
+            )
+        elif settings.SCHEDULER_REQUEUE_ON_ISOLATION:
+            consequence = "Your request goes back to the queue for healthy hardware."
+        else:
+            consequence = "Your allocation still holds it; new placements avoid it."
         record_event(
             request,
             actor=actor,

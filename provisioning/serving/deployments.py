@@ -6,6 +6,7 @@ import json
 import httpx
 from django.conf import settings
 from django.db import transaction
+from django.db.models import Q
 from django.urls import reverse
 from django.utils import timezone
 from django.utils.text import slugify
@@ -14,6 +15,8 @@ from provisioning.choices import DeploymentState
 from provisioning.drivers.base import StepPending, Target
 from provisioning.models import ServingDeployment, ServingReplica
 from provisioning.serving.routes import routes_changed
+from scheduling.choices import DeviceHealth
+from scheduling.models import Allocation, AllocationDevice
 
 HEALTH_TIMEOUT_SECONDS = 2.0
 
@@ -66,9 +69,41 @@ def deployment_stop(*, request) -> int:
 
 
 def replica_devices(target: Target, replicas: int) -> list[list[dict]]:
-    """The allocation's devices split evenly between the replicas (the scheduler bound count x replicas)."""
+    """One allocation's devices split evenly between the replicas it holds together (the MIG engine places a
+    deployment's slices on one node; requests allocated before replicas had allocations of their own)."""
     per_replica = max(1, len(target.devices) // replicas)
     return [list(target.devices[i * per_replica : (i + 1) * per_replica]) for i in range(replicas)]
+
+
+def placement_problems(replicas: list[ServingReplica]) -> dict[int, str]:
+    """Why a replica's placement cannot serve, by replica id: its node cordoned, or a card it runs on isolated or
+    unhealthy (three queries). Such a replica stays out of rotation however its process answers: the node is being
+    taken out of service, so the deployment serves through its replicas on other nodes. When none of them is in
+    service either, they all keep serving where they are (what runs on a cordoned node keeps running)."""
+    siblings = list(
+        ServingReplica.objects.filter(deployment_id__in={replica.deployment_id for replica in replicas}).values_list(
+            "deployment_id", "allocation_id"
+        )
+    )
+    allocation_ids = {allocation_id for _deployment, allocation_id in siblings if allocation_id}
+    if not allocation_ids:
+        return {}
+    problems = {
+        allocation_id: f"node {name} cordoned: {reason}"[:300]
+        for allocation_id, name, reason in Allocation.objects.filter(
+            pk__in=allocation_ids, node__schedulable=False
+        ).values_list("pk", "node__name", "node__cordon_reason")
+    }
+    for allocation_id, uuid, reason, health in AllocationDevice.objects.filter(
+        Q(device__isolated=True) | Q(device__health=DeviceHealth.UNHEALTHY), allocation_id__in=allocation_ids
+    ).values_list("allocation_id", "device__uuid", "device__isolation_reason", "device__health"):
+        problems.setdefault(allocation_id, f"device {uuid} {'isolated: ' + reason if reason else health}"[:300])
+    in_service = {deployment for deployment, allocation_id in siblings if allocation_id not in problems}
+    return {
+        replica.pk: problems[replica.allocation_id]
+        for replica in replicas
+        if replica.allocation_id in problems and replica.deployment_id in in_service
+    }
 
 
 def endpoint_url(deployment: ServingDeployment, base_url: str | None = None) -> str:
@@ -99,10 +134,12 @@ def probe(replica: ServingReplica) -> str:
 
 
 def replicas_check(replicas: list[ServingReplica]) -> list[ServingReplica]:
-    """Probe each replica and store its health; returns those that are down."""
+    """Probe each replica (unless its node or card is out of service) and store its health; returns those that are
+    down."""
     now, down, moved = timezone.now(), [], False
+    out_of_service = placement_problems(replicas)
     for replica in replicas:
-        problem = probe(replica)
+        problem = out_of_service.get(replica.pk) or probe(replica)
         moved = moved or replica.healthy == bool(problem)
         replica.healthy, replica.last_error, replica.checked_at = not problem, problem[:300], now
         if problem:
@@ -114,7 +151,11 @@ def replicas_check(replicas: list[ServingReplica]) -> list[ServingReplica]:
 
 
 def await_replicas(deployment: ServingDeployment) -> dict:
-    down = replicas_check(list(deployment.replicas.all()))
+    """Wait until every replica's server answers. One on a node cordoned meanwhile is not waited for (it would never
+    come into rotation): the deployment starts serving through the others."""
+    replicas = list(deployment.replicas.all())
+    out_of_service = placement_problems(replicas)
+    down = [replica for replica in replicas_check(replicas) if replica.pk not in out_of_service]
     if down:
         raise StepPending(
             f"Waiting for {', '.join(r.name for r in down)} to answer: {down[0].last_error}", retry_after=0.5
@@ -132,7 +173,10 @@ def replica_failed(*, replica_id: int, reason: str) -> None:
     routes_changed()
 
 
-def serving_replicas_check() -> int:
-    """The minute health check of every serving deployment's replicas; returns how many are down."""
-    replicas = list(ServingReplica.objects.filter(deployment__state=DeploymentState.SERVING))
-    return len(replicas_check(replicas))
+def serving_replicas_check(*, node_id: int | None = None) -> int:
+    """The minute health check of every serving deployment's replicas (or, when a node's availability changed, of
+    those on that node: a cordon takes its replicas out of rotation at once); returns how many are down."""
+    replicas = ServingReplica.objects.filter(deployment__state=DeploymentState.SERVING)
+    if node_id is not None:
+        replicas = replicas.filter(allocation__node_id=node_id)
+    return len(replicas_check(list(replicas)))

@@ -436,7 +436,9 @@ class RequestDetailSerializer(RequestSummarySerializer):
         {
             "type": "object",
             "nullable": True,
-            "description": "Node, devices and expiry of the request's allocation, once allocated.",
+            "description": "Node, devices and expiry of the request's allocation, once allocated; for a "
+            "model-serving request with replicas also `replicas` (each replica with its node and devices), `nodes` "
+            "and `spread` (a `replicas_share_node` note when replicas had to share a node, else null).",
         }
     )
     def get_allocation(self, resource_request) -> dict | None:

@@ -5,6 +5,7 @@ gateway processes where the issue asks for it."""
 import json
 import os
 import signal
+import time
 from datetime import timedelta
 
 import httpx
@@ -18,7 +19,10 @@ from provisioning.serving import keys
 from provisioning.serving.routes import ROUTES_VERSION_KEY
 from requests import services as request_services
 from requests.choices import RequestState
+from scheduling.models import Allocation, Device
+from scheduling.services import node_cordon
 from tests import factories
+from tests.provisioning.conftest import add_node
 from tests.provisioning.gateway_process import until
 
 pytestmark = pytest.mark.django_db(transaction=True, serialized_rollback=True)
@@ -188,6 +192,47 @@ def test_a_killed_replica_is_marked_down_and_traffic_fails_over(deployed, gatewa
         "replica-0": False,
         "replica-1": True,
     }
+
+
+def test_replicas_on_three_nodes_keep_serving_when_one_node_is_cordoned(serving, shop, gateway_redis, gateways):
+    """Each replica runs on its own node (anti-affinity); cordoning one node takes only its replica out of
+    rotation at once, and the endpoint answers through the two others. The release then frees all three."""
+    serving.template.replicas = 3
+    serving.template.save(update_fields=["replicas"])
+    for name in ("n2", "n3"):
+        add_node(shop.accelerator, name=name)
+    request = serving.order(rate_limit_per_minute=1000)
+    assert request.state == RequestState.ACTIVE
+    deployment = ServingDeployment.objects.get(request=request)
+    replicas = list(deployment.replicas.select_related("allocation__node").order_by("name"))
+    assert sorted(replica.allocation.node.name for replica in replicas) == ["n1", "n2", "n3"]
+    assert {replica.allocation.replica for replica in replicas} == {0, 1, 2}
+    delivered = ProvisioningRun.objects.get(request=request).delivered
+    assert sorted(replica["node"] for replica in delivered["replicas"]) == ["n1", "n2", "n3"]
+    secret = keys.api_key_create(project=serving.team.project, name="frontend", actor=serving.team.developer).secret
+    gateway = gateways()
+    assert [call(gateway, deployment, secret).status_code for _ in range(3)] == [200] * 3
+
+    victim = replicas[1]
+    node_cordon(victim.allocation.node, "fan failure", factories.operator())  # transactional test: commits at once
+    victim.refresh_from_db()
+    assert not victim.healthy and victim.last_error == f"node {victim.allocation.node.name} cordoned: fan failure"
+    os.kill(victim.pid, signal.SIGKILL)  # were it still in rotation, the gateway would find it dead and say so
+    time.sleep(1.0)  # the gateways' reload after the version bump
+    assert [call(gateway, deployment, secret).status_code for _ in range(6)] == [200] * 6
+    victim.refresh_from_db()
+    assert "cordoned" in victim.last_error  # never tried: no "could not reach" from the gateway
+    assert ServingReplica.objects.filter(deployment=deployment, healthy=True).count() == 2
+
+    request_services.request_release(request=request, actor=request.requester, reason="done")
+    until(lambda: fresh_state(request) == RequestState.RELEASED, seconds=10, what="the release")
+    assert set(Allocation.objects.filter(request=request).values_list("state", flat=True)) == {"released"}
+    assert set(Device.objects.values_list("allocated_milli", flat=True)) == {0}
+
+
+def fresh_state(request) -> str:
+    request.refresh_from_db()
+    return request.state
 
 
 def test_with_every_replica_down_the_gateway_answers_502_at_once(deployed, gateways):

@@ -10,7 +10,10 @@ from provisioning.choices import DeploymentState
 from provisioning.models import ServingDeployment
 from provisioning.serving import deployments, keys
 from requests.choices import RequestState
+from scheduling.models import Node
+from scheduling.services import node_cordon, node_uncordon
 from tests import factories
+from tests.provisioning.conftest import add_node
 
 pytestmark = pytest.mark.django_db
 
@@ -94,3 +97,33 @@ def test_the_endpoint_health_panel_refreshes_for_the_project_only(deployed, clie
     assert 'data-replica="replica-0" data-healthy="yes"' in panel and "hx-trigger" in panel
     client.force_login(factories.member(factories.project()))
     assert client.get(url).status_code == 404
+
+
+def health(deployment) -> dict[str, tuple[bool, str]]:
+    return {replica.name: (replica.healthy, replica.last_error) for replica in deployment.replicas.order_by("name")}
+
+
+def test_a_cordoned_node_takes_its_replica_out_until_uncordoned(serving, shop, run_on_commit):
+    add_node(shop.accelerator, name="n2")
+    request = serving.order()
+    deployment = ServingDeployment.objects.get(request=request)
+    on_node = {replica.allocation.node.name: replica.name for replica in deployment.replicas.all()}
+    assert sorted(on_node) == ["n1", "n2"]  # a replica on each node
+    node = Node.objects.get(name="n2")
+    run_on_commit(node_cordon, node, "firmware update", factories.operator())
+    cordoned = (False, "node n2 cordoned: firmware update")
+    assert health(deployment) == {on_node["n1"]: (True, ""), on_node["n2"]: cordoned}
+    assert "leave the endpoint's rotation" in request.events.get(code="node_cordoned").message
+    assert deployments.serving_replicas_check() == 1  # the minute check keeps it out while the cordon lasts
+    run_on_commit(node_uncordon, Node.objects.get(name="n2"), "done", factories.operator())
+    assert health(deployment) == {name: (True, "") for name in on_node.values()}
+
+
+def test_replicas_sharing_a_cordoned_node_keep_serving_there(serving, run_on_commit):
+    """Both replicas on the one node there is: cordoning it takes nothing out of rotation (what runs on a cordoned
+    node keeps running), and the record says they share it."""
+    request = serving.order()
+    deployment = ServingDeployment.objects.get(request=request)
+    run_on_commit(node_cordon, Node.objects.get(name="n1"), "drain for maintenance", factories.operator())
+    assert health(deployment) == {"replica-0": (True, ""), "replica-1": (True, "")}
+    assert request.events.get(code="allocated").data["spread"]["numbers"]["shared"] == {"n1": [0, 1]}

@@ -1,0 +1,81 @@
+"""What a provisioning run's steps act on: an allocation's node and devices, and the request's snapshot."""
+
+from provisioning.choices import Pipeline
+from provisioning.drivers.base import Target
+from provisioning.models import ProvisioningRun
+from scheduling.models import Allocation, AllocationDevice, MigInstance
+from scheduling.placement import MILLI
+
+
+def run_target(run: ProvisioningRun, *, attempt: int = 1) -> Target:
+    """What the run's steps act on: its allocation's node and devices, and the request's snapshot."""
+    return allocation_target(run, run.allocation, attempt=attempt)
+
+
+def allocation_target(run: ProvisioningRun, allocation: Allocation, *, attempt: int = 1) -> Target:
+    """The run's target on one of its request's allocations (a serving replica's, which may be on another node
+    than the run's own)."""
+    node = allocation.node
+    bindings = list(AllocationDevice.objects.filter(allocation=allocation).select_related("device__model"))
+    # The recorded cards, which only a bare-metal server's hardware validation compares with what its BMC reports.
+    bare_metal = run.pipeline == Pipeline.BARE_METAL
+    recorded = list(node.devices.order_by("index").values_list("index", "serial_number")) if bare_metal else []
+    # A MIG instance is a slice of a card in MIG mode: whole cards (the common case) need no look.
+    sliced = any(binding.device.mig_mode or binding.milli < MILLI for binding in bindings)
+    mig_instances = _mig_instances(allocation.pk) if sliced else {}
+    return Target(
+        run_id=run.pk,
+        request_id=run.request_id,
+        node=node.name,
+        snapshot=run.request.approved_spec,
+        devices=tuple(
+            {
+                "index": binding.device.index,
+                "uuid": binding.device.uuid,
+                "model": binding.device.model.name,
+                "model_slug": binding.device.model.slug,
+                "milli": binding.milli,
+                "mig": mig_instances.get(binding.device_id),  # the GPU instance the work is bound to, if MIG
+            }
+            for binding in bindings
+        ),
+        bmc_address=node.bmc_address,
+        bmc_credentials_ref=node.bmc_credentials_ref,
+        bmc_inventory_address=node.bmc_inventory_address,
+        os_address=node.os_address,
+        ssh_credentials_ref=node.ssh_credentials_ref,
+        attempt=attempt,
+        backend=node.execution_backend,
+        allocation_id=allocation.pk,
+        requester=run.request.requester.username,
+        duration_hours=run.request.duration_hours,
+        inventory={
+            "cpu_cores": node.cpu_milli // 1000,
+            "memory_gb": node.memory_mib // 1024,
+            **(
+                {
+                    "accelerators": len(recorded),
+                    "accelerator_serials": [{"index": index, "serial": serial} for index, serial in recorded],
+                }
+                if bare_metal
+                else {}
+            ),
+        },
+    )
+
+
+def _mig_instances(allocation_id: int) -> dict[int, dict]:
+    """The GPU instances an allocation's work is bound to, by device (read only for cards in MIG mode)."""
+    return {
+        i.device_id: {
+            "profile": i.profile.name,
+            "profile_id": i.profile.profile_id,
+            "start": i.start,
+            "size": i.size,
+            "gi_id": i.gi_id,
+            "ci_id": i.ci_id,
+            "uuid": i.uuid,
+            "create": i.created_by_scheduler,
+        }
+        for i in MigInstance.objects.filter(allocation_id=allocation_id).select_related("profile")
+    }
