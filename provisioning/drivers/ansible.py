@@ -24,6 +24,7 @@ state in the target Slurm cluster (slurmrestd), and, on release, the node's remo
 
 import contextlib
 import json
+import logging
 import os
 import re
 import shutil
@@ -44,6 +45,7 @@ DEFAULT_PLAYBOOKS = "bare-metal-v1"
 DEFAULT_TIMEOUT_SECONDS = 900
 LOG_EXCERPT_TASKS = 12
 DRIVER_PACKAGE = "cc-gpu-driver"
+GPU_UTILIZATION = "DCGM_FI_DEV_GPU_UTIL"  # the dcgm-exporter metric every card must report
 NODE_IDLE_WAIT_SECONDS = 30.0
 # Host-specific settings of the cluster's slurm.conf that a server joining it replaces with its own.
 HOST_LOCAL_SLURM_KEYS = {
@@ -58,6 +60,7 @@ HOST_LOCAL_SLURM_KEYS = {
     "slurmctldlogfile",
     "statesavelocation",
 }
+logger = logging.getLogger(__name__)
 SAFE_VERSION = re.compile(r"^[A-Za-z0-9][A-Za-z0-9.+~-]*$")
 
 
@@ -75,18 +78,36 @@ class AnsibleHost(InBandDriver):
         installed = result["facts"].get("driver_version")
         return {"driver_version": installed, "package": Path(package).name, "ansible": result["summary"]}
 
-    def install_monitoring_agent(self, target: Target, agent: str) -> dict:
-        port = settings.INBAND_METRICS_PORT
-        result = self._play(target, "install_monitoring_agent", {"cc_agent": agent, "cc_metrics_port": port})
+    def install_monitoring_agent(self, target: Target, agent: str, gpu_exporter: str = "") -> dict:
+        port, gpu_port = settings.INBAND_METRICS_PORT, settings.INBAND_GPU_METRICS_PORT
+        uuids = {str(device["index"]): device["uuid"] for device in target.devices}
+        exporter_config = {
+            "hostname": target.node,
+            "model": target.snapshot["bare_metal_profile"]["accelerator_model"],
+            "uuids": uuids,
+        }
+        result = self._play(
+            target,
+            "install_monitoring_agent",
+            {"cc_agent": agent, "cc_metrics_port": port, "cc_gpu_exporter": gpu_exporter,
+             "cc_gpu_metrics_port": gpu_port, "cc_gpu_exporter_config": exporter_config},
+        )  # fmt: skip
         endpoint = f"http://{_host_of(target)}:{port}/metrics"
         _metrics_answer(endpoint)
-        return {
+        output = {
             "agent": agent,
             "agent_package": result["facts"].get("agent_package"),
             "endpoint": endpoint,
             "reporting": True,
-            "ansible": result["summary"],
         }
+        if gpu_exporter:
+            gpu_endpoint = f"http://{_host_of(target)}:{gpu_port}/metrics"
+            output |= {
+                "gpu_exporter": gpu_exporter,
+                "gpu_exporter_endpoint": gpu_endpoint,
+                "gpu_series": _gpu_metrics_answer(gpu_endpoint, set(uuids.values())),
+            }
+        return {**output, "ansible": result["summary"]}
 
     def register_in_cluster(self, target: Target, cluster: str) -> dict:
         slurm_conf, gres_conf, node_conf = _slurm_files(target, cluster)
@@ -194,18 +215,21 @@ class AnsibleHost(InBandDriver):
             extra.write_text(json.dumps(variables))
             extra.chmod(0o600)
             started = time.monotonic()
+            missing = [program for program in (settings.ANSIBLE_PLAYBOOK, "setpriv") if not shutil.which(program)]
+            if missing:
+                raise StepError(
+                    "ansible_missing",
+                    f"{' and '.join(missing)} not installed on the control plane (make ansible-venv; setpriv is "
+                    "util-linux's).",
+                    retryable=False,
+                )
             try:
                 done = _run_in_own_group(
                     [settings.ANSIBLE_PLAYBOOK, "-i", str(inventory), "-e", f"@{extra}", str(playbook)],
                     env=_environment(target, work),
                     timeout=self.timeout,
+                    node=target.node,
                 )
-            except FileNotFoundError as missing:
-                raise StepError(
-                    "ansible_missing",
-                    f"{settings.ANSIBLE_PLAYBOOK} is not installed on the control plane (make ansible-venv).",
-                    retryable=False,
-                ) from missing
             except subprocess.TimeoutExpired as slow:
                 raise StepError(
                     "playbook_timeout",
@@ -216,10 +240,17 @@ class AnsibleHost(InBandDriver):
         return _outcome(target, step, playbook, done, seconds)
 
 
-def _run_in_own_group(command: list[str], *, env: dict, timeout: float) -> subprocess.CompletedProcess:
-    """ansible-playbook in a process group of its own: on timeout the whole group (its forks too) is killed."""
+def _run_in_own_group(command: list[str], *, env: dict, timeout: float, node: str) -> subprocess.CompletedProcess:
+    """ansible-playbook in a process group of its own: on timeout the whole group (its forks too) is killed.
+
+    A worker killed during the playbook (SIGKILL: no chance to clean up) must not leave it running beside the step's
+    next attempt: the playbook dies with the worker (`setpriv --pdeathsig KILL`), and the group's id is recorded per
+    node, so the next attempt on this machine first kills whatever of that group is left (the forks running the task
+    that was in flight, their ssh clients). See docs/PROVISIONING.md, "A worker killed during a playbook"."""
+    _end_leftover_playbook(node)
+    marker = _running_marker(node)
     process = subprocess.Popen(
-        command,
+        ["setpriv", "--pdeathsig", "KILL", "--", *command],
         env=env,
         cwd=PLAYBOOK_DIR,
         stdin=subprocess.DEVNULL,
@@ -228,6 +259,7 @@ def _run_in_own_group(command: list[str], *, env: dict, timeout: float) -> subpr
         text=True,
         start_new_session=True,
     )
+    marker.write_text(str(process.pid))
     try:
         stdout, stderr = process.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:
@@ -235,7 +267,50 @@ def _run_in_own_group(command: list[str], *, env: dict, timeout: float) -> subpr
             os.killpg(process.pid, signal.SIGKILL)
         process.communicate()
         raise
+    finally:
+        marker.unlink(missing_ok=True)
     return subprocess.CompletedProcess(command, process.returncode, stdout, stderr)
+
+
+def _running_marker(node: str) -> Path:
+    marker = Path(settings.ANSIBLE_STATE_DIR) / "running" / re.sub(r"[^A-Za-z0-9._-]", "_", node)
+    marker.parent.mkdir(parents=True, exist_ok=True)
+    return marker
+
+
+def _end_leftover_playbook(node: str) -> None:
+    """Kill what is left of a playbook a dead worker ran against this node (its process group, if still ansible's)."""
+    marker = _running_marker(node)
+    with contextlib.suppress(FileNotFoundError, ValueError):
+        group = int(marker.read_text())
+        if _group_runs_ansible(group):
+            _kill_group(group)
+            logger.warning("Killed what was left of a dead worker's playbook on %s (process group %s)", node, group)
+    marker.unlink(missing_ok=True)
+
+
+def _group_runs_ansible(group: int) -> bool:
+    """Some live process of the group is ansible's (or its ssh): a recycled group id of anything else is left alone,
+    and so are zombies (dead, only not yet reaped)."""
+    for stat_file in Path("/proc").glob("[0-9]*/stat"):
+        with contextlib.suppress(OSError, ValueError, IndexError):
+            # The fields after the command name (which may hold spaces): state, ppid, pgrp.
+            state, _, pgrp = stat_file.read_text().rpartition(")")[2].split()[:3]
+            if int(pgrp) != group or state == "Z":
+                continue
+            command = (stat_file.parent / "cmdline").read_bytes().replace(b"\0", b" ")
+            if b"ansible" in command or command.startswith(b"ssh "):
+                return True
+    return False
+
+
+def _kill_group(group: int) -> None:
+    """SIGKILL the group and wait (briefly) until none of it runs any more."""
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(group, signal.SIGKILL)
+    deadline = time.monotonic() + 10
+    while _group_runs_ansible(group) and time.monotonic() < deadline:
+        time.sleep(0.05)
 
 
 def _outcome(target: Target, step: str, playbook: Path, done: subprocess.CompletedProcess, seconds: float) -> dict:
@@ -378,6 +453,27 @@ def _metrics_answer(endpoint: str) -> None:
         raise StepError("agent_not_reporting", f"{endpoint} does not answer: {error}") from error
     if response.status_code != 200 or "node_" not in response.text:
         raise StepError("agent_not_reporting", f"{endpoint} answered {response.status_code} without node metrics.")
+
+
+def _gpu_metrics_answer(endpoint: str, uuids: set[str]) -> int:
+    """The GPU exporter reports utilization for every card of the server, by UUID (as metering's dcgm scraper reads
+    it); how many cards it reports. Retryable: it may still be starting."""
+    from scheduling.health import parse_dcgm_text
+
+    try:
+        response = httpx.get(endpoint, timeout=5)
+        response.raise_for_status()
+        samples = parse_dcgm_text(response.text)
+    except (httpx.HTTPError, ValueError) as error:
+        raise StepError("gpu_exporter_not_reporting", f"{endpoint} gives no GPU metrics: {error}") from error
+    reported = {sample.device_uuid for sample in samples if sample.signal == GPU_UTILIZATION}
+    if missing := sorted(uuids - reported):
+        raise StepError(
+            "gpu_exporter_not_reporting",
+            f"{endpoint} reports no {GPU_UTILIZATION} for {', '.join(missing)}.",
+            details={"missing": missing},
+        )
+    return len(reported & uuids)
 
 
 # --- Slurm -------------------------------------------------------------------------------------------------
