@@ -246,7 +246,7 @@ def _run_in_own_group(command: list[str], *, env: dict, timeout: float, node: st
     A worker killed during the playbook (SIGKILL: no chance to clean up) must not leave it running beside the step's
     next attempt: the playbook dies with the worker (`setpriv --pdeathsig KILL`), and the group's id is recorded per
     node, so the next attempt on this machine first kills whatever of that group is left (the forks running the task
-    that was in flight, their ssh clients). See docs/PROVISIONING.md, "A worker killed during a playbook"."""
+    that was in flight, their ssh clients). See docs/provisioning.md, "A worker killed during a playbook"."""
     _end_leftover_playbook(node)
     marker = _running_marker(node)
     process = subprocess.Popen(
@@ -290,18 +290,24 @@ def _end_leftover_playbook(node: str) -> None:
 
 
 def _group_runs_ansible(group: int) -> bool:
-    """Some live process of the group is ansible's (or its ssh): a recycled group id of anything else is left alone,
-    and so are zombies (dead, only not yet reaped)."""
+    """Some live process of the group is ansible's (or its ssh): a recycled group id of anything else is left alone."""
+    return any("ansible" in command or _program(command) == "ssh" for command in group_commands(group))
+
+
+def group_commands(group: int) -> list[str]:
+    """The command lines of the group's live processes (zombies, dead but not yet reaped, are not counted)."""
+    commands = []
     for stat_file in Path("/proc").glob("[0-9]*/stat"):
-        with contextlib.suppress(OSError, ValueError, IndexError):
+        with contextlib.suppress(OSError, ValueError):  # a process that ended while we looked
             # The fields after the command name (which may hold spaces): state, ppid, pgrp.
             state, _, pgrp = stat_file.read_text().rpartition(")")[2].split()[:3]
-            if int(pgrp) != group or state == "Z":
-                continue
-            command = (stat_file.parent / "cmdline").read_bytes().replace(b"\0", b" ")
-            if b"ansible" in command or command.startswith(b"ssh "):
-                return True
-    return False
+            if int(pgrp) == group and state != "Z":
+                commands.append((stat_file.parent / "cmdline").read_bytes().replace(b"\0", b" ").decode())
+    return commands
+
+
+def _program(command: str) -> str:
+    return Path(command.split(" ", 1)[0]).name
 
 
 def _kill_group(group: int) -> None:

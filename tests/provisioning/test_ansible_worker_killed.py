@@ -14,7 +14,7 @@ from django_q.conf import Conf
 
 from provisioning import engine
 from provisioning.choices import RunKind, StepState
-from provisioning.drivers.ansible import AnsibleHost, _group_runs_ansible
+from provisioning.drivers.ansible import AnsibleHost, _group_runs_ansible, group_commands
 from provisioning.engine import run_target
 from provisioning.models import ProvisioningRun, ProvisioningStep
 from requests.choices import RequestState
@@ -48,19 +48,8 @@ def playbook_in_a_task(marker: Path) -> int | None:
     if not marker.exists() or not marker.read_text():
         return None
     group = int(marker.read_text())
-    return group if any(command.startswith("ssh ") for command in _commands_of(group)) else None
-
-
-def _commands_of(group: int) -> list[str]:
-    commands = []
-    for stat_file in Path("/proc").glob("[0-9]*/stat"):
-        try:
-            state, _, pgrp = stat_file.read_text().rpartition(")")[2].split()[:3]
-            if int(pgrp) == group and state != "Z":
-                commands.append((stat_file.parent / "cmdline").read_bytes().replace(b"\0", b" ").decode())
-        except (OSError, ValueError):
-            continue  # it ended while we looked
-    return commands
+    in_flight = any(Path(command.split(" ", 1)[0]).name == "ssh" for command in group_commands(group))
+    return group if in_flight else None
 
 
 def _gone(pid: int) -> bool:
