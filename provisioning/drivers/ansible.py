@@ -32,6 +32,7 @@ import signal
 import subprocess
 import tempfile
 import time
+import uuid
 from pathlib import Path
 
 import httpx
@@ -61,6 +62,7 @@ HOST_LOCAL_SLURM_KEYS = {
     "statesavelocation",
 }
 logger = logging.getLogger(__name__)
+RUN_TOKEN = "CC_PLAYBOOK_RUN"  # in the environment of every process of one playbook run, to find them all
 SAFE_VERSION = re.compile(r"^[A-Za-z0-9][A-Za-z0-9.+~-]*$")
 
 
@@ -224,7 +226,7 @@ class AnsibleHost(InBandDriver):
                     retryable=False,
                 )
             try:
-                done = _run_in_own_group(
+                done = _run_playbook(
                     [settings.ANSIBLE_PLAYBOOK, "-i", str(inventory), "-e", f"@{extra}", str(playbook)],
                     env=_environment(target, work),
                     timeout=self.timeout,
@@ -240,18 +242,19 @@ class AnsibleHost(InBandDriver):
         return _outcome(target, step, playbook, done, seconds)
 
 
-def _run_in_own_group(command: list[str], *, env: dict, timeout: float, node: str) -> subprocess.CompletedProcess:
-    """ansible-playbook in a process group of its own: on timeout the whole group (its forks too) is killed.
+def _run_playbook(command: list[str], *, env: dict, timeout: float, node: str) -> subprocess.CompletedProcess:
+    """ansible-playbook in a session of its own, every process of it (its forks, which ansible detaches into sessions
+    of their own, and their ssh) marked by a token in its environment: on timeout all of them are killed.
 
     A worker killed during the playbook (SIGKILL: no chance to clean up) must not leave it running beside the step's
-    next attempt: the playbook dies with the worker (`setpriv --pdeathsig KILL`), and the group's id is recorded per
-    node, so the next attempt on this machine first kills whatever of that group is left (the forks running the task
-    that was in flight, their ssh clients). See docs/provisioning.md, "A worker killed during a playbook"."""
+    next attempt: the playbook dies with the worker (`setpriv --pdeathsig KILL`), and the run's token is recorded per
+    node, so the next attempt on this machine first kills whatever of that run is left (the fork running the task
+    that was in flight, its ssh client). See docs/provisioning.md, "A worker killed during a playbook"."""
     _end_leftover_playbook(node)
-    marker = _running_marker(node)
+    token = uuid.uuid4().hex
     process = subprocess.Popen(
         ["setpriv", "--pdeathsig", "KILL", "--", *command],
-        env=env,
+        env={**env, RUN_TOKEN: token},
         cwd=PLAYBOOK_DIR,
         stdin=subprocess.DEVNULL,
         stdout=subprocess.PIPE,
@@ -259,12 +262,12 @@ def _run_in_own_group(command: list[str], *, env: dict, timeout: float, node: st
         text=True,
         start_new_session=True,
     )
-    marker.write_text(str(process.pid))
+    marker = _running_marker(node)
+    marker.write_text(f"{process.pid} {token}")
     try:
         stdout, stderr = process.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(process.pid, signal.SIGKILL)
+        _kill_run(token)
         process.communicate()
         raise
     finally:
@@ -273,50 +276,48 @@ def _run_in_own_group(command: list[str], *, env: dict, timeout: float, node: st
 
 
 def _running_marker(node: str) -> Path:
+    """`<leader pid> <token>` of the playbook running against the node from this machine, while it runs."""
     marker = Path(settings.ANSIBLE_STATE_DIR) / "running" / re.sub(r"[^A-Za-z0-9._-]", "_", node)
     marker.parent.mkdir(parents=True, exist_ok=True)
     return marker
 
 
 def _end_leftover_playbook(node: str) -> None:
-    """Kill what is left of a playbook a dead worker ran against this node (its process group, if still ansible's)."""
+    """Kill what is left of a playbook a dead worker ran against this node."""
     marker = _running_marker(node)
     with contextlib.suppress(FileNotFoundError, ValueError):
-        group = int(marker.read_text())
-        if _group_runs_ansible(group):
-            _kill_group(group)
-            logger.warning("Killed what was left of a dead worker's playbook on %s (process group %s)", node, group)
+        _, token = marker.read_text().split()
+        if killed := _kill_run(token):
+            logger.warning("Killed %s processes left of a dead worker's playbook on %s", killed, node)
     marker.unlink(missing_ok=True)
 
 
-def _group_runs_ansible(group: int) -> bool:
-    """Some live process of the group is ansible's (or its ssh): a recycled group id of anything else is left alone."""
-    return any("ansible" in command or _program(command) == "ssh" for command in group_commands(group))
+def playbook_processes(token: str) -> dict[int, str]:
+    """{pid: command line} of the live processes of one playbook run (zombies, dead but not yet reaped, are not)."""
+    mark = f"{RUN_TOKEN}={token}".encode()
+    found = {}
+    for environ in Path("/proc").glob("[0-9]*/environ"):
+        with contextlib.suppress(OSError, ValueError):  # a process that ended while we looked, or not ours to read
+            if mark not in environ.read_bytes().split(b"\0"):
+                continue
+            state = (environ.parent / "stat").read_text().rpartition(")")[2].split()[0]
+            if state != "Z":
+                found[int(environ.parent.name)] = (
+                    (environ.parent / "cmdline").read_bytes().replace(b"\0", b" ").decode()
+                )
+    return found
 
 
-def group_commands(group: int) -> list[str]:
-    """The command lines of the group's live processes (zombies, dead but not yet reaped, are not counted)."""
-    commands = []
-    for stat_file in Path("/proc").glob("[0-9]*/stat"):
-        with contextlib.suppress(OSError, ValueError):  # a process that ended while we looked
-            # The fields after the command name (which may hold spaces): state, ppid, pgrp.
-            state, _, pgrp = stat_file.read_text().rpartition(")")[2].split()[:3]
-            if int(pgrp) == group and state != "Z":
-                commands.append((stat_file.parent / "cmdline").read_bytes().replace(b"\0", b" ").decode())
-    return commands
-
-
-def _program(command: str) -> str:
-    return Path(command.split(" ", 1)[0]).name
-
-
-def _kill_group(group: int) -> None:
-    """SIGKILL the group and wait (briefly) until none of it runs any more."""
-    with contextlib.suppress(ProcessLookupError):
-        os.killpg(group, signal.SIGKILL)
-    deadline = time.monotonic() + 10
-    while _group_runs_ansible(group) and time.monotonic() < deadline:
+def _kill_run(token: str) -> int:
+    """SIGKILL every process of the run, until none is left (briefly: a process being forked may join late)."""
+    killed, deadline = 0, time.monotonic() + 10
+    while (processes := playbook_processes(token)) and time.monotonic() < deadline:
+        for pid in processes:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+                killed += 1
         time.sleep(0.05)
+    return killed
 
 
 def _outcome(target: Target, step: str, playbook: Path, done: subprocess.CompletedProcess, seconds: float) -> dict:

@@ -2,7 +2,7 @@
 fake BMCs, the installer's callback, the Ansible steps on a real test host) and is SIGKILLed, whole process group,
 while ansible-playbook runs install_monitoring_agent. The playbook dies with it (setpriv --pdeathsig), the step's
 short lease lapses, a second `qcluster` takes the step over, first killing what is left of the dead worker's playbook
-group, and runs the playbook again; the run reaches active, only that step ran twice, and the host shows one agent,
+run, and runs the playbook again; the run reaches active, only that step ran twice, and the host shows one agent,
 no half-installed package, and nothing left to change (a further rerun reports changed=0)."""
 
 import json
@@ -14,7 +14,7 @@ from django_q.conf import Conf
 
 from provisioning import engine
 from provisioning.choices import RunKind, StepState
-from provisioning.drivers.ansible import AnsibleHost, _group_runs_ansible, group_commands
+from provisioning.drivers.ansible import AnsibleHost, playbook_processes
 from provisioning.engine import run_target
 from provisioning.models import ProvisioningRun, ProvisioningStep
 from requests.choices import RequestState
@@ -42,14 +42,14 @@ def worker_environment(settings) -> dict[str, str]:
     }
 
 
-def playbook_in_a_task(marker: Path) -> int | None:
-    """The process group of the playbook the worker runs for the step, once it has a task in flight on the host (an
-    ssh client of its own in the group)."""
-    if not marker.exists() or not marker.read_text():
+def playbook_in_a_task(marker: Path) -> tuple[int, str] | None:
+    """The leader pid and run token of the playbook the worker runs for the step, once it has a task in flight on the
+    host (an ssh client of its own)."""
+    if not marker.exists() or len(marker.read_text().split()) != 2:
         return None
-    group = int(marker.read_text())
-    in_flight = any(Path(command.split(" ", 1)[0]).name == "ssh" for command in group_commands(group))
-    return group if in_flight else None
+    leader, token = marker.read_text().split()
+    in_flight = any(Path(command.split(" ", 1)[0]).name == "ssh" for command in playbook_processes(token).values())
+    return (int(leader), token) if in_flight else None
 
 
 def _gone(pid: int) -> bool:
@@ -89,14 +89,14 @@ def test_a_worker_killed_during_a_playbook_is_replaced_and_the_rerun_is_harmless
             what=f"{STEP} to be running",
             log=log,
         )
-        group = wait_for(lambda: playbook_in_a_task(marker), seconds=60, what="its playbook's first task", log=log)
+        leader, token = wait_for(lambda: playbook_in_a_task(marker), seconds=60, what="a task in flight", log=log)
     finally:
         kill(first)
-    assert _group_runs_ansible(group), "ansible-playbook ended before the worker was killed"
+    assert playbook_processes(token), "the playbook ended before the worker was killed"
     step = ProvisioningStep.objects.get(name=STEP)
     assert step.state == StepState.RUNNING  # the dead worker's lease remains
-    # The playbook's leader died with its worker; only forks finishing the task in flight may remain of its group.
-    wait_for(lambda: _gone(group), seconds=10, what="ansible-playbook to die with its worker", log=None)
+    # ansible-playbook died with its worker; only its fork finishing the task in flight (and its ssh) may remain.
+    wait_for(lambda: _gone(leader), seconds=10, what="ansible-playbook to die with its worker", log=None)
 
     wait_for(lambda: lease_lapsed(step.pk), seconds=10 * LEASE_SECONDS, what="the lease to lapse", log=log)
     second_log = tmp_path / "worker2.log"
@@ -114,7 +114,7 @@ def test_a_worker_killed_during_a_playbook_is_replaced_and_the_rerun_is_harmless
 
     request.refresh_from_db()
     assert request.state == RequestState.ACTIVE, list(request.events.values_list("message", flat=True))
-    assert not _group_runs_ansible(group)  # nothing of the dead worker's playbook runs any more
+    assert playbook_processes(token) == {}  # nothing of the dead worker's playbook runs any more
     run = ProvisioningRun.objects.get(request=request, kind=RunKind.PROVISION)
     attempts = dict(run.steps.values_list("name", "attempts"))
     assert [attempts[name] for name in ("install_gpu_driver", STEP, "register_cluster", "health_check")] == [1, 2, 1, 1]
