@@ -23,8 +23,9 @@ DESCRIPTION = (
     "the real Slurm cluster, and publish_access. `first_s`: the step record's started_at -> finished_at; the whole "
     "path: wall time from the order to active, and `first_cpu_s` the CPU seconds of the process and its children "
     "(ansible-playbook, ssh) over it. `rerun_s`: every step's handler run again on the same server, as a resumed "
-    "run would; `rerun_changed`: Ansible's changed count (must be 0; `-` for the Redfish steps). `load_1m`: the load "
-    "average when the run started (2 cores shared)."
+    "run would (not boot_installer and power_cycle: they would start a new install; the whole path's rerun_s is "
+    "the sum of the others); `rerun_changed`: Ansible's changed count (must be 0; `-` for the Redfish steps). "
+    "`load_1m`: the load average when the run started (2 cores shared)."
 )
 REPO = Path(__file__).resolve().parents[2]
 
