@@ -18,8 +18,12 @@ ansible; host keys are recorded per node (ANSIBLE_STATE_DIR/known_hosts/<node>, 
 and forgotten when the server is marked for cleaning (it is reinstalled before its next tenant). Pipelining and
 ControlPersist keep the SSH cost of a step to one connection.
 
-What the control plane checks itself after a playbook: the agent's /metrics answer (HTTP from here), the node's
-state in the target Slurm cluster (slurmrestd), and, on release, the node's removal (`scontrol delete`).
+What the control plane checks itself after a playbook: the agent's /metrics answer (HTTP from here) and the profile's
+GPU exporter's (dcgm-exporter's metric names, every allocated card by UUID), the node's state in the target Slurm
+cluster (slurmrestd), and, on release, the node's removal (`scontrol delete`).
+
+A playbook never outlives its step's attempt: killed with its worker (pdeathsig), and whatever of it is left (found by
+a token in its processes' environment) killed on timeout or by the next attempt (docs/provisioning.md).
 """
 
 import contextlib
