@@ -359,6 +359,11 @@ class BareMetalProfile(models.Model):
     )
     driver_version = models.CharField(max_length=40)
     monitoring_agent = models.CharField(max_length=80)
+    gpu_exporter = models.CharField(
+        max_length=80,
+        blank=True,
+        help_text="GPU metrics exporter installed beside the monitoring agent (dcgm-exporter); blank for none.",
+    )
     target_cluster = models.CharField(max_length=120, help_text="Cluster the server registers into.")
     validation_suite = models.JSONField(default=list, blank=True, help_text="Ordered hardware checks.")
     playbooks = models.CharField(

@@ -214,6 +214,7 @@ INBAND_PACKAGE_DIR = env_str("INBAND_PACKAGE_DIR", "/srv/compute-catalog/package
 INBAND_MUNGE_KEY_FILE = env_str("INBAND_MUNGE_KEY_FILE", "/etc/munge/munge.key")
 INBAND_SLURMCTLD_ADDRESS = env_str("INBAND_SLURMCTLD_ADDRESS")
 INBAND_METRICS_PORT = env_int("INBAND_METRICS_PORT", 9100)
+INBAND_GPU_METRICS_PORT = env_int("INBAND_GPU_METRICS_PORT", 9400)  # the profile's GPU exporter (dcgm-exporter's port)
 # The container execution backend (nodes with execution_backend "container"): podman on the node, reached through
 # its remote interface. Templates take {node} (the node's name): the podman URL (ssh://... or unix://...), the host
 # users connect to, and each allocated device's node on the host (also {index}, {uuid}). Ports are published on

@@ -343,7 +343,11 @@ def install_gpu_driver(ctx: StepContext) -> dict:
 
 
 def install_monitoring_agent(ctx: StepContext) -> dict:
-    return ctx.in_band.install_monitoring_agent(ctx.target, ctx.snapshot["bare_metal_profile"]["monitoring_agent"])
+    profile = ctx.snapshot["bare_metal_profile"]
+    # Snapshots approved before profiles named a GPU exporter have none.
+    return ctx.in_band.install_monitoring_agent(
+        ctx.target, profile["monitoring_agent"], profile.get("gpu_exporter", "")
+    )
 
 
 def register_cluster(ctx: StepContext) -> dict:
@@ -386,6 +390,7 @@ def publish_bare_metal_access(ctx: StepContext) -> dict:
         "driver_version": ctx.output_of("install_gpu_driver").get("driver_version") or profile["driver_version"],
         "monitoring_agent": profile["monitoring_agent"],
         **({"agent_endpoint": agent["endpoint"]} if "endpoint" in agent else {}),
+        **({"gpu_exporter_endpoint": agent["gpu_exporter_endpoint"]} if "gpu_exporter_endpoint" in agent else {}),
         "bmc_findings": ctx.output_of("validate_hardware").get("checks", {}),
         **({"in_band": summaries} if summaries else {}),
         "access": {"ssh": f"ssh {user}@{address}"},

@@ -409,6 +409,7 @@ def approved_snapshot(request: ResourceRequest) -> dict:
             "os_image_url": profile.os_image.reference,
             "driver_version": profile.driver_version,
             "monitoring_agent": profile.monitoring_agent,
+            "gpu_exporter": profile.gpu_exporter,
             "target_cluster": profile.target_cluster,
             "validation_suite": profile.validation_suite,
             "playbooks": profile.playbooks,

@@ -121,6 +121,7 @@ class BareMetalProfileSerializer(PricedMixin, serializers.ModelSerializer):
             "boot_method",
             "driver_version",
             "monitoring_agent",
+            "gpu_exporter",
             "target_cluster",
             "validation_suite",
             "hourly_price",

@@ -18,12 +18,17 @@ ansible; host keys are recorded per node (ANSIBLE_STATE_DIR/known_hosts/<node>, 
 and forgotten when the server is marked for cleaning (it is reinstalled before its next tenant). Pipelining and
 ControlPersist keep the SSH cost of a step to one connection.
 
-What the control plane checks itself after a playbook: the agent's /metrics answer (HTTP from here), the node's
-state in the target Slurm cluster (slurmrestd), and, on release, the node's removal (`scontrol delete`).
+What the control plane checks itself after a playbook: the agent's /metrics answer (HTTP from here) and the profile's
+GPU exporter's (dcgm-exporter's metric names, every allocated card by UUID), the node's state in the target Slurm
+cluster (slurmrestd), and, on release, the node's removal (`scontrol delete`).
+
+A playbook never outlives its step's attempt: killed with its worker (pdeathsig), and whatever of it is left (found by
+a token in its processes' environment) killed on timeout or by the next attempt (docs/provisioning.md).
 """
 
 import contextlib
 import json
+import logging
 import os
 import re
 import shutil
@@ -31,6 +36,7 @@ import signal
 import subprocess
 import tempfile
 import time
+import uuid
 from pathlib import Path
 
 import httpx
@@ -44,6 +50,7 @@ DEFAULT_PLAYBOOKS = "bare-metal-v1"
 DEFAULT_TIMEOUT_SECONDS = 900
 LOG_EXCERPT_TASKS = 12
 DRIVER_PACKAGE = "cc-gpu-driver"
+GPU_UTILIZATION = "DCGM_FI_DEV_GPU_UTIL"  # the dcgm-exporter metric every card must report
 NODE_IDLE_WAIT_SECONDS = 30.0
 # Host-specific settings of the cluster's slurm.conf that a server joining it replaces with its own.
 HOST_LOCAL_SLURM_KEYS = {
@@ -58,6 +65,8 @@ HOST_LOCAL_SLURM_KEYS = {
     "slurmctldlogfile",
     "statesavelocation",
 }
+logger = logging.getLogger(__name__)
+RUN_TOKEN = "CC_PLAYBOOK_RUN"  # in the environment of every process of one playbook run, to find them all
 SAFE_VERSION = re.compile(r"^[A-Za-z0-9][A-Za-z0-9.+~-]*$")
 
 
@@ -75,18 +84,36 @@ class AnsibleHost(InBandDriver):
         installed = result["facts"].get("driver_version")
         return {"driver_version": installed, "package": Path(package).name, "ansible": result["summary"]}
 
-    def install_monitoring_agent(self, target: Target, agent: str) -> dict:
-        port = settings.INBAND_METRICS_PORT
-        result = self._play(target, "install_monitoring_agent", {"cc_agent": agent, "cc_metrics_port": port})
+    def install_monitoring_agent(self, target: Target, agent: str, gpu_exporter: str = "") -> dict:
+        port, gpu_port = settings.INBAND_METRICS_PORT, settings.INBAND_GPU_METRICS_PORT
+        uuids = {str(device["index"]): device["uuid"] for device in target.devices}
+        exporter_config = {
+            "hostname": target.node,
+            "model": target.snapshot["bare_metal_profile"]["accelerator_model"],
+            "uuids": uuids,
+        }
+        result = self._play(
+            target,
+            "install_monitoring_agent",
+            {"cc_agent": agent, "cc_metrics_port": port, "cc_gpu_exporter": gpu_exporter,
+             "cc_gpu_metrics_port": gpu_port, "cc_gpu_exporter_config": exporter_config},
+        )  # fmt: skip
         endpoint = f"http://{_host_of(target)}:{port}/metrics"
         _metrics_answer(endpoint)
-        return {
+        output = {
             "agent": agent,
             "agent_package": result["facts"].get("agent_package"),
             "endpoint": endpoint,
             "reporting": True,
-            "ansible": result["summary"],
         }
+        if gpu_exporter:
+            gpu_endpoint = f"http://{_host_of(target)}:{gpu_port}/metrics"
+            output |= {
+                "gpu_exporter": gpu_exporter,
+                "gpu_exporter_endpoint": gpu_endpoint,
+                "gpu_series": _gpu_metrics_answer(gpu_endpoint, set(uuids.values())),
+            }
+        return {**output, "ansible": result["summary"]}
 
     def register_in_cluster(self, target: Target, cluster: str) -> dict:
         slurm_conf, gres_conf, node_conf = _slurm_files(target, cluster)
@@ -194,18 +221,21 @@ class AnsibleHost(InBandDriver):
             extra.write_text(json.dumps(variables))
             extra.chmod(0o600)
             started = time.monotonic()
+            missing = [program for program in (settings.ANSIBLE_PLAYBOOK, "setpriv") if not shutil.which(program)]
+            if missing:
+                raise StepError(
+                    "ansible_missing",
+                    f"{' and '.join(missing)} not installed on the control plane (make ansible-venv; setpriv is "
+                    "util-linux's).",
+                    retryable=False,
+                )
             try:
-                done = _run_in_own_group(
+                done = _run_playbook(
                     [settings.ANSIBLE_PLAYBOOK, "-i", str(inventory), "-e", f"@{extra}", str(playbook)],
                     env=_environment(target, work),
                     timeout=self.timeout,
+                    node=target.node,
                 )
-            except FileNotFoundError as missing:
-                raise StepError(
-                    "ansible_missing",
-                    f"{settings.ANSIBLE_PLAYBOOK} is not installed on the control plane (make ansible-venv).",
-                    retryable=False,
-                ) from missing
             except subprocess.TimeoutExpired as slow:
                 raise StepError(
                     "playbook_timeout",
@@ -216,11 +246,19 @@ class AnsibleHost(InBandDriver):
         return _outcome(target, step, playbook, done, seconds)
 
 
-def _run_in_own_group(command: list[str], *, env: dict, timeout: float) -> subprocess.CompletedProcess:
-    """ansible-playbook in a process group of its own: on timeout the whole group (its forks too) is killed."""
+def _run_playbook(command: list[str], *, env: dict, timeout: float, node: str) -> subprocess.CompletedProcess:
+    """ansible-playbook in a session of its own, every process of it (its forks, which ansible detaches into sessions
+    of their own, and their ssh) marked by a token in its environment: on timeout all of them are killed.
+
+    A worker killed during the playbook (SIGKILL: no chance to clean up) must not leave it running beside the step's
+    next attempt: the playbook dies with the worker (`setpriv --pdeathsig KILL`), and the run's token is recorded per
+    node, so the next attempt on this machine first kills whatever of that run is left (the fork running the task
+    that was in flight, its ssh client). See docs/provisioning.md, "A worker killed during a playbook"."""
+    _end_leftover_playbook(node)
+    token = uuid.uuid4().hex
     process = subprocess.Popen(
-        command,
-        env=env,
+        ["setpriv", "--pdeathsig", "KILL", "--", *command],
+        env={**env, RUN_TOKEN: token},
         cwd=PLAYBOOK_DIR,
         stdin=subprocess.DEVNULL,
         stdout=subprocess.PIPE,
@@ -228,14 +266,62 @@ def _run_in_own_group(command: list[str], *, env: dict, timeout: float) -> subpr
         text=True,
         start_new_session=True,
     )
+    marker = _running_marker(node)
+    marker.write_text(f"{process.pid} {token}")
     try:
         stdout, stderr = process.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(process.pid, signal.SIGKILL)
+        _kill_run(token)
         process.communicate()
         raise
+    finally:
+        marker.unlink(missing_ok=True)
     return subprocess.CompletedProcess(command, process.returncode, stdout, stderr)
+
+
+def _running_marker(node: str) -> Path:
+    """`<leader pid> <token>` of the playbook running against the node from this machine, while it runs."""
+    marker = Path(settings.ANSIBLE_STATE_DIR) / "running" / re.sub(r"[^A-Za-z0-9._-]", "_", node)
+    marker.parent.mkdir(parents=True, exist_ok=True)
+    return marker
+
+
+def _end_leftover_playbook(node: str) -> None:
+    """Kill what is left of a playbook a dead worker ran against this node."""
+    marker = _running_marker(node)
+    with contextlib.suppress(FileNotFoundError, ValueError):
+        _, token = marker.read_text().split()
+        if killed := _kill_run(token):
+            logger.warning("Killed %s processes left of a dead worker's playbook on %s", killed, node)
+    marker.unlink(missing_ok=True)
+
+
+def playbook_processes(token: str) -> dict[int, str]:
+    """{pid: command line} of the live processes of one playbook run (zombies, dead but not yet reaped, are not)."""
+    mark = f"{RUN_TOKEN}={token}".encode()
+    found = {}
+    for environ in Path("/proc").glob("[0-9]*/environ"):
+        with contextlib.suppress(OSError, ValueError):  # a process that ended while we looked, or not ours to read
+            if mark not in environ.read_bytes().split(b"\0"):
+                continue
+            state = (environ.parent / "stat").read_text().rpartition(")")[2].split()[0]
+            if state != "Z":
+                found[int(environ.parent.name)] = (
+                    (environ.parent / "cmdline").read_bytes().replace(b"\0", b" ").decode()
+                )
+    return found
+
+
+def _kill_run(token: str) -> int:
+    """SIGKILL every process of the run, until none is left (briefly: a process being forked may join late)."""
+    killed, deadline = 0, time.monotonic() + 10
+    while (processes := playbook_processes(token)) and time.monotonic() < deadline:
+        for pid in processes:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+                killed += 1
+        time.sleep(0.05)
+    return killed
 
 
 def _outcome(target: Target, step: str, playbook: Path, done: subprocess.CompletedProcess, seconds: float) -> dict:
@@ -378,6 +464,27 @@ def _metrics_answer(endpoint: str) -> None:
         raise StepError("agent_not_reporting", f"{endpoint} does not answer: {error}") from error
     if response.status_code != 200 or "node_" not in response.text:
         raise StepError("agent_not_reporting", f"{endpoint} answered {response.status_code} without node metrics.")
+
+
+def _gpu_metrics_answer(endpoint: str, uuids: set[str]) -> int:
+    """The GPU exporter reports utilization for every card of the server, by UUID (as metering's dcgm scraper reads
+    it); how many cards it reports. Retryable: it may still be starting."""
+    from scheduling.health import parse_dcgm_text
+
+    try:
+        response = httpx.get(endpoint, timeout=5)
+        response.raise_for_status()
+        samples = parse_dcgm_text(response.text)
+    except (httpx.HTTPError, ValueError) as error:
+        raise StepError("gpu_exporter_not_reporting", f"{endpoint} gives no GPU metrics: {error}") from error
+    reported = {sample.device_uuid for sample in samples if sample.signal == GPU_UTILIZATION}
+    if missing := sorted(uuids - reported):
+        raise StepError(
+            "gpu_exporter_not_reporting",
+            f"{endpoint} reports no {GPU_UTILIZATION} for {', '.join(missing)}.",
+            details={"missing": missing},
+        )
+    return len(reported & uuids)
 
 
 # --- Slurm -------------------------------------------------------------------------------------------------

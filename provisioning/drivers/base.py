@@ -169,7 +169,8 @@ class InBandDriver(ABC):
     def install_gpu_driver(self, target: Target, version: str) -> dict: ...
 
     @abstractmethod
-    def install_monitoring_agent(self, target: Target, agent: str) -> dict: ...
+    def install_monitoring_agent(self, target: Target, agent: str, gpu_exporter: str = "") -> dict:
+        """The agent (and the profile's GPU exporter, when it names one) installed, started and answering."""
 
     @abstractmethod
     def register_in_cluster(self, target: Target, cluster: str) -> dict: ...

@@ -238,9 +238,9 @@ class SimulatedHost(WorkloadDriver, InBandDriver, ServingDriver):
         _work("install_gpu_driver", target)
         return {"driver_version": version, "accelerators_visible": len(target.devices)}
 
-    def install_monitoring_agent(self, target: Target, agent: str) -> dict:
+    def install_monitoring_agent(self, target: Target, agent: str, gpu_exporter: str = "") -> dict:
         _work("install_monitoring_agent", target)
-        return {"agent": agent, "reporting": True}
+        return {"agent": agent, "reporting": True, **({"gpu_exporter": gpu_exporter} if gpu_exporter else {})}
 
     def register_in_cluster(self, target: Target, cluster: str) -> dict:
         _work("register_in_cluster", target)

@@ -4,7 +4,10 @@ dynamic `slurmd -Z` node seen idle through slurmrestd and gone after release; an
 failing task, a changed host key."""
 
 import pytest
+from django.utils import timezone
 
+from catalog.choices import ServiceKind
+from metering.telemetry import Binding, DcgmDriver
 from provisioning.drivers import in_band_driver
 from provisioning.drivers.ansible import AnsibleHost, clear_control_sockets
 from provisioning.drivers.base import StepError, Target
@@ -51,9 +54,11 @@ def test_every_in_band_step_on_a_real_host_then_an_idempotent_rerun_then_release
         "cc-gpu-driver",
         DRIVER_VERSION,
     ]
-    agent = driver.install_monitoring_agent(target, "node-exporter")
+    agent = driver.install_monitoring_agent(target, "node-exporter", "dcgm-exporter")
     assert agent["endpoint"] == f"http://{host.address}:9100/metrics" and agent["reporting"] is True
     assert agent["agent_package"].startswith("prometheus-node-exporter 1.")
+    assert (agent["gpu_exporter_endpoint"], agent["gpu_series"]) == (f"http://{host.address}:9400/metrics", 2)
+    assert_metering_reads_the_gpu_exporter(agent["gpu_exporter_endpoint"], target)
     registered = driver.register_in_cluster(target, slurm.name)
     assert registered["node_name"] == "bm-life" and registered["slurm_state"].startswith("IDLE")
     assert slurm.node_states()["bm-life"] == "idle"
@@ -64,7 +69,7 @@ def test_every_in_band_step_on_a_real_host_then_an_idempotent_rerun_then_release
 
     rerun = [
         driver.install_gpu_driver(target, DRIVER_VERSION),
-        driver.install_monitoring_agent(target, "node-exporter"),
+        driver.install_monitoring_agent(target, "node-exporter", "dcgm-exporter"),
         driver.register_in_cluster(target, slurm.name),
         driver.health_check(target, []),
     ]
@@ -80,8 +85,31 @@ def test_every_in_band_step_on_a_real_host_then_an_idempotent_rerun_then_release
         ).returncode
         == 1
     )
+    assert in_band.hosts.exec(host, "pgrep", "-f", "cc-gpu-exporter").returncode == 1
     again = driver.deregister_from_cluster(target, slurm.name)
     assert (again["ansible"]["changed"], again["removed_now"]) == (0, False)
+
+
+def assert_metering_reads_the_gpu_exporter(endpoint: str, target: Target) -> None:
+    """Metering's dcgm scraper, pointed at the endpoint, gets an idle card's reading for each of the server's GPUs."""
+    bindings = [
+        Binding(allocation_id=1, device_id=device["index"], device_uuid=device["uuid"], node=target.node,
+                position=device["index"], memory_gb=80, milli=1000, service_kind=ServiceKind.BARE_METAL)
+        for device in target.devices
+    ]  # fmt: skip
+    result = DcgmDriver(url_template=endpoint, timeout=5).read(bindings, timezone.now())
+    assert result.errors == []
+    assert [(r.device_id, r.utilization_pct, r.memory_used_mb) for r in result.readings] == [(0, 0, 0), (1, 0, 0)]
+    assert all(reading.power_w > 0 for reading in result.readings)
+
+
+def test_a_gpu_exporter_these_playbooks_do_not_know_is_a_permanent_failure(in_band, slurm):
+    host = in_band.hosts.start("bm-exporter", cards=1)
+    with pytest.raises(StepError) as failure:
+        target = target_for(host, slurm.name, cards=1)
+        AnsibleHost(timeout=300).install_monitoring_agent(target, "node-exporter", "rocm")
+    assert failure.value.code == "playbook_task_failed" and not failure.value.retryable
+    assert "The bare-metal-v1 playbooks install no GPU exporter named rocm" in failure.value.message
 
 
 def test_an_unreachable_host_is_a_retryable_failure_naming_step_and_host(in_band, slurm):

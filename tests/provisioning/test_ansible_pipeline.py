@@ -26,13 +26,14 @@ DRIVER_VERSION = "550.54.15"
 @pytest.fixture
 def server(hgx, in_band):  # noqa: F811  (the imported fixture)
     """The HGX server of the inventory tests, delivered as a real test host (8 fake GPUs) reached over SSH, its
-    profile installing the stand-in driver and joining the session's Slurm cluster."""
+    profile installing the stand-in driver and GPU exporter and joining the session's Slurm cluster."""
     hgx.inventory_from("hgx")
     host = in_band.hosts.start(hgx.node.name, cards=8)
     hgx.node.os_address, hgx.node.ssh_credentials_ref = host.address, "test-hosts"
     hgx.node.save(update_fields=["os_address", "ssh_credentials_ref"])
     hgx.profile.driver_version, hgx.profile.target_cluster = DRIVER_VERSION, in_band.cluster.name
-    hgx.profile.save(update_fields=["driver_version", "target_cluster"])
+    hgx.profile.gpu_exporter = "dcgm-exporter"
+    hgx.profile.save(update_fields=["driver_version", "target_cluster", "gpu_exporter"])
     hgx.host, hgx.in_band = host, in_band
     return hgx
 
@@ -61,6 +62,8 @@ def test_a_bare_metal_order_from_the_bmcs_to_a_slurm_node_and_back(server, api, 
     }
     assert record["driver_version"] == DRIVER_VERSION
     assert record["agent_endpoint"] == f"http://{server.host.address}:9100/metrics"
+    assert record["gpu_exporter_endpoint"] == f"http://{server.host.address}:9400/metrics"
+    assert run.steps.get(name="install_monitoring_agent").output["gpu_series"] == 8
     assert (record["cluster_node"], record["cluster"], record["host"]) == (name, slurm.name, server.host.address)
     assert set(record["in_band"]) == set(IN_BAND_STEPS)
     for step, summary in record["in_band"].items():
@@ -77,7 +80,7 @@ def test_a_bare_metal_order_from_the_bmcs_to_a_slurm_node_and_back(server, api, 
     profile = target.snapshot["bare_metal_profile"]
     again = [
         driver.install_gpu_driver(target, profile["driver_version"]),
-        driver.install_monitoring_agent(target, profile["monitoring_agent"]),
+        driver.install_monitoring_agent(target, profile["monitoring_agent"], profile["gpu_exporter"]),
         driver.register_in_cluster(target, profile["target_cluster"]),
         driver.health_check(target, []),
     ]
