@@ -198,10 +198,13 @@ def orders_never_fit(orders) -> list[dict | None]:
 
 
 # What "could it ever fit" depends on: the nodes, their devices and the slice profiles (whose shares the devices
-# offer). Any insert, update or delete of a node or device moves its count or latest updated_at.
+# offer). Any insert or delete of a node or device moves its count or highest id (ids are never reused, even after
+# a rollback), and an edit its latest updated_at (save() and the inventory import's bulk update both set it).
 _INVENTORY_VERSION = f"""
-SELECT (SELECT count(*) FROM {Node._meta.db_table}), (SELECT max(updated_at) FROM {Node._meta.db_table}),
-       (SELECT count(*) FROM {Device._meta.db_table}), (SELECT max(updated_at) FROM {Device._meta.db_table}),
+SELECT (SELECT array[count(*), max(id)] FROM {Node._meta.db_table}),
+       (SELECT max(updated_at) FROM {Node._meta.db_table}),
+       (SELECT array[count(*), max(id)] FROM {Device._meta.db_table}),
+       (SELECT max(updated_at) FROM {Device._meta.db_table}),
        (SELECT md5(string_agg(concat_ws(',', id, accelerator_id, name, compute_fraction), ';' ORDER BY id))
           FROM {SliceProfile._meta.db_table})
 """
