@@ -217,28 +217,41 @@ def _requests(rng, chosen: list[Project], developers, service, image, specs) -> 
     start = now - timedelta(days=DAYS)
     created = sorted(start + timedelta(seconds=rng.uniform(0, DAYS * 86400)) for _ in chosen)
     queued_from = int(len(chosen) * (1 - QUEUED_SHARE))
-    templates = {spec.pk: approved_snapshot(queued_row(spec, chosen[0], None, service, image)) for spec in specs}
+    # A spec's demand properties read its models: worked out once per spec, with the snapshot it freezes.
+    templates = {spec.pk: queued_row(spec, chosen[0], None, service, image) for spec in specs}
+    snapshots = {pk: approved_snapshot(template) for pk, template in templates.items()}
+    demand = ("gpu_equivalents", "accelerator_count", "accelerator_memory_gb", "cpu_cores", "memory_gb", "hourly_cost")
     first_id = (ResourceRequest.objects.aggregate(top=models.Max("id"))["top"] or 0) + 1
     spec_weights = [weight for _cards, weight in CARDS]
     ending_states, ending_weights = zip(*ENDINGS, strict=True)
     rows = []
     for n, (project, at) in enumerate(zip(chosen, created, strict=True)):
-        spec = rng.choices(specs, weights=spec_weights)[0]
-        request = queued_row(spec, project, rng.choice(developers[project.pk]), service, image)
-        request.pk = first_id + n
-        request.duration_hours = rng.choice(DURATIONS)
-        request.card_hours = spec.gpu_equivalents * request.duration_hours
-        request.cost_estimate = spec.hourly_cost * request.duration_hours
-        request.created_at = request.updated_at = at
+        template = templates[rng.choices(specs, weights=spec_weights)[0].pk]
+        hours = rng.choice(DURATIONS)
         if n >= queued_from:
             state = S.QUEUED
-        elif at + timedelta(hours=request.duration_hours) > now:
+        elif at + timedelta(hours=hours) > now:
             state = S.ACTIVE
         else:
             state = rng.choices(ending_states, weights=ending_weights)[0]
-        vars(request)["state"] = state  # past the protected field: the row is COPYed, never saved as a model
-        if request.state != S.REJECTED:
-            freeze_like(request, templates[spec.pk])
+        request = ResourceRequest(
+            id=first_id + n,
+            tenant_id=project.tenant_id,
+            project=project,
+            requester=rng.choice(developers[project.pk]),
+            service=service,
+            spec_id=template.spec_id,
+            image=image,
+            duration_hours=hours,
+            card_hours=template.gpu_equivalents * hours,
+            cost_estimate=template.hourly_cost * hours,
+            state=state,
+            created_at=at,
+            updated_at=at,
+            **{field: getattr(template, field) for field in demand},
+        )
+        if state != S.REJECTED:
+            freeze_like(request, snapshots[template.spec_id])
             request.approved_at = at
         rows.append(request)
     return rows
