@@ -26,14 +26,24 @@ def _assigned_subject_ids(user: User, model) -> QuerySet:
 
 
 def _visible(queryset: QuerySet, user: User) -> QuerySet:
-    """Rows of projects the user may view, plus those the user was asked to approve; operators see all."""
+    """Rows of projects the user may view, plus those the user was asked to approve; operators see all.
+
+    The ids are read first (two small queries): with them inline as subqueries, PostgreSQL can only test every row
+    of the table against both (a list's count read all 100,000 requests). As id lists, the filter is an index scan
+    of the user's projects, and the OR is there only for approvals outside them, which are rare."""
     model = queryset.model
     if not user.is_authenticated:
         return queryset.none()
     if user.has_perm(f"requests.view_{model._meta.model_name}"):
         return queryset
-    projects = projects_with_permission(user=user, permission=ProjectPermission.VIEW).values("pk")
-    return queryset.filter(Q(project__in=projects) | Q(pk__in=_assigned_subject_ids(user, model)))
+    projects = list(projects_with_permission(user=user, permission=ProjectPermission.VIEW).values_list("pk", flat=True))
+    elsewhere = list(
+        _assigned_subject_ids(user, model)
+        .exclude(stage__approval__project__in=projects)
+        .values_list("stage__approval__subject_id", flat=True)
+    )
+    mine = Q(project__in=projects)
+    return queryset.filter(mine | Q(pk__in=elsewhere) if elsewhere else mine)
 
 
 def request_list_visible_to(*, user: User) -> QuerySet[ResourceRequest]:

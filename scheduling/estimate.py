@@ -9,12 +9,15 @@ and the queue ahead; only MIG orders pay it."""
 
 from datetime import datetime, timedelta
 
+from django.db import connection
 from django.utils import timezone
 
+from catalog.models import SliceProfile
 from requests.choices import PRIORITY_RANK, RequestState
 from requests.models import ResourceRequest
 from scheduling import mig_cycle, placement
 from scheduling.cycle import demand_of, load_inventory, load_snapshot, make_demand, queue_order
+from scheduling.models import Device, Node
 from scheduling.outcome import last_outcome
 
 PREVIEW_ID = "preview"
@@ -215,17 +218,62 @@ def _age_seconds(as_of: datetime) -> int:
 
 def order_never_fits(order, sizing) -> dict | None:
     """The submission's check ({code, message, details}) when no node of the inventory could ever hold the order;
-    None when one could. Three queries: the inventory, not what runs on it."""
-    return _never_fits_reason(load_inventory(), order, sizing)
+    None when one could. One query while the inventory is unchanged (`inventory_types`)."""
+    return _never_fits_reason(inventory_types(), order, sizing)
 
 
 def orders_never_fit(orders) -> list[dict | None]:
-    """`order_never_fits` for each (order, sizing), over one load of the inventory (the catalog asks it of every
+    """`order_never_fits` for each (order, sizing), over one read of the inventory (the catalog asks it of every
     option on the page). An empty inventory (nothing imported yet) marks nothing."""
-    nodes = load_inventory()
+    nodes = inventory_types()
     if not nodes:
         return [None for _ in orders]
     return [_never_fits_reason(nodes, order, sizing) for order, sizing in orders]
+
+
+# What "could it ever fit" depends on: the nodes, their devices and the slice profiles (whose shares the devices
+# offer). Any insert or delete of a node or device moves its count or highest id (ids are never reused, even after
+# a rollback), and an edit its latest updated_at (save() and the inventory import's bulk update both set it).
+_INVENTORY_VERSION = f"""
+SELECT (SELECT array[count(*), max(id)] FROM {Node._meta.db_table}),
+       (SELECT max(updated_at) FROM {Node._meta.db_table}),
+       (SELECT array[count(*), max(id)] FROM {Device._meta.db_table}),
+       (SELECT max(updated_at) FROM {Device._meta.db_table}),
+       (SELECT md5(string_agg(concat_ws(',', id, accelerator_id, name, compute_fraction), ';' ORDER BY id))
+          FROM {SliceProfile._meta.db_table})
+"""
+_types: dict = {}  # this process's inventory types and the version they were read at
+
+
+def inventory_types() -> list[placement.Node]:
+    """The inventory's nodes, one of each type (the first by name, which a reason then names), read again only when
+    the inventory changed. Whether an order could ever fit needs only what an empty node offers, and a fleet of
+    thousands of nodes is a few types: a submission then costs one small query, not every node and device (7,400
+    rows at 1,213 nodes, 74,000 at 12,130) turned into engine objects."""
+    with connection.cursor() as cursor:
+        cursor.execute(_INVENTORY_VERSION)
+        version = cursor.fetchone()
+    if _types.get("version") != version:
+        _types.update(version=version, nodes=_one_of_each_type(load_inventory()))
+    return _types["nodes"]
+
+
+def _one_of_each_type(nodes: list[placement.Node]) -> list[placement.Node]:
+    """The first node of each size and device make-up, in inventory order (the first of a size stays first)."""
+    first: dict[tuple, placement.Node] = {}
+    for node in nodes:
+        devices = tuple(
+            (
+                device.model,
+                device.vendor,
+                device.memory_mib,
+                device.capacity,
+                tuple(sorted(device.slice_profiles.items())),
+            )
+            for device in node.devices
+        )
+        first.setdefault((node.cpu_milli, node.memory_mib, devices), node)
+    return list(first.values())
 
 
 def _never_fits_reason(nodes, order, sizing) -> dict | None:

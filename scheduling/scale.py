@@ -192,20 +192,27 @@ class Workload:
             request.duration_hours = synthetic.duration_hours
             request.card_hours = spec.gpu_equivalents * synthetic.duration_hours
             request.cost_estimate = spec.hourly_cost * synthetic.duration_hours
-            request.approved_spec = {
-                **template.approved_spec,
-                "tenant": project.tenant_id,
-                "project": project.slug,
-                "priority": synthetic.priority,
-                "duration_hours": synthetic.duration_hours,
-                "demand": {**template.approved_spec["demand"], "card_hours": str(request.card_hours)},
-                "cost_estimate": str(request.cost_estimate),
-            }
-            request.approved_spec_hash = snapshot_hash(request.approved_spec)
+            freeze_like(request, template.approved_spec)
             request.created_at = request.approved_at = now
             rows.append(request)
         created = ResourceRequest.objects.bulk_create(rows, batch_size=5000)
         return [request.pk for request in created]
+
+
+def freeze_like(request: ResourceRequest, template_snapshot: dict) -> None:
+    """Give the request the snapshot submission would freeze, from one frozen for a request of the same spec and
+    image: only the request's own fields differ (its id, tenant, project, priority, duration, card-hours, cost)."""
+    request.approved_spec = {
+        **template_snapshot,
+        "request": request.pk,
+        "tenant": request.project.tenant_id,
+        "project": request.project.slug,
+        "priority": request.priority,
+        "duration_hours": request.duration_hours,
+        "demand": {**template_snapshot["demand"], "card_hours": str(request.card_hours)},
+        "cost_estimate": str(request.cost_estimate),
+    }
+    request.approved_spec_hash = snapshot_hash(request.approved_spec)
 
 
 def _spec_slug(key: tuple) -> str:

@@ -17,6 +17,7 @@ ROOT = Path(__file__).resolve().parents[2]
 BENCHMARKS = [
     "tests.bench.bench_catalog_api",
     "tests.bench.bench_requests",
+    "tests.bench.bench_api_load",
     "tests.bench.bench_scheduler",
     "tests.bench.bench_scale",
     "tests.bench.bench_steady",

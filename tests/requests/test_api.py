@@ -622,6 +622,33 @@ def test_request_list_query_count_does_not_grow_with_rows(api_as, shop, people):
     assert few == many
 
 
+def test_queue_detail_and_operator_pages_query_counts_do_not_grow_with_rows_or_events(api_as, shop, people):
+    """The pages the API load benchmark drives (tests/bench/bench_api_load.py) at a few rows and at more rows with
+    a long timeline: the same queries."""
+    first = submit(shop, people)  # no approval policy: approved on submission and queued
+    pages = [
+        (people.developer, "/api/v1/queue/"),
+        (people.developer, f"{REQUESTS}{first.pk}/"),
+        (people.operator, REQUESTS),
+        (people.operator, "/api/v1/queue/"),
+    ]
+    for user, path in pages:
+        api_as(user).get(path)  # warm per-process caches (content types) before measuring
+
+    few = [query_count(api_as(user), path) for user, path in pages]
+    for _ in range(8):
+        submit(shop, people, spec=shop.sliced, duration_hours=5)
+        services.request_submit(order=make_order(shop, people.other_project), requester=people.other_developer)
+    waits = [RequestEvent(request=first, code="queue_reason", message="Waiting.", data={"n": n}) for n in range(40)]
+    RequestEvent.objects.bulk_create(waits)
+    many = [query_count(api_as(user), path) for user, path in pages]
+
+    assert api_as(people.developer).get("/api/v1/queue/").json()["count"] == 9
+    assert len(api_as(people.developer).get(f"{REQUESTS}{first.pk}/").json()["timeline"]) > 40
+    assert api_as(people.operator).get(REQUESTS).json()["count"] == 17
+    assert few == many
+
+
 # --- Cancelling --------------------------------------------------------------------------------------------
 
 

@@ -537,6 +537,34 @@ def test_submission_refuses_or_warns_about_an_order_that_never_fits_as_the_order
     assert "never_fits" not in ResourceRequest.objects.get(pk=fitting.json()["id"]).events.get(code="submitted").data
 
 
+def test_never_fits_reads_the_inventory_once_per_change_one_node_of_each_type(
+    shop, team, eight_cards, api_as, django_assert_num_queries
+):
+    from scheduling.estimate import inventory_types
+
+    assert [node.name for node in inventory_types()] == ["big-1"]  # big-2 is the same type
+    with django_assert_num_queries(1):  # unchanged: only the inventory's version is read
+        assert [node.name for node in inventory_types()] == ["big-1"]
+    body = {
+        "service": shop.service.pk,
+        "project": team.project.pk,
+        "spec": eight_cards.pk,
+        "image": shop.image.pk,
+        "duration_hours": 10,
+        "if_unplaceable": "refuse",
+    }
+    client = api_as(team.developer)
+    assert client.post("/api/v1/requests/", body, format="json").status_code == 422
+
+    add_node(shop.accelerator, name="bigger", cards=8, cpu_cores=128, memory_gb=2048)
+    assert client.post("/api/v1/requests/", body, format="json").status_code == 201
+    bigger = Node.objects.get(name="bigger")
+    bigger.cpu_milli = 64_000  # an edit, no new row, is seen too
+    bigger.save()
+    assert client.post("/api/v1/requests/", body, format="json").status_code == 422
+    assert [node.name for node in inventory_types()] == ["big-1", "bigger"]
+
+
 def test_the_order_page_refuses_an_order_that_never_fits_when_asked_to(client, shop, team, eight_cards):
     client.force_login(team.developer)
     form = {

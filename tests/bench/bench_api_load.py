@@ -1,0 +1,339 @@
+"""The API under load: gunicorn on PostgreSQL and Redis, 50 simulated users, 100,000 requests, 1,000,000 events.
+
+`python -m tests.bench.bench_api_load [--requests N] [--events M] [--users U] [--duration S] [--json]` (`make bench`
+runs it with the issue's numbers through run()): a fresh scratch database, a month of history seeded with COPY
+(tests/bench/api_seed.py), one scheduling cycle over what it left queued, then gunicorn (gunicorn.conf.py,
+loopback) and the simulated users in their own process (tests/bench/api_load_client.py), bounded in time and count.
+Reported: p50/p99 per endpoint, requests/s, submissions/s, the gunicorn workers' CPU time per request, the queries
+each page costs at this size (the unit tests assert they do not grow: tests/requests/test_api_load_pages.py), and
+PostgreSQL rows and table/index sizes per table after the run (the month-size projection in docs/BENCHMARKS.md).
+"""
+
+import argparse
+import json
+import logging
+import os
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from contextlib import contextmanager
+from pathlib import Path
+
+import psycopg
+
+ROOT = Path(__file__).resolve().parents[2]
+SERVER_URL = os.environ.get("BENCH_DATABASE_SERVER", "postgres://postgres@127.0.0.1:5432")
+DATABASE = os.environ.get("BENCH_API_DATABASE", "compute_catalog_bench_api")
+REDIS_URL = os.environ.get("BENCH_API_REDIS_URL", "redis://127.0.0.1:6379/13")
+TITLE = "API under load (issue 19: gunicorn, 50 users, 100,000 requests, 1,000,000 events)"
+DESCRIPTION = (
+    "`python -m tests.bench.bench_api_load --json`: a month of history COPYed into a fresh database (200 projects "
+    "in 20 tenants with Zipf-weighted traffic, 1,000 users, 100,000 requests over 30 days, 1,000,000 timeline "
+    "events; shape in tests/bench/api_seed.py), one scheduling cycle on the openb fleet, then gunicorn (sync "
+    "workers, loopback, Redis broker and cache) and 50 simulated users in their own aiohttp process: 40 "
+    "developers (preview + submit, request detail, their list, the queue), 8 approvers (inbox, approve) and 2 "
+    "operators (everything's list and queue), think time exponential around 500 ms, for 60 s; then 20 s of "
+    "closed-loop submissions from 50 clients. p50/p99 per endpoint; `queries` is one call of the page at this "
+    "size. Targets: p99 <= 250 ms for detail, list and queue; >= 100 submissions/s. Client, gunicorn, "
+    "PostgreSQL and Redis share the machine's 2 cores."
+)
+
+
+def _load() -> str:
+    return " ".join(Path("/proc/loadavg").read_text().split()[:3])
+
+
+def _fresh_database() -> dict:
+    with psycopg.connect(f"{SERVER_URL}/postgres", autocommit=True) as connection:
+        connection.execute(f'DROP DATABASE IF EXISTS "{DATABASE}" WITH (FORCE)')
+        connection.execute(f'CREATE DATABASE "{DATABASE}"')
+    env = {
+        **os.environ,
+        "DATABASE_URL": f"{SERVER_URL}/{DATABASE}",
+        "REDIS_URL": REDIS_URL,
+        "SECRET_KEY": "bench-only",
+        "DEBUG": "0",
+        "ALLOWED_HOSTS": "127.0.0.1,testserver",
+        "DJANGO_SETTINGS_MODULE": "config.settings",
+    }
+    subprocess.run([sys.executable, "manage.py", "migrate", "-v0"], cwd=ROOT, env=env, check=True)
+    return env
+
+
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+@contextmanager
+def gunicorn(env: dict, workers: int):
+    """gunicorn serving the project on a free loopback port until the block ends; yields (base URL, master pid)."""
+    port = _free_port()
+    command = [sys.executable, "-m", "gunicorn", "config.wsgi", "-c", "gunicorn.conf.py"]
+    command += ["--bind", f"127.0.0.1:{port}", "--workers", str(workers), "--log-level", "warning"]
+    with tempfile.TemporaryFile("w+") as log:  # django-q logs every enqueue: kept out of the report, shown on failure
+        server = subprocess.Popen(command, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
+        try:
+            base = f"http://127.0.0.1:{port}"
+            _wait_until_up(f"{base}/healthz", server)
+            yield base, server.pid
+        except BaseException:
+            log.seek(0)
+            sys.stderr.write(log.read()[-4000:])
+            raise
+        finally:
+            server.terminate()
+            server.wait(timeout=30)
+
+
+def _wait_until_up(url: str, server: subprocess.Popen, seconds: float = 60) -> None:
+    import httpx
+
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        if server.poll() is not None:
+            raise RuntimeError(f"gunicorn exited with {server.returncode}")
+        try:
+            if httpx.get(url, timeout=2).status_code == 200:
+                return
+        except httpx.TransportError:
+            pass
+        time.sleep(0.2)
+    raise RuntimeError(f"{url} did not answer within {seconds} s")
+
+
+def _cpu_seconds(master: int) -> float:
+    """User + system CPU of gunicorn's master and workers so far (from /proc)."""
+    pids = [master, *map(int, Path(f"/proc/{master}/task/{master}/children").read_text().split())]
+    ticks = 0
+    for pid in pids:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        ticks += int(fields[11]) + int(fields[12])
+    return ticks / os.sysconf("SC_CLK_TCK")
+
+
+def _people(seeded, users: int) -> list[dict]:
+    """The simulated users: 80 % developers (one per project, the busiest projects first), 16 % approvers of the
+    busiest projects, the rest operators."""
+    from tests import factories
+    from tests.bench.api_seed import tokens_for
+
+    approvers = max(1, round(users * 0.16))
+    operators = max(0, min(users - approvers - 1, round(users * 0.04)))
+    developers = users - approvers - operators
+    people = []
+    for n in range(developers):
+        project = seeded.projects[n % len(seeded.projects)]
+        team = seeded.developers[project.pk]
+        people.append(("developer", team[(n // len(seeded.projects)) % len(team)], project))
+    people += [("approver", seeded.approvers[project.pk], project) for project in seeded.projects[:approvers]]
+    people += [("operator", factories.operator(), None) for _ in range(operators)]
+    tokens = tokens_for([user for _role, user, _project in people])
+    return [
+        {
+            "role": role,
+            "token": token,
+            "project": project.pk if project else None,
+            "request_ids": _sample_ids(project) if role == "developer" else [],
+        }
+        for (role, _user, project), token in zip(people, tokens, strict=True)
+    ]
+
+
+def _sample_ids(project) -> list[int]:
+    from requests.models import ResourceRequest
+
+    return list(ResourceRequest.objects.filter(project=project).order_by("?").values_list("pk", flat=True)[:200])
+
+
+def _page_queries(plan: dict) -> dict:
+    """Queries of one call of each page at this size, as each role sees it (in process, the Django test client)."""
+    from django.test import Client
+
+    from tests.queries import queries_for
+
+    def client_of(role):
+        user = next(user for user in plan["users"] if user["role"] == role)
+        return user, Client(headers={"Authorization": f"Token {user['token']}"})
+
+    developer, as_developer = client_of("developer")
+    counts = {
+        "list": queries_for(as_developer, "/api/v1/requests/"),
+        "detail": queries_for(as_developer, f"/api/v1/requests/{developer['request_ids'][0]}/"),
+        "queue": queries_for(as_developer, "/api/v1/queue/"),
+        "inbox": queries_for(client_of("approver")[1], "/api/v1/approvals/"),
+    }
+    if any(user["role"] == "operator" for user in plan["users"]):
+        as_operator = client_of("operator")[1]
+        counts["list (operator)"] = queries_for(as_operator, "/api/v1/requests/")
+        counts["queue (operator)"] = queries_for(as_operator, "/api/v1/queue/")
+    return counts
+
+
+def _table_sizes() -> list[dict]:
+    """Rows (exact), table and index bytes of every table that holds rows, largest first."""
+    from django.db import connection
+
+    with connection.cursor() as cursor:
+        cursor.execute("VACUUM ANALYZE")
+        cursor.execute(
+            "SELECT relname, pg_relation_size(relid), pg_indexes_size(relid), pg_total_relation_size(relid) "
+            "FROM pg_stat_user_tables ORDER BY pg_total_relation_size(relid) DESC"
+        )
+        tables = cursor.fetchall()
+        sizes = []
+        for name, table, indexes, total in tables:
+            cursor.execute(f'SELECT count(*) FROM "{name}"')
+            rows = cursor.fetchone()[0]
+            if rows:
+                sizes.append(
+                    {"table": name, "rows": rows, "table_bytes": table, "index_bytes": indexes, "total_bytes": total}
+                )
+    return sizes
+
+
+def measure(args) -> dict:
+    import redis
+    from django.db import connection
+
+    from requests.models import ResourceRequest
+    from scheduling.cycle import run_cycle
+    from tests.bench.api_seed import seed
+    from tests.bench.bench_scale import OPENB
+
+    redis.from_url(REDIS_URL).flushdb()
+    report = {"load_before": _load()}
+    started = time.perf_counter()
+    seeded = seed(
+        nodes_csv=OPENB / "openb_node_list_gpu_node.csv",
+        requests=args.requests,
+        events=args.events,
+        projects=args.projects,
+    )
+    report.update(seeded_requests=seeded.requests, seeded_events=seeded.events)
+    report["seed_s"] = round(time.perf_counter() - started, 1)
+    started = time.perf_counter()
+    cycle = run_cycle()
+    report.update(cycle_s=round(time.perf_counter() - started, 1), cycle_allocated=len(cycle.allocated))
+    plan = {
+        "seed": 42,
+        "users": _people(seeded, args.users),
+        "service": seeded.service.pk,
+        "image": seeded.image.pk,
+        "small_specs": [spec.pk for spec in seeded.specs if spec.accelerator_count < 4],
+        "large_specs": [spec.pk for spec in seeded.specs if spec.accelerator_count >= 4],
+        "large_share": 0.25,
+        "think_ms": args.think_ms,
+        "duration_s": args.duration,
+        "submit_s": args.submit_duration,
+        "max_requests": args.max_requests,
+    }
+    report["queries"] = _page_queries(plan)
+    report["requests_before"] = ResourceRequest.objects.count()
+    connection.close()  # gunicorn's workers and the client get the database to themselves
+    with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as plan_file:
+        json.dump(plan, plan_file)
+    try:
+        with gunicorn(args.env, args.workers) as (base_url, master):
+            plan["base_url"] = base_url
+            Path(plan_file.name).write_text(json.dumps(plan))
+            cpu_before, report["load_at_start"] = _cpu_seconds(master), _load()
+            limit = args.duration + args.submit_duration + 300
+            out = subprocess.run(
+                [sys.executable, "-m", "tests.bench.api_load_client", plan_file.name],
+                cwd=ROOT,
+                capture_output=True,
+                text=True,
+                check=True,
+                timeout=limit,
+            ).stdout
+            report["gunicorn_cpu_s"] = round(_cpu_seconds(master) - cpu_before, 1)
+            report["load_at_end"] = _load()
+    finally:
+        os.unlink(plan_file.name)
+        redis.from_url(REDIS_URL).flushdb()
+    report.update(json.loads(out))
+    served = report["mix"]["requests"] + report.get("submit", {}).get("requests", 0)
+    report["gunicorn_cpu_ms_per_request"] = round(report["gunicorn_cpu_s"] * 1000 / max(1, served), 1)
+    report["requests_after"] = ResourceRequest.objects.count()
+    report["tables"] = _table_sizes()
+    return report
+
+
+def rows(report: dict) -> list[dict]:
+    """One row per endpoint and phase, for docs/BENCHMARKS.md."""
+    table = []
+    for phase in ("mix", "submit"):
+        for endpoint, numbers in report.get(phase, {}).get("endpoints", {}).items():
+            table.append(
+                {
+                    "phase": phase,
+                    "endpoint": endpoint,
+                    "calls": numbers["count"],
+                    "per s": numbers["per_s"],
+                    "p50 ms": numbers["p50_ms"],
+                    "p99 ms": numbers["p99_ms"],
+                    "queries": report["queries"].get(endpoint, "-"),
+                    "statuses": " ".join(f"{code}: {n}" for code, n in sorted(numbers["statuses"].items())),
+                    "load": f"{report['load_at_start']} - {report['load_at_end']}",
+                }
+            )
+    return table
+
+
+def run() -> list[dict]:
+    out = subprocess.run(
+        [sys.executable, "-m", "tests.bench.bench_api_load", "--json"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    return rows(json.loads(out.strip().splitlines()[-1]))
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--requests", type=int, default=100_000)
+    parser.add_argument("--events", type=int, default=1_000_000)
+    parser.add_argument("--projects", type=int, default=200)
+    parser.add_argument("--users", type=int, default=50)
+    parser.add_argument("--duration", type=float, default=60, help="Seconds of the mixed phase.")
+    parser.add_argument("--submit-duration", type=float, default=20, help="Seconds of closed-loop submissions.")
+    parser.add_argument("--max-requests", type=int, default=200_000, help="Per phase, whatever the time.")
+    parser.add_argument("--think-ms", type=float, default=500)
+    parser.add_argument("--workers", type=int, default=4, help="gunicorn sync workers.")
+    parser.add_argument("--json", action="store_true", dest="as_json")
+    args = parser.parse_args(argv)
+    args.env = _fresh_database()
+    os.environ.update(
+        {
+            key: args.env[key]
+            for key in ("DATABASE_URL", "REDIS_URL", "SECRET_KEY", "DEBUG", "ALLOWED_HOSTS", "DJANGO_SETTINGS_MODULE")
+        }
+    )
+    import warnings
+
+    import django
+
+    warnings.filterwarnings("ignore", message="No directory at")  # WhiteNoise: no collectstatic for benchmarks
+    django.setup()
+    for noisy in ("django-q", "httpx"):  # one line per enqueued task or health probe
+        logging.getLogger(noisy).setLevel(logging.WARNING)
+    report = measure(args)
+    if args.as_json:
+        print(json.dumps(report))
+    else:
+        for row in rows(report):
+            print(row)
+        print({key: value for key, value in report.items() if key not in ("mix", "submit", "tables")})
+        for table in report["tables"][:15]:
+            print(table)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

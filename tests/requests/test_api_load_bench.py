@@ -1,0 +1,44 @@
+"""The API load benchmark (tests/bench/bench_api_load.py) at a tiny size, real gunicorn and Redis included, so that
+it cannot rot: seeded by COPY, served, driven by the simulated users, measured and sized."""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from django.db import connection
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_the_api_load_benchmark_runs_at_a_tiny_size():
+    env = {
+        **os.environ,
+        "BENCH_API_DATABASE": f"{connection.settings_dict['NAME']}_api_load",
+        "BENCH_API_REDIS_URL": "redis://127.0.0.1:6379/14",
+    }
+    tiny = ["--requests", "300", "--events", "3000", "--projects", "10", "--users", "6"]
+    tiny += ["--duration", "3", "--submit-duration", "2", "--think-ms", "50", "--workers", "2", "--json"]
+    out = subprocess.run(
+        [sys.executable, "-m", "tests.bench.bench_api_load", *tiny],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert out.returncode == 0, out.stderr[-3000:]
+    report = json.loads(out.stdout.strip().splitlines()[-1])
+
+    assert (report["seeded_requests"], report["seeded_events"]) == (300, 3000)
+    endpoints = report["mix"]["endpoints"]
+    assert {"list", "queue", "inbox"} <= set(endpoints)
+    for numbers in [*endpoints.values(), *report["submit"]["endpoints"].values()]:
+        assert numbers["count"] > 0 and set(numbers["statuses"]) <= {"200", "201"}, numbers
+    assert report["submit"]["endpoints"]["submit (closed loop)"]["statuses"]["201"] > 0
+    assert report["requests_after"] > report["requests_before"] == 300
+    assert set(report["queries"]) >= {"list", "detail", "queue", "inbox"}
+    tables = {table["table"]: table for table in report["tables"]}
+    assert tables["requests_requestevent"]["rows"] >= 3000
+    assert tables["requests_resourcerequest"]["index_bytes"] > 0
