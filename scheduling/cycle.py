@@ -158,20 +158,43 @@ def demand_of(request: ResourceRequest) -> placement.Demand:
 
 
 def queue_order(requests: list[ResourceRequest]) -> list[ResourceRequest]:
-    """Priority class first (highest first); with SCHEDULER_FAIR_SHARE, projects that used fewer card-hours this
-    month go first within a class; then submission time."""
+    """Priority class first (highest first, after aging); with SCHEDULER_FAIR_SHARE, projects that used fewer
+    card-hours this month go first within a class; then submission time."""
     usage = (
         _card_hours_this_month({request.project_id for request in requests}) if settings.SCHEDULER_FAIR_SHARE else {}
     )
+    now = timezone.now()
     return sorted(
         requests,
         key=lambda request: (
-            -PRIORITY_RANK[request.priority],
+            -aged_rank(request.priority, request.created_at, now),
             usage.get(request.project_id, 0),
             request.created_at,
             request.pk,
         ),
     )
+
+
+# Aging goes up to this class and no further: an old batch request may overtake new standard and high work, never
+# critical work (an operator's emergency lane).
+AGED_CEILING = PriorityClass.HIGH
+_CLASSES = sorted(PRIORITY_RANK, key=PRIORITY_RANK.get)  # lowest first
+
+
+def aged_rank(priority: str, submitted_at: datetime, now: datetime) -> int:
+    """The rank a request is ordered by: its class's, one class higher for every SCHEDULER_AGING_MINUTES it has
+    waited since submission, up to AGED_CEILING (0 minutes: no aging). The fairness rule that bounds a wait: after
+    at most (classes below the ceiling) x the aging step a request is ordered among the ceiling class by submission
+    time, ahead of everything submitted after it; from then on it is the head of the queue as soon as those older
+    ones are placed, and the head-of-line reservation (scheduling/backfill.py) keeps its node from being filled by
+    work behind it, so it starts once the allocations ahead of it end (their terms bound that)."""
+    rank, step = PRIORITY_RANK[priority], settings.SCHEDULER_AGING_MINUTES
+    ceiling = PRIORITY_RANK[AGED_CEILING]
+    if not step or rank >= ceiling:
+        return rank
+    steps = int((now - submitted_at).total_seconds() // (step * 60))
+    own = _CLASSES.index(priority)
+    return PRIORITY_RANK[_CLASSES[min(own + steps, _CLASSES.index(AGED_CEILING))]]
 
 
 @dataclass(frozen=True)

@@ -439,6 +439,7 @@ class PlacementEngine:
             todo = set(self.changed[index.seen :])
         index.seen = len(self.changed)
         memo = index.memo
+        entries = []
         for i in todo:
             node = nodes[i]
             if not node.schedulable:
@@ -448,7 +449,17 @@ class PlacementEngine:
             if result is _MISSING:
                 result = memo[memo_key] = evaluate(state[i], shape, node)
             if result is not None:
-                push(heap, (result[0], rank[i], i, version[i], result[1]))
+                entries.append((result[0], rank[i], i, version[i], result[1]))
+        if len(heap) + len(entries) > 2 * len(nodes) + 64:
+            # Stale entries (nodes changed since they were pushed) would otherwise pile up with every placement:
+            # keep the live ones, so the heap stays as large as the fleet, not as the history of its changes.
+            heap[:] = [entry for entry in heap if entry[3] == version[entry[2]]]
+        if len(entries) > len(heap):  # the first look, or most nodes changed: one O(n) heapify, not n pushes
+            heap.extend(entries)
+            heapq.heapify(heap)
+        else:
+            for entry in entries:
+                push(heap, entry)
 
     def _random_node(self, shape: _Shape):
         pool = list(range(len(self.nodes)))
