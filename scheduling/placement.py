@@ -15,7 +15,7 @@ import heapq
 import itertools
 import random
 import threading
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from itertools import combinations
 
@@ -700,15 +700,21 @@ class PlacementEngine:
 
     # -- preemption -------------------------------------------------------------------------------------------
 
-    def plan_preemption(self, demand: Demand, max_combinations: int = 200_000) -> PreemptionPlan:
+    def plan_preemption(
+        self, demand: Demand, max_combinations: int = 200_000, evictable: Callable[[Allocation], bool] | None = None
+    ) -> PreemptionPlan:
         """Smallest set of running, preemptible, strictly lower-priority allocations whose eviction lets a one-node
-        demand fit: fewest victims, then lowest priorities, then youngest. Exhaustive per node by victim count."""
+        demand fit: fewest victims, then lowest priorities, then youngest. Exhaustive per node by victim count.
+        ``evictable`` replaces the allocations' own preemptible flag (the caller's rules say who may evict whom), so
+        one engine serves every class and tenant instead of one engine built per rule set. The state is left as it
+        was: planning evicts and puts back."""
         if self.fits(demand):
             return PreemptionPlan(True, message="fits without preemption")
         shape = _Shape(demand)
+        may_evict = evictable or (lambda allocation: allocation.preemptible)
         by_node: dict[int, list[Allocation]] = {}
         for allocation in self.allocations.values():
-            if allocation.preemptible and allocation.priority < demand.priority:
+            if allocation.priority < demand.priority and may_evict(allocation):
                 by_node.setdefault(self.node_index[allocation.node], []).append(allocation)
         best = None
         budget = max_combinations
