@@ -501,6 +501,7 @@ class PlacementEngine:
         # Shapes that did not fit. Within one call nothing frees up, so the same shape fails the same way again
         # and needs no second search (a cycle over thousands of identical waiting requests stays fast).
         failed: dict[tuple, Pending] = {}
+        feasible: dict[tuple, tuple[int, int] | None] = {}  # shape -> (node, its version) that fits, or None
         for demand in demands:
             blocker = (
                 None
@@ -514,7 +515,7 @@ class PlacementEngine:
                     None,
                 )
             )
-            if blocker is not None and self.fits(demand):
+            if blocker is not None and self._fits_now(demand, feasible):
                 result.pending.append(
                     Pending(
                         demand.id,
@@ -556,6 +557,29 @@ class PlacementEngine:
 
     def fits(self, demand: Demand) -> bool:
         return self._best_node(_Shape(demand)) is not None
+
+    def _fits_now(self, demand: Demand, known: dict) -> bool:
+        """`fits` for a demand held back behind a higher-priority one, where only yes or no matters (it picks the
+        reason code): the first feasible node, unscored, instead of the shape's scored index over the whole fleet.
+        Within one `place` nothing is freed, so a shape that fits nowhere stays so, and one that fits stays so while
+        the node it fits on is unchanged."""
+        shape = _Shape(demand)
+        if shape.key in known:
+            seen = known[shape.key]
+            if seen is None or self.version[seen[0]] == seen[1]:
+                return seen is not None
+        if self.is_random or shape.key in self._indexes:
+            found = self._best_node(shape)
+            i = None if found is None else found[0]
+        else:
+            i = next((i for i in range(len(self.nodes)) if self._feasible(i, shape)), None)
+        known[shape.key] = None if i is None else (i, self.version[i])
+        return i is not None
+
+    def _feasible(self, i: int, shape: _Shape) -> bool:
+        node = self.nodes[i]
+        cpu, mem, devs = self.state[i]
+        return node.schedulable and shape.cpu <= cpu and shape.mem <= mem and bool(self._gpu_options(devs, shape, node))
 
     def release(self, binding: Binding) -> None:
         """Give a binding's resources back (used by preemption planning and by simulations with departures)."""
