@@ -135,6 +135,12 @@ SCHEDULER_REQUEUE_ON_ISOLATION = env_bool("SCHEDULER_REQUEUE_ON_ISOLATION", defa
 # class, fair share, submission); the ones behind them wait for a later cycle (0 = the whole queue). See
 # docs/BENCHMARKS.md (scheduler at scale) for the fairness rule.
 SCHEDULER_CYCLE_WINDOW = env_int("SCHEDULER_CYCLE_WINDOW", 10000)
+# Aging: a queued request is ordered one priority class higher for every this many minutes it has waited, up to
+# `high` (0 = strict classes). The rule that bounds the longest wait: scheduling.cycle.aged_rank.
+SCHEDULER_AGING_MINUTES = env_int("SCHEDULER_AGING_MINUTES", 60)
+# Every this many cycles a scheduler process reads the whole cluster again and compares it with the state it kept
+# from the change log (scheduling/cluster_state.py).
+SCHEDULER_STATE_REBUILD_CYCLES = env_int("SCHEDULER_STATE_REBUILD_CYCLES", 100)
 EXPIRY_WARNING_HOURS = env_int("EXPIRY_WARNING_HOURS", 4)
 ALLOCATION_HEARTBEAT_TIMEOUT_MINUTES = env_int("ALLOCATION_HEARTBEAT_TIMEOUT_MINUTES", 30)
 # Metering: telemetry driver (simulated or dcgm) and where each node's dcgm-exporter answers ({node} = node name),

@@ -19,15 +19,13 @@ from django.db import connection, transaction
 from django.db.models import Count
 from django.utils import timezone
 
-from catalog.models import SliceProfile
 from requests.choices import PRIORITY_RANK, PriorityClass, RequestState
 from requests.models import ResourceRequest
 from requests.quota import month_start
 from requests.services import requests_allocate, requests_note_queue
-from scheduling import backfill, mig_cycle, placement, preemption
+from scheduling import backfill, cluster_state, mig_cycle, placement, preemption
 from scheduling.allocations import adjust_device_shares
-from scheduling.choices import AllocationState, DeviceHealth
-from scheduling.models import ENDS_AT, Allocation, AllocationDevice, Device, Node
+from scheduling.models import Allocation, AllocationDevice
 from scheduling.outcome import record_outcome
 from scheduling.signals import cycle_finished, requests_allocated
 from tenancy.choices import QuotaDimension
@@ -93,100 +91,24 @@ class ClusterSnapshot:
     expires: dict[str, datetime]  # engine allocation id (request id) -> when it ends
 
 
-def _engine_health(device: Device) -> str:
-    return _health(device.isolated, device.health)
-
-
-def _health(isolated: bool, health: str) -> str:
-    if isolated or health == DeviceHealth.UNHEALTHY:
-        return placement.ISOLATED
-    return placement.DEGRADED if health == DeviceHealth.DEGRADED else placement.HEALTHY
-
-
 def load_snapshot() -> ClusterSnapshot:
-    """Nodes, devices, slice tables and running allocations in five queries (plain rows, no model instances: a
-    12,000-node fleet is 60,000 devices)."""
-    nodes, device_ids, node_ids, positions = _load_nodes()
-    bound: dict[int, list[tuple[int, int]]] = {}
-    for allocation_id, device_id, milli in AllocationDevice.objects.filter(
-        allocation__state=AllocationState.ACTIVE
-    ).values_list("allocation_id", "device_id", "milli"):
-        bound.setdefault(allocation_id, []).append((positions[device_id], milli))
-    active = list(
-        Allocation.objects.filter(state=AllocationState.ACTIVE)
-        .annotate(ends_at=ENDS_AT)
-        .values_list(
-            "pk",
-            "request_id",
-            "node__name",
-            "cpu_milli",
-            "memory_mib",
-            "priority",
-            "preemptible",
-            "started_at",
-            "ends_at",
-        )
-    )
-    allocations = [
-        placement.Allocation(
-            str(request_id),
-            node_name,
-            tuple(bound.get(pk, ())),
-            cpu_milli,
-            memory_mib,
-            priority,
-            preemptible,
-            started_at.timestamp(),
-        )
-        for pk, request_id, node_name, cpu_milli, memory_mib, priority, preemptible, started_at, _ in active
-    ]
-    expires = {str(row[1]): row[8] for row in active}
-    return ClusterSnapshot(placement.Snapshot(nodes, allocations), device_ids, node_ids, expires)
+    """Nodes, devices, slice tables and running allocations read whole (five queries, plain rows: a 12,000-node
+    fleet is 60,000 devices). The cycle itself uses the state its process keeps (`cluster_state.kept`)."""
+    state = cluster_state.ClusterState()
+    state.read_all()
+    return ClusterSnapshot(*state.view())
+
+
+def _kept_snapshot() -> ClusterSnapshot:
+    """The cluster as the database has it now, from the state this process kept since its last cycle."""
+    return ClusterSnapshot(*cluster_state.kept.current().view())
 
 
 def load_inventory() -> list[placement.Node]:
-    """The nodes with their devices as the engine sees them, without what runs on them (three queries)."""
-    return _load_nodes()[0]
-
-
-def _load_nodes():
-    """The engine's nodes, and the way back to rows: (nodes, device ids, node ids, device positions by pk)."""
-    profiles: dict[int, dict[str, int]] = {}
-    for accelerator_id, name, fraction in SliceProfile.objects.values_list(
-        "accelerator_id", "name", "compute_fraction"
-    ):
-        profiles.setdefault(accelerator_id, {})[name] = int(fraction * placement.MILLI)
-    devices_by_node: dict[int, list[tuple]] = {}
-    for row in Device.objects.order_by("node_id", "index").values_list(
-        "pk", "node_id", "model_id", "model__slug", "model__vendor__slug", "memory_gb", "health", "isolated"
-    ):
-        devices_by_node.setdefault(row[1], []).append(row)
-    nodes, device_ids, node_ids, positions = [], {}, {}, {}
-    interned: dict[tuple, placement.Device] = {}  # equal devices are one object (frozen): fewer objects to build
-    for node_pk, name, cpu_milli, memory_mib, schedulable in Node.objects.order_by("name").values_list(
-        "pk", "name", "cpu_milli", "memory_mib", "schedulable"
-    ):
-        engine_devices = []
-        for position, (pk, _node, model_id, slug, vendor, memory_gb, health, isolated) in enumerate(
-            devices_by_node.get(node_pk, [])
-        ):
-            key = (position, slug, vendor, memory_gb, _health(isolated, health), model_id)
-            device = interned.get(key)
-            if device is None:
-                device = interned[key] = placement.Device(
-                    index=position,
-                    model=slug,
-                    vendor=vendor,
-                    memory_mib=memory_gb * 1024,
-                    health=key[4],
-                    slice_profiles=profiles.get(model_id, {}),
-                )
-            engine_devices.append(device)
-            device_ids[(name, position)] = pk
-            positions[pk] = position
-        node_ids[name] = node_pk
-        nodes.append(placement.Node(name, cpu_milli, memory_mib, tuple(engine_devices), schedulable=schedulable))
-    return nodes, device_ids, node_ids, positions
+    """The nodes with their devices as the engine sees them, without what runs on them."""
+    state = cluster_state.ClusterState()
+    state.read_inventory()
+    return list(state.view()[0].nodes)
 
 
 def make_demand(
@@ -242,20 +164,43 @@ def demand_of(request: ResourceRequest) -> placement.Demand:
 
 
 def queue_order(requests: list[ResourceRequest]) -> list[ResourceRequest]:
-    """Priority class first (highest first); with SCHEDULER_FAIR_SHARE, projects that used fewer card-hours this
-    month go first within a class; then submission time."""
+    """Priority class first (highest first, after aging); with SCHEDULER_FAIR_SHARE, projects that used fewer
+    card-hours this month go first within a class; then submission time."""
     usage = (
         _card_hours_this_month({request.project_id for request in requests}) if settings.SCHEDULER_FAIR_SHARE else {}
     )
+    now = timezone.now()
     return sorted(
         requests,
         key=lambda request: (
-            -PRIORITY_RANK[request.priority],
+            -aged_rank(request.priority, request.created_at, now),
             usage.get(request.project_id, 0),
             request.created_at,
             request.pk,
         ),
     )
+
+
+# Aging goes up to this class and no further: an old batch request may overtake new standard and high work, never
+# critical work (an operator's emergency lane).
+AGED_CEILING = PriorityClass.HIGH
+_CLASSES = sorted(PRIORITY_RANK, key=PRIORITY_RANK.get)  # lowest first
+
+
+def aged_rank(priority: str, submitted_at: datetime, now: datetime) -> int:
+    """The rank a request is ordered by: its class's, one class higher for every SCHEDULER_AGING_MINUTES it has
+    waited since submission, up to AGED_CEILING (0 minutes: no aging). The fairness rule that bounds a wait: after
+    at most (classes below the ceiling) x the aging step a request is ordered among the ceiling class by submission
+    time, ahead of everything submitted after it; from then on it is the head of the queue as soon as those older
+    ones are placed, and the head-of-line reservation (scheduling/backfill.py) keeps its node from being filled by
+    work behind it, so it starts once the allocations ahead of it end (their terms bound that)."""
+    rank, step = PRIORITY_RANK[priority], settings.SCHEDULER_AGING_MINUTES
+    ceiling = PRIORITY_RANK[AGED_CEILING]
+    if not step or rank >= ceiling:
+        return rank
+    steps = int((now - submitted_at).total_seconds() // (step * 60))
+    own = _CLASSES.index(priority)
+    return PRIORITY_RANK[_CLASSES[min(own + steps, _CLASSES.index(AGED_CEILING))]]
 
 
 @dataclass(frozen=True)
@@ -468,11 +413,11 @@ def _cycle(policy: str) -> CycleResult:
         carried = preemption.carry_out(now)  # due preemptions first: this cycle places their winners
         queue = _queue_window(settings.SCHEDULER_CYCLE_WINDOW)
         if not queue:
-            record_outcome(snapshot=load_snapshot().snapshot, bindings=[], reservation=None, waiting=[], now=now)
+            record_outcome(snapshot=_kept_snapshot().snapshot, bindings=[], reservation=None, waiting=[], now=now)
             return CycleResult(ran=True, preempted=carried.preempted, wakeups=wakeups)
         refused = _over_concurrency(queue)
         candidates = [request for request in queue if request.pk not in refused]
-        cluster = load_snapshot()
+        cluster = _kept_snapshot()
         demands = [demand_of(request) for request in candidates]
         # One queue order for every demand: slices of MIG-capable models go to the geometry-true engine, the rest
         # to the milli-share engine, each seeing what the other bound (scheduling/mig_cycle.py).

@@ -45,6 +45,10 @@ class CycleEngine:
     def fits(self, demand: placement.Demand) -> bool:
         return self.mig.fits(slice_demand(demand)) if self.is_mig(demand) else self.milli.fits(demand)
 
+    def fits_now(self, demand: placement.Demand, known: dict) -> bool:
+        """`fits` where only yes or no matters (see PlacementEngine.fits_now)."""
+        return self.mig.fits(slice_demand(demand)) if self.is_mig(demand) else self.milli.fits_now(demand, known)
+
     def place(self, demands: Iterable[placement.Demand], backfill: bool = False) -> placement.PlacementResult:
         return placement.place_in_order(self, list(demands), backfill)
 

@@ -15,7 +15,7 @@ import heapq
 import itertools
 import random
 import threading
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from itertools import combinations
 
@@ -467,6 +467,7 @@ class PlacementEngine:
             todo = set(self.changed[index.seen :])
         index.seen = len(self.changed)
         memo = index.memo
+        entries = []
         for i in todo:
             node = nodes[i]
             if not node.schedulable:
@@ -476,7 +477,17 @@ class PlacementEngine:
             if result is _MISSING:
                 result = memo[memo_key] = evaluate(state[i], shape, node)
             if result is not None:
-                push(heap, (result[0], rank[i], i, version[i], result[1]))
+                entries.append((result[0], rank[i], i, version[i], result[1]))
+        if len(heap) + len(entries) > 2 * len(nodes) + 64:
+            # Stale entries (nodes changed since they were pushed) would otherwise pile up with every placement:
+            # keep the live ones, so the heap stays as large as the fleet, not as the history of its changes.
+            heap[:] = [entry for entry in heap if entry[3] == version[entry[2]]]
+        if len(entries) > len(heap):  # the first look, or most nodes changed: one O(n) heapify, not n pushes
+            heap.extend(entries)
+            heapq.heapify(heap)
+        else:
+            for entry in entries:
+                push(heap, entry)
 
     def _random_node(self, shape: _Shape, excluded: frozenset | set = frozenset()):
         pool = list(range(len(self.nodes)))
@@ -588,6 +599,31 @@ class PlacementEngine:
         i = self.node_index[node]
         free = self.free[i]
         self._apply(i, tuple((j, free[j]) for j in sorted(set(devices))), cpu_milli, memory_mib)
+
+    def fits_now(self, demand: Demand, known: dict) -> bool:
+        """`fits` for a demand held back behind a higher-priority one, where only yes or no matters (it picks the
+        reason code): the first feasible node, unscored, instead of the shape's scored index over the whole fleet.
+        Within one `place` nothing is freed, so a shape that fits nowhere stays so, and one that fits stays so while
+        the node it fits on is unchanged. A replicated demand is tried as the gang it is."""
+        if demand.replicas > 1:
+            return self.fits(demand)
+        shape = _Shape(demand)
+        if shape.key in known:
+            seen = known[shape.key]
+            if seen is None or self.version[seen[0]] == seen[1]:
+                return seen is not None
+        if self.is_random or shape.key in self._indexes:
+            found = self._best_node(shape)
+            i = None if found is None else found[0]
+        else:
+            i = next((i for i in range(len(self.nodes)) if self._feasible(i, shape)), None)
+        known[shape.key] = None if i is None else (i, self.version[i])
+        return i is not None
+
+    def _feasible(self, i: int, shape: _Shape) -> bool:
+        node = self.nodes[i]
+        cpu, mem, devs = self.state[i]
+        return node.schedulable and shape.cpu <= cpu and shape.mem <= mem and bool(self._gpu_options(devs, shape, node))
 
     def release(self, binding: Binding) -> None:
         """Give a binding's resources back (used by preemption planning and by simulations with departures)."""
@@ -732,10 +768,15 @@ class PlacementEngine:
 
     # -- preemption -------------------------------------------------------------------------------------------
 
-    def plan_preemption(self, demand: Demand, max_combinations: int = 200_000) -> PreemptionPlan:
+    def plan_preemption(
+        self, demand: Demand, max_combinations: int = 200_000, evictable: Callable[[Allocation], bool] | None = None
+    ) -> PreemptionPlan:
         """Smallest set of running, preemptible, strictly lower-priority allocations whose eviction lets a one-node
         demand fit: fewest victims, then lowest priorities, then youngest. Exhaustive per node by victim count.
-        A replicated demand is not planned for (its replicas would need room on several nodes): it waits."""
+        ``evictable`` replaces the allocations' own preemptible flag (the caller's rules say who may evict whom), so
+        one engine serves every class and tenant instead of one engine built per rule set. The state is left as it
+        was: planning evicts and puts back. A replicated demand is not planned for (its replicas would need room on
+        several nodes): it waits."""
         if self.fits(demand):
             return PreemptionPlan(True, message="fits without preemption")
         if demand.replicas > 1:
@@ -743,9 +784,10 @@ class PlacementEngine:
                 False, message=f"needs {demand.label}; preemption is planned for one-node demands only"
             )
         shape = _Shape(demand)
+        may_evict = evictable or (lambda allocation: allocation.preemptible)
         by_node: dict[int, list[Allocation]] = {}
         for allocation in self.allocations:
-            if allocation.preemptible and allocation.priority < demand.priority:
+            if allocation.priority < demand.priority and may_evict(allocation):
                 by_node.setdefault(self.node_index[allocation.node], []).append(allocation)
         best = smallest_victim_set(by_node, lambda i, subset: self._fits_without(i, subset, shape), max_combinations)
         if best is None:
@@ -979,7 +1021,7 @@ class _BlockIndex:
 
 
 def place_in_order(engine, demands: Sequence[Demand], backfill: bool = False) -> PlacementResult:
-    """Bind demands in the given (priority) order on an engine with `fits` and `place_one` (this module's, or the
+    """Bind demands in the given (priority) order on an engine with `fits_now` and `place_one` (this module's, or the
     cycle's pair of milli-share and MIG engines). Without ``backfill``, once a demand stays pending, lower-priority
     demands competing for the same models are held back (``higher_priority_ahead``)."""
     result = PlacementResult()
@@ -987,6 +1029,7 @@ def place_in_order(engine, demands: Sequence[Demand], backfill: bool = False) ->
     # Shapes that did not fit. Within one call nothing frees up, so the same shape fails the same way again
     # and needs no second search (a cycle over thousands of identical waiting requests stays fast).
     failed: dict[tuple, Pending] = {}
+    feasible: dict[tuple, tuple[int, int] | None] = {}  # shape -> (node, its version) that fits, or None
     for demand in demands:
         blocker = (
             None
@@ -996,7 +1039,7 @@ def place_in_order(engine, demands: Sequence[Demand], backfill: bool = False) ->
                 None,
             )
         )
-        if blocker is not None and engine.fits(demand):
+        if blocker is not None and engine.fits_now(demand, feasible):
             result.pending.append(
                 Pending(
                     demand.id,

@@ -239,18 +239,24 @@ def schedule(
         )
         for binding in result.bindings
     ]
-    engines: dict[tuple[str, int], placement.PlacementEngine] = {}
+    # One engine over what runs now (the cluster plus this cycle's placements, which nobody may evict) for every
+    # plan: who may evict whom is a predicate on the winner's class and tenant, read with the promises made so far,
+    # so a plan never counts on another plan's victims and no engine is built again per class, tenant or plan (each
+    # build is a pass over the whole fleet).
+    engine = placement.PlacementEngine(
+        placement.Snapshot(cluster.snapshot.nodes, [*cluster.snapshot.allocations, *placed_now]),
+        policy,
+        workload=demands,
+    )
+    this_cycle = {allocation.id for allocation in placed_now}
 
-    def engine_for(priority: str, tenant: int) -> placement.PlacementEngine:
-        if (priority, tenant) not in engines:
-            allocations = [
-                replace(allocation, preemptible=_evictable(allocation, rules[priority], tenant, tenants, promised))
-                for allocation in cluster.snapshot.allocations
-            ] + placed_now
-            engines[priority, tenant] = placement.PlacementEngine(
-                placement.Snapshot(cluster.snapshot.nodes, allocations), policy, workload=demands
+    def evictable_by(priority: str, tenant: int):
+        def evictable(allocation: placement.Allocation) -> bool:
+            return allocation.id not in this_cycle and _evictable(
+                allocation, rules[priority], tenant, tenants, promised
             )
-        return engines[priority, tenant]
+
+        return evictable
 
     plans = []  # (winner id, victim ids, node, preempt_at, grace seconds, priority, winner's tenant)
     hopeless: set = set()  # (class, tenant, demand shape) that found no plan this cycle
@@ -269,7 +275,7 @@ def schedule(
                 ),
             )
         else:
-            plan = engine_for(priority, tenant).plan_preemption(demand)
+            plan = engine.plan_preemption(demand, evictable=evictable_by(priority, tenant))
         if not plan.feasible or not plan.victims:
             hopeless.add(shape)
             continue
@@ -282,8 +288,7 @@ def schedule(
         preempt_at = now + timedelta(seconds=grace)
         victims = sorted(int(victim) for victim in plan.victims)
         plans.append((int(demand.id), victims, plan.node, preempt_at, grace, priority, tenant))
-        promised.update(plan.victims)
-        engines.clear()  # the next plan must not count on these victims
+        promised.update(plan.victims)  # the next plan must not count on these victims
         reasons[int(demand.id)] = _pending_reason(victims, preempt_at, plan.node, priority)
     if plans:
         _mark(plans)

@@ -82,10 +82,10 @@ def run(workload, shapes, *, minutes, queued, interval_s=60.0, arrivals_per_minu
                 return execute(sql, params, many, context)
 
             waiting = ResourceRequest.objects.filter(state=RequestState.QUEUED).count()
-            started = time.perf_counter()
+            started, cpu_started = time.perf_counter(), time.process_time()
             with connection.execute_wrapper(count):
                 result = run_cycle()
-            seconds = time.perf_counter() - started
+            seconds, cpu = time.perf_counter() - started, time.process_time() - cpu_started
             for request_id in result.allocated:
                 waits.append(now - arrived[request_id])
                 allocated_at[request_id] = now
@@ -97,14 +97,20 @@ def run(workload, shapes, *, minutes, queued, interval_s=60.0, arrivals_per_minu
                 "allocated": len(result.allocated),
                 "preempted": len(result.preempted),
                 "cycle_s": round(seconds, 3),
+                "cycle_cpu_s": round(cpu, 3),  # this process only (the database server's share is not in it)
                 "queries": queries[0],
             }
             cycles.append(row)
             if progress:
                 progress(str(row))
-        still = ResourceRequest.objects.filter(state=RequestState.QUEUED).values_list("pk", flat=True)
-        oldest = max((ticks * interval_s - arrived[pk] for pk in still if pk in arrived), default=0.0)
+        still = list(ResourceRequest.objects.filter(state=RequestState.QUEUED).values_list("pk", "queue_reason__code"))
+        oldest = max((ticks * interval_s - arrived[pk] for pk, _code in still if pk in arrived), default=0.0)
+        oldest_by_reason: dict[str, float] = {}  # a quota wait is the project's own limit, not the scheduler's
+        for pk, code in still:
+            waited = ticks * interval_s - arrived.get(pk, 0.0)
+            oldest_by_reason[code or "not_seen"] = max(oldest_by_reason.get(code or "not_seen", 0.0), waited)
     seconds = [row["cycle_s"] for row in cycles]
+    cpu_seconds = [row["cycle_cpu_s"] for row in cycles]
     return {
         "minutes": minutes,
         "interval_s": interval_s,
@@ -113,6 +119,8 @@ def run(workload, shapes, *, minutes, queued, interval_s=60.0, arrivals_per_minu
         "cycle_p50_s": round(statistics.median(seconds), 3),
         "cycle_p99_s": round(_percentile(seconds, 0.99), 3),
         "cycle_max_s": round(max(seconds), 3),
+        "cycle_cpu_p50_s": round(statistics.median(cpu_seconds), 3),
+        "cycle_cpu_p99_s": round(_percentile(cpu_seconds, 0.99), 3),
         "queries_min": min(row["queries"] for row in cycles),
         "queries_max": max(row["queries"] for row in cycles),
         "allocated": sum(row["allocated"] for row in cycles),
@@ -123,6 +131,7 @@ def run(workload, shapes, *, minutes, queued, interval_s=60.0, arrivals_per_minu
         "wait_max_s": max(waits, default=0.0),
         "still_queued": len(still),
         "oldest_queued_wait_s": oldest,
+        "oldest_queued_by_reason_s": oldest_by_reason,
         "per_cycle": cycles,
     }
 

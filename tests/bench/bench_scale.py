@@ -71,6 +71,7 @@ def _engine(scale: int) -> dict:
         "seconds": "-",
         "queries": "-",
         "decisions/s": summary["decisions_per_s"],
+        "decisions/CPU s": summary["decisions_per_cpu_s"],
         "load": _load(),
     }
 
@@ -108,6 +109,7 @@ def _cycles(scale: int, queued: int) -> list[dict]:
             "seconds": row["cycle_seconds"],
             "queries": row["queries_per_cycle"],
             "decisions/s": "-",
+            "decisions/CPU s": "-",
             "load": f"{load} - {load_after}",
         }
         for row in rows

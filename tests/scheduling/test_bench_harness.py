@@ -77,11 +77,13 @@ def test_cli_json(tmp_path, capsys):
         "alloc_at_130",
         "frag_at_100",
         "decisions_per_s",
+        "decisions_per_cpu_s",
         "peak_mem_mb",
         "nodes",
         "gpus",
     }
     assert out["seeds"] == [1, 2, 3] and set(out["alloc_at_100"]) == {"mean", "std"}
+    assert out["decisions_per_cpu_s"] > 0
 
 
 def test_scale_replicates_the_node_list_with_distinct_names(tmp_path, capsys):

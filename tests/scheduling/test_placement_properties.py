@@ -138,3 +138,16 @@ def _shape(demand):
     from scheduling.placement import _Shape
 
     return _Shape(demand)
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(clusters(), demands())
+def test_unscored_fit_check_answers_as_fits_while_placing(snapshot, demand_list):
+    """The held-back check of `place` (first feasible node, remembered per shape) says what `fits` says, at every
+    step of a sequence of placements on the same engine."""
+    engine = PlacementEngine(snapshot, "default", workload=demand_list)
+    known: dict = {}
+    for demand in demand_list:
+        for probe in demand_list:
+            assert engine.fits_now(probe, known) == engine.fits(probe)
+        engine.place_one(demand)
