@@ -234,14 +234,19 @@ def orders_never_fit(orders) -> list[dict | None]:
 # What "could it ever fit" depends on: the nodes, their devices and the slice profiles (whose shares the devices
 # offer). Any insert or delete of a node or device moves its count or highest id (ids are never reused, even after
 # a rollback), and an edit its latest updated_at (save() and the inventory import's bulk update both set it).
-_INVENTORY_VERSION = f"""
-SELECT (SELECT array[count(*), max(id)] FROM {Node._meta.db_table}),
-       (SELECT max(updated_at) FROM {Node._meta.db_table}),
-       (SELECT array[count(*), max(id)] FROM {Device._meta.db_table}),
-       (SELECT max(updated_at) FROM {Device._meta.db_table}),
-       (SELECT md5(string_agg(concat_ws(',', id, accelerator_id, name, compute_fraction), ';' ORDER BY id))
-          FROM {SliceProfile._meta.db_table})
+def _inventory_version_sql() -> str:
+    """One query for the version, on PostgreSQL and on the SQLite demo (which knows group_concat, not string_agg)."""
+    nodes, devices, profiles = Node._meta.db_table, Device._meta.db_table, SliceProfile._meta.db_table
+    joined = "string_agg(sig, ';' ORDER BY id)" if connection.vendor == "postgresql" else "group_concat(sig, ';')"
+    return f"""
+SELECT (SELECT count(*) FROM {nodes}), (SELECT max(id) FROM {nodes}), (SELECT max(updated_at) FROM {nodes}),
+       (SELECT count(*) FROM {devices}), (SELECT max(id) FROM {devices}), (SELECT max(updated_at) FROM {devices}),
+       (SELECT {joined} FROM (
+          SELECT id, id || ',' || accelerator_id || ',' || name || ',' || compute_fraction AS sig
+            FROM {profiles} ORDER BY id) AS signatures)
 """
+
+
 _types: dict = {}  # this process's inventory types and the version they were read at
 
 
@@ -251,7 +256,7 @@ def inventory_types() -> list[placement.Node]:
     thousands of nodes is a few types: a submission then costs one small query, not every node and device (7,400
     rows at 1,213 nodes, 74,000 at 12,130) turned into engine objects."""
     with connection.cursor() as cursor:
-        cursor.execute(_INVENTORY_VERSION)
+        cursor.execute(_inventory_version_sql())
         version = cursor.fetchone()
     if _types.get("version") != version:
         _types.update(version=version, nodes=_one_of_each_type(load_inventory()))

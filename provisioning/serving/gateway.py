@@ -364,7 +364,10 @@ class Gateway:
 
     def _replica_down(self, route: routes.Route, replica: routes.Replica, reason: str) -> None:
         logger.warning("Replica %s/%s failed: %s", route.slug, replica.name, reason)
-        route.replicas = [r for r in route.replicas if r.id != replica.id]  # out of this process's rotation now
+        # Out of this process's rotation now: the call's route, and the current snapshot's if a reload replaced
+        # it while the call was trying the replicas (that snapshot was read before this one was found dead).
+        for held in (route, self.snapshot.routes.get(route.slug, route)):
+            held.replicas = [r for r in held.replicas if r.id != replica.id]
         self.found_down[replica.id] = None
         from provisioning.serving.deployments import replica_failed
 

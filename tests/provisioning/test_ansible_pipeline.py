@@ -35,7 +35,11 @@ def server(hgx, in_band):  # noqa: F811  (the imported fixture)
     hgx.profile.gpu_exporter = "dcgm-exporter"
     hgx.profile.save(update_fields=["driver_version", "target_cluster", "gpu_exporter"])
     hgx.host, hgx.in_band = host, in_band
-    return hgx
+    yield hgx
+    # The session's Slurm cluster outlives the test: a dynamic node a test left registered (one that never released
+    # its server) would show up in every later test's node list.
+    in_band.hosts.exec(host, "pkill", "-x", "slurmd")  # stopped first, so that it cannot register again
+    in_band.cluster.run("scontrol", "delete", f"nodename={hgx.node.name}", check=False)
 
 
 def deliver(server, api, run_on_commit):
