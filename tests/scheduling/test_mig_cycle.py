@@ -58,6 +58,22 @@ def h100_node(shop, cards=1, name="n7"):
     return node
 
 
+def held_1g_at_0_and_4(shop):
+    """One H100 whose 1g.10gb instances at memory slices 0 and 4 are held by running work: 6 slices and 5 compute
+    slices free, 0.716 of the card by milli-share, yet no 3g.40gb placement (starts 0 or 4) is free."""
+    node = h100_node(shop)
+    device = node.devices.get()
+    mig_services.device_mig_layout_report(
+        device=device,
+        mig_mode=True,
+        instances=[{"profile": "1g.10gb", "start": 0, "gi_id": 1}, {"profile": "1g.10gb", "start": 4, "gi_id": 2}],
+        source="nvidia-smi",
+        actor=None,
+    )
+    holder = allocate(active_request(), [device], milli=284)
+    MigInstance.objects.filter(device=device).update(allocation=holder)
+
+
 def test_slices_get_valid_instances_and_the_record_names_them(shop, team, django_capture_on_commit_callbacks):
     h100_node(shop)
     three = queued(shop, team, spec=shop.specs["3g.40gb"])
@@ -98,18 +114,7 @@ def test_slices_get_valid_instances_and_the_record_names_them(shop, team, django
 
 
 def test_no_valid_placement_waits_with_a_mig_reason(shop, team):
-    node = h100_node(shop)
-    device = node.devices.get()
-    mig_services.device_mig_layout_report(
-        device=device,
-        mig_mode=True,
-        instances=[{"profile": "1g.10gb", "start": 0, "gi_id": 1}, {"profile": "1g.10gb", "start": 4, "gi_id": 2}],
-        source="nvidia-smi",
-        actor=None,
-    )
-    # both 1g instances are held by running work (another request)
-    holder = allocate(active_request(), [device], milli=284)
-    MigInstance.objects.filter(device=device).update(allocation=holder)
+    held_1g_at_0_and_4(shop)
     waiting = queued(shop, team, spec=shop.specs["3g.40gb"])
     cycle.run_cycle()
     waiting.refresh_from_db()

@@ -6,12 +6,11 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
 from requests.choices import RequestState
-from scheduling import cycle, mig_services
+from scheduling import cycle
 from scheduling.models import MigInstance
 from tests.scheduling import test_mig_cycle
-from tests.scheduling.inventory_helpers import active_request, allocate
 from tests.scheduling.test_cycle import queued
-from tests.scheduling.test_mig_cycle import h100_node
+from tests.scheduling.test_mig_cycle import h100_node, held_1g_at_0_and_4
 from tests.scheduling.test_preview_outcome import PREVIEW, order_body
 
 pytestmark = pytest.mark.django_db
@@ -23,22 +22,6 @@ def preview(api_as, shop, team, profile: str) -> dict:
     response = api_as(team.developer).post(PREVIEW, body, format="json")
     assert response.status_code == 200, response.content
     return response.json()["placement"]
-
-
-def held_1g_at_0_and_4(shop):
-    """One H100 whose 1g.10gb instances at memory slices 0 and 4 are held by running work: 6 slices and 5 compute
-    slices free, 0.716 of the card by milli-share, yet no 3g.40gb placement (starts 0 or 4) is free."""
-    node = h100_node(shop)
-    device = node.devices.get()
-    mig_services.device_mig_layout_report(
-        device=device,
-        mig_mode=True,
-        instances=[{"profile": "1g.10gb", "start": 0, "gi_id": 1}, {"profile": "1g.10gb", "start": 4, "gi_id": 2}],
-        source="nvidia-smi",
-        actor=None,
-    )
-    holder = allocate(active_request(), [device], milli=284)
-    MigInstance.objects.filter(device=device).update(allocation=holder)
 
 
 @pytest.mark.parametrize("cycle_first", [False, True])
