@@ -497,14 +497,20 @@ def test_a_request_no_node_could_ever_hold_waits_as_no_matching_spec_not_capacit
     assert "no node has 128 cores" in queue["message"]
 
 
-def test_the_preview_says_an_order_never_fits_and_why(shop, team, eight_cards, api_as):
-    body = {
+def never_fitting_order(shop, team, eight_cards, **extra) -> dict:
+    """The API body of an order for the eight-card spec no node of the inventory can hold."""
+    return {
         "service": shop.service.pk,
         "project": team.project.pk,
         "spec": eight_cards.pk,
         "image": shop.image.pk,
         "duration_hours": 10,
+        **extra,
     }
+
+
+def test_the_preview_says_an_order_never_fits_and_why(shop, team, eight_cards, api_as):
+    body = never_fitting_order(shop, team, eight_cards)
     placement = api_as(team.developer).post("/api/v1/requests/preview/", body, format="json").json()["placement"]
     assert placement["fits_now"] is False and placement["never_fits"] is True
     assert (placement["code"], placement["details"]) == ("no_matching_spec", NEVER_FITS)
@@ -513,13 +519,7 @@ def test_the_preview_says_an_order_never_fits_and_why(shop, team, eight_cards, a
 def test_submission_refuses_or_warns_about_an_order_that_never_fits_as_the_order_chooses(
     shop, team, eight_cards, api_as
 ):
-    body = {
-        "service": shop.service.pk,
-        "project": team.project.pk,
-        "spec": eight_cards.pk,
-        "image": shop.image.pk,
-        "duration_hours": 10,
-    }
+    body = never_fitting_order(shop, team, eight_cards)
     client = api_as(team.developer)
     refused = client.post("/api/v1/requests/", {**body, "if_unplaceable": "refuse"}, format="json")
     assert refused.status_code == 422, refused.json()
@@ -545,14 +545,7 @@ def test_never_fits_reads_the_inventory_once_per_change_one_node_of_each_type(
     assert [node.name for node in inventory_types()] == ["big-1"]  # big-2 is the same type
     with django_assert_num_queries(1):  # unchanged: only the inventory's version is read
         assert [node.name for node in inventory_types()] == ["big-1"]
-    body = {
-        "service": shop.service.pk,
-        "project": team.project.pk,
-        "spec": eight_cards.pk,
-        "image": shop.image.pk,
-        "duration_hours": 10,
-        "if_unplaceable": "refuse",
-    }
+    body = never_fitting_order(shop, team, eight_cards, if_unplaceable="refuse")
     client = api_as(team.developer)
     assert client.post("/api/v1/requests/", body, format="json").status_code == 422
 
