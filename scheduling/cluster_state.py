@@ -219,7 +219,7 @@ class KeptState:
     """The process's ClusterState and its place in the change log."""
 
     def __init__(self):
-        self.state: ClusterState | None = None
+        self.cluster: ClusterState | None = None
         self.cursor = "0"  # xid8 horizon of the last read, as text
         self.last_id = 0  # the newest log id seen
         self.read_at: datetime | None = None
@@ -247,23 +247,23 @@ class KeptState:
         due = self.catch_ups % settings.SCHEDULER_STATE_REBUILD_CYCLES == 0
         # Rows are read again from every transaction possibly unfinished at the last read (on a shared server that
         # horizon can lag): an `all` row costs one look at the slice tables, not a rebuild, unless they changed.
-        if not usable or (any(kind == "all" for kind, _ in changes) and self.state.catalog_changed()):
+        if not usable or (any(kind == "all" for kind, _ in changes) and self.cluster.catalog_changed()):
             return self._rebuild(horizon, now, last_id)
-        self.state.reread(
+        self.cluster.reread(
             node_pks={pk for kind, pk in changes if kind == "node"},
             allocation_pks={pk for kind, pk in changes if kind == "allocation"},
         )
         self.cursor, self.last_id, self.read_at = horizon, last_id, now
-        if self.state.checksum() != tuple(checksum):
-            logger.warning("cluster_state_drift: checksum %s, kept %s", checksum, self.state.checksum())
+        if self.cluster.checksum() != tuple(checksum):
+            logger.warning("cluster_state_drift: checksum %s, kept %s", checksum, self.cluster.checksum())
             return self._rebuild(horizon, now, last_id)
         if due:
             return self._compare_with_fresh(horizon, now, last_id)
-        return self.state
+        return self.cluster
 
     def _usable(self, now, last_id) -> bool:
         return (
-            self.state is not None
+            self.cluster is not None
             and self.confirmed
             and last_id >= self.last_id
             and self.read_at is not None
@@ -280,18 +280,18 @@ class KeptState:
         transaction.on_commit(confirm)
 
     def _rebuild(self, horizon="0", now=None, last_id=0) -> ClusterState:
-        if self.state is not None:
+        if self.cluster is not None:
             self.rebuilds += 1
         state = ClusterState()
         state.read_all()
-        self.state, self.cursor, self.last_id, self.read_at = state, horizon, last_id, now
+        self.cluster, self.cursor, self.last_id, self.read_at = state, horizon, last_id, now
         if connection.vendor == "postgresql":
             with connection.cursor() as cursor:
                 cursor.execute(f"DELETE FROM {LOG} WHERE at < now() - %s", [KEEP_LOG])
         return state
 
     def _compare_with_fresh(self, horizon, now, last_id) -> ClusterState:
-        kept = self.state.view()
+        kept = self.cluster.view()
         fresh = self._rebuild(horizon, now, last_id)
         if fresh.view() != kept:
             logger.warning("cluster_state_drift: the periodic full read differs from the kept state")

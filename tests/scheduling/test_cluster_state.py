@@ -61,7 +61,7 @@ def test_mixed_changes_are_applied_as_deltas_and_match_a_fresh_read(shop, team, 
     assert Allocation.objects.filter(state=AllocationState.ACTIVE).count() == 3
     kept_equals_fresh(kept)
     assert kept.rebuilds == 0, "every change came as a delta"
-    assert third.pk in {int(a.id) for a in kept.state.view()[0].allocations}
+    assert third.pk in {int(a.id) for a in kept.cluster.view()[0].allocations}
 
 
 def test_a_missed_delta_forces_a_full_read(shop, team, kept):  # noqa: F811
