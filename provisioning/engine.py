@@ -1,23 +1,29 @@
-"""Executing steps, crash-safe.
+"""Executing steps, crash-safe, in batches.
 
-A worker claims the run's current step under a short lease (row lock, attempt counted), runs the handler outside any
-transaction while a heartbeat renews the lease, and records the outcome only if the lease is still its own. A worker
-that dies mid-step stops renewing, so its lease expires within PROVISIONING_LEASE_SECONDS; the minute sweeper (or the
-next event) hands the step to another worker, which runs it again (handlers are idempotent). The heartbeat renews no
-further than the attempt's timeout, so a hung attempt is taken over the same way. Completed steps are never run
-again: the run's current position only moves forward.
+A worker claims the runs' current steps under a short lease (row locks, attempts counted), runs the handlers outside
+any transaction while a heartbeat renews the leases, and records each outcome only if its lease is still its own.
+A worker that dies mid-step stops renewing, so its leases expire within PROVISIONING_LEASE_SECONDS; the minute
+sweeper (or the next event) hands the steps to another worker, which runs them again (handlers are idempotent). The
+heartbeat renews no further than each attempt's timeout, so a hung attempt is taken over the same way. Completed
+steps are never run again: a run's current position only moves forward.
+
+One task carries the current steps of a batch of runs (about PROVISIONING_START_BATCH of them): they are claimed in one
+transaction, steps at the same place of the same pipeline are attempted together (a handler with a batch form asks
+its backend once for all of them: one Slurm job list for ten submissions) and the outcomes are recorded in one
+transaction. What a batch costs in the database and the broker is then shared by its runs instead of paid per step.
 """
 
 import logging
 import threading
 import time
 import uuid
+from collections import defaultdict
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from django.conf import settings
 from django.db import DatabaseError, connections, transaction
-from django.db.models import F, OuterRef, Q, Subquery
+from django.db.models import Case, F, OuterRef, Q, Subquery, When
 from django.utils import timezone
 
 from config.workers import stopping, wait_unless_stopping
@@ -25,10 +31,10 @@ from provisioning import services
 from provisioning.choices import RunState, StepState, Wait
 from provisioning.drivers.base import StepError, StepPending
 from provisioning.models import ProvisioningStep
-from provisioning.pipelines import definition_of
+from provisioning.pipelines import StepDefinition, definition_of
 from provisioning.services import step_task
-from provisioning.steps import StepContext
-from provisioning.targets import run_target
+from provisioning.steps import StepContext, StepOutputs
+from provisioning.targets import runs_targets
 from requests.choices import EventCode
 from requests.services import record_event
 from scheduling import mig_services
@@ -36,6 +42,31 @@ from scheduling import mig_services
 logger = logging.getLogger(__name__)
 
 LOG_LIMIT = 4000
+# What a claim writes (the claim transition, the lease, a polling step's deadline, a takeover's log line): the
+# step's output and error stay as they are, unwritten.
+CLAIMED_FIELDS = [
+    "state",
+    "attempts",
+    "lease_owner",
+    "lease_expires_at",
+    "waiting_for",
+    "retry_at",
+    "started_at",
+    "deadline_at",
+    "log",
+]
+# What the end of an attempt writes (succeeded, waiting, failed or cancelled, with its log line).
+ENDED_FIELDS = [
+    "state",
+    "lease_owner",
+    "lease_expires_at",
+    "waiting_for",
+    "retry_at",
+    "finished_at",
+    "output",
+    "error",
+    "log",
+]
 
 
 @dataclass
@@ -49,6 +80,9 @@ class Waiting:
     message: str
 
 
+Outcome = Done | Waiting | StepError
+
+
 @dataclass
 class Following:
     """The run's next step, pending once the step before it was recorded."""
@@ -57,38 +91,57 @@ class Following:
     polls: bool  # it waits for something that happens elsewhere (a Slurm job starting)
 
 
-def step_execute(*, step_id: int) -> None:
-    """The task body: attempt until the step is finished, or waits longer than a worker should sleep, or belongs
-    to another worker, or the worker is stopping. A finished step's successor is run next by the same worker while
-    the chain's budget lasts: a request goes through its pipeline at once instead of queueing behind every other
-    request's current step, and the broker carries one task per run instead of one per step."""
+@dataclass
+class Claimed:
+    step: ProvisioningStep
+    deadline: datetime  # when this attempt must be over
+
+
+def steps_execute(*, step_ids: list[int]) -> None:
+    """The task body: attempt the steps until each is finished, or waits longer than a worker should sleep, or
+    belongs to another worker, or the worker is stopping. A finished step's successor is attempted next by the same
+    worker while the chain's budget lasts: a request goes through its pipeline at once instead of queueing behind
+    every other request's current step, and the broker carries one task per batch of runs instead of one per step.
+    A polling successor goes round the broker: the time other runs' steps take there is time its workload needs to
+    come up anyway, and this worker is not held watching it."""
     chain_ends = time.monotonic() + settings.PROVISIONING_CHAIN_SECONDS
-    while True:
-        owner = uuid.uuid4()
-        claimed = _claim(step_id, owner)
-        if claimed is None:
-            return
-        step, deadline = claimed
-        with _Heartbeat(step_id, owner, deadline):
-            outcome = _attempt(step)
-        then = _record(step_id, owner, outcome)
-        if isinstance(then, Following):
-            # A polling step goes round the broker: the time other runs' steps take there is time its workload
-            # needs to come up anyway, and this worker is not held watching it.
-            if then.polls or stopping() or time.monotonic() >= chain_ends:
-                step_task(then.step_id)  # the rest of the run goes back to the broker
-                return
-            step_id = then.step_id
+    due = dict.fromkeys(step_ids, time.monotonic())  # step id -> when this worker attempts it next
+    while due:
+        now = time.monotonic()
+        ready = [step_id for step_id, at in due.items() if at <= now]
+        if not ready:
+            if wait_unless_stopping(min(due.values()) - now):
+                return  # the cluster is stopping: the steps wait as recorded, the sweeper hands them out when due
             continue
-        if then is None or then > settings.PROVISIONING_INLINE_WAIT_SECONDS:
-            return
-        if wait_unless_stopping(then):
-            return  # the cluster is stopping: the step waits as recorded, the sweeper hands it out when due
+        for step_id in ready:
+            del due[step_id]
+        to_broker = []
+        for step_id, then in _execute_once(ready).items():
+            if isinstance(then, Following):
+                if then.polls or stopping() or time.monotonic() >= chain_ends:
+                    to_broker.append(then.step_id)  # the rest of the run goes back to the broker
+                else:
+                    due[then.step_id] = time.monotonic()
+            elif then is not None and then <= settings.PROVISIONING_INLINE_WAIT_SECONDS and not stopping():
+                due[step_id] = time.monotonic() + then
+        if to_broker:
+            step_task(to_broker)
+
+
+def _execute_once(step_ids: list[int]) -> dict[int, "float | Following | None"]:
+    """One attempt of each step that is ours to run; what to do next with each, by step id."""
+    owner = uuid.uuid4()
+    claimed = _claim(step_ids, owner)
+    if not claimed:
+        return {}
+    with _Heartbeat(claimed, owner):
+        outcomes = _attempt(claimed)
+    return _record(owner, outcomes)
 
 
 def steps_resume_due(*, now=None) -> int:
     """The sweeper: hand every current step that is due (pending, back from a wait, or with a dead worker's
-    expired lease) to a worker. Claims are exclusive, so a step handed out twice still runs once."""
+    expired lease) to a worker, in batches. Claims are exclusive, so a step handed out twice still runs once."""
     now = now or timezone.now()
     due = list(
         ProvisioningStep.objects.filter(run__state=RunState.RUNNING, position=F("run__current_position"))
@@ -97,10 +150,12 @@ def steps_resume_due(*, now=None) -> int:
             | Q(state=StepState.WAITING, retry_at__lte=now)
             | Q(state=StepState.RUNNING, lease_expires_at__lt=now)
         )
+        .order_by("pk")
         .values_list("pk", flat=True)
     )
-    for step_id in due:
-        step_task(step_id)
+    size = max(1, settings.PROVISIONING_START_BATCH)
+    for first in range(0, len(due), size):
+        step_task(due[first : first + size])
     return len(due)
 
 
@@ -108,16 +163,21 @@ def steps_resume_due(*, now=None) -> int:
 
 
 @transaction.atomic
-def _claim(step_id: int, owner: uuid.UUID) -> tuple[ProvisioningStep, datetime] | None:
-    """The step, now ours under a lease, and the deadline of this attempt; None when it is not ours to run."""
-    step = (
+def _claim(step_ids: list[int], owner: uuid.UUID) -> list[Claimed]:
+    """The steps now ours under a lease, with the deadline of each attempt; those not ours to run are left out.
+    Rows are locked in primary-key order, so two workers claiming overlapping batches cannot deadlock."""
+    steps = (
         ProvisioningStep.objects.select_for_update(of=("self",))
-        .select_related("run__request__requester", "run__allocation__node")  # what the attempt's context needs
-        .filter(pk=step_id)
-        .first()
+        .select_related("run__request__requester", "run__allocation__node")  # what the attempts' contexts need
+        .filter(pk__in=step_ids)
+        .order_by("pk")
     )
     now = timezone.now()
-    if step is None or step.run.state != RunState.RUNNING or step.position != step.run.current_position:
+    return [claimed for step in steps if (claimed := _claim_one(step, owner, now)) is not None]
+
+
+def _claim_one(step: ProvisioningStep, owner: uuid.UUID, now) -> Claimed | None:
+    if step.run.state != RunState.RUNNING or step.position != step.run.current_position:
         return None
     if _lease_expired(step, now):
         _append_log(step, f"attempt {step.attempts}: its worker stopped answering (lease expired)")
@@ -135,8 +195,8 @@ def _claim(step_id: int, owner: uuid.UUID) -> tuple[ProvisioningStep, datetime] 
         step.deadline_at = now + timedelta(seconds=step.timeout_seconds)
     deadline = _attempt_deadline(step, definition.polls, now)
     step.lease_expires_at = _renewed_lease(deadline, now)
-    step.save()
-    return step, deadline
+    step.save(update_fields=CLAIMED_FIELDS)
+    return Claimed(step, deadline)
 
 
 def _attempt_deadline(step: ProvisioningStep, polls: bool, now) -> datetime:
@@ -163,13 +223,15 @@ def _claimable(step: ProvisioningStep, now) -> bool:
 
 
 class _Heartbeat:
-    """Renews the step's lease every third of PROVISIONING_LEASE_SECONDS while the attempt runs, up to the attempt's
-    deadline; stops at once when the attempt ends or the lease is no longer ours (another worker took over)."""
+    """Renews the batch's leases every third of PROVISIONING_LEASE_SECONDS while the attempts run, each up to its
+    attempt's deadline, in one statement; stops at once when the attempts end, and renews no lease that is no longer
+    ours (another worker took the step over)."""
 
-    def __init__(self, step_id: int, owner: uuid.UUID, deadline: datetime):
-        self.step_id, self.owner, self.deadline = step_id, owner, deadline
+    def __init__(self, claimed: list[Claimed], owner: uuid.UUID):
+        self.deadlines = {item.step.pk: item.deadline for item in claimed}
+        self.owner = owner
         self.stopped = threading.Event()
-        self.thread = threading.Thread(target=self._beat, name=f"lease-heartbeat-{step_id}", daemon=True)
+        self.thread = threading.Thread(target=self._beat, name=f"lease-heartbeat-{min(self.deadlines)}", daemon=True)
 
     def __enter__(self):
         self.thread.start()
@@ -187,39 +249,80 @@ class _Heartbeat:
             connections.close_all()  # this thread's own connection, if it opened one
 
     def _renew(self) -> bool:
-        """Extend the lease; False once the attempt's deadline has passed or the lease is no longer ours."""
+        """Extend the leases of the attempts still within their deadlines; False once none is left to renew."""
         now = timezone.now()
-        if now >= self.deadline:
+        live = {step_id: deadline for step_id, deadline in self.deadlines.items() if now < deadline}
+        if not live:
             return False
         try:
-            ours = ProvisioningStep.objects.filter(pk=self.step_id, state=StepState.RUNNING, lease_owner=self.owner)
-            return bool(ours.update(lease_expires_at=_renewed_lease(self.deadline, now)))
-        except DatabaseError:  # a busy database: the lease still has two beats to go, try again on the next
-            logger.warning("Could not renew the lease of provisioning step #%s", self.step_id, exc_info=True)
-            return True
+            ProvisioningStep.objects.filter(pk__in=live, state=StepState.RUNNING, lease_owner=self.owner).update(
+                lease_expires_at=Case(
+                    *(When(pk=step_id, then=_renewed_lease(deadline, now)) for step_id, deadline in live.items())
+                )
+            )
+        except DatabaseError:  # a busy database: the leases still have two beats to go, try again on the next
+            logger.warning("Could not renew the leases of provisioning steps %s", sorted(live), exc_info=True)
+        return True
 
 
 # --- Attempt ----------------------------------------------------------------------------------------------
 
 
-def _attempt(step: ProvisioningStep) -> Done | Waiting | StepError:
-    started = time.monotonic()
-    context = None
+def _attempt(claimed: list[Claimed]) -> dict[int, Outcome]:
+    """Each claimed step's outcome, by step id. The steps at one place of one pipeline on one backend go to their
+    handler's batch form together, when it has one."""
     try:
-        context = _context(step)
-        output = definition_of(step.run.pipeline, step.run.kind, step.position).handler(context)
-    except StepPending as pending:
-        return _waiting(step, pending)
-    except StepError as error:
-        return error
-    except Exception as error:  # a bug or an unexpected answer must fail the attempt, not kill the worker
-        logger.exception("Provisioning step %s (#%s) raised", step.name, step.pk)
-        return StepError("internal_error", f"Unexpected {type(error).__name__}: {error}")
+        contexts = _contexts([item.step for item in claimed])
+    except Exception as error:  # a bug reading what the steps act on fails these attempts, not the worker
+        logger.exception("Reading the targets of provisioning steps %s raised", [item.step.pk for item in claimed])
+        return {item.step.pk: _outcome(item.step, error, 0.0) for item in claimed}
+    groups = defaultdict(list)
+    for context in contexts:
+        run = context.run
+        groups[(run.pipeline, run.kind, context.step.position, context.target.backend)].append(context)
+    outcomes = {}
+    for (pipeline, kind, position, _backend), group in groups.items():
+        outcomes.update(_attempt_group(definition_of(pipeline, kind, position), group))
+    return outcomes
+
+
+def _attempt_group(definition: StepDefinition, contexts: list[StepContext]) -> dict[int, Outcome]:
+    started = time.monotonic()
+    try:
+        if definition.batch_handler is not None:
+            results = definition.batch_handler(contexts)
+        else:
+            results = [_handled(definition, context) for context in contexts]
+    except Exception as error:  # a bug in a batch form fails these attempts, not the worker
+        logger.exception("Provisioning step %s raised for a batch of %s", definition.name, len(contexts))
+        results = [error] * len(contexts)
     finally:
-        if context is not None:
+        for context in contexts:
             context.close()
-    output.setdefault("seconds", round(time.monotonic() - started, 3))
-    return Done(output)
+    seconds = round((time.monotonic() - started) / len(contexts), 3)
+    return {
+        context.step.pk: _outcome(context.step, result, seconds)
+        for context, result in zip(contexts, results, strict=True)
+    }
+
+
+def _handled(definition: StepDefinition, context: StepContext) -> dict | Exception:
+    try:
+        return definition.handler(context)
+    except Exception as error:  # the outcome of this one attempt, whatever it is
+        return error
+
+
+def _outcome(step: ProvisioningStep, result: dict | Exception, seconds: float) -> Outcome:
+    if isinstance(result, StepPending):
+        return _waiting(step, result)
+    if isinstance(result, StepError):
+        return result
+    if isinstance(result, Exception):  # a bug or an unexpected answer must fail the attempt, not kill the worker
+        logger.error("Provisioning step %s (#%s) raised", step.name, step.pk, exc_info=result)
+        return StepError("internal_error", f"Unexpected {type(result).__name__}: {result}")
+    result.setdefault("seconds", seconds)
+    return Done(result)
 
 
 def _waiting(step: ProvisioningStep, pending: StepPending) -> Waiting | StepError:
@@ -231,34 +334,46 @@ def _waiting(step: ProvisioningStep, pending: StepPending) -> Waiting | StepErro
     return Waiting(min(pending.retry_after, remaining), pending.message)
 
 
-def _context(step: ProvisioningStep) -> StepContext:
-    run = step.run
-    if run.allocation.request_id == run.request_id:
-        run.allocation.request = run.request  # the same row, already read by the claim (the expiry reads it)
-    return StepContext(run=step.run, step=step, target=run_target(step.run, attempt=step.attempts))
+def _contexts(steps: list[ProvisioningStep]) -> list[StepContext]:
+    runs = [step.run for step in steps]
+    for run in runs:
+        if run.allocation.request_id == run.request_id:
+            run.allocation.request = run.request  # the same row, already read by the claim (the expiry reads it)
+    targets = runs_targets([(step.run, step.attempts) for step in steps])
+    outputs = StepOutputs([run.pk for run in runs])
+    return [
+        StepContext(run=step.run, step=step, target=target, batch_outputs=outputs)
+        for step, target in zip(steps, targets, strict=True)
+    ]
 
 
 # --- Record -----------------------------------------------------------------------------------------------
 
 
 @transaction.atomic
-def _record(step_id: int, owner: uuid.UUID, outcome: Done | Waiting | StepError) -> float | Following | None:
-    """Store the attempt's outcome if the lease is still ours; returns how long to wait before the next attempt,
-    or the run's next step once this one is done (None when the run is finished or the step no longer ours)."""
-    # The run is locked too: a release cancelling it waits for this record, or this record sees it cancelled.
+def _record(owner: uuid.UUID, outcomes: dict[int, Outcome]) -> dict[int, float | Following | None]:
+    """Store each attempt's outcome whose lease is still ours; for each step, how long to wait before its next
+    attempt, or the run's next step once this one is done (None when the run is finished or the step is no longer
+    ours)."""
+    # The runs are locked too: a release cancelling one waits for this record, or this record sees it cancelled.
     following = ProvisioningStep.objects.filter(run=OuterRef("run"), position=OuterRef("position") + 1)
-    step = (
+    steps = (
         ProvisioningStep.objects.select_for_update(of=("self", "run"))
         .select_related("run")
         .annotate(following_id=Subquery(following.values("pk")[:1]))  # the run's next step, in the same read
-        .get(pk=step_id)
+        .filter(pk__in=outcomes)
+        .order_by("pk")
     )
+    return {step.pk: _record_one(step, owner, outcomes[step.pk]) for step in steps}
+
+
+def _record_one(step: ProvisioningStep, owner: uuid.UUID, outcome: Outcome) -> float | Following | None:
     if step.state != StepState.RUNNING or step.lease_owner != owner:
         return None  # our lease expired and another worker took the step over: its result counts, not ours
     if step.run.state != RunState.RUNNING:
         step.cancel()
         _append_log(step, f"attempt {step.attempts}: the run was {step.run.state}; result discarded")
-        step.save()
+        step.save(update_fields=ENDED_FIELDS)
         return None
     if isinstance(outcome, Done):
         return _succeed(step, outcome.output)
@@ -272,7 +387,7 @@ def _succeed(step: ProvisioningStep, output: dict) -> Following | None:
     if output.get("mig_instances") and step.run.allocation_id:  # the host created GPU instances: record their ids
         mig_services.mig_instances_created(allocation_id=step.run.allocation_id, reported=output["mig_instances"])
     _append_log(step, f"attempt {step.attempts}: done in {output.get('seconds', 0)} s")
-    step.save()
+    step.save(update_fields=ENDED_FIELDS)
     run = step.run
     run.current_position = step.position + 1
     run.save(update_fields=["current_position"])
@@ -287,7 +402,7 @@ def _wait(step: ProvisioningStep, seconds: float, waiting_for: str, message: str
     step.wait(until=timezone.now() + timedelta(seconds=seconds), waiting_for=waiting_for)
     if not step.log.endswith(f" {message}\n"):  # a poll repeats itself; log it once
         _append_log(step, message)
-    step.save()
+    step.save(update_fields=ENDED_FIELDS)
     return seconds
 
 
@@ -316,7 +431,7 @@ def _retry_or_fail(step: ProvisioningStep, error: StepError) -> float | None:
 def _fail(step: ProvisioningStep, error: StepError) -> None:
     step.fail(error=_error_data(error))
     _append_log(step, f"attempt {step.attempts}: failed for good: {error.code}: {error.message}")
-    step.save()
+    step.save(update_fields=ENDED_FIELDS)
     services.run_failed(step.run, step, error)
 
 

@@ -15,12 +15,35 @@ class StepDefinition:
     timeout: int  # seconds for one attempt; for a polling step, for the whole wait
     survives_cleanup: bool = False  # a retry after the failure cleanup need not run it again
     polls: bool = False  # each call is a quick check of something that happens elsewhere (power, installer)
+    # The same work for several runs at once ([context] -> [output or the exception of each]), asking the backend
+    # once for all of them; the engine uses it for a batch of runs at this step.
+    batch_handler: Callable[[list[steps.StepContext]], list[dict | Exception]] | None = None
 
 
 COMPUTE = [
-    StepDefinition("prepare_image", "Prepare the approved image", steps.prepare_image, 1800, survives_cleanup=True),
-    StepDefinition("start_workload", "Start the workload with the devices bound", steps.start_workload, 600),
-    StepDefinition("readiness_check", "Readiness check", steps.readiness_check, 600, polls=True),
+    StepDefinition(
+        "prepare_image",
+        "Prepare the approved image",
+        steps.prepare_image,
+        1800,
+        survives_cleanup=True,
+        batch_handler=steps.prepare_images,
+    ),
+    StepDefinition(
+        "start_workload",
+        "Start the workload with the devices bound",
+        steps.start_workload,
+        600,
+        batch_handler=steps.start_workloads,
+    ),
+    StepDefinition(
+        "readiness_check",
+        "Readiness check",
+        steps.readiness_check,
+        600,
+        polls=True,
+        batch_handler=steps.readiness_checks,
+    ),
     StepDefinition("publish_access", "Publish access details", steps.publish_compute_access, 60),
 ]
 COMPUTE_TEARDOWN = [

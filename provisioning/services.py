@@ -7,6 +7,7 @@ Executing steps is provisioning/engine.py; what each step does is provisioning/s
 import contextlib
 import logging
 import secrets
+from dataclasses import dataclass
 from datetime import timedelta
 
 from django.conf import settings
@@ -40,15 +41,15 @@ STEP_TASK = "provisioning.tasks.run_step"
 logger = logging.getLogger(__name__)
 
 
-def enqueue_step(step_id: int) -> None:
-    transaction.on_commit(lambda: step_task(step_id))
+def enqueue_steps(step_ids: list[int]) -> None:
+    transaction.on_commit(lambda: step_task(step_ids))
 
 
-def step_task(step_id: int) -> None:
-    """A step's task. Its success is not saved as a django-q2 result (a failure still is): the step's own row
-    records every attempt, and the monitor's saving (pruning to the save limit under a lock, then an insert) costs
-    more than most steps."""
-    async_task(STEP_TASK, step_id, save=False)
+def step_task(step_ids: list[int]) -> None:
+    """One task for a batch of runs' current steps (provisioning/engine.py). Its success is not saved as a
+    django-q2 result (a failure still is): the steps' own rows record every attempt, and the monitor's saving
+    (pruning to the save limit under a lock, then an insert) costs more than most steps."""
+    async_task(STEP_TASK, step_ids, save=False)
 
 
 def _driver_for(pipeline: str, allocation: Allocation) -> str:
@@ -56,45 +57,68 @@ def _driver_for(pipeline: str, allocation: Allocation) -> str:
     return settings.PROVISIONING_BMC_DRIVER if pipeline == Pipeline.BARE_METAL else allocation.node.execution_backend
 
 
-def _create_run(
-    request: ResourceRequest,
-    allocation: Allocation,
-    kind: str,
-    *,
-    reason: str = "",
-    start_at: int = 0,
-    retry_of: ProvisioningRun | None = None,
-) -> ProvisioningRun:
-    """The run with all its steps; steps before `start_at` are carried over (succeeded) from `retry_of`."""
-    pipeline = pipeline_for(request.approved_spec["service"]["kind"])
-    run = ProvisioningRun.objects.create(
-        request=request,
-        allocation=allocation,
-        kind=kind,
-        pipeline=pipeline,
-        driver=_driver_for(pipeline, allocation),
-        reason=reason[:300],
-        current_position=start_at,
-        retry_of=retry_of,
-    )
-    carried = {step.position: step for step in retry_of.steps.all()} if retry_of else {}
-    timeouts = settings.PROVISIONING_STEP_TIMEOUTS
-    steps = ProvisioningStep.objects.bulk_create(
+@dataclass(frozen=True)
+class RunPlan:
+    """A run to create: on which allocation of which request, of which kind; a retry's carries the steps before
+    `start_at` over (succeeded) from `retry_of`."""
+
+    request: ResourceRequest
+    allocation: Allocation
+    kind: str
+    reason: str = ""
+    start_at: int = 0
+    retry_of: ProvisioningRun | None = None
+
+
+def _create_runs(plans: list[RunPlan]) -> list[ProvisioningRun]:
+    """The runs with all their steps, in two inserts whatever their number. The caller enqueues their first steps
+    (`run.first_step_id`), a batch's in one task."""
+    pipelines = [pipeline_for(plan.request.approved_spec["service"]["kind"]) for plan in plans]
+    runs = ProvisioningRun.objects.bulk_create(
         [
-            ProvisioningStep(
-                run=run,
-                position=position,
-                name=definition.name,
-                max_attempts=settings.PROVISIONING_MAX_ATTEMPTS,
-                timeout_seconds=timeouts.get(definition.name, definition.timeout),
-                **_carried_over(carried.get(position)) if position < start_at else {},
+            ProvisioningRun(
+                request=plan.request,
+                allocation=plan.allocation,
+                kind=plan.kind,
+                pipeline=pipeline,
+                driver=_driver_for(pipeline, plan.allocation),
+                reason=plan.reason[:300],
+                current_position=plan.start_at,
+                retry_of=plan.retry_of,
             )
-            for position, definition in enumerate(steps_for(pipeline, kind))
+            for plan, pipeline in zip(plans, pipelines, strict=True)
         ]
     )
-    first = next(step for step in steps if step.position == start_at)
-    enqueue_step(first.pk if first.pk is not None else run.steps.get(position=start_at).pk)
-    run.step_count = len(steps)
+    steps = ProvisioningStep.objects.bulk_create(
+        [step for run, plan in zip(runs, plans, strict=True) for step in _new_steps(run, plan)]
+    )
+    for run, plan in zip(runs, plans, strict=True):
+        own = [step for step in steps if step.run is run]
+        first = next(step for step in own if step.position == plan.start_at)
+        run.first_step_id = first.pk if first.pk is not None else run.steps.get(position=plan.start_at).pk
+        run.step_count = len(own)
+    return runs
+
+
+def _new_steps(run: ProvisioningRun, plan: RunPlan) -> list[ProvisioningStep]:
+    carried = {step.position: step for step in plan.retry_of.steps.all()} if plan.retry_of else {}
+    timeouts = settings.PROVISIONING_STEP_TIMEOUTS
+    return [
+        ProvisioningStep(
+            run=run,
+            position=position,
+            name=definition.name,
+            max_attempts=settings.PROVISIONING_MAX_ATTEMPTS,
+            timeout_seconds=timeouts.get(definition.name, definition.timeout),
+            **_carried_over(carried.get(position)) if position < plan.start_at else {},
+        )
+        for position, definition in enumerate(steps_for(run.pipeline, plan.kind))
+    ]
+
+
+def _create_and_enqueue(request: ResourceRequest, allocation: Allocation, kind: str, **options) -> ProvisioningRun:
+    (run,) = _create_runs([RunPlan(request, allocation, kind, **options)])
+    enqueue_steps([run.first_step_id])
     return run
 
 
@@ -112,32 +136,48 @@ def _carried_over(step: ProvisioningStep) -> dict:
 # --- Start ------------------------------------------------------------------------------------------------
 
 
-def runs_start(*, request_ids: list[int]) -> list[ProvisioningRun]:
-    """Provision each newly allocated request (after the scheduler's commit); safe to call twice."""
-    return [run for request_id in request_ids if (run := _start(request_id)) is not None]
-
-
 @transaction.atomic
-def _start(request_id: int) -> ProvisioningRun | None:
-    request = ResourceRequest.objects.select_for_update().get(pk=request_id)
-    allocation = (
-        Allocation.objects.filter(RUN_ANCHOR, request=request, state=AllocationState.ACTIVE)
-        .select_related("node")
-        .first()
+def runs_start(*, request_ids: list[int]) -> list[ProvisioningRun]:
+    """Provision each newly allocated request (after the scheduler's commit), in one transaction whose runs' first
+    steps go to one task, in the order given (the start batches keep a node's requests together, in the order of
+    their devices); safe to call twice."""
+    locked = ResourceRequest.objects.select_for_update().filter(pk__in=request_ids).order_by("pk")  # no deadlocks
+    requests = {request.pk: request for request in locked}
+    allocations = {
+        allocation.request_id: allocation
+        for allocation in Allocation.objects.filter(
+            RUN_ANCHOR, request_id__in=request_ids, state=AllocationState.ACTIVE
+        ).select_related("node")
+    }
+    provisioned = set(
+        ProvisioningRun.objects.filter(allocation__in=allocations.values(), kind=RunKind.PROVISION).values_list(
+            "allocation_id", flat=True
+        )
     )
-    pipeline = pipeline_for(request.approved_spec["service"]["kind"]) if request.approved_spec else None
-    if request.state != RequestState.ALLOCATED or allocation is None or pipeline is None:
-        return None
-    if ProvisioningRun.objects.filter(allocation=allocation, kind=RunKind.PROVISION).exists():
-        return None
-    run = _create_run(request, allocation, RunKind.PROVISION)
-    request_provisioning_started(
-        request=request,
-        message=f"Provisioning started on {allocation.node.name}: {run.get_pipeline_display()}, "
-        f"{run.step_count} steps ({run.driver} driver).",
-        data={"run": run.pk, "pipeline": run.pipeline, "driver": run.driver},
-    )
-    return run
+    startable = [
+        RunPlan(requests[request_id], allocations[request_id], RunKind.PROVISION)
+        for request_id in request_ids
+        if _startable(requests.get(request_id), allocations.get(request_id), provisioned)
+    ]
+    runs = _create_runs(startable)
+    for run in runs:
+        request_provisioning_started(
+            request=run.request,
+            message=f"Provisioning started on {run.allocation.node.name}: {run.get_pipeline_display()}, "
+            f"{run.step_count} steps ({run.driver} driver).",
+            data={"run": run.pk, "pipeline": run.pipeline, "driver": run.driver},
+        )
+    if runs:
+        enqueue_steps([run.first_step_id for run in runs])
+    return runs
+
+
+def _startable(request: ResourceRequest | None, allocation: Allocation | None, provisioned: set[int]) -> bool:
+    """Allocated, with the active allocation its run would build on, not yet provisioned there, and a pipeline."""
+    if request is None or allocation is None or allocation.pk in provisioned or not request.approved_spec:
+        return False
+    has_pipeline = pipeline_for(request.approved_spec["service"]["kind"]) is not None
+    return request.state == RequestState.ALLOCATED and has_pipeline
 
 
 def runs_start_stranded(*, limit: int = 100) -> dict[str, list[int]]:
@@ -167,7 +207,7 @@ def runs_start_stranded(*, limit: int = 100) -> dict[str, list[int]]:
 def _start_or_release(request_id: int) -> str:
     try:
         with transaction.atomic():
-            run = _start(request_id)
+            run = next(iter(runs_start(request_ids=[request_id])), None)
             if run is not None:
                 record_event(
                     run.request,
@@ -279,7 +319,7 @@ def run_failed(run: ProvisioningRun, step: ProvisioningStep, error: StepError) -
         )
     if run.kind == RunKind.PROVISION:
         if failing_the_request:  # otherwise a release overtook it, and its teardown cleans up
-            _create_run(request, run.allocation, RunKind.CLEANUP, reason=f"provisioning failed at {step.name}")
+            _create_and_enqueue(request, run.allocation, RunKind.CLEANUP, reason=f"provisioning failed at {step.name}")
     elif run.kind != RunKind.TEARDOWN:  # a teardown's devices went back when the request was preempted
         _return_capacity_anyway(run)
 
@@ -345,7 +385,7 @@ def teardown_start(*, request_id: int, reason: str, kind: str = RunKind.RELEASE)
     if allocation.provisioning_runs.exclude(kind=RunKind.PROVISION).exists():
         return None
     _cancel_provisioning(allocation.pk)
-    return _create_run(allocation.request, allocation, kind, reason=reason)
+    return _create_and_enqueue(allocation.request, allocation, kind, reason=reason)
 
 
 def teardown_after_release(*, request_id: int, reason: str) -> ProvisioningRun | None:
@@ -379,7 +419,7 @@ def run_retry(*, run: ProvisioningRun, actor: User, reason: str) -> Provisioning
     allocation = allocation_rebind(allocation=run.allocation)
     failed = run.steps.get(name=run.failure["step"])
     start_at = restart_position(run.pipeline, failed.position)
-    retry = _create_run(request, allocation, RunKind.PROVISION, start_at=start_at, retry_of=run)
+    retry = _create_and_enqueue(request, allocation, RunKind.PROVISION, start_at=start_at, retry_of=run)
     restart_name = retry.steps.get(position=start_at).name
     request_retry_provisioning(
         request=request,
@@ -443,6 +483,5 @@ def installer_report(*, token: str, status: str, detail: str = "") -> Provisioni
     run.save(update_fields=["installer_reported_at", "installer_report"])
     waiting = run.steps.filter(name="wait_for_install")
     waiting.filter(state=StepState.WAITING).update(retry_at=run.installer_reported_at)  # due now, not at next poll
-    for step_id in waiting.values_list("pk", flat=True):
-        enqueue_step(step_id)
+    enqueue_steps(list(waiting.values_list("pk", flat=True)))
     return run

@@ -1,6 +1,8 @@
 """What each pipeline step does. A handler takes the step's context, makes its driver calls (idempotent: a step
 whose worker died runs again) and returns the step's output; it raises StepError or StepPending otherwise."""
 
+from collections import defaultdict
+from collections.abc import Callable
 from dataclasses import dataclass
 from functools import cached_property
 from urllib.parse import urlencode, urlsplit
@@ -14,7 +16,7 @@ from config.errors import Conflict
 from provisioning import netboot
 from provisioning.choices import RunKind, StepState
 from provisioning.drivers import bmc_driver, in_band_driver, serving_driver, workload_driver
-from provisioning.drivers.base import ACCELERATOR_TYPES, StepError, StepPending, Target
+from provisioning.drivers.base import ACCELERATOR_TYPES, StepError, StepPending, Target, only
 from provisioning.models import ProvisioningRun, ProvisioningStep, ServingReplica
 from provisioning.serving.deployments import (
     await_replicas,
@@ -30,7 +32,7 @@ from provisioning.serving.routes import routes_changed
 from provisioning.targets import allocation_target
 from requests.choices import EventCode
 from requests.services import record_event
-from scheduling.allocations import allocation_adopt_backend_binding
+from scheduling.allocations import allocations_adopt_backend_bindings
 from scheduling.choices import AllocationState
 from scheduling.models import Allocation
 
@@ -39,11 +41,33 @@ INSTALLER_POLL_SECONDS = 60.0
 BASIC_HARDWARE_CHECKS = ["bmc_reachable", "system_health", "inventory_match"]
 
 
+class StepOutputs:
+    """The outputs of the succeeded steps of a batch of runs, by run and step name, read for all of them at the
+    first use (the first of a name wins, as a run carried over from a retry may repeat one)."""
+
+    def __init__(self, run_ids: list[int]):
+        self.run_ids = run_ids
+        self._by_run: dict[int, dict[str, dict]] | None = None
+
+    def of_run(self, run_id: int) -> dict[str, dict]:
+        if self._by_run is None:
+            self._by_run = defaultdict(dict)
+            succeeded = ProvisioningStep.objects.filter(run_id__in=self.run_ids, state=StepState.SUCCEEDED)
+            for step_run, name, output in succeeded.order_by("-position").values_list("run_id", "name", "output"):
+                self._by_run[step_run][name] = output
+        return self._by_run[run_id]
+
+
 @dataclass
 class StepContext:
     run: ProvisioningRun
     step: ProvisioningStep
     target: Target
+    batch_outputs: StepOutputs | None = None  # shared by the contexts of one batch; else this run's own
+
+    def __post_init__(self):
+        if self.batch_outputs is None:
+            self.batch_outputs = StepOutputs([self.run.pk])
 
     @cached_property
     def bmc(self):
@@ -70,44 +94,64 @@ class StepContext:
         if "bmc" in self.__dict__:  # only when a step used it
             self.bmc.close()
 
-    @cached_property
+    @property
     def outputs(self) -> dict[str, dict]:
-        """The outputs of the run's succeeded steps by name, read once per attempt (the first of a name wins)."""
-        succeeded = self.run.steps.filter(state=StepState.SUCCEEDED).order_by("-position")
-        return dict(succeeded.values_list("name", "output"))
+        """The outputs of the run's succeeded steps by name."""
+        return self.batch_outputs.of_run(self.run.pk)
 
     def output_of(self, name: str) -> dict:
         return self.outputs.get(name) or {}
 
 
+def _one_of(batch: Callable[[list[StepContext]], list[dict | Exception]]) -> Callable[[StepContext], dict]:
+    """A step's handler for one run, from its batch form."""
+
+    def handler(ctx: StepContext) -> dict:
+        return only(batch([ctx]))
+
+    handler.__name__ = handler.__qualname__ = batch.__name__.removesuffix("s")
+    return handler
+
+
 # --- compute -----------------------------------------------------------------------------------------------
 
 
-def prepare_image(ctx: StepContext) -> dict:
-    return ctx.workload.prepare_image(ctx.target, ctx.snapshot["image"])
+def prepare_images(contexts: list[StepContext]) -> list[dict | Exception]:
+    return contexts[0].workload.prepare_images([(ctx.target, ctx.snapshot["image"]) for ctx in contexts])
 
 
-def start_workload(ctx: StepContext) -> dict:
-    return ctx.workload.start_workload(ctx.target, ctx.snapshot["image"])
+def start_workloads(contexts: list[StepContext]) -> list[dict | Exception]:
+    return contexts[0].workload.start_workloads([(ctx.target, ctx.snapshot["image"]) for ctx in contexts])
 
 
-def readiness_check(ctx: StepContext) -> dict:
-    """Ready when the backend says so. Why the backend still holds the workload back goes on the request; the
-    devices it actually bound (Slurm picks the GPU indexes inside the node) become the allocation's."""
-    try:
-        ready = ctx.workload.workload_ready(ctx.target, ctx.output_of("start_workload"))
-    except StepPending as pending:
-        if pending.reason:
-            _note_backend_wait(ctx, pending.reason)
-        raise
-    if "bound_indexes" in ready:
-        try:
-            ready["binding"] = allocation_adopt_backend_binding(
-                allocation_id=ctx.run.allocation_id, indexes=ready["bound_indexes"], backend=ctx.target.backend
-            )
-        except Conflict as mismatch:
-            raise StepError(mismatch.code, mismatch.message, retryable=False, details=mismatch.details) from mismatch
-    return ready
+def readiness_checks(contexts: list[StepContext]) -> list[dict | Exception]:
+    """Ready when the backend says so. Why the backend still holds a workload back goes on its request; the devices
+    it actually bound (Slurm picks the GPU indexes inside the node) become the allocation's."""
+    backend = contexts[0].target.backend
+    results = contexts[0].workload.workloads_ready([(ctx.target, ctx.output_of("start_workload")) for ctx in contexts])
+    bound = {
+        ctx.run.allocation_id: result["bound_indexes"]
+        for ctx, result in zip(contexts, results, strict=True)
+        if isinstance(result, dict) and "bound_indexes" in result
+    }
+    bindings = allocations_adopt_backend_bindings(bound=bound, backend=backend) if bound else {}
+    return [_readiness(ctx, result, bindings) for ctx, result in zip(contexts, results, strict=True)]
+
+
+def _readiness(ctx: StepContext, result: dict | Exception, bindings: dict[int, dict | Conflict]) -> dict | Exception:
+    if isinstance(result, StepPending) and result.reason:
+        _note_backend_wait(ctx, result.reason)
+    if isinstance(result, Exception) or "bound_indexes" not in result:
+        return result
+    binding = bindings[ctx.run.allocation_id]
+    if isinstance(binding, Conflict):
+        return StepError(binding.code, binding.message, retryable=False, details=binding.details)
+    return {**result, "binding": binding}
+
+
+prepare_image = _one_of(prepare_images)
+start_workload = _one_of(start_workloads)
+readiness_check = _one_of(readiness_checks)
 
 
 def _note_backend_wait(ctx: StepContext, reason: dict) -> None:

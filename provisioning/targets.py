@@ -1,5 +1,7 @@
 """What a provisioning run's steps act on: an allocation's node and devices, and the request's snapshot."""
 
+from collections import defaultdict
+
 from provisioning.choices import Pipeline
 from provisioning.drivers.base import Target
 from provisioning.models import ProvisioningRun
@@ -12,11 +14,32 @@ def run_target(run: ProvisioningRun, *, attempt: int = 1) -> Target:
     return allocation_target(run, run.allocation, attempt=attempt)
 
 
+def runs_targets(attempts: list[tuple[ProvisioningRun, int]]) -> list[Target]:
+    """The targets of a batch of runs, each at its step's attempt, with one read of their devices."""
+    allocations = [run.allocation for run, _ in attempts]
+    bindings = _bindings([allocation.pk for allocation in allocations])
+    return [
+        _target(run, allocation, bindings[allocation.pk], attempt)
+        for (run, attempt), allocation in zip(attempts, allocations, strict=True)
+    ]
+
+
 def allocation_target(run: ProvisioningRun, allocation: Allocation, *, attempt: int = 1) -> Target:
     """The run's target on one of its request's allocations (a serving replica's, which may be on another node
     than the run's own)."""
+    return _target(run, allocation, _bindings([allocation.pk])[allocation.pk], attempt)
+
+
+def _bindings(allocation_ids: list[int]) -> dict[int, list[AllocationDevice]]:
+    by_allocation = defaultdict(list)
+    rows = AllocationDevice.objects.filter(allocation_id__in=allocation_ids).select_related("device__model")
+    for binding in rows:  # in device index order (the model's ordering)
+        by_allocation[binding.allocation_id].append(binding)
+    return by_allocation
+
+
+def _target(run: ProvisioningRun, allocation: Allocation, bindings: list[AllocationDevice], attempt: int) -> Target:
     node = allocation.node
-    bindings = list(AllocationDevice.objects.filter(allocation=allocation).select_related("device__model"))
     # The recorded cards, which only a bare-metal server's hardware validation compares with what its BMC reports.
     bare_metal = run.pipeline == Pipeline.BARE_METAL
     recorded = list(node.devices.order_by("index").values_list("index", "serial_number")) if bare_metal else []

@@ -11,8 +11,9 @@ from provisioning.serving.deployments import serving_replicas_check
 
 
 @retry_if_locked
-def run_step(step_id: int) -> None:
-    engine.step_execute(step_id=step_id)
+def run_step(step_ids: list[int] | int) -> None:
+    """A batch of runs' current steps (one step id: a task enqueued before steps went in batches)."""
+    engine.steps_execute(step_ids=[step_ids] if isinstance(step_ids, int) else step_ids)
 
 
 @retry_if_locked

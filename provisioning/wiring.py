@@ -1,9 +1,14 @@
 """What starts provisioning work: the requests' and scheduling's signals, the sweeper schedule, metrics."""
 
+from collections import defaultdict
+
 from django.conf import settings
+from django.db.models import Min
 from django_q.tasks import async_task
 
 from config import schedules
+from scheduling.choices import AllocationState
+from scheduling.models import RUN_ANCHOR, Allocation
 
 SWEEP_TASK = "provisioning.tasks.resume_due_steps"
 REPLICA_CHECK_TASK = "provisioning.tasks.check_replicas"
@@ -11,21 +16,43 @@ STRANDED_TASK = "provisioning.tasks.start_stranded_runs"
 RECONCILE_TASK = "provisioning.tasks.reconcile_workloads"
 
 
-# At most this many start tasks per cycle: a cycle that placed a few requests gets one task each, as before, and
-# one that placed ten thousand enqueues this many (each starting every n-th request), so the cycle's enqueues do
-# not grow with what it placed while every worker still gets a share.
+# At most this many start tasks per cycle: a cycle that placed a few requests gets one task per batch, and one that
+# placed ten thousand enqueues this many (with larger batches), so the cycle's enqueues do not grow with what it
+# placed while every worker still gets a share.
 START_TASKS_PER_CYCLE = 64
 
 
 def start_runs(*, request_ids: list[int], **_kwargs) -> None:
-    """One task per batch of PROVISIONING_START_BATCH requests, at most START_TASKS_PER_CYCLE tasks: a cycle that
-    placed hundreds starts their runs on several workers at once, without a task per request ahead of every step
-    in the broker (each run's first step is enqueued as soon as its own start commits), and one that placed ten
-    thousand enqueues no more tasks than that."""
-    size = max(1, settings.PROVISIONING_START_BATCH)
-    tasks = min(-(-len(request_ids) // size), START_TASKS_PER_CYCLE)
-    for n in range(tasks):
-        async_task("provisioning.tasks.start_runs", list(request_ids[n::tasks]))
+    """Start tasks of about PROVISIONING_START_BATCH requests, at most START_TASKS_PER_CYCLE of them: a cycle that
+    placed hundreds starts their runs on several workers at once, and each batch's runs then go through their steps
+    together (provisioning/engine.py). A node's requests are never split between batches and come in the order of
+    the devices chosen for them there: a backend that binds devices itself (Slurm gives the job it starts first the
+    node's lowest free GPUs) then sees a node's work in that order, from one worker."""
+    by_node = _by_node_in_device_order(request_ids)
+    size = max(settings.PROVISIONING_START_BATCH, -(-len(request_ids) // START_TASKS_PER_CYCLE), 1)
+    batch = []
+    for node_requests in by_node:
+        batch += node_requests
+        if len(batch) >= size:
+            async_task("provisioning.tasks.start_runs", batch)
+            batch = []
+    if batch:
+        async_task("provisioning.tasks.start_runs", batch)
+
+
+def _by_node_in_device_order(request_ids: list[int]) -> list[list[int]]:
+    placed = (
+        Allocation.objects.filter(RUN_ANCHOR, request_id__in=request_ids, state=AllocationState.ACTIVE)
+        .annotate(first_device=Min("devices__device__index"))
+        .order_by("node_id", "first_device", "request_id")
+        .values_list("node_id", "request_id")
+    )
+    by_node = defaultdict(list)
+    for node_id, request_id in placed:
+        by_node[node_id].append(request_id)
+    seen = {request_id for requests in by_node.values() for request_id in requests}
+    unplaced = [request_id for request_id in request_ids if request_id not in seen]  # none, normally
+    return [*by_node.values(), *([unplaced] if unplaced else [])]
 
 
 def teardown_after_release(*, request_id: int, reason: str, provisioning_started: bool, **_kwargs) -> None:

@@ -8,6 +8,7 @@ scheduling). Each mail is claimed in `NotificationDelivery` in the transaction t
 once, a failed send claims nothing and the task is retried.
 """
 
+import threading
 from collections import defaultdict
 from collections.abc import Iterable
 
@@ -57,11 +58,32 @@ SUBJECTS = {
 ACCESS_LABELS = {"ssh": "SSH", "jupyter": "Jupyter", "attach": "Attach (Slurm)", "curl": "Try it", "url": "Endpoint"}
 
 
+_announced = threading.local()  # ids of events worth a mail whose transaction has not committed yet, per thread
+
+
 def announce_events(events: Iterable[RequestEvent]) -> None:
-    """After the caller's commit, send what these events are worth telling (one task for the lot)."""
+    """After the caller's commit, send what these events are worth telling: one task for every such event of the
+    transaction (a batch of provisioning runs activates many requests in one)."""
     ids = [event.pk for event in events if event.code in EVENT_KINDS]
     if ids:
-        transaction.on_commit(lambda: async_task(NOTIFY_TASK, ids))
+        _pending_announcements().extend(ids)
+        transaction.on_commit(_announce_pending)
+
+
+def _pending_announcements() -> list[int]:
+    if not hasattr(_announced, "ids"):
+        _announced.ids = []
+    return _announced.ids
+
+
+def _announce_pending() -> None:
+    """The first commit hook of a transaction takes every pending id, the others find none. An id left by a
+    transaction that rolled back goes along with the next one's and is skipped (its event does not exist)."""
+    ids = _pending_announcements()
+    if ids:
+        taken = ids[:]
+        ids.clear()
+        async_task(NOTIFY_TASK, taken)
 
 
 # --- Preferences -------------------------------------------------------------------------------------------

@@ -26,23 +26,34 @@ def adjust_device_shares(deltas: dict[int, int]) -> None:
     )
 
 
-def allocation_adopt_backend_binding(*, allocation_id: int, indexes: list[int], backend: str) -> dict:
+def allocations_adopt_backend_bindings(*, bound: dict[int, list[int]], backend: str) -> dict[int, dict | Conflict]:
     """The execution backend is the source of truth for which devices inside the node run the work (Slurm binds
-    GPU indexes itself): when the indexes it bound differ from the platform's choice, the allocation is rebound to
-    them, with a note on the request's timeline, in this one transaction.
+    GPU indexes itself): `bound` gives the indexes it bound for each allocation (by id). Where they differ from the
+    platform's choice, the allocation is rebound to them, with a note on the request's timeline, in a transaction
+    of its own.
 
     A device the backend gave us that the books show under another active allocation is exchanged with the one we
     leave: the backend cannot have bound one card twice, so that allocation's books were wrong as well (its own
-    job's report corrects them again). Returns {"chosen", "bound", "rebound"}.
+    job's report corrects them again). Returns {"chosen", "bound", "rebound"} for each allocation, or the Conflict
+    that says the inventory and the backend disagree about its node.
 
-    Mostly the backend bound what the platform chose: one read says so, without the node's lock (which makes the
-    reports of one node's allocations take turns) or a transaction."""
-    chosen = sorted(
-        AllocationDevice.objects.filter(allocation_id=allocation_id).values_list("device__index", flat=True)
-    )
-    if chosen == sorted(indexes):
-        return {"chosen": chosen, "bound": chosen, "rebound": False}
-    return _adopt(allocation_id=allocation_id, indexes=indexes, backend=backend)
+    Mostly the backend bound what the platform chose: one read for all of them says so, without the nodes' locks
+    (which make the reports of one node's allocations take turns) or a transaction."""
+    chosen = defaultdict(list)
+    rows = AllocationDevice.objects.filter(allocation_id__in=bound).values_list("allocation_id", "device__index")
+    for allocation_id, index in rows:
+        chosen[allocation_id].append(index)
+    adopted = {}
+    for allocation_id, indexes in bound.items():
+        mine = sorted(chosen[allocation_id])
+        if mine == sorted(indexes):
+            adopted[allocation_id] = {"chosen": mine, "bound": mine, "rebound": False}
+            continue
+        try:
+            adopted[allocation_id] = _adopt(allocation_id=allocation_id, indexes=indexes, backend=backend)
+        except Conflict as mismatch:
+            adopted[allocation_id] = mismatch
+    return adopted
 
 
 @transaction.atomic

@@ -82,6 +82,25 @@ class WorkloadEnd:
     details: dict = field(default_factory=dict)
 
 
+def each(call: Callable[[Target, dict], dict], items: list[tuple[Target, dict]]) -> list[dict | Exception]:
+    """`call` on each (target, argument), its exception standing for the output of the one that raised."""
+    results = []
+    for target, argument in items:
+        try:
+            results.append(call(target, argument))
+        except Exception as error:  # the engine turns it into that attempt's outcome
+            results.append(error)
+    return results
+
+
+def only(results: list[dict | Exception]) -> dict:
+    """The output of a batch of one; its exception raised."""
+    (result,) = results
+    if isinstance(result, Exception):
+        raise result
+    return result
+
+
 class BmcDriver(ABC):
     """Out-of-band control of a whole server. Every method returns a JSON-able summary for the step's output."""
 
@@ -138,6 +157,19 @@ class WorkloadDriver(ABC):
     @abstractmethod
     def stop_workload(self, target: Target) -> dict:
         """Stop and remove the workload (no-op when it is gone)."""
+
+    # The same for a batch of runs at one step: [(target, image or started)] -> [output, or the StepError,
+    # StepPending or other exception of each], in order. A backend that can ask once for all of them (one Slurm job
+    # list for ten submissions) overrides these; by default each is asked on its own.
+
+    def prepare_images(self, items: list[tuple[Target, dict]]) -> list[dict | Exception]:
+        return each(self.prepare_image, items)
+
+    def start_workloads(self, items: list[tuple[Target, dict]]) -> list[dict | Exception]:
+        return each(self.start_workload, items)
+
+    def workloads_ready(self, items: list[tuple[Target, dict]]) -> list[dict | Exception]:
+        return each(self.workload_ready, items)
 
     def ended_workloads(self, targets: Iterable[Target]) -> dict[int, WorkloadEnd]:
         """The reconciler's question: which of these running workloads (by allocation id) have ended by themselves,

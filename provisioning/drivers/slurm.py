@@ -30,7 +30,7 @@ from contextlib import contextmanager
 from django.conf import settings
 from django.db import connection, transaction
 
-from provisioning.drivers.base import StepError, StepPending, Target, WorkloadDriver, WorkloadEnd
+from provisioning.drivers.base import StepError, StepPending, Target, WorkloadDriver, WorkloadEnd, only
 from scheduling.slurm import scontrol
 from scheduling.slurm.api import SlurmAccessDenied, SlurmApi, SlurmApiError, SlurmNotFound, configured_token
 from scheduling.slurm.services import UNTYPED_GPU
@@ -130,6 +130,9 @@ def shared_api() -> SlurmApi:
 
 
 class SlurmWorkloads(WorkloadDriver):
+    """A batch of runs at one step asks slurmrestd once where it can: one look per node, one job list for all the
+    submissions, one watch over all the jobs starting. The one-run forms are the batch forms for one."""
+
     name = "slurm"
 
     @contextmanager
@@ -137,75 +140,72 @@ class SlurmWorkloads(WorkloadDriver):
         try:
             yield shared_api()
         except SlurmApiError as error:
-            raise StepError(
-                "slurm_unavailable" if error.retryable else "slurm_refused",
-                str(error),
-                retryable=error.retryable,
-                details={"errors": error.errors},
-            ) from error
+            raise _refusal(error) from error
 
     # --- Image ---------------------------------------------------------------------------------------------------
 
     def prepare_image(self, target: Target, image: dict) -> dict:
-        """Nothing to pull: check that Slurm knows the chosen node, and record what the job will run."""
-        with self._api() as api:
-            try:
-                node = api.node(target.node)
-            except SlurmNotFound as unknown:
-                raise StepError(
-                    "slurm_node_unknown",
-                    f"Slurm has no node {target.node!r}; the inventory and the cluster disagree.",
-                    retryable=False,
-                    details={"isolate": True},
-                ) from unknown
-        script = batch_script(target, image)
-        return {
-            "image": f"{image['name']}:{image['version']}",
-            "reference": image["reference"],
-            "runs": "the image's command" if image_command(image) else "an interactive allocation (no command)",
-            "script_sha256": hashlib.sha256(script.encode()).hexdigest(),
-            "slurm_node_state": node.get("state"),
-        }
+        return only(self.prepare_images([(target, image)]))
+
+    def prepare_images(self, items: list[tuple[Target, dict]]) -> list[dict | Exception]:
+        """Nothing to pull: check that Slurm knows each chosen node, and record what the job will run."""
+        try:
+            with self._api() as api:
+                nodes = {name: _node_or_none(api, name) for name in sorted({target.node for target, _ in items})}
+        except StepError as unavailable:
+            return [unavailable] * len(items)
+        return [_prepared(target, image, nodes[target.node]) for target, image in items]
 
     # --- Run -----------------------------------------------------------------------------------------------------
 
     def start_workload(self, target: Target, image: dict) -> dict:
-        with self._api() as api, _submission_lock(target.request_id):
-            job = _live_job(api, target)
-            submitted = job is None
-            if submitted:
-                job_id = api.submit_job(batch_script(target, image), job_properties(target, image))["job_id"]
-                job = _job_or_none(api, job_id) or {"job_id": job_id, "job_state": "PENDING"}
-        return {
-            "workload": f"slurm job {job['job_id']}",
-            "job_id": job["job_id"],
-            "submitted": submitted,
-            "host": target.node,
-            "ports": {},
-            "job_state": job.get("job_state"),
-            "output": output_path(target, job["job_id"]),
-        }
+        return only(self.start_workloads([(target, image)]))
+
+    def start_workloads(self, items: list[tuple[Target, dict]]) -> list[dict | Exception]:
+        """Under the batch's submission locks, one look at Slurm's job list finds the jobs earlier attempts submitted;
+        the others are submitted node by node in the order of the devices the platform chose there, so that Slurm,
+        which binds a node's lowest free GPU indexes to the job it starts first, mostly binds what the platform
+        chose. Once Slurm cannot be reached, the batch's remaining submissions fail with that (retryable) error."""
+        results: list[dict | Exception | None] = [None] * len(items)
+        try:
+            with self._api() as api, _submission_locks(sorted({target.request_id for target, _ in items})):
+                jobs = api.jobs()
+                for position in sorted(range(len(items)), key=lambda position: _device_order(items[position][0])):
+                    results[position] = _started(api, jobs, *items[position])
+        except StepError as unavailable:
+            return [unavailable if result is None else result for result in results]
+        return results
 
     def workload_ready(self, target: Target, started: dict) -> dict:
-        """RUNNING is ready. Slurm usually starts a job within a scheduling pass, so one attempt watches the job
-        closely for a short while before handing the wait back to the engine (whose every attempt costs a claim
-        and a record in the database). The job is asked for by the id start_workload recorded: Slurm's whole job
+        return only(self.workloads_ready([(target, started)]))
+
+    def workloads_ready(self, items: list[tuple[Target, dict]]) -> list[dict | Exception]:
+        """RUNNING is ready. Slurm usually starts a job within a scheduling pass, so one attempt watches the batch's
+        jobs closely for a short while before handing the wait back to the engine (whose every attempt costs a claim
+        and a record in the database). Each job is asked for by the id start_workload recorded: Slurm's whole job
         list costs slurmrestd and slurmctld time in proportion to every job they know, on every check."""
-        with self._api() as api:
-            job = _job_or_none(api, started["job_id"])
-            deadline = time.monotonic() + WATCH_SECONDS
-            while job is not None and job.get("job_state") in WAITING_STATES and time.monotonic() < deadline:
-                time.sleep(WATCH_EVERY_SECONDS)
-                job = _job_or_none(api, job["job_id"])
+        try:
+            with self._api() as api:
+                jobs = _watched(api, [started["job_id"] for _, started in items])
+        except StepError as unavailable:
+            return [unavailable] * len(items)
+        results = []
+        for target, started in items:
+            try:
+                results.append(self._ready(target, jobs[started["job_id"]]))
+            except (StepError, StepPending) as outcome:
+                results.append(outcome)
+        return results
+
+    def _ready(self, target: Target, job: dict | None) -> dict:
         if job is None:
             raise StepError("slurm_job_missing", f"Slurm has no job for request #{target.request_id}.", retryable=False)
         state = job.get("job_state")
         if state in WAITING_STATES:
-            reason = pending_reason(job)
             raise StepPending(
                 f"Slurm keeps job {job['job_id']} {state.lower()}: {job.get('state_reason') or 'not scheduled yet'}.",
                 retry_after=POLL_SECONDS,
-                reason=reason,
+                reason=pending_reason(job),
             )
         if state != RUNNING:
             ended = workload_end(job)
@@ -275,8 +275,7 @@ class SlurmWorkloads(WorkloadDriver):
         with self._api() as api:
             jobs = api.jobs()
             for target in targets:
-                live = [job for job in _jobs_of(jobs, target) if job.get("job_state") in WAITING_STATES | {RUNNING}]
-                job = max(live, key=lambda job: job["job_id"], default=None)
+                job = _live_job(jobs, target)
                 if job is not None and _short(job, target):
                     moved[target.allocation_id] = _raise_time_limit(api, job["job_id"], target.term_hours * 60) | {
                         "was_minutes": job["time_limit"]
@@ -462,9 +461,9 @@ def _latest_job(jobs: list[dict], target: Target) -> dict | None:
     return max(_jobs_of(jobs, target), key=lambda job: job["job_id"], default=None)
 
 
-def _live_job(api: SlurmApi, target: Target) -> dict | None:
+def _live_job(jobs: list[dict], target: Target) -> dict | None:
     """The job an earlier attempt submitted for this allocation and Slurm still runs or holds."""
-    live = [job for job in _jobs_of(api.jobs(), target) if job.get("job_state") in WAITING_STATES | {RUNNING}]
+    live = [job for job in _jobs_of(jobs, target) if job.get("job_state") in WAITING_STATES | {RUNNING}]
     return max(live, key=lambda job: job["job_id"], default=None)
 
 
@@ -475,11 +474,93 @@ def _job_or_none(api: SlurmApi, job_id: int) -> dict | None:
         return None
 
 
+def _node_or_none(api: SlurmApi, name: str) -> dict | None:
+    try:
+        return api.node(name)
+    except SlurmNotFound:
+        return None
+
+
+def _prepared(target: Target, image: dict, node: dict | None) -> dict | StepError:
+    if node is None:
+        return StepError(
+            "slurm_node_unknown",
+            f"Slurm has no node {target.node!r}; the inventory and the cluster disagree.",
+            retryable=False,
+            details={"isolate": True},
+        )
+    return {
+        "image": f"{image['name']}:{image['version']}",
+        "reference": image["reference"],
+        "runs": "the image's command" if image_command(image) else "an interactive allocation (no command)",
+        "script_sha256": hashlib.sha256(batch_script(target, image).encode()).hexdigest(),
+        "slurm_node_state": node.get("state"),
+    }
+
+
+def _device_order(target: Target) -> tuple[str, int]:
+    return target.node, min((device["index"] for device in target.devices), default=-1)
+
+
+def _started(api: SlurmApi, jobs: list[dict], target: Target, image: dict) -> dict | StepError:
+    """The live job of an earlier attempt, else a new submission (as Slurm holds it then: PENDING). A refusal is
+    this run's outcome; Slurm out of reach is the batch's (raised)."""
+    job = _live_job(jobs, target)
+    if job is None:
+        try:
+            job = {
+                "job_id": api.submit_job(batch_script(target, image), job_properties(target, image))["job_id"],
+                "job_state": "PENDING",
+            }
+        except StepError as refused:
+            return refused
+        except SlurmApiError as error:
+            if error.retryable:
+                raise
+            return _refusal(error)
+        submitted = True
+    else:
+        submitted = False
+    return {
+        "workload": f"slurm job {job['job_id']}",
+        "job_id": job["job_id"],
+        "submitted": submitted,
+        "host": target.node,
+        "ports": {},
+        "job_state": job.get("job_state"),
+        "output": output_path(target, job["job_id"]),
+    }
+
+
+def _watched(api: SlurmApi, job_ids: list[int]) -> dict[int, dict | None]:
+    """The jobs (None for one Slurm does not know), asked for again while any still waits, up to WATCH_SECONDS."""
+    jobs = {job_id: _job_or_none(api, job_id) for job_id in job_ids}
+    deadline = time.monotonic() + WATCH_SECONDS
+    while time.monotonic() < deadline:
+        waiting = [job_id for job_id, job in jobs.items() if job is not None and job.get("job_state") in WAITING_STATES]
+        if not waiting:
+            break
+        time.sleep(WATCH_EVERY_SECONDS)
+        jobs.update({job_id: _job_or_none(api, job_id) for job_id in waiting})
+    return jobs
+
+
+def _refusal(error: SlurmApiError) -> StepError:
+    return StepError(
+        "slurm_unavailable" if error.retryable else "slurm_refused",
+        str(error),
+        retryable=error.retryable,
+        details={"errors": error.errors},
+    )
+
+
 @contextmanager
-def _submission_lock(request_id: int):
-    """Held from the look-up to the submission, so that of two workers the second finds the first one's job."""
+def _submission_locks(request_ids: list[int]):
+    """Held from the look-up to the submissions, so that of two workers the second finds the first one's jobs
+    (taken in request order, so two batches sharing requests cannot deadlock)."""
     with transaction.atomic():
         if connection.vendor == "postgresql":
             with connection.cursor() as cursor:
-                cursor.execute("SELECT pg_advisory_xact_lock(%s, %s)", [SUBMIT_LOCK_NAMESPACE, request_id])
+                for request_id in request_ids:
+                    cursor.execute("SELECT pg_advisory_xact_lock(%s, %s)", [SUBMIT_LOCK_NAMESPACE, request_id])
         yield

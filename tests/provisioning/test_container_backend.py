@@ -122,7 +122,7 @@ def test_a_workspace_reaches_active_and_ssh_sees_the_bound_devices(workspace, ru
 def test_a_retried_start_finds_the_container_it_already_started(workspace):
     request = workspace.order(jupyter=False)
     step = ProvisioningStep.objects.get(run__request=request, run__kind=RunKind.PROVISION, name="start_workload")
-    again = ContainerWorkloads().start_workload(engine._context(step).target, request.approved_spec["image"])
+    again = ContainerWorkloads().start_workload(engine._contexts([step])[0].target, request.approved_spec["image"])
     assert again["container_id"] == step.output["container_id"]
     assert [container["Id"][:12] for container in workspace.podman.containers()] == [again["container_id"]]
     assert "jupyter" not in again["ports"]

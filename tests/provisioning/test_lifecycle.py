@@ -61,13 +61,13 @@ def test_an_expired_lease_is_resumed_by_another_worker_without_repeating_done_st
     """In process: a claim whose worker never reports back (as if killed), then the sweeper."""
     calls = []
     real = engine._attempt
-    monkeypatch.setattr(engine, "_attempt", lambda step: calls.append(step.name) or real(step))
+    monkeypatch.setattr(engine, "_attempt", lambda claimed: calls.extend(c.step.name for c in claimed) or real(claimed))
     settings.PROVISIONING_FAULTS = NEVER_READY
     settings.PROVISIONING_INLINE_WAIT_SECONDS = 0
     request = compute.order()
     step = ProvisioningStep.objects.get(run__request=request, name="readiness_check")
     ProvisioningStep.objects.filter(pk=step.pk).update(retry_at=timezone.now())
-    assert engine._claim(step.pk, owner=engine.uuid.uuid4())  # a worker takes it, then dies
+    assert engine._claim([step.pk], owner=engine.uuid.uuid4())  # a worker takes it, then dies
     ProvisioningStep.objects.filter(pk=step.pk).update(lease_expires_at=timezone.now() - timedelta(seconds=1))
     settings.PROVISIONING_FAULTS = []
     assert run_on_commit(engine.steps_resume_due) == 1
@@ -84,10 +84,10 @@ def test_a_worker_whose_lease_was_taken_over_discards_its_result(compute, settin
     step = ProvisioningStep.objects.get(run__request=request, name="readiness_check")
     ProvisioningStep.objects.filter(pk=step.pk).update(retry_at=timezone.now())
     slow, fast = engine.uuid.uuid4(), engine.uuid.uuid4()
-    engine._claim(step.pk, owner=slow)
+    engine._claim([step.pk], owner=slow)
     ProvisioningStep.objects.filter(pk=step.pk).update(lease_expires_at=timezone.now() - timedelta(seconds=1))
-    engine._claim(step.pk, owner=fast)
-    assert engine._record(step.pk, slow, engine.Done({"ready": True})) is None
+    engine._claim([step.pk], owner=fast)
+    assert engine._record(slow, {step.pk: engine.Done({"ready": True})}) == {step.pk: None}
     step.refresh_from_db()
     assert (step.state, step.lease_owner) == (StepState.RUNNING, fast)
 
@@ -230,7 +230,7 @@ def test_a_provisioning_that_finishes_after_a_release_began_leaves_the_release_i
 
 def _handed_to_the_broker(monkeypatch) -> list[int]:
     handed = []
-    monkeypatch.setattr(engine, "step_task", lambda step_id: handed.append(step_id))
+    monkeypatch.setattr(engine, "step_task", lambda step_ids: handed.extend(step_ids))
     return handed
 
 
@@ -246,7 +246,7 @@ def test_a_worker_goes_on_with_the_run_s_next_step_but_sends_a_polling_one_round
         "readiness_check": StepState.PENDING,
         "publish_access": StepState.PENDING,
     }
-    engine.step_execute(step_id=handed.pop())  # the broker's task: readiness, then publishing in the same worker
+    engine.steps_execute(step_ids=[handed.pop()])  # the broker's task: readiness, then publishing in the same worker
     request.refresh_from_db()
     assert request.state == RequestState.ACTIVE and handed == []
 

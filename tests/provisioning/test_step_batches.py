@@ -1,0 +1,136 @@
+"""Provisioning in batches: a cycle's allocations start together, their runs' steps are claimed, attempted and
+recorded together (the backend asked once per batch where it has a batch form), a node's work in the order of the
+devices chosen there, and one run's failure leaves the others of its batch alone."""
+
+import pytest
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
+
+from provisioning import wiring
+from provisioning.choices import RunKind, RunState
+from provisioning.drivers.base import StepError, WorkloadDriver
+from provisioning.drivers.simulated import SimulatedHost
+from provisioning.models import ProvisioningRun
+from provisioning.tasks import start_runs
+from requests import services as request_services
+from requests.choices import RequestState
+from requests.models import ResourceRequest
+from scheduling import cycle
+from scheduling.models import AllocationDevice
+from tests.provisioning.conftest import add_node
+from tests.requests.conftest import make_order
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture
+def wide(shop):
+    """Two 8-card nodes with room for four of the shop's 2-card orders each."""
+    return [add_node(shop.accelerator, name=name, cards=8, cpu_cores=128, memory_gb=1024) for name in ("n1", "n2")]
+
+
+@pytest.fixture
+def submit(shop, team):
+    """Orders queued without the cycle each submission triggers after its commit: the test's cycle places them."""
+
+    def submit(count: int) -> list[ResourceRequest]:
+        return [
+            request_services.request_submit(order=make_order(shop, team.project), requester=team.developer)
+            for _ in range(count)
+        ]
+
+    return submit
+
+
+@pytest.fixture
+def start_batches(monkeypatch):
+    """The start tasks the cycle's allocation enqueues, kept to be run by the test: [request ids] each."""
+    batches = []
+    monkeypatch.setattr(wiring, "async_task", lambda name, request_ids: batches.append(request_ids))
+    return batches
+
+
+@pytest.fixture
+def started_batches(monkeypatch):
+    """The batches the simulated backend's start_workloads is asked for: [(node, first device index)] each."""
+    calls = []
+
+    def spy(self, items):
+        calls.append([(target.node, min(device["index"] for device in target.devices)) for target, _ in items])
+        return WorkloadDriver.start_workloads(self, items)
+
+    monkeypatch.setattr(SimulatedHost, "start_workloads", spy, raising=False)
+    return calls
+
+
+def states(requests) -> list[str]:
+    return [ResourceRequest.objects.get(pk=request.pk).state for request in requests]
+
+
+def test_a_cycle_s_allocations_go_through_their_steps_as_one_batch_a_node_s_in_device_order(
+    wide, submit, started_batches, run_on_commit
+):
+    requests = submit(6)
+    run_on_commit(cycle.run_cycle)
+
+    assert states(requests) == [RequestState.ACTIVE] * 6
+    assert len(started_batches) == 1 and len(started_batches[0]) == 6
+    assert started_batches[0] == sorted(started_batches[0])  # node by node, each in the order of its devices
+    chosen = AllocationDevice.objects.filter(allocation__request__in=requests).values_list("device__node__name")
+    assert {name for (name,) in chosen} == {"n1", "n2"}
+
+
+def test_the_start_batches_never_split_a_node_s_requests(wide, submit, start_batches, settings, run_on_commit):
+    settings.PROVISIONING_START_BATCH = 3  # the first node's four go together all the same
+    requests = submit(8)
+    run_on_commit(cycle.run_cycle)
+
+    assert [len(batch) for batch in start_batches] == [4, 4]
+    nodes = [
+        set(
+            AllocationDevice.objects.filter(allocation__request_id__in=batch).values_list(
+                "device__node__name", flat=True
+            )
+        )
+        for batch in start_batches
+    ]
+    assert sorted(map(sorted, nodes)) == [["n1"], ["n2"]]
+    assert sorted(request_id for batch in start_batches for request_id in batch) == [r.pk for r in requests]
+
+
+def test_one_run_s_failure_leaves_the_rest_of_its_batch_alone(wide, submit, monkeypatch, run_on_commit):
+    requests = submit(4)
+    doomed = requests[1].pk
+    real = SimulatedHost.start_workload
+
+    def start(self, target, image):
+        if target.request_id == doomed:
+            raise StepError("image_rejected", "The node refused the image.", retryable=False)
+        return real(self, target, image)
+
+    monkeypatch.setattr(SimulatedHost, "start_workload", start)
+    run_on_commit(cycle.run_cycle)
+
+    assert states(requests) == [RequestState.ACTIVE, RequestState.FAILED, RequestState.ACTIVE, RequestState.ACTIVE]
+    failed = ProvisioningRun.objects.get(request_id=doomed, kind=RunKind.PROVISION)
+    assert (failed.state, failed.failure["code"]) == (RunState.FAILED, "image_rejected")
+    assert ProvisioningRun.objects.get(request_id=doomed, kind=RunKind.CLEANUP).state == RunState.SUCCEEDED
+
+
+def provisioning_queries(batch: list[int], run_on_commit) -> int:
+    """Queries from the start task to every request of the batch active."""
+    with CaptureQueriesContext(connection) as queries:
+        run_on_commit(start_runs, batch)
+    assert set(ResourceRequest.objects.filter(pk__in=batch).values_list("state", flat=True)) == {RequestState.ACTIVE}
+    return len(queries)
+
+
+def test_a_batch_of_runs_costs_far_fewer_queries_than_its_runs_one_by_one(wide, submit, start_batches, run_on_commit):
+    submit(1)
+    run_on_commit(cycle.run_cycle)
+    alone = provisioning_queries(start_batches.pop(), run_on_commit)
+    submit(6)
+    run_on_commit(cycle.run_cycle)
+    together = provisioning_queries(start_batches.pop(), run_on_commit)
+
+    assert together < 3 * alone  # six runs in one batch cost less than half of six runs one by one
