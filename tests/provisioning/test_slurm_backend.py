@@ -64,6 +64,13 @@ def slurm_compute(on_slurm, team, run_on_commit):
         execution_backend=ExecutionBackend.SLURM,
     )
 
+    def submit(image=workspace):
+        """Queued, without the cycle its submission triggers after the commit."""
+        return request_services.request_submit(
+            order=Order(service=service, project=team.project, duration_hours=1, spec=spec, image=image),
+            requester=team.developer,
+        )
+
     def order(image=workspace):
         request = run_on_commit(
             request_services.request_submit,
@@ -75,7 +82,14 @@ def slurm_compute(on_slurm, team, run_on_commit):
         return request
 
     return SimpleNamespace(
-        order=order, node=node, api=on_slurm.api, cluster=cluster, batch=batch, team=team, run_on_commit=run_on_commit
+        submit=submit,
+        order=order,
+        node=node,
+        api=on_slurm.api,
+        cluster=cluster,
+        batch=batch,
+        team=team,
+        run_on_commit=run_on_commit,
     )
 
 
@@ -189,6 +203,25 @@ def test_the_allocation_follows_the_gpu_index_slurm_bound(slurm_compute):
     note = request.events.get(code=EventCode.DEVICES_REBOUND)
     assert note.data == {"backend": "slurm", "chosen": [0], "bound": [1]}
     assert [device["index"] for device in delivered(request)["devices"]] == [1]
+
+
+def test_a_batch_of_orders_is_submitted_after_one_job_list_and_slurm_binds_what_the_platform_chose(
+    slurm_compute, monkeypatch
+):
+    """Both of the node's GPUs in one cycle: one start batch, the node's requests in the order of their devices."""
+    job_lists = []
+    real_jobs = SlurmApi.jobs
+    monkeypatch.setattr(SlurmApi, "jobs", lambda api: job_lists.append(api) or real_jobs(api))
+    requests = [slurm_compute.submit(), slurm_compute.submit()]
+    slurm_compute.run_on_commit(cycle.run_cycle)
+
+    assert [in_state(request, RequestState.ACTIVE) for request in requests] == [True, True]
+    assert len(job_lists) == 1  # the batch's submissions looked for earlier jobs once; readiness asks by id
+    for request in requests:
+        chosen = AllocationDevice.objects.get(allocation__request=request).device.index
+        job = slurm_compute.api.job(delivered(request)["job_id"])
+        assert gpu_indexes(job["gres_detail"]) == [chosen]
+        assert not request.events.filter(code=EventCode.DEVICES_REBOUND).exists()
 
 
 def test_a_job_slurm_keeps_pending_shows_slurms_reason_until_it_runs(slurm_compute, settings, client):
