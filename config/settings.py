@@ -238,6 +238,8 @@ CONTAINER_INSTANCE = env_str("CONTAINER_INSTANCE", "compute-catalog")
 CONTAINER_IMAGE_DIR = env_str("CONTAINER_IMAGE_DIR", str(BASE_DIR / "provisioning" / "images"))
 CONTAINER_IMAGE_CACHE = env_str("CONTAINER_IMAGE_CACHE", str(Path.home() / ".cache" / "compute-catalog" / "images"))
 CONTAINER_COMMAND_TIMEOUT_SECONDS = env_float("CONTAINER_COMMAND_TIMEOUT_SECONDS", 60.0)
+# How many of a batch's containers one worker starts (and probes) at once, each podman call in its own thread.
+CONTAINER_BATCH_CONCURRENCY = env_int("CONTAINER_BATCH_CONCURRENCY", 8)
 CONTAINER_BUILD_TIMEOUT_SECONDS = env_float("CONTAINER_BUILD_TIMEOUT_SECONDS", 1800.0)
 # Slurm (docs/inventory.md, "From Slurm"): slurmrestd's URL (without /slurm/v0.0.38), the user the JWT belongs to,
 # the JWT itself or, better, a file holding it (a mounted secret; read on every use, so rotation needs no restart),

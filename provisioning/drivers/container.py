@@ -33,7 +33,15 @@ from pathlib import Path
 import httpx
 from django.conf import settings
 
-from provisioning.drivers.base import StepError, StepPending, Target, WorkloadDriver, WorkloadEnd, visible_uuid
+from provisioning.drivers.base import (
+    StepError,
+    StepPending,
+    Target,
+    WorkloadDriver,
+    WorkloadEnd,
+    each,
+    visible_uuid,
+)
 
 BUILT_PREFIX = "containerfile:"
 INSTANCE_LABEL = "compute-catalog.instance"
@@ -256,7 +264,20 @@ def container_name(target: Target) -> str:
 
 
 class ContainerWorkloads(WorkloadDriver):
+    """A batch's containers are handled side by side (CONTAINER_BATCH_CONCURRENCY at once): podman's own work
+    (build check, create, start, inspect) and the readiness probes wait on the node, one container's independent of
+    the next."""
+
     name = "container"
+
+    def prepare_images(self, items: list[tuple[Target, dict]]) -> list[dict | Exception]:
+        return each(self.prepare_image, items, side_by_side=settings.CONTAINER_BATCH_CONCURRENCY)
+
+    def start_workloads(self, items: list[tuple[Target, dict]]) -> list[dict | Exception]:
+        return each(self.start_workload, items, side_by_side=settings.CONTAINER_BATCH_CONCURRENCY)
+
+    def workloads_ready(self, items: list[tuple[Target, dict]]) -> list[dict | Exception]:
+        return each(self.workload_ready, items, side_by_side=settings.CONTAINER_BATCH_CONCURRENCY)
 
     def prepare_image(self, target: Target, image: dict) -> dict:
         podman = Podman.of(target.node)
