@@ -2,13 +2,15 @@
 recorded together (the backend asked once per batch where it has a batch form), a node's work in the order of the
 devices chosen there, and one run's failure leaves the others of its batch alone."""
 
+import threading
+
 import pytest
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
 from provisioning import wiring
 from provisioning.choices import RunKind, RunState
-from provisioning.drivers.base import StepError, WorkloadDriver
+from provisioning.drivers.base import StepError, WorkloadDriver, each
 from provisioning.drivers.simulated import SimulatedHost
 from provisioning.models import ProvisioningRun
 from provisioning.tasks import start_runs
@@ -134,3 +136,18 @@ def test_a_batch_of_runs_costs_far_fewer_queries_than_its_runs_one_by_one(wide, 
     together = provisioning_queries(start_batches.pop(), run_on_commit)
 
     assert together < 3 * alone  # six runs in one batch cost less than half of six runs one by one
+
+
+def test_a_backend_s_calls_side_by_side_run_at_once_and_keep_their_order_and_errors():
+    together = threading.Barrier(3, timeout=10)  # passes only when all three calls are in flight at once
+
+    def call(target, argument):
+        together.wait()
+        if argument["fails"]:
+            raise StepError("image_rejected", "The node refused the image.", retryable=False)
+        return {"n": argument["n"]}
+
+    results = each(call, [(None, {"n": n, "fails": n == 1}) for n in range(3)], side_by_side=3)
+
+    assert results[0] == {"n": 0} and results[2] == {"n": 2}
+    assert isinstance(results[1], StepError) and results[1].code == "image_rejected"
