@@ -138,9 +138,9 @@ def _carried_over(step: ProvisioningStep) -> dict:
 
 @transaction.atomic
 def runs_start(*, request_ids: list[int]) -> list[ProvisioningRun]:
-    """Provision each newly allocated request (after the scheduler's commit), in one transaction whose runs' first
-    steps go to one task, in the order given (the start batches keep a node's requests together, in the order of
-    their devices); safe to call twice."""
+    """Provision each newly allocated request (after the scheduler's commit), in one transaction; safe to call twice.
+    The caller runs the runs' first steps (`run.first_step_id`) as one batch, in the order given (the start batches
+    keep a node's requests together, in the order of their devices), or enqueues them."""
     locked = ResourceRequest.objects.select_for_update().filter(pk__in=request_ids).order_by("pk")  # no deadlocks
     requests = {request.pk: request for request in locked}
     allocations = {
@@ -167,8 +167,6 @@ def runs_start(*, request_ids: list[int]) -> list[ProvisioningRun]:
             f"{run.step_count} steps ({run.driver} driver).",
             data={"run": run.pk, "pipeline": run.pipeline, "driver": run.driver},
         )
-    if runs:
-        enqueue_steps([run.first_step_id for run in runs])
     return runs
 
 
@@ -209,6 +207,7 @@ def _start_or_release(request_id: int) -> str:
         with transaction.atomic():
             run = next(iter(runs_start(request_ids=[request_id])), None)
             if run is not None:
+                enqueue_steps([run.first_step_id])
                 record_event(
                     run.request,
                     actor=None,

@@ -18,7 +18,12 @@ def run_step(step_ids: list[int] | int) -> None:
 
 @retry_if_locked
 def start_runs(request_ids: list[int]) -> int:
-    return len(services.runs_start(request_ids=request_ids))
+    """The runs of a batch of newly allocated requests, and then, in this same task, their steps (a trip through
+    the broker saved)."""
+    runs = services.runs_start(request_ids=request_ids)
+    if runs:
+        engine.steps_execute(step_ids=[run.first_step_id for run in runs])
+    return len(runs)
 
 
 @retry_if_locked

@@ -81,11 +81,12 @@ class Runtime:
 
 @contextlib.contextmanager
 def slurm_runtime(requests: int) -> Iterator[Runtime]:
-    """The local Slurm test cluster: four nodes with room for all the requests at once (1 GPU, 1 CPU, 1 GiB each)."""
+    """The local Slurm test cluster: eight-GPU nodes (as most GPU servers are), enough of them for all the requests at
+    once (1 GPU, 1 CPU, 1 GiB each)."""
     from tests.slurm_cluster import NodeShape, running_cluster
 
-    node_count = 4
-    gpus = math.ceil(requests / node_count)
+    gpus = SLURM_NODE_GPUS
+    node_count = math.ceil(requests / gpus)
     shape = NodeShape(cpus=2 * gpus, real_memory_mib=2048 * gpus, gpus=gpus)
     with running_cluster(node_count=node_count, node_shape=shape, name_prefix="bench") as cluster:
         _tune_scheduler(cluster)
@@ -105,6 +106,9 @@ def slurm_runtime(requests: int) -> Iterator[Runtime]:
             },
             daemon_groups=lambda: cluster.daemon_groups,
         )
+
+
+SLURM_NODE_GPUS = 8
 
 
 # Slurm's defaults start a batch job submitted while others run only on a later scheduling pass, about 2.7 s after
