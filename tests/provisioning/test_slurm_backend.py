@@ -65,18 +65,14 @@ def slurm_compute(on_slurm, team, run_on_commit):
     )
 
     def submit(image=workspace):
-        """Queued, without the cycle its submission triggers after the commit."""
+        """Queued; called without run_on_commit, without the cycle its submission triggers after the commit."""
         return request_services.request_submit(
             order=Order(service=service, project=team.project, duration_hours=1, spec=spec, image=image),
             requester=team.developer,
         )
 
     def order(image=workspace):
-        request = run_on_commit(
-            request_services.request_submit,
-            order=Order(service=service, project=team.project, duration_hours=1, spec=spec, image=image),
-            requester=team.developer,
-        )
+        request = run_on_commit(submit, image)
         run_on_commit(cycle.run_cycle)
         request.refresh_from_db()
         return request
