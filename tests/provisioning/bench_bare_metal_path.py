@@ -22,10 +22,10 @@ import pytest
 
 from provisioning.choices import RunKind
 from provisioning.drivers.base import StepPending
-from provisioning.engine import run_target
 from provisioning.models import ProvisioningRun
 from provisioning.pipelines import definition_of
 from provisioning.steps import StepContext
+from provisioning.targets import run_target
 from requests.choices import RequestState
 from tests.provisioning.test_ansible_pipeline import server  # noqa: F401  (fixture)
 from tests.provisioning.test_redfish_inventory import hgx  # noqa: F401  (fixture)

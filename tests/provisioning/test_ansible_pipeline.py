@@ -10,9 +10,9 @@ import pytest
 
 from provisioning.choices import RunKind
 from provisioning.drivers.ansible import AnsibleHost
-from provisioning.engine import run_target
 from provisioning.models import ProvisioningRun
 from provisioning.steps import IN_BAND_STEPS
+from provisioning.targets import run_target
 from requests import services as request_services
 from requests.choices import EventCode, RequestState
 from tests.provisioning.redfish_emulator import free_loopback_port

@@ -15,8 +15,8 @@ from django_q.conf import Conf
 from provisioning import engine
 from provisioning.choices import RunKind, StepState
 from provisioning.drivers.ansible import AnsibleHost, playbook_processes
-from provisioning.engine import run_target
 from provisioning.models import ProvisioningRun, ProvisioningStep
+from provisioning.targets import run_target
 from requests.choices import RequestState
 from requests.models import ResourceRequest
 from tests.provisioning.test_ansible_pipeline import server  # noqa: F401  (fixture)
