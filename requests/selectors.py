@@ -49,7 +49,8 @@ def _visible(queryset: QuerySet, user: User) -> QuerySet:
 def request_list_visible_to(*, user: User) -> QuerySet[ResourceRequest]:
     return _visible(
         ResourceRequest.objects.select_related(
-            "project__tenant", "requester", "service", "spec", "image", "bare_metal_profile", "serving_model"
+            *("tenant", "project__tenant", "requester", "service", "spec", "image", "bare_metal_profile"),
+            "serving_model",
         ),
         user,
     )

@@ -56,7 +56,12 @@ class OrderSerializer(serializers.Serializer):
 
     service = serializers.PrimaryKeyRelatedField(queryset=Service.objects.all())
     project = serializers.PrimaryKeyRelatedField(queryset=Project.objects.select_related("tenant"))
-    spec = _optional(ResourceSpec)
+    spec = serializers.PrimaryKeyRelatedField(
+        # Validation, approval routing, the placement check and the snapshot each read the spec's models.
+        queryset=ResourceSpec.objects.prefetch_related("accelerator_models"),
+        required=False,
+        allow_null=True,
+    )
     image = _optional(Image)
     bare_metal_profile = _optional(BareMetalProfile)
     serving_model = _optional(ServingModel)
