@@ -5,7 +5,7 @@ runs it with the issue's numbers through run()): a fresh scratch database, a mon
 (tests/bench/api_seed.py), one scheduling cycle over what it left queued, then gunicorn (gunicorn.conf.py,
 loopback) and the simulated users in their own process (tests/bench/api_load_client.py), bounded in time and count.
 Reported: p50/p99 per endpoint, requests/s, submissions/s, the gunicorn workers' CPU time per request, the queries
-each page costs at this size (the unit tests assert they do not grow: tests/requests/test_api_load_pages.py), and
+each page costs at this size (the unit tests assert they do not grow: tests/requests/test_api.py), and
 PostgreSQL rows and table/index sizes per table after the run (the month-size projection in docs/BENCHMARKS.md).
 """
 
@@ -22,6 +22,8 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import psycopg
+
+from config.probes import wait_until_answers
 
 ROOT = Path(__file__).resolve().parents[2]
 SERVER_URL = os.environ.get("BENCH_DATABASE_SERVER", "postgres://postgres@127.0.0.1:5432")
@@ -78,7 +80,7 @@ def gunicorn(env: dict, workers: int):
         server = subprocess.Popen(command, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
         try:
             base = f"http://127.0.0.1:{port}"
-            _wait_until_up(f"{base}/healthz", server)
+            wait_until_answers(f"{base}/healthz", seconds=60, process=server)
             yield base, server.pid
         except BaseException:
             log.seek(0)
@@ -87,22 +89,6 @@ def gunicorn(env: dict, workers: int):
         finally:
             server.terminate()
             server.wait(timeout=30)
-
-
-def _wait_until_up(url: str, server: subprocess.Popen, seconds: float = 60) -> None:
-    import httpx
-
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
-        if server.poll() is not None:
-            raise RuntimeError(f"gunicorn exited with {server.returncode}")
-        try:
-            if httpx.get(url, timeout=2).status_code == 200:
-                return
-        except httpx.TransportError:
-            pass
-        time.sleep(0.2)
-    raise RuntimeError(f"{url} did not answer within {seconds} s")
 
 
 def _cpu_seconds(master: int) -> float:
