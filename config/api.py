@@ -39,6 +39,27 @@ class IdField(serializers.IntegerField):
         super().__init__(min_value=1, max_value=BIGINT_MAX, **kwargs)
 
 
+class MethodResultField(serializers.CharField):
+    """A string the instance's method returns (`source` names the method, e.g. `__str__`, `get_state_display`),
+    called directly: DRF's generic source lookup inspects the callable's signature on every row, most of a list
+    row's time."""
+
+    def get_attribute(self, instance):
+        return getattr(instance, self.source)()
+
+
+class ChoiceLabelField(serializers.CharField):
+    """The label of a choice field's value (source: the field), as get_<field>_display gives it, looked up in a
+    dict built once rather than by Django's per-call flattening of the choices."""
+
+    def __init__(self, choices, **kwargs):
+        self.labels = {value: str(label) for value, label in choices}
+        super().__init__(**kwargs)
+
+    def to_representation(self, value):
+        return self.labels.get(value, str(value))
+
+
 class IdFilter(django_filters.NumberFilter):
     """An object id in a query string: a whole number within the bigint range, else a 400."""
 

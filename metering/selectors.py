@@ -276,12 +276,16 @@ def request_usage(resource_request: ResourceRequest, *, now=None) -> dict | None
     """Card-hours, cost and energy of one request so far, all its allocations together (two queries); None while it
     never held an allocation. Registered as requests.hooks.REQUEST_USAGE."""
     now = now or timezone.now()
-    bound = Allocation.objects.filter(request=resource_request).aggregate(
-        allocations=Count("pk"),
-        card_hours=Sum(card_hours("", SINCE_EVER, now, now)),
-        cost=Sum(cost("", SINCE_EVER, now, now)),
+    # Grouped by the request rather than aggregate(): the same one row, without aggregate()'s rewriting of these
+    # long expressions (hashing every node of them), which was most of a request detail's time.
+    rows = (
+        Allocation.objects.filter(request=resource_request)
+        .order_by()
+        .values("request")
+        .annotate(card_hours=Sum(card_hours("", SINCE_EVER, now, now)), cost=Sum(cost("", SINCE_EVER, now, now)))
     )
-    if not bound["allocations"]:
+    bound = next(iter(rows), None)  # one row, or none while the request never held an allocation
+    if bound is None:
         return None
     energy = DailyUsage.objects.filter(allocation__request=resource_request).aggregate(kwh=Sum("energy_kwh"))["kwh"]
     return {

@@ -197,12 +197,14 @@ def _usage_grouped_by(key: str, ids: list[int]) -> dict[int, dict[str, Decimal |
     committed = {
         row.pop(key): row
         for row in ResourceRequest.objects.filter(**{f"{key}__in": ids}, state__in=COMMITTED_STATES)
+        .order_by()  # a grouped sum has no order; the model's default costs compiling (and then is dropped)
         .values(key)
         .annotate(**_committed_totals())
     }
     metered = {
         row.pop(key): row
         for row in MonthlyUsage.objects.filter(**{f"{key}__in": ids}, month=month_start())
+        .order_by()
         .values(key)
         .annotate(**_metered_totals())
     }

@@ -228,7 +228,7 @@ def request_submit(
     reasons = _admission_reasons(order, sizing, over_quota)
     exception_reasons = reasons + _as_list(priority)
     request = ResourceRequest.objects.create(
-        tenant_id=order.project.tenant_id,
+        tenant=order.project.tenant,
         project=order.project,
         requester=requester,
         service=order.service,

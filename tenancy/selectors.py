@@ -29,7 +29,9 @@ def user_has_project_permission(*, user: User, project: Project, permission: str
     if not user.is_authenticated or not user.is_active:
         return False
     codename = f"tenancy.{permission}"
-    return user.has_perm(codename) or user.has_perm(codename, project)
+    # The project's own grant first: members (nearly every caller) hold it, and then the global permissions are
+    # never read (two queries saved on every order and preview).
+    return user.has_perm(codename, project) or user.has_perm(codename)
 
 
 def audit_events_for(*, target) -> QuerySet[AuditEvent]:

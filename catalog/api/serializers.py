@@ -13,6 +13,7 @@ from catalog.models import (
     ServingTemplate,
     SliceProfile,
 )
+from config.api import MethodResultField
 
 
 class PricedMixin(serializers.Serializer):
@@ -170,7 +171,7 @@ class SpecSummarySerializer(serializers.ModelSerializer):
 
 class NamedSummarySerializer(serializers.Serializer):
     id = serializers.IntegerField()
-    name = serializers.CharField(source="__str__")
+    name = MethodResultField(source="__str__")
 
 
 class OfferingDurationSerializer(serializers.Serializer):

@@ -11,9 +11,9 @@ from rest_framework import serializers
 
 from catalog.api.serializers import ImageSummarySerializer, NamedSummarySerializer, PricedMixin
 from catalog.models import BareMetalProfile, Image, ResourceSpec, Service, ServingModel, ServingTemplate
-from config.api import IdField
+from config.api import ChoiceLabelField, IdField
 from requests import hooks, selectors
-from requests.choices import IfUnplaceable, OverQuota, PriorityClass, RequestState
+from requests.choices import ChangeState, IfUnplaceable, OverQuota, PriorityClass, RequestState
 from requests.models import (
     Approval,
     ApprovalAssignment,
@@ -56,7 +56,12 @@ class OrderSerializer(serializers.Serializer):
 
     service = serializers.PrimaryKeyRelatedField(queryset=Service.objects.all())
     project = serializers.PrimaryKeyRelatedField(queryset=Project.objects.select_related("tenant"))
-    spec = _optional(ResourceSpec)
+    spec = serializers.PrimaryKeyRelatedField(
+        # Validation, approval routing, the placement check and the snapshot each read the spec's models.
+        queryset=ResourceSpec.objects.prefetch_related("accelerator_models"),
+        required=False,
+        allow_null=True,
+    )
     image = _optional(Image)
     bare_metal_profile = _optional(BareMetalProfile)
     serving_model = _optional(ServingModel)
@@ -271,7 +276,7 @@ class RequestSummarySerializer(PricedMixin, serializers.ModelSerializer):
 
     queue = serializers.SerializerMethodField(help_text="Position and reason while queued, else null.")
 
-    state_label = serializers.CharField(source="get_state_display", read_only=True)
+    state_label = ChoiceLabelField(RequestState.choices, source="state", read_only=True)
     project = ProjectRefSerializer(read_only=True)
     requester = serializers.SlugRelatedField(slug_field="username", read_only=True)
     service = ServiceRefSerializer(read_only=True)
@@ -306,7 +311,12 @@ class RequestSummarySerializer(PricedMixin, serializers.ModelSerializer):
     def get_queue(self, resource_request) -> dict | None:
         if resource_request.state != RequestState.QUEUED:
             return None
-        return QueueStatusSerializer(resource_request).data
+        return self._queue_serializer.to_representation(resource_request)
+
+    @cached_property
+    def _queue_serializer(self) -> QueueStatusSerializer:
+        # Built once per response and reused for every row: serializer construction dominates otherwise.
+        return QueueStatusSerializer()
 
 
 class AssignmentSerializer(serializers.ModelSerializer):
@@ -496,7 +506,7 @@ class RequestToApproveSerializer(PricedMixin, serializers.ModelSerializer):
 class QuotaChangeSerializer(serializers.ModelSerializer):
     project = ProjectRefSerializer(read_only=True)
     requested_by = serializers.SlugRelatedField(slug_field="username", read_only=True)
-    state_label = serializers.CharField(source="get_state_display", read_only=True)
+    state_label = ChoiceLabelField(ChangeState.choices, source="state", read_only=True)
     limits = serializers.DictField(read_only=True, help_text="Requested limit per dimension (null: unlimited).")
     previous_limits = serializers.DictField(read_only=True, help_text="The limits when the change was asked for.")
 

@@ -55,7 +55,7 @@ class RequestViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.
     lookup_value_regex = r"\d+"
 
     def get_queryset(self):
-        return selectors.request_list_visible_to(user=self.request.user)
+        return selectors.request_rows_visible_to(user=self.request.user)
 
     def get_object(self):
         return selectors.request_get(user=self.request.user, pk=self.kwargs["pk"])

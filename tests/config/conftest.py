@@ -4,12 +4,12 @@ import os
 import socket
 import subprocess
 import sys
-import time
 from pathlib import Path
 
-import httpx
 import pytest
 from django.db import connection
+
+from config.probes import NotAnswering, wait_until_answers
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -35,17 +35,10 @@ def _app_env() -> dict:
 
 
 def _wait_until_up(url: str, server: subprocess.Popen, log: Path, seconds: float = 60.0) -> None:
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
-        if server.poll() is not None:
-            pytest.fail(f"gunicorn exited with {server.returncode}:\n{log.read_text()[-3000:]}")
-        try:
-            if httpx.get(url, timeout=2).status_code == 200:
-                return
-        except httpx.HTTPError:
-            pass
-        time.sleep(0.2)
-    pytest.fail(f"{url} did not answer within {seconds:g} s:\n{log.read_text()[-3000:]}")
+    try:
+        wait_until_answers(url, seconds=seconds, process=server)
+    except NotAnswering as down:
+        pytest.fail(f"{down}:\n{log.read_text()[-3000:]}")
 
 
 @pytest.fixture

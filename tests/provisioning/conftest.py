@@ -7,6 +7,7 @@ from decimal import Decimal
 from types import SimpleNamespace
 
 import pytest
+import redis
 
 from catalog.choices import ServiceKind
 from requests import services as request_services
@@ -29,6 +30,18 @@ from tests.provisioning.redfish_emulator import (  # noqa: F401  (fixtures)
 )
 from tests.requests import conftest as request_fixtures
 from tests.requests.conftest import GENEROUS_QUOTA, make_order
+
+
+@pytest.fixture
+def redis_db(request):
+    """The test module's own Redis database (its REDIS_URL: each module names a different one), empty at the start
+    and flushed again at the end; no other database is touched."""
+    store = redis.from_url(request.module.REDIS_URL)
+    store.flushdb()
+    yield store
+    store.flushdb()
+    store.close()
+
 
 # --- Pipelines: a compute shop and a bare-metal shop on simulated hardware ---------------------------------------
 

@@ -11,12 +11,12 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-import httpx
 import pytest
 import redis
 from django.db import connection
 
 from config.env import database_url
+from config.probes import NotAnswering, wait_until_answers
 from tests.provisioning.redfish_emulator import free_loopback_port
 
 REPO = Path(__file__).resolve().parents[2]
@@ -55,18 +55,12 @@ def start_gateway(log: Path, *, redis_url: str = REDIS_URL, **extra_env: str) ->
         stderr=subprocess.STDOUT,
     )
     gateway = GatewayProcess(process, f"http://127.0.0.1:{port}", log)
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        if process.poll() is not None:
-            pytest.fail(f"The gateway exited with {process.returncode}:\n{gateway.tail()}")
-        try:
-            if httpx.get(f"{gateway.url}/healthz", timeout=1).status_code == 200:
-                return gateway
-        except httpx.TransportError:
-            pass
-        time.sleep(0.1)
-    gateway.stop(signal.SIGKILL)
-    pytest.fail(f"The gateway did not come up:\n{gateway.tail()}")
+    try:
+        wait_until_answers(f"{gateway.url}/healthz", seconds=60, process=process, interval=0.1)
+    except NotAnswering as down:
+        gateway.stop(signal.SIGKILL)
+        pytest.fail(f"The gateway did not come up ({down}):\n{gateway.tail()}")
+    return gateway
 
 
 @pytest.fixture

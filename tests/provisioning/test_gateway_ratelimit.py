@@ -6,20 +6,10 @@ import asyncio
 import os
 
 import pytest
-import redis
 
 from provisioning.serving.ratelimit import LEASE_SHARE, RATE_PREFIX, RateLimiter
 
 REDIS_URL = os.environ.get("RATELIMIT_TEST_REDIS_URL", "redis://127.0.0.1:6379/13")
-
-
-@pytest.fixture
-def store():
-    client = redis.from_url(REDIS_URL)
-    client.flushdb()
-    yield client
-    client.flushdb()
-    client.close()
 
 
 def admitted_by_two_processes(calls_each: int, limit: int, window: int = 1000) -> tuple[int, int, list]:
@@ -46,25 +36,25 @@ def admitted_by_two_processes(calls_each: int, limit: int, window: int = 1000) -
     return asyncio.run(run())
 
 
-def test_a_small_limit_is_counted_call_by_call_and_exact_across_processes(store):
+def test_a_small_limit_is_counted_call_by_call_and_exact_across_processes(redis_db):
     one, other, _ = admitted_by_two_processes(calls_each=10, limit=7)
     assert one + other == 7
-    assert int(store.get(f"{RATE_PREFIX}1:2:1000")) == 20  # every call counted in Redis, refused ones included
-    assert 0 < store.ttl(f"{RATE_PREFIX}1:2:1000") <= 120
+    assert int(redis_db.get(f"{RATE_PREFIX}1:2:1000")) == 20  # every call counted in Redis, refused ones included
+    assert 0 < redis_db.ttl(f"{RATE_PREFIX}1:2:1000") <= 120
 
 
-def test_a_large_limit_is_leased_in_blocks_never_exceeded_and_refused_early_within_the_tolerance(store):
+def test_a_large_limit_is_leased_in_blocks_never_exceeded_and_refused_early_within_the_tolerance(redis_db):
     limit = 20_000
     one, other, limiters = admitted_by_two_processes(calls_each=15_000, limit=limit)
     assert one + other <= limit  # never more than the limit, however the reservations interleave
     assert one + other >= limit - 1.5 * limit / LEASE_SHARE  # at most 1.5 leases held unused by the other process
     assert one > 5_000 and other > 5_000  # both processes got their share
-    reserved = int(store.get(f"{RATE_PREFIX}1:2:1000"))
+    reserved = int(redis_db.get(f"{RATE_PREFIX}1:2:1000"))
     assert reserved >= limit  # Redis saw the reservations, not the calls
     assert max(lease.block for limiter in limiters for lease in limiter.leases.values()) == limit // LEASE_SHARE
 
 
-def test_a_new_minute_starts_a_new_count(store):
+def test_a_new_minute_starts_a_new_count(redis_db):
     assert sum(admitted_by_two_processes(calls_each=5, limit=4, window=1000)[:2]) == 4
     assert sum(admitted_by_two_processes(calls_each=5, limit=4, window=1001)[:2]) == 4
 

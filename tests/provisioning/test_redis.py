@@ -6,7 +6,6 @@ only that one; no Redis fails."""
 import os
 
 import pytest
-import redis
 from django_q.conf import Conf
 from django_q.models import OrmQ, Schedule, Task
 from django_q.tasks import async_task
@@ -24,15 +23,6 @@ pytestmark = pytest.mark.django_db(transaction=True, serialized_rollback=True)
 
 REDIS_URL = os.environ.get("REDIS_TEST_URL", "redis://127.0.0.1:6379/7")
 QUEUE = f"django_q:{Conf.CLUSTER_NAME}:q"  # the Redis broker's list
-
-
-@pytest.fixture
-def redis_db():
-    store = redis.from_url(REDIS_URL)
-    store.flushdb()
-    yield store
-    store.flushdb()
-    store.close()
 
 
 @pytest.fixture

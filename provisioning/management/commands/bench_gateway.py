@@ -33,6 +33,7 @@ from django.core.management.base import BaseCommand
 from django.utils import timezone
 
 from config.env import database_url
+from config.probes import wait_until_answers
 
 BODY = {
     "model": "bench-model",
@@ -86,7 +87,7 @@ class Command(BaseCommand):
         redis.from_url(REDIS_URL).flushdb()
         report = {"clients": clients, "gateways": gateways, "load_average": list(os.getloadavg())}
         with _process(_inference_command(port := _free_port())) as upstream:
-            _wait_until_up(f"http://127.0.0.1:{port}/health")
+            wait_until_answers(f"http://127.0.0.1:{port}/health")
             slug, secret = _deployment(f"http://127.0.0.1:{port}")
             direct_url = f"http://127.0.0.1:{port}/v1/chat/completions"
             direct = _measured(direct_url, {}, clients, seconds, 0, {"upstream": [upstream.pid]})
@@ -108,7 +109,7 @@ class Command(BaseCommand):
             commands = [_gateway_command(gateway_port, reuse_port=gateways > 1) for _ in range(gateways)]
             with contextlib.ExitStack() as stack:
                 started = [stack.enter_context(_process(command, env=_gateway_env())) for command in commands]
-                _wait_until_up(f"http://127.0.0.1:{gateway_port}/healthz")
+                wait_until_answers(f"http://127.0.0.1:{gateway_port}/healthz")
                 url = f"http://127.0.0.1:{gateway_port}/serve/{slug}/v1/chat/completions"
                 headers = {"Authorization": f"Bearer {secret}"}
                 servers = {"gateway": [p.pid for p in started], "upstream": [upstream.pid]}
@@ -151,7 +152,7 @@ def _engine(gateway_port: int, seconds: float) -> dict:
         serving=serving,
     )
     with _process(command):
-        _wait_until_up(f"http://127.0.0.1:{port}/v1/models", seconds=120)
+        wait_until_answers(f"http://127.0.0.1:{port}/v1/models", seconds=120)
         slug, secret = _deployment(f"http://127.0.0.1:{port}")
         time.sleep(1.0)  # the gateways pick the new route up
         direct = _tokens_per_second(f"http://127.0.0.1:{port}/v1/chat/completions", {}, seconds)
@@ -209,7 +210,7 @@ def _haproxy(upstream: int):
         config.write(HAPROXY_CONFIG.format(port=port, upstream=upstream))
     try:
         with _process([shutil.which("haproxy") or "/usr/sbin/haproxy", "-f", config.name, "-db"]) as process:
-            _wait_until_up(f"http://127.0.0.1:{port}/health")
+            wait_until_answers(f"http://127.0.0.1:{port}/health")
             yield Haproxy(process.pid, f"http://127.0.0.1:{port}/v1/chat/completions")
     finally:
         os.unlink(config.name)
@@ -479,15 +480,3 @@ def _free_port() -> int:
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         return probe.getsockname()[1]
-
-
-def _wait_until_up(url: str, seconds: float = 30.0) -> None:
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
-        try:
-            if httpx.get(url, timeout=1).status_code == 200:
-                return
-        except httpx.HTTPError:
-            pass
-        time.sleep(0.2)
-    raise RuntimeError(f"{url} did not come up within {seconds:g} s")
