@@ -115,7 +115,7 @@ def test_the_sweeper_releases_with_the_reason_what_cannot_start(compute, run_on_
     def broken_driver(*_args, **_kwargs):  # fault injection: starting a run fails for a reason nobody foresaw
         raise RuntimeError("no driver for this pool")
 
-    monkeypatch.setattr(services, "_create_run", broken_driver)
+    monkeypatch.setattr(services, "_create_runs", broken_driver)
     outcome = run_on_commit(services.runs_start_stranded)
 
     assert outcome == {"started": [], "released": [request.pk], "failed": []}
