@@ -51,8 +51,8 @@ def _by_node_in_device_order(request_ids: list[int]) -> list[list[int]]:
     for node_id, request_id in placed:
         by_node[node_id].append(request_id)
     seen = {request_id for requests in by_node.values() for request_id in requests}
-    unplaced = [request_id for request_id in request_ids if request_id not in seen]  # none, normally
-    return [*by_node.values(), *([unplaced] if unplaced else [])]
+    unplaced = [[request_id] for request_id in request_ids if request_id not in seen]  # none, normally
+    return [*by_node.values(), *unplaced]
 
 
 def teardown_after_release(*, request_id: int, reason: str, provisioning_started: bool, **_kwargs) -> None:
