@@ -17,9 +17,9 @@ Two steps, both under the cycle's advisory lock and transaction:
    the winner's queue reason becomes `preemption_pending` with the victims and the time.
 
 Queries are constant per cycle (a handful when anything is scheduled or due, however many requests wait).
-Planning runs the engine over a copy of the post-placement cluster in which only the victims the rules allow for
-the request's class and tenant are preemptible; the copy is rebuilt after each accepted plan so one cycle never
-promises the same victim twice.
+Planning runs on one engine for the whole cycle: a fork of the cycle's start state holding its placements
+(`CycleEngine.at_start`, no pass over the fleet); who may be evicted is a predicate on the winner's class and tenant
+read with the promises made so far, so one cycle never promises the same victim twice.
 """
 
 from collections import defaultdict
