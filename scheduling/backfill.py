@@ -23,31 +23,34 @@ class Reservation:
 
 
 def reserve_for_head(
-    *, snapshot: placement.Snapshot, expires: dict[str, datetime], result, demands, hours, now, policy: str
+    *, engine, allocations, expires: dict[str, datetime], result, demands, hours, now
 ) -> Reservation | None:
-    """Where and from when the first crowded-out request could run, given everything ahead of it."""
+    """Where and from when the first crowded-out request could run, given everything ahead of it. `engine` is the
+    cycle's (`at_start(running)`: an engine at the cycle's start state plus `running`), `allocations` what ran
+    when the cycle started."""
     reasons = {pending.demand_id: pending.reason for pending in result.pending}
     head_at = next((i for i, demand in enumerate(demands) if reasons.get(demand.id) in CROWDED_OUT), None)
     if head_at is None:
         return None
     head, ahead = demands[head_at], {demand.id for demand in demands[:head_at]}
     placed_ahead = [binding for binding in result.bindings if binding.demand_id in ahead]
-    running = list(snapshot.allocations) + [
+    placed = [
         placement.Allocation(binding.demand_id, binding.node, binding.devices, binding.cpu_milli, binding.memory_mib)
         for binding in placed_ahead
     ]
+    running = [*allocations, *placed]
     ends = {
         **expires,
         **{binding.demand_id: now + timedelta(hours=hours[binding.demand_id]) for binding in placed_ahead},
     }
-    engine = placement.PlacementEngine(placement.Snapshot(snapshot.nodes, running), policy, workload=demands)
+    trial = engine.at_start(placed)
     for allocation in sorted(running, key=lambda allocation: ends[allocation.id])[:MAX_RELEASES]:
-        engine.release(
+        trial.release(
             placement.Binding(
                 allocation.id, allocation.node, allocation.devices, allocation.cpu_milli, allocation.memory_mib
             )
         )
-        outcome = engine.place_one(head)
+        outcome = trial.place_one(head)
         if not isinstance(outcome, placement.Pending):
             return Reservation(head.id, outcome[0].node, ends[allocation.id])
     return None

@@ -354,17 +354,17 @@ def _replicas_allocated(bound: list[tuple[placement.Binding, list]]) -> tuple[st
 
 
 def _reserve_for_the_head(
-    cluster: ClusterSnapshot, result, demands, requests, now, policy: str
+    cluster: ClusterSnapshot, engine: mig_cycle.CycleEngine, result, demands, requests, now
 ) -> backfill.Reservation | None:
     hours = {demand.id: requests[int(demand.id)].duration_hours for demand in demands}
     reservation = backfill.reserve_for_head(
-        snapshot=cluster.snapshot,
+        engine=engine,
+        allocations=cluster.snapshot.allocations,
         expires=cluster.expires,
         result=result,
         demands=demands,
         hours=hours,
         now=now,
-        policy=policy,
     )
     if reservation is not None:
         backfill.hold_back_delaying(result, reservation, demands, hours, now)
@@ -425,7 +425,7 @@ def _cycle(policy: str) -> CycleResult:
         result = engine.place(demands)
         cluster = replace(cluster, snapshot=placement.Snapshot(engine.milli.nodes, cluster.snapshot.allocations))
         by_id = {request.pk: request for request in queue}
-        reservation = _reserve_for_the_head(cluster, result, demands, by_id, now, policy)
+        reservation = _reserve_for_the_head(cluster, engine, result, demands, by_id, now)
         allocated = _commit_bindings(result, cluster, by_id, now, engine.instances)
         reasons = {
             **refused,
@@ -445,9 +445,8 @@ def _cycle(policy: str) -> CycleResult:
                 demands=demands,
                 requests=by_id,
                 scheduled=carried.scheduled,
-                policy=policy,
                 now=now,
-                slices=engine,
+                engine=engine,
             )
         )
         waiting = [request for request in queue if request.pk in reasons]

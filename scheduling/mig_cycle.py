@@ -32,12 +32,22 @@ class CycleEngine:
     `fits`, `place_one` and `place` (demands in the given order, `placement.place_in_order`)."""
 
     def __init__(self, milli: placement.PlacementEngine, mig_engine=None, capable=(), shares=None, holdings=()):
-        self.milli = milli
+        self.start = milli  # the cycle's start state, frozen from here: `at_start` and the placing engine fork it
+        self.milli = milli.fork()
         self.mig = mig_engine
         self.capable = frozenset(capable)
         self.shares = shares or {}  # (model, profile) -> the milli-share the record keeps for a slice
         self.holdings = list(holdings)  # running work as the MIG engine sees it, for preemption
         self.instances: dict[str, tuple[mig.Placed, ...]] = {}  # demand id -> the GPU instances bound for it
+
+    def at_start(self, running: Iterable[placement.Allocation]) -> placement.PlacementEngine:
+        """A milli-share engine at the state the cycle started from plus `running` (bindings of this cycle, as
+        allocations): what the head's reservation and preemption planning work on. A fork, so the shape indexes
+        scored on the start state are copied and refreshed for the nodes that changed, not scored again; the same
+        state and policy as an engine built over the cycle's snapshot and `running`, so the same answers."""
+        engine = self.start.fork()
+        engine.hold(running)
+        return engine
 
     def is_mig(self, demand: placement.Demand) -> bool:
         return self.mig is not None and is_mig_demand(demand, self.capable)

@@ -629,6 +629,14 @@ class PlacementEngine:
         """Give a binding's resources back (used by preemption planning and by simulations with departures)."""
         self._apply(self.node_index[binding.node], binding.devices, binding.cpu_milli, binding.memory_mib, sign=+1)
 
+    def hold(self, allocations: Iterable[Allocation]) -> None:
+        """Add running work, as if the snapshot had held it: a fork of an engine made before placing, brought to
+        what runs after, without another pass over the fleet (building an engine scores every node again)."""
+        allocations = list(allocations)
+        for held in allocations:
+            self._apply(self.node_index[held.node], held.devices, held.cpu_milli, held.memory_mib)
+        self.allocations = [*self.allocations, *allocations]  # a new list: a fork shares the one it came from
+
     # -- reasons ----------------------------------------------------------------------------------------------
 
     def diagnose(self, demand: Demand) -> Pending:

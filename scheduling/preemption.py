@@ -17,9 +17,9 @@ Two steps, both under the cycle's advisory lock and transaction:
    the winner's queue reason becomes `preemption_pending` with the victims and the time.
 
 Queries are constant per cycle (a handful when anything is scheduled or due, however many requests wait).
-Planning runs the engine over a copy of the post-placement cluster in which only the victims the rules allow for
-the request's class and tenant are preemptible; the copy is rebuilt after each accepted plan so one cycle never
-promises the same victim twice.
+Planning runs on one engine for the whole cycle: a fork of the cycle's start state holding its placements
+(`CycleEngine.at_start`, no pass over the fleet); who may be evicted is a predicate on the winner's class and tenant
+read with the promises made so far, so one cycle never promises the same victim twice.
 """
 
 from collections import defaultdict
@@ -194,15 +194,15 @@ def schedule(
     demands: list[placement.Demand],
     requests: dict,
     scheduled: dict[int, list[Allocation]],
-    policy,
     now,
-    slices=None,
+    engine,
 ) -> dict[int, dict]:
     """Plan and record preemptions for waiting requests; returns queue reasons (preemption_pending) by request id.
 
-    `cluster` is the cycle's ClusterSnapshot (before placement), `result` the placement just committed, `slices`
+    `cluster` is the cycle's ClusterSnapshot (before placement), `result` the placement just committed, `engine`
     the cycle's engine after it (scheduling.mig_cycle.CycleEngine): a waiting MIG slice is planned on its MIG
-    engine, among the same allowed victims, so that what they free is a valid placement for the profile.
+    engine, among the same allowed victims, so that what they free is a valid placement for the profile; the rest
+    on `engine.at_start` plus this cycle's placements.
     """
     pending = {int(item.demand_id): item.reason for item in result.pending}
     running = {allocation.id: allocation for allocation in cluster.snapshot.allocations}
@@ -241,13 +241,9 @@ def schedule(
     ]
     # One engine over what runs now (the cluster plus this cycle's placements, which nobody may evict) for every
     # plan: who may evict whom is a predicate on the winner's class and tenant, read with the promises made so far,
-    # so a plan never counts on another plan's victims and no engine is built again per class, tenant or plan (each
-    # build is a pass over the whole fleet).
-    engine = placement.PlacementEngine(
-        placement.Snapshot(cluster.snapshot.nodes, [*cluster.snapshot.allocations, *placed_now]),
-        policy,
-        workload=demands,
-    )
+    # so a plan never counts on another plan's victims and no engine is built again per class, tenant or plan (it is
+    # a fork of the cycle's start state: no pass over the whole fleet).
+    planning = engine.at_start(placed_now)
     this_cycle = {allocation.id for allocation in placed_now}
 
     def evictable_by(priority: str, tenant: int):
@@ -267,15 +263,15 @@ def schedule(
         if shape in hopeless:
             continue
         allowed = rules[priority]
-        if slices is not None and slices.is_mig(demand):
-            plan = slices.plan_preemption(
+        if engine.is_mig(demand):
+            plan = engine.plan_preemption(
                 demand,
                 lambda victim, allowed=allowed, tenant=tenant: (
                     victim in running and _evictable(running[victim], allowed, tenant, tenants, promised)
                 ),
             )
         else:
-            plan = engine.plan_preemption(demand, evictable=evictable_by(priority, tenant))
+            plan = planning.plan_preemption(demand, evictable=evictable_by(priority, tenant))
         if not plan.feasible or not plan.victims:
             hopeless.add(shape)
             continue

@@ -6,8 +6,10 @@ seconds (the production safety-net cadence; submissions and releases trigger cyc
 coalescing lock turns into back-to-back cycles): the requests whose trace duration has passed since they were
 allocated are released through the release service (nothing was provisioned, so their devices go back at once,
 `reclaim.allocation_free`), Poisson arrivals of `arrivals_per_minute` are queued, and one scheduling cycle runs with
-preemption rules and the reservation as configured. Reported per cycle: wall time, queries, allocations,
-preemptions; per request: simulated wait from queued to allocated.
+preemption rules and the reservation as configured. Reported per cycle: wall and CPU time, queries, allocations,
+preemptions, departures, the queue length, the simulated waits (queued -> allocated) of what it placed and the
+oldest wait still queued per reason. Cycles before `warmup_minutes` (filling an empty fleet) are reported but left
+out of the cycle percentiles.
 """
 
 import heapq
@@ -36,7 +38,18 @@ def _percentile(values: list[float], share: float) -> float:
     return ordered[min(len(ordered) - 1, int(share * len(ordered)))]
 
 
-def run(workload, shapes, *, minutes, queued, interval_s=60.0, arrivals_per_minute=None, seed=42, progress=None):
+def run(
+    workload,
+    shapes,
+    *,
+    minutes,
+    queued,
+    interval_s=60.0,
+    arrivals_per_minute=None,
+    warmup_minutes=0.0,
+    seed=42,
+    progress=None,
+):
     rng = random.Random(seed)
     rate = arrivals_per_minute if arrivals_per_minute is not None else max(1.0, queued / 60)
     start = timezone.now()
@@ -86,8 +99,9 @@ def run(workload, shapes, *, minutes, queued, interval_s=60.0, arrivals_per_minu
             with connection.execute_wrapper(count):
                 result = run_cycle()
             seconds, cpu = time.perf_counter() - started, time.process_time() - cpu_started
+            placed_waits = [now - arrived[request_id] for request_id in result.allocated]
+            waits.extend(placed_waits)
             for request_id in result.allocated:
-                waits.append(now - arrived[request_id])
                 allocated_at[request_id] = now
                 heapq.heappush(ends, (now + durations[request_id], request_id, now))
             row = {
@@ -99,41 +113,56 @@ def run(workload, shapes, *, minutes, queued, interval_s=60.0, arrivals_per_minu
                 "cycle_s": round(seconds, 3),
                 "cycle_cpu_s": round(cpu, 3),  # this process only (the database server's share is not in it)
                 "queries": queries[0],
+                "wait_p50_s": _percentile(placed_waits, 0.5),  # simulated, of the requests this cycle placed
+                "wait_p99_s": _percentile(placed_waits, 0.99),
+                "wait_max_s": max(placed_waits, default=0.0),
+                "oldest_queued_by_reason_s": _oldest_queued_by_reason(arrived, now),
+                "warmup": now < warmup_minutes * 60,
             }
             cycles.append(row)
             if progress:
                 progress(str(row))
-        still = list(ResourceRequest.objects.filter(state=RequestState.QUEUED).values_list("pk", "queue_reason__code"))
-        oldest = max((ticks * interval_s - arrived[pk] for pk, _code in still if pk in arrived), default=0.0)
-        oldest_by_reason: dict[str, float] = {}  # a quota wait is the project's own limit, not the scheduler's
-        for pk, code in still:
-            waited = ticks * interval_s - arrived.get(pk, 0.0)
-            oldest_by_reason[code or "not_seen"] = max(oldest_by_reason.get(code or "not_seen", 0.0), waited)
-    seconds = [row["cycle_s"] for row in cycles]
-    cpu_seconds = [row["cycle_cpu_s"] for row in cycles]
+        still = ResourceRequest.objects.filter(state=RequestState.QUEUED).count()
+        oldest_by_reason = cycles[-1]["oldest_queued_by_reason_s"]
+    measured = [row for row in cycles if not row["warmup"]] or cycles
+    seconds = [row["cycle_s"] for row in measured]
+    cpu_seconds = [row["cycle_cpu_s"] for row in measured]
     return {
         "minutes": minutes,
         "interval_s": interval_s,
         "arrivals_per_minute": rate,
         "cycles": len(cycles),
+        "warmup_cycles": len(cycles) - len(measured),  # the cycle figures below are of the cycles after the warm-up
+        "queued_min": min(row["queued"] for row in measured),
+        "queued_max": max(row["queued"] for row in measured),
         "cycle_p50_s": round(statistics.median(seconds), 3),
         "cycle_p99_s": round(_percentile(seconds, 0.99), 3),
         "cycle_max_s": round(max(seconds), 3),
         "cycle_cpu_p50_s": round(statistics.median(cpu_seconds), 3),
         "cycle_cpu_p99_s": round(_percentile(cpu_seconds, 0.99), 3),
-        "queries_min": min(row["queries"] for row in cycles),
-        "queries_max": max(row["queries"] for row in cycles),
+        "queries_min": min(row["queries"] for row in measured),
+        "queries_max": max(row["queries"] for row in measured),
         "allocated": sum(row["allocated"] for row in cycles),
         "preempted": sum(row["preempted"] for row in cycles),
         "departed": sum(row["departed"] for row in cycles),
         "wait_p50_s": _percentile(waits, 0.5),
         "wait_p99_s": _percentile(waits, 0.99),
         "wait_max_s": max(waits, default=0.0),
-        "still_queued": len(still),
-        "oldest_queued_wait_s": oldest,
+        "still_queued": still,
+        "oldest_queued_wait_s": max(oldest_by_reason.values(), default=0.0),
         "oldest_queued_by_reason_s": oldest_by_reason,
         "per_cycle": cycles,
     }
+
+
+def _oldest_queued_by_reason(arrived: dict[int, float], now: float) -> dict[str, float]:
+    """The longest simulated wait among the requests still queued, per queue reason (a quota wait is the project's
+    own limit, not the scheduler's; "not_seen": outside every window so far)."""
+    oldest: dict[str, float] = {}
+    for pk, code in ResourceRequest.objects.filter(state=RequestState.QUEUED).values_list("pk", "queue_reason__code"):
+        key = code or "not_seen"
+        oldest[key] = max(oldest.get(key, 0.0), now - arrived.get(pk, 0.0))
+    return oldest
 
 
 def _poisson(rng: random.Random, mean: float) -> int:

@@ -38,6 +38,27 @@ def test_a_fork_places_as_a_fresh_engine_would(snapshot, earlier, later, policy)
 
 
 @FORK_SETTINGS
+@given(clusters(), demands(), demands(), demands(), st.sampled_from(sorted(POLICIES)))
+def test_a_fork_of_the_start_state_holding_bindings_answers_as_an_engine_built_over_them(
+    snapshot, earlier, placed, later, policy
+):
+    """What the cycle's head-of-line reservation and preemption planning work on (`CycleEngine.at_start`): the
+    engine the cycle started from, forked before it placed, plus the cycle's bindings held as running work."""
+    state = running(snapshot, earlier)
+    workload = [*placed, *later]
+    start = PlacementEngine(state, policy, workload=workload)
+    start.fork().place(later)  # the cycle's own placing (shape indexes built on the start state) leaves it as it was
+    bindings = start.fork().place(placed).bindings
+    held = [Allocation(b.demand_id, b.node, b.devices, b.cpu_milli, b.memory_mib) for b in bindings]
+    fork = start.fork()
+    fork.hold(held)
+    built = PlacementEngine(Snapshot(state.nodes, [*state.allocations, *held]), policy, workload=workload)
+    assert fork.allocations == built.allocations
+    assert [fork.fits(demand) for demand in later] == [built.fits(demand) for demand in later]
+    assert fork.place(later) == built.place(later)
+
+
+@FORK_SETTINGS
 @given(clusters(), demands(), demands(), st.data())
 def test_closing_a_node_places_as_if_it_were_cordoned(snapshot, earlier, later, data):
     state = running(snapshot, earlier)

@@ -9,7 +9,8 @@ It adds a benchmark tenant, nodes and requests: run it on a scratch database (`m
 62,120 GPUs) and requests drawn from the openb trace's GPU pod shapes (--pods, default the gpuspec33 list beside
 the node list) with the priority classes, projects, quotas and durations of `scheduling.fleet` (documented
 there and in docs/BENCHMARKS.md). --cycles N runs N cycles in a row (the second and later ones on what the first
-left waiting). --steady MINUTES replays arrivals and departures in simulated time instead (`scheduling.steady`).
+left waiting). --steady MINUTES replays arrivals and departures in simulated time instead (`scheduling.steady`);
+--warmup MINUTES leaves the cycles that fill the fleet out of its cycle percentiles (they are still reported).
 """
 
 import json as json_module
@@ -61,6 +62,13 @@ class Command(BaseCommand):
         parser.add_argument("--steady", type=float, default=0, metavar="MINUTES", help="Steady-state replay.")
         parser.add_argument("--interval", type=float, default=60, help="--steady: simulated seconds between cycles.")
         parser.add_argument("--arrivals", type=float, default=None, help="--steady: arrivals per simulated minute.")
+        parser.add_argument(
+            "--warmup",
+            type=float,
+            default=0,
+            metavar="MINUTES",
+            help="--steady: cycles in the first MINUTES are reported but left out of the cycle percentiles.",
+        )
 
     def handle(self, *args, nodes: Path, requests: int, seed: int, as_json: bool, force: bool, **options):
         if not force and not str(connection.settings_dict["NAME"]).endswith("_bench"):
@@ -102,6 +110,7 @@ class Command(BaseCommand):
                 queued=requests,
                 interval_s=options["interval"],
                 arrivals_per_minute=options["arrivals"],
+                warmup_minutes=options["warmup"],
                 seed=seed,
                 progress=None if as_json else self.stdout.write,
             )
