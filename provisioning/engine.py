@@ -128,7 +128,7 @@ def steps_execute(*, step_ids: list[int]) -> None:
             step_task(to_broker)
 
 
-def _execute_once(step_ids: list[int]) -> dict[int, "float | Following | None"]:
+def _execute_once(step_ids: list[int]) -> dict[int, float | Following | None]:
     """One attempt of each step that is ours to run; what to do next with each, by step id."""
     owner = uuid.uuid4()
     claimed = _claim(step_ids, owner)
