@@ -71,8 +71,8 @@ class RunPlan:
 
 
 def _create_runs(plans: list[RunPlan]) -> list[ProvisioningRun]:
-    """The runs with all their steps, in two inserts whatever their number. The caller enqueues their first steps
-    (`run.first_step_id`), a batch's in one task."""
+    """The runs with all their steps, in two inserts whatever their number. The caller runs or enqueues their first
+    steps (`run.first_step_id`), a batch's together."""
     pipelines = [pipeline_for(plan.request.approved_spec["service"]["kind"]) for plan in plans]
     runs = ProvisioningRun.objects.bulk_create(
         [
