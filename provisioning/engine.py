@@ -29,7 +29,7 @@ from django.utils import timezone
 from config.workers import stopping, wait_unless_stopping
 from provisioning import services
 from provisioning.choices import RunState, StepState, Wait
-from provisioning.drivers.base import StepError, StepPending
+from provisioning.drivers.base import StepError, StepPending, outcome_of
 from provisioning.models import ProvisioningStep
 from provisioning.pipelines import StepDefinition, definition_of
 from provisioning.services import step_task
@@ -292,25 +292,18 @@ def _attempt_group(definition: StepDefinition, contexts: list[StepContext]) -> d
         if definition.batch_handler is not None:
             results = definition.batch_handler(contexts)
         else:
-            results = [_handled(definition, context) for context in contexts]
+            results = [outcome_of(definition.handler, context) for context in contexts]
     except Exception as error:  # a bug in a batch form fails these attempts, not the worker
         logger.exception("Provisioning step %s raised for a batch of %s", definition.name, len(contexts))
         results = [error] * len(contexts)
     finally:
         for context in contexts:
             context.close()
-    seconds = round((time.monotonic() - started) / len(contexts), 3)
+    seconds = round((time.monotonic() - started) / len(contexts), 3)  # the batch's time, shared out among its runs
     return {
         context.step.pk: _outcome(context.step, result, seconds)
         for context, result in zip(contexts, results, strict=True)
     }
-
-
-def _handled(definition: StepDefinition, context: StepContext) -> dict | Exception:
-    try:
-        return definition.handler(context)
-    except Exception as error:  # the outcome of this one attempt, whatever it is
-        return error
 
 
 def _outcome(step: ProvisioningStep, result: dict | Exception, seconds: float) -> Outcome:

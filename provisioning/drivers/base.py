@@ -88,17 +88,19 @@ def each(
 ) -> list[dict | Exception]:
     """`call` on each (target, argument), its exception standing for the output of the one that raised; up to
     `side_by_side` calls at once, each in its own thread, for a backend whose calls wait on the node."""
-
-    def one(item: tuple[Target, dict]) -> dict | Exception:
-        try:
-            return call(*item)
-        except Exception as error:  # the engine turns it into that attempt's outcome
-            return error
-
     if side_by_side <= 1 or len(items) <= 1:
-        return [one(item) for item in items]
+        return [outcome_of(call, *item) for item in items]
     with ThreadPoolExecutor(max_workers=min(side_by_side, len(items))) as pool:
-        return list(pool.map(one, items))
+        return list(pool.map(lambda item: outcome_of(call, *item), items))
+
+
+def outcome_of(call: Callable[..., dict], *arguments) -> dict | Exception:
+    """What `call` returns, or the exception it raised: one run's outcome, which the engine records as that
+    attempt's, whatever happens to the others of its batch."""
+    try:
+        return call(*arguments)
+    except Exception as error:  # the engine turns it into that attempt's outcome
+        return error
 
 
 def only(results: list[dict | Exception]) -> dict:

@@ -14,9 +14,10 @@ from provisioning.drivers.base import StepError, WorkloadDriver, each
 from provisioning.drivers.simulated import SimulatedHost
 from provisioning.models import ProvisioningRun
 from provisioning.tasks import start_runs
+from requests import notifications
 from requests import services as request_services
-from requests.choices import RequestState
-from requests.models import ResourceRequest
+from requests.choices import EventCode, RequestState
+from requests.models import RequestEvent, ResourceRequest
 from scheduling import cycle
 from scheduling.models import AllocationDevice
 from tests.provisioning.conftest import add_node
@@ -151,3 +152,15 @@ def test_a_backend_s_calls_side_by_side_run_at_once_and_keep_their_order_and_err
 
     assert results[0] == {"n": 0} and results[2] == {"n": 2}
     assert isinstance(results[1], StepError) and results[1].code == "image_rejected"
+
+
+def test_a_batch_s_activations_are_announced_in_one_notification_task(wide, submit, monkeypatch, run_on_commit):
+    announced = []
+    monkeypatch.setattr(notifications, "async_task", lambda name, ids: announced.append((name, ids)))
+    requests = submit(3)
+    run_on_commit(cycle.run_cycle)
+
+    active = RequestEvent.objects.filter(request__in=requests, code=EventCode.ACTIVE).values_list("pk", flat=True)
+    assert len(active) == 3
+    assert [sorted(ids) for name, ids in announced if set(ids) & set(active)] == [sorted(active)]
+    assert {name for name, _ in announced} == {notifications.NOTIFY_TASK}
