@@ -23,7 +23,7 @@ from requests.choices import PRIORITY_RANK, PriorityClass, RequestState
 from requests.models import ResourceRequest
 from requests.quota import month_start
 from requests.services import requests_allocate, requests_note_queue
-from scheduling import backfill, cluster_state, mig_cycle, placement, preemption
+from scheduling import backfill, cluster_state, kept_engine, mig_cycle, placement, preemption
 from scheduling.allocations import adjust_device_shares
 from scheduling.models import Allocation, AllocationDevice
 from scheduling.outcome import record_outcome
@@ -89,6 +89,7 @@ class ClusterSnapshot:
     device_ids: dict[tuple[str, int], int]  # (node name, engine device position) -> Device.pk
     node_ids: dict[str, int]
     expires: dict[str, datetime]  # engine allocation id (request id) -> when it ends
+    source: cluster_state.ClusterState | None = None  # the kept state it was read from (None: read whole for once)
 
 
 def load_snapshot() -> ClusterSnapshot:
@@ -101,7 +102,8 @@ def load_snapshot() -> ClusterSnapshot:
 
 def _kept_snapshot() -> ClusterSnapshot:
     """The cluster as the database has it now, from the state this process kept since its last cycle."""
-    return ClusterSnapshot(*cluster_state.kept.current().view())
+    state = cluster_state.kept.current()
+    return ClusterSnapshot(*state.view(), source=state)
 
 
 def load_inventory() -> list[placement.Node]:
@@ -421,7 +423,12 @@ def _cycle(policy: str) -> CycleResult:
         demands = [demand_of(request) for request in candidates]
         # One queue order for every demand: slices of MIG-capable models go to the geometry-true engine, the rest
         # to the milli-share engine, each seeing what the other bound (scheduling/mig_cycle.py).
-        engine = mig_cycle.cycle_engine(cluster, demands, policy)
+        engine = mig_cycle.cycle_engine(
+            cluster,
+            demands,
+            policy,
+            lambda snapshot: kept_engine.kept.engine_for(snapshot, policy, demands, source=cluster.source),
+        )
         result = engine.place(demands)
         cluster = replace(cluster, snapshot=placement.Snapshot(engine.milli.nodes, cluster.snapshot.allocations))
         by_id = {request.pk: request for request in queue}

@@ -76,6 +76,12 @@ class FragTable:
         self.cpu_pods_count = cpu_pods_count
         self.with_memory = any(shape.mem for shape in shapes)
         self._tables: dict = {}
+        self._cpu_steps = sorted({shape.cpu for shape in shapes})
+
+    def cpu_class(self, cpu_free: int) -> int:
+        """How many of the shapes' distinct core counts fit in ``cpu_free``: without memory in the shapes, two free
+        CPU amounts of one class give every device tuple the same fragmentation (each table's steps are among them)."""
+        return bisect_right(self._cpu_steps, cpu_free)
 
     def _table(self, devices: tuple):
         idle = 0

@@ -112,12 +112,15 @@ def mig_capable_models() -> dict[str, tuple[AcceleratorModel, mig.Geometry]]:
     return {m.slug: (m, geometries[m.pk]) for m in models if m.pk in geometries}
 
 
-def cycle_engine(cluster, demands: list[placement.Demand], policy: str = "default") -> CycleEngine:
-    """The engines for the cycle's snapshot; ``demands`` are the workload both learn their scores from."""
+def cycle_engine(cluster, demands: list[placement.Demand], policy: str = "default", milli_engine=None) -> CycleEngine:
+    """The engines for the cycle's snapshot; ``demands`` are the workload both learn their scores from.
+    ``milli_engine(snapshot)`` gives the milli-share engine's start state (the scheduler's kept engine); without
+    it one is built over the snapshot."""
+    milli_engine = milli_engine or (lambda snapshot: placement.PlacementEngine(snapshot, policy, workload=demands))
     snapshot = cluster.snapshot
     capable = mig_capable_models()
     if not capable:
-        return CycleEngine(placement.PlacementEngine(snapshot, policy, workload=demands))
+        return CycleEngine(milli_engine(snapshot))
     shares = {
         (p.accelerator.slug, p.name): int(p.compute_fraction * placement.MILLI)
         for p in SliceProfile.objects.filter(accelerator__slug__in=capable).select_related("accelerator")
@@ -136,7 +139,7 @@ def cycle_engine(cluster, demands: list[placement.Demand], policy: str = "defaul
     milli_snapshot = placement.Snapshot([node for _mig_node, node in pairs], snapshot.allocations)
     mig_engine = mig.MigEngine(engine_nodes, workload=[*map(slice_demand, demands), *_offered(capable)], seed=0)
     return CycleEngine(
-        placement.PlacementEngine(milli_snapshot, policy, workload=demands),
+        milli_engine(milli_snapshot),
         mig_engine,
         capable,
         shares,

@@ -15,6 +15,7 @@ import heapq
 import itertools
 import random
 import threading
+from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from itertools import combinations
@@ -186,6 +187,8 @@ class PlacementEngine:
         workload: Iterable[Demand] | None = None,
     ):
         self._origin: PlacementEngine | None = None  # the frozen engine whose shape indexes a fork copies
+        self._origin_generation = 0
+        self.generation = 0  # how many times `advance` moved this engine on (its forks know the one they came from)
         self._frozen = False
         self._index_lock = threading.Lock()
         self.nodes = list(snapshot.nodes)
@@ -214,8 +217,7 @@ class PlacementEngine:
         if isinstance(policy, Policy):
             self.policy = policy
         else:
-            demands = list(workload or [])
-            source = [(d.cpu_milli, d.memory_mib, d.count, d.share, d.models) for d in demands]
+            source = workload_source(workload or ())
             if not source:  # no workload given: what is running now stands for recent demand
                 source = [
                     (a.cpu_milli, a.memory_mib, len(a.devices), a.devices[0][1] if a.devices else 0, frozenset())
@@ -226,11 +228,11 @@ class PlacementEngine:
         self.version = [0] * len(self.nodes)
         self.changed: list[int] = []
         self.state = [self._state(i) for i in range(len(self.nodes))]
-        # Each distinct node state gets a small integer once, so the per-shape score memos hash an int per node
-        # visit instead of the nested state tuple (shared with forks: a pure cache, ids are never reused).
-        self._sids: dict = {}
-        self._sid_counter = itertools.count()
-        self.sid = [self._sid(state) for state in self.state]
+        # Each distinct device tuple gets a small integer once, so the per-shape score memos hash a few ints per
+        # node visit instead of the nested tuple (shared with forks: a pure cache, ids are never reused).
+        self._dsids: dict = {}
+        self._dsid_counter = itertools.count()
+        self.dsid = [self._dsid(state[2]) for state in self.state]
         self._indexes: dict = {}
         self._gpu_memo: dict = {}
         self._rooms: dict = {}
@@ -250,21 +252,54 @@ class PlacementEngine:
         forked.__dict__.update(self.__dict__)
         forked.nodes, forked.cpu, forked.mem = list(self.nodes), list(self.cpu), list(self.mem)
         forked.free, forked.version, forked.changed = list(self.free), list(self.version), list(self.changed)
-        forked.state, forked.sid = list(self.state), list(self.sid)
+        forked.state, forked.dsid = list(self.state), list(self.dsid)
         forked.model_devices, forked.model_healthy = dict(self.model_devices), dict(self.model_healthy)
         forked.model_hist = {model: dict(hist) for model, hist in self.model_hist.items()}
         forked.rng = random.Random()
         forked.rng.setstate(self.rng.getstate())
         forked._indexes, forked._frozen, forked._index_lock = {}, False, threading.Lock()
         forked._blocks = {}  # per-node counts that the fork's placements would change under the original
-        forked._origin = self
+        forked._origin, forked._origin_generation = self, self.generation
         if workload is not None:
-            source = [(d.cpu_milli, d.memory_mib, d.count, d.share, d.models) for d in workload]
-            forked.policy = make_policy(policy, source)
+            forked.policy = make_policy(policy, workload_source(workload))
             forked.is_random = isinstance(forked.policy, RandomPolicy)
             forked.policy.attach(forked.model_healthy)
             forked._origin = None  # another policy scores nodes differently: no scores to copy
         return forked
+
+    def advance(self, allocations: Sequence[Allocation]) -> None:
+        """Bring this engine to the same inventory and policy running `allocations` instead of what it holds: the
+        work that ended is given back and the new work taken, so its shape indexes rescore only the nodes that
+        changed (an engine built over the new snapshot scores every node for every shape again). Allowed on a
+        frozen engine: its earlier forks must not be used from here (asking one for a shape it has not copied yet
+        is an error)."""
+        # What the state depends on, as plain tuples (hashed in C, unlike the dataclass): > 0 started, < 0 ended.
+        change = Counter((a.node, a.devices, a.cpu_milli, a.memory_mib) for a in allocations)
+        change.subtract((a.node, a.devices, a.cpu_milli, a.memory_mib) for a in self.allocations)
+        self._frozen = False
+        self.generation += 1
+        for sign in (+1, -1):  # give back first: taking first could overdraw a node
+            for (node, devices, cpu, mem), count in change.items():
+                for _ in range(count * -sign):
+                    self._apply(self.node_index[node], devices, cpu, mem, sign=sign)
+        self.allocations = list(allocations)
+        if len(self.changed) > 2 * len(self.nodes):
+            self._compact_changes()
+
+    def _compact_changes(self) -> None:
+        """Start the change list afresh so it does not grow with the engine's life: indexes less than a fleet's
+        worth of changes behind are brought up to date (what their next use would cost), the rest are dropped and
+        built again when next used; so are the topology block counts (cheap, and only for pending reasons)."""
+        behind = len(self.changed) - len(self.nodes)
+        for key, index in list(self._indexes.items()):
+            if index.seen is not None and index.seen >= behind:
+                self._refresh(index, index.shape)
+            else:
+                del self._indexes[key]
+        self.changed = []
+        for index in self._indexes.values():
+            index.seen = 0
+        self._blocks = {}
 
     def close_node(self, name: str) -> None:
         """No new work on this node from now on (as if cordoned). The policy keeps what it learnt from the devices
@@ -292,11 +327,11 @@ class PlacementEngine:
         )
         return (self.cpu[i], self.mem[i], devs)
 
-    def _sid(self, state) -> int:
-        sid = self._sids.get(state)
-        if sid is None:
-            sid = self._sids.setdefault(state, next(self._sid_counter))
-        return sid
+    def _dsid(self, devs: tuple) -> int:
+        dsid = self._dsids.get(devs)
+        if dsid is None:
+            dsid = self._dsids.setdefault(devs, next(self._dsid_counter))
+        return dsid
 
     def _apply(self, i: int, devices, cpu: int, mem: int, sign: int = -1, refresh: bool = True):
         self._check_writable()
@@ -309,7 +344,7 @@ class PlacementEngine:
             self.version[i] += 1
             self.changed.append(i)
             self.state[i] = self._state(i)
-            self.sid[i] = self._sid(self.state[i])
+            self.dsid[i] = self._dsid(self.state[i][2])
             self._aggregate_update(i, devices, sign)
 
     def _build_aggregates(self):
@@ -423,7 +458,12 @@ class PlacementEngine:
     def _index(self, shape: _Shape):
         index = self._indexes.get(shape.key)
         if index is None:
-            index = _ShapeIndex() if self._origin is None else self._origin._shared_index(shape).copy()
+            if self._origin is None:
+                index = _ShapeIndex(shape)
+            elif self._origin.generation != self._origin_generation:
+                raise RuntimeError("the engine this one was forked from has advanced: fork it again")
+            else:
+                index = self._origin._shared_index(shape).copy()
             self._indexes[shape.key] = index
         return index
 
@@ -458,8 +498,13 @@ class PlacementEngine:
 
     def _refresh(self, index: _ShapeIndex, shape: _Shape):
         """Score the nodes changed since the index last looked (all of them the first time) into its heap."""
-        heap, version, rank, nodes, state, sid = index.heap, self.version, self.rank, self.nodes, self.state, self.sid
+        heap, version, rank, nodes, state, dsid = index.heap, self.version, self.rank, self.nodes, self.state, self.dsid
         evaluate, push = self._evaluate, heapq.heappush
+        # Nodes whose states the policy cannot tell apart for this shape share one evaluation: with CPU classes,
+        # the free CPU before and after only matters up to the typical shapes' core counts (a full fleet has as many
+        # exact states as nodes, but few device tuples and classes).
+        cpu_class = None if shape.profile else self.policy.cpu_class
+        shape_cpu, shape_mem = shape.cpu, shape.mem
         if index.seen is None:
             todo: Iterable[int] = range(len(nodes))
             index.seen = 0
@@ -472,7 +517,13 @@ class PlacementEngine:
             node = nodes[i]
             if not node.schedulable:
                 continue
-            memo_key = sid[i] if not shape.profile else (sid[i], i)
+            cpu, mem, _devs = state[i]
+            if cpu < shape_cpu or mem < shape_mem:
+                continue
+            if cpu_class is not None:
+                memo_key = (dsid[i], cpu_class(cpu), cpu_class(cpu - shape_cpu))
+            else:  # slice profiles are read off the node itself
+                memo_key = (dsid[i], cpu, mem, i) if shape.profile else (dsid[i], cpu, mem)
             result = memo.get(memo_key, _MISSING)
             if result is _MISSING:
                 result = memo[memo_key] = evaluate(state[i], shape, node)
@@ -993,16 +1044,17 @@ _MISSING = object()
 class _ShapeIndex:
     """Per demand shape: a lazy max-heap of node scores, refreshed only for nodes changed since the last query."""
 
-    __slots__ = ("heap", "memo", "seen")
+    __slots__ = ("heap", "memo", "seen", "shape")
 
-    def __init__(self, heap: list | None = None, memo: dict | None = None, seen: int | None = None):
+    def __init__(self, shape: _Shape, heap: list | None = None, memo: dict | None = None, seen: int | None = None):
+        self.shape = shape
         self.heap: list = [] if heap is None else heap
         self.memo: dict = {} if memo is None else memo
         self.seen: int | None = seen
 
     def copy(self) -> _ShapeIndex:
         """Its own heap to pop from; the memo of scores by node state stays shared (a pure cache)."""
-        return _ShapeIndex(list(self.heap), self.memo, self.seen)
+        return _ShapeIndex(self.shape, list(self.heap), self.memo, self.seen)
 
 
 class _BlockIndex:
@@ -1026,6 +1078,11 @@ class _BlockIndex:
 
     def best(self) -> int:
         return max(self.by_block) if self.by_block else 0
+
+
+def workload_source(demands: Iterable[Demand]) -> list[tuple[int, int, int, int, frozenset]]:
+    """Demands as a policy learns its typical shapes from them."""
+    return [(d.cpu_milli, d.memory_mib, d.count, d.share, d.models) for d in demands]
 
 
 def place_in_order(engine, demands: Sequence[Demand], backfill: bool = False) -> PlacementResult:

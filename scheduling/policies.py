@@ -34,6 +34,11 @@ class Policy:
     def attach(self, model_devices: Mapping[str, int]) -> None:
         """Called by the engine with the cluster's healthy device count per model."""
 
+    # ``cpu_class(free_cpu)``: where the key reads the free CPU (before and after placing) only through the
+    # fragmentation of a shape list without memory, a number such that equal numbers give equal keys; None when the
+    # key reads the exact amount. The engine evaluates one node per (device tuple, class before, class after).
+    cpu_class = None
+
     def key(
         self, cpu: int, mem: int, devs: tuple, new_cpu: int, new_mem: int, new_devs: tuple, need: int, picks: tuple = ()
     ):
@@ -46,6 +51,11 @@ class FGD(Policy):
 
     name = "fgd"
     cpu_pods_count = True
+
+    def __init__(self, shapes: list[Shape]):
+        super().__init__(shapes)
+        if not self.table.with_memory:
+            self.cpu_class = self.table.cpu_class
 
     def key(self, cpu, mem, devs, new_cpu, new_mem, new_devs, need, picks=()):
         frag = self.table.frag
@@ -145,9 +155,29 @@ POLICIES = {"fgd": FGD, "fgd-plus": FGDPlus, "fgd-pack": FGDPack, "bestfit": Bes
 DEFAULT_POLICY = "fgd-plus"
 
 
-def make_policy(name: str, shapes_source: Iterable[tuple[int, int, int, int, frozenset]]) -> Policy:
+def policy_class(name: str) -> type[Policy]:
     name = DEFAULT_POLICY if name == "default" else name
     if name not in POLICIES:
         raise ValueError(f"unknown policy {name!r}; choose from {', '.join(sorted(POLICIES))} or default")
-    cls = POLICIES[name]
-    return cls(typical_shapes(shapes_source, threshold=cls.threshold, with_memory=cls.memory_in_shapes))
+    return POLICIES[name]
+
+
+def learnt_shapes(name: str, shapes_source: Iterable[tuple[int, int, int, int, frozenset]]) -> list[Shape]:
+    """The typical shapes the named policy learns from a workload."""
+    cls = policy_class(name)
+    return typical_shapes(shapes_source, threshold=cls.threshold, with_memory=cls.memory_in_shapes)
+
+
+def make_policy(name: str, shapes_source: Iterable[tuple[int, int, int, int, frozenset]]) -> Policy:
+    return policy_class(name)(learnt_shapes(name, shapes_source))
+
+
+def shape_drift(learnt: list[Shape], now: list[Shape]) -> float:
+    """How far two learnt workloads are apart: half the summed weight differences over their shapes (0 the same, 1
+    nothing in common), so 0.05 means a twentieth of the demand moved to other shapes."""
+    weights: dict[tuple, float] = {}
+    for shape in learnt:
+        weights[shape[:-1]] = weights.get(shape[:-1], 0.0) + shape.weight
+    for shape in now:
+        weights[shape[:-1]] = weights.get(shape[:-1], 0.0) - shape.weight
+    return sum(abs(weight) for weight in weights.values()) / 2

@@ -25,7 +25,7 @@ from django.utils import timezone
 from requests.choices import RequestState
 from requests.models import ResourceRequest
 from requests.services import request_release
-from scheduling import fleet, reclaim
+from scheduling import fleet, kept_engine, reclaim
 from scheduling.cycle import HOLDING_STATES, run_cycle
 
 RELEASE_REASON = "its trace duration ended (steady-state replay)"
@@ -96,6 +96,7 @@ def run(
 
             waiting = ResourceRequest.objects.filter(state=RequestState.QUEUED).count()
             started, cpu_started = time.perf_counter(), time.process_time()
+            builds = kept_engine.kept.builds
             with connection.execute_wrapper(count):
                 result = run_cycle()
             seconds, cpu = time.perf_counter() - started, time.process_time() - cpu_started
@@ -113,6 +114,7 @@ def run(
                 "cycle_s": round(seconds, 3),
                 "cycle_cpu_s": round(cpu, 3),  # this process only (the database server's share is not in it)
                 "queries": queries[0],
+                "engine_built": kept_engine.kept.builds > builds,  # else the kept one was advanced
                 "wait_p50_s": _percentile(placed_waits, 0.5),  # simulated, of the requests this cycle placed
                 "wait_p99_s": _percentile(placed_waits, 0.99),
                 "wait_max_s": max(placed_waits, default=0.0),
@@ -142,6 +144,7 @@ def run(
         "cycle_cpu_p99_s": round(_percentile(cpu_seconds, 0.99), 3),
         "queries_min": min(row["queries"] for row in measured),
         "queries_max": max(row["queries"] for row in measured),
+        "engine_builds": sum(row["engine_built"] for row in cycles),  # the other cycles advanced the kept engine
         "allocated": sum(row["allocated"] for row in cycles),
         "preempted": sum(row["preempted"] for row in cycles),
         "departed": sum(row["departed"] for row in cycles),
