@@ -143,7 +143,7 @@ SCHEDULER_AGING_MINUTES = env_int("SCHEDULER_AGING_MINUTES", 60)
 SCHEDULER_STATE_REBUILD_CYCLES = env_int("SCHEDULER_STATE_REBUILD_CYCLES", 100)
 # A scheduler process keeps its placement engine and policy between cycles while the queue's typical shapes stay
 # within this drift of the ones the policy was learnt from (0 = learn again every cycle; scheduling/kept_engine.py).
-SCHEDULER_POLICY_DRIFT = env_float("SCHEDULER_POLICY_DRIFT", 0.05)
+SCHEDULER_POLICY_DRIFT = env_float("SCHEDULER_POLICY_DRIFT", 0.1)
 EXPIRY_WARNING_HOURS = env_int("EXPIRY_WARNING_HOURS", 4)
 ALLOCATION_HEARTBEAT_TIMEOUT_MINUTES = env_int("ALLOCATION_HEARTBEAT_TIMEOUT_MINUTES", 30)
 # Metering: telemetry driver (simulated or dcgm) and where each node's dcgm-exporter answers ({node} = node name),

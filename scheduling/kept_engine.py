@@ -7,8 +7,8 @@ and the new ones taken, so each shape's index rescores only the nodes that chang
 That keeps a cycle's decisions those of an engine built over the cycle's snapshot *with the kept policy*. The
 policy (`fgd-plus` by default) is learnt from the queue's typical shapes, whose weights move a little with every
 arrival; it is learnt again, and the engine built afresh, when the queue's shapes have drifted more than
-`SCHEDULER_POLICY_DRIFT` from the ones it was learnt from (half the summed weight differences: 0.05 means a
-twentieth of the demand moved to other shapes), when another policy is asked for, when the inventory changed
+`SCHEDULER_POLICY_DRIFT` from the ones it was learnt from (half the summed weight differences: 0.1 means a
+tenth of the demand moved to other shapes), when another policy is asked for, when the inventory changed
 (a node or a device differs: health, cordon, a new node), and whenever the process read the whole cluster
 again (`cluster_state.KeptState`: a missed delta, the periodic compare, a test's uncommitted cycle).
 """
@@ -26,6 +26,7 @@ class KeptEngine:
         self._policy = ""
         self.builds = 0  # engines built, for tests and the benchmark's report
         self.advances = 0
+        self.drift = 0.0  # of the last cycle's queue from the kept policy's shapes (the benchmark reports it)
 
     def engine_for(
         self, snapshot: placement.Snapshot, policy: str, demands: list[placement.Demand], *, source
@@ -48,7 +49,8 @@ class KeptEngine:
         if engine.nodes != list(snapshot.nodes):  # equal objects compare at once: a catch-up keeps unchanged ones
             return False
         now = learnt_shapes(policy, placement.workload_source(demands))
-        return shape_drift(engine.policy.table.shapes, now) <= settings.SCHEDULER_POLICY_DRIFT
+        self.drift = shape_drift(engine.policy.table.shapes, now)
+        return self.drift <= settings.SCHEDULER_POLICY_DRIFT
 
 
 kept = KeptEngine()  # one per process, like cluster_state.kept: cycles run in it one at a time (the cycle lock)

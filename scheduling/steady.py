@@ -115,6 +115,7 @@ def run(
                 "cycle_cpu_s": round(cpu, 3),  # this process only (the database server's share is not in it)
                 "queries": queries[0],
                 "engine_built": kept_engine.kept.builds > builds,  # else the kept one was advanced
+                "policy_drift": round(kept_engine.kept.drift, 3),
                 "wait_p50_s": _percentile(placed_waits, 0.5),  # simulated, of the requests this cycle placed
                 "wait_p99_s": _percentile(placed_waits, 0.99),
                 "wait_max_s": max(placed_waits, default=0.0),
