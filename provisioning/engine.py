@@ -30,7 +30,7 @@ from config.workers import stopping, wait_unless_stopping
 from provisioning import services
 from provisioning.choices import RunState, StepState, Wait
 from provisioning.drivers.base import StepError, StepPending, outcome_of
-from provisioning.models import ProvisioningStep
+from provisioning.models import ProvisioningRun, ProvisioningStep
 from provisioning.pipelines import StepDefinition, definition_of
 from provisioning.services import step_task
 from provisioning.steps import StepContext, StepOutputs
@@ -89,6 +89,15 @@ class Following:
 
     step_id: int
     polls: bool  # it waits for something that happens elsewhere (a Slurm job starting)
+
+
+@dataclass
+class Finished:
+    """The run's last step is done: the record's transaction finishes the run (and its batch's other finished runs
+    with it)."""
+
+    run: ProvisioningRun
+    last_output: dict
 
 
 @dataclass
@@ -357,10 +366,25 @@ def _record(owner: uuid.UUID, outcomes: dict[int, Outcome]) -> dict[int, float |
         .filter(pk__in=outcomes)
         .order_by("pk")
     )
-    return {step.pk: _record_one(step, owner, outcomes[step.pk]) for step in steps}
+    recorded = {step.pk: _record_one(step, owner, outcomes[step.pk]) for step in steps}
+    _advance([step for step in steps if isinstance(recorded[step.pk], Following | Finished)])
+    finished = [(then.run, then.last_output) for then in recorded.values() if isinstance(then, Finished)]
+    if finished:
+        services.runs_succeeded(finished)
+    return {step_id: None if isinstance(then, Finished) else then for step_id, then in recorded.items()}
 
 
-def _record_one(step: ProvisioningStep, owner: uuid.UUID, outcome: Outcome) -> float | Following | None:
+def _advance(succeeded: list[ProvisioningStep]) -> None:
+    """Each run past the step that succeeded: one UPDATE for the runs at the same place (a batch's usually are).
+    The record holds the runs' locks and has seen them running."""
+    by_position = defaultdict(list)
+    for step in succeeded:
+        by_position[step.position + 1].append(step.run_id)
+    for position, run_ids in by_position.items():
+        ProvisioningRun.objects.filter(pk__in=run_ids).update(current_position=position)
+
+
+def _record_one(step: ProvisioningStep, owner: uuid.UUID, outcome: Outcome) -> float | Following | Finished | None:
     if step.state != StepState.RUNNING or step.lease_owner != owner:
         return None  # our lease expired and another worker took the step over: its result counts, not ours
     if step.run.state != RunState.RUNNING:
@@ -375,7 +399,8 @@ def _record_one(step: ProvisioningStep, owner: uuid.UUID, outcome: Outcome) -> f
     return _retry_or_fail(step, outcome)
 
 
-def _succeed(step: ProvisioningStep, output: dict) -> Following | None:
+def _succeed(step: ProvisioningStep, output: dict) -> Following | Finished:
+    """The step done; the run moves past it (`_advance`, for the whole record)."""
     step.succeed(output=output)
     if output.get("mig_instances") and step.run.allocation_id:  # the host created GPU instances: record their ids
         mig_services.mig_instances_created(allocation_id=step.run.allocation_id, reported=output["mig_instances"])
@@ -383,12 +408,9 @@ def _succeed(step: ProvisioningStep, output: dict) -> Following | None:
     step.save(update_fields=ENDED_FIELDS)
     run = step.run
     run.current_position = step.position + 1
-    run.save(update_fields=["current_position"])
-    following = step.following_id
-    if following is None:
-        services.run_succeeded(run, output)
-        return None
-    return Following(following, polls=definition_of(run.pipeline, run.kind, run.current_position).polls)
+    if step.following_id is None:
+        return Finished(run, output)
+    return Following(step.following_id, polls=definition_of(run.pipeline, run.kind, run.current_position).polls)
 
 
 def _wait(step: ProvisioningStep, seconds: float, waiting_for: str, message: str) -> float:

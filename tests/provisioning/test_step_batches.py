@@ -164,3 +164,29 @@ def test_a_batch_s_activations_are_announced_in_one_notification_task(wide, subm
     assert len(active) == 3
     assert [sorted(ids) for name, ids in announced if set(ids) & set(active)] == [sorted(active)]
     assert {name for name, _ in announced} == {notifications.NOTIFY_TASK}
+
+
+def test_a_batch_reads_and_writes_its_requests_once_to_start_them_and_once_to_activate_them(
+    wide, submit, start_batches, run_on_commit
+):
+    """From the start task to all active: the start locks the batch's requests in one read and moves them in one
+    UPDATE with one INSERT of their events, and so does the activation; no transition writes the approved snapshot."""
+    requests = submit(6)
+    run_on_commit(cycle.run_cycle)
+    with CaptureQueriesContext(connection) as queries:
+        run_on_commit(start_runs, start_batches.pop())
+
+    assert states(requests) == [RequestState.ACTIVE] * 6
+    statements = [query["sql"] for query in queries.captured_queries]
+    reads = [sql for sql in statements if sql.startswith('SELECT "requests_resourcerequest"')]
+    writes = [sql for sql in statements if sql.startswith('UPDATE "requests_resourcerequest"')]
+    events = [sql for sql in statements if sql.startswith('INSERT INTO "requests_requestevent"')]
+    assert len(reads) == 2 and all(sql.endswith("FOR UPDATE") for sql in reads)
+    assert len(writes) == 2 and not any("approved_spec" in sql for sql in writes)
+    assert len(events) == 2
+    for request in requests:
+        timeline = list(request.events.order_by("id").values_list("from_state", "to_state", "code"))
+        assert timeline[-2:] == [
+            (RequestState.ALLOCATED, RequestState.PROVISIONING, EventCode.PROVISIONING),
+            (RequestState.PROVISIONING, RequestState.ACTIVE, EventCode.ACTIVE),
+        ]
