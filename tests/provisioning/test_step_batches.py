@@ -8,7 +8,7 @@ import pytest
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
-from provisioning import wiring
+from provisioning import pipelines, wiring
 from provisioning.choices import RunKind, RunState
 from provisioning.drivers.base import StepError, WorkloadDriver, each
 from provisioning.drivers.simulated import SimulatedHost
@@ -170,7 +170,8 @@ def test_a_batch_reads_and_writes_its_requests_once_to_start_them_and_once_to_ac
     wide, submit, start_batches, run_on_commit
 ):
     """From the start task to all active: the start locks the batch's requests in one read and moves them in one
-    UPDATE with one INSERT of their events, and so does the activation; no transition writes the approved snapshot."""
+    UPDATE with one INSERT of their events, and so does the activation; no transition writes the approved snapshot.
+    Each claim and each record of the batch's steps writes them in one statement, and moves their runs on in one."""
     requests = submit(6)
     run_on_commit(cycle.run_cycle)
     with CaptureQueriesContext(connection) as queries:
@@ -184,6 +185,11 @@ def test_a_batch_reads_and_writes_its_requests_once_to_start_them_and_once_to_ac
     assert len(reads) == 2 and all(sql.endswith("FOR UPDATE") for sql in reads)
     assert len(writes) == 2 and not any("approved_spec" in sql for sql in writes)
     assert len(events) == 2
+    step_writes = [sql for sql in statements if sql.startswith("WITH v(") and "provisioning_provisioningstep" in sql]
+    run_moves = [sql for sql in statements if sql.startswith('UPDATE "provisioning_provisioningrun" SET "current_')]
+    pipeline = len(pipelines.COMPUTE)
+    assert (len(step_writes), len(run_moves)) == (2 * pipeline, pipeline)  # a claim and a record per step
+    assert not [sql for sql in statements if sql.startswith('UPDATE "provisioning_provisioningstep"')]
     for request in requests:
         timeline = list(request.events.order_by("id").values_list("from_state", "to_state", "code"))
         assert timeline[-2:] == [
