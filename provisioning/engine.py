@@ -10,7 +10,9 @@ steps are never run again: a run's current position only moves forward.
 One task carries the current steps of a batch of runs (about PROVISIONING_START_BATCH of them): they are claimed in one
 transaction, steps at the same place of the same pipeline are attempted together (a handler with a batch form asks
 its backend once for all of them: one Slurm job list for ten submissions) and the outcomes are recorded in one
-transaction. What a batch costs in the database and the broker is then shared by its runs instead of paid per step.
+transaction, each of which writes the batch's steps in one statement; the runs the record finishes activate their
+requests together. What a batch costs in the database and the broker is then shared by its runs instead of paid per
+step.
 """
 
 import logging
@@ -22,15 +24,16 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from django.conf import settings
-from django.db import DatabaseError, connections, transaction
+from django.db import DatabaseError, connection, connections, transaction
 from django.db.models import Case, F, OuterRef, Q, Subquery, When
 from django.utils import timezone
 
+from config.sql import update_from_values
 from config.workers import stopping, wait_unless_stopping
 from provisioning import services
 from provisioning.choices import RunState, StepState, Wait
 from provisioning.drivers.base import StepError, StepPending, outcome_of
-from provisioning.models import ProvisioningStep
+from provisioning.models import ProvisioningRun, ProvisioningStep
 from provisioning.pipelines import StepDefinition, definition_of
 from provisioning.services import step_task
 from provisioning.steps import StepContext, StepOutputs
@@ -89,6 +92,15 @@ class Following:
 
     step_id: int
     polls: bool  # it waits for something that happens elsewhere (a Slurm job starting)
+
+
+@dataclass
+class Finished:
+    """The run's last step is done: the record's transaction finishes the run (and its batch's other finished runs
+    with it)."""
+
+    run: ProvisioningRun
+    last_output: dict
 
 
 @dataclass
@@ -173,7 +185,9 @@ def _claim(step_ids: list[int], owner: uuid.UUID) -> list[Claimed]:
         .order_by("pk")
     )
     now = timezone.now()
-    return [claimed for step in steps if (claimed := _claim_one(step, owner, now)) is not None]
+    claimed = [claimed for step in steps if (claimed := _claim_one(step, owner, now)) is not None]
+    _write([item.step for item in claimed], CLAIMED_FIELDS)
+    return claimed
 
 
 def _claim_one(step: ProvisioningStep, owner: uuid.UUID, now) -> Claimed | None:
@@ -195,7 +209,6 @@ def _claim_one(step: ProvisioningStep, owner: uuid.UUID, now) -> Claimed | None:
         step.deadline_at = now + timedelta(seconds=step.timeout_seconds)
     deadline = _attempt_deadline(step, definition.polls, now)
     step.lease_expires_at = _renewed_lease(deadline, now)
-    step.save(update_fields=CLAIMED_FIELDS)
     return Claimed(step, deadline)
 
 
@@ -357,16 +370,48 @@ def _record(owner: uuid.UUID, outcomes: dict[int, Outcome]) -> dict[int, float |
         .filter(pk__in=outcomes)
         .order_by("pk")
     )
-    return {step.pk: _record_one(step, owner, outcomes[step.pk]) for step in steps}
+    # Not ours when our lease expired and another worker took the step over: its result counts, not ours.
+    ours = [step for step in steps if step.state == StepState.RUNNING and step.lease_owner == owner]
+    recorded = {step.pk: _record_one(step, outcomes[step.pk]) for step in ours}
+    _write([step for step in ours if step.state != StepState.FAILED], ENDED_FIELDS)  # a failure wrote its own
+    _advance([step for step in ours if isinstance(recorded[step.pk], Following | Finished)])
+    finished = [(then.run, then.last_output) for then in recorded.values() if isinstance(then, Finished)]
+    if finished:
+        services.runs_succeeded(finished)
+    return {step.pk: None if isinstance(then := recorded.get(step.pk), Finished) else then for step in steps}
 
 
-def _record_one(step: ProvisioningStep, owner: uuid.UUID, outcome: Outcome) -> float | Following | None:
-    if step.state != StepState.RUNNING or step.lease_owner != owner:
-        return None  # our lease expired and another worker took the step over: its result counts, not ours
+def _write(steps: list[ProvisioningStep], fields: list[str]) -> None:
+    """The steps' `fields` as their transitions left them, in one UPDATE for the batch instead of a save each. The
+    claim and the record hold the steps' row locks and have seen each one's state, so a save's guard on the state
+    it was read in (ConcurrentTransitionMixin) has nothing to add."""
+    columns = [ProvisioningStep._meta.get_field(name) for name in fields]
+    update_from_values(
+        table=ProvisioningStep._meta.db_table,
+        columns=[("id", "bigint"), *((column.column, column.db_type(connection)) for column in columns)],
+        rows=[
+            (step.pk, *(column.get_db_prep_save(getattr(step, column.attname), connection) for column in columns))
+            for step in steps
+        ],
+        set_sql=", ".join(f"{column.column} = v.{column.column}" for column in columns),
+    )
+
+
+def _advance(succeeded: list[ProvisioningStep]) -> None:
+    """Each run past the step that succeeded: one UPDATE for the runs at the same place (a batch's usually are).
+    The record holds the runs' locks and has seen them running."""
+    by_position = defaultdict(list)
+    for step in succeeded:
+        by_position[step.position + 1].append(step.run_id)
+    for position, run_ids in by_position.items():
+        ProvisioningRun.objects.filter(pk__in=run_ids).update(current_position=position)
+
+
+def _record_one(step: ProvisioningStep, outcome: Outcome) -> float | Following | Finished | None:
+    """The outcome on the step (`_record` writes it); None when the run is over or the step failed for good."""
     if step.run.state != RunState.RUNNING:
         step.cancel()
         _append_log(step, f"attempt {step.attempts}: the run was {step.run.state}; result discarded")
-        step.save(update_fields=ENDED_FIELDS)
         return None
     if isinstance(outcome, Done):
         return _succeed(step, outcome.output)
@@ -375,27 +420,23 @@ def _record_one(step: ProvisioningStep, owner: uuid.UUID, outcome: Outcome) -> f
     return _retry_or_fail(step, outcome)
 
 
-def _succeed(step: ProvisioningStep, output: dict) -> Following | None:
+def _succeed(step: ProvisioningStep, output: dict) -> Following | Finished:
+    """The step done; the run moves past it (`_advance`, for the whole record)."""
     step.succeed(output=output)
     if output.get("mig_instances") and step.run.allocation_id:  # the host created GPU instances: record their ids
         mig_services.mig_instances_created(allocation_id=step.run.allocation_id, reported=output["mig_instances"])
     _append_log(step, f"attempt {step.attempts}: done in {output.get('seconds', 0)} s")
-    step.save(update_fields=ENDED_FIELDS)
     run = step.run
     run.current_position = step.position + 1
-    run.save(update_fields=["current_position"])
-    following = step.following_id
-    if following is None:
-        services.run_succeeded(run, output)
-        return None
-    return Following(following, polls=definition_of(run.pipeline, run.kind, run.current_position).polls)
+    if step.following_id is None:
+        return Finished(run, output)
+    return Following(step.following_id, polls=definition_of(run.pipeline, run.kind, run.current_position).polls)
 
 
 def _wait(step: ProvisioningStep, seconds: float, waiting_for: str, message: str) -> float:
     step.wait(until=timezone.now() + timedelta(seconds=seconds), waiting_for=waiting_for)
     if not step.log.endswith(f" {message}\n"):  # a poll repeats itself; log it once
         _append_log(step, message)
-    step.save(update_fields=ENDED_FIELDS)
     return seconds
 
 

@@ -26,11 +26,11 @@ from requests.choices import EventCode, RequestState
 from requests.models import ResourceRequest
 from requests.services import (
     record_event,
-    request_activate,
     request_fail,
-    request_provisioning_started,
     request_release,
     request_retry_provisioning,
+    requests_activate,
+    requests_start_provisioning,
 )
 from scheduling.choices import AllocationState
 from scheduling.models import RUN_ANCHOR, Allocation
@@ -160,13 +160,17 @@ def runs_start(*, request_ids: list[int]) -> list[ProvisioningRun]:
         if _startable(requests.get(request_id), allocations.get(request_id), provisioned)
     ]
     runs = _create_runs(startable)
-    for run in runs:
-        request_provisioning_started(
-            request=run.request,
-            message=f"Provisioning started on {run.allocation.node.name}: {run.get_pipeline_display()}, "
-            f"{run.step_count} steps ({run.driver} driver).",
-            data={"run": run.pk, "pipeline": run.pipeline, "driver": run.driver},
-        )
+    requests_start_provisioning(
+        started=[
+            (
+                run.request,
+                f"Provisioning started on {run.allocation.node.name}: {run.get_pipeline_display()}, "
+                f"{run.step_count} steps ({run.driver} driver).",
+                {"run": run.pk, "pipeline": run.pipeline, "driver": run.driver},
+            )
+            for run in runs
+        ]
+    )
     return runs
 
 
@@ -246,28 +250,45 @@ def _release_stranded(request_id: int, reason: dict) -> str:
 # --- Finish -----------------------------------------------------------------------------------------------
 
 
-def run_succeeded(run: ProvisioningRun, last_output: dict) -> None:
-    """Called by the engine inside the transaction that records the run's last step."""
-    run.succeed(delivered=last_output if run.kind == RunKind.PROVISION else None)
-    run.save(update_fields=["state", "finished_at", "delivered"])
-    if run.kind == RunKind.PROVISION:
-        if _request_still(run, RequestState.PROVISIONING):  # not when a release overtook it
-            request_activate(
-                request=run.request,
-                delivered=last_output,
-                message=f"Active: delivered on {last_output['node']} ({last_output['host']}) after "
-                f"{run.current_position} steps.",
+def runs_succeeded(finished: list[tuple[ProvisioningRun, dict]]) -> None:
+    """Called by the engine inside the transaction that records the runs' last steps (run, its last step's output):
+    the provisioning runs among them activate their requests together, on one locked read of those requests."""
+    for run, last_output in finished:
+        run.succeed(delivered=last_output if run.kind == RunKind.PROVISION else None)
+        run.save(update_fields=["state", "finished_at", "delivered"])
+    provisioned = [(run, last_output) for run, last_output in finished if run.kind == RunKind.PROVISION]
+    _activate(provisioned)
+    for run, _ in finished:
+        if run.kind not in (RunKind.PROVISION, RunKind.RELEASE):  # a release's last step finished the release
+            record_event(
+                run.request,
+                actor=None,
+                code=EventCode.CLEANED_UP,
+                message=f"Cleaned up after the {'preemption' if run.kind == RunKind.TEARDOWN else 'failure'}: "
+                f"{', '.join(_step_names(run))}.",
                 data={"run": run.pk},
             )
-    elif run.kind != RunKind.RELEASE:  # a release's last step already finished the request's release
-        record_event(
-            run.request,
-            actor=None,
-            code=EventCode.CLEANED_UP,
-            message=f"Cleaned up after the {'preemption' if run.kind == RunKind.TEARDOWN else 'failure'}: "
-            f"{', '.join(_step_names(run))}.",
-            data={"run": run.pk},
-        )
+
+
+def _activate(provisioned: list[tuple[ProvisioningRun, dict]]) -> None:
+    """Each request whose run delivered it and that is still provisioning (not when a release overtook it)."""
+    locked = ResourceRequest.objects.select_for_update().filter(pk__in=[run.request_id for run, _ in provisioned])
+    requests = {request.pk: request for request in locked.order_by("pk")}  # pk order: no deadlocks
+    for run, _ in provisioned:
+        run.request = requests[run.request_id]
+    requests_activate(
+        activated=[
+            (
+                run.request,
+                last_output,
+                f"Active: delivered on {last_output['node']} ({last_output['host']}) after {run.current_position} "
+                "steps.",
+                {"run": run.pk},
+            )
+            for run, last_output in provisioned
+            if run.request.state == RequestState.PROVISIONING
+        ]
+    )
 
 
 # The request state a run of each kind moves on; anything else (a release overtaking provisioning) means the

@@ -5,6 +5,8 @@ timeline event in the caller's transaction. Follow-up work is started after comm
 """
 
 import json
+from collections.abc import Callable
+from datetime import datetime
 from decimal import Decimal
 
 from django.conf import settings
@@ -112,27 +114,31 @@ def is_operator_intervention(actor: User | None, request: ResourceRequest) -> bo
 
 # --- Transitions driven by provisioning ---------------------------------------------------------------------
 # Each later stage's move has its own service, which picks the transition and the event code; the caller
-# only tells what happened (its message and the run's data), on a row locked here.
+# only tells what happened (its message and the run's data). A batch of runs starts and activates its requests
+# together, on rows the caller has locked (it read their state to decide); the other moves lock the row here.
 
 
-@transaction.atomic
-def request_provisioning_started(*, request: ResourceRequest, message: str, data: dict) -> ResourceRequest:
-    """A provisioning run took the allocated request."""
-    return _transition(
-        _locked(request), "start_provisioning", actor=None, code=EventCode.PROVISIONING, message=message, data=data
+def requests_start_provisioning(*, started: list[tuple[ResourceRequest, str, dict]]) -> None:
+    """allocated -> provisioning for the requests a batch of provisioning runs took (request, message, run data),
+    each row locked by the caller, which read it in this state."""
+    _bulk_transition(
+        started,
+        transition="start_provisioning",
+        sources=[RequestState.ALLOCATED],
+        code=EventCode.PROVISIONING,
+        refusal="Some requests left allocated while their provisioning started.",
     )
 
 
-@transaction.atomic
-def request_activate(*, request: ResourceRequest, delivered: dict, message: str, data: dict) -> ResourceRequest:
-    """Provisioning delivered the request (node, host, access) and it is in use from now."""
-    return _transition(
-        _locked(request),
-        "activate",
-        actor=None,
+def requests_activate(*, activated: list[tuple[ResourceRequest, dict, str, dict]]) -> None:
+    """provisioning -> active: provisioning delivered each request (request, delivered: node, host, access; message,
+    run data) and it is in use from now; each row locked by the caller, which read it in this state."""
+    _bulk_transition(
+        [(request, message, {**data, "delivered": delivered}) for request, delivered, message, data in activated],
+        transition="activate",
+        sources=[RequestState.PROVISIONING],
         code=EventCode.ACTIVE,
-        message=message,
-        data={**data, "delivered": delivered},
+        refusal="Some requests left provisioning while they were being activated.",
     )
 
 
@@ -593,10 +599,20 @@ def request_readmit_waiting(*, project_id: int) -> list[ResourceRequest]:
 
 
 def _bulk_transition(
-    items: list[tuple[ResourceRequest, str, dict]], *, transition: str, sources, code: str, refusal: str
+    items: list[tuple[ResourceRequest, str, dict]],
+    *,
+    transition: str,
+    sources,
+    code: str,
+    refusal: str,
+    also: Callable[[datetime], dict] = lambda now: {},
 ) -> None:
     """One transition for many requests: each instance's FSM transition first (an illegal one fails as a single
-    transition would), then one UPDATE guarded on the source states and one INSERT of timeline events."""
+    transition would), then one UPDATE guarded on the source states and one INSERT of timeline events. The UPDATE
+    writes the state, its time and what `also` gives for that time, nothing else (the snapshot stays unread and
+    unwritten)."""
+    if not items:
+        return
     now = timezone.now()
     events = []
     for request, message, data in items:
@@ -620,13 +636,11 @@ def _bulk_transition(
                 created_at=now,
             )
         )
-    target = items[0][0].state if items else None
+    target = items[0][0].state
     updated = ResourceRequest.objects.filter(pk__in=[request.pk for request, _, _ in items], state__in=sources).update(
         state=target,  # fsm: the target the transitions above reached, compare-and-set on their sources
-        queue_position=None,
-        queue_reason={},
-        queue_updated_at=now,
         updated_at=now,
+        **also(now),
     )
     if updated != len(items):
         raise Conflict(refusal, code="state_changed", details={"expected": len(items), "updated": updated})
@@ -641,7 +655,13 @@ def requests_allocate(*, placed: list[tuple[ResourceRequest, str, dict]]) -> Non
         sources=[RequestState.QUEUED],
         code=EventCode.ALLOCATED,
         refusal="Some requests left the queue while they were being allocated.",
+        also=_out_of_the_queue,
     )
+
+
+def _out_of_the_queue(now) -> dict:
+    """A request leaving the queue (allocated) or going back to it (preempted) has no place in it for now."""
+    return {"queue_position": None, "queue_reason": {}, "queue_updated_at": now}
 
 
 PREEMPTABLE_STATES = (RequestState.ALLOCATED, RequestState.PROVISIONING, RequestState.ACTIVE)
@@ -657,6 +677,7 @@ def requests_preempt(*, preempted: list[tuple[ResourceRequest, int | None, str, 
         sources=PREEMPTABLE_STATES,
         code=EventCode.PREEMPTED,
         refusal="Some requests stopped running while they were being preempted.",
+        also=_out_of_the_queue,
     )
     pairs = [(request.pk, winner) for request, winner, _, _ in preempted]
 

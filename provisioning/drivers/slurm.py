@@ -182,29 +182,33 @@ class SlurmWorkloads(WorkloadDriver):
     def workloads_ready(self, items: list[tuple[Target, dict]]) -> list[dict | Exception]:
         """RUNNING is ready. Slurm usually starts a job within a scheduling pass, so one attempt watches the batch's
         jobs closely for a short while before handing the wait back to the engine (whose every attempt costs a claim
-        and a record in the database). Each job is asked for by the id start_workload recorded: Slurm's whole job
-        list costs slurmrestd and slurmctld time in proportion to every job they know, on every check."""
+        and a record in the database). It hands back as soon as some have started: those are recorded ready and
+        their runs go on while the engine watches the others again at once, instead of all of them waiting for the
+        slowest. Each job is asked for by the id start_workload recorded: Slurm's whole job list costs slurmrestd
+        and slurmctld time in proportion to every job they know, on every check."""
         try:
             with self._api() as api:
                 jobs = _watched(api, [started["job_id"] for _, started in items])
         except StepError as unavailable:
             return [unavailable] * len(items)
+        # Still waiting: soon again when others of the batch have moved on (Slurm is starting them now), else later.
+        retry_after = POLL_SECONDS if all(map(_waits, jobs.values())) else WATCH_EVERY_SECONDS
         results = []
         for target, started in items:
             try:
-                results.append(self._ready(target, jobs[started["job_id"]]))
+                results.append(self._ready(target, jobs[started["job_id"]], retry_after))
             except (StepError, StepPending) as outcome:
                 results.append(outcome)
         return results
 
-    def _ready(self, target: Target, job: dict | None) -> dict:
+    def _ready(self, target: Target, job: dict | None, retry_after: float) -> dict:
         if job is None:
             raise StepError("slurm_job_missing", f"Slurm has no job for request #{target.request_id}.", retryable=False)
         state = job.get("job_state")
         if state in WAITING_STATES:
             raise StepPending(
                 f"Slurm keeps job {job['job_id']} {state.lower()}: {job.get('state_reason') or 'not scheduled yet'}.",
-                retry_after=POLL_SECONDS,
+                retry_after=retry_after,
                 reason=pending_reason(job),
             )
         if state != RUNNING:
@@ -533,16 +537,18 @@ def _started(api: SlurmApi, jobs: list[dict], target: Target, image: dict) -> di
 
 
 def _watched(api: SlurmApi, job_ids: list[int]) -> dict[int, dict | None]:
-    """The jobs (None for one Slurm does not know), asked for again while any still waits, up to WATCH_SECONDS."""
+    """The jobs (None for one Slurm does not know), asked for again while every one still waits, up to
+    WATCH_SECONDS: once one has started (or ended, or is unknown), the batch's news goes back at once."""
     jobs = {job_id: _job_or_none(api, job_id) for job_id in job_ids}
     deadline = time.monotonic() + WATCH_SECONDS
-    while time.monotonic() < deadline:
-        waiting = [job_id for job_id, job in jobs.items() if job is not None and job.get("job_state") in WAITING_STATES]
-        if not waiting:
-            break
+    while all(map(_waits, jobs.values())) and time.monotonic() < deadline:
         time.sleep(WATCH_EVERY_SECONDS)
-        jobs.update({job_id: _job_or_none(api, job_id) for job_id in waiting})
+        jobs = {job_id: _job_or_none(api, job_id) for job_id in job_ids}
     return jobs
+
+
+def _waits(job: dict | None) -> bool:
+    return job is not None and job.get("job_state") in WAITING_STATES
 
 
 def _refusal(error: SlurmApiError) -> StepError:

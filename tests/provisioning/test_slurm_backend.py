@@ -14,8 +14,15 @@ from django.urls import reverse
 from catalog.models import Vendor
 from provisioning import engine
 from provisioning.choices import RunKind, RunState
-from provisioning.drivers.base import StepError, Target
-from provisioning.drivers.slurm import SlurmWorkloads, gpu_indexes, gres, job_name, pending_reason
+from provisioning.drivers.base import StepError, StepPending, Target
+from provisioning.drivers.slurm import (
+    WATCH_EVERY_SECONDS,
+    SlurmWorkloads,
+    gpu_indexes,
+    gres,
+    job_name,
+    pending_reason,
+)
 from provisioning.models import ProvisioningRun
 from provisioning.reconcile import workloads_reconcile
 from requests import services as request_services
@@ -364,6 +371,47 @@ def test_two_workers_submitting_for_the_same_request_create_one_job(on_slurm):
     assert len(jobs) == 1
     assert sorted(result["submitted"] for result in results) == [False, True]
     assert {result["job_id"] for result in results} == {jobs[0]["job_id"]}
+
+
+def test_a_batch_s_running_jobs_are_ready_without_waiting_for_one_slurm_keeps_pending(on_slurm):
+    """The readiness of a batch hands back as soon as some of its jobs run: those are ready (their runs go on), the
+    one Slurm holds back (here for a GPU another job holds) is checked again at once rather than after the watch."""
+    cluster, api = on_slurm.cluster, on_slurm.api
+    node = cluster.node_names[1]
+    outside_job(api, cluster, node, gpus=1)
+    image = {"name": "img", "version": "1", "reference": "registry.test/img:1", "configuration": {}}
+
+    def target(request_id: int, gpus: int) -> Target:
+        devices = tuple(
+            {
+                "index": index,
+                "uuid": f"GPU-{index}",
+                "model": "A100",
+                "model_slug": cluster.node_shape.gpu_type,
+                "milli": 1000,
+            }
+            for index in range(gpus)
+        )
+        snapshot = {"demand": {"cpu_cores": 1, "memory_gb": 1}, "duration_hours": 1}
+        return Target(
+            run_id=request_id,
+            request_id=request_id,
+            node=node,
+            devices=devices,
+            snapshot=snapshot,
+            backend=ExecutionBackend.SLURM,
+            allocation_id=request_id,
+        )
+
+    runs, held = target(525251, gpus=1), target(525252, gpus=2)  # the node's one free GPU; both of its GPUs
+    workloads = SlurmWorkloads()
+    items = list(zip([runs, held], workloads.start_workloads([(runs, image), (held, image)]), strict=True))
+    eventually(lambda: job_state(api, items[0][1]["job_id"]) == "RUNNING")
+    ready, pending = workloads.workloads_ready(items)
+
+    assert ready["ready"] is True and ready["job_id"] == items[0][1]["job_id"]
+    assert isinstance(pending, StepPending) and pending.retry_after == WATCH_EVERY_SECONDS
+    assert job_state(api, items[1][1]["job_id"]) == "PENDING"
 
 
 def _on(models: list[tuple[str, str]]) -> Target:

@@ -8,7 +8,7 @@ import pytest
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
-from provisioning import wiring
+from provisioning import pipelines, wiring
 from provisioning.choices import RunKind, RunState
 from provisioning.drivers.base import StepError, WorkloadDriver, each
 from provisioning.drivers.simulated import SimulatedHost
@@ -164,3 +164,35 @@ def test_a_batch_s_activations_are_announced_in_one_notification_task(wide, subm
     assert len(active) == 3
     assert [sorted(ids) for name, ids in announced if set(ids) & set(active)] == [sorted(active)]
     assert {name for name, _ in announced} == {notifications.NOTIFY_TASK}
+
+
+def test_a_batch_reads_and_writes_its_requests_once_to_start_them_and_once_to_activate_them(
+    wide, submit, start_batches, run_on_commit
+):
+    """From the start task to all active: the start locks the batch's requests in one read and moves them in one
+    UPDATE with one INSERT of their events, and so does the activation; no transition writes the approved snapshot.
+    Each claim and each record of the batch's steps writes them in one statement, and moves their runs on in one."""
+    requests = submit(6)
+    run_on_commit(cycle.run_cycle)
+    with CaptureQueriesContext(connection) as queries:
+        run_on_commit(start_runs, start_batches.pop())
+
+    assert states(requests) == [RequestState.ACTIVE] * 6
+    statements = [query["sql"] for query in queries.captured_queries]
+    reads = [sql for sql in statements if sql.startswith('SELECT "requests_resourcerequest"')]
+    writes = [sql for sql in statements if sql.startswith('UPDATE "requests_resourcerequest"')]
+    events = [sql for sql in statements if sql.startswith('INSERT INTO "requests_requestevent"')]
+    assert len(reads) == 2 and all(sql.endswith("FOR UPDATE") for sql in reads)
+    assert len(writes) == 2 and not any("approved_spec" in sql for sql in writes)
+    assert len(events) == 2
+    step_writes = [sql for sql in statements if sql.startswith("WITH v(") and "provisioning_provisioningstep" in sql]
+    run_moves = [sql for sql in statements if sql.startswith('UPDATE "provisioning_provisioningrun" SET "current_')]
+    pipeline = len(pipelines.COMPUTE)
+    assert (len(step_writes), len(run_moves)) == (2 * pipeline, pipeline)  # a claim and a record per step
+    assert not [sql for sql in statements if sql.startswith('UPDATE "provisioning_provisioningstep"')]
+    for request in requests:
+        timeline = list(request.events.order_by("id").values_list("from_state", "to_state", "code"))
+        assert timeline[-2:] == [
+            (RequestState.ALLOCATED, RequestState.PROVISIONING, EventCode.PROVISIONING),
+            (RequestState.PROVISIONING, RequestState.ACTIVE, EventCode.ACTIVE),
+        ]

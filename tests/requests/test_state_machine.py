@@ -126,12 +126,12 @@ def test_provisioning_transitions_choose_their_own_event_codes(shop, team):
     request = services.request_submit(order=make_order(shop, team.project), requester=team.developer)
     services._transition(request, "allocate", actor=None, code=EventCode.ALLOCATED, message="allocated")
     failure = {"step": "boot", "code": "bmc_unreachable", "message": "BMC down.", "attempts": 3, "details": {}}
-    services.request_provisioning_started(request=request, message="started", data={"run": 1})
+    services.requests_start_provisioning(started=[(services._locked(request), "started", {"run": 1})])
     services.request_fail(request=request, failure=failure, message="failed", data={"run": 1})
     services.request_retry_provisioning(
         request=request, actor=team.operator, reason="BMC back", message="retried", data={"run": 2}
     )
-    services.request_activate(request=request, delivered={"node": "n1"}, message="active", data={"run": 2})
+    services.requests_activate(activated=[(services._locked(request), {"node": "n1"}, "active", {"run": 2})])
     stored = ResourceRequest.objects.get(pk=request.pk)
     assert stored.state == S.ACTIVE
     tail = list(
