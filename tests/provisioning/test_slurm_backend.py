@@ -18,6 +18,7 @@ from provisioning.drivers.base import StepError, StepPending, Target
 from provisioning.drivers.slurm import (
     WATCH_EVERY_SECONDS,
     SlurmWorkloads,
+    _watched,
     gpu_indexes,
     gres,
     job_name,
@@ -412,6 +413,30 @@ def test_a_batch_s_running_jobs_are_ready_without_waiting_for_one_slurm_keeps_pe
     assert ready["ready"] is True and ready["job_id"] == items[0][1]["job_id"]
     assert isinstance(pending, StepPending) and pending.retry_after == WATCH_EVERY_SECONDS
     assert job_state(api, items[1][1]["job_id"]) == "PENDING"
+
+
+def test_a_readiness_look_asks_for_the_batch_s_jobs_side_by_side(on_slurm, monkeypatch):
+    """While slurmctld starts a wave of jobs each job query waits hundreds of milliseconds: a batch's jobs are asked
+    for at once, not one after another. Each query here waits until all three are in flight, which one after
+    another never are."""
+    cluster, api = on_slurm.cluster, on_slurm.api
+    job_ids = [outside_job(api, cluster, node, gpus=1) for node in cluster.node_names]
+    in_flight = threading.Barrier(len(job_ids), timeout=10)
+    ask = SlurmApi.job
+
+    def ask_with_the_others(self, job_id):
+        in_flight.wait()
+        return ask(self, job_id)
+
+    monkeypatch.setattr(SlurmApi, "job", ask_with_the_others)
+    try:
+        jobs = _watched(api, job_ids)
+    finally:
+        monkeypatch.undo()
+        for job_id in job_ids:
+            api.cancel_job(job_id)
+
+    assert {job_id: job["job_state"] for job_id, job in jobs.items()} == dict.fromkeys(job_ids, "RUNNING")
 
 
 def _on(models: list[tuple[str, str]]) -> Target:
