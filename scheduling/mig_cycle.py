@@ -112,7 +112,12 @@ def mig_capable_models() -> dict[str, tuple[AcceleratorModel, mig.Geometry]]:
     return {m.slug: (m, geometries[m.pk]) for m in models if m.pk in geometries}
 
 
-def cycle_engine(cluster, demands: list[placement.Demand], policy: str = "default", milli_engine=None) -> CycleEngine:
+def cycle_engine(
+    cluster,
+    demands: list[placement.Demand],
+    policy: str = "default",
+    milli_engine: Callable[[placement.Snapshot], placement.PlacementEngine] | None = None,
+) -> CycleEngine:
     """The engines for the cycle's snapshot; ``demands`` are the workload both learn their scores from.
     ``milli_engine(snapshot)`` gives the milli-share engine's start state (the scheduler's kept engine); without
     it one is built over the snapshot."""
