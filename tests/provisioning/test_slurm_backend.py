@@ -18,7 +18,6 @@ from provisioning.drivers.base import StepError, StepPending, Target
 from provisioning.drivers.slurm import (
     WATCH_EVERY_SECONDS,
     SlurmWorkloads,
-    _watched,
     gpu_indexes,
     gres,
     job_name,
@@ -374,6 +373,29 @@ def test_two_workers_submitting_for_the_same_request_create_one_job(on_slurm):
     assert {result["job_id"] for result in results} == {jobs[0]["job_id"]}
 
 
+def slurm_target(cluster, node: str, request_id: int, gpus: int) -> Target:
+    """What the engine hands the Slurm backend for a one-hour request of `gpus` cards of `node`."""
+    devices = tuple(
+        {
+            "index": index,
+            "uuid": f"GPU-{index}",
+            "model": "A100",
+            "model_slug": cluster.node_shape.gpu_type,
+            "milli": 1000,
+        }
+        for index in range(gpus)
+    )
+    return Target(
+        run_id=request_id,
+        request_id=request_id,
+        node=node,
+        devices=devices,
+        snapshot={"demand": {"cpu_cores": 1, "memory_gb": 1}, "duration_hours": 1},
+        backend=ExecutionBackend.SLURM,
+        allocation_id=request_id,
+    )
+
+
 def test_a_batch_s_running_jobs_are_ready_without_waiting_for_one_slurm_keeps_pending(on_slurm):
     """The readiness of a batch hands back as soon as some of its jobs run: those are ready (their runs go on), the
     one Slurm holds back (here for a GPU another job holds) is checked again at once rather than after the watch."""
@@ -381,30 +403,8 @@ def test_a_batch_s_running_jobs_are_ready_without_waiting_for_one_slurm_keeps_pe
     node = cluster.node_names[1]
     outside_job(api, cluster, node, gpus=1)
     image = {"name": "img", "version": "1", "reference": "registry.test/img:1", "configuration": {}}
-
-    def target(request_id: int, gpus: int) -> Target:
-        devices = tuple(
-            {
-                "index": index,
-                "uuid": f"GPU-{index}",
-                "model": "A100",
-                "model_slug": cluster.node_shape.gpu_type,
-                "milli": 1000,
-            }
-            for index in range(gpus)
-        )
-        snapshot = {"demand": {"cpu_cores": 1, "memory_gb": 1}, "duration_hours": 1}
-        return Target(
-            run_id=request_id,
-            request_id=request_id,
-            node=node,
-            devices=devices,
-            snapshot=snapshot,
-            backend=ExecutionBackend.SLURM,
-            allocation_id=request_id,
-        )
-
-    runs, held = target(525251, gpus=1), target(525252, gpus=2)  # the node's one free GPU; both of its GPUs
+    # the node's one free GPU; both of its GPUs
+    runs, held = slurm_target(cluster, node, 525251, gpus=1), slurm_target(cluster, node, 525252, gpus=2)
     workloads = SlurmWorkloads()
     items = list(zip([runs, held], workloads.start_workloads([(runs, image), (held, image)]), strict=True))
     eventually(lambda: job_state(api, items[0][1]["job_id"]) == "RUNNING")
@@ -420,8 +420,11 @@ def test_a_readiness_look_asks_for_the_batch_s_jobs_side_by_side(on_slurm, monke
     for at once, not one after another. Each query here waits until all three are in flight, which one after
     another never are."""
     cluster, api = on_slurm.cluster, on_slurm.api
-    job_ids = [outside_job(api, cluster, node, gpus=1) for node in cluster.node_names]
-    in_flight = threading.Barrier(len(job_ids), timeout=10)
+    items = [
+        (slurm_target(cluster, node, 525261 + position, gpus=1), {"job_id": outside_job(api, cluster, node, gpus=1)})
+        for position, node in enumerate(cluster.node_names)
+    ]
+    in_flight = threading.Barrier(len(items), timeout=10)
     ask = SlurmApi.job
 
     def ask_with_the_others(self, job_id):
@@ -430,13 +433,14 @@ def test_a_readiness_look_asks_for_the_batch_s_jobs_side_by_side(on_slurm, monke
 
     monkeypatch.setattr(SlurmApi, "job", ask_with_the_others)
     try:
-        jobs = _watched(api, job_ids)
+        results = SlurmWorkloads().workloads_ready(items)
     finally:
         monkeypatch.undo()
-        for job_id in job_ids:
-            api.cancel_job(job_id)
+        for _, started in items:
+            api.cancel_job(started["job_id"])
 
-    assert {job_id: job["job_state"] for job_id, job in jobs.items()} == dict.fromkeys(job_ids, "RUNNING")
+    assert [result["job_id"] for result in results] == [started["job_id"] for _, started in items]
+    assert all(result["ready"] for result in results)
 
 
 def _on(models: list[tuple[str, str]]) -> Target:
