@@ -18,6 +18,7 @@ from django.db.models import Q
 from django.utils import timezone
 
 from config.errors import Conflict, DomainError, NotPermitted
+from config.prefetch import attach_prefetched
 from requests.choices import (
     ApprovalMode,
     ApprovalState,
@@ -272,12 +273,18 @@ def route_for(facts: Facts) -> Route:
 # --- Lifecycle ---------------------------------------------------------------------------------------------
 
 
-@transaction.atomic
 def approval_start(*, subject: models.Model, facts: Facts) -> tuple[Approval | None, Route]:
     """Resolve and store the approval of a subject; (None, route) when the route is automatic."""
     route = route_for(facts)
     if route.automatic:
         return None, route
+    return approval_open(subject=subject, facts=facts, route=route), route
+
+
+@transaction.atomic(savepoint=False)  # all or nothing, without a savepoint of its own inside the caller's transaction
+def approval_open(*, subject: models.Model, facts: Facts, route: Route) -> Approval:
+    """Store the approval of a subject on a resolved route with stages: the approval, its stages and their
+    assignments in one INSERT each, attached to one another so that showing the new approval reads nothing."""
     approval = Approval.objects.create(
         subject_type=ContentType.objects.get_for_model(subject),
         subject_id=subject.pk,
@@ -287,8 +294,8 @@ def approval_start(*, subject: models.Model, facts: Facts) -> tuple[Approval | N
         route_name=route.name[:250],
         summary=facts.summary[:250],
     )
-    for position, resolved in enumerate(route.stages):
-        stage = ApprovalStage.objects.create(
+    stages = ApprovalStage.objects.bulk_create(
+        ApprovalStage(
             approval=approval,
             order=position + 1,
             name=resolved.name,
@@ -297,10 +304,17 @@ def approval_start(*, subject: models.Model, facts: Facts) -> tuple[Approval | N
             note=resolved.note,
             state=StageState.PENDING if position == 0 else StageState.WAITING,
         )
-        ApprovalAssignment.objects.bulk_create(
-            ApprovalAssignment(stage=stage, approver=user) for user in resolved.approvers
-        )
-    return approval, route
+        for position, resolved in enumerate(route.stages)
+    )
+    assignments = ApprovalAssignment.objects.bulk_create(
+        ApprovalAssignment(stage=stage, approver=user)
+        for stage, resolved in zip(stages, route.stages, strict=True)
+        for user in resolved.approvers
+    )
+    for stage in stages:
+        attach_prefetched(stage, "assignments", [task for task in assignments if task.stage is stage])
+    attach_prefetched(approval, "stages", stages)
+    return approval
 
 
 def approval_for(subject: models.Model, *, lock: bool = False) -> Approval | None:

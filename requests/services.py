@@ -6,6 +6,7 @@ timeline event in the caller's transaction. Follow-up work is started after comm
 
 import json
 from collections.abc import Callable
+from dataclasses import dataclass
 from datetime import datetime
 from decimal import Decimal
 
@@ -20,7 +21,7 @@ from config.jsonvalues import as_stored
 from config.sql import update_from_values
 from requests import approvals, hooks
 from requests.choices import ApprovalSubject, EventCode, IfUnplaceable, OverQuota, RequestState
-from requests.models import RequestEvent, ResourceRequest
+from requests.models import Approval, RequestEvent, ResourceRequest
 from requests.models.request import snapshot_hash
 from requests.notifications import announce_events
 from requests.orders import (
@@ -34,6 +35,7 @@ from requests.orders import (
 from requests.priorities import priority_entitlement, priority_reason, refuse_priority
 from requests.quota import Demand, beyond_limits, exceeded, lock_quota_scope, quota_impact
 from requests.signals import request_preempted, request_queued, request_releasing
+from requests.timeline import Timeline
 from tenancy.choices import ProjectPermission
 from tenancy.models import User
 from tenancy.selectors import user_has_project_permission
@@ -59,20 +61,10 @@ def _transition(
     data: dict | None = None,
     intervention: bool = False,
 ) -> ResourceRequest:
-    before = request.state
-    try:
-        getattr(request, name)()
-    except TransitionNotAllowed as refusal:
-        raise Conflict(
-            f"Request #{request.pk} is {request.get_state_display().lower()}; "
-            f"'{name.replace('_', ' ')}' is not possible from there.",
-            code="illegal_transition",
-            details={"state": before, "action": name},
-        ) from refusal
+    timeline = Timeline(request)
+    timeline.move(name, actor=actor, code=code, message=message, data=data, intervention=intervention)
     request.save()
-    record_event(
-        request, actor=actor, code=code, message=message, data=data, from_state=before, intervention=intervention
-    )
+    timeline.write()
     return request
 
 
@@ -88,18 +80,9 @@ def record_event(
 ) -> RequestEvent:
     """Append to the timeline; without from_state it is a note that leaves the state as it is. `intervention`
     marks a manual operator action (the zero-touch KPI counts them)."""
-    event = RequestEvent.objects.create(
-        request=request,
-        actor=actor if actor is not None and actor.is_authenticated else None,
-        from_state=from_state if from_state is not None else request.state,
-        to_state=request.state,
-        code=code,
-        message=message,
-        data=data or {},
-        intervention=intervention,
-    )
-    announce_events([event])
-    return event
+    timeline = Timeline(request)
+    timeline.note(actor=actor, code=code, message=message, data=data, from_state=from_state, intervention=intervention)
+    return timeline.write()[0]
 
 
 def is_operator_intervention(actor: User | None, request: ResourceRequest) -> bool:
@@ -213,12 +196,26 @@ def _check_choice(name: str, value: str, choices) -> None:
         raise DomainError(f"{name} must be one of {', '.join(choices.values)}.", code=f"invalid_{name}")
 
 
+@dataclass(frozen=True)
+class Written:
+    """What a submission wrote about its new request besides the row: the whole timeline so far and the approval
+    (None when approved automatically or waiting for quota). Nothing else about it exists yet: allocations, runs,
+    deployments and usage come after commit. The answer to the submission is built from this, reading nothing."""
+
+    timeline: list[RequestEvent]
+    approval: Approval | None
+
+
 @transaction.atomic
 def request_submit(
     *, order: Order, requester: User, over_quota: str = OverQuota.REJECT, if_unplaceable: str = IfUnplaceable.WARN
 ) -> ResourceRequest:
     """Admit an order under the project's (and tenant's) quota lock, then route it for approval. An order no node
-    could ever hold is refused or submitted with a warning on its timeline, as `if_unplaceable` says."""
+    could ever hold is refused or submitted with a warning on its timeline, as `if_unplaceable` says.
+
+    The request is inserted once it knows its state (then updated once more if approved automatically, as its
+    frozen snapshot names its id), its events in one INSERT after it; the request comes back with them as
+    `written`."""
     _check_choice("over_quota", over_quota, OverQuota)
     _check_choice("if_unplaceable", if_unplaceable, IfUnplaceable)
     validate_order(order, requester)
@@ -233,7 +230,7 @@ def request_submit(
     never_fits = _never_fits(order, sizing, if_unplaceable)
     reasons = _admission_reasons(order, sizing, over_quota)
     exception_reasons = reasons + _as_list(priority)
-    request = ResourceRequest.objects.create(
+    request = ResourceRequest(
         tenant=order.project.tenant,
         project=order.project,
         requester=requester,
@@ -251,8 +248,8 @@ def request_submit(
         quota_exception=bool(exception_reasons) and over_quota == OverQuota.EXCEPTION,
         **sizing.request_fields(),
     )
-    record_event(
-        request,
+    timeline = Timeline(request)
+    timeline.note(
         actor=requester,
         code=EventCode.SUBMITTED,
         from_state="",
@@ -265,33 +262,39 @@ def request_submit(
         },
     )
     if reasons and over_quota == OverQuota.WAIT:
-        return _transition(
-            request,
+        timeline.move(
             "wait_for_quota",
             actor=requester,
             code=EventCode.QUOTA_EXCEEDED,
             message=_quota_sentence(reasons) + " Waiting until quota frees up.",
             data={"reasons": reasons},
         )
+        request.save()
+        approval = None
+    else:
+        _note_admission(timeline, reasons, priority, actor=requester)
+        approval = _route(request, order, timeline, actor=requester)
+    request.written = Written(timeline=timeline.write(), approval=approval)
+    return request
+
+
+def _note_admission(timeline: Timeline, reasons: list[dict], priority: dict | None, *, actor: User) -> None:
     if reasons:
-        record_event(
-            request,
-            actor=requester,
+        timeline.note(
+            actor=actor,
             code=EventCode.QUOTA_EXCEPTION,
             data={"reasons": reasons},
             message=_quota_sentence(reasons) + " Quota exception requested.",
         )
     else:
-        record_event(request, actor=requester, code=EventCode.ADMITTED, message="Fits the project's quota.")
+        timeline.note(actor=actor, code=EventCode.ADMITTED, message="Fits the project's quota.")
     if priority is not None:
-        record_event(
-            request,
-            actor=requester,
+        timeline.note(
+            actor=actor,
             code=EventCode.PRIORITY_EXCEPTION,
             data=priority,
             message=priority["message"] + " Priority exception requested.",
         )
-    return _route(request, order, actor=requester)
 
 
 def _priority_beyond_entitlement(order: Order, over_quota: str) -> dict | None:
@@ -331,30 +334,29 @@ def _quota_sentence(reasons: list[dict]) -> str:
     return "Over quota: " + " ".join(reason["message"] for reason in reasons)
 
 
-def _route(request: ResourceRequest, order: Order, *, actor: User | None) -> ResourceRequest:
+def _route(request: ResourceRequest, order: Order, timeline: Timeline, *, actor: User | None) -> Approval | None:
+    """Approve automatically (and queue) or route for approval, saving the request; its approval, if any."""
     facts = approval_facts(order, size_order(order), request.requester, quota_exception=request.quota_exception)
-    approval, route = approvals.approval_start(subject=request, facts=facts)
-    if approval is None:
-        _transition(
-            request,
-            "approve",
-            actor=None,
-            code=EventCode.AUTO_APPROVED,
-            message=route.name,
-            data={"route": route.as_data()},
+    route = approvals.route_for(facts)
+    if route.automatic:
+        timeline.move(
+            "approve", actor=None, code=EventCode.AUTO_APPROVED, message=route.name, data={"route": route.as_data()}
         )
-        return _freeze_and_queue(request)
+        request.save()  # a new request gets its id here, which its frozen snapshot names
+        _freeze_and_queue(request, timeline)
+        return None
     stages = "; ".join(
         f"{stage.name} ({stage.mode}: {', '.join(user.username for user in stage.approvers)})" for stage in route.stages
     )
-    return _transition(
-        request,
+    timeline.move(
         "route_for_approval",
         actor=actor,
         code=EventCode.ROUTED,
         message=f"{route.name} — {stages}",
         data={"route": route.as_data()},
     )
+    request.save()
+    return approvals.approval_open(subject=request, facts=facts, route=route)
 
 
 def order_of(request: ResourceRequest) -> Order:
@@ -457,21 +459,21 @@ def _as_stored(request: ResourceRequest, field: str) -> str:
     return str(getattr(request, field).quantize(Decimal(1).scaleb(-places)))
 
 
-def _freeze_and_queue(request: ResourceRequest) -> ResourceRequest:
+def _freeze_and_queue(request: ResourceRequest, timeline: Timeline) -> None:
+    """Freeze the approved snapshot and queue the request (saved; the caller writes the timeline)."""
     request.approved_spec = as_stored(approved_snapshot(request))
     request.approved_spec_hash = snapshot_hash(request.approved_spec)
     request.approved_at = timezone.now()
-    _transition(
-        request,
+    timeline.move(
         "enqueue",
         actor=None,
         code=EventCode.QUEUED,
         message="Approved spec frozen; waiting for the scheduler.",
         data={"approved_spec_hash": request.approved_spec_hash},
     )
+    request.save()
     request_id = request.pk
     transaction.on_commit(lambda: request_queued.send(sender=ResourceRequest, request_id=request_id))
-    return request
 
 
 class RequestApprovals:
@@ -486,14 +488,11 @@ class RequestApprovals:
 
     def on_approved(self, request: ResourceRequest, *, actor: User | None) -> None:
         request = _locked(request)
-        _transition(
-            request,
-            "approve",
-            actor=actor,
-            code=EventCode.APPROVED,
-            message=f"Approved by {actor.username if actor else 'policy'}.",
-        )
-        _freeze_and_queue(request)
+        timeline = Timeline(request)
+        who = actor.username if actor else "policy"
+        timeline.move("approve", actor=actor, code=EventCode.APPROVED, message=f"Approved by {who}.")
+        _freeze_and_queue(request, timeline)
+        timeline.write()
 
     def on_rejected(self, request: ResourceRequest, *, actor: User, comment: str) -> None:
         request = _locked(request)
@@ -590,8 +589,11 @@ def request_readmit_waiting(*, project_id: int) -> list[ResourceRequest]:
             break
         request = _locked(request)
         request.quota_reasons = []
-        record_event(request, actor=None, code=EventCode.READMITTED, message="Quota freed up; re-admitted.")
-        admitted.append(_route(request, order_of(request), actor=None))
+        timeline = Timeline(request)
+        timeline.note(actor=None, code=EventCode.READMITTED, message="Quota freed up; re-admitted.")
+        _route(request, order_of(request), timeline, actor=None)
+        timeline.write()
+        admitted.append(request)
     return admitted
 
 

@@ -403,18 +403,31 @@ class RequestDetailSerializer(RequestSummarySerializer):
             "queue",
         ]
 
+    @staticmethod
+    def _written(resource_request):
+        """What a submission just wrote (requests.services.Written) when this is its answer, else None."""
+        return getattr(resource_request, "written", None)
+
+    def _later(self, resource_request, hook, *args):
+        """What a later stage (scheduling, provisioning, metering) has for the request; nothing yet for a request
+        just submitted: those stages start after its commit."""
+        return None if self._written(resource_request) else hooks.ask(hook, resource_request, *args)
+
     @extend_schema_field(ApprovalSerializer(allow_null=True))
     def get_approval(self, resource_request) -> dict | None:
-        approval = selectors.approval_of(resource_request)
+        written = self._written(resource_request)
+        approval = written.approval if written else selectors.approval_of(resource_request)
         return None if approval is None else ApprovalSerializer(approval).data
 
     @extend_schema_field(EventSerializer(many=True))
     def get_timeline(self, resource_request) -> list[dict]:
-        return EventSerializer(selectors.timeline_of(resource_request), many=True).data
+        written = self._written(resource_request)
+        events = written.timeline if written else selectors.timeline_of(resource_request)
+        return EventSerializer(events, many=True).data
 
     @extend_schema_field(UsageSerializer(allow_null=True))
     def get_usage(self, resource_request) -> dict | None:
-        usage = hooks.ask(hooks.REQUEST_USAGE, resource_request)
+        usage = self._later(resource_request, hooks.REQUEST_USAGE)
         return None if usage is None else UsageSerializer(usage).data
 
     @extend_schema_field(
@@ -427,7 +440,7 @@ class RequestDetailSerializer(RequestSummarySerializer):
         }
     )
     def get_provisioning(self, resource_request) -> dict | None:
-        return hooks.ask(hooks.PROVISIONING_DETAILS, resource_request)
+        return self._later(resource_request, hooks.PROVISIONING_DETAILS)
 
     @extend_schema_field(
         {
@@ -440,7 +453,7 @@ class RequestDetailSerializer(RequestSummarySerializer):
     def get_endpoint(self, resource_request) -> dict | None:
         http_request = self.context.get("request")
         base_url = http_request.build_absolute_uri("/") if http_request is not None else None
-        return hooks.ask(hooks.ENDPOINT_DETAILS, resource_request, base_url)
+        return self._later(resource_request, hooks.ENDPOINT_DETAILS, base_url)
 
     @extend_schema_field(
         {
@@ -452,7 +465,7 @@ class RequestDetailSerializer(RequestSummarySerializer):
         }
     )
     def get_allocation(self, resource_request) -> dict | None:
-        return hooks.ask(hooks.ALLOCATION_DETAILS, resource_request)
+        return self._later(resource_request, hooks.ALLOCATION_DETAILS)
 
 
 # --- Approval tasks ----------------------------------------------------------------------------------------
