@@ -14,11 +14,12 @@ from typing import Any, Protocol
 from django.contrib.auth.models import Permission
 from django.contrib.contenttypes.models import ContentType
 from django.db import models, transaction
-from django.db.models import Q
+from django.db.models import Prefetch, Q
 from django.utils import timezone
 
 from config.errors import Conflict, DomainError, NotPermitted
 from config.prefetch import attach_prefetched
+from config.versions import KeptPerProcess
 from requests.choices import (
     ApprovalMode,
     ApprovalState,
@@ -119,15 +120,28 @@ def rule_matches(rule: ApprovalRule, facts: Facts) -> bool:
     return all(checks)
 
 
-def matching_rule(facts: Facts) -> ApprovalRule | None:
-    """The first rule, by policy order then rule order, whose conditions all hold."""
+def _active_rules() -> dict[str, list[ApprovalRule]]:
+    """Every active policy's rules with their stages, per subject, in the order they are tried. The stages' named
+    users are not kept: who of them may approve (is still active) is read when a rule matches."""
     rules = (
-        ApprovalRule.objects.filter(policy__subject=facts.subject, policy__active=True)
+        ApprovalRule.objects.filter(policy__active=True)
         .select_related("policy")
-        .prefetch_related("stages__users")
+        .prefetch_related(Prefetch("stages", queryset=ApprovalRuleStage.objects.select_related("group")))
         .order_by("policy__order", "policy__name", "order", "id")
     )
-    return next((rule for rule in rules if rule_matches(rule, facts)), None)
+    by_subject: dict[str, list[ApprovalRule]] = {}
+    for rule in rules:
+        by_subject.setdefault(rule.policy.subject, []).append(rule)
+    return by_subject
+
+
+# Every order is routed by the rules, which operators change rarely: kept per process (config/versions.py).
+_kept_rules = KeptPerProcess("approval_policies", _active_rules)
+
+
+def matching_rule(facts: Facts) -> ApprovalRule | None:
+    """The first rule, by policy order then rule order, whose conditions all hold."""
+    return next((rule for rule in _kept_rules.get().get(facts.subject, []) if rule_matches(rule, facts)), None)
 
 
 @dataclass

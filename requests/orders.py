@@ -7,6 +7,7 @@ from typing import Any
 from catalog.choices import ServiceKind, SpecStatus, Visibility
 from catalog.durations import duration_limits
 from catalog.models import BareMetalProfile, Image, ResourceSpec, Service, ServingModel, ServingTemplate
+from catalog.orderable import OrderableCatalog, orderable_catalog
 from catalog.parameters import parameters_clean
 from config.errors import DomainError
 from requests.approvals import Facts
@@ -35,6 +36,9 @@ class Order:
     priority: str = PriorityClass.STANDARD
     justification: str = ""
     parameters: dict[str, Any] = field(default_factory=dict)
+    # The catalog the order's items were looked up in, which then checks them too (one read of it per order);
+    # None: the current one.
+    catalog: OrderableCatalog | None = field(default=None, repr=False, compare=False)
 
     @property
     def replicas(self) -> int:
@@ -54,38 +58,28 @@ def validate_order(order: Order, requester: User) -> None:
         _refuse("project_inactive", f"Project {project} is inactive and accepts no new requests.")
     if not service.active:
         _refuse("service_unavailable", f"{service.name} is closed for new orders.", service=service.slug)
-    if not _open_to(service, project):
+    catalog = order.catalog or orderable_catalog()
+    if service.visibility != Visibility.ALL and not catalog.visible(
+        service, tenant_id=project.tenant_id, project_id=project.pk
+    ):
         _refuse(
             "service_not_offered_to_project",
             f"{service.name} is not offered to project {project}.",
             service=service.slug,
             project=project.slug,
         )
-    _validate_offering(order)
+    _validate_offering(order, catalog)
     _validate_parameters(order)
     _validate_duration(order)
 
 
-def _open_to(service: Service, project: Project) -> bool:
-    """A restricted service takes orders only for the tenants and projects it names (as the catalog shows it)."""
-    return (
-        service.visibility == Visibility.ALL
-        or service.visible_projects.filter(pk=project.pk).exists()
-        or service.visible_tenants.filter(pk=project.tenant_id).exists()
-    )
-
-
-def _offered(service: Service, relation: str, item) -> bool:
-    return getattr(service, relation).filter(pk=item.pk).exists()
-
-
-def _validate_offering(order: Order) -> None:
+def _validate_offering(order: Order, catalog: OrderableCatalog) -> None:
     service = order.service
     if service.kind == ServiceKind.BARE_METAL:
         profile = order.bare_metal_profile
         if profile is None:
             _refuse("bare_metal_profile_required", "Choose a bare-metal profile.", field="bare_metal_profile")
-        if not profile.active or not _offered(service, "bare_metal_profiles", profile):
+        if not profile.active or not catalog.offers(service, "bare_metal_profiles", profile):
             _refuse(
                 "profile_not_offered", f"{profile.name} is not offered by {service.name}.", field="bare_metal_profile"
             )
@@ -93,25 +87,24 @@ def _validate_offering(order: Order) -> None:
     spec = order.spec
     if spec is None:
         _refuse("spec_required", "Choose a resource spec.", field="spec")
-    if not _offered(service, "specs", spec):
+    if not catalog.offers(service, "specs", spec):
         _refuse("spec_not_offered", f"{spec.name} is not offered by {service.name}.", field="spec")
     if spec.status != SpecStatus.ACTIVE:
         _refuse("spec_deprecated", f"{spec.name} is deprecated: {spec.deprecation_reason}", field="spec")
     if service.kind == ServiceKind.COMPUTE:
-        _validate_image(order)
+        _validate_image(order, catalog)
     else:
-        _validate_serving(order)
+        _validate_serving(order, catalog)
 
 
-def _validate_image(order: Order) -> None:
+def _validate_image(order: Order, catalog: OrderableCatalog) -> None:
     image, spec = order.image, order.spec
     if image is None:
         _refuse("image_required", "Choose an image.", field="image")
-    if not image.approved or not _offered(order.service, "images", image):
+    if not image.approved or not catalog.offers(order.service, "images", image):
         _refuse("image_not_offered", f"{image} is not an approved image of {order.service.name}.", field="image")
     spec_vendors = {model.vendor_id for model in spec.accelerator_models.all()}
-    image_vendors = set(image.compatible_vendors.values_list("pk", flat=True))
-    if not spec_vendors <= image_vendors:
+    if not spec_vendors <= catalog.vendors_of(image):
         _refuse(
             "image_incompatible",
             f"{image} does not support every accelerator vendor of {spec.name}.",
@@ -120,15 +113,15 @@ def _validate_image(order: Order) -> None:
         )
 
 
-def _validate_serving(order: Order) -> None:
+def _validate_serving(order: Order, catalog: OrderableCatalog) -> None:
     model, template = order.serving_model, order.serving_template
     if model is None:
         _refuse("serving_model_required", "Choose a model to serve.", field="serving_model")
-    if not model.approved or not _offered(order.service, "serving_models", model):
+    if not model.approved or not catalog.offers(order.service, "serving_models", model):
         _refuse("serving_model_not_offered", f"{model} is not offered by {order.service.name}.", field="serving_model")
     if template is None:
         _refuse("serving_template_required", "Choose a serving template.", field="serving_template")
-    if not template.active or not model.templates.filter(pk=template.pk).exists():
+    if not template.active or not catalog.serves_with(model, template):
         _refuse("serving_template_not_offered", f"{template} is not a template for {model}.", field="serving_template")
 
 

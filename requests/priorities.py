@@ -7,32 +7,25 @@ automatically (see `RequestApprovals.default_route`).
 """
 
 from requests.orders import Order, OrderInvalid
-from tenancy.choices import PRIORITY_RANK, PriorityClass, priorities_up_to
-from tenancy.models import Project, ProjectQuota
+from tenancy.choices import PRIORITY_RANK, priorities_up_to
 
 PRIORITY_NOT_PERMITTED = "priority_not_permitted"
 
 
-def entitlement_of(project: Project) -> str:
-    """Read from the database, not from a cached `project.quota`: an operator may just have changed it."""
-    stored = ProjectQuota.objects.filter(project_id=project.pk).values_list("max_priority", flat=True).first()
-    return stored or PriorityClass.STANDARD  # a project without a quota row has the field's default
-
-
-def priority_entitlement(order: Order) -> dict:
-    """What the preview shows: the requested class, the entitlement, the classes allowed without approval."""
-    entitlement = entitlement_of(order.project)
+def priority_entitlement(order: Order, max_priority: str) -> dict:
+    """What the preview shows: the requested class, the project's entitlement (`max_priority`, read with its quota
+    limits, never from a cached `project.quota`: an operator may just have changed it), the classes allowed
+    without approval."""
     return {
         "requested": str(order.priority),
-        "max_priority": entitlement,
-        "allowed": priorities_up_to(entitlement),
-        "permitted": PRIORITY_RANK[order.priority] <= PRIORITY_RANK[entitlement],
+        "max_priority": max_priority,
+        "allowed": priorities_up_to(max_priority),
+        "permitted": PRIORITY_RANK[order.priority] <= PRIORITY_RANK[max_priority],
     }
 
 
-def priority_reason(order: Order, entitlement: dict | None = None) -> dict | None:
+def priority_reason(order: Order, entitlement: dict) -> dict | None:
     """The order's priority as a quota reason when it is above the project's entitlement, else None."""
-    entitlement = entitlement or priority_entitlement(order)
     if entitlement["permitted"]:
         return None
     allowed = entitlement["allowed"]

@@ -13,13 +13,12 @@ from dataclasses import asdict, dataclass, replace
 from datetime import date
 from decimal import Decimal
 
-from django.db.models import Count, Q, Sum
-from django.db.models.functions import Coalesce
+from django.db import connection
 from django.utils import timezone
 
 from requests.choices import COMMITTED_STATES, RequestState
 from requests.models import ResourceRequest
-from tenancy.choices import QuotaDimension
+from tenancy.choices import PriorityClass, QuotaDimension
 from tenancy.models import MonthlyUsage, Project, ProjectQuota, Tenant, TenantQuota
 
 D = QuotaDimension
@@ -135,40 +134,68 @@ def month_start(today: date | None = None) -> date:
     return (today or timezone.now().date()).replace(day=1)
 
 
-def _committed_card_hours():
-    """The demand of committed requests, except those being released: what they used is in the ledger already."""
-    return Coalesce(Sum("card_hours", filter=~Q(state=RequestState.RELEASING)), ZERO)
-
-
-def _committed_totals() -> dict:
-    """Sums over requests in committed states; `_usage` adds the ledger to the projected card-hours."""
-    return {
-        "gpus": Coalesce(Sum("gpu_equivalents"), ZERO),
-        "accelerator_memory_gb": Coalesce(Sum("accelerator_memory_gb"), 0),
-        "cpu_cores": Coalesce(Sum("cpu_cores"), 0),
-        "memory_gb": Coalesce(Sum("memory_gb"), 0),
-        "concurrent_tasks": Count("id"),
-        "committed_card_hours": _committed_card_hours(),
-    }
-
-
-_NOTHING_COMMITTED = {
-    "gpus": ZERO,
-    "accelerator_memory_gb": 0,
-    "cpu_cores": 0,
-    "memory_gb": 0,
-    "concurrent_tasks": 0,
-    "committed_card_hours": ZERO,
+# The usage sums are plain SQL, one statement for the committed demand and the metered ledger together: they are
+# read on every preview, submission and quota panel, and the ORM's compilation of these grouped sums cost more than
+# PostgreSQL's work (an index-only scan of request_committed_demand_idx).
+_COMMITTED_SUMS = (
+    "SUM(r.gpu_equivalents), SUM(r.accelerator_memory_gb), SUM(r.cpu_cores), SUM(r.memory_gb), COUNT(*), "
+    "SUM(CASE WHEN r.state <> %s THEN r.card_hours END)"
+)
+# How each grouping reaches its key from a request (r, joined with its project p) and from a ledger row (m).
+_GROUPS = {
+    "project_id": ("r.project_id", "", "m.project_id", ""),
+    "project__tenant_id": (
+        "p.tenant_id",
+        f"JOIN {Project._meta.db_table} p ON p.id = r.project_id",
+        "p.tenant_id",
+        f"JOIN {Project._meta.db_table} p ON p.id = m.project_id",
+    ),
 }
+_COMMITTED_KEYS = (
+    *("gpus", "accelerator_memory_gb", "cpu_cores", "memory_gb", "concurrent_tasks", "committed_card_hours"),
+)
+_METERED_KEYS = ("card_hours", "running_card_hours")
+_NOTHING_COMMITTED = dict.fromkeys(_COMMITTED_KEYS, 0) | {"gpus": ZERO, "committed_card_hours": ZERO}
+_NOTHING_METERED = dict.fromkeys(_METERED_KEYS, ZERO)
 
-_NOTHING_METERED = {"card_hours": ZERO, "running_card_hours": ZERO}
+
+def _demand_sums(key: str, ids: list[int], states) -> tuple[dict, dict]:
+    """Per group ("project_id" or "project__tenant_id"): the demand of requests in `states`, and this month's
+    ledger; groups without rows are left out (one query)."""
+    placeholders = ", ".join(["%s"] * len(ids))
+    request_key, request_join, ledger_key, ledger_join = _GROUPS[key]
+    states = sorted(states)
+    sql = (
+        f"SELECT {request_key}, 'committed', {_COMMITTED_SUMS}, NULL, NULL "
+        f"FROM {ResourceRequest._meta.db_table} r {request_join} "
+        f"WHERE {request_key} IN ({placeholders}) AND r.state IN ({', '.join(['%s'] * len(states))}) "
+        f"GROUP BY {request_key} "
+        f"UNION ALL SELECT {ledger_key}, 'metered', NULL, NULL, NULL, NULL, NULL, NULL, "
+        f"SUM(m.card_hours), SUM(m.running_card_hours) FROM {MonthlyUsage._meta.db_table} m {ledger_join} "
+        f"WHERE {ledger_key} IN ({placeholders}) AND m.month = %s GROUP BY {ledger_key}"
+    )
+    with connection.cursor() as cursor:
+        cursor.execute(sql, [RequestState.RELEASING, *ids, *states, *ids, month_start()])
+        rows = cursor.fetchall()
+    committed = {row[0]: _as_sums(_COMMITTED_KEYS, row[2:8]) for row in rows if row[1] == "committed"}
+    metered = {row[0]: _as_sums(_METERED_KEYS, row[8:10]) for row in rows if row[1] == "metered"}
+    return committed, metered
 
 
-def _metered_totals() -> dict:
+def _as_sums(keys: tuple[str, ...], values) -> dict:
+    """A row's sums by name, none as zero; decimals as decimals (SQLite, the demo's database, gives floats)."""
     return {
-        "card_hours": Coalesce(Sum("card_hours"), ZERO),
-        "running_card_hours": Coalesce(Sum("running_card_hours"), ZERO),
+        key: _decimal(value) if key in _DECIMAL_SUMS else value or 0 for key, value in zip(keys, values, strict=True)
     }
+
+
+_DECIMAL_SUMS = {"gpus", "committed_card_hours", "card_hours", "running_card_hours"}
+
+
+def _decimal(value) -> Decimal:
+    if value is None:
+        return ZERO
+    return value if isinstance(value, Decimal) else Decimal(str(value)).quantize(CARD_HOUR_PRECISION)
 
 
 def _usage(committed: dict, metered: dict) -> dict[str, Decimal | int]:
@@ -181,33 +208,21 @@ def _usage(committed: dict, metered: dict) -> dict[str, Decimal | int]:
     return usage
 
 
+def _added(sums: list[dict], nothing: dict) -> dict:
+    return {key: sum((row[key] for row in sums), start=value) for key, value in nothing.items()}
+
+
 def usage_of(project_ids: list[int]) -> dict[str, Decimal | int]:
-    """Current usage per dimension of the given projects together (two queries)."""
-    committed = ResourceRequest.objects.filter(project_id__in=project_ids, state__in=COMMITTED_STATES).aggregate(
-        **_committed_totals()
+    """Current usage per dimension of the given projects together (one query)."""
+    committed, metered = _demand_sums("project_id", project_ids, COMMITTED_STATES) if project_ids else ({}, {})
+    return _usage(
+        _added(list(committed.values()), _NOTHING_COMMITTED), _added(list(metered.values()), _NOTHING_METERED)
     )
-    metered = MonthlyUsage.objects.filter(project_id__in=project_ids, month=month_start()).aggregate(
-        **_metered_totals()
-    )
-    return _usage(committed, metered)
 
 
 def _usage_grouped_by(key: str, ids: list[int]) -> dict[int, dict[str, Decimal | int]]:
-    """Current usage of each project ("project_id") or tenant ("project__tenant_id"): two grouped queries."""
-    committed = {
-        row.pop(key): row
-        for row in ResourceRequest.objects.filter(**{f"{key}__in": ids}, state__in=COMMITTED_STATES)
-        .order_by()  # a grouped sum has no order; the model's default costs compiling (and then is dropped)
-        .values(key)
-        .annotate(**_committed_totals())
-    }
-    metered = {
-        row.pop(key): row
-        for row in MonthlyUsage.objects.filter(**{f"{key}__in": ids}, month=month_start())
-        .order_by()
-        .values(key)
-        .annotate(**_metered_totals())
-    }
+    """Current usage of each project ("project_id") or tenant ("project__tenant_id"): one query."""
+    committed, metered = _demand_sums(key, ids, COMMITTED_STATES) if ids else ({}, {})
     return {pk: _usage(committed.get(pk, _NOTHING_COMMITTED), metered.get(pk, _NOTHING_METERED)) for pk in ids}
 
 
@@ -223,6 +238,8 @@ class QuotaScope:
     name: str
     limits: dict
     usage: dict
+    # The project's priority entitlement, kept on its quota (requests.priorities); None for a tenant's scope.
+    max_priority: str | None = None
 
     def impacts(self, demand: Demand) -> list[DimensionImpact]:
         return [
@@ -238,25 +255,32 @@ def quota_scopes(project: Project) -> list[QuotaScope]:
 
 
 def quota_scopes_by_project(projects: Iterable[Project]) -> dict[int, list[QuotaScope]]:
-    """`quota_scopes` of many projects at once (at most six queries, however many projects and tenants)."""
+    """`quota_scopes` of many projects at once (at most three queries, however many projects and tenants)."""
     projects = {project.pk: project for project in projects}
-    project_limits = {
-        quota.project_id: quota.limits() for quota in ProjectQuota.objects.filter(project_id__in=projects)
+    quotas = {
+        project.pk: (_quota_of(project), _quota_of(project.tenant))
+        for project in Project.objects.filter(pk__in=projects).select_related("quota", "tenant__quota")
     }
-    tenant_quotas = TenantQuota.objects.filter(tenant_id__in={project.tenant_id for project in projects.values()})
     capped_tenants = {
-        quota.tenant_id: quota.limits()
-        for quota in tenant_quotas
-        if any(limit is not None for limit in quota.limits().values())
+        tenant_quota.tenant_id: tenant_quota.limits()
+        for _project_quota, tenant_quota in quotas.values()
+        if tenant_quota is not None and any(limit is not None for limit in tenant_quota.limits().values())
     }
     project_usage = usage_by_project(list(projects))
     tenant_usage = _usage_grouped_by("project__tenant_id", list(capped_tenants))
     scopes = {}
     for pk, project in projects.items():
-        scopes[pk] = [QuotaScope("project", project_limits.get(pk, dict.fromkeys(D.values)), project_usage[pk])]
+        quota = quotas.get(pk, (None, None))[0]
+        limits = quota.limits() if quota else dict.fromkeys(D.values)
+        max_priority = quota.max_priority if quota else PriorityClass.STANDARD  # the field's default
+        scopes[pk] = [QuotaScope("project", limits, project_usage[pk], max_priority)]
         if project.tenant_id in capped_tenants:
             scopes[pk].append(QuotaScope("tenant", capped_tenants[project.tenant_id], tenant_usage[project.tenant_id]))
     return scopes
+
+
+def _quota_of(owner: Project | Tenant) -> ProjectQuota | TenantQuota | None:
+    return getattr(owner, "quota", None)  # a missing one-to-one row raises DoesNotExist, an AttributeError
 
 
 def quota_impact(project: Project, demand: Demand, scopes: list[QuotaScope] | None = None) -> list[DimensionImpact]:
@@ -300,8 +324,11 @@ def beyond_limits(impacts: list[DimensionImpact]) -> list[dict]:
 
 def lock_quota_scope(project: Project) -> None:
     """Serialise admission per tenant: lock the tenant row, then the project row (always in that order)."""
-    Tenant.objects.select_for_update().filter(pk=project.tenant_id).get()
-    Project.objects.select_for_update().filter(pk=project.pk).get()
+    if not connection.features.has_select_for_update:
+        return  # SQLite (the demo): a write transaction begins holding the whole database (transaction_mode)
+    with connection.cursor() as cursor:
+        cursor.execute(f"SELECT id FROM {Tenant._meta.db_table} WHERE id = %s FOR UPDATE", [project.tenant_id])
+        cursor.execute(f"SELECT id FROM {Project._meta.db_table} WHERE id = %s FOR UPDATE", [project.pk])
 
 
 def dimensions_over(demand: Demand, usage: list[DimensionImpact]) -> list[str]:
@@ -312,25 +339,16 @@ def dimensions_over(demand: Demand, usage: list[DimensionImpact]) -> list[str]:
 
 def awaiting_approval(projects: Iterable[Project]) -> dict[tuple[str, int], dict[str, Decimal | int]]:
     """The demand of requests waiting for an approval decision, per project ("project", pk) and per tenant ("tenant",
-    pk): admission counts it in `used` already, an approver wants to see it apart (two grouped queries)."""
+    pk): admission counts it in `used` already, an approver wants to see it apart (two queries)."""
     projects = list(projects)
-    totals = {"project": {}, "tenant": {}}
+    totals = {}
     for scope, key, ids in (
         ("project", "project_id", [project.pk for project in projects]),
         ("tenant", "project__tenant_id", list({project.tenant_id for project in projects})),
     ):
-        rows = (
-            ResourceRequest.objects.filter(**{f"{key}__in": ids}, state=RequestState.PENDING_APPROVAL)
-            .values(key)
-            .annotate(**_committed_totals())
-        )
-        for row in rows:
-            pk = row.pop(key)
+        waiting, _metered = _demand_sums(key, ids, [RequestState.PENDING_APPROVAL])
+        for pk in ids:
+            row = dict(waiting.get(pk, _NOTHING_COMMITTED))
             row[D.MONTHLY_CARD_HOURS] = row.pop("committed_card_hours")
-            totals[scope][pk] = row
-    nothing = {**{k: v for k, v in _NOTHING_COMMITTED.items() if k != "committed_card_hours"}}
-    nothing[D.MONTHLY_CARD_HOURS] = ZERO
-    return {
-        **{("project", project.pk): totals["project"].get(project.pk, nothing) for project in projects},
-        **{("tenant", project.tenant_id): totals["tenant"].get(project.tenant_id, nothing) for project in projects},
-    }
+            totals[(scope, pk)] = row
+    return totals

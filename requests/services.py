@@ -33,7 +33,15 @@ from requests.orders import (
     validate_order,
 )
 from requests.priorities import priority_entitlement, priority_reason, refuse_priority
-from requests.quota import Demand, beyond_limits, exceeded, lock_quota_scope, quota_impact
+from requests.quota import (
+    Demand,
+    DimensionImpact,
+    beyond_limits,
+    exceeded,
+    lock_quota_scope,
+    quota_impact,
+    quota_scopes,
+)
 from requests.signals import request_preempted, request_queued, request_releasing
 from requests.timeline import Timeline
 from tenancy.choices import ProjectPermission
@@ -160,8 +168,9 @@ def request_preview(*, order: Order, requester: User, over_quota: str = OverQuot
     """Cost, quota impact, priority entitlement and approval route of an order, without storing anything."""
     validate_order(order, requester)
     sizing = size_order(order)
-    impacts = quota_impact(order.project, sizing.demand)
-    entitlement = priority_entitlement(order)
+    scopes = quota_scopes(order.project)
+    impacts = quota_impact(order.project, sizing.demand, scopes)
+    entitlement = priority_entitlement(order, scopes[0].max_priority)
     reasons = exceeded(impacts) + _as_list(priority_reason(order, entitlement))
     exception = bool(reasons) and over_quota == OverQuota.EXCEPTION
     facts = approval_facts(order, sizing, requester, quota_exception=exception)
@@ -219,7 +228,6 @@ def request_submit(
     _check_choice("over_quota", over_quota, OverQuota)
     _check_choice("if_unplaceable", if_unplaceable, IfUnplaceable)
     validate_order(order, requester)
-    priority = _priority_beyond_entitlement(order, over_quota)
     if over_quota == OverQuota.EXCEPTION and not order.justification.strip():
         raise DomainError(
             "A quota exception needs a justification.",
@@ -227,8 +235,11 @@ def request_submit(
             details={"field": "justification"},
         )
     sizing = size_order(order)
+    lock_quota_scope(order.project)
+    scopes = quota_scopes(order.project)
+    priority = _priority_beyond_entitlement(order, over_quota, scopes[0].max_priority)
     never_fits = _never_fits(order, sizing, if_unplaceable)
-    reasons = _admission_reasons(order, sizing, over_quota)
+    reasons = _admission_reasons(over_quota, quota_impact(order.project, sizing.demand, scopes))
     exception_reasons = reasons + _as_list(priority)
     request = ResourceRequest(
         tenant=order.project.tenant,
@@ -297,10 +308,10 @@ def _note_admission(timeline: Timeline, reasons: list[dict], priority: dict | No
         )
 
 
-def _priority_beyond_entitlement(order: Order, over_quota: str) -> dict | None:
+def _priority_beyond_entitlement(order: Order, over_quota: str, max_priority: str) -> dict | None:
     """The reason when the order's priority is above the project's entitlement, or None; refused unless the order
     asks for an exception (waiting for quota would never lift an entitlement)."""
-    priority = priority_reason(order)
+    priority = priority_reason(order, priority_entitlement(order, max_priority))
     if priority is not None and over_quota != OverQuota.EXCEPTION:
         refuse_priority(priority, order)
     return priority
@@ -314,11 +325,9 @@ def _never_fits(order: Order, sizing, if_unplaceable: str) -> dict | None:
     return never_fits
 
 
-def _admission_reasons(order: Order, sizing, over_quota: str) -> list[dict]:
-    """Under the quota lock: what the order exceeds. Refused when the requester asked for that, and when they
-    asked to wait but the order alone passes a limit (nothing freeing up could ever admit it)."""
-    lock_quota_scope(order.project)
-    impacts = quota_impact(order.project, sizing.demand)
+def _admission_reasons(over_quota: str, impacts: list[DimensionImpact]) -> list[dict]:
+    """What the order exceeds (impacts read under the quota lock). Refused when the requester asked for that, and
+    when they asked to wait but the order alone passes a limit (nothing freeing up could ever admit it)."""
     reasons = exceeded(impacts)
     if reasons and over_quota == OverQuota.REJECT:
         raise QuotaExceeded(_quota_sentence(reasons), details={"reasons": reasons})

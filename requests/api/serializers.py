@@ -11,6 +11,7 @@ from rest_framework import serializers
 
 from catalog.api.serializers import ImageSummarySerializer, NamedSummarySerializer, PricedMixin
 from catalog.models import BareMetalProfile, Image, ResourceSpec, Service, ServingModel, ServingTemplate
+from catalog.orderable import OrderableCatalog, orderable_catalog
 from config.api import ChoiceLabelField, IdField
 from requests import hooks, selectors
 from requests.choices import ChangeState, IfUnplaceable, OverQuota, PriorityClass, RequestState
@@ -46,26 +47,39 @@ class ParameterValueField(serializers.Field):
         return value
 
 
-def _optional(model) -> serializers.PrimaryKeyRelatedField:
-    return serializers.PrimaryKeyRelatedField(queryset=model.objects.all(), required=False, allow_null=True)
+class CatalogItemField(serializers.PrimaryKeyRelatedField):
+    """An id of a catalog item, looked up in the orderable catalog the order reads once (catalog.orderable), not
+    queried; refused as a missing or malformed id just as a queryset lookup would refuse it."""
+
+    def to_internal_value(self, data):
+        model = self.queryset.model
+        try:
+            if isinstance(data, bool):
+                raise TypeError
+            pk = model._meta.pk.get_prep_value(data)  # what a lookup by this id would compare: int("7"), int(7.0)
+        except (TypeError, ValueError):
+            self.fail("incorrect_type", data_type=type(data).__name__)
+        item = self.parent.catalog.get(model, pk)
+        if item is None:
+            self.fail("does_not_exist", pk_value=data)
+        return item
+
+
+def _item(model, *, optional: bool = True) -> CatalogItemField:
+    return CatalogItemField(queryset=model.objects.all(), required=not optional, allow_null=optional)
 
 
 class OrderSerializer(serializers.Serializer):
     """The order form. Ids may name anything that exists: whether it can be ordered is the service's call,
     answered with a specific 422 code (spec_deprecated, image_incompatible, ...), never a bare 400."""
 
-    service = serializers.PrimaryKeyRelatedField(queryset=Service.objects.all())
+    service = _item(Service, optional=False)
     project = serializers.PrimaryKeyRelatedField(queryset=Project.objects.select_related("tenant"))
-    spec = serializers.PrimaryKeyRelatedField(
-        # Validation, approval routing, the placement check and the snapshot each read the spec's models.
-        queryset=ResourceSpec.objects.prefetch_related("accelerator_models"),
-        required=False,
-        allow_null=True,
-    )
-    image = _optional(Image)
-    bare_metal_profile = _optional(BareMetalProfile)
-    serving_model = _optional(ServingModel)
-    serving_template = _optional(ServingTemplate)
+    spec = _item(ResourceSpec)
+    image = _item(Image)
+    bare_metal_profile = _item(BareMetalProfile)
+    serving_model = _item(ServingModel)
+    serving_template = _item(ServingTemplate)
     duration_hours = serializers.IntegerField()
     priority = serializers.ChoiceField(
         choices=PriorityClass.choices,
@@ -92,13 +106,19 @@ class OrderSerializer(serializers.Serializer):
         "submit it with a warning on its timeline.",
     )
 
+    @cached_property
+    def catalog(self) -> OrderableCatalog:
+        """The catalog this order's ids are looked up in and then checked against (read once per order)."""
+        return orderable_catalog()
+
     def order(self) -> Order:
         return Order(
             **{
                 field: value
                 for field, value in self.validated_data.items()
                 if field not in ("over_quota", "if_unplaceable")
-            }
+            },
+            catalog=self.catalog,
         )
 
 
