@@ -65,13 +65,14 @@ def _triggers(vendor: str, counter: str, tables: list[str]) -> list[str]:
             f"CREATE FUNCTION {function}() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN {_bump(vendor, counter)}; "
             "RETURN NULL; END $$",
             *(
-                f"CREATE TRIGGER {table}_vc AFTER INSERT OR UPDATE OR DELETE OR TRUNCATE ON {table} "
+                f"CREATE TRIGGER {table}_vc_{counter} AFTER INSERT OR UPDATE OR DELETE OR TRUNCATE ON {table} "
                 f"FOR EACH STATEMENT EXECUTE FUNCTION {function}()"
                 for table in tables
             ),
         ]
     return [
-        f"CREATE TRIGGER {table}_vc_{event.lower()} AFTER {event} ON {table} BEGIN {_bump(vendor, counter)}; END"
+        f"CREATE TRIGGER {table}_vc_{counter}_{event.lower()} AFTER {event} ON {table} "
+        f"BEGIN {_bump(vendor, counter)}; END"
         for table in tables
         for event in ("INSERT", "UPDATE", "DELETE")
     ]
@@ -80,10 +81,12 @@ def _triggers(vendor: str, counter: str, tables: list[str]) -> list[str]:
 def _drops(vendor: str, counter: str, tables: list[str]) -> list[str]:
     if vendor == "postgresql":
         return [
-            *(f"DROP TRIGGER {table}_vc ON {table}" for table in tables),
+            *(f"DROP TRIGGER {table}_vc_{counter} ON {table}" for table in tables),
             f"DROP FUNCTION {TABLE}_bump_{counter}()",
         ]
-    return [f"DROP TRIGGER {table}_vc_{event}" for table in tables for event in ("insert", "update", "delete")]
+    return [
+        f"DROP TRIGGER {table}_vc_{counter}_{event}" for table in tables for event in ("insert", "update", "delete")
+    ]
 
 
 def version(counter: str) -> int:

@@ -397,6 +397,44 @@ def test_submit_with_a_policy_waits_for_the_approver(api_as, shop, people, revie
     ]
 
 
+@pytest.mark.parametrize(
+    ("over_quota", "policy", "state"),
+    [
+        ("reject", False, RequestState.QUEUED),  # approved automatically
+        ("reject", True, RequestState.PENDING_APPROVAL),
+        ("wait", False, RequestState.WAITING_FOR_QUOTA),
+        ("exception", False, RequestState.PENDING_APPROVAL),
+    ],
+)
+def test_the_submission_answers_with_the_detail_it_would_read_back(api_as, shop, people, over_quota, policy, state):
+    """The answer is built from what the submission wrote, reading nothing: it must be the request's detail."""
+    if policy:
+        approval_rule(approver_stage())
+    if over_quota != "reject":  # 2 cards over a limit of 1, which a 2-card order alone does not pass when waiting
+        limit = Decimal(3) if over_quota == "wait" else Decimal(1)
+        tenancy_services.quota_set(quota=people.project.quota, limits={"gpus": limit}, actor=None)
+        if over_quota == "wait":
+            assert api_as(people.developer).post(REQUESTS, order_body(shop, people.project)).status_code == 201
+    api = api_as(people.developer)
+
+    answer = api.post(REQUESTS, order_body(shop, people.project, over_quota=over_quota, justification="Deadline"))
+
+    assert (answer.status_code, answer.json()["state"]) == (201, state), answer.content
+    assert answer.json() == api.get(f"{REQUESTS}{answer.json()['id']}/").json()
+
+
+def test_a_submission_costs_the_same_queries_whatever_the_history(api_as, shop, people):
+    api = api_as(people.developer)
+    api.post(REQUESTS, order_body(shop, people.project))  # the process keeps the catalog and the rules now
+    with CaptureQueriesContext(connection) as first:
+        assert api.post(REQUESTS, order_body(shop, people.project)).status_code == 201
+    for _ in range(3):
+        api.post(REQUESTS, order_body(shop, people.project, spec=shop.sliced.pk))
+    with CaptureQueriesContext(connection) as later:
+        assert api.post(REQUESTS, order_body(shop, people.project)).status_code == 201
+    assert len(later) == len(first) <= 15
+
+
 def _deprecated(shop):
     catalog_services.spec_deprecate(spec=shop.whole, reason="End of life", actor=None)
     return {}

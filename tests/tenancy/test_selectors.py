@@ -14,9 +14,8 @@ pytestmark = pytest.mark.django_db
 
 def _guardian_says(user, project, permission) -> bool:
     user = type(user).objects.get(pk=user.pk)  # no permission cache left from an earlier question
-    return (
-        user.is_active
-        and (ObjectPermissionChecker(user).has_perm(permission, project) or user.has_perm(f"tenancy.{permission}"))
+    return user.is_active and (
+        ObjectPermissionChecker(user).has_perm(permission, project) or user.has_perm(f"tenancy.{permission}")
     )
 
 
