@@ -7,6 +7,7 @@ what runs on it and the MIG layouts now, the queued requests ahead in queue orde
 would give, its reasons in MIG terms (free memory slices, valid starts). That costs the cycle's snapshot queries
 and the queue ahead; only MIG orders pay it."""
 
+from dataclasses import dataclass, fields
 from datetime import datetime, timedelta
 
 from django.db import connection
@@ -24,8 +25,23 @@ PREVIEW_ID = "preview"
 # Requests queued since the last cycle that a preview places ahead of the order. A cycle runs on every queued
 # request (and each minute), so more than this means one is due; the preview must not grow with the backlog.
 MAX_QUEUED_SINCE = 200
-# What demand_of and queue_order read (and the state, which the model keeps to check its transitions).
-DEMAND_FIELDS = ("id", "state", "priority", "project_id", "created_at", "approved_spec", "cpu_cores", "memory_gb")
+
+
+@dataclass(frozen=True)
+class Queued:
+    """A queued request as demand_of and queue_order read it: a preview places up to MAX_QUEUED_SINCE of them, and
+    building model instances (each with its state machine's bookkeeping) cost more than placing them."""
+
+    pk: int
+    priority: str
+    project_id: int
+    created_at: datetime
+    approved_spec: dict
+    cpu_cores: int
+    memory_gb: int
+
+
+QUEUED_FIELDS = [field.name for field in fields(Queued)]
 
 
 def order_demand(order, sizing) -> placement.Demand:
@@ -103,27 +119,29 @@ def _classes_from(demand: placement.Demand) -> list[str]:
 
 
 def _queued_ahead_of(demand: placement.Demand):
-    """The queued requests ahead of the demand, with the fields that place them."""
-    return ResourceRequest.objects.filter(state=RequestState.QUEUED, priority__in=_classes_from(demand)).only(
-        *DEMAND_FIELDS
-    )
+    """The queued requests ahead of the demand."""
+    return ResourceRequest.objects.filter(state=RequestState.QUEUED, priority__in=_classes_from(demand))
 
 
-def _queued(demand: placement.Demand) -> list[ResourceRequest]:
+def _as_queued(rows) -> list[Queued]:
+    return [Queued(*row) for row in rows.values_list(*QUEUED_FIELDS)]
+
+
+def _queued(demand: placement.Demand) -> list[Queued]:
     """The queued requests ahead of the demand in queue order."""
-    return queue_order(list(_queued_ahead_of(demand)))
+    return queue_order(_as_queued(_queued_ahead_of(demand)))
 
 
-def _queued_since_last_cycle(demand: placement.Demand) -> tuple[list[ResourceRequest], int]:
+def _queued_since_last_cycle(demand: placement.Demand) -> tuple[list[Queued], int]:
     """The queued requests ahead of the demand that no cycle has seen yet (a cycle gives every request it leaves
     waiting a position): the first MAX_QUEUED_SINCE of them in queue order, and how many there are. An index holds
     just these, so the queue behind them costs nothing."""
     unseen = _queued_ahead_of(demand).filter(queue_position__isnull=True)
-    first = list(unseen.order_by("created_at", "pk")[:MAX_QUEUED_SINCE])
+    first = _as_queued(unseen.order_by("created_at", "pk")[:MAX_QUEUED_SINCE])
     return queue_order(first), len(first) if len(first) < MAX_QUEUED_SINCE else unseen.count()
 
 
-def _estimate(demand, fresh_engine, ahead: list[ResourceRequest], ahead_count: int, as_of=None, held=None) -> dict:
+def _estimate(demand, fresh_engine, ahead: list[Queued], ahead_count: int, as_of=None, held=None) -> dict:
     """`fresh_engine()` gives an engine to place on, at the state the estimate starts from."""
     freshness = {
         "as_of": None if as_of is None else as_of.isoformat(),
@@ -167,7 +185,7 @@ def _estimate(demand, fresh_engine, ahead: list[ResourceRequest], ahead_count: i
     }
 
 
-def _place_behind(demand, fresh_engine, ahead: list[ResourceRequest], held: dict | None):
+def _place_behind(demand, fresh_engine, ahead: list[Queued], held: dict | None):
     """The order's binding (or why not) once the requests ahead are placed; `held` is the head's reservation when
     the order would still run at its start: then the order stays off that node, as the cycle would keep it off."""
     outcome = _place_after(fresh_engine(), demand, ahead)
@@ -188,7 +206,7 @@ def _place_behind(demand, fresh_engine, ahead: list[ResourceRequest], held: dict
     )
 
 
-def _place_after(engine, demand, ahead: list[ResourceRequest]):
+def _place_after(engine, demand, ahead: list[Queued]):
     """The demand's binding (or why not) once the requests ahead took what fits them on the engine (the milli-share
     engine, or the cycle's pair of engines for a MIG slice). Only their bindings matter here, so a shape that did
     not fit is not tried again and nothing is diagnosed (the cycle will say why they wait)."""
