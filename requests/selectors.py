@@ -4,6 +4,8 @@ from django.contrib.contenttypes.models import ContentType
 from django.db.models import F, Prefetch, Q, QuerySet
 from django.http import Http404
 
+from catalog.models import BareMetalProfile, Image, ResourceSpec, Service, ServingModel, ServingTemplate
+from catalog.orderable import orderable_catalog
 from requests.choices import ApprovalState, EventCode, RequestState, StageState
 from requests.models import (
     Approval,
@@ -16,7 +18,7 @@ from requests.models import (
 from requests.quota import DimensionImpact, usage_of
 from tenancy.choices import ProjectPermission, QuotaDimension
 from tenancy.models import Project, User
-from tenancy.selectors import projects_with_permission
+from tenancy.selectors import projects_with_permission, user_has_project_permission
 
 
 def _assigned_subject_ids(user: User, model) -> QuerySet:
@@ -46,14 +48,15 @@ def _visible(queryset: QuerySet, user: User) -> QuerySet:
     return queryset.filter(mine | Q(pk__in=elsewhere) if elsewhere else mine)
 
 
-def request_list_visible_to(*, user: User) -> QuerySet[ResourceRequest]:
-    return _visible(
-        ResourceRequest.objects.select_related(
-            *("tenant", "project__tenant", "requester", "service", "spec", "image", "bare_metal_profile"),
-            "serving_model",
-        ),
-        user,
+def _with_relations(requests: QuerySet[ResourceRequest]) -> QuerySet[ResourceRequest]:
+    return requests.select_related(
+        *("tenant", "project__tenant", "requester", "service", "spec", "image", "bare_metal_profile"),
+        "serving_model",
     )
+
+
+def request_list_visible_to(*, user: User) -> QuerySet[ResourceRequest]:
+    return _visible(_with_relations(ResourceRequest.objects.all()), user)
 
 
 # What a list row shows (requests.api.serializers.RequestSummarySerializer), and only that: a row of the whole
@@ -90,10 +93,47 @@ def queue_visible_to(*, user: User) -> QuerySet[ResourceRequest]:
 
 
 def request_get(*, user: User, pk: int) -> ResourceRequest:
+    """One request the user may see, else 404. The row is read first and the user's right to it checked on that row
+    (as `_visible` would decide it): one or two small queries, not the ids of every project the user sees."""
     try:
-        return request_list_visible_to(user=user).get(pk=pk)
+        found = ResourceRequest.objects.select_related("tenant", "project", "requester").get(pk=pk)
     except (ResourceRequest.DoesNotExist, ValueError, TypeError) as missing:
         raise Http404("No such request.") from missing
+    if not _may_see(user, found):
+        raise Http404("No such request.")
+    found.project.tenant = found.tenant  # the same row: a project's requests are its tenant's
+    return with_catalog_items(found)
+
+
+# A request's catalog items: taken from the catalog the process keeps (catalog.orderable) rather than joined in. Nine
+# tables in one query took PostgreSQL ~6 ms to plan, for a row it then read in 0.1 ms.
+CATALOG_ITEMS = {
+    "service": Service,
+    "spec": ResourceSpec,
+    "image": Image,
+    "bare_metal_profile": BareMetalProfile,
+    "serving_model": ServingModel,
+    "serving_template": ServingTemplate,
+}
+
+
+def with_catalog_items(request: ResourceRequest) -> ResourceRequest:
+    catalog = orderable_catalog()
+    for field, model in CATALOG_ITEMS.items():
+        item = catalog.get(model, getattr(request, f"{field}_id"))
+        if item is not None:  # catalog entries are retired, never deleted; a missing one is read as ever
+            setattr(request, field, item)
+    return request
+
+
+def _may_see(user: User, request: ResourceRequest) -> bool:
+    """Its project's view grant (members, nearly every caller: one query), an approval of it assigned to the user,
+    or the operators' global permission."""
+    return user.is_authenticated and (
+        user_has_project_permission(user=user, project=request.project, permission=ProjectPermission.VIEW)
+        or _assigned_subject_ids(user, ResourceRequest).filter(stage__approval__subject_id=request.pk).exists()
+        or user.has_perm("requests.view_resourcerequest")
+    )
 
 
 def _approval_with_decisions() -> QuerySet[Approval]:

@@ -433,6 +433,21 @@ class RequestDetailSerializer(RequestSummarySerializer):
         just submitted: those stages start after its commit."""
         return None if self._written(resource_request) else hooks.ask(hook, resource_request, *args)
 
+    def _allocation(self, resource_request) -> dict | None:
+        """The request's allocation details, asked once per response."""
+        asked = self.__dict__.setdefault("_allocations", {})
+        if resource_request.pk not in asked:
+            asked[resource_request.pk] = self._later(resource_request, hooks.ALLOCATION_DETAILS)
+        return asked[resource_request.pk]
+
+    def _after_allocation(self, resource_request, hook, *args):
+        """Provisioning runs, a serving deployment and usage exist only for a request that held an allocation (a run
+        needs one, which it protects from deletion; a deployment is made by a run; usage is counted from
+        allocations): a request that never held one is not asked about them."""
+        if self._allocation(resource_request) is None:
+            return None
+        return self._later(resource_request, hook, *args)
+
     @extend_schema_field(ApprovalSerializer(allow_null=True))
     def get_approval(self, resource_request) -> dict | None:
         written = self._written(resource_request)
@@ -447,7 +462,7 @@ class RequestDetailSerializer(RequestSummarySerializer):
 
     @extend_schema_field(UsageSerializer(allow_null=True))
     def get_usage(self, resource_request) -> dict | None:
-        usage = self._later(resource_request, hooks.REQUEST_USAGE)
+        usage = self._after_allocation(resource_request, hooks.REQUEST_USAGE)
         return None if usage is None else UsageSerializer(usage).data
 
     @extend_schema_field(
@@ -460,7 +475,7 @@ class RequestDetailSerializer(RequestSummarySerializer):
         }
     )
     def get_provisioning(self, resource_request) -> dict | None:
-        return self._later(resource_request, hooks.PROVISIONING_DETAILS)
+        return self._after_allocation(resource_request, hooks.PROVISIONING_DETAILS)
 
     @extend_schema_field(
         {
@@ -473,7 +488,7 @@ class RequestDetailSerializer(RequestSummarySerializer):
     def get_endpoint(self, resource_request) -> dict | None:
         http_request = self.context.get("request")
         base_url = http_request.build_absolute_uri("/") if http_request is not None else None
-        return self._later(resource_request, hooks.ENDPOINT_DETAILS, base_url)
+        return self._after_allocation(resource_request, hooks.ENDPOINT_DETAILS, base_url)
 
     @extend_schema_field(
         {
@@ -485,7 +500,7 @@ class RequestDetailSerializer(RequestSummarySerializer):
         }
     )
     def get_allocation(self, resource_request) -> dict | None:
-        return self._later(resource_request, hooks.ALLOCATION_DETAILS)
+        return self._allocation(resource_request)
 
 
 # --- Approval tasks ----------------------------------------------------------------------------------------
