@@ -11,7 +11,7 @@ from requests.choices import EventCode
 from requests.services import record_event
 from scheduling.choices import AllocationState
 from scheduling.models import Allocation, AllocationDevice, Device, MigInstance, Node
-from scheduling.placement import Binding, spread_note
+from scheduling.placement import MILLI, Binding, spread_note
 
 
 def adjust_device_shares(deltas: dict[int, int]) -> None:
@@ -158,8 +158,27 @@ def allocation_details(request) -> dict | None:
 
 
 def _devices_of(allocations: list[Allocation]) -> dict[int, list[dict]]:
-    """Each allocation's devices with their shares and MIG instances (two queries)."""
-    instances = {
+    """Each allocation's devices with their shares and MIG instances (one query, two when a card is sliced: only
+    a card in MIG mode or a share of one holds instances, as provisioning's targets read them)."""
+    bindings = list(AllocationDevice.objects.filter(allocation__in=allocations).select_related("device__model"))
+    sliced = any(binding.device.mig_mode or binding.milli < MILLI for binding in bindings)
+    instances = _mig_instances_of(allocations) if sliced else {}
+    devices: dict[int, list[dict]] = {allocation.pk: [] for allocation in allocations}
+    for binding in bindings:
+        devices[binding.allocation_id].append(
+            {
+                "index": binding.device.index,
+                "uuid": binding.device.uuid,
+                "model": binding.device.model.name,
+                "milli": binding.milli,
+                "mig_instance": instances.get((binding.allocation_id, binding.device_id)),
+            }
+        )
+    return devices
+
+
+def _mig_instances_of(allocations: list[Allocation]) -> dict[tuple[int, int], dict]:
+    return {
         (i.allocation_id, i.device_id): {
             "profile": i.profile.name,
             "start": i.start,
@@ -171,15 +190,3 @@ def _devices_of(allocations: list[Allocation]) -> dict[int, list[dict]]:
         }
         for i in MigInstance.objects.filter(allocation__in=allocations).select_related("profile")
     }
-    devices: dict[int, list[dict]] = {allocation.pk: [] for allocation in allocations}
-    for binding in AllocationDevice.objects.filter(allocation__in=allocations).select_related("device__model"):
-        devices[binding.allocation_id].append(
-            {
-                "index": binding.device.index,
-                "uuid": binding.device.uuid,
-                "model": binding.device.model.name,
-                "milli": binding.milli,
-                "mig_instance": instances.get((binding.allocation_id, binding.device_id)),
-            }
-        )
-    return devices

@@ -28,7 +28,9 @@ def project_keys(project_id: int) -> list[dict]:
 
 
 def endpoint_details(request, base_url: str | None = None) -> dict | None:
-    """The request's deployment (four queries), or None for other kinds of request."""
+    """The request's deployment (four queries), or None for other kinds of request (asked nothing)."""
+    if request.serving_model_id is None:
+        return None
     deployment = ServingDeployment.objects.filter(request=request).first()
     if deployment is None:
         return None

@@ -35,9 +35,11 @@ from rest_framework.authtoken.models import Token
 
 from catalog.choices import ServiceKind
 from catalog.models import AcceleratorModel, Image, ResourceSpec, Service, Vendor
-from requests.choices import ApprovalMode, ApprovalSubject, ApproverSource, EventCode, RequestState
+from requests.choices import PRIORITY_RANK, ApprovalMode, ApprovalSubject, ApproverSource, EventCode, RequestState
 from requests.models import ApprovalPolicy, ApprovalRule, ApprovalRuleStage, RequestEvent, ResourceRequest
 from requests.services import approved_snapshot
+from scheduling.choices import AllocationState
+from scheduling.models import Allocation, AllocationDevice, Device
 from scheduling.scale import freeze_like, import_fleet, queued_row
 from tenancy.choices import ROLE_PERMISSIONS, PriorityClass, Role
 from tenancy.models import Membership, Project, ProjectQuota, Tenant, User
@@ -106,8 +108,17 @@ def seed(*, nodes_csv: Path, requests: int, events: int, projects: int, seed_val
     _copy(ResourceRequest, rows)
     first_event = (RequestEvent.objects.aggregate(top=models.Max("id"))["top"] or 0) + 1
     event_count = _copy(RequestEvent, _numbered(_events(rng, rows, events), first_event))
+    allocations, bindings = _allocations(rng, rows)
+    _copy(Allocation, allocations)
+    first_binding = (AllocationDevice.objects.aggregate(top=models.Max("id"))["top"] or 0) + 1
+    _copy(AllocationDevice, _numbered(bindings, first_binding))
     with connection.cursor() as cursor:
-        for table in (ResourceRequest._meta.db_table, RequestEvent._meta.db_table):
+        for table in (
+            ResourceRequest._meta.db_table,
+            RequestEvent._meta.db_table,
+            Allocation._meta.db_table,
+            AllocationDevice._meta.db_table,
+        ):
             cursor.execute(f"SELECT setval(pg_get_serial_sequence('{table}', 'id'), (SELECT max(id) FROM {table}))")
             cursor.execute(f"ANALYZE {table}")
     return Seeded(service, image, specs, project_list, developers, approvers, len(rows), event_count)
@@ -280,6 +291,54 @@ def _events(rng, requests: list[ResourceRequest], total: int):
             for _ in range(notes if position == after else 0):
                 at += timedelta(seconds=60)
                 yield _event(request, note[0], note[1], note[1], at, note[2])
+
+
+def _allocations(rng, requests: list[ResourceRequest]) -> tuple[list[Allocation], list[AllocationDevice]]:
+    """What the requests that ran held: a released allocation of their cards on one node for every one that ended
+    after running (released, or failed while provisioning), and an active one for each active request while free
+    cards remain, first come first served (the openb fleet holds a fraction of a month's active demand; the rest
+    stay without). History does not check that released allocations overlapped in time."""
+    cards_of: dict[int, list[int]] = {}
+    for node_id, device_id in Device.objects.order_by("node_id", "index").values_list("node_id", "pk"):
+        cards_of.setdefault(node_id, []).append(device_id)
+    free = {pk: list(cards) for pk, cards in cards_of.items()}
+    with_at_least = {count: [pk for pk, cards in cards_of.items() if len(cards) >= count] for count, _ in CARDS}
+    allocations, bindings = [], []
+    first_id = (Allocation.objects.aggregate(top=models.Max("id"))["top"] or 0) + 1
+    for request in requests:
+        if request.state not in (S.RELEASED, S.FAILED, S.ACTIVE):
+            continue
+        count, active = request.accelerator_count, request.state == S.ACTIVE
+        if active:
+            node = next((pk for pk in with_at_least[count] if len(free[pk]) >= count), None)
+            if node is None:
+                continue
+            cards, free[node] = free[node][:count], free[node][count:]
+        else:
+            node = rng.choice(with_at_least[count])
+            cards = cards_of[node][:count]
+        allocation = _allocation(first_id + len(allocations), request, node)
+        allocations.append(allocation)
+        bindings += [AllocationDevice(allocation_id=allocation.id, device_id=card, milli=1000) for card in cards]
+    return allocations, bindings
+
+
+def _allocation(pk: int, request: ResourceRequest, node: int) -> Allocation:
+    started = request.created_at + timedelta(minutes=2)
+    ended = {S.RELEASED: started + timedelta(hours=request.duration_hours), S.FAILED: started + timedelta(minutes=6)}
+    return Allocation(
+        id=pk,
+        request_id=request.pk,
+        node_id=node,
+        state=AllocationState.ACTIVE if request.state == S.ACTIVE else AllocationState.RELEASED,
+        cpu_milli=request.cpu_cores * 1000,
+        memory_mib=request.memory_gb * 1024,
+        priority=PRIORITY_RANK[request.priority],
+        started_at=started,
+        term_started_at=started,
+        released_at=ended.get(request.state),
+        release_reason={S.RELEASED: "duration ended", S.FAILED: "provisioning failed"}.get(request.state, ""),
+    )
 
 
 def _numbered(objects, first_id: int):

@@ -38,6 +38,8 @@ def test_the_api_load_benchmark_runs_at_a_tiny_size():
         assert numbers["count"] > 0 and set(numbers["statuses"]) <= {"200", "201"}, numbers
     assert report["submit"]["endpoints"]["submit (closed loop)"]["statuses"]["201"] > 0
     assert report["requests_after"] > report["requests_before"] == 300
+    rows = {table["table"]: table["rows"] for table in report["tables"]}
+    assert rows["scheduling_allocation"] > 0 and rows["scheduling_allocationdevice"] >= rows["scheduling_allocation"]
     assert set(report["queries"]) >= {"list", "detail", "queue", "inbox"}
     tables = {table["table"]: table for table in report["tables"]}
     assert tables["requests_requestevent"]["rows"] >= 3000
