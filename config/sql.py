@@ -26,3 +26,16 @@ def update_from_values(
                 f"UPDATE {table} SET {set_sql} FROM v WHERE {table}.id = v.id",
                 [value for row in batch for value in row] + list(set_params),
             )
+
+
+def reserve_id(model) -> int:
+    """The id the next row of `model` will have, taken now, for a row that must name its own id before it is
+    written (one INSERT instead of an INSERT and an UPDATE). PostgreSQL draws it from the table's sequence; SQLite,
+    whose write transactions hold the whole database from their start (config/settings.py), takes the next one up."""
+    table, column = model._meta.db_table, model._meta.pk.column
+    with connection.cursor() as cursor:
+        if connection.vendor == "postgresql":
+            cursor.execute("SELECT nextval(pg_get_serial_sequence(%s, %s))", [table, column])
+        else:
+            cursor.execute(f"SELECT COALESCE(MAX({column}), 0) + 1 FROM {table}")
+        return cursor.fetchone()[0]

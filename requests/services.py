@@ -18,7 +18,7 @@ from django_q.tasks import async_task
 
 from config.errors import Conflict, DomainError, NotPermitted
 from config.jsonvalues import as_stored
-from config.sql import update_from_values
+from config.sql import reserve_id, update_from_values
 from requests import approvals, hooks
 from requests.choices import ApprovalSubject, EventCode, IfUnplaceable, OverQuota, RequestState
 from requests.models import Approval, RequestEvent, ResourceRequest
@@ -351,7 +351,6 @@ def _route(request: ResourceRequest, order: Order, timeline: Timeline, *, actor:
         timeline.move(
             "approve", actor=None, code=EventCode.AUTO_APPROVED, message=route.name, data={"route": route.as_data()}
         )
-        request.save()  # a new request gets its id here, which its frozen snapshot names
         _freeze_and_queue(request, timeline)
         return None
     stages = "; ".join(
@@ -469,7 +468,10 @@ def _as_stored(request: ResourceRequest, field: str) -> str:
 
 
 def _freeze_and_queue(request: ResourceRequest, timeline: Timeline) -> None:
-    """Freeze the approved snapshot and queue the request (saved; the caller writes the timeline)."""
+    """Freeze the approved snapshot and queue the request (saved; the caller writes the timeline). The snapshot
+    names the request's id: a new request takes its id first and is inserted once, frozen and queued."""
+    if request._state.adding:
+        request.pk = reserve_id(ResourceRequest)
     request.approved_spec = as_stored(approved_snapshot(request))
     request.approved_spec_hash = snapshot_hash(request.approved_spec)
     request.approved_at = timezone.now()
@@ -480,7 +482,7 @@ def _freeze_and_queue(request: ResourceRequest, timeline: Timeline) -> None:
         message="Approved spec frozen; waiting for the scheduler.",
         data={"approved_spec_hash": request.approved_spec_hash},
     )
-    request.save()
+    request.save(force_insert=request._state.adding)
     request_id = request.pk
     transaction.on_commit(lambda: request_queued.send(sender=ResourceRequest, request_id=request_id))
 
