@@ -257,30 +257,68 @@ def quota_scopes(project: Project) -> list[QuotaScope]:
 def quota_scopes_by_project(projects: Iterable[Project]) -> dict[int, list[QuotaScope]]:
     """`quota_scopes` of many projects at once (at most three queries, however many projects and tenants)."""
     projects = {project.pk: project for project in projects}
-    quotas = {
-        project.pk: (_quota_of(project), _quota_of(project.tenant))
-        for project in Project.objects.filter(pk__in=projects).select_related("quota", "tenant__quota")
-    }
+    quotas = _quotas_of(list(projects))
     capped_tenants = {
-        tenant_quota.tenant_id: tenant_quota.limits()
-        for _project_quota, tenant_quota in quotas.values()
-        if tenant_quota is not None and any(limit is not None for limit in tenant_quota.limits().values())
+        project.tenant_id: quotas[pk].tenant
+        for pk, project in projects.items()
+        if quotas[pk].tenant is not None and any(limit is not None for limit in quotas[pk].tenant.values())
     }
     project_usage = usage_by_project(list(projects))
     tenant_usage = _usage_grouped_by("project__tenant_id", list(capped_tenants))
     scopes = {}
     for pk, project in projects.items():
-        quota = quotas.get(pk, (None, None))[0]
-        limits = quota.limits() if quota else dict.fromkeys(D.values)
-        max_priority = quota.max_priority if quota else PriorityClass.STANDARD  # the field's default
-        scopes[pk] = [QuotaScope("project", limits, project_usage[pk], max_priority)]
+        quota = quotas[pk]
+        scopes[pk] = [QuotaScope("project", quota.project, project_usage[pk], quota.max_priority)]
         if project.tenant_id in capped_tenants:
             scopes[pk].append(QuotaScope("tenant", capped_tenants[project.tenant_id], tenant_usage[project.tenant_id]))
     return scopes
 
 
-def _quota_of(owner: Project | Tenant) -> ProjectQuota | TenantQuota | None:
-    return getattr(owner, "quota", None)  # a missing one-to-one row raises DoesNotExist, an AttributeError
+@dataclass(frozen=True)
+class _Quotas:
+    project: dict  # its limits; every one None without a quota row
+    max_priority: str
+    tenant: dict | None  # the tenant's limits, None without a tenant quota
+
+
+def _quotas_of(project_ids: list[int]) -> dict[int, _Quotas]:
+    """Each project's limits and priority entitlement with its tenant's limits: one plain statement (the ORM's join
+    of the two one-to-one rows cost a millisecond to build on every order)."""
+    limits = ", ".join(f"q.{dimension}" for dimension in D.values)
+    sql = (
+        f"SELECT p.id, q.id, q.max_priority, {limits}, t.id, {limits.replace('q.', 't.')} "
+        f"FROM {Project._meta.db_table} p "
+        f"LEFT JOIN {ProjectQuota._meta.db_table} q ON q.project_id = p.id "
+        f"LEFT JOIN {TenantQuota._meta.db_table} t ON t.tenant_id = p.tenant_id "
+        f"WHERE p.id IN ({', '.join(['%s'] * len(project_ids))})"
+    )
+    with connection.cursor() as cursor:
+        cursor.execute(sql, project_ids)
+        rows = cursor.fetchall()
+    width = len(D.values)
+    return {
+        row[0]: _Quotas(
+            project=_limits(row[3 : 3 + width]),
+            max_priority=row[2] or PriorityClass.STANDARD,  # no quota row: the field's default
+            tenant=None if row[3 + width] is None else _limits(row[4 + width :]),
+        )
+        for row in rows
+    }
+
+
+def _limits(values) -> dict[str, Decimal | int | None]:
+    """A quota row's limits by dimension, decimals as decimals (SQLite, the demo's database, gives floats)."""
+    return {
+        dimension: value if value is None or dimension not in _DECIMAL_LIMITS else _limit_decimal(value)
+        for dimension, value in zip(D.values, values, strict=True)
+    }
+
+
+_DECIMAL_LIMITS = {D.GPUS, D.MONTHLY_CARD_HOURS}
+
+
+def _limit_decimal(value) -> Decimal:
+    return value if isinstance(value, Decimal) else Decimal(str(value)).quantize(LIMIT_PRECISION)
 
 
 def quota_impact(project: Project, demand: Demand, scopes: list[QuotaScope] | None = None) -> list[DimensionImpact]:
