@@ -1,5 +1,6 @@
 """API conventions shared by every app: pagination and the one error shape {code, message, details}."""
 
+import copy
 import logging
 
 import django_filters
@@ -17,6 +18,23 @@ from config.errors import BadRequest, DomainError, PayloadTooLarge
 from config.limits import BIGINT_MAX
 
 logger = logging.getLogger(__name__)
+
+
+class ModelSerializer(serializers.ModelSerializer):
+    """DRF's ModelSerializer with its fields built from the model once per class, not on every instance: mapping
+    each model field to a serializer field (kinds, keyword arguments, validators) was most of the CPU of a
+    request's detail, which nests half a dozen of them. Each instance still gets fresh copies of the fields, as DRF
+    gives it fresh copies of its declared ones; a subclass whose fields depend on the instance or its context must
+    not use this class."""
+
+    def get_fields(self):
+        built = _fields_built.get(type(self))
+        if built is None:
+            built = _fields_built[type(self)] = super().get_fields()
+        return copy.deepcopy(built)
+
+
+_fields_built: dict[type, dict] = {}
 
 
 class StandardPagination(PageNumberPagination):

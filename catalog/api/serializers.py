@@ -13,7 +13,7 @@ from catalog.models import (
     ServingTemplate,
     SliceProfile,
 )
-from config.api import MethodResultField
+from config.api import MethodResultField, ModelSerializer
 
 
 class PricedMixin(serializers.Serializer):
@@ -23,7 +23,7 @@ class PricedMixin(serializers.Serializer):
         return settings.CATALOG_CURRENCY
 
 
-class AcceleratorModelSerializer(serializers.ModelSerializer):
+class AcceleratorModelSerializer(ModelSerializer):
     vendor = serializers.SlugRelatedField(slug_field="slug", read_only=True)
     vendor_name = serializers.CharField(source="vendor.name", read_only=True)
 
@@ -32,7 +32,7 @@ class AcceleratorModelSerializer(serializers.ModelSerializer):
         fields = ["id", "slug", "name", "vendor", "vendor_name", "kind", "memory_gb", "interconnect"]
 
 
-class SliceProfileSerializer(serializers.ModelSerializer):
+class SliceProfileSerializer(ModelSerializer):
     accelerator = serializers.SlugRelatedField(slug_field="slug", read_only=True)
 
     class Meta:
@@ -40,7 +40,7 @@ class SliceProfileSerializer(serializers.ModelSerializer):
         fields = ["name", "kind", "accelerator", "compute_fraction", "memory_gb", "max_per_device"]
 
 
-class ResourceSpecSerializer(PricedMixin, serializers.ModelSerializer):
+class ResourceSpecSerializer(PricedMixin, ModelSerializer):
     accelerator_models = AcceleratorModelSerializer(many=True, read_only=True)
     slice_profile = SliceProfileSerializer(read_only=True)
     gpu_equivalents = serializers.DecimalField(max_digits=8, decimal_places=4, read_only=True)
@@ -76,7 +76,7 @@ class ResourceSpecSerializer(PricedMixin, serializers.ModelSerializer):
         ]
 
 
-class ImageSerializer(serializers.ModelSerializer):
+class ImageSerializer(ModelSerializer):
     compatible_vendors = serializers.SlugRelatedField(slug_field="slug", many=True, read_only=True)
 
     class Meta:
@@ -97,13 +97,13 @@ class ImageSerializer(serializers.ModelSerializer):
         ]
 
 
-class ImageSummarySerializer(serializers.ModelSerializer):
+class ImageSummarySerializer(ModelSerializer):
     class Meta:
         model = Image
         fields = ["id", "name", "version", "os"]
 
 
-class BareMetalProfileSerializer(PricedMixin, serializers.ModelSerializer):
+class BareMetalProfileSerializer(PricedMixin, ModelSerializer):
     accelerator_model = AcceleratorModelSerializer(read_only=True)
     os_image = ImageSummarySerializer(read_only=True)
 
@@ -132,7 +132,7 @@ class BareMetalProfileSerializer(PricedMixin, serializers.ModelSerializer):
         ]
 
 
-class ServingTemplateSerializer(serializers.ModelSerializer):
+class ServingTemplateSerializer(ModelSerializer):
     spec = serializers.SlugRelatedField(slug_field="slug", read_only=True)
 
     class Meta:
@@ -140,7 +140,7 @@ class ServingTemplateSerializer(serializers.ModelSerializer):
         fields = ["id", "name", "runtime", "replicas", "context_length", "max_tokens", "spec"]
 
 
-class ServingModelSerializer(serializers.ModelSerializer):
+class ServingModelSerializer(ModelSerializer):
     templates = ServingTemplateSerializer(many=True, read_only=True)
 
     class Meta:
@@ -160,7 +160,7 @@ class ServingModelSerializer(serializers.ModelSerializer):
         ]
 
 
-class SpecSummarySerializer(serializers.ModelSerializer):
+class SpecSummarySerializer(ModelSerializer):
     gpu_equivalents = serializers.DecimalField(max_digits=8, decimal_places=4, read_only=True)
     hourly_cost = serializers.DecimalField(max_digits=12, decimal_places=2, read_only=True)
 
@@ -184,7 +184,7 @@ class OfferingDurationSerializer(serializers.Serializer):
     default_duration_hours = serializers.IntegerField(help_text="The service's default, capped by that maximum.")
 
 
-class ServiceSummarySerializer(serializers.ModelSerializer):
+class ServiceSummarySerializer(ModelSerializer):
     """A list row: what the service offers, by name; the detail endpoint carries every field."""
 
     specs = SpecSummarySerializer(many=True, read_only=True)

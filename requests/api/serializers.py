@@ -12,7 +12,7 @@ from rest_framework import serializers
 from catalog.api.serializers import ImageSummarySerializer, NamedSummarySerializer, PricedMixin
 from catalog.models import BareMetalProfile, Image, ResourceSpec, Service, ServingModel, ServingTemplate
 from catalog.orderable import OrderableCatalog, orderable_catalog
-from config.api import ChoiceLabelField, IdField
+from config.api import ChoiceLabelField, IdField, ModelSerializer
 from requests import hooks, selectors
 from requests.choices import ChangeState, IfUnplaceable, OverQuota, PriorityClass, RequestState
 from requests.models import (
@@ -264,13 +264,13 @@ class RequestPreviewSerializer(serializers.Serializer):
 # --- Requests ----------------------------------------------------------------------------------------------
 
 
-class ProjectRefSerializer(serializers.ModelSerializer):
+class ProjectRefSerializer(ModelSerializer):
     class Meta:
         model = Project
         fields = ["id", "slug", "name"]
 
 
-class ServiceRefSerializer(serializers.ModelSerializer):
+class ServiceRefSerializer(ModelSerializer):
     class Meta:
         model = Service
         fields = ["id", "slug", "name", "kind"]
@@ -291,7 +291,7 @@ class QueueStatusSerializer(serializers.Serializer):
     updated_at = serializers.DateTimeField(source="queue_updated_at", allow_null=True)
 
 
-class RequestSummarySerializer(PricedMixin, serializers.ModelSerializer):
+class RequestSummarySerializer(PricedMixin, ModelSerializer):
     """A list row: only what the list query already loaded."""
 
     queue = serializers.SerializerMethodField(help_text="Position and reason while queued, else null.")
@@ -339,7 +339,7 @@ class RequestSummarySerializer(PricedMixin, serializers.ModelSerializer):
         return QueueStatusSerializer()
 
 
-class AssignmentSerializer(serializers.ModelSerializer):
+class AssignmentSerializer(ModelSerializer):
     approver = serializers.SlugRelatedField(slug_field="username", read_only=True)
 
     class Meta:
@@ -347,7 +347,7 @@ class AssignmentSerializer(serializers.ModelSerializer):
         fields = ["approver", "decision", "comment", "decided_at"]
 
 
-class StageSerializer(serializers.ModelSerializer):
+class StageSerializer(ModelSerializer):
     assignments = AssignmentSerializer(many=True, read_only=True)
 
     class Meta:
@@ -355,7 +355,7 @@ class StageSerializer(serializers.ModelSerializer):
         fields = ["order", "name", "mode", "state", "note", "decided_at", "assignments"]
 
 
-class ApprovalSerializer(serializers.ModelSerializer):
+class ApprovalSerializer(ModelSerializer):
     stages = StageSerializer(many=True, read_only=True)
 
     class Meta:
@@ -363,7 +363,7 @@ class ApprovalSerializer(serializers.ModelSerializer):
         fields = ["route_name", "summary", "state", "created_at", "decided_at", "stages"]
 
 
-class EventSerializer(serializers.ModelSerializer):
+class EventSerializer(ModelSerializer):
     at = serializers.DateTimeField(source="created_at", read_only=True)
     actor = serializers.SlugRelatedField(slug_field="username", read_only=True, allow_null=True)
 
@@ -506,13 +506,13 @@ class RequestDetailSerializer(RequestSummarySerializer):
 # --- Approval tasks ----------------------------------------------------------------------------------------
 
 
-class TaskStageSerializer(serializers.ModelSerializer):
+class TaskStageSerializer(ModelSerializer):
     class Meta:
         model = ApprovalStage
         fields = ["order", "name", "mode", "state"]
 
 
-class RequestToApproveSerializer(PricedMixin, serializers.ModelSerializer):
+class RequestToApproveSerializer(PricedMixin, ModelSerializer):
     """What an approver weighs: the order, its cost, and where the project's quota would stand."""
 
     service = ServiceRefSerializer(read_only=True)
@@ -551,7 +551,7 @@ class RequestToApproveSerializer(PricedMixin, serializers.ModelSerializer):
         return QuotaImpactSerializer()
 
 
-class QuotaChangeSerializer(serializers.ModelSerializer):
+class QuotaChangeSerializer(ModelSerializer):
     project = ProjectRefSerializer(read_only=True)
     requested_by = serializers.SlugRelatedField(slug_field="username", read_only=True)
     state_label = ChoiceLabelField(ChangeState.choices, source="state", read_only=True)
@@ -589,7 +589,7 @@ class ApprovalTaskListSerializer(serializers.ListSerializer):
         return super().to_representation(tasks)
 
 
-class ApprovalTaskSerializer(serializers.ModelSerializer):
+class ApprovalTaskSerializer(ModelSerializer):
     """One decision asked of the caller, with the approval it belongs to and what is being approved."""
 
     stage = TaskStageSerializer(read_only=True)

@@ -2,6 +2,7 @@
 
 from rest_framework import serializers
 
+from config.api import ModelSerializer
 from scheduling.models import Device, MigInstance, Node
 from scheduling.placement import MILLI
 
@@ -13,7 +14,7 @@ class MigCapacitySerializer(serializers.Serializer):
     free = serializers.IntegerField()
 
 
-class MigInstanceSerializer(serializers.ModelSerializer):
+class MigInstanceSerializer(ModelSerializer):
     profile = serializers.CharField(source="profile.name", read_only=True)
     profile_id = serializers.IntegerField(source="profile.profile_id", read_only=True)
 
@@ -40,7 +41,7 @@ class CapacitySerializer(serializers.Serializer):
     mig_instances = MigCapacitySerializer(many=True, help_text="GPU instances per profile (MIG-mode cards).")
 
 
-class NodeSerializer(serializers.ModelSerializer):
+class NodeSerializer(ModelSerializer):
     site = serializers.CharField(source="rack.site.name", default="", read_only=True)
     rack = serializers.CharField(source="rack.name", default="", read_only=True)
     cpu_cores = serializers.SerializerMethodField()
@@ -86,7 +87,7 @@ class NodeSerializer(serializers.ModelSerializer):
         return (node.free_milli if node.schedulable else 0) / MILLI
 
 
-class DeviceSerializer(serializers.ModelSerializer):
+class DeviceSerializer(ModelSerializer):
     node = serializers.CharField(source="node.name", read_only=True)
     model = serializers.CharField(source="model.slug", read_only=True)
     model_name = serializers.CharField(source="model.name", read_only=True)

@@ -4,13 +4,14 @@ from django.core.exceptions import ObjectDoesNotExist
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
+from config.api import ModelSerializer
 from config.hooks import ask
 from tenancy import hooks
 from tenancy.choices import priorities_up_to
 from tenancy.models import Project, QuotaLimits, Tenant
 
 
-class TenantSummarySerializer(serializers.ModelSerializer):
+class TenantSummarySerializer(ModelSerializer):
     class Meta:
         model = Tenant
         fields = ["id", "slug", "name"]
@@ -39,7 +40,7 @@ class ProjectListSerializer(serializers.ListSerializer):
         return super().to_representation(projects)
 
 
-class ProjectSerializer(serializers.ModelSerializer):
+class ProjectSerializer(ModelSerializer):
     tenant = TenantSummarySerializer(read_only=True)
     lead = serializers.SlugRelatedField(slug_field="username", read_only=True)
     my_role = serializers.SerializerMethodField()
