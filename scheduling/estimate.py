@@ -16,7 +16,7 @@ from django.utils import timezone
 from catalog.models import SliceProfile
 from requests.choices import PRIORITY_RANK, RequestState
 from requests.models import ResourceRequest
-from scheduling import mig_cycle, placement
+from scheduling import cluster_state, mig_cycle, placement
 from scheduling.cycle import demand_of, load_inventory, load_snapshot, make_demand, queue_order
 from scheduling.models import Device, Node
 from scheduling.outcome import last_outcome
@@ -250,16 +250,19 @@ def orders_never_fit(orders) -> list[dict | None]:
 
 
 # What "could it ever fit" depends on: the nodes, their devices and the slice profiles (whose shares the devices
-# offer). Any insert or delete of a node or device moves its count or highest id (ids are never reused, even after
-# a rollback), and an edit its latest updated_at (save() and the inventory import's bulk update both set it).
+# offer), as the engine reads them (cluster_state). On PostgreSQL the cluster change log's triggers note every such
+# change (rows of kind "node" or "all"; its ids are never reused, even after a rollback): the newest of them is the
+# version, one index read. On the SQLite demo, which has no change log: the counts and highest ids of nodes and
+# devices (an insert or delete moves them), their latest updated_at (save() and the inventory import's bulk update
+# both set it), and the slice profiles.
 def _inventory_version_sql() -> str:
-    """One query for the version, on PostgreSQL and on the SQLite demo (which knows group_concat, not string_agg)."""
+    if connection.vendor == "postgresql":
+        return f"SELECT max(id) FROM {cluster_state.LOG} WHERE kind <> 'allocation'"
     nodes, devices, profiles = Node._meta.db_table, Device._meta.db_table, SliceProfile._meta.db_table
-    joined = "string_agg(sig, ';' ORDER BY id)" if connection.vendor == "postgresql" else "group_concat(sig, ';')"
     return f"""
 SELECT (SELECT count(*) FROM {nodes}), (SELECT max(id) FROM {nodes}), (SELECT max(updated_at) FROM {nodes}),
        (SELECT count(*) FROM {devices}), (SELECT max(id) FROM {devices}), (SELECT max(updated_at) FROM {devices}),
-       (SELECT {joined} FROM (
+       (SELECT group_concat(sig, ';') FROM (
           SELECT id, id || ',' || accelerator_id || ',' || name || ',' || compute_fraction AS sig
             FROM {profiles} ORDER BY id) AS signatures)
 """
