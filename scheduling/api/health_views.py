@@ -3,12 +3,12 @@ of staff holding scheduling.ingest_health: any node)."""
 
 from drf_spectacular.utils import OpenApiExample, OpenApiResponse, extend_schema
 from rest_framework import exceptions
-from rest_framework.authentication import TokenAuthentication
 from rest_framework.parsers import BaseParser
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from config.api import ErrorSerializer
+from config.authentication import TokenAuthentication
 from config.parsers import JSONParser, nul_character_error
 from scheduling.api import health_serializers as serializers
 from scheduling.api.agent_auth import AgentTokenAuthentication, CanReportForNodes, sender_actor, sender_scope

@@ -4,11 +4,11 @@ and `nvidia-smi -L` show them. Agents speak only for their token's nodes; operat
 from django.db import transaction
 from drf_spectacular.utils import OpenApiResponse, extend_schema
 from rest_framework import serializers
-from rest_framework.authentication import TokenAuthentication
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from config.api import ErrorSerializer
+from config.authentication import TokenAuthentication
 from config.errors import DomainError
 from scheduling import mig_services
 from scheduling.api.agent_auth import AgentTokenAuthentication, CanReportForNodes, sender_actor, sender_scope

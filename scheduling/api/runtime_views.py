@@ -2,11 +2,11 @@
 
 from drf_spectacular.utils import OpenApiResponse, extend_schema
 from rest_framework import serializers
-from rest_framework.authentication import TokenAuthentication
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from config.api import ErrorSerializer
+from config.authentication import TokenAuthentication
 from scheduling import reclaim
 from scheduling.agents import NOT_YOUR_NODE
 from scheduling.api.agent_auth import AgentTokenAuthentication, CanReportForNodes, sender_scope
