@@ -222,9 +222,8 @@ def request_submit(
     """Admit an order under the project's (and tenant's) quota lock, then route it for approval. An order no node
     could ever hold is refused or submitted with a warning on its timeline, as `if_unplaceable` says.
 
-    The request is inserted once it knows its state (then updated once more if approved automatically, as its
-    frozen snapshot names its id), its events in one INSERT after it; the request comes back with them as
-    `written`."""
+    The request is inserted once, in the state it reaches (approved automatically, it takes its id first: its
+    frozen snapshot names it), its events in one INSERT after it; it comes back with them as `written`."""
     _check_choice("over_quota", over_quota, OverQuota)
     _check_choice("if_unplaceable", if_unplaceable, IfUnplaceable)
     validate_order(order, requester)

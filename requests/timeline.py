@@ -35,8 +35,8 @@ class Timeline:
 
     def note(self, *, actor: User | None, code: str, message: str, data: dict | None = None,
              from_state: str | None = None, intervention: bool = False) -> None:  # fmt: skip
-        """An entry as of now; without from_state a note that leaves the state as it is. `intervention` marks a
-        manual operator action (the zero-touch KPI counts them)."""
+        """An entry, timed when written; without from_state a note that leaves the state as it is. `intervention`
+        marks a manual operator action (the zero-touch KPI counts them)."""
         self.events.append(
             RequestEvent(
                 actor=actor if actor is not None and actor.is_authenticated else None,
