@@ -84,9 +84,11 @@ class ResourceRequest(ConcurrentTransitionMixin, models.Model):
         ordering = ["-created_at", "-id"]
         indexes = [
             models.Index(fields=["project", "state"], name="request_project_state_idx"),
-            # The order preview reads the requests queued since the last cycle: a few, however long the queue.
+            # The order preview reads the requests queued since the last cycle: a few, however long the queue (and
+            # counts those of its priority classes from the index alone when a backlog builds up between cycles).
             models.Index(
                 fields=["created_at", "id"],
+                include=["priority"],
                 condition=Q(state=RequestState.QUEUED, queue_position__isnull=True),
                 name="request_queued_unseen_idx",
             ),
