@@ -4,7 +4,9 @@ Output serializers only read. Every decision (is the order valid, does it fit, w
 services; the input serializers only turn ids into objects and refuse malformed JSON.
 """
 
+from collections.abc import Mapping
 from functools import cached_property
+from types import SimpleNamespace
 
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
@@ -271,8 +273,100 @@ class QueueStatusSerializer(serializers.Serializer):
     updated_at = serializers.DateTimeField(source="queue_updated_at", allow_null=True)
 
 
+def _name_columns(relation: str) -> tuple[tuple[str, str], ...]:
+    """(attribute, column) of a related row's columns among the list's value rows, e.g. ("name", "spec__name")."""
+    prefix = f"{relation}__"
+    columns = [column for column in selectors.SUMMARY_COLUMNS if column.startswith(prefix)]
+    return tuple((column.removeprefix(prefix), column) for column in columns)
+
+
+class _SummaryRow:
+    """One request's list row from its value row (requests.selectors.SUMMARY_COLUMNS): the keys and values
+    RequestSummarySerializer renders, each formatted by that serializer's own field where formatting is more than
+    the value itself (decimals, dates, the state's label)."""
+
+    NAMED = {
+        relation: (f"{relation}_id", model, _name_columns(relation))
+        for relation, model in {
+            "spec": ResourceSpec,
+            "bare_metal_profile": BareMetalProfile,
+            "serving_model": ServingModel,
+        }.items()
+    }
+
+    def __init__(self, summary: "RequestSummarySerializer"):
+        fields = summary.fields
+        self.state_label = fields["state_label"].to_representation
+        self.gpu_equivalents = fields["gpu_equivalents"].to_representation
+        self.cost_estimate = fields["cost_estimate"].to_representation
+        self.created_at = fields["created_at"].to_representation
+        self.queue_updated_at = summary._queue_serializer.fields["updated_at"].to_representation
+        self.currency = summary.get_currency(None)
+
+    def __call__(self, values: dict) -> dict:
+        return {
+            "id": values["id"],
+            "state": values["state"],
+            "state_label": self.state_label(values["state"]),
+            "project": {"id": values["project_id"], "slug": values["project__slug"], "name": values["project__name"]},
+            "requester": values["requester__username"],
+            "service": {
+                "id": values["service_id"],
+                "slug": values["service__slug"],
+                "name": values["service__name"],
+                "kind": values["service__kind"],
+            },
+            "spec": self._named(values, "spec"),
+            "bare_metal_profile": self._named(values, "bare_metal_profile"),
+            "serving_model": self._named(values, "serving_model"),
+            "duration_hours": values["duration_hours"],
+            "priority": values["priority"],
+            "gpu_equivalents": self.gpu_equivalents(values["gpu_equivalents"]),
+            "accelerator_count": values["accelerator_count"],
+            "cost_estimate": self.cost_estimate(values["cost_estimate"]),
+            "currency": self.currency,
+            "quota_exception": values["quota_exception"],
+            "created_at": self.created_at(values["created_at"]),
+            "queue": self._queue(values) if values["state"] == RequestState.QUEUED else None,
+        }
+
+    def _named(self, values: dict, relation: str) -> dict | None:
+        """NamedSummarySerializer's {id, name}, the name by the model's own __str__ applied to the row's columns of
+        it (a model instance a row would cost what the value rows save)."""
+        pk_column, model, columns = self.NAMED[relation]
+        if values[pk_column] is None:
+            return None
+        name = model.__str__(SimpleNamespace(**{attribute: values[column] for attribute, column in columns}))
+        return {"id": values[pk_column], "name": name}
+
+    def _queue(self, values: dict) -> dict:
+        """QueueStatusSerializer's fields: a reason's missing key (or a reason that is not an object) reads null."""
+        reason = values["queue_reason"] if isinstance(values["queue_reason"], Mapping) else {}
+        code, message = reason.get("code"), reason.get("message")
+        return {
+            "position": values["queue_position"],
+            "code": None if code is None else str(code),
+            "message": None if message is None else str(message),
+            "numbers": reason.get("numbers"),
+            "updated_at": self.queue_updated_at(values["queue_updated_at"]),
+        }
+
+
+class RequestRowsSerializer(serializers.ListSerializer):
+    """A list page built straight from the selector's value rows rather than by DRF's walk over each row's ~30
+    fields and nested serializers (a source lookup, SkipField and None checks and a to_representation call each),
+    which was most of a page's CPU. tests/requests/test_list_rows.py holds each row to the child's own output."""
+
+    def to_representation(self, data):
+        row = _SummaryRow(self.child)
+        return [row(values) for values in data]
+
+
 class RequestSummarySerializer(PricedMixin, serializers.ModelSerializer):
     """A list row: only what the list query already loaded."""
+
+    # The docstring is the schema's description. One request (a model instance) renders through the fields below;
+    # a page (many=True) takes the selector's value rows instead (RequestRowsSerializer, Meta.list_serializer_class).
 
     queue = serializers.SerializerMethodField(help_text="Position and reason while queued, else null.")
 
@@ -306,6 +400,7 @@ class RequestSummarySerializer(PricedMixin, serializers.ModelSerializer):
             "created_at",
             "queue",
         ]
+        list_serializer_class = RequestRowsSerializer
 
     @extend_schema_field(QueueStatusSerializer(allow_null=True))
     def get_queue(self, resource_request) -> dict | None:
@@ -377,6 +472,7 @@ class RequestDetailSerializer(RequestSummarySerializer):
     usage = serializers.SerializerMethodField()
 
     class Meta(RequestSummarySerializer.Meta):
+        list_serializer_class = serializers.ListSerializer  # the rows serializer knows the summary's fields only
         fields = [
             *RequestSummarySerializer.Meta.fields,
             "tenant",

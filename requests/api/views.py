@@ -46,7 +46,14 @@ class QuotaChangeFilter(django_filters.FilterSet):
         fields = ["state", "project"]
 
 
-class RequestViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.GenericViewSet):
+class SummaryRowsMixin:
+    """A list of requests paginated as value rows, which RequestSummarySerializer's list form reads."""
+
+    def paginate_queryset(self, queryset):
+        return super().paginate_queryset(selectors.SummaryRows(queryset))
+
+
+class RequestViewSet(SummaryRowsMixin, mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.GenericViewSet):
     """Requests of the caller's projects and those the caller was asked to approve; order, preview, cancel."""
 
     filter_backends = [DjangoFilterBackend, OrderingFilter]
@@ -136,7 +143,7 @@ class RequestViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.
         return self._detail(self.get_object())
 
 
-class QueueViewSet(mixins.ListModelMixin, viewsets.GenericViewSet):
+class QueueViewSet(SummaryRowsMixin, mixins.ListModelMixin, viewsets.GenericViewSet):
     """Queued requests the caller may see, in queue order, each with its position and current reason."""
 
     serializer_class = serializers.RequestSummarySerializer
