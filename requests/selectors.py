@@ -1,9 +1,10 @@
 """Reads for requests and approvals; visibility rules live here and nowhere else."""
 
 from django.contrib.contenttypes.models import ContentType
-from django.db.models import F, Prefetch, Q, QuerySet
+from django.db.models import F, OuterRef, Prefetch, Q, QuerySet, Subquery
 from django.http import Http404
 
+from catalog.models import BareMetalProfile, ResourceSpec, ServingModel
 from requests.choices import ApprovalState, EventCode, RequestState, StageState
 from requests.models import (
     Approval,
@@ -63,10 +64,25 @@ SUMMARY_COLUMNS = (
     *("id", "state", "duration_hours", "priority", "gpu_equivalents", "accelerator_count", "cost_estimate"),
     *("quota_exception", "created_at", "queue_position", "queue_reason", "queue_updated_at"),
     *("project_id", "project__slug", "project__name", "requester__username"),
-    *("service_id", "service__slug", "service__name", "service__kind", "spec_id", "spec__name"),
-    *("bare_metal_profile_id", "bare_metal_profile__name"),
-    *("serving_model_id", "serving_model__name", "serving_model__version"),
+    *("service_id", "service__slug", "service__name", "service__kind"),
+    *("spec_id", "bare_metal_profile_id", "serving_model_id"),
 )
+# The nullable relations a row names, with the columns their names are made of, read as `<relation>_<column>`.
+NAMED_RELATIONS = {
+    "spec": (ResourceSpec, ("name",)),
+    "bare_metal_profile": (BareMetalProfile, ("name",)),
+    "serving_model": (ServingModel, ("name", "version")),
+}
+
+
+def _named_columns() -> dict[str, Subquery]:
+    """The named relations' columns as scalar subqueries: as three more LEFT JOINs beside the three inner ones,
+    PostgreSQL spent 3-7 ms planning each page (0.4 ms this way, for 0.3 ms more executing)."""
+    return {
+        f"{relation}_{column}": Subquery(model.objects.filter(pk=OuterRef(f"{relation}_id")).values(column)[:1])
+        for relation, (model, columns) in NAMED_RELATIONS.items()
+        for column in columns
+    }
 
 
 def request_rows_visible_to(*, user: User) -> QuerySet[ResourceRequest]:
@@ -77,8 +93,8 @@ def request_rows_visible_to(*, user: User) -> QuerySet[ResourceRequest]:
 
 class SummaryRows:
     """A filtered request list as Django's paginator takes it: counted as it is, its page read as value rows of
-    SUMMARY_COLUMNS. Counting the value rows themselves would join the six tables their columns come from (a
-    project's count went from 1 ms to 30 at 100,000 requests)."""
+    SUMMARY_COLUMNS and the named relations' columns. Counting the value rows themselves would join the tables
+    their columns come from (a project's count went from 1 ms to 30 at 100,000 requests)."""
 
     def __init__(self, queryset: QuerySet[ResourceRequest]):
         self.queryset = queryset
@@ -88,7 +104,7 @@ class SummaryRows:
         return self.queryset.count()
 
     def __getitem__(self, page: slice) -> QuerySet[dict]:
-        return self.queryset.values(*SUMMARY_COLUMNS)[page]
+        return self.queryset.values(*SUMMARY_COLUMNS, **_named_columns())[page]
 
 
 def queue_visible_to(*, user: User) -> QuerySet[ResourceRequest]:

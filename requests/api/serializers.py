@@ -273,26 +273,10 @@ class QueueStatusSerializer(serializers.Serializer):
     updated_at = serializers.DateTimeField(source="queue_updated_at", allow_null=True)
 
 
-def _name_columns(relation: str) -> tuple[tuple[str, str], ...]:
-    """(attribute, column) of a related row's columns among the list's value rows, e.g. ("name", "spec__name")."""
-    prefix = f"{relation}__"
-    columns = [column for column in selectors.SUMMARY_COLUMNS if column.startswith(prefix)]
-    return tuple((column.removeprefix(prefix), column) for column in columns)
-
-
 class _SummaryRow:
-    """One request's list row from its value row (requests.selectors.SUMMARY_COLUMNS): the keys and values
+    """One request's list row from its value row (requests.selectors.SummaryRows): the keys and values
     RequestSummarySerializer renders, each formatted by that serializer's own field where formatting is more than
     the value itself (decimals, dates, the state's label)."""
-
-    NAMED = {
-        relation: (f"{relation}_id", model, _name_columns(relation))
-        for relation, model in {
-            "spec": ResourceSpec,
-            "bare_metal_profile": BareMetalProfile,
-            "serving_model": ServingModel,
-        }.items()
-    }
 
     def __init__(self, summary: "RequestSummarySerializer"):
         fields = summary.fields
@@ -330,14 +314,16 @@ class _SummaryRow:
             "queue": self._queue(values) if values["state"] == RequestState.QUEUED else None,
         }
 
-    def _named(self, values: dict, relation: str) -> dict | None:
+    @staticmethod
+    def _named(values: dict, relation: str) -> dict | None:
         """NamedSummarySerializer's {id, name}, the name by the model's own __str__ applied to the row's columns of
         it (a model instance a row would cost what the value rows save)."""
-        pk_column, model, columns = self.NAMED[relation]
-        if values[pk_column] is None:
+        pk = values[f"{relation}_id"]
+        if pk is None:
             return None
-        name = model.__str__(SimpleNamespace(**{attribute: values[column] for attribute, column in columns}))
-        return {"id": values[pk_column], "name": name}
+        model, columns = selectors.NAMED_RELATIONS[relation]
+        row = SimpleNamespace(**{column: values[f"{relation}_{column}"] for column in columns})
+        return {"id": pk, "name": model.__str__(row)}
 
     def _queue(self, values: dict) -> dict:
         """QueueStatusSerializer's fields: a reason's missing key (or a reason that is not an object) reads null."""
