@@ -21,9 +21,14 @@ from tenancy.selectors import grants_of, projects_with_permission
 
 
 def _assigned_subject_ids(user: User, model) -> QuerySet:
-    return ApprovalAssignment.objects.filter(
-        approver=user, stage__approval__subject_type=ContentType.objects.get_for_model(model)
-    ).values("stage__approval__subject_id")
+    # A set of ids, so unordered: the assignments' default order joins the users table to sort by approver name.
+    return (
+        ApprovalAssignment.objects.filter(
+            approver=user, stage__approval__subject_type=ContentType.objects.get_for_model(model)
+        )
+        .order_by()
+        .values("stage__approval__subject_id")
+    )
 
 
 def _visible(queryset: QuerySet, user: User) -> QuerySet:
