@@ -9,7 +9,7 @@ from rest_framework.filters import OrderingFilter
 from rest_framework.response import Response
 
 from catalog.choices import ServiceKind
-from config.api import ErrorSerializer, IdFilter
+from config.api import ErrorSerializer, FilterBackend, IdFilter
 from requests import approvals, extensions, quota_changes, selectors, services
 from requests.api import serializers
 from requests.choices import ChangeState, Decision, RequestState
@@ -56,7 +56,7 @@ class SummaryRowsMixin:
 class RequestViewSet(SummaryRowsMixin, mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.GenericViewSet):
     """Requests of the caller's projects and those the caller was asked to approve; order, preview, cancel."""
 
-    filter_backends = [DjangoFilterBackend, OrderingFilter]
+    filter_backends = [FilterBackend, OrderingFilter]
     filterset_class = RequestFilter
     ordering_fields = ["created_at", "cost_estimate", "id"]
     lookup_value_regex = r"\d+"
@@ -147,7 +147,7 @@ class QueueViewSet(SummaryRowsMixin, mixins.ListModelMixin, viewsets.GenericView
     """Queued requests the caller may see, in queue order, each with its position and current reason."""
 
     serializer_class = serializers.RequestSummarySerializer
-    filter_backends = [DjangoFilterBackend]
+    filter_backends = [FilterBackend]
     filterset_class = RequestFilter
 
     def get_queryset(self):
