@@ -1,5 +1,7 @@
 """Reads for requests and approvals; visibility rules live here and nowhere else."""
 
+from functools import cache
+
 from django.contrib.contenttypes.models import ContentType
 from django.db.models import F, OuterRef, Prefetch, Q, QuerySet, Subquery
 from django.http import Http404
@@ -83,9 +85,11 @@ NAMED_RELATIONS = {
 }
 
 
+@cache
 def _named_columns() -> dict[str, Subquery]:
     """The named relations' columns as scalar subqueries: as three more LEFT JOINs beside the three inner ones,
-    PostgreSQL spent 3-7 ms planning each page (0.4 ms this way, for 0.3 ms more executing). Unordered: one row."""
+    PostgreSQL spent 3-7 ms planning each page (0.4 ms this way, for 0.3 ms more executing). Unordered: one row.
+    Built once (0.3 ms): they are templates, each query resolves its own copy."""
     return {
         f"{relation}_{column}": Subquery(
             model.objects.filter(pk=OuterRef(f"{relation}_id")).order_by().values(column)[:1]

@@ -94,3 +94,12 @@ def test_queue_rows_are_what_the_summary_serializer_says_of_each_request(api_as,
     assert [row["id"] for row in page["results"]] == [request.pk for request in in_queue_order]
     fresh = ResourceRequest.objects.in_bulk([request.pk for request in in_queue_order])
     assert rendered(page["results"]) == each_through_drf(fresh[request.pk] for request in in_queue_order)
+
+
+def test_list_rows_read_the_currency_at_each_call(api_as, team, varied, settings):
+    client = api_as(team.operator)
+    client.get("/api/v1/requests/")  # the rows' formatting fields are built once per process
+
+    settings.CATALOG_CURRENCY = "EUR"
+
+    assert {row["currency"] for row in client.get("/api/v1/requests/").json()["results"]} == {"EUR"}
