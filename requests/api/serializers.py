@@ -688,9 +688,11 @@ class ApprovalTaskListSerializer(serializers.ListSerializer):
 
     def to_representation(self, data):
         tasks = selectors.with_subjects(list(data))
+        if not tasks:
+            return []  # an empty inbox: no rows to build, no formatting fields to build for them (~0.5 ms)
         projects = [subject.project for subject in map(_subject, tasks) if isinstance(subject, ResourceRequest)]
-        # No request on the page (an empty inbox, or quota changes only), no quota to read: the grouped sums for no
-        # project cost ~3 ms to build even though PostgreSQL is never asked.
+        # No request on the page (quota changes only), no quota to read: the grouped sums for no project cost ~3 ms
+        # to build even though PostgreSQL is never asked.
         self.context["quota_scopes"] = quota_scopes_by_project(projects) if projects else {}
         row = _TaskRow(self.child)
         return [row(task) for task in tasks]
