@@ -34,12 +34,12 @@ class Grants:
 
 
 @cache
-def _grants_sql(permissions: int) -> str:
-    """The user's global permissions among `permissions` ones named "app_label.codename", directly or through a
-    group, then the projects with a given object permission of the user's or of a group's."""
+def _grants_sql(asked: int) -> str:
+    """The user's global permissions among `asked` ones named "app_label.codename", directly or through a group,
+    then the projects with a given object permission of the user's or of a group's."""
     user_permissions, user_groups = User.user_permissions.through._meta.db_table, User.groups.through._meta.db_table
     permission, content_type = Permission._meta.db_table, ContentType._meta.db_table
-    names = ", ".join(f"%(permission{n})s" for n in range(permissions))
+    names = ", ".join(f"%(permission{n})s" for n in range(asked))
     return f"""
         SELECT 'global', ct.app_label || '.' || p.codename
         FROM {permission} p JOIN {content_type} ct ON ct.id = p.content_type_id
