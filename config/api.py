@@ -9,6 +9,7 @@ from django.conf import settings
 from django.core.exceptions import PermissionDenied, RequestDataTooBig, SuspiciousOperation
 from django.core.exceptions import ValidationError as DjangoValidationError
 from django.http import Http404
+from django_filters.rest_framework import DjangoFilterBackend
 from rest_framework import exceptions, serializers, status
 from rest_framework.pagination import PageNumberPagination
 from rest_framework.response import Response
@@ -76,6 +77,19 @@ class ChoiceLabelField(serializers.CharField):
 
     def to_representation(self, value):
         return self.labels.get(value, str(value))
+
+
+class FilterBackend(DjangoFilterBackend):
+    """django-filter's backend, but no FilterSet is built (deep-copied filters, a form, its validation: ~0.4 ms a
+    call) for a query string that names none of its filters, nor suffixes one as range filters do: that FilterSet
+    would keep every row."""
+
+    def filter_queryset(self, request, queryset, view):
+        filterset_class = self.get_filterset_class(view, queryset)
+        names = filterset_class.base_filters if filterset_class is not None else ()
+        if not any(parameter.startswith(name) for parameter in request.query_params for name in names):
+            return queryset
+        return super().filter_queryset(request, queryset, view)
 
 
 class IdFilter(django_filters.NumberFilter):

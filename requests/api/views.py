@@ -9,7 +9,7 @@ from rest_framework.filters import OrderingFilter
 from rest_framework.response import Response
 
 from catalog.choices import ServiceKind
-from config.api import ErrorSerializer, IdFilter
+from config.api import ErrorSerializer, FilterBackend, IdFilter
 from requests import approvals, extensions, quota_changes, selectors, services
 from requests.api import serializers
 from requests.choices import ChangeState, Decision, RequestState
@@ -46,10 +46,17 @@ class QuotaChangeFilter(django_filters.FilterSet):
         fields = ["state", "project"]
 
 
-class RequestViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.GenericViewSet):
+class SummaryRowsMixin:
+    """A list of requests paginated as value rows, which RequestSummarySerializer's list form reads."""
+
+    def paginate_queryset(self, queryset):
+        return super().paginate_queryset(selectors.SummaryRows(queryset))
+
+
+class RequestViewSet(SummaryRowsMixin, mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.GenericViewSet):
     """Requests of the caller's projects and those the caller was asked to approve; order, preview, cancel."""
 
-    filter_backends = [DjangoFilterBackend, OrderingFilter]
+    filter_backends = [FilterBackend, OrderingFilter]
     filterset_class = RequestFilter
     ordering_fields = ["created_at", "cost_estimate", "id"]
     lookup_value_regex = r"\d+"
@@ -136,11 +143,11 @@ class RequestViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.
         return self._detail(self.get_object())
 
 
-class QueueViewSet(mixins.ListModelMixin, viewsets.GenericViewSet):
+class QueueViewSet(SummaryRowsMixin, mixins.ListModelMixin, viewsets.GenericViewSet):
     """Queued requests the caller may see, in queue order, each with its position and current reason."""
 
     serializer_class = serializers.RequestSummarySerializer
-    filter_backends = [DjangoFilterBackend]
+    filter_backends = [FilterBackend]
     filterset_class = RequestFilter
 
     def get_queryset(self):
