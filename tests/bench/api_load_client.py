@@ -1,4 +1,5 @@
-"""The API load benchmark's simulated users, in their own process: `python -m tests.bench.api_load_client PLAN.json`.
+"""The API load benchmark's simulated users, in their own process: `python -m tests.bench.api_load_client PLAN.json
+PHASE` (mix or submit).
 
 Imports nothing from Django (it only speaks HTTP). The plan (written by tests/bench/bench_api_load.py) names the
 server, the users with their tokens and projects, and the catalog ids to order. Two phases, each bounded by time
@@ -152,14 +153,12 @@ async def _phase(plan, run, seconds: float, limit: int) -> dict:
         return _report(record, time.monotonic() - started)
 
 
-def main(path: str) -> int:
+def main(path: str, phase: str) -> int:
     plan = json.loads(Path(path).read_text())
-    report = {"mix": asyncio.run(_phase(plan, _mix, plan["duration_s"], plan["max_requests"]))}
-    if plan["submit_s"]:
-        report["submit"] = asyncio.run(_phase(plan, _submit, plan["submit_s"], plan["max_requests"]))
-    print(json.dumps(report))
+    run, seconds = {"mix": (_mix, plan["duration_s"]), "submit": (_submit, plan["submit_s"])}[phase]
+    print(json.dumps({phase: asyncio.run(_phase(plan, run, seconds, plan["max_requests"]))}))
     return 0
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1]))
+    sys.exit(main(sys.argv[1], sys.argv[2]))

@@ -91,14 +91,56 @@ def gunicorn(env: dict, workers: int):
             server.wait(timeout=30)
 
 
-def _cpu_seconds(master: int) -> float:
-    """User + system CPU of gunicorn's master and workers so far (from /proc)."""
-    pids = [master, *map(int, Path(f"/proc/{master}/task/{master}/children").read_text().split())]
+def _cpu_seconds(pids) -> float:
+    """User + system CPU of these processes so far (from /proc; one gone meanwhile counts nothing)."""
     ticks = 0
     for pid in pids:
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        try:
+            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        except FileNotFoundError:
+            continue
         ticks += int(fields[11]) + int(fields[12])
     return ticks / os.sysconf("SC_CLK_TCK")
+
+
+def _gunicorn_pids(master: int) -> list[int]:
+    return [master, *map(int, Path(f"/proc/{master}/task/{master}/children").read_text().split())]
+
+
+def _postgres_pids() -> list[int]:
+    """The PostgreSQL server's processes (its backends serve gunicorn's connections)."""
+    return [int(pid.name) for pid in Path("/proc").iterdir() if pid.name.isdigit() and _command(pid) == "postgres"]
+
+
+def _command(pid: Path) -> str:
+    try:
+        return (pid / "comm").read_text().strip()
+    except OSError:
+        return ""
+
+
+def _phase(plan_path: str, phase: str, master: int, *, limit: float) -> dict:
+    """One phase of the simulated users, with the CPU gunicorn and PostgreSQL spent on it per request served.
+    PostgreSQL's share is its whole server's, so anything else using it on the machine counts too."""
+    gunicorn_before, postgres_before = _cpu_seconds(_gunicorn_pids(master)), _cpu_seconds(_postgres_pids())
+    out = subprocess.run(
+        [sys.executable, "-m", "tests.bench.api_load_client", plan_path, phase],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=limit,
+    ).stdout
+    numbers = json.loads(out)[phase]
+    gunicorn_cpu = _cpu_seconds(_gunicorn_pids(master)) - gunicorn_before
+    postgres_cpu = _cpu_seconds(_postgres_pids()) - postgres_before
+    served = max(1, numbers["requests"])
+    numbers.update(
+        gunicorn_cpu_s=round(gunicorn_cpu, 1),
+        gunicorn_cpu_ms_per_request=round(gunicorn_cpu * 1000 / served, 1),
+        postgres_cpu_ms_per_request=round(postgres_cpu * 1000 / served, 1),
+    )
+    return {phase: numbers}
 
 
 def _people(seeded, users: int) -> list[dict]:
@@ -242,23 +284,16 @@ def measure(args) -> dict:
         with gunicorn(args.env, args.workers) as (base_url, master):
             plan["base_url"] = base_url
             Path(plan_file.name).write_text(json.dumps(plan))
-            cpu_before, report["load_at_start"] = _cpu_seconds(master), _load()
-            limit = args.duration + args.submit_duration + 300
-            out = subprocess.run(
-                [sys.executable, "-m", "tests.bench.api_load_client", plan_file.name],
-                cwd=ROOT,
-                capture_output=True,
-                text=True,
-                check=True,
-                timeout=limit,
-            ).stdout
-            report["gunicorn_cpu_s"] = round(_cpu_seconds(master) - cpu_before, 1)
+            report["load_at_start"] = _load()
+            for phase, seconds in (("mix", args.duration), ("submit", args.submit_duration)):
+                if seconds:
+                    report.update(_phase(plan_file.name, phase, master, limit=seconds + 300))
             report["load_at_end"] = _load()
     finally:
         os.unlink(plan_file.name)
         redis.from_url(REDIS_URL).flushdb()
-    report.update(json.loads(out))
     served = report["mix"]["requests"] + report.get("submit", {}).get("requests", 0)
+    report["gunicorn_cpu_s"] = sum(report[phase]["gunicorn_cpu_s"] for phase in ("mix", "submit") if phase in report)
     report["gunicorn_cpu_ms_per_request"] = round(report["gunicorn_cpu_s"] * 1000 / max(1, served), 1)
     report["requests_after"] = ResourceRequest.objects.count()
     report["tables"] = _table_sizes()
@@ -280,6 +315,8 @@ def rows(report: dict) -> list[dict]:
                     "p99 ms": numbers["p99_ms"],
                     "queries": report["queries"].get(endpoint, "-"),
                     "statuses": " ".join(f"{code}: {n}" for code, n in sorted(numbers["statuses"].items())),
+                    "phase CPU ms a request (gunicorn + PostgreSQL)": f"{report[phase]['gunicorn_cpu_ms_per_request']}"
+                    f" + {report[phase]['postgres_cpu_ms_per_request']}",
                     "load": f"{report['load_at_start']} - {report['load_at_end']}",
                 }
             )

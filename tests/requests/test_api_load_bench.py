@@ -37,6 +37,8 @@ def test_the_api_load_benchmark_runs_at_a_tiny_size():
     for numbers in [*endpoints.values(), *report["submit"]["endpoints"].values()]:
         assert numbers["count"] > 0 and set(numbers["statuses"]) <= {"200", "201"}, numbers
     assert report["submit"]["endpoints"]["submit (closed loop)"]["statuses"]["201"] > 0
+    for phase in ("mix", "submit"):
+        assert report[phase]["gunicorn_cpu_ms_per_request"] > 0 and report[phase]["postgres_cpu_ms_per_request"] > 0
     assert report["requests_after"] > report["requests_before"] == 300
     rows = {table["table"]: table["rows"] for table in report["tables"]}
     assert rows["scheduling_allocation"] > 0 and rows["scheduling_allocationdevice"] >= rows["scheduling_allocation"]
