@@ -6,7 +6,6 @@ services; the input serializers only turn ids into objects and refuse malformed 
 
 from collections.abc import Mapping
 from functools import cache, cached_property
-from types import SimpleNamespace
 
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
@@ -315,14 +314,14 @@ class _SummaryRow:
             "project": {"id": values["project_id"], "slug": values["project__slug"], "name": values["project__name"]},
             "requester": values["requester__username"],
             "service": {
-                "id": values["service_id"],
-                "slug": values["service__slug"],
-                "name": values["service__name"],
-                "kind": values["service__kind"],
+                "id": values["service"].pk,
+                "slug": values["service"].slug,
+                "name": values["service"].name,
+                "kind": values["service"].kind,
             },
-            "spec": self._named(values, "spec"),
-            "bare_metal_profile": self._named(values, "bare_metal_profile"),
-            "serving_model": self._named(values, "serving_model"),
+            "spec": _named_object(values["spec"]),
+            "bare_metal_profile": _named_object(values["bare_metal_profile"]),
+            "serving_model": _named_object(values["serving_model"]),
             "duration_hours": values["duration_hours"],
             "priority": values["priority"],
             "gpu_equivalents": self.gpu_equivalents(values["gpu_equivalents"]),
@@ -333,17 +332,6 @@ class _SummaryRow:
             "created_at": self.created_at(values["created_at"]),
             "queue": self._queue(values) if values["state"] == RequestState.QUEUED else None,
         }
-
-    @staticmethod
-    def _named(values: dict, relation: str) -> dict | None:
-        """NamedSummarySerializer's {id, name}, the name by the model's own __str__ applied to the row's columns of
-        it (a model instance a row would cost what the value rows save)."""
-        pk = values[f"{relation}_id"]
-        if pk is None:
-            return None
-        model, columns = selectors.NAMED_RELATIONS[relation]
-        row = SimpleNamespace(**{column: values[f"{relation}_{column}"] for column in columns})
-        return {"id": pk, "name": model.__str__(row)}
 
     def _queue(self, values: dict) -> dict:
         """QueueStatusSerializer's fields: a reason's missing key (or a reason that is not an object) reads null."""
