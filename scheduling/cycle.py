@@ -9,8 +9,10 @@ reads the sequence when it takes the lock and again after it has committed, and 
 what arrived after its queue read is placed at once instead of at the minute safety net.
 """
 
+import gc
 import logging
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from datetime import datetime
 
@@ -395,7 +397,8 @@ def run_cycle(*, policy: str = "default") -> CycleResult:
 
 def _timed_cycle(policy: str) -> CycleResult:
     started = time.perf_counter()
-    result = _cycle(policy)
+    with _collector_paused():
+        result = _cycle(policy)
     if result.ran:
         cycle_finished.send(
             sender=CycleResult,
@@ -404,6 +407,24 @@ def _timed_cycle(policy: str) -> CycleResult:
             waiting=len(result.waiting),
         )
     return result
+
+
+@contextmanager
+def _collector_paused():
+    """The cyclic garbage collector paused while a cycle runs, and one pass over what the cycle allocated after it.
+
+    A cycle allocates millions of small objects, many kept with the engine between cycles (shape heaps, score memos),
+    and each full pass of the collector walks all the kept ones again: at 10x the openb fleet it made about ten full
+    passes a cycle, 30-50 % of the cycle's CPU. Reference cycles a cycle leaves (rows, querysets) wait for its end."""
+    if not gc.isenabled():  # paused already by the caller: left to it
+        yield
+        return
+    gc.disable()
+    try:
+        yield
+    finally:
+        gc.enable()
+        gc.collect(0)
 
 
 def _cycle(policy: str) -> CycleResult:
