@@ -231,6 +231,8 @@ class PlacementEngine:
         self._rooms: dict = {}
         self._blocks: dict = {}  # (models, share) -> _BlockIndex, for topology pending reasons
         self._slices_by_model = _one_slice_table_per_model(self.nodes)
+        self._alike_cache: dict = {}  # since -> the nodes changed since then, grouped (`_alike`)
+        self._alike_at = (0, 0)  # the change list length and generation the groupings were made at
         self._build_aggregates()
         self.policy.attach(self.model_healthy)
 
@@ -253,6 +255,7 @@ class PlacementEngine:
         forked.rng.setstate(self.rng.getstate())
         forked._indexes, forked._frozen, forked._index_lock = {}, False, threading.Lock()
         forked._blocks = {}  # per-node counts that the fork's placements would change under the original
+        forked._alike_cache = {}  # the fork's own changes group differently
         forked._origin, forked._origin_generation = self, self.generation
         if workload is not None:
             forked.policy = make_policy(policy, workload_source(workload))
@@ -516,52 +519,16 @@ class PlacementEngine:
 
     def _refresh(self, index: _ShapeIndex, shape: _Shape):
         """Score the nodes changed since the index last looked (all of them the first time) into its heap."""
-        heap, version, rank, nodes, state, dsid = index.heap, self.version, self.rank, self.nodes, self.state, self.dsid
-        evaluate, score, gpu_options, push = self._evaluate, self._score, self._gpu_options, heapq.heappush
-        # Nodes whose states the policy cannot tell apart for this shape share one evaluation: with CPU classes,
-        # the free CPU before and after only matters up to the typical shapes' core counts (a full fleet has as many
-        # exact states as nodes, but few device tuples and classes).
-        cpu_class = self.policy.cpu_class
-        # Whether and how the shape's devices can be taken depends on the device tuple alone (and for a slice profile
-        # on the node's slice tables, the same on every node when each model has one): looked up by its id, so a
-        # node that cannot hold the shape costs one lookup, and nodes alike share one score.
-        takes = None if shape.profile and not self._slices_by_model else self._takes.setdefault(shape.devices_key, {})
-        shape_cpu, shape_mem = shape.cpu, shape.mem
-        if index.seen is None:
-            todo: Iterable[int] = range(len(nodes))
-            index.seen = 0
-        else:
-            todo = set(self.changed[index.seen :])
+        alike = self._alike(index.seen)
         index.seen = len(self.changed)
-        memo = index.memo
-        entries = []
-        for i in todo:
-            node = nodes[i]
-            if not node.schedulable:
-                continue
-            cpu, mem, devs = state[i]
-            if cpu < shape_cpu or mem < shape_mem:
-                continue
-            if takes is None:
-                memo_key = (dsid[i], cpu, mem, i)
-                result = memo.get(memo_key, _MISSING)
-                if result is _MISSING:
-                    result = memo[memo_key] = evaluate(state[i], shape, node)
-                if result is None:
-                    continue
-            else:
-                d = dsid[i]
-                options = takes.get(d)
-                if options is None:
-                    options = takes[d] = gpu_options(devs, shape, node)
-                if not options:
-                    continue
-                memo_key = (d, cpu_class(cpu), cpu_class(cpu - shape_cpu)) if cpu_class else (d, cpu, mem)
-                result = memo.get(memo_key)
-                if result is None:
-                    result = memo[memo_key] = score(state[i], shape, options)
-            entries.append((result[0], rank[i], i, version[i], result[1]))
-        if len(heap) + len(entries) > 2 * len(nodes) + 64:
+        # Whether and how the shape's devices can be taken depends on the device tuple alone (and for a slice profile
+        # on the node's slice tables, the same on every node when each model has one).
+        if shape.profile and not self._slices_by_model:
+            entries = self._entries_per_node(index, shape, alike)
+        else:
+            entries = self._entries_alike(index, shape, alike)
+        heap, version = index.heap, self.version
+        if len(heap) + len(entries) > 2 * len(self.nodes) + 64:
             # Stale entries (nodes changed since they were pushed) would otherwise pile up with every placement:
             # keep the live ones, so the heap stays as large as the fleet, not as the history of its changes.
             heap[:] = [entry for entry in heap if entry[3] == version[entry[2]]]
@@ -569,8 +536,74 @@ class PlacementEngine:
             heap.extend(entries)
             heapq.heapify(heap)
         else:
+            push = heapq.heappush
             for entry in entries:
                 push(heap, entry)
+
+    def _alike(self, since: int | None) -> dict[int, dict[tuple[int, int], list[int]]]:
+        """The schedulable nodes changed since position `since` of the change list (all of them when None), by device
+        tuple id and then by free CPU and memory: nodes alike in both take a shape the same way and score the same.
+        A full fleet is a few hundred device tuples and a few thousand such states. A frozen engine (a cycle's start
+        state, whose shapes are refreshed from the same few points of its change list) keeps its groupings."""
+        now = (len(self.changed), self.generation)
+        if self._alike_at != now:
+            self._alike_cache, self._alike_at = {}, now
+        groups = self._alike_cache.get(since)
+        if groups is not None:
+            return groups
+        nodes, state, dsid = self.nodes, self.state, self.dsid
+        groups = {}
+        for i in range(len(nodes)) if since is None else set(self.changed[since:]):
+            if nodes[i].schedulable:
+                cpu, mem, _devs = state[i]
+                groups.setdefault(dsid[i], {}).setdefault((cpu, mem), []).append(i)
+        if self._frozen:
+            self._alike_cache[since] = groups
+        return groups
+
+    def _entries_alike(self, index: _ShapeIndex, shape: _Shape, alike) -> list[tuple]:
+        """Heap entries for the nodes in `alike` that can take the shape: one lookup per device tuple (its ways to
+        take the shape's devices are kept by id), one score per device tuple and CPU class (with CPU classes, the free
+        CPU before and after only matters up to the typical shapes' core counts)."""
+        takes = self._takes.setdefault(shape.devices_key, {})
+        rank, version, state, memo = self.rank, self.version, self.state, index.memo
+        cpu_class, shape_cpu, shape_mem = self.policy.cpu_class, shape.cpu, shape.mem
+        entries: list[tuple] = []
+        for d, states in alike.items():
+            options = takes.get(d)
+            if options is None:
+                some = next(iter(states.values()))[0]
+                options = takes[d] = self._gpu_options(state[some][2], shape, self.nodes[some])
+            if not options:
+                continue
+            for (cpu, mem), members in states.items():
+                if cpu < shape_cpu or mem < shape_mem:
+                    continue
+                memo_key = (d, cpu_class(cpu), cpu_class(cpu - shape_cpu)) if cpu_class else (d, cpu, mem)
+                result = memo.get(memo_key)
+                if result is None:
+                    result = memo[memo_key] = self._score(state[members[0]], shape, options)
+                key, picks = result
+                entries += [(key, rank[i], i, version[i], picks) for i in members]
+        return entries
+
+    def _entries_per_node(self, index: _ShapeIndex, shape: _Shape, alike) -> list[tuple]:
+        """Heap entries for a slice shape on a fleet whose slice tables differ between nodes of one model: each node
+        is evaluated with its own tables."""
+        rank, version, state, nodes, memo = self.rank, self.version, self.state, self.nodes, index.memo
+        entries = []
+        for d, states in alike.items():
+            for (cpu, mem), members in states.items():
+                if cpu < shape.cpu or mem < shape.mem:
+                    continue
+                for i in members:
+                    memo_key = (d, cpu, mem, i)
+                    result = memo.get(memo_key, _MISSING)
+                    if result is _MISSING:
+                        result = memo[memo_key] = self._evaluate(state[i], shape, nodes[i])
+                    if result is not None:
+                        entries.append((result[0], rank[i], i, version[i], result[1]))
+        return entries
 
     def _random_node(self, shape: _Shape, excluded: frozenset | set = frozenset()):
         pool = list(range(len(self.nodes)))

@@ -133,6 +133,18 @@ def test_the_change_list_stays_as_long_as_the_fleet_over_many_advances():
     assert engine.fork().place(shapes) == built.place(shapes)
 
 
+def test_a_frozen_engine_scores_each_shape_from_where_it_last_looked():
+    """The cycle's start state refreshes each shape from the point of the change list it last looked at (the nodes
+    changed since are grouped once per point): a shape seen last cycle sees what changed, a new one the whole fleet."""
+    one, two = Demand("one", count=1), Demand("two", count=2)
+    engine = PlacementEngine(Snapshot(fleet(4)), "fgd-plus", workload=[one, two])
+    engine.fork().place([one])  # `one` scored on the empty fleet
+    now = [Allocation("x", "n01", ((0, 1000), (1, 1000), (2, 1000)))]
+    engine.advance(now)
+    built = PlacementEngine(Snapshot(fleet(4), now), engine.policy)
+    assert engine.fork().place([one, two, two]) == built.place([one, two, two])
+
+
 def test_a_fork_of_an_engine_that_advanced_refuses_a_shape_it_had_not_copied():
     engine = PlacementEngine(Snapshot(fleet(2)), "fgd-plus", workload=[Demand("a", count=1)])
     old = engine.fork()
