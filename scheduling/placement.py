@@ -232,7 +232,7 @@ class PlacementEngine:
         self._blocks: dict = {}  # (models, share) -> _BlockIndex, for topology pending reasons
         self._slices_by_model = _one_slice_table_per_model(self.nodes)
         self._alike_cache: dict = {}  # since -> the nodes changed since then, grouped (`_alike`)
-        self._alike_at = (0, 0)  # the change list length and generation the groupings were made at
+        self._alike_at = (0, 0)  # the change list length and generation the groupings were made at (the state)
         self._build_aggregates()
         self.policy.attach(self.model_healthy)
 
@@ -543,8 +543,8 @@ class PlacementEngine:
     def _alike(self, since: int | None) -> dict[int, dict[tuple[int, int], list[int]]]:
         """The schedulable nodes changed since position `since` of the change list (all of them when None), by device
         tuple id and then by free CPU and memory: nodes alike in both take a shape the same way and score the same.
-        A full fleet is a few hundred device tuples and a few thousand such states. A frozen engine (a cycle's start
-        state, whose shapes are refreshed from the same few points of its change list) keeps its groupings."""
+        A full fleet is a few hundred device tuples and a few thousand such states. The groupings are kept while the
+        state does not move: a cycle's start state (frozen) and a compaction refresh most shapes from the same point."""
         now = (len(self.changed), self.generation)
         if self._alike_at != now:
             self._alike_cache, self._alike_at = {}, now
@@ -557,8 +557,7 @@ class PlacementEngine:
             if nodes[i].schedulable:
                 cpu, mem, _devs = state[i]
                 groups.setdefault(dsid[i], {}).setdefault((cpu, mem), []).append(i)
-        if self._frozen:
-            self._alike_cache[since] = groups
+        self._alike_cache[since] = groups
         return groups
 
     def _entries_alike(self, index: _ShapeIndex, shape: _Shape, alike) -> list[tuple]:
