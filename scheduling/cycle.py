@@ -217,6 +217,28 @@ class _Queued:
     created_at: datetime
 
 
+# What a cycle reads of a queued request: order keys, the approved snapshot and sizes, quota flags, queue status. The
+# rest of the row (prices, free-form parameters, justification, foreign keys) is never read by a cycle and was about
+# 40 % of loading the window's rows.
+WINDOW_FIELDS = (
+    "id",
+    "tenant_id",
+    "project_id",
+    "priority",
+    "state",
+    "duration_hours",
+    "cpu_cores",
+    "memory_gb",
+    "quota_exception",
+    "quota_reasons",
+    "approved_spec",
+    "approved_spec_hash",
+    "created_at",
+    "queue_position",
+    "queue_reason",
+)
+
+
 def _queue_window(window: int) -> list[ResourceRequest]:
     """The cycle's share of the queue, locked, in queue order: with a window, the first `window` requests in queue
     order (one narrow read of the whole queue's order keys, then the rows of the window only); without, all.
@@ -232,7 +254,7 @@ def _queue_window(window: int) -> list[ResourceRequest]:
             queued = queued.filter(pk__in=head)
     # Rows another transaction holds are waited for, not skipped: a skipped request would wait for the next
     # trigger (its holder, e.g. a cancellation, may well commit without sending one).
-    return queue_order(list(queued.select_for_update().order_by("pk")))
+    return queue_order(list(queued.select_for_update().order_by("pk").only(*WINDOW_FIELDS)))
 
 
 def _card_hours_this_month(project_ids: set[int]) -> dict[int, object]:
