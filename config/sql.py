@@ -10,14 +10,23 @@ BATCH = 5000
 def update_from_values(
     *, table: str, columns: Sequence[tuple[str, str]], rows: Sequence[Sequence], set_sql: str, set_params: Sequence = ()
 ) -> None:
-    """UPDATE `table` from a list of rows in one statement per batch: `WITH v(cols) AS (VALUES ...) UPDATE ...
-    FROM v WHERE table.id = v.id`. `columns` are (name, PostgreSQL type) with "id" first; `set_sql` refers to the
-    rows as `v.<name>` and may use %s placeholders filled from `set_params`."""
+    """UPDATE `table` from a list of rows: `UPDATE ... FROM v WHERE table.id = v.id`. `columns` are (name,
+    PostgreSQL type) with "id" first; `set_sql` refers to the rows as `v.<name>` and may use %s placeholders filled
+    from `set_params`. On PostgreSQL one statement with one array per column (`unnest`): a few parameters however
+    many rows, which psycopg and the server parse far faster than a VALUES list of rows x columns placeholders (5,000
+    queue positions: 0.59 -> 0.36 s); on SQLite a VALUES list per batch."""
     if not rows:
         return
-    postgres = connection.vendor == "postgresql"
-    row_sql = "(" + ", ".join(f"%s::{kind}" if postgres else "%s" for _, kind in columns) + ")"
     names = ", ".join(name for name, _ in columns)
+    if connection.vendor == "postgresql":
+        arrays = ", ".join(f"%s::{kind}[]" for _, kind in columns)
+        with connection.cursor() as cursor:
+            cursor.execute(
+                f"UPDATE {table} SET {set_sql} FROM unnest({arrays}) AS v({names}) WHERE {table}.id = v.id",
+                [*set_params, *(list(column) for column in zip(*rows, strict=True))],
+            )
+        return
+    row_sql = "(" + ", ".join(["%s"] * len(columns)) + ")"
     with connection.cursor() as cursor:
         for start in range(0, len(rows), BATCH):
             batch = rows[start : start + BATCH]

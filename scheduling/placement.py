@@ -164,12 +164,13 @@ class PreemptionPlan:
 class _Shape:
     """Resolved demand shape for the cached path: per-model share, compatible models."""
 
-    __slots__ = ("count", "cpu", "key", "mem", "models", "profile", "share")
+    __slots__ = ("count", "cpu", "devices_key", "key", "mem", "models", "profile", "share")
 
     def __init__(self, demand: Demand):
         self.cpu, self.mem, self.count = demand.cpu_milli, demand.memory_mib, demand.count
         self.share, self.models, self.profile = demand.share, demand.models, demand.slice_profile
         self.key = (self.cpu, self.mem, self.count, self.share, self.models, self.profile)
+        self.devices_key = (self.count, self.share, self.models, self.profile)  # what it needs of the devices
 
 
 class PlacementEngine:
@@ -214,16 +215,7 @@ class PlacementEngine:
                 refresh=False,
             )
             self.allocations.append(allocation)
-        if isinstance(policy, Policy):
-            self.policy = policy
-        else:
-            source = workload_source(workload or ())
-            if not source:  # no workload given: what is running now stands for recent demand
-                source = [
-                    (a.cpu_milli, a.memory_mib, len(a.devices), a.devices[0][1] if a.devices else 0, frozenset())
-                    for a in snapshot.allocations
-                ]
-            self.policy = make_policy(policy, source)
+        self.policy = policy if isinstance(policy, Policy) else self._learn(policy, workload)
         self.is_random = isinstance(self.policy, RandomPolicy)
         self.version = [0] * len(self.nodes)
         self.changed: list[int] = []
@@ -235,8 +227,12 @@ class PlacementEngine:
         self.dsid = [self._dsid(state[2]) for state in self.state]
         self._indexes: dict = {}
         self._gpu_memo: dict = {}
+        self._takes: dict = {}  # (count, share, models) -> {device tuple id: its ways to take them} (a pure cache)
         self._rooms: dict = {}
         self._blocks: dict = {}  # (models, share) -> _BlockIndex, for topology pending reasons
+        self._slices_by_model = _one_slice_table_per_model(self.nodes)
+        self._alike_cache: dict = {}  # since -> the nodes changed since then, grouped (`_alike`)
+        self._alike_at = (0, 0)  # the change list length and generation the groupings were made at (the state)
         self._build_aggregates()
         self.policy.attach(self.model_healthy)
 
@@ -259,6 +255,7 @@ class PlacementEngine:
         forked.rng.setstate(self.rng.getstate())
         forked._indexes, forked._frozen, forked._index_lock = {}, False, threading.Lock()
         forked._blocks = {}  # per-node counts that the fork's placements would change under the original
+        forked._alike_cache = {}  # the fork's own changes group differently
         forked._origin, forked._origin_generation = self, self.generation
         if workload is not None:
             forked.policy = make_policy(policy, workload_source(workload))
@@ -266,6 +263,27 @@ class PlacementEngine:
             forked.policy.attach(forked.model_healthy)
             forked._origin = None  # another policy scores nodes differently: no scores to copy
         return forked
+
+    def _learn(self, policy: str, workload: Iterable[Demand] | None) -> Policy:
+        source = workload_source(workload or ())
+        if not source:  # no workload given: what is running now stands for recent demand
+            source = [
+                (a.cpu_milli, a.memory_mib, len(a.devices), a.devices[0][1] if a.devices else 0, frozenset())
+                for a in self.allocations
+            ]
+        return make_policy(policy, source)
+
+    def relearn(self, workload: Iterable[Demand] | None, policy: str = "default") -> None:
+        """Score by a policy learnt afresh from `workload`, as an engine built over the same snapshot with that
+        workload would. The state stays, and so does all that does not depend on the policy (device tuple ids, each
+        shape's ways to take devices per device tuple, the inventory's rooms, the topology blocks): only the shape
+        indexes are scored again, when next used. Like `advance`, earlier forks must not be used from here."""
+        self._frozen = False
+        self.generation += 1
+        self.policy = self._learn(policy, workload)
+        self.is_random = isinstance(self.policy, RandomPolicy)
+        self.policy.attach(self.model_healthy)
+        self._indexes = {}
 
     def advance(self, allocations: Sequence[Allocation]) -> None:
         """Bring this engine to the same inventory and policy running `allocations` instead of what it holds: the
@@ -442,8 +460,11 @@ class PlacementEngine:
         if shape.cpu > cpu or shape.mem > mem:
             return None
         options = self._gpu_options(devs, shape, node)
-        if not options:
-            return None
+        return self._score(state, shape, options) if options else None
+
+    def _score(self, state, shape: _Shape, options):
+        """Best (key, picks) among the ways to take the shape's devices from this node state."""
+        cpu, mem, devs = state
         new_cpu, new_mem = cpu - shape.cpu, mem - shape.mem
         best = None
         key_fn = self.policy.key
@@ -498,38 +519,16 @@ class PlacementEngine:
 
     def _refresh(self, index: _ShapeIndex, shape: _Shape):
         """Score the nodes changed since the index last looked (all of them the first time) into its heap."""
-        heap, version, rank, nodes, state, dsid = index.heap, self.version, self.rank, self.nodes, self.state, self.dsid
-        evaluate, push = self._evaluate, heapq.heappush
-        # Nodes whose states the policy cannot tell apart for this shape share one evaluation: with CPU classes,
-        # the free CPU before and after only matters up to the typical shapes' core counts (a full fleet has as many
-        # exact states as nodes, but few device tuples and classes).
-        cpu_class = None if shape.profile else self.policy.cpu_class
-        shape_cpu, shape_mem = shape.cpu, shape.mem
-        if index.seen is None:
-            todo: Iterable[int] = range(len(nodes))
-            index.seen = 0
-        else:
-            todo = set(self.changed[index.seen :])
+        alike = self._alike(index.seen)
         index.seen = len(self.changed)
-        memo = index.memo
-        entries = []
-        for i in todo:
-            node = nodes[i]
-            if not node.schedulable:
-                continue
-            cpu, mem, _devs = state[i]
-            if cpu < shape_cpu or mem < shape_mem:
-                continue
-            if cpu_class is not None:
-                memo_key = (dsid[i], cpu_class(cpu), cpu_class(cpu - shape_cpu))
-            else:  # slice profiles are read off the node itself
-                memo_key = (dsid[i], cpu, mem, i) if shape.profile else (dsid[i], cpu, mem)
-            result = memo.get(memo_key, _MISSING)
-            if result is _MISSING:
-                result = memo[memo_key] = evaluate(state[i], shape, node)
-            if result is not None:
-                entries.append((result[0], rank[i], i, version[i], result[1]))
-        if len(heap) + len(entries) > 2 * len(nodes) + 64:
+        # Whether and how the shape's devices can be taken depends on the device tuple alone (and for a slice profile
+        # on the node's slice tables, the same on every node when each model has one).
+        if shape.profile and not self._slices_by_model:
+            entries = self._entries_per_node(index, shape, alike)
+        else:
+            entries = self._entries_alike(index, shape, alike)
+        heap, version = index.heap, self.version
+        if len(heap) + len(entries) > 2 * len(self.nodes) + 64:
             # Stale entries (nodes changed since they were pushed) would otherwise pile up with every placement:
             # keep the live ones, so the heap stays as large as the fleet, not as the history of its changes.
             heap[:] = [entry for entry in heap if entry[3] == version[entry[2]]]
@@ -537,8 +536,73 @@ class PlacementEngine:
             heap.extend(entries)
             heapq.heapify(heap)
         else:
+            push = heapq.heappush
             for entry in entries:
                 push(heap, entry)
+
+    def _alike(self, since: int | None) -> dict[int, dict[tuple[int, int], list[int]]]:
+        """The schedulable nodes changed since position `since` of the change list (all of them when None), by device
+        tuple id and then by free CPU and memory: nodes alike in both take a shape the same way and score the same.
+        A full fleet is a few hundred device tuples and a few thousand such states. The groupings are kept while the
+        state does not move: a cycle's start state (frozen) and a compaction refresh most shapes from the same point."""
+        now = (len(self.changed), self.generation)
+        if self._alike_at != now:
+            self._alike_cache, self._alike_at = {}, now
+        groups = self._alike_cache.get(since)
+        if groups is not None:
+            return groups
+        nodes, state, dsid = self.nodes, self.state, self.dsid
+        groups = {}
+        for i in range(len(nodes)) if since is None else set(self.changed[since:]):
+            if nodes[i].schedulable:
+                cpu, mem, _devs = state[i]
+                groups.setdefault(dsid[i], {}).setdefault((cpu, mem), []).append(i)
+        self._alike_cache[since] = groups
+        return groups
+
+    def _entries_alike(self, index: _ShapeIndex, shape: _Shape, alike) -> list[tuple]:
+        """Heap entries for the nodes in `alike` that can take the shape: one lookup per device tuple (its ways to
+        take the shape's devices are kept by id), one score per device tuple and CPU class (with CPU classes, the free
+        CPU before and after only matters up to the typical shapes' core counts)."""
+        takes = self._takes.setdefault(shape.devices_key, {})
+        rank, version, state, memo = self.rank, self.version, self.state, index.memo
+        cpu_class, shape_cpu, shape_mem = self.policy.cpu_class, shape.cpu, shape.mem
+        entries: list[tuple] = []
+        for d, states in alike.items():
+            options = takes.get(d)
+            if options is None:
+                some = next(iter(states.values()))[0]
+                options = takes[d] = self._gpu_options(state[some][2], shape, self.nodes[some])
+            if not options:
+                continue
+            for (cpu, mem), members in states.items():
+                if cpu < shape_cpu or mem < shape_mem:
+                    continue
+                memo_key = (d, cpu_class(cpu), cpu_class(cpu - shape_cpu)) if cpu_class else (d, cpu, mem)
+                result = memo.get(memo_key)
+                if result is None:
+                    result = memo[memo_key] = self._score(state[members[0]], shape, options)
+                key, picks = result
+                entries += [(key, rank[i], i, version[i], picks) for i in members]
+        return entries
+
+    def _entries_per_node(self, index: _ShapeIndex, shape: _Shape, alike) -> list[tuple]:
+        """Heap entries for a slice shape on a fleet whose slice tables differ between nodes of one model: each node
+        is evaluated with its own tables."""
+        rank, version, state, nodes, memo = self.rank, self.version, self.state, self.nodes, index.memo
+        entries = []
+        for d, states in alike.items():
+            for (cpu, mem), members in states.items():
+                if cpu < shape.cpu or mem < shape.mem:
+                    continue
+                for i in members:
+                    memo_key = (d, cpu, mem, i)
+                    result = memo.get(memo_key, _MISSING)
+                    if result is _MISSING:
+                        result = memo[memo_key] = self._evaluate(state[i], shape, nodes[i])
+                    if result is not None:
+                        entries.append((result[0], rank[i], i, version[i], result[1]))
+        return entries
 
     def _random_node(self, shape: _Shape, excluded: frozenset | set = frozenset()):
         pool = list(range(len(self.nodes)))
@@ -1078,6 +1142,18 @@ class _BlockIndex:
 
     def best(self) -> int:
         return max(self.by_block) if self.by_block else 0
+
+
+def _one_slice_table_per_model(nodes: Sequence[Node]) -> bool:
+    """Whether every device of a model has the same slice-profile table (an inventory's tables are per model), so
+    that what a slice takes of a device follows from its model alone, whatever node it is on."""
+    tables: dict[str, Mapping[str, int]] = {}
+    for node in nodes:
+        for device in node.devices:
+            table = tables.setdefault(device.model, device.slice_profiles)
+            if table is not device.slice_profiles and table != device.slice_profiles:
+                return False
+    return True
 
 
 def workload_source(demands: Iterable[Demand]) -> list[tuple[int, int, int, int, frozenset]]:

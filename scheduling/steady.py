@@ -96,7 +96,7 @@ def run(
 
             waiting = ResourceRequest.objects.filter(state=RequestState.QUEUED).count()
             started, cpu_started = time.perf_counter(), time.process_time()
-            builds = kept_engine.kept.builds
+            engines = (kept_engine.kept.builds, kept_engine.kept.relearns)
             with connection.execute_wrapper(count):
                 result = run_cycle()
             seconds, cpu = time.perf_counter() - started, time.process_time() - cpu_started
@@ -114,7 +114,7 @@ def run(
                 "cycle_s": round(seconds, 3),
                 "cycle_cpu_s": round(cpu, 3),  # this process only (the database server's share is not in it)
                 "queries": queries[0],
-                "engine_built": kept_engine.kept.builds > builds,  # else the kept one was advanced
+                "engine": _engine_step(engines),
                 "policy_drift": round(kept_engine.kept.drift, 3),
                 "wait_p50_s": _percentile(placed_waits, 0.5),  # simulated, of the requests this cycle placed
                 "wait_p99_s": _percentile(placed_waits, 0.99),
@@ -145,7 +145,8 @@ def run(
         "cycle_cpu_p99_s": round(_percentile(cpu_seconds, 0.99), 3),
         "queries_min": min(row["queries"] for row in measured),
         "queries_max": max(row["queries"] for row in measured),
-        "engine_builds": sum(row["engine_built"] for row in cycles),  # the other cycles advanced the kept engine
+        "engine_builds": sum(row["engine"] == "built" for row in cycles),
+        "engine_relearns": sum(row["engine"] == "relearnt" for row in cycles),  # the others kept engine and policy
         "allocated": sum(row["allocated"] for row in cycles),
         "preempted": sum(row["preempted"] for row in cycles),
         "departed": sum(row["departed"] for row in cycles),
@@ -157,6 +158,13 @@ def run(
         "oldest_queued_by_reason_s": oldest_by_reason,
         "per_cycle": cycles,
     }
+
+
+def _engine_step(before: tuple[int, int]) -> str:
+    """What the cycle did with the kept engine: built one, learnt its policy again, or kept both (advanced)."""
+    if kept_engine.kept.builds > before[0]:
+        return "built"
+    return "relearnt" if kept_engine.kept.relearns > before[1] else "kept"
 
 
 def _oldest_queued_by_reason(arrived: dict[int, float], now: float) -> dict[str, float]:

@@ -9,9 +9,9 @@ DESCRIPTION = (
     "requests queued at t = 0 on the openb fleet, then every simulated minute the requests whose trace duration "
     "ended are released, Poisson(200) arrive and one cycle runs (simulated clock; preemption and the head-of-line "
     "reservation on). Cycle wall and CPU time p50/p99/max after the first (filling) minute, queries per cycle, "
-    "engines built (the other cycles advance the kept one), the simulated queued -> allocated wait and the oldest "
-    "wait still queued. Mix and method: "
-    "scheduling/fleet.py, scheduling/steady.py."
+    "engines built and policies learnt again on the kept engine (the other cycles advance it), the simulated "
+    "queued -> allocated wait and the oldest wait still queued. Mix and method: scheduling/fleet.py, "
+    "scheduling/steady.py."
 )
 
 
@@ -29,6 +29,7 @@ def run() -> list[dict]:
         "cycle_cpu_p50_s",
         "cycle_cpu_p99_s",
         "engine_builds",
+        "engine_relearns",
         "queries_min",
         "queries_max",
         "allocated",

@@ -185,7 +185,7 @@ def test_a_batch_reads_and_writes_its_requests_once_to_start_them_and_once_to_ac
     assert len(reads) == 2 and all(sql.endswith("FOR UPDATE") for sql in reads)
     assert len(writes) == 2 and not any("approved_spec" in sql for sql in writes)
     assert len(events) == 2
-    step_writes = [sql for sql in statements if sql.startswith("WITH v(") and "provisioning_provisioningstep" in sql]
+    step_writes = [sql for sql in statements if sql.startswith("UPDATE provisioning_provisioningstep SET")]
     run_moves = [sql for sql in statements if sql.startswith('UPDATE "provisioning_provisioningrun" SET "current_')]
     pipeline = len(pipelines.COMPUTE)
     assert (len(step_writes), len(run_moves)) == (2 * pipeline, pipeline)  # a claim and a record per step

@@ -1,5 +1,6 @@
 """The scheduling cycle end to end on PostgreSQL: queue -> engine -> allocations, reasons, release, expiry."""
 
+import gc
 import threading
 from datetime import timedelta
 from decimal import Decimal
@@ -579,3 +580,27 @@ def test_the_order_page_refuses_an_order_that_never_fits_when_asked_to(client, s
     assert "no_matching_spec" in response.content.decode() and "no node has 128 cores" in response.content.decode()
     assert not ResourceRequest.objects.exists()
     assert client.post(f"/order/{shop.service.slug}/", form).status_code == 302  # unchosen: submitted, with a warning
+
+
+def test_the_garbage_collector_is_paused_for_a_cycle_and_on_again_after_it(monkeypatch):
+    """A cycle runs with the cyclic collector paused (its full passes walked the kept engine about ten times a cycle
+    at 10x) and turns it on again however the cycle ended; a caller that paused it keeps it paused."""
+    seen = []
+
+    def fake_cycle(policy):
+        seen.append(gc.isenabled())
+        if len(seen) == 2:
+            raise RuntimeError("the cycle failed")
+        return cycle.CycleResult(ran=False)
+
+    monkeypatch.setattr(cycle, "_cycle", fake_cycle)
+    cycle._timed_cycle("default")
+    with pytest.raises(RuntimeError):
+        cycle._timed_cycle("default")
+    assert seen == [False, False] and gc.isenabled()
+    gc.disable()
+    try:
+        cycle._timed_cycle("default")
+        assert not gc.isenabled()
+    finally:
+        gc.enable()

@@ -1,6 +1,6 @@
 """The placement engine a scheduler process keeps between cycles: advanced to a new snapshot it answers as an engine
-built over that snapshot with the same policy; the cycle keeps it while inventory, policy and the process's
-cluster state stay, and builds a new one otherwise."""
+built over that snapshot with the same policy, and after learning the policy again as one built with the new one;
+the cycle keeps it while inventory, policy and the process's cluster state stay, and builds a new one otherwise."""
 
 import random
 from dataclasses import replace
@@ -37,6 +37,55 @@ def test_an_advanced_engine_answers_as_one_built_over_the_new_snapshot(snapshot,
     assert start.allocations == built.allocations
     assert [start.fork().fits(demand) for demand in later] == [built.fork().fits(demand) for demand in later]
     assert start.fork().place(later) == built.fork().place(later)
+
+
+@FORK_SETTINGS
+@given(
+    clusters(sliced=True),
+    demands(sliced=True),
+    demands(sliced=True),
+    demands(sliced=True),
+    st.sampled_from(sorted(POLICIES)),
+    st.randoms(),
+)
+def test_an_engine_that_learnt_its_policy_again_answers_as_one_built_with_it(
+    snapshot, earlier, started, later, policy, rng
+):
+    """What a cycle does when the queue's shapes drifted: advance the kept engine, then learn the policy from the new
+    window; its scores, device options and blocks kept from before must not leak into the new decisions."""
+    state = running(snapshot, earlier)
+    start = PlacementEngine(state, policy, workload=earlier)
+    start.fork().place([*started, *later])  # shapes scored by the old policy, as the last cycle left them
+    ended = [a for a in state.allocations if rng.random() < 0.5]
+    now = [a for a in state.allocations if a not in ended] + held(start.fork().place(started).bindings)
+    start.advance(now)
+    start.relearn(later, policy)
+    built = PlacementEngine(Snapshot(state.nodes, now), policy, workload=later)
+    assert start.policy.table.shapes == built.policy.table.shapes
+    assert [start.fork().fits(demand) for demand in started] == [built.fork().fits(demand) for demand in started]
+    assert start.fork().place(later) == built.fork().place(later)
+    assert start.fork().place(started) == built.fork().place(started)
+
+
+def test_learning_again_scores_the_shapes_afresh():
+    """fgd-plus keeps a model contested by the workload for the demands that need it: once the workload contests the
+    other model, a demand for any card goes the other way, though its shape was scored before."""
+    nodes = [Node("a", 8000, 65536, (Device(0, "H100"),)), Node("b", 8000, 65536, (Device(0, "A100"),))]
+    engine = PlacementEngine(Snapshot(nodes), "fgd-plus", workload=[Demand("h", models=frozenset({"H100"}))])
+    anyone = Demand("x")
+    assert engine.fork().place([anyone]).bindings[0].node == "b"
+    engine.relearn([Demand("a", models=frozenset({"A100"}))], "fgd-plus")
+    assert engine.fork().place([anyone]).bindings[0].node == "a"
+
+
+def test_learning_again_from_an_empty_queue_learns_from_the_running_work():
+    """As an engine built with no workload does: what runs stands for recent demand."""
+    nodes = fleet(3)
+    engine = PlacementEngine(Snapshot(nodes), "fgd-plus", workload=[Demand("a", count=1)])
+    running_now = held(engine.fork().place([Demand("b", count=2, cpu_milli=4000)]).bindings)
+    engine.advance(running_now)
+    engine.relearn([], "fgd-plus")
+    assert engine.policy.table.shapes == PlacementEngine(Snapshot(nodes, running_now), "fgd-plus").policy.table.shapes
 
 
 @pytest.mark.parametrize("policy", ["fgd", "fgd-plus"])
@@ -84,6 +133,18 @@ def test_the_change_list_stays_as_long_as_the_fleet_over_many_advances():
     assert engine.fork().place(shapes) == built.place(shapes)
 
 
+def test_a_frozen_engine_scores_each_shape_from_where_it_last_looked():
+    """The cycle's start state refreshes each shape from the point of the change list it last looked at (the nodes
+    changed since are grouped once per point): a shape seen last cycle sees what changed, a new one the whole fleet."""
+    one, two = Demand("one", count=1), Demand("two", count=2)
+    engine = PlacementEngine(Snapshot(fleet(4)), "fgd-plus", workload=[one, two])
+    engine.fork().place([one])  # `one` scored on the empty fleet
+    now = [Allocation("x", "n01", ((0, 1000), (1, 1000), (2, 1000)))]
+    engine.advance(now)
+    built = PlacementEngine(Snapshot(fleet(4), now), engine.policy)
+    assert engine.fork().place([one, two, two]) == built.place([one, two, two])
+
+
 def test_a_fork_of_an_engine_that_advanced_refuses_a_shape_it_had_not_copied():
     engine = PlacementEngine(Snapshot(fleet(2)), "fgd-plus", workload=[Demand("a", count=1)])
     old = engine.fork()
@@ -108,7 +169,9 @@ def engines(monkeypatch):
     return fresh
 
 
-def test_the_kept_engine_is_built_again_on_a_new_state_an_inventory_change_a_policy_or_drift(engines, settings):
+def test_the_kept_engine_learns_again_on_drift_and_is_built_again_on_a_new_state_an_inventory_change_or_a_policy(
+    engines, settings
+):
     settings.SCHEDULER_POLICY_DRIFT = 0.05
     nodes, source = fleet(3), object()
     work = [Demand(f"d{k}", count=1) for k in range(20)]
@@ -118,9 +181,12 @@ def test_the_kept_engine_is_built_again_on_a_new_state_an_inventory_change_a_pol
     assert engines.advances == 1 and first.allocations == running_now
     drifted = [*work[:19], Demand("big", count=2)]  # a twentieth of the demand moved: still within 0.05
     assert engines.engine_for(Snapshot(nodes, running_now), "default", drifted, source=source) is first
-    more = [*work[:17], *(Demand(f"b{k}", count=2) for k in range(3))]
+    assert (engines.advances, engines.relearns) == (2, 0)
+    more = [*work[:17], *(Demand(f"b{k}", count=2) for k in range(3))]  # 15 % of the demand moved
+    assert engines.engine_for(Snapshot(nodes, running_now), "default", more, source=source) is first
+    assert (engines.builds, engines.relearns) == (1, 1)
+    assert first.policy.table.shapes == PlacementEngine(Snapshot(nodes), "default", workload=more).policy.table.shapes
     for snapshot, policy, workload, state in [
-        (Snapshot(nodes, running_now), "default", more, source),  # 15 % of the demand moved
         (Snapshot(nodes, running_now), "default", work, object()),  # the cluster was read whole again
         (Snapshot([*nodes[:2], replace(nodes[2], schedulable=False)], running_now), "default", work, source),
         (Snapshot(nodes, running_now), "bestfit", work, source),

@@ -19,15 +19,28 @@ from scheduling.placement import (
 from scheduling.policies import POLICIES
 
 MODELS = ["H100", "A100", "T4"]
+# Slice-profile tables per model, as an inventory has them (a profile one model lacks makes a slice wait there).
+SLICES = {
+    "H100": {"1g.10gb": 143, "3g.40gb": 429, "half": 500},
+    "A100": {"1g.10gb": 143, "half": 500},
+    "T4": {"half": 500, "quarter": 250},
+}
+PROFILES = sorted({name for table in SLICES.values() for name in table})
 
 
 @st.composite
-def clusters(draw):
+def clusters(draw, sliced=False):
+    """Up to six nodes of one model each; with `sliced`, the devices carry their model's slice-profile table."""
     nodes = []
     for n in range(draw(st.integers(1, 6))):
         model = draw(st.sampled_from(MODELS))
         devices = tuple(
-            Device(j, model, health=draw(st.sampled_from([HEALTHY, HEALTHY, HEALTHY, DEGRADED, ISOLATED])))
+            Device(
+                j,
+                model,
+                health=draw(st.sampled_from([HEALTHY, HEALTHY, HEALTHY, DEGRADED, ISOLATED])),
+                slice_profiles=SLICES[model] if sliced else {},
+            )
             for j in range(draw(st.integers(0, 8)))
         )
         nodes.append(
@@ -43,17 +56,22 @@ def clusters(draw):
 
 
 @st.composite
-def demands(draw):
+def demands(draw, sliced=False):
+    """Up to 25 demands of whole cards, shares and CPU only; with `sliced`, some ask for a slice profile."""
     out = []
     for k in range(draw(st.integers(1, 25))):
         share = draw(st.sampled_from([MILLI, MILLI, 500, 250, 700]))
         count = 1 if share < MILLI else draw(st.sampled_from([0, 1, 1, 2, 4, 8]))
         models = frozenset(draw(st.lists(st.sampled_from(MODELS), max_size=2)))
+        profile = draw(st.sampled_from([None, *PROFILES])) if sliced else None
+        if profile is not None:
+            share, count = MILLI, draw(st.integers(1, 2))
         out.append(
             Demand(
                 f"d{k}",
                 count=count,
                 share=share,
+                slice_profile=profile,
                 models=models,
                 cpu_milli=draw(st.integers(0, 8)) * 1000,
                 memory_mib=draw(st.integers(0, 4)) * 8192,
@@ -122,6 +140,41 @@ def test_cached_path_matches_uncached_scan(snapshot, demand_list):
         if isinstance(outcome, list):
             for binding in outcome:
                 scanned._apply(scanned.node_index[binding.node], binding.devices, binding.cpu_milli, binding.memory_mib)
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(clusters(sliced=True), demands(sliced=True), st.sampled_from(sorted(POLICIES)))
+def test_slices_share_scores_across_nodes_and_choose_as_a_full_scan(snapshot, demand_list, policy):
+    """With one slice table per model (as an inventory has them) nodes of the same device tuple and CPU class share a
+    slice's score, as they share a whole card's: each choice is what a plain scan of every node would make, and an
+    engine that reads each node's own tables (per node, exact) places the same."""
+    cached = PlacementEngine(snapshot, policy, seed=3, workload=demand_list)
+    scanned = PlacementEngine(snapshot, policy, seed=3, workload=demand_list)
+    per_node = PlacementEngine(snapshot, policy, seed=3, workload=demand_list)
+    assert cached._slices_by_model
+    per_node._slices_by_model = False
+    if policy != "random":  # the random baseline draws nodes instead of scoring them
+        for demand in demand_list:
+            assert cached._best_node(_shape(demand)) == _scan(scanned, _shape(demand))
+            scanned.place_one(demand)
+            cached.place_one(demand)
+    fresh = PlacementEngine(snapshot, policy, seed=3, workload=demand_list)
+    assert fresh.place(demand_list) == per_node.place(demand_list)
+
+
+def test_a_model_with_two_slice_tables_is_read_per_node():
+    """Two H100 nodes whose cards slice differently: the share of a slice follows the node, not the model."""
+    other = {**SLICES["H100"], "half": 600}
+    snapshot = Snapshot(
+        [
+            Node("a", 8000, 65536, (Device(0, "H100", slice_profiles=SLICES["H100"]),)),
+            Node("b", 8000, 65536, (Device(0, "H100", slice_profiles=other),)),
+        ]
+    )
+    engine = PlacementEngine(snapshot, "fgd-plus")
+    assert not engine._slices_by_model
+    bindings = engine.place([Demand(f"s{k}", slice_profile="half") for k in range(3)]).bindings
+    assert sorted((b.node, b.devices) for b in bindings) == [("a", ((0, 500),)), ("a", ((0, 500),)), ("b", ((0, 600),))]
 
 
 def _scan(engine, shape):
