@@ -33,13 +33,15 @@ TITLE = "API under load (issue 19: gunicorn, 50 users, 100,000 requests, 1,000,0
 DESCRIPTION = (
     "`python -m tests.bench.bench_api_load --json`: a month of history COPYed into a fresh database (200 projects "
     "in 20 tenants with Zipf-weighted traffic, 1,000 users, 100,000 requests over 30 days, 1,000,000 timeline "
-    "events; shape in tests/bench/api_seed.py), one scheduling cycle on the openb fleet, then gunicorn (sync "
+    "events, the allocations of the requests that ran; shape in tests/bench/api_seed.py), one scheduling cycle on "
+    "the openb fleet, then gunicorn (sync "
     "workers, loopback, Redis broker and cache) and 50 simulated users in their own aiohttp process: 40 "
     "developers (preview + submit, request detail, their list, the queue), 8 approvers (inbox, approve) and 2 "
     "operators (everything's list and queue), think time exponential around 500 ms, for 60 s; then 20 s of "
     "closed-loop submissions from 50 clients. p50/p99 per endpoint; `queries` is one call of the page at this "
-    "size. Targets: p99 <= 250 ms for detail, list and queue; >= 100 submissions/s. Client, gunicorn, "
-    "PostgreSQL and Redis share the machine's 2 cores."
+    "size; each phase's CPU per request served, gunicorn's workers and PostgreSQL's server apart. Targets: p99 <= "
+    "250 ms for detail, list and queue; >= 100 submissions/s. Client, gunicorn, PostgreSQL and Redis share the "
+    "machine's 2 cores."
 )
 
 
