@@ -109,9 +109,24 @@ def _gunicorn_pids(master: int) -> list[int]:
     return [master, *map(int, Path(f"/proc/{master}/task/{master}/children").read_text().split())]
 
 
-def _postgres_pids() -> list[int]:
-    """The PostgreSQL server's processes (its backends serve gunicorn's connections)."""
-    return [int(pid.name) for pid in Path("/proc").iterdir() if pid.name.isdigit() and _command(pid) == "postgres"]
+def _postgres_cpu_seconds() -> float:
+    """CPU of the PostgreSQL server so far: its processes alive now, and those that ended (a backend whose
+    connection closed, an autovacuum worker), whose time the postmaster collected when it reaped them."""
+    alive = [pid for pid in Path("/proc").iterdir() if pid.name.isdigit() and _command(pid) == "postgres"]
+    stats = {int(pid.name): _stat(pid) for pid in alive}
+    stats = {pid: fields for pid, fields in stats.items() if fields}
+    postmaster = next((fields for fields in stats.values() if int(fields[1]) not in stats), None)
+    ticks = sum(int(fields[11]) + int(fields[12]) for fields in stats.values())
+    ticks += int(postmaster[13]) + int(postmaster[14]) if postmaster else 0
+    return ticks / os.sysconf("SC_CLK_TCK")
+
+
+def _stat(pid: Path) -> list[str]:
+    """The fields of /proc/<pid>/stat after the command (state, ppid, ...), or none for a process gone."""
+    try:
+        return (pid / "stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return []
 
 
 def _command(pid: Path) -> str:
@@ -124,7 +139,7 @@ def _command(pid: Path) -> str:
 def _phase(plan_path: str, phase: str, master: int, *, limit: float) -> dict:
     """One phase of the simulated users, with the CPU gunicorn and PostgreSQL spent on it per request served.
     PostgreSQL's share is its whole server's, so anything else using it on the machine counts too."""
-    gunicorn_before, postgres_before = _cpu_seconds(_gunicorn_pids(master)), _cpu_seconds(_postgres_pids())
+    gunicorn_before, postgres_before = _cpu_seconds(_gunicorn_pids(master)), _postgres_cpu_seconds()
     out = subprocess.run(
         [sys.executable, "-m", "tests.bench.api_load_client", plan_path, phase],
         cwd=ROOT,
@@ -135,7 +150,7 @@ def _phase(plan_path: str, phase: str, master: int, *, limit: float) -> dict:
     ).stdout
     numbers = json.loads(out)[phase]
     gunicorn_cpu = _cpu_seconds(_gunicorn_pids(master)) - gunicorn_before
-    postgres_cpu = _cpu_seconds(_postgres_pids()) - postgres_before
+    postgres_cpu = _postgres_cpu_seconds() - postgres_before
     served = max(1, numbers["requests"])
     numbers.update(
         gunicorn_cpu_s=round(gunicorn_cpu, 1),
