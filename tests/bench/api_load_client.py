@@ -1,5 +1,5 @@
 """The API load benchmark's simulated users, in their own process: `python -m tests.bench.api_load_client PLAN.json
-PHASE` (mix or submit).
+PHASE` (warmup, mix or submit).
 
 Imports nothing from Django (it only speaks HTTP). The plan (written by tests/bench/bench_api_load.py) names the
 server, the users with their tokens and projects, and the catalog ids to order. Two phases, each bounded by time
@@ -9,6 +9,9 @@ and by a request count, and a JSON report on stdout:
   (preview, then submit; orders of 4 cards and more go to their project's approver), open one of their requests,
   list their requests and look at the queue; approvers read their inbox and approve the oldest task; operators
   list everything and read the queue. Latency p50/p99 per endpoint, requests/s.
+- `warmup`: the mix for `warmup_s`, reported but not measured: each gunicorn worker's first calls import what it
+  imports lazily, connect to the database and build what it keeps (the orderable catalog...); a server that has
+  been up a while has done all that.
 - `submit`: `users` clients in a closed loop (no think time) submitting small orders, which are approved on
   submission and queued: submissions/s through HTTP.
 """
@@ -155,7 +158,12 @@ async def _phase(plan, run, seconds: float, limit: int) -> dict:
 
 def main(path: str, phase: str) -> int:
     plan = json.loads(Path(path).read_text())
-    run, seconds = {"mix": (_mix, plan["duration_s"]), "submit": (_submit, plan["submit_s"])}[phase]
+    phases = {
+        "warmup": (_mix, plan["warmup_s"]),
+        "mix": (_mix, plan["duration_s"]),
+        "submit": (_submit, plan["submit_s"]),
+    }
+    run, seconds = phases[phase]
     print(json.dumps({phase: asyncio.run(_phase(plan, run, seconds, plan["max_requests"]))}))
     return 0
 

@@ -37,7 +37,8 @@ DESCRIPTION = (
     "the openb fleet, then gunicorn (sync "
     "workers, loopback, Redis broker and cache) and 50 simulated users in their own aiohttp process: 40 "
     "developers (preview + submit, request detail, their list, the queue), 8 approvers (inbox, approve) and 2 "
-    "operators (everything's list and queue), think time exponential around 500 ms, for 60 s; then 20 s of "
+    "operators (everything's list and queue), think time exponential around 500 ms, for 60 s (after 10 s of the "
+    "same, not measured: each worker's first calls import, connect and build what it keeps); then 20 s of "
     "closed-loop submissions from 50 clients. p50/p99 per endpoint; `queries` is one call of the page at this "
     "size; each phase's CPU per request served, gunicorn's workers and PostgreSQL's server apart. Targets: p99 <= "
     "250 ms for detail, list and queue; >= 100 submissions/s. Client, gunicorn, PostgreSQL and Redis share the "
@@ -288,6 +289,7 @@ def measure(args) -> dict:
         "large_specs": [spec.pk for spec in seeded.specs if spec.accelerator_count >= 4],
         "large_share": 0.25,
         "think_ms": args.think_ms,
+        "warmup_s": args.warmup,
         "duration_s": args.duration,
         "submit_s": args.submit_duration,
         "max_requests": args.max_requests,
@@ -302,7 +304,8 @@ def measure(args) -> dict:
             plan["base_url"] = base_url
             Path(plan_file.name).write_text(json.dumps(plan))
             report["load_at_start"] = _load()
-            for phase, seconds in (("mix", args.duration), ("submit", args.submit_duration)):
+            phases = (("warmup", args.warmup), ("mix", args.duration), ("submit", args.submit_duration))
+            for phase, seconds in phases:
                 if seconds:
                     report.update(_phase(plan_file.name, phase, master, limit=seconds + 300))
             report["load_at_end"] = _load()
@@ -357,6 +360,7 @@ def main(argv=None) -> int:
     parser.add_argument("--events", type=int, default=1_000_000)
     parser.add_argument("--projects", type=int, default=200)
     parser.add_argument("--users", type=int, default=50)
+    parser.add_argument("--warmup", type=float, default=10, help="Seconds of the mix before the measured one.")
     parser.add_argument("--duration", type=float, default=60, help="Seconds of the mixed phase.")
     parser.add_argument("--submit-duration", type=float, default=20, help="Seconds of closed-loop submissions.")
     parser.add_argument("--max-requests", type=int, default=200_000, help="Per phase, whatever the time.")

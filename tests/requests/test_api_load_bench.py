@@ -19,7 +19,8 @@ def test_the_api_load_benchmark_runs_at_a_tiny_size():
         "BENCH_API_REDIS_URL": "redis://127.0.0.1:6379/14",
     }
     tiny = ["--requests", "300", "--events", "3000", "--projects", "10", "--users", "6"]
-    tiny += ["--duration", "3", "--submit-duration", "2", "--think-ms", "50", "--workers", "2", "--json"]
+    tiny += ["--warmup", "1", "--duration", "3", "--submit-duration", "2", "--think-ms", "50"]
+    tiny += ["--workers", "2", "--json"]
     out = subprocess.run(
         [sys.executable, "-m", "tests.bench.bench_api_load", *tiny],
         cwd=ROOT,
