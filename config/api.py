@@ -32,10 +32,21 @@ class ModelSerializer(serializers.ModelSerializer):
         built = _fields_built.get(type(self))
         if built is None:
             built = _fields_built[type(self)] = super().get_fields()
-        return copy.deepcopy(built)
+        return {name: _fresh_copy(field) for name, field in built.items()}
 
 
 _fields_built: dict[type, dict] = {}
+
+
+def _fresh_copy(field: serializers.Field) -> serializers.Field:
+    """A copy of a field never bound, for one serializer instance to bind. A plain field's state is its arguments
+    and what its constructor derived from them, none of it changed by binding or use: a shallow copy does, where
+    DRF's deepcopy constructs it again (choices flattened, arguments deep-copied: most of a detail's copying). A
+    field that holds fields (a nested serializer, a list of a child, a relation's many) binds them to itself when
+    constructed, so it is constructed again as DRF does."""
+    if isinstance(field, serializers.BaseSerializer) or hasattr(field, "child") or hasattr(field, "child_relation"):
+        return copy.deepcopy(field)
+    return copy.copy(field)
 
 
 class StandardPagination(PageNumberPagination):
