@@ -137,8 +137,40 @@ def _queued_since_last_cycle(demand: placement.Demand) -> tuple[list[Queued], in
     waiting a position): the first MAX_QUEUED_SINCE of them in queue order, and how many there are. An index holds
     just these, so the queue behind them costs nothing."""
     unseen = _queued_ahead_of(demand).filter(queue_position__isnull=True)
-    first = _as_queued(unseen.order_by("created_at", "pk")[:MAX_QUEUED_SINCE])
+    keys = list(unseen.order_by("created_at", "pk").values_list("pk", "priority", "created_at")[:MAX_QUEUED_SINCE])
+    first = _unseen_rows.rows(keys)
     return queue_order(first), len(first) if len(first) < MAX_QUEUED_SINCE else unseen.count()
+
+
+class UnseenRows:
+    """The rows of the requests queued since the last cycle, read once per process rather than on every preview:
+    while a backlog builds up between cycles every preview places the same first MAX_QUEUED_SINCE, and reading their
+    frozen snapshots (JSON) was most of a preview's time. A request's row does not change while it waits (what it
+    needs is frozen when it is approved), except its priority, which comes with its id from the index every time: a
+    row kept under another priority is read again, and so is one of another submission time (an id used again, as
+    after a database is flushed)."""
+
+    LIMIT = 10 * MAX_QUEUED_SINCE  # then the kept rows start over
+
+    def __init__(self):
+        self.kept: dict[int, Queued] = {}
+
+    def rows(self, keys: list[tuple[int, str, datetime]]) -> list[Queued]:
+        missing = [key[0] for key in keys if self._key(self.kept.get(key[0])) != key]
+        if len(self.kept) + len(missing) > self.LIMIT:
+            self.kept = {}
+            missing = [key[0] for key in keys]
+        if missing:
+            self.kept.update((row.pk, row) for row in _as_queued(ResourceRequest.objects.filter(pk__in=missing)))
+        # One gone since its id was read (cancelled, placed) is left out, as it would have been a moment later.
+        return [self.kept[key[0]] for key in keys if key[0] in self.kept]
+
+    @staticmethod
+    def _key(row: Queued | None) -> tuple | None:
+        return None if row is None else (row.pk, row.priority, row.created_at)
+
+
+_unseen_rows = UnseenRows()
 
 
 def _estimate(demand, fresh_engine, ahead: list[Queued], ahead_count: int, as_of=None, held=None) -> dict:

@@ -5,12 +5,15 @@ import json
 from datetime import timedelta
 
 import pytest
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
 from requests.choices import RequestState
 from requests.models import ResourceRequest
 from scheduling import cycle, estimate
 from scheduling.models import CycleOutcome
+from tenancy.choices import PriorityClass
 from tests.scheduling import test_cycle
 from tests.scheduling.test_cycle import add_node, queued
 
@@ -68,6 +71,43 @@ def test_the_preview_does_not_place_again_what_the_last_cycle_saw(shop, team, ap
     preview = api_as(team.developer).post(PREVIEW, order_body(shop, team), format="json").json()["placement"]
     assert placed_demands == [newcomer.pk]
     assert (preview["fits_now"], preview["code"], preview["queued_ahead"]) == (False, "capacity_in_use", 301)
+
+
+def test_a_process_reads_the_rows_queued_since_the_cycle_once(shop, team, api_as):
+    """While a backlog waits for the next cycle every preview places the same requests: the first preview reads
+    their rows (the frozen snapshots), the next ones only their ids, priorities and times from the index."""
+    add_node(shop.accelerator, name="only", cards=2)
+    queued(shop, team), queued(shop, team)
+    cycle.run_cycle()  # the first holds both cards, the second waits
+    copies(still_queued(), 3)
+    client = api_as(team.developer)
+
+    def preview_and_snapshots_read():
+        with CaptureQueriesContext(connection) as captured:
+            answer = client.post(PREVIEW, order_body(shop, team), format="json").json()["placement"]
+        answer.pop("age_seconds")
+        return answer, sum('"approved_spec"' in query["sql"] for query in captured.captured_queries)
+
+    first, snapshots_first = preview_and_snapshots_read()
+    second, snapshots_second = preview_and_snapshots_read()
+    assert (snapshots_first, snapshots_second) == (1, 0)
+    assert second == first and first["queued_ahead"] == 4
+
+
+def test_a_kept_unseen_row_is_read_again_when_its_priority_or_time_is_not_the_kept_one(shop, team):
+    add_node(shop.accelerator, name="only", cards=2)
+    queued(shop, team), queued(shop, team)
+    cycle.run_cycle()
+    copies(still_queued(), 1)
+    newcomer = ResourceRequest.objects.get(state=RequestState.QUEUED, queue_position__isnull=True)
+    rows = estimate.UnseenRows()
+    assert rows.rows([(newcomer.pk, newcomer.priority, newcomer.created_at)])[0].priority == PriorityClass.STANDARD
+    ResourceRequest.objects.filter(pk=newcomer.pk).update(priority=PriorityClass.HIGH)
+    assert rows.rows([(newcomer.pk, PriorityClass.HIGH, newcomer.created_at)])[0].priority == PriorityClass.HIGH
+    later = newcomer.created_at + timedelta(seconds=1)  # the id used again by another request (a flushed database)
+    ResourceRequest.objects.filter(pk=newcomer.pk).update(created_at=later)
+    assert rows.rows([(newcomer.pk, PriorityClass.HIGH, later)])[0].created_at == later
+    assert rows.rows([(newcomer.pk + 1, PriorityClass.HIGH, later)]) == []  # gone since its id was read
 
 
 def test_the_preview_says_how_old_its_picture_is(shop, team, api_as, client):
