@@ -161,6 +161,8 @@ class UnseenRows:
             self.kept = {}
             missing = [key[0] for key in keys]
         if missing:
+            for pk in missing:  # kept under another priority or time: read again, or left out if gone
+                self.kept.pop(pk, None)
             self.kept.update((row.pk, row) for row in _as_queued(ResourceRequest.objects.filter(pk__in=missing)))
         # One gone since its id was read (cancelled, placed) is left out, as it would have been a moment later.
         return [self.kept[key[0]] for key in keys if key[0] in self.kept]

@@ -108,6 +108,8 @@ def test_a_kept_unseen_row_is_read_again_when_its_priority_or_time_is_not_the_ke
     ResourceRequest.objects.filter(pk=newcomer.pk).update(created_at=later)
     assert rows.rows([(newcomer.pk, PriorityClass.HIGH, later)])[0].created_at == later
     assert rows.rows([(newcomer.pk + 1, PriorityClass.HIGH, later)]) == []  # gone since its id was read
+    ResourceRequest.objects.filter(pk=newcomer.pk).delete()  # gone, its kept row under an older priority
+    assert rows.rows([(newcomer.pk, PriorityClass.CRITICAL, later)]) == []
 
 
 def test_the_preview_says_how_old_its_picture_is(shop, team, api_as, client):
