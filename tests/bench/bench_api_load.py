@@ -96,14 +96,8 @@ def gunicorn(env: dict, workers: int):
 
 def _cpu_seconds(pids) -> float:
     """User + system CPU of these processes so far (from /proc; one gone meanwhile counts nothing)."""
-    ticks = 0
-    for pid in pids:
-        try:
-            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-        except FileNotFoundError:
-            continue
-        ticks += int(fields[11]) + int(fields[12])
-    return ticks / os.sysconf("SC_CLK_TCK")
+    stats = [_stat(Path(f"/proc/{pid}")) for pid in pids]
+    return sum(int(fields[11]) + int(fields[12]) for fields in stats if fields) / os.sysconf("SC_CLK_TCK")
 
 
 def _gunicorn_pids(master: int) -> list[int]:

@@ -24,9 +24,7 @@ def _probe_rows() -> list[tuple]:
 @pytest.mark.django_db
 def test_one_update_sets_each_row_from_its_own_values_nulls_json_and_times_included(django_assert_num_queries):
     with connection.cursor() as cursor:
-        cursor.execute(
-            "CREATE TEMP TABLE sql_probe (id bigint PRIMARY KEY, n int, data jsonb, at timestamptz, note text)"
-        )
+        cursor.execute(PROBE_TABLE)
         cursor.execute("INSERT INTO sql_probe (id, n, note) SELECT g, 0, 'kept' FROM generate_series(1, 4) g")
     at = timezone.now()
     with django_assert_num_queries(1):  # JSON as text, as the queue status writes it
