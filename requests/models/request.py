@@ -92,6 +92,15 @@ class ResourceRequest(ConcurrentTransitionMixin, models.Model):
                 condition=Q(state=RequestState.QUEUED, queue_position__isnull=True),
                 name="request_queued_unseen_idx",
             ),
+            # The queue page in queue order (requests.selectors.queue_visible_to): an operator's first page reads
+            # 50 entries here instead of every queued row's heap page and a sort (6,000 queued: 4-5 ms of
+            # PostgreSQL a call). Cycles rewrite changed positions, which they already did as non-HOT updates
+            # (queue_position is in the unseen index's condition), so this adds one entry per row they write.
+            models.Index(
+                fields=["queue_position", "created_at", "id"],
+                condition=Q(state=RequestState.QUEUED),
+                name="request_queue_order_idx",
+            ),
             # Admission and the quota panels sum the demand of a project's committed requests: from this index
             # alone (an index-only scan), not from a heap page per request (a busy project has thousands).
             models.Index(
