@@ -5,10 +5,11 @@ Imports nothing from Django (it only speaks HTTP). The plan (written by tests/be
 server, the users with their tokens and projects, and the catalog ids to order. Two phases, each bounded by time
 and by a request count, and a JSON report on stdout:
 
-- `mix`: every user acts, waits a think time (exponential, mean `think_ms`) and acts again. Developers order
-  (preview, then submit; orders of 4 cards and more go to their project's approver), open one of their requests,
-  list their requests and look at the queue; approvers read their inbox and approve the oldest task; operators
-  list everything and read the queue. Latency p50/p99 per endpoint, requests/s.
+- `mix`: every user waits a think time (exponential, mean `think_ms`; the first too, so users do not all start at
+  once) and acts, again and again. Developers order (preview, then submit; orders of 4 cards and more go to their
+  project's approver), open one of their requests, list their requests and look at the queue; approvers read
+  their inbox and approve the oldest task; operators list everything and read the queue. Latency p50/p99 per
+  endpoint, requests/s.
 - `warmup`: the mix for `warmup_s`, reported but not measured: each gunicorn worker's first calls import what it
   imports lazily, connect to the database and build what it keeps (the orderable catalog...); a server that has
   been up a while has done all that.
@@ -43,6 +44,12 @@ class Recorder:
 
     def open(self) -> bool:
         return self.sent < self.limit and time.monotonic() < self.deadline
+
+    async def think(self, rng: random.Random, mean_ms: float) -> None:
+        """An exponential think time around `mean_ms`, cut at the deadline: a user still thinking when the phase
+        ends would stretch the phase it is counted over (by seconds at a human pace) without calling."""
+        wanted = rng.expovariate(1000 / mean_ms) if mean_ms else 0
+        await asyncio.sleep(max(0.0, min(wanted, self.deadline - time.monotonic())))
 
     async def call(self, http, endpoint: str, method: str, path: str, token: str, body=None):
         self.sent += 1
@@ -103,9 +110,13 @@ ROLES = {"developer": _developer, "approver": _approver, "operator": _operator}
 async def _mix(http, plan, record: Recorder):
     async def user_loop(user, n):
         rng = random.Random(plan["seed"] * 1000 + n)
-        while record.open():
+        # Every user thinks before its first call as between calls, so the phase opens with users in their stride:
+        # all 50 calling at its first instant queued 50 calls at once, its slowest second and no steady load's.
+        while True:
+            await record.think(rng, plan["think_ms"])
+            if not record.open():
+                return
             await ROLES[user["role"]](http, plan, user, rng, record)
-            await asyncio.sleep(rng.expovariate(1000 / plan["think_ms"]) if plan["think_ms"] else 0)
 
     await asyncio.gather(*(user_loop(user, n) for n, user in enumerate(plan["users"])))
 

@@ -1,13 +1,17 @@
 """The API load benchmark (tests/bench/bench_api_load.py) at a tiny size, real gunicorn and Redis included, so that
 it cannot rot: seeded by COPY, served, driven by the simulated users, measured and sized."""
 
+import asyncio
 import json
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 from django.db import connection
+
+from tests.bench import api_load_client
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -47,3 +51,24 @@ def test_the_api_load_benchmark_runs_at_a_tiny_size():
     tables = {table["table"]: table for table in report["tables"]}
     assert tables["requests_requestevent"]["rows"] >= 3000
     assert tables["requests_resourcerequest"]["index_bytes"] > 0
+
+
+def test_simulated_users_start_spread_out_and_stop_thinking_at_the_deadline(monkeypatch):
+    """Each user thinks before its first call as between calls (50 users calling at a phase's first instant made its
+    slowest second), and no think time outlasts the phase (it stretched the time a phase's rates are counted over)."""
+    calls = []
+
+    async def act(http, plan, user, rng, record):
+        calls.append(time.monotonic())
+        record.sent += 1
+
+    monkeypatch.setitem(api_load_client.ROLES, "developer", act)
+    plan = {"seed": 1, "think_ms": 300, "users": [{"role": "developer"}] * 40}
+    record = api_load_client.Recorder(limit=10_000, seconds=1.0)
+    started = time.monotonic()
+    asyncio.run(api_load_client._mix(None, plan, record))
+
+    assert time.monotonic() - started < 1.2  # thinking (mean 0.3 s, some far longer) ends with the phase
+    first_calls = sorted(calls)[: len(plan["users"])]
+    assert first_calls[-1] - first_calls[0] > 0.1  # not all at once
+    assert 60 < len(calls) < 250  # ~40 users x 1 s / 0.3 s
