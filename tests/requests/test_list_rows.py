@@ -5,12 +5,14 @@ from datetime import UTC, datetime
 from decimal import Decimal
 
 import pytest
+from django.db import connection
 from rest_framework.renderers import JSONRenderer
 
 from catalog.choices import ServiceKind
 from requests.api.serializers import RequestSummarySerializer
 from requests.choices import RequestState
 from requests.models import ResourceRequest
+from requests.selectors import queue_visible_to
 from tests import factories
 from tests.requests.conftest import make_order
 from tests.requests.lifecycle import stored_request
@@ -103,3 +105,15 @@ def test_list_rows_read_the_currency_at_each_call(api_as, team, varied, settings
     settings.CATALOG_CURRENCY = "EUR"
 
     assert {row["currency"] for row in client.get("/api/v1/requests/").json()["results"]} == {"EUR"}
+
+
+def test_the_queue_page_takes_its_page_from_the_queue_order_index_without_sorting(team, varied):
+    """An operator's queue page is every queued request: its ids come in queue order from request_queue_order_idx, as
+    many entries as the page shows, not from sorting every queued row (6,000 at the load benchmark: 4-20 ms of
+    PostgreSQL). A queue order the index does not serve would bring the sort back without failing any other test."""
+    page_ids = queue_visible_to(user=team.operator).values("pk")[:50]
+    with connection.cursor() as cursor:  # a handful of rows: the planner would otherwise read the table itself
+        cursor.execute("SET LOCAL enable_seqscan = off; SET LOCAL enable_bitmapscan = off")
+    plan = page_ids.explain()
+
+    assert "request_queue_order_idx" in plan and "Sort" not in plan, plan
