@@ -121,11 +121,10 @@ def allocation_details(request) -> dict | None:
     """The request's latest allocation: node, devices with their shares and MIG instances, times (three queries).
     A serving request's replicas each hold one: then all of them that were bound (or released) together, each
     replica with its node and devices, and a note when replicas share a node."""
-    latest = (
-        Allocation.objects.filter(request=request).select_related("node", "request").order_by("-started_at").first()
-    )
+    latest = Allocation.objects.filter(request=request).select_related("node").order_by("-started_at").first()
     if latest is None:
         return None
+    latest.request = request  # its term's end reads the request's duration: the caller's row, not the row joined again
     together = (
         [latest]
         if latest.replica is None
@@ -160,18 +159,31 @@ def allocation_details(request) -> dict | None:
 def _devices_of(allocations: list[Allocation]) -> dict[int, list[dict]]:
     """Each allocation's devices with their shares and MIG instances (one query, two when a card is sliced: only
     a card in MIG mode or a share of one holds instances, as provisioning's targets read them)."""
-    bindings = list(AllocationDevice.objects.filter(allocation__in=allocations).select_related("device__model"))
-    sliced = any(binding.device.mig_mode or binding.milli < MILLI for binding in bindings)
+    bindings = list(
+        AllocationDevice.objects.filter(allocation__in=allocations)
+        # Each allocation's cards in index order (the default order sorts by the allocations' start: a join more)
+        .order_by("allocation_id", "device__index")
+        .values(
+            "allocation_id",
+            "device_id",
+            "milli",
+            "device__index",
+            "device__uuid",
+            "device__mig_mode",
+            "device__model__name",
+        )
+    )
+    sliced = any(binding["device__mig_mode"] or binding["milli"] < MILLI for binding in bindings)
     instances = _mig_instances_of(allocations) if sliced else {}
     devices: dict[int, list[dict]] = {allocation.pk: [] for allocation in allocations}
     for binding in bindings:
-        devices[binding.allocation_id].append(
+        devices[binding["allocation_id"]].append(
             {
-                "index": binding.device.index,
-                "uuid": binding.device.uuid,
-                "model": binding.device.model.name,
-                "milli": binding.milli,
-                "mig_instance": instances.get((binding.allocation_id, binding.device_id)),
+                "index": binding["device__index"],
+                "uuid": binding["device__uuid"],
+                "model": binding["device__model__name"],
+                "milli": binding["milli"],
+                "mig_instance": instances.get((binding["allocation_id"], binding["device_id"])),
             }
         )
     return devices
