@@ -2,7 +2,7 @@
 PHASE` (warmup, mix or submit).
 
 Imports nothing from Django (it only speaks HTTP). The plan (written by tests/bench/bench_api_load.py) names the
-server, the users with their tokens and projects, and the catalog ids to order. Two phases, each bounded by time
+server, the users with their tokens and projects, and the catalog ids to order. Three phases, each bounded by time
 and by a request count, and a JSON report on stdout:
 
 - `mix`: every user waits a think time (exponential, mean `think_ms`; the first too, so users do not all start at
