@@ -156,16 +156,18 @@ class UnseenRows:
         self.kept: dict[int, Queued] = {}
 
     def rows(self, keys: list[tuple[int, str, datetime]]) -> list[Queued]:
-        missing = [key[0] for key in keys if self._key(self.kept.get(key[0])) != key]
-        if len(self.kept) + len(missing) > self.LIMIT:
-            self.kept = {}
+        # One dict for the whole call: a threaded server's other call may start the kept rows over meanwhile.
+        kept = self.kept
+        missing = [key[0] for key in keys if self._key(kept.get(key[0])) != key]
+        if len(kept) + len(missing) > self.LIMIT:
+            kept = self.kept = {}
             missing = [key[0] for key in keys]
         if missing:
             for pk in missing:  # kept under another priority or time: read again, or left out if gone
-                self.kept.pop(pk, None)
-            self.kept.update((row.pk, row) for row in _as_queued(ResourceRequest.objects.filter(pk__in=missing)))
+                kept.pop(pk, None)
+            kept.update((row.pk, row) for row in _as_queued(ResourceRequest.objects.filter(pk__in=missing)))
         # One gone since its id was read (cancelled, placed) is left out, as it would have been a moment later.
-        return [self.kept[key[0]] for key in keys if key[0] in self.kept]
+        return [row for row in map(kept.get, (key[0] for key in keys)) if row is not None]
 
     @staticmethod
     def _key(row: Queued | None) -> tuple | None:
