@@ -10,6 +10,7 @@ from provisioning import services
 from provisioning.choices import RunKind, RunState
 from provisioning.models import ApiKey, ProvisioningRun, ProvisioningStep, ServingDeployment, ServingReplica
 from requests.choices import RequestState
+from scheduling.choices import AllocationState
 
 
 class StepInline(ReadOnlyAdminMixin, admin.TabularInline):
@@ -65,6 +66,18 @@ def _retryable(request, run: ProvisioningRun) -> bool:
     )
 
 
+def _force(run: ProvisioningRun, reason: str, actor) -> ProvisioningRun:
+    return services.teardown_force(run=run, actor=actor, reason=reason)
+
+
+def _forceable(request, run: ProvisioningRun) -> bool:
+    return (
+        services.can_force_release(request.user)
+        and services.teardown_forceable(run)
+        and run.allocation.state == AllocationState.ACTIVE
+    )
+
+
 RUN_BUTTONS = [
     ObjectAction(
         name="retry",
@@ -76,6 +89,18 @@ RUN_BUTTONS = [
             f"Starts a new run on the same devices from step '{run.failure.get('step', '?')}' (or the first earlier "
             "step whose effect the cleanup undid); the request goes back to provisioning.",
             "Counts as a manual intervention; the reason goes on the request's timeline.",
+        ],
+    ),
+    ObjectAction(
+        name="force_release",
+        label="Workload is gone: return the devices",
+        available=_forceable,
+        act=_force,
+        done="returned its devices",
+        consequences=lambda run: [
+            "Only when you know the workload no longer runs (the backend never confirmed it): the teardown stops "
+            "where it is and the devices go back to the pool, where the scheduler may place other work at once.",
+            "A release ends `released`; the reason goes on the request's timeline and the audit trail.",
         ],
     ),
 ]
@@ -126,11 +151,21 @@ class ProvisioningRunAdmin(ObjectActionsMixin, ReadOnlyAdminMixin, admin.ModelAd
             verb="Retried",
             permission="retry",
             change=_retry,
-        )
+        ),
+        action_with_reason(
+            name="force_release_runs",
+            description="Workload is gone: return the devices of selected teardowns",
+            verb="Returned the devices of",
+            permission="force_release",
+            change=_force,
+        ),
     ]
 
     def has_retry_permission(self, request):
         return services.can_retry(request.user)
+
+    def has_force_release_permission(self, request):
+        return services.can_force_release(request.user)
 
     def get_queryset(self, request):
         current = ProvisioningStep.objects.filter(run=OuterRef("pk"), position=OuterRef("current_position"))

@@ -30,9 +30,9 @@ from django.utils import timezone
 
 from config.sql import update_from_values
 from config.workers import stopping, wait_unless_stopping
-from provisioning import services
+from provisioning import outages, services
 from provisioning.choices import RunState, StepState, Wait
-from provisioning.drivers.base import StepError, StepPending, outcome_of
+from provisioning.drivers.base import BackendUnavailable, StepError, StepPending, outcome_of
 from provisioning.models import ProvisioningRun, ProvisioningStep
 from provisioning.pipelines import StepDefinition, definition_of
 from provisioning.services import step_task
@@ -65,6 +65,8 @@ ENDED_FIELDS = [
     "lease_expires_at",
     "waiting_for",
     "retry_at",
+    "deadline_at",
+    "outage_since",
     "finished_at",
     "output",
     "error",
@@ -104,6 +106,14 @@ class Finished:
 
 
 @dataclass
+class OutageWait:
+    """The step waits for its backend to answer again: asked again by this worker while its chain lasts (a restart
+    of seconds costs seconds), then by the sweeper, or at once when the backend is seen answering (outages.py)."""
+
+    seconds: float
+
+
+@dataclass
 class Claimed:
     step: ProvisioningStep
     deadline: datetime  # when this attempt must be over
@@ -134,13 +144,16 @@ def steps_execute(*, step_ids: list[int]) -> None:
                     to_broker.append(then.step_id)  # the rest of the run goes back to the broker
                 else:
                     due[then.step_id] = time.monotonic()
+            elif isinstance(then, OutageWait):
+                if time.monotonic() + then.seconds < chain_ends and not stopping():
+                    due[step_id] = time.monotonic() + then.seconds
             elif then is not None and then <= settings.PROVISIONING_INLINE_WAIT_SECONDS and not stopping():
                 due[step_id] = time.monotonic() + then
         if to_broker:
             step_task(to_broker)
 
 
-def _execute_once(step_ids: list[int]) -> dict[int, float | Following | None]:
+def _execute_once(step_ids: list[int]) -> dict[int, float | OutageWait | Following | None]:
     """One attempt of each step that is ours to run; what to do next with each, by step id."""
     owner = uuid.uuid4()
     claimed = _claim(step_ids, owner)
@@ -357,7 +370,7 @@ def _contexts(steps: list[ProvisioningStep]) -> list[StepContext]:
 
 
 @transaction.atomic
-def _record(owner: uuid.UUID, outcomes: dict[int, Outcome]) -> dict[int, float | Following | None]:
+def _record(owner: uuid.UUID, outcomes: dict[int, Outcome]) -> dict[int, float | OutageWait | Following | None]:
     """Store each attempt's outcome whose lease is still ours; for each step, how long to wait before its next
     attempt, or the run's next step once this one is done (None when the run is finished or the step is no longer
     ours)."""
@@ -372,7 +385,18 @@ def _record(owner: uuid.UUID, outcomes: dict[int, Outcome]) -> dict[int, float |
     )
     # Not ours when our lease expired and another worker took the step over: its result counts, not ours.
     ours = [step for step in steps if step.state == StepState.RUNNING and step.lease_owner == owner]
+    unavailable = [outcome for outcome in outcomes.values() if isinstance(outcome, BackendUnavailable)]
+    now = timezone.now()
+    answered = {
+        backend
+        for step in ours
+        if step.outage_since is not None
+        and step.run.state == RunState.RUNNING
+        and not isinstance(outcomes[step.pk], BackendUnavailable)
+        and (backend := outages.outage_over(step, now)) is not None
+    }
     recorded = {step.pk: _record_one(step, outcomes[step.pk]) for step in ours}
+    outages.backends_seen(unavailable=unavailable, answered=answered)
     _write([step for step in ours if step.state != StepState.FAILED], ENDED_FIELDS)  # a failure wrote its own
     _advance([step for step in ours if isinstance(recorded[step.pk], Following | Finished)])
     finished = [(then.run, then.last_output) for then in recorded.values() if isinstance(then, Finished)]
@@ -407,7 +431,7 @@ def _advance(succeeded: list[ProvisioningStep]) -> None:
         ProvisioningRun.objects.filter(pk__in=run_ids).update(current_position=position)
 
 
-def _record_one(step: ProvisioningStep, outcome: Outcome) -> float | Following | Finished | None:
+def _record_one(step: ProvisioningStep, outcome: Outcome) -> float | OutageWait | Following | Finished | None:
     """The outcome on the step (`_record` writes it); None when the run is over or the step failed for good."""
     if step.run.state != RunState.RUNNING:
         step.cancel()
@@ -440,8 +464,10 @@ def _wait(step: ProvisioningStep, seconds: float, waiting_for: str, message: str
     return seconds
 
 
-def _retry_or_fail(step: ProvisioningStep, error: StepError) -> float | None:
+def _retry_or_fail(step: ProvisioningStep, error: StepError) -> float | OutageWait | None:
     step.error = _error_data(error)  # kept while the step waits for its next attempt
+    if isinstance(error, BackendUnavailable):
+        return _wait_out_outage(step, error)
     if not error.retryable or step.attempts >= step.max_attempts:
         _fail(step, error)
         return None
@@ -460,6 +486,23 @@ def _retry_or_fail(step: ProvisioningStep, error: StepError) -> float | None:
         data={"run": step.run_id, "step": step.name, "attempt": step.attempts, "code": error.code},
     )
     return _wait(step, backoff, Wait.RETRY, f"attempt {step.attempts}: {error.code}: {error.message}")
+
+
+def _wait_out_outage(step: ProvisioningStep, error: BackendUnavailable) -> OutageWait | None:
+    """The backend did not answer: wait for it (outages.py), noted once per outage; a provisioning step fails when
+    the outage outlasts its budget."""
+    now = timezone.now()
+    began = step.outage_since is None
+    step.outage_since = step.outage_since or now
+    if outages.budget_spent(step, now):
+        _fail(step, outages.budget_error(step, error))
+        return None
+    if began:
+        outages.note_outage(step, error)
+    seconds = outages.retry_delay(step, now)
+    step.wait(until=now + timedelta(seconds=seconds), waiting_for=Wait.OUTAGE)
+    _append_log(step, f"attempt {step.attempts}: waiting for {error.waiting_for}: {error.code}: {error.message}")
+    return OutageWait(seconds)
 
 
 def _fail(step: ProvisioningStep, error: StepError) -> None:

@@ -16,7 +16,7 @@ from config.errors import Conflict
 from provisioning import netboot
 from provisioning.choices import RunKind, StepState
 from provisioning.drivers import bmc_driver, in_band_driver, serving_driver, workload_driver
-from provisioning.drivers.base import ACCELERATOR_TYPES, StepError, StepPending, Target, only
+from provisioning.drivers.base import ACCELERATOR_TYPES, StepError, StepPending, Target, only, with_details
 from provisioning.models import ProvisioningRun, ProvisioningStep, ServingReplica
 from provisioning.serving.deployments import (
     await_replicas,
@@ -214,12 +214,7 @@ def validate_hardware(ctx: StepContext) -> dict:
     try:
         found = ctx.bmc.inventory(ctx.target)
     except StepError as unreachable:  # bmc_reachable is a check like the others: its final failure isolates
-        raise StepError(
-            unreachable.code,
-            unreachable.message,
-            retryable=unreachable.retryable,
-            details={**unreachable.details, "isolate": True},
-        ) from unreachable
+        raise with_details(unreachable, isolate=True) from unreachable
     checks = [
         check
         for check in ctx.snapshot["bare_metal_profile"]["validation_suite"] or BASIC_HARDWARE_CHECKS

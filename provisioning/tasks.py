@@ -6,7 +6,7 @@ from django_q.tasks import async_task
 
 from config.retry import retry_if_locked
 from config.workers import wait_unless_stopping
-from provisioning import engine, extensions, reconcile, services
+from provisioning import engine, extensions, outages, reconcile, services
 from provisioning.serving.deployments import serving_replicas_check
 
 
@@ -54,6 +54,16 @@ def resume_due_steps() -> int:
 @retry_if_locked
 def reconcile_workloads() -> dict[int, str]:
     return reconcile.workloads_reconcile()
+
+
+@retry_if_locked
+def watch_backend(backend: str) -> str:
+    return outages.backend_watch(backend=backend)
+
+
+@retry_if_locked
+def wake_steps(backend: str) -> int:
+    return outages.steps_wake(backend=backend)
 
 
 @retry_if_locked

@@ -102,6 +102,9 @@ class EventCode(models.TextChoices):
     PROVISIONING_RETRIED = "provisioning_retried", "Provisioning retried"
     PROVISIONING_RECOVERED = "provisioning_recovered", "Provisioning started late by the sweeper"
     PROVISIONING_NOT_STARTED = "provisioning_not_started", "Provisioning could not start"
+    BACKEND_WAIT = "backend_wait", "Waiting for the backend to answer"
+    TEARDOWN_STUCK = "teardown_stuck", "Teardown needs an operator"
+    TEARDOWN_FORCED = "teardown_forced", "Capacity returned by an operator"
     CLEANED_UP = "cleaned_up", "Cleaned up"
 
 

@@ -20,3 +20,8 @@ cycle_finished = Signal()
 # Sent after the commit of a change to whether a node should take work: a cordon or uncordon, a card isolated or its
 # isolation cleared. kwargs: node_id (int), execution_backend (str). The Slurm drain connects here.
 node_availability_changed = Signal()
+
+# Sent after the commit of a change to whether an execution backend answers as a whole (BackendStatus): kwargs
+# backend (str), available (bool). The cycle places again when it is back; provisioning wakes the steps waiting for
+# it, and asks it again while it is not.
+backend_availability_changed = Signal()

@@ -22,6 +22,12 @@ def free_unprovisioned(*, request_id: int, reason: str, provisioning_started: bo
         async_task("scheduling.tasks.free_allocations", [request_id], reason)
 
 
+def cycle_when_backend_answers(*, available: bool, **_kwargs) -> None:
+    """A backend answers again: what waited for it is placed now, not at the minute's cycle."""
+    if available:
+        async_task(CYCLE_TASK)
+
+
 def drain_in_slurm(*, node_id: int, execution_backend: str, **_kwargs) -> None:
     """A Slurm-backed node's cordon or card isolation changed: drain or resume it in Slurm, in a task."""
     if execution_backend == ExecutionBackend.SLURM:
@@ -47,7 +53,7 @@ def connect() -> None:
     from scheduling.allocations import allocation_details
     from scheduling.estimate import order_never_fits, orders_never_fit, placement_estimate
     from scheduling.metrics import SchedulerCollector
-    from scheduling.signals import health_changed, node_availability_changed
+    from scheduling.signals import backend_availability_changed, health_changed, node_availability_changed
 
     hooks.register(hooks.ALLOCATION_DETAILS, allocation_details)
     hooks.register(hooks.PLACEMENT_ESTIMATE, placement_estimate)
@@ -57,5 +63,6 @@ def connect() -> None:
     request_queued.connect(trigger_cycle, dispatch_uid="scheduling.cycle_on_queue")
     health_changed.connect(trigger_cycle, dispatch_uid="scheduling.cycle_on_health")
     node_availability_changed.connect(drain_in_slurm, dispatch_uid="scheduling.drain_in_slurm")
+    backend_availability_changed.connect(cycle_when_backend_answers, dispatch_uid="scheduling.cycle_on_backend")
     request_releasing.connect(free_unprovisioned, dispatch_uid="scheduling.free_on_release")
     post_migrate.connect(ensure_schedules, dispatch_uid="scheduling.ensure_schedules")

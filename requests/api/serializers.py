@@ -548,8 +548,10 @@ class RequestDetailSerializer(RequestSummarySerializer):
             "type": "object",
             "nullable": True,
             "description": "Provisioning runs with their steps (state, attempts, duration, log excerpt, "
-            "output, error) and, while active, what was delivered (node, devices, "
-            "addresses, image, access details, start and expiry).",
+            "output, error); while active, what was delivered (node, devices, "
+            "addresses, image, access details, start and expiry); and `waiting`, while the backend does not "
+            "answer (`backend_unavailable`: whom it waits for and since when) or refused a teardown "
+            "(`teardown_refused`): {code, message, details}, else null.",
         }
     )
     def get_provisioning(self, resource_request) -> dict | None:
