@@ -234,5 +234,9 @@ def _capitalised(text: str) -> str:
 
 
 def _duration(span: timedelta) -> str:
+    """e.g. "45 s", "2 min", "2 min 9 s"."""
     seconds = round(span.total_seconds())
-    return f"{seconds} s" if seconds < 120 else f"{seconds // 60} min"
+    if seconds < 120:
+        return f"{seconds} s"
+    minutes, seconds = divmod(seconds, 60)
+    return f"{minutes} min" + (f" {seconds} s" if seconds else "")
