@@ -9,13 +9,18 @@ down); "about a minute" is the wall clock moved forward a minute during a real o
 the platform's outage accounting reads. Nothing sleeps: every wait polls a condition against a deadline."""
 
 import contextlib
+import time
 from datetime import timedelta
+from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
 import time_machine
+from django.db import connection
 from django.urls import reverse
 from django.utils import timezone
+from django_q.conf import Conf
+from django_q.models import Schedule
 
 from catalog.models import Vendor
 from provisioning import engine
@@ -31,6 +36,7 @@ from scheduling.models import Allocation, BackendStatus, Device, Node
 from scheduling.slurm.api import SlurmApi
 from tests import factories
 from tests.provisioning.conftest import add_node
+from tests.provisioning.test_crash_safety import kill, start_worker
 from tests.provisioning.test_slurm_backend import eventually, in_state, outside_job, slurm_target
 
 pytestmark = pytest.mark.django_db
@@ -329,3 +335,75 @@ def test_slurmrestd_stopped_holds_orders_and_releases_until_it_answers(faults):
 
     assert_accounts(api, [releasing, queued])
     assert not Allocation.objects.filter(request=releasing, state=AllocationState.ACTIVE).exists()
+
+
+# --- The database's connections dropped ----------------------------------------------------------------------------
+
+
+def drop_database_connections() -> int:
+    """What a PostgreSQL restart or failover does to every session but this test's (pg_terminate_backend)."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity "
+            "WHERE datname = current_database() AND pid <> pg_backend_pid()"
+        )
+        return cursor.fetchone()[0]
+
+
+def through_drops(condition, *, drops: int, seconds: float, log: Path):
+    """Drop the worker's connections `drops` times, one while a step is running each time (a second apart at
+    least), driving the minute sweeper meanwhile, until `condition()` holds."""
+    deadline, dropped, last = time.monotonic() + seconds, 0, 0.0
+    while not condition():
+        if time.monotonic() > deadline:
+            pytest.fail(
+                f"not converged within {seconds} s after {dropped} drops; worker log:\n{log.read_text()[-3000:]}"
+            )
+        running = ProvisioningStep.objects.filter(state=StepState.RUNNING).exists()
+        if dropped < drops and running and time.monotonic() - last > 1.0:
+            dropped += bool(drop_database_connections())
+            last = time.monotonic()
+        engine.steps_resume_due()
+        time.sleep(0.3)
+    return dropped
+
+
+@pytest.mark.django_db(transaction=True, serialized_rollback=True)
+def test_dropped_database_connections_under_a_real_worker_fail_nothing(faults, monkeypatch, tmp_path):
+    """A real qcluster (two workers, the ORM broker) provisions four orders and releases two while every database
+    session but the test's is terminated, five times, each while a step runs: the steps whose record was lost are
+    taken over once their short lease lapses, and the accounts balance."""
+    cluster = faults.cluster
+    monkeypatch.setattr(Conf, "SYNC", False)  # this process enqueues; the worker runs the tasks
+    Schedule.objects.all().delete()  # the sweeper is driven below, as its schedule would
+    log = tmp_path / "worker.log"
+    worker = start_worker(
+        log,
+        Q_WORKERS="2",
+        PROVISIONING_LEASE_SECONDS="2",
+        SLURM_REST_URL=cluster.rest_url,
+        SLURM_USER_NAME=cluster.user_name,
+        SLURM_JWT=cluster.token,
+        SLURM_CONF=str(cluster.slurm_conf),
+        SLURM_PARTITION=cluster.partition,
+        SLURM_JOB_DIRECTORY=str(cluster.job_dir),
+    )
+    try:
+        requests = [faults.submit() for _ in range(4)]
+        dropped = through_drops(
+            lambda: all(in_state(request, RequestState.ACTIVE) for request in requests), drops=3, seconds=120, log=log
+        )
+        released = [faults.release(request) for request in requests[:2]]
+        dropped += through_drops(
+            lambda: all(in_state(request, RequestState.RELEASED) for request in released),
+            drops=2,
+            seconds=120,
+            log=log,
+        )
+    finally:
+        kill(worker)
+
+    assert dropped == 5
+    assert_accounts(faults.api, requests)
+    assert all(len(job_ids_of(faults.api, request)) == 1 for request in requests)
+    assert not Allocation.objects.filter(request__in=released, state=AllocationState.ACTIVE).exists()
