@@ -7,7 +7,7 @@ from django.urls import reverse
 from config.admin_actions import ObjectAction, ObjectActionsMixin, ReadOnlyAdminMixin, action_with_reason
 from config.dashboard import PanelContent, Row, register_panel
 from provisioning import services
-from provisioning.choices import RunKind, RunState
+from provisioning.choices import FORCEABLE_KINDS, RunKind, RunState
 from provisioning.models import ApiKey, ProvisioningRun, ProvisioningStep, ServingDeployment, ServingReplica
 from requests.choices import RequestState
 from scheduling.choices import AllocationState
@@ -239,18 +239,21 @@ class ApiKeyAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
 
 @register_panel("failed_runs", title="Failed provisioning runs", order=30)
 def failed_runs_panel(request) -> PanelContent | None:
-    """Provisioning runs that failed and wait for an operator (the request still failed, no retry yet): two
+    """Provisioning runs that failed and wait for an operator: a provisioning (the request still failed, no retry
+    yet), or a teardown the backend refused whose devices are still held (to force once the workload is gone). Two
     queries."""
     if not request.user.has_perm("provisioning.view_provisioningrun"):
         return None
     waiting = ProvisioningRun.objects.filter(
-        kind=RunKind.PROVISION, state=RunState.FAILED, request__state=RequestState.FAILED, retries__isnull=True
+        Q(kind=RunKind.PROVISION, request__state=RequestState.FAILED, retries__isnull=True)
+        | Q(kind__in=FORCEABLE_KINDS, allocation__state=AllocationState.ACTIVE),
+        state=RunState.FAILED,
     )
     latest = list(waiting.order_by("-finished_at", "-id")[:5])
     changelist = reverse("admin:provisioning_provisioningrun_changelist")
     return PanelContent(
         count=waiting.count(),
-        count_label="failed, waiting for a retry or a release",
+        count_label="failed, waiting for a retry, a release or a forced return",
         tone="bad" if latest else "",
         rows=[
             Row(

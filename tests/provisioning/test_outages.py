@@ -136,7 +136,7 @@ def test_a_provisioning_step_fails_past_the_outage_budget_without_cordoning_and_
 
 
 def test_a_teardown_refused_for_good_cordons_the_node_and_holds_the_devices_until_an_operator_forces_it(
-    compute, run_on_commit, api_as, roles, settings
+    compute, run_on_commit, api_as, roles, settings, client
 ):
     request = compute.order()
     settings.PROVISIONING_FAULTS = [
@@ -152,6 +152,8 @@ def test_a_teardown_refused_for_good_cordons_the_node_and_holds_the_devices_unti
     reason = waiting(api_as, request)
     assert reason["code"] == "teardown_refused" and "an operator confirms the workload is gone" in reason["message"]
     assert request.events.filter(code=EventCode.TEARDOWN_STUCK).exists()
+    client.force_login(roles.operator)
+    assert f"Run #{run.pk} of request #{request.pk}" in client.get(reverse("admin:index")).content.decode()
 
     url = f"/api/v1/provisioning/runs/{run.pk}/force-release/"
     assert APIClient().post(url, {"reason": "x"}, format="json").status_code == 401
