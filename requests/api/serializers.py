@@ -285,7 +285,7 @@ class QueueStatusSerializer(serializers.Serializer):
         source="queue_reason.code",
         default=None,
         allow_null=True,
-        help_text="Why it waits: quota_exhausted, no_matching_spec, capacity_in_use, ...",
+        help_text="Why it waits: quota_exhausted, no_matching_spec, capacity_in_use, backend_unavailable, ...",
     )
     message = serializers.CharField(source="queue_reason.message", default=None, allow_null=True)
     numbers = serializers.JSONField(source="queue_reason.numbers", default=None, allow_null=True)
