@@ -10,8 +10,8 @@ submitted while it lasts; then the backend comes back and the bench waits for ev
 Scenarios: `controller_outage` (slurmctld stopped for --outage seconds), `controller_restart` (slurmctld stopped
 for --restart seconds while the orders are in flight), `rest_outage` (slurmrestd stopped for --outage seconds),
 `drain` (a node drained with scontrol for --outage seconds while orders are placed, then resumed),
-`database_drop` (every PostgreSQL session of the platform terminated three times while the orders and releases are
-in flight).
+`database_drop` (every PostgreSQL session of the platform terminated three times over 30 s while the orders and
+releases are in flight). The restart and the drops start once provisioning is under way.
 
 Reported per scenario (one JSON object each with --json):
 - orders, releases: submitted during the fault, released during the fault;
@@ -22,7 +22,7 @@ Reported per scenario (one JSON object each with --json):
 - doubled: orders with more than one Slurm job;
 - cordoned: nodes cordoned at the end;
 - waiting_shown: orders and releases whose API answer (`GET /api/v1/requests/{id}/`, polled as a developer's page
-  does) named why they waited, while the fault lasted;
+  does, ten a round every 2 s, taking turns) named why they waited while the fault lasted;
 - api_5xx: answers of 500 or more to those polls;
 - converge_s: seconds from the end of the fault (the daemon answering again, the node resumed, the last drop) to
   the last order active and the last release released.
@@ -49,6 +49,7 @@ REDIS_URL = os.environ.get("BENCH_REDIS_URL", "redis://127.0.0.1:6379/10")
 NODES, GPUS_PER_NODE = 8, 8
 WORKERS = 4
 POLL_SECONDS = 2.0
+SAMPLE = 10  # requests a developer's poll reads per round
 SCENARIOS = ["controller_outage", "controller_restart", "rest_outage", "drain", "database_drop"]
 TITLE = "Faults: orders and releases through Slurm and database outages"
 DESCRIPTION = __doc__.split("\n\n", 1)[1]
@@ -224,12 +225,18 @@ def _daemon_down(cluster, name: str, seconds: float) -> Iterator[_Window]:
 
 @contextlib.contextmanager
 def _restart_in_flight(cluster, seconds: float) -> Iterator[_Window]:
-    """slurmctld stopped once the orders are being provisioned, for a few seconds."""
-    window = _Window(time.monotonic())
-    yield window
-    cluster.stop_daemon("slurmctld")
-    _sleep_until(time.monotonic() + seconds)
-    cluster.start_daemon("slurmctld")
+    """slurmctld stopped for a few seconds as soon as the orders' provisioning is under way (while they are still
+    being submitted), then started again."""
+
+    def restart():
+        _until_steps_run()
+        cluster.stop_daemon("slurmctld")
+        _sleep_until(time.monotonic() + seconds)
+        cluster.start_daemon("slurmctld")
+
+    with _alongside(restart) as done:
+        yield _Window(time.monotonic())
+    done()
 
 
 @contextlib.contextmanager
@@ -246,18 +253,60 @@ def _drained(cluster, seconds: float) -> Iterator[_Window]:
 
 @contextlib.contextmanager
 def _database_drops(cluster, seconds: float, drops: int = 3) -> Iterator[_Window]:
-    """Every session of the platform's database but the bench's own terminated, `drops` times over the window."""
+    """Every session of the platform's database but the bench's own terminated `drops` times, the first as soon as
+    provisioning is under way, then spread over `seconds`, while the orders and releases go on."""
     from django.db import connection
 
-    window = _Window(time.monotonic() + seconds)
-    yield window
-    for _ in range(drops):
-        with connection.cursor() as cursor:
-            cursor.execute(
-                "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity "
-                "WHERE datname = current_database() AND pid <> pg_backend_pid()"
-            )
-        _sleep_until(time.monotonic() + seconds / drops)
+    with connection.cursor() as cursor:  # the bench's own session, which submits and polls as the web would
+        cursor.execute("SELECT pg_backend_pid()")
+        (spared,) = cursor.fetchone()
+
+    def drop():
+        _until_steps_run()
+        for _ in range(drops):
+            with connection.cursor() as cursor:
+                cursor.execute(
+                    "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity "
+                    "WHERE datname = current_database() AND pid <> pg_backend_pid() AND pid <> %s",
+                    [spared],
+                )
+            _sleep_until(time.monotonic() + seconds / drops)
+
+    with _alongside(drop) as done:
+        yield _Window(time.monotonic() + seconds)
+    done()
+
+
+@contextlib.contextmanager
+def _alongside(fault: Callable[[], None]) -> Iterator[Callable[[], None]]:
+    """The fault in a thread of its own (with its own database connection) while the scenario submits and polls;
+    the context gives a function that waits for it to end."""
+    import threading
+
+    from django.db import connection
+
+    def in_thread():
+        try:
+            fault()
+        finally:
+            connection.close()
+
+    thread = threading.Thread(target=in_thread, name="bench-fault")
+    thread.start()
+    try:
+        yield thread.join
+    finally:
+        thread.join()
+
+
+def _until_steps_run(seconds: float = 60.0) -> None:
+    """Until a provisioning step is running (work is in flight), at most `seconds`."""
+    from provisioning.choices import StepState
+    from provisioning.models import ProvisioningStep
+
+    deadline = time.monotonic() + seconds
+    while not ProvisioningStep.objects.filter(state=StepState.RUNNING).exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
 
 
 _FAULTS: dict[str, Callable] = {
@@ -282,13 +331,16 @@ class _Poller:
         self.logged_in: set[int] = set()
         self.server_errors = 0
         self.shown: set[int] = set()
-        self.last = 0.0
+        self.last, self.turn = 0.0, 0
 
     def poll(self, requests) -> None:
+        """At most SAMPLE of them per round, taking turns, so polling costs the same at any scale."""
         if time.monotonic() - self.last < POLL_SECONDS:
             return
         self.last = time.monotonic()
-        for request in requests:
+        start = self.turn % max(len(requests), 1)
+        self.turn += SAMPLE
+        for request in (requests[start:] + requests[:start])[:SAMPLE]:
             if request.requester_id not in self.logged_in:
                 self.client.force_login(request.requester)
                 self.logged_in.add(request.requester_id)
@@ -296,9 +348,7 @@ class _Poller:
             if answer.status_code >= 500:
                 self.server_errors += 1
                 continue
-            body = answer.json()
-            provisioning = body.get("provisioning") or {}
-            if provisioning.get("waiting") or (body.get("queue") or {}).get("code") == "backend_unavailable":
+            if _says_why_it_waits(answer.json()):
                 self.shown.add(request.pk)
 
     def poll_until(self, requests, deadline: float) -> None:
@@ -308,6 +358,17 @@ class _Poller:
 
     def counts(self) -> dict:
         return {"waiting_shown": len(self.shown), "api_5xx": self.server_errors}
+
+
+def _says_why_it_waits(body: dict) -> bool:
+    """The outage it waits out, the queue's backend_unavailable, or the backend's own reason for holding its job
+    (a drained node: Slurm's ReqNodeNotAvail on the timeline)."""
+    backend_holds = any(
+        event["code"] == "queue_reason" and "backend" in (event["data"].get("details") or {})
+        for event in body.get("timeline") or []
+    )
+    queued = (body.get("queue") or {}).get("code") == "backend_unavailable"
+    return bool((body.get("provisioning") or {}).get("waiting")) or queued or backend_holds
 
 
 def _accounts(cluster, orders, releases) -> dict:

@@ -184,6 +184,9 @@ PROVISIONING_START_BATCH = env_int("PROVISIONING_START_BATCH", 10)
 PROVISIONING_STEP_TIMEOUTS = env_json("PROVISIONING_STEP_TIMEOUTS", {})
 # An allocated request with no provisioning run after this long is started (or released) by the sweeper.
 PROVISIONING_START_GRACE_SECONDS = env_int("PROVISIONING_START_GRACE_SECONDS", 120)
+# A request releasing this long with its allocation held and no teardown run lost its teardown task: the minute
+# sweeper starts it (teardowns are idempotent, so a late original changes nothing).
+PROVISIONING_RELEASE_GRACE_SECONDS = env_int("PROVISIONING_RELEASE_GRACE_SECONDS", 30)
 # Slurm jobs (the `slurm` execution backend): the partition they go to (empty: the cluster's default) and the
 # directory on the nodes that is their working directory and holds their output (cc-request-<id>-<job id>.out).
 SLURM_PARTITION = env_str("SLURM_PARTITION")

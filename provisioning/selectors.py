@@ -5,7 +5,7 @@ from django.db.models import Prefetch
 from config.errors import Conflict, NotFound
 from config.tokens import secret_hash
 from provisioning import outages
-from provisioning.choices import FORCEABLE_KINDS, RunKind, RunState, StepState, Wait
+from provisioning.choices import FORCEABLE_KINDS, RunKind, RunState, StepState
 from provisioning.models import ProvisioningRun, ProvisioningStep
 from provisioning.pipelines import definition_of
 from requests.choices import RequestState
@@ -70,13 +70,16 @@ def provisioning_details(request) -> dict | None:
     }
 
 
+OUTAGE_STATES = (StepState.WAITING, StepState.RUNNING)
+
+
 def _waiting(run: ProvisioningRun) -> dict | None:
     """The latest run's wait for its backend: its current step waiting out an outage, or a teardown that failed
     for good with its devices still held."""
     if run.state == RunState.RUNNING:
         current = next((step for step in run.steps.all() if step.position == run.current_position), None)
-        if current is not None and current.state == StepState.WAITING and current.waiting_for == Wait.OUTAGE:
-            return outages.waiting_reason(run, current)
+        if current is not None and current.outage_since is not None and current.state in OUTAGE_STATES:
+            return outages.waiting_reason(run, current)  # waiting for its next try, or trying again now
     if run.state == RunState.FAILED and run.kind in FORCEABLE_KINDS and run.allocation.state == AllocationState.ACTIVE:
         return outages.stuck_reason(run)
     return None

@@ -236,6 +236,41 @@ def _start_or_release(request_id: int) -> str:
     return _release_stranded(request_id, reason)
 
 
+def releases_resume_stranded(*, limit: int = 100) -> list[int]:
+    """The sweeper's net under the release's teardown task: a request `releasing` for longer than
+    PROVISIONING_RELEASE_GRACE_SECONDS whose allocation is still held with no teardown run lost that task (its worker,
+    or its database connection, died between the release's commit and the task). Start it now; `teardown_start` is
+    idempotent, so a late original task changes nothing. Returns the request ids."""
+    cutoff = timezone.now() - timedelta(seconds=settings.PROVISIONING_RELEASE_GRACE_SECONDS)
+    torn_down = ProvisioningRun.objects.filter(allocation=OuterRef("pk")).exclude(kind=RunKind.PROVISION)
+    stranded = list(
+        Allocation.objects.filter(
+            RUN_ANCHOR,
+            state=AllocationState.ACTIVE,
+            request__state=RequestState.RELEASING,
+            request__updated_at__lt=cutoff,
+        )
+        .filter(~Exists(torn_down))
+        .order_by("request__updated_at")
+        .values_list("request_id", flat=True)[:limit]
+    )
+    for request_id in stranded:
+        with transaction.atomic():
+            request = ResourceRequest.objects.select_for_update().get(pk=request_id)
+            if request.state != RequestState.RELEASING:
+                continue
+            teardown_start(request_id=request_id, reason="release resumed by the sweeper", kind=RunKind.RELEASE)
+            record_event(
+                request,
+                actor=None,
+                code=EventCode.PROVISIONING_RECOVERED,
+                message=f"Releasing for longer than {settings.PROVISIONING_RELEASE_GRACE_SECONDS} s without a "
+                "teardown: started by the sweeper.",
+                data={},
+            )
+    return stranded
+
+
 @transaction.atomic
 def _release_stranded(request_id: int, reason: dict) -> str:
     request = ResourceRequest.objects.select_for_update().get(pk=request_id)

@@ -28,7 +28,7 @@ def start_runs(request_ids: list[int]) -> int:
 
 @retry_if_locked
 def start_stranded_runs() -> dict[str, list[int]]:
-    return services.runs_start_stranded()
+    return {**services.runs_start_stranded(), "releases_resumed": services.releases_resume_stranded()}
 
 
 @retry_if_locked

@@ -206,3 +206,25 @@ def test_a_whole_backend_out_is_degraded_new_orders_wait_with_its_sentence_and_i
         assert request.state == RequestState.ACTIVE
     assert not BackendStatus.objects.get(backend="simulated").unavailable
     assert AuditEvent.objects.filter(action__in=["backend.unavailable", "backend.answering"]).count() == 2
+
+
+def test_a_release_whose_teardown_task_was_lost_is_resumed_by_the_minute_sweeper(compute, run_on_commit, settings):
+    """The task that starts a release's teardown can die with its worker or its database connection (the fault
+    bench's database_drop scenario lost two): the request would stay `releasing` with its devices held for ever."""
+    from provisioning import tasks
+
+    request = compute.order()
+    request_services.request_release(request=request, actor=request.requester, reason="done")  # its task never runs
+    request.refresh_from_db()
+    assert request.state == RequestState.RELEASING
+    assert run_on_commit(tasks.start_stranded_runs)["releases_resumed"] == []  # within the grace period
+
+    with time_machine.travel(timezone.now() + timedelta(seconds=settings.PROVISIONING_RELEASE_GRACE_SECONDS + 1)):
+        resumed = run_on_commit(tasks.start_stranded_runs)["releases_resumed"]
+
+    assert resumed == [request.pk]
+    request.refresh_from_db()
+    assert request.state == RequestState.RELEASED
+    assert ProvisioningRun.objects.get(request=request, kind=RunKind.RELEASE).state == RunState.SUCCEEDED
+    assert request.events.filter(code=EventCode.PROVISIONING_RECOVERED).exists()
+    assert run_on_commit(tasks.start_stranded_runs)["releases_resumed"] == []
