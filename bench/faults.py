@@ -76,7 +76,7 @@ def main(argv: list[str] | None = None) -> int:
     arguments = parser.parse_args(argv)
     _prepare_django()
     options = Options(arguments.orders, arguments.releases, arguments.outage, arguments.restart, arguments.settle)
-    for row in run(options, arguments.scenario or SCENARIOS):
+    for row in _run_scenarios(options, arguments.scenario or SCENARIOS):
         print(json.dumps(row) if arguments.as_json else "  ".join(f"{key}={value}" for key, value in row.items()))
     return 0
 
@@ -104,18 +104,28 @@ def _prepare_django() -> None:
     call_command("migrate", verbosity=0)
 
 
-def run(options: Options | None = None, scenarios: list[str] | None = None) -> list[dict]:
-    """Each scenario on one cluster and one worker pool (Django must be set up on a scratch database)."""
+def run() -> list[dict]:
+    """For `make bench` (tests/bench/run.py): every scenario at the default scale, in a process of its own (its own
+    scratch database, and the Redis broker its workers read, which must be known when Django starts)."""
+    import subprocess
+
+    answer = subprocess.run(
+        [sys.executable, "-m", "bench.faults", "--json"], cwd=ROOT, capture_output=True, text=True, check=True
+    )
+    return [json.loads(line) for line in answer.stdout.splitlines() if line.startswith("{")]
+
+
+def _run_scenarios(options: Options, scenarios: list[str]) -> list[dict]:
+    """Each scenario on one cluster and one worker pool (Django set up on the scratch database)."""
     from django.test.utils import override_settings
 
     from tests.slurm_cluster import NodeShape, running_cluster
 
-    options = options or Options()
     shape = NodeShape(cpus=2 * GPUS_PER_NODE, real_memory_mib=2048 * GPUS_PER_NODE, gpus=GPUS_PER_NODE)
     with running_cluster(node_count=NODES, node_shape=shape, name_prefix="faults") as cluster:
         platform = _Platform(cluster)
         with override_settings(**platform.settings), platform.workers():
-            return [platform.scenario(name, options) for name in scenarios or SCENARIOS]
+            return [platform.scenario(name, options) for name in scenarios]
 
 
 class _Platform:

@@ -107,8 +107,9 @@ class Finished:
 
 @dataclass
 class OutageWait:
-    """The step waits for its backend to answer again: asked again by this worker while its chain lasts (a restart
-    of seconds costs seconds), then by the sweeper, or at once when the backend is seen answering (outages.py)."""
+    """The step waits for a node's own service to answer again, and this worker asks it again while the outage is
+    young and its chain lasts (a blip costs seconds); otherwise the sweeper does, or the backend's return
+    (outages.py)."""
 
     seconds: float
 
@@ -345,7 +346,11 @@ def _outcome(step: ProvisioningStep, result: dict | Exception, seconds: float) -
 
 
 def _waiting(step: ProvisioningStep, pending: StepPending) -> Waiting | StepError:
-    remaining = (step.deadline_at - timezone.now()).total_seconds() if step.deadline_at else pending.retry_after
+    """The step polls again, or has polled past its deadline. An outage it waited out just now does not count: its
+    record moves the deadline by as long (outages.outage_over), so it is not spent here either."""
+    now = timezone.now()
+    waited_out = now - step.outage_since if step.outage_since else timedelta(0)
+    remaining = (step.deadline_at + waited_out - now).total_seconds() if step.deadline_at else pending.retry_after
     if remaining <= 0:
         return StepError(
             "step_timeout", f"Still not done after {step.timeout_seconds} s: {pending.message}", retryable=False
@@ -502,7 +507,7 @@ def _wait_out_outage(step: ProvisioningStep, error: BackendUnavailable) -> Outag
     seconds = outages.retry_delay(step, now)
     step.wait(until=now + timedelta(seconds=seconds), waiting_for=Wait.OUTAGE)
     _append_log(step, f"attempt {step.attempts}: waiting for {error.waiting_for}: {error.code}: {error.message}")
-    return OutageWait(seconds)
+    return OutageWait(seconds) if outages.asked_again_inline(step, error, seconds, now) else None
 
 
 def _fail(step: ProvisioningStep, error: StepError) -> None:

@@ -81,6 +81,15 @@ def retry_delay(step: ProvisioningStep, now: datetime) -> float:
     return min(max(settings.PROVISIONING_BACKOFF_SECONDS, lasted), settings.PROVISIONING_OUTAGE_RETRY_MAX_SECONDS)
 
 
+def asked_again_inline(step: ProvisioningStep, error: BackendUnavailable, seconds: float, now: datetime) -> bool:
+    """Whether the worker sleeps until the step's next try: only for a node's own service (a BMC, podman) during the
+    first PROVISIONING_INLINE_WAIT_SECONDS of its outage. A whole backend out is asked by its watcher, whose first
+    answer wakes every step waiting for it, so no worker is held by it (the workers stay free for the scheduling
+    cycle and the other steps, and a hundred steps do not ask a backend that does not answer a hundred times)."""
+    young = (now - step.outage_since).total_seconds() + seconds <= settings.PROVISIONING_INLINE_WAIT_SECONDS
+    return young and not error.whole_backend
+
+
 def note_outage(step: ProvisioningStep, error: BackendUnavailable) -> None:
     """The timeline note when a step starts waiting for its backend (once per outage of the step)."""
     reason = waiting_reason(step.run, step, error.details)
