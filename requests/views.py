@@ -156,8 +156,11 @@ def _preview(request, form) -> dict:
 def order_preview(request, slug):
     """The live preview (htmx): cost, quota impact and approval route for the form as it stands."""
     service = _orderable_service(request, slug)
-    form = _order_form(request, service)
-    return render(request, "requests/_preview.html", {"form": form, "preview": _preview(request, form)})
+    form = OrderForm(request.POST, user=request.user, service=service, settle=True)
+    preview = _preview(request, form)
+    # A field the form settled (the template, once the model changed) is swapped in beside the preview.
+    swapped = [form[name] for name in form.settled]
+    return render(request, "requests/_preview.html", {"form": form, "preview": preview, "swapped": swapped})
 
 
 # A list row shows its latest message while the request is still under way; finished requests and failed ones
