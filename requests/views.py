@@ -21,7 +21,7 @@ from catalog import selectors as catalog_selectors
 from catalog.choices import ServiceKind
 from catalog.durations import longest_duration_hours
 from config.errors import DomainError
-from requests import approvals, extensions, hooks, inbox, quota_changes, selectors, services
+from requests import approvals, extensions, failures, hooks, inbox, quota_changes, reorder, selectors, services
 from requests.catalog_offers import mark_never_fitting, offer_rows, passes, shown_without_offers
 from requests.choices import TERMINAL_STATES, Decision, RequestState
 from requests.forms import (
@@ -240,8 +240,14 @@ def request_page_context(request, resource_request) -> dict:
     endpoint = hooks.ask(hooks.ENDPOINT_DETAILS, resource_request, request.build_absolute_uri("/"))
     allocation = hooks.ask(hooks.ALLOCATION_DETAILS, resource_request)
     may_act = services.can_cancel(request.user, resource_request)
+    failure = failures.failure_of(resource_request)
     return {
         "r": resource_request,
+        "failure": failure,
+        "failure_step": _step_label(provisioning, failure.step) if failure else "",
+        "order_again": reorder.form_link(resource_request)
+        if reorder.may_order_again(request.user, resource_request)
+        else None,
         "timeline": selectors.timeline_of(resource_request),
         "approval": selectors.approval_of(resource_request),
         "allocation": allocation,
@@ -253,6 +259,15 @@ def request_page_context(request, resource_request) -> dict:
         "can_cancel": resource_request.is_cancellable and may_act,
         "can_release": state in HOLDING_STATES and may_act,
     }
+
+
+def _step_label(provisioning: dict | None, name: str) -> str:
+    """What the provisioning step called `name` is called on the page (its latest run's)."""
+    for run in reversed((provisioning or {}).get("runs", [])):
+        for step in run["steps"]:
+            if step["name"] == name:
+                return step["label"]
+    return "the workload" if name == "workload" else ""
 
 
 def _poll_seconds(state: str) -> int | None:
