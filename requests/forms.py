@@ -13,6 +13,7 @@ from catalog.models import Service, Vendor
 from catalog.parameters import MAX_STRING_LENGTH, ParameterInvalid, parameters_clean
 from requests import serving_choices
 from requests.choices import IfUnplaceable, OverQuota, PriorityClass
+from requests.models import ResourceRequest
 from requests.orders import Order
 from tenancy.choices import ProjectPermission, QuotaDimension
 from tenancy.models import User
@@ -43,6 +44,18 @@ def orderable_projects(user: User):
         .select_related("tenant")
         .order_by("tenant__name", "name")
     )
+
+
+def working_project(user: User, projects: list):
+    """Of the projects the user may order on, the one of their latest order (what they are working on), else the
+    first: where the catalog and the order form start."""
+    latest = (
+        ResourceRequest.objects.filter(requester=user, project__in=[project.pk for project in projects])
+        .order_by("-created_at", "-id")
+        .values_list("project_id", flat=True)
+        .first()
+    )
+    return next((project for project in projects if project.pk == latest), projects[0] if projects else None)
 
 
 class OrderForm(forms.Form):
@@ -88,6 +101,8 @@ class OrderForm(forms.Form):
         super().__init__(*args, **kwargs)
         self.service, self.user, self.settled = service, user, []
         self.fields["project"].queryset = orderable_projects(user)
+        if not self.is_bound and "project" not in self.initial:
+            self.initial["project"] = working_project(user, list(self.fields["project"].queryset))
         self.fields["spec"].queryset = catalog_selectors.spec_list(user=user).filter(services=service)
         self.fields["image"].queryset = catalog_selectors.image_list(user=user).filter(services=service)
         self.fields["bare_metal_profile"].queryset = catalog_selectors.bare_metal_profile_list(user=user).filter(

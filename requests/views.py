@@ -32,6 +32,7 @@ from requests.forms import (
     QuotaChangeForm,
     ReasonForm,
     orderable_projects,
+    working_project,
 )
 from requests.models import RequestEvent
 from requests.refusals import next_steps
@@ -60,7 +61,8 @@ class SignInView(LoginView):
 @login_required
 def catalog(request):
     projects = list(orderable_projects(request.user))
-    project = next((p for p in projects if str(p.pk) == request.GET.get("project")), projects[0] if projects else None)
+    chosen = next((p for p in projects if str(p.pk) == request.GET.get("project")), None)
+    project = chosen or working_project(request.user, projects)
     usage = selectors.project_quota_usage(project) if project else []
     filter_form = CatalogFilterForm(request.GET, currency=settings.CATALOG_CURRENCY)
     filters = filter_form.filters()

@@ -5,6 +5,7 @@ replica runs on its template's spec; a catalog row's spec link picks a template 
 
 import re
 from decimal import Decimal
+from html import unescape
 from types import SimpleNamespace
 
 import pytest
@@ -12,6 +13,7 @@ import pytest
 from catalog.choices import ServiceKind, ServingRuntime
 from requests.forms import OrderForm
 from requests.models import ResourceRequest
+from scheduling import cycle
 from scheduling.models import Node
 from tests import factories
 from tests.provisioning.conftest import add_node
@@ -137,3 +139,25 @@ def test_a_catalog_row_s_spec_link_chooses_a_template_on_that_spec(client, endpo
     body = client.get(link).content.decode()
     assert options(body, "serving_template") == [(str(endpoint.vllm.pk), "c vLLM", True)]
     assert "was left out" not in body and "not an option" not in body
+
+
+def test_an_order_no_node_can_run_warns_before_submission_and_its_approver_and_then_waits(client, endpoint, team):
+    from requests.approvals import approval_decide
+    from requests.selectors import approval_inbox
+    from tests.requests.conftest import approval_rule, approver_stage
+
+    approval_rule(approver_stage())
+    client.force_login(team.developer)
+    order = post(endpoint, team, serving_template=endpoint.llama.pk, if_unplaceable="warn")
+    preview = client.post(f"/order/{endpoint.service.slug}/preview/", order).content.decode()
+    assert "cannot run here</span>" in preview and "the llama.cpp runtime with the model file of" in preview
+    client.post(f"/order/{endpoint.service.slug}/", order)
+    request = ResourceRequest.objects.get()
+    client.force_login(team.approver)
+    inbox = unescape(client.get("/approvals/").content.decode())
+    assert "can't place" in inbox and "cannot run here" in inbox
+    (task,) = approval_inbox(user=team.approver)
+    approval_decide(assignment=task, decision="approve", comment="", actor=team.approver)
+    cycle.run_cycle()
+    request.refresh_from_db()
+    assert request.state == "queued" and request.queue_reason["code"] == "no_matching_spec"  # waits, never fails
