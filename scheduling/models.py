@@ -141,6 +141,8 @@ class Node(models.Model):
         return self.name
 
     def clean(self):
+        if self.serving_runtimes is None:  # the admin's field left empty: nothing installed
+            self.serving_runtimes = {}
         problems = serving_runtimes_problems(self.serving_runtimes)
         if problems:
             raise ValidationError({"serving_runtimes": problems})
