@@ -172,7 +172,12 @@ class OrderForm(forms.Form):
                 except forms.ValidationError as error:
                     notices.append(_left_out(name, probe.fields[name], error))
         if served_on is not None and "serving_template" not in initial:
-            initial["serving_template"] = probe.template_on_spec(initial.get("serving_model"), served_on)
+            pair = probe.served_on_spec(initial.get("serving_model"), served_on)
+            if pair is None:
+                whose = "the chosen model's templates" if initial.get("serving_model") else "the models' templates"
+                notices.append(f"None of {whose} runs on the link's resource spec; it was left out.")
+            else:
+                initial["serving_model"], initial["serving_template"] = pair
         form = cls(user=user, service=service, initial=initial)
         if duration is not None:
             try:
@@ -181,11 +186,15 @@ class OrderForm(forms.Form):
                 notices.append(_left_out("duration_hours", form.fields["duration_hours"], error))
         return form, notices
 
-    def template_on_spec(self, model, spec_id: str):
-        """The first template of the model (or of the form's first model) that runs on that spec, if any."""
-        model = model or self.fields["serving_model"].queryset.first()
-        choices = serving_choices.template_choices(self.service, model, self.user)
-        return next((t for t in choices.templates if str(t.spec_id) == str(spec_id)), None)
+    def served_on_spec(self, model, spec_id: str):
+        """(model, template) of the first template on that spec: of the model a link chose, else of the first model
+        that has one; None when there is none."""
+        for candidate in [model] if model else self.fields["serving_model"].queryset:
+            choices = serving_choices.template_choices(self.service, candidate, self.user)
+            template = next((t for t in choices.templates if str(t.spec_id) == str(spec_id)), None)
+            if template is not None:
+                return candidate, template
+        return None
 
     def as_data(self) -> dict:
         """The values the form shows, as a POST of it would send them (to preview what is on screen)."""

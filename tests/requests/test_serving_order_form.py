@@ -133,12 +133,19 @@ def test_the_order_runs_each_replica_on_its_template_s_spec(endpoint, team):
     assert form.order().spec == endpoint.stand_in.spec
 
 
-def test_a_catalog_row_s_spec_link_chooses_a_template_on_that_spec(client, endpoint, team):
+def test_a_catalog_row_s_spec_link_chooses_a_model_and_template_on_that_spec(client, endpoint, team):
     client.force_login(team.developer)
-    link = f"/order/{endpoint.service.slug}/?model={endpoint.large.pk}&spec={endpoint.vllm.spec.pk}"
-    body = client.get(link).content.decode()
+    body = client.get(f"/order/{endpoint.service.slug}/?spec={endpoint.vllm.spec.pk}").content.decode()
+    assert [(label, selected) for _, label, selected in options(body, "serving_model")][1] == (
+        str(endpoint.large),
+        True,
+    )
     assert options(body, "serving_template") == [(str(endpoint.vllm.pk), "c vLLM", True)]
-    assert "was left out" not in body and "not an option" not in body
+    assert "left out" not in body and "not an option" not in body
+    mismatch = f"/order/{endpoint.service.slug}/?model={endpoint.small.pk}&spec={endpoint.vllm.spec.pk}"
+    body = client.get(mismatch).content.decode()
+    assert "None of the chosen model&#x27;s templates runs on the link&#x27;s resource spec" in body
+    assert options(body, "serving_template")[0][2]  # the model's first template, chosen
 
 
 def test_an_order_no_node_can_run_warns_before_submission_and_its_approver_and_then_waits(client, endpoint, team):
