@@ -365,12 +365,24 @@ def seed_offerings(catalog: dict, tenants: dict) -> None:
             "spec": specs["l40s-1x"],
         },
     )
+    # The platform's stand-in server needs nothing installed: SmolLM2 is served by it on nodes without llama.cpp.
+    stand_in_template = _upsert(
+        ServingTemplate,
+        {"name": "Stand-in server (simulated), 1 replica"},
+        {
+            "runtime": ServingRuntime.SIMULATED,
+            "replicas": 1,
+            "context_length": 2048,
+            "max_tokens": 512,
+            "spec": specs["l40s-1x"],
+        },
+    )
     models = [
         _upsert(
             ServingModel,
             {"name": SMOLLM2["name"], "version": SMOLLM2["version"]},
             {key: value for key, value in SMOLLM2.items() if key not in ("name", "version")},
-            {"templates": [cpu_template]},
+            {"templates": [cpu_template, stand_in_template]},
         ),
         _upsert(
             ServingModel,

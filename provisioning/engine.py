@@ -448,9 +448,9 @@ def _retry_or_fail(step: ProvisioningStep, error: StepError) -> float | None:
     backoff = min(
         settings.PROVISIONING_BACKOFF_SECONDS * 2 ** (step.attempts - 1), settings.PROVISIONING_BACKOFF_MAX_SECONDS
     )
+    label = definition_of(step.run.pipeline, step.run.kind, step.position).label
     message = (
-        f"Step '{step.name}' failed (attempt {step.attempts} of {step.max_attempts}): {error.message} "
-        f"Retrying in {backoff:g} s."
+        f"“{label}” failed (attempt {step.attempts} of {step.max_attempts}): {error.message} Retrying in {backoff:g} s."
     )
     record_event(
         step.run.request,

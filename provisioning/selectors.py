@@ -8,6 +8,7 @@ from provisioning.choices import RunKind, RunState
 from provisioning.models import ProvisioningRun, ProvisioningStep
 from provisioning.pipelines import definition_of
 from requests.choices import RequestState
+from requests.failures import failure_sentence
 
 
 def _step_data(run: ProvisioningRun, step: ProvisioningStep) -> dict:
@@ -43,7 +44,16 @@ def run_summary(run: ProvisioningRun) -> dict:
 
 
 def _run_data(run: ProvisioningRun) -> dict:
-    return {**run_summary(run), "steps": [_step_data(run, step) for step in run.steps.all()]}
+    steps = [_step_data(run, step) for step in run.steps.all()]
+    data = {**run_summary(run), "steps": steps}
+    if run.failure:  # said as the requester reads it, beside the backend's own words
+        label = next((step["label"] for step in steps if step["name"] == run.failure.get("step")), "")
+        data["failure"] = {
+            **run.failure,
+            "sentence": failure_sentence(run.failure.get("code", ""), run.failure.get("step", "")),
+            "step_label": label,
+        }
+    return data
 
 
 def provisioning_details(request) -> dict | None:

@@ -23,6 +23,7 @@ from provisioning.drivers.base import StepError
 from provisioning.models import ProvisioningRun, ProvisioningStep
 from provisioning.pipelines import pipeline_for, restart_position, steps_for
 from requests.choices import EventCode, RequestState
+from requests.failures import failure_sentence
 from requests.models import ResourceRequest
 from requests.services import (
     record_event,
@@ -265,7 +266,7 @@ def runs_succeeded(finished: list[tuple[ProvisioningRun, dict]]) -> None:
                 actor=None,
                 code=EventCode.CLEANED_UP,
                 message=f"Cleaned up after the {'preemption' if run.kind == RunKind.TEARDOWN else 'failure'}: "
-                f"{', '.join(_step_names(run))}.",
+                f"{', '.join(_step_labels(run))}.",
                 data={"run": run.pk},
             )
 
@@ -300,8 +301,9 @@ def _request_still(run: ProvisioningRun, state: str | None) -> bool:
     return state is not None and ResourceRequest.objects.select_for_update().get(pk=run.request_id).state == state
 
 
-def _step_names(run: ProvisioningRun) -> list[str]:
-    return list(run.steps.values_list("name", flat=True))
+def _step_labels(run: ProvisioningRun) -> list[str]:
+    definitions = steps_for(run.pipeline, run.kind)
+    return [definitions[position].label for position in run.steps.values_list("position", flat=True)]
 
 
 def run_failed(run: ProvisioningRun, step: ProvisioningStep, error: StepError) -> None:
@@ -318,7 +320,10 @@ def run_failed(run: ProvisioningRun, step: ProvisioningStep, error: StepError) -
     isolated = _isolate_if_needed(run, step, error)
     request = run.request
     what = "Provisioning" if run.kind == RunKind.PROVISION else f"{run.get_kind_display()}"
-    message = f"{what} failed at step '{step.name}' after {step.attempts} attempt(s): {error.message}" + (
+    # In the requester's words; the backend's own (error.message) stays in the failure, for operators.
+    label = steps_for(run.pipeline, run.kind)[step.position].label
+    attempts = f"{step.attempts} attempt{'s' if step.attempts != 1 else ''}"
+    message = f"{what} failed at “{label}” after {attempts}: {failure_sentence(error.code, step.name)}" + (
         f" Node {run.allocation.node.name} isolated for an operator." if isolated else ""
     )
     failing_the_request = _request_still(run, _DRIVES.get(run.kind))
@@ -339,7 +344,7 @@ def run_failed(run: ProvisioningRun, step: ProvisioningStep, error: StepError) -
         )
     if run.kind == RunKind.PROVISION:
         if failing_the_request:  # otherwise a release overtook it, and its teardown cleans up
-            _create_and_enqueue(request, run.allocation, RunKind.CLEANUP, reason=f"provisioning failed at {step.name}")
+            _create_and_enqueue(request, run.allocation, RunKind.CLEANUP, reason=f"provisioning failed at “{label}”")
     elif run.kind != RunKind.TEARDOWN:  # a teardown's devices went back when the request was preempted
         _return_capacity_anyway(run)
 

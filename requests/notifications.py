@@ -19,6 +19,7 @@ from django_q.tasks import async_task
 
 from config.mail import Mail, absolute_url, mails_send
 from requests.choices import NOTIFICATION_AUDIENCE, EventCode, NotificationAudience, NotificationKind
+from requests.failures import failure_sentence
 from requests.models import (
     ApprovalAssignment,
     NotificationDelivery,
@@ -184,8 +185,20 @@ def _request_context(event: RequestEvent) -> dict:
         "event": event,
         "request_url": absolute_url(path),
         "access": access,
-        "failure": event.data.get("failure") or {},
+        "failure": _failure(event),
         "preferences_url": absolute_url(reverse("portal:notifications")),
+    }
+
+
+def _failure(event: RequestEvent) -> dict:
+    """A failed event's failure with its plain sentence, and whether an operator can retry it."""
+    failure = event.data.get("failure")
+    if not failure:
+        return {}
+    return {
+        **failure,
+        "sentence": failure_sentence(failure.get("code", ""), failure.get("step", "")),
+        "operator_retry": event.data.get("operator_retry", True),
     }
 
 

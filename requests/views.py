@@ -21,7 +21,7 @@ from catalog import selectors as catalog_selectors
 from catalog.choices import ServiceKind
 from catalog.durations import longest_duration_hours
 from config.errors import DomainError
-from requests import approvals, extensions, hooks, inbox, quota_changes, selectors, services
+from requests import approvals, extensions, failures, hooks, inbox, quota_changes, reorder, selectors, services
 from requests.catalog_offers import mark_never_fitting, offer_rows, passes, shown_without_offers
 from requests.choices import TERMINAL_STATES, Decision, RequestState
 from requests.forms import (
@@ -32,6 +32,7 @@ from requests.forms import (
     QuotaChangeForm,
     ReasonForm,
     orderable_projects,
+    working_project,
 )
 from requests.models import RequestEvent
 from requests.refusals import next_steps
@@ -60,7 +61,8 @@ class SignInView(LoginView):
 @login_required
 def catalog(request):
     projects = list(orderable_projects(request.user))
-    project = next((p for p in projects if str(p.pk) == request.GET.get("project")), projects[0] if projects else None)
+    chosen = next((p for p in projects if str(p.pk) == request.GET.get("project")), None)
+    project = chosen or working_project(request.user, projects)
     usage = selectors.project_quota_usage(project) if project else []
     filter_form = CatalogFilterForm(request.GET, currency=settings.CATALOG_CURRENCY)
     filters = filter_form.filters()
@@ -156,8 +158,11 @@ def _preview(request, form) -> dict:
 def order_preview(request, slug):
     """The live preview (htmx): cost, quota impact and approval route for the form as it stands."""
     service = _orderable_service(request, slug)
-    form = _order_form(request, service)
-    return render(request, "requests/_preview.html", {"form": form, "preview": _preview(request, form)})
+    form = OrderForm(request.POST, user=request.user, service=service, settle=True)
+    preview = _preview(request, form)
+    # A field the form settled (the template, once the model changed) is swapped in beside the preview.
+    swapped = [form[name] for name in form.settled]
+    return render(request, "requests/_preview.html", {"form": form, "preview": preview, "swapped": swapped})
 
 
 # A list row shows its latest message while the request is still under way; finished requests and failed ones
@@ -237,8 +242,14 @@ def request_page_context(request, resource_request) -> dict:
     endpoint = hooks.ask(hooks.ENDPOINT_DETAILS, resource_request, request.build_absolute_uri("/"))
     allocation = hooks.ask(hooks.ALLOCATION_DETAILS, resource_request)
     may_act = services.can_cancel(request.user, resource_request)
+    failure = failures.failure_of(resource_request)
     return {
         "r": resource_request,
+        "failure": failure,
+        "failure_step": _step_label(provisioning, failure.step) if failure else "",
+        "order_again": reorder.form_link(resource_request)
+        if reorder.may_order_again(request.user, resource_request)
+        else None,
         "timeline": selectors.timeline_of(resource_request),
         "approval": selectors.approval_of(resource_request),
         "allocation": allocation,
@@ -250,6 +261,15 @@ def request_page_context(request, resource_request) -> dict:
         "can_cancel": resource_request.is_cancellable and may_act,
         "can_release": state in HOLDING_STATES and may_act,
     }
+
+
+def _step_label(provisioning: dict | None, name: str) -> str:
+    """What the provisioning step called `name` is called on the page (its latest run's)."""
+    for run in reversed((provisioning or {}).get("runs", [])):
+        for step in run["steps"]:
+            if step["name"] == name:
+                return step["label"]
+    return "the workload" if name == "workload" else ""
 
 
 def _poll_seconds(state: str) -> int | None:

