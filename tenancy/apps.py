@@ -18,6 +18,11 @@ class TenancyConfig(AppConfig):
         *_crud("tenancy", "tenantquota", "view", "add", "change"),
         "tenancy.view_auditevent",
         "tenancy.view_invitation",
+        *_crud("tenancy", "apitoken", "view", "change"),  # change: revoke
+        # Sign-in lockouts (django-axes): see failures and sign-ins, clear a lockout (audited, tenancy.sign_in).
+        *_crud("axes", "accessattempt", "view", "delete"),
+        "axes.view_accesslog",
+        "axes.view_accessfailurelog",
     ]
 
     def ready(self):

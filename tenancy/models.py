@@ -262,3 +262,32 @@ class Invitation(models.Model):
     @property
     def is_open(self) -> bool:
         return self.accepted_at is None and self.revoked_at is None
+
+
+class ApiToken(models.Model):
+    """A person's credential for the API (`Authorization: Token <secret>`), the one token mechanism of the platform:
+    issued by signing in at /api/v1/auth/token/ (and, later, from a personal tokens page or for a service account),
+    shown once, stored as a SHA-256 hash found by its public prefix (config.tokens), expiring, revocable, audited.
+
+    Tokens from before hashing (DRF's 40-hex keys) were hashed by migration; their prefix is the key's first 12
+    characters. See docs/security.md for how scopes and service accounts extend this model."""
+
+    user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="api_tokens")
+    name = models.CharField(max_length=80, help_text="What uses it, e.g. a laptop's CLI or a CI pipeline.")
+    prefix = models.CharField(max_length=12, unique=True, help_text="Public part of the token, to tell tokens apart.")
+    hashed = models.CharField(max_length=64)
+    created_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    created_at = models.DateTimeField(auto_now_add=True)
+    expires_at = models.DateTimeField(db_index=True)
+    last_used_at = models.DateTimeField(null=True, blank=True)
+    revoked_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        verbose_name = "API token"
+        ordering = ["-created_at", "-id"]
+        indexes = [models.Index(fields=["user", "-created_at"], name="api_token_user_idx")]
+
+    def __str__(self):
+        return f"{self.name} ({self.prefix}…) of {self.user}"

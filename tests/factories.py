@@ -4,7 +4,6 @@ from decimal import Decimal
 from types import SimpleNamespace
 
 import factory
-from rest_framework.authtoken.models import Token
 
 from catalog.choices import AcceleratorKind, Interconnect, Runtime, ServiceKind, SliceKind
 from catalog.models import (
@@ -20,6 +19,7 @@ from catalog.models import (
 )
 from catalog.parameters import default_parameter_schema, serving_parameter_schema
 from tenancy import services as tenancy_services
+from tenancy.api_tokens import api_token_issue
 from tenancy.choices import Role
 from tenancy.models import User
 from tenancy.operators import sync_operator_group
@@ -76,7 +76,8 @@ def member(project_obj, role=Role.MEMBER, user=None) -> User:
 
 
 def token_for(user: User) -> str:
-    return Token.objects.get_or_create(user=user)[0].key
+    """A fresh API token of the user, as signing in at the token endpoint issues it."""
+    return api_token_issue(user=user, name="tests", actor=user).secret
 
 
 def role_matrix() -> SimpleNamespace:
