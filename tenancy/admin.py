@@ -13,7 +13,7 @@ from guardian.admin import GuardedModelAdmin
 from config.admin_actions import ReadOnlyAdminMixin, action_with_reason
 from config.errors import DomainError
 from tenancy import api_tokens, services, sign_in
-from tenancy.choices import QuotaDimension, Role
+from tenancy.choices import OrderCap, QuotaDimension, Role
 from tenancy.models import (
     ApiToken,
     AuditEvent,
@@ -28,6 +28,7 @@ from tenancy.models import (
 
 QUOTA_FIELDS = tuple(QuotaDimension.values)
 ENTITLEMENT = "max_priority"  # project quotas only: the highest priority class ordered without approval
+ORDER_CAP_FIELDS = tuple(cap.field for cap in OrderCap)  # project quotas only: overrides of the platform's caps
 
 
 class UserChangeForm(DjangoUserAdmin.form):
@@ -151,6 +152,9 @@ def _save_quota(request, quota, limits: dict, form) -> None:
         services.quota_set_priority_entitlement(
             quota=quota, max_priority=form.cleaned_data[ENTITLEMENT], actor=request.user, reason=reason
         )
+    caps = {cap.value: form.cleaned_data[cap.field] for cap in OrderCap if cap.field in form.changed_data}
+    if caps:
+        services.quota_set_order_caps(quota=quota, caps=caps, actor=request.user, reason=reason)
 
 
 def _quota_row(owner, actor):
@@ -187,7 +191,7 @@ class MembershipInline(admin.TabularInline):
 class ProjectQuotaInline(admin.StackedInline):
     model = ProjectQuota
     form = QuotaForm
-    fields = (ENTITLEMENT, *QUOTA_FIELDS, "reason")
+    fields = (ENTITLEMENT, *QUOTA_FIELDS, *ORDER_CAP_FIELDS, "reason")
     readonly_fields = ["updated_by"]
     can_delete = False
     extra = 0
@@ -356,7 +360,7 @@ class ProjectQuotaAdmin(QuotaAdminBase):
     list_filter = ["project__tenant", ENTITLEMENT]
     list_select_related = ["project__tenant"]
     search_fields = ["project__name", "project__slug"]
-    fields = ["project", ENTITLEMENT, *QUOTA_FIELDS, "reason", "updated_at", "updated_by"]
+    fields = ["project", ENTITLEMENT, *QUOTA_FIELDS, *ORDER_CAP_FIELDS, "reason", "updated_at", "updated_by"]
     readonly_fields = ["project", "updated_at", "updated_by"]
 
 

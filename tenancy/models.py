@@ -7,7 +7,7 @@ from django.core.validators import MinValueValidator, RegexValidator
 from django.db import models
 from django.db.models import Q
 
-from tenancy.choices import PriorityClass, ProjectPermission, QuotaDimension, Role
+from tenancy.choices import OrderCap, PriorityClass, ProjectPermission, QuotaDimension, Role
 
 slug_validator = RegexValidator(r"^[a-z0-9]+(?:-[a-z0-9]+)*$", "Use lowercase letters, digits and single hyphens.")
 
@@ -99,6 +99,15 @@ class Membership(models.Model):
         return f"{self.user} is {self.get_role_display().lower()} of {self.project.slug}"
 
 
+def _order_cap_field(cap: OrderCap):
+    return models.PositiveIntegerField(
+        cap.label,
+        null=True,
+        blank=True,
+        help_text=f"Empty: the platform's default ({cap.setting}); 0: no cap.",
+    )
+
+
 def _limit_field(decimal: bool, help_text: str, label: str):
     """One quota dimension: empty means no limit on that dimension."""
     common = {"verbose_name": label, "null": True, "blank": True, "help_text": f"{help_text} Empty means unlimited."}
@@ -138,6 +147,10 @@ class ProjectQuota(QuotaLimits):
         help_text="Highest priority class the project may order without approval; a higher one is refused, or "
         "routed to approval as an exception when the requester asks for one.",
     )
+    max_open_per_requester = _order_cap_field(OrderCap.OPEN_PER_REQUESTER)
+    max_open_per_project = _order_cap_field(OrderCap.OPEN_PER_PROJECT)
+    max_waiting_per_requester = _order_cap_field(OrderCap.WAITING_PER_REQUESTER)
+    max_waiting_per_project = _order_cap_field(OrderCap.WAITING_PER_PROJECT)
 
     class Meta:
         constraints = [
