@@ -7,22 +7,30 @@ import time_machine
 from django.utils import timezone
 
 from config.authentication import TokenAuthentication
+from tenancy.models import ApiToken
 from tests import factories
 
 pytestmark = pytest.mark.django_db
 PROJECTS = "/api/v1/projects/"
 
 
-def test_a_token_signs_its_user_in_with_one_query(django_assert_num_queries):
+def test_a_token_signs_its_user_in_with_one_query_and_notes_its_use_once_a_minute(django_assert_num_queries):
     user = factories.UserFactory()
     secret = factories.token_for(user)
-    TokenAuthentication().authenticate_credentials(secret)  # the first use of the minute notes it (one UPDATE)
+    stored = ApiToken.objects.get(user=user)
+    ApiToken.objects.filter(pk=stored.pk).update(last_used_at=None)  # never used yet
 
+    with django_assert_num_queries(2):  # the first use of the minute notes it
+        TokenAuthentication().authenticate_credentials(secret)
     with django_assert_num_queries(1):
         found, token = TokenAuthentication().authenticate_credentials(secret)
 
-    assert (found.pk, found.username, token.user) == (user.pk, user.username, found)
+    assert (found.pk, found.username, token.user, token.pk) == (user.pk, user.username, found, stored.pk)
     assert secret.startswith(f"cct_{token.prefix}_")
+    noted = ApiToken.objects.get(pk=stored.pk).last_used_at
+    assert noted is not None and timezone.now() - noted < timedelta(seconds=30)
+    with time_machine.travel(timezone.now() + timedelta(minutes=2)), django_assert_num_queries(2):
+        TokenAuthentication().authenticate_credentials(secret)
 
 
 @pytest.mark.parametrize(
