@@ -238,8 +238,9 @@ class MonthlyUsage(models.Model):
 
 
 class Invitation(models.Model):
-    """A lead's invitation for someone without an account: a mail with a one-time sign-up link that creates the
-    account and the membership. Only the secret's hash is stored; sending again replaces the link."""
+    """A lead's invitation for someone outside the project's tenant: a mail with a one-time link with which they join,
+    signed in with the account they have or by creating one. Only the secret's hash is stored; sending again replaces
+    the link."""
 
     project = models.ForeignKey(Project, on_delete=models.CASCADE, related_name="invitations")
     email = models.EmailField()
