@@ -430,6 +430,8 @@ AXES_ENABLE_ACCESS_FAILURE_LOG = True
 # lifetime of at most API_TOKEN_MAX_DAYS.
 API_TOKEN_DEFAULT_DAYS = env_int("API_TOKEN_DEFAULT_DAYS", 90)
 API_TOKEN_MAX_DAYS = env_int("API_TOKEN_MAX_DAYS", 365)
+# A token that expired or was revoked this long ago is deleted by a daily schedule (its audit rows stay).
+API_TOKEN_RETENTION_DAYS = env_int("API_TOKEN_RETENTION_DAYS", 90)
 # Content-Security-Policy (django-csp): scripts only from this origin (no inline scripts or handlers anywhere);
 # styles also inline (computed bar widths, the operator console's widgets). CSP_REPORT_URI receives violations;
 # CSP_REPORT_ONLY reports without enforcing (to try a change first).

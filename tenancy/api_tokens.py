@@ -84,6 +84,15 @@ def api_token_revoke(*, token: ApiToken, reason: str, actor: User | None) -> Api
     return token
 
 
+def api_tokens_purge() -> int:
+    """Delete tokens that stopped working (expired or revoked) more than API_TOKEN_RETENTION_DAYS ago: each sign-in
+    at the token endpoint issues one, so a script signing in per run would otherwise pile them up. Their issue and
+    revocation stay on the audit log. How many were deleted."""
+    cutoff = timezone.now() - timedelta(days=settings.API_TOKEN_RETENTION_DAYS)
+    deleted, _ = ApiToken.objects.filter(Q(expires_at__lt=cutoff) | Q(revoked_at__lt=cutoff)).delete()
+    return deleted
+
+
 def token_prefix(secret: str) -> str | None:
     """The public prefix a presented secret would be stored under, or None when it is shaped like no token."""
     if LEGACY_KEY.fullmatch(secret):

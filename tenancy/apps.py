@@ -29,3 +29,16 @@ class TenancyConfig(AppConfig):
         from tenancy.operators import sync_operator_group
 
         post_migrate.connect(sync_operator_group, dispatch_uid="tenancy.sync_operator_group")
+        post_migrate.connect(_ensure_schedules, sender=self, dispatch_uid="tenancy.ensure_schedules")
+
+
+PURGE_TOKENS_TASK = "tenancy.tasks.purge_api_tokens"
+
+
+def _ensure_schedules(**_kwargs) -> None:
+    """The daily purge of API tokens that ended long ago, created once; operators may retime it in the admin."""
+    from django_q.models import Schedule
+
+    from config import schedules
+
+    schedules.ensure(("Purge ended API tokens", PURGE_TOKENS_TASK, (Schedule.DAILY, None)))

@@ -10,7 +10,9 @@ from django.apps import apps
 from django.contrib.admin.helpers import ACTION_CHECKBOX_NAME
 from django.db import connection
 from django.utils import timezone
+from django_q.models import Schedule
 
+from tenancy import tasks
 from tenancy.models import ApiToken, AuditEvent
 from tests import factories
 
@@ -78,3 +80,21 @@ def test_the_tokens_changelist_reads_a_constant_number_of_queries(client, roles,
         factories.token_for(factories.UserFactory())
     with django_assert_max_num_queries(len(few.captured_queries)):
         assert client.get(TOKENS).status_code == 200
+
+
+def test_tokens_that_ended_long_ago_are_purged_daily_and_their_audit_rows_stay(roles, settings):
+    settings.API_TOKEN_RETENTION_DAYS = 30
+    for _ in range(4):
+        factories.token_for(roles.developer)
+    live, fresh_expired, old_expired, old_revoked = ApiToken.objects.order_by("id")
+    now = timezone.now()
+    ApiToken.objects.filter(pk=fresh_expired.pk).update(expires_at=now - timedelta(days=29))
+    ApiToken.objects.filter(pk=old_expired.pk).update(expires_at=now - timedelta(days=31))
+    ApiToken.objects.filter(pk=old_revoked.pk).update(revoked_at=now - timedelta(days=31))
+
+    assert tasks.purge_api_tokens() == 2
+
+    assert set(ApiToken.objects.values_list("pk", flat=True)) == {live.pk, fresh_expired.pk}
+    assert AuditEvent.objects.filter(action="api_token.issued").count() == 4
+    schedule = Schedule.objects.get(func="tenancy.tasks.purge_api_tokens")
+    assert (schedule.schedule_type, schedule.repeats) == (Schedule.DAILY, -1)
