@@ -13,8 +13,9 @@ import pytest
 from django.conf import settings as django_settings
 
 REPO = Path(__file__).resolve().parents[2]
-# What the test settings (config/settings_test.py) put into this process's environment, and what a deployment sets.
-OURS = ("DJANGO_SETTINGS_MODULE", "DEBUG", "SECRET_KEY", "METRICS_TOKEN", "ALLOWED_HOSTS", "CSP_")
+# What the test settings (config/settings_test.py) and the browser tests (DJANGO_ALLOW_ASYNC_UNSAFE) put into this
+# process's environment, and what a deployment sets.
+OURS = ("DJANGO_", "DEBUG", "SECRET_KEY", "METRICS_TOKEN", "ALLOWED_HOSTS", "CSP_")
 
 
 def production_env(**overrides) -> dict:
