@@ -1,13 +1,14 @@
 """Caps on a project's orders, so that one account (or one project) cannot flood the queue: open orders and orders
 waiting for quota, per requester and per project (tenancy.choices.OrderCap; defaults ORDER_MAX_*, per-project
-overrides on the project's quota). Checked at submission under the project's quota lock, so concurrent orders
-cannot pass a cap together."""
+overrides on the project's quota, read with its limits by requests.quota). Checked at submission under the project's
+quota lock, so concurrent orders cannot pass a cap together."""
 
 from django.conf import settings
-from django.db.models import Count, FilteredRelation, Q
+from django.db import connection
 
 from config.errors import Conflict
 from requests.choices import OPEN_STATES, RequestState
+from requests.models import ResourceRequest
 from tenancy.choices import OrderCap
 from tenancy.models import Project, User
 
@@ -16,27 +17,32 @@ class OrderCapReached(Conflict):
     code = "order_cap_reached"
 
 
-def _caps_and_counts(project: Project, requester: User) -> tuple[dict[str, int], dict[str, int]]:
-    """The caps in force for the project (0: none; each the project's own, else the platform's default) and how many
-    orders each counts now: one statement, over the project's open requests only."""
-    waiting, mine = Q(open__state=RequestState.WAITING_FOR_QUOTA), Q(open__requester=requester)
-    row = (
-        Project.objects.filter(pk=project.pk)
-        .annotate(open=FilteredRelation("requests", condition=Q(requests__state__in=sorted(OPEN_STATES))))
-        .values(*(f"quota__{cap.field}" for cap in OrderCap))
-        .annotate(
-            **{
-                f"count_{OrderCap.OPEN_PER_PROJECT}": Count("open"),
-                f"count_{OrderCap.OPEN_PER_REQUESTER}": Count("open", filter=mine),
-                f"count_{OrderCap.WAITING_PER_PROJECT}": Count("open", filter=waiting),
-                f"count_{OrderCap.WAITING_PER_REQUESTER}": Count("open", filter=waiting & mine),
-            }
-        )
-        .get()
-    )
-    caps = {cap.value: row[f"quota__{cap.field}"] for cap in OrderCap}
-    caps = {cap: own if own is not None else getattr(settings, OrderCap(cap).setting) for cap, own in caps.items()}
-    return caps, {cap.value: row[f"count_{cap.value}"] for cap in OrderCap}
+def caps_in_force(overrides: dict) -> dict[str, int]:
+    """Each cap (0: none): the project's own where it has one, else the platform's default."""
+    return {
+        cap.value: own if (own := overrides.get(cap.value)) is not None else getattr(settings, cap.setting)
+        for cap in OrderCap
+    }
+
+
+def _counts(project: Project, requester: User, limits: dict[str, int]) -> dict[str, int]:
+    """How many orders each cap counts now, each counted no further than its limit (reaching it is all a check
+    needs to know, and a big project's thousands of orders are never all read): one statement."""
+    open_orders = ResourceRequest.objects.filter(project=project, state__in=sorted(OPEN_STATES)).order_by()
+    counted = {
+        OrderCap.OPEN_PER_PROJECT: open_orders,
+        OrderCap.OPEN_PER_REQUESTER: open_orders.filter(requester=requester),
+        OrderCap.WAITING_PER_PROJECT: open_orders.filter(state=RequestState.WAITING_FOR_QUOTA),
+        OrderCap.WAITING_PER_REQUESTER: open_orders.filter(state=RequestState.WAITING_FOR_QUOTA, requester=requester),
+    }
+    parts, params = [], []
+    for cap, limit in limits.items():
+        sql, cap_params = counted[cap].values("pk")[:limit].query.sql_with_params()
+        parts.append(f"(SELECT COUNT(*) FROM ({sql}) AS {cap})")
+        params.extend(cap_params)
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT " + ", ".join(parts), params)
+        return dict(zip(limits, cursor.fetchone(), strict=True))
 
 
 _SENTENCES = {
@@ -49,20 +55,22 @@ _SENTENCES = {
 }
 
 
-def check_order_caps(*, project: Project, requester: User, waiting: bool) -> None:
+def check_order_caps(*, project: Project, requester: User, waiting: bool, overrides: dict) -> None:
     """Refuse (409 order_cap_reached, naming the cap) an order that would pass one of the project's caps: the open
-    caps for every order, the waiting caps also when it would wait for quota. Call under the quota lock."""
+    caps for every order, the waiting caps also when it would wait for quota. `overrides` are the project's own caps
+    (requests.quota.QuotaScope.order_caps). Call under the quota lock; reads nothing when no cap applies."""
+    caps = caps_in_force(overrides)
     checked = [OrderCap.OPEN_PER_REQUESTER, OrderCap.OPEN_PER_PROJECT]
     if waiting:
         checked += [OrderCap.WAITING_PER_REQUESTER, OrderCap.WAITING_PER_PROJECT]
-    caps, counts = _caps_and_counts(project, requester)
-    for cap in checked:
-        limit, current = caps[cap], counts[cap]
-        if limit and current >= limit:
+    limits = {cap.value: caps[cap] for cap in checked if caps[cap]}
+    if not limits:
+        return
+    for cap, current in _counts(project, requester, limits).items():
+        if current >= limits[cap]:
             raise OrderCapReached(
                 _SENTENCES[cap].format(current=current, project=project.name)
-                + " (cap: "
-                + OrderCap(cap).label.lower()
-                + "). Cancel or finish one first, or ask an operator to raise the cap.",
-                details={"cap": cap, "limit": limit, "current": current, "project": project.slug},
+                + f" (cap: {OrderCap(cap).label.lower()}). Cancel or finish one first, or ask an operator to raise "
+                "the cap.",
+                details={"cap": cap, "limit": limits[cap], "current": current, "project": project.slug},
             )

@@ -240,7 +240,12 @@ def request_submit(
     priority = _priority_beyond_entitlement(order, over_quota, scopes[0].max_priority)
     never_fits = _never_fits(order, sizing, if_unplaceable)
     reasons = _admission_reasons(over_quota, quota_impact(order.project, sizing.demand, scopes))
-    check_order_caps(project=order.project, requester=requester, waiting=bool(reasons) and over_quota == OverQuota.WAIT)
+    check_order_caps(
+        project=order.project,
+        requester=requester,
+        waiting=bool(reasons) and over_quota == OverQuota.WAIT,
+        overrides=scopes[0].order_caps,
+    )
     exception_reasons = reasons + _as_list(priority)
     request = ResourceRequest(
         tenant=order.project.tenant,
