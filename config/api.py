@@ -168,5 +168,12 @@ def exception_handler(exc, context):
     else:
         code = exc.get_codes() if isinstance(exc, exceptions.APIException) else "error"
         message = exc.detail if isinstance(exc, exceptions.APIException) else str(exc)
-        response.data = error_body(str(code) if isinstance(code, str) else "error", str(message))
+        response.data = error_body(str(code) if isinstance(code, str) else "error", str(message), _details_of(exc))
     return response
+
+
+def _details_of(exc) -> dict:
+    """The numbers a client acts on: how long a throttled caller waits (also in the Retry-After header)."""
+    if isinstance(exc, exceptions.Throttled) and exc.wait is not None:
+        return {"retry_after_seconds": int(exc.wait + 0.999)}
+    return {}

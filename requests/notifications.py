@@ -43,6 +43,7 @@ EVENT_KINDS = {
     EventCode.PREEMPTED: K.REQUEST_REQUEUED,
     EventCode.EXPIRY_WARNING: K.REQUEST_EXPIRING,
     EventCode.RELEASED: K.REQUEST_RELEASED,
+    EventCode.WAITING_EXPIRED: K.REQUEST_WAITING_EXPIRED,
 }
 NOTIFY_TASK = "requests.tasks.notify_request_events"
 
@@ -54,6 +55,7 @@ SUBJECTS = {
     K.REQUEST_REQUEUED: "Request #{id} is back in the queue",
     K.REQUEST_EXPIRING: "Request #{id} expires soon",
     K.REQUEST_RELEASED: "Request #{id} released",
+    K.REQUEST_WAITING_EXPIRED: "Request #{id} waited too long for quota and was cancelled",
     K.OPERATOR_RUN_FAILED: "Provisioning failed for request #{id}",
 }
 ACCESS_LABELS = {"ssh": "SSH", "jupyter": "Jupyter", "attach": "Attach (Slurm)", "curl": "Try it", "url": "Endpoint"}

@@ -8,18 +8,14 @@ from rest_framework import permissions, serializers
 from rest_framework.negotiation import BaseContentNegotiation
 from rest_framework.renderers import JSONRenderer
 from rest_framework.response import Response
-from rest_framework.throttling import AnonRateThrottle
 from rest_framework.views import APIView
 
 from config.api import ErrorSerializer
 from config.errors import NotPermitted
+from config.throttling import InstallerThrottle
 from provisioning import netboot, services
 from provisioning.models import ProvisioningRun
 from provisioning.selectors import installer_run, run_summary
-
-
-class InstallerThrottle(AnonRateThrottle):
-    rate = "120/min"
 
 
 class InstallerReportSerializer(serializers.Serializer):

@@ -432,7 +432,7 @@ def test_a_submission_costs_the_same_queries_whatever_the_history(api_as, shop, 
         api.post(REQUESTS, order_body(shop, people.project, spec=shop.sliced.pk))
     with CaptureQueriesContext(connection) as later:
         assert api.post(REQUESTS, order_body(shop, people.project)).status_code == 201
-    assert len(later) == len(first) <= 15
+    assert len(later) == len(first) <= 16  # 16th: the order caps and the open orders they count (one statement)
 
 
 def _deprecated(shop):
