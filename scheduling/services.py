@@ -51,11 +51,14 @@ def _who(user: User | None) -> str:
     return user.username if user is not None and user.is_authenticated else "the platform"
 
 
-def _announce_availability(node: Node) -> None:
-    """After the commit, tell the data plane (e.g. Slurm's drain) that the node's availability changed."""
+def _announce_availability(node: Node, *, available: bool) -> None:
+    """After the commit, tell the data plane (e.g. Slurm's drain) and the scheduler that the node's availability
+    changed; `available` when it may take work it could not take before."""
     node_id, backend = node.pk, node.execution_backend
     transaction.on_commit(
-        lambda: node_availability_changed.send(sender=Node, node_id=node_id, execution_backend=backend)
+        lambda: node_availability_changed.send(
+            sender=Node, node_id=node_id, execution_backend=backend, available=available
+        )
     )
 
 
@@ -92,7 +95,7 @@ def node_cordon(node: Node, reason: str, actor: User | None) -> Node:
             ),
             data={"node": node.name, "reason": reason},
         )
-    _announce_availability(node)
+    _announce_availability(node, available=False)
     return node
 
 
@@ -107,7 +110,7 @@ def node_uncordon(node: Node, reason: str, actor: User | None) -> Node:
     node.schedulable, node.cordon_reason, node.cordoned_at, node.cordoned_by = True, "", None, None
     node.save(update_fields=["schedulable", "cordon_reason", "cordoned_at", "cordoned_by", "updated_at"])
     audit_record(actor=actor, action="node.uncordoned", target=node, reason=reason, data={"cordon_reason": previous})
-    _announce_availability(node)
+    _announce_availability(node, available=True)
     return node
 
 
@@ -264,7 +267,7 @@ def device_isolate(device: Device, reason: str, actor: User | None = None) -> De
         reason=reason,
         data={"node": device.node.name, "index": device.index, "uuid": device.uuid, "affected_requests": affected},
     )
-    _announce_availability(device.node)
+    _announce_availability(device.node, available=False)
     device_id = device.pk
     transaction.on_commit(lambda: async_task("scheduling.tasks.notify_isolation", device_id, affected, requeue))
     if requeue:
@@ -369,7 +372,7 @@ class IsolationClearanceApprovals:
                 "health": device.health,
             },
         )
-        _announce_availability(device.node)
+        _announce_availability(device.node, available=True)
 
     def on_rejected(self, clearance: IsolationClearance, *, actor: User, comment: str) -> None:
         clearance = IsolationClearance.objects.select_for_update().get(pk=clearance.pk)
