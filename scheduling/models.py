@@ -316,6 +316,14 @@ class Allocation(ConcurrentTransitionMixin, models.Model):
         help_text="When the request's approved duration started counting: the allocation's start, or the released "
         "allocation's for an operator's retry on the same devices.",
     )
+    metered_from_workload = models.BooleanField(
+        db_default=False,  # also for the rows benchmarks insert in raw SQL
+        help_text="Card-hours count from the workload's start on its backend rather than from the allocation: set for "
+        "work the platform starts on an execution backend (a Slurm job), so a job that never started costs nothing.",
+    )
+    workload_started_at = models.DateTimeField(
+        null=True, blank=True, help_text="When the backend started the workload (a Slurm job's start time)."
+    )
     expiry_warned_at = models.DateTimeField(null=True, blank=True)
     heartbeat_at = models.DateTimeField(null=True, blank=True, help_text="Last sign of life from the runtime.")
     released_at = models.DateTimeField(null=True, blank=True)

@@ -322,22 +322,22 @@ def requeue_from_device(*, device_id: int) -> list[int]:
     )
     if not running:
         return []
-    allocation_free(
-        request_ids=[request.pk for request in running], reason=f"requeued: device #{device_id} was isolated"
+    requests_requeue(
+        requests=running,
+        reason=f"requeued: device #{device_id} was isolated",
+        message="Requeued: a device of the allocation was isolated; the request waits for healthy hardware.",
+        data={"device": device_id},
     )
-    requests_preempt(
-        preempted=[
-            (
-                request,
-                None,
-                "Requeued: a device of the allocation was isolated; the request waits for healthy hardware.",
-                {"device": device_id},
-            )
-            for request in running
-        ]
-    )
-    transaction.on_commit(lambda: async_task(CYCLE_TASK))
     return [request.pk for request in running]
+
+
+def requests_requeue(*, requests: list[ResourceRequest], reason: str, message: str, data: dict) -> None:
+    """Requests the caller has locked (allocated, provisioning or active) give their devices back and return to the
+    queue, `message` on each timeline (as a preemption: the request_preempted signal tears down what was built); a
+    cycle places them again after the commit. Their approved snapshot stays the contract."""
+    allocation_free(request_ids=[request.pk for request in requests], reason=reason)
+    requests_preempt(preempted=[(request, None, message, data) for request in requests])
+    transaction.on_commit(lambda: async_task(CYCLE_TASK))
 
 
 @dataclass
