@@ -293,6 +293,16 @@ class Hours(Func):
         return self.as_sql(compiler, connection, template="make_interval(hours => %(expressions)s)", **extra_context)
 
 
+class Minutes(Func):
+    """Whole minutes as a duration, as Hours."""
+
+    template = "(%(expressions)s * 60000000)"
+    output_field = DurationField()
+
+    def as_postgresql(self, compiler, connection, **extra_context):
+        return self.as_sql(compiler, connection, template="make_interval(mins => %(expressions)s)", **extra_context)
+
+
 # When an allocation's term ends: the request's approved duration (extensions included) after the term started.
 # Derived, never stored, so an approved extension writes the request alone.
 ENDS_AT = ExpressionWrapper(F("term_started_at") + Hours("request__duration_hours"), output_field=DateTimeField())

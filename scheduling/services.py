@@ -17,7 +17,7 @@ from catalog.models import AcceleratorModel, Vendor
 from catalog.services import catalog_entry_save
 from config.errors import Conflict, DomainError, NotPermitted
 from requests import approvals
-from requests.choices import ApprovalSubject, ApproverSource, ChangeState, EventCode
+from requests.choices import ApprovalSubject, ApproverSource, ChangeState, EventCode, RequestState
 from requests.services import is_operator_intervention, record_event
 from scheduling import mig_services, selectors
 from scheduling.choices import AllocationState, DeviceHealth
@@ -65,6 +65,15 @@ def _announce_availability(node: Node, *, available: bool) -> None:
 # --- Nodes -------------------------------------------------------------------------------------------------
 
 
+# What a cordon leaves of a request holding devices on the node, by its state: the words follow the state.
+_CORDON_LEAVES = {
+    RequestState.ALLOCATED: "Setting up your request there goes on",
+    RequestState.PROVISIONING: "Setting up your request there goes on",
+    RequestState.ACTIVE: "Your workload keeps running there until it is released or expires",
+    RequestState.RELEASING: "The release of your workload there goes on",
+}
+
+
 @transaction.atomic
 def node_cordon(node: Node, reason: str, actor: User | None) -> Node:
     """Stop new placements on a node; what runs there keeps running."""
@@ -81,12 +90,15 @@ def node_cordon(node: Node, reason: str, actor: User | None) -> Node:
     node.save(update_fields=["schedulable", "cordon_reason", "cordoned_at", "cordoned_by", "updated_at"])
     audit_record(actor=actor, action="node.cordoned", target=node, reason=reason)
     for running in selectors.running_requests_on(node_ids=[node.pk]):
+        what_goes_on = _CORDON_LEAVES.get(running["request"].state)
+        if what_goes_on is None:  # failed or ended: its devices are on their way back, there is nothing to tell
+            continue
         record_event(
             running["request"],
             actor=actor,
             code=EventCode.NODE_CORDONED,
-            message=f"Node {node.name} was cordoned by {_who(actor)}: {reason}. Your workload keeps running there "
-            "until it is released or expires; new placements avoid the node."
+            message=f"Node {node.name} was cordoned by {_who(actor)}: {reason}. {what_goes_on}; new placements avoid "
+            "the node."
             + (
                 f" Replica(s) {', '.join(map(str, running['replicas']))} there leave the endpoint's rotation while "
                 "replicas on other nodes serve."
