@@ -363,7 +363,7 @@ def run_placement_lost(run: ProvisioningRun, step: ProvisioningStep, reason: dic
     requests_requeue(
         requests=[request],
         reason=f"placed again: {reason['message']}"[:300],
-        message=f"{reason['message']} Back in the queue, to be placed on other hardware.",
+        message=f"{reason['message']} Back in the queue, to be placed again where it can run.",
         data={**reason, "run": run.pk, "step": step.name},
     )
 

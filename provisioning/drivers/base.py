@@ -76,7 +76,7 @@ class StepPending(Exception):
 class PlacementLost(Exception):
     """The backend will not start the work where the platform placed it (Slurm drained the node, or has it down,
     before the job started): nothing runs there yet, so rather than failing or waiting for the node, the request
-    goes back to the queue to be placed on other hardware. `reason` ({code, message, details}) goes on its
+    goes back to the queue to be placed again where it can run. `reason` ({code, message, details}) goes on its
     timeline."""
 
     def __init__(self, reason: dict):

@@ -179,7 +179,7 @@ def test_an_order_on_a_node_drained_before_its_job_was_submitted_is_placed_on_an
     note = placed_again(request)
     assert note.message == (
         f"Slurm has node {drained.name} IDLE+DRAIN (rack maintenance) and starts no work there. Back in the queue, "
-        "to be placed on other hardware."
+        "to be placed again where it can run."
     )
     assert note.data["code"] == "backend_node_unavailable" and note.data["step"] == "prepare_image"
     drained.refresh_from_db()  # known at once, not at the next refresh: nothing is placed there again
@@ -241,7 +241,7 @@ def test_a_job_pending_on_a_node_that_drains_is_placed_again_elsewhere(pool, set
     assert note.message.startswith(f"Slurm has node {first.name} ") and note.data["step"] == "readiness_check"
     assert note.message.endswith(
         f"+DRAIN (DIMM errors) and starts no work there (its job {job_id} was still pending). Back in the queue, to "
-        "be placed on other hardware."
+        "be placed again where it can run."
     )  # MIXED or ALLOCATED+DRAIN: the blocker still runs there
     assert eventually(lambda: job_state(pool.api, job_id) == "CANCELLED")  # the teardown took it back
     assert job_state(pool.api, blocker) == "RUNNING"  # what ran there before the drain keeps running
