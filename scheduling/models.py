@@ -327,7 +327,8 @@ class Allocation(ConcurrentTransitionMixin, models.Model):
         "allocation's for an operator's retry on the same devices.",
     )
     metered_from_workload = models.BooleanField(
-        db_default=False,  # also for the rows benchmarks insert in raw SQL
+        default=False,
+        db_default=False,  # also for rows inserted in raw SQL (the benchmarks' seeds)
         help_text="Card-hours count from the workload's start on its backend rather than from the allocation: set for "
         "work the platform starts on an execution backend (a Slurm job), so a job that never started costs nothing.",
     )
