@@ -50,6 +50,7 @@ INSTALLED_APPS = [
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
     "config.middleware.RequestLimitsMiddleware",  # before anything reads the request
+    "config.middleware.DatabaseConnectionLossMiddleware",  # a read on a lost connection runs once more on a new one
     "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",

@@ -67,7 +67,7 @@ class ProvisioningRun(ConcurrentTransitionMixin, models.Model):
 
     @transition(field=state, source=RunState.RUNNING, target=RunState.CANCELLED)
     def cancel(self):
-        """A release overtook the provisioning: the run stops where it is."""
+        """A release overtook the provisioning, or the request is to be placed again: the run stops where it is."""
         self.finished_at = timezone.now()
 
 

@@ -33,6 +33,7 @@ from requests.services import (
     requests_activate,
     requests_start_provisioning,
 )
+from scheduling.allocations import allocations_meter_from_workload
 from scheduling.choices import AllocationState
 from scheduling.models import RUN_ANCHOR, Allocation
 from tenancy.models import User
@@ -93,6 +94,9 @@ def _create_runs(plans: list[RunPlan]) -> list[ProvisioningRun]:
     steps = ProvisioningStep.objects.bulk_create(
         [step for run, plan in zip(runs, plans, strict=True) for step in _new_steps(run, plan)]
     )
+    # What a compute run starts on its backend is charged from its start there (its readiness records it).
+    starts_workloads = [run for run in runs if run.pipeline == Pipeline.COMPUTE and run.kind == RunKind.PROVISION]
+    allocations_meter_from_workload(allocation_ids=[run.allocation_id for run in starts_workloads])
     for run, plan in zip(runs, plans, strict=True):
         own = [step for step in steps if step.run is run]
         first = next(step for step in own if step.position == plan.start_at)
@@ -349,6 +353,26 @@ def run_failed(run: ProvisioningRun, step: ProvisioningStep, error: StepError) -
         _return_capacity_anyway(run)
 
 
+def run_placement_lost(run: ProvisioningRun, step: ProvisioningStep, reason: dict) -> None:
+    """Called by the engine inside the transaction that records the step (its run locked): the backend will not
+    start the work on the node it was placed on (a drained Slurm node). Nothing runs there yet, so the run stops, the
+    request gives its devices back and returns to the queue with the backend's reason on its timeline, and a cycle
+    places it again; the teardown that follows the requeue cancels whatever the run had submitted. Never a failure,
+    and no cordon of ours: the backend's own state is the inventory's (the driver has applied it)."""
+    from scheduling.reclaim import requests_requeue
+
+    _cancel_run(run)
+    request = ResourceRequest.objects.select_for_update().get(pk=run.request_id)
+    if request.state != RequestState.PROVISIONING:  # a release or cancellation overtook it: nothing to place
+        return
+    requests_requeue(
+        requests=[request],
+        reason=f"placed again: {reason['message']}"[:300],
+        message=f"{reason['message']} Back in the queue, to be placed again where it can run.",
+        data={**reason, "run": run.pk, "step": step.name},
+    )
+
+
 def _isolate_if_needed(run: ProvisioningRun, step: ProvisioningStep, error: StepError) -> bool:
     """Hardware findings, and any failure to tear down, keep new work off the node until an operator looks."""
     from scheduling.services import node_cordon
@@ -380,11 +404,15 @@ def _cancel_provisioning(allocation_id: int) -> None:
     for run in ProvisioningRun.objects.select_for_update().filter(
         allocation_id=allocation_id, kind=RunKind.PROVISION, state=RunState.RUNNING
     ):
-        run.cancel()
-        run.save(update_fields=["state", "finished_at"])
-        for step in run.steps.select_for_update().filter(state__in=[StepState.PENDING, StepState.WAITING]):
-            step.cancel()
-            step.save(update_fields=["state", "finished_at", "lease_owner", "lease_expires_at"])
+        _cancel_run(run)
+
+
+def _cancel_run(run: ProvisioningRun) -> None:
+    run.cancel()
+    run.save(update_fields=["state", "finished_at"])
+    for step in run.steps.select_for_update().filter(state__in=[StepState.PENDING, StepState.WAITING]):
+        step.cancel()
+        step.save(update_fields=["state", "finished_at", "lease_owner", "lease_expires_at"])
 
 
 @transaction.atomic

@@ -4,6 +4,7 @@ whose worker died runs again) and returns the step's output; it raises StepError
 from collections import defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass
+from datetime import datetime
 from functools import cached_property
 from urllib.parse import urlencode, urlsplit
 
@@ -32,7 +33,7 @@ from provisioning.serving.routes import routes_changed
 from provisioning.targets import allocation_target
 from requests.choices import EventCode
 from requests.services import record_event
-from scheduling.allocations import allocations_adopt_backend_bindings
+from scheduling.allocations import allocations_adopt_backend_bindings, allocations_workload_started
 from scheduling.choices import AllocationState
 from scheduling.models import Allocation
 
@@ -135,7 +136,21 @@ def readiness_checks(contexts: list[StepContext]) -> list[dict | Exception]:
         if isinstance(result, dict) and "bound_indexes" in result
     }
     bindings = allocations_adopt_backend_bindings(bound=bound, backend=backend) if bound else {}
-    return [_readiness(ctx, result, bindings) for ctx, result in zip(contexts, results, strict=True)]
+    outcomes = [_readiness(ctx, result, bindings) for ctx, result in zip(contexts, results, strict=True)]
+    allocations_workload_started(
+        started={
+            ctx.run.allocation_id: _workload_started_at(outcome)
+            for ctx, outcome in zip(contexts, outcomes, strict=True)
+            if isinstance(outcome, dict)
+        }
+    )
+    return outcomes
+
+
+def _workload_started_at(ready: dict) -> datetime:
+    """When the backend says it started the workload (a Slurm job's start time), else now: it runs from here on."""
+    reported = ready.get("workload_started_at")
+    return datetime.fromisoformat(reported) if reported else timezone.now()
 
 
 def _readiness(ctx: StepContext, result: dict | Exception, bindings: dict[int, dict | Conflict]) -> dict | Exception:

@@ -309,6 +309,16 @@ class Hours(Func):
         return self.as_sql(compiler, connection, template="make_interval(hours => %(expressions)s)", **extra_context)
 
 
+class Minutes(Func):
+    """Whole minutes as a duration, as Hours."""
+
+    template = "(%(expressions)s * 60000000)"
+    output_field = DurationField()
+
+    def as_postgresql(self, compiler, connection, **extra_context):
+        return self.as_sql(compiler, connection, template="make_interval(mins => %(expressions)s)", **extra_context)
+
+
 # When an allocation's term ends: the request's approved duration (extensions included) after the term started.
 # Derived, never stored, so an approved extension writes the request alone.
 ENDS_AT = ExpressionWrapper(F("term_started_at") + Hours("request__duration_hours"), output_field=DateTimeField())
@@ -331,6 +341,15 @@ class Allocation(ConcurrentTransitionMixin, models.Model):
         default=timezone.now,
         help_text="When the request's approved duration started counting: the allocation's start, or the released "
         "allocation's for an operator's retry on the same devices.",
+    )
+    metered_from_workload = models.BooleanField(
+        default=False,
+        db_default=False,  # also for rows inserted in raw SQL (the benchmarks' seeds)
+        help_text="Card-hours count from the workload's start on its backend rather than from the allocation: set for "
+        "work the platform starts on an execution backend (a Slurm job), so a job that never started costs nothing.",
+    )
+    workload_started_at = models.DateTimeField(
+        null=True, blank=True, help_text="When the backend started the workload (a Slurm job's start time)."
     )
     expiry_warned_at = models.DateTimeField(null=True, blank=True)
     heartbeat_at = models.DateTimeField(null=True, blank=True, help_text="Last sign of life from the runtime.")

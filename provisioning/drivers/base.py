@@ -73,6 +73,17 @@ class StepPending(Exception):
         self.message, self.retry_after, self.reason = message, retry_after, reason
 
 
+class PlacementLost(Exception):
+    """The backend will not start the work where the platform placed it (Slurm drained the node, or has it down,
+    before the job started): nothing runs there yet, so rather than failing or waiting for the node, the request
+    goes back to the queue to be placed again where it can run. `reason` ({code, message, details}) goes on its
+    timeline."""
+
+    def __init__(self, reason: dict):
+        super().__init__(reason["message"])
+        self.reason = reason
+
+
 @dataclass(frozen=True)
 class WorkloadEnd:
     """How a workload ended by itself, as its backend tells it."""
@@ -153,7 +164,8 @@ class WorkloadDriver(ABC):
 
     @abstractmethod
     def prepare_image(self, target: Target, image: dict) -> dict:
-        """Make the approved image available on the node (pull or build, and verify)."""
+        """Make the approved image available on the node (pull or build, and verify). This and the two steps after
+        it raise PlacementLost when the backend will not start work on the node any more."""
 
     @abstractmethod
     def start_workload(self, target: Target, image: dict) -> dict:
