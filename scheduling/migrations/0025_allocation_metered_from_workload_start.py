@@ -6,7 +6,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('scheduling', '0023_cluster_change_inventory_index'),
+        ('scheduling', '0024_node_serving_runtimes'),
     ]
 
     operations = [
