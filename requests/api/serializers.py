@@ -24,10 +24,12 @@ from requests.models import (
     RequestEvent,
     ResourceRequest,
 )
-from requests.orders import Order
+from requests.orders import UNKNOWN_PROJECT, Order
 from requests.quota import quota_scopes_by_project, request_quota_impact
 from tenancy.api.serializers import TenantSummarySerializer
+from tenancy.choices import ProjectPermission
 from tenancy.models import Project
+from tenancy.selectors import user_has_project_permission
 
 # --- Input -------------------------------------------------------------------------------------------------
 
@@ -66,6 +68,23 @@ class CatalogItemField(serializers.PrimaryKeyRelatedField):
         return item
 
 
+class VisibleProjectField(serializers.PrimaryKeyRelatedField):
+    """A project id among the projects the caller may see: one of another tenant's is refused word for word as an id
+    that names no project, so the answer never confirms that it exists."""
+
+    default_error_messages = {"does_not_exist": UNKNOWN_PROJECT}
+
+    def __init__(self, **kwargs):
+        super().__init__(queryset=Project.objects.select_related("tenant"), **kwargs)
+
+    def to_internal_value(self, data):
+        project = super().to_internal_value(data)
+        user = self.context["request"].user
+        if not user_has_project_permission(user=user, project=project, permission=ProjectPermission.VIEW):
+            self.fail("does_not_exist", pk_value=data)
+        return project
+
+
 def _item(model, *, optional: bool = True) -> CatalogItemField:
     return CatalogItemField(queryset=model.objects.all(), required=not optional, allow_null=optional)
 
@@ -75,7 +94,7 @@ class OrderSerializer(serializers.Serializer):
     answered with a specific 422 code (spec_deprecated, image_incompatible, ...), never a bare 400."""
 
     service = _item(Service, optional=False)
-    project = serializers.PrimaryKeyRelatedField(queryset=Project.objects.select_related("tenant"))
+    project = VisibleProjectField()
     spec = _item(ResourceSpec)
     image = _item(Image)
     bare_metal_profile = _item(BareMetalProfile)
@@ -145,7 +164,7 @@ class BulkApproveSerializer(DecisionSerializer):
 
 
 class QuotaChangeCreateSerializer(serializers.Serializer):
-    project = serializers.PrimaryKeyRelatedField(queryset=Project.objects.select_related("tenant"))
+    project = VisibleProjectField()
     limits = serializers.DictField(
         # The precision of the quota fields, so that an approved change can always be applied.
         child=serializers.DecimalField(max_digits=12, decimal_places=2, allow_null=True),
