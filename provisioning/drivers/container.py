@@ -33,6 +33,7 @@ from pathlib import Path
 import httpx
 from django.conf import settings
 
+from catalog.parameters import ssh_public_key_problem
 from provisioning.drivers.base import (
     StepError,
     StepPending,
@@ -56,7 +57,6 @@ ENDED_STATES = {"exited", "stopped", "dead"}
 CONTEXT_NAME = re.compile(r"^[a-z0-9][a-z0-9._-]*$")  # a directory right under CONTAINER_IMAGE_DIR, nothing else
 # A login name the image's useradd accepts, made from the requester's username.
 NOT_IN_LOGIN_NAME = re.compile(r"[^a-z0-9_-]")
-SSH_KEY = re.compile(r"^(ssh-(ed25519|rsa|dss)|ecdsa-sha2-nistp\d+|sk-[a-z0-9@.-]+) [A-Za-z0-9+/=]+( [^\n]*)?$")
 
 
 class PodmanFailed(StepError):
@@ -313,12 +313,15 @@ class ContainerWorkloads(WorkloadDriver):
         parameters = target.snapshot.get("parameters") or {}
         demand = target.snapshot["demand"]
         key = (parameters.get("ssh_public_key") or "").strip()
-        if not SSH_KEY.match(key):
+        if not key:
             raise StepError(
                 "ssh_public_key_missing",
                 "A workspace needs the order's ssh_public_key (an OpenSSH public key line).",
                 retryable=False,
             )
+        problem = ssh_public_key_problem(key)  # an order checked before the rule was
+        if problem:
+            raise StepError("ssh_public_key_invalid", f"The order's ssh_public_key {problem}.", retryable=False)
         publish = settings.CONTAINER_PUBLISH_IP
         options = [
             *("--name", container_name(target), "--hostname", f"request-{target.request_id}"),
