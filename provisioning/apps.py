@@ -14,8 +14,12 @@ class ProvisioningConfig(AppConfig):
     ]
 
     def ready(self):
+        from django.core import checks
+
         from config import workers
         from provisioning import wiring
+        from provisioning.checks import check_slurm_job_directory
 
+        checks.register(check_slurm_job_directory)
         wiring.connect()
         workers.install()  # qcluster stops promptly and hands back its work (long steps and installs live here)
