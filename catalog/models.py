@@ -23,7 +23,6 @@ from catalog.choices import (
 from catalog.parameters import default_parameter_schema, schema_problems
 from tenancy.models import slug_validator
 
-
 # A control character (a newline above all) in a field that reaches a batch script, a command line or a log line
 # would end the line it is written into: refused on the form (the validator) and in the database (the constraint).
 CONTROL_CHARACTERS = r"[\x01-\x1f\x7f]"  # NUL: PostgreSQL text cannot hold it at all
