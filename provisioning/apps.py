@@ -11,6 +11,8 @@ class ProvisioningConfig(AppConfig):
         "provisioning.view_servingdeployment",
         "provisioning.view_servingreplica",
         "provisioning.view_apikey",
+        "provisioning.view_connectsecret",
+        "provisioning.reveal_connectsecret",
     ]
 
     def ready(self):

@@ -490,6 +490,7 @@ class RequestDetailSerializer(RequestSummarySerializer):
     allocation = serializers.SerializerMethodField()
     provisioning = serializers.SerializerMethodField()
     endpoint = serializers.SerializerMethodField()
+    connect_secrets = serializers.SerializerMethodField()
     usage = serializers.SerializerMethodField()
 
     class Meta(RequestSummarySerializer.Meta):
@@ -516,6 +517,7 @@ class RequestDetailSerializer(RequestSummarySerializer):
             "allocation",
             "provisioning",
             "endpoint",
+            "connect_secrets",
             "usage",
             "queue",
         ]
@@ -586,6 +588,20 @@ class RequestDetailSerializer(RequestSummarySerializer):
         http_request = self.context.get("request")
         base_url = http_request.build_absolute_uri("/") if http_request is not None else None
         return self._after_allocation(resource_request, hooks.ENDPOINT_DETAILS, base_url)
+
+    @extend_schema_field(
+        {
+            "type": "object",
+            "nullable": True,
+            "description": "For the requester of an active request only (null for anyone else): the secrets that "
+            "open its workload, by access entry, e.g. jupyter: {label, secret, access (Jupyter's URL with its "
+            "token), rotated_at}. Rotate one with POST .../connect-secrets/{name}/rotate/.",
+        }
+    )
+    def get_connect_secrets(self, resource_request) -> dict | None:
+        http_request = self.context.get("request")
+        viewer = getattr(http_request, "user", None)
+        return self._later(resource_request, hooks.CONNECT_SECRETS, viewer)
 
     @extend_schema_field(
         {
