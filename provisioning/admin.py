@@ -229,7 +229,7 @@ class ConnectSecretAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
     requester sees (provisioning/connect.py)."""
 
     list_display = ["__str__", "request", "name", "created_at", "rotated_at"]
-    list_select_related = ["request"]
+    list_select_related = ["request__service", "request__project"]
     search_fields = ["=request__id", "name"]
     fields = ["request", "allocation", "name", "created_at", "rotated_at"]
     readonly_fields = fields
