@@ -17,7 +17,7 @@ from provisioning import netboot
 from provisioning.choices import RunKind, StepState
 from provisioning.connect import connect_secret_issue, connect_secrets_forget
 from provisioning.drivers import bmc_driver, in_band_driver, serving_driver, workload_driver
-from provisioning.drivers.base import ACCELERATOR_TYPES, StepError, StepPending, Target, only
+from provisioning.drivers.base import ACCELERATOR_TYPES, StepError, StepPending, Target, only, outcome_of
 from provisioning.models import ProvisioningRun, ProvisioningStep, ServingReplica
 from provisioning.serving.deployments import (
     await_replicas,
@@ -128,15 +128,16 @@ def start_workloads(contexts: list[StepContext]) -> list[dict | Exception]:
 
 def _with_connect_secrets(ctx: StepContext, started: dict | Exception) -> dict | Exception:
     """The started workload's secrets (a workspace's Jupyter token) issued for its requester and installed in it; the
-    output names them, never their values (provisioning/connect.py)."""
+    output names them, never their values (provisioning/connect.py). A failure is this run's outcome only."""
     if isinstance(started, Exception):
         return started
+    return outcome_of(_install_connect_secrets, ctx, started)
+
+
+def _install_connect_secrets(ctx: StepContext, started: dict) -> dict:
     names = ctx.workload.connect_secret_names(ctx.target)
-    try:
-        for name in names:
-            ctx.workload.connect_secret_set(ctx.target, name, connect_secret_issue(run=ctx.run, name=name))
-    except StepError as refused:
-        return refused
+    for name in names:
+        ctx.workload.connect_secret_set(ctx.target, name, connect_secret_issue(run=ctx.run, name=name))
     return {**started, "connect_secrets": list(names)} if names else started
 
 

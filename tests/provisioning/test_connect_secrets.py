@@ -20,6 +20,8 @@ from django.urls import reverse
 from rest_framework.test import APIClient
 
 from provisioning.connect import connect_secrets_shown
+from provisioning.drivers.base import StepError
+from provisioning.drivers.simulated import SimulatedHost
 from provisioning.models import ConnectSecret, ProvisioningRun
 from requests import services as request_services
 from requests.choices import EventCode, RequestState
@@ -306,3 +308,21 @@ def test_the_migration_takes_tokens_out_of_old_outputs_records_and_events(worksp
         assert access["jupyter"] == "http://node-1:40001/"
     assert _stored(request) == "old-token"
     assert "old-token" not in json.dumps([run.delivered, step.output, event.data])
+
+
+def test_a_start_that_could_not_install_the_token_is_retried_with_the_same_one(compute, monkeypatch):
+    installed = []
+
+    def busy_once(driver, target, name, value):
+        installed.append(value)
+        if len(installed) == 1:
+            raise StepError("podman_failed", "podman exec failed: the container is still starting")
+
+    monkeypatch.setattr(SimulatedHost, "connect_secret_set", busy_once)
+
+    request = compute.order()
+
+    assert request.state == RequestState.ACTIVE
+    step = ProvisioningRun.objects.get(request=request).steps.get(name="start_workload")
+    assert step.attempts == 2 and step.output["connect_secrets"] == ["jupyter"]
+    assert installed == [_stored(request)] * 2
