@@ -185,9 +185,13 @@ PROVISIONING_STEP_TIMEOUTS = env_json("PROVISIONING_STEP_TIMEOUTS", {})
 # An allocated request with no provisioning run after this long is started (or released) by the sweeper.
 PROVISIONING_START_GRACE_SECONDS = env_int("PROVISIONING_START_GRACE_SECONDS", 120)
 # Slurm jobs (the `slurm` execution backend): the partition they go to (empty: the cluster's default) and the
-# directory on the nodes that is their working directory and holds their output (cc-request-<id>-<job id>.out).
+# directory on the nodes that is their working directory and holds their output (cc-request-<id>-<job id>.out):
+# the Slurm user's own (mode 0700), never a shared temporary directory (system check provisioning.E002).
 SLURM_PARTITION = env_str("SLURM_PARTITION")
-SLURM_JOB_DIRECTORY = env_str("SLURM_JOB_DIRECTORY", "/tmp")
+SLURM_JOB_DIRECTORY = env_str("SLURM_JOB_DIRECTORY", "/var/lib/compute-catalog/slurm-jobs")
+# Keys that encrypt stored secrets the platform shows again (a workspace's Jupyter token; config/encryption.py):
+# comma-separated Fernet keys, the first encrypts. Empty: keys derived from SECRET_KEY and SECRET_KEY_FALLBACKS.
+SECRETS_ENCRYPTION_KEYS = env_list("SECRETS_ENCRYPTION_KEYS")
 # Where OS installers post their completion callback.
 PUBLIC_BASE_URL = env_str("PUBLIC_BASE_URL", "http://127.0.0.1:8000")
 # Mail (README, "Notifications"): SMTP when EMAIL_HOST is set, else the console (the demo prints mails).

@@ -16,8 +16,9 @@ from catalog.choices import BootMethod
 from config.errors import Conflict
 from provisioning import netboot
 from provisioning.choices import RunKind, StepState
+from provisioning.connect import connect_secret_issue, connect_secrets_forget
 from provisioning.drivers import bmc_driver, in_band_driver, serving_driver, workload_driver
-from provisioning.drivers.base import ACCELERATOR_TYPES, StepError, StepPending, Target, only
+from provisioning.drivers.base import ACCELERATOR_TYPES, StepError, StepPending, Target, only, outcome_of
 from provisioning.models import ProvisioningRun, ProvisioningStep, ServingReplica
 from provisioning.serving.deployments import (
     await_replicas,
@@ -122,7 +123,23 @@ def prepare_images(contexts: list[StepContext]) -> list[dict | Exception]:
 
 
 def start_workloads(contexts: list[StepContext]) -> list[dict | Exception]:
-    return contexts[0].workload.start_workloads([(ctx.target, ctx.snapshot["image"]) for ctx in contexts])
+    started = contexts[0].workload.start_workloads([(ctx.target, ctx.snapshot["image"]) for ctx in contexts])
+    return [_with_connect_secrets(ctx, result) for ctx, result in zip(contexts, started, strict=True)]
+
+
+def _with_connect_secrets(ctx: StepContext, started: dict | Exception) -> dict | Exception:
+    """The started workload's secrets (a workspace's Jupyter token) issued for its requester and installed in it; the
+    output names them, never their values (provisioning/connect.py). A failure is this run's outcome only."""
+    if isinstance(started, Exception):
+        return started
+    return outcome_of(_install_connect_secrets, ctx, started)
+
+
+def _install_connect_secrets(ctx: StepContext, started: dict) -> dict:
+    names = ctx.workload.connect_secret_names(ctx.target)
+    for name in names:
+        ctx.workload.connect_secret_set(ctx.target, name, connect_secret_issue(run=ctx.run, name=name))
+    return {**started, "connect_secrets": list(names)} if names else started
 
 
 def readiness_checks(contexts: list[StepContext]) -> list[dict | Exception]:
@@ -207,6 +224,8 @@ def publish_compute_access(ctx: StepContext) -> dict:
         "backend": ctx.target.backend,
         **backend_facts,
         "access": ready.get("access") or _workspace_access(workload, host, ports, user),
+        # Access entries opened with a secret only the requester is shown (provisioning/connect.py).
+        **({"connect_secrets": workload["connect_secrets"]} if workload.get("connect_secrets") else {}),
     }
 
 
@@ -214,12 +233,14 @@ def _workspace_access(workload: dict, host: str, ports: dict, user: str) -> dict
     access = {"ssh": f"ssh -p {ports['ssh']} {user}@{host}"}
     if "jupyter" in ports:
         access["jupyter"] = f"https://{host}:{ports['jupyter']}/"
-    return {**access, **workload.get("access", {})}  # what the backend knows better (Jupyter's URL and token)
+    return {**access, **workload.get("access", {})}  # what the backend knows better (Jupyter's URL)
 
 
 def stop_workload(ctx: StepContext) -> dict:
     _wait_for_inflight_provisioning(ctx)
-    return ctx.workload.stop_workload(ctx.target)
+    stopped = ctx.workload.stop_workload(ctx.target)
+    connect_secrets_forget(allocation_id=ctx.target.allocation_id)  # nothing left for them to open
+    return stopped
 
 
 # --- bare metal --------------------------------------------------------------------------------------------

@@ -107,6 +107,8 @@ class EventCode(models.TextChoices):
     PROVISIONING_RECOVERED = "provisioning_recovered", "Provisioning started late by the sweeper"
     PROVISIONING_NOT_STARTED = "provisioning_not_started", "Provisioning could not start"
     CLEANED_UP = "cleaned_up", "Cleaned up"
+    CONNECT_SECRET_ROTATED = "connect_secret_rotated", "Connect secret changed"
+    CONNECT_SECRET_REVEALED = "connect_secret_revealed", "Connect secret revealed to an operator"
 
 
 class ApprovalSubject(models.TextChoices):

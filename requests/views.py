@@ -15,6 +15,7 @@ from django.db.models import OuterRef, Subquery
 from django.http import Http404
 from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
+from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_http_methods, require_POST
 
 from catalog import selectors as catalog_selectors
@@ -221,6 +222,7 @@ def _pop_shown_once(request, request_id: int) -> dict:
 
 
 @login_required
+@never_cache  # the requester's page holds the secrets that open their workload
 def request_detail(request, pk):
     resource_request = selectors.request_get(user=request.user, pk=pk)
     context = {**request_page_context(request, resource_request), "shown_once": _pop_shown_once(request, pk)}
@@ -228,6 +230,7 @@ def request_detail(request, pk):
 
 
 @login_required
+@never_cache
 def request_status(request, pk):
     """The status area alone (badge, actions, connect, queue, approval, provisioning, allocation, timeline), polled
     by the request page; one render from one read, so its parts never disagree."""
@@ -256,7 +259,9 @@ def request_page_context(request, resource_request) -> dict:
         "endpoint": endpoint,
         "provisioning": provisioning,
         "backend_wait": selectors.backend_wait_of(resource_request) if state == RequestState.PROVISIONING else None,
-        "connect": _connect_items(provisioning, endpoint) if state == RequestState.ACTIVE else [],
+        "connect": _connect_items(provisioning, endpoint, _connect_secrets(request, resource_request))
+        if state == RequestState.ACTIVE
+        else [],
         "poll_seconds": _poll_seconds(state),
         "can_cancel": resource_request.is_cancellable and may_act,
         "can_release": state in HOLDING_STATES and may_act,
@@ -281,18 +286,38 @@ def _poll_seconds(state: str) -> int | None:
 ACCESS_LABELS = {"ssh": "SSH", "jupyter": "Jupyter", "attach": "Attach (Slurm)"}
 
 
-def _connect_items(provisioning, endpoint) -> list[dict]:
-    """How to reach what was delivered, each with a value to copy and a link where a browser can open it."""
+def _connect_secrets(request, resource_request) -> dict:
+    """The secrets that open the workload (a Jupyter token): the requester's alone, nobody else gets any."""
+    if resource_request.state != RequestState.ACTIVE:
+        return {}
+    return hooks.ask(hooks.CONNECT_SECRETS, resource_request, request.user) or {}
+
+
+def _connect_items(provisioning, endpoint, secrets: dict) -> list[dict]:
+    """How to reach what was delivered, each with a value to copy and a link where a browser can open it. An entry
+    opened with a secret carries it for the requester (and may be changed); everyone else sees it without."""
     if endpoint is not None:
         return [
             {"name": "endpoint", "label": "Endpoint", "value": endpoint["url"]},
             {"name": "curl", "label": "Try it", "value": endpoint["curl"]},
         ]
     delivered = (provisioning or {}).get("delivered") or {}
-    return [
-        {"name": name, "label": ACCESS_LABELS.get(name, name), "value": value, "link": value.startswith("http")}
-        for name, value in delivered.get("access", {}).items()
-    ]
+    guarded = set(delivered.get("connect_secrets") or [])
+    items = []
+    for name, value in delivered.get("access", {}).items():
+        secret = secrets.get(name) if name in guarded else None
+        shown = (secret or {}).get("access") or value
+        items.append(
+            {
+                "name": name,
+                "label": ACCESS_LABELS.get(name, name),
+                "value": shown,
+                "link": shown.startswith("http"),
+                "secret": secret,
+                "secret_withheld": name in guarded and secret is None,
+            }
+        )
+    return items
 
 
 @login_required

@@ -180,6 +180,20 @@ class WorkloadDriver(ABC):
     def stop_workload(self, target: Target) -> dict:
         """Stop and remove the workload (no-op when it is gone)."""
 
+    def connect_secret_names(self, target: Target) -> tuple[str, ...]:
+        """The secrets the started workload is reached with, by the access entry each opens (a workspace running
+        Jupyter: ("jupyter",)). The platform issues each, keeps it for the requester alone (provisioning/connect.py)
+        and hands it to connect_secret_set; a workload reached without one (SSH with the order's key, srun) has
+        none."""
+        return ()
+
+    def connect_secret_set(self, target: Target, name: str, value: str) -> None:
+        """Make the running workload accept `value` as its `name` secret, and no earlier one. The value reaches no
+        command line, log or output. Raises StepError when the workload cannot take it."""
+        raise StepError(
+            "connect_secret_unsupported", f"The {self.name} backend keeps no {name} secret.", retryable=False
+        )
+
     # The same for a batch of runs at one step: [(target, image or started)] -> [output, or the StepError,
     # StepPending or other exception of each], in order. A backend that can ask once for all of them (one Slurm job
     # list for ten submissions) overrides these; by default each is asked on its own.

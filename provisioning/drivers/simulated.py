@@ -44,6 +44,7 @@ DURATIONS = {
     "install_os": 300,
     "prepare_image": 45,
     "start_workload": 12,
+    "connect_secret_set": 0.5,
     "workload_ready": 6,
     "stop_workload": 8,
     "install_gpu_driver": 120,
@@ -214,6 +215,12 @@ class SimulatedHost(WorkloadDriver, InBandDriver, ServingDriver):
             **({"mig_instances": list(created.values())} if created else {}),
             **overrides,
         }
+
+    def connect_secret_names(self, target: Target) -> tuple[str, ...]:
+        return ("jupyter",)  # the simulated workspace publishes a Jupyter port, opened with the requester's token
+
+    def connect_secret_set(self, target: Target, name: str, value: str) -> None:
+        _work("connect_secret_set", target)
 
     def workload_ready(self, target: Target, started: dict) -> dict:
         overrides = _work("workload_ready", target)

@@ -22,6 +22,7 @@ finds the job it already submitted; two workers submitting at once take turns on
 import hashlib
 import logging
 import re
+import shlex
 import threading
 import time
 from collections.abc import Callable, Iterable
@@ -98,6 +99,7 @@ POLL_SECONDS = 0.5  # between the engine's readiness attempts
 WATCH_SECONDS, WATCH_EVERY_SECONDS = 2.0, 0.1  # within one attempt
 SUBMIT_LOCK_NAMESPACE = 0x534C  # "SL": advisory locks of Slurm submissions, keyed by request id
 HOLD_COMMAND = "exec sleep infinity"
+PRIVATE_UMASK = "0077"
 
 
 def job_name(request_id: int) -> str:
@@ -363,13 +365,16 @@ def image_command(image: dict) -> str:
 
 def batch_script(target: Target, image: dict) -> str:
     """The script Slurm runs on the node: it names what runs, then runs the image's command or holds the
-    allocation for attaching."""
+    allocation for attaching. Catalog text is never written into it bare: the image's name and reference are
+    quoted words of a no-op (a newline in a reference stays inside its quotes) and the greeting reads them from the
+    job's environment; the image's command is what an operator configured to run."""
     label = f"{image['name']}:{image['version']}"
     return "\n".join(
         [
             "#!/bin/sh",
-            f"# compute-catalog request {target.request_id}: {label} ({image['reference']})",
-            f'echo "request {target.request_id} ({label}) on $(hostname): Slurm job $SLURM_JOB_ID,'
+            f"# compute-catalog request {int(target.request_id)}",
+            f": image {shlex.quote(label)} reference {shlex.quote(image['reference'])}",
+            'echo "request $CC_REQUEST_ID ($CC_IMAGE) on $(hostname): Slurm job $SLURM_JOB_ID,'
             ' GPUs ${SLURM_JOB_GPUS:-${CUDA_VISIBLE_DEVICES:-none}}"',
             image_command(image) or HOLD_COMMAND,
             "",
@@ -391,6 +396,9 @@ def job_properties(target: Target, image: dict) -> dict:
         "CC_REQUEST_ID": str(target.request_id),
         "CC_IMAGE": f"{image['name']}:{image['version']}",
         "CC_IMAGE_REFERENCE": image["reference"],
+        # The job's output file, and what the job writes, are its user's alone (slurmstepd creates the output with
+        # this umask; without it, 0644).
+        "SLURM_UMASK": PRIVATE_UMASK,
     }
     job = {
         "name": job_name(target.request_id),

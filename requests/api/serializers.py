@@ -24,10 +24,12 @@ from requests.models import (
     RequestEvent,
     ResourceRequest,
 )
-from requests.orders import Order
+from requests.orders import UNKNOWN_PROJECT, Order
 from requests.quota import quota_scopes_by_project, request_quota_impact
 from tenancy.api.serializers import TenantSummarySerializer
+from tenancy.choices import ProjectPermission
 from tenancy.models import Project
+from tenancy.selectors import user_has_project_permission
 
 # --- Input -------------------------------------------------------------------------------------------------
 
@@ -66,6 +68,23 @@ class CatalogItemField(serializers.PrimaryKeyRelatedField):
         return item
 
 
+class VisibleProjectField(serializers.PrimaryKeyRelatedField):
+    """A project id among the projects the caller may see: one of another tenant's is refused word for word as an id
+    that names no project, so the answer never confirms that it exists."""
+
+    default_error_messages = {"does_not_exist": UNKNOWN_PROJECT}
+
+    def __init__(self, **kwargs):
+        super().__init__(queryset=Project.objects.select_related("tenant"), **kwargs)
+
+    def to_internal_value(self, data):
+        project = super().to_internal_value(data)
+        user = self.context["request"].user
+        if not user_has_project_permission(user=user, project=project, permission=ProjectPermission.VIEW):
+            self.fail("does_not_exist", pk_value=data)
+        return project
+
+
 def _item(model, *, optional: bool = True) -> CatalogItemField:
     return CatalogItemField(queryset=model.objects.all(), required=not optional, allow_null=optional)
 
@@ -75,7 +94,7 @@ class OrderSerializer(serializers.Serializer):
     answered with a specific 422 code (spec_deprecated, image_incompatible, ...), never a bare 400."""
 
     service = _item(Service, optional=False)
-    project = serializers.PrimaryKeyRelatedField(queryset=Project.objects.select_related("tenant"))
+    project = VisibleProjectField()
     spec = _item(ResourceSpec)
     image = _item(Image)
     bare_metal_profile = _item(BareMetalProfile)
@@ -145,7 +164,7 @@ class BulkApproveSerializer(DecisionSerializer):
 
 
 class QuotaChangeCreateSerializer(serializers.Serializer):
-    project = serializers.PrimaryKeyRelatedField(queryset=Project.objects.select_related("tenant"))
+    project = VisibleProjectField()
     limits = serializers.DictField(
         # The precision of the quota fields, so that an approved change can always be applied.
         child=serializers.DecimalField(max_digits=12, decimal_places=2, allow_null=True),
@@ -493,6 +512,7 @@ class RequestDetailSerializer(RequestSummarySerializer):
     allocation = serializers.SerializerMethodField()
     provisioning = serializers.SerializerMethodField()
     endpoint = serializers.SerializerMethodField()
+    connect_secrets = serializers.SerializerMethodField()
     usage = serializers.SerializerMethodField()
     failure = serializers.SerializerMethodField()
     order_again = serializers.SerializerMethodField()
@@ -521,6 +541,7 @@ class RequestDetailSerializer(RequestSummarySerializer):
             "allocation",
             "provisioning",
             "endpoint",
+            "connect_secrets",
             "usage",
             "queue",
             "failure",
@@ -606,6 +627,20 @@ class RequestDetailSerializer(RequestSummarySerializer):
         http_request = self.context.get("request")
         base_url = http_request.build_absolute_uri("/") if http_request is not None else None
         return self._after_allocation(resource_request, hooks.ENDPOINT_DETAILS, base_url)
+
+    @extend_schema_field(
+        {
+            "type": "object",
+            "nullable": True,
+            "description": "For the requester of an active request only (null for anyone else): the secrets that "
+            "open its workload, by access entry, e.g. jupyter: {label, secret, access (Jupyter's URL with its "
+            "token), rotated_at}. Rotate one with POST .../connect-secrets/{name}/rotate/.",
+        }
+    )
+    def get_connect_secrets(self, resource_request) -> dict | None:
+        http_request = self.context.get("request")
+        viewer = getattr(http_request, "user", None)
+        return self._later(resource_request, hooks.CONNECT_SECRETS, viewer)
 
     @extend_schema_field(
         {
