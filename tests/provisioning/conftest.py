@@ -22,6 +22,7 @@ from tests.provisioning.ansible_hosts import in_band, test_hosts  # noqa: F401  
 from tests.provisioning.gateway_process import gateway_redis, gateways  # noqa: F401  (fixtures)
 from tests.provisioning.podman_runtime import podman_service  # noqa: F401  (fixture)
 from tests.provisioning.redfish_emulator import (  # noqa: F401  (fixtures)
+    elsewhere,
     image_server,
     redfish_stand_in,
     sushy_emulator,
