@@ -328,18 +328,21 @@ def boot_installer(ctx: StepContext) -> dict:
             retryable=False,
         )
     if profile.get("boot_method") == BootMethod.PXE:
-        return _boot_from_network(ctx, installer_token_issue(ctx.run))
+        return _boot_from_network(ctx, installer_token_issue)
     token = installer_token_issue(ctx.run)
     separator = "&" if "?" in image else "?"
+    # The BMC hands the image URL to the installer: its query (callback and token) is for the installer only, and
+    # the drivers keep it out of their summaries and logs.
     query = urlencode({"callback": netboot.callback_url(), "token": token})
     media = ctx.bmc.insert_media(ctx.target, f"{image}{separator}{query}")
     boot = ctx.bmc.set_one_time_boot(ctx.target, "Cd")
     return {"image": image, "media": media.get("media"), "boot": boot}
 
 
-def _boot_from_network(ctx: StepContext, token: str) -> dict:
-    """PXE: the platform serves the run's iPXE script and install config under the token; the site's DHCP / iPXE
-    chain hands the server the script URL, which is why it is in the output (docs/provisioning.md, PXE)."""
+def _boot_from_network(ctx: StepContext, token_issue: Callable[[ProvisioningRun], str]) -> dict:
+    """PXE: the site's DHCP / iPXE chain hands the server the platform's one script URL, and the platform answers it,
+    recognised by its address, with this run's script and install config (docs/provisioning.md, PXE). So the node's
+    address must be known, and the output holds no secret: the token is only in the install config."""
     netboot_files = ctx.snapshot["bare_metal_profile"].get("netboot") or {}
     if not all(netboot_files.get(key) for key in ("kernel", "initrd")):
         raise StepError(
@@ -347,8 +350,22 @@ def _boot_from_network(ctx: StepContext, token: str) -> dict:
             "The OS image names no netboot kernel and initrd, which a PXE boot loads.",
             retryable=False,
         )
+    if not ctx.target.os_address:
+        raise StepError(
+            "node_address_unknown",
+            f"A PXE boot hands the install files to the server by its address, and node {ctx.target.node} has no OS "
+            "address recorded.",
+            retryable=False,
+        )
+    addresses = netboot.node_addresses(ctx.target.os_address)
+    if not addresses:  # a name the resolver does not know now: it may later (retried)
+        raise StepError(
+            "node_address_unresolved",
+            f"The OS address {ctx.target.os_address!r} of node {ctx.target.node} does not resolve.",
+        )
+    token_issue(ctx.run)
     boot = ctx.bmc.set_one_time_boot(ctx.target, "Pxe")
-    return {"boot_method": BootMethod.PXE, "script": netboot.script_url(token), "boot": boot}
+    return {"boot_method": BootMethod.PXE, "script": netboot.script_url(), "served_to": sorted(addresses), "boot": boot}
 
 
 def power_cycle(ctx: StepContext) -> dict:

@@ -148,16 +148,16 @@ class SimulatedBmc(BmcDriver):
         return {"reset_type": action}
 
     def _boot_installer(self, machine) -> None:
-        """Booting from the installer media runs the installer, which reports back with the token it was given."""
+        """Booting from the installer media runs the installer, which reports back with the token it was given (the
+        task gets the node's name: the token stays in the media URL, as a real BMC keeps it, not in task arguments)."""
         from django_q.tasks import async_task
 
-        query = parse_qs(urlsplit(machine.media_image).query)
         machine.boot_override = ""  # a one-time override is spent by the boot
         machine.save(update_fields=["boot_override"])
-        if "token" in query:
+        if simulated_installer_token(machine.node):
             async_task(
                 "provisioning.tasks.simulated_installer",
-                query["token"][0],
+                machine.node,
                 simulated_seconds("install_os") + simulated_seconds("power_transition"),
             )
 
@@ -168,6 +168,14 @@ class SimulatedBmc(BmcDriver):
         machine.media_image = ""
         machine.save(update_fields=["media_image"])
         return {"ejected": ejected}
+
+
+def simulated_installer_token(node: str) -> str | None:
+    """The installer token in the virtual media URL the simulated BMC of this node holds, if any."""
+    from provisioning.models import SimulatedMachine
+
+    image = SimulatedMachine.objects.filter(node=node).values_list("media_image", flat=True).first() or ""
+    return next(iter(parse_qs(urlsplit(image).query).get("token", [])), None)
 
 
 def simulated_mig_instances(target: Target) -> dict[int, dict]:

@@ -46,7 +46,14 @@ def deliver(server, api, run_on_commit):
     """Order, then report the OS installed as the installer would: the in-band steps run on the callback."""
     request = server.order()
     callback, token = installer_callback_from_media(server.node.bmc_address)
-    answer = run_on_commit(api.post, urlsplit(callback).path, {"token": token, "status": "succeeded"}, format="json")
+    # The installer reports from the server it installed: the node's address.
+    answer = run_on_commit(
+        api.post,
+        urlsplit(callback).path,
+        {"token": token, "status": "succeeded"},
+        format="json",
+        REMOTE_ADDR=server.host.address,
+    )
     assert answer.status_code == 202
     request.refresh_from_db()
     return request
