@@ -11,12 +11,12 @@ from django.conf import settings
 from django.db.models import F
 from django.utils import timezone
 
-from catalog.choices import BootMethod
+from catalog.choices import TENANT_ROOT_MEMBERSHIPS, BootMethod
 from config.errors import Conflict
 from provisioning import netboot
 from provisioning.choices import RunKind, StepState
 from provisioning.drivers import bmc_driver, in_band_driver, serving_driver, workload_driver
-from provisioning.drivers.base import ACCELERATOR_TYPES, StepError, StepPending, Target, only
+from provisioning.drivers.base import ACCELERATOR_TYPES, StepError, StepPending, Target, only, slurm_membership
 from provisioning.models import ProvisioningRun, ProvisioningStep, ServingReplica
 from provisioning.serving.deployments import (
     await_replicas,
@@ -415,6 +415,15 @@ def register_cluster(ctx: StepContext) -> dict:
     return ctx.in_band.register_in_cluster(ctx.target, ctx.snapshot["bare_metal_profile"]["target_cluster"])
 
 
+def grant_access(ctx: StepContext) -> dict:
+    """The requester's account, with root only on a server that holds no secret shared with other tenants."""
+    return ctx.in_band.grant_access(
+        ctx.target,
+        ssh_public_key=(ctx.snapshot.get("parameters") or {}).get("ssh_public_key") or "",
+        root=slurm_membership(ctx.target) in TENANT_ROOT_MEMBERSHIPS,
+    )
+
+
 def post_install_health_check(ctx: StepContext) -> dict:
     checks = [
         check for check in ctx.snapshot["bare_metal_profile"]["validation_suite"] if check not in BASIC_HARDWARE_CHECKS
@@ -425,16 +434,17 @@ def post_install_health_check(ctx: StepContext) -> dict:
         raise _isolating_error(failure.code, failure.message, failure.details) from failure
 
 
-IN_BAND_STEPS = ("install_gpu_driver", "install_monitoring_agent", "register_cluster", "health_check")
+IN_BAND_STEPS = ("install_gpu_driver", "install_monitoring_agent", "register_cluster", "grant_access", "health_check")
 
 
 def publish_bare_metal_access(ctx: StepContext) -> dict:
     """The delivered server: where it answers, what the BMC found, the driver version the host reports, the agent's
     endpoint, its node name in the cluster, and each in-band step's playbook summary (the `ansible` driver's)."""
     profile = ctx.snapshot["bare_metal_profile"]
-    registered = ctx.output_of("register_cluster")
-    address = registered.get("address", ctx.target.node)
-    user = ctx.run.request.requester.username
+    registered, access = ctx.output_of("register_cluster"), ctx.output_of("grant_access")
+    address = registered.get("address") or access.get("address") or ctx.target.node
+    # Runs from before the access step had the requester's username as their account, and no root.
+    user = access.get("user") or ctx.run.request.requester.username
     agent = ctx.output_of("install_monitoring_agent")
     in_band = {name: ctx.output_of(name) for name in IN_BAND_STEPS}
     summaries = {
@@ -446,8 +456,10 @@ def publish_bare_metal_access(ctx: StepContext) -> dict:
         **_delivered_base(ctx),
         "host": address,
         "os": profile["os_image"],
-        "cluster": profile["target_cluster"],
-        "cluster_node": registered.get("node_name", ctx.target.node),
+        "slurm_membership": slurm_membership(ctx.target),
+        "cluster": registered.get("cluster", profile["target_cluster"]),
+        **({"cluster_node": registered.get("node_name", ctx.target.node)} if registered.get("cluster") else {}),
+        "root": bool(access.get("root")),
         "driver_version": ctx.output_of("install_gpu_driver").get("driver_version") or profile["driver_version"],
         "monitoring_agent": profile["monitoring_agent"],
         **({"agent_endpoint": agent["endpoint"]} if "endpoint" in agent else {}),

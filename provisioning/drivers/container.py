@@ -34,12 +34,14 @@ import httpx
 from django.conf import settings
 
 from provisioning.drivers.base import (
+    SSH_KEY,
     StepError,
     StepPending,
     Target,
     WorkloadDriver,
     WorkloadEnd,
     each,
+    login_name,
     visible_uuid,
 )
 
@@ -54,9 +56,6 @@ STOP_GRACE_SECONDS = 5
 LOG_TAIL_LINES = 20
 ENDED_STATES = {"exited", "stopped", "dead"}
 CONTEXT_NAME = re.compile(r"^[a-z0-9][a-z0-9._-]*$")  # a directory right under CONTAINER_IMAGE_DIR, nothing else
-# A login name the image's useradd accepts, made from the requester's username.
-NOT_IN_LOGIN_NAME = re.compile(r"[^a-z0-9_-]")
-SSH_KEY = re.compile(r"^(ssh-(ed25519|rsa|dss)|ecdsa-sha2-nistp\d+|sk-[a-z0-9@.-]+) [A-Za-z0-9+/=]+( [^\n]*)?$")
 
 
 class PodmanFailed(StepError):
@@ -252,11 +251,6 @@ def prepare_pulled_image(podman: Podman, reference: str) -> dict:
 
 
 # --- Workloads --------------------------------------------------------------------------------------------
-
-
-def login_name(username: str) -> str:
-    name = NOT_IN_LOGIN_NAME.sub("_", username.lower())[:32]
-    return name if name[:1].isalpha() else f"u{name}"[:32]
 
 
 def container_name(target: Target) -> str:

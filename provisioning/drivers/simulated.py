@@ -20,6 +20,7 @@ from urllib.parse import parse_qs, urlsplit
 from django.conf import settings
 from django.utils import timezone
 
+from catalog.choices import SlurmMembership
 from provisioning.drivers.base import (
     BmcDriver,
     InBandDriver,
@@ -28,6 +29,9 @@ from provisioning.drivers.base import (
     StepPending,
     Target,
     WorkloadDriver,
+    login_name,
+    slurm_membership,
+    tenant_cluster_name,
     visible_uuid,
 )
 from provisioning.serving.deployments import served_model_id
@@ -49,6 +53,7 @@ DURATIONS = {
     "install_gpu_driver": 120,
     "install_monitoring_agent": 20,
     "register_in_cluster": 15,
+    "grant_access": 5,
     "deregister_from_cluster": 8,
     "health_check": 40,
     "request_cleaning": 4,
@@ -251,8 +256,27 @@ class SimulatedHost(WorkloadDriver, InBandDriver, ServingDriver):
         return {"agent": agent, "reporting": True, **({"gpu_exporter": gpu_exporter} if gpu_exporter else {})}
 
     def register_in_cluster(self, target: Target, cluster: str) -> dict:
+        membership = slurm_membership(target)
+        if membership == SlurmMembership.NONE:
+            return {"slurm_membership": membership, "cluster": None, "registered": False}
         _work("register_in_cluster", target)
-        return {"cluster": cluster, "node_name": target.node, "address": f"{target.node}.{cluster}.internal"}
+        own = membership == SlurmMembership.TENANT_CLUSTER
+        cluster = tenant_cluster_name(target) if own else cluster
+        return {
+            "slurm_membership": membership,
+            "cluster": cluster,
+            "node_name": target.node,
+            "address": f"{target.node}.{cluster}.internal",
+            "munge_key": "the server's own" if own else "the shared cluster's",
+        }
+
+    def grant_access(self, target: Target, *, ssh_public_key: str, root: bool) -> dict:
+        _work("grant_access", target)
+        return {
+            "user": login_name(target.requester),
+            "ssh_key": "installed" if ssh_public_key else "none ordered",
+            "root": root,
+        }
 
     def deregister_from_cluster(self, target: Target, cluster: str) -> dict:
         _work("deregister_from_cluster", target)

@@ -112,13 +112,19 @@ def bare_metal(team, run_on_commit):
     quota_set(quota=team.project.quota, limits=BARE_METAL_QUOTA, actor=None)
     node = add_node(accelerator, name="bm1", cards=8, cpu_cores=112, memory_gb=2048)
 
-    def order():
+    def order(**parameters):
         from requests.orders import Order
 
         request = run_on_commit(
             request_services.request_submit,
             requester=team.developer,
-            order=Order(service=service, project=team.project, duration_hours=24, bare_metal_profile=profile),
+            order=Order(
+                service=service,
+                project=team.project,
+                duration_hours=24,
+                bare_metal_profile=profile,
+                parameters=parameters,
+            ),
         )
         assert request.state == RequestState.QUEUED
         run_on_commit(cycle.run_cycle)
