@@ -3,6 +3,7 @@ every server the platform's one script URL, and the platform answers the server 
 address, with its run's iPXE script and cloud-init seed. The installer's token is inside the install config only:
 never in a URL, a step output, the timeline, the API or the page, and no viewer of the request can fetch it."""
 
+import importlib
 import logging
 import re
 from urllib.parse import urlsplit
@@ -10,10 +11,13 @@ from urllib.parse import urlsplit
 import httpx
 import pytest
 import yaml
+from django.apps import apps as django_apps
 from django.core.exceptions import ValidationError
 from django.urls import reverse
+from django.utils import timezone
 
 from catalog.choices import BootMethod
+from config.tokens import secret_hash
 from provisioning.choices import RunKind, StepState
 from provisioning.models import ProvisioningRun, SimulatedMachine
 from requests import services as request_services
@@ -256,3 +260,33 @@ def test_a_pxe_order_on_the_redfish_emulator_sets_a_one_time_pxe_boot_and_insert
     assert request.state == RequestState.ACTIVE
     run_on_commit(request_services.request_release, request=request, actor=request.requester, reason="done")
     assert httpx.get(system_url, timeout=5).json()["PowerState"] == "Off"
+
+
+def test_the_migration_takes_leaked_tokens_out_of_earlier_outputs_and_revokes_them(pxe, api):
+    """Before, the boot step recorded the script URL with the token in its path, for every viewer to read."""
+    add_node(pxe.profile.accelerator_model, name="bm2", cards=8, cpu_cores=112, memory_gb=2048, os_address="192.0.2.11")
+    waiting, done = pxe.order(), pxe.order()
+    leaked = {}
+    for request, token in ((waiting, "leaked-waiting"), (done, "leaked-done")):
+        run = provision_run(request)
+        run.steps.filter(name="boot_installer").update(
+            output={"boot_method": "pxe", "script": f"{PUBLIC}/api/v1/provisioning/pxe/{token}/boot.ipxe"}
+        )
+        ProvisioningRun.objects.filter(pk=run.pk).update(installer_token_hash=secret_hash(token))
+        leaked[request.pk] = token
+    ProvisioningRun.objects.filter(request=done).update(installer_reported_at=timezone.now())
+    migration = importlib.import_module("provisioning.migrations.0007_installer_token_out_of_step_outputs")
+
+    migration.forget_exposed_tokens(django_apps, None)
+
+    for request in (waiting, done):
+        assert boot_output(request)["script"] == f"{PUBLIC}{SCRIPT}"
+    assert provision_run(waiting).installer_token_hash == ""  # whoever read it cannot report for it
+    assert provision_run(done).installer_token_hash == secret_hash("leaked-done")  # spent anyway: kept as it was
+    answer = api.post(
+        "/api/v1/provisioning/installer-callback/",
+        {"token": leaked[waiting.pk], "status": "succeeded"},
+        format="json",
+        REMOTE_ADDR=SERVER,
+    )
+    assert answer.json()["code"] == "unknown_token"
