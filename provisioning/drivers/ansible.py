@@ -212,10 +212,19 @@ class AnsibleHost(InBandDriver):
         from scheduling.slurm import scontrol
 
         membership = slurm_membership(target)
-        result = self._play(
-            target, "deregister_from_cluster", {"cc_node": target.node, "cc_slurm_membership": membership}
-        )
-        if membership != SlurmMembership.SHARED_CLUSTER_NO_ROOT:  # nothing of the shared cluster to undo
+        shared = membership == SlurmMembership.SHARED_CLUSTER_NO_ROOT
+        try:
+            result = self._play(
+                target, "deregister_from_cluster", {"cc_node": target.node, "cc_slurm_membership": membership}
+            )
+        except StepError as locked_out:
+            # A tenant with root may have taken the platform's key or host key away. Nothing of the shared cluster
+            # is on such a server, power-off follows and it is reinstalled before its next tenant: not a reason to
+            # fail the release and isolate the node.
+            if shared or locked_out.code not in ("host_unreachable", "host_key_mismatch"):
+                raise
+            return {"slurm_membership": membership, "deregistered": False, "skipped": locked_out.message}
+        if not shared:  # nothing of the shared cluster to undo
             own = tenant_cluster_name(target) if membership == SlurmMembership.TENANT_CLUSTER else None
             return {"slurm_membership": membership, "cluster": own, "deregistered": True, "ansible": result["summary"]}
         removed = True

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from provisioning.drivers.ansible import AnsibleHost
+from provisioning.drivers.ansible import AnsibleHost, clear_control_sockets
 from provisioning.drivers.base import StepError
 from tests.provisioning.test_ansible_driver import DRIVER_VERSION, target_for
 
@@ -190,6 +190,12 @@ def test_a_server_without_slurm_gets_no_munge_key_and_its_tenant_is_root(in_band
     assert health["checks"]["cluster_node_idle"] == "not in a cluster (the profile joins none)"
     assert as_tenant(host, private, "sudo -n id -u").stdout.strip() == "0"
     assert driver.deregister_from_cluster(target, "")["deregistered"] is True
+
+    # Root can lock the platform out; the release goes on (power-off and reinstall follow), the node stays usable.
+    assert as_tenant(host, private, "sudo -n sh -c ': > /root/.ssh/authorized_keys'").returncode == 0
+    clear_control_sockets()
+    locked_out = driver.deregister_from_cluster(target, "")
+    assert locked_out["deregistered"] is False and "unreachable over SSH" in locked_out["skipped"]
 
 
 def test_an_order_key_that_is_not_one_public_key_line_is_refused_before_the_host_is_touched(in_band, slurm, driver):
