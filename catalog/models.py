@@ -16,6 +16,7 @@ from catalog.choices import (
     ServiceKind,
     ServingRuntime,
     SliceKind,
+    SlurmMembership,
     SpecStatus,
     ValidationCheck,
     Visibility,
@@ -385,7 +386,18 @@ class BareMetalProfile(models.Model):
         blank=True,
         help_text="GPU metrics exporter installed beside the monitoring agent (dcgm-exporter); blank for none.",
     )
-    target_cluster = models.CharField(max_length=120, help_text="Cluster the server registers into.")
+    slurm_membership = models.CharField(
+        max_length=24,
+        choices=SlurmMembership.choices,
+        default=SlurmMembership.SHARED_CLUSTER_NO_ROOT,
+        help_text="How the server joins Slurm, and whether its tenant gets root. Only a server without root for its "
+        "tenant joins the shared cluster (and holds its munge key); with root it runs a cluster of its own or none.",
+    )
+    target_cluster = models.CharField(
+        max_length=120,
+        blank=True,
+        help_text="The shared Slurm cluster the server registers into (shared cluster membership only).",
+    )
     validation_suite = models.JSONField(default=list, blank=True, help_text="Ordered hardware checks.")
     playbooks = models.CharField(
         max_length=60,
@@ -418,6 +430,12 @@ class BareMetalProfile(models.Model):
             and not self.os_image.compatible_vendors.filter(pk=self.accelerator_model.vendor_id).exists()
         ):
             raise ValidationError({"os_image": "The OS image does not support this accelerator's vendor."})
+        if self.slurm_membership == SlurmMembership.SHARED_CLUSTER_NO_ROOT and not self.target_cluster:
+            raise ValidationError({"target_cluster": "Name the shared cluster the server registers into."})
+        if self.slurm_membership != SlurmMembership.SHARED_CLUSTER_NO_ROOT and self.target_cluster:
+            raise ValidationError(
+                {"target_cluster": "Only a server registering into the shared cluster names one: leave it blank."}
+            )
         if self.boot_method == BootMethod.PXE and self.os_image_id and not _netboot_files(self.os_image):
             raise ValidationError(
                 {"boot_method": "PXE needs the OS image's configuration to name netboot kernel and initrd URLs."}

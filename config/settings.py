@@ -232,9 +232,10 @@ BMC_CREDENTIALS = env_json("BMC_CREDENTIALS", {})
 # node's os_address with the key its ssh_credentials_ref names: {"<ref>": {"username": "root",
 # "private_key_file": "/path"}}, from a JSON file that is not in the repository). Host keys are recorded per node
 # under ANSIBLE_STATE_DIR on first contact and checked afterwards. GPU driver packages are looked up in
-# INBAND_PACKAGE_DIR as cc-gpu-driver_<version>_*.deb. A Slurm target cluster is joined with SLURM_CONF's
-# configuration (its ClusterName must be the profile's target_cluster), the munge key in INBAND_MUNGE_KEY_FILE and
-# slurmctld at INBAND_SLURMCTLD_ADDRESS, the address the servers reach the controller at.
+# INBAND_PACKAGE_DIR as cc-gpu-driver_<version>_*.deb. The shared Slurm cluster (profiles whose slurm_membership is
+# shared_cluster_no_root: their tenant gets no root) is joined with SLURM_CONF's configuration (its ClusterName must
+# be the profile's target_cluster), the munge key in INBAND_MUNGE_KEY_FILE and slurmctld at INBAND_SLURMCTLD_ADDRESS,
+# the address the servers reach the controller at; a server whose tenant has root never gets that key.
 PROVISIONING_IN_BAND_DRIVER = env_str("PROVISIONING_IN_BAND_DRIVER", "simulated")
 ANSIBLE_PLAYBOOK = env_str("ANSIBLE_PLAYBOOK", str(BASE_DIR / ".venv-ansible" / "bin" / "ansible-playbook"))
 ANSIBLE_STATE_DIR = env_str("ANSIBLE_STATE_DIR", str(Path.home() / ".local" / "state" / "compute-catalog" / "ansible"))

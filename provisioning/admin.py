@@ -138,7 +138,7 @@ class ProvisioningRunAdmin(ObjectActionsMixin, ReadOnlyAdminMixin, admin.ModelAd
         "created_at",
         "finished_at",
     ]
-    exclude = ["installer_token_hash"]
+    exclude = ["installer_token_hash", "installer_token_nonce"]
     actions = [
         action_with_reason(
             name="retry_runs",

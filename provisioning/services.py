@@ -14,6 +14,7 @@ from django.conf import settings
 from django.db import transaction
 from django.db.models import Exists, OuterRef
 from django.utils import timezone
+from django.utils.crypto import salted_hmac
 from django_q.tasks import async_task
 
 from config.errors import Conflict, DomainError, NotFound, NotPermitted
@@ -21,7 +22,9 @@ from config.tokens import secret_hash
 from provisioning.choices import Pipeline, RunKind, RunState, StepState
 from provisioning.drivers.base import StepError
 from provisioning.models import ProvisioningRun, ProvisioningStep
+from provisioning.netboot import node_addresses, normalized_address
 from provisioning.pipelines import pipeline_for, restart_position, steps_for
+from provisioning.selectors import install_wait_refusal
 from requests.choices import EventCode, RequestState
 from requests.failures import failure_sentence
 from requests.models import ResourceRequest
@@ -517,24 +520,64 @@ def _check_retryable(run: ProvisioningRun, request: ResourceRequest) -> None:
 
 
 def installer_token_issue(run: ProvisioningRun) -> str:
-    """A new one-time token for this run's installer (a repeated boot step replaces the previous one)."""
-    token = secrets.token_urlsafe(32)
+    """A new token for this run's installer, its only credential to report (a repeated boot step replaces the
+    previous one). Stored hashed; derived from a fresh nonce and the secret key, so that the PXE install config can
+    hand it out again (installer_token) while the database alone does not reveal it."""
+    nonce = secrets.token_hex(16)
+    token = _derived_installer_token(run.pk, nonce)
     ProvisioningRun.objects.filter(pk=run.pk).update(
-        installer_token_hash=secret_hash(token), installer_reported_at=None, installer_report={}
+        installer_token_hash=secret_hash(token),
+        installer_token_nonce=nonce,
+        installer_reported_at=None,
+        installer_report={},
     )
     return token
 
 
+def installer_token(run: ProvisioningRun) -> str:
+    """The run's current installer token (for the install config only: never an output, a log or a page)."""
+    return _derived_installer_token(run.pk, run.installer_token_nonce)
+
+
+def _derived_installer_token(run_id: int, nonce: str) -> str:
+    return salted_hmac("provisioning.installer-token", f"{run_id}:{nonce}", algorithm="sha256").hexdigest()
+
+
 @transaction.atomic
-def installer_report(*, token: str, status: str, detail: str = "") -> ProvisioningRun:
-    run = ProvisioningRun.objects.select_for_update().filter(installer_token_hash=secret_hash(token or "")).first()
+def installer_report(*, token: str, status: str, detail: str = "", source_address: str | None) -> ProvisioningRun:
+    """The installer reports the install done or failed. Taken only with the run's token, from the node's address
+    when the platform knows it (`source_address`: where the report came from; None: from the node itself, the
+    simulated installer), and only while the run waits for it; any refusal changes nothing."""
+    run = (
+        ProvisioningRun.objects.select_for_update(of=("self",))
+        .select_related("allocation__node")
+        .filter(installer_token_hash=secret_hash(token or ""))
+        .first()
+    )
     if run is None or not token:
         raise NotFound("Unknown installer token.", code="unknown_token")
-    if run.installer_reported_at is not None:
-        raise Conflict("This installer token has already been used.", code="token_used")
+    _check_from_node(run, source_address)
+    if refusal := install_wait_refusal(run):
+        raise refusal
     run.installer_reported_at, run.installer_report = timezone.now(), {"status": status, "detail": detail[:2000]}
     run.save(update_fields=["installer_reported_at", "installer_report"])
     waiting = run.steps.filter(name="wait_for_install")
     waiting.filter(state=StepState.WAITING).update(retry_at=run.installer_reported_at)  # due now, not at next poll
     enqueue_steps(list(waiting.values_list("pk", flat=True)))
     return run
+
+
+def _check_from_node(run: ProvisioningRun, source_address: str | None) -> None:
+    known = node_addresses(run.allocation.node.os_address)
+    if source_address is None or not known:
+        return
+    try:
+        source = normalized_address(source_address)
+    except ValueError:
+        source = source_address
+    if source not in known:
+        raise NotPermitted(
+            "An installer reports from its server's own address.",
+            code="not_from_node",
+            details={"address": source},
+        )

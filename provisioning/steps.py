@@ -12,13 +12,21 @@ from django.conf import settings
 from django.db.models import F
 from django.utils import timezone
 
-from catalog.choices import BootMethod
+from catalog.choices import TENANT_ROOT_MEMBERSHIPS, BootMethod
 from config.errors import Conflict
 from provisioning import netboot
 from provisioning.choices import RunKind, StepState
 from provisioning.connect import connect_secret_issue, connect_secrets_forget
 from provisioning.drivers import bmc_driver, in_band_driver, serving_driver, workload_driver
-from provisioning.drivers.base import ACCELERATOR_TYPES, StepError, StepPending, Target, only, outcome_of
+from provisioning.drivers.base import (
+    ACCELERATOR_TYPES,
+    StepError,
+    StepPending,
+    Target,
+    only,
+    outcome_of,
+    slurm_membership,
+)
 from provisioning.models import ProvisioningRun, ProvisioningStep, ServingReplica
 from provisioning.serving.deployments import (
     await_replicas,
@@ -364,18 +372,21 @@ def boot_installer(ctx: StepContext) -> dict:
             retryable=False,
         )
     if profile.get("boot_method") == BootMethod.PXE:
-        return _boot_from_network(ctx, installer_token_issue(ctx.run))
+        return _boot_from_network(ctx, installer_token_issue)
     token = installer_token_issue(ctx.run)
     separator = "&" if "?" in image else "?"
+    # The BMC hands the image URL to the installer: its query (callback and token) is for the installer only, and
+    # the drivers keep it out of their summaries and logs.
     query = urlencode({"callback": netboot.callback_url(), "token": token})
     media = ctx.bmc.insert_media(ctx.target, f"{image}{separator}{query}")
     boot = ctx.bmc.set_one_time_boot(ctx.target, "Cd")
     return {"image": image, "media": media.get("media"), "boot": boot}
 
 
-def _boot_from_network(ctx: StepContext, token: str) -> dict:
-    """PXE: the platform serves the run's iPXE script and install config under the token; the site's DHCP / iPXE
-    chain hands the server the script URL, which is why it is in the output (docs/provisioning.md, PXE)."""
+def _boot_from_network(ctx: StepContext, token_issue: Callable[[ProvisioningRun], str]) -> dict:
+    """PXE: the site's DHCP / iPXE chain hands the server the platform's one script URL, and the platform answers it,
+    recognised by its address, with this run's script and install config (docs/provisioning.md, PXE). So the node's
+    address must be known, and the output holds no secret: the token is only in the install config."""
     netboot_files = ctx.snapshot["bare_metal_profile"].get("netboot") or {}
     if not all(netboot_files.get(key) for key in ("kernel", "initrd")):
         raise StepError(
@@ -383,8 +394,22 @@ def _boot_from_network(ctx: StepContext, token: str) -> dict:
             "The OS image names no netboot kernel and initrd, which a PXE boot loads.",
             retryable=False,
         )
+    if not ctx.target.os_address:
+        raise StepError(
+            "node_address_unknown",
+            f"A PXE boot hands the install files to the server by its address, and node {ctx.target.node} has no OS "
+            "address recorded.",
+            retryable=False,
+        )
+    addresses = netboot.node_addresses(ctx.target.os_address)
+    if not addresses:  # a name the resolver does not know now: it may later (retried)
+        raise StepError(
+            "node_address_unresolved",
+            f"The OS address {ctx.target.os_address!r} of node {ctx.target.node} does not resolve.",
+        )
+    token_issue(ctx.run)
     boot = ctx.bmc.set_one_time_boot(ctx.target, "Pxe")
-    return {"boot_method": BootMethod.PXE, "script": netboot.script_url(token), "boot": boot}
+    return {"boot_method": BootMethod.PXE, "script": netboot.script_url(), "served_to": sorted(addresses), "boot": boot}
 
 
 def power_cycle(ctx: StepContext) -> dict:
@@ -434,6 +459,15 @@ def register_cluster(ctx: StepContext) -> dict:
     return ctx.in_band.register_in_cluster(ctx.target, ctx.snapshot["bare_metal_profile"]["target_cluster"])
 
 
+def grant_access(ctx: StepContext) -> dict:
+    """The requester's account, with root only on a server that holds no secret shared with other tenants."""
+    return ctx.in_band.grant_access(
+        ctx.target,
+        ssh_public_key=(ctx.snapshot.get("parameters") or {}).get("ssh_public_key") or "",
+        root=slurm_membership(ctx.target) in TENANT_ROOT_MEMBERSHIPS,
+    )
+
+
 def post_install_health_check(ctx: StepContext) -> dict:
     checks = [
         check for check in ctx.snapshot["bare_metal_profile"]["validation_suite"] if check not in BASIC_HARDWARE_CHECKS
@@ -444,16 +478,17 @@ def post_install_health_check(ctx: StepContext) -> dict:
         raise _isolating_error(failure.code, failure.message, failure.details) from failure
 
 
-IN_BAND_STEPS = ("install_gpu_driver", "install_monitoring_agent", "register_cluster", "health_check")
+IN_BAND_STEPS = ("install_gpu_driver", "install_monitoring_agent", "register_cluster", "grant_access", "health_check")
 
 
 def publish_bare_metal_access(ctx: StepContext) -> dict:
     """The delivered server: where it answers, what the BMC found, the driver version the host reports, the agent's
     endpoint, its node name in the cluster, and each in-band step's playbook summary (the `ansible` driver's)."""
     profile = ctx.snapshot["bare_metal_profile"]
-    registered = ctx.output_of("register_cluster")
-    address = registered.get("address", ctx.target.node)
-    user = ctx.run.request.requester.username
+    registered, access = ctx.output_of("register_cluster"), ctx.output_of("grant_access")
+    address = registered.get("address") or access.get("address") or ctx.target.node
+    # Runs from before the access step had the requester's username as their account, and no root.
+    user = access.get("user") or ctx.run.request.requester.username
     agent = ctx.output_of("install_monitoring_agent")
     in_band = {name: ctx.output_of(name) for name in IN_BAND_STEPS}
     summaries = {
@@ -465,8 +500,10 @@ def publish_bare_metal_access(ctx: StepContext) -> dict:
         **_delivered_base(ctx),
         "host": address,
         "os": profile["os_image"],
-        "cluster": profile["target_cluster"],
-        "cluster_node": registered.get("node_name", ctx.target.node),
+        "slurm_membership": slurm_membership(ctx.target),
+        "cluster": registered.get("cluster", profile["target_cluster"]),
+        **({"cluster_node": registered.get("node_name", ctx.target.node)} if registered.get("cluster") else {}),
+        "root": bool(access.get("root")),
         "driver_version": ctx.output_of("install_gpu_driver").get("driver_version") or profile["driver_version"],
         "monitoring_agent": profile["monitoring_agent"],
         **({"agent_endpoint": agent["endpoint"]} if "endpoint" in agent else {}),

@@ -58,6 +58,10 @@ def working_project(user: User, projects: list):
     return next((project for project in projects if project.pk == latest), projects[0] if projects else None)
 
 
+def _profile_choice(profile) -> str:
+    return f"{profile.name} — {profile.get_slurm_membership_display()}"
+
+
 class OrderForm(forms.Form):
     """The order form: the service's offerings, a duration within the one limit that applies, and a field per
     parameter the service declares (catalog.parameters), checked by the same function the API uses."""
@@ -65,7 +69,13 @@ class OrderForm(forms.Form):
     project = forms.ModelChoiceField(queryset=None, empty_label=None)
     spec = forms.ModelChoiceField(queryset=None, required=False, label="Resource spec")
     image = forms.ModelChoiceField(queryset=None, required=False)
-    bare_metal_profile = forms.ModelChoiceField(queryset=None, required=False, label="Server profile")
+    bare_metal_profile = forms.ModelChoiceField(
+        queryset=None,
+        required=False,
+        label="Server profile",
+        help_text="Each profile says how the server joins Slurm: in the shared cluster you get no root; with root "
+        "the server runs its own cluster, or none.",
+    )
     serving_model = forms.ModelChoiceField(queryset=None, required=False, label="Model")
     serving_template = forms.ModelChoiceField(queryset=None, required=False, label="Serving template")
     duration_hours = forms.IntegerField(min_value=1, label="Duration (hours)")
@@ -108,6 +118,7 @@ class OrderForm(forms.Form):
         self.fields["bare_metal_profile"].queryset = catalog_selectors.bare_metal_profile_list(user=user).filter(
             services=service
         )
+        self.fields["bare_metal_profile"].label_from_instance = _profile_choice
         self.fields["serving_model"].queryset = serving_choices.model_queryset(service, user)
         for name in set(_ALL_OFFERINGS) - set(_OFFERINGS[service.kind]):
             del self.fields[name]

@@ -437,6 +437,7 @@ def approved_snapshot(request: ResourceRequest) -> dict:
             "driver_version": profile.driver_version,
             "monitoring_agent": profile.monitoring_agent,
             "gpu_exporter": profile.gpu_exporter,
+            "slurm_membership": profile.slurm_membership,
             "target_cluster": profile.target_cluster,
             "validation_suite": profile.validation_suite,
             "playbooks": profile.playbooks,

@@ -11,17 +11,17 @@ urlpatterns = [
         name="provisioning-installer-callback",
     ),
     path(
-        "provisioning/pxe/<str:token>/boot.ipxe",
+        "provisioning/pxe/boot.ipxe",
         views.NetbootView.as_view(document="ipxe"),
         name="provisioning-netboot-script",
     ),
     path(
-        "provisioning/pxe/<str:token>/user-data",
+        "provisioning/pxe/user-data",
         views.NetbootView.as_view(document="user-data"),
         name="provisioning-netboot-user-data",
     ),
     path(
-        "provisioning/pxe/<str:token>/meta-data",
+        "provisioning/pxe/meta-data",
         views.NetbootView.as_view(document="meta-data"),
         name="provisioning-netboot-meta-data",
     ),

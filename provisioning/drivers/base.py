@@ -13,13 +13,23 @@ Two families of operations:
   replica's inference server through the serving driver.
 """
 
+import re
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
+from catalog.choices import SlurmMembership
+
 # Redfish `ProcessorType`s that count as the server's accelerators (cards in the inventory).
 ACCELERATOR_TYPES = frozenset({"GPU", "Accelerator"})
+NOT_IN_LOGIN_NAME = re.compile(r"[^a-z0-9_-]")
+
+
+def login_name(username: str) -> str:
+    """The requester's account on a workspace or server: a login name useradd accepts, made from their username."""
+    name = NOT_IN_LOGIN_NAME.sub("_", username.lower())[:32]
+    return name if name[:1].isalpha() else f"u{name}"[:32]
 
 
 @dataclass(frozen=True)
@@ -48,6 +58,18 @@ class Target:
     @property
     def term_hours(self) -> int:
         return self.duration_hours or int(self.snapshot["duration_hours"])
+
+
+def slurm_membership(target: Target) -> str:
+    """How the bare-metal server joins Slurm (catalog.choices.SlurmMembership); a snapshot from before profiles said
+    so joined the shared cluster, and its tenant got no root."""
+    return target.snapshot["bare_metal_profile"].get("slurm_membership", SlurmMembership.SHARED_CLUSTER_NO_ROOT)
+
+
+def tenant_cluster_name(target: Target) -> str:
+    """The name of the one-server Slurm cluster a tenant_cluster server runs: its project's and its own."""
+    name = re.sub(r"[^a-z0-9]+", "-", f"{target.snapshot.get('project', '')}-{target.node}".lower()).strip("-")
+    return name[:60] or "cluster"
 
 
 def visible_uuid(device: dict) -> str:
@@ -241,7 +263,14 @@ class InBandDriver(ABC):
         """The agent (and the profile's GPU exporter, when it names one) installed, started and answering."""
 
     @abstractmethod
-    def register_in_cluster(self, target: Target, cluster: str) -> dict: ...
+    def register_in_cluster(self, target: Target, cluster: str) -> dict:
+        """Join Slurm as the profile's membership says (`slurm_membership(target)`): the shared `cluster` with its
+        munge key, a cluster of the server's own with a key made there, or none."""
+
+    @abstractmethod
+    def grant_access(self, target: Target, *, ssh_public_key: str, root: bool) -> dict:
+        """The requester's account on the server with the order's SSH key as its only key, root (sudo) or, checked,
+        none at all: {user, ssh_key, root}."""
 
     @abstractmethod
     def deregister_from_cluster(self, target: Target, cluster: str) -> dict: ...

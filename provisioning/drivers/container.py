@@ -44,6 +44,7 @@ from provisioning.drivers.base import (
     WorkloadDriver,
     WorkloadEnd,
     each,
+    login_name,
     visible_uuid,
 )
 
@@ -58,8 +59,6 @@ STOP_GRACE_SECONDS = 5
 LOG_TAIL_LINES = 20
 ENDED_STATES = {"exited", "stopped", "dead"}
 CONTEXT_NAME = re.compile(r"^[a-z0-9][a-z0-9._-]*$")  # a directory right under CONTAINER_IMAGE_DIR, nothing else
-# A login name the image's useradd accepts, made from the requester's username.
-NOT_IN_LOGIN_NAME = re.compile(r"[^a-z0-9_-]")
 
 
 class PodmanFailed(StepError):
@@ -257,11 +256,6 @@ def prepare_pulled_image(podman: Podman, reference: str) -> dict:
 
 
 # --- Workloads --------------------------------------------------------------------------------------------
-
-
-def login_name(username: str) -> str:
-    name = NOT_IN_LOGIN_NAME.sub("_", username.lower())[:32]
-    return name if name[:1].isalpha() else f"u{name}"[:32]
 
 
 def container_name(target: Target) -> str:

@@ -507,6 +507,12 @@ class RequestDetailSerializer(RequestSummarySerializer):
     serving_template = NamedSummarySerializer(read_only=True, allow_null=True)
     quota_reasons = QuotaReasonSerializer(many=True, read_only=True)
     approved_spec = serializers.JSONField(read_only=True, allow_null=True)
+    slurm_membership = serializers.CharField(
+        read_only=True,
+        allow_null=True,
+        help_text="A bare-metal server's Slurm membership, which says whether its tenant gets root: "
+        "shared_cluster_no_root, tenant_cluster or none (the approved snapshot's once frozen); null otherwise.",
+    )
     approval = serializers.SerializerMethodField()
     timeline = serializers.SerializerMethodField()
     allocation = serializers.SerializerMethodField()
@@ -532,6 +538,7 @@ class RequestDetailSerializer(RequestSummarySerializer):
             "cpu_cores",
             "memory_gb",
             "quota_reasons",
+            "slurm_membership",
             "approved_spec",
             "approved_spec_hash",
             "approved_at",
