@@ -1,6 +1,7 @@
 """Service-level endpoints: health and JSON error pages for the API."""
 
 import logging
+import sys
 
 from django.db import connection
 from django.http import JsonResponse
@@ -10,6 +11,7 @@ from django.views.defaults import page_not_found, server_error
 from django_q.brokers import get_broker
 
 from config.api import error_body
+from config.database import connection_lost, unavailable_response
 
 logger = logging.getLogger(__name__)
 
@@ -57,6 +59,10 @@ def not_found(request, exception=None):
 
 
 def server_failure(request):
+    """The 500 handler, called while the exception is being handled: one that lost the database connection outside
+    a view (a session saved by its middleware) is a 503 with Retry-After instead."""
+    if connection_lost(sys.exc_info()[1]):
+        return unavailable_response(request)
     if _wants_json(request):
         return JsonResponse(error_body("server_error", "An unexpected error occurred; it has been logged."), status=500)
     return server_error(request)

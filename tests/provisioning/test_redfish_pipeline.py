@@ -122,3 +122,29 @@ def test_a_bmc_that_does_not_answer_is_waited_out_then_fails_clearly_and_its_cle
     assert cleanup.state == RunState.CANCELLED
     assert request.events.get(code=EventCode.TEARDOWN_FORCED).actor == operator
     assert AuditEvent.objects.get(action="provisioning.teardown_forced").reason == "powered off at the rack"
+
+def test_a_bmc_linking_outside_its_origin_fails_validation_at_once_naming_the_link_and_isolates_the_node(
+    on_redfish, redfish_stand_in, elsewhere, settings
+):
+    settings.BMC_CREDENTIALS = {"rack-7-bmc": {"username": "root", "password": "calvin-Pa55"}}
+    system, foreign = "/redfish/v1/Systems/1", f"{elsewhere.url}/latest/meta-data/iam/"
+    redfish_stand_in.answer(system, {"PowerState": "Off", "Processors": {"@odata.id": foreign}})
+    elsewhere.answer("/latest/meta-data/iam/", {"Members": []})
+    on_redfish.node.bmc_address, on_redfish.node.bmc_credentials_ref = f"{redfish_stand_in.url}{system}", "rack-7-bmc"
+    on_redfish.node.save(update_fields=["bmc_address", "bmc_credentials_ref"])
+
+    request = on_redfish.order()
+
+    assert request.state == RequestState.FAILED
+    run = ProvisioningRun.objects.get(request=request, kind=RunKind.PROVISION)
+    assert (run.failure["step"], run.failure["code"], run.failure["attempts"]) == (
+        "validate_hardware",
+        "bmc_link_off_origin",
+        1,
+    )
+    assert foreign in run.failure["message"]
+    on_redfish.node.refresh_from_db()
+    assert not on_redfish.node.schedulable and foreign in on_redfish.node.cordon_reason
+    assert elsewhere.received == []
+    timeline = " ".join(request.events.values_list("message", flat=True))
+    assert foreign in timeline and "calvin-Pa55" not in timeline

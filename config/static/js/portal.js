@@ -1,4 +1,6 @@
-// Small enhancements of the portal pages; everything they do also works without JavaScript.
+// Small enhancements of the portal pages; everything they do also works without JavaScript. The pages carry no
+// inline scripts or on* handlers (the Content-Security-Policy allows scripts from this origin only): behaviour is
+// declared with data- attributes and wired here.
 
 // Copy-to-clipboard buttons: <button data-copy="text">. The text stays visible (and selectable) beside them.
 document.addEventListener("click", async (event) => {
@@ -35,3 +37,18 @@ document.addEventListener("change", (event) => {
     box.checked = all.checked;
   });
 });
+
+// Confirm before submitting: <form data-confirm="question">.
+document.addEventListener("submit", (event) => {
+  const question = event.target.closest("form[data-confirm]")?.dataset.confirm;
+  if (question && !window.confirm(question)) event.preventDefault();
+});
+
+// Submit a form as soon as a choice changes: <select data-submit-on-change>.
+document.addEventListener("change", (event) => {
+  const select = event.target.closest("[data-submit-on-change]");
+  if (select) select.form.requestSubmit();
+});
+
+// Move focus to what the page wants read first (an error summary): <div data-autofocus tabindex="-1">.
+document.querySelector("[data-autofocus]")?.focus();
