@@ -123,6 +123,7 @@ def test_a_bmc_that_does_not_answer_is_waited_out_then_fails_clearly_and_its_cle
     assert request.events.get(code=EventCode.TEARDOWN_FORCED).actor == operator
     assert AuditEvent.objects.get(action="provisioning.teardown_forced").reason == "powered off at the rack"
 
+
 def test_a_bmc_linking_outside_its_origin_fails_validation_at_once_naming_the_link_and_isolates_the_node(
     on_redfish, redfish_stand_in, elsewhere, settings
 ):
