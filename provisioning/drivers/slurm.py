@@ -610,7 +610,7 @@ def _started(api: SlurmApi, jobs: list[dict], target: Target, image: dict) -> di
     accepted with an error, 2068 while its node registers after a restart, is that job, the error kept as a warning).
     A refusal is this run's outcome; Slurm out of reach is the batch's (raised), and the next attempt looks the job up
     by its name and comment before submitting again (a submission that timed out may have been accepted). A node that
-    went out of service since the image step and is named by a refused submission: its work is placed again."""
+    went out of service since the image step and is named by the submission's answer: its work is placed again."""
     job = _live_job(jobs, target)
     if job is None:
         try:
@@ -619,12 +619,17 @@ def _started(api: SlurmApi, jobs: list[dict], target: Target, image: dict) -> di
         except StepError as refused:
             return refused
         except SlurmApiError as error:
-            out_of_service = _out_of_service([_node_or_none(api, target.node)]) if _node_refused(error) else {}
+            out_of_service = _out_of_service([_node_or_none(api, target.node)]) if _node_refused(error.errors) else {}
             if target.node in out_of_service:
                 return _placement_lost(target, out_of_service[target.node])
             if error.retryable:
                 raise
             return classified(error)
+        # Accepted, but its node not available: out of service (drained since the image step: placed again, the
+        # teardown cancels the job), or registering after a restart (the job is kept; it starts once it has).
+        out_of_service = _out_of_service([_node_or_none(api, target.node)]) if _node_refused(job["warnings"]) else {}
+        if target.node in out_of_service:
+            return _placement_lost(target, out_of_service[target.node], job_id=job["job_id"])
         submitted = True
     else:
         submitted = False
@@ -660,8 +665,9 @@ def _watched(api: SlurmApi, job_ids: list[int]) -> dict[int, dict | None]:
     return jobs
 
 
-def _node_refused(error: SlurmApiError) -> bool:
-    return any(error_number(entry) == NODE_NOT_AVAILABLE_ERRNO for entry in error.errors)
+def _node_refused(errors: list[dict]) -> bool:
+    """Slurm's answer names the node not available (ESLURM_NODE_NOT_AVAIL, 2068)."""
+    return any(error_number(entry) == NODE_NOT_AVAILABLE_ERRNO for entry in errors)
 
 
 def _waits(job: dict | None) -> bool:
