@@ -20,12 +20,13 @@ Reported per scenario (one JSON object each with --json):
 - lost: work and books that disagree at the end: an active order without its Slurm job, or a job of ours running
   on a card the books call free;
 - doubled: orders with more than one Slurm job;
-- cordoned: nodes cordoned at the end;
+- cordoned: nodes cordoned at the end (after convergence, or after --settle);
 - waiting_shown: orders and releases whose API answer (`GET /api/v1/requests/{id}/`, polled as a developer's page
   does, ten a round every 2 s, taking turns) named why they waited while the fault lasted;
 - api_5xx: answers of 500 or more to those polls;
 - converge_s: seconds from the end of the fault (the daemon answering again, the node resumed, the last drop) to
-  the last order active and the last release released.
+  the last order active, the last release released and no node cordoned (a drained node is cordoned while Slurm
+  drains it).
 """
 
 import argparse
@@ -86,9 +87,14 @@ def _prepare_django() -> None:
     with psycopg.connect(f"{SERVER_URL}/postgres", autocommit=True) as connection:
         connection.execute(f'DROP DATABASE IF EXISTS "{DATABASE}" WITH (FORCE)')
         connection.execute(f'CREATE DATABASE "{DATABASE}"')
+    from tests.bench import ORDER_CAP_SETTINGS
+
     os.environ.update(
         DATABASE_URL=f"{SERVER_URL}/{DATABASE}",
         SECRET_KEY=os.environ.get("SECRET_KEY", "bench-only"),
+        METRICS_TOKEN="bench-only",
+        SECURE_SSL_REDIRECT="0",  # the in-process test client speaks plain HTTP
+        **dict.fromkeys(ORDER_CAP_SETTINGS, "0"),  # 60 orders at once from one developer are the point here
         DEBUG="0",
         ALLOWED_HOSTS="testserver",
         DJANGO_SETTINGS_MODULE="config.settings",
@@ -180,8 +186,11 @@ class _Platform:
                 poller.poll(orders + releases)
             poller.poll_until(orders + releases, ended.deadline)
         returned = time.monotonic()
-        settled = _settle(orders, RequestState.ACTIVE, options.settle) and _settle(
-            releases, RequestState.RELEASED, options.settle - (time.monotonic() - returned)
+        remaining = lambda: options.settle - (time.monotonic() - returned)  # noqa: E731
+        settled = (
+            _settle(orders, RequestState.ACTIVE, options.settle)
+            and _settle(releases, RequestState.RELEASED, remaining())
+            and _uncordoned(remaining())
         )
         converge = round(time.monotonic() - returned, 1) if settled else None
         row = {"scenario": name, **_accounts(self.cluster, orders, releases), **poller.counts(), "converge_s": converge}
@@ -531,6 +540,19 @@ def _settle(requests, state: str, seconds: float, accept: tuple = ()) -> bool:
     deadline = time.monotonic() + max(seconds, 0)
     pending = ResourceRequest.objects.filter(pk__in=[r.pk for r in requests]).exclude(state__in=[state, *accept])
     while pending.exists():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.5)
+    return True
+
+
+def _uncordoned(seconds: float) -> bool:
+    """Until no node is cordoned (a node Slurm drained is cordoned while it is, and uncordoned once Slurm resumes it);
+    False when `seconds` pass first."""
+    from scheduling.models import Node
+
+    deadline = time.monotonic() + max(seconds, 0)
+    while Node.objects.filter(schedulable=False).exists():
         if time.monotonic() > deadline:
             return False
         time.sleep(0.5)
