@@ -25,8 +25,9 @@ Reported per scenario (one JSON object each with --json):
   does, ten a round every 2 s, taking turns) named why they waited while the fault lasted;
 - api_5xx: answers of 500 or more to those polls;
 - converge_s: seconds from the end of the fault (the daemon answering again, the node resumed, the last drop) to
-  the last order active, the last release released and no node cordoned (a drained node is cordoned while Slurm
-  drains it).
+  the last order active and the last release released;
+- uncordoned_s: seconds from the end of the fault until no node is cordoned (a node Slurm drains is cordoned while
+  it is drained, and uncordoned when the platform next reads Slurm's node states after its resume).
 """
 
 import argparse
@@ -187,13 +188,18 @@ class _Platform:
             poller.poll_until(orders + releases, ended.deadline)
         returned = time.monotonic()
         remaining = lambda: options.settle - (time.monotonic() - returned)  # noqa: E731
-        settled = (
-            _settle(orders, RequestState.ACTIVE, options.settle)
-            and _settle(releases, RequestState.RELEASED, remaining())
-            and _uncordoned(remaining())
+        settled = _settle(orders, RequestState.ACTIVE, options.settle) and _settle(
+            releases, RequestState.RELEASED, remaining()
         )
         converge = round(time.monotonic() - returned, 1) if settled else None
-        row = {"scenario": name, **_accounts(self.cluster, orders, releases), **poller.counts(), "converge_s": converge}
+        uncordoned = round(time.monotonic() - returned, 1) if _uncordoned(remaining()) else None
+        row = {
+            "scenario": name,
+            **_accounts(self.cluster, orders, releases),
+            **poller.counts(),
+            "converge_s": converge,
+            "uncordoned_s": uncordoned,
+        }
         self._release_all(orders, options.settle)
         return row
 
