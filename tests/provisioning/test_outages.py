@@ -228,3 +228,30 @@ def test_a_release_whose_teardown_task_was_lost_is_resumed_by_the_minute_sweeper
     assert ProvisioningRun.objects.get(request=request, kind=RunKind.RELEASE).state == RunState.SUCCEEDED
     assert request.events.filter(code=EventCode.PROVISIONING_RECOVERED).exists()
     assert run_on_commit(tasks.start_stranded_runs)["releases_resumed"] == []
+
+
+def test_an_operator_returns_the_devices_of_a_release_still_waiting_for_its_backend_from_the_console(
+    compute, outage, run_on_commit, console
+):
+    """The backend may never come back (a cluster given up): the console's action, with a reason, stops the waiting
+    teardown and ends the release."""
+    on, _off = outage
+    request = compute.order()
+    on("stop_workload")
+    release(run_on_commit, request)
+    run = ProvisioningRun.objects.get(request=request, kind=RunKind.RELEASE)
+    url = "/admin/provisioning/provisioningrun/"
+
+    form = console.post(url, {"action": "force_release_runs", "_selected_action": [run.pk]})
+    assert b"reason" in form.content and Allocation.objects.get(request=request).state == AllocationState.ACTIVE
+    run_on_commit(
+        console.post,
+        url,
+        {"action": "force_release_runs", "_selected_action": [run.pk], "apply": "1", "reason": "cluster retired"},
+    )
+
+    request.refresh_from_db()
+    assert request.state == RequestState.RELEASED
+    run.refresh_from_db()
+    assert run.state == RunState.CANCELLED
+    assert AuditEvent.objects.get(action="provisioning.teardown_forced").reason == "cluster retired"
