@@ -14,10 +14,14 @@ from config.env import env_bool, env_float, env_int, env_json, env_list, env_str
 BASE_DIR = Path(__file__).resolve().parent.parent
 
 DEBUG = env_bool("DEBUG", default=False)
+# The demo (`make run`): a development secret key, cookies over plain HTTP and static files served from the apps'
+# folders, but without DEBUG, so that a bad URL or a failure shows the product's own error pages rather than Django's
+# debug pages (which list the URLconf and settings). DEBUG implies it.
+DEMO = env_bool("DEMO", default=DEBUG)
 SECRET_KEY = env_str("SECRET_KEY")
 if not SECRET_KEY:
-    if not DEBUG:
-        raise ImproperlyConfigured("SECRET_KEY must be set when DEBUG is off")
+    if not DEMO:
+        raise ImproperlyConfigured("SECRET_KEY must be set outside the demo (DEMO or DEBUG)")
     SECRET_KEY = "insecure-development-key-only-for-debug-mode"
 ALLOWED_HOSTS = env_list("ALLOWED_HOSTS", "localhost,127.0.0.1,[::1]")
 CSRF_TRUSTED_ORIGINS = env_list("CSRF_TRUSTED_ORIGINS")
@@ -53,6 +57,7 @@ MIDDLEWARE = [
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
     "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "config.session_end.SessionEndedMiddleware",  # after authentication: it asks whether the user is signed in
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
 ]
@@ -115,10 +120,15 @@ STORAGES = {
     "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
     "staticfiles": {
         "BACKEND": "whitenoise.storage.CompressedManifestStaticFilesStorage"
-        if not DEBUG
+        if not DEMO
         else "django.contrib.staticfiles.storage.StaticFilesStorage"
     },
 }
+# The demo serves static files from the apps' folders (no collectstatic), as runserver does with DEBUG.
+WHITENOISE_USE_FINDERS = WHITENOISE_AUTOREFRESH = DEMO
+# A form sent without its CSRF cookie (cookies cleared or blocked, the page older than a sign-out) gets a page of
+# the product's own saying what to do.
+CSRF_FAILURE_VIEW = "config.views.csrf_failure"
 LOGIN_URL = "login"
 LOGIN_REDIRECT_URL = "portal:catalog"
 LOGOUT_REDIRECT_URL = "login"
@@ -384,7 +394,7 @@ LOGGING = {
     "root": {"handlers": ["console"], "level": env_str("LOG_LEVEL", "INFO")},
 }
 
-if not DEBUG:
+if not DEMO:
     SESSION_COOKIE_SECURE = env_bool("SECURE_COOKIES", default=True)
     CSRF_COOKIE_SECURE = SESSION_COOKIE_SECURE
     SECURE_CONTENT_TYPE_NOSNIFF = True

@@ -11,6 +11,7 @@ from catalog.choices import ServiceKind
 from catalog.durations import default_duration_hours, max_duration_hours
 from catalog.models import Service, Vendor
 from catalog.parameters import MAX_STRING_LENGTH, ParameterInvalid, parameters_clean
+from config.session_end import RESUME_PARAMETER
 from requests.choices import IfUnplaceable, OverQuota, PriorityClass
 from requests.orders import Order
 from tenancy.choices import ProjectPermission, QuotaDimension
@@ -113,6 +114,8 @@ class OrderForm(forms.Form):
         probe = cls(user=user, service=service)
         initial, notices, duration = {}, [], None
         for key, values in query.lists():
+            if key == RESUME_PARAMETER:  # the page's script puts back what was typed before a sign-in: not a choice
+                continue
             name = PREFILL_ALIASES.get(key, key)
             if name not in probe.fields:
                 notices.append(f"The link's “{key}” is not an option of {service.name}; it was left out.")

@@ -5,6 +5,7 @@ a sentence, which the pages show as they are.
 """
 
 from itertools import groupby
+from urllib.parse import urlsplit
 
 from django.conf import settings
 from django.contrib import messages
@@ -12,7 +13,7 @@ from django.contrib.auth.decorators import login_required
 from django.contrib.auth.views import LoginView
 from django.core.exceptions import PermissionDenied
 from django.db.models import OuterRef, Subquery
-from django.http import Http404
+from django.http import Http404, QueryDict
 from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
 from django.views.decorators.http import require_http_methods, require_POST
@@ -21,6 +22,7 @@ from catalog import selectors as catalog_selectors
 from catalog.choices import ServiceKind
 from catalog.durations import longest_duration_hours
 from config.errors import DomainError
+from config.session_end import RESUME_PARAMETER
 from requests import approvals, extensions, hooks, inbox, quota_changes, selectors, services
 from requests.catalog_offers import mark_never_fitting, offer_rows, passes, shown_without_offers
 from requests.choices import TERMINAL_STATES, Decision, RequestState
@@ -51,10 +53,16 @@ def landing_url(user) -> str:
 
 
 class SignInView(LoginView):
-    """Django's sign-in, sending each role to its page when no `next` asks for another."""
+    """Django's sign-in, sending each role to its page when no `next` asks for another; after a session ended
+    (`next` carries resume=1) it says so."""
 
     def get_default_redirect_url(self):
         return landing_url(self.request.user)
+
+    def get_context_data(self, **kwargs):
+        context = super().get_context_data(**kwargs)
+        resumed = urlsplit(self.get_redirect_url() or "").query
+        return {**context, "resuming": QueryDict(resumed).get(RESUME_PARAMETER) == "1"}
 
 
 @login_required
