@@ -32,6 +32,7 @@ INSTALLED_APPS = [
     "django.contrib.contenttypes",
     "django.contrib.sessions",
     "django.contrib.messages",
+    "django.contrib.humanize",  # "a minute ago", "1,024": numbers and times as people write them
     "whitenoise.runserver_nostatic",
     "django.contrib.staticfiles",
     "rest_framework",

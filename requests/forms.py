@@ -1,5 +1,6 @@
 """Portal forms. They collect and clean input; services decide (and refuse with reasons)."""
 
+import uuid
 from collections import defaultdict
 
 from django import forms
@@ -72,6 +73,10 @@ class OrderForm(forms.Form):
         widget=forms.RadioSelect,
         label="If it does not fit the quota or the priority entitlement",
     )
+    # One per rendered form: sent again (Back, then Submit once more), it names the request it made.
+    idempotency_key = forms.CharField(
+        widget=forms.HiddenInput, required=False, max_length=255, initial=lambda: uuid.uuid4().hex
+    )
     if_unplaceable = forms.ChoiceField(
         choices=IfUnplaceable.choices,
         initial=IfUnplaceable.WARN,
@@ -84,7 +89,7 @@ class OrderForm(forms.Form):
 
     def __init__(self, *args, user: User, service: Service, **kwargs):
         super().__init__(*args, **kwargs)
-        self.service = service
+        self.service, self.user = service, user
         self.fields["project"].queryset = orderable_projects(user)
         self.fields["spec"].queryset = catalog_selectors.spec_list(user=user).filter(services=service)
         self.fields["image"].queryset = catalog_selectors.image_list(user=user).filter(services=service)
@@ -104,7 +109,7 @@ class OrderForm(forms.Form):
         self.parameter_names = [entry["name"] for entry in service.parameter_schema]
         for entry in service.parameter_schema:
             self.fields[entry["name"]] = parameter_field(entry)
-        last = ["justification", "over_quota", "if_unplaceable"]
+        last = ["justification", "over_quota", "if_unplaceable", "idempotency_key"]
         self.order_fields([name for name in self.fields if name not in last] + last)
 
     @classmethod
@@ -148,6 +153,14 @@ class OrderForm(forms.Form):
             if value not in (None, ""):
                 data[bound.html_name] = value
         return data
+
+    def with_new_key(self) -> "OrderForm":
+        """The same form as posted, with a key of its own: the form of a second submission of the same order."""
+        data = self.data.copy()
+        data[self.add_prefix("idempotency_key")] = uuid.uuid4().hex
+        form = type(self)(data, user=self.user, service=self.service)
+        form.is_valid()
+        return form
 
     def clean_if_unplaceable(self) -> str:
         return self.cleaned_data["if_unplaceable"] or IfUnplaceable.WARN  # left unchosen: the API's default

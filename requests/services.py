@@ -29,6 +29,7 @@ from requests.orders import (
     approval_facts,
     describe_order,
     order_duration_limits,
+    order_fingerprint,
     size_order,
     validate_order,
 )
@@ -51,6 +52,12 @@ from tenancy.selectors import user_has_project_permission
 
 class QuotaExceeded(Conflict):
     code = "quota_exceeded"
+
+
+class IdempotencyKeyReused(DomainError):
+    """An idempotency key sent again with another order than the one it first came with."""
+
+    code = "idempotency_key_reused"
 
 
 class Unplaceable(DomainError):
@@ -217,15 +224,27 @@ class Written:
 
 @transaction.atomic
 def request_submit(
-    *, order: Order, requester: User, over_quota: str = OverQuota.REJECT, if_unplaceable: str = IfUnplaceable.WARN
+    *,
+    order: Order,
+    requester: User,
+    over_quota: str = OverQuota.REJECT,
+    if_unplaceable: str = IfUnplaceable.WARN,
+    idempotency_key: str = "",
 ) -> ResourceRequest:
     """Admit an order under the project's (and tenant's) quota lock, then route it for approval. An order no node
     could ever hold is refused or submitted with a warning on its timeline, as `if_unplaceable` says.
 
     The request is inserted once, in the state it reaches (approved automatically, it takes its id first: its
-    frozen snapshot names it), its events in one INSERT after it; it comes back with them as `written`."""
+    frozen snapshot names it), its events in one INSERT after it; it comes back with them as `written`.
+
+    With an idempotency key the requester already submitted, nothing is stored: the request that submission made
+    comes back with `resubmitted` set (whatever the catalog or quota say now, as a retry expects), or, when the key
+    came with another order then, IdempotencyKeyReused."""
     _check_choice("over_quota", over_quota, OverQuota)
     _check_choice("if_unplaceable", if_unplaceable, IfUnplaceable)
+    fingerprint = order_fingerprint(order)
+    if idempotency_key and (earlier := _submitted_with_key(requester, idempotency_key)) is not None:
+        return _resubmitted(earlier, order, fingerprint)
     validate_order(order, requester)
     if over_quota == OverQuota.EXCEPTION and not order.justification.strip():
         raise DomainError(
@@ -256,6 +275,8 @@ def request_submit(
         parameters=order.parameters,
         quota_reasons=exception_reasons,
         quota_exception=bool(exception_reasons) and over_quota == OverQuota.EXCEPTION,
+        idempotency_key=idempotency_key,
+        order_fingerprint=fingerprint,
         **sizing.request_fields(),
     )
     timeline = Timeline(request)
@@ -286,6 +307,25 @@ def request_submit(
         approval = _route(request, order, timeline, actor=requester)
     request.written = Written(timeline=timeline.write(), approval=approval)
     return request
+
+
+def _submitted_with_key(requester: User, key: str) -> ResourceRequest | None:
+    """The request the requester's submission with this key made, if any. The requester's row is locked first, so
+    that two submissions with one key (a double click, a client's retry racing its first try) take turns and the
+    second finds the first's request, whichever project either names."""
+    list(User.objects.select_for_update().filter(pk=requester.pk).values_list("pk"))
+    return ResourceRequest.objects.filter(requester=requester, idempotency_key=key).first()
+
+
+def _resubmitted(earlier: ResourceRequest, order: Order, fingerprint: str) -> ResourceRequest:
+    if earlier.order_fingerprint != fingerprint or earlier.justification != order.justification:
+        raise IdempotencyKeyReused(
+            f"This submission was sent before with another order, which became request #{earlier.pk}; "
+            "a new order needs a new idempotency key.",
+            details={"request": earlier.pk},
+        )
+    earlier.resubmitted = True
+    return earlier
 
 
 def _note_admission(timeline: Timeline, reasons: list[dict], priority: dict | None, *, actor: User) -> None:

@@ -36,6 +36,7 @@ from requests.forms import (
     orderable_projects,
 )
 from requests.models import RequestEvent
+from requests.orders import order_fingerprint
 from requests.refusals import next_steps
 from tenancy.choices import ProjectPermission
 from tenancy.selectors import project_list_visible_to, projects_with_permission, user_has_project_permission
@@ -113,20 +114,38 @@ def order(request, slug):
     form = _order_form(request, service)
     if not form.is_valid():
         return _order_page(request, service, form, status=400)
+    key = form.cleaned_data["idempotency_key"]
+    fingerprint = order_fingerprint(form.order())
+    if request.POST.get("confirm_duplicate") != "1":
+        earlier = selectors.order_sent_before(requester=request.user, key=key, fingerprint=fingerprint)
+        if earlier is not None:
+            return _sent_before_page(request, service, form, earlier, same=earlier.order_fingerprint == fingerprint)
     try:
         created = services.request_submit(
             order=form.order(),
             requester=request.user,
             over_quota=form.cleaned_data["over_quota"],
             if_unplaceable=form.cleaned_data["if_unplaceable"],
+            idempotency_key=key,
         )
     except DomainError as refusal:
         return _refused_order_page(request, service, form, refusal)
+    if getattr(created, "resubmitted", False):  # the same form sent twice at once (a double click)
+        return _sent_before_page(request, service, form, created, same=True)
     messages.success(request, f"Request #{created.pk} submitted: {created.get_state_display().lower()}.")
     return redirect("portal:request-detail", pk=created.pk)
 
 
-def _order_page(request, service, form, notices=(), *, status=200, preview=None, refusal=None, next_steps=()):
+def _sent_before_page(request, service, form, earlier, *, same: bool):
+    """This form, or the same order, was submitted already: say which request it made and offer to submit another
+    (with a key of its own, so that sending this page again is caught too). Nothing is stored."""
+    sent_before = {"request": earlier, "same": same}
+    return _order_page(request, service, form.with_new_key(), status=409, sent_before=sent_before)
+
+
+def _order_page(
+    request, service, form, notices=(), *, status=200, preview=None, refusal=None, next_steps=(), sent_before=None
+):
     """The order form with its preview: on first load (a catalog link's choices in `form.initial`) the preview of
     what the form shows, so that it is there before anything is changed."""
     for notice in notices:
@@ -134,7 +153,14 @@ def _order_page(request, service, form, notices=(), *, status=200, preview=None,
     if preview is None:
         shown = form if form.is_bound else OrderForm(form.as_data(), user=request.user, service=service)
         preview = _preview(request, shown)
-    context = {"service": service, "form": form, "refusal": refusal, "next_steps": next_steps, "preview": preview}
+    context = {
+        "service": service,
+        "form": form,
+        "refusal": refusal,
+        "next_steps": next_steps,
+        "preview": preview,
+        "sent_before": sent_before,
+    }
     return render(request, "requests/order.html", context, status=status)
 
 

@@ -143,3 +143,9 @@ document.addEventListener("DOMContentLoaded", () => {
     form.dispatchEvent(new Event("change", { bubbles: true })); // the preview follows the restored form
   }
 });
+
+// What a page answers to the person's own action (e.g. "you submitted the same order as #17") takes the focus once
+// it is shown: <… data-focus-on-load tabindex="-1">.
+document.addEventListener("DOMContentLoaded", () => {
+  document.querySelector("[data-focus-on-load]")?.focus();
+});
