@@ -10,14 +10,14 @@ from django.http import QueryDict
 from catalog import selectors as catalog_selectors
 from catalog.choices import ServiceKind
 from catalog.durations import default_duration_hours, max_duration_hours
-from catalog.models import Service, Vendor
+from catalog.models import ResourceSpec, Service, Vendor
 from catalog.parameters import MAX_STRING_LENGTH, ParameterInvalid, parameters_clean
 from config.session_end import RESUME_PARAMETER
-from requests.choices import IfUnplaceable, OverQuota, PriorityClass
+from requests.choices import IfUnplaceable, OverQuota, PriorityClass, RequestState
 from requests.orders import Order
 from tenancy.choices import ProjectPermission, QuotaDimension
 from tenancy.models import User
-from tenancy.selectors import projects_with_permission
+from tenancy.selectors import project_list_visible_to, projects_with_permission
 
 _ALL_OFFERINGS = ("spec", "image", "bare_metal_profile", "serving_model", "serving_template")
 _OFFERINGS = {
@@ -340,3 +340,39 @@ class CatalogFilterForm(forms.Form):
         if not self.is_valid():
             return {}
         return {name: value for name, value in self.cleaned_data.items() if value not in (None, "", False)}
+
+
+class RequestListFilterForm(forms.Form):
+    """The request list's search and filters. Every field is optional and a value the form cannot take is no filter;
+    `mine` starts as the role's default (requests.selectors.request_list_starts_with_own)."""
+
+    q = forms.CharField(required=False, max_length=100, label="Search", help_text="#id, service, spec, person, project")
+    state = forms.ChoiceField(required=False, choices=[("", "Any state"), *RequestState.choices])
+    project = forms.ModelChoiceField(queryset=None, required=False, empty_label="All projects")
+    spec = forms.ModelChoiceField(queryset=None, required=False, empty_label="Any spec", label="Spec")
+    mine = forms.ChoiceField(required=False, choices=[("1", "Mine"), ("0", "All I can see")], label="Show")
+
+    def __init__(self, data, *, user: User, own_first: bool):
+        data = data.copy()
+        data.setdefault("mine", "1" if own_first else "0")
+        super().__init__(data)
+        self.own_first = own_first
+        self.fields["project"].queryset = project_list_visible_to(user=user).select_related("tenant")
+        self.fields["spec"].queryset = ResourceSpec.objects.order_by("name")
+
+    def filters(self) -> dict:
+        """What to narrow the list to: state, project, spec, search text and whether only the user's own."""
+        cleaned = self.cleaned_data if self.is_valid() else {}
+        return {
+            "mine": cleaned.get("mine", "1" if self.own_first else "0") == "1",
+            "state": cleaned.get("state", ""),
+            "project": cleaned.get("project"),
+            "spec": cleaned.get("spec"),
+            "text": cleaned.get("q", ""),
+        }
+
+    def narrows(self) -> bool:
+        """Whether the list shows less than the role's default view: a filter, a search, or only the user's own
+        when the default is everything (the default itself is no filter)."""
+        filters = self.filters()
+        return any(filters[key] for key in ("state", "project", "spec", "text")) or filters["mine"] != self.own_first

@@ -86,6 +86,51 @@ SUMMARY_COLUMNS = (
 SUMMARY_ITEMS = ("service", "spec", "bare_metal_profile", "serving_model")
 
 
+def request_list_starts_with_own(user: User) -> bool:
+    """Whether the user's request list starts with their own requests: people who order do; people who approve, lead
+    a project or operate start with every request they may see (their own would be empty, or miss what they look
+    after)."""
+    if user.is_staff or projects_with_permission(user=user, permission=ProjectPermission.MANAGE).exists():
+        return False
+    return not can_approve_anything(user)
+
+
+# What the request list's search looks in: a request matches when every word is in one of these.
+SEARCHED_FIELDS = (
+    *("service__name", "spec__name", "bare_metal_profile__name", "serving_model__name", "justification"),
+    *("project__name", "project__tenant__name", "requester__username", "requester__first_name", "requester__last_name"),
+)
+BIGINT_MAX = 2**63 - 1
+
+
+def _searched(requests: QuerySet[ResourceRequest], text: str) -> QuerySet[ResourceRequest]:
+    """Requests with every word of `text` in one of SEARCHED_FIELDS; "#17" or "17" also finds request 17."""
+    number = text.strip().lstrip("#")
+    by_id = Q(pk=int(number)) if number.isdigit() and int(number) <= BIGINT_MAX else Q(pk__in=[])
+    words = Q()
+    for word in text.split():
+        words &= Q.create([(f"{field}__icontains", word) for field in SEARCHED_FIELDS], connector=Q.OR)
+    return requests.filter(by_id | words)
+
+
+def request_list_filtered(
+    *, user: User, mine: bool, state: str = "", project=None, spec=None, text: str = ""
+) -> QuerySet[ResourceRequest]:
+    """The request list page's rows: what the user may see, narrowed as its filters say, newest first."""
+    requests = request_list_visible_to(user=user)
+    if mine:
+        requests = requests.filter(requester=user)
+    if state:
+        requests = requests.filter(state=state)
+    if project is not None:
+        requests = requests.filter(project=project)
+    if spec is not None:
+        requests = requests.filter(spec=spec)
+    if text.strip():
+        requests = _searched(requests, text)
+    return requests.order_by("-created_at", "-id")
+
+
 def request_rows_visible_to(*, user: User) -> QuerySet[ResourceRequest]:
     """What request_list_visible_to sees, with no joins yet: a list filters, orders and counts it, then reads its
     page as value rows (SummaryRows)."""

@@ -12,6 +12,7 @@ from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.contrib.auth.views import LoginView
 from django.core.exceptions import PermissionDenied
+from django.core.paginator import Paginator
 from django.db.models import OuterRef, Subquery
 from django.http import Http404, QueryDict
 from django.shortcuts import get_object_or_404, redirect, render
@@ -33,6 +34,7 @@ from requests.forms import (
     OrderForm,
     QuotaChangeForm,
     ReasonForm,
+    RequestListFilterForm,
     orderable_projects,
 )
 from requests.models import RequestEvent
@@ -199,28 +201,31 @@ def order_preview(request, slug):
 QUIET_STATES = TERMINAL_STATES | {RequestState.FAILED}
 
 
+# A page of the request list: enough to scan, few enough to read at once.
+REQUEST_LIST_PAGE_SIZE = 50
+
+
 @login_required
 def request_list(request):
+    """The requests the user may see, newest first: searched, filtered by state, project and spec, paginated (a count
+    and a page: the same queries however many there are). Whose requests it starts with depends on the role."""
+    own_first = selectors.request_list_starts_with_own(request.user)
+    form = RequestListFilterForm(request.GET, user=request.user, own_first=own_first)
     latest = RequestEvent.objects.filter(request=OuterRef("pk")).order_by("-created_at", "-id")
-    queryset = selectors.request_list_visible_to(user=request.user).annotate(
+    queryset = selectors.request_list_filtered(user=request.user, **form.filters()).annotate(
         latest_message=Subquery(latest.values("message")[:1])
     )
-    state = request.GET.get("state", "")
-    if state in RequestState.values:
-        queryset = queryset.filter(state=state)
-    if request.GET.get("mine", "1") == "1":
-        queryset = queryset.filter(requester=request.user)
+    page = Paginator(queryset, REQUEST_LIST_PAGE_SIZE).get_page(request.GET.get("page"))
     return render(
         request,
         "requests/request_list.html",
         {
-            "requests": queryset[:200],
-            "states": RequestState.choices,
-            "state": state,
-            "mine": request.GET.get("mine", "1"),
+            "form": form,
+            "page": page,
+            "page_numbers": page.paginator.get_elided_page_range(page.number, on_each_side=2, on_ends=1),
+            "requests": page.object_list,
             "quiet": QUIET_STATES,
-            # "Mine" is the default view, not a filter; a state, or everyone's requests, is.
-            "filtered": bool(state) or request.GET.get("mine") == "0",
+            "filtered": form.narrows(),
             "can_order": projects_with_permission(user=request.user, permission=ProjectPermission.REQUEST).exists(),
         },
     )
