@@ -2,6 +2,7 @@
 
 import uuid
 from collections import defaultdict
+from decimal import Decimal
 
 from django import forms
 from django.forms.utils import pretty_name
@@ -275,22 +276,31 @@ class DecisionForm(forms.Form):
 
 
 class QuotaChangeForm(forms.Form):
-    """Only the dimensions the lead fills in are asked for."""
+    """Starts from the project's current limits (a link may propose others); what differs from them is asked for.
+    An empty field is no limit."""
 
     justification = forms.CharField(widget=forms.Textarea(attrs={"rows": 3}))
 
-    def __init__(self, *args, **kwargs):
+    def __init__(self, *args, current: dict, **kwargs):
+        kwargs["initial"] = {**{key: _plain(value) for key, value in current.items()}, **kwargs.get("initial", {})}
         super().__init__(*args, **kwargs)
+        self.current = current
         for dimension in QuotaDimension:
             self.fields[dimension.value] = forms.DecimalField(
-                label=dimension.label, required=False, min_value=0, max_digits=12, decimal_places=2
+                label=dimension.label,
+                required=False,
+                min_value=0,
+                max_digits=12,
+                decimal_places=2,
+                help_text=_now(current[dimension.value]),
             )
+        self.order_fields([*QuotaDimension.values, "justification"])
 
     @classmethod
     def prefill_from(cls, query: QueryDict) -> dict:
         """Initial values from a link (the order page's "ask for a larger quota"): each value its field takes;
         others are dropped, since the lead reviews the form before sending it anyway."""
-        fields = cls().fields
+        fields = cls(current=dict.fromkeys(QuotaDimension.values)).fields
         initial = {}
         for name, field in fields.items():
             try:
@@ -301,12 +311,31 @@ class QuotaChangeForm(forms.Form):
                 initial[name] = value
         return initial
 
+    def clean(self):
+        cleaned = super().clean()
+        if not self.errors and not self.limits():
+            raise forms.ValidationError("These are the current limits: change at least one.", code="no_change")
+        return cleaned
+
     def limits(self) -> dict:
+        """The limits sent that differ from the current ones (an empty field: no limit; a field not sent at all is
+        left as it is)."""
         return {
-            dimension: self.cleaned_data[dimension]
+            dimension: self.cleaned_data.get(dimension)
             for dimension in QuotaDimension.values
-            if self.cleaned_data.get(dimension) is not None
+            if dimension in self.data and self.cleaned_data.get(dimension) != self.current[dimension]
         }
+
+
+def _plain(limit):
+    """A limit as a person writes it: 16 rather than 16.00, 0.5 rather than 0.50."""
+    if not isinstance(limit, Decimal):
+        return limit
+    return int(limit) if limit == limit.to_integral_value() else limit.normalize()
+
+
+def _now(limit) -> str:
+    return "Now: no limit." if limit is None else f"Now: {_plain(limit)}."
 
 
 class ReasonForm(forms.Form):

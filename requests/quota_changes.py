@@ -74,7 +74,10 @@ def quota_change_request_submit(
         project=project,
         requester=actor,
         summary=f"Quota change for {project}: "
-        + ", ".join(f"{dim} {change.previous_limits[dim]} → {change.limits[dim]}" for dim in parsed),
+        + ", ".join(
+            f"{label} {before or 'no limit'} → {after or 'no limit'}"
+            for label, before, after in change.changes_in_words
+        ),
     )
     audit_record(
         actor=actor,

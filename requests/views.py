@@ -39,6 +39,7 @@ from requests.forms import (
 )
 from requests.models import RequestEvent
 from requests.orders import order_fingerprint
+from requests.quota_breakdown import quota_breakdown
 from requests.refusals import next_steps
 from tenancy.choices import ProjectPermission
 from tenancy.selectors import project_list_visible_to, projects_with_permission, user_has_project_permission
@@ -524,9 +525,13 @@ def project_list(request):
 
 @login_required
 def project_quota(request, pk):
-    project = get_object_or_404(project_list_visible_to(user=request.user), pk=pk)
+    """A project's quota: what uses each dimension (running, queued, reserved, approved exceptions, metered) with the
+    requests behind it, and for its lead a change form that starts from the current limits."""
+    project = get_object_or_404(project_list_visible_to(user=request.user).select_related("quota", "lead"), pk=pk)
     is_lead = user_has_project_permission(user=request.user, project=project, permission=ProjectPermission.MANAGE)
-    form = QuotaChangeForm(request.POST or None, initial=QuotaChangeForm.prefill_from(request.GET))
+    form = QuotaChangeForm(
+        request.POST or None, current=project.quota.limits(), initial=QuotaChangeForm.prefill_from(request.GET)
+    )
     if request.method == "POST" and is_lead and form.is_valid():
         try:
             change = quota_changes.quota_change_request_submit(
@@ -545,7 +550,7 @@ def project_quota(request, pk):
         "requests/project_quota.html",
         {
             "project": project,
-            "usage": selectors.project_quota_usage(project),
+            "breakdown": quota_breakdown(project),
             "form": form,
             "is_lead": is_lead,
             "changes": selectors.quota_change_list_visible_to(user=request.user).filter(project=project)[:20],
