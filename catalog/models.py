@@ -21,6 +21,7 @@ from catalog.choices import (
     Visibility,
 )
 from catalog.parameters import default_parameter_schema, schema_problems
+from config.words import joined_without_repeat
 from tenancy.models import slug_validator
 
 
@@ -170,7 +171,7 @@ class AcceleratorModel(models.Model):
         ]
 
     def __str__(self):
-        return f"{self.vendor.name} {self.name}"
+        return joined_without_repeat(self.vendor.name, self.name)  # "Huawei Ascend 910B", not "... Ascend Ascend ..."
 
 
 class SliceProfile(models.Model):
@@ -462,7 +463,7 @@ class ServingModel(models.Model):
         constraints = [models.UniqueConstraint(fields=["name", "version"], name="serving_model_unique")]
 
     def __str__(self):
-        return f"{self.name} {self.version}"
+        return joined_without_repeat(self.name, self.version)  # "Llama 3.1 8B Instruct", whose name has its version
 
 
 class Service(models.Model):

@@ -13,6 +13,7 @@ from catalog.orderable import OrderableCatalog, orderable_catalog
 from catalog.parameters import ParameterInvalid, parameters_clean
 from config.errors import DomainError
 from config.jsonvalues import as_stored
+from config.words import counted
 from requests.approvals import Facts
 from requests.choices import ApprovalSubject, PriorityClass
 from requests.quota import Demand
@@ -250,9 +251,16 @@ def approval_facts(order: Order, sizing: Sizing, requester: User, *, quota_excep
 
 
 def describe_order(order: Order) -> str:
+    """The order in a few words: "1x H100 80GB, 16 vCPU, 128 GiB, 24 h"; a served model "Mistral 7B Instruct 0.3:
+    2 replicas of 1x H100 80GB, …" (a spec's name already counts its cards: never "1x 1x")."""
     what = order.bare_metal_profile.name if order.bare_metal_profile else order.spec.name
     if order.serving_model:
-        what = f"{order.serving_model} on {order.replicas}x {what}"
+        replicas = order.replicas
+        what = (
+            f"{order.serving_model} on {what}"
+            if replicas == 1
+            else f"{order.serving_model}: {counted(replicas, 'replica')} of {what}"
+        )
     return f"{what}, {order.duration_hours} h"
 
 

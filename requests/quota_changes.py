@@ -97,7 +97,9 @@ class QuotaChangeApprovals:
 
     def default_route(self, facts: approvals.Facts) -> approvals.DefaultRoute:
         """Changing a quota is never approved automatically: operators decide unless a rule names approvers."""
-        return approvals.operators_decide("Default: operators decide quota matters")
+        return approvals.operators_decide(
+            "Default: operators decide quota matters", reason="operators decide every quota change"
+        )
 
     def on_approved(self, change: QuotaChangeRequest, *, actor: User | None) -> None:
         change = QuotaChangeRequest.objects.select_for_update().get(pk=change.pk)

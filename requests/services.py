@@ -284,7 +284,7 @@ def request_submit(
         actor=requester,
         code=EventCode.SUBMITTED,
         from_state="",
-        message=f"{requester.username} ordered {describe_order(order)}."
+        message=f"{requester.display_name} ordered {describe_order(order)}."
         + (f" Warning: {never_fits['message']}" if never_fits else ""),
         data={
             "cost_estimate": str(sizing.cost_estimate),
@@ -388,18 +388,19 @@ def _route(request: ResourceRequest, order: Order, timeline: Timeline, *, actor:
     route = approvals.route_for(facts)
     if route.automatic:
         timeline.move(
-            "approve", actor=None, code=EventCode.AUTO_APPROVED, message=route.name, data={"route": route.as_data()}
+            "approve",
+            actor=None,
+            code=EventCode.AUTO_APPROVED,
+            message=route.explanation,
+            data={"route": route.as_data()},
         )
         _freeze_and_queue(request, timeline)
         return None
-    stages = "; ".join(
-        f"{stage.name} ({stage.mode}: {', '.join(user.username for user in stage.approvers)})" for stage in route.stages
-    )
     timeline.move(
         "route_for_approval",
         actor=actor,
         code=EventCode.ROUTED,
-        message=f"{route.name} — {stages}",
+        message=route.in_words(),
         data={"route": route.as_data()},
     )
     request.save()
@@ -534,12 +535,14 @@ class RequestApprovals:
     def default_route(self, facts: approvals.Facts) -> approvals.DefaultRoute | None:
         """A quota exception (over a limit or over the priority entitlement) is never approved automatically;
         other requests are when no rule matches."""
-        return approvals.operators_decide("Default: operators decide quota matters") if facts.quota_exception else None
+        if not facts.quota_exception:
+            return None
+        return approvals.operators_decide("Default: operators decide quota matters", reason="it is a quota exception")
 
     def on_approved(self, request: ResourceRequest, *, actor: User | None) -> None:
         request = _locked(request)
         timeline = Timeline(request)
-        who = actor.username if actor else "policy"
+        who = actor.display_name if actor else "policy"
         timeline.move("approve", actor=actor, code=EventCode.APPROVED, message=f"Approved by {who}.")
         _freeze_and_queue(request, timeline)
         timeline.write()
@@ -551,7 +554,7 @@ class RequestApprovals:
             "reject",
             actor=actor,
             code=EventCode.REJECTED,
-            message=f"Rejected by {actor.username}: {comment}",
+            message=f"Rejected by {actor.display_name}: {comment}",
             data={"comment": comment},
         )
         _readmit_after_commit(request.project_id)
@@ -581,7 +584,7 @@ def request_cancel(*, request: ResourceRequest, actor: User, reason: str = "") -
         "cancel",
         actor=actor,
         code=EventCode.CANCELLED,
-        message=f"Cancelled by {actor.username}" + (f": {reason}" if reason else "."),
+        message=f"Cancelled by {actor.display_name}" + (f": {reason}" if reason else "."),
         data={"reason": reason},
         intervention=is_operator_intervention(actor, request),
     )
@@ -603,7 +606,7 @@ def request_reject_by_operator(*, request: ResourceRequest, actor: User, reason:
         "reject",
         actor=actor,
         code=EventCode.REJECTED,
-        message=f"Rejected by operator {actor.username}: {reason}",
+        message=f"Rejected by operator {actor.display_name}: {reason}",
         data={"comment": reason},
         intervention=True,
     )
@@ -809,7 +812,7 @@ def request_release(*, request: ResourceRequest, actor: User | None, reason: str
     request = _locked(request)
     if actor is not None and not can_release(actor, request):
         raise NotPermitted("Only the requester, the project lead or an operator can release this request.")
-    who = actor.username if actor is not None else "the platform"
+    who = actor.display_name if actor is not None else "the platform"
     # Provisioning starts only from allocated, in the transition to provisioning: before it, nothing was built.
     provisioning_started = request.state != RequestState.ALLOCATED
     _transition(

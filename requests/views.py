@@ -22,8 +22,10 @@ from django.views.decorators.http import require_http_methods, require_POST
 from catalog import selectors as catalog_selectors
 from catalog.choices import ServiceKind
 from catalog.durations import longest_duration_hours
+from catalog.parameters import parameters_in_words
 from config.errors import DomainError
 from config.session_end import RESUME_PARAMETER
+from config.words import counted
 from requests import approvals, extensions, hooks, inbox, quota_changes, selectors, services
 from requests.catalog_offers import mark_never_fitting, offer_rows, passes, shown_without_offers
 from requests.choices import TERMINAL_STATES, Decision, RequestState
@@ -94,6 +96,7 @@ def catalog(request):
         "services_by_kind": services_by_kind,
         "filter_form": filter_form,
         "filtered": bool(filters),
+        "filter_count": len(filters),
     }
     return render(request, "requests/catalog.html", context)
 
@@ -279,6 +282,7 @@ def request_page_context(request, resource_request) -> dict:
     may_act = services.can_cancel(request.user, resource_request)
     return {
         "r": resource_request,
+        "parameters": parameters_in_words(resource_request.service.parameter_schema, resource_request.parameters),
         "timeline": selectors.timeline_of(resource_request),
         "approval": selectors.approval_of(resource_request),
         "allocation": allocation,
@@ -298,6 +302,8 @@ def _poll_seconds(state: str) -> int | None:
     return POLL_SECONDS_SETTLED if state in SETTLED_STATES else POLL_SECONDS_MOVING
 
 
+# A whole card in the allocation's shares (requests cannot import scheduling's MILLI).
+MILLI_PER_CARD = 1000
 ACCESS_LABELS = {"ssh": "SSH", "jupyter": "Jupyter", "attach": "Attach (Slurm)"}
 
 
@@ -393,8 +399,18 @@ def _release_consequences(target) -> list[str]:
 
 
 def _devices_in_words(devices: list[dict]) -> str:
-    names = ", ".join(f"{device['model']} #{device['index']}" for device in devices)
-    return f"{len(devices)} device{'s' if len(devices) != 1 else ''} ({names})" if devices else "its share"
+    names = ", ".join(_device_in_words(device) for device in devices)
+    return f"{counted(len(devices), 'device')} ({names})" if devices else "its share"
+
+
+def _device_in_words(device: dict) -> str:
+    """A MIG slice as its slice, a share as its part of the card, a card as itself."""
+    card = f"{device['model']} #{device['index']}"
+    if device.get("mig_instance"):
+        return f"the MIG {device['mig_instance']['profile']} slice of {card}"
+    if device["milli"] < MILLI_PER_CARD:
+        return f"{round(device['milli'] / 10)}% of {card}"
+    return card
 
 
 def _cancel_consequences(target) -> list[str]:

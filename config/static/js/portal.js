@@ -149,3 +149,10 @@ document.addEventListener("DOMContentLoaded", () => {
 document.addEventListener("DOMContentLoaded", () => {
   document.querySelector("[data-focus-on-load]")?.focus();
 });
+
+// Panels a phone does without at first (the catalog's search and filters): <details open data-fold-on-phone> is
+// folded on a narrow screen, so that what the page is for comes first; its summary opens it again.
+document.addEventListener("DOMContentLoaded", () => {
+  if (!window.matchMedia("(max-width: 40rem)").matches) return;
+  document.querySelectorAll("details[data-fold-on-phone]").forEach((panel) => { panel.open = false; });
+});
