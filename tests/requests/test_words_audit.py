@@ -11,6 +11,7 @@ from urllib.parse import urlencode
 import pytest
 from django.core.management import call_command
 from django.http import QueryDict
+from django.urls import reverse
 
 from catalog.models import AcceleratorModel, BareMetalProfile, ResourceSpec, Service, ServingModel, ServingTemplate
 from requests import notifications
@@ -34,11 +35,14 @@ UNWRITTEN = [
 ]
 
 
-def visible_text(page: str) -> str:
-    """What a person reads on a page: no tags, attributes, scripts or the raw approved snapshot (<pre>)."""
+def visible_text(page: str, *, runs: bool = False) -> str:
+    """What a person reads on a page: no tags, attributes, scripts or the raw approved snapshot (<pre>). With `runs`,
+    each element's text on a line of its own (a word said twice is said twice within one text, not across a link and
+    the next); else one line."""
     page = re.sub(r"(?s)<(script|style|pre|head)\b.*?</\1>", " ", page)
-    page = re.sub(r"(?s)<[^>]+>", " ", page)
-    return re.sub(r"\s+", " ", html.unescape(page))
+    page = re.sub(r"(?s)<[^>]+>", "\n" if runs else " ", page)
+    text = html.unescape(page)
+    return re.sub(r"[ \t]+", " ", text) if runs else re.sub(r"\s+", " ", text)
 
 
 def problems(text: str, slugs: list[str]) -> list[str]:
@@ -84,7 +88,8 @@ def _pages_of(role: str) -> list[str]:
     projects = [f"/projects/{pk}/quota/" for pk in Project.objects.values_list("pk", flat=True)]
     orders = [f"/order/{slug}/" for slug in Service.objects.values_list("slug", flat=True)]
     pages = ["/", "/requests/", "/requests/?mine=0", "/approvals/", "/approvals/?tab=decided", "/projects/", "/usage/"]
-    return pages + requests + projects + (orders if role == "developer" else [])
+    console = ["/admin/", reverse("admin:scheduling_capacity")] if role == "operator" else []
+    return pages + requests + projects + (orders if role == "developer" else []) + console
 
 
 @pytest.mark.parametrize("role", ["developer", "approver", "lead", "operator"])
@@ -101,7 +106,7 @@ def test_no_page_of_a_demo_role_says_what_a_person_would_not_write(client, demo,
         if response.status_code in (403, 404):
             continue
         assert response.status_code == 200, path
-        if issues := problems(visible_text(response.content.decode()), slugs):
+        if issues := problems(visible_text(response.content.decode(), runs=True), slugs):
             found[path] = issues
     assert found == {}
 
@@ -112,7 +117,7 @@ def test_the_mails_say_it_in_words_too(demo, mailbox):
     mails = mailbox.wait_for(3)  # the running slice's "ready", the digests of the project approver and the lead
     found = {}
     for mail in mails:
-        text = mail.get_body(("plain",)).get_content() + visible_text(mail.get_body(("html",)).get_content())
+        text = mail.get_body(("plain",)).get_content() + visible_text(mail.get_body(("html",)).get_content(), runs=True)
         if issues := problems(text, slugs):
             found[mail["Subject"]] = issues
     assert found == {}
