@@ -37,7 +37,7 @@ GATEWAY_PORT ?= 8001
 # DEMO, not DEBUG: a bad URL or a failure shows the product's own error pages, not Django's debug pages.
 DEMO_ENV := DEMO=1 PUBLIC_BASE_URL=$(PUBLIC_BASE_URL) GATEWAY_URL=http://$(HOST):$(GATEWAY_PORT)
 
-.PHONY: install browser slurm podman redfish-emulator ansible-venv fuzz-venv llama haproxy run run-slurm migrate seed test bench lint format clean
+.PHONY: install browser slurm podman redfish-emulator ansible-venv fuzz-venv llama haproxy run run-slurm migrate seed test screenshots bench lint format clean
 
 install: $(STAMP)
 
@@ -142,6 +142,14 @@ run-slurm: seed slurm
 # Runs on PostgreSQL: DATABASE_URL when set, else postgres@127.0.0.1:5432 (config/settings_test.py).
 test: install browser slurm podman redfish-emulator ansible-venv fuzz-venv llama haproxy
 	$(BIN)/pytest
+
+# The README's walk-through screenshots (docs/screenshots/), made by the demo walk-through test as it orders every demo
+# offering in Chromium, and reduced with Debian's pngquant (installed when missing).
+SCREENSHOTS_DIR := docs/screenshots
+screenshots: install browser
+	@command -v pngquant >/dev/null 2>&1 || { echo "Installing Debian's pngquant for the screenshots"; \
+	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq pngquant; }
+	SCREENSHOTS=$(SCREENSHOTS_DIR) $(BIN)/pytest tests/requests/test_browser_demo.py
 
 bench: install slurm podman ansible-venv llama haproxy
 	$(BIN)/python -m tests.bench.run

@@ -221,11 +221,12 @@ class BareMetalProfileAdmin(AuditedAdminMixin, admin.ModelAdmin):
         "accelerator_count",
         "os_image",
         "boot_method",
+        "slurm_membership",
         "target_cluster",
         price,
         "active",
     ]
-    list_filter = ["active", "boot_method", "accelerator_model__vendor", "target_cluster"]
+    list_filter = ["active", "boot_method", "slurm_membership", "accelerator_model__vendor", "target_cluster"]
     list_select_related = ["accelerator_model__vendor", "os_image"]
     search_fields = ["name", "slug", "server_class", "target_cluster"]
     prepopulated_fields = {"slug": ["name"]}

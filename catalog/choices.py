@@ -68,3 +68,17 @@ class BootMethod(models.TextChoices):
 
     VIRTUAL_MEDIA = "virtual_media", "Virtual media (the OS image as a BMC CD)"
     PXE = "pxe", "PXE (network boot: the platform's iPXE script and install config)"
+
+
+class SlurmMembership(models.TextChoices):
+    """How a bare-metal server joins Slurm, and with it whether its tenant gets root: a server whose tenant has root
+    never holds a secret shared with other tenants (the shared cluster's munge key lets root forge any user's
+    credentials in that whole cluster)."""
+
+    SHARED_CLUSTER_NO_ROOT = "shared_cluster_no_root", "Shared Slurm cluster, no root for the tenant"
+    TENANT_CLUSTER = "tenant_cluster", "Tenant's own Slurm cluster, with root"
+    NONE = "none", "No Slurm, with root"
+
+
+# The memberships whose servers give their tenant root (sudo).
+TENANT_ROOT_MEMBERSHIPS = frozenset({SlurmMembership.TENANT_CLUSTER, SlurmMembership.NONE})

@@ -4,7 +4,16 @@ profile, serving models and the services that offer them. Idempotent, like every
 
 from decimal import Decimal
 
-from catalog.choices import AcceleratorKind, Interconnect, Runtime, ServiceKind, ServingRuntime, SliceKind, Visibility
+from catalog.choices import (
+    AcceleratorKind,
+    Interconnect,
+    Runtime,
+    ServiceKind,
+    ServingRuntime,
+    SliceKind,
+    SlurmMembership,
+    Visibility,
+)
 from catalog.choices import ValidationCheck as Check
 from catalog.models import (
     AcceleratorModel,
@@ -311,25 +320,44 @@ def seed_catalog() -> dict:
 
 def seed_offerings(catalog: dict, tenants: dict) -> None:
     specs, images, accelerators = catalog["specs"], catalog["images"], catalog["accelerators"]
-    hgx = _upsert(
-        BareMetalProfile,
-        {"slug": "hgx-h100-8gpu"},
-        {
-            "name": "HGX H100 8-GPU server",
-            "server_class": "HGX H100 8-GPU, 2x Xeon Platinum 8480+, 2 TiB",
-            "accelerator_model": accelerators["h100-80gb"],
-            "accelerator_count": 8,
-            "cpu_cores": 112,
-            "memory_gb": 2048,
-            "os_image": images["ubuntu-hgx-baremetal:22.04.5"],
-            "driver_version": "550.127.05",
-            "monitoring_agent": "dcgm-exporter 3.3.8 + node-exporter 1.8",
-            "target_cluster": "k8s-train-east",
-            "validation_suite": list(Check.values),
-            "hourly_price": D("29.50"),
-            "max_duration_hours": 720,
-        },
-    )
+    hgx_server = {
+        "server_class": "HGX H100 8-GPU, 2x Xeon Platinum 8480+, 2 TiB",
+        "accelerator_model": accelerators["h100-80gb"],
+        "accelerator_count": 8,
+        "cpu_cores": 112,
+        "memory_gb": 2048,
+        "os_image": images["ubuntu-hgx-baremetal:22.04.5"],
+        "driver_version": "550.127.05",
+        "monitoring_agent": "dcgm-exporter 3.3.8 + node-exporter 1.8",
+        "validation_suite": list(Check.values),
+        "max_duration_hours": 720,
+    }
+    # Two ways to hold the same server: in the shared training cluster without root, or as the tenant's own cluster
+    # with root (docs/provisioning.md, "Slurm membership and root").
+    hgx_profiles = [
+        _upsert(
+            BareMetalProfile,
+            {"slug": "hgx-h100-8gpu"},
+            {
+                **hgx_server,
+                "name": "HGX H100 8-GPU server",
+                "slurm_membership": SlurmMembership.SHARED_CLUSTER_NO_ROOT,
+                "target_cluster": "train-east",
+                "hourly_price": D("29.50"),
+            },
+        ),
+        _upsert(
+            BareMetalProfile,
+            {"slug": "hgx-h100-8gpu-root"},
+            {
+                **hgx_server,
+                "name": "HGX H100 8-GPU server, own Slurm with root",
+                "slurm_membership": SlurmMembership.TENANT_CLUSTER,
+                "target_cluster": "",
+                "hourly_price": D("31.00"),
+            },
+        ),
+    ]
     templates = [
         _upsert(
             ServingTemplate,
@@ -365,12 +393,24 @@ def seed_offerings(catalog: dict, tenants: dict) -> None:
             "spec": specs["l40s-1x"],
         },
     )
+    # The platform's stand-in server needs nothing installed: SmolLM2 is served by it on nodes without llama.cpp.
+    stand_in_template = _upsert(
+        ServingTemplate,
+        {"name": "Stand-in server (simulated), 1 replica"},
+        {
+            "runtime": ServingRuntime.SIMULATED,
+            "replicas": 1,
+            "context_length": 2048,
+            "max_tokens": 512,
+            "spec": specs["l40s-1x"],
+        },
+    )
     models = [
         _upsert(
             ServingModel,
             {"name": SMOLLM2["name"], "version": SMOLLM2["version"]},
             {key: value for key, value in SMOLLM2.items() if key not in ("name", "version")},
-            {"templates": [cpu_template]},
+            {"templates": [cpu_template, stand_in_template]},
         ),
         _upsert(
             ServingModel,
@@ -466,11 +506,12 @@ def seed_offerings(catalog: dict, tenants: dict) -> None:
         "baremetal-hgx",
         "Bare-metal HGX H100 server",
         ServiceKind.BARE_METAL,
-        "A whole 8-GPU server installed with the approved OS, driver and monitoring agent, registered "
-        "into the training cluster.",
+        "A whole 8-GPU server installed with the approved OS, driver and monitoring agent: in the shared training "
+        "cluster without root, or as your own Slurm cluster with root.",
         168,
         720,
-        bare_metal_profiles=[hgx],
+        bare_metal_profiles=hgx_profiles,
+        schema=[*default_parameter_schema(), dict(SSH_PUBLIC_KEY)],
     )
     _service(
         "llm-endpoint",

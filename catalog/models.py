@@ -4,7 +4,7 @@ from decimal import Decimal
 
 from django.conf import settings
 from django.core.exceptions import ValidationError
-from django.core.validators import MaxValueValidator, MinValueValidator
+from django.core.validators import MaxValueValidator, MinValueValidator, RegexValidator
 from django.db import models
 from django.db.models import Q
 
@@ -16,6 +16,7 @@ from catalog.choices import (
     ServiceKind,
     ServingRuntime,
     SliceKind,
+    SlurmMembership,
     SpecStatus,
     ValidationCheck,
     Visibility,
@@ -23,6 +24,13 @@ from catalog.choices import (
 from catalog.parameters import default_parameter_schema, schema_problems
 from config.words import joined_without_repeat
 from tenancy.models import slug_validator
+
+# A control character (a newline above all) in a field that reaches a batch script, a command line or a log line
+# would end the line it is written into: refused on the form (the validator) and in the database (the constraint).
+CONTROL_CHARACTERS = r"[\x01-\x1f\x7f]"  # NUL: PostgreSQL text cannot hold it at all
+no_control_characters = RegexValidator(
+    CONTROL_CHARACTERS, inverse_match=True, message="Must not contain a line break or other control character."
+)
 
 
 def _money_field(per: str):
@@ -314,17 +322,22 @@ class ResourceSpec(models.Model):
             )
 
 
+IMAGE_TEXT_FIELDS = ("name", "version", "reference", "os", "driver_version", "runtime_version", "monitoring_agent")
+
+
 class Image(models.Model):
     """An approved software image: OS, driver, runtime and monitoring agent, for the vendors it supports."""
 
-    name = models.CharField(max_length=120)
-    version = models.CharField(max_length=40)
-    reference = models.CharField(max_length=300, help_text="Registry reference or OS image URL.")
-    os = models.CharField("operating system", max_length=80)
-    driver_version = models.CharField(max_length=40, blank=True)
+    name = models.CharField(max_length=120, validators=[no_control_characters])
+    version = models.CharField(max_length=40, validators=[no_control_characters])
+    reference = models.CharField(
+        max_length=300, validators=[no_control_characters], help_text="Registry reference or OS image URL."
+    )
+    os = models.CharField("operating system", max_length=80, validators=[no_control_characters])
+    driver_version = models.CharField(max_length=40, blank=True, validators=[no_control_characters])
     runtime = models.CharField(max_length=12, choices=Runtime.choices)
-    runtime_version = models.CharField(max_length=40, blank=True)
-    monitoring_agent = models.CharField(max_length=80, blank=True)
+    runtime_version = models.CharField(max_length=40, blank=True, validators=[no_control_characters])
+    monitoring_agent = models.CharField(max_length=80, blank=True, validators=[no_control_characters])
     configuration = models.JSONField(default=dict, blank=True, help_text="Environment and defaults applied at start.")
     compatible_vendors = models.ManyToManyField(Vendor, related_name="images")
     approved = models.BooleanField(default=False, help_text="Only approved images can be ordered.")
@@ -333,7 +346,16 @@ class Image(models.Model):
 
     class Meta:
         ordering = ["name", "-version"]
-        constraints = [models.UniqueConstraint(fields=["name", "version"], name="image_name_version_unique")]
+        constraints = [
+            models.UniqueConstraint(fields=["name", "version"], name="image_name_version_unique"),
+            models.CheckConstraint(
+                condition=~Q(
+                    *(Q(**{f"{field}__regex": CONTROL_CHARACTERS}) for field in IMAGE_TEXT_FIELDS), _connector=Q.OR
+                ),
+                name="image_text_without_control_characters",
+                violation_error_message="An image's names, version and reference must not contain control characters.",
+            ),
+        ]
 
     def __str__(self):
         return f"{self.name}:{self.version}"
@@ -365,7 +387,18 @@ class BareMetalProfile(models.Model):
         blank=True,
         help_text="GPU metrics exporter installed beside the monitoring agent (dcgm-exporter); blank for none.",
     )
-    target_cluster = models.CharField(max_length=120, help_text="Cluster the server registers into.")
+    slurm_membership = models.CharField(
+        max_length=24,
+        choices=SlurmMembership.choices,
+        default=SlurmMembership.SHARED_CLUSTER_NO_ROOT,
+        help_text="How the server joins Slurm, and whether its tenant gets root. Only a server without root for its "
+        "tenant joins the shared cluster (and holds its munge key); with root it runs a cluster of its own or none.",
+    )
+    target_cluster = models.CharField(
+        max_length=120,
+        blank=True,
+        help_text="The shared Slurm cluster the server registers into (shared cluster membership only).",
+    )
     validation_suite = models.JSONField(default=list, blank=True, help_text="Ordered hardware checks.")
     playbooks = models.CharField(
         max_length=60,
@@ -398,6 +431,12 @@ class BareMetalProfile(models.Model):
             and not self.os_image.compatible_vendors.filter(pk=self.accelerator_model.vendor_id).exists()
         ):
             raise ValidationError({"os_image": "The OS image does not support this accelerator's vendor."})
+        if self.slurm_membership == SlurmMembership.SHARED_CLUSTER_NO_ROOT and not self.target_cluster:
+            raise ValidationError({"target_cluster": "Name the shared cluster the server registers into."})
+        if self.slurm_membership != SlurmMembership.SHARED_CLUSTER_NO_ROOT and self.target_cluster:
+            raise ValidationError(
+                {"target_cluster": "Only a server registering into the shared cluster names one: leave it blank."}
+            )
         if self.boot_method == BootMethod.PXE and self.os_image_id and not _netboot_files(self.os_image):
             raise ValidationError(
                 {"boot_method": "PXE needs the OS image's configuration to name netboot kernel and initrd URLs."}

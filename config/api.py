@@ -151,7 +151,13 @@ def _as_drf_exception(exc):
 
 
 def exception_handler(exc, context):
-    """Turn every API error into {code, message, details}; unexpected errors become a logged 500 body."""
+    """Turn every API error into {code, message, details}; a lost database connection becomes a 503 with Retry-After
+    (a read is run once more first: config.middleware); unexpected errors become a logged 500 body."""
+    from config import database  # it builds its bodies with error_body, from here
+
+    if database.connection_lost(exc):
+        logger.warning("Database connection lost answering %s: %s", context["request"].path, exc)
+        return database.mark_connection_lost(Response(database.unavailable_body(), status=503))
     exc = _as_domain_error(exc)
     if isinstance(exc, DomainError):
         return Response(error_body(exc.code, exc.message, exc.details), status=exc.status_code)
@@ -168,5 +174,12 @@ def exception_handler(exc, context):
     else:
         code = exc.get_codes() if isinstance(exc, exceptions.APIException) else "error"
         message = exc.detail if isinstance(exc, exceptions.APIException) else str(exc)
-        response.data = error_body(str(code) if isinstance(code, str) else "error", str(message))
+        response.data = error_body(str(code) if isinstance(code, str) else "error", str(message), _details_of(exc))
     return response
+
+
+def _details_of(exc) -> dict:
+    """The numbers a client acts on: how long a throttled caller waits (also in the Retry-After header)."""
+    if isinstance(exc, exceptions.Throttled) and exc.wait is not None:
+        return {"retry_after_seconds": int(exc.wait + 0.999)}
+    return {}

@@ -1,5 +1,6 @@
 """Size limits on every request, checked before anything reads it (settings REQUEST_MAX_BODY_BYTES and
-REQUEST_MAX_QUERY_STRING_LENGTH), answered in the API's error shape.
+REQUEST_MAX_QUERY_STRING_LENGTH), answered in the API's error shape; a lost database connection retried once for a
+read and otherwise answered 503 with Retry-After (config/database.py).
 
 The body limit is decided from Content-Length, and an over-limit body is then read and thrown away before the
 413 goes out: gunicorn drains at most 64 KiB of an unread body before it reuses a keep-alive connection and
@@ -10,7 +11,10 @@ answer). Bodies beyond REQUEST_DRAIN_MAX_BYTES are not read: for those the conne
 from django.conf import settings
 from django.http import JsonResponse
 
+from config import database
 from config.api import error_body
+
+READS = frozenset({"GET", "HEAD", "OPTIONS"})
 
 
 def _content_length(request) -> int:
@@ -61,3 +65,25 @@ class RequestLimitsMiddleware:
 
     def __call__(self, request):
         return _query_too_long(request) or _body_too_large(request) or self.get_response(request)
+
+
+class DatabaseConnectionLossMiddleware:
+    """A request whose database connection was lost is answered 503 with Retry-After (the API in its error shape, by
+    config.api.exception_handler; a page's view by process_exception; anything else by the 500 handler), and a read is
+    first run once more on a fresh connection. Outermost but for the security headers and the size limits, so the
+    second run goes through sessions and authentication again."""
+
+    def __init__(self, get_response):
+        self.get_response = get_response
+
+    def __call__(self, request):
+        response = self.get_response(request)
+        if getattr(response, database.CONNECTION_LOST, False):
+            database.drop_lost_connections()
+            if request.method in READS:
+                response = self.get_response(request)
+                database.drop_lost_connections()
+        return response
+
+    def process_exception(self, request, exception):
+        return database.unavailable_response(request) if database.connection_lost(exception) else None

@@ -4,6 +4,7 @@ Embedded default (demo): SQLite and django-q2's ORM broker. Production and tests
 DATABASE_URL names PostgreSQL; REDIS_URL switches django-q2 to the Redis broker.
 """
 
+from datetime import timedelta
 from pathlib import Path
 
 import dj_database_url
@@ -36,11 +37,12 @@ INSTALLED_APPS = [
     "whitenoise.runserver_nostatic",
     "django.contrib.staticfiles",
     "rest_framework",
-    "rest_framework.authtoken",
     "django_filters",
     "drf_spectacular",
     "drf_spectacular_sidecar",
     "guardian",
+    "axes",
+    "csp",
     "django_q",
     "tenancy",
     "catalog",
@@ -53,6 +55,7 @@ INSTALLED_APPS = [
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
     "config.middleware.RequestLimitsMiddleware",  # before anything reads the request
+    "config.middleware.DatabaseConnectionLossMiddleware",  # a read on a lost connection runs once more on a new one
     "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
@@ -61,6 +64,8 @@ MIDDLEWARE = [
     "config.session_end.SessionEndedMiddleware",  # after authentication: it asks whether the user is signed in
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
+    "csp.middleware.CSPMiddleware",
+    "axes.middleware.AxesMiddleware",  # last: it turns a sign-in lockout into the lockout page (config.signin)
 ]
 
 ROOT_URLCONF = "config.urls"
@@ -95,6 +100,7 @@ DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 AUTH_USER_MODEL = "tenancy.User"
 AUTHENTICATION_BACKENDS = [
+    "axes.backends.AxesStandaloneBackend",  # first: a locked-out account or address is refused before any check
     "django.contrib.auth.backends.ModelBackend",
     "guardian.backends.ObjectPermissionBackend",
 ]
@@ -137,8 +143,11 @@ LOGOUT_REDIRECT_URL = "login"
 CATALOG_CURRENCY = env_str("CATALOG_CURRENCY", "USD")
 # Pending approvals older than this get a reminder on their timeline (hourly django-q2 schedule).
 APPROVAL_REMINDER_HOURS = env_int("APPROVAL_REMINDER_HOURS", 24)
-# /metrics: when set, scrapers must send `Authorization: Bearer <token>`.
+# /metrics: scrapers send `Authorization: Bearer <token>`. Required outside the demo: the process refuses to start
+# without it (the metrics name projects, nodes and queue reasons); in the demo an empty token leaves /metrics open.
 METRICS_TOKEN = env_str("METRICS_TOKEN")
+if not METRICS_TOKEN and not DEMO:
+    raise ImproperlyConfigured("METRICS_TOKEN must be set when DEBUG is off (outside the demo; docs/security.md)")
 # Scheduling: optional fair share, requeue on isolation, expiry warnings, when an allocation counts as stale.
 SCHEDULER_FAIR_SHARE = env_bool("SCHEDULER_FAIR_SHARE", default=False)
 SCHEDULER_REQUEUE_ON_ISOLATION = env_bool("SCHEDULER_REQUEUE_ON_ISOLATION", default=True)
@@ -187,9 +196,13 @@ PROVISIONING_STEP_TIMEOUTS = env_json("PROVISIONING_STEP_TIMEOUTS", {})
 # An allocated request with no provisioning run after this long is started (or released) by the sweeper.
 PROVISIONING_START_GRACE_SECONDS = env_int("PROVISIONING_START_GRACE_SECONDS", 120)
 # Slurm jobs (the `slurm` execution backend): the partition they go to (empty: the cluster's default) and the
-# directory on the nodes that is their working directory and holds their output (cc-request-<id>-<job id>.out).
+# directory on the nodes that is their working directory and holds their output (cc-request-<id>-<job id>.out):
+# the Slurm user's own (mode 0700), never a shared temporary directory (system check provisioning.E002).
 SLURM_PARTITION = env_str("SLURM_PARTITION")
-SLURM_JOB_DIRECTORY = env_str("SLURM_JOB_DIRECTORY", "/tmp")
+SLURM_JOB_DIRECTORY = env_str("SLURM_JOB_DIRECTORY", "/var/lib/compute-catalog/slurm-jobs")
+# Keys that encrypt stored secrets the platform shows again (a workspace's Jupyter token; config/encryption.py):
+# comma-separated Fernet keys, the first encrypts. Empty: keys derived from SECRET_KEY and SECRET_KEY_FALLBACKS.
+SECRETS_ENCRYPTION_KEYS = env_list("SECRETS_ENCRYPTION_KEYS")
 # Where OS installers post their completion callback.
 PUBLIC_BASE_URL = env_str("PUBLIC_BASE_URL", "http://127.0.0.1:8000")
 # Mail (README, "Notifications"): SMTP when EMAIL_HOST is set, else the console (the demo prints mails).
@@ -208,6 +221,14 @@ DEFAULT_FROM_EMAIL = env_str("DEFAULT_FROM_EMAIL", "Compute Catalog <compute-cat
 NOTIFY_APPROVAL_DIGEST_MINUTES = env_int("NOTIFY_APPROVAL_DIGEST_MINUTES", 15)
 # A team invitation's sign-up link works this long, once.
 TEAM_INVITATION_DAYS = env_int("TEAM_INVITATION_DAYS", 7)
+# Caps on a project's orders (0: no cap), each overridable per project on its quota in the operator console: open
+# orders (not yet ended) and orders waiting for quota, per requester and for the whole project. A waiting order is
+# cancelled after ORDER_WAITING_EXPIRY_HOURS, with the reason on its timeline and a mail to its requester.
+ORDER_MAX_OPEN_PER_REQUESTER = env_int("ORDER_MAX_OPEN_PER_REQUESTER", 100)
+ORDER_MAX_OPEN_PER_PROJECT = env_int("ORDER_MAX_OPEN_PER_PROJECT", 1000)
+ORDER_MAX_WAITING_PER_REQUESTER = env_int("ORDER_MAX_WAITING_PER_REQUESTER", 20)
+ORDER_MAX_WAITING_PER_PROJECT = env_int("ORDER_MAX_WAITING_PER_PROJECT", 100)
+ORDER_WAITING_EXPIRY_HOURS = env_int("ORDER_WAITING_EXPIRY_HOURS", 7 * 24)
 # The simulated drivers: a multiplier on their realistic durations (0 = instant), and injected faults:
 # [{"step": "install_gpu_driver", "attempts": [1, 2] or "all", "code": "...", "message": "...", "retryable": true}].
 PROVISIONING_SIMULATED_SPEED = env_float("PROVISIONING_SIMULATED_SPEED", 0.1)
@@ -222,9 +243,10 @@ BMC_CREDENTIALS = env_json("BMC_CREDENTIALS", {})
 # node's os_address with the key its ssh_credentials_ref names: {"<ref>": {"username": "root",
 # "private_key_file": "/path"}}, from a JSON file that is not in the repository). Host keys are recorded per node
 # under ANSIBLE_STATE_DIR on first contact and checked afterwards. GPU driver packages are looked up in
-# INBAND_PACKAGE_DIR as cc-gpu-driver_<version>_*.deb. A Slurm target cluster is joined with SLURM_CONF's
-# configuration (its ClusterName must be the profile's target_cluster), the munge key in INBAND_MUNGE_KEY_FILE and
-# slurmctld at INBAND_SLURMCTLD_ADDRESS, the address the servers reach the controller at.
+# INBAND_PACKAGE_DIR as cc-gpu-driver_<version>_*.deb. The shared Slurm cluster (profiles whose slurm_membership is
+# shared_cluster_no_root: their tenant gets no root) is joined with SLURM_CONF's configuration (its ClusterName must
+# be the profile's target_cluster), the munge key in INBAND_MUNGE_KEY_FILE and slurmctld at INBAND_SLURMCTLD_ADDRESS,
+# the address the servers reach the controller at; a server whose tenant has root never gets that key.
 PROVISIONING_IN_BAND_DRIVER = env_str("PROVISIONING_IN_BAND_DRIVER", "simulated")
 ANSIBLE_PLAYBOOK = env_str("ANSIBLE_PLAYBOOK", str(BASE_DIR / ".venv-ansible" / "bin" / "ansible-playbook"))
 ANSIBLE_STATE_DIR = env_str("ANSIBLE_STATE_DIR", str(Path.home() / ".local" / "state" / "compute-catalog" / "ansible"))
@@ -319,6 +341,8 @@ REST_FRAMEWORK = {
         "rest_framework.filters.OrderingFilter",
     ],
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
+    # Each signed-in user at API_THROTTLE_USER_RATE; anonymous endpoints carry their own throttles (config.throttling).
+    "DEFAULT_THROTTLE_CLASSES": ["config.throttling.UserThrottle"],
     "EXCEPTION_HANDLER": "config.api.exception_handler",
     "TEST_REQUEST_DEFAULT_FORMAT": "json",
 }
@@ -393,9 +417,75 @@ LOGGING = {
     "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s: %(message)s"}},
     "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
     "root": {"handlers": ["console"], "level": env_str("LOG_LEVEL", "INFO")},
+    # django-axes logs every sign-in at INFO; its warnings (failures, lockouts) are what operators need.
+    "loggers": {"axes": {"level": env_str("AXES_LOG_LEVEL", "WARNING")}},
 }
 
+# --- Security (docs/security.md) ---------------------------------------------------------------------------------
+# Who the client is (config.client_address): the peer, unless it is a trusted proxy, in which case the address it
+# put in X-Forwarded-For. Trusted: the first TRUSTED_PROXY_COUNT hops in front of the app, and any hop whose address
+# is in TRUSTED_PROXY_CIDRS. Set one of them only when a proxy you run always rewrites X-Forwarded-For.
+TRUSTED_PROXY_COUNT = env_int("TRUSTED_PROXY_COUNT", 0)
+TRUSTED_PROXY_CIDRS = env_list("TRUSTED_PROXY_CIDRS")
+# API throttles ("<n>/<second|minute|hour|day>"; empty: unlimited), counted per user or per client address.
+API_THROTTLE_USER_RATE = env_str("API_THROTTLE_USER_RATE", "1200/min")
+API_THROTTLE_SIGN_IN_RATE = env_str("API_THROTTLE_SIGN_IN_RATE", "30/min")
+API_THROTTLE_INSTALLER_RATE = env_str("API_THROTTLE_INSTALLER_RATE", "120/min")
+# Sign-in lockout (django-axes, on the sign-in page, the operator console and POST /api/v1/auth/token/): after
+# SIGN_IN_FAILURE_LIMIT failures an account, and separately a client address, is refused (429) for
+# SIGN_IN_LOCKOUT_MINUTES, counted again from each further try (0: until an operator clears it in the console).
+SIGN_IN_FAILURE_LIMIT = env_int("SIGN_IN_FAILURE_LIMIT", 10)
+SIGN_IN_LOCKOUT_MINUTES = env_int("SIGN_IN_LOCKOUT_MINUTES", 30)
+AXES_FAILURE_LIMIT = SIGN_IN_FAILURE_LIMIT
+AXES_COOLOFF_TIME = timedelta(minutes=SIGN_IN_LOCKOUT_MINUTES) if SIGN_IN_LOCKOUT_MINUTES else None
+AXES_LOCKOUT_PARAMETERS = ["username", "ip_address"]  # either alone locks: one account, or one address spraying
+AXES_CLIENT_IP_CALLABLE = "config.client_address.client_address"
+AXES_LOCKOUT_CALLABLE = "config.signin.lockout_response"
+AXES_RESET_ON_SUCCESS = True
+AXES_ENABLE_ACCESS_FAILURE_LOG = True
+# API tokens (tenancy.api_tokens): a new token lives API_TOKEN_DEFAULT_DAYS unless its creator asks for another
+# lifetime of at most API_TOKEN_MAX_DAYS.
+API_TOKEN_DEFAULT_DAYS = env_int("API_TOKEN_DEFAULT_DAYS", 90)
+API_TOKEN_MAX_DAYS = env_int("API_TOKEN_MAX_DAYS", 365)
+# A token that expired or was revoked this long ago is deleted by a daily schedule (its audit rows stay).
+API_TOKEN_RETENTION_DAYS = env_int("API_TOKEN_RETENTION_DAYS", 90)
+# Content-Security-Policy (django-csp): scripts only from this origin (no inline scripts or handlers anywhere);
+# styles also inline (computed bar widths, the operator console's widgets). CSP_REPORT_URI receives violations;
+# CSP_REPORT_ONLY reports without enforcing (to try a change first).
+_CSP_DIRECTIVES = {
+    "default-src": ["'self'"],
+    "script-src": ["'self'"],
+    "style-src": ["'self'", "'unsafe-inline'"],
+    "img-src": ["'self'", "data:"],
+    "connect-src": ["'self'"],
+    "font-src": ["'self'"],
+    "object-src": ["'none'"],
+    "base-uri": ["'self'"],
+    "form-action": ["'self'"],
+    "frame-ancestors": ["'none'"],
+    **({"report-uri": [env_str("CSP_REPORT_URI")]} if env_str("CSP_REPORT_URI") else {}),
+}
+if env_bool("CSP_REPORT_ONLY", default=False):
+    CONTENT_SECURITY_POLICY_REPORT_ONLY = {"DIRECTIVES": _CSP_DIRECTIVES}
+else:
+    CONTENT_SECURITY_POLICY = {"DIRECTIVES": _CSP_DIRECTIVES}
+# Transport security outside the demo (DEMO, or DEBUG, which implies it), each on unless turned off: HTTPS redirect
+# (not /healthz, which probes reach over plain HTTP), HSTS, secure cookies. Behind a TLS-terminating proxy set
+# SECURE_PROXY_SSL_HEADER to the header it sets, e.g. "HTTP_X_FORWARDED_PROTO,https" (only when the proxy always
+# overwrites that header).
+SECURE_CONTENT_TYPE_NOSNIFF = True
+SECURE_REDIRECT_EXEMPT = [r"^healthz$"]
 if not DEMO:
     SESSION_COOKIE_SECURE = env_bool("SECURE_COOKIES", default=True)
     CSRF_COOKIE_SECURE = SESSION_COOKIE_SECURE
-    SECURE_CONTENT_TYPE_NOSNIFF = True
+    SECURE_SSL_REDIRECT = env_bool("SECURE_SSL_REDIRECT", default=True)
+    SECURE_HSTS_SECONDS = env_int("SECURE_HSTS_SECONDS", 365 * 24 * 3600)
+    SECURE_HSTS_INCLUDE_SUBDOMAINS = env_bool("SECURE_HSTS_INCLUDE_SUBDOMAINS", default=True)
+    SECURE_HSTS_PRELOAD = env_bool("SECURE_HSTS_PRELOAD", default=True)
+_proxy_ssl_header = env_list("SECURE_PROXY_SSL_HEADER")
+if _proxy_ssl_header:
+    if len(_proxy_ssl_header) != 2:
+        raise ImproperlyConfigured(
+            'SECURE_PROXY_SSL_HEADER must be "<META name>,<value>", e.g. HTTP_X_FORWARDED_PROTO,https'
+        )
+    SECURE_PROXY_SSL_HEADER = tuple(_proxy_ssl_header)

@@ -5,6 +5,10 @@ import os
 os.environ.setdefault("DATABASE_URL", "postgres://postgres@127.0.0.1:5432/compute_catalog")
 os.environ.setdefault("SECRET_KEY", "tests-only-secret-key")
 os.environ.setdefault("SECURE_COOKIES", "0")
+# The test client and the test servers speak plain HTTP on the loopback.
+os.environ.setdefault("SECURE_SSL_REDIRECT", "0")
+os.environ.setdefault("SECURE_HSTS_SECONDS", "0")
+os.environ.setdefault("METRICS_TOKEN", "tests-only-metrics-token")
 
 from config.env import env_bool, env_float
 from config.settings import *  # noqa: F403

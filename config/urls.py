@@ -1,15 +1,15 @@
 from django.contrib import admin
 from django.urls import include, path, re_path
-from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
-from rest_framework.authtoken.views import obtain_auth_token
+from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerSplitView
 
 from config.metrics import metrics
 from config.views import healthz, not_found
 from provisioning.serving import relay
 from requests.views import SignInView
+from tenancy.api.views import TokenObtainView
 
 api_v1 = [
-    path("auth/token/", obtain_auth_token, name="auth-token"),
+    path("auth/token/", TokenObtainView.as_view(), name="auth-token"),
     path("catalog/", include("catalog.api.urls")),
     path("", include("tenancy.api.urls")),
     path("", include("requests.api.urls")),
@@ -29,7 +29,7 @@ urlpatterns = [
     path("admin/", admin.site.urls),
     path("api/v1/", include(api_v1)),
     path("api/schema/", SpectacularAPIView.as_view(), name="api-schema"),
-    path("api/docs/", SpectacularSwaggerView.as_view(url_name="api-schema"), name="api-docs"),
+    path("api/docs/", SpectacularSwaggerSplitView.as_view(url_name="api-schema"), name="api-docs"),
     re_path(r"^serve/(?P<slug>[-\w]+)/v1/(?P<path>.*)$", relay.serve, name="serving-gateway"),
     path("healthz", healthz, name="healthz"),
     path("metrics", metrics, name="metrics"),

@@ -2,6 +2,7 @@
 (in the demo too, which runs without DEBUG for that)."""
 
 import logging
+import sys
 
 from django.db import connection
 from django.http import HttpResponseServerError, JsonResponse
@@ -13,6 +14,7 @@ from django.views.decorators.csrf import csrf_exempt
 from django_q.brokers import get_broker
 
 from config.api import error_body
+from config.database import connection_lost, unavailable_response
 from config.session_end import page_to_return_to, session_ended, sign_in_url
 
 logger = logging.getLogger(__name__)
@@ -74,6 +76,10 @@ def forbidden(request, exception=None):
 
 
 def server_failure(request):
+    """The 500 handler, called while the exception is being handled: one that lost the database connection outside
+    a view (a session saved by its middleware) is a 503 with Retry-After instead."""
+    if connection_lost(sys.exc_info()[1]):
+        return unavailable_response(request)
     if _wants_json(request):
         return JsonResponse(error_body("server_error", "An unexpected error occurred; it has been logged."), status=500)
     # Rendered without the request's context: what failed may be what a context processor reads (the database).

@@ -1,9 +1,12 @@
 """Query expressions for card-hours and cost, portable to the embedded SQLite demo.
 
 An allocation bound `gpu_equivalents` cards (whole cards count 1 each; a slice counts as its profile's fraction, as
-in the quota) from `started_at` until `released_at`, or until now while it runs. Over a period its card-hours are
-the seconds of the overlap times the cards / 3600, its cost the same seconds times the request's hourly cost. A
-model-serving request's replicas each hold an allocation of their own: each counts for its part of the request.
+in the quota) from `started_at` until `released_at`, or until now while it runs; for work the platform starts on an
+execution backend (`metered_from_workload`: a compute order's Slurm job or container) the count starts when the
+backend started it (`workload_started_at`), so a job that never started is charged nothing. Over a period its
+card-hours are the seconds of the overlap times the cards / 3600, its cost the same seconds times the request's hourly
+cost. A model-serving request's replicas each hold an allocation of their own: each counts for its part of the
+request.
 Arithmetic is in double precision (exact to far below the 0.0001 card-hour the results are rounded to, and several
 times faster than numeric over a million rows).
 """
@@ -43,10 +46,23 @@ def overlapping(prefix: str, start: datetime, end: datetime) -> Q:
 
 
 def bound_seconds(prefix: str, start: datetime, end: datetime, now: datetime):
-    """Seconds of [start, end) during which the allocation reached through `prefix` was bound (never negative)."""
+    """Seconds of [start, end) during which the allocation reached through `prefix` was bound and metered (never
+    negative)."""
     until = Least(Coalesce(F(f"{prefix}released_at"), Value(now)), Value(end))
-    since = Greatest(F(f"{prefix}started_at"), Value(start))
+    since = Greatest(metered_since(prefix, end), Value(start))
     return Greatest(Seconds(until - since), Value(0.0), output_field=NUMBER)
+
+
+def metered_since(prefix: str, end: datetime):
+    """When the allocation's card-hours start: its start, or its workload's start on the backend when it is metered
+    from that (not started yet: `end`, so nothing of the period counts)."""
+    return Case(
+        When(
+            **{f"{prefix}metered_from_workload": True},
+            then=Coalesce(F(f"{prefix}workload_started_at"), Value(end)),
+        ),
+        default=F(f"{prefix}started_at"),
+    )
 
 
 def share_of_allocation():

@@ -1,14 +1,34 @@
-"""Operator console for provisioning: runs with their steps, filters by state, driver and step, and retry."""
+"""Operator console for provisioning: runs with their steps, filters by state, driver and step, and retry; serving
+deployments and keys; connect secrets (never their values) with an audited reveal."""
 
-from django.contrib import admin
+from django.contrib import admin, messages
+from django.core.exceptions import PermissionDenied
 from django.db.models import Count, F, OuterRef, Q, Subquery
-from django.urls import reverse
+from django.http import Http404, HttpResponseRedirect
+from django.template.response import TemplateResponse
+from django.urls import path, reverse
+from django.utils.cache import add_never_cache_headers
 
-from config.admin_actions import ObjectAction, ObjectActionsMixin, ReadOnlyAdminMixin, action_with_reason
+from config.admin_actions import (
+    ObjectAction,
+    ObjectActionsMixin,
+    ReadOnlyAdminMixin,
+    ReasonForm,
+    action_with_reason,
+)
 from config.dashboard import PanelContent, Row, register_panel
+from config.errors import DomainError
 from provisioning import services
 from provisioning.choices import RunKind, RunState
-from provisioning.models import ApiKey, ProvisioningRun, ProvisioningStep, ServingDeployment, ServingReplica
+from provisioning.connect import connect_secret_reveal, label_of
+from provisioning.models import (
+    ApiKey,
+    ConnectSecret,
+    ProvisioningRun,
+    ProvisioningStep,
+    ServingDeployment,
+    ServingReplica,
+)
 from requests.choices import RequestState
 
 
@@ -118,7 +138,7 @@ class ProvisioningRunAdmin(ObjectActionsMixin, ReadOnlyAdminMixin, admin.ModelAd
         "created_at",
         "finished_at",
     ]
-    exclude = ["installer_token_hash"]
+    exclude = ["installer_token_hash", "installer_token_nonce"]
     actions = [
         action_with_reason(
             name="retry_runs",
@@ -200,6 +220,84 @@ class ApiKeyAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
     list_select_related = ["project__tenant", "created_by"]
     search_fields = ["name", "prefix", "project__slug"]
     exclude = ["hashed"]
+
+
+@admin.register(ConnectSecret)
+class ConnectSecretAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
+    """Which running workloads are opened with a secret of their requester's (never its value). An operator who must
+    act as the requester reveals one, with a reason: an audit row and a note on the request's timeline, which the
+    requester sees (provisioning/connect.py)."""
+
+    list_display = ["__str__", "request", "name", "created_at", "rotated_at"]
+    list_select_related = ["request__service", "request__project"]
+    search_fields = ["=request__id", "name"]
+    fields = ["request", "allocation", "name", "created_at", "rotated_at"]
+    readonly_fields = fields
+    change_form_template = "admin/change_form_with_actions.html"
+
+    def get_urls(self):
+        reveal = path(
+            "<path:object_id>/reveal/",
+            self.admin_site.admin_view(self.reveal_view),
+            name="provisioning_connectsecret_reveal",
+        )
+        return [reveal, *super().get_urls()]
+
+    def change_view(self, request, object_id, form_url="", extra_context=None):
+        buttons = (
+            [
+                {
+                    "label": "Reveal…",
+                    "url": reverse("admin:provisioning_connectsecret_reveal", args=[object_id]),
+                    "name": "reveal",
+                    "danger": True,
+                }
+            ]
+            if request.user.has_perm("provisioning.reveal_connectsecret")
+            else []
+        )
+        return super().change_view(request, object_id, form_url, {"object_actions": buttons, **(extra_context or {})})
+
+    def reveal_view(self, request, object_id):
+        secret = self.get_object(request, object_id)
+        if secret is None:
+            raise Http404("No such connect secret.")
+        if not request.user.has_perm("provisioning.reveal_connectsecret"):
+            raise PermissionDenied("Revealing a connect secret needs the reveal permission.")
+        back = reverse("admin:provisioning_connectsecret_change", args=[secret.pk])
+        form = ReasonForm(request.POST or None)
+        context = {**self.admin_site.each_context(request), "opts": self.model._meta, "object": secret}
+        if request.method == "POST" and form.is_valid():
+            try:
+                value = connect_secret_reveal(secret=secret, actor=request.user, reason=form.cleaned_data["reason"])
+            except DomainError as refusal:
+                self.message_user(request, f"{secret}: {refusal.message}", messages.ERROR)
+                return HttpResponseRedirect(back)
+            revealed = TemplateResponse(
+                request,
+                "admin/provisioning/connectsecret/revealed.html",
+                {**context, "title": f"Revealed: {secret}", "value": value, "label": label_of(secret.name)},
+            )
+            add_never_cache_headers(revealed)
+            return revealed
+        return TemplateResponse(
+            request,
+            "admin/object_action_confirm.html",
+            {
+                **context,
+                "title": f"Reveal: {secret}",
+                "action": {"label": f"Reveal the {label_of(secret.name)}", "reason_required": True},
+                "consequences": [
+                    f"Shows the {label_of(secret.name)} of request #{secret.request_id}, which opens its workload as "
+                    "its requester.",
+                    "Your name and reason go on the console's audit trail and on the request's timeline, which the "
+                    "requester sees.",
+                ],
+                "form": form,
+                "back_url": back,
+            },
+            status=400 if form.is_bound else 200,
+        )
 
 
 @register_panel("failed_runs", title="Failed provisioning runs", order=30)

@@ -11,11 +11,17 @@ class ProvisioningConfig(AppConfig):
         "provisioning.view_servingdeployment",
         "provisioning.view_servingreplica",
         "provisioning.view_apikey",
+        "provisioning.view_connectsecret",
+        "provisioning.reveal_connectsecret",
     ]
 
     def ready(self):
+        from django.core import checks
+
         from config import workers
         from provisioning import wiring
+        from provisioning.checks import check_slurm_job_directory
 
+        checks.register(check_slurm_job_directory)
         wiring.connect()
         workers.install()  # qcluster stops promptly and hands back its work (long steps and installs live here)

@@ -32,7 +32,7 @@ from config.sql import update_from_values
 from config.workers import stopping, wait_unless_stopping
 from provisioning import services
 from provisioning.choices import RunState, StepState, Wait
-from provisioning.drivers.base import StepError, StepPending, outcome_of
+from provisioning.drivers.base import PlacementLost, StepError, StepPending, outcome_of
 from provisioning.models import ProvisioningRun, ProvisioningStep
 from provisioning.pipelines import StepDefinition, definition_of
 from provisioning.services import step_task
@@ -83,7 +83,7 @@ class Waiting:
     message: str
 
 
-Outcome = Done | Waiting | StepError
+Outcome = Done | Waiting | StepError | PlacementLost
 
 
 @dataclass
@@ -322,7 +322,7 @@ def _attempt_group(definition: StepDefinition, contexts: list[StepContext]) -> d
 def _outcome(step: ProvisioningStep, result: dict | Exception, seconds: float) -> Outcome:
     if isinstance(result, StepPending):
         return _waiting(step, result)
-    if isinstance(result, StepError):
+    if isinstance(result, StepError | PlacementLost):
         return result
     if isinstance(result, Exception):  # a bug or an unexpected answer must fail the attempt, not kill the worker
         logger.error("Provisioning step %s (#%s) raised", step.name, step.pk, exc_info=result)
@@ -417,6 +417,8 @@ def _record_one(step: ProvisioningStep, outcome: Outcome) -> float | Following |
         return _succeed(step, outcome.output)
     if isinstance(outcome, Waiting):
         return _wait(step, outcome.seconds, Wait.EVENT, outcome.message)
+    if isinstance(outcome, PlacementLost):
+        return _place_again(step, outcome)
     return _retry_or_fail(step, outcome)
 
 
@@ -440,6 +442,13 @@ def _wait(step: ProvisioningStep, seconds: float, waiting_for: str, message: str
     return seconds
 
 
+def _place_again(step: ProvisioningStep, lost: PlacementLost) -> None:
+    """The backend will not start the work on this node: the run stops here and the request is placed again."""
+    step.cancel()
+    _append_log(step, f"attempt {step.attempts}: {lost.reason['message']} The request is placed again.")
+    services.run_placement_lost(step.run, step, lost.reason)
+
+
 def _retry_or_fail(step: ProvisioningStep, error: StepError) -> float | None:
     step.error = _error_data(error)  # kept while the step waits for its next attempt
     if not error.retryable or step.attempts >= step.max_attempts:
@@ -448,9 +457,9 @@ def _retry_or_fail(step: ProvisioningStep, error: StepError) -> float | None:
     backoff = min(
         settings.PROVISIONING_BACKOFF_SECONDS * 2 ** (step.attempts - 1), settings.PROVISIONING_BACKOFF_MAX_SECONDS
     )
+    label = definition_of(step.run.pipeline, step.run.kind, step.position).label
     message = (
-        f"Step '{step.name}' failed (attempt {step.attempts} of {step.max_attempts}): {error.message} "
-        f"Retrying in {backoff:g} s."
+        f"“{label}” failed (attempt {step.attempts} of {step.max_attempts}): {error.message} Retrying in {backoff:g} s."
     )
     record_event(
         step.run.request,

@@ -27,6 +27,9 @@ class ProvisioningRun(ConcurrentTransitionMixin, models.Model):
         default=dict, blank=True, help_text="What the requester got: node, devices, addresses, image, access details."
     )
     installer_token_hash = models.CharField(max_length=64, blank=True)
+    # With the secret key, what the installer's token is derived from (provisioning.services.installer_token): the
+    # PXE install config hands it to the server again on each fetch; alone it reveals nothing.
+    installer_token_nonce = models.CharField(max_length=32, blank=True)
     installer_reported_at = models.DateTimeField(null=True, blank=True)
     installer_report = models.JSONField(default=dict, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
@@ -67,7 +70,7 @@ class ProvisioningRun(ConcurrentTransitionMixin, models.Model):
 
     @transition(field=state, source=RunState.RUNNING, target=RunState.CANCELLED)
     def cancel(self):
-        """A release overtook the provisioning: the run stops where it is."""
+        """A release overtook the provisioning, or the request is to be placed again: the run stops where it is."""
         self.finished_at = timezone.now()
 
 
@@ -259,3 +262,27 @@ class ApiKey(models.Model):
     @property
     def active(self) -> bool:
         return self.revoked_at is None and (self.expires_at is None or self.expires_at > timezone.now())
+
+
+class ConnectSecret(models.Model):
+    """What opens a delivered workload to its requester (a workspace's Jupyter token): the requester's alone. Stored
+    encrypted (config/encryption.py), never in a step's output, the delivered record or the timeline; shown to the
+    requester on the request's Connect panel and API detail, changed by them (rotation), shown to an operator only
+    through an audited reveal, and deleted when the workload is torn down (provisioning/connect.py)."""
+
+    request = models.ForeignKey("requests.ResourceRequest", on_delete=models.CASCADE, related_name="connect_secrets")
+    allocation = models.ForeignKey("scheduling.Allocation", on_delete=models.CASCADE, related_name="connect_secrets")
+    name = models.CharField(max_length=40, help_text="The access entry it opens, e.g. jupyter.")
+    ciphertext = models.TextField(editable=False)
+    created_at = models.DateTimeField(auto_now_add=True)
+    rotated_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
+        constraints = [
+            models.UniqueConstraint(fields=["allocation", "name"], name="one_connect_secret_per_allocation_and_name")
+        ]
+        permissions = [("reveal_connectsecret", "Can reveal a connect secret (audited, with a reason)")]
+
+    def __str__(self):
+        return f"{self.name} of request #{self.request_id}"

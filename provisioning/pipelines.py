@@ -57,7 +57,8 @@ BARE_METAL = [
     StepDefinition("wait_for_install", "Wait for the OS installer", steps.wait_for_install, 3600, polls=True),
     StepDefinition("install_gpu_driver", "Install the GPU driver", steps.install_gpu_driver, 1800),
     StepDefinition("install_monitoring_agent", "Install the monitoring agent", steps.install_monitoring_agent, 600),
-    StepDefinition("register_cluster", "Register in the target cluster", steps.register_cluster, 600),
+    StepDefinition("register_cluster", "Join Slurm as the profile says", steps.register_cluster, 600),
+    StepDefinition("grant_access", "Grant the requester access (root as the profile says)", steps.grant_access, 600),
     StepDefinition("health_check", "Post-install health check", steps.post_install_health_check, 1800),
     StepDefinition("publish_access", "Publish access details", steps.publish_bare_metal_access, 60),
 ]

@@ -148,7 +148,7 @@ def _settle(run: ProvisioningRun, end: WorkloadEnd) -> str:
             request=request,
             failure={**failure, "details": end.details},
             message=f"The workload ended by itself: {end.message}.",
-            data={"run": run.pk},
+            data={"run": run.pk, "operator_retry": False},  # its run succeeded: there is no failed step to retry
         )
         teardown_start(request_id=request.pk, reason=f"workload ended: {end.state}", kind=RunKind.CLEANUP)
         return FAILED

@@ -1,13 +1,15 @@
 """Reads for pages, the API and the admin."""
 
-from django.db.models import Prefetch
+from django.db.models import Exists, OuterRef, Prefetch, QuerySet
 
+from catalog.choices import BootMethod
 from config.errors import Conflict, NotFound
-from config.tokens import secret_hash
-from provisioning.choices import RunKind, RunState
-from provisioning.models import ProvisioningRun, ProvisioningStep
+from provisioning.choices import RunKind, RunState, StepState
+from provisioning.models import UNFINISHED_STEP_STATES, ProvisioningRun, ProvisioningStep
+from provisioning.netboot import node_addresses, normalized_address
 from provisioning.pipelines import definition_of
 from requests.choices import RequestState
+from requests.failures import failure_sentence
 
 
 def _step_data(run: ProvisioningRun, step: ProvisioningStep) -> dict:
@@ -43,7 +45,16 @@ def run_summary(run: ProvisioningRun) -> dict:
 
 
 def _run_data(run: ProvisioningRun) -> dict:
-    return {**run_summary(run), "steps": [_step_data(run, step) for step in run.steps.all()]}
+    steps = [_step_data(run, step) for step in run.steps.all()]
+    data = {**run_summary(run), "steps": steps}
+    if run.failure:  # said as the requester reads it, beside the backend's own words
+        label = next((step["label"] for step in steps if step["name"] == run.failure.get("step")), "")
+        data["failure"] = {
+            **run.failure,
+            "sentence": failure_sentence(run.failure.get("code", ""), run.failure.get("step", "")),
+            "step_label": label,
+        }
+    return data
 
 
 def provisioning_details(request) -> dict | None:
@@ -65,18 +76,64 @@ def provisioning_details(request) -> dict | None:
     }
 
 
-def installer_run(token: str) -> ProvisioningRun:
-    """The run whose installer holds this token, while it may still use it (the network boot files are fetched
-    with it): 404 for a token no run holds, 409 once the installer has reported or the run has stopped."""
-    run = (
-        ProvisioningRun.objects.select_related("request__requester", "allocation__node")
-        .filter(installer_token_hash=secret_hash(token or ""))
-        .first()
-    )
-    if run is None or not token:
-        raise NotFound("Unknown installer token.", code="unknown_token")
+def runs_awaiting_install() -> QuerySet[ProvisioningRun]:
+    """Provisioning runs that wait for their OS installer: still running, the installer booted (its boot step done,
+    so its token handed out), not yet reported, and their wait for it not over."""
+    steps = ProvisioningStep.objects.filter(run=OuterRef("pk"))
+    return ProvisioningRun.objects.filter(
+        Exists(steps.filter(name="boot_installer", state=StepState.SUCCEEDED)),
+        Exists(steps.filter(name="wait_for_install", state__in=UNFINISHED_STEP_STATES)),
+        kind=RunKind.PROVISION,
+        state=RunState.RUNNING,
+        installer_reported_at__isnull=True,
+    ).exclude(installer_token_nonce="")
+
+
+def install_wait_refusal(run: ProvisioningRun) -> Conflict | None:
+    """Why the run takes no installer report now (409), or None while it waits for one."""
     if run.installer_reported_at is not None:
-        raise Conflict("This installer token has already been used.", code="token_used")
+        return Conflict("This installer token has already been used.", code="token_used")
     if run.state != RunState.RUNNING:
-        raise Conflict(f"The provisioning run is {run.state}.", code="token_expired", details={"state": run.state})
-    return run
+        return Conflict(f"The provisioning run is {run.state}.", code="token_expired", details={"state": run.state})
+    states = dict(run.steps.filter(name__in=["boot_installer", "wait_for_install"]).values_list("name", "state"))
+    if states.get("boot_installer") != StepState.SUCCEEDED:
+        return Conflict(
+            "The run has not booted its installer yet: no installer can have reported.",
+            code="install_not_started",
+            details={"boot_installer": states.get("boot_installer")},
+        )
+    if states.get("wait_for_install") not in UNFINISHED_STEP_STATES:
+        return Conflict(
+            "The run no longer waits for its installer.",
+            code="token_expired",
+            details={"wait_for_install": states.get("wait_for_install")},
+        )
+    return None
+
+
+def network_install_run(address: str) -> ProvisioningRun:
+    """The run waiting to install, over the network, the node at this address (the caller's): 404 when none does."""
+    try:
+        address = normalized_address(address)
+    except ValueError:
+        address = ""
+    waiting = (
+        runs_awaiting_install()
+        .filter(request__approved_spec__bare_metal_profile__boot_method=BootMethod.PXE)
+        .exclude(allocation__node__os_address="")
+        .select_related("request__requester", "allocation__node")
+    )
+    found = [run for run in waiting if address and address in node_addresses(run.allocation.node.os_address)]
+    if not found:
+        raise NotFound(
+            "No server at this address is waiting to install its OS over the network.",
+            code="no_install_waiting",
+            details={"address": address},
+        )
+    if len(found) > 1:
+        raise Conflict(
+            "Several servers waiting to install are recorded at this address: an operator gives each its own.",
+            code="address_ambiguous",
+            details={"address": address},
+        )
+    return found[0]

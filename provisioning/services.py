@@ -14,6 +14,7 @@ from django.conf import settings
 from django.db import transaction
 from django.db.models import Exists, OuterRef
 from django.utils import timezone
+from django.utils.crypto import salted_hmac
 from django_q.tasks import async_task
 
 from config.errors import Conflict, DomainError, NotFound, NotPermitted
@@ -21,8 +22,11 @@ from config.tokens import secret_hash
 from provisioning.choices import Pipeline, RunKind, RunState, StepState
 from provisioning.drivers.base import StepError
 from provisioning.models import ProvisioningRun, ProvisioningStep
+from provisioning.netboot import node_addresses, normalized_address
 from provisioning.pipelines import pipeline_for, restart_position, steps_for
+from provisioning.selectors import install_wait_refusal
 from requests.choices import EventCode, RequestState
+from requests.failures import failure_sentence
 from requests.models import ResourceRequest
 from requests.services import (
     record_event,
@@ -32,6 +36,7 @@ from requests.services import (
     requests_activate,
     requests_start_provisioning,
 )
+from scheduling.allocations import allocations_meter_from_workload
 from scheduling.choices import AllocationState
 from scheduling.models import RUN_ANCHOR, Allocation
 from tenancy.models import User
@@ -92,6 +97,9 @@ def _create_runs(plans: list[RunPlan]) -> list[ProvisioningRun]:
     steps = ProvisioningStep.objects.bulk_create(
         [step for run, plan in zip(runs, plans, strict=True) for step in _new_steps(run, plan)]
     )
+    # What a compute run starts on its backend is charged from its start there (its readiness records it).
+    starts_workloads = [run for run in runs if run.pipeline == Pipeline.COMPUTE and run.kind == RunKind.PROVISION]
+    allocations_meter_from_workload(allocation_ids=[run.allocation_id for run in starts_workloads])
     for run, plan in zip(runs, plans, strict=True):
         own = [step for step in steps if step.run is run]
         first = next(step for step in own if step.position == plan.start_at)
@@ -265,7 +273,7 @@ def runs_succeeded(finished: list[tuple[ProvisioningRun, dict]]) -> None:
                 actor=None,
                 code=EventCode.CLEANED_UP,
                 message=f"Cleaned up after the {'preemption' if run.kind == RunKind.TEARDOWN else 'failure'}: "
-                f"{', '.join(_step_names(run))}.",
+                f"{', '.join(_step_labels(run))}.",
                 data={"run": run.pk},
             )
 
@@ -300,8 +308,9 @@ def _request_still(run: ProvisioningRun, state: str | None) -> bool:
     return state is not None and ResourceRequest.objects.select_for_update().get(pk=run.request_id).state == state
 
 
-def _step_names(run: ProvisioningRun) -> list[str]:
-    return list(run.steps.values_list("name", flat=True))
+def _step_labels(run: ProvisioningRun) -> list[str]:
+    definitions = steps_for(run.pipeline, run.kind)
+    return [definitions[position].label for position in run.steps.values_list("position", flat=True)]
 
 
 def run_failed(run: ProvisioningRun, step: ProvisioningStep, error: StepError) -> None:
@@ -318,7 +327,10 @@ def run_failed(run: ProvisioningRun, step: ProvisioningStep, error: StepError) -
     isolated = _isolate_if_needed(run, step, error)
     request = run.request
     what = "Provisioning" if run.kind == RunKind.PROVISION else f"{run.get_kind_display()}"
-    message = f"{what} failed at step '{step.name}' after {step.attempts} attempt(s): {error.message}" + (
+    # In the requester's words; the backend's own (error.message) stays in the failure, for operators.
+    label = steps_for(run.pipeline, run.kind)[step.position].label
+    attempts = f"{step.attempts} attempt{'s' if step.attempts != 1 else ''}"
+    message = f"{what} failed at “{label}” after {attempts}: {failure_sentence(error.code, step.name)}" + (
         f" Node {run.allocation.node.name} isolated for an operator." if isolated else ""
     )
     failing_the_request = _request_still(run, _DRIVES.get(run.kind))
@@ -339,9 +351,29 @@ def run_failed(run: ProvisioningRun, step: ProvisioningStep, error: StepError) -
         )
     if run.kind == RunKind.PROVISION:
         if failing_the_request:  # otherwise a release overtook it, and its teardown cleans up
-            _create_and_enqueue(request, run.allocation, RunKind.CLEANUP, reason=f"provisioning failed at {step.name}")
+            _create_and_enqueue(request, run.allocation, RunKind.CLEANUP, reason=f"provisioning failed at “{label}”")
     elif run.kind != RunKind.TEARDOWN:  # a teardown's devices went back when the request was preempted
         _return_capacity_anyway(run)
+
+
+def run_placement_lost(run: ProvisioningRun, step: ProvisioningStep, reason: dict) -> None:
+    """Called by the engine inside the transaction that records the step (its run locked): the backend will not
+    start the work on the node it was placed on (a drained Slurm node). Nothing runs there yet, so the run stops, the
+    request gives its devices back and returns to the queue with the backend's reason on its timeline, and a cycle
+    places it again; the teardown that follows the requeue cancels whatever the run had submitted. Never a failure,
+    and no cordon of ours: the backend's own state is the inventory's (the driver has applied it)."""
+    from scheduling.reclaim import requests_requeue
+
+    _cancel_run(run)
+    request = ResourceRequest.objects.select_for_update().get(pk=run.request_id)
+    if request.state != RequestState.PROVISIONING:  # a release or cancellation overtook it: nothing to place
+        return
+    requests_requeue(
+        requests=[request],
+        reason=f"placed again: {reason['message']}"[:300],
+        message=f"{reason['message']} Back in the queue, to be placed again where it can run.",
+        data={**reason, "run": run.pk, "step": step.name},
+    )
 
 
 def _isolate_if_needed(run: ProvisioningRun, step: ProvisioningStep, error: StepError) -> bool:
@@ -375,11 +407,15 @@ def _cancel_provisioning(allocation_id: int) -> None:
     for run in ProvisioningRun.objects.select_for_update().filter(
         allocation_id=allocation_id, kind=RunKind.PROVISION, state=RunState.RUNNING
     ):
-        run.cancel()
-        run.save(update_fields=["state", "finished_at"])
-        for step in run.steps.select_for_update().filter(state__in=[StepState.PENDING, StepState.WAITING]):
-            step.cancel()
-            step.save(update_fields=["state", "finished_at", "lease_owner", "lease_expires_at"])
+        _cancel_run(run)
+
+
+def _cancel_run(run: ProvisioningRun) -> None:
+    run.cancel()
+    run.save(update_fields=["state", "finished_at"])
+    for step in run.steps.select_for_update().filter(state__in=[StepState.PENDING, StepState.WAITING]):
+        step.cancel()
+        step.save(update_fields=["state", "finished_at", "lease_owner", "lease_expires_at"])
 
 
 @transaction.atomic
@@ -484,24 +520,64 @@ def _check_retryable(run: ProvisioningRun, request: ResourceRequest) -> None:
 
 
 def installer_token_issue(run: ProvisioningRun) -> str:
-    """A new one-time token for this run's installer (a repeated boot step replaces the previous one)."""
-    token = secrets.token_urlsafe(32)
+    """A new token for this run's installer, its only credential to report (a repeated boot step replaces the
+    previous one). Stored hashed; derived from a fresh nonce and the secret key, so that the PXE install config can
+    hand it out again (installer_token) while the database alone does not reveal it."""
+    nonce = secrets.token_hex(16)
+    token = _derived_installer_token(run.pk, nonce)
     ProvisioningRun.objects.filter(pk=run.pk).update(
-        installer_token_hash=secret_hash(token), installer_reported_at=None, installer_report={}
+        installer_token_hash=secret_hash(token),
+        installer_token_nonce=nonce,
+        installer_reported_at=None,
+        installer_report={},
     )
     return token
 
 
+def installer_token(run: ProvisioningRun) -> str:
+    """The run's current installer token (for the install config only: never an output, a log or a page)."""
+    return _derived_installer_token(run.pk, run.installer_token_nonce)
+
+
+def _derived_installer_token(run_id: int, nonce: str) -> str:
+    return salted_hmac("provisioning.installer-token", f"{run_id}:{nonce}", algorithm="sha256").hexdigest()
+
+
 @transaction.atomic
-def installer_report(*, token: str, status: str, detail: str = "") -> ProvisioningRun:
-    run = ProvisioningRun.objects.select_for_update().filter(installer_token_hash=secret_hash(token or "")).first()
+def installer_report(*, token: str, status: str, detail: str = "", source_address: str | None) -> ProvisioningRun:
+    """The installer reports the install done or failed. Taken only with the run's token, from the node's address
+    when the platform knows it (`source_address`: where the report came from; None: from the node itself, the
+    simulated installer), and only while the run waits for it; any refusal changes nothing."""
+    run = (
+        ProvisioningRun.objects.select_for_update(of=("self",))
+        .select_related("allocation__node")
+        .filter(installer_token_hash=secret_hash(token or ""))
+        .first()
+    )
     if run is None or not token:
         raise NotFound("Unknown installer token.", code="unknown_token")
-    if run.installer_reported_at is not None:
-        raise Conflict("This installer token has already been used.", code="token_used")
+    _check_from_node(run, source_address)
+    if refusal := install_wait_refusal(run):
+        raise refusal
     run.installer_reported_at, run.installer_report = timezone.now(), {"status": status, "detail": detail[:2000]}
     run.save(update_fields=["installer_reported_at", "installer_report"])
     waiting = run.steps.filter(name="wait_for_install")
     waiting.filter(state=StepState.WAITING).update(retry_at=run.installer_reported_at)  # due now, not at next poll
     enqueue_steps(list(waiting.values_list("pk", flat=True)))
     return run
+
+
+def _check_from_node(run: ProvisioningRun, source_address: str | None) -> None:
+    known = node_addresses(run.allocation.node.os_address)
+    if source_address is None or not known:
+        return
+    try:
+        source = normalized_address(source_address)
+    except ValueError:
+        source = source_address
+    if source not in known:
+        raise NotPermitted(
+            "An installer reports from its server's own address.",
+            code="not_from_node",
+            details={"address": source},
+        )

@@ -4,6 +4,7 @@ whose worker died runs again) and returns the step's output; it raises StepError
 from collections import defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass
+from datetime import datetime
 from functools import cached_property
 from urllib.parse import urlencode, urlsplit
 
@@ -11,12 +12,21 @@ from django.conf import settings
 from django.db.models import F
 from django.utils import timezone
 
-from catalog.choices import BootMethod
+from catalog.choices import TENANT_ROOT_MEMBERSHIPS, BootMethod
 from config.errors import Conflict
 from provisioning import netboot
 from provisioning.choices import RunKind, StepState
+from provisioning.connect import connect_secret_issue, connect_secrets_forget
 from provisioning.drivers import bmc_driver, in_band_driver, serving_driver, workload_driver
-from provisioning.drivers.base import ACCELERATOR_TYPES, StepError, StepPending, Target, only
+from provisioning.drivers.base import (
+    ACCELERATOR_TYPES,
+    StepError,
+    StepPending,
+    Target,
+    only,
+    outcome_of,
+    slurm_membership,
+)
 from provisioning.models import ProvisioningRun, ProvisioningStep, ServingReplica
 from provisioning.serving.deployments import (
     await_replicas,
@@ -32,7 +42,7 @@ from provisioning.serving.routes import routes_changed
 from provisioning.targets import allocation_target
 from requests.choices import EventCode
 from requests.services import record_event
-from scheduling.allocations import allocations_adopt_backend_bindings
+from scheduling.allocations import allocations_adopt_backend_bindings, allocations_workload_started
 from scheduling.choices import AllocationState
 from scheduling.models import Allocation
 
@@ -121,7 +131,23 @@ def prepare_images(contexts: list[StepContext]) -> list[dict | Exception]:
 
 
 def start_workloads(contexts: list[StepContext]) -> list[dict | Exception]:
-    return contexts[0].workload.start_workloads([(ctx.target, ctx.snapshot["image"]) for ctx in contexts])
+    started = contexts[0].workload.start_workloads([(ctx.target, ctx.snapshot["image"]) for ctx in contexts])
+    return [_with_connect_secrets(ctx, result) for ctx, result in zip(contexts, started, strict=True)]
+
+
+def _with_connect_secrets(ctx: StepContext, started: dict | Exception) -> dict | Exception:
+    """The started workload's secrets (a workspace's Jupyter token) issued for its requester and installed in it; the
+    output names them, never their values (provisioning/connect.py). A failure is this run's outcome only."""
+    if isinstance(started, Exception):
+        return started
+    return outcome_of(_install_connect_secrets, ctx, started)
+
+
+def _install_connect_secrets(ctx: StepContext, started: dict) -> dict:
+    names = ctx.workload.connect_secret_names(ctx.target)
+    for name in names:
+        ctx.workload.connect_secret_set(ctx.target, name, connect_secret_issue(run=ctx.run, name=name))
+    return {**started, "connect_secrets": list(names)} if names else started
 
 
 def readiness_checks(contexts: list[StepContext]) -> list[dict | Exception]:
@@ -135,7 +161,21 @@ def readiness_checks(contexts: list[StepContext]) -> list[dict | Exception]:
         if isinstance(result, dict) and "bound_indexes" in result
     }
     bindings = allocations_adopt_backend_bindings(bound=bound, backend=backend) if bound else {}
-    return [_readiness(ctx, result, bindings) for ctx, result in zip(contexts, results, strict=True)]
+    outcomes = [_readiness(ctx, result, bindings) for ctx, result in zip(contexts, results, strict=True)]
+    allocations_workload_started(
+        started={
+            ctx.run.allocation_id: _workload_started_at(outcome)
+            for ctx, outcome in zip(contexts, outcomes, strict=True)
+            if isinstance(outcome, dict)
+        }
+    )
+    return outcomes
+
+
+def _workload_started_at(ready: dict) -> datetime:
+    """When the backend says it started the workload (a Slurm job's start time), else now: it runs from here on."""
+    reported = ready.get("workload_started_at")
+    return datetime.fromisoformat(reported) if reported else timezone.now()
 
 
 def _readiness(ctx: StepContext, result: dict | Exception, bindings: dict[int, dict | Conflict]) -> dict | Exception:
@@ -192,6 +232,8 @@ def publish_compute_access(ctx: StepContext) -> dict:
         "backend": ctx.target.backend,
         **backend_facts,
         "access": ready.get("access") or _workspace_access(workload, host, ports, user),
+        # Access entries opened with a secret only the requester is shown (provisioning/connect.py).
+        **({"connect_secrets": workload["connect_secrets"]} if workload.get("connect_secrets") else {}),
     }
 
 
@@ -199,12 +241,14 @@ def _workspace_access(workload: dict, host: str, ports: dict, user: str) -> dict
     access = {"ssh": f"ssh -p {ports['ssh']} {user}@{host}"}
     if "jupyter" in ports:
         access["jupyter"] = f"https://{host}:{ports['jupyter']}/"
-    return {**access, **workload.get("access", {})}  # what the backend knows better (Jupyter's URL and token)
+    return {**access, **workload.get("access", {})}  # what the backend knows better (Jupyter's URL)
 
 
 def stop_workload(ctx: StepContext) -> dict:
     _wait_for_inflight_provisioning(ctx)
-    return ctx.workload.stop_workload(ctx.target)
+    stopped = ctx.workload.stop_workload(ctx.target)
+    connect_secrets_forget(allocation_id=ctx.target.allocation_id)  # nothing left for them to open
+    return stopped
 
 
 # --- bare metal --------------------------------------------------------------------------------------------
@@ -328,18 +372,21 @@ def boot_installer(ctx: StepContext) -> dict:
             retryable=False,
         )
     if profile.get("boot_method") == BootMethod.PXE:
-        return _boot_from_network(ctx, installer_token_issue(ctx.run))
+        return _boot_from_network(ctx, installer_token_issue)
     token = installer_token_issue(ctx.run)
     separator = "&" if "?" in image else "?"
+    # The BMC hands the image URL to the installer: its query (callback and token) is for the installer only, and
+    # the drivers keep it out of their summaries and logs.
     query = urlencode({"callback": netboot.callback_url(), "token": token})
     media = ctx.bmc.insert_media(ctx.target, f"{image}{separator}{query}")
     boot = ctx.bmc.set_one_time_boot(ctx.target, "Cd")
     return {"image": image, "media": media.get("media"), "boot": boot}
 
 
-def _boot_from_network(ctx: StepContext, token: str) -> dict:
-    """PXE: the platform serves the run's iPXE script and install config under the token; the site's DHCP / iPXE
-    chain hands the server the script URL, which is why it is in the output (docs/provisioning.md, PXE)."""
+def _boot_from_network(ctx: StepContext, token_issue: Callable[[ProvisioningRun], str]) -> dict:
+    """PXE: the site's DHCP / iPXE chain hands the server the platform's one script URL, and the platform answers it,
+    recognised by its address, with this run's script and install config (docs/provisioning.md, PXE). So the node's
+    address must be known, and the output holds no secret: the token is only in the install config."""
     netboot_files = ctx.snapshot["bare_metal_profile"].get("netboot") or {}
     if not all(netboot_files.get(key) for key in ("kernel", "initrd")):
         raise StepError(
@@ -347,8 +394,22 @@ def _boot_from_network(ctx: StepContext, token: str) -> dict:
             "The OS image names no netboot kernel and initrd, which a PXE boot loads.",
             retryable=False,
         )
+    if not ctx.target.os_address:
+        raise StepError(
+            "node_address_unknown",
+            f"A PXE boot hands the install files to the server by its address, and node {ctx.target.node} has no OS "
+            "address recorded.",
+            retryable=False,
+        )
+    addresses = netboot.node_addresses(ctx.target.os_address)
+    if not addresses:  # a name the resolver does not know now: it may later (retried)
+        raise StepError(
+            "node_address_unresolved",
+            f"The OS address {ctx.target.os_address!r} of node {ctx.target.node} does not resolve.",
+        )
+    token_issue(ctx.run)
     boot = ctx.bmc.set_one_time_boot(ctx.target, "Pxe")
-    return {"boot_method": BootMethod.PXE, "script": netboot.script_url(token), "boot": boot}
+    return {"boot_method": BootMethod.PXE, "script": netboot.script_url(), "served_to": sorted(addresses), "boot": boot}
 
 
 def power_cycle(ctx: StepContext) -> dict:
@@ -398,6 +459,15 @@ def register_cluster(ctx: StepContext) -> dict:
     return ctx.in_band.register_in_cluster(ctx.target, ctx.snapshot["bare_metal_profile"]["target_cluster"])
 
 
+def grant_access(ctx: StepContext) -> dict:
+    """The requester's account, with root only on a server that holds no secret shared with other tenants."""
+    return ctx.in_band.grant_access(
+        ctx.target,
+        ssh_public_key=(ctx.snapshot.get("parameters") or {}).get("ssh_public_key") or "",
+        root=slurm_membership(ctx.target) in TENANT_ROOT_MEMBERSHIPS,
+    )
+
+
 def post_install_health_check(ctx: StepContext) -> dict:
     checks = [
         check for check in ctx.snapshot["bare_metal_profile"]["validation_suite"] if check not in BASIC_HARDWARE_CHECKS
@@ -408,16 +478,17 @@ def post_install_health_check(ctx: StepContext) -> dict:
         raise _isolating_error(failure.code, failure.message, failure.details) from failure
 
 
-IN_BAND_STEPS = ("install_gpu_driver", "install_monitoring_agent", "register_cluster", "health_check")
+IN_BAND_STEPS = ("install_gpu_driver", "install_monitoring_agent", "register_cluster", "grant_access", "health_check")
 
 
 def publish_bare_metal_access(ctx: StepContext) -> dict:
     """The delivered server: where it answers, what the BMC found, the driver version the host reports, the agent's
     endpoint, its node name in the cluster, and each in-band step's playbook summary (the `ansible` driver's)."""
     profile = ctx.snapshot["bare_metal_profile"]
-    registered = ctx.output_of("register_cluster")
-    address = registered.get("address", ctx.target.node)
-    user = ctx.run.request.requester.username
+    registered, access = ctx.output_of("register_cluster"), ctx.output_of("grant_access")
+    address = registered.get("address") or access.get("address") or ctx.target.node
+    # Runs from before the access step had the requester's username as their account, and no root.
+    user = access.get("user") or ctx.run.request.requester.username
     agent = ctx.output_of("install_monitoring_agent")
     in_band = {name: ctx.output_of(name) for name in IN_BAND_STEPS}
     summaries = {
@@ -429,8 +500,10 @@ def publish_bare_metal_access(ctx: StepContext) -> dict:
         **_delivered_base(ctx),
         "host": address,
         "os": profile["os_image"],
-        "cluster": profile["target_cluster"],
-        "cluster_node": registered.get("node_name", ctx.target.node),
+        "slurm_membership": slurm_membership(ctx.target),
+        "cluster": registered.get("cluster", profile["target_cluster"]),
+        **({"cluster_node": registered.get("node_name", ctx.target.node)} if registered.get("cluster") else {}),
+        "root": bool(access.get("root")),
         "driver_version": ctx.output_of("install_gpu_driver").get("driver_version") or profile["driver_version"],
         "monitoring_agent": profile["monitoring_agent"],
         **({"agent_endpoint": agent["endpoint"]} if "endpoint" in agent else {}),

@@ -1,13 +1,17 @@
 """django-q2 entry points: take ids, call one service."""
 
+import logging
 import time
 
 from django_q.tasks import async_task
 
+from config.errors import DomainError
 from config.retry import retry_if_locked
 from config.workers import wait_unless_stopping
 from provisioning import engine, extensions, reconcile, services
 from provisioning.serving.deployments import serving_replicas_check
+
+logger = logging.getLogger(__name__)
 
 
 @retry_if_locked
@@ -62,11 +66,22 @@ def check_replicas(node_id: int | None = None) -> int:
 
 
 @retry_if_locked
-def simulated_installer(token: str, seconds: float) -> None:
-    """The simulated OS installer: it installs for a while, then reports to the callback like a real one. A stopping
-    worker hands the rest of the installation to another one."""
+def simulated_installer(node: str, seconds: float) -> None:
+    """The simulated OS installer of the node's virtual media: it installs for a while, then reports to the callback
+    like a real one, with the token its media URL carries. A stopping worker hands the rest of the installation to
+    another one."""
+    from provisioning.drivers.simulated import simulated_installer_token
+
     started = time.monotonic()
     if wait_unless_stopping(seconds):
-        async_task("provisioning.tasks.simulated_installer", token, max(0.0, seconds - (time.monotonic() - started)))
+        async_task("provisioning.tasks.simulated_installer", node, max(0.0, seconds - (time.monotonic() - started)))
         return
-    services.installer_report(token=token, status="succeeded", detail="Simulated installer finished.")
+    token = simulated_installer_token(node)
+    if not token:  # the media was ejected meanwhile (the run was released)
+        return
+    try:
+        services.installer_report(
+            token=token, status="succeeded", detail="Simulated installer finished.", source_address=None
+        )
+    except DomainError as refused:  # as a real installer's report would be: the run no longer waits for it
+        logger.info("The simulated installer of %s was refused: %s", node, refused.code)

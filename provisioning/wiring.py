@@ -93,6 +93,7 @@ def connect() -> None:
     from django.db.models.signals import post_migrate
 
     from config import metrics
+    from provisioning.connect import connect_secrets_shown
     from provisioning.metrics import ProvisioningCollector
     from provisioning.selectors import provisioning_details
     from provisioning.serving.selectors import endpoint_details
@@ -102,6 +103,7 @@ def connect() -> None:
 
     request_hooks.register(request_hooks.PROVISIONING_DETAILS, provisioning_details)
     request_hooks.register(request_hooks.ENDPOINT_DETAILS, endpoint_details)
+    request_hooks.register(request_hooks.CONNECT_SECRETS, connect_secrets_shown)
     metrics.register(ProvisioningCollector())
     requests_allocated.connect(start_runs, dispatch_uid="provisioning.start_on_allocation")
     request_releasing.connect(teardown_after_release, dispatch_uid="provisioning.teardown_on_release")

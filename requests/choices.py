@@ -36,6 +36,9 @@ COMMITTED_STATES = frozenset(
         RequestState.RELEASING,
     }
 )
+# Open orders, as the order caps count them (requests.order_caps): not yet ended. A failed request waits for an
+# operator's retry, not its requester, so it does not hold a requester's place.
+OPEN_STATES = frozenset(set(RequestState) - TERMINAL_STATES - {RequestState.FAILED})
 # States of a request holding devices and metering: what it metered so far is in the quota ledger already.
 RUNNING_STATES = frozenset({RequestState.ALLOCATED, RequestState.PROVISIONING, RequestState.ACTIVE})
 CANCELLABLE_STATES = frozenset(
@@ -86,6 +89,7 @@ class EventCode(models.TextChoices):
     WORKLOAD_EXTENDED = "workload_extended", "Backend's end moved with the extension"
     EXPIRY_WARNING = "expiry_warning", "Expiry warning"
     CANCELLED = "cancelled", "Cancelled"
+    WAITING_EXPIRED = "waiting_expired", "Stopped waiting for quota"
     ALLOCATED = "allocated", "Allocated"
     PROVISIONING = "provisioning", "Provisioning"
     ACTIVE = "active", "Active"
@@ -103,6 +107,8 @@ class EventCode(models.TextChoices):
     PROVISIONING_RECOVERED = "provisioning_recovered", "Provisioning started late by the sweeper"
     PROVISIONING_NOT_STARTED = "provisioning_not_started", "Provisioning could not start"
     CLEANED_UP = "cleaned_up", "Cleaned up"
+    CONNECT_SECRET_ROTATED = "connect_secret_rotated", "Connect secret changed"
+    CONNECT_SECRET_REVEALED = "connect_secret_revealed", "Connect secret revealed to an operator"
 
 
 class ApprovalSubject(models.TextChoices):
@@ -166,6 +172,7 @@ class NotificationKind(models.TextChoices):
     REQUEST_REQUEUED = "request_requeued", "My request was preempted or requeued"
     REQUEST_EXPIRING = "request_expiring", "My request is about to expire"
     REQUEST_RELEASED = "request_released", "My request was released"
+    REQUEST_WAITING_EXPIRED = "request_waiting_expired", "My request waited too long for quota and was cancelled"
     APPROVAL_DIGEST = "approval_digest", "A digest of what waits for my approval"
     OPERATOR_RUN_FAILED = "operator_run_failed", "A provisioning run failed (operators)"
     OPERATOR_ISOLATION = "operator_isolation", "A device was isolated (operators)"
@@ -185,6 +192,7 @@ NOTIFICATION_AUDIENCE = {
     NotificationKind.REQUEST_REQUEUED: NotificationAudience.REQUESTER,
     NotificationKind.REQUEST_EXPIRING: NotificationAudience.REQUESTER,
     NotificationKind.REQUEST_RELEASED: NotificationAudience.REQUESTER,
+    NotificationKind.REQUEST_WAITING_EXPIRED: NotificationAudience.REQUESTER,
     NotificationKind.APPROVAL_DIGEST: NotificationAudience.APPROVER,
     NotificationKind.OPERATOR_RUN_FAILED: NotificationAudience.OPERATOR,
     NotificationKind.OPERATOR_ISOLATION: NotificationAudience.OPERATOR,

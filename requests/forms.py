@@ -14,7 +14,9 @@ from catalog.durations import default_duration_hours, max_duration_hours
 from catalog.models import ResourceSpec, Service, Vendor
 from catalog.parameters import MAX_STRING_LENGTH, ParameterInvalid, parameters_clean
 from config.session_end import RESUME_PARAMETER
+from requests import serving_choices
 from requests.choices import IfUnplaceable, OverQuota, PriorityClass, RequestState
+from requests.models import ResourceRequest
 from requests.orders import Order
 from tenancy.choices import ProjectPermission, QuotaDimension
 from tenancy.models import User
@@ -24,7 +26,7 @@ _ALL_OFFERINGS = ("spec", "image", "bare_metal_profile", "serving_model", "servi
 _OFFERINGS = {
     ServiceKind.COMPUTE: ("spec", "image"),
     ServiceKind.BARE_METAL: ("bare_metal_profile",),
-    ServiceKind.MODEL_SERVING: ("serving_model", "serving_template", "spec"),
+    ServiceKind.MODEL_SERVING: ("serving_model", "serving_template"),  # each replica runs on the template's spec
 }
 
 
@@ -47,6 +49,22 @@ def orderable_projects(user: User):
     )
 
 
+def working_project(user: User, projects: list):
+    """Of the projects the user may order on, the one of their latest order (what they are working on), else the
+    first: where the catalog and the order form start."""
+    latest = (
+        ResourceRequest.objects.filter(requester=user, project__in=[project.pk for project in projects])
+        .order_by("-created_at", "-id")
+        .values_list("project_id", flat=True)
+        .first()
+    )
+    return next((project for project in projects if project.pk == latest), projects[0] if projects else None)
+
+
+def _profile_choice(profile) -> str:
+    return f"{profile.name} — {profile.get_slurm_membership_display()}"
+
+
 class OrderForm(forms.Form):
     """The order form: the service's offerings, a duration within the one limit that applies, and a field per
     parameter the service declares (catalog.parameters), checked by the same function the API uses."""
@@ -54,7 +72,13 @@ class OrderForm(forms.Form):
     project = forms.ModelChoiceField(queryset=None, empty_label=None)
     spec = forms.ModelChoiceField(queryset=None, required=False, label="Resource spec")
     image = forms.ModelChoiceField(queryset=None, required=False)
-    bare_metal_profile = forms.ModelChoiceField(queryset=None, required=False, label="Server profile")
+    bare_metal_profile = forms.ModelChoiceField(
+        queryset=None,
+        required=False,
+        label="Server profile",
+        help_text="Each profile says how the server joins Slurm: in the shared cluster you get no root; with root "
+        "the server runs its own cluster, or none.",
+    )
     serving_model = forms.ModelChoiceField(queryset=None, required=False, label="Model")
     serving_template = forms.ModelChoiceField(queryset=None, required=False, label="Serving template")
     duration_hours = forms.IntegerField(min_value=1, label="Duration (hours)")
@@ -88,24 +112,28 @@ class OrderForm(forms.Form):
         "the preview says so before you submit.",
     )
 
-    def __init__(self, *args, user: User, service: Service, **kwargs):
+    def __init__(self, *args, user: User, service: Service, settle: bool = False, **kwargs):
+        """`settle`: a template the chosen model does not have (the model just changed in the live form) becomes
+        the model's first one, named in `settled`, instead of an error."""
         super().__init__(*args, **kwargs)
-        self.service, self.user = service, user
+        self.service, self.user, self.settled = service, user, []
         self.fields["project"].queryset = orderable_projects(user)
+        if not self.is_bound and "project" not in self.initial:
+            self.initial["project"] = working_project(user, list(self.fields["project"].queryset))
         self.fields["spec"].queryset = catalog_selectors.spec_list(user=user).filter(services=service)
         self.fields["image"].queryset = catalog_selectors.image_list(user=user).filter(services=service)
         self.fields["bare_metal_profile"].queryset = catalog_selectors.bare_metal_profile_list(user=user).filter(
             services=service
         )
-        self.fields["serving_model"].queryset = catalog_selectors.serving_model_list(user=user).filter(services=service)
-        self.fields["serving_template"].queryset = (
-            catalog_selectors.serving_template_list(user=user).filter(models__services=service).distinct()
-        )
+        self.fields["bare_metal_profile"].label_from_instance = _profile_choice
+        self.fields["serving_model"].queryset = serving_choices.model_queryset(service, user)
         for name in set(_ALL_OFFERINGS) - set(_OFFERINGS[service.kind]):
             del self.fields[name]
         for name in _OFFERINGS[service.kind]:
             self.fields[name].required = True
             self.fields[name].empty_label = None
+        if "serving_template" in self.fields:
+            self._offer_templates_of_the_model(user, settle)
         self.fields["duration_hours"] = self._duration_field()
         self.parameter_names = [entry["name"] for entry in service.parameter_schema]
         for entry in service.parameter_schema:
@@ -113,17 +141,48 @@ class OrderForm(forms.Form):
         last = ["justification", "over_quota", "if_unplaceable", "idempotency_key"]
         self.order_fields([name for name in self.fields if name not in last] + last)
 
+    def _offer_templates_of_the_model(self, user: User, settle: bool) -> None:
+        """Only the chosen model's templates, those that can run here first, and one of them chosen: the submitted
+        one, else the one a link chose, else the first."""
+        model = self._chosen("serving_model")
+        choices = serving_choices.template_choices(self.service, model, user)
+        field = self.fields["serving_template"]
+        field.queryset, field.label_from_instance = choices.queryset(), choices.label
+        field.error_messages["invalid_choice"] = "That template does not serve the chosen model; pick one of its own."
+        name = self.add_prefix("serving_template")
+        if not self.is_bound:
+            linked = getattr(self.initial.get("serving_template"), "pk", self.initial.get("serving_template"))
+            if linked not in {template.pk for template in choices.templates}:
+                self.initial["serving_template"] = choices.first
+        elif settle and choices.first is not None and self._chosen("serving_template") is None:
+            self.data = self.data.copy()
+            self.data[name] = str(choices.first.pk)
+            self.settled.append("serving_template")
+
+    def _chosen(self, name: str):
+        """The value of a choice field as the form shows it: submitted (None when the field refuses it), else the
+        initial one, else the first choice."""
+        field = self.fields[name]
+        if self.is_bound:
+            try:
+                return field.clean(self.data.get(self.add_prefix(name)))
+            except forms.ValidationError:
+                return None
+        return self.initial.get(name) or field.queryset.first()
+
     @classmethod
     def prefilled(cls, query: QueryDict, *, user: User, service: Service) -> tuple["OrderForm", list[str]]:
         """An unbound form with what the query string chose, each value cleaned by its field as a POST would be;
         values the form cannot take are left out, each with a sentence saying so."""
         probe = cls(user=user, service=service)
-        initial, notices, duration = {}, [], None
+        initial, notices, duration, served_on = {}, [], None, None
         for key, values in query.lists():
             if key == RESUME_PARAMETER:  # the page's script puts back what was typed before a sign-in: not a choice
                 continue
             name = PREFILL_ALIASES.get(key, key)
-            if name not in probe.fields:
+            if name == "spec" and "serving_template" in probe.fields:  # a catalog row of a serving service
+                served_on = values[-1]
+            elif name not in probe.fields:
                 notices.append(f"The link's “{key}” is not an option of {service.name}; it was left out.")
             elif name == "duration_hours":  # its limit depends on the offering chosen: checked once that is known
                 duration = values[-1]
@@ -132,6 +191,13 @@ class OrderForm(forms.Form):
                     initial[name] = probe.fields[name].clean(values[-1])
                 except forms.ValidationError as error:
                     notices.append(_left_out(name, probe.fields[name], error))
+        if served_on is not None and "serving_template" not in initial:
+            pair = probe.served_on_spec(initial.get("serving_model"), served_on)
+            if pair is None:
+                whose = "the chosen model's templates" if initial.get("serving_model") else "the models' templates"
+                notices.append(f"None of {whose} runs on the link's resource spec; it was left out.")
+            else:
+                initial["serving_model"], initial["serving_template"] = pair
         form = cls(user=user, service=service, initial=initial)
         if duration is not None:
             try:
@@ -139,6 +205,16 @@ class OrderForm(forms.Form):
             except forms.ValidationError as error:
                 notices.append(_left_out("duration_hours", form.fields["duration_hours"], error))
         return form, notices
+
+    def served_on_spec(self, model, spec_id: str):
+        """(model, template) of the first template on that spec: of the model a link chose, else of the first model
+        that has one; None when there is none."""
+        for candidate in [model] if model else self.fields["serving_model"].queryset:
+            choices = serving_choices.template_choices(self.service, candidate, self.user)
+            template = next((t for t in choices.templates if str(t.spec_id) == str(spec_id)), None)
+            if template is not None:
+                return candidate, template
+        return None
 
     def as_data(self) -> dict:
         """The values the form shows, as a POST of it would send them (to preview what is on screen)."""
@@ -198,7 +274,7 @@ class OrderForm(forms.Form):
     def _limits_by_choice(self) -> str:
         """When the choices this form offers have different limits, which has which (the most common as 'the
         others'), so the hint stays true after another choice is picked."""
-        kind = "bare_metal_profile" if "bare_metal_profile" in self.fields else "spec"
+        kind = next(name for name in ("bare_metal_profile", "serving_template", "spec") if name in self.fields)
         names_by_hours = defaultdict(list)
         for offer in self.fields[kind].queryset:
             names_by_hours[max_duration_hours(self.service, **{kind: offer})].append(offer.name)
@@ -221,11 +297,12 @@ class OrderForm(forms.Form):
 
     def order(self) -> Order:
         data = self.cleaned_data
+        template = data.get("serving_template")
         return Order(
             service=self.service,
             project=data["project"],
             duration_hours=data["duration_hours"],
-            spec=data.get("spec"),
+            spec=template.spec if template else data.get("spec"),
             image=data.get("image"),
             bare_metal_profile=data.get("bare_metal_profile"),
             serving_model=data.get("serving_model"),

@@ -41,6 +41,13 @@ class ProvisioningDetails(Protocol):
     def __call__(self, resource_request: Any, /) -> dict | None: ...
 
 
+class ConnectSecrets(Protocol):
+    """provisioning: the secrets that open an active request's workload (a workspace's Jupyter token) as
+    {name: {label, secret, access, rotated_at}}, for its requester (`viewer`) only; None for anyone else."""
+
+    def __call__(self, resource_request: Any, viewer: Any, /) -> dict | None: ...
+
+
 class EndpointDetails(Protocol):
     """provisioning: a model-serving request's endpoint (URL, replicas and their health, tokens this month, the
     project's API keys), or None. The URL starts with `base_url` (the address the caller reached us by), else
@@ -76,5 +83,6 @@ ORDER_NEVER_FITS = Hook("order_never_fits", OrderNeverFits, provider="scheduling
 ORDERS_NEVER_FIT = Hook("orders_never_fit", OrdersNeverFit, provider="scheduling")
 PROVISIONING_DETAILS = Hook("provisioning_details", ProvisioningDetails, provider="provisioning")
 ENDPOINT_DETAILS = Hook("endpoint_details", EndpointDetails, provider="provisioning")
+CONNECT_SECRETS = Hook("connect_secrets", ConnectSecrets, provider="provisioning")
 RIGHTSIZING_ADVICE = Hook("rightsizing_advice", RightsizingAdvice, provider="metering")
 REQUEST_USAGE = Hook("request_usage", RequestUsageProvider, provider="metering")

@@ -19,6 +19,7 @@ from django_q.tasks import async_task
 
 from config.mail import Mail, absolute_url, mails_send
 from requests.choices import NOTIFICATION_AUDIENCE, EventCode, NotificationAudience, NotificationKind
+from requests.failures import failure_sentence
 from requests.models import (
     ApprovalAssignment,
     NotificationDelivery,
@@ -42,6 +43,7 @@ EVENT_KINDS = {
     EventCode.PREEMPTED: K.REQUEST_REQUEUED,
     EventCode.EXPIRY_WARNING: K.REQUEST_EXPIRING,
     EventCode.RELEASED: K.REQUEST_RELEASED,
+    EventCode.WAITING_EXPIRED: K.REQUEST_WAITING_EXPIRED,
 }
 NOTIFY_TASK = "requests.tasks.notify_request_events"
 
@@ -53,6 +55,7 @@ SUBJECTS = {
     K.REQUEST_REQUEUED: "Request #{id} is back in the queue",
     K.REQUEST_EXPIRING: "Request #{id} expires soon",
     K.REQUEST_RELEASED: "Request #{id} released",
+    K.REQUEST_WAITING_EXPIRED: "Request #{id} waited too long for quota and was cancelled",
     K.OPERATOR_RUN_FAILED: "Provisioning failed for request #{id}",
 }
 ACCESS_LABELS = {"ssh": "SSH", "jupyter": "Jupyter", "attach": "Attach (Slurm)", "curl": "Try it", "url": "Endpoint"}
@@ -184,8 +187,20 @@ def _request_context(event: RequestEvent) -> dict:
         "event": event,
         "request_url": absolute_url(path),
         "access": access,
-        "failure": event.data.get("failure") or {},
+        "failure": _failure(event),
         "preferences_url": absolute_url(reverse("portal:notifications")),
+    }
+
+
+def _failure(event: RequestEvent) -> dict:
+    """A failed event's failure with its plain sentence, and whether an operator can retry it."""
+    failure = event.data.get("failure")
+    if not failure:
+        return {}
+    return {
+        **failure,
+        "sentence": failure_sentence(failure.get("code", ""), failure.get("step", "")),
+        "operator_retry": event.data.get("operator_retry", True),
     }
 
 

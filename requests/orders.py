@@ -27,6 +27,23 @@ class OrderInvalid(DomainError):
     code = "invalid_order"
 
 
+# How an order naming a project id that is not there is refused, and, word for word, one naming a project the caller
+# may not see: no answer may confirm that another tenant's project exists.
+UNKNOWN_PROJECT = "No project with id {pk_value}."
+
+
+class ProjectUnknown(DomainError):
+    """The API's validation error for an unknown project id (OrderSerializer's `project`), for a service asked about
+    a project its caller may not see."""
+
+    status_code = 400
+    code = "validation_error"
+
+    def __init__(self, project_id: int):
+        message = UNKNOWN_PROJECT.format(pk_value=project_id)
+        super().__init__(f"project: {message}", details={"project": [message]})
+
+
 @dataclass
 class Order:
     service: Service
@@ -57,6 +74,8 @@ def validate_order(order: Order, requester: User) -> None:
     """Refuse, with a specific code, anything the catalog or the project does not allow."""
     project, service = order.project, order.service
     if not user_has_project_permission(user=requester, project=project, permission=ProjectPermission.REQUEST):
+        if not user_has_project_permission(user=requester, project=project, permission=ProjectPermission.VIEW):
+            raise ProjectUnknown(project.pk)
         _refuse("not_permitted_on_project", f"You may not order for project {project}.", project=project.slug)
     if not project.active:
         _refuse("project_inactive", f"Project {project} is inactive and accepts no new requests.")

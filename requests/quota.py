@@ -9,7 +9,7 @@ concurrent submissions see each other's demand.
 """
 
 from collections.abc import Iterable
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, dataclass, field, replace
 from datetime import date
 from decimal import Decimal
 
@@ -19,7 +19,7 @@ from django.utils import timezone
 from config.words import amount
 from requests.choices import COMMITTED_STATES, RequestState
 from requests.models import ResourceRequest
-from tenancy.choices import PriorityClass, QuotaDimension
+from tenancy.choices import OrderCap, PriorityClass, QuotaDimension
 from tenancy.models import MonthlyUsage, Project, ProjectQuota, Tenant, TenantQuota
 
 D = QuotaDimension
@@ -242,6 +242,9 @@ class QuotaScope:
     usage: dict
     # The project's priority entitlement, kept on its quota (requests.priorities); None for a tenant's scope.
     max_priority: str | None = None
+    # The project's own order caps by OrderCap value, None where it keeps the platform's default
+    # (requests.order_caps); empty for a tenant's scope.
+    order_caps: dict = field(default_factory=dict)
 
     def impacts(self, demand: Demand) -> list[DimensionImpact]:
         return [
@@ -270,7 +273,7 @@ def quota_scopes_by_project(projects: Iterable[Project]) -> dict[int, list[Quota
     scopes = {}
     for pk, project in projects.items():
         quota = quotas[pk]
-        scopes[pk] = [QuotaScope("project", quota.project, project_usage[pk], quota.max_priority)]
+        scopes[pk] = [QuotaScope("project", quota.project, project_usage[pk], quota.max_priority, quota.order_caps)]
         if project.tenant_id in capped_tenants:
             scopes[pk].append(QuotaScope("tenant", capped_tenants[project.tenant_id], tenant_usage[project.tenant_id]))
     return scopes
@@ -280,17 +283,19 @@ def quota_scopes_by_project(projects: Iterable[Project]) -> dict[int, list[Quota
 class _Quotas:
     project: dict  # its limits; every one None without a quota row
     max_priority: str
+    order_caps: dict  # the project's own order caps (None: the platform's default)
     tenant: dict | None  # the tenant's limits, None without a tenant quota
 
 
 def _quotas_of(project_ids: list[int]) -> dict[int, _Quotas]:
-    """Each project's limits and priority entitlement with its tenant's limits: one plain statement (the ORM's join
-    of the two one-to-one rows cost a millisecond to build on every order)."""
+    """Each project's limits, priority entitlement and order caps with its tenant's limits: one plain statement (the
+    ORM's join of the two one-to-one rows cost a millisecond to build on every order)."""
     if not project_ids:
         return {}
     limits = ", ".join(f"q.{dimension}" for dimension in D.values)
+    caps = ", ".join(f"q.{cap.field}" for cap in OrderCap)
     sql = (
-        f"SELECT p.id, q.id, q.max_priority, {limits}, t.id, {limits.replace('q.', 't.')} "
+        f"SELECT p.id, q.id, q.max_priority, {caps}, {limits}, t.id, {limits.replace('q.', 't.')} "
         f"FROM {Project._meta.db_table} p "
         f"LEFT JOIN {ProjectQuota._meta.db_table} q ON q.project_id = p.id "
         f"LEFT JOIN {TenantQuota._meta.db_table} t ON t.tenant_id = p.tenant_id "
@@ -299,12 +304,13 @@ def _quotas_of(project_ids: list[int]) -> dict[int, _Quotas]:
     with connection.cursor() as cursor:
         cursor.execute(sql, project_ids)
         rows = cursor.fetchall()
-    width = len(D.values)
+    width, start = len(D.values), 3 + len(OrderCap)
     return {
         row[0]: _Quotas(
-            project=_limits(row[3 : 3 + width]),
+            project=_limits(row[start : start + width]),
             max_priority=row[2] or PriorityClass.STANDARD,  # no quota row: the field's default
-            tenant=None if row[3 + width] is None else _limits(row[4 + width :]),
+            order_caps=dict(zip(OrderCap.values, row[3:start], strict=True)),
+            tenant=None if row[start + width] is None else _limits(row[start + width + 1 :]),
         )
         for row in rows
     }

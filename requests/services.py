@@ -7,7 +7,7 @@ timeline event in the caller's transaction. Follow-up work is started after comm
 import json
 from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 from decimal import Decimal
 
 from django.conf import settings
@@ -24,6 +24,7 @@ from requests.choices import ApprovalSubject, EventCode, IfUnplaceable, OverQuot
 from requests.models import Approval, RequestEvent, ResourceRequest
 from requests.models.request import snapshot_hash
 from requests.notifications import announce_events
+from requests.order_caps import check_order_caps
 from requests.orders import (
     Order,
     approval_facts,
@@ -258,6 +259,12 @@ def request_submit(
     priority = _priority_beyond_entitlement(order, over_quota, scopes[0].max_priority)
     never_fits = _never_fits(order, sizing, if_unplaceable)
     reasons = _admission_reasons(over_quota, quota_impact(order.project, sizing.demand, scopes))
+    check_order_caps(
+        project=order.project,
+        requester=requester,
+        waiting=bool(reasons) and over_quota == OverQuota.WAIT,
+        overrides=scopes[0].order_caps,
+    )
     exception_reasons = reasons + _as_list(priority)
     request = ResourceRequest(
         tenant=order.project.tenant,
@@ -297,7 +304,7 @@ def request_submit(
             "wait_for_quota",
             actor=requester,
             code=EventCode.QUOTA_EXCEEDED,
-            message=_quota_sentence(reasons) + " Waiting until quota frees up.",
+            message=_quota_sentence(reasons) + " Waiting until quota frees up" + _waiting_bound() + ".",
             data={"reasons": reasons},
         )
         request.save()
@@ -326,6 +333,11 @@ def _resubmitted(earlier: ResourceRequest, order: Order, fingerprint: str) -> Re
         )
     earlier.resubmitted = True
     return earlier
+
+
+def _waiting_bound() -> str:
+    hours = settings.ORDER_WAITING_EXPIRY_HOURS
+    return f" (cancelled if still waiting after {hours} hours)" if hours else ""
 
 
 def _note_admission(timeline: Timeline, reasons: list[dict], priority: dict | None, *, actor: User) -> None:
@@ -466,6 +478,7 @@ def approved_snapshot(request: ResourceRequest) -> dict:
             "driver_version": profile.driver_version,
             "monitoring_agent": profile.monitoring_agent,
             "gpu_exporter": profile.gpu_exporter,
+            "slurm_membership": profile.slurm_membership,
             "target_cluster": profile.target_cluster,
             "validation_suite": profile.validation_suite,
             "playbooks": profile.playbooks,
@@ -648,6 +661,45 @@ def request_readmit_waiting(*, project_id: int) -> list[ResourceRequest]:
         timeline.write()
         admitted.append(request)
     return admitted
+
+
+# A sweep cancels at most this many expired waiting requests per transaction (the next batch follows at once).
+WAITING_EXPIRY_BATCH = 200
+
+
+def requests_expire_waiting() -> int:
+    """Cancel requests that waited for quota longer than ORDER_WAITING_EXPIRY_HOURS (0: never), each with the reason
+    on its timeline (which mails its requester); how many. Rows another transaction holds are left to the next
+    sweep."""
+    hours = settings.ORDER_WAITING_EXPIRY_HOURS
+    if not hours:
+        return 0
+    expired = 0
+    while batch := _expire_waiting_batch(hours):
+        expired += batch
+    return expired
+
+
+@transaction.atomic
+def _expire_waiting_batch(hours: int) -> int:
+    now = timezone.now()
+    due = list(
+        ResourceRequest.objects.select_for_update(skip_locked=True)
+        .filter(state=RequestState.WAITING_FOR_QUOTA, created_at__lte=now - timedelta(hours=hours))
+        .order_by("created_at", "id")[:WAITING_EXPIRY_BATCH]
+    )
+    for request in due:
+        waited = int((now - request.created_at).total_seconds() // 3600)
+        _transition(
+            request,
+            "cancel",
+            actor=None,
+            code=EventCode.WAITING_EXPIRED,
+            message=f"Waited {waited} hours for quota, longer than orders are kept waiting ({hours} hours); "
+            "cancelled. Order again once the project has room, or ask for a quota exception.",
+            data={"waited_hours": waited, "limit_hours": hours, "reasons": request.quota_reasons},
+        )
+    return len(due)
 
 
 # --- Scheduling outcomes (called by the scheduler cycle, in bulk) --------------------------------------------

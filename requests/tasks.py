@@ -13,6 +13,10 @@ def readmit_waiting(project_id: int) -> int:
     return len(services.request_readmit_waiting(project_id=project_id))
 
 
+def expire_waiting() -> int:
+    return services.requests_expire_waiting()
+
+
 @retry_if_locked
 def remind_pending_approvals() -> int:
     return approvals.approvals_remind_stale(older_than=timedelta(hours=settings.APPROVAL_REMINDER_HOURS))

@@ -17,6 +17,7 @@ from django.db.models import OuterRef, Subquery
 from django.http import Http404, QueryDict
 from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
+from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_http_methods, require_POST
 
 from catalog import selectors as catalog_selectors
@@ -26,7 +27,7 @@ from catalog.parameters import parameters_in_words
 from config.errors import DomainError
 from config.session_end import RESUME_PARAMETER
 from config.words import counted
-from requests import approvals, extensions, hooks, inbox, quota_changes, selectors, services
+from requests import approvals, extensions, failures, hooks, inbox, quota_changes, reorder, selectors, services
 from requests.catalog_offers import mark_never_fitting, offer_rows, passes, shown_without_offers
 from requests.choices import TERMINAL_STATES, Decision, RequestState
 from requests.forms import (
@@ -38,6 +39,7 @@ from requests.forms import (
     ReasonForm,
     RequestListFilterForm,
     orderable_projects,
+    working_project,
 )
 from requests.models import RequestEvent
 from requests.orders import order_fingerprint
@@ -74,7 +76,8 @@ class SignInView(LoginView):
 @login_required
 def catalog(request):
     projects = list(orderable_projects(request.user))
-    project = next((p for p in projects if str(p.pk) == request.GET.get("project")), projects[0] if projects else None)
+    chosen = next((p for p in projects if str(p.pk) == request.GET.get("project")), None)
+    project = chosen or working_project(request.user, projects)
     usage = selectors.project_quota_usage(project) if project else []
     filter_form = CatalogFilterForm(request.GET, currency=settings.CATALOG_CURRENCY)
     filters = filter_form.filters()
@@ -196,8 +199,11 @@ def _preview(request, form) -> dict:
 def order_preview(request, slug):
     """The live preview (htmx): cost, quota impact and approval route for the form as it stands."""
     service = _orderable_service(request, slug)
-    form = _order_form(request, service)
-    return render(request, "requests/_preview.html", {"form": form, "preview": _preview(request, form)})
+    form = OrderForm(request.POST, user=request.user, service=service, settle=True)
+    preview = _preview(request, form)
+    # A field the form settled (the template, once the model changed) is swapped in beside the preview.
+    swapped = [form[name] for name in form.settled]
+    return render(request, "requests/_preview.html", {"form": form, "preview": preview, "swapped": swapped})
 
 
 # A list row shows its latest message while the request is still under way; finished requests and failed ones
@@ -259,6 +265,7 @@ def _pop_shown_once(request, request_id: int) -> dict:
 
 
 @login_required
+@never_cache  # the requester's page holds the secrets that open their workload
 def request_detail(request, pk):
     resource_request = selectors.request_get(user=request.user, pk=pk)
     context = {**request_page_context(request, resource_request), "shown_once": _pop_shown_once(request, pk)}
@@ -266,6 +273,7 @@ def request_detail(request, pk):
 
 
 @login_required
+@never_cache
 def request_status(request, pk):
     """The status area alone (badge, actions, connect, queue, approval, provisioning, allocation, timeline), polled
     by the request page; one render from one read, so its parts never disagree."""
@@ -280,20 +288,37 @@ def request_page_context(request, resource_request) -> dict:
     endpoint = hooks.ask(hooks.ENDPOINT_DETAILS, resource_request, request.build_absolute_uri("/"))
     allocation = hooks.ask(hooks.ALLOCATION_DETAILS, resource_request)
     may_act = services.can_cancel(request.user, resource_request)
+    failure = failures.failure_of(resource_request)
     return {
         "r": resource_request,
         "parameters": parameters_in_words(resource_request.service.parameter_schema, resource_request.parameters),
+        "failure": failure,
+        "failure_step": _step_label(provisioning, failure.step) if failure else "",
+        "order_again": reorder.form_link(resource_request)
+        if reorder.may_order_again(request.user, resource_request)
+        else None,
         "timeline": selectors.timeline_of(resource_request),
         "approval": selectors.approval_of(resource_request),
         "allocation": allocation,
         "endpoint": endpoint,
         "provisioning": provisioning,
         "backend_wait": selectors.backend_wait_of(resource_request) if state == RequestState.PROVISIONING else None,
-        "connect": _connect_items(provisioning, endpoint) if state == RequestState.ACTIVE else [],
+        "connect": _connect_items(provisioning, endpoint, _connect_secrets(request, resource_request))
+        if state == RequestState.ACTIVE
+        else [],
         "poll_seconds": _poll_seconds(state),
         "can_cancel": resource_request.is_cancellable and may_act,
         "can_release": state in HOLDING_STATES and may_act,
     }
+
+
+def _step_label(provisioning: dict | None, name: str) -> str:
+    """What the provisioning step called `name` is called on the page (its latest run's)."""
+    for run in reversed((provisioning or {}).get("runs", [])):
+        for step in run["steps"]:
+            if step["name"] == name:
+                return step["label"]
+    return "the workload" if name == "workload" else ""
 
 
 def _poll_seconds(state: str) -> int | None:
@@ -307,18 +332,38 @@ MILLI_PER_CARD = 1000
 ACCESS_LABELS = {"ssh": "SSH", "jupyter": "Jupyter", "attach": "Attach (Slurm)"}
 
 
-def _connect_items(provisioning, endpoint) -> list[dict]:
-    """How to reach what was delivered, each with a value to copy and a link where a browser can open it."""
+def _connect_secrets(request, resource_request) -> dict:
+    """The secrets that open the workload (a Jupyter token): the requester's alone, nobody else gets any."""
+    if resource_request.state != RequestState.ACTIVE:
+        return {}
+    return hooks.ask(hooks.CONNECT_SECRETS, resource_request, request.user) or {}
+
+
+def _connect_items(provisioning, endpoint, secrets: dict) -> list[dict]:
+    """How to reach what was delivered, each with a value to copy and a link where a browser can open it. An entry
+    opened with a secret carries it for the requester (and may be changed); everyone else sees it without."""
     if endpoint is not None:
         return [
             {"name": "endpoint", "label": "Endpoint", "value": endpoint["url"]},
             {"name": "curl", "label": "Try it", "value": endpoint["curl"]},
         ]
     delivered = (provisioning or {}).get("delivered") or {}
-    return [
-        {"name": name, "label": ACCESS_LABELS.get(name, name), "value": value, "link": value.startswith("http")}
-        for name, value in delivered.get("access", {}).items()
-    ]
+    guarded = set(delivered.get("connect_secrets") or [])
+    items = []
+    for name, value in delivered.get("access", {}).items():
+        secret = secrets.get(name) if name in guarded else None
+        shown = (secret or {}).get("access") or value
+        items.append(
+            {
+                "name": name,
+                "label": ACCESS_LABELS.get(name, name),
+                "value": shown,
+                "link": shown.startswith("http"),
+                "secret": secret,
+                "secret_withheld": name in guarded and secret is None,
+            }
+        )
+    return items
 
 
 @login_required

@@ -174,6 +174,10 @@ class NodeAdmin(AuditedInventoryMixin, admin.ModelAdmin):
         ("BMC", {"fields": ["bmc_address", "bmc_credentials_ref", "bmc_inventory_address"]}),
         ("In-band (the installed server, for the Ansible driver)", {"fields": ["os_address", "ssh_credentials_ref"]}),
         (
+            "Serving runtimes (reported by `manage.py report_serving_runtimes`, or set here)",
+            {"fields": ["serving_runtimes"]},
+        ),
+        (
             "Cordon (use the Cordon / Uncordon actions)",
             {"fields": ["schedulable", "cordon_reason", "cordoned_at", "cordoned_by"]},
         ),

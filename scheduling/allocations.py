@@ -2,8 +2,10 @@
 apps show (through requests.hooks)."""
 
 from collections import defaultdict
+from datetime import datetime
 
 from django.db import transaction
+from django.db.models import Case, Value, When
 
 from config.errors import Conflict
 from config.sql import update_from_values
@@ -24,6 +26,22 @@ def adjust_device_shares(deltas: dict[int, int]) -> None:
         rows=[(device_id, delta) for device_id, delta in deltas.items() if delta],
         set_sql=f"allocated_milli = {table}.allocated_milli + v.delta",
     )
+
+
+def allocations_meter_from_workload(*, allocation_ids: list[int]) -> None:
+    """Card-hours of these allocations count from their workload's start on its backend (`workload_started_at`,
+    recorded by `allocations_workload_started`), not from the binding: a job that never starts is charged nothing.
+    Called when the platform is about to start work on an execution backend (a compute order's provisioning)."""
+    Allocation.objects.filter(pk__in=allocation_ids).update(metered_from_workload=True)
+
+
+def allocations_workload_started(*, started: dict[int, datetime]) -> None:
+    """The backend started each allocation's workload (by allocation id) at that time; the first report counts (a
+    readiness check run again after a crash does not move it). One statement for the batch."""
+    if started:
+        Allocation.objects.filter(pk__in=started, workload_started_at__isnull=True).update(
+            workload_started_at=Case(*(When(pk=allocation_id, then=Value(at)) for allocation_id, at in started.items()))
+        )
 
 
 def allocations_adopt_backend_bindings(*, bound: dict[int, list[int]], backend: str) -> dict[int, dict | Conflict]:

@@ -26,6 +26,7 @@ from django.conf import settings
 from django.db import connection, transaction
 
 from catalog.models import SliceProfile
+from catalog.runtimes import capabilities_of
 from scheduling import placement
 from scheduling.choices import AllocationState, DeviceHealth
 from scheduling.models import ENDS_AT, Allocation, AllocationDevice, Device, Node
@@ -132,12 +133,19 @@ class ClusterState:
         ):
             by_node.setdefault(row[1], []).append(row)
         entries = {}
-        for node_pk, name, cpu_milli, memory_mib, schedulable in nodes.values_list(
-            "pk", "name", "cpu_milli", "memory_mib", "schedulable"
+        for node_pk, name, cpu_milli, memory_mib, schedulable, runtimes in nodes.values_list(
+            "pk", "name", "cpu_milli", "memory_mib", "schedulable", "serving_runtimes"
         ):
             rows = by_node.get(node_pk, [])
             engine_devices = tuple(self._device(position, row) for position, row in enumerate(rows))
-            node = placement.Node(name, cpu_milli, memory_mib, engine_devices, schedulable=schedulable)
+            node = placement.Node(
+                name,
+                cpu_milli,
+                memory_mib,
+                engine_devices,
+                schedulable=schedulable,
+                capabilities=capabilities_of(runtimes),
+            )
             entries[node_pk] = _NodeEntry(node, tuple(row[0] for row in rows))
         return entries
 

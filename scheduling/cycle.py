@@ -21,6 +21,7 @@ from django.db import connection, transaction
 from django.db.models import Count
 from django.utils import timezone
 
+from catalog.runtimes import needs_of, needs_text
 from config.words import counted
 from requests.choices import PRIORITY_RANK, PriorityClass, RequestState
 from requests.models import ResourceRequest
@@ -127,10 +128,13 @@ def make_demand(
     models: frozenset,
     slice_profile: str | None = None,
     replicas: int = 1,
+    serving: dict | None = None,
 ) -> placement.Demand:
     """The engine's demand for a request or an order: one shape for both, so the preview matches the cycle. With
     replicas (a serving deployment), `count`, `cpu_cores` and `memory_gb` are the totals the order reserved (spec x
-    replicas): each replica is placed as its share, on a node of its own where there is room."""
+    replicas): each replica is placed as its share, on a node of its own where there is room. `serving` (runtime,
+    artifact_uri, model) makes it need what its runtime needs of a node (catalog.runtimes)."""
+    needs = frozenset() if serving is None else needs_of(serving["runtime"], serving["artifact_uri"])
     return placement.Demand(
         id=demand_id,
         count=count // replicas,
@@ -141,7 +145,14 @@ def make_demand(
         priority=PRIORITY_RANK[priority_class],
         preemptible=priority_class == PriorityClass.BATCH,
         replicas=replicas,
+        needs=needs,
+        needs_label=needs_text(serving["runtime"], serving["model"]) if needs else "",
     )
+
+
+def serving_of(runtime: str, artifact_uri: str, model: str) -> dict:
+    """What `make_demand` reads of a serving order, in the approved snapshot's words."""
+    return {"runtime": runtime, "artifact_uri": artifact_uri, "model": model}
 
 
 def demand_of(request: ResourceRequest) -> placement.Demand:
@@ -165,6 +176,7 @@ def demand_of(request: ResourceRequest) -> placement.Demand:
         slice_profile=spec["slice_profile"],
         models=frozenset(spec["accelerator_models"]),
         replicas=replicas,
+        serving=serving or None,
         **sizes,
     )
 

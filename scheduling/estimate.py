@@ -18,7 +18,7 @@ from config.words import counted
 from requests.choices import PRIORITY_RANK, RequestState
 from requests.models import ResourceRequest
 from scheduling import cluster_state, mig_cycle, placement
-from scheduling.cycle import demand_of, load_inventory, load_snapshot, make_demand, queue_order
+from scheduling.cycle import demand_of, load_inventory, load_snapshot, make_demand, queue_order, serving_of
 from scheduling.models import Device, Node
 from scheduling.outcome import last_outcome
 from scheduling.reason_words import named
@@ -58,7 +58,7 @@ def order_demand(order, sizing) -> placement.Demand:
             models=frozenset([profile.accelerator_model.slug]),
             **sizes,
         )
-    spec = order.spec
+    spec, model, template = order.spec, order.serving_model, order.serving_template
     return make_demand(
         PREVIEW_ID,
         order.priority,
@@ -66,6 +66,7 @@ def order_demand(order, sizing) -> placement.Demand:
         slice_profile=spec.slice_profile.name if spec.slice_profile else None,
         models=frozenset(model.slug for model in spec.accelerator_models.all()),
         replicas=order.replicas,
+        serving=None if template is None else serving_of(template.runtime, model.artifact_uri, str(model)),
         **sizes,
     )
 
@@ -343,7 +344,8 @@ def inventory_types() -> list[placement.Node]:
 
 
 def _one_of_each_type(nodes: list[placement.Node]) -> list[placement.Node]:
-    """The first node of each size and device make-up, in inventory order (the first of a size stays first)."""
+    """The first node of each size, device make-up and capabilities, in inventory order (the first of a size stays
+    first)."""
     first: dict[tuple, placement.Node] = {}
     for node in nodes:
         devices = tuple(
@@ -356,7 +358,7 @@ def _one_of_each_type(nodes: list[placement.Node]) -> list[placement.Node]:
             )
             for device in node.devices
         )
-        first.setdefault((node.cpu_milli, node.memory_mib, devices), node)
+        first.setdefault((node.cpu_milli, node.memory_mib, devices, node.capabilities), node)
     return list(first.values())
 
 

@@ -183,6 +183,7 @@ class _MigInventory:
             node.memory_mib - self.used_mem.get(node.name, 0),
             tuple(cards),
             node.schedulable,
+            node.capabilities,
         )
         return mig_node, replace(node, devices=tuple(devices))
 
@@ -273,6 +274,8 @@ def slice_demand(demand: placement.Demand) -> mig.SliceDemand:
         models=demand.models,
         cpu_milli=demand.cpu_milli,
         memory_mib=demand.memory_mib,
+        needs=demand.needs,
+        needs_label=demand.needs_label,
     )
 
 

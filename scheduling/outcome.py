@@ -86,13 +86,18 @@ def _decode(row: CycleOutcome) -> Outcome:
             memory_mib,
             schedulable,
             tuple(placement.Device(i, *device[:5], slice_profiles=device[5]) for i, device in enumerate(devices)),
+            frozenset(capabilities[0] if capabilities else ()),  # none in a row written before nodes had them
         )
-        for cpu_milli, memory_mib, schedulable, devices in row.nodes["kinds"]
+        for cpu_milli, memory_mib, schedulable, devices, *capabilities in row.nodes["kinds"]
     ]
     nodes, used = [], []
     for name, kind, cpu, memory, devices in row.nodes["nodes"]:
-        cpu_milli, memory_mib, schedulable, engine_devices = kinds[kind]
-        nodes.append(placement.Node(name, cpu_milli, memory_mib, engine_devices, schedulable=schedulable))
+        cpu_milli, memory_mib, schedulable, engine_devices, capabilities = kinds[kind]
+        nodes.append(
+            placement.Node(
+                name, cpu_milli, memory_mib, engine_devices, schedulable=schedulable, capabilities=capabilities
+            )
+        )
         if cpu or memory or devices:
             used.append(placement.Allocation(f"in-use:{name}", name, tuple(map(tuple, devices)), cpu, memory))
     # No policy: every preview forks it with the one its order places by.
@@ -101,9 +106,10 @@ def _decode(row: CycleOutcome) -> Outcome:
 
 
 def _in_use(snapshot: placement.Snapshot, bindings) -> dict:
-    """{"kinds": each distinct node make once (cores, memory, schedulable, its devices), "nodes": per node its name,
-    kind and what is in use on it (cores, memory, per device index the milli taken)}. A fleet is a few makes of
-    node, so the inventory is written once per make, not once per node (62,120 devices at 10x the openb fleet)."""
+    """{"kinds": each distinct node make once (cores, memory, schedulable, its devices, its capabilities), "nodes":
+    per node its name, kind and what is in use on it (cores, memory, per device index the milli taken)}. A fleet is a
+    few makes of node, so the inventory is written once per make, not once per node (62,120 devices at 10x the openb
+    fleet)."""
     cpu, memory, shares = {}, {}, {}
     for held in [*snapshot.allocations, *bindings]:
         cpu[held.node] = cpu.get(held.node, 0) + held.cpu_milli
@@ -116,7 +122,7 @@ def _in_use(snapshot: placement.Snapshot, bindings) -> dict:
     for node in snapshot.nodes:
         # The snapshot interns its devices (equal devices are one object), so identity finds the makes; an equal
         # device that is another object only makes one more kind.
-        key = (node.cpu_milli, node.memory_mib, node.schedulable, tuple(map(id, node.devices)))
+        key = (node.cpu_milli, node.memory_mib, node.schedulable, tuple(map(id, node.devices)), node.capabilities)
         kind = kinds.get(key)
         if kind is None:
             kind = kinds[key] = len(makes)
@@ -136,6 +142,7 @@ def _in_use(snapshot: placement.Snapshot, bindings) -> dict:
                         ]
                         for device in node.devices
                     ],
+                    sorted(node.capabilities),
                 ]
             )
         nodes.append(

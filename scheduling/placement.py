@@ -62,6 +62,7 @@ class Node:
     memory_mib: int
     devices: tuple[Device, ...] = ()
     schedulable: bool = True
+    capabilities: frozenset = frozenset()  # what else the node offers work, e.g. a serving runtime's model file
 
 
 @dataclass(frozen=True)
@@ -86,7 +87,10 @@ class Demand:
 
     ``replicas`` > 1 asks for that many copies of the shape (a serving deployment's replicas: count, CPU and memory
     are each replica's): placed as a gang, all of them in one call or none, each on a node that holds none of the
-    others while one has room (soft anti-affinity: when too few nodes have room they share, evenly)."""
+    others while one has room (soft anti-affinity: when too few nodes have room they share, evenly).
+
+    ``needs`` are capabilities the node must offer besides devices, CPU and memory (a serving runtime installed
+    with the model's file: catalog.runtimes); ``needs_label`` says them in words for the reasons."""
 
     id: str
     count: int = 1
@@ -98,6 +102,8 @@ class Demand:
     priority: int = 0
     preemptible: bool = False
     replicas: int = 1
+    needs: frozenset = frozenset()
+    needs_label: str = field(default="", compare=False)
 
     @property
     def label(self) -> str:
@@ -164,12 +170,13 @@ class PreemptionPlan:
 class _Shape:
     """Resolved demand shape for the cached path: per-model share, compatible models."""
 
-    __slots__ = ("count", "cpu", "devices_key", "key", "mem", "models", "profile", "share")
+    __slots__ = ("count", "cpu", "devices_key", "key", "mem", "models", "needs", "profile", "share")
 
     def __init__(self, demand: Demand):
         self.cpu, self.mem, self.count = demand.cpu_milli, demand.memory_mib, demand.count
         self.share, self.models, self.profile = demand.share, demand.models, demand.slice_profile
-        self.key = (self.cpu, self.mem, self.count, self.share, self.models, self.profile)
+        self.needs = demand.needs
+        self.key = (self.cpu, self.mem, self.count, self.share, self.models, self.profile, self.needs)
         self.devices_key = (self.count, self.share, self.models, self.profile)  # what it needs of the devices
 
 
@@ -231,6 +238,7 @@ class PlacementEngine:
         self._rooms: dict = {}
         self._blocks: dict = {}  # (models, share) -> _BlockIndex, for topology pending reasons
         self._slices_by_model = _one_slice_table_per_model(self.nodes)
+        self._able: dict[frozenset, frozenset[int]] = {}  # needs -> the nodes offering them (a pure cache)
         self._alike_cache: dict = {}  # since -> the nodes changed since then, grouped (`_alike`)
         self._alike_at = (0, 0)  # the change list length and generation the groupings were made at (the state)
         self._build_aggregates()
@@ -566,6 +574,7 @@ class PlacementEngine:
         CPU before and after only matters up to the typical shapes' core counts)."""
         takes = self._takes.setdefault(shape.devices_key, {})
         rank, version, state, memo = self.rank, self.version, self.state, index.memo
+        able = self.able(shape.needs)
         cpu_class, shape_cpu, shape_mem = self.policy.cpu_class, shape.cpu, shape.mem
         entries: list[tuple] = []
         for d, states in alike.items():
@@ -583,19 +592,20 @@ class PlacementEngine:
                 if result is None:
                     result = memo[memo_key] = self._score(state[members[0]], shape, options)
                 key, picks = result
-                entries += [(key, rank[i], i, version[i], picks) for i in members]
+                entries += [(key, rank[i], i, version[i], picks) for i in members if able is None or i in able]
         return entries
 
     def _entries_per_node(self, index: _ShapeIndex, shape: _Shape, alike) -> list[tuple]:
         """Heap entries for a slice shape on a fleet whose slice tables differ between nodes of one model: each node
         is evaluated with its own tables."""
         rank, version, state, nodes, memo = self.rank, self.version, self.state, self.nodes, index.memo
+        able = self.able(shape.needs)
         entries = []
         for d, states in alike.items():
             for (cpu, mem), members in states.items():
                 if cpu < shape.cpu or mem < shape.mem:
                     continue
-                for i in members:
+                for i in members if able is None else [i for i in members if i in able]:
                     memo_key = (d, cpu, mem, i)
                     result = memo.get(memo_key, _MISSING)
                     if result is _MISSING:
@@ -607,8 +617,9 @@ class PlacementEngine:
     def _random_node(self, shape: _Shape, excluded: frozenset | set = frozenset()):
         pool = list(range(len(self.nodes)))
         self.rng.shuffle(pool)
+        able = self.able(shape.needs)
         for i in pool:
-            if not self.nodes[i].schedulable or i in excluded:
+            if not self.nodes[i].schedulable or i in excluded or (able is not None and i not in able):
                 continue
             result = self._evaluate(self.state[i], shape, self.nodes[i])
             if result is not None:
@@ -738,7 +749,23 @@ class PlacementEngine:
     def _feasible(self, i: int, shape: _Shape) -> bool:
         node = self.nodes[i]
         cpu, mem, devs = self.state[i]
-        return node.schedulable and shape.cpu <= cpu and shape.mem <= mem and bool(self._gpu_options(devs, shape, node))
+        return (
+            node.schedulable
+            and shape.needs <= node.capabilities
+            and shape.cpu <= cpu
+            and shape.mem <= mem
+            and bool(self._gpu_options(devs, shape, node))
+        )
+
+    def able(self, needs: frozenset) -> frozenset[int] | None:
+        """The positions of the nodes that offer `needs` (None when nothing is needed: every node). The nodes'
+        capabilities do not change while the engine lives: worked out once per set of needs."""
+        if not needs:
+            return None
+        able = self._able.get(needs)
+        if able is None:
+            able = self._able[needs] = frozenset(i for i, node in enumerate(self.nodes) if needs <= node.capabilities)
+        return able
 
     def release(self, binding: Binding) -> None:
         """Give a binding's resources back (used by preemption planning and by simulations with departures)."""
@@ -759,6 +786,8 @@ class PlacementEngine:
         never = self.never_fits(demand)
         if never is not None:
             return never
+        if demand.needs:
+            return self._diagnose_needs(demand)
         models = [m for m in self.model_devices if not demand.models or m in demand.models]
         label = demand.label
         total = sum(self.model_devices[m] for m in models)
@@ -831,10 +860,31 @@ class PlacementEngine:
             {"needed_milli": needed * share, "free_milli": free_milli, "healthy": usable},
         )
 
+    def _diagnose_needs(self, demand: Demand) -> Pending:
+        """Why a demand that needs capabilities some nodes offer cannot be placed now: those nodes are cordoned, or
+        have not the room (the cluster-wide counts of the other reasons would count nodes it cannot use)."""
+        offering = sorted(self.nodes[i].name for i in self.able(demand.needs))
+        open_ = [name for name in offering if self.nodes[self.node_index[name]].schedulable]
+        what = f"needs {demand.label} on a node with {_needs_words(demand)}"
+        if not open_:
+            return Pending(
+                demand.id,
+                INSUFFICIENT_HEALTHY_CAPACITY,
+                f"{what}; every such node ({_names(offering)}) is cordoned",
+                {"nodes": offering, "schedulable": 0},
+            )
+        return Pending(
+            demand.id,
+            CAPACITY_IN_USE,
+            f"{what}, {cores_text(demand.cpu_milli)} and {memory_text(demand.memory_mib)}; the nodes with it "
+            f"({_names(open_)}) have not that much free",
+            {"nodes": open_, "cpu_milli": demand.cpu_milli, "memory_mib": demand.memory_mib},
+        )
+
     def never_fits(self, demand: Demand) -> Pending | None:
         """`unplaceable` over this engine's inventory; the rooms are worked out once per kind of device asked for
         (the inventory does not change while the engine lives)."""
-        key = (demand.models, demand.slice_profile, demand.share)
+        key = (demand.models, demand.slice_profile, demand.share, demand.needs)
         if key not in self._rooms:
             self._rooms[key] = _rooms(self.nodes, demand)
         return _never_fits(self._rooms[key], demand)
@@ -909,9 +959,11 @@ class PlacementEngine:
         shape = _Shape(demand)
         may_evict = evictable or (lambda allocation: allocation.preemptible)
         by_node: dict[int, list[Allocation]] = {}
+        able = self.able(demand.needs)
         for allocation in self.allocations:
-            if allocation.priority < demand.priority and may_evict(allocation):
-                by_node.setdefault(self.node_index[allocation.node], []).append(allocation)
+            i = self.node_index[allocation.node]
+            if allocation.priority < demand.priority and may_evict(allocation) and (able is None or i in able):
+                by_node.setdefault(i, []).append(allocation)
         best = smallest_victim_set(by_node, lambda i, subset: self._fits_without(i, subset, shape), max_combinations)
         if best is None:
             return PreemptionPlan(
@@ -1010,6 +1062,8 @@ def _rooms(nodes: Sequence[Node], demand: Demand) -> list[tuple[int, int, int, i
     order), so that an inventory of thousands of nodes of a few types is a few rooms."""
     rooms: dict[tuple, str] = {}
     for node in nodes:
+        if not demand.needs <= node.capabilities:
+            continue
         size = (
             sum(1 for device in node.devices if _could_hold(device, demand)),
             node.cpu_milli,
@@ -1022,11 +1076,22 @@ def _rooms(nodes: Sequence[Node], demand: Demand) -> list[tuple[int, int, int, i
 
 def _never_fits(rooms, demand: Demand) -> Pending | None:
     wanted = "/".join(sorted(demand.models)) or "accelerator"
+    if demand.needs and not rooms:
+        return Pending(
+            demand.id,
+            NO_MATCHING_SPEC,
+            f"needs {demand.label} on a node with {_needs_words(demand)}; no node of the inventory has it, so it "
+            "cannot run here",
+            {"dimension": "runtime", "needs": sorted(demand.needs), "nodes": 0},
+        )
     if demand.count and not any(room[3] for room in rooms):
         return Pending(
             demand.id,
             NO_MATCHING_SPEC,
-            f"needs {demand.label}; no {wanted} device exists in the cluster",
+            f"needs {demand.label}; no {wanted} device exists in the cluster"
+            if not demand.needs
+            else f"needs {demand.label} on a node with {_needs_words(demand)}; no such node has a {wanted} device, so "
+            "it cannot run here",
             {"needed": demand.count, "devices": 0},
         )
     kind = f"{wanted} devices" + (f" with {demand.slice_profile} slices" if demand.slice_profile else "")
@@ -1067,6 +1132,16 @@ def _could_hold(device: Device, demand: Demand) -> bool:
     """Whether the device, free, could take one of the demand's shares (whatever its health now)."""
     share = device.slice_profiles.get(demand.slice_profile) if demand.slice_profile else demand.share
     return _of_model(device, demand) and share is not None and share <= device.capacity
+
+
+def _needs_words(demand: Demand) -> str:
+    return demand.needs_label or ", ".join(sorted(demand.needs))
+
+
+def _names(names: list[str], shown: int = 5) -> str:
+    """A few node names for a sentence, and how many more there are."""
+    more = len(names) - shown
+    return ", ".join(names[:shown]) + (f" and {more} more" if more > 0 else "")
 
 
 # Reasons people read say cores, GiB/TiB and cards; the milli and MiB the engine counts in stay in their numbers.

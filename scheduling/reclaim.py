@@ -14,8 +14,8 @@ from datetime import timedelta
 
 from django.conf import settings
 from django.db import IntegrityError, transaction
-from django.db.models import Exists, OuterRef, Q, Sum
-from django.db.models.functions import Coalesce
+from django.db.models import DateTimeField, Exists, ExpressionWrapper, F, OuterRef, Q, Sum, Value
+from django.db.models.functions import Coalesce, Least
 from django.db.models.lookups import GreaterThan, LessThanOrEqual
 from django.utils import timezone
 from django_fsm import TransitionNotAllowed
@@ -35,7 +35,7 @@ from scheduling import mig_cycle
 from scheduling.agents import ANY_NODE, NOT_YOUR_NODE, NodeScope
 from scheduling.allocations import adjust_device_shares
 from scheduling.choices import AllocationState, DeviceHealth
-from scheduling.models import ENDS_AT, Allocation, AllocationDevice, Node
+from scheduling.models import ENDS_AT, Allocation, AllocationDevice, Minutes, Node
 from scheduling.selectors import replicas_serving_without
 from scheduling.wiring import CYCLE_TASK
 
@@ -254,15 +254,25 @@ _extended_since_warned = RequestExtension.objects.filter(
 )
 
 
+def _warned_from():
+    """When an allocation's expiry warning is due: EXPIRY_WARNING_HOURS before its term ends, or halfway through a
+    term shorter than twice that (a one-hour order is warned at 30 minutes, not the moment it starts)."""
+    lead = Least(Minutes(Value(settings.EXPIRY_WARNING_HOURS * 60)), Minutes(F("request__duration_hours") * 30))
+    return ExpressionWrapper(ENDS_AT - lead, output_field=DateTimeField())
+
+
 def warn_expiring(*, now=None) -> int:
-    """Put one warning on the timeline of each allocation that expires within the warning window, and one more
-    after each extension (each decided on its locked row, so two workers never warn twice and an extension
-    approved meanwhile is seen)."""
+    """Put one warning on the timeline of each running request whose allocation's warning is due (`_warned_from`),
+    and one more after each extension (each decided on its locked row, so two workers never warn twice and an
+    extension approved meanwhile is seen). A request still being set up, failed or on its way out is not warned:
+    there is nothing running to extend or save."""
     now = now or timezone.now()
-    window = now + timedelta(hours=settings.EXPIRY_WARNING_HOURS)
-    due = Q(LessThanOrEqual(ENDS_AT, window), GreaterThan(ENDS_AT, now), state=AllocationState.ACTIVE) & (
-        Q(expiry_warned_at__isnull=True) | Q(Exists(_extended_since_warned))
-    )
+    due = Q(
+        LessThanOrEqual(_warned_from(), now),
+        GreaterThan(ENDS_AT, now),
+        state=AllocationState.ACTIVE,
+        request__state=RequestState.ACTIVE,
+    ) & (Q(expiry_warned_at__isnull=True) | Q(Exists(_extended_since_warned)))
     candidates = Allocation.objects.filter(due).order_by("pk").values_list("pk", flat=True)
     return sum(_warn_one(allocation_id, due, now) for allocation_id in list(candidates))
 
@@ -322,22 +332,22 @@ def requeue_from_device(*, device_id: int) -> list[int]:
     )
     if not running:
         return []
-    allocation_free(
-        request_ids=[request.pk for request in running], reason=f"requeued: device #{device_id} was isolated"
+    requests_requeue(
+        requests=running,
+        reason=f"requeued: device #{device_id} was isolated",
+        message="Requeued: a device of the allocation was isolated; the request waits for healthy hardware.",
+        data={"device": device_id},
     )
-    requests_preempt(
-        preempted=[
-            (
-                request,
-                None,
-                "Requeued: a device of the allocation was isolated; the request waits for healthy hardware.",
-                {"device": device_id},
-            )
-            for request in running
-        ]
-    )
-    transaction.on_commit(lambda: async_task(CYCLE_TASK))
     return [request.pk for request in running]
+
+
+def requests_requeue(*, requests: list[ResourceRequest], reason: str, message: str, data: dict) -> None:
+    """Requests the caller has locked (allocated, provisioning or active) give their devices back and return to the
+    queue, `message` on each timeline (as a preemption: the request_preempted signal tears down what was built); a
+    cycle places them again after the commit. Their approved snapshot stays the contract."""
+    allocation_free(request_ids=[request.pk for request in requests], reason=reason)
+    requests_preempt(preempted=[(request, None, message, data) for request in requests])
+    transaction.on_commit(lambda: async_task(CYCLE_TASK))
 
 
 @dataclass

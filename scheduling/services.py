@@ -14,10 +14,11 @@ from django_q.tasks import async_task
 
 from catalog.choices import AcceleratorKind
 from catalog.models import AcceleratorModel, Vendor
+from catalog.runtimes import serving_runtimes_problems
 from catalog.services import catalog_entry_save
 from config.errors import Conflict, DomainError, NotPermitted
 from requests import approvals
-from requests.choices import ApprovalSubject, ApproverSource, ChangeState, EventCode
+from requests.choices import ApprovalSubject, ApproverSource, ChangeState, EventCode, RequestState
 from requests.services import is_operator_intervention, record_event
 from scheduling import mig_services, selectors
 from scheduling.choices import AllocationState, DeviceHealth
@@ -51,15 +52,27 @@ def _who(user: User | None) -> str:
     return user.username if user is not None and user.is_authenticated else "the platform"
 
 
-def _announce_availability(node: Node) -> None:
-    """After the commit, tell the data plane (e.g. Slurm's drain) that the node's availability changed."""
+def _announce_availability(node: Node, *, available: bool) -> None:
+    """After the commit, tell the data plane (e.g. Slurm's drain) and the scheduler that the node's availability
+    changed; `available` when it may take work it could not take before."""
     node_id, backend = node.pk, node.execution_backend
     transaction.on_commit(
-        lambda: node_availability_changed.send(sender=Node, node_id=node_id, execution_backend=backend)
+        lambda: node_availability_changed.send(
+            sender=Node, node_id=node_id, execution_backend=backend, available=available
+        )
     )
 
 
 # --- Nodes -------------------------------------------------------------------------------------------------
+
+
+# What a cordon leaves of a request holding devices on the node, by its state: the words follow the state.
+_CORDON_LEAVES = {
+    RequestState.ALLOCATED: "Setting up your request there goes on",
+    RequestState.PROVISIONING: "Setting up your request there goes on",
+    RequestState.ACTIVE: "Your workload keeps running there until it is released or expires",
+    RequestState.RELEASING: "The release of your workload there goes on",
+}
 
 
 @transaction.atomic
@@ -78,12 +91,15 @@ def node_cordon(node: Node, reason: str, actor: User | None) -> Node:
     node.save(update_fields=["schedulable", "cordon_reason", "cordoned_at", "cordoned_by", "updated_at"])
     audit_record(actor=actor, action="node.cordoned", target=node, reason=reason)
     for running in selectors.running_requests_on(node_ids=[node.pk]):
+        what_goes_on = _CORDON_LEAVES.get(running["request"].state)
+        if what_goes_on is None:  # failed or ended: its devices are on their way back, there is nothing to tell
+            continue
         record_event(
             running["request"],
             actor=actor,
             code=EventCode.NODE_CORDONED,
-            message=f"Node {node.name} was cordoned by {_who(actor)}: {reason}. Your workload keeps running there "
-            "until it is released or expires; new placements avoid the node."
+            message=f"Node {node.name} was cordoned by {_who(actor)}: {reason}. {what_goes_on}; new placements avoid "
+            "the node."
             + (
                 f" Replica(s) {', '.join(map(str, running['replicas']))} there leave the endpoint's rotation while "
                 "replicas on other nodes serve."
@@ -92,7 +108,7 @@ def node_cordon(node: Node, reason: str, actor: User | None) -> Node:
             ),
             data={"node": node.name, "reason": reason},
         )
-    _announce_availability(node)
+    _announce_availability(node, available=False)
     return node
 
 
@@ -107,8 +123,34 @@ def node_uncordon(node: Node, reason: str, actor: User | None) -> Node:
     node.schedulable, node.cordon_reason, node.cordoned_at, node.cordoned_by = True, "", None, None
     node.save(update_fields=["schedulable", "cordon_reason", "cordoned_at", "cordoned_by", "updated_at"])
     audit_record(actor=actor, action="node.uncordoned", target=node, reason=reason, data={"cordon_reason": previous})
-    _announce_availability(node)
+    _announce_availability(node, available=True)
     return node
+
+
+@transaction.atomic
+def node_serving_runtimes_report(
+    *, nodes, runtimes: dict[str, list[str]], probed: frozenset[str], actor: User | None = None
+) -> list[Node]:
+    """What a host found it can serve for these nodes: for each runtime it `probed`, the model files it holds
+    (`runtimes`; a probed runtime missing from it is not installed). Runtimes it did not probe stay as configured.
+    The nodes whose runtimes changed, each with an audit row."""
+    problems = serving_runtimes_problems(runtimes)
+    if problems:
+        raise DomainError(" ".join(problems), code="invalid_serving_runtimes", details={"runtimes": runtimes})
+    changed = []
+    for node in Node.objects.select_for_update().filter(pk__in=[node.pk for node in nodes]).order_by("pk"):
+        before = dict(node.serving_runtimes)
+        after = {runtime: files for runtime, files in before.items() if runtime not in probed}
+        after.update({runtime: sorted(files) for runtime, files in runtimes.items() if runtime in probed})
+        if after == before:
+            continue
+        node.serving_runtimes = after
+        node.save(update_fields=["serving_runtimes", "updated_at"])
+        audit_record(
+            actor=actor, action="node.serving_runtimes_reported", target=node, data={"before": before, "after": after}
+        )
+        changed.append(node)
+    return changed
 
 
 @transaction.atomic
@@ -264,7 +306,7 @@ def device_isolate(device: Device, reason: str, actor: User | None = None) -> De
         reason=reason,
         data={"node": device.node.name, "index": device.index, "uuid": device.uuid, "affected_requests": affected},
     )
-    _announce_availability(device.node)
+    _announce_availability(device.node, available=False)
     device_id = device.pk
     transaction.on_commit(lambda: async_task("scheduling.tasks.notify_isolation", device_id, affected, requeue))
     if requeue:
@@ -369,7 +411,7 @@ class IsolationClearanceApprovals:
                 "health": device.health,
             },
         )
-        _announce_availability(device.node)
+        _announce_availability(device.node, available=True)
 
     def on_rejected(self, clearance: IsolationClearance, *, actor: User, comment: str) -> None:
         clearance = IsolationClearance.objects.select_for_update().get(pk=clearance.pk)

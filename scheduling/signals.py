@@ -18,5 +18,7 @@ requests_allocated = Signal()
 cycle_finished = Signal()
 
 # Sent after the commit of a change to whether a node should take work: a cordon or uncordon, a card isolated or its
-# isolation cleared. kwargs: node_id (int), execution_backend (str). The Slurm drain connects here.
+# isolation cleared. kwargs: node_id (int), execution_backend (str), available (bool: the node may take work it could
+# not take before, i.e. an uncordon or a clearance). The Slurm drain connects here, and the scheduling cycle to a
+# node becoming available.
 node_availability_changed = Signal()

@@ -3,7 +3,7 @@
 from config.retry import retry_if_locked
 from scheduling import cycle, reclaim
 from scheduling.notifications import isolation_notify
-from scheduling.slurm.services import slurm_inventory_refresh, slurm_node_sync
+from scheduling.slurm.services import slurm_inventory_refresh, slurm_node_states_refresh, slurm_node_sync
 
 
 @retry_if_locked
@@ -34,6 +34,11 @@ def sync_slurm_node(node_id: int) -> str:
 @retry_if_locked
 def import_from_slurm() -> str:
     return slurm_inventory_refresh()
+
+
+@retry_if_locked
+def refresh_slurm_node_states() -> str:
+    return slurm_node_states_refresh()
 
 
 def notify_isolation(device_id: int, affected_request_ids: list[int], requeued: bool) -> int:

@@ -9,10 +9,18 @@ CYCLE_TASK = "scheduling.tasks.run_cycle"
 RECLAIM_TASK = "scheduling.tasks.reclaim_allocations"
 SLURM_SYNC_TASK = "scheduling.tasks.sync_slurm_node"
 SLURM_IMPORT_TASK = "scheduling.tasks.import_from_slurm"
+SLURM_STATES_TASK = "scheduling.tasks.refresh_slurm_node_states"
 
 
 def trigger_cycle(**_kwargs) -> None:
     async_task(CYCLE_TASK)
+
+
+def cycle_when_available(*, available: bool, **_kwargs) -> None:
+    """Capacity came back (an uncordon, by an operator or by the Slurm import once Slurm resumed the node, or an
+    isolation cleared): the queue is placed now, not at the next minute's cycle."""
+    if available:
+        trigger_cycle()
 
 
 def free_unprovisioned(*, request_id: int, reason: str, provisioning_started: bool, **_kwargs) -> None:
@@ -29,11 +37,13 @@ def drain_in_slurm(*, node_id: int, execution_backend: str, **_kwargs) -> None:
 
 
 def ensure_schedules(**_kwargs) -> None:
-    """A cycle every minute as a safety net (events trigger one at once), reclamation every minute, and the Slurm
-    inventory every five minutes (a no-op while no Slurm cluster is configured)."""
+    """A cycle every minute as a safety net (events trigger one at once), reclamation every minute, Slurm's node
+    states every minute and the whole Slurm inventory every five (both no-ops while no Slurm cluster is
+    configured)."""
     schedules.ensure(
         ("Scheduling cycle", CYCLE_TASK, schedules.EVERY_MINUTE),
         ("Reclaim expired and stale allocations", RECLAIM_TASK, schedules.EVERY_MINUTE),
+        ("Read node states from Slurm", SLURM_STATES_TASK, schedules.EVERY_MINUTE),
         ("Import inventory from Slurm", SLURM_IMPORT_TASK, schedules.EVERY_FIVE_MINUTES),
     )
 
@@ -57,5 +67,6 @@ def connect() -> None:
     request_queued.connect(trigger_cycle, dispatch_uid="scheduling.cycle_on_queue")
     health_changed.connect(trigger_cycle, dispatch_uid="scheduling.cycle_on_health")
     node_availability_changed.connect(drain_in_slurm, dispatch_uid="scheduling.drain_in_slurm")
+    node_availability_changed.connect(cycle_when_available, dispatch_uid="scheduling.cycle_on_availability")
     request_releasing.connect(free_unprovisioned, dispatch_uid="scheduling.free_on_release")
     post_migrate.connect(ensure_schedules, dispatch_uid="scheduling.ensure_schedules")

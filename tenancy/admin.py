@@ -1,5 +1,7 @@
 """Operator console for tenants, projects, memberships and quotas. Every save goes through a service."""
 
+from axes.admin import AccessAttemptAdmin
+from axes.models import AccessAttempt
 from django import forms
 from django.contrib import admin, messages
 from django.contrib.auth.admin import UserAdmin as DjangoUserAdmin
@@ -10,12 +12,23 @@ from guardian.admin import GuardedModelAdmin
 
 from config.admin_actions import ReadOnlyAdminMixin, action_with_reason
 from config.errors import DomainError
-from tenancy import services
-from tenancy.choices import QuotaDimension, Role
-from tenancy.models import AuditEvent, Invitation, Membership, Project, ProjectQuota, Tenant, TenantQuota, User
+from tenancy import api_tokens, services, sign_in
+from tenancy.choices import OrderCap, QuotaDimension, Role
+from tenancy.models import (
+    ApiToken,
+    AuditEvent,
+    Invitation,
+    Membership,
+    Project,
+    ProjectQuota,
+    Tenant,
+    TenantQuota,
+    User,
+)
 
 QUOTA_FIELDS = tuple(QuotaDimension.values)
 ENTITLEMENT = "max_priority"  # project quotas only: the highest priority class ordered without approval
+ORDER_CAP_FIELDS = tuple(cap.field for cap in OrderCap)  # project quotas only: overrides of the platform's caps
 
 
 class UserChangeForm(DjangoUserAdmin.form):
@@ -139,6 +152,9 @@ def _save_quota(request, quota, limits: dict, form) -> None:
         services.quota_set_priority_entitlement(
             quota=quota, max_priority=form.cleaned_data[ENTITLEMENT], actor=request.user, reason=reason
         )
+    caps = {cap.value: form.cleaned_data[cap.field] for cap in OrderCap if cap.field in form.changed_data}
+    if caps:
+        services.quota_set_order_caps(quota=quota, caps=caps, actor=request.user, reason=reason)
 
 
 def _quota_row(owner, actor):
@@ -175,7 +191,7 @@ class MembershipInline(admin.TabularInline):
 class ProjectQuotaInline(admin.StackedInline):
     model = ProjectQuota
     form = QuotaForm
-    fields = (ENTITLEMENT, *QUOTA_FIELDS, "reason")
+    fields = (ENTITLEMENT, *QUOTA_FIELDS, *ORDER_CAP_FIELDS, "reason")
     readonly_fields = ["updated_by"]
     can_delete = False
     extra = 0
@@ -344,7 +360,7 @@ class ProjectQuotaAdmin(QuotaAdminBase):
     list_filter = ["project__tenant", ENTITLEMENT]
     list_select_related = ["project__tenant"]
     search_fields = ["project__name", "project__slug"]
-    fields = ["project", ENTITLEMENT, *QUOTA_FIELDS, "reason", "updated_at", "updated_by"]
+    fields = ["project", ENTITLEMENT, *QUOTA_FIELDS, *ORDER_CAP_FIELDS, "reason", "updated_at", "updated_by"]
     readonly_fields = ["project", "updated_at", "updated_by"]
 
 
@@ -378,3 +394,64 @@ class InvitationAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
     list_select_related = ["project__tenant", "invited_by", "accepted_by"]
     search_fields = ["email", "project__name", "invited_by__username"]
     exclude = ["token_prefix", "token_hash"]
+
+
+@admin.register(ApiToken)
+class ApiTokenAdmin(admin.ModelAdmin):
+    """People's API tokens (issued at /api/v1/auth/token/): who holds which, until when, last used; operators
+    revoke them (audited). The secret is never stored, so it is never shown."""
+
+    list_display = ["prefix", "name", "user", "created_at", "expires_at", "last_used_at", "revoked_at"]
+    list_filter = [("revoked_at", admin.EmptyFieldListFilter)]
+    list_select_related = ["user"]
+    search_fields = ["prefix", "name", "user__username"]
+    exclude = ["hashed"]
+    actions = [
+        action_with_reason(
+            name="revoke_api_tokens",
+            description="Revoke selected API tokens",
+            verb="Revoked",
+            permission="revoke",
+            change=lambda token, reason, actor: api_tokens.api_token_revoke(token=token, reason=reason, actor=actor),
+        )
+    ]
+
+    def has_add_permission(self, request):
+        return False
+
+    def has_change_permission(self, request, obj=None):
+        return False
+
+    def has_delete_permission(self, request, obj=None):
+        return False  # revoked tokens stay for the audit trail
+
+    def has_revoke_permission(self, request):
+        return request.user.has_perm("tenancy.change_apitoken")
+
+
+admin.site.unregister(AccessAttempt)
+
+
+@admin.register(AccessAttempt)
+class SignInLockoutAdmin(AccessAttemptAdmin):
+    """django-axes' failed sign-ins per account and address: operators see who is locked out and clear it, with a
+    reason on the audit record (plain deletion is not offered: it would leave no trace)."""
+
+    actions = [
+        *AccessAttemptAdmin.actions,
+        action_with_reason(
+            name="clear_sign_in_lockouts",
+            description="Clear the sign-in lockout of the selected rows",
+            verb="Cleared",
+            permission="clear",
+            change=lambda attempt, reason, actor: sign_in.sign_in_lockout_clear(
+                attempt=attempt, reason=reason, actor=actor
+            ),
+        ),
+    ]
+
+    def has_delete_permission(self, request, obj=None):
+        return False
+
+    def has_clear_permission(self, request):
+        return request.user.has_perm("axes.delete_accessattempt")

@@ -18,9 +18,27 @@ class TenancyConfig(AppConfig):
         *_crud("tenancy", "tenantquota", "view", "add", "change"),
         "tenancy.view_auditevent",
         "tenancy.view_invitation",
+        *_crud("tenancy", "apitoken", "view", "change"),  # change: revoke
+        # Sign-in lockouts (django-axes): see failures and sign-ins, clear a lockout (audited, tenancy.sign_in).
+        *_crud("axes", "accessattempt", "view", "delete"),
+        "axes.view_accesslog",
+        "axes.view_accessfailurelog",
     ]
 
     def ready(self):
         from tenancy.operators import sync_operator_group
 
         post_migrate.connect(sync_operator_group, dispatch_uid="tenancy.sync_operator_group")
+        post_migrate.connect(_ensure_schedules, sender=self, dispatch_uid="tenancy.ensure_schedules")
+
+
+PURGE_TOKENS_TASK = "tenancy.tasks.purge_api_tokens"
+
+
+def _ensure_schedules(**_kwargs) -> None:
+    """The daily purge of API tokens that ended long ago, created once; operators may retime it in the admin."""
+    from django_q.models import Schedule
+
+    from config import schedules
+
+    schedules.ensure(("Purge ended API tokens", PURGE_TOKENS_TASK, (Schedule.DAILY, None)))

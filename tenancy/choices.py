@@ -34,6 +34,25 @@ class QuotaDimension(models.TextChoices):
     MONTHLY_CARD_HOURS = "monthly_card_hours", "Card-hours per month"
 
 
+class OrderCap(models.TextChoices):
+    """Caps on a project's orders (settings ORDER_MAX_<VALUE> give the defaults, a project's quota may override
+    each in its field `max_<value>`): open orders (not yet ended) and orders waiting for quota, per requester and
+    for the whole project."""
+
+    OPEN_PER_REQUESTER = "open_per_requester", "Open orders per requester"
+    OPEN_PER_PROJECT = "open_per_project", "Open orders of the project"
+    WAITING_PER_REQUESTER = "waiting_per_requester", "Orders waiting for quota per requester"
+    WAITING_PER_PROJECT = "waiting_per_project", "Orders waiting for quota in the project"
+
+    @property
+    def field(self) -> str:
+        return f"max_{self.value}"
+
+    @property
+    def setting(self) -> str:
+        return f"ORDER_MAX_{self.value.upper()}"
+
+
 class PriorityClass(models.TextChoices):
     """Scheduling priority; the rank orders the queue (higher first). A project's quota names the highest class
     it may order without approval (its entitlement)."""

@@ -10,7 +10,7 @@ class TeamAddForm(forms.Form):
     identifier = forms.CharField(
         label="Username or e-mail",
         max_length=254,
-        help_text="Someone without an account gets an e-mail with a sign-up link.",
+        help_text="People of your tenant are added at once; anyone else gets an e-mail invitation to accept.",
     )
     role = forms.ChoiceField(choices=ROLE_CHOICES, initial=Role.MEMBER)
 

@@ -7,7 +7,7 @@ from django.core.validators import MinValueValidator, RegexValidator
 from django.db import models
 from django.db.models import Q
 
-from tenancy.choices import PriorityClass, ProjectPermission, QuotaDimension, Role
+from tenancy.choices import OrderCap, PriorityClass, ProjectPermission, QuotaDimension, Role
 
 slug_validator = RegexValidator(r"^[a-z0-9]+(?:-[a-z0-9]+)*$", "Use lowercase letters, digits and single hyphens.")
 
@@ -104,6 +104,15 @@ class Membership(models.Model):
         return f"{self.user} is {self.get_role_display().lower()} of {self.project.slug}"
 
 
+def _order_cap_field(cap: OrderCap):
+    return models.PositiveIntegerField(
+        cap.label,
+        null=True,
+        blank=True,
+        help_text=f"Empty: the platform's default ({cap.setting}); 0: no cap.",
+    )
+
+
 def _limit_field(decimal: bool, help_text: str, label: str):
     """One quota dimension: empty means no limit on that dimension."""
     common = {"verbose_name": label, "null": True, "blank": True, "help_text": f"{help_text} Empty means unlimited."}
@@ -143,6 +152,10 @@ class ProjectQuota(QuotaLimits):
         help_text="Highest priority class the project may order without approval; a higher one is refused, or "
         "routed to approval as an exception when the requester asks for one.",
     )
+    max_open_per_requester = _order_cap_field(OrderCap.OPEN_PER_REQUESTER)
+    max_open_per_project = _order_cap_field(OrderCap.OPEN_PER_PROJECT)
+    max_waiting_per_requester = _order_cap_field(OrderCap.WAITING_PER_REQUESTER)
+    max_waiting_per_project = _order_cap_field(OrderCap.WAITING_PER_PROJECT)
 
     class Meta:
         constraints = [
@@ -230,8 +243,9 @@ class MonthlyUsage(models.Model):
 
 
 class Invitation(models.Model):
-    """A lead's invitation for someone without an account: a mail with a one-time sign-up link that creates the
-    account and the membership. Only the secret's hash is stored; sending again replaces the link."""
+    """A lead's invitation for someone outside the project's tenant: a mail with a one-time link with which they join,
+    signed in with the account they have or by creating one. Only the secret's hash is stored; sending again replaces
+    the link."""
 
     project = models.ForeignKey(Project, on_delete=models.CASCADE, related_name="invitations")
     email = models.EmailField()
@@ -267,3 +281,32 @@ class Invitation(models.Model):
     @property
     def is_open(self) -> bool:
         return self.accepted_at is None and self.revoked_at is None
+
+
+class ApiToken(models.Model):
+    """A person's credential for the API (`Authorization: Token <secret>`), the one token mechanism of the platform:
+    issued by signing in at /api/v1/auth/token/ (and, later, from a personal tokens page or for a service account),
+    shown once, stored as a SHA-256 hash found by its public prefix (config.tokens), expiring, revocable, audited.
+
+    Tokens from before hashing (DRF's 40-hex keys) were hashed by migration; their prefix is the key's first 12
+    characters. See docs/security.md for how scopes and service accounts extend this model."""
+
+    user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="api_tokens")
+    name = models.CharField(max_length=80, help_text="What uses it, e.g. a laptop's CLI or a CI pipeline.")
+    prefix = models.CharField(max_length=12, unique=True, help_text="Public part of the token, to tell tokens apart.")
+    hashed = models.CharField(max_length=64)
+    created_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    created_at = models.DateTimeField(auto_now_add=True)
+    expires_at = models.DateTimeField(db_index=True)
+    last_used_at = models.DateTimeField(null=True, blank=True)
+    revoked_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        verbose_name = "API token"
+        ordering = ["-created_at", "-id"]
+        indexes = [models.Index(fields=["user", "-created_at"], name="api_token_user_idx")]
+
+    def __str__(self):
+        return f"{self.name} ({self.prefix}…) of {self.user}"

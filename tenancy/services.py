@@ -8,7 +8,7 @@ from django.db import models, transaction
 from guardian.shortcuts import assign_perm, get_user_perms, remove_perm
 
 from config.errors import Conflict, DomainError
-from tenancy.choices import ROLE_PERMISSIONS, PriorityClass, ProjectPermission, QuotaDimension, Role
+from tenancy.choices import ROLE_PERMISSIONS, OrderCap, PriorityClass, ProjectPermission, QuotaDimension, Role
 from tenancy.models import AuditEvent, Membership, Project, ProjectQuota, Tenant, TenantQuota, User
 from tenancy.signals import quota_changed
 
@@ -253,6 +253,29 @@ def quota_set_priority_entitlement(
         reason=reason,
         data={"max_priority": [before, max_priority]},
     )
+    return quota
+
+
+@transaction.atomic
+def quota_set_order_caps(
+    *, quota: ProjectQuota, caps: dict[str, int | None], actor: User | None, reason: str = ""
+) -> ProjectQuota:
+    """Override the platform's order caps for this project (None: back to the default, 0: no cap); records before
+    and after."""
+    unknown = set(caps) - set(OrderCap.values)
+    if unknown:
+        raise DomainError(f"Unknown order caps: {', '.join(sorted(unknown))}.", code="invalid_order_cap")
+    quota = ProjectQuota.objects.select_for_update().get(pk=quota.pk)
+    changed = {cap: [getattr(quota, OrderCap(cap).field), value] for cap, value in caps.items()}
+    changed = {cap: values for cap, values in changed.items() if values[0] != values[1]}
+    if not changed:
+        return quota
+    for cap, (_, value) in changed.items():
+        setattr(quota, OrderCap(cap).field, value)
+    quota.updated_by = _user_or_none(actor)
+    quota.full_clean()
+    quota.save()
+    audit_record(actor=actor, action="quota.order_caps_changed", target=quota, reason=reason, data=changed)
     return quota
 
 

@@ -1,9 +1,10 @@
-"""A lead manages their project's team: add people, change roles, remove them, invite someone without an account.
+"""A lead manages their project's team: add people of their tenant, invite anyone else, change roles, remove people.
 
 Every change goes through `membership_grant` / `membership_revoke` (the only code that assigns object permissions,
 each audited); these services add who may do it (the project's lead, operators) and the invitation: a mail with a
-one-time sign-up link (only its hash is stored) that expires, and whose acceptance creates the account and the
-membership in one transaction.
+one-time link (only its hash is stored) that expires. Nobody outside the tenant is added without saying yes: the
+invited person accepts with the account they have (signed in) or creates one, and the membership follows in the
+same transaction.
 """
 
 from datetime import timedelta
@@ -58,22 +59,36 @@ def _check_role(role: str) -> str:
     return role
 
 
-def _user_for(identifier: str) -> User | None:
+def _people_of(tenant_id: int):
+    """Who belongs to a tenant: members of any of its projects, and its administrators."""
+    return User.objects.filter(
+        Q(memberships__project__tenant_id=tenant_id) | Q(administered_tenants__id=tenant_id), is_active=True
+    ).distinct()
+
+
+def _user_for(identifier: str, *, among) -> User | None:
+    """The one active person among `among` whose username or e-mail this is, else None."""
     identifier = identifier.strip()
     if not identifier:
         return None
-    matches = list(
-        User.objects.filter(Q(username__iexact=identifier) | Q(email__iexact=identifier), is_active=True)[:2]
-    )
+    matches = list(among.filter(Q(username__iexact=identifier) | Q(email__iexact=identifier))[:2])
     return matches[0] if len(matches) == 1 else None
+
+
+def _may_add_anyone(actor: User) -> bool:
+    """Operators edit any membership in the console anyway; a lead adds only people of the project's tenant."""
+    return actor.has_perm("tenancy.change_membership")
 
 
 @transaction.atomic
 def team_member_add(*, project: Project, identifier: str, role: str, actor: User) -> Membership | Invitation:
-    """Add the person named by username or e-mail; someone without an account, named by e-mail, is invited."""
+    """Add a person of the project's tenant, named by username or e-mail; anyone else, named by e-mail, is invited
+    and joins only by accepting. What the lead is told never depends on whether an account exists outside the
+    tenant: another tenant's usernames and e-mails are neither confirmed nor denied."""
     _check_can_manage(actor, project)
     _check_role(role)
-    user = _user_for(identifier)
+    among = User.objects.filter(is_active=True) if _may_add_anyone(actor) else _people_of(project.tenant_id)
+    user = _user_for(identifier, among=among)
     if user is not None:
         if Membership.objects.filter(project=project, user=user).exists():
             raise Conflict(
@@ -86,7 +101,8 @@ def team_member_add(*, project: Project, identifier: str, role: str, actor: User
         validate_email(identifier.strip())
     except ValidationError as invalid:
         raise DomainError(
-            f"No one is called {identifier.strip()!r}; give an e-mail address to invite someone without an account.",
+            f"No one in {project.tenant.name} is called {identifier.strip()!r}; give an e-mail address to invite "
+            "someone else.",
             code="unknown_user",
             details={"field": "identifier"},
         ) from invalid
@@ -194,27 +210,17 @@ def invitation_for_token(token: str, *, lock: bool = False) -> Invitation | None
     return next((row for row in candidates if row.token_hash and secret_matches(row.token_hash, token)), None)
 
 
-@transaction.atomic
-def invitation_accept(*, token: str, username: str, password: str, first_name: str = "", last_name: str = "") -> User:
-    """Create the invited person's account and membership; the link works once."""
+def _check_invitation(token: str) -> Invitation:
     invitation = invitation_for_token(token, lock=True)
     if invitation is None:
         raise DomainError(
             "This invitation link has expired, was used already or was withdrawn; ask the lead for a new one.",
             code="invitation_invalid",
         )
-    username = username.strip()
-    if User.objects.filter(username__iexact=username).exists():
-        raise Conflict(f"{username!r} is taken; choose another.", code="username_taken", details={"field": "username"})
-    user = User(username=username, email=invitation.email, first_name=first_name.strip(), last_name=last_name.strip())
-    try:
-        user.full_clean(exclude=["password"])
-        validate_password(password, user)
-    except ValidationError as invalid:
-        field = "password" if not hasattr(invalid, "error_dict") else next(iter(invalid.error_dict))
-        raise DomainError(" ".join(invalid.messages), code="validation_error", details={"field": field}) from invalid
-    user.set_password(password)
-    user.save()
+    return invitation
+
+
+def _join(invitation: Invitation, user: User) -> Membership:
     invitation.accepted_at, invitation.accepted_by = timezone.now(), user
     invitation.save(update_fields=["accepted_at", "accepted_by"])
     audit_record(
@@ -227,5 +233,35 @@ def invitation_accept(*, token: str, username: str, password: str, first_name: s
             "invited_by": getattr(invitation.invited_by, "username", None),
         },
     )
-    membership_grant(project=invitation.project, user=user, role=invitation.role, actor=invitation.invited_by)
+    return membership_grant(project=invitation.project, user=user, role=invitation.role, actor=invitation.invited_by)
+
+
+@transaction.atomic
+def invitation_accept(*, token: str, username: str, password: str, first_name: str = "", last_name: str = "") -> User:
+    """Create the invited person's account and membership; the link works once."""
+    invitation = _check_invitation(token)
+    username = username.strip()
+    if User.objects.filter(username__iexact=username).exists():
+        raise Conflict(f"{username!r} is taken; choose another.", code="username_taken", details={"field": "username"})
+    user = User(username=username, email=invitation.email, first_name=first_name.strip(), last_name=last_name.strip())
+    try:
+        user.full_clean(exclude=["password"])
+        validate_password(password, user)
+    except ValidationError as invalid:
+        field = "password" if not hasattr(invalid, "error_dict") else next(iter(invalid.error_dict))
+        raise DomainError(" ".join(invalid.messages), code="validation_error", details={"field": field}) from invalid
+    user.set_password(password)
+    user.save()
+    _join(invitation, user)
     return user
+
+
+@transaction.atomic
+def invitation_accept_as(*, token: str, user: User) -> Membership:
+    """The signed-in holder of the link joins with the account they have; the link works once."""
+    invitation = _check_invitation(token)
+    if Membership.objects.filter(project=invitation.project, user=user).exists():
+        raise Conflict(
+            f"You are already in {invitation.project.name}.", code="already_member", details={"user": user.username}
+        )
+    return _join(invitation, user)

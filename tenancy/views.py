@@ -121,10 +121,13 @@ def invitation_revoke(request, pk, invitation_id):
 
 @require_http_methods(["GET", "POST"])
 def invitation_accept(request, token):
-    """Anyone holding the link: a form that creates the account and the membership, then signs them in."""
+    """Anyone holding the link: signed in, they join with their account; otherwise they sign in first or create an
+    account here, which signs them in."""
     invitation = team.invitation_for_token(token)
     if invitation is None:
         return render(request, "tenancy/invitation_invalid.html", status=404)
+    if request.user.is_authenticated:
+        return _join_as_signed_in(request, token, invitation)
     form = InvitationAcceptForm(request.POST or None)
     if request.method == "POST" and form.is_valid():
         try:
@@ -139,13 +142,34 @@ def invitation_accept(request, token):
             _refusal_on(form, error)
         else:
             login(request, user, backend="django.contrib.auth.backends.ModelBackend")
-            messages.success(
-                request, f"Welcome! You are now {invitation.get_role_display().lower()} of {invitation.project.name}."
-            )
-            return redirect("portal:catalog")
+            return _welcome(request, invitation)
     return render(
         request,
         "tenancy/invitation_accept.html",
         {"invitation": invitation, "form": form},
         status=422 if form.errors else 200,
     )
+
+
+def _join_as_signed_in(request, token, invitation):
+    refusal = None
+    if request.method == "POST":
+        try:
+            team.invitation_accept_as(token=token, user=request.user)
+        except DomainError as error:
+            refusal = error.message
+        else:
+            return _welcome(request, invitation)
+    return render(
+        request,
+        "tenancy/invitation_accept.html",
+        {"invitation": invitation, "refusal": refusal},
+        status=409 if refusal else 200,
+    )
+
+
+def _welcome(request, invitation):
+    messages.success(
+        request, f"Welcome! You are now {invitation.get_role_display().lower()} of {invitation.project.name}."
+    )
+    return redirect("portal:catalog")

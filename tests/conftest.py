@@ -1,4 +1,5 @@
 import pytest
+from django.core.cache import cache
 from django.db import connection
 from rest_framework.test import APIClient
 
@@ -26,6 +27,13 @@ def _postgresql_only(django_db_setup, django_db_blocker):
     """The suite runs on PostgreSQL, like production; SQLite would hide locking and constraint behaviour."""
     with django_db_blocker.unblock():
         assert connection.vendor == "postgresql", "Tests need PostgreSQL: set DATABASE_URL or start it locally."
+
+
+@pytest.fixture(autouse=True)
+def _fresh_cache():
+    """Throttle counters (and anything else kept in the default cache) start from nothing in each test: the tests of
+    one process all call from 127.0.0.1."""
+    cache.clear()
 
 
 @pytest.fixture

@@ -244,7 +244,7 @@ def _write_files(cluster: SlurmCluster, *, controller_port: int, node_ports: lis
         (root / directory).mkdir()
     _make_owned_dir(root / "munge", MUNGE_USER, 0o755)
     _write_owned(root / "munge" / "munge.key", secrets.token_bytes(1024), MUNGE_USER, 0o400)
-    _make_owned_dir(cluster.job_dir, REST_USER, 0o755)
+    _make_owned_dir(cluster.job_dir, REST_USER, 0o700)  # private to the job user, as SLURM_JOB_DIRECTORY must be
     # slurmctld (root) signs and checks the tokens with this key; nobody else reads it.
     _write_owned(root / "jwt.key", secrets.token_bytes(32), "root", 0o600)
     gres_lines = ["AutoDetect=off"]

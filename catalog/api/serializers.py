@@ -123,6 +123,7 @@ class BareMetalProfileSerializer(PricedMixin, ModelSerializer):
             "driver_version",
             "monitoring_agent",
             "gpu_exporter",
+            "slurm_membership",
             "target_cluster",
             "validation_suite",
             "hourly_price",

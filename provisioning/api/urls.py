@@ -1,6 +1,7 @@
 from django.urls import path
 
 from provisioning.api import views
+from provisioning.api.connect import ConnectSecretRotateView
 from provisioning.serving import views as serving_views
 
 urlpatterns = [
@@ -10,17 +11,17 @@ urlpatterns = [
         name="provisioning-installer-callback",
     ),
     path(
-        "provisioning/pxe/<str:token>/boot.ipxe",
+        "provisioning/pxe/boot.ipxe",
         views.NetbootView.as_view(document="ipxe"),
         name="provisioning-netboot-script",
     ),
     path(
-        "provisioning/pxe/<str:token>/user-data",
+        "provisioning/pxe/user-data",
         views.NetbootView.as_view(document="user-data"),
         name="provisioning-netboot-user-data",
     ),
     path(
-        "provisioning/pxe/<str:token>/meta-data",
+        "provisioning/pxe/meta-data",
         views.NetbootView.as_view(document="meta-data"),
         name="provisioning-netboot-meta-data",
     ),
@@ -28,4 +29,9 @@ urlpatterns = [
     path("projects/<int:project_id>/api-keys/", serving_views.ProjectKeysView.as_view(), name="api-key-list"),
     path("api-keys/<int:pk>/rotate/", serving_views.KeyRotateView.as_view(), name="api-key-rotate"),
     path("api-keys/<int:pk>/revoke/", serving_views.KeyRevokeView.as_view(), name="api-key-revoke"),
+    path(
+        "requests/<int:pk>/connect-secrets/<slug:name>/rotate/",
+        ConnectSecretRotateView.as_view(),
+        name="api-connect-secret-rotate",
+    ),
 ]

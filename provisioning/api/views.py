@@ -1,5 +1,6 @@
-"""The OS installer's side (its one-time token is its only credential): the network boot files and the completion
-callback; and the operators' retry."""
+"""The OS installer's side, without a session: the network boot files (served to the server waiting to install, known
+by its address) and the completion callback (the run's installer token, from the node's address where known, while
+the run waits for it); and the operators' retry."""
 
 from django.http import HttpResponse
 from django.shortcuts import get_object_or_404
@@ -8,18 +9,15 @@ from rest_framework import permissions, serializers
 from rest_framework.negotiation import BaseContentNegotiation
 from rest_framework.renderers import JSONRenderer
 from rest_framework.response import Response
-from rest_framework.throttling import AnonRateThrottle
 from rest_framework.views import APIView
 
 from config.api import ErrorSerializer
+from config.client_address import client_address
 from config.errors import NotPermitted
+from config.throttling import InstallerThrottle
 from provisioning import netboot, services
 from provisioning.models import ProvisioningRun
-from provisioning.selectors import installer_run, run_summary
-
-
-class InstallerThrottle(AnonRateThrottle):
-    rate = "120/min"
+from provisioning.selectors import network_install_run, run_summary
 
 
 class InstallerReportSerializer(serializers.Serializer):
@@ -29,8 +27,9 @@ class InstallerReportSerializer(serializers.Serializer):
 
 
 class InstallerCallbackView(APIView):
-    """`POST` by the OS installer when it has finished: {token, status, detail}. 202, or 404 for an unknown token
-    and 409 for one already used."""
+    """`POST` by the OS installer when it has finished: {token, status, detail}. 202; 404 for an unknown token, 403
+    from an address other than the node's, 409 when the run does not wait for its installer (not booted yet, already
+    reported, stopped). A refusal changes nothing."""
 
     authentication_classes: list = []
     permission_classes = [permissions.AllowAny]
@@ -38,12 +37,12 @@ class InstallerCallbackView(APIView):
 
     @extend_schema(
         request=InstallerReportSerializer,
-        responses={202: None, 400: ErrorSerializer, 404: ErrorSerializer, 409: ErrorSerializer},
+        responses={202: None, 400: ErrorSerializer, 403: ErrorSerializer, 404: ErrorSerializer, 409: ErrorSerializer},
     )
     def post(self, request):
         report = InstallerReportSerializer(data=request.data)
         report.is_valid(raise_exception=True)
-        services.installer_report(**report.validated_data)
+        services.installer_report(**report.validated_data, source_address=client_address(request) or "")
         return Response(status=202)
 
 
@@ -59,14 +58,15 @@ class _AlwaysJson(BaseContentNegotiation):
 
 NETBOOT_DOCUMENTS = {
     "ipxe": ("text/plain", netboot.ipxe_script),
-    "user-data": ("text/cloud-config", netboot.user_data),
-    "meta-data": ("text/plain", lambda run, _token: netboot.meta_data(run)),
+    "user-data": ("text/cloud-config", lambda run: netboot.user_data(run, services.installer_token(run))),
+    "meta-data": ("text/plain", netboot.meta_data),
 }
 
 
 class NetbootView(APIView):
-    """`GET` by a server booting from the network: its run's iPXE script, and the cloud-init seed (user-data,
-    meta-data) it points at. 404 for an unknown token, 409 once it is spent or its run has stopped."""
+    """`GET` by a server booting from the network: the iPXE script of the run waiting to install it, and the
+    cloud-init seed (user-data, meta-data) it points at; the server is known by its address. 404 when no server at
+    the caller's address waits for a network install."""
 
     authentication_classes: list = []
     permission_classes = [permissions.AllowAny]
@@ -76,10 +76,12 @@ class NetbootView(APIView):
     document = "ipxe"
 
     @extend_schema(responses={(200, "text/plain"): str, 404: ErrorSerializer, 409: ErrorSerializer})
-    def get(self, request, token: str):
-        run = installer_run(token)
+    def get(self, request):
+        run = network_install_run(client_address(request) or "")
         content_type, render = NETBOOT_DOCUMENTS[self.document]
-        return HttpResponse(render(run, token), content_type=f"{content_type}; charset=utf-8")
+        answer = HttpResponse(render(run), content_type=f"{content_type}; charset=utf-8")
+        answer["Cache-Control"] = "no-store"  # the install config holds the installer's token
+        return answer
 
 
 class RetrySerializer(serializers.Serializer):

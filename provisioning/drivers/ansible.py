@@ -27,6 +27,7 @@ a token in its processes' environment) killed on timeout or by the next attempt 
 """
 
 import contextlib
+import hashlib
 import json
 import logging
 import os
@@ -42,7 +43,17 @@ from pathlib import Path
 import httpx
 from django.conf import settings
 
-from provisioning.drivers.base import InBandDriver, StepError, StepPending, Target
+from catalog.choices import TENANT_ROOT_MEMBERSHIPS, SlurmMembership
+from catalog.parameters import ssh_public_key_problem
+from provisioning.drivers.base import (
+    InBandDriver,
+    StepError,
+    StepPending,
+    Target,
+    login_name,
+    slurm_membership,
+    tenant_cluster_name,
+)
 from provisioning.secrets import ssh_credentials
 
 PLAYBOOK_DIR = Path(__file__).resolve().parent.parent / "playbooks"
@@ -116,6 +127,11 @@ class AnsibleHost(InBandDriver):
         return {**output, "ansible": result["summary"]}
 
     def register_in_cluster(self, target: Target, cluster: str) -> dict:
+        membership = slurm_membership(target)
+        if membership == SlurmMembership.NONE:
+            return {"slurm_membership": membership, "cluster": None, "registered": False}
+        if membership == SlurmMembership.TENANT_CLUSTER:
+            return self._run_own_cluster(target)
         slurm_conf, gres_conf, node_conf = _slurm_files(target, cluster)
         result = self._play(
             target,
@@ -130,18 +146,84 @@ class AnsibleHost(InBandDriver):
         )
         state = _await_slurm_node(target.node, idle=True)
         return {
+            "slurm_membership": membership,
             "cluster": cluster,
             "node_name": target.node,
             "address": _host_of(target),
             "slurm_state": state,
             "gres": node_conf.split("Gres=", 1)[1].split()[0],
+            "munge_key": "the shared cluster's",
+            "ansible": result["summary"],
+        }
+
+    def _run_own_cluster(self, target: Target) -> dict:
+        """A tenant_cluster server: a one-server cluster of its own, with a munge key made on the server; never the
+        shared cluster's key, which the playbook replaces and the driver checks for by fingerprint."""
+        name = tenant_cluster_name(target)
+        gres_conf, gres = _gres(target)
+        shared_key = _shared_key_fingerprint()
+        result = self._play(
+            target,
+            "register_in_tenant_cluster",
+            {
+                "cc_node": target.node,
+                "cc_slurm_conf": _tenant_slurm_conf(target, name, gres),
+                "cc_gres_conf": gres_conf,
+                "cc_shared_munge_key_sha256": shared_key,
+            },
+        )
+        if shared_key and result["facts"].get("munge_key_sha256") == shared_key:
+            raise StepError(
+                "shared_munge_key_on_tenant_server",
+                f"{target.node} holds the shared cluster's munge key, and its tenant has root there.",
+                retryable=False,
+                details={"ansible": result["summary"]},
+            )
+        return {
+            "slurm_membership": SlurmMembership.TENANT_CLUSTER,
+            "cluster": name,
+            "node_name": target.node,
+            "address": _host_of(target),
+            "slurm_state": result["facts"].get("slurm_state"),
+            "gres": gres,
+            "munge_key": "the server's own",
+            "ansible": result["summary"],
+        }
+
+    def grant_access(self, target: Target, *, ssh_public_key: str, root: bool) -> dict:
+        key = ssh_public_key.strip()
+        problem = key and ssh_public_key_problem(key)  # the rule the order was checked with (an older order: not)
+        if problem:
+            raise StepError("ssh_public_key_invalid", f"The order's ssh_public_key {problem}.", retryable=False)
+        user = login_name(target.requester)
+        result = self._play(target, "grant_access", {"cc_user": user, "cc_ssh_public_key": key, "cc_tenant_root": root})
+        return {
+            "user": user,
+            "ssh_key": "installed" if key else "none ordered",
+            "root": root,
+            "address": _host_of(target),
             "ansible": result["summary"],
         }
 
     def deregister_from_cluster(self, target: Target, cluster: str) -> dict:
         from scheduling.slurm import scontrol
 
-        result = self._play(target, "deregister_from_cluster", {"cc_node": target.node})
+        membership = slurm_membership(target)
+        shared = membership == SlurmMembership.SHARED_CLUSTER_NO_ROOT
+        try:
+            result = self._play(
+                target, "deregister_from_cluster", {"cc_node": target.node, "cc_slurm_membership": membership}
+            )
+        except StepError as locked_out:
+            # A tenant with root may have taken the platform's key or host key away. Nothing of the shared cluster
+            # is on such a server, power-off follows and it is reinstalled before its next tenant: not a reason to
+            # fail the release and isolate the node.
+            if shared or locked_out.code not in ("host_unreachable", "host_key_mismatch"):
+                raise
+            return {"slurm_membership": membership, "deregistered": False, "skipped": locked_out.message}
+        if not shared:  # nothing of the shared cluster to undo
+            own = tenant_cluster_name(target) if membership == SlurmMembership.TENANT_CLUSTER else None
+            return {"slurm_membership": membership, "cluster": own, "deregistered": True, "ansible": result["summary"]}
         removed = True
         try:
             scontrol.delete_node(target.node)
@@ -151,11 +233,13 @@ class AnsibleHost(InBandDriver):
             removed = False  # already gone: a rerun after an interrupted attempt
         _await_slurm_node(target.node, idle=False)
         return {"cluster": cluster, "node_name": target.node, "deregistered": True, "removed_now": removed,
-                "ansible": result["summary"]}  # fmt: skip
+                "slurm_membership": membership, "ansible": result["summary"]}  # fmt: skip
 
     def health_check(self, target: Target, checks: list[str]) -> dict:
         indexes = [device["index"] for device in target.devices]
         profile = target.snapshot["bare_metal_profile"]
+        membership = slurm_membership(target)
+        root = membership in TENANT_ROOT_MEMBERSHIPS
         result = self._play(
             target,
             "health_check",
@@ -163,14 +247,24 @@ class AnsibleHost(InBandDriver):
                 "cc_driver_version": profile["driver_version"],
                 "cc_device_indexes": indexes,
                 "cc_metrics_port": settings.INBAND_METRICS_PORT,
+                "cc_slurm_membership": membership,
+                "cc_user": login_name(target.requester),
+                "cc_tenant_root": root,
+                "cc_ssh_public_key": ((target.snapshot.get("parameters") or {}).get("ssh_public_key") or "").strip(),
             },
         )
-        state = _await_slurm_node(target.node, idle=True)
+        if membership == SlurmMembership.SHARED_CLUSTER_NO_ROOT:
+            cluster_node = f"passed ({_await_slurm_node(target.node, idle=True)})"
+        elif membership == SlurmMembership.TENANT_CLUSTER:
+            cluster_node = f"passed ({result['facts'].get('slurm_state')} in its own cluster)"
+        else:
+            cluster_node = "not in a cluster (the profile joins none)"
         outcome = {
             "driver_loaded": f"passed ({result['facts'].get('driver_version')})",
             "accelerators_visible": f"passed ({len(indexes)} device nodes)",
             "agent_reporting": "passed",
-            "cluster_node_idle": f"passed ({state})",
+            "cluster_node_idle": cluster_node,
+            "tenant_root": "granted (sudo)" if root else "passed (none: no sudo rule, no privileged group)",
         }
         for check in checks:  # profile checks this driver has no tool for on the host are said to be not run
             outcome.setdefault(check, "not run (no tool for it on the host)")
@@ -526,12 +620,63 @@ def _slurm_files(target: Target, cluster: str) -> tuple[str, str, str]:
         "SlurmdLogFile=/var/log/slurmd.log",
         *partitions,
     ]
+    gres_conf, gres = _gres(target)
+    node_conf = f"Gres={gres} NodeAddr={_host_of(target)}"
+    return "\n".join(lines) + "\n", gres_conf, node_conf
+
+
+def _gres(target: Target) -> tuple[str, str]:
+    """gres.conf for the server's allocated GPUs, and its GRES (gpu:<type>:<n>)."""
     gpu_type = re.sub(r"[^A-Za-z0-9]", "", target.snapshot["bare_metal_profile"]["accelerator_model"]) or "gpu"
     indexes = sorted(device["index"] for device in target.devices)
     files = ",".join(f"/dev/nvidia{index}" for index in indexes)
-    gres_conf = f"AutoDetect=off\nName=gpu Type={gpu_type} File={files}\n"
-    node_conf = f"Gres=gpu:{gpu_type}:{len(indexes)} NodeAddr={_host_of(target)}"
-    return "\n".join(lines) + "\n", gres_conf, node_conf
+    return f"AutoDetect=off\nName=gpu Type={gpu_type} File={files}\n", f"gpu:{gpu_type}:{len(indexes)}"
+
+
+def _tenant_slurm_conf(target: Target, name: str, gres: str) -> str:
+    """slurm.conf of a tenant_cluster server's one-server cluster: controller and node on the server itself, its
+    cores and memory as the inventory records them (hardware validation held the BMC to them). The playbook puts the
+    server's hostname in front (SlurmctldHost must be it)."""
+    settings = {
+        "ClusterName": name,
+        "SlurmUser": "root",
+        "SlurmdUser": "root",
+        "AuthType": "auth/munge",
+        "CredType": "cred/munge",
+        "StateSaveLocation": "/var/spool/slurmctld",
+        "SlurmdSpoolDir": "/var/spool/slurmd",
+        "SlurmctldPidFile": "/run/slurmctld.pid",
+        "SlurmdPidFile": "/run/slurmd.pid",
+        "SlurmctldLogFile": "/var/log/slurmctld.log",
+        "SlurmdLogFile": "/var/log/slurmd.log",
+        "SlurmdParameters": "config_overrides",
+        "GresTypes": "gpu",
+        "SelectType": "select/cons_tres",
+        "SelectTypeParameters": "CR_Core_Memory",
+        "ProctrackType": "proctrack/linuxproc",
+        "TaskPlugin": "task/none",
+        "JobAcctGatherType": "jobacct_gather/none",
+        "AccountingStorageType": "accounting_storage/none",
+        "JobCompType": "jobcomp/none",
+        "MpiDefault": "none",
+        "MailProg": "/bin/true",
+        "ReturnToService": 2,
+    }
+    cores, memory_gb = target.inventory.get("cpu_cores") or 1, target.inventory.get("memory_gb") or 1
+    lines = [f"{key}={value}" for key, value in settings.items()]
+    lines += [
+        f"NodeName={target.node} NodeAddr=127.0.0.1 CPUs={cores} RealMemory={memory_gb * 1024} Gres={gres} "
+        "State=UNKNOWN",
+        f"PartitionName={name} Nodes=ALL Default=YES MaxTime=INFINITE State=UP",
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def _shared_key_fingerprint() -> str:
+    """SHA-256 of the shared cluster's munge key (INBAND_MUNGE_KEY_FILE), "" when none is configured: a
+    tenant_cluster server's key must never be it."""
+    key = Path(settings.INBAND_MUNGE_KEY_FILE) if settings.INBAND_MUNGE_KEY_FILE else None
+    return hashlib.sha256(key.read_bytes()).hexdigest() if key and key.is_file() else ""
 
 
 def _await_slurm_node(node: str, *, idle: bool) -> str:

@@ -13,13 +13,23 @@ Two families of operations:
   replica's inference server through the serving driver.
 """
 
+import re
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
+from catalog.choices import SlurmMembership
+
 # Redfish `ProcessorType`s that count as the server's accelerators (cards in the inventory).
 ACCELERATOR_TYPES = frozenset({"GPU", "Accelerator"})
+NOT_IN_LOGIN_NAME = re.compile(r"[^a-z0-9_-]")
+
+
+def login_name(username: str) -> str:
+    """The requester's account on a workspace or server: a login name useradd accepts, made from their username."""
+    name = NOT_IN_LOGIN_NAME.sub("_", username.lower())[:32]
+    return name if name[:1].isalpha() else f"u{name}"[:32]
 
 
 @dataclass(frozen=True)
@@ -50,6 +60,18 @@ class Target:
         return self.duration_hours or int(self.snapshot["duration_hours"])
 
 
+def slurm_membership(target: Target) -> str:
+    """How the bare-metal server joins Slurm (catalog.choices.SlurmMembership); a snapshot from before profiles said
+    so joined the shared cluster, and its tenant got no root."""
+    return target.snapshot["bare_metal_profile"].get("slurm_membership", SlurmMembership.SHARED_CLUSTER_NO_ROOT)
+
+
+def tenant_cluster_name(target: Target) -> str:
+    """The name of the one-server Slurm cluster a tenant_cluster server runs: its project's and its own."""
+    name = re.sub(r"[^a-z0-9]+", "-", f"{target.snapshot.get('project', '')}-{target.node}".lower()).strip("-")
+    return name[:60] or "cluster"
+
+
 def visible_uuid(device: dict) -> str:
     """What work is bound by: the MIG device UUID of its GPU instance, else the card's UUID."""
     mig = device.get("mig")
@@ -71,6 +93,17 @@ class StepPending(Exception):
     def __init__(self, message: str, *, retry_after: float, reason: dict | None = None):
         super().__init__(message)
         self.message, self.retry_after, self.reason = message, retry_after, reason
+
+
+class PlacementLost(Exception):
+    """The backend will not start the work where the platform placed it (Slurm drained the node, or has it down,
+    before the job started): nothing runs there yet, so rather than failing or waiting for the node, the request
+    goes back to the queue to be placed again where it can run. `reason` ({code, message, details}) goes on its
+    timeline."""
+
+    def __init__(self, reason: dict):
+        super().__init__(reason["message"])
+        self.reason = reason
 
 
 @dataclass(frozen=True)
@@ -153,7 +186,8 @@ class WorkloadDriver(ABC):
 
     @abstractmethod
     def prepare_image(self, target: Target, image: dict) -> dict:
-        """Make the approved image available on the node (pull or build, and verify)."""
+        """Make the approved image available on the node (pull or build, and verify). This and the two steps after
+        it raise PlacementLost when the backend will not start work on the node any more."""
 
     @abstractmethod
     def start_workload(self, target: Target, image: dict) -> dict:
@@ -167,6 +201,20 @@ class WorkloadDriver(ABC):
     @abstractmethod
     def stop_workload(self, target: Target) -> dict:
         """Stop and remove the workload (no-op when it is gone)."""
+
+    def connect_secret_names(self, target: Target) -> tuple[str, ...]:
+        """The secrets the started workload is reached with, by the access entry each opens (a workspace running
+        Jupyter: ("jupyter",)). The platform issues each, keeps it for the requester alone (provisioning/connect.py)
+        and hands it to connect_secret_set; a workload reached without one (SSH with the order's key, srun) has
+        none."""
+        return ()
+
+    def connect_secret_set(self, target: Target, name: str, value: str) -> None:
+        """Make the running workload accept `value` as its `name` secret, and no earlier one. The value reaches no
+        command line, log or output. Raises StepError when the workload cannot take it."""
+        raise StepError(
+            "connect_secret_unsupported", f"The {self.name} backend keeps no {name} secret.", retryable=False
+        )
 
     # The same for a batch of runs at one step: [(target, image or started)] -> [output, or the StepError,
     # StepPending or other exception of each], in order. A backend that can ask once for all of them (one Slurm job
@@ -215,7 +263,14 @@ class InBandDriver(ABC):
         """The agent (and the profile's GPU exporter, when it names one) installed, started and answering."""
 
     @abstractmethod
-    def register_in_cluster(self, target: Target, cluster: str) -> dict: ...
+    def register_in_cluster(self, target: Target, cluster: str) -> dict:
+        """Join Slurm as the profile's membership says (`slurm_membership(target)`): the shared `cluster` with its
+        munge key, a cluster of the server's own with a key made there, or none."""
+
+    @abstractmethod
+    def grant_access(self, target: Target, *, ssh_public_key: str, root: bool) -> dict:
+        """The requester's account on the server with the order's SSH key as its only key, root (sudo) or, checked,
+        none at all: {user, ssh_key, root}."""
 
     @abstractmethod
     def deregister_from_cluster(self, target: Target, cluster: str) -> dict: ...

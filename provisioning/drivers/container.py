@@ -14,6 +14,10 @@ the node runs the containers.
   ordered) published on the node. The requester's account accepts the order's `ssh_public_key`.
 - Ready when sshd answers with its banner (and Jupyter's API answers, when it runs): real probes of the published
   ports, from the control plane.
+- Jupyter's token is the platform's (provisioning/connect.py): it is written into the running container through
+  `podman exec --interactive ... workspace-secret jupyter` on standard input (never an argument or an environment
+  variable, which `podman inspect` and `ps` show), and the notebook's sign-in reads it on every request, so a new
+  one takes effect at once and the old one, and every sign-in made with it, stops working.
 """
 
 import fcntl
@@ -21,7 +25,6 @@ import hashlib
 import json
 import os
 import re
-import secrets
 import shutil
 import socket
 import subprocess
@@ -33,6 +36,7 @@ from pathlib import Path
 import httpx
 from django.conf import settings
 
+from catalog.parameters import ssh_public_key_problem
 from provisioning.drivers.base import (
     StepError,
     StepPending,
@@ -40,6 +44,7 @@ from provisioning.drivers.base import (
     WorkloadDriver,
     WorkloadEnd,
     each,
+    login_name,
     visible_uuid,
 )
 
@@ -54,9 +59,6 @@ STOP_GRACE_SECONDS = 5
 LOG_TAIL_LINES = 20
 ENDED_STATES = {"exited", "stopped", "dead"}
 CONTEXT_NAME = re.compile(r"^[a-z0-9][a-z0-9._-]*$")  # a directory right under CONTAINER_IMAGE_DIR, nothing else
-# A login name the image's useradd accepts, made from the requester's username.
-NOT_IN_LOGIN_NAME = re.compile(r"[^a-z0-9_-]")
-SSH_KEY = re.compile(r"^(ssh-(ed25519|rsa|dss)|ecdsa-sha2-nistp\d+|sk-[a-z0-9@.-]+) [A-Za-z0-9+/=]+( [^\n]*)?$")
 
 
 class PodmanFailed(StepError):
@@ -84,11 +86,13 @@ class Podman:
     def of(cls, node: str) -> "Podman":
         return cls(settings.CONTAINER_PODMAN_URL.format(node=node))
 
-    def run(self, *args: str, timeout: float | None = None, with_stderr: bool = False) -> str:
-        """The command's output (with what it wrote to stderr, for `logs`); PodmanFailed when it fails."""
+    def run(self, *args: str, timeout: float | None = None, with_stderr: bool = False, stdin: str | None = None) -> str:
+        """The command's output (with what it wrote to stderr, for `logs`); PodmanFailed when it fails. `stdin` is
+        what the command reads (a secret goes there, never into its arguments)."""
         try:
             done = subprocess.run(
                 ["podman", "--url", self.url, *args],
+                input=stdin,
                 stdout=subprocess.PIPE,
                 stderr=subprocess.STDOUT if with_stderr else subprocess.PIPE,
                 text=True,
@@ -254,11 +258,6 @@ def prepare_pulled_image(podman: Podman, reference: str) -> dict:
 # --- Workloads --------------------------------------------------------------------------------------------
 
 
-def login_name(username: str) -> str:
-    name = NOT_IN_LOGIN_NAME.sub("_", username.lower())[:32]
-    return name if name[:1].isalpha() else f"u{name}"[:32]
-
-
 def container_name(target: Target) -> str:
     return f"{settings.CONTAINER_INSTANCE}-request-{target.request_id}-allocation-{target.allocation_id}"
 
@@ -313,12 +312,15 @@ class ContainerWorkloads(WorkloadDriver):
         parameters = target.snapshot.get("parameters") or {}
         demand = target.snapshot["demand"]
         key = (parameters.get("ssh_public_key") or "").strip()
-        if not SSH_KEY.match(key):
+        if not key:
             raise StepError(
                 "ssh_public_key_missing",
                 "A workspace needs the order's ssh_public_key (an OpenSSH public key line).",
                 retryable=False,
             )
+        problem = ssh_public_key_problem(key)  # an order checked before the rule was
+        if problem:
+            raise StepError("ssh_public_key_invalid", f"The order's ssh_public_key {problem}.", retryable=False)
         publish = settings.CONTAINER_PUBLISH_IP
         options = [
             *("--name", container_name(target), "--hostname", f"request-{target.request_id}"),
@@ -337,13 +339,8 @@ class ContainerWorkloads(WorkloadDriver):
         ]
         for variable, value in (image.get("configuration") or {}).get("env", {}).items():
             options += ["--env", f"{variable}={value}"]
-        if parameters.get("jupyter", True):
-            options += [
-                "--publish",
-                f"{publish}::{JUPYTER_PORT}",
-                "--env",
-                f"WORKSPACE_JUPYTER_TOKEN={secrets.token_urlsafe(24)}",
-            ]
+        if _runs_jupyter(target):  # signed in with the token connect_secret_set writes, none before
+            options += ["--publish", f"{publish}::{JUPYTER_PORT}", "--env", "WORKSPACE_JUPYTER=1"]
         return [*options, image_reference(image)]
 
     def _labels(self, target: Target) -> list[str]:
@@ -372,8 +369,8 @@ class ContainerWorkloads(WorkloadDriver):
         ports = _published_ports(container)
         environment = dict(variable.split("=", 1) for variable in container["Config"]["Env"])
         access = {}
-        if "jupyter" in ports:
-            access["jupyter"] = f"http://{host}:{ports['jupyter']}/?token={environment['WORKSPACE_JUPYTER_TOKEN']}"
+        if "jupyter" in ports:  # its token is the requester's (provisioning/connect.py), never in an output
+            access["jupyter"] = f"http://{host}:{ports['jupyter']}/"
         return {
             "workload": container["Name"],
             "container_id": container["Id"][:12],
@@ -413,6 +410,16 @@ class ContainerWorkloads(WorkloadDriver):
             raise StepPending(f"Waiting for {' and '.join(silent)} to answer.", retry_after=PROBE_AGAIN_SECONDS)
         return {"ready": True, **answers}
 
+    def connect_secret_names(self, target: Target) -> tuple[str, ...]:
+        return ("jupyter",) if _runs_jupyter(target) else ()
+
+    def connect_secret_set(self, target: Target, name: str, value: str) -> None:
+        """The workspace's `workspace-secret <name>` reads the value from standard input and replaces the file the
+        notebook's sign-in reads (provisioning/images/workspace/)."""
+        Podman.of(target.node).run(
+            "exec", "--interactive", container_name(target), "workspace-secret", name, stdin=value
+        )
+
     def stop_workload(self, target: Target) -> dict:
         podman = Podman.of(target.node)
         removed = []
@@ -438,6 +445,10 @@ class ContainerWorkloads(WorkloadDriver):
                 if end is not None:
                     ended[target.allocation_id] = end
         return ended
+
+
+def _runs_jupyter(target: Target) -> bool:
+    return bool((target.snapshot.get("parameters") or {}).get("jupyter", True))
 
 
 def _end_of(node: str, container: dict | None) -> WorkloadEnd | None:

@@ -55,6 +55,23 @@ def model_path(artifact_uri: str) -> Path:
     return path
 
 
+def engine_installed() -> bool:
+    """Whether llama.cpp's server is installed in the runtime's venv (LLAMACPP_PYTHON, `make llama`)."""
+    python = Path(settings.LLAMACPP_PYTHON)
+    return python.exists() and any(
+        (site / "llama_cpp" / "server").is_dir() for site in _venv_site_packages(settings.LLAMACPP_PYTHON)
+    )
+
+
+def holds_model(artifact_uri: str, checksum_sha256: str) -> bool:
+    """Whether this host holds the model's file, and it is the approved one (its SHA-256 the catalog's)."""
+    try:
+        path = model_path(artifact_uri)
+    except StepError:
+        return False
+    return not checksum_sha256 or file_sha256(path) == checksum_sha256
+
+
 @lru_cache(maxsize=16)
 def _sha256(path: str, size: int, mtime: float) -> str:
     digest = hashlib.sha256()

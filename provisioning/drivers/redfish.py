@@ -1,9 +1,12 @@
 """Out-of-band control of a server through its BMC's DMTF Redfish REST API, spoken with httpx.
 
 Not `sushy`: it imports the PyPI `requests` library, which our `requests` app shadows (DESIGN.md). Resources are
-found by following the links the BMC publishes (`@odata.id`), never by guessing vendor-specific paths.
+found by following the links the BMC publishes (`@odata.id`, action targets), never by guessing vendor-specific
+paths; and only links on the BMC's own origin are followed, as are only redirects there: the credentials go with every
+call, so a link elsewhere (a compromised BMC's `http://169.254.169.254/...`) fails the step instead.
 """
 
+import json
 import logging
 
 import httpx
@@ -18,6 +21,7 @@ SYSTEMS_PATH = "/redfish/v1/Systems"
 OPTICAL_MEDIA_TYPES = {"CD", "DVD"}
 # Reset types whose outcome is a steady state: asking for the state the system is already in is a no-op.
 RESET_OUTCOMES = {"On": "On", "ForceOn": "On", "ForceOff": "Off", "GracefulShutdown": "Off"}
+MAX_REDIRECTS = 5
 
 
 class RedfishBmc(BmcDriver):
@@ -33,7 +37,8 @@ class RedfishBmc(BmcDriver):
             self._client = httpx.Client(
                 timeout=getattr(settings, "REDFISH_TIMEOUT_SECONDS", 10),
                 verify=getattr(settings, "REDFISH_VERIFY_TLS", True),
-                follow_redirects=True,
+                # Redirects are followed by _Session, and only on the BMC's own origin.
+                follow_redirects=False,
                 headers={"Accept": "application/json", "OData-Version": "4.0"},
             )
         return self._client
@@ -68,20 +73,25 @@ class RedfishBmc(BmcDriver):
         }
 
     def insert_media(self, target: Target, image_url: str) -> dict:
+        # The image URL's query is the installer's (its callback and token): it goes to the BMC only, never into the
+        # summary, the log or an error the BMC echoes it in.
         bmc = self._connect(target)
         optical = _optical_media(bmc)
         if not optical:
             raise StepError("vmedia_unsupported", "The BMC offers no CD/DVD virtual media", retryable=False)
         media = optical[0]
-        summary = {"media": media.get("Id"), "image": image_url}
+        summary = {"media": media.get("Id"), "image": _without_query(image_url)}
         if _is_inserted(media) and media.get("Image") == image_url:
             return {**summary, "changed": False}
         if _is_inserted(media):
             # Most BMCs refuse to insert over an inserted image.
             bmc.post(_action_target(media, "#VirtualMedia.EjectMedia"), {})
         body = {"Image": image_url, "Inserted": True, "WriteProtected": True}
-        bmc.post(_action_target(media, "#VirtualMedia.InsertMedia"), body)
-        logger.info("Inserted %s as virtual media %s of %s", image_url, media.get("Id"), bmc.system_path)
+        try:
+            bmc.post(_action_target(media, "#VirtualMedia.InsertMedia"), body)
+        except StepError as refused:
+            raise _redacted(refused, image_url) from None
+        logger.info("Inserted %s as virtual media %s of %s", summary["image"], media.get("Id"), bmc.system_path)
         return {**summary, "changed": True}
 
     def set_one_time_boot(self, target: Target, source: str) -> dict:
@@ -109,7 +119,7 @@ class RedfishBmc(BmcDriver):
         state = system.get("PowerState")
         if RESET_OUTCOMES.get(action) == state:
             return {"action": action, "power_state": state, "changed": False}
-        bmc.post(reset["target"], {"ResetType": action})
+        bmc.post(reset.get("target"), {"ResetType": action})
         logger.info("Requested %s on %s (was %s)", action, bmc.system_path, state)
         return {"action": action, "power_state": state, "changed": True}
 
@@ -118,7 +128,7 @@ class RedfishBmc(BmcDriver):
         inserted = [media for media in _optical_media(bmc) if _is_inserted(media)]
         for media in inserted:
             bmc.post(_action_target(media, "#VirtualMedia.EjectMedia"), {})
-            logger.info("Ejected %s from virtual media %s", media.get("Image"), media.get("Id"))
+            logger.info("Ejected %s from virtual media %s", _without_query(media.get("Image")), media.get("Id"))
         return {"ejected": [media.get("Id") for media in inserted], "changed": bool(inserted)}
 
     def _connect(self, target: Target, address: str | None = None) -> "_Session":
@@ -145,6 +155,7 @@ class _Session:
             raise StepError("bmc_address_invalid", f"{bmc_address!r} is not a BMC URL", retryable=False)
         self.client, self.auth = client, auth
         self.origin = f"{url.scheme}://{url.netloc.decode()}"
+        self._origin_url = httpx.URL(self.origin)
         self.system_path = self._system_path(url.path.rstrip("/"))
 
     def get(self, path: str) -> dict:
@@ -179,18 +190,63 @@ class _Session:
         return systems[0]
 
     def _send(self, method: str, path: str, **kwargs) -> httpx.Response:
-        url = str(httpx.URL(self.origin).join(path))
+        url = self._on_origin(path)
+        request = self.client.build_request(method, url, **kwargs)
+        for _ in range(MAX_REDIRECTS + 1):
+            response = self._exchange(request, method, path)
+            if not response.is_redirect:
+                _raise_for_status(response, method, path)
+                return response
+            # A redirect is a link too: followed only on the BMC's own origin (httpx keeps the method and body of a
+            # 307/308 and turns a 301/302/303 into a GET, as browsers do).
+            request = response.next_request
+            request.url = self._on_origin(response.headers["Location"])
+        raise StepError(
+            "bmc_bad_response",
+            f"BMC {self.origin} redirected {method} {path} more than {MAX_REDIRECTS} times",
+            retryable=False,
+            details={"path": path},
+        )
+
+    def _exchange(self, request: httpx.Request, method: str, path: str) -> httpx.Response:
         # `from None` below: the httpx exception holds the request, and with it the Authorization header.
+        url = str(request.url)
         try:
-            response = self.client.request(method, url, auth=self.auth, **kwargs)
+            return self.client.send(request, auth=self.auth)
         except httpx.TimeoutException:
             raise StepError(
                 "bmc_unreachable", f"BMC {self.origin} did not answer {method} {path} in time", details={"url": url}
             ) from None
         except httpx.RequestError as exc:
             raise StepError("bmc_unreachable", f"Cannot reach BMC {self.origin}: {exc}", details={"url": url}) from None
-        _raise_for_status(response, method, path)
-        return response
+
+    def _on_origin(self, link) -> httpx.URL:
+        """A link the BMC published (`@odata.id`, an action target, a redirect's Location), resolved on the BMC's
+        origin; refused when it leads anywhere else, since the BMC's credentials go with every call. User info in a
+        link is dropped: the credentials come from the node's reference only."""
+        if not isinstance(link, str) or not link:
+            raise StepError(
+                "bmc_bad_response",
+                f"BMC {self.origin} published a link that is not a URL: {link!r}",
+                retryable=False,
+                details={"link": repr(link)},
+            )
+        try:
+            url = self._origin_url.join(link)
+        except httpx.InvalidURL:
+            url = None
+        if url is None or (url.scheme, url.host, url.port) != (
+            self._origin_url.scheme,
+            self._origin_url.host,
+            self._origin_url.port,
+        ):
+            raise StepError(
+                "bmc_link_off_origin",
+                f"BMC {self.origin} links to {link}, outside its own origin: not followed",
+                retryable=False,
+                details={"link": link, "origin": self.origin},
+            )
+        return self._origin_url.copy_with(raw_path=url.raw_path)
 
 
 def _raise_for_status(response: httpx.Response, method: str, path: str) -> None:
@@ -273,6 +329,19 @@ def _virtual_media_collection(bmc: _Session) -> str | None:
 def _is_inserted(media: dict) -> bool:
     # Some BMCs omit `Inserted`; an image URL then means it is in.
     return media.get("Inserted", bool(media.get("Image")))
+
+
+def _without_query(url: str | None) -> str | None:
+    return url.split("?", 1)[0] if url else url
+
+
+def _redacted(error: StepError, image_url: str) -> StepError:
+    """The BMC's refusal of an image, without the image URL's query wherever the BMC quoted it."""
+    secret, shown = image_url.partition("?")[2], "<redacted>"
+    if not secret:
+        return error
+    details = json.loads(json.dumps(error.details).replace(secret, shown))
+    return StepError(error.code, error.message.replace(secret, shown), retryable=error.retryable, details=details)
 
 
 def _action_target(media: dict, action: str) -> str:

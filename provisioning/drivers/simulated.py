@@ -20,6 +20,7 @@ from urllib.parse import parse_qs, urlsplit
 from django.conf import settings
 from django.utils import timezone
 
+from catalog.choices import SlurmMembership
 from provisioning.drivers.base import (
     BmcDriver,
     InBandDriver,
@@ -28,6 +29,9 @@ from provisioning.drivers.base import (
     StepPending,
     Target,
     WorkloadDriver,
+    login_name,
+    slurm_membership,
+    tenant_cluster_name,
     visible_uuid,
 )
 from provisioning.serving.deployments import served_model_id
@@ -44,11 +48,13 @@ DURATIONS = {
     "install_os": 300,
     "prepare_image": 45,
     "start_workload": 12,
+    "connect_secret_set": 0.5,
     "workload_ready": 6,
     "stop_workload": 8,
     "install_gpu_driver": 120,
     "install_monitoring_agent": 20,
     "register_in_cluster": 15,
+    "grant_access": 5,
     "deregister_from_cluster": 8,
     "health_check": 40,
     "request_cleaning": 4,
@@ -148,16 +154,16 @@ class SimulatedBmc(BmcDriver):
         return {"reset_type": action}
 
     def _boot_installer(self, machine) -> None:
-        """Booting from the installer media runs the installer, which reports back with the token it was given."""
+        """Booting from the installer media runs the installer, which reports back with the token it was given (the
+        task gets the node's name: the token stays in the media URL, as a real BMC keeps it, not in task arguments)."""
         from django_q.tasks import async_task
 
-        query = parse_qs(urlsplit(machine.media_image).query)
         machine.boot_override = ""  # a one-time override is spent by the boot
         machine.save(update_fields=["boot_override"])
-        if "token" in query:
+        if simulated_installer_token(machine.node):
             async_task(
                 "provisioning.tasks.simulated_installer",
-                query["token"][0],
+                machine.node,
                 simulated_seconds("install_os") + simulated_seconds("power_transition"),
             )
 
@@ -168,6 +174,14 @@ class SimulatedBmc(BmcDriver):
         machine.media_image = ""
         machine.save(update_fields=["media_image"])
         return {"ejected": ejected}
+
+
+def simulated_installer_token(node: str) -> str | None:
+    """The installer token in the virtual media URL the simulated BMC of this node holds, if any."""
+    from provisioning.models import SimulatedMachine
+
+    image = SimulatedMachine.objects.filter(node=node).values_list("media_image", flat=True).first() or ""
+    return next(iter(parse_qs(urlsplit(image).query).get("token", [])), None)
 
 
 def simulated_mig_instances(target: Target) -> dict[int, dict]:
@@ -215,6 +229,12 @@ class SimulatedHost(WorkloadDriver, InBandDriver, ServingDriver):
             **overrides,
         }
 
+    def connect_secret_names(self, target: Target) -> tuple[str, ...]:
+        return ("jupyter",)  # the simulated workspace publishes a Jupyter port, opened with the requester's token
+
+    def connect_secret_set(self, target: Target, name: str, value: str) -> None:
+        _work("connect_secret_set", target)
+
     def workload_ready(self, target: Target, started: dict) -> dict:
         overrides = _work("workload_ready", target)
         if overrides.get("ready") is False:
@@ -243,8 +263,27 @@ class SimulatedHost(WorkloadDriver, InBandDriver, ServingDriver):
         return {"agent": agent, "reporting": True, **({"gpu_exporter": gpu_exporter} if gpu_exporter else {})}
 
     def register_in_cluster(self, target: Target, cluster: str) -> dict:
+        membership = slurm_membership(target)
+        if membership == SlurmMembership.NONE:
+            return {"slurm_membership": membership, "cluster": None, "registered": False}
         _work("register_in_cluster", target)
-        return {"cluster": cluster, "node_name": target.node, "address": f"{target.node}.{cluster}.internal"}
+        own = membership == SlurmMembership.TENANT_CLUSTER
+        cluster = tenant_cluster_name(target) if own else cluster
+        return {
+            "slurm_membership": membership,
+            "cluster": cluster,
+            "node_name": target.node,
+            "address": f"{target.node}.{cluster}.internal",
+            "munge_key": "the server's own" if own else "the shared cluster's",
+        }
+
+    def grant_access(self, target: Target, *, ssh_public_key: str, root: bool) -> dict:
+        _work("grant_access", target)
+        return {
+            "user": login_name(target.requester),
+            "ssh_key": "installed" if ssh_public_key else "none ordered",
+            "root": root,
+        }
 
     def deregister_from_cluster(self, target: Target, cluster: str) -> dict:
         _work("deregister_from_cluster", target)

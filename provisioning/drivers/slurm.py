@@ -22,19 +22,37 @@ finds the job it already submitted; two workers submitting at once take turns on
 import hashlib
 import logging
 import re
+import shlex
 import threading
 import time
 from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
+from datetime import UTC, datetime
 
 from django.conf import settings
 from django.db import connection, transaction
 
-from provisioning.drivers.base import StepError, StepPending, Target, WorkloadDriver, WorkloadEnd, only
+from provisioning.drivers.base import (
+    PlacementLost,
+    StepError,
+    StepPending,
+    Target,
+    WorkloadDriver,
+    WorkloadEnd,
+    only,
+)
 from scheduling.slurm import scontrol
-from scheduling.slurm.api import SlurmAccessDenied, SlurmApi, SlurmApiError, SlurmNotFound, configured_token
-from scheduling.slurm.services import UNTYPED_GPU
+from scheduling.slurm.api import (
+    SlurmAccessDenied,
+    SlurmApi,
+    SlurmApiError,
+    SlurmNotFound,
+    configured_token,
+    error_number,
+)
+from scheduling.slurm.nodes import SlurmNodeState
+from scheduling.slurm.services import UNTYPED_GPU, slurm_node_states_apply
 
 logger = logging.getLogger(__name__)
 
@@ -70,10 +88,18 @@ PENDING_REASONS = {
     "InvalidQOS": "no_matching_spec",
 }
 BACKEND_HOLD = "backend_hold"  # any other reason: a hold, a QOS or association limit, a dependency, a begin time
+# Pending reasons that may mean the job's node is out of service (they also cover a reservation on a node in service,
+# for which the job waits): the node's own state decides.
+NODE_PENDING_REASONS = frozenset({"ReqNodeNotAvail", "NodeDown"})
+# ESLURM_NODE_NOT_AVAIL, "Required node not available (down, drained or reserved)": Slurm's answer to a submission
+# pinned to such a node. Slurm has accepted the job and holds it pending (ReqNodeNotAvail) all the same.
+NODE_NOT_AVAILABLE_ERRNO = 2068
+NODE_UNAVAILABLE = "backend_node_unavailable"  # the reason a request is placed again
 POLL_SECONDS = 0.5  # between the engine's readiness attempts
 WATCH_SECONDS, WATCH_EVERY_SECONDS = 2.0, 0.1  # within one attempt
 SUBMIT_LOCK_NAMESPACE = 0x534C  # "SL": advisory locks of Slurm submissions, keyed by request id
 HOLD_COMMAND = "exec sleep infinity"
+PRIVATE_UMASK = "0077"
 
 
 def job_name(request_id: int) -> str:
@@ -100,6 +126,12 @@ def gpu_indexes(gres_detail: list[str]) -> list[int]:
             first, _, last = part.partition("-")
             indexes += range(int(first), int(last or first) + 1)
     return sorted(indexes)
+
+
+def started_at(job: dict) -> str | None:
+    """When Slurm started the job (its `start_time`, seconds since the epoch; 0 or absent before it ran), ISO 8601."""
+    start = job.get("start_time")
+    return datetime.fromtimestamp(start, UTC).isoformat() if isinstance(start, int) and start > 0 else None
 
 
 def exit_status(job: dict) -> tuple[int | None, int | None]:
@@ -149,13 +181,21 @@ class SlurmWorkloads(WorkloadDriver):
         return only(self.prepare_images([(target, image)]))
 
     def prepare_images(self, items: list[tuple[Target, dict]]) -> list[dict | Exception]:
-        """Nothing to pull: check that Slurm knows each chosen node, and record what the job will run."""
+        """Nothing to pull: check that Slurm knows each chosen node and still starts work there (a node drained or
+        down since the placement is the inventory's at once, and its work is placed again), and record what the job
+        will run."""
         try:
             with self._api() as api:
                 nodes = {name: _node_or_none(api, name) for name in sorted({target.node for target, _ in items})}
         except StepError as unavailable:
             return [unavailable] * len(items)
-        return [_prepared(target, image, nodes[target.node]) for target, image in items]
+        out_of_service = _out_of_service(nodes.values())
+        return [
+            _placement_lost(target, out_of_service[target.node])
+            if target.node in out_of_service
+            else _prepared(target, image, nodes[target.node])
+            for target, image in items
+        ]
 
     # --- Run -----------------------------------------------------------------------------------------------------
 
@@ -190,15 +230,20 @@ class SlurmWorkloads(WorkloadDriver):
         try:
             with self._api() as api:
                 jobs = _watched(api, [started["job_id"] for _, started in items])
+                held = {target.node for target, started in items if _held_by_node(jobs[started["job_id"]])}
+                out_of_service = _out_of_service(_node_or_none(api, name) for name in sorted(held))
         except StepError as unavailable:
             return [unavailable] * len(items)
         # Still waiting: soon again when others of the batch have moved on (Slurm is starting them now), else later.
         retry_after = POLL_SECONDS if all(map(_waits, jobs.values())) else WATCH_EVERY_SECONDS
         results = []
         for target, started in items:
+            job = jobs[started["job_id"]]
             try:
-                results.append(self._ready(target, jobs[started["job_id"]], retry_after))
-            except (StepError, StepPending) as outcome:
+                if _held_by_node(job) and target.node in out_of_service:
+                    raise _placement_lost(target, out_of_service[target.node], job_id=job["job_id"])
+                results.append(self._ready(target, job, retry_after))
+            except (StepError, StepPending, PlacementLost) as outcome:
                 results.append(outcome)
         return results
 
@@ -232,6 +277,7 @@ class SlurmWorkloads(WorkloadDriver):
             "partition": job.get("partition"),
             "gres": job.get("tres_per_node"),
             "bound_indexes": gpu_indexes(job.get("gres_detail")),
+            "workload_started_at": started_at(job),
             "output": output_path(target, job["job_id"]),
             "access": {"attach": attach_command(job["job_id"])},
         }
@@ -319,13 +365,16 @@ def image_command(image: dict) -> str:
 
 def batch_script(target: Target, image: dict) -> str:
     """The script Slurm runs on the node: it names what runs, then runs the image's command or holds the
-    allocation for attaching."""
+    allocation for attaching. Catalog text is never written into it bare: the image's name and reference are
+    quoted words of a no-op (a newline in a reference stays inside its quotes) and the greeting reads them from the
+    job's environment; the image's command is what an operator configured to run."""
     label = f"{image['name']}:{image['version']}"
     return "\n".join(
         [
             "#!/bin/sh",
-            f"# compute-catalog request {target.request_id}: {label} ({image['reference']})",
-            f'echo "request {target.request_id} ({label}) on $(hostname): Slurm job $SLURM_JOB_ID,'
+            f"# compute-catalog request {int(target.request_id)}",
+            f": image {shlex.quote(label)} reference {shlex.quote(image['reference'])}",
+            'echo "request $CC_REQUEST_ID ($CC_IMAGE) on $(hostname): Slurm job $SLURM_JOB_ID,'
             ' GPUs ${SLURM_JOB_GPUS:-${CUDA_VISIBLE_DEVICES:-none}}"',
             image_command(image) or HOLD_COMMAND,
             "",
@@ -347,6 +396,9 @@ def job_properties(target: Target, image: dict) -> dict:
         "CC_REQUEST_ID": str(target.request_id),
         "CC_IMAGE": f"{image['name']}:{image['version']}",
         "CC_IMAGE_REFERENCE": image["reference"],
+        # The job's output file, and what the job writes, are its user's alone (slurmstepd creates the output with
+        # this umask; without it, 0644).
+        "SLURM_UMASK": PRIVATE_UMASK,
     }
     job = {
         "name": job_name(target.request_id),
@@ -486,6 +538,39 @@ def _node_or_none(api: SlurmApi, name: str) -> dict | None:
         return None
 
 
+def _out_of_service(slurm_nodes: Iterable[dict | None]) -> dict[str, dict]:
+    """The nodes (Slurm's objects, by name) Slurm starts no work on, their state written to the inventory now: a
+    cordon with Slurm's reason, so the scheduler does not place there again before the minute's refresh."""
+    unavailable = {node["name"]: node for node in slurm_nodes if node and SlurmNodeState.of(node).unavailable}
+    if unavailable:
+        slurm_node_states_apply(list(unavailable.values()))
+    return unavailable
+
+
+def _placement_lost(target: Target, node: dict, job_id: int | None = None) -> PlacementLost:
+    state = SlurmNodeState.of(node)
+    held = f" (its job {job_id} was still pending)" if job_id else ""
+    return PlacementLost(
+        {
+            "code": NODE_UNAVAILABLE,
+            "message": f"Slurm has node {target.node} {state.label} ({state.reason or 'no reason given'}) and starts "
+            f"no work there{held}.",
+            "details": {
+                "backend": "slurm",
+                "node": target.node,
+                "slurm_state": state.label,
+                "slurm_reason": state.reason,
+                "job_id": job_id,
+            },
+        }
+    )
+
+
+def _held_by_node(job: dict | None) -> bool:
+    """Slurm keeps the job pending for a reason about its node (which may be out of service)."""
+    return _waits(job) and job.get("state_reason") in NODE_PENDING_REASONS
+
+
 def _prepared(target: Target, image: dict, node: dict | None) -> dict | StepError:
     if node is None:
         return StepError(
@@ -507,9 +592,11 @@ def _device_order(target: Target) -> tuple[str, int]:
     return target.node, min((device["index"] for device in target.devices), default=-1)
 
 
-def _started(api: SlurmApi, jobs: list[dict], target: Target, image: dict) -> dict | StepError:
+def _started(api: SlurmApi, jobs: list[dict], target: Target, image: dict) -> dict | StepError | PlacementLost:
     """The live job of an earlier attempt, else a new submission (as Slurm holds it then: PENDING). A refusal is
-    this run's outcome; Slurm out of reach is the batch's (raised)."""
+    this run's outcome; Slurm out of reach is the batch's (raised). A node that went out of service since the
+    image step is named by the submission's answer: its work is placed again (the teardown cancels the job Slurm
+    holds pending there)."""
     job = _live_job(jobs, target)
     if job is None:
         try:
@@ -520,6 +607,9 @@ def _started(api: SlurmApi, jobs: list[dict], target: Target, image: dict) -> di
         except StepError as refused:
             return refused
         except SlurmApiError as error:
+            out_of_service = _out_of_service([_node_or_none(api, target.node)]) if _node_refused(error) else {}
+            if target.node in out_of_service:
+                return _placement_lost(target, out_of_service[target.node])
             if error.retryable:
                 raise
             return _refusal(error)
@@ -555,6 +645,10 @@ def _watched(api: SlurmApi, job_ids: list[int]) -> dict[int, dict | None]:
             time.sleep(WATCH_EVERY_SECONDS)
             jobs = look()
     return jobs
+
+
+def _node_refused(error: SlurmApiError) -> bool:
+    return any(error_number(entry) == NODE_NOT_AVAILABLE_ERRNO for entry in error.errors)
 
 
 def _waits(job: dict | None) -> bool:

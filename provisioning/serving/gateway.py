@@ -17,9 +17,9 @@ Per call, nothing touches the database:
    tally, flushed to metering.TokenUsage at least every second and on SIGTERM. A crash loses at most the last
    second of counts. A streamed answer without `usage` (llama.cpp's) is counted here: see `_StreamCount`.
 
-Errors are {code, message, details}: 401 invalid_api_key, 403 key_not_for_this_deployment, 404 unknown_deployment,
-429 rate_limited (Retry-After) / token_budget_exhausted, 502 no_healthy_replica / upstream_unavailable,
-504 upstream_timeout.
+Errors are {code, message, details}: 400 invalid_path (a path that would leave the replica's /v1/: paths.py),
+401 invalid_api_key, 403 key_not_for_this_deployment, 404 unknown_deployment, 429 rate_limited (Retry-After) /
+token_budget_exhausted, 502 no_healthy_replica / upstream_unavailable, 504 upstream_timeout.
 """
 
 import asyncio
@@ -43,7 +43,7 @@ from django.db import close_old_connections
 from django.utils import timezone
 from yarl import URL
 
-from provisioning.serving import diagnostics, ratelimit, routes, usage
+from provisioning.serving import diagnostics, paths, ratelimit, routes, usage
 
 logger = logging.getLogger(__name__)
 
@@ -60,6 +60,15 @@ class Refusal(Exception):
     def response(self) -> web.Response:
         body = json.dumps({"code": self.code, "message": self.message, "details": self.details})
         return web.Response(text=body, status=self.status, content_type="application/json", headers=self.headers)
+
+
+def _replica_path(request: web.Request) -> str:
+    """The call's path under the replica's /v1/, as the caller encoded it (aiohttp's match_info is decoded: `%2e%2e`
+    there is `..`); a path that would leave /v1/ is refused before anything else (paths.py)."""
+    try:
+        return paths.replica_path(paths.raw_remainder(request.raw_path) or "")  # the request target as sent
+    except paths.PathRefused as refused:
+        raise Refusal(refused.status_code, refused.code, refused.message, **refused.details) from None
 
 
 class _StreamCount:
@@ -256,6 +265,7 @@ class Gateway:
 
     async def serve(self, request: web.Request) -> web.StreamResponse:
         try:
+            request["replica_path"] = _replica_path(request)
             key, route = self._admit(request)
             await self._check_rate(key, route)
             self._check_budget(route)
@@ -332,7 +342,7 @@ class Gateway:
         headers = {name: request.headers[name] for name in FORWARDED_HEADERS if name in request.headers}
         start = next(self.turns) % len(replicas)
         for replica in replicas[start:] + replicas[:start]:  # round robin, then fail over
-            url = URL(f"{replica.url}/v1/{request.match_info['path']}", encoded=True)  # already a valid URL
+            url = URL(f"{replica.url}/v1/{request['replica_path']}", encoded=True)  # checked, as the caller encoded it
             try:
                 upstream = await self.session.request(
                     request.method, url, data=body, headers=headers, params=request.query or None
@@ -431,7 +441,7 @@ class Gateway:
                     self._meter(key, route, int(found.get("prompt_tokens", 0)), int(found.get("completion_tokens", 0)))
                 elif counted.completion:  # after the answer has gone out: the caller does not wait for it
                     task = asyncio.create_task(
-                        self._meter_stream(key, route, replica, request.match_info["path"], sent, counted.completion)
+                        self._meter_stream(key, route, replica, request["replica_path"], sent, counted.completion)
                     )
                     self.counting.add(task)
                     task.add_done_callback(self.counting.discard)

@@ -14,7 +14,7 @@ from catalog.api.serializers import ImageSummarySerializer, NamedSummarySerializ
 from catalog.models import BareMetalProfile, Image, ResourceSpec, Service, ServingModel, ServingTemplate
 from catalog.orderable import OrderableCatalog, orderable_catalog
 from config.api import ChoiceLabelField, IdField, ModelSerializer
-from requests import hooks, selectors
+from requests import failures, hooks, reorder, selectors
 from requests.choices import ChangeState, IfUnplaceable, OverQuota, PriorityClass, RequestState
 from requests.models import (
     Approval,
@@ -24,10 +24,12 @@ from requests.models import (
     RequestEvent,
     ResourceRequest,
 )
-from requests.orders import Order
+from requests.orders import UNKNOWN_PROJECT, Order
 from requests.quota import quota_scopes_by_project, request_quota_impact
 from tenancy.api.serializers import TenantSummarySerializer
+from tenancy.choices import ProjectPermission
 from tenancy.models import Project
+from tenancy.selectors import user_has_project_permission
 
 # --- Input -------------------------------------------------------------------------------------------------
 
@@ -66,6 +68,23 @@ class CatalogItemField(serializers.PrimaryKeyRelatedField):
         return item
 
 
+class VisibleProjectField(serializers.PrimaryKeyRelatedField):
+    """A project id among the projects the caller may see: one of another tenant's is refused word for word as an id
+    that names no project, so the answer never confirms that it exists."""
+
+    default_error_messages = {"does_not_exist": UNKNOWN_PROJECT}
+
+    def __init__(self, **kwargs):
+        super().__init__(queryset=Project.objects.select_related("tenant"), **kwargs)
+
+    def to_internal_value(self, data):
+        project = super().to_internal_value(data)
+        user = self.context["request"].user
+        if not user_has_project_permission(user=user, project=project, permission=ProjectPermission.VIEW):
+            self.fail("does_not_exist", pk_value=data)
+        return project
+
+
 def _item(model, *, optional: bool = True) -> CatalogItemField:
     return CatalogItemField(queryset=model.objects.all(), required=not optional, allow_null=optional)
 
@@ -75,7 +94,7 @@ class OrderSerializer(serializers.Serializer):
     answered with a specific 422 code (spec_deprecated, image_incompatible, ...), never a bare 400."""
 
     service = _item(Service, optional=False)
-    project = serializers.PrimaryKeyRelatedField(queryset=Project.objects.select_related("tenant"))
+    project = VisibleProjectField()
     spec = _item(ResourceSpec)
     image = _item(Image)
     bare_metal_profile = _item(BareMetalProfile)
@@ -145,7 +164,7 @@ class BulkApproveSerializer(DecisionSerializer):
 
 
 class QuotaChangeCreateSerializer(serializers.Serializer):
-    project = serializers.PrimaryKeyRelatedField(queryset=Project.objects.select_related("tenant"))
+    project = VisibleProjectField()
     limits = serializers.DictField(
         # The precision of the quota fields, so that an approved change can always be applied.
         child=serializers.DecimalField(max_digits=12, decimal_places=2, allow_null=True),
@@ -461,6 +480,28 @@ class UsageSerializer(serializers.Serializer):
     currency = serializers.CharField()
 
 
+class FailureSerializer(serializers.Serializer):
+    """Why a failed request failed, in the requester's words (`sentence`, one per `code`: requests/failures.py), and
+    what happens next."""
+
+    code = serializers.CharField()
+    sentence = serializers.CharField()
+    message = serializers.CharField(help_text="The backend's own words.")
+    step = serializers.CharField()
+    attempts = serializers.IntegerField()
+    at = serializers.DateTimeField()
+    operators_told_at = serializers.DateTimeField(
+        allow_null=True, help_text="When the first operator was mailed about it; null: no mail went out."
+    )
+    operators_can_retry = serializers.BooleanField()
+    next_step = serializers.CharField()
+
+
+class OrderAgainSerializer(serializers.Serializer):
+    url = serializers.CharField(help_text="The order form with the same choices filled in.")
+    body = serializers.DictField(help_text="The body POST /api/v1/requests/ takes to submit the same order.")
+
+
 class RequestDetailSerializer(RequestSummarySerializer):
     """Everything about one request: what was ordered, why it is where it is, and what happened."""
 
@@ -469,12 +510,21 @@ class RequestDetailSerializer(RequestSummarySerializer):
     serving_template = NamedSummarySerializer(read_only=True, allow_null=True)
     quota_reasons = QuotaReasonSerializer(many=True, read_only=True)
     approved_spec = serializers.JSONField(read_only=True, allow_null=True)
+    slurm_membership = serializers.CharField(
+        read_only=True,
+        allow_null=True,
+        help_text="A bare-metal server's Slurm membership, which says whether its tenant gets root: "
+        "shared_cluster_no_root, tenant_cluster or none (the approved snapshot's once frozen); null otherwise.",
+    )
     approval = serializers.SerializerMethodField()
     timeline = serializers.SerializerMethodField()
     allocation = serializers.SerializerMethodField()
     provisioning = serializers.SerializerMethodField()
     endpoint = serializers.SerializerMethodField()
+    connect_secrets = serializers.SerializerMethodField()
     usage = serializers.SerializerMethodField()
+    failure = serializers.SerializerMethodField()
+    order_again = serializers.SerializerMethodField()
 
     class Meta(RequestSummarySerializer.Meta):
         list_serializer_class = serializers.ListSerializer  # the rows serializer knows the summary's fields only
@@ -491,6 +541,7 @@ class RequestDetailSerializer(RequestSummarySerializer):
             "cpu_cores",
             "memory_gb",
             "quota_reasons",
+            "slurm_membership",
             "approved_spec",
             "approved_spec_hash",
             "approved_at",
@@ -500,8 +551,11 @@ class RequestDetailSerializer(RequestSummarySerializer):
             "allocation",
             "provisioning",
             "endpoint",
+            "connect_secrets",
             "usage",
             "queue",
+            "failure",
+            "order_again",
         ]
 
     @staticmethod
@@ -541,6 +595,19 @@ class RequestDetailSerializer(RequestSummarySerializer):
         events = written.timeline if written else selectors.timeline_of(resource_request)
         return EventSerializer(events, many=True).data
 
+    @extend_schema_field(FailureSerializer(allow_null=True))
+    def get_failure(self, resource_request) -> dict | None:
+        failure = None if self._written(resource_request) else failures.failure_of(resource_request)
+        return None if failure is None else FailureSerializer(failure.as_data()).data
+
+    @extend_schema_field(OrderAgainSerializer(allow_null=True))
+    def get_order_again(self, resource_request) -> dict | None:
+        http_request = self.context.get("request")
+        if http_request is None or not reorder.may_order_again(http_request.user, resource_request):
+            return None
+        url = http_request.build_absolute_uri(reorder.form_link(resource_request))
+        return OrderAgainSerializer({"url": url, "body": reorder.submit_body(resource_request)}).data
+
     @extend_schema_field(UsageSerializer(allow_null=True))
     def get_usage(self, resource_request) -> dict | None:
         usage = self._after_allocation(resource_request, hooks.REQUEST_USAGE)
@@ -570,6 +637,20 @@ class RequestDetailSerializer(RequestSummarySerializer):
         http_request = self.context.get("request")
         base_url = http_request.build_absolute_uri("/") if http_request is not None else None
         return self._after_allocation(resource_request, hooks.ENDPOINT_DETAILS, base_url)
+
+    @extend_schema_field(
+        {
+            "type": "object",
+            "nullable": True,
+            "description": "For the requester of an active request only (null for anyone else): the secrets that "
+            "open its workload, by access entry, e.g. jupyter: {label, secret, access (Jupyter's URL with its "
+            "token), rotated_at}. Rotate one with POST .../connect-secrets/{name}/rotate/.",
+        }
+    )
+    def get_connect_secrets(self, resource_request) -> dict | None:
+        http_request = self.context.get("request")
+        viewer = getattr(http_request, "user", None)
+        return self._later(resource_request, hooks.CONNECT_SECRETS, viewer)
 
     @extend_schema_field(
         {

@@ -21,9 +21,10 @@ def _refusals(*statuses: int) -> dict:
     return {status_code: OpenApiResponse(ErrorSerializer) for status_code in statuses}
 
 
-def _parsed(serializer_class, data):
-    """The request body checked for shape only; malformed input is a 400 validation_error."""
-    body = serializer_class(data=data)
+def _parsed(serializer_class, request):
+    """The request body checked for shape only; malformed input is a 400 validation_error. The caller is in the
+    serializer's context: a project id is looked up among the projects they may see."""
+    body = serializer_class(data=request.data, context={"request": request})
     body.is_valid(raise_exception=True)
     return body
 
@@ -119,7 +120,7 @@ class RequestViewSet(SummaryRowsMixin, mixins.ListModelMixin, mixins.RetrieveMod
     )
     def create(self, request):
         key = _idempotency_key(request)
-        order_input = _parsed(serializers.OrderSerializer, request.data)
+        order_input = _parsed(serializers.OrderSerializer, request)
         submitted = services.request_submit(
             order=order_input.order(),
             requester=request.user,
@@ -139,7 +140,7 @@ class RequestViewSet(SummaryRowsMixin, mixins.ListModelMixin, mixins.RetrieveMod
     )
     @action(detail=False, methods=["post"])
     def preview(self, request):
-        order_input = _parsed(serializers.OrderSerializer, request.data)
+        order_input = _parsed(serializers.OrderSerializer, request)
         preview = services.request_preview(
             order=order_input.order(), requester=request.user, over_quota=order_input.validated_data["over_quota"]
         )
@@ -151,7 +152,7 @@ class RequestViewSet(SummaryRowsMixin, mixins.ListModelMixin, mixins.RetrieveMod
     )
     @action(detail=True, methods=["post"])
     def cancel(self, request, pk=None):
-        reason = _parsed(serializers.CancelSerializer, request.data).validated_data["reason"]
+        reason = _parsed(serializers.CancelSerializer, request).validated_data["reason"]
         cancelled = services.request_cancel(request=self.get_object(), actor=request.user, reason=reason)
         return self._detail(cancelled)
 
@@ -162,7 +163,7 @@ class RequestViewSet(SummaryRowsMixin, mixins.ListModelMixin, mixins.RetrieveMod
     )
     @action(detail=True, methods=["post"])
     def release(self, request, pk=None):
-        reason = _parsed(serializers.CancelSerializer, request.data).validated_data["reason"] or "released early"
+        reason = _parsed(serializers.CancelSerializer, request).validated_data["reason"] or "released early"
         released = services.request_release(request=self.get_object(), actor=request.user, reason=reason)
         return self._detail(released)
 
@@ -175,7 +176,7 @@ class RequestViewSet(SummaryRowsMixin, mixins.ListModelMixin, mixins.RetrieveMod
     )
     @action(detail=True, methods=["post"])
     def extend(self, request, pk=None):
-        body = _parsed(serializers.ExtendSerializer, request.data).validated_data
+        body = _parsed(serializers.ExtendSerializer, request).validated_data
         extensions.request_extension_submit(
             request=self.get_object(), hours=body["hours"], justification=body["justification"], actor=request.user
         )
@@ -209,7 +210,7 @@ class ApprovalTaskViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, view
         return selectors.approval_task_get(user=self.request.user, pk=self.kwargs["pk"])
 
     def _decide(self, decision: str) -> Response:
-        comment = _parsed(serializers.DecisionSerializer, self.request.data).validated_data["comment"]
+        comment = _parsed(serializers.DecisionSerializer, self.request).validated_data["comment"]
         approvals.approval_decide(
             assignment=self.get_object(), decision=decision, comment=comment, actor=self.request.user
         )
@@ -239,7 +240,7 @@ class ApprovalTaskViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, view
     )
     @action(detail=False, methods=["post"], url_path="bulk-approve")
     def bulk_approve(self, request):
-        bulk = _parsed(serializers.BulkApproveSerializer, request.data)
+        bulk = _parsed(serializers.BulkApproveSerializer, request)
         results = approvals.approvals_bulk_approve(
             task_ids=bulk.validated_data["ids"], comment=bulk.validated_data["comment"], actor=request.user
         )
@@ -264,6 +265,6 @@ class QuotaChangeRequestViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin
         description="Only the project lead may ask (403 not_project_lead); operators decide by default.",
     )
     def create(self, request):
-        change_input = _parsed(serializers.QuotaChangeCreateSerializer, request.data)
+        change_input = _parsed(serializers.QuotaChangeCreateSerializer, request)
         change = quota_changes.quota_change_request_submit(actor=request.user, **change_input.validated_data)
         return Response(self.get_serializer(change).data, status=status.HTTP_201_CREATED)

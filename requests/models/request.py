@@ -9,6 +9,7 @@ from django.db import models
 from django.db.models import Q
 from django_fsm import ConcurrentTransitionMixin, FSMField, transition
 
+from catalog.choices import SlurmMembership
 from config.jsonvalues import as_stored
 from requests.choices import (
     CANCELLABLE_STATES,
@@ -157,6 +158,23 @@ class ResourceRequest(ConcurrentTransitionMixin, models.Model):
     @property
     def snapshot_intact(self) -> bool:
         return self.approved_spec is not None and snapshot_hash(self.approved_spec) == self.approved_spec_hash
+
+    @property
+    def slurm_membership(self) -> str | None:
+        """How a bare-metal server joins Slurm (and whether its tenant gets root): the approved snapshot's once it is
+        frozen (a snapshot from before profiles said so joined the shared cluster without root), else its profile's.
+        None for other orders."""
+        if self.bare_metal_profile_id is None:
+            return None
+        if self.approved_spec:
+            frozen = self.approved_spec.get("bare_metal_profile") or {}
+            return frozen.get("slurm_membership", SlurmMembership.SHARED_CLUSTER_NO_ROOT)
+        return self.bare_metal_profile.slurm_membership
+
+    @property
+    def slurm_membership_label(self) -> str | None:
+        membership = self.slurm_membership
+        return None if membership is None else SlurmMembership(membership).label
 
     # Transitions change only the state; services save, write the timeline and start side effects.
     @transition(field=state, source=S.SUBMITTED, target=S.WAITING_FOR_QUOTA)

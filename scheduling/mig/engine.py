@@ -174,7 +174,15 @@ class MigEngine:
     # -- the index: per demand shape a lazy heap of node scores, memoised by node state --------------------------
 
     def _best(self, demand: SliceDemand):
-        key = (demand.count, demand.profile, demand.share, demand.models, demand.cpu_milli, demand.memory_mib)
+        key = (
+            demand.count,
+            demand.profile,
+            demand.share,
+            demand.models,
+            demand.cpu_milli,
+            demand.memory_mib,
+            demand.needs,
+        )
         entry = self._heaps.get(key)
         if entry is None:
             entry = self._heaps[key] = [[], None, {}]
@@ -200,7 +208,7 @@ class MigEngine:
         state, version, rank, nodes = self.node_states, self.version, self.rank, self.nodes
         fresh = []
         for i in todo:
-            if not nodes[i].schedulable:
+            if not nodes[i].schedulable or not demand.needs <= nodes[i].capabilities:
                 continue
             st = state[i]
             result = memo.get(st, _MISSING)

@@ -58,6 +58,7 @@ class MigNode:
     memory_mib: int
     cards: tuple[Card, ...] = ()
     schedulable: bool = True
+    capabilities: frozenset = frozenset()  # as scheduling.placement.Node's
 
 
 @dataclass(frozen=True)
@@ -72,6 +73,8 @@ class SliceDemand:
     models: frozenset = frozenset()
     cpu_milli: int = 0
     memory_mib: int = 0
+    needs: frozenset = frozenset()  # capabilities the node must offer (scheduling.placement.Demand's)
+    needs_label: str = field(default="", compare=False)
 
     @property
     def klass(self):

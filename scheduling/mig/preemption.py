@@ -31,7 +31,7 @@ def plan(engine, demand: SliceDemand, candidates: Iterable[Holding], budget: int
 
 def fits_without(engine, i: int, subset: Sequence[Holding], demand: SliceDemand) -> bool:
     """Whether the demand has a valid placement on node ``i`` once the subset is released (nothing changes)."""
-    if not engine.nodes[i].schedulable:
+    if not engine.nodes[i].schedulable or not demand.needs <= engine.nodes[i].capabilities:
         return False
     cpu = engine.cpu[i] + sum(h.cpu_milli for h in subset)
     mem = engine.mem[i] + sum(h.memory_mib for h in subset)

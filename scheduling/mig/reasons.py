@@ -10,6 +10,8 @@ from scheduling.mig.states import profile_counts
 
 def diagnose(engine, demand: SliceDemand) -> MigPending:
     """Why a demand cannot be placed now on the engine (a `MigEngine`), with its numbers in MIG terms."""
+    if demand.needs:
+        return _needs(engine, demand)
     if demand.count and not _exists(engine, demand):
         kind = f"device with {demand.profile} instances" if demand.profile else "device"
         return MigPending(
@@ -43,6 +45,26 @@ def diagnose(engine, demand: SliceDemand) -> MigPending:
         CAPACITY_IN_USE,
         f"needs {demand.label}; no MIG card has {'a free instance or ' if pinned else ''}room for one",
         {"profile": demand.profile},
+    )
+
+
+def _needs(engine, demand: SliceDemand) -> MigPending:
+    """A demand that needs capabilities (a serving runtime's model file) of its node: none offers them, or those
+    that do have no room now."""
+    offering = sorted(node.name for node in engine.nodes if demand.needs <= node.capabilities)
+    what = f"needs {demand.label} on a node with {demand.needs_label or ', '.join(sorted(demand.needs))}"
+    if not offering:
+        return MigPending(
+            demand.id,
+            NO_MATCHING_SPEC,
+            f"{what}; no node of the inventory has it, so it cannot run here",
+            {"dimension": "runtime", "needs": sorted(demand.needs), "nodes": 0},
+        )
+    return MigPending(
+        demand.id,
+        CAPACITY_IN_USE,
+        f"{what}; the nodes with it ({', '.join(offering)}) have no room for it now",
+        {"nodes": offering},
     )
 
 

@@ -6,9 +6,12 @@ from dataclasses import dataclass
 
 # One GRES item, e.g. "gpu:a100:2(S:0-1)" or "mps:200": the name:type:count part and an optional "(...)" detail.
 _GRES_ITEM = re.compile(r"\s*([^,(]+)(?:\([^)]*\))?\s*(?:,|$)")
-# Slurm keeps a node out of service in these base states, or with these flags on any base state.
+# Slurm starts no work on a node in these base states, or with these flags on any base state: a node whose slurmd stops
+# answering pings is NOT_RESPONDING for SlurmdTimeout before Slurm sets it DOWN, and a job placed there meanwhile
+# would wait too. (The base state "unknown" of a controller just restarted, before the nodes register again, is none
+# of these: it lasts seconds, and cordoning the whole pool for it would be an outage cordoning hardware.)
 UNAVAILABLE_STATES = frozenset({"down", "error"})
-UNAVAILABLE_FLAGS = frozenset({"DRAIN", "FAIL"})
+UNAVAILABLE_FLAGS = frozenset({"DRAIN", "FAIL", "NOT_RESPONDING"})
 
 
 class GresError(ValueError):
@@ -72,8 +75,13 @@ class SlurmNodeState:
         return "+".join((self.base.upper(), *self.flags))
 
     @property
+    def event_value(self) -> str:
+        """What a health event records of it: IDLE+DRAIN: fan failure (the reason when Slurm gives one)."""
+        return (f"{self.label}: {self.reason}" if self.reason else self.label)[:200]
+
+    @property
     def unavailable(self) -> bool:
-        """Slurm will not start work on the node (down, error, drained or draining, failing)."""
+        """Slurm will not start work on the node (down, error, drained or draining, failing, not responding)."""
         return self.base in UNAVAILABLE_STATES or bool(UNAVAILABLE_FLAGS & set(self.flags))
 
     @property

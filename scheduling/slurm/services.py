@@ -1,8 +1,10 @@
 """Writes that keep our inventory and Slurm's in step (docs/inventory.md, "From Slurm").
 
 - `slurm_inventory_import`: Slurm's nodes become Node/Device rows (execution_backend=slurm) through
-  `inventory_import`; Slurm's own DOWN/DRAIN/FAIL states become health events and a cordon with Slurm's reason;
-  nodes Slurm no longer lists are cordoned, never deleted.
+  `inventory_import`; nodes Slurm no longer lists are cordoned, never deleted.
+- `slurm_node_states_apply`: Slurm's DOWN/DRAIN/FAIL/NOT_RESPONDING states become health events and a cordon with
+  Slurm's reason, lifted when Slurm has the node back. The import applies them, and so do the minute refresh
+  (`slurm_node_states_refresh`) and the Slurm driver the moment an answer shows a node out of service.
 - `slurm_node_sync`: the other direction. A cordoned node, or a node with an isolated card, is drained in Slurm with
   the same reason; once neither holds, a drain the platform set is resumed. Called by a task after the commit of the
   operator's action, so a Slurm outage never undoes it; every outcome is an audit row on the node.
@@ -14,7 +16,7 @@ from dataclasses import dataclass, field
 from django.conf import settings
 from django.contrib.contenttypes.models import ContentType
 from django.db import transaction
-from django.db.models import Q
+from django.db.models import OuterRef, Q, Subquery
 from django_q.tasks import async_task
 
 from catalog.models import AcceleratorModel
@@ -38,6 +40,7 @@ VANISHED_REASON = "Slurm no longer lists this node (cordoned by the Slurm import
 # Cordons the import set itself, and so may lift when Slurm reports the node in service again.
 IMPORT_CORDON_PREFIXES = ("Slurm reports the node ", VANISHED_REASON)
 STATE_SIGNAL = "node_state"
+NOT_CONFIGURED = "Slurm not configured (SLURM_REST_URL is empty)"
 DRAINED_ACTION = "node.slurm_drained"
 
 
@@ -45,15 +48,26 @@ DRAINED_ACTION = "node.slurm_drained"
 
 
 @dataclass
-class SlurmImportResult:
-    inventory: ImportResult
+class NodeStateChanges:
     cordoned: list[str] = field(default_factory=list)  # "node: reason"
     uncordoned: list[str] = field(default_factory=list)
     health_events: int = 0
 
     @property
     def changed(self) -> bool:
-        return self.inventory.changed or bool(self.cordoned or self.uncordoned or self.health_events)
+        return bool(self.cordoned or self.uncordoned or self.health_events)
+
+    def summary(self) -> str:
+        return f"{len(self.cordoned)} cordoned, {len(self.uncordoned)} uncordoned, {self.health_events} health events"
+
+
+@dataclass(kw_only=True)
+class SlurmImportResult(NodeStateChanges):
+    inventory: ImportResult
+
+    @property
+    def changed(self) -> bool:
+        return self.inventory.changed or super().changed
 
 
 def slurm_inventory_import(
@@ -65,34 +79,70 @@ def slurm_inventory_import(
     slurm_nodes = api.nodes()  # before the transaction: no row is locked while Slurm answers
     with transaction.atomic():
         records = _node_records(slurm_nodes, gpu_models)
-        result = SlurmImportResult(inventory_import(records, actor=actor, default_site=site))
-        nodes = Node.objects.in_bulk([record.name for record in records], field_name="name")
-        for slurm_node in slurm_nodes:
-            state, node = SlurmNodeState.of(slurm_node), nodes[slurm_node["name"]]
-            _apply_state(node, state, result, actor)
-            node.refresh_from_db(fields=["schedulable", "cordon_reason"])
-            _resync_if_out_of_step(node, state)
+        result = SlurmImportResult(inventory=inventory_import(records, actor=actor, default_site=site))
+        slurm_node_states_apply(slurm_nodes, changes=result, actor=actor)
+        _resync_drains_out_of_step(slurm_nodes)
         _cordon_vanished({record.name for record in records}, site, result, actor)
     return result
 
 
 def slurm_inventory_refresh() -> str:
     """The periodic import (schedule "Import inventory from Slurm"): the configured cluster, GPU mapping and site
-    (SLURM_REST_URL, SLURM_GPU_MODELS, SLURM_SITE), so Slurm's DOWN/DRAIN states reach placement without an
-    operator running the command. Does nothing while SLURM_REST_URL is empty; a refusal is logged, not raised
-    (the next run tries again). Returns what happened, for the task's result."""
+    (SLURM_REST_URL, SLURM_GPU_MODELS, SLURM_SITE), so new nodes, changed GRES and vanished nodes reach the inventory
+    without an operator running the command. Does nothing while SLURM_REST_URL is empty; a refusal is logged, not
+    raised (the next run tries again). Returns what happened, for the task's result."""
     if not settings.SLURM_REST_URL:
-        return "Slurm not configured (SLURM_REST_URL is empty)"
+        return NOT_CONFIGURED
     try:
         with SlurmApi.from_settings() as api:
             result = slurm_inventory_import(api=api, gpu_models=settings.SLURM_GPU_MODELS, site=settings.SLURM_SITE)
     except (SlurmApiError, DomainError) as error:
         logger.warning("Slurm inventory import refused: %s", error)
         return f"refused: {error}"
-    return (
-        f"{result.inventory.nodes_created} created, {result.inventory.nodes_updated} updated, "
-        f"{len(result.cordoned)} cordoned, {len(result.uncordoned)} uncordoned, {result.health_events} health events"
+    return f"{result.inventory.nodes_created} created, {result.inventory.nodes_updated} updated, {result.summary()}"
+
+
+def slurm_node_states_refresh() -> str:
+    """The minute task (schedule "Read node states from Slurm"): one `GET /nodes` and Slurm's service states onto the
+    inventory, so a drain reaches placement within a minute rather than at the five-minute import (which also
+    writes CPUs, memory and GRES). Does nothing while SLURM_REST_URL is empty; Slurm out of reach is logged and
+    changes nothing (the next minute asks again). Returns what happened, for the task's result."""
+    if not settings.SLURM_REST_URL:
+        return NOT_CONFIGURED
+    try:
+        with SlurmApi.from_settings() as api:
+            slurm_nodes = api.nodes()
+    except SlurmApiError as error:
+        logger.warning("Slurm node states not read: %s", error)
+        return f"not read: {error}"
+    return slurm_node_states_apply(slurm_nodes).summary()
+
+
+def slurm_node_states_apply(
+    slurm_nodes: list[dict], *, changes: NodeStateChanges | None = None, actor: User | None = None
+) -> NodeStateChanges:
+    """Slurm's service state of each node it listed (its `nodes` objects) onto our Slurm-backed node of that name:
+    a node Slurm starts no work on is cordoned with Slurm's reason, the import's own cordon is lifted once Slurm has
+    the node back (the uncordon wakes the scheduler), and each change of Slurm's state is recorded as a health event
+    on the node's devices. Nodes the inventory does not have are the import's to create.
+
+    One query reads the nodes with the state recorded last; only a node whose state moved is then locked, decided
+    again and written, in a transaction of its own: a minute's refresh of a pool where nothing moved writes nothing,
+    and the import, the refresh and a driver applying the same news at once cordon a node once."""
+    changes = changes if changes is not None else NodeStateChanges()
+    states = {slurm_node["name"]: SlurmNodeState.of(slurm_node) for slurm_node in slurm_nodes}
+    recorded = HealthEvent.objects.filter(
+        device__node=OuterRef("pk"), source=HealthSource.SLURM, signal=STATE_SIGNAL
+    ).values("value")[:1]
+    nodes = Node.objects.filter(execution_backend=ExecutionBackend.SLURM, name__in=states).annotate(
+        recorded_state=Subquery(recorded)
     )
+    for node in nodes.order_by("pk"):
+        state = states[node.name]
+        if _state_moved(node, state, node.recorded_state):
+            with transaction.atomic():
+                _apply_state(Node.objects.select_for_update().get(pk=node.pk), state, changes, actor)
+    return changes
 
 
 def _node_records(slurm_nodes: list[dict], gpu_models: dict[str, str]) -> list[NodeRecord]:
@@ -155,18 +205,33 @@ def _models_by_gres_type(slurm_nodes: list[dict], gpu_models: dict[str, str]) ->
     return found
 
 
-def _apply_state(node: Node, state: SlurmNodeState, result: SlurmImportResult, actor: User | None) -> None:
+def _state_moved(node: Node, state: SlurmNodeState, recorded: str | None) -> bool:
+    """Whether Slurm's state may change something on the node (decided for sure on its locked row)."""
+    cordon_to_lift = not node.schedulable and node.cordon_reason.startswith(IMPORT_CORDON_PREFIXES)
+    return (
+        _state_news(state, recorded)
+        or (state.unavailable and node.schedulable)
+        or (not state.unavailable and cordon_to_lift)
+    )
+
+
+def _state_news(state: SlurmNodeState, recorded: str | None) -> bool:
+    """A state differing from the one recorded last (none recorded yet: only a node out of service is news)."""
+    return recorded != state.event_value and (recorded is not None or state.unavailable)
+
+
+def _apply_state(node: Node, state: SlurmNodeState, changes: NodeStateChanges, actor: User | None) -> None:
     """Cordon a node Slurm keeps out of service, lift the import's own cordon once Slurm has it back, and record
     each change of Slurm's state as a health event on the node's devices. Our own drain echoing back is no news."""
     if state.unavailable and state.reason in _platform_reasons(node):
         return
     if state.unavailable and node.schedulable:
         node_cordon(node, state.cordon_reason(), actor)
-        result.cordoned.append(f"{node.name}: {state.cordon_reason()}")
+        changes.cordoned.append(f"{node.name}: {state.cordon_reason()}")
     elif not state.unavailable and not node.schedulable and node.cordon_reason.startswith(IMPORT_CORDON_PREFIXES):
         node_uncordon(node, f"Slurm reports the node {state.label} again", actor)
-        result.uncordoned.append(node.name)
-    result.health_events += _record_state_event(node, state)
+        changes.uncordoned.append(node.name)
+    changes.health_events += _record_state_event(node, state)
 
 
 def _platform_reasons(node: Node) -> set[str]:
@@ -180,33 +245,35 @@ def _platform_reasons(node: Node) -> set[str]:
 def _record_state_event(node: Node, state: SlurmNodeState) -> int:
     """A health event per device when Slurm's state differs from the last one recorded (none yet: only when the
     node is out of service), so repeated imports record nothing new."""
-    value = f"{state.label}: {state.reason}" if state.reason else state.label
-    last = (
+    recorded = (
         HealthEvent.objects.filter(device__node=node, source=HealthSource.SLURM, signal=STATE_SIGNAL)
         .values_list("value", flat=True)
         .first()
     )
-    if last == value[:200] or (last is None and not state.unavailable):
+    if not _state_news(state, recorded):
         return 0
     events = [
-        HealthEvent(device=device, source=HealthSource.SLURM, signal=STATE_SIGNAL, value=value[:200])
+        HealthEvent(device=device, source=HealthSource.SLURM, signal=STATE_SIGNAL, value=state.event_value)
         for device in Device.objects.filter(node=node)
     ]
     HealthEvent.objects.bulk_create(events)
     return len(events)
 
 
-def _resync_if_out_of_step(node: Node, state: SlurmNodeState) -> None:
+def _resync_drains_out_of_step(slurm_nodes: list[dict]) -> None:
     """A drain or resume that did not reach Slurm (it was down when the operator acted) is retried from here, so
     the import, run on a schedule, is also the reconciliation of drains."""
-    wanted = _drain_reason(node)
-    ours = state.drained and state.reason == _last_platform_drain(node)
-    if (wanted is not None and not state.unavailable) or (wanted is None and ours):
-        node_id = node.pk
-        transaction.on_commit(lambda: async_task(SLURM_SYNC_TASK, node_id))
+    nodes = Node.objects.in_bulk([slurm_node["name"] for slurm_node in slurm_nodes], field_name="name")
+    for slurm_node in slurm_nodes:
+        node, state = nodes[slurm_node["name"]], SlurmNodeState.of(slurm_node)
+        wanted = _drain_reason(node)
+        ours = state.drained and state.reason == _last_platform_drain(node)
+        if (wanted is not None and not state.unavailable) or (wanted is None and ours):
+            node_id = node.pk
+            transaction.on_commit(lambda node_id=node_id: async_task(SLURM_SYNC_TASK, node_id))
 
 
-def _cordon_vanished(listed: set[str], site: str, result: SlurmImportResult, actor: User | None) -> None:
+def _cordon_vanished(listed: set[str], site: str, result: NodeStateChanges, actor: User | None) -> None:
     """Slurm-backed nodes (of the import's site, when it names one) that Slurm no longer lists."""
     vanished = Node.objects.filter(execution_backend=ExecutionBackend.SLURM, schedulable=True).exclude(name__in=listed)
     if site:

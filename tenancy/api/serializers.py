@@ -103,3 +103,23 @@ class ProjectSerializer(ModelSerializer):
     def get_usage(self, project) -> dict | None:
         usage = self.context["usage"] if "usage" in self.context else _usage_of([project])
         return None if usage is None else numbers_representation(usage[project.pk])
+
+
+class TokenRequestSerializer(serializers.Serializer):
+    username = serializers.CharField(max_length=150)
+    password = serializers.CharField(max_length=128, trim_whitespace=False, style={"input_type": "password"})
+    name = serializers.CharField(
+        max_length=80, required=False, default="API sign-in", help_text="What will use the token, e.g. `laptop CLI`."
+    )
+    expires_in_days = serializers.IntegerField(
+        required=False, min_value=1, help_text="Lifetime in days (default API_TOKEN_DEFAULT_DAYS, at most the max)."
+    )
+
+
+class IssuedTokenSerializer(serializers.Serializer):
+    token = serializers.CharField(
+        help_text="The secret: shown this once, stored only as a hash. Send it as `Authorization: Token <token>`."
+    )
+    prefix = serializers.CharField(help_text="Its public part, to tell your tokens apart.")
+    name = serializers.CharField()
+    expires_at = serializers.DateTimeField()

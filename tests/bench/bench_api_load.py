@@ -24,6 +24,7 @@ from pathlib import Path
 import psycopg
 
 from config.probes import wait_until_answers
+from tests.bench import ORDER_CAP_SETTINGS
 
 ROOT = Path(__file__).resolve().parents[2]
 SERVER_URL = os.environ.get("BENCH_DATABASE_SERVER", "postgres://postgres@127.0.0.1:5432")
@@ -59,6 +60,9 @@ def _fresh_database() -> dict:
         "DATABASE_URL": f"{SERVER_URL}/{DATABASE}",
         "REDIS_URL": REDIS_URL,
         "SECRET_KEY": "bench-only",
+        "METRICS_TOKEN": "bench-only",
+        "SECURE_SSL_REDIRECT": "0",  # plain HTTP on the loopback
+        **dict.fromkeys(ORDER_CAP_SETTINGS, "0"),
         "DEBUG": "0",
         "ALLOWED_HOSTS": "127.0.0.1,testserver",
         "DJANGO_SETTINGS_MODULE": "config.settings",
@@ -366,7 +370,17 @@ def main(argv=None) -> int:
     os.environ.update(
         {
             key: args.env[key]
-            for key in ("DATABASE_URL", "REDIS_URL", "SECRET_KEY", "DEBUG", "ALLOWED_HOSTS", "DJANGO_SETTINGS_MODULE")
+            for key in (
+                "DATABASE_URL",
+                "REDIS_URL",
+                "SECRET_KEY",
+                "METRICS_TOKEN",
+                "SECURE_SSL_REDIRECT",
+                *ORDER_CAP_SETTINGS,
+                "DEBUG",
+                "ALLOWED_HOSTS",
+                "DJANGO_SETTINGS_MODULE",
+            )
         }
     )
     import warnings

@@ -13,6 +13,8 @@ from pathlib import Path
 
 import psycopg
 
+from tests.bench import ORDER_CAP_SETTINGS
+
 ROOT = Path(__file__).resolve().parents[2]
 BENCHMARKS = [
     "tests.bench.bench_catalog_api",
@@ -70,6 +72,9 @@ def main() -> int:
     os.environ.update(
         DATABASE_URL=f"{SERVER_URL}/{DATABASE}",
         SECRET_KEY="bench-only",
+        METRICS_TOKEN="bench-only",
+        SECURE_SSL_REDIRECT="0",  # the in-process test client speaks plain HTTP
+        **dict.fromkeys(ORDER_CAP_SETTINGS, "0"),
         DEBUG="0",
         ALLOWED_HOSTS="testserver",
         DJANGO_SETTINGS_MODULE="config.settings",

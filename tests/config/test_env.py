@@ -47,7 +47,7 @@ def _mail_settings(env: dict) -> dict:
     base = {key: value for key, value in os.environ.items() if not key.startswith("EMAIL_")}
     done = subprocess.run(
         [sys.executable, "-c", script],
-        env={**base, "SECRET_KEY": "x", **env},
+        env={**base, "SECRET_KEY": "x", "METRICS_TOKEN": "x", **env},
         capture_output=True,
         text=True,
         check=True,

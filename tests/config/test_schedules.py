@@ -10,6 +10,7 @@ TASKS = {
     "scheduling.tasks.run_cycle",
     "scheduling.tasks.reclaim_allocations",
     "scheduling.tasks.import_from_slurm",
+    "scheduling.tasks.refresh_slurm_node_states",
     "provisioning.tasks.resume_due_steps",
     "provisioning.tasks.check_replicas",
     "provisioning.tasks.reconcile_workloads",

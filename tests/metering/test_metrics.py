@@ -4,6 +4,7 @@ from datetime import date
 from decimal import Decimal
 
 import pytest
+from django.conf import settings
 from django.utils import timezone
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -17,7 +18,7 @@ pytestmark = pytest.mark.django_db
 
 
 def scrape(client) -> tuple[dict, dict]:
-    response = client.get("/metrics")
+    response = client.get("/metrics", HTTP_AUTHORIZATION=f"Bearer {settings.METRICS_TOKEN}")
     assert response.status_code == 200 and response["Content-Type"].startswith("text/plain; version=")
     families = list(text_string_to_metric_families(response.content.decode()))
     names = [family.name for family in families]

@@ -22,6 +22,7 @@ from tests.provisioning.ansible_hosts import in_band, test_hosts  # noqa: F401  
 from tests.provisioning.gateway_process import gateway_redis, gateways  # noqa: F401  (fixtures)
 from tests.provisioning.podman_runtime import podman_service  # noqa: F401  (fixture)
 from tests.provisioning.redfish_emulator import (  # noqa: F401  (fixtures)
+    elsewhere,
     image_server,
     redfish_stand_in,
     sushy_emulator,
@@ -111,13 +112,19 @@ def bare_metal(team, run_on_commit):
     quota_set(quota=team.project.quota, limits=BARE_METAL_QUOTA, actor=None)
     node = add_node(accelerator, name="bm1", cards=8, cpu_cores=112, memory_gb=2048)
 
-    def order():
+    def order(**parameters):
         from requests.orders import Order
 
         request = run_on_commit(
             request_services.request_submit,
             requester=team.developer,
-            order=Order(service=service, project=team.project, duration_hours=24, bare_metal_profile=profile),
+            order=Order(
+                service=service,
+                project=team.project,
+                duration_hours=24,
+                bare_metal_profile=profile,
+                parameters=parameters,
+            ),
         )
         assert request.state == RequestState.QUEUED
         run_on_commit(cycle.run_cycle)

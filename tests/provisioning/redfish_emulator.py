@@ -94,6 +94,20 @@ def image_server(tmp_path_factory) -> str:
 @pytest.fixture
 def redfish_stand_in():
     """A fault-injecting, hand-written stand-in for a BMC (see RedfishStandIn)."""
+    with _stand_in_serving() as stand_in:
+        yield stand_in
+
+
+@pytest.fixture
+def elsewhere():
+    """A second stand-in on another origin (another port): what a BMC's link may point to. It records every call
+    that reaches it, with its headers (Authorization, for one)."""
+    with _stand_in_serving() as stand_in:
+        yield stand_in
+
+
+@contextlib.contextmanager
+def _stand_in_serving():
     stand_in = RedfishStandIn()
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _StandInHandler)
     server.stand_in = stand_in
@@ -111,13 +125,15 @@ class RedfishStandIn:
     records every request. For faults the real emulator cannot produce, and resource shapes it does not serve."""
 
     url: str = ""
-    routes: dict[str, tuple[int, dict, bool]] = field(default_factory=dict)
+    routes: dict[str, tuple[int, dict, bool, dict]] = field(default_factory=dict)
     received: list[dict] = field(default_factory=list)
     released: threading.Event = field(default_factory=threading.Event)
 
-    def answer(self, path: str, body: dict, *, status: int = 200, held: bool = False) -> None:
+    def answer(
+        self, path: str, body: dict, *, status: int = 200, held: bool = False, headers: dict | None = None
+    ) -> None:
         """A held answer goes out only when the test ends: slower than any client timeout, with no clock involved."""
-        self.routes[path] = (status, body, held)
+        self.routes[path] = (status, body, held, headers or {})
 
 
 class _StandInHandler(http.server.BaseHTTPRequestHandler):
@@ -126,12 +142,16 @@ class _StandInHandler(http.server.BaseHTTPRequestHandler):
         length = int(self.headers.get("Content-Length") or 0)
         body = json.loads(self.rfile.read(length)) if length else None
         stand_in.received.append({"method": self.command, "path": self.path, "body": body, "headers": self.headers})
-        status, answer, held = stand_in.routes.get(self.path, (404, {"error": {"message": "No such resource"}}, False))
+        status, answer, held, headers = stand_in.routes.get(
+            self.path, (404, {"error": {"message": "No such resource"}}, False, {})
+        )
         if held:
             stand_in.released.wait()
         payload = json.dumps(answer).encode()
         with contextlib.suppress(BrokenPipeError, ConnectionResetError):  # the client gave up waiting, as intended
             self.send_response(status)
+            for name, value in headers.items():
+                self.send_header(name, value)
             self.send_header("Content-Type", "application/json")
             self.send_header("Content-Length", str(len(payload)))
             self.end_headers()

@@ -2,6 +2,7 @@
 installer callback, the operator console (role matrix and constant query counts), and /metrics."""
 
 import pytest
+from django.conf import settings
 from django.urls import reverse
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -167,7 +168,10 @@ def test_developers_cannot_open_the_console_runs(compute, client):
 
 def test_metrics_export_runs_and_step_durations(delivered, client):
     families = {
-        family.name: family for family in text_string_to_metric_families(client.get("/metrics").content.decode())
+        family.name: family
+        for family in text_string_to_metric_families(
+            client.get("/metrics", HTTP_AUTHORIZATION=f"Bearer {settings.METRICS_TOKEN}").content.decode()
+        )
     }
     runs = {tuple(sample.labels.values()): sample.value for sample in families["compute_provisioning_runs"].samples}
     assert runs[("provision", "compute", "succeeded")] == 1

@@ -16,13 +16,15 @@ from tests.provisioning.redfish_emulator import free_loopback_port
 DRIVER_VERSION = "550.54.15"
 
 
-def target_for(host, cluster: str, cards: int = 2, **profile) -> Target:
+def target_for(host, cluster: str, cards: int = 2, ssh_public_key: str = "", **profile) -> Target:
     return Target(
         run_id=1,
         request_id=1,
         node=host.name,
         devices=tuple({"index": index, "uuid": f"GPU-{host.name}-{index}"} for index in range(cards)),
         snapshot={
+            "project": "ml-research",
+            "parameters": {"ssh_public_key": ssh_public_key} if ssh_public_key else {},
             "bare_metal_profile": {
                 "driver_version": DRIVER_VERSION,
                 "monitoring_agent": "node-exporter",
@@ -30,10 +32,12 @@ def target_for(host, cluster: str, cards: int = 2, **profile) -> Target:
                 "accelerator_model": "h100-80gb",
                 "playbooks": "bare-metal-v1",
                 **profile,
-            }
+            },
         },
         os_address=host.address,
         ssh_credentials_ref="test-hosts",
+        requester="Dev.One",
+        inventory={"cpu_cores": 8, "memory_gb": 2},
     )
 
 
@@ -63,6 +67,8 @@ def test_every_in_band_step_on_a_real_host_then_an_idempotent_rerun_then_release
     assert registered["node_name"] == "bm-life" and registered["slurm_state"].startswith("IDLE")
     assert slurm.node_states()["bm-life"] == "idle"
     assert "Gres=gpu:h10080gb:2" in slurm.scontrol("show", "node", "bm-life")
+    access = driver.grant_access(target, ssh_public_key="", root=False)
+    assert (access["user"], access["ssh_key"], access["root"]) == ("dev_one", "none ordered", False)
     health = driver.health_check(target, ["accelerator_burn_in"])
     assert health["checks"]["driver_loaded"] == f"passed ({DRIVER_VERSION})"
     assert health["checks"]["accelerators_visible"] == "passed (2 device nodes)"
@@ -71,9 +77,10 @@ def test_every_in_band_step_on_a_real_host_then_an_idempotent_rerun_then_release
         driver.install_gpu_driver(target, DRIVER_VERSION),
         driver.install_monitoring_agent(target, "node-exporter", "dcgm-exporter"),
         driver.register_in_cluster(target, slurm.name),
+        driver.grant_access(target, ssh_public_key="", root=False),
         driver.health_check(target, []),
     ]
-    assert [step["ansible"]["changed"] for step in rerun] == [0, 0, 0, 0], [step["ansible"]["log"] for step in rerun]
+    assert [step["ansible"]["changed"] for step in rerun] == [0] * 5, [step["ansible"]["log"] for step in rerun]
     assert all(step["ansible"]["failed"] == 0 and step["ansible"]["ok"] > 0 for step in rerun)
 
     released = driver.deregister_from_cluster(target, slurm.name)

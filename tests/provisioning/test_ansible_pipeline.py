@@ -4,13 +4,19 @@ Ansible playbook on a real test host (a podman container), which joins the real 
 active with the record showing what each part found. Release: the node leaves slurmctld, power off, media ejected,
 marked for cleaning. Faults: SSH unreachable (retried, then a failure naming step and host), a failing task."""
 
+import hashlib
+import subprocess
+from pathlib import Path
 from urllib.parse import urlsplit
 
 import pytest
 
+from catalog.choices import SlurmMembership
+from catalog.parameters import SSH_PUBLIC_KEY, default_parameter_schema
 from provisioning.choices import RunKind
 from provisioning.drivers.ansible import AnsibleHost
 from provisioning.models import ProvisioningRun
+from provisioning.netboot import node_addresses
 from provisioning.steps import IN_BAND_STEPS
 from provisioning.targets import run_target
 from requests import services as request_services
@@ -42,11 +48,15 @@ def server(hgx, in_band):  # noqa: F811  (the imported fixture)
     in_band.cluster.run("scontrol", "delete", f"nodename={hgx.node.name}", check=False)
 
 
-def deliver(server, api, run_on_commit):
+def deliver(server, api, run_on_commit, **parameters):
     """Order, then report the OS installed as the installer would: the in-band steps run on the callback."""
-    request = server.order()
+    request = server.order(**parameters)
     callback, token = installer_callback_from_media(server.node.bmc_address)
-    answer = run_on_commit(api.post, urlsplit(callback).path, {"token": token, "status": "succeeded"}, format="json")
+    # The installer reports from the server it installed: the node's address, as the node records it.
+    [address] = node_addresses(server.node.os_address)
+    answer = run_on_commit(
+        api.post, urlsplit(callback).path, {"token": token, "status": "succeeded"}, format="json", REMOTE_ADDR=address
+    )
     assert answer.status_code == 202
     request.refresh_from_db()
     return request
@@ -77,6 +87,11 @@ def test_a_bare_metal_order_from_the_bmcs_to_a_slurm_node_and_back(server, api, 
     assert slurm.node_states()[name] == "idle"
     health = run.steps.get(name="health_check").output["checks"]
     assert health["accelerators_visible"] == "passed (8 device nodes)"
+    # The profile's default: the shared cluster, whose key is on the server, and no root for the tenant.
+    assert (record["slurm_membership"], record["root"]) == ("shared_cluster_no_root", False)
+    assert health["tenant_root"] == "passed (none: no sudo rule, no privileged group)"
+    login = run.steps.get(name="grant_access").output["user"]
+    assert record["access"]["ssh"] == f"ssh {login}@{server.host.address}"
 
     # A step run again (a worker died after its playbook finished, before recording it) changes nothing.
     target = run_target(run)
@@ -86,9 +101,10 @@ def test_a_bare_metal_order_from_the_bmcs_to_a_slurm_node_and_back(server, api, 
         driver.install_gpu_driver(target, profile["driver_version"]),
         driver.install_monitoring_agent(target, profile["monitoring_agent"], profile["gpu_exporter"]),
         driver.register_in_cluster(target, profile["target_cluster"]),
+        driver.grant_access(target, ssh_public_key="", root=False),
         driver.health_check(target, []),
     ]
-    assert [output["ansible"]["changed"] for output in again] == [0, 0, 0, 0]
+    assert [output["ansible"]["changed"] for output in again] == [0, 0, 0, 0, 0]
 
     run_on_commit(request_services.request_release, request=request, actor=request.requester, reason="done")
     request.refresh_from_db()
@@ -100,6 +116,45 @@ def test_a_bare_metal_order_from_the_bmcs_to_a_slurm_node_and_back(server, api, 
     system = redfish_get(server.node.bmc_address)
     assert system["PowerState"] == "Off"
     assert redfish_get(f"{server.node.bmc_address}/VirtualMedia/Cd")["Inserted"] is False
+
+
+def test_a_tenant_cluster_order_runs_its_own_cluster_with_its_own_key_and_root_and_the_record_says_so(
+    server, api, api_as, run_on_commit, settings, tmp_path
+):
+    slurm, name, hosts = server.in_band.cluster, server.node.name, server.in_band.hosts
+    server.profile.slurm_membership, server.profile.target_cluster = SlurmMembership.TENANT_CLUSTER, ""
+    server.profile.full_clean()
+    server.profile.save(update_fields=["slurm_membership", "target_cluster"])
+    server.service.parameter_schema = [*default_parameter_schema(), dict(SSH_PUBLIC_KEY)]
+    server.service.save(update_fields=["parameter_schema"])
+    private = tmp_path / "tenant_ed25519"
+    subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(private)], check=True)
+
+    request = deliver(server, api, run_on_commit, ssh_public_key=private.with_suffix(".pub").read_text().strip())
+
+    assert request.state == RequestState.ACTIVE, request.events.values_list("message", flat=True)
+    detail = api_as(request.requester).get(f"/api/v1/requests/{request.pk}/").json()
+    assert detail["slurm_membership"] == detail["approved_spec"]["bare_metal_profile"]["slurm_membership"]
+    assert detail["slurm_membership"] == "tenant_cluster"
+    record = detail["provisioning"]["delivered"]
+    own_cluster = f"{request.project.slug}-{name}".lower()
+    assert (record["slurm_membership"], record["cluster"], record["root"]) == ("tenant_cluster", own_cluster, True)
+    shared_key = hashlib.sha256(Path(settings.INBAND_MUNGE_KEY_FILE).read_bytes()).hexdigest()
+    host_key = hosts.exec(server.host, "sha256sum", "/etc/munge/munge.key").stdout.split()[0]
+    assert host_key != shared_key
+    assert name not in slurm.node_states()
+    login = ProvisioningRun.objects.get(request=request).steps.get(name="grant_access").output["user"]
+    as_tenant = subprocess.run(
+        ["ssh", "-i", str(private), "-o", "BatchMode=yes", "-o", "StrictHostKeyChecking=no",
+         "-o", "UserKnownHostsFile=/dev/null", f"{login}@{server.host.address}", "sudo -n id -u"],
+        capture_output=True, text=True, timeout=60, check=False,
+    )  # fmt: skip
+    assert as_tenant.stdout.strip() == "0", as_tenant.stderr
+
+    run_on_commit(request_services.request_release, request=request, actor=request.requester, reason="done")
+    request.refresh_from_db()
+    assert request.state == RequestState.RELEASED
+    assert hosts.exec(server.host, "test", "-e", "/etc/munge/munge.key").returncode != 0
 
 
 def test_an_unreachable_server_is_retried_then_fails_naming_the_step_and_host(server, api, run_on_commit, settings):

@@ -81,7 +81,12 @@ def test_a_worker_killed_during_a_playbook_is_replaced_and_the_rerun_is_harmless
             log=log,
         )
         callback, token = installer_callback_from_media(server.node.bmc_address)
-        answer = api.post(urlsplit(callback).path, {"token": token, "status": "succeeded"}, format="json")
+        answer = api.post(  # from the server it installed: the node's address
+            urlsplit(callback).path,
+            {"token": token, "status": "succeeded"},
+            format="json",
+            REMOTE_ADDR=server.host.address,
+        )
         assert answer.status_code == 202
         wait_for(
             lambda: ProvisioningStep.objects.filter(name=STEP, state=StepState.RUNNING).exists(),

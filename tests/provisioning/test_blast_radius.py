@@ -4,7 +4,9 @@ and the owners hear about it on their timeline."""
 import pytest
 from django.contrib.admin import helpers
 
+from requests import services as request_services
 from requests.choices import EventCode, RequestState
+from scheduling import services
 
 pytestmark = pytest.mark.django_db
 
@@ -51,3 +53,38 @@ def test_isolating_a_busy_card_names_the_workspace_it_requeues(running, console,
 def test_an_idle_node_says_nobody_is_affected(compute, console):
     asked = _ask(console, "/admin/scheduling/node/", "cordon_nodes", compute.node.pk).content.decode()
     assert "no request is affected" in asked
+
+
+def test_the_cordon_note_follows_each_request_s_state(compute, settings, run_on_commit):
+    """Only a running request's workload "keeps running there"; one being released or still set up hears that."""
+    releasing = compute.order()
+    request_services.request_release(request=releasing, actor=releasing.requester, reason="done")
+    releasing.refresh_from_db()
+    assert releasing.state == RequestState.RELEASING  # its teardown has not run yet (after-commit work held back)
+    settings.PROVISIONING_INLINE_WAIT_SECONDS = 0
+    settings.PROVISIONING_FAULTS = [{"op": "workload_ready", "result": {"ready": False}}]
+    setting_up = compute.order()
+    assert setting_up.state == RequestState.PROVISIONING
+
+    services.node_cordon(compute.node, "fan", None)
+
+    told = {request.pk: request.events.get(code=EventCode.NODE_CORDONED).message for request in (releasing, setting_up)}
+    assert told[releasing.pk] == (
+        f"Node {compute.node.name} was cordoned by the platform: fan. The release of your workload there goes on; new "
+        "placements avoid the node."
+    )
+    assert told[setting_up.pk] == (
+        f"Node {compute.node.name} was cordoned by the platform: fan. Setting up your request there goes on; new "
+        "placements avoid the node."
+    )
+
+
+def test_an_uncordon_places_the_queue_at_once(compute, run_on_commit):
+    services.node_cordon(compute.node, "fan", None)
+    waiting = compute.order()
+    assert waiting.state == RequestState.QUEUED
+
+    run_on_commit(services.node_uncordon, compute.node, "fan replaced", None)  # no cycle is run by the test
+
+    waiting.refresh_from_db()
+    assert waiting.state == RequestState.ACTIVE

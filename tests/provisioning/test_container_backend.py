@@ -13,6 +13,7 @@ import pytest
 from catalog.demo import seed_catalog, workspace_schema
 from provisioning import engine
 from provisioning.choices import RunKind, RunState
+from provisioning.connect import connect_secrets_shown
 from provisioning.drivers.base import StepError
 from provisioning.drivers.container import ContainerWorkloads, Podman, prepare_built_image
 from provisioning.models import ProvisioningRun, ProvisioningStep
@@ -109,7 +110,8 @@ def test_a_workspace_reaches_active_and_ssh_sees_the_bound_devices(workspace, ru
     assert container["HostConfig"]["Devices"][0]["PathInContainer"] == f"/dev/nvidia{bound[0]}"
     assert (container["HostConfig"]["NanoCpus"], container["HostConfig"]["Memory"]) == (16 * 10**9, 128 * 2**30)
     assert container["Config"]["Labels"]["compute-catalog.request"] == str(request.pk)
-    notebook = httpx.get(delivered["access"]["jupyter"].replace("/?token=", "/api/status?token="), timeout=10)
+    token = connect_secrets_shown(request, request.requester)["jupyter"]["secret"]
+    notebook = httpx.get(f"{delivered['access']['jupyter']}api/status", params={"token": token}, timeout=10)
     assert notebook.status_code == 200 and "started" in notebook.json()
 
     run_on_commit(request_services.request_release, request=request, actor=request.requester, reason="done")

@@ -132,7 +132,7 @@ def test_installer_failure_fails_the_request_at_the_wait_step(
     request = bare_metal.order()
     run = ProvisioningRun.objects.get(request=request)
     token = services.installer_token_issue(run)  # as if the boot step had handed it to the installer
-    run_on_commit(services.installer_report, token=token, status="failed", detail="No disk found")
+    run_on_commit(services.installer_report, token=token, status="failed", detail="No disk found", source_address=None)
     request.refresh_from_db()
     assert request.state == RequestState.FAILED
     assert ProvisioningRun.objects.get(pk=run.pk).failure["code"] == "installer_failed"

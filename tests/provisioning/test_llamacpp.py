@@ -48,7 +48,7 @@ def smollm2(shop, team, run_on_commit, gateway_redis):
     model = factories.ServingModelFactory(**SMOLLM2, templates=[template])
     service = factories.ServiceFactory(kind=ServiceKind.MODEL_SERVING, specs=[spec], images=[])
     service.serving_models.set([model])
-    add_node(shop.accelerator)
+    add_node(shop.accelerator, serving_runtimes={ServingRuntime.LLAMACPP: [SMOLLM2["artifact_uri"]]})
     order = Order(
         service=service,
         project=team.project,

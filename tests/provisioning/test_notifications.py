@@ -132,8 +132,11 @@ def test_a_failed_run_tells_the_requester_and_every_operator_once(compute, setti
     assert set(by_address) == {compute.team.developer.email, compute.team.operator.email, other_operator.email}
     requester = by_address[compute.team.developer.email]
     assert requester["Subject"] == f"Request #{request.pk} failed"
-    assert "manifest unknown" in text_of(requester)
+    assert "The software image could not be downloaded to the node." in text_of(requester)
+    assert "Operators have been told and can retry it" in text_of(requester)
+    assert "manifest unknown" not in text_of(requester) and "image_pull_failed" not in text_of(requester)
     operator = by_address[other_operator.email]
+    assert "manifest unknown" in text_of(operator)  # the backend's words, for operators
     assert operator["Subject"] == f"Provisioning failed for request #{request.pk}"
     assert f"https://compute.example.org/admin/requests/resourcerequest/{request.pk}/change/" in text_of(operator)
 

@@ -3,7 +3,9 @@
 import pytest
 from django.test import override_settings
 
+from catalog.choices import SlurmMembership
 from provisioning.choices import RunKind, RunState, StepState
+from provisioning.drivers.base import login_name
 from provisioning.models import ProvisioningRun
 from requests import services as request_services
 from requests.choices import EventCode, RequestState
@@ -22,6 +24,7 @@ BARE_METAL_STEPS = [
     "install_gpu_driver",
     "install_monitoring_agent",
     "register_cluster",
+    "grant_access",
     "health_check",
     "publish_access",
 ]
@@ -46,6 +49,33 @@ def test_compute_order_reaches_active_with_every_step_and_the_delivered_resource
     codes = list(request.events.values_list("code", flat=True))
     assert codes[-3:] == [EventCode.ALLOCATED, EventCode.PROVISIONING, EventCode.ACTIVE]
     assert not request.events.filter(intervention=True).exists()
+
+
+@pytest.mark.parametrize(
+    ("membership", "cluster", "root"),
+    [
+        (SlurmMembership.SHARED_CLUSTER_NO_ROOT, "cluster-a", False),
+        (SlurmMembership.TENANT_CLUSTER, "{project}-bm1", True),
+        (SlurmMembership.NONE, None, True),
+    ],
+)
+def test_the_delivered_server_says_how_it_joined_slurm_and_whether_its_tenant_is_root(
+    bare_metal, membership, cluster, root
+):
+    bare_metal.profile.slurm_membership = membership
+    bare_metal.profile.target_cluster = "cluster-a" if membership == SlurmMembership.SHARED_CLUSTER_NO_ROOT else ""
+    bare_metal.profile.full_clean()
+    bare_metal.profile.save(update_fields=["slurm_membership", "target_cluster"])
+
+    request = bare_metal.order()
+
+    assert request.state == RequestState.ACTIVE
+    delivered = ProvisioningRun.objects.get(request=request).delivered
+    cluster = cluster and cluster.format(project=request.project.slug)
+    assert (delivered["slurm_membership"], delivered["cluster"], delivered["root"]) == (membership, cluster, root)
+    assert ("cluster_node" in delivered) is (cluster is not None)
+    login = login_name(request.requester.username)
+    assert delivered["access"]["ssh"] == f"ssh {login}@{delivered['host']}"
 
 
 def test_release_tears_down_then_returns_the_capacity(compute, run_on_commit):
@@ -117,11 +147,14 @@ def test_a_permanent_failure_fails_the_request_cleans_up_and_returns_the_devices
     assert run.state == RunState.FAILED
     assert run.failure["step"] == "readiness_check" and run.failure["attempts"] == 4
     failed = request.events.get(code=EventCode.FAILED)
-    assert "failed at step 'readiness_check' after 4 attempt(s): Port 22 never opened." in failed.message
+    assert failed.message == "Provisioning failed at “Readiness check” after 4 attempts: " + (
+        "Your workload started but never became reachable."
+    )
+    assert failed.data["failure"]["message"] == "Port 22 never opened."  # the backend's words, for operators
     cleanup = ProvisioningRun.objects.get(request=request, kind=RunKind.CLEANUP)
     assert cleanup.state == RunState.SUCCEEDED
     assert [name for name, _, _ in steps_of(cleanup)] == ["stop_workload", "return_capacity"]
-    assert "Cleaned up after the failure: stop_workload, return_capacity" in request.events.last().message
+    assert "Cleaned up after the failure: Stop the workload, Return the capacity" in request.events.last().message
     assert Allocation.objects.get(request=request).state == AllocationState.RELEASED
     assert set(Device.objects.values_list("allocated_milli", flat=True)) == {0}
     compute.node.refresh_from_db()

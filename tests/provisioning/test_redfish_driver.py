@@ -291,3 +291,181 @@ def test_accelerators_are_counted_and_manager_virtual_media_is_used(driver, redf
         }),
         ("PATCH", system, {"Boot": {"BootSourceOverrideTarget": "Cd", "BootSourceOverrideEnabled": "Once"}}),
     ]  # fmt: skip
+
+
+# --- Links stay on the BMC's origin, against two real servers: the BMC and what its links point to --------------
+
+SYSTEM, MANAGER = "/redfish/v1/Systems/1", "/redfish/v1/Managers/bmc"
+CD = f"{MANAGER}/VirtualMedia/Cd"
+BASIC_ROOT = "Basic " + base64.b64encode(b"root:calvin-Pa55").decode()
+
+
+def serve_a_server(bmc, links: dict[str, str]) -> None:
+    """A BMC with one system: processors, virtual media linked from its manager, a Reset action. `links` replaces
+    the link of one place (`systems`, `processors`, `processor`, `manager`, `media_collection`, `media`, `insert`,
+    `eject`, `reset`) with what the test gives, the others point where they should."""
+    link = {
+        "systems": SYSTEM,
+        "processors": f"{SYSTEM}/Processors",
+        "processor": f"{SYSTEM}/Processors/GPU1",
+        "manager": MANAGER,
+        "media_collection": f"{MANAGER}/VirtualMedia",
+        "media": CD,
+        "insert": f"{CD}/Actions/VirtualMedia.InsertMedia",
+        "eject": f"{CD}/Actions/VirtualMedia.EjectMedia",
+        "reset": f"{SYSTEM}/Actions/ComputerSystem.Reset",
+        **links,
+    }
+    bmc.answer("/redfish/v1/Systems", {"Members": [{"@odata.id": link["systems"]}]})
+    bmc.answer(SYSTEM, {
+        "@odata.id": SYSTEM, "PowerState": "Off", "Status": {"Health": "OK"},
+        "Processors": {"@odata.id": link["processors"]},
+        "Links": {"ManagedBy": [{"@odata.id": link["manager"]}]},
+        "Actions": {"#ComputerSystem.Reset": {"target": link["reset"], "ResetType@Redfish.AllowableValues": ["On"]}},
+    })  # fmt: skip
+    bmc.answer(f"{SYSTEM}/Processors", {"Members": [{"@odata.id": link["processor"]}]})
+    bmc.answer(f"{SYSTEM}/Processors/GPU1", {"Id": "GPU1", "ProcessorType": "GPU", "SerialNumber": "1654"})
+    bmc.answer(MANAGER, {"VirtualMedia": {"@odata.id": link["media_collection"]}})
+    bmc.answer(f"{MANAGER}/VirtualMedia", {"Members": [{"@odata.id": link["media"]}]})
+    bmc.answer(CD, {
+        "Id": "Cd", "MediaTypes": ["CD"], "Inserted": True, "Image": "http://images.test/old.iso",
+        "Actions": {
+            "#VirtualMedia.InsertMedia": {"target": link["insert"]},
+            "#VirtualMedia.EjectMedia": {"target": link["eject"]},
+        },
+    })  # fmt: skip
+    for action in ("InsertMedia", "EjectMedia"):
+        bmc.answer(f"{CD}/Actions/VirtualMedia.{action}", {})
+    bmc.answer(f"{SYSTEM}/Actions/ComputerSystem.Reset", {})
+
+
+# Where each link is followed, and the driver call that follows it.
+LINK_PLACES = {
+    "systems": lambda driver, node: driver.power_state(node),
+    "processors": lambda driver, node: driver.inventory(node),
+    "processor": lambda driver, node: driver.inventory(node),
+    "manager": lambda driver, node: driver.eject_media(node),
+    "media_collection": lambda driver, node: driver.eject_media(node),
+    "media": lambda driver, node: driver.eject_media(node),
+    "insert": lambda driver, node: driver.insert_media(node, "http://images.test/new.iso"),
+    "eject": lambda driver, node: driver.eject_media(node),
+    "reset": lambda driver, node: driver.power(node, "On"),
+}
+
+
+@pytest.mark.parametrize("place", LINK_PLACES)
+@pytest.mark.parametrize("form", ["absolute", "scheme-relative"])
+def test_a_link_to_another_origin_fails_the_call_naming_it_and_nothing_reaches_that_origin(
+    driver, settings, redfish_stand_in, elsewhere, place, form
+):
+    settings.BMC_CREDENTIALS = {"rack-7-bmc": {"username": "root", "password": "calvin-Pa55"}}
+    foreign = f"{elsewhere.url}/latest/meta-data/iam/"
+    if form == "scheme-relative":
+        foreign = foreign.removeprefix("http:")
+    serve_a_server(redfish_stand_in, {place: foreign})
+    elsewhere.answer("/latest/meta-data/iam/", {"Members": [], "PowerState": "On"})
+    # The base URL: the system is found from the Systems collection, whose member is one of the links.
+    node = target(redfish_stand_in.url, "rack-7-bmc")
+
+    error = raised_by(LINK_PLACES[place], driver, node)
+
+    assert (error.code, error.retryable) == ("bmc_link_off_origin", False)
+    assert error.details == {"link": foreign, "origin": redfish_stand_in.url}
+    assert foreign in error.message
+    assert elsewhere.received == []
+    # The BMC itself got its credentials, and only it.
+    assert {call["headers"]["Authorization"] for call in redfish_stand_in.received} == {BASIC_ROOT}
+
+
+def test_the_metadata_service_address_of_the_finding_is_refused_before_any_connection(driver, redfish_stand_in):
+    serve_a_server(redfish_stand_in, {"processors": "http://169.254.169.254/latest/meta-data/iam/"})
+
+    error = raised_by(driver.inventory, target(f"{redfish_stand_in.url}{SYSTEM}"))
+
+    assert error.code == "bmc_link_off_origin"
+    assert "http://169.254.169.254/latest/meta-data/iam/" in error.message
+
+
+def test_absolute_links_on_the_bmcs_own_origin_are_followed_with_its_credentials(
+    driver, settings, redfish_stand_in, elsewhere
+):
+    settings.BMC_CREDENTIALS = {"rack-7-bmc": {"username": "root", "password": "calvin-Pa55"}}
+    own = redfish_stand_in.url
+    serve_a_server(redfish_stand_in, {
+        "systems": f"{own}{SYSTEM}", "processors": f"{own}{SYSTEM}/Processors",
+        "processor": f"{own}{SYSTEM}/Processors/GPU1", "manager": f"{own}{MANAGER}",
+        "media": f"{own}{CD}", "eject": f"{own}{CD}/Actions/VirtualMedia.EjectMedia",
+    })  # fmt: skip
+    node = target(own, "rack-7-bmc")
+
+    assert driver.inventory(node)["accelerators"] == 1
+    assert driver.eject_media(node) == {"ejected": ["Cd"], "changed": True}
+
+    assert ("POST", f"{CD}/Actions/VirtualMedia.EjectMedia") in [
+        (call["method"], call["path"]) for call in redfish_stand_in.received
+    ]
+    assert {call["headers"]["Authorization"] for call in redfish_stand_in.received} == {BASIC_ROOT}
+    assert elsewhere.received == []
+
+
+def test_a_redirect_is_followed_on_the_bmcs_origin_only(driver, settings, redfish_stand_in, elsewhere):
+    settings.BMC_CREDENTIALS = {"rack-7-bmc": {"username": "root", "password": "calvin-Pa55"}}
+    redfish_stand_in.answer("/redfish/v1/Systems/moved", {}, status=308, headers={"Location": SYSTEM})
+    redfish_stand_in.answer(SYSTEM, {"PowerState": "On"})
+    redfish_stand_in.answer("/redfish/v1/Systems/away", {}, status=302, headers={"Location": f"{elsewhere.url}/x"})
+    elsewhere.answer("/x", {"PowerState": "Off"})
+
+    assert driver.power_state(target(f"{redfish_stand_in.url}/redfish/v1/Systems/moved", "rack-7-bmc")) == "On"
+    error = raised_by(driver.power_state, target(f"{redfish_stand_in.url}/redfish/v1/Systems/away", "rack-7-bmc"))
+
+    assert (error.code, error.details["link"]) == ("bmc_link_off_origin", f"{elsewhere.url}/x")
+    assert elsewhere.received == []
+    assert [call["path"] for call in redfish_stand_in.received] == [
+        "/redfish/v1/Systems/moved",
+        SYSTEM,
+        "/redfish/v1/Systems/away",
+    ]
+    assert {call["headers"]["Authorization"] for call in redfish_stand_in.received} == {BASIC_ROOT}
+
+
+def test_endless_redirects_on_the_bmc_fail_clearly(driver, redfish_stand_in):
+    redfish_stand_in.answer(SYSTEM, {}, status=307, headers={"Location": SYSTEM})
+
+    error = raised_by(driver.power_state, target(f"{redfish_stand_in.url}{SYSTEM}"))
+
+    assert (error.code, error.retryable) == ("bmc_bad_response", False)
+    assert len(redfish_stand_in.received) == 6
+
+
+@pytest.mark.parametrize("link", [None, 7, "", {"@odata.id": "/x"}])
+def test_a_link_that_is_not_a_url_is_a_bad_response(driver, redfish_stand_in, link):
+    serve_a_server(redfish_stand_in, {"processors": link})
+
+    error = raised_by(driver.inventory, target(f"{redfish_stand_in.url}{SYSTEM}"))
+
+    assert (error.code, error.retryable) == ("bmc_bad_response", False)
+
+
+def test_the_installer_query_of_an_image_url_stays_out_of_the_summary_the_log_and_a_refusal(
+    driver, redfish_stand_in, caplog
+):
+    caplog.set_level(logging.DEBUG)
+    serve_a_server(redfish_stand_in, {})
+    secret_query = "callback=https%3A%2F%2Fcc.example%2Fcb%2F&token=tok-SECRET-123"
+    image = f"http://images.test/new.iso?{secret_query}"
+    node = target(f"{redfish_stand_in.url}{SYSTEM}")
+
+    assert driver.insert_media(node, image) == {"media": "Cd", "image": "http://images.test/new.iso", "changed": True}
+    inserted = [call["body"] for call in redfish_stand_in.received if call["path"].endswith("InsertMedia")]
+    assert inserted == [{"Image": image, "Inserted": True, "WriteProtected": True}]  # the BMC gets it whole
+    redfish_stand_in.answer(CD, {
+        "Id": "Cd", "MediaTypes": ["CD"], "Inserted": False,
+        "Actions": {"#VirtualMedia.InsertMedia": {"target": f"{CD}/Actions/VirtualMedia.InsertMedia"}},
+    })  # fmt: skip
+    redfish_stand_in.answer(
+        f"{CD}/Actions/VirtualMedia.InsertMedia", {"error": {"message": f"Cannot fetch {image}"}}, status=400
+    )
+    error = raised_by(driver.insert_media, node, image)
+
+    assert error.code == "bmc_rejected" and "http://images.test/new.iso?<redacted>" in error.message
+    assert "tok-SECRET-123" not in f"{error.message} {error.details!r} {caplog.text}"

@@ -100,3 +100,30 @@ def test_bmc_faults_are_retried_then_fail_clearly_and_isolate_the_node(
     assert Allocation.objects.get(request=request).state == AllocationState.RELEASED  # books balanced; node isolated
     if kind == "http_500":
         assert "Internal BMC fault" in run.failure["message"]
+
+
+def test_a_bmc_linking_outside_its_origin_fails_validation_at_once_naming_the_link_and_isolates_the_node(
+    on_redfish, redfish_stand_in, elsewhere, settings
+):
+    settings.BMC_CREDENTIALS = {"rack-7-bmc": {"username": "root", "password": "calvin-Pa55"}}
+    system, foreign = "/redfish/v1/Systems/1", f"{elsewhere.url}/latest/meta-data/iam/"
+    redfish_stand_in.answer(system, {"PowerState": "Off", "Processors": {"@odata.id": foreign}})
+    elsewhere.answer("/latest/meta-data/iam/", {"Members": []})
+    on_redfish.node.bmc_address, on_redfish.node.bmc_credentials_ref = f"{redfish_stand_in.url}{system}", "rack-7-bmc"
+    on_redfish.node.save(update_fields=["bmc_address", "bmc_credentials_ref"])
+
+    request = on_redfish.order()
+
+    assert request.state == RequestState.FAILED
+    run = ProvisioningRun.objects.get(request=request, kind=RunKind.PROVISION)
+    assert (run.failure["step"], run.failure["code"], run.failure["attempts"]) == (
+        "validate_hardware",
+        "bmc_link_off_origin",
+        1,
+    )
+    assert foreign in run.failure["message"]
+    on_redfish.node.refresh_from_db()
+    assert not on_redfish.node.schedulable and foreign in on_redfish.node.cordon_reason
+    assert elsewhere.received == []
+    timeline = " ".join(request.events.values_list("message", flat=True))
+    assert foreign in timeline and "calvin-Pa55" not in timeline

@@ -12,8 +12,10 @@ from catalog import services as catalog_services
 from requests import services
 from requests.choices import ApprovalState, Decision, RequestState
 from requests.models import Approval, ApprovalAssignment, QuotaChangeRequest, RequestEvent, ResourceRequest
+from requests.orders import ProjectUnknown
 from tenancy import services as tenancy_services
 from tenancy.choices import Role
+from tenancy.models import Project
 from tests import factories
 from tests.requests.conftest import GENEROUS_QUOTA, approval_rule, approver_stage, make_order
 
@@ -163,8 +165,8 @@ def test_request_detail_is_404_outside_the_callers_projects(api_as, shop, people
         refused(response, 404, "not_found")
 
 
-@pytest.mark.parametrize("who", ["other_developer", "approver", "other_approver", "operator"])
-def test_submit_without_request_permission_on_the_project_is_422_and_stores_nothing(api_as, shop, people, who):
+@pytest.mark.parametrize("who", ["approver", "operator"])
+def test_submit_without_request_permission_on_a_project_one_sees_is_422_and_stores_nothing(api_as, shop, people, who):
     before = stored_rows()
 
     response = api_as(getattr(people, who)).post(REQUESTS, order_body(shop, people.project))
@@ -173,11 +175,50 @@ def test_submit_without_request_permission_on_the_project_is_422_and_stores_noth
     assert stored_rows() == before
 
 
-@pytest.mark.parametrize("who", ["other_developer", "approver", "other_approver", "operator"])
+@pytest.mark.parametrize("who", ["approver", "operator"])
 def test_preview_without_request_permission_is_422(api_as, shop, people, who):
     response = api_as(getattr(people, who)).post(PREVIEW, order_body(shop, people.project))
 
     refused(response, 422, "not_permitted_on_project")
+
+
+def _unknown_project_id() -> int:
+    return (Project.objects.order_by("-pk").values_list("pk", flat=True).first() or 0) + 1000
+
+
+@pytest.mark.parametrize("path", [REQUESTS, PREVIEW])
+@pytest.mark.parametrize("who", ["other_developer", "other_approver"])
+def test_ordering_for_a_project_one_cannot_see_is_answered_as_for_one_that_does_not_exist(
+    api_as, shop, people, who, path
+):
+    """Same status, code and message (the id is the caller's own input): nothing says the project exists."""
+    client, before = api_as(getattr(people, who)), stored_rows()
+    hidden, missing = people.project.pk, _unknown_project_id()
+
+    refusals = [
+        client.post(path, order_body(shop, people.project)),
+        client.post(path, {**order_body(shop, people.project), "project": missing}),
+    ]
+
+    bodies = [refused(answer, 400, "validation_error") for answer in refusals]
+    assert [body["message"] for body in bodies] == [f"project: No project with id {pk}." for pk in (hidden, missing)]
+    assert bodies[0]["details"] == {"project": [f"No project with id {hidden}."]}
+    assert (
+        people.project.name not in refusals[0].content.decode()
+        and people.project.slug not in refusals[0].content.decode()
+    )
+    assert stored_rows() == before
+
+
+def test_a_service_asked_to_order_for_a_project_the_requester_cannot_see_refuses_as_the_api_does(shop, people):
+    with pytest.raises(ProjectUnknown) as refusal:
+        services.request_preview(order=make_order(shop, people.project), requester=people.other_developer)
+
+    assert (refusal.value.status_code, refusal.value.code, refusal.value.message) == (
+        400,
+        "validation_error",
+        f"project: No project with id {people.project.pk}.",
+    )
 
 
 @pytest.mark.parametrize(
@@ -297,13 +338,31 @@ def test_quota_change_as_lead_is_201_pending_with_previous_limits(api_as, people
     assert body["requested_by"] == people.lead.username
 
 
-@pytest.mark.parametrize("who", ["developer", "approver", *OUTSIDERS])
+@pytest.mark.parametrize("who", ["developer", "approver", "operator"])
 def test_quota_change_by_anyone_but_the_lead_is_403(api_as, people, who):
     response = api_as(getattr(people, who)).post(
         QUOTA_CHANGES, {"project": people.project.pk, "limits": {"gpus": 32}, "justification": "More"}
     )
 
     refused(response, 403, "not_project_lead")
+    assert not QuotaChangeRequest.objects.exists()
+
+
+@pytest.mark.parametrize("who", ["other_developer", "other_approver"])
+def test_quota_change_for_a_project_one_cannot_see_is_answered_as_for_one_that_does_not_exist(api_as, people, who):
+    client = api_as(getattr(people, who))
+    bodies = [
+        refused(
+            client.post(QUOTA_CHANGES, {"project": pk, "limits": {"gpus": 32}, "justification": "More"}),
+            400,
+            "validation_error",
+        )
+        for pk in (people.project.pk, _unknown_project_id())
+    ]
+
+    assert [body["details"] for body in bodies] == [
+        {"project": [f"No project with id {pk}."]} for pk in (people.project.pk, _unknown_project_id())
+    ]
     assert not QuotaChangeRequest.objects.exists()
 
 
@@ -432,7 +491,9 @@ def test_a_submission_costs_the_same_queries_whatever_the_history(api_as, shop, 
         api.post(REQUESTS, order_body(shop, people.project, spec=shop.sliced.pk))
     with CaptureQueriesContext(connection) as later:
         assert api.post(REQUESTS, order_body(shop, people.project)).status_code == 201
-    assert len(later) == len(first) <= 15
+    # 17: the 16th counts the open orders the caps bound (one statement), the 17th asks whether the caller may see
+    # the project named (before ordering)
+    assert len(later) == len(first) <= 17
 
 
 def _deprecated(shop):

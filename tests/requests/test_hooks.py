@@ -26,6 +26,7 @@ def test_every_app_declares_its_hooks_in_the_one_registry():
         "orders_never_fit",
         "provisioning_details",
         "endpoint_details",
+        "connect_secrets",
         "rightsizing_advice",
         "request_usage",
         "project_usage",

@@ -8,7 +8,7 @@ import time_machine
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
-from requests.choices import ApprovalMode
+from requests.choices import ApprovalMode, RequestState
 from requests.models import ApprovalAssignment, RequestExtension
 from scheduling import cycle, reclaim
 from scheduling.models import Allocation
@@ -20,11 +20,13 @@ pytestmark = pytest.mark.django_db
 
 
 @pytest.fixture
-def running(shop, team):  # noqa: F811
+def running(shop, team, django_capture_on_commit_callbacks):  # noqa: F811
     add_node(shop.accelerator, cards=2)
     request = queued(shop, team)  # 10 hours, 2 cards
-    cycle.run_cycle()
+    with django_capture_on_commit_callbacks(execute=True):
+        cycle.run_cycle()  # placed and provisioned (simulated): active
     request.refresh_from_db()
+    assert request.state == RequestState.ACTIVE
     return request
 
 

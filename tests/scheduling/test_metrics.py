@@ -1,6 +1,7 @@
 """/metrics speaks the real Prometheus text format, parsed back with prometheus_client's own parser."""
 
 import pytest
+from django.conf import settings
 from prometheus_client.parser import text_string_to_metric_families
 
 from requests.models import ResourceRequest
@@ -24,7 +25,7 @@ def test_queue_gauges_per_reason_and_device_capacity(client, shop, team):  # noq
     running, waiting = queued(shop, team), queued(shop, team)
     cycle.run_cycle()
     assert ResourceRequest.objects.get(pk=waiting.pk).queue_reason["code"] == "capacity_in_use"
-    samples = _samples(client.get("/metrics"))
+    samples = _samples(client.get("/metrics", HTTP_AUTHORIZATION=f"Bearer {settings.METRICS_TOKEN}"))
     assert samples[("catalog_queue_requests", (("reason", "capacity_in_use"),))] == 1
     assert samples[("catalog_allocations_active", ())] == 1
     model = shop.accelerator.slug

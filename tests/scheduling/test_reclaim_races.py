@@ -106,6 +106,8 @@ def test_a_batch_releases_the_others_and_reports_the_one_a_user_is_releasing(bat
 
 def test_expiry_warnings_skip_a_held_allocation_and_warn_it_once_on_the_next_pass(three_due):
     end_terms_at(timezone.now() + timedelta(hours=1))
+    # Running (provisioning is not what this test is about): only running requests are warned.
+    ResourceRequest.objects.filter(pk__in=[request.pk for request in three_due]).update(state=RequestState.ACTIVE)
     held = Allocation.objects.get(request=three_due[1])
     assert while_held(lambda: Allocation.objects.select_for_update().get(pk=held.pk), reclaim.warn_expiring) == 2
     assert not ResourceRequest.objects.get(pk=held.request_id).events.filter(code="expiry_warning").exists()

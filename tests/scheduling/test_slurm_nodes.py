@@ -30,7 +30,9 @@ def test_unreadable_gpu_gres_is_an_error():
     ("state", "flags", "unavailable", "label"),
     [
         ("idle", [], False, "IDLE"),
-        ("mixed", ["NOT_RESPONDING"], False, "MIXED+NOT_RESPONDING"),
+        ("mixed", ["NOT_RESPONDING"], True, "MIXED+NOT_RESPONDING"),  # Slurm starts nothing there either
+        ("mixed", ["MAINTENANCE"], False, "MIXED+MAINTENANCE"),
+        ("unknown", [], False, "UNKNOWN"),  # a controller just restarted, before the nodes register
         ("idle", ["DRAIN"], True, "IDLE+DRAIN"),
         ("allocated", ["DRAIN"], True, "ALLOCATED+DRAIN"),
         ("down", ["NOT_RESPONDING"], True, "DOWN+NOT_RESPONDING"),

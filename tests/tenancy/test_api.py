@@ -1,11 +1,13 @@
 """/api/v1/projects/ and the token endpoint: who sees what, in which shape, and at what query cost."""
 
+from datetime import datetime, timedelta
 from decimal import Decimal
 
 import pytest
 
 from tenancy import services
 from tenancy.choices import QuotaDimension
+from tenancy.models import ApiToken, AuditEvent
 from tests import factories
 
 pytestmark = pytest.mark.django_db
@@ -99,14 +101,35 @@ def test_outsider_cannot_read_any_project_detail(api_as, roles):
     assert response.status_code == 404
 
 
-def test_token_endpoint_returns_a_token_that_authenticates(api, roles):
+def test_token_endpoint_returns_a_new_expiring_token_that_authenticates_and_is_stored_hashed(api, roles):
     response = api.post(TOKEN, {"username": roles.developer.username, "password": factories.PASSWORD})
 
     assert response.status_code == 200
-    token = response.json()["token"]
-    assert token == factories.token_for(roles.developer)
-    api.credentials(HTTP_AUTHORIZATION=f"Token {token}")
+    body = response.json()
+    token = ApiToken.objects.get(user=roles.developer)
+    assert body["token"].startswith(f"cct_{token.prefix}_") and body["prefix"] == token.prefix
+    assert body["token"] not in (token.hashed, token.prefix) and len(token.hashed) == 64  # only the hash is kept
+    lifetime = token.expires_at - token.created_at
+    assert timedelta(days=89) < lifetime <= timedelta(days=90)
+    assert datetime.fromisoformat(body["expires_at"]) == token.expires_at
+    assert AuditEvent.objects.filter(action="api_token.issued", data__token=token.prefix).exists()
+    api.credentials(HTTP_AUTHORIZATION=f"Token {body['token']}")
     assert slugs(api.get(PROJECTS)) == {roles.project.slug}
+
+
+def test_token_endpoint_takes_a_name_and_a_lifetime_up_to_the_operators_maximum(api, roles, settings):
+    settings.API_TOKEN_MAX_DAYS = 30
+    asked = {"username": roles.developer.username, "password": factories.PASSWORD, "name": "laptop CLI"}
+
+    refused = api.post(TOKEN, {**asked, "expires_in_days": 31})
+    assert refused.status_code == 422
+    assert refused.json()["code"] == "token_lifetime_out_of_range"
+    assert refused.json()["details"] == {"field": "expires_in_days", "requested": 31, "maximum": 30}
+    assert not ApiToken.objects.exists()
+
+    assert api.post(TOKEN, {**asked, "expires_in_days": 7}).status_code == 200
+    token = ApiToken.objects.get()
+    assert token.name == "laptop CLI" and token.expires_at - token.created_at <= timedelta(days=7)
 
 
 def test_token_endpoint_refuses_bad_credentials_with_validation_error(api, roles):

@@ -67,7 +67,7 @@ def test_only_the_lead_and_operators_may_change_the_team(client, roles):
 def test_a_lead_or_operator_adds_changes_and_removes_members_audited(client, roles, manager):
     actor = getattr(roles, manager)
     client.force_login(actor)
-    newcomer = factories.UserFactory()
+    newcomer = _colleague_in(roles.project.tenant)
     response = client.post(_team_url(roles.project), {"identifier": newcomer.email.upper(), "role": Role.MEMBER})
     assert response.status_code == 302 and response["Location"] == _team_url(roles.project)
     assert user_has_project_permission(user=newcomer, project=roles.project, permission=ProjectPermission.REQUEST)
@@ -90,12 +90,98 @@ def test_a_lead_or_operator_adds_changes_and_removes_members_audited(client, rol
     ]
 
 
+def _colleague_in(tenant) -> User:
+    """Someone of the tenant: a member of another of its projects."""
+    return factories.member(factories.project(tenant_obj=tenant))
+
+
+def _add(client, project, identifier: str):
+    return client.post(_team_url(project), {"identifier": identifier, "role": Role.MEMBER}, follow=True)
+
+
+def test_a_lead_adds_no_one_from_outside_the_tenant_and_learns_nothing_about_who_exists(
+    client, roles, mailbox, django_capture_on_commit_callbacks
+):
+    """Another tenant's username is refused exactly as a name no one has; another tenant's e-mail is invited exactly
+    as an address no one has: the form neither confirms nor denies accounts outside the lead's tenant."""
+    stranger = roles.other_developer
+    stranger.email = "stranger@example.org"
+    stranger.save(update_fields=["email"])
+    client.force_login(roles.lead)
+
+    by_name = client.post(_team_url(roles.project), {"identifier": stranger.username, "role": Role.MEMBER})
+    by_unknown_name = client.post(_team_url(roles.project), {"identifier": "nobody-at-all", "role": Role.MEMBER})
+    assert by_name.status_code == by_unknown_name.status_code == 422
+    assert _field_error(by_name).replace(stranger.username, "?") == _field_error(by_unknown_name).replace(
+        "nobody-at-all", "?"
+    )
+
+    with django_capture_on_commit_callbacks(execute=True):
+        by_email = _add(client, roles.project, stranger.email)
+        by_unknown_email = _add(client, roles.project, "no-account@example.org")
+    assert _messages(by_email) == ["Invitation sent to stranger@example.org."]
+    assert _messages(by_unknown_email) == ["Invitation sent to no-account@example.org."]
+    assert not Membership.objects.filter(project=roles.project, user=stranger).exists()  # not without saying yes
+    assert {mail["To"] for mail in mailbox.wait_for(2)} == {"stranger@example.org", "no-account@example.org"}
+
+
+def _field_error(page) -> str:
+    body = page.content.decode()
+    start = body.index('id="id_identifier-error"')
+    return body[start : body.index("</div>", start)]
+
+
+def _messages(page) -> list[str]:
+    return [str(message) for message in page.context["messages"]]
+
+
+def test_a_lead_adds_a_person_of_the_tenant_at_once_by_username_or_e_mail(client, roles):
+    colleague, other = _colleague_in(roles.project.tenant), _colleague_in(roles.project.tenant)
+    client.force_login(roles.lead)
+
+    assert _messages(_add(client, roles.project, colleague.username)) == [f"{colleague.username} is now member."]
+    assert _messages(_add(client, roles.project, other.email.upper())) == [f"{other.username} is now member."]
+    assert Membership.objects.filter(project=roles.project, user__in=[colleague, other]).count() == 2
+
+
+def test_an_operator_adds_any_account_at_once(client, roles):
+    client.force_login(roles.operator)
+    assert _messages(_add(client, roles.project, roles.other_developer.username)) == [
+        f"{roles.other_developer.username} is now member."
+    ]
+
+
+def test_someone_with_an_account_joins_by_accepting_signed_in(
+    client, roles, mailbox, django_capture_on_commit_callbacks
+):
+    stranger = roles.other_developer
+    client.force_login(roles.lead)
+    with django_capture_on_commit_callbacks(execute=True):
+        _add(client, roles.project, "stranger@example.org")
+    path = _link_in(mailbox.wait_for(1)[0])
+
+    client.logout()
+    page = client.get(path).content.decode()
+    assert 'id="invitation-sign-in"' in page and f"/accounts/login/?next={path}" in page.replace("%2F", "/")
+    client.force_login(stranger)
+    offer = client.get(path)
+    assert offer.status_code == 200 and f"Join as {stranger.username}" in offer.content.decode()
+    assert not Membership.objects.filter(project=roles.project, user=stranger).exists()  # a look is not a yes
+    joined = client.post(path)
+
+    assert joined.status_code == 302 and joined["Location"] == reverse("portal:catalog")
+    assert Membership.objects.get(project=roles.project, user=stranger).role == Role.MEMBER
+    assert Invitation.objects.get().accepted_by == stranger
+    assert AuditEvent.objects.filter(action="invitation.accepted", actor=stranger).count() == 1
+    assert client.post(path).status_code == 404  # once only
+
+
 def test_refusals_appear_on_the_field_and_change_nothing(client, roles):
     client.force_login(roles.lead)
     url = _team_url(roles.project)
     page = client.post(url, {"identifier": "nobody-by-that-name", "role": Role.MEMBER})
     assert page.status_code == 422
-    assert "give an e-mail address to invite" in page.content.decode()
+    assert "give an e-mail address to invite someone else" in page.content.decode()
     assert 'id="id_identifier-error"' in page.content.decode()
     page = client.post(url, {"identifier": roles.developer.username, "role": Role.MEMBER})
     assert page.status_code == 422 and "already in" in page.content.decode()

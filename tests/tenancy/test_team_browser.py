@@ -21,6 +21,7 @@ def test_a_lead_adds_a_member_and_invites_someone_who_signs_up_from_the_mail(
 ):
     settings.PUBLIC_BASE_URL = live_server.url  # the mail's link leads to this server
     colleague = factories.UserFactory(first_name="Ada", last_name="Lovelace")
+    factories.member(factories.project(tenant_obj=roles.project.tenant), user=colleague)  # of the lead's tenant
     lead = signed_in(browser, live_server, roles.lead)
     lead.goto(f"{live_server.url}/projects/")
     lead.click(f"tr:has-text('{roles.project.name}') >> text=Team")
@@ -60,11 +61,13 @@ def test_a_lead_adds_a_member_and_invites_someone_who_signs_up_from_the_mail(
     grace = User.objects.get(username="grace")
     assert Membership.objects.get(project=roles.project, user=grace).role == Role.MEMBER
 
-    lead.on("dialog", lambda dialog: dialog.accept())  # the removal asks first
+    asked = []
+    lead.on("dialog", lambda dialog: (asked.append(dialog.message), dialog.accept()))  # the removal asks first
     lead.reload()
     assert lead.locator("#invitations").count() == 0  # accepted: no longer waiting
     lead.click("#team tr[data-user=grace] >> text=Remove")
     lead.wait_for_selector("text=grace was removed")
+    assert asked == [f"Remove grace from {roles.project.name}? They lose access to its requests at once."]
     assert not Membership.objects.filter(project=roles.project, user=grace).exists()
 
 

@@ -1,9 +1,9 @@
 #!/bin/sh
 # Writes the root filesystem of a bare-metal test host to the tar file named by $1: what the OS installer leaves on
 # a server (a minimal Debian 12 by debootstrap, no registry; OpenSSH and Python for Ansible) plus the site's package
-# mirror as a flat apt repository in /srv/site-mirror (prometheus-node-exporter, munge, slurmd and what they need),
-# the only apt source the host has: the test containers cannot reach Debian's mirrors, a site's servers reach their
-# own. Nothing from the mirror is installed here; the playbooks install it.
+# mirror as a flat apt repository in /srv/site-mirror (prometheus-node-exporter, munge, slurmd, slurmctld, sudo and
+# what they need), the only apt source the host has: the test containers cannot reach Debian's mirrors, a site's
+# servers reach their own. Nothing from the mirror is installed here; the playbooks install it.
 set -eu
 output="$1"
 mirror="${DEBIAN_MIRROR:-http://deb.debian.org/debian}"
@@ -19,7 +19,7 @@ DEBIAN_FRONTEND=noninteractive chroot "$root" apt-get install -y -q --no-install
     openssh-server python3 python3-apt apt-utils
 chroot "$root" apt-get clean
 DEBIAN_FRONTEND=noninteractive chroot "$root" apt-get install -y -q --no-install-recommends --download-only \
-    prometheus-node-exporter munge slurmd
+    prometheus-node-exporter munge slurmd slurmctld slurm-client sudo
 mkdir -p "$root/srv/site-mirror"
 mv "$root"/var/cache/apt/archives/*.deb "$root/srv/site-mirror/"
 chroot "$root" sh -c 'cd /srv/site-mirror && apt-ftparchive packages . > Packages'

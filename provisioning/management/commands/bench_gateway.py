@@ -457,6 +457,8 @@ def _gateway_env() -> dict:
         "DATABASE_URL": database_url(settings.DATABASES["default"]),
         "DEBUG": "0",
         "SECRET_KEY": os.environ.get("SECRET_KEY", "bench-only"),
+        "METRICS_TOKEN": os.environ.get("METRICS_TOKEN") or "bench-only",
+        "SECURE_SSL_REDIRECT": "0",  # plain HTTP on the loopback
         "ALLOWED_HOSTS": "127.0.0.1,localhost",
         "LOG_LEVEL": "WARNING",
         "DJANGO_SETTINGS_MODULE": "config.settings",

@@ -19,7 +19,7 @@ from django.test.utils import override_settings
 
 DRIVER_VERSION = "550.54.15"
 CARDS = 8
-STEPS = ("install_gpu_driver", "install_monitoring_agent", "register_cluster", "health_check")
+STEPS = ("install_gpu_driver", "install_monitoring_agent", "register_cluster", "grant_access", "health_check")
 
 
 class Command(BaseCommand):
@@ -92,12 +92,14 @@ class Command(BaseCommand):
             },
             os_address=host.address,
             ssh_credentials_ref="bench",
+            requester="bench",
         )
         driver = AnsibleHost(timeout=600)
         calls = {
             "install_gpu_driver": lambda: driver.install_gpu_driver(target, DRIVER_VERSION),
             "install_monitoring_agent": lambda: driver.install_monitoring_agent(target, "node-exporter"),
             "register_cluster": lambda: driver.register_in_cluster(target, cluster.name),
+            "grant_access": lambda: driver.grant_access(target, ssh_public_key="", root=False),
             "health_check": lambda: driver.health_check(target, []),
             "deregister_cluster": lambda: driver.deregister_from_cluster(target, cluster.name),
         }

@@ -6,7 +6,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('requests', '0022_request_idempotency_key_and_order_fingerprint'),
+        ('requests', '0024_request_idempotency_key_and_order_fingerprint'),
     ]
 
     operations = [

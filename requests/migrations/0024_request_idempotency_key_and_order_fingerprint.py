@@ -8,7 +8,7 @@ class Migration(migrations.Migration):
 
     dependencies = [
         ('catalog', '0012_catalog_change_counter'),
-        ('requests', '0021_queue_order_index'),
+        ('requests', '0023_connect_secret_event_codes'),
         ('tenancy', '0006_labels_and_choices'),
         migrations.swappable_dependency(settings.AUTH_USER_MODEL),
     ]
