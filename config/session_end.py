@@ -75,7 +75,9 @@ class SessionEndedMiddleware:
 
     def __call__(self, request):
         response = self.get_response(request)
-        if request.user.is_authenticated or not _is_sign_in_redirect(response):
+        # The redirect first: asking for the user of any other answer could read the session from the database,
+        # which may be what the answer is about (a lost connection answered with a 503).
+        if not _is_sign_in_redirect(response) or request.user.is_authenticated:
             return response
         if request.headers.get("HX-Request"):
             return session_ended(request)
