@@ -31,13 +31,14 @@ def test_the_order_page_survives_an_expired_session(browser, live_server, shop, 
     assert page.locator("#preview #id_password").count() == 0  # no sign-in page inside the preview
     assert "Cost per hour" in page.inner_text("#preview")  # the last preview stays
     assert page.evaluate("document.activeElement.id") != "id_username"
+    page.fill("#id_justification", "Nightly evaluation of the vision model, 7 h")  # typed after the session ended
     page.click("#sign-in-again")
     page.wait_for_selector("#session-ended-notice")
     _sign_in_on_this_page(page, team.developer)
 
     page.wait_for_selector("#draft-restored")
     assert "resume" not in page.url
-    assert page.input_value("#id_justification") == "Nightly evaluation of the vision model"
+    assert page.input_value("#id_justification") == "Nightly evaluation of the vision model, 7 h"
     assert page.input_value("#id_duration_hours") == "7"
     page.wait_for_selector("#preview-cost >> text=for 7 h")  # the preview follows the restored form
     assert page.inner_text("#page-problem") == ""

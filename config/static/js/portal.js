@@ -60,15 +60,16 @@ document.querySelector("[data-autofocus]")?.focus();
 const pageProblem = () => document.getElementById("page-problem");
 
 function showSessionEnded(signInUrl) {
+  keepDrafts(); // on every answer: what was typed since the last one counts too
   const line = pageProblem();
   if (!line || line.dataset.code === "session_ended") return;
-  keepDrafts();
   line.dataset.code = "session_ended";
   line.textContent = "Your session ended — ";
   const link = document.createElement("a");
   link.href = signInUrl;
   link.id = "sign-in-again";
   link.textContent = "sign in again";
+  link.addEventListener("click", keepDrafts); // and what was typed after the last answer, on the way out
   line.append(link, document.querySelector("form[data-keep-draft]") ? ". What you typed here is kept." : ".");
 }
 
