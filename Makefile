@@ -34,7 +34,8 @@ PORT ?= 8000
 PUBLIC_BASE_URL ?= http://$(HOST):$(PORT)
 # The gateway data plane (manage.py run_gateway) beside the web server; the web server relays /serve/ to it.
 GATEWAY_PORT ?= 8001
-DEMO_ENV := DEBUG=1 PUBLIC_BASE_URL=$(PUBLIC_BASE_URL) GATEWAY_URL=http://$(HOST):$(GATEWAY_PORT)
+# DEMO, not DEBUG: a bad URL or a failure shows the product's own error pages, not Django's debug pages.
+DEMO_ENV := DEMO=1 PUBLIC_BASE_URL=$(PUBLIC_BASE_URL) GATEWAY_URL=http://$(HOST):$(GATEWAY_PORT)
 
 .PHONY: install browser slurm podman redfish-emulator ansible-venv fuzz-venv llama haproxy run run-slurm migrate seed test screenshots bench lint format clean
 

@@ -495,7 +495,7 @@ def seed_offerings(catalog: dict, tenants: dict) -> None:
         "gaudi-experiments",
         "Intel Gaudi experiments",
         ServiceKind.COMPUTE,
-        "Gaudi 2 accelerators with SynapseAI PyTorch, for the vision project's benchmarking.",
+        "Gaudi 2 accelerators with SynapseAI PyTorch, for the Computer Vision project's benchmarking.",
         24,
         168,
         specs=[specs["gaudi2-1x"]],

@@ -22,6 +22,7 @@ from catalog.choices import (
     Visibility,
 )
 from catalog.parameters import default_parameter_schema, schema_problems
+from config.words import joined_without_repeat
 from tenancy.models import slug_validator
 
 # A control character (a newline above all) in a field that reaches a batch script, a command line or a log line
@@ -178,7 +179,7 @@ class AcceleratorModel(models.Model):
         ]
 
     def __str__(self):
-        return f"{self.vendor.name} {self.name}"
+        return joined_without_repeat(self.vendor.name, self.name)  # "Huawei Ascend 910B", not "... Ascend Ascend ..."
 
 
 class SliceProfile(models.Model):
@@ -501,7 +502,7 @@ class ServingModel(models.Model):
         constraints = [models.UniqueConstraint(fields=["name", "version"], name="serving_model_unique")]
 
     def __str__(self):
-        return f"{self.name} {self.version}"
+        return joined_without_repeat(self.name, self.version)  # "Llama 3.1 8B Instruct", whose name has its version
 
 
 class Service(models.Model):

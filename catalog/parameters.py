@@ -359,3 +359,19 @@ def _range_problems(entry: dict) -> list[str]:
     if len(bounds) == 2 and bounds["min"] > bounds["max"]:
         return [f"{name}: min is above max."]
     return []
+
+
+def parameters_in_words(schema: list[dict], values: dict[str, Any]) -> list[tuple[str, str]]:
+    """An order's parameters as a person reads them, in the schema's order: (label, value) with the label the order
+    form shows and yes/no for booleans ("Start Jupyter: yes", not "jupyter=True"); keys the schema no longer names
+    keep their name."""
+    labels = {entry["name"]: entry.get("label") or entry["name"].replace("_", " ").capitalize() for entry in schema}
+    order = {name: position for position, name in enumerate(labels)}
+    shown = sorted(values.items(), key=lambda item: order.get(item[0], len(order)))
+    return [(labels.get(name, name.replace("_", " ").capitalize()), _value_in_words(value)) for name, value in shown]
+
+
+def _value_in_words(value: Any) -> str:
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    return str(value)

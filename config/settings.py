@@ -15,10 +15,14 @@ from config.env import env_bool, env_float, env_int, env_json, env_list, env_str
 BASE_DIR = Path(__file__).resolve().parent.parent
 
 DEBUG = env_bool("DEBUG", default=False)
+# The demo (`make run`): a development secret key, cookies over plain HTTP and static files served from the apps'
+# folders, but without DEBUG, so that a bad URL or a failure shows the product's own error pages rather than Django's
+# debug pages (which list the URLconf and settings). DEBUG implies it.
+DEMO = env_bool("DEMO", default=DEBUG)
 SECRET_KEY = env_str("SECRET_KEY")
 if not SECRET_KEY:
-    if not DEBUG:
-        raise ImproperlyConfigured("SECRET_KEY must be set when DEBUG is off")
+    if not DEMO:
+        raise ImproperlyConfigured("SECRET_KEY must be set outside the demo (DEMO or DEBUG)")
     SECRET_KEY = "insecure-development-key-only-for-debug-mode"
 ALLOWED_HOSTS = env_list("ALLOWED_HOSTS", "localhost,127.0.0.1,[::1]")
 CSRF_TRUSTED_ORIGINS = env_list("CSRF_TRUSTED_ORIGINS")
@@ -29,6 +33,7 @@ INSTALLED_APPS = [
     "django.contrib.contenttypes",
     "django.contrib.sessions",
     "django.contrib.messages",
+    "django.contrib.humanize",  # "a minute ago", "1,024": numbers and times as people write them
     "whitenoise.runserver_nostatic",
     "django.contrib.staticfiles",
     "rest_framework",
@@ -56,6 +61,7 @@ MIDDLEWARE = [
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
     "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "config.session_end.SessionEndedMiddleware",  # after authentication: it asks whether the user is signed in
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "csp.middleware.CSPMiddleware",
@@ -121,10 +127,15 @@ STORAGES = {
     "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
     "staticfiles": {
         "BACKEND": "whitenoise.storage.CompressedManifestStaticFilesStorage"
-        if not DEBUG
+        if not DEMO
         else "django.contrib.staticfiles.storage.StaticFilesStorage"
     },
 }
+# The demo serves static files from the apps' folders (no collectstatic), as runserver does with DEBUG.
+WHITENOISE_USE_FINDERS = WHITENOISE_AUTOREFRESH = DEMO
+# A form sent without its CSRF cookie (cookies cleared or blocked, the page older than a sign-out) gets a page of
+# the product's own saying what to do.
+CSRF_FAILURE_VIEW = "config.views.csrf_failure"
 LOGIN_URL = "login"
 LOGIN_REDIRECT_URL = "portal:catalog"
 LOGOUT_REDIRECT_URL = "login"
@@ -132,11 +143,11 @@ LOGOUT_REDIRECT_URL = "login"
 CATALOG_CURRENCY = env_str("CATALOG_CURRENCY", "USD")
 # Pending approvals older than this get a reminder on their timeline (hourly django-q2 schedule).
 APPROVAL_REMINDER_HOURS = env_int("APPROVAL_REMINDER_HOURS", 24)
-# /metrics: scrapers send `Authorization: Bearer <token>`. Required outside DEBUG: the process refuses to start
-# without it (the metrics name projects, nodes and queue reasons); in DEBUG an empty token leaves /metrics open.
+# /metrics: scrapers send `Authorization: Bearer <token>`. Required outside the demo: the process refuses to start
+# without it (the metrics name projects, nodes and queue reasons); in the demo an empty token leaves /metrics open.
 METRICS_TOKEN = env_str("METRICS_TOKEN")
-if not METRICS_TOKEN and not DEBUG:
-    raise ImproperlyConfigured("METRICS_TOKEN must be set when DEBUG is off (docs/security.md)")
+if not METRICS_TOKEN and not DEMO:
+    raise ImproperlyConfigured("METRICS_TOKEN must be set when DEBUG is off (outside the demo; docs/security.md)")
 # Scheduling: optional fair share, requeue on isolation, expiry warnings, when an allocation counts as stale.
 SCHEDULER_FAIR_SHARE = env_bool("SCHEDULER_FAIR_SHARE", default=False)
 SCHEDULER_REQUEUE_ON_ISOLATION = env_bool("SCHEDULER_REQUEUE_ON_ISOLATION", default=True)
@@ -470,12 +481,13 @@ if env_bool("CSP_REPORT_ONLY", default=False):
     CONTENT_SECURITY_POLICY_REPORT_ONLY = {"DIRECTIVES": _CSP_DIRECTIVES}
 else:
     CONTENT_SECURITY_POLICY = {"DIRECTIVES": _CSP_DIRECTIVES}
-# Transport security outside DEBUG, each on unless turned off: HTTPS redirect (not /healthz, which probes reach
-# over plain HTTP), HSTS, secure cookies. Behind a TLS-terminating proxy set SECURE_PROXY_SSL_HEADER to the header
-# it sets, e.g. "HTTP_X_FORWARDED_PROTO,https" (only when the proxy always overwrites that header).
+# Transport security outside the demo (DEMO, or DEBUG, which implies it), each on unless turned off: HTTPS redirect
+# (not /healthz, which probes reach over plain HTTP), HSTS, secure cookies. Behind a TLS-terminating proxy set
+# SECURE_PROXY_SSL_HEADER to the header it sets, e.g. "HTTP_X_FORWARDED_PROTO,https" (only when the proxy always
+# overwrites that header).
 SECURE_CONTENT_TYPE_NOSNIFF = True
 SECURE_REDIRECT_EXEMPT = [r"^healthz$"]
-if not DEBUG:
+if not DEMO:
     SESSION_COOKIE_SECURE = env_bool("SECURE_COOKIES", default=True)
     CSRF_COOKIE_SECURE = SESSION_COOKIE_SECURE
     SECURE_SSL_REDIRECT = env_bool("SECURE_SSL_REDIRECT", default=True)

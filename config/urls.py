@@ -36,5 +36,6 @@ urlpatterns = [
     re_path(r"^api/", not_found),  # unknown API paths answer in the API's error shape, DEBUG or not
 ]
 
+handler403 = "config.views.forbidden"
 handler404 = "config.views.not_found"
 handler500 = "config.views.server_failure"

@@ -11,6 +11,7 @@ from django.contrib.auth.decorators import login_required
 from django.shortcuts import render
 from django.utils import timezone
 
+from catalog.models import AcceleratorModel
 from metering import selectors
 from metering.charts import bar_chart, burn_down_chart
 from metering.choices import Grouping
@@ -44,8 +45,22 @@ def _burn_down(project: Project | None, now) -> dict | None:
     )
 
 
+def _display_names(user: User) -> tuple[dict[str, str], dict[str, str]]:
+    """What the report's slugs are called where people read them: each visible project as "Tenant / Project" (as the
+    filter and every other page spell it), each accelerator model as its catalog name (two queries)."""
+    visible = selectors.visible_projects(user=user).select_related("tenant")
+    projects = {project.slug: str(project) for project in visible}
+    models = {model.slug: str(model) for model in AcceleratorModel.objects.select_related("vendor")}
+    return projects, models
+
+
+def _named(rows: list[dict], names: dict[str, str]) -> list[dict]:
+    return [{**row, "name": names.get(row["name"], row["name"])} for row in rows]
+
+
 def usage_context(*, user: User, project: Project | None, first: date, last: date) -> dict:
     now = timezone.now()
+    project_names, model_names = _display_names(user)
     project_id = project.pk if project is not None else None
     rows = selectors.usage_report(
         user=user,
@@ -73,13 +88,22 @@ def usage_context(*, user: User, project: Project | None, first: date, last: dat
             bar_chart("Energy per month", "kWh", [(m["name"], m["energy_kwh"]) for m in by_month]),
         ],
         "by_month": by_month,
-        "by_project": _totals(rows, G.PROJECT),
-        "by_model": _totals(rows, G.ACCELERATOR_MODEL),
-        "budgets": selectors.budget_list(user=user, project_id=project_id),
+        "by_project": _named(_totals(rows, G.PROJECT), project_names),
+        "by_model": _named(_totals(rows, G.ACCELERATOR_MODEL), model_names),
+        "budgets": [
+            {**budget, "project_label": project_names.get(budget["project"], budget["project_name"])}
+            for budget in selectors.budget_list(user=user, project_id=project_id)
+        ],
         "burn_down": _burn_down(project, now),
-        "recommendations": [advice.as_data() for advice in selectors.recommendations(user=user, project_id=project_id)],
+        "recommendations": [
+            {**advice, "project_label": project_names.get(advice["project"], advice["project"])}
+            for advice in (found.as_data() for found in selectors.recommendations(user=user, project_id=project_id))
+        ],
         "kpi": selectors.zero_touch_kpi(user=user, first_month=first, last_month=last, project_id=project_id),
-        "tokens": selectors.token_usage(user=user, first_month=first, last_month=last, project_id=project_id),
+        "tokens": [
+            {**row, "project_label": project_names.get(row["project"], row["project"])}
+            for row in selectors.token_usage(user=user, first_month=first, last_month=last, project_id=project_id)
+        ],
         "export_query": urlencode(query),
     }
 

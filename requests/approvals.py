@@ -20,6 +20,7 @@ from django.utils import timezone
 from config.errors import Conflict, DomainError, NotPermitted
 from config.prefetch import attach_prefetched
 from config.versions import KeptPerProcess
+from config.words import listed
 from requests.choices import (
     ApprovalMode,
     ApprovalState,
@@ -29,6 +30,7 @@ from requests.choices import (
     StageState,
 )
 from requests.models import Approval, ApprovalAssignment, ApprovalRule, ApprovalRuleStage, ApprovalStage
+from requests.policy_words import conditions_in_words
 from tenancy.choices import PRIORITY_RANK
 from tenancy.models import Membership, Project, User
 from tenancy.operators import OPERATOR_GROUP
@@ -62,6 +64,7 @@ class DefaultRoute:
     approvers: list[User]
     source: str = ApproverSource.OPERATORS
     note: str = ""
+    reason: str = ""  # why the subject needs it, in words ("it is a quota exception")
 
 
 class SubjectHandler(Protocol):
@@ -120,17 +123,22 @@ def rule_matches(rule: ApprovalRule, facts: Facts) -> bool:
     return all(checks)
 
 
+# What a rule's conditions name, read with it so that its conditions can be put in words.
+RULE_CONDITION_ITEMS = ("policy", "vendor", "accelerator_model__vendor", "spec", "tenant", "project__tenant")
+
+
 def _active_rules() -> dict[str, list[ApprovalRule]]:
     """Every active policy's rules with their stages, per subject, in the order they are tried. The stages' named
     users are not kept: who of them may approve (is still active) is read when a rule matches."""
     rules = (
         ApprovalRule.objects.filter(policy__active=True)
-        .select_related("policy")
+        .select_related(*RULE_CONDITION_ITEMS)
         .prefetch_related(Prefetch("stages", queryset=ApprovalRuleStage.objects.select_related("group")))
         .order_by("policy__order", "policy__name", "order", "id")
     )
     by_subject: dict[str, list[ApprovalRule]] = {}
     for rule in rules:
+        rule.reason = listed(conditions_in_words(rule))  # kept with the rule: a route says why in words
         by_subject.setdefault(rule.policy.subject, []).append(rule)
     return by_subject
 
@@ -153,22 +161,50 @@ class ResolvedStage:
     approvers: list[User]
     note: str = ""
 
+    @property
+    def who(self) -> str:
+        """The approvers by name: "Anna Approver", "any one of A and B", "all of A and B"."""
+        names = [user.display_name for user in self.approvers]
+        if len(names) == 1:
+            return names[0]
+        return f"{'all' if self.mode == ApprovalMode.ALL else 'any one'} of {listed(names)}"
+
+    @property
+    def in_words(self) -> str:
+        return f"{self.name}: {self.who}"
+
 
 @dataclass
 class Route:
     """The stages a subject will pass through; no stages means automatic approval."""
 
-    name: str
+    name: str  # the policy and rule ("Resource requests / Ascend NPUs"): for operators and the API
     rule: ApprovalRule | None
     stages: list[ResolvedStage]
+    reason: str = ""  # why this route, in words ("the vendor is Huawei Ascend"); "" when every order takes it
 
     @property
     def automatic(self) -> bool:
         return not self.stages
 
+    @property
+    def explanation(self) -> str:
+        """The route as the requester and approvers read it, without policy or rule names."""
+        if self.automatic:
+            if self.rule is None:
+                return "Approved automatically: no approval rule applies to this order."
+            return f"Approved automatically, since {self.reason}." if self.reason else "Approved automatically."
+        return f"Needs approval, since {self.reason}." if self.reason else "Needs approval."
+
+    def in_words(self) -> str:
+        """The explanation and who approves, stage by stage (the timeline's sentence)."""
+        stages = "; then ".join(stage.in_words for stage in self.stages)
+        return f"{self.explanation} {stages}." if stages else self.explanation
+
     def as_data(self) -> dict:
         return {
             "name": self.name,
+            "explanation": self.explanation,
             "rule": self.rule.pk if self.rule is not None else None,
             "automatic": self.automatic,
             "stages": [
@@ -178,6 +214,8 @@ class Route:
                     "mode": stage.mode,
                     "source": stage.source,
                     "approvers": [user.username for user in stage.approvers],
+                    "approver_names": [user.display_name for user in stage.approvers],
+                    "who": stage.who,
                     "note": stage.note,
                 }
                 for stage in self.stages
@@ -205,9 +243,9 @@ def permission_holders(permission: str) -> list[User]:
     return _active(holders.distinct())
 
 
-def operators_decide(name: str) -> DefaultRoute:
+def operators_decide(name: str, *, reason: str = "") -> DefaultRoute:
     """The default route of quota matters: any operator decides."""
-    return DefaultRoute(name=name, stage="Operators", approvers=operators())
+    return DefaultRoute(name=name, stage="Operators", approvers=operators(), reason=reason)
 
 
 def _candidates(stage: ApprovalRuleStage, facts: Facts) -> list[User]:
@@ -273,14 +311,14 @@ def route_for(facts: Facts) -> Route:
     if rule is not None:
         stages = [_resolve(stage, facts) for stage in rule.stages.all()]
         if stages:
-            return Route(name=f"{rule.policy.name} / {rule.name}", rule=rule, stages=stages)
+            return Route(name=f"{rule.policy.name} / {rule.name}", rule=rule, stages=stages, reason=rule.reason)
     # Governance floor: a subject with a default route (quota changes and exceptions, isolation clearances)
     # is never approved automatically, not even by a matching rule without stages.
     fallback = default_route(facts)
     if fallback is not None:
-        return Route(name=fallback.name, rule=None, stages=[_default_stage(fallback, facts)])
+        return Route(name=fallback.name, rule=None, stages=[_default_stage(fallback, facts)], reason=fallback.reason)
     if rule is not None:
-        return Route(name=f"{rule.policy.name} / {rule.name}", rule=rule, stages=[])
+        return Route(name=f"{rule.policy.name} / {rule.name}", rule=rule, stages=[], reason=rule.reason)
     return Route(name="No matching rule: automatic approval", rule=None, stages=[])
 
 
@@ -306,6 +344,7 @@ def approval_open(*, subject: models.Model, facts: Facts, route: Route) -> Appro
         requester=facts.requester,
         rule=route.rule,
         route_name=route.name[:250],
+        explanation=route.explanation[:300],
         summary=facts.summary[:250],
     )
     stages = ApprovalStage.objects.bulk_create(
@@ -360,7 +399,7 @@ def approval_decide(*, assignment: ApprovalAssignment, decision: str, comment: s
             code=EventCode.STAGE_VOTE,
             actor=actor,
             data={"stage": stage.name},
-            message=f"{actor.username} approved; '{stage.name}' needs every approver.",
+            message=f"{actor.display_name} approved; '{stage.name}' needs every approver.",
         )
         return approval
     stage.approve(at=now)
@@ -374,7 +413,7 @@ def approval_decide(*, assignment: ApprovalAssignment, decision: str, comment: s
             code=EventCode.STAGE_APPROVED,
             actor=actor,
             data={"stage": stage.name, "next": following.name},
-            message=f"'{stage.name}' approved by {actor.username}; next: '{following.name}'.",
+            message=f"'{stage.name}' approved by {actor.display_name}; next: '{following.name}'.",
         )
         return approval
     approval.approve(at=now)
@@ -465,7 +504,7 @@ def approvals_remind_stale(*, older_than) -> int:
     for approval in stale.prefetch_related("stages__assignments__approver"):
         with transaction.atomic():
             waiting_on = [
-                assignment.approver.username
+                assignment.approver
                 for stage in approval.stages.all()
                 if stage.state == StageState.PENDING
                 for assignment in stage.assignments.all()
@@ -475,9 +514,9 @@ def approvals_remind_stale(*, older_than) -> int:
                 approval.subject,
                 code=EventCode.REMINDER,
                 actor=None,
-                data={"waiting_on": waiting_on},
+                data={"waiting_on": [user.username for user in waiting_on]},
                 message=f"Approval pending since {approval.created_at:%Y-%m-%d %H:%M} UTC; waiting on "
-                f"{', '.join(waiting_on) or 'nobody'}.",
+                f"{listed([user.display_name for user in waiting_on]) or 'nobody'}.",
             )
             Approval.objects.filter(pk=approval.pk).update(reminded_at=timezone.now())
             reminded += 1

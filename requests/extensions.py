@@ -70,7 +70,7 @@ def request_extension_submit(
         actor=actor,
         code=EventCode.EXTENSION_REQUESTED,
         data={"hours": hours},
-        message=f"{actor.username} asked for {hours} more hours: {extension.justification}",
+        message=f"{actor.display_name} asked for {hours} more hours: {extension.justification}",
     )
     order = replace(order_of(request), duration_hours=hours)
     facts = approval_facts(order, size_order(order), actor, quota_exception=False)
@@ -95,7 +95,7 @@ class ExtensionApprovals:
         request.card_hours += request.gpu_equivalents * extension.hours
         request.cost_estimate += request.hourly_cost * extension.hours
         request.save(update_fields=["duration_hours", "card_hours", "cost_estimate", "updated_at"])
-        who = actor.username if actor else "policy"
+        who = actor.display_name if actor else "policy"
         record_event(
             request,
             actor=actor,
@@ -123,7 +123,7 @@ class ExtensionApprovals:
             actor=actor,
             code=EventCode.EXTENSION_REJECTED,
             data={"comment": comment},
-            message=f"Extension by {extension.hours} hours rejected by {actor.username}: {comment}",
+            message=f"Extension by {extension.hours} hours rejected by {actor.display_name}: {comment}",
         )
 
     def note(self, extension: RequestExtension, *, code: str, message: str, actor: User | None, data: dict) -> None:

@@ -1,6 +1,8 @@
 """Portal forms. They collect and clean input; services decide (and refuse with reasons)."""
 
+import uuid
 from collections import defaultdict
+from decimal import Decimal
 
 from django import forms
 from django.forms.utils import pretty_name
@@ -9,15 +11,16 @@ from django.http import QueryDict
 from catalog import selectors as catalog_selectors
 from catalog.choices import ServiceKind
 from catalog.durations import default_duration_hours, max_duration_hours
-from catalog.models import Service, Vendor
+from catalog.models import ResourceSpec, Service, Vendor
 from catalog.parameters import MAX_STRING_LENGTH, ParameterInvalid, parameters_clean
+from config.session_end import RESUME_PARAMETER
 from requests import serving_choices
-from requests.choices import IfUnplaceable, OverQuota, PriorityClass
+from requests.choices import IfUnplaceable, OverQuota, PriorityClass, RequestState
 from requests.models import ResourceRequest
 from requests.orders import Order
 from tenancy.choices import ProjectPermission, QuotaDimension
 from tenancy.models import User
-from tenancy.selectors import projects_with_permission
+from tenancy.selectors import project_list_visible_to, projects_with_permission
 
 _ALL_OFFERINGS = ("spec", "image", "bare_metal_profile", "serving_model", "serving_template")
 _OFFERINGS = {
@@ -95,6 +98,10 @@ class OrderForm(forms.Form):
         widget=forms.RadioSelect,
         label="If it does not fit the quota or the priority entitlement",
     )
+    # One per rendered form: sent again (Back, then Submit once more), it names the request it made.
+    idempotency_key = forms.CharField(
+        widget=forms.HiddenInput, required=False, max_length=255, initial=lambda: uuid.uuid4().hex
+    )
     if_unplaceable = forms.ChoiceField(
         choices=IfUnplaceable.choices,
         initial=IfUnplaceable.WARN,
@@ -131,7 +138,7 @@ class OrderForm(forms.Form):
         self.parameter_names = [entry["name"] for entry in service.parameter_schema]
         for entry in service.parameter_schema:
             self.fields[entry["name"]] = parameter_field(entry)
-        last = ["justification", "over_quota", "if_unplaceable"]
+        last = ["justification", "over_quota", "if_unplaceable", "idempotency_key"]
         self.order_fields([name for name in self.fields if name not in last] + last)
 
     def _offer_templates_of_the_model(self, user: User, settle: bool) -> None:
@@ -170,6 +177,8 @@ class OrderForm(forms.Form):
         probe = cls(user=user, service=service)
         initial, notices, duration, served_on = {}, [], None, None
         for key, values in query.lists():
+            if key == RESUME_PARAMETER:  # the page's script puts back what was typed before a sign-in: not a choice
+                continue
             name = PREFILL_ALIASES.get(key, key)
             if name == "spec" and "serving_template" in probe.fields:  # a catalog row of a serving service
                 served_on = values[-1]
@@ -221,6 +230,14 @@ class OrderForm(forms.Form):
             if value not in (None, ""):
                 data[bound.html_name] = value
         return data
+
+    def with_new_key(self) -> "OrderForm":
+        """The same form as posted, with a key of its own: the form of a second submission of the same order."""
+        data = self.data.copy()
+        data[self.add_prefix("idempotency_key")] = uuid.uuid4().hex
+        form = type(self)(data, user=self.user, service=self.service)
+        form.is_valid()
+        return form
 
     def clean_if_unplaceable(self) -> str:
         return self.cleaned_data["if_unplaceable"] or IfUnplaceable.WARN  # left unchosen: the API's default
@@ -336,22 +353,31 @@ class DecisionForm(forms.Form):
 
 
 class QuotaChangeForm(forms.Form):
-    """Only the dimensions the lead fills in are asked for."""
+    """Starts from the project's current limits (a link may propose others); what differs from them is asked for.
+    An empty field is no limit."""
 
     justification = forms.CharField(widget=forms.Textarea(attrs={"rows": 3}))
 
-    def __init__(self, *args, **kwargs):
+    def __init__(self, *args, current: dict, **kwargs):
+        kwargs["initial"] = {**{key: _plain(value) for key, value in current.items()}, **kwargs.get("initial", {})}
         super().__init__(*args, **kwargs)
+        self.current = current
         for dimension in QuotaDimension:
             self.fields[dimension.value] = forms.DecimalField(
-                label=dimension.label, required=False, min_value=0, max_digits=12, decimal_places=2
+                label=dimension.label,
+                required=False,
+                min_value=0,
+                max_digits=12,
+                decimal_places=2,
+                help_text=_now(current[dimension.value]),
             )
+        self.order_fields([*QuotaDimension.values, "justification"])
 
     @classmethod
     def prefill_from(cls, query: QueryDict) -> dict:
         """Initial values from a link (the order page's "ask for a larger quota"): each value its field takes;
         others are dropped, since the lead reviews the form before sending it anyway."""
-        fields = cls().fields
+        fields = cls(current=dict.fromkeys(QuotaDimension.values)).fields
         initial = {}
         for name, field in fields.items():
             try:
@@ -362,12 +388,31 @@ class QuotaChangeForm(forms.Form):
                 initial[name] = value
         return initial
 
+    def clean(self):
+        cleaned = super().clean()
+        if not self.errors and not self.limits():
+            raise forms.ValidationError("These are the current limits: change at least one.", code="no_change")
+        return cleaned
+
     def limits(self) -> dict:
+        """The limits sent that differ from the current ones (an empty field: no limit; a field not sent at all is
+        left as it is)."""
         return {
-            dimension: self.cleaned_data[dimension]
+            dimension: self.cleaned_data.get(dimension)
             for dimension in QuotaDimension.values
-            if self.cleaned_data.get(dimension) is not None
+            if dimension in self.data and self.cleaned_data.get(dimension) != self.current[dimension]
         }
+
+
+def _plain(limit):
+    """A limit as a person writes it: 16 rather than 16.00, 0.5 rather than 0.50."""
+    if not isinstance(limit, Decimal):
+        return limit
+    return int(limit) if limit == limit.to_integral_value() else limit.normalize()
+
+
+def _now(limit) -> str:
+    return "Now: no limit." if limit is None else f"Now: {_plain(limit)}."
 
 
 class ReasonForm(forms.Form):
@@ -401,3 +446,39 @@ class CatalogFilterForm(forms.Form):
         if not self.is_valid():
             return {}
         return {name: value for name, value in self.cleaned_data.items() if value not in (None, "", False)}
+
+
+class RequestListFilterForm(forms.Form):
+    """The request list's search and filters. Every field is optional and a value the form cannot take is no filter;
+    `mine` starts as the role's default (requests.selectors.request_list_starts_with_own)."""
+
+    q = forms.CharField(required=False, max_length=100, label="Search", help_text="#id, service, spec, person, project")
+    state = forms.ChoiceField(required=False, choices=[("", "Any state"), *RequestState.choices])
+    project = forms.ModelChoiceField(queryset=None, required=False, empty_label="All projects")
+    spec = forms.ModelChoiceField(queryset=None, required=False, empty_label="Any spec", label="Spec")
+    mine = forms.ChoiceField(required=False, choices=[("1", "Mine"), ("0", "All I can see")], label="Show")
+
+    def __init__(self, data, *, user: User, own_first: bool):
+        data = data.copy()
+        data.setdefault("mine", "1" if own_first else "0")
+        super().__init__(data)
+        self.own_first = own_first
+        self.fields["project"].queryset = project_list_visible_to(user=user).select_related("tenant")
+        self.fields["spec"].queryset = ResourceSpec.objects.order_by("name")
+
+    def filters(self) -> dict:
+        """What to narrow the list to: state, project, spec, search text and whether only the user's own."""
+        cleaned = self.cleaned_data if self.is_valid() else {}
+        return {
+            "mine": cleaned.get("mine", "1" if self.own_first else "0") == "1",
+            "state": cleaned.get("state", ""),
+            "project": cleaned.get("project"),
+            "spec": cleaned.get("spec"),
+            "text": cleaned.get("q", ""),
+        }
+
+    def narrows(self) -> bool:
+        """Whether the list shows less than the role's default view: a filter, a search, or only the user's own
+        when the default is everything (the default itself is no filter)."""
+        filters = self.filters()
+        return any(filters[key] for key in ("state", "project", "spec", "text")) or filters["mine"] != self.own_first

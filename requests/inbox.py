@@ -6,10 +6,12 @@ Everything is read in a constant number of queries however many tasks there are 
 """
 
 from dataclasses import dataclass
+from datetime import timedelta
 from decimal import Decimal
 
 from django.contrib.contenttypes.models import ContentType
 from django.db.models import Prefetch
+from django.utils.timesince import timesince
 
 from requests import hooks, selectors
 from requests.choices import EventCode, RequestState
@@ -37,6 +39,7 @@ FLAGS = {
     "exception": "Quota exceptions",
     "never_fits": "Cannot be placed",
     "rightsizing": "Rightsizing advice",
+    "duplicate": "Likely duplicates",
 }
 ROW_ERRORS_SESSION_KEY = "inbox_row_errors"
 
@@ -165,6 +168,7 @@ def pending_rows(user, *, params, row_errors: dict) -> dict:
     awaiting = awaiting_approval(projects) if projects else {}
     never_fits = _never_fits_by_request([resource_request.pk for resource_request in requests])
     advice = _advice_by_project_and_spec(user) if requests else {}
+    duplicates = selectors.likely_duplicates(requests)
     rows = []
     for task in tasks:
         subject = task.subject
@@ -182,6 +186,7 @@ def pending_rows(user, *, params, row_errors: dict) -> dict:
             "over": False,
             "never_fits": "",
             "rightsizing": [],
+            "duplicates": [],
             "error": row_errors.get(str(task.pk), ""),
         }
         if isinstance(subject, ResourceRequest):
@@ -192,10 +197,27 @@ def pending_rows(user, *, params, row_errors: dict) -> dict:
             row["never_fits"] = never_fits.get(subject.pk, "")
             spec_slug = subject.spec.slug if subject.spec_id else ""
             row["rightsizing"] = advice.get((subject.project.slug, spec_slug), [])
+            row["duplicates"] = [_duplicate(subject, other) for other in duplicates.get(subject.pk, [])]
         rows.append(row)
     project_choices = sorted({(row["project"].pk, str(row["project"])) for row in rows if row["project"]}, key=_second)
     shown = _sorted(_filtered(rows, params), params.get("sort", "oldest"))
     return {"rows": shown, "total": len(rows), "project_choices": project_choices}
+
+
+def _duplicate(resource_request: ResourceRequest, other: dict) -> dict:
+    """Another live request of the same person with the same order, as the row says it."""
+    earlier = other["created_at"] <= resource_request.created_at
+    apart = abs(resource_request.created_at - other["created_at"])
+    gap = (
+        "less than a minute"
+        if apart < timedelta(minutes=1)
+        else timesince(resource_request.created_at - apart, resource_request.created_at)
+    )
+    return {
+        "id": other["id"],
+        "state": RequestState(other["state"]).label.lower(),
+        "when": f"{gap} {'earlier' if earlier else 'later'}",
+    }
 
 
 def _second(pair):
@@ -216,6 +238,8 @@ def _filtered(rows: list[dict], params) -> list[dict]:
         rows = [row for row in rows if row["never_fits"]]
     elif flag == "rightsizing":
         rows = [row for row in rows if row["rightsizing"]]
+    elif flag == "duplicate":
+        rows = [row for row in rows if row["duplicates"]]
     return rows
 
 

@@ -1,5 +1,7 @@
 """An order as a developer fills it in: validated against the catalog, priced, and turned into demand."""
 
+import hashlib
+import json
 from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import Any
@@ -8,8 +10,10 @@ from catalog.choices import ServiceKind, SpecStatus, Visibility
 from catalog.durations import duration_limits
 from catalog.models import BareMetalProfile, Image, ResourceSpec, Service, ServingModel, ServingTemplate
 from catalog.orderable import OrderableCatalog, orderable_catalog
-from catalog.parameters import parameters_clean
+from catalog.parameters import ParameterInvalid, parameters_clean
 from config.errors import DomainError
+from config.jsonvalues import as_stored
+from config.words import counted
 from requests.approvals import Facts
 from requests.choices import ApprovalSubject, PriorityClass
 from requests.quota import Demand
@@ -266,7 +270,37 @@ def approval_facts(order: Order, sizing: Sizing, requester: User, *, quota_excep
 
 
 def describe_order(order: Order) -> str:
+    """The order in a few words: "1x H100 80GB, 16 vCPU, 128 GiB, 24 h"; a served model "Mistral 7B Instruct 0.3:
+    2 replicas of 1x H100 80GB, …" (a spec's name already counts its cards: never "1x 1x")."""
     what = order.bare_metal_profile.name if order.bare_metal_profile else order.spec.name
     if order.serving_model:
-        what = f"{order.serving_model} on {order.replicas}x {what}"
+        replicas = order.replicas
+        what = (
+            f"{order.serving_model} on {what}"
+            if replicas == 1
+            else f"{order.serving_model}: {counted(replicas, 'replica')} of {what}"
+        )
     return f"{what}, {order.duration_hours} h"
+
+
+# The catalog choices an order makes, by field name.
+ORDER_ITEMS = ("spec", "image", "bare_metal_profile", "serving_model", "serving_template")
+
+
+def order_fingerprint(order: Order) -> str:
+    """What was ordered, as a hash: service, project, catalog choices, duration, priority and parameters (as they
+    are stored: defaults filled in). Not the justification, which people word again when they order the same thing
+    again. The same order sent twice has the same fingerprint, whichever form or client sent it."""
+    try:
+        parameters = parameters_clean(order.service.parameter_schema, order.parameters)
+    except ParameterInvalid:
+        parameters = order.parameters  # refused later, with its reason; the hash only has to be stable
+    chosen = {
+        "service": order.service.pk,
+        "project": order.project.pk,
+        **{name: getattr(getattr(order, name), "pk", None) for name in ORDER_ITEMS},
+        "duration_hours": order.duration_hours,
+        "priority": order.priority,
+        "parameters": as_stored(parameters),
+    }
+    return hashlib.sha256(json.dumps(chosen, sort_keys=True, default=str).encode()).hexdigest()

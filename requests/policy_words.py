@@ -29,7 +29,7 @@ def conditions_in_words(rule: ApprovalRule) -> list[str]:
     if rule.min_cost_estimate is not None:
         words.append(f"the estimated cost is at least {rule.min_cost_estimate:.2f} {settings.CATALOG_CURRENCY}")
     if rule.parameter_name:
-        words.append(f"the form field '{rule.parameter_name}' is '{rule.parameter_value}'")
+        words.append(f"the {rule.parameter_name.replace('_', ' ')} is {rule.parameter_value}")
     if rule.quota_exception is True:
         words.append("it is a quota exception")
     elif rule.quota_exception is False:
@@ -43,7 +43,7 @@ def _who(stage: ApprovalRuleStage) -> str:
     every = stage.mode == ApprovalMode.ALL
     match stage.source:
         case ApproverSource.USERS:
-            names = ", ".join(user.username for user in stage.users.all()) or "nobody named yet"
+            names = ", ".join(user.display_name for user in stage.users.all()) or "nobody named yet"
             return f"{'all of' if every else 'one of'} {names}"
         case ApproverSource.GROUP:
             return f"{'every member' if every else 'any member'} of group {stage.group.name if stage.group else '?'}"

@@ -6,8 +6,9 @@ reasons and the request is a quota exception: the same route as an order over a 
 automatically (see `RequestApprovals.default_route`).
 """
 
+from config.words import listed
 from requests.orders import Order, OrderInvalid
-from tenancy.choices import PRIORITY_RANK, priorities_up_to
+from tenancy.choices import PRIORITY_RANK, PriorityClass, priorities_up_to
 
 PRIORITY_NOT_PERMITTED = "priority_not_permitted"
 
@@ -37,8 +38,8 @@ def priority_reason(order: Order, entitlement: dict) -> dict | None:
         "used": None,
         "limit": entitlement["max_priority"],
         "allowed": allowed,
-        "message": f"Priority {order.priority} is above what project {order.project} may order without "
-        f"approval ({', '.join(allowed)}).",
+        "message": f"Priority {PriorityClass(order.priority).label} is above what project {order.project} may order "
+        f"without approval ({listed([PriorityClass(code).label for code in allowed])}).",
     }
 
 

@@ -16,6 +16,7 @@ from decimal import Decimal
 from django.db import connection
 from django.utils import timezone
 
+from config.words import amount
 from requests.choices import COMMITTED_STATES, RequestState
 from requests.models import ResourceRequest
 from tenancy.choices import OrderCap, PriorityClass, QuotaDimension
@@ -121,9 +122,8 @@ class DimensionImpact:
 
 
 def _fmt(value) -> str:
-    """Numbers as people write them: 8, 0.5, 12.25 (no trailing zeros)."""
-    text = f"{value:f}" if isinstance(value, Decimal) else str(value)
-    return text.rstrip("0").rstrip(".") if "." in text else text
+    """Numbers as people write them: 8, 0.5, 12.25, a slice's 0.1429 of a card as 0.14 (at most two decimals)."""
+    return amount(value)
 
 
 def _json(value):

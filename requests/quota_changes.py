@@ -74,7 +74,10 @@ def quota_change_request_submit(
         project=project,
         requester=actor,
         summary=f"Quota change for {project}: "
-        + ", ".join(f"{dim} {change.previous_limits[dim]} → {change.limits[dim]}" for dim in parsed),
+        + ", ".join(
+            f"{label} {before or 'no limit'} → {after or 'no limit'}"
+            for label, before, after in change.changes_in_words
+        ),
     )
     audit_record(
         actor=actor,
@@ -94,7 +97,9 @@ class QuotaChangeApprovals:
 
     def default_route(self, facts: approvals.Facts) -> approvals.DefaultRoute:
         """Changing a quota is never approved automatically: operators decide unless a rule names approvers."""
-        return approvals.operators_decide("Default: operators decide quota matters")
+        return approvals.operators_decide(
+            "Default: operators decide quota matters", reason="operators decide every quota change"
+        )
 
     def on_approved(self, change: QuotaChangeRequest, *, actor: User | None) -> None:
         change = QuotaChangeRequest.objects.select_for_update().get(pk=change.pk)

@@ -1,14 +1,17 @@
 """Reads for requests and approvals; visibility rules live here and nowhere else."""
 
+from collections import defaultdict
 from collections.abc import Iterable
+from datetime import timedelta
 
 from django.contrib.contenttypes.models import ContentType
 from django.db.models import F, Prefetch, Q, QuerySet
 from django.http import Http404
+from django.utils import timezone
 
 from catalog.models import BareMetalProfile, Image, ResourceSpec, Service, ServingModel, ServingTemplate
 from catalog.orderable import orderable_catalog
-from requests.choices import ApprovalState, EventCode, RequestState, StageState
+from requests.choices import TERMINAL_STATES, ApprovalState, EventCode, RequestState, StageState
 from requests.models import (
     Approval,
     ApprovalAssignment,
@@ -81,6 +84,51 @@ SUMMARY_COLUMNS = (
     *("service_id", "spec_id", "bare_metal_profile_id", "serving_model_id"),
 )
 SUMMARY_ITEMS = ("service", "spec", "bare_metal_profile", "serving_model")
+
+
+def request_list_starts_with_own(user: User) -> bool:
+    """Whether the user's request list starts with their own requests: people who order do; people who approve, lead
+    a project or operate start with every request they may see (their own would be empty, or miss what they look
+    after)."""
+    if user.is_staff or projects_with_permission(user=user, permission=ProjectPermission.MANAGE).exists():
+        return False
+    return not can_approve_anything(user)
+
+
+# What the request list's search looks in: a request matches when every word is in one of these.
+SEARCHED_FIELDS = (
+    *("service__name", "spec__name", "bare_metal_profile__name", "serving_model__name", "justification"),
+    *("project__name", "project__tenant__name", "requester__username", "requester__first_name", "requester__last_name"),
+)
+BIGINT_MAX = 2**63 - 1
+
+
+def _searched(requests: QuerySet[ResourceRequest], text: str) -> QuerySet[ResourceRequest]:
+    """Requests with every word of `text` in one of SEARCHED_FIELDS; "#17" or "17" also finds request 17."""
+    number = text.strip().lstrip("#")
+    by_id = Q(pk=int(number)) if number.isdigit() and int(number) <= BIGINT_MAX else Q(pk__in=[])
+    words = Q()
+    for word in text.split():
+        words &= Q.create([(f"{field}__icontains", word) for field in SEARCHED_FIELDS], connector=Q.OR)
+    return requests.filter(by_id | words)
+
+
+def request_list_filtered(
+    *, user: User, mine: bool, state: str = "", project=None, spec=None, text: str = ""
+) -> QuerySet[ResourceRequest]:
+    """The request list page's rows: what the user may see, narrowed as its filters say, newest first."""
+    requests = request_list_visible_to(user=user)
+    if mine:
+        requests = requests.filter(requester=user)
+    if state:
+        requests = requests.filter(state=state)
+    if project is not None:
+        requests = requests.filter(project=project)
+    if spec is not None:
+        requests = requests.filter(spec=spec)
+    if text.strip():
+        requests = _searched(requests, text)
+    return requests.order_by("-created_at", "-id")
 
 
 def request_rows_visible_to(*, user: User) -> QuerySet[ResourceRequest]:
@@ -281,3 +329,53 @@ def can_approve_anything(user: User) -> bool:
         projects_with_permission(user=user, permission=ProjectPermission.APPROVE).exists()
         or ApprovalAssignment.objects.filter(approver=user).exists()
     )
+
+
+# An order is taken for the same one sent again when the same person sent it this recently from another form (a
+# second tab, the form opened anew); the form a request was made from is recognised by its key whenever it comes back.
+SAME_ORDER_WINDOW = timedelta(minutes=10)
+# Requests that may still run: what a second identical order would double. Ended ones, and failed ones (ordering
+# again is how a person gets past a failure), are not duplicated by a new order.
+LIVE_STATES = frozenset(RequestState.values) - TERMINAL_STATES - {RequestState.FAILED}
+
+
+def order_sent_before(*, requester: User, key: str, fingerprint: str) -> ResourceRequest | None:
+    """The request this form (its idempotency key) made, else the same order the requester sent within
+    SAME_ORDER_WINDOW that is still live; None when neither."""
+    mine = ResourceRequest.objects.filter(requester=requester)
+    if key and (made := mine.filter(idempotency_key=key).first()) is not None:
+        return made
+    return (
+        mine.filter(
+            order_fingerprint=fingerprint, state__in=LIVE_STATES, created_at__gte=timezone.now() - SAME_ORDER_WINDOW
+        )
+        .order_by("-created_at", "-id")
+        .first()
+    )
+
+
+def likely_duplicates(requests: Iterable[ResourceRequest]) -> dict[int, list[dict]]:
+    """Per request, the other live requests of the same person with the same order (project, choices, duration,
+    priority, parameters), oldest first, as {id, state, created_at}: one query, however many requests."""
+    requests = [request for request in requests if request.order_fingerprint]
+    if not requests:
+        return {}
+    same = defaultdict(list)
+    rows = (
+        ResourceRequest.objects.filter(
+            order_fingerprint__in={request.order_fingerprint for request in requests}, state__in=LIVE_STATES
+        )
+        .order_by("created_at", "id")
+        .values("id", "requester_id", "order_fingerprint", "state", "created_at")
+    )
+    for row in rows:
+        same[(row["requester_id"], row["order_fingerprint"])].append(row)
+    return {
+        request.pk: others
+        for request in requests
+        if (
+            others := [
+                row for row in same[(request.requester_id, request.order_fingerprint)] if row["id"] != request.pk
+            ]
+        )
+    }

@@ -30,6 +30,7 @@ from requests.orders import (
     approval_facts,
     describe_order,
     order_duration_limits,
+    order_fingerprint,
     size_order,
     validate_order,
 )
@@ -52,6 +53,12 @@ from tenancy.selectors import user_has_project_permission
 
 class QuotaExceeded(Conflict):
     code = "quota_exceeded"
+
+
+class IdempotencyKeyReused(DomainError):
+    """An idempotency key sent again with another order than the one it first came with."""
+
+    code = "idempotency_key_reused"
 
 
 class Unplaceable(DomainError):
@@ -218,15 +225,27 @@ class Written:
 
 @transaction.atomic
 def request_submit(
-    *, order: Order, requester: User, over_quota: str = OverQuota.REJECT, if_unplaceable: str = IfUnplaceable.WARN
+    *,
+    order: Order,
+    requester: User,
+    over_quota: str = OverQuota.REJECT,
+    if_unplaceable: str = IfUnplaceable.WARN,
+    idempotency_key: str = "",
 ) -> ResourceRequest:
     """Admit an order under the project's (and tenant's) quota lock, then route it for approval. An order no node
     could ever hold is refused or submitted with a warning on its timeline, as `if_unplaceable` says.
 
     The request is inserted once, in the state it reaches (approved automatically, it takes its id first: its
-    frozen snapshot names it), its events in one INSERT after it; it comes back with them as `written`."""
+    frozen snapshot names it), its events in one INSERT after it; it comes back with them as `written`.
+
+    With an idempotency key the requester already submitted, nothing is stored: the request that submission made
+    comes back with `resubmitted` set (whatever the catalog or quota say now, as a retry expects), or, when the key
+    came with another order then, IdempotencyKeyReused."""
     _check_choice("over_quota", over_quota, OverQuota)
     _check_choice("if_unplaceable", if_unplaceable, IfUnplaceable)
+    fingerprint = order_fingerprint(order)
+    if idempotency_key and (earlier := _submitted_with_key(requester, idempotency_key)) is not None:
+        return _resubmitted(earlier, order, fingerprint)
     validate_order(order, requester)
     if over_quota == OverQuota.EXCEPTION and not order.justification.strip():
         raise DomainError(
@@ -263,6 +282,8 @@ def request_submit(
         parameters=order.parameters,
         quota_reasons=exception_reasons,
         quota_exception=bool(exception_reasons) and over_quota == OverQuota.EXCEPTION,
+        idempotency_key=idempotency_key,
+        order_fingerprint=fingerprint,
         **sizing.request_fields(),
     )
     timeline = Timeline(request)
@@ -270,7 +291,7 @@ def request_submit(
         actor=requester,
         code=EventCode.SUBMITTED,
         from_state="",
-        message=f"{requester.username} ordered {describe_order(order)}."
+        message=f"{requester.display_name} ordered {describe_order(order)}."
         + (f" Warning: {never_fits['message']}" if never_fits else ""),
         data={
             "cost_estimate": str(sizing.cost_estimate),
@@ -293,6 +314,25 @@ def request_submit(
         approval = _route(request, order, timeline, actor=requester)
     request.written = Written(timeline=timeline.write(), approval=approval)
     return request
+
+
+def _submitted_with_key(requester: User, key: str) -> ResourceRequest | None:
+    """The request the requester's submission with this key made, if any. The requester's row is locked first, so
+    that two submissions with one key (a double click, a client's retry racing its first try) take turns and the
+    second finds the first's request, whichever project either names."""
+    list(User.objects.select_for_update().filter(pk=requester.pk).values_list("pk"))
+    return ResourceRequest.objects.filter(requester=requester, idempotency_key=key).first()
+
+
+def _resubmitted(earlier: ResourceRequest, order: Order, fingerprint: str) -> ResourceRequest:
+    if earlier.order_fingerprint != fingerprint or earlier.justification != order.justification:
+        raise IdempotencyKeyReused(
+            f"This submission was sent before with another order, which became request #{earlier.pk}; "
+            "a new order needs a new idempotency key.",
+            details={"request": earlier.pk},
+        )
+    earlier.resubmitted = True
+    return earlier
 
 
 def _waiting_bound() -> str:
@@ -360,18 +400,19 @@ def _route(request: ResourceRequest, order: Order, timeline: Timeline, *, actor:
     route = approvals.route_for(facts)
     if route.automatic:
         timeline.move(
-            "approve", actor=None, code=EventCode.AUTO_APPROVED, message=route.name, data={"route": route.as_data()}
+            "approve",
+            actor=None,
+            code=EventCode.AUTO_APPROVED,
+            message=route.explanation,
+            data={"route": route.as_data()},
         )
         _freeze_and_queue(request, timeline)
         return None
-    stages = "; ".join(
-        f"{stage.name} ({stage.mode}: {', '.join(user.username for user in stage.approvers)})" for stage in route.stages
-    )
     timeline.move(
         "route_for_approval",
         actor=actor,
         code=EventCode.ROUTED,
-        message=f"{route.name} — {stages}",
+        message=route.in_words(),
         data={"route": route.as_data()},
     )
     request.save()
@@ -507,12 +548,14 @@ class RequestApprovals:
     def default_route(self, facts: approvals.Facts) -> approvals.DefaultRoute | None:
         """A quota exception (over a limit or over the priority entitlement) is never approved automatically;
         other requests are when no rule matches."""
-        return approvals.operators_decide("Default: operators decide quota matters") if facts.quota_exception else None
+        if not facts.quota_exception:
+            return None
+        return approvals.operators_decide("Default: operators decide quota matters", reason="it is a quota exception")
 
     def on_approved(self, request: ResourceRequest, *, actor: User | None) -> None:
         request = _locked(request)
         timeline = Timeline(request)
-        who = actor.username if actor else "policy"
+        who = actor.display_name if actor else "policy"
         timeline.move("approve", actor=actor, code=EventCode.APPROVED, message=f"Approved by {who}.")
         _freeze_and_queue(request, timeline)
         timeline.write()
@@ -524,7 +567,7 @@ class RequestApprovals:
             "reject",
             actor=actor,
             code=EventCode.REJECTED,
-            message=f"Rejected by {actor.username}: {comment}",
+            message=f"Rejected by {actor.display_name}: {comment}",
             data={"comment": comment},
         )
         _readmit_after_commit(request.project_id)
@@ -554,7 +597,7 @@ def request_cancel(*, request: ResourceRequest, actor: User, reason: str = "") -
         "cancel",
         actor=actor,
         code=EventCode.CANCELLED,
-        message=f"Cancelled by {actor.username}" + (f": {reason}" if reason else "."),
+        message=f"Cancelled by {actor.display_name}" + (f": {reason}" if reason else "."),
         data={"reason": reason},
         intervention=is_operator_intervention(actor, request),
     )
@@ -576,7 +619,7 @@ def request_reject_by_operator(*, request: ResourceRequest, actor: User, reason:
         "reject",
         actor=actor,
         code=EventCode.REJECTED,
-        message=f"Rejected by operator {actor.username}: {reason}",
+        message=f"Rejected by operator {actor.display_name}: {reason}",
         data={"comment": reason},
         intervention=True,
     )
@@ -821,7 +864,7 @@ def request_release(*, request: ResourceRequest, actor: User | None, reason: str
     request = _locked(request)
     if actor is not None and not can_release(actor, request):
         raise NotPermitted("Only the requester, the project lead or an operator can release this request.")
-    who = actor.username if actor is not None else "the platform"
+    who = actor.display_name if actor is not None else "the platform"
     # Provisioning starts only from allocated, in the transition to provisioning: before it, nothing was built.
     provisioning_started = request.state != RequestState.ALLOCATED
     _transition(

@@ -5,14 +5,16 @@ a sentence, which the pages show as they are.
 """
 
 from itertools import groupby
+from urllib.parse import urlsplit
 
 from django.conf import settings
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.contrib.auth.views import LoginView
 from django.core.exceptions import PermissionDenied
+from django.core.paginator import Paginator
 from django.db.models import OuterRef, Subquery
-from django.http import Http404
+from django.http import Http404, QueryDict
 from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
 from django.views.decorators.cache import never_cache
@@ -21,7 +23,10 @@ from django.views.decorators.http import require_http_methods, require_POST
 from catalog import selectors as catalog_selectors
 from catalog.choices import ServiceKind
 from catalog.durations import longest_duration_hours
+from catalog.parameters import parameters_in_words
 from config.errors import DomainError
+from config.session_end import RESUME_PARAMETER
+from config.words import counted
 from requests import approvals, extensions, failures, hooks, inbox, quota_changes, reorder, selectors, services
 from requests.catalog_offers import mark_never_fitting, offer_rows, passes, shown_without_offers
 from requests.choices import TERMINAL_STATES, Decision, RequestState
@@ -32,10 +37,13 @@ from requests.forms import (
     OrderForm,
     QuotaChangeForm,
     ReasonForm,
+    RequestListFilterForm,
     orderable_projects,
     working_project,
 )
 from requests.models import RequestEvent
+from requests.orders import order_fingerprint
+from requests.quota_breakdown import quota_breakdown
 from requests.refusals import next_steps
 from tenancy.choices import ProjectPermission
 from tenancy.selectors import project_list_visible_to, projects_with_permission, user_has_project_permission
@@ -53,10 +61,16 @@ def landing_url(user) -> str:
 
 
 class SignInView(LoginView):
-    """Django's sign-in, sending each role to its page when no `next` asks for another."""
+    """Django's sign-in, sending each role to its page when no `next` asks for another; after a session ended
+    (`next` carries resume=1) it says so."""
 
     def get_default_redirect_url(self):
         return landing_url(self.request.user)
+
+    def get_context_data(self, **kwargs):
+        context = super().get_context_data(**kwargs)
+        resumed = urlsplit(self.get_redirect_url() or "").query
+        return {**context, "resuming": QueryDict(resumed).get(RESUME_PARAMETER) == "1"}
 
 
 @login_required
@@ -85,6 +99,7 @@ def catalog(request):
         "services_by_kind": services_by_kind,
         "filter_form": filter_form,
         "filtered": bool(filters),
+        "filter_count": len(filters),
     }
     return render(request, "requests/catalog.html", context)
 
@@ -108,20 +123,38 @@ def order(request, slug):
     form = _order_form(request, service)
     if not form.is_valid():
         return _order_page(request, service, form, status=400)
+    key = form.cleaned_data["idempotency_key"]
+    fingerprint = order_fingerprint(form.order())
+    if request.POST.get("confirm_duplicate") != "1":
+        earlier = selectors.order_sent_before(requester=request.user, key=key, fingerprint=fingerprint)
+        if earlier is not None:
+            return _sent_before_page(request, service, form, earlier, same=earlier.order_fingerprint == fingerprint)
     try:
         created = services.request_submit(
             order=form.order(),
             requester=request.user,
             over_quota=form.cleaned_data["over_quota"],
             if_unplaceable=form.cleaned_data["if_unplaceable"],
+            idempotency_key=key,
         )
     except DomainError as refusal:
         return _refused_order_page(request, service, form, refusal)
+    if getattr(created, "resubmitted", False):  # the same form sent twice at once (a double click)
+        return _sent_before_page(request, service, form, created, same=True)
     messages.success(request, f"Request #{created.pk} submitted: {created.get_state_display().lower()}.")
     return redirect("portal:request-detail", pk=created.pk)
 
 
-def _order_page(request, service, form, notices=(), *, status=200, preview=None, refusal=None, next_steps=()):
+def _sent_before_page(request, service, form, earlier, *, same: bool):
+    """This form, or the same order, was submitted already: say which request it made and offer to submit another
+    (with a key of its own, so that sending this page again is caught too). Nothing is stored."""
+    sent_before = {"request": earlier, "same": same}
+    return _order_page(request, service, form.with_new_key(), status=409, sent_before=sent_before)
+
+
+def _order_page(
+    request, service, form, notices=(), *, status=200, preview=None, refusal=None, next_steps=(), sent_before=None
+):
     """The order form with its preview: on first load (a catalog link's choices in `form.initial`) the preview of
     what the form shows, so that it is there before anything is changed."""
     for notice in notices:
@@ -129,7 +162,14 @@ def _order_page(request, service, form, notices=(), *, status=200, preview=None,
     if preview is None:
         shown = form if form.is_bound else OrderForm(form.as_data(), user=request.user, service=service)
         preview = _preview(request, shown)
-    context = {"service": service, "form": form, "refusal": refusal, "next_steps": next_steps, "preview": preview}
+    context = {
+        "service": service,
+        "form": form,
+        "refusal": refusal,
+        "next_steps": next_steps,
+        "preview": preview,
+        "sent_before": sent_before,
+    }
     return render(request, "requests/order.html", context, status=status)
 
 
@@ -171,28 +211,31 @@ def order_preview(request, slug):
 QUIET_STATES = TERMINAL_STATES | {RequestState.FAILED}
 
 
+# A page of the request list: enough to scan, few enough to read at once.
+REQUEST_LIST_PAGE_SIZE = 50
+
+
 @login_required
 def request_list(request):
+    """The requests the user may see, newest first: searched, filtered by state, project and spec, paginated (a count
+    and a page: the same queries however many there are). Whose requests it starts with depends on the role."""
+    own_first = selectors.request_list_starts_with_own(request.user)
+    form = RequestListFilterForm(request.GET, user=request.user, own_first=own_first)
     latest = RequestEvent.objects.filter(request=OuterRef("pk")).order_by("-created_at", "-id")
-    queryset = selectors.request_list_visible_to(user=request.user).annotate(
+    queryset = selectors.request_list_filtered(user=request.user, **form.filters()).annotate(
         latest_message=Subquery(latest.values("message")[:1])
     )
-    state = request.GET.get("state", "")
-    if state in RequestState.values:
-        queryset = queryset.filter(state=state)
-    if request.GET.get("mine", "1") == "1":
-        queryset = queryset.filter(requester=request.user)
+    page = Paginator(queryset, REQUEST_LIST_PAGE_SIZE).get_page(request.GET.get("page"))
     return render(
         request,
         "requests/request_list.html",
         {
-            "requests": queryset[:200],
-            "states": RequestState.choices,
-            "state": state,
-            "mine": request.GET.get("mine", "1"),
+            "form": form,
+            "page": page,
+            "page_numbers": page.paginator.get_elided_page_range(page.number, on_each_side=2, on_ends=1),
+            "requests": page.object_list,
             "quiet": QUIET_STATES,
-            # "Mine" is the default view, not a filter; a state, or everyone's requests, is.
-            "filtered": bool(state) or request.GET.get("mine") == "0",
+            "filtered": form.narrows(),
             "can_order": projects_with_permission(user=request.user, permission=ProjectPermission.REQUEST).exists(),
         },
     )
@@ -248,6 +291,7 @@ def request_page_context(request, resource_request) -> dict:
     failure = failures.failure_of(resource_request)
     return {
         "r": resource_request,
+        "parameters": parameters_in_words(resource_request.service.parameter_schema, resource_request.parameters),
         "failure": failure,
         "failure_step": _step_label(provisioning, failure.step) if failure else "",
         "order_again": reorder.form_link(resource_request)
@@ -283,6 +327,8 @@ def _poll_seconds(state: str) -> int | None:
     return POLL_SECONDS_SETTLED if state in SETTLED_STATES else POLL_SECONDS_MOVING
 
 
+# A whole card in the allocation's shares (requests cannot import scheduling's MILLI).
+MILLI_PER_CARD = 1000
 ACCESS_LABELS = {"ssh": "SSH", "jupyter": "Jupyter", "attach": "Attach (Slurm)"}
 
 
@@ -398,8 +444,18 @@ def _release_consequences(target) -> list[str]:
 
 
 def _devices_in_words(devices: list[dict]) -> str:
-    names = ", ".join(f"{device['model']} #{device['index']}" for device in devices)
-    return f"{len(devices)} device{'s' if len(devices) != 1 else ''} ({names})" if devices else "its share"
+    names = ", ".join(_device_in_words(device) for device in devices)
+    return f"{counted(len(devices), 'device')} ({names})" if devices else "its share"
+
+
+def _device_in_words(device: dict) -> str:
+    """A MIG slice as its slice, a share as its part of the card, a card as itself."""
+    card = f"{device['model']} #{device['index']}"
+    if device.get("mig_instance"):
+        return f"the MIG {device['mig_instance']['profile']} slice of {card}"
+    if device["milli"] < MILLI_PER_CARD:
+        return f"{round(device['milli'] / 10)}% of {card}"
+    return card
 
 
 def _cancel_consequences(target) -> list[str]:
@@ -530,9 +586,13 @@ def project_list(request):
 
 @login_required
 def project_quota(request, pk):
-    project = get_object_or_404(project_list_visible_to(user=request.user), pk=pk)
+    """A project's quota: what uses each dimension (running, queued, reserved, approved exceptions, metered) with the
+    requests behind it, and for its lead a change form that starts from the current limits."""
+    project = get_object_or_404(project_list_visible_to(user=request.user).select_related("quota", "lead"), pk=pk)
     is_lead = user_has_project_permission(user=request.user, project=project, permission=ProjectPermission.MANAGE)
-    form = QuotaChangeForm(request.POST or None, initial=QuotaChangeForm.prefill_from(request.GET))
+    form = QuotaChangeForm(
+        request.POST or None, current=project.quota.limits(), initial=QuotaChangeForm.prefill_from(request.GET)
+    )
     if request.method == "POST" and is_lead and form.is_valid():
         try:
             change = quota_changes.quota_change_request_submit(
@@ -551,7 +611,7 @@ def project_quota(request, pk):
         "requests/project_quota.html",
         {
             "project": project,
-            "usage": selectors.project_quota_usage(project),
+            "breakdown": quota_breakdown(project),
             "form": form,
             "is_lead": is_lead,
             "changes": selectors.quota_change_list_visible_to(user=request.user).filter(project=project)[:20],

@@ -17,6 +17,7 @@ from django.utils.html import format_html
 from config.admin_actions import ReadOnlyAdminMixin, action_with_reason, related_list_filter
 from config.dashboard import PanelContent, Row, register_panel
 from config.errors import DomainError
+from config.words import joined_without_repeat
 from scheduling import agents, mig_services, selectors, services
 from scheduling.choices import DeviceHealth
 from scheduling.models import (
@@ -233,7 +234,14 @@ class NodeAdmin(AuditedInventoryMixin, admin.ModelAdmin):
             **self.admin_site.each_context(request),
             "title": "Capacity by accelerator model",
             "opts": self.model._meta,
-            "models": selectors.capacity_by_model(),
+            "models": [
+                {
+                    **row,
+                    "display_name": joined_without_repeat(row["vendor"], row["name"]),
+                    "free_words": free_cards_in_words(row),
+                }
+                for row in selectors.capacity_by_model()
+            ],
         }
         return TemplateResponse(request, "admin/scheduling/capacity.html", context)
 
@@ -592,6 +600,13 @@ def devices_panel(request) -> PanelContent | None:
     )
 
 
+def free_cards_in_words(row: dict) -> str:
+    """Free cards as a person counts them: "15", or "15 + 1 partly" when a card has a share or slice in use
+    (never "15.858")."""
+    partly = f" + {row['partly_free']} partly" if row["partly_free"] else ""
+    return f"{row['free_whole']}{partly}"
+
+
 @register_panel("capacity", title="Capacity per accelerator model", order=50)
 def capacity_panel(request) -> PanelContent | None:
     """Cards per model (total, healthy, free) beside the cards queued requests wait for (three queries)."""
@@ -602,10 +617,10 @@ def capacity_panel(request) -> PanelContent | None:
     known = {row["model_id"] for row in rows}
     table = [
         [
-            f"{row['vendor']} {row['name']}",
+            joined_without_repeat(row["vendor"], row["name"]),
             str(row["total"]),
             str(row["healthy"]),
-            f"{row['free']:.3f}".rstrip("0").rstrip("."),
+            free_cards_in_words(row),
             _queued(demand.get(row["model_id"])),
         ]
         for row in rows

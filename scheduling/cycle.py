@@ -22,6 +22,7 @@ from django.db.models import Count
 from django.utils import timezone
 
 from catalog.runtimes import needs_of, needs_text
+from config.words import counted
 from requests.choices import PRIORITY_RANK, PriorityClass, RequestState
 from requests.models import ResourceRequest
 from requests.quota import month_start
@@ -30,6 +31,7 @@ from scheduling import backends, backfill, cluster_state, kept_engine, mig_cycle
 from scheduling.allocations import adjust_device_shares
 from scheduling.models import Allocation, AllocationDevice
 from scheduling.outcome import record_outcome
+from scheduling.reason_words import named
 from scheduling.signals import cycle_finished, requests_allocated
 from tenancy.choices import QuotaDimension
 from tenancy.models import MonthlyUsage, ProjectQuota
@@ -360,7 +362,7 @@ def _commit_bindings(
             replicated.setdefault(binding.demand_id, []).append((binding, shares))
             continue
         message, data = (
-            f"Allocated on {binding.node}: {len(shares)} device(s).",
+            f"Allocated on {binding.node}: {counted(len(shares), 'device')}.",
             {"node": binding.node, "devices": shares},
         )
         held = [mig_cycle.describe(instance, binding.node) for instance in instances.get(binding.demand_id, ())]
@@ -526,7 +528,7 @@ def _cycle(policy: str) -> CycleResult:
             **{
                 int(pending.demand_id): {
                     "code": pending.reason,
-                    "message": pending.message,
+                    "message": named(pending.message),
                     "numbers": dict(pending.numbers),
                 }
                 for pending in result.pending

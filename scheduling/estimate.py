@@ -14,12 +14,14 @@ from django.db import connection
 from django.utils import timezone
 
 from catalog.models import SliceProfile
+from config.words import counted
 from requests.choices import PRIORITY_RANK, RequestState
 from requests.models import ResourceRequest
 from scheduling import backends, cluster_state, mig_cycle, placement
 from scheduling.cycle import demand_of, load_inventory, load_snapshot, make_demand, queue_order, serving_of
 from scheduling.models import Device, Node
 from scheduling.outcome import last_outcome
+from scheduling.reason_words import named
 
 PREVIEW_ID = "preview"
 # Requests queued since the last cycle that a preview places ahead of the order. A cycle runs on every queued
@@ -69,6 +71,13 @@ def order_demand(order, sizing) -> placement.Demand:
     )
 
 
+def order_models(order) -> list:
+    """The accelerator models an order names (read with its catalog items): what its reasons may mention."""
+    if order.bare_metal_profile is not None:
+        return [order.bare_metal_profile.accelerator_model]
+    return list(order.spec.accelerator_models.all())
+
+
 def placement_estimate(order, sizing) -> dict:
     """Whether the order fits now behind the queue ahead of it, or why not; `never_fits` when no node of the
     inventory could hold it even empty (then the queue is not even looked at).
@@ -84,6 +93,15 @@ def placement_estimate(order, sizing) -> dict:
 
 def _estimate_of(order, demand: placement.Demand) -> dict:
     outcome = last_outcome()
+    return _in_words(_estimate_of(demand, order, outcome), order_models(order))
+
+
+def _in_words(estimate: dict, models) -> dict:
+    """The estimate with its sentence naming the order's models as the catalog does."""
+    return {**estimate, "message": named(estimate["message"], models)}
+
+
+def _estimate_of(demand, order, outcome) -> dict:
     if mig_cycle.placed_geometry_true(demand):
         return _mig_estimate(demand, _delaying(order, outcome))
     if outcome is None:
@@ -235,7 +253,7 @@ def _estimate(demand, fresh_engine, ahead: list[Queued], ahead_count: int, as_of
             "never_fits": False,
             "queued_ahead": ahead_count,
             "code": outcome.reason,
-            "message": f"Would queue behind {ahead_count} request(s): {outcome.message}.",
+            "message": f"{_waiting_behind(ahead_count)}: {outcome.message}.",
             "details": dict(outcome.numbers),
             **freshness,
         }
@@ -250,10 +268,14 @@ def _estimate(demand, fresh_engine, ahead: list[Queued], ahead_count: int, as_of
         **({"nodes": [binding.node for binding in outcome], "spread": spread} if demand.replicas > 1 else {}),
         "code": None,
         "message": f"Fits now on {', '.join(nodes)}"
-        + (f", after the {ahead_count} request(s) ahead." if ahead_count else ".")
+        + (f", after the {counted(ahead_count, 'request')} ahead." if ahead_count else ".")
         + (f" {spread['message']}" if spread else ""),
         **freshness,
     }
+
+
+def _waiting_behind(ahead_count: int) -> str:
+    return f"Would queue behind {counted(ahead_count, 'request')}" if ahead_count else "Would wait"
 
 
 def _place_behind(demand, fresh_engine, ahead: list[Queued], held: dict | None):
@@ -378,7 +400,8 @@ def _never_fits_reason(nodes, order, sizing) -> dict | None:
     never = placement.unplaceable(nodes, order_demand(order, sizing))
     if never is None:
         return None
-    return {"code": never.reason, "message": _sentence(never.message), "details": dict(never.numbers)}
+    message = _sentence(named(never.message, order_models(order)))
+    return {"code": never.reason, "message": message, "details": dict(never.numbers)}
 
 
 def _sentence(reason: str) -> str:

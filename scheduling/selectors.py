@@ -29,8 +29,8 @@ def _cards(milli: int | None) -> Decimal:
 
 def capacity_by_model() -> list[dict]:
     """Per accelerator model: devices in total, healthy, isolated; cards allocated (from milli-shares) and free
-    (unallocated shares on placeable devices); cards in MIG mode and their GPU instances per profile. Three
-    queries."""
+    (unallocated shares on placeable devices), free also as people count cards (with nothing on them, partly used);
+    cards in MIG mode and their GPU instances per profile. Three queries."""
     rows = (
         Device.objects.values("model_id", "model__slug", "model__name", "model__vendor__name", "model__memory_gb")
         .annotate(
@@ -39,6 +39,8 @@ def capacity_by_model() -> list[dict]:
             n_isolated=Count("id", filter=Q(isolated=True)),
             allocated_sum=Sum("allocated_milli"),
             free_sum=Sum(Value(MILLI) - F("allocated_milli"), filter=Q(PLACEABLE)),
+            n_free_whole=Count("id", filter=Q(PLACEABLE) & Q(allocated_milli=0)),
+            n_partly_free=Count("id", filter=Q(PLACEABLE) & Q(allocated_milli__gt=0, allocated_milli__lt=MILLI)),
         )
         .order_by("model__vendor__name", "model__name")
     )
@@ -56,6 +58,9 @@ def capacity_by_model() -> list[dict]:
             "isolated": row["n_isolated"],
             "allocated": _cards(row["allocated_sum"]),
             "free": _cards(row["free_sum"]),
+            # As a person counts free cards: those with nothing on them, and those with a share or slice in use.
+            "free_whole": row["n_free_whole"],
+            "partly_free": row["n_partly_free"],
         }
         for row in rows
     ]

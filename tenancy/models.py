@@ -22,6 +22,11 @@ class User(AbstractUser):
         help_text="Line manager; approval routing can send requests to them.",
     )
 
+    @property
+    def display_name(self) -> str:
+        """How pages, mails and the timeline name the person: the full name, else the username."""
+        return self.get_full_name() or self.username
+
     class Meta(AbstractUser.Meta):
         swappable = "AUTH_USER_MODEL"
         constraints = [

@@ -236,12 +236,15 @@ class RouteStageSerializer(serializers.Serializer):
     name = serializers.CharField()
     mode = serializers.CharField()
     source = serializers.CharField()
-    approvers = serializers.ListField(child=serializers.CharField())
+    approvers = serializers.ListField(child=serializers.CharField(), help_text="Usernames.")
+    approver_names = serializers.ListField(child=serializers.CharField(), help_text="The approvers' full names.")
+    who = serializers.CharField(help_text='Who approves, in words: "Anna Approver", "any one of A and B".')
     note = serializers.CharField()
 
 
 class RouteSerializer(serializers.Serializer):
-    name = serializers.CharField()
+    name = serializers.CharField(help_text="The policy and rule that chose the route.")
+    explanation = serializers.CharField(help_text="Why it needs approval (or not), in words.")
     automatic = serializers.BooleanField(help_text="No stages: approved on submission.")
     stages = RouteStageSerializer(many=True)
 
@@ -456,7 +459,7 @@ class ApprovalSerializer(ModelSerializer):
 
     class Meta:
         model = Approval
-        fields = ["route_name", "summary", "state", "created_at", "decided_at", "stages"]
+        fields = ["route_name", "explanation", "summary", "state", "created_at", "decided_at", "stages"]
 
 
 class EventSerializer(ModelSerializer):

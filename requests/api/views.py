@@ -2,9 +2,10 @@
 
 import django_filters
 from django_filters.rest_framework import DjangoFilterBackend
-from drf_spectacular.utils import OpenApiResponse, extend_schema
+from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema
 from rest_framework import mixins, status, viewsets
 from rest_framework.decorators import action
+from rest_framework.exceptions import ValidationError
 from rest_framework.filters import OrderingFilter
 from rest_framework.response import Response
 
@@ -26,6 +27,29 @@ def _parsed(serializer_class, request):
     body = serializer_class(data=request.data, context={"request": request})
     body.is_valid(raise_exception=True)
     return body
+
+
+IDEMPOTENCY_KEY_HEADER = "Idempotency-Key"
+IDEMPOTENCY_KEY_MAX_LENGTH = 255
+
+
+def _idempotency_key(request) -> str:
+    """The order's Idempotency-Key header ("" without one), as a plain string or a structured-field string in quotes
+    (draft-ietf-httpapi-idempotency-key-header); anything else is a 400 before the body is read."""
+    sent = request.headers.get(IDEMPOTENCY_KEY_HEADER)
+    if sent is None:
+        return ""
+    key = sent.strip()
+    if len(key) >= 2 and key[0] == key[-1] == '"':
+        key = key[1:-1]
+    if not key or len(key) > IDEMPOTENCY_KEY_MAX_LENGTH or not (key.isascii() and key.isprintable()):
+        raise ValidationError(
+            {
+                IDEMPOTENCY_KEY_HEADER: f"An idempotency key is 1 to {IDEMPOTENCY_KEY_MAX_LENGTH} printable ASCII "
+                "characters, e.g. a UUID."
+            }
+        )
+    return key
 
 
 class RequestFilter(django_filters.FilterSet):
@@ -77,6 +101,16 @@ class RequestViewSet(SummaryRowsMixin, mixins.ListModelMixin, mixins.RetrieveMod
     @extend_schema(
         request=serializers.OrderSerializer,
         responses={201: serializers.RequestDetailSerializer, **_refusals(400, 409, 422)},
+        parameters=[
+            OpenApiParameter(
+                IDEMPOTENCY_KEY_HEADER,
+                str,
+                OpenApiParameter.HEADER,
+                description="Any string of up to 255 printable characters, new for each order (a UUID). Sent again "
+                "with the same order, nothing new is stored: the answer is the request the first call made (201, "
+                "header Idempotent-Replayed: true). Sent with another order: 422 idempotency_key_reused.",
+            )
+        ],
         description="Submit an order. 409 quota_exceeded lists every exceeded dimension in details.reasons and "
         "stores nothing; with over_quota=wait the request is stored as waiting_for_quota, unless it "
         "alone passes a limit (409 exceeds_limit: waiting could never admit it). An order no node of "
@@ -85,14 +119,19 @@ class RequestViewSet(SummaryRowsMixin, mixins.ListModelMixin, mixins.RetrieveMod
         "submitted with that warning on its timeline.",
     )
     def create(self, request):
+        key = _idempotency_key(request)
         order_input = _parsed(serializers.OrderSerializer, request)
         submitted = services.request_submit(
             order=order_input.order(),
             requester=request.user,
             over_quota=order_input.validated_data["over_quota"],
             if_unplaceable=order_input.validated_data["if_unplaceable"],
+            idempotency_key=key,
         )
-        return self._detail(submitted, status.HTTP_201_CREATED)
+        response = self._detail(submitted, status.HTTP_201_CREATED)
+        if getattr(submitted, "resubmitted", False):
+            response["Idempotent-Replayed"] = "true"
+        return response
 
     @extend_schema(
         request=serializers.OrderSerializer,

@@ -133,6 +133,9 @@ class Approval(ConcurrentTransitionMixin, models.Model):
     requester = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="+")
     rule = models.ForeignKey(ApprovalRule, null=True, blank=True, on_delete=models.SET_NULL, related_name="+")
     route_name = models.CharField(max_length=250, help_text="Policy and rule that chose the route.")
+    explanation = models.CharField(
+        max_length=300, blank=True, help_text="Why it needs approval, in words: what the requester and approvers read."
+    )
     summary = models.CharField(max_length=250, help_text="What is being approved, for the inbox.")
     state = FSMField(max_length=12, choices=ApprovalState.choices, default=ApprovalState.PENDING, protected=True)
     created_at = models.DateTimeField(auto_now_add=True)

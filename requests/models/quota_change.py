@@ -4,6 +4,15 @@ from django.db.models import Q
 
 from requests.choices import ChangeState
 from requests.models.change import ChangeRequest
+from tenancy.choices import QuotaDimension
+
+
+def _plain(limit: str | None) -> str | None:
+    """A stored limit ("8.00", "12000") as a person writes it ("8", "12,000" stays "12000": no grouping here)."""
+    if limit is None:
+        return None
+    text = str(limit)
+    return text.rstrip("0").rstrip(".") if "." in text else text
 
 
 class QuotaChangeRequest(ChangeRequest):
@@ -23,6 +32,15 @@ class QuotaChangeRequest(ChangeRequest):
 
     def __str__(self):
         return f"Quota change #{self.pk} for {self.project.slug}"
+
+    @property
+    def changes_in_words(self) -> list[tuple[str, str | None, str | None]]:
+        """(dimension's label, previous limit, requested limit) as people read them: "GPUs (whole-card equivalents)",
+        8 rather than 8.00; None is no limit."""
+        return [
+            (QuotaDimension(dimension).label, _plain(before), _plain(after))
+            for dimension, before, after in self.changes
+        ]
 
     @property
     def changes(self) -> list[tuple[str, str | None, str | None]]:

@@ -78,6 +78,12 @@ class ResourceRequest(ConcurrentTransitionMixin, models.Model):
     queue_position = models.PositiveIntegerField(null=True, blank=True)
     queue_reason = models.JSONField(default=dict, blank=True, help_text="code, message and numbers of the wait.")
     queue_updated_at = models.DateTimeField(null=True, blank=True)
+    # One per rendered order form (the portal) or per API call (its Idempotency-Key header): the same key from the
+    # same requester is the same submission sent again, answered with the request it made.
+    idempotency_key = models.CharField(max_length=255, blank=True, default="")
+    # What was ordered, as a hash (requests.orders.order_fingerprint): the same order sent again by another form,
+    # and the approval inbox's likely duplicates, are found by it.
+    order_fingerprint = models.CharField(max_length=64, blank=True, default="", db_index=True)
     created_at = models.DateTimeField(auto_now_add=True, db_index=True)
     updated_at = models.DateTimeField(auto_now=True)
 
@@ -113,6 +119,11 @@ class ResourceRequest(ConcurrentTransitionMixin, models.Model):
         ]
         constraints = [
             models.CheckConstraint(condition=Q(state__in=RequestState.values), name="request_state_valid"),
+            models.UniqueConstraint(
+                fields=["requester", "idempotency_key"],
+                condition=~Q(idempotency_key=""),
+                name="request_idempotency_key_once",
+            ),
             models.CheckConstraint(
                 condition=Q(approved_spec__isnull=True, approved_spec_hash="")
                 | Q(approved_spec__isnull=False, approved_at__isnull=False) & ~Q(approved_spec_hash=""),

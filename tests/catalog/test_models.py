@@ -187,6 +187,8 @@ def test_standard_vendors_exist_after_migrations():
     assert stacks == {"nvidia": "cuda", "amd": "rocm", "huawei-ascend": "cann", "intel-gaudi": "synapse_ai"}
 
 
-def test_accelerator_str_names_the_vendor():
+def test_accelerator_str_names_the_vendor_once():
     model = AcceleratorModelFactory(vendor=vendor("huawei-ascend"), name="Ascend 910B", kind=AcceleratorKind.NPU)
-    assert str(AcceleratorModel.objects.get(pk=model.pk)) == "Huawei Ascend Ascend 910B"
+    assert str(AcceleratorModel.objects.get(pk=model.pk)) == "Huawei Ascend 910B"
+    other = AcceleratorModelFactory(vendor=vendor("nvidia"), name="H100 80GB SXM")
+    assert str(AcceleratorModel.objects.get(pk=other.pk)) == "NVIDIA H100 80GB SXM"

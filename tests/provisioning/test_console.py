@@ -180,7 +180,7 @@ def test_a_dry_run_shows_which_rule_matches_and_the_stages_that_follow(client, s
     page = client.get("/admin/requests/approvalpolicy/test/", {**query, "spec": shop.sliced.pk}).content.decode()
     assert "No stages: approved automatically on submission." in page
     page = client.get("/admin/requests/approvalpolicy/test/", {**query, "requester": factories.UserFactory().pk})
-    assert "You may not order for project" in page.content.decode()  # the preview's refusal, in words
+    assert f"No project with id {team.project.pk}." in page.content.decode()  # as the requester would be told
 
 
 def test_the_dry_run_is_for_the_console_only(client, shop, team):

@@ -111,3 +111,18 @@ def test_concurrent_readmissions_admit_a_waiting_request_once(shop, team):
     stored = ResourceRequest.objects.get(pk=waiting.pk)
     assert stored.state == S.QUEUED
     assert stored.events.filter(code=EventCode.READMITTED).count() == 1
+
+
+def test_simultaneous_submissions_with_one_idempotency_key_make_one_request(shop, team):
+    barrier = threading.Barrier(THREADS)
+
+    @in_own_connection
+    def submit(_):
+        order = make_order(shop, Project.objects.get(pk=team.project.pk))
+        barrier.wait(timeout=10)
+        return services.request_submit(order=order, requester=team.developer, idempotency_key="double-click").pk
+
+    with ThreadPoolExecutor(THREADS) as pool:
+        made = set(pool.map(submit, range(THREADS)))
+
+    assert len(made) == 1 and ResourceRequest.objects.count() == 1

@@ -95,7 +95,8 @@ def test_a_critical_order_above_the_entitlement_is_refused_and_stores_nothing(sh
         "allowed": ["batch", "standard"],
         "project": team.project.slug,
     }
-    assert "batch, standard" in refusal.value.message
+    assert "Priority Critical is above" in refusal.value.message
+    assert "(Batch (preemptible) and Standard)" in refusal.value.message  # in words; the codes are in the details
     assert nothing_stored()
 
 
@@ -292,7 +293,7 @@ def test_portal_preview_shows_the_entitlement(client, shop, team):
 
     body = response.content.decode()
     assert response.status_code == 200 and 'id="preview-priority"' in body
-    assert "above the entitlement" in body and "batch, standard" in body
+    assert "above the entitlement" in body and "High: the project may order Batch (preemptible) and Standard" in body
 
 
 def test_portal_priority_exception_reaches_the_operators_inbox(client, shop, team):
@@ -306,7 +307,7 @@ def test_portal_priority_exception_reaches_the_operators_inbox(client, shop, tea
 
     client.force_login(team.operator)
     body = client.get("/approvals/").content.decode()
-    assert f"#{request.pk}" in body and "Priority critical / entitled to standard" in body
+    assert f"#{request.pk}" in body and "Priority Critical / entitled to Standard" in body
 
 
 def test_project_quota_page_shows_the_entitlement(client, team):

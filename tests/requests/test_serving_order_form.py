@@ -114,7 +114,7 @@ def test_when_the_model_changes_the_live_preview_swaps_in_its_templates_and_prev
     ).content.decode()
     swapped = re.search(r'<div id="field-serving_template" hx-swap-oob="true">.*?</div>', answer, re.S).group(0)
     assert options(swapped, "serving_template") == [(str(endpoint.vllm.pk), "c vLLM", True)]
-    assert f"{endpoint.large} on 2x" in answer and 'id="preview-refusal"' not in answer
+    assert f"{endpoint.large}: 2 replicas of" in answer and 'id="preview-refusal"' not in answer
     unchanged = client.post(f"/order/{endpoint.service.slug}/preview/", post(endpoint, team)).content.decode()
     assert "hx-swap-oob" not in unchanged  # a fitting template stays as it is (and keeps the focus)
 

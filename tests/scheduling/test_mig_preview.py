@@ -32,7 +32,7 @@ def test_a_slice_with_no_valid_placement_does_not_fit_now_and_says_why_in_mig_te
     answer = preview(api_as, shop, team, "3g.40gb")
     assert (answer["fits_now"], answer["never_fits"], answer["code"]) == (False, False, "fragmentation")
     assert answer["message"] == (
-        "Would queue behind 0 request(s): needs 3g.40gb; gpu 0 on node n7 has free memory slices 1–3 and 5–7, "  # noqa: RUF001
+        "Would wait: needs 3g.40gb; gpu 0 on node n7 has free memory slices 1–3 and 5–7, "  # noqa: RUF001
         "no valid 3g placement (starts 0 or 4)."
     )
     assert answer["details"]["free_memory_slices"] == [1, 2, 3, 5, 6, 7]

@@ -127,7 +127,7 @@ def test_signed_in_api_use_is_throttled_per_user(api_as, roles, settings):
 def test_the_installer_endpoints_throttle_a_rotated_x_forwarded_for_as_one_client(api, settings):
     settings.API_THROTTLE_INSTALLER_RATE = "20/min"
     statuses = [
-        api.get("/api/v1/provisioning/pxe/inst_0_x/boot.ipxe", HTTP_X_FORWARDED_FOR=f"203.0.113.{n}").status_code
+        api.get("/api/v1/provisioning/pxe/boot.ipxe", HTTP_X_FORWARDED_FOR=f"203.0.113.{n}").status_code
         for n in range(25)
     ]
 

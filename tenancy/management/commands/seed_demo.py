@@ -24,11 +24,11 @@ class Command(BaseCommand):
     help = "Create (or refresh) the demo catalog, tenants, projects, quotas, policies and users. Idempotent."
 
     def add_arguments(self, parser):
-        parser.add_argument("--force", action="store_true", help="Seed even with DEBUG off.")
+        parser.add_argument("--force", action="store_true", help="Seed even outside the demo (DEMO and DEBUG off).")
 
     def handle(self, *args, force: bool, **options):
-        if not settings.DEBUG and not force:
-            raise CommandError("Refusing to seed demo users with DEBUG off; pass --force if you mean it.")
+        if not (settings.DEMO or settings.DEBUG) and not force:
+            raise CommandError("Refusing to seed demo users outside the demo (DEMO off); pass --force if you mean it.")
         password = os.environ.get("DEMO_PASSWORD") or DEMO_PASSWORD_DEFAULT
         context = run_demo_seeds(password)
         self.stdout.write(self.style.SUCCESS("Demo data ready."))
