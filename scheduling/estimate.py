@@ -88,12 +88,8 @@ def placement_estimate(order, sizing) -> dict:
     `queued_ahead` until the next cycle). Before any cycle has run, the whole queue is placed as the cycle would.
     While a backend whose nodes could take the order does not answer, the order would wait for it, and says so."""
     demand = order_demand(order, sizing)
-    return _waiting_for_backend(demand, _estimate_of(order, demand))
-
-
-def _estimate_of(order, demand: placement.Demand) -> dict:
-    outcome = last_outcome()
-    return _in_words(_estimate_of(demand, order, outcome), order_models(order))
+    estimate = _waiting_for_backend(demand, _estimate_of(demand, order, last_outcome()))
+    return _in_words(estimate, order_models(order))
 
 
 def _in_words(estimate: dict, models) -> dict:
