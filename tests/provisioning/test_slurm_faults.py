@@ -103,9 +103,12 @@ def faults(settings, slurm_settings, team, run_on_commit, client):
         )
 
     with SlurmApi.from_settings() as api:
+        # Slurm keeps finished jobs a while (MinJobAge) and the cluster is the session's: this test's come after these.
+        before = max((job["job_id"] for job in api.jobs()), default=0)
         yield SimpleNamespace(
             cluster=cluster,
             api=api,
+            jobs=lambda: [job for job in api.jobs() if job["job_id"] > before],
             order=order,
             submit=submit,
             release=release,
@@ -121,14 +124,14 @@ def faults(settings, slurm_settings, team, run_on_commit, client):
 # --- The accounts every fault is held to ---------------------------------------------------------------------------
 
 
-def assert_accounts(api: SlurmApi, requests) -> None:
+def assert_accounts(faults, requests) -> None:
     """No order or release failed, no node cordoned, no job of ours running on a card the books call free, and one
-    job per allocation (none submitted twice)."""
+    job per allocation (none submitted twice), among the jobs of this test."""
     states = {request.pk: request.state for request in requests}
     assert RequestState.FAILED not in states.values(), states
     assert not ProvisioningRun.objects.filter(state=RunState.FAILED).exists()
     assert not Node.objects.filter(schedulable=False).exists(), list(Node.objects.values_list("cordon_reason"))
-    ours = [(job, JOB_COMMENT.match(job.get("comment") or "")) for job in api.jobs()]
+    ours = [(job, JOB_COMMENT.match(job.get("comment") or "")) for job in faults.jobs()]
     ours = [(job, int(named["allocation"])) for job, named in ours if named]
     for job, allocation_id in ours:
         if job["job_state"] != RUNNING:
@@ -157,8 +160,8 @@ def step_waiting_for_outage(request) -> ProvisioningStep | None:
     return step if step and step.state == StepState.WAITING and step.waiting_for == Wait.OUTAGE else None
 
 
-def job_ids_of(api: SlurmApi, request) -> list[int]:
-    return [job["job_id"] for job in api.jobs() if job["name"] == job_name(request.pk)]
+def job_ids_of(faults, request) -> list[int]:
+    return [job["job_id"] for job in faults.jobs() if job["name"] == job_name(request.pk)]
 
 
 def fill_slurm_outside(api: SlurmApi, cluster) -> list[int]:
@@ -178,11 +181,11 @@ def fill_slurm_outside(api: SlurmApi, cluster) -> list[int]:
 def held_in_slurm(faults):
     """An order in flight: submitted, its job held in Slurm by an operator (`scontrol hold`: it pends JobHeldAdmin)
     while the GPUs it waited for are free again, so that `scontrol release` lets it run at Slurm's next pass."""
-    api, cluster = faults.api, faults.cluster
-    blockers = fill_slurm_outside(api, cluster)
+    cluster = faults.cluster
+    blockers = fill_slurm_outside(faults.api, cluster)
     request = faults.submit()
     assert in_state(request, RequestState.PROVISIONING)
-    (job_id,) = job_ids_of(api, request)
+    (job_id,) = job_ids_of(faults, request)
     cluster.scontrol("hold", str(job_id))
     cluster.scancel(*map(str, blockers))
     return request, job_id
@@ -211,7 +214,7 @@ def test_a_slurmctld_restart_of_seconds_fails_nothing_and_submits_nothing_twice(
     for Slurm to confirm the job stopped (its devices held meanwhile), the pending order waits for the controller,
     the new order waits in the queue for the backend; Slurm's first answers after the restart (submissions accepted
     with error 2068 while the nodes register) end nothing."""
-    api, cluster = faults.api, faults.cluster
+    cluster = faults.cluster
     releasing = faults.running(faults.submit())
     pending, held = held_in_slurm(faults)
 
@@ -236,8 +239,8 @@ def test_a_slurmctld_restart_of_seconds_fails_nothing_and_submits_nothing_twice(
     eventually(lambda: faults.converged([pending, queued], released=[releasing]), seconds=60, every=0.5)
 
     assert not BackendStatus.objects.get(backend="slurm").unavailable
-    assert_accounts(api, [releasing, pending, queued])
-    assert all(len(job_ids_of(api, request)) == 1 for request in (releasing, pending, queued))
+    assert_accounts(faults, [releasing, pending, queued])
+    assert all(len(job_ids_of(faults, request)) == 1 for request in (releasing, pending, queued))
     assert releasing.events.filter(code=EventCode.BACKEND_WAIT, data__code="backend_answered").exists()
     assert faults.client.get(f"/api/v1/requests/{pending.pk}/").json()["provisioning"]["waiting"] is None
 
@@ -247,7 +250,7 @@ def test_slurmctld_down_for_a_minute_is_waited_out_not_failed(faults, settings):
     check's own timeout (60 s here), which the outage does not eat into; nothing fails, and the job Slurm accepted
     before the outage is the job the order keeps."""
     settings.PROVISIONING_STEP_TIMEOUTS = {"readiness_check": 60}
-    api, cluster = faults.api, faults.cluster
+    cluster = faults.cluster
     pending, held = held_in_slurm(faults)
 
     with time_machine.travel(timezone.now(), tick=True) as clock:
@@ -262,18 +265,18 @@ def test_slurmctld_down_for_a_minute_is_waited_out_not_failed(faults, settings):
         cluster.scontrol("release", str(held))
         eventually(lambda: faults.converged([pending]), seconds=60, every=0.5)
 
-    assert job_ids_of(api, pending) == [held]
+    assert job_ids_of(faults, pending) == [held]
     readiness = ProvisioningStep.objects.get(run__request=pending, name="readiness_check")
     assert readiness.attempts == 1  # waiting for the controller is no attempt of the step's own
-    assert_accounts(api, [pending])
+    assert_accounts(faults, [pending])
 
 
 def test_an_outage_longer_than_the_budget_fails_the_order_clearly_and_its_cleanup_waits(faults, settings):
     """Past PROVISIONING_OUTAGE_BUDGET_SECONDS an order fails with the backend's words, no node is cordoned, and the
     cleanup waits for Slurm to cancel the job with the devices held; once Slurm answers they go back."""
     settings.PROVISIONING_OUTAGE_BUDGET_SECONDS = 30
-    api, cluster = faults.api, faults.cluster
-    fill_slurm_outside(api, cluster)
+    cluster = faults.cluster
+    fill_slurm_outside(faults.api, cluster)
     pending = faults.submit()
     assert in_state(pending, RequestState.PROVISIONING)
 
@@ -293,7 +296,7 @@ def test_an_outage_longer_than_the_budget_fails_the_order_clearly_and_its_cleanu
         eventually(lambda: faults.sweep() or run_finished(cleanup, RunState.SUCCEEDED), seconds=60, every=0.5)
 
     assert Allocation.objects.get(request=pending).state == AllocationState.RELEASED
-    assert api.job(job_ids_of(api, pending)[0])["job_state"] == "CANCELLED"
+    assert faults.api.job(job_ids_of(faults, pending)[0])["job_state"] == "CANCELLED"
     assert not Node.objects.filter(schedulable=False).exists()
 
 
@@ -302,7 +305,7 @@ def test_a_submission_slurm_accepts_with_an_error_after_a_restart_is_the_job_and
     (required node not available) and a job id: it accepted the job, which pends ReqNodeNotAvail and then runs. The
     step keeps it (Slurm's error as a warning); a retried step finds it by name and comment instead of submitting."""
     cluster = faults.cluster
-    target = slurm_target(cluster, cluster.node_names[0], 626262, gpus=1)
+    target = slurm_target(cluster, cluster.node_names[0], 636363, gpus=1)
     image = {"name": "img", "version": "1", "reference": "registry.test/img:1", "configuration": {}}
     cluster.stop_controller()
     cluster.start_controller()
@@ -319,7 +322,7 @@ def test_a_submission_slurm_accepts_with_an_error_after_a_restart_is_the_job_and
 
 
 def test_slurmrestd_stopped_holds_orders_and_releases_until_it_answers(faults):
-    api, cluster = faults.api, faults.cluster
+    cluster = faults.cluster
     releasing = faults.running(faults.submit())
 
     cluster.stop_rest()
@@ -334,7 +337,7 @@ def test_slurmrestd_stopped_holds_orders_and_releases_until_it_answers(faults):
         cluster.start_rest()
     eventually(lambda: faults.converged([queued], released=[releasing]), seconds=60, every=0.5)
 
-    assert_accounts(api, [releasing, queued])
+    assert_accounts(faults, [releasing, queued])
     assert not Allocation.objects.filter(request=releasing, state=AllocationState.ACTIVE).exists()
 
 
@@ -404,6 +407,6 @@ def test_dropped_database_connections_under_a_real_worker_fail_nothing(faults, m
         kill(worker)
 
     assert provisioning_drops >= 1 and release_drops >= 1
-    assert_accounts(faults.api, requests)
-    assert all(len(job_ids_of(faults.api, request)) == 1 for request in requests)
+    assert_accounts(faults, requests)
+    assert all(len(job_ids_of(faults, request)) == 1 for request in requests)
     assert not Allocation.objects.filter(request__in=released, state=AllocationState.ACTIVE).exists()
