@@ -255,3 +255,16 @@ def test_an_operator_returns_the_devices_of_a_release_still_waiting_for_its_back
     run.refresh_from_db()
     assert run.state == RunState.CANCELLED
     assert AuditEvent.objects.get(action="provisioning.teardown_forced").reason == "cluster retired"
+
+
+def test_a_node_s_podman_out_of_reach_is_an_outage_of_that_node(tmp_path):
+    """The real podman client against a socket nobody serves: "not now" for that node's service (waited out), not a
+    failure, and nothing backend-wide."""
+    from provisioning.drivers.base import BackendUnavailable
+    from provisioning.drivers.container import Podman
+
+    with pytest.raises(BackendUnavailable) as caught:
+        Podman(f"unix://{tmp_path}/podman.sock").containers()
+
+    assert (caught.value.code, caught.value.whole_backend) == ("podman_unreachable", False)
+    assert caught.value.waiting_for == f"podman at unix://{tmp_path}/podman.sock"
