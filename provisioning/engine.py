@@ -391,15 +391,7 @@ def _record(owner: uuid.UUID, outcomes: dict[int, Outcome]) -> dict[int, float |
     # Not ours when our lease expired and another worker took the step over: its result counts, not ours.
     ours = [step for step in steps if step.state == StepState.RUNNING and step.lease_owner == owner]
     unavailable = [outcome for outcome in outcomes.values() if isinstance(outcome, BackendUnavailable)]
-    now = timezone.now()
-    answered = {
-        backend
-        for step in ours
-        if step.outage_since is not None
-        and step.run.state == RunState.RUNNING
-        and not isinstance(outcomes[step.pk], BackendUnavailable)
-        and (backend := outages.outage_over(step, now)) is not None
-    }
+    answered = _outages_over(ours, outcomes)
     recorded = {step.pk: _record_one(step, outcomes[step.pk]) for step in ours}
     outages.backends_seen(unavailable=unavailable, answered=answered)
     _write([step for step in ours if step.state != StepState.FAILED], ENDED_FIELDS)  # a failure wrote its own
@@ -408,6 +400,20 @@ def _record(owner: uuid.UUID, outcomes: dict[int, Outcome]) -> dict[int, float |
     if finished:
         services.runs_succeeded(finished)
     return {step.pk: None if isinstance(then := recorded.get(step.pk), Finished) else then for step in steps}
+
+
+def _outages_over(steps: list[ProvisioningStep], outcomes: dict[int, Outcome]) -> set[str]:
+    """The steps that waited out an outage and got an answer this time end their wait (outages.outage_over); the
+    whole backends that answered."""
+    now, answered = timezone.now(), set()
+    for step in steps:
+        if step.outage_since is None or step.run.state != RunState.RUNNING:
+            continue
+        if not isinstance(outcomes[step.pk], BackendUnavailable):
+            backend = outages.outage_over(step, now)
+            if backend is not None:
+                answered.add(backend)
+    return answered
 
 
 def _write(steps: list[ProvisioningStep], fields: list[str]) -> None:
