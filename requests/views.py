@@ -57,6 +57,11 @@ class SignInView(LoginView):
     def get_default_redirect_url(self):
         return landing_url(self.request.user)
 
+    def get_context_data(self, **kwargs):
+        from tenancy.sign_in_backends import sign_in_options
+
+        return {**super().get_context_data(**kwargs), **sign_in_options()}
+
 
 @login_required
 def catalog(request):

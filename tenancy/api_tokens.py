@@ -214,8 +214,10 @@ def _note_use_from(token: ApiToken, address: str, now) -> None:
     """A token's first use, or its use from another address than the last: noted and on the audit log (a stolen
     token shows up as a new address)."""
     with transaction.atomic():
-        updated = ApiToken.objects.filter(pk=token.pk).exclude(last_used_from=address).update(
-            last_used_at=now, last_used_from=address
+        updated = (
+            ApiToken.objects.filter(pk=token.pk)
+            .exclude(last_used_from=address)
+            .update(last_used_at=now, last_used_from=address)
         )
         if updated:
             audit_record(

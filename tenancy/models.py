@@ -397,9 +397,7 @@ class GroupMapping(models.Model):
     )
     grant = models.CharField(max_length=20, choices=GroupGrant.choices)
     tenant = models.ForeignKey(Tenant, null=True, blank=True, on_delete=models.CASCADE, related_name="group_mappings")
-    project = models.ForeignKey(
-        Project, null=True, blank=True, on_delete=models.CASCADE, related_name="group_mappings"
-    )
+    project = models.ForeignKey(Project, null=True, blank=True, on_delete=models.CASCADE, related_name="group_mappings")
     active = models.BooleanField(default=True)
     note = models.CharField(max_length=200, blank=True)
     written_by = models.ForeignKey(

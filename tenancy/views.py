@@ -141,7 +141,7 @@ def invitation_accept(request, token):
         except DomainError as error:
             _refusal_on(form, error)
         else:
-            login(request, user, backend="django.contrib.auth.backends.ModelBackend")
+            login(request, user, backend="tenancy.sign_in_backends.LocalPasswordBackend")
             return _welcome(request, invitation)
     return render(
         request,
