@@ -27,3 +27,10 @@ def group_type(name: str):
     if name not in types:
         raise ImproperlyConfigured(f"LDAP_GROUP_TYPE must be one of {', '.join(types)}, got {name!r}")
     return types[name]()
+
+
+def connection_options(timeout_seconds: int) -> dict:
+    """A directory that does not answer is given up on after this long (the sync then changes nothing)."""
+    import ldap
+
+    return {ldap.OPT_NETWORK_TIMEOUT: timeout_seconds, ldap.OPT_TIMEOUT: timeout_seconds}

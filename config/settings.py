@@ -113,6 +113,7 @@ OIDC_RP_CLIENT_SECRET = env_secret("OIDC_CLIENT_SECRET")
 OIDC_RP_IDP_SIGN_KEY = env_secret("OIDC_IDP_SIGN_KEY") or None
 OIDC_RP_SIGN_ALGO = env_str("OIDC_SIGN_ALGORITHM", "RS256")
 OIDC_RP_SCOPES = env_str("OIDC_SCOPES", "openid email profile")
+OIDC_TOKEN_AUTH_METHOD = env_str("OIDC_TOKEN_AUTH_METHOD", "client_secret_basic")  # or client_secret_post
 OIDC_CLAIM_USERNAME = env_str("OIDC_CLAIM_USERNAME", "preferred_username")
 OIDC_CLAIM_EMAIL = env_str("OIDC_CLAIM_EMAIL", "email")
 OIDC_CLAIM_FIRST_NAME = env_str("OIDC_CLAIM_FIRST_NAME", "given_name")
@@ -135,14 +136,15 @@ AUTH_LDAP_SERVER_URI = env_str("LDAP_SERVER_URI")
 AUTH_LDAP_START_TLS = env_bool("LDAP_START_TLS", default=False)
 AUTH_LDAP_BIND_DN = env_str("LDAP_BIND_DN")
 AUTH_LDAP_BIND_PASSWORD = env_secret("LDAP_BIND_PASSWORD")
-AUTH_LDAP_CONNECTION_OPTIONS = {"network_timeout": env_int("LDAP_TIMEOUT_SECONDS", 10)}
+LDAP_TIMEOUT_SECONDS = env_int("LDAP_TIMEOUT_SECONDS", 10)
 AUTH_LDAP_USER_ATTR_MAP = env_json(
     "LDAP_USER_ATTR_MAP", {"first_name": "givenName", "last_name": "sn", "email": "mail"}
 )
 AUTH_LDAP_FIND_GROUP_PERMS = False  # rights come from the group mappings, never from LDAP permissions
 if LDAP_ENABLED:
-    from config.ldap_settings import group_type, search
+    from config.ldap_settings import connection_options, group_type, search
 
+    AUTH_LDAP_CONNECTION_OPTIONS = connection_options(LDAP_TIMEOUT_SECONDS)
     AUTH_LDAP_USER_SEARCH = search(env_str("LDAP_USER_SEARCH_BASE"), env_str("LDAP_USER_FILTER", "(uid=%(user)s)"))
     AUTH_LDAP_GROUP_SEARCH = search(
         env_str("LDAP_GROUP_SEARCH_BASE"), env_str("LDAP_GROUP_FILTER", "(objectClass=groupOfNames)")

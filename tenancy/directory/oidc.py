@@ -12,6 +12,7 @@ OIDC_OP_*), read from the environment in config/settings.py.
 import logging
 import time
 from dataclasses import dataclass
+from urllib.parse import quote
 
 import httpx
 import jwt
@@ -85,10 +86,17 @@ def _http() -> httpx.Client:
 def _token_call(form: dict) -> dict:
     """POST to the token endpoint with the client's credentials; the JSON answer. ProviderUnavailable when the IdP
     does not answer; TokenRefusedByProvider when it answers no (e.g. invalid_grant)."""
-    credentials = {"client_id": settings.OIDC_RP_CLIENT_ID, "client_secret": settings.OIDC_RP_CLIENT_SECRET}
+    client_id, secret = settings.OIDC_RP_CLIENT_ID, settings.OIDC_RP_CLIENT_SECRET
+    if settings.OIDC_TOKEN_AUTH_METHOD == "client_secret_post":
+        form, auth = {**form, "client_id": client_id, "client_secret": secret}, None
+    else:  # client_secret_basic, which every IdP takes (RFC 6749 2.3.1: each part form-encoded first)
+        form, auth = (
+            {**form, "client_id": client_id},
+            httpx.BasicAuth(quote(client_id, safe=""), quote(secret, safe="")),
+        )
     try:
         with _http() as client:
-            response = client.post(provider().token_endpoint, data={**form, **credentials})
+            response = client.post(provider().token_endpoint, data=form, auth=auth)
     except httpx.HTTPError as failure:
         raise ProviderUnavailable(f"The IdP's token endpoint did not answer: {failure}") from failure
     if response.status_code >= 500:

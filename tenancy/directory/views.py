@@ -3,6 +3,7 @@ the sign-in page, and signing out that ends the IdP session where the IdP suppor
 
 from django.contrib import messages
 from django.http import Http404
+from django.shortcuts import resolve_url
 from mozilla_django_oidc import views as oidc_views
 
 from tenancy.directory import oidc
@@ -39,6 +40,10 @@ class SignInCallback(oidc_views.OIDCAuthenticationCallbackView):
     def get(self, request):
         _enabled(request)
         return super().get(request)
+
+    @property
+    def failure_url(self):
+        return resolve_url(self.get_settings("LOGIN_REDIRECT_URL_FAILURE", "login"))
 
     def login_failure(self):
         refusal = getattr(self.request, "sign_in_refusal", "") or self.request.GET.get("error_description", "")
