@@ -12,7 +12,7 @@ import socket
 import subprocess
 import tempfile
 import time
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -127,10 +127,8 @@ def _group(cn: str, members: list[str]) -> dict:
 
 
 def _replace(connection, dn: str, attributes: dict) -> None:
-    try:
+    with suppress(ldap.NO_SUCH_OBJECT):
         connection.delete_s(dn)
-    except ldap.NO_SUCH_OBJECT:
-        pass
     connection.add_s(dn, ldap.modlist.addModlist(attributes))
 
 

@@ -7,10 +7,9 @@ from urllib.parse import parse_qs, urlparse
 
 import httpx
 import pytest
-from django.contrib.admin.helpers import ACTION_CHECKBOX_NAME  # noqa: F401 (admin tests below use the client)
 
 from requests import services as request_services
-from requests.choices import ApprovalState, RequestState
+from requests.choices import RequestState
 from requests.models import ApprovalAssignment
 from tenancy.choices import GroupGrant, Role
 from tenancy.directory import sync
@@ -190,9 +189,9 @@ def test_removed_from_the_group_the_sync_takes_rights_tokens_and_approvals_away_
     api,
     directory,
     research,
-    shop,
+    shop,  # noqa: F811 (the fixture)
     mailbox,
-    django_capture_on_commit_callbacks,  # noqa: F811
+    django_capture_on_commit_callbacks,
 ):
     research.lead.email = "lead@example.org"
     research.lead.save()
