@@ -8,9 +8,9 @@ from django.shortcuts import get_object_or_404, redirect, render
 from django.views.decorators.http import require_http_methods, require_POST
 
 from config.errors import DomainError
-from tenancy import selectors, team
-from tenancy.forms import InvitationAcceptForm, TeamAddForm, TeamRoleForm
-from tenancy.models import Invitation, Membership
+from tenancy import selectors, service_accounts, team
+from tenancy.forms import InvitationAcceptForm, ServiceAccountForm, ServiceTokenForm, TeamAddForm, TeamRoleForm
+from tenancy.models import ApiToken, Invitation, Membership, ServiceAccount
 
 
 def _project(request, pk):
@@ -28,6 +28,21 @@ def _managed_project(request, pk):
 def _refusal_on(form, error: DomainError) -> None:
     field = (error.details or {}).get("field") if isinstance(error.details, dict) else None
     form.add_error(field if field in form.fields else None, error.message)
+
+
+def _team_context(request, project, can_manage, **extra) -> dict:
+    return {
+        "project": project,
+        "memberships": selectors.team_of(project),
+        "invitations": list(selectors.invitations_open(project)) if can_manage else [],
+        "service_accounts": service_accounts.service_accounts_of(project) if can_manage else [],
+        "can_manage": can_manage,
+        "form": TeamAddForm(),
+        "account_form": ServiceAccountForm(),
+        "token_form": ServiceTokenForm(),
+        "role_choices": TeamRoleForm.base_fields["role"].choices,
+        **extra,
+    }
 
 
 @login_required
@@ -58,16 +73,90 @@ def team_page(request, pk):
     return render(
         request,
         "tenancy/team.html",
-        {
-            "project": project,
-            "memberships": list(selectors.team_of(project)),
-            "invitations": list(selectors.invitations_open(project)) if can_manage else [],
-            "can_manage": can_manage,
-            "form": form,
-            "role_choices": TeamRoleForm.base_fields["role"].choices,
-        },
+        _team_context(request, project, can_manage, form=form),
         status=422 if form.errors else 200,
     )
+
+
+@login_required
+@require_POST
+def service_account_create(request, pk):
+    project = _managed_project(request, pk)
+    form = ServiceAccountForm(request.POST)
+    if form.is_valid():
+        try:
+            account = service_accounts.service_account_create(
+                project=project,
+                name=form.cleaned_data["name"],
+                description=form.cleaned_data["description"],
+                actor=request.user,
+            )
+        except DomainError as error:
+            _refusal_on(form, error)
+        else:
+            messages.success(request, f"Service account {account.user.username} created; issue it a token.")
+            return redirect("team:team", pk=project.pk)
+    context = _team_context(request, project, True, account_form=form)
+    return render(request, "tenancy/team.html", context, status=422)
+
+
+def _service_account(project, account_id) -> ServiceAccount:
+    return get_object_or_404(ServiceAccount.objects.select_related("user", "project"), project=project, pk=account_id)
+
+
+@login_required
+@require_POST
+def service_token_issue(request, pk, account_id):
+    """The new token's secret is in this response only (201): never stored, never in a redirect or a message."""
+    project = _managed_project(request, pk)
+    account = _service_account(project, account_id)
+    form = ServiceTokenForm(request.POST)
+    if form.is_valid():
+        try:
+            issued = service_accounts.service_token_issue(
+                account=account,
+                name=form.cleaned_data["token_name"],
+                scopes=form.cleaned_data["scopes"],
+                expires_in_days=form.cleaned_data["expires_in_days"],
+                actor=request.user,
+            )
+        except DomainError as error:
+            _refusal_on(form, error)
+        else:
+            context = _team_context(request, project, True, issued=issued, issued_for=account)
+            response = render(request, "tenancy/team.html", context, status=201)
+            response["Cache-Control"] = "no-store"
+            return response
+    context = _team_context(request, project, True, token_form=form, token_form_for=account.pk)
+    return render(request, "tenancy/team.html", context, status=422)
+
+
+@login_required
+@require_POST
+def service_token_revoke(request, pk, token_id):
+    project = _managed_project(request, pk)
+    token = get_object_or_404(ApiToken, project=project, pk=token_id, user__service_account__project=project)
+    try:
+        service_accounts.service_token_revoke(token=token, actor=request.user)
+    except DomainError as error:
+        messages.error(request, error.message)
+    else:
+        messages.success(request, f"Token {token.prefix}… revoked; it stopped working at once.")
+    return redirect("team:team", pk=project.pk)
+
+
+@login_required
+@require_POST
+def service_account_deactivate(request, pk, account_id):
+    project = _managed_project(request, pk)
+    account = _service_account(project, account_id)
+    try:
+        service_accounts.service_account_deactivate(account=account, actor=request.user)
+    except DomainError as error:
+        messages.error(request, error.message)
+    else:
+        messages.success(request, f"{account.user.username} is switched off; its tokens stopped working.")
+    return redirect("team:team", pk=project.pk)
 
 
 def _membership(project, user_id) -> Membership:
