@@ -45,7 +45,7 @@ def test_a_lead_creates_a_service_account_and_issues_a_scoped_token_shown_once(a
     )
     assert secret not in client.get(team_url(roles.project)).content.decode()  # shown once
     api.credentials(HTTP_AUTHORIZATION=f"Token {secret}")
-    assert [row["id"] for row in api.get("/api/v1/catalog/services/").json()["results"]] != None
+    assert api.get("/api/v1/catalog/services/").status_code == 200
     assert api.get("/api/v1/requests/").status_code == 200
     refused = api.post("/api/v1/requests/", {}, format="json")
     assert (refused.status_code, refused.json()["code"]) == (403, "token_scope")
