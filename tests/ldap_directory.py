@@ -6,6 +6,7 @@ Run alone (`python -m tests.ldap_directory --port 3389`) it serves the demo's di
 """
 
 import argparse
+import shlex
 import shutil
 import signal
 import socket
@@ -224,10 +225,15 @@ def running_directory(port: int | None = None):
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--port", type=int, default=3389)
+    parser.add_argument("--env-file", help="write the platform's LDAP_* settings here, for `make run-sso`")
     arguments = parser.parse_args()
     stop = {signal.SIGINT, signal.SIGTERM}
     signal.pthread_sigmask(signal.SIG_BLOCK, stop)  # wait for them below, so the directory is stopped on the way out
     with running_directory(arguments.port) as directory:
+        if arguments.env_file:
+            Path(arguments.env_file).write_text(
+                "".join(f"export {name}={shlex.quote(value)}\n" for name, value in directory.settings().items())
+            )
         print(
             f"LDAP directory at {directory.uri} (pid {directory.pid}); people: {', '.join(PEOPLE_ENTRIES)}, "
             f"password {PASSWORD}",

@@ -10,6 +10,7 @@ Run alone (`python -m tests.oidc_provider --port 9400`) it serves the demo's IdP
 
 import argparse
 import json
+import shlex
 import signal
 import socket
 import subprocess
@@ -154,7 +155,7 @@ def main() -> None:
     with running_provider(arguments.port) as provider:
         if arguments.env_file:
             Path(arguments.env_file).write_text(
-                "".join(f"export {name}={json.dumps(value)}\n" for name, value in provider.settings().items())
+                "".join(f"export {name}={shlex.quote(value)}\n" for name, value in provider.settings().items())
             )
         print(f"OIDC provider at {provider.url} (pid {provider.pid}); people: {', '.join(PEOPLE)}", flush=True)
         signal.sigwait(stop)

@@ -92,3 +92,16 @@ def test_the_audit_log_filters_sign_ins_directory_changes_and_tokens(console, ro
     row = 'class="field-action">{}<'.format
     assert row("directory.granted") in directory and row("api_token.issued") not in directory
     assert row("api_token.issued") in tokens and row("directory.granted") not in tokens
+
+
+def test_the_sso_demo_seeds_mappings_an_operator_wrote():
+    from django.core.management import call_command
+
+    call_command("seed_demo", "--force", "--sso")
+    call_command("seed_demo", "--force", "--sso")  # idempotent
+
+    mappings = GroupMapping.objects.select_related("written_by")
+    assert mappings.count() == 5 and {mapping.written_by.username for mapping in mappings} == {"operator"}
+    from tenancy.directory.rights import mapping_applies
+
+    assert all(mapping_applies(mapping) for mapping in mappings)
