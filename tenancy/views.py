@@ -1,5 +1,6 @@
 """The Team page of a project (its lead and operators manage it) and the invitation's sign-up page."""
 
+from django.conf import settings
 from django.contrib import messages
 from django.contrib.auth import login
 from django.contrib.auth.decorators import login_required
@@ -217,6 +218,10 @@ def invitation_accept(request, token):
         return render(request, "tenancy/invitation_invalid.html", status=404)
     if request.user.is_authenticated:
         return _join_as_signed_in(request, token, invitation)
+    if not settings.LOCAL_PASSWORD_SIGN_IN:  # people sign in with the company's identity, then join
+        if request.method == "POST":
+            raise PermissionDenied("Sign in with your company account to join.")
+        return render(request, "tenancy/invitation_accept.html", {"invitation": invitation, "local_accounts": False})
     form = InvitationAcceptForm(request.POST or None)
     if request.method == "POST" and form.is_valid():
         try:
@@ -235,7 +240,7 @@ def invitation_accept(request, token):
     return render(
         request,
         "tenancy/invitation_accept.html",
-        {"invitation": invitation, "form": form},
+        {"invitation": invitation, "form": form, "local_accounts": True},
         status=422 if form.errors else 200,
     )
 

@@ -266,3 +266,58 @@ def test_the_sync_asks_the_idp_for_current_groups_and_a_grant_it_ended_takes_the
     idp.end_grants("alice")  # she left: the IdP refuses her refresh token
     report = sync.directory_sync()
     assert report.gone == ["alice"] and not Membership.objects.filter(user=alice).exists()
+
+
+def test_invitations_create_no_local_account_when_local_passwords_are_off(client, roles, settings):
+    from tenancy import team
+    from tenancy.models import Invitation
+
+    invitation = team.invitation_create(project=roles.project, email="new@example.org", role="member", actor=roles.lead)
+    team.invitation_send(invitation_id=invitation.pk)
+    invitation.refresh_from_db()
+    settings.LOCAL_PASSWORD_SIGN_IN = False
+    from config.tokens import prefixed_secret_new, secret_hash
+
+    prefix, secret = prefixed_secret_new(team.INVITATION_SECRET_KIND)
+    Invitation.objects.filter(pk=invitation.pk).update(token_prefix=prefix, token_hash=secret_hash(secret))
+
+    page = client.get(f"/invitations/{secret}/")
+    assert page.status_code == 200 and "Sign in</a> with your company account" in page.content.decode()
+    assert "Create my account" not in page.content.decode()
+    posted = client.post(
+        f"/invitations/{secret}/", {"username": "new", "password": "x" * 12, "password_again": "x" * 12}
+    )
+    assert posted.status_code == 403 and not User.objects.filter(username="new").exists()
+
+
+@pytest.mark.parametrize("where", ["team page", "request page", "project api", "approvals"])
+def test_role_matrix_a_person_removed_from_the_group_reaches_nothing_of_the_project(
+    client,
+    api,
+    roles,
+    shop,
+    where,  # noqa: F811
+):
+    from tenancy.directory.rights import directory_rights_apply
+
+    GroupMapping.objects.create(
+        group="research", grant=GroupGrant.PROJECT_APPROVER, project=roles.project, written_by=roles.operator
+    )
+    person = factories.UserFactory()
+    directory_rights_apply(user=person, groups=["research"], trigger="sign_in")
+    approval_rule(approver_stage())
+    order = request_services.request_submit(order=make_order(shop, roles.project), requester=roles.developer)
+    directory_rights_apply(user=person, groups=[], trigger="sync")  # taken out of research
+    client.force_login(person)
+    api.credentials(HTTP_AUTHORIZATION=f"Token {factories.token_for(person)}")  # a token issued after the removal
+
+    if where == "team page":
+        assert client.get(f"/projects/{roles.project.pk}/team/").status_code == 404
+    elif where == "request page":
+        assert client.get(f"/requests/{order.pk}/").status_code == 404
+    elif where == "project api":
+        assert api.get(f"/api/v1/projects/{roles.project.pk}/").status_code == 404
+        assert api.get("/api/v1/projects/").json()["count"] == 0
+    else:
+        assert api.get("/api/v1/approvals/").json()["count"] == 0
+        assert not ApprovalAssignment.objects.filter(approver=person).exists()
