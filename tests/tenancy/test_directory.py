@@ -295,8 +295,8 @@ def test_role_matrix_a_person_removed_from_the_group_reaches_nothing_of_the_proj
     client,
     api,
     roles,
-    shop,
-    where,  # noqa: F811
+    shop,  # noqa: F811 (the fixture)
+    where,
 ):
     from tenancy.directory.rights import directory_rights_apply
 
