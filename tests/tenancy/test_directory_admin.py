@@ -105,3 +105,14 @@ def test_the_sso_demo_seeds_mappings_an_operator_wrote():
     from tenancy.directory.rights import mapping_applies
 
     assert all(mapping_applies(mapping) for mapping in mappings)
+
+
+def test_the_sync_is_a_schedule_every_directory_sync_minutes(settings):
+    from django_q.models import Schedule
+
+    schedule = Schedule.objects.get(func="tenancy.tasks.sync_directory")
+    assert (schedule.schedule_type, schedule.minutes, schedule.repeats) == (
+        Schedule.MINUTES,
+        settings.DIRECTORY_SYNC_MINUTES,
+        -1,
+    )
