@@ -456,7 +456,7 @@ class ApiTokenAdmin(admin.ModelAdmin):
         "revoked_at",
     ]
     list_filter = [("revoked_at", admin.EmptyFieldListFilter), ("project", admin.EmptyFieldListFilter)]
-    list_select_related = ["user", "project"]
+    list_select_related = ["user", "project__tenant"]
     search_fields = ["prefix", "name", "user__username"]
     exclude = ["hashed"]
     actions = [

@@ -321,3 +321,18 @@ def test_role_matrix_a_person_removed_from_the_group_reaches_nothing_of_the_proj
     else:
         assert api.get("/api/v1/approvals/").json()["count"] == 0
         assert not ApprovalAssignment.objects.filter(approver=person).exists()
+
+
+def test_a_callback_without_a_sign_in_of_this_browser_changes_nothing(client, idp):
+    forged = client.get("/oidc/callback/", {"code": "stolen", "state": "not-ours"})
+    assert forged.status_code in (302, 400)  # no sign-in of this session: refused before any call to the IdP
+    client.get("/oidc/authenticate/")
+    replayed = client.get("/oidc/callback/", {"code": "stolen", "state": "not-ours"})
+    assert replayed.status_code == 400  # a state this session never sent
+    assert not User.objects.exclude(pk__in=[]).filter(username="alice").exists()
+    assert client.get("/").status_code == 302
+
+
+def test_company_sign_in_is_off_without_a_client_id(client):
+    assert client.get("/oidc/authenticate/").status_code == 404
+    assert "company-sign-in" not in client.get("/accounts/login/").content.decode()

@@ -116,3 +116,27 @@ def test_the_sync_is_a_schedule_every_directory_sync_minutes(settings):
         settings.DIRECTORY_SYNC_MINUTES,
         -1,
     )
+
+
+@pytest.mark.parametrize("page", ["groupmapping", "directoryaccount", "serviceaccount", "apitoken"])
+def test_the_new_changelists_read_a_constant_number_of_queries(console, roles, page, django_assert_max_num_queries):
+    from tenancy import service_accounts
+
+    def add(n):
+        person = seen_in(f"p{page}{n}", ["research"])
+        GroupMapping.objects.create(
+            group=f"g{n}", grant=GroupGrant.PROJECT_MEMBER, project=roles.project, written_by=roles.operator
+        )
+        account = service_accounts.service_account_create(
+            project=roles.project, name=f"ci-{n}", description="", actor=roles.lead
+        )
+        factories.token_for(account.user, scopes=["catalog:read"], project=roles.project)
+        factories.token_for(person)
+
+    add(0)
+    with django_assert_max_num_queries(20) as few:
+        assert console.get(f"/admin/tenancy/{page}/").status_code == 200
+    for n in range(1, 6):
+        add(n)
+    with django_assert_max_num_queries(len(few.captured_queries)):
+        assert console.get(f"/admin/tenancy/{page}/").status_code == 200
