@@ -459,7 +459,9 @@ def _stage_candidates(stage: ApprovalStage, facts: Facts) -> list[User]:
     """Who may decide this stage by the rules now: the rule stage it was resolved from, else the subject's default
     route, and when nobody is eligible, who stands in (as at routing, `_resolve`)."""
     approval = stage.approval
-    rule_stage = approval.rule.stages.filter(order=stage.order).first() if approval.rule_id else None
+    # A routed approval's stages are the rule's stages in their order, numbered from 1 (`approval_open`).
+    rule_stages = list(approval.rule.stages.all()) if approval.rule_id else []
+    rule_stage = rule_stages[stage.order - 1] if stage.order <= len(rule_stages) else None
     if rule_stage is not None:
         try:
             return _resolve(rule_stage, facts).approvers

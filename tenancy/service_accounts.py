@@ -6,6 +6,7 @@ otherwise, at most API_TOKEN_MAX_DAYS. Every step is audited; the secret is show
 import re
 
 from django.db import transaction
+from django.db.models import Prefetch
 from django.utils import timezone
 
 from config.errors import Conflict, DomainError, NotPermitted
@@ -98,8 +99,6 @@ def service_account_deactivate(*, account: ServiceAccount, actor: User) -> Servi
 
 def service_accounts_of(project: Project) -> list[ServiceAccount]:
     """The project's service accounts with their tokens that have not ended (newest first)."""
-    from django.db.models import Prefetch
-
     working = ApiToken.objects.filter(revoked_at__isnull=True, expires_at__gt=timezone.now()).order_by("-created_at")
     return list(
         ServiceAccount.objects.filter(project=project)

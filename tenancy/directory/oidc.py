@@ -58,7 +58,8 @@ def _discovery() -> dict:
     if kept and kept[0] > time.monotonic():
         return kept[1]
     try:
-        document = _http().get(url).raise_for_status().json()
+        with _http() as client:
+            document = client.get(url).raise_for_status().json()
     except httpx.HTTPError as failure:
         raise ProviderUnavailable(f"The IdP's discovery document did not load: {failure}") from failure
     _discovered[url] = (time.monotonic() + settings.OIDC_DISCOVERY_CACHE_SECONDS, document)
@@ -120,9 +121,10 @@ def _signing_key(header: dict):
         return settings.OIDC_RP_IDP_SIGN_KEY
     kid = header.get("kid")
     if not kid:
-        raise SignInRefused("id_token_unverifiable", "The IdP's ID token names no key; set OIDC_RP_IDP_SIGN_KEY_FILE.")
+        raise SignInRefused("id_token_unverifiable", "The IdP's ID token names no key; set OIDC_IDP_SIGN_KEY_FILE.")
     try:
-        keys = _http().get(provider().jwks_uri).raise_for_status().json().get("keys", [])
+        with _http() as client:
+            keys = client.get(provider().jwks_uri).raise_for_status().json().get("keys", [])
     except httpx.HTTPError as failure:
         raise ProviderUnavailable(f"The IdP's keys did not load: {failure}") from failure
     match = next((key for key in keys if key.get("kid") == kid), None)

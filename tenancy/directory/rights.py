@@ -16,7 +16,7 @@ from django_q.tasks import async_task
 
 from tenancy.api_tokens import api_tokens_revoke_all
 from tenancy.choices import ROLE_STRENGTH, GroupGrant, Role
-from tenancy.models import DirectoryGrant, GroupMapping, Membership, Project, Tenant, User
+from tenancy.models import DirectoryAccount, DirectoryGrant, GroupMapping, Membership, Project, Tenant, User
 from tenancy.operators import OPERATOR_GROUP, sync_operator_group
 from tenancy.services import audit_record, membership_grant, membership_revoke
 from tenancy.signals import directory_rights_removed
@@ -195,6 +195,14 @@ def _settle_memberships(user, project_ids, held, change, names) -> list[int]:
         elif project.lead_id == user.pk:
             membership_grant(project=project, user=user, role=Role.LEAD, actor=None)
             change.kept_as_lead.append(names[("project", project_id)])
+            audit_record(
+                actor=None,
+                action="directory.kept_lead",
+                target=project,
+                reason=f"{user.username} no longer has a group that gives them {project.slug}, but is its accountable "
+                "lead: appoint another lead, then the next sync removes them.",
+                data={"user": user.username},
+            )
         else:
             membership_revoke(project=project, user=user, actor=None)
             left.append(project_id)
@@ -244,8 +252,6 @@ def members_preview(mapping: GroupMapping, accounts) -> list[dict]:
 
 
 def accounts_for_preview():
-    from tenancy.models import DirectoryAccount
-
     return DirectoryAccount.objects.select_related("user").prefetch_related(
         Prefetch("user__directory_grants", queryset=DirectoryGrant.objects.all())
     )

@@ -336,3 +336,30 @@ def test_a_callback_without_a_sign_in_of_this_browser_changes_nothing(client, id
 def test_company_sign_in_is_off_without_a_client_id(client):
     assert client.get("/oidc/authenticate/").status_code == 404
     assert "company-sign-in" not in client.get("/accounts/login/").content.decode()
+
+
+def test_an_idp_whose_tokens_name_no_key_needs_its_key_given(client, idp, settings):
+    settings.OIDC_RP_IDP_SIGN_KEY = None  # oidc-provider-mock's ID tokens carry no `kid`
+
+    refused = oidc_sign_in(client, idp, "alice")
+
+    assert refused["Location"] == "/accounts/login/"
+    assert "names no key; set OIDC_IDP_SIGN_KEY_FILE" in client.get("/accounts/login/").content.decode()
+    assert not User.objects.filter(username="alice").exists()
+
+
+def test_the_accountable_lead_keeps_the_project_until_an_operator_appoints_another(research):
+    from tenancy.directory.rights import directory_rights_apply
+    from tenancy.services import project_update
+
+    mapping("research", GroupGrant.PROJECT_MEMBER, project=research)
+    person = factories.UserFactory()
+    directory_rights_apply(user=person, groups=["research"], trigger="sign_in")
+    project_update(project=research, actor=None, lead=person)
+
+    change = directory_rights_apply(user=person, groups=[], trigger="sync")
+
+    assert change.kept_as_lead == ["research"]
+    assert Membership.objects.get(user=person, project=research).role == Role.LEAD
+    kept = AuditEvent.objects.get(action="directory.kept_lead")
+    assert "appoint another lead" in kept.reason
