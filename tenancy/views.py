@@ -31,16 +31,24 @@ def _refusal_on(form, error: DomainError) -> None:
     form.add_error(field if field in form.fields else None, error.message)
 
 
-def _team_context(request, project, can_manage, **extra) -> dict:
+def _token_form(account_id: int, data=None) -> ServiceTokenForm:
+    """Each service account's token form, its fields' ids its own (several accounts share the page)."""
+    return ServiceTokenForm(data, auto_id=f"id_svc{account_id}_%s")
+
+
+def _team_context(request, project, can_manage, *, refused_token_form=None, **extra) -> dict:
+    accounts = service_accounts.service_accounts_of(project) if can_manage else []
+    for account in accounts:
+        refused_here = refused_token_form is not None and refused_token_form.account_id == account.pk
+        account.token_form = refused_token_form if refused_here else _token_form(account.pk)
     return {
         "project": project,
         "memberships": selectors.team_of(project),
         "invitations": list(selectors.invitations_open(project)) if can_manage else [],
-        "service_accounts": service_accounts.service_accounts_of(project) if can_manage else [],
+        "service_accounts": accounts,
         "can_manage": can_manage,
         "form": TeamAddForm(),
         "account_form": ServiceAccountForm(),
-        "token_form": ServiceTokenForm(),
         "role_choices": TeamRoleForm.base_fields["role"].choices,
         **extra,
     }
@@ -111,7 +119,8 @@ def service_token_issue(request, pk, account_id):
     """The new token's secret is in this response only (201): never stored, never in a redirect or a message."""
     project = _managed_project(request, pk)
     account = _service_account(project, account_id)
-    form = ServiceTokenForm(request.POST)
+    form = _token_form(account.pk, request.POST)
+    form.account_id = account.pk
     if form.is_valid():
         try:
             issued = service_accounts.service_token_issue(
@@ -128,7 +137,7 @@ def service_token_issue(request, pk, account_id):
             response = render(request, "tenancy/team.html", context, status=201)
             response["Cache-Control"] = "no-store"
             return response
-    context = _team_context(request, project, True, token_form=form, token_form_for=account.pk)
+    context = _team_context(request, project, True, refused_token_form=form)
     return render(request, "tenancy/team.html", context, status=422)
 
 

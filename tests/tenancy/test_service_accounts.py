@@ -118,3 +118,21 @@ def test_the_team_tab_tells_directory_places_from_manual_ones_and_leads_cannot_e
     removed = client.post(team_url(roles.project, f"{person.pk}/remove/"), follow=True)
     assert "through the directory group research" in removed.content.decode()
     assert Membership.objects.filter(user=person, project=roles.project).exists()
+
+
+def test_each_accounts_token_form_has_its_own_field_ids_and_shows_its_own_refusal(client, roles, ci):
+    client.post(team_url(roles.project, "service-accounts/"), {"name": "deploy"})
+    other = ServiceAccount.objects.get(user__username__endswith="-deploy")
+    page = client.get(team_url(roles.project)).content.decode()
+    assert f'id="id_svc{ci.pk}_token_name"' in page and f'id="id_svc{other.pk}_token_name"' in page
+    assert 'id="id_token_name"' not in page
+
+    refused = client.post(team_url(roles.project, f"service-accounts/{other.pk}/tokens/"), {"token_name": "x"})
+
+    assert refused.status_code == 422
+    body = refused.content.decode()
+    card_of = {
+        account: body.split(f'id="service-account-{account.user.username}"')[1].split('class="card"')[0]
+        for account in (ci, other)
+    }
+    assert "This field is required." in card_of[other] and "This field is required." not in card_of[ci]
