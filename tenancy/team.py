@@ -23,7 +23,7 @@ from config.errors import Conflict, DomainError, NotPermitted
 from config.mail import Mail, absolute_url, mails_send
 from config.tokens import prefixed_secret_new, prefixed_secret_prefix, secret_hash, secret_matches
 from tenancy.choices import ProjectPermission, Role
-from tenancy.models import DirectoryGrant, Invitation, Membership, Project, User
+from tenancy.models import DirectoryGrant, Invitation, Membership, Project, ServiceAccount, User
 from tenancy.selectors import user_has_project_permission
 from tenancy.services import audit_record, membership_grant, membership_revoke
 
@@ -130,6 +130,12 @@ def team_role_change(*, project: Project, user: User, role: str, actor: User) ->
     _check_can_manage(actor, project)
     _check_role(role)
     _check_not_from_directory(project, user)
+    if ServiceAccount.objects.filter(user=user).exists():
+        raise Conflict(
+            "A service account orders for its project as a member; it never approves.",
+            code="service_account_role",
+            details={"user": user.username},
+        )
     if not Membership.objects.filter(project=project, user=user).exists():
         raise Conflict(f"{user.username} is not in {project.name}.", code="not_member", details={"user": user.username})
     return membership_grant(project=project, user=user, role=role, actor=actor)

@@ -136,3 +136,10 @@ def test_each_accounts_token_form_has_its_own_field_ids_and_shows_its_own_refusa
         for account in (ci, other)
     }
     assert "This field is required." in card_of[other] and "This field is required." not in card_of[ci]
+
+
+def test_a_service_account_never_becomes_an_approver(client, roles, ci):
+    changed = client.post(team_url(roles.project, f"{ci.user.pk}/role/"), {"role": "approver"}, follow=True)
+
+    assert "it never approves" in changed.content.decode()
+    assert Membership.objects.get(user=ci.user, project=roles.project).role == "member"
