@@ -35,7 +35,7 @@ def test_a_person_signs_in_with_the_idp_gets_their_groups_projects_and_loses_the
 
     catalog = page.inner_text("main")
     assert "Deep Research" in catalog and "Sales Forecasts" not in catalog
-    assert "Sign out alice" in page.inner_text("header")
+    assert "Sign out Alice Archer" in page.inner_text("header")
     alice = User.objects.get(username="alice")
     secret = factories.token_for(alice)  # as her personal tokens page issues one
     api.credentials(HTTP_AUTHORIZATION=f"Token {secret}")
