@@ -14,6 +14,11 @@ REDFISH_STAMP := $(REDFISH_VENV)/.installed
 ANSIBLE_VENV := .venv-ansible
 ANSIBLE_STAMP := $(ANSIBLE_VENV)/.installed
 ANSIBLE_CORE_VERSION := 2.19.14
+# oidc-provider-mock, a real OpenID Connect provider for the sign-in tests and `make run-sso`, in its own venv: it
+# brings Flask and authlib, which the product does not need (tests/oidc_provider.py runs it as a subprocess).
+OIDC_VENV := .venv-oidc
+OIDC_STAMP := $(OIDC_VENV)/.installed
+OIDC_PROVIDER_MOCK_VERSION := 0.3.4
 FUZZ_VENV := .venv-fuzz
 FUZZ_STAMP := $(FUZZ_VENV)/.installed
 # The `llamacpp` serving runtime: llama-cpp-python's OpenAI-compatible server in its own venv (run as a subprocess,
@@ -37,11 +42,19 @@ GATEWAY_PORT ?= 8001
 # DEMO, not DEBUG: a bad URL or a failure shows the product's own error pages, not Django's debug pages.
 DEMO_ENV := DEMO=1 PUBLIC_BASE_URL=$(PUBLIC_BASE_URL) GATEWAY_URL=http://$(HOST):$(GATEWAY_PORT)
 
-.PHONY: install browser slurm podman redfish-emulator ansible-venv fuzz-venv llama haproxy run run-slurm migrate seed test screenshots bench lint format clean
+.PHONY: install browser slurm podman ldap redfish-emulator ansible-venv oidc-venv fuzz-venv llama haproxy run run-slurm run-sso migrate seed test screenshots bench lint format clean
 
 install: $(STAMP)
 
-$(STAMP): pyproject.toml
+# python-ldap (under django-auth-ldap) builds from source against Debian's OpenLDAP and SASL headers; the LDAP tests
+# start Debian's slapd with a test directory (tests/ldap_directory.py). Installed when missing, before the venv.
+LDAP_PACKAGES := slapd ldap-utils libldap2-dev libsasl2-dev
+ldap:
+	@dpkg-query -W -f='$${Status}\n' $(LDAP_PACKAGES) 2>/dev/null | grep -c "install ok installed" | grep -qx $(words $(LDAP_PACKAGES)) || { \
+	  echo "Installing Debian's OpenLDAP (slapd, headers for python-ldap)"; \
+	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $(LDAP_PACKAGES); }
+
+$(STAMP): pyproject.toml | ldap
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
 	$(BIN)/pip install --quiet ".[dev]"
@@ -83,6 +96,12 @@ ansible-venv: $(ANSIBLE_STAMP)
 $(ANSIBLE_STAMP):
 	$(PYTHON) -m venv $(ANSIBLE_VENV) && $(ANSIBLE_VENV)/bin/pip install --quiet "ansible-core==$(ANSIBLE_CORE_VERSION)"
 	touch $(ANSIBLE_STAMP)
+
+oidc-venv: $(OIDC_STAMP)
+
+$(OIDC_STAMP):
+	$(PYTHON) -m venv $(OIDC_VENV) && $(OIDC_VENV)/bin/pip install --quiet "oidc-provider-mock==$(OIDC_PROVIDER_MOCK_VERSION)"
+	touch $(OIDC_STAMP)
 
 fuzz-venv: $(FUZZ_STAMP)
 
@@ -139,8 +158,32 @@ run-slurm: seed slurm
 	  $(DEMO_ENV) $(BIN)/python manage.py run_gateway --host $(HOST) --port $(GATEWAY_PORT) & \
 	  $(DEMO_ENV) $(BIN)/python manage.py runserver $(HOST):$(PORT); }
 
+# The demo signing in through a local company IdP (oidc-provider-mock on :9400) and directory (slapd on :3389), both
+# with the people alice, bob, carol and dave (tests/oidc_provider.py, tests/ldap_directory.py; directory password
+# "directory-password-1"), and group mappings that give them the demo's projects (seed_demo --sso). The local demo
+# users keep their passwords. Ctrl-C stops the server, the workers, the IdP and the directory.
+SSO_DEMO_ENV := .sso-demo.env
+OIDC_PORT ?= 9400
+LDAP_PORT ?= 3389
+
+run-sso: seed ldap oidc-venv
+	@rm -f $(SSO_DEMO_ENV)
+	@trap 'kill 0' INT TERM EXIT; \
+	$(BIN)/python -m tests.oidc_provider --port $(OIDC_PORT) --env-file $(SSO_DEMO_ENV) & \
+	$(BIN)/python -m tests.ldap_directory --port $(LDAP_PORT) --env-file $(SSO_DEMO_ENV).ldap & \
+	for _ in $$(seq 1 60); do [ -s $(SSO_DEMO_ENV) ] && [ -s $(SSO_DEMO_ENV).ldap ] && break; sleep 1; done; \
+	[ -s $(SSO_DEMO_ENV) ] && [ -s $(SSO_DEMO_ENV).ldap ] || { echo "The local IdP or directory did not come up" >&2; exit 1; }; \
+	. ./$(SSO_DEMO_ENV); . ./$(SSO_DEMO_ENV).ldap; \
+	$(DEMO_ENV) $(BIN)/python manage.py seed_demo --sso && \
+	echo "" && echo "  Portal        http://$(HOST):$(PORT)/   (Sign in with Example SSO: type alice, bob, carol or dave)" && \
+	echo "  Directory     the same people sign in with their password directory-password-1 (LDAP)" && \
+	echo "  Console       http://$(HOST):$(PORT)/admin/tenancy/groupmapping/   (operator: the group mappings)" && echo "" && \
+	{ $(DEMO_ENV) $(BIN)/python manage.py qcluster & \
+	  $(DEMO_ENV) $(BIN)/python manage.py run_gateway --host $(HOST) --port $(GATEWAY_PORT) & \
+	  $(DEMO_ENV) $(BIN)/python manage.py runserver $(HOST):$(PORT); }
+
 # Runs on PostgreSQL: DATABASE_URL when set, else postgres@127.0.0.1:5432 (config/settings_test.py).
-test: install browser slurm podman redfish-emulator ansible-venv fuzz-venv llama haproxy
+test: install browser slurm podman ldap redfish-emulator ansible-venv oidc-venv fuzz-venv llama haproxy
 	$(BIN)/pytest
 
 # The README's walk-through screenshots (docs/screenshots/), made by the demo walk-through test as it orders every demo
@@ -163,4 +206,4 @@ format: install
 	$(BIN)/ruff format .
 
 clean:
-	rm -rf $(VENV) $(REDFISH_VENV) $(ANSIBLE_VENV) $(FUZZ_VENV) $(LLAMA_VENV) db.sqlite3 staticfiles .pytest_cache .ruff_cache
+	rm -rf $(VENV) $(REDFISH_VENV) $(ANSIBLE_VENV) $(OIDC_VENV) $(FUZZ_VENV) $(LLAMA_VENV) db.sqlite3 staticfiles .pytest_cache .ruff_cache

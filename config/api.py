@@ -179,7 +179,8 @@ def exception_handler(exc, context):
 
 
 def _details_of(exc) -> dict:
-    """The numbers a client acts on: how long a throttled caller waits (also in the Retry-After header)."""
+    """The numbers a client acts on: how long a throttled caller waits (also in the Retry-After header), or what an
+    exception carries as its `details` (the scope a token lacks)."""
     if isinstance(exc, exceptions.Throttled) and exc.wait is not None:
         return {"retry_after_seconds": int(exc.wait + 0.999)}
-    return {}
+    return dict(getattr(exc, "details", None) or {})

@@ -25,6 +25,18 @@ def env_bool(name: str, default: bool = False) -> bool:
     raise ImproperlyConfigured(f"{name} must be a boolean (1/0, true/false), got {raw!r}")
 
 
+def env_secret(name: str) -> str:
+    """A secret by reference: the content of the file `<name>_FILE` names (a mounted secret), else `<name>` itself."""
+    path = os.environ.get(f"{name}_FILE", "").strip()
+    if path:
+        try:
+            with open(path, encoding="utf-8") as secret:
+                return secret.read().strip()
+        except OSError as unreadable:
+            raise ImproperlyConfigured(f"{name}_FILE names {path!r}, which cannot be read: {unreadable}") from None
+    return os.environ.get(name, "")
+
+
 def env_list(name: str, default: str = "") -> list[str]:
     return [item.strip() for item in os.environ.get(name, default).split(",") if item.strip()]
 

@@ -10,7 +10,7 @@ from pathlib import Path
 import dj_database_url
 from django.core.exceptions import ImproperlyConfigured
 
-from config.env import env_bool, env_float, env_int, env_json, env_list, env_str
+from config.env import env_bool, env_float, env_int, env_json, env_list, env_secret, env_str
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 
@@ -99,9 +99,72 @@ DATABASES = {
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 AUTH_USER_MODEL = "tenancy.User"
+# --- Sign-in (docs/sign-in.md) ------------------------------------------------------------------------------------
+# Local passwords: on for everyone (the default and the demo), or off for all but the break-glass accounts named.
+LOCAL_PASSWORD_SIGN_IN = env_bool("LOCAL_PASSWORD_SIGN_IN", default=True)
+LOCAL_PASSWORD_ACCOUNTS = env_list("LOCAL_PASSWORD_ACCOUNTS")
+# OpenID Connect (authorization code flow with PKCE; tenancy/directory/oidc.py), on when a client id is set. The
+# IdP's endpoints come from its discovery document unless named one by one; the client secret and an IdP signing key
+# (for IdPs whose ID tokens name no key) are read from files (secrets by reference) or, failing that, the variable.
+OIDC_RP_CLIENT_ID = env_str("OIDC_CLIENT_ID")
+OIDC_ENABLED = bool(OIDC_RP_CLIENT_ID)
+OIDC_PROVIDER_NAME = env_str("OIDC_PROVIDER_NAME", "your company")
+OIDC_OP_DISCOVERY_URL = env_str("OIDC_DISCOVERY_URL")
+OIDC_OP_ISSUER = env_str("OIDC_ISSUER")
+OIDC_OP_AUTHORIZATION_ENDPOINT = env_str("OIDC_AUTHORIZATION_ENDPOINT")
+OIDC_OP_TOKEN_ENDPOINT = env_str("OIDC_TOKEN_ENDPOINT")
+OIDC_OP_USER_ENDPOINT = env_str("OIDC_USERINFO_ENDPOINT")
+OIDC_OP_JWKS_ENDPOINT = env_str("OIDC_JWKS_ENDPOINT")
+OIDC_OP_LOGOUT_ENDPOINT = env_str("OIDC_END_SESSION_ENDPOINT")
+OIDC_RP_CLIENT_SECRET = env_secret("OIDC_CLIENT_SECRET")
+OIDC_RP_IDP_SIGN_KEY = env_secret("OIDC_IDP_SIGN_KEY") or None
+OIDC_RP_SIGN_ALGO = env_str("OIDC_SIGN_ALGORITHM", "RS256")
+OIDC_RP_SCOPES = env_str("OIDC_SCOPES", "openid email profile")
+OIDC_TOKEN_AUTH_METHOD = env_str("OIDC_TOKEN_AUTH_METHOD", "client_secret_basic")  # or client_secret_post
+OIDC_CLAIM_USERNAME = env_str("OIDC_CLAIM_USERNAME", "preferred_username")
+OIDC_CLAIM_EMAIL = env_str("OIDC_CLAIM_EMAIL", "email")
+OIDC_CLAIM_FIRST_NAME = env_str("OIDC_CLAIM_FIRST_NAME", "given_name")
+OIDC_CLAIM_LAST_NAME = env_str("OIDC_CLAIM_LAST_NAME", "family_name")
+OIDC_CLAIM_GROUPS = env_str("OIDC_CLAIM_GROUPS", "groups")
+OIDC_TIMEOUT_SECONDS = env_float("OIDC_TIMEOUT_SECONDS", 10.0)
+OIDC_VERIFY_TLS = env_bool("OIDC_VERIFY_TLS", default=True)
+OIDC_CLOCK_LEEWAY_SECONDS = env_int("OIDC_CLOCK_LEEWAY_SECONDS", 60)
+OIDC_DISCOVERY_CACHE_SECONDS = env_int("OIDC_DISCOVERY_CACHE_SECONDS", 3600)
+# mozilla-django-oidc's views (tenancy/directory/views.py): PKCE with S256, a nonce, RP-initiated logout.
+OIDC_USE_PKCE = True
+OIDC_PKCE_CODE_CHALLENGE_METHOD = "S256"
+OIDC_USE_NONCE = True
+OIDC_OP_LOGOUT_URL_METHOD = "tenancy.directory.oidc.logout_url"
+LOGIN_REDIRECT_URL_FAILURE = "login"
+# LDAP / Active Directory (django-auth-ldap; tenancy/directory/ldap.py), on when a server is set: a service bind
+# finds people and groups, each person binds with their own password.
+LDAP_ENABLED = bool(env_str("LDAP_SERVER_URI"))
+AUTH_LDAP_SERVER_URI = env_str("LDAP_SERVER_URI")
+AUTH_LDAP_START_TLS = env_bool("LDAP_START_TLS", default=False)
+AUTH_LDAP_BIND_DN = env_str("LDAP_BIND_DN")
+AUTH_LDAP_BIND_PASSWORD = env_secret("LDAP_BIND_PASSWORD")
+LDAP_TIMEOUT_SECONDS = env_int("LDAP_TIMEOUT_SECONDS", 10)
+AUTH_LDAP_USER_ATTR_MAP = env_json(
+    "LDAP_USER_ATTR_MAP", {"first_name": "givenName", "last_name": "sn", "email": "mail"}
+)
+AUTH_LDAP_FIND_GROUP_PERMS = False  # rights come from the group mappings, never from LDAP permissions
+if LDAP_ENABLED:
+    from config.ldap_settings import connection_options, group_type, search
+
+    AUTH_LDAP_CONNECTION_OPTIONS = connection_options(LDAP_TIMEOUT_SECONDS)
+    AUTH_LDAP_USER_SEARCH = search(env_str("LDAP_USER_SEARCH_BASE"), env_str("LDAP_USER_FILTER", "(uid=%(user)s)"))
+    AUTH_LDAP_GROUP_SEARCH = search(
+        env_str("LDAP_GROUP_SEARCH_BASE"), env_str("LDAP_GROUP_FILTER", "(objectClass=groupOfNames)")
+    )
+    AUTH_LDAP_GROUP_TYPE = group_type(env_str("LDAP_GROUP_TYPE", "nested_group_of_names"))
+# The sync of everyone's groups (tenancy/directory/sync.py) runs this often: the longest a leaver keeps rights.
+DIRECTORY_SYNC_MINUTES = env_int("DIRECTORY_SYNC_MINUTES", 15)
+
 AUTHENTICATION_BACKENDS = [
     "axes.backends.AxesStandaloneBackend",  # first: a locked-out account or address is refused before any check
-    "django.contrib.auth.backends.ModelBackend",
+    "tenancy.sign_in_backends.LocalPasswordBackend",
+    *(["tenancy.directory.ldap.DirectoryLDAPBackend"] if LDAP_ENABLED else []),
+    *(["tenancy.directory.oidc.OIDCBackend"] if OIDC_ENABLED else []),
     "guardian.backends.ObjectPermissionBackend",
 ]
 # Anonymous visitors never hold object permissions, so guardian needs no anonymous user row.

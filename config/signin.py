@@ -37,7 +37,9 @@ def lockout_response(request, original_response=None, credentials=None):
     if request.path.startswith("/api/"):
         return JsonResponse(error_body(LOCKED_CODE, lockout_message(), lockout_details()), status=429, headers=headers)
     form = AuthenticationForm(request)
-    context = {"form": form, "locked_out": lockout_message(), "next": request.POST.get("next", "")}
+    from tenancy.sign_in_backends import sign_in_options
+
+    context = {"form": form, "locked_out": lockout_message(), "next": request.POST.get("next", ""), **sign_in_options()}
     response = render(request, "registration/login.html", context, status=429)
     for name, value in headers.items():
         response[name] = value

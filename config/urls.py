@@ -7,6 +7,7 @@ from config.views import healthz, not_found
 from provisioning.serving import relay
 from requests.views import SignInView
 from tenancy.api.views import TokenObtainView
+from tenancy.directory.views import SignInCallback, SignInStart, SignOut
 
 api_v1 = [
     path("auth/token/", TokenObtainView.as_view(), name="auth-token"),
@@ -25,6 +26,9 @@ urlpatterns = [
     path("", include("tenancy.urls")),
     path("usage/", include("metering.urls")),
     path("accounts/login/", SignInView.as_view(), name="login"),  # before Django's own: each role lands on its page
+    path("accounts/logout/", SignOut.as_view(), name="logout"),  # before Django's own: also ends the IdP's session
+    path("oidc/authenticate/", SignInStart.as_view(), name="oidc_authentication_init"),
+    path("oidc/callback/", SignInCallback.as_view(), name="oidc_authentication_callback"),
     path("accounts/", include("django.contrib.auth.urls")),
     path("admin/", admin.site.urls),
     path("api/v1/", include(api_v1)),

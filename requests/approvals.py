@@ -494,6 +494,63 @@ def approval_cancel(*, subject: models.Model) -> None:
         _close_open_stages(approval, rejected=None, now=now)
 
 
+def _stage_candidates(stage: ApprovalStage, facts: Facts) -> list[User]:
+    """Who may decide this stage by the rules now: the rule stage it was resolved from, else the subject's default
+    route, and when nobody is eligible, who stands in (as at routing, `_resolve`)."""
+    approval = stage.approval
+    # A routed approval's stages are the rule's stages in their order, numbered from 1 (`approval_open`).
+    rule_stages = list(approval.rule.stages.all()) if approval.rule_id else []
+    rule_stage = rule_stages[stage.order - 1] if stage.order <= len(rule_stages) else None
+    if rule_stage is not None:
+        try:
+            return _resolve(rule_stage, facts).approvers
+        except DomainError:
+            return []
+    fallback = default_route(facts)
+    return _others(fallback.approvers if fallback else operators(), facts)
+
+
+@transaction.atomic
+def approvals_reroute_from(*, user: User) -> int:
+    """The person lost rights (tenancy's `directory_rights_removed`): each open stage waiting on their decision is
+    routed again by the approval rules. Their task goes when the rules no longer name them, and whoever the rules
+    name now and is not yet on the stage is added; the subject's timeline says so. How many tasks were re-routed."""
+    waiting = (
+        ApprovalAssignment.objects.select_for_update(of=("self",))
+        .filter(
+            approver=user,
+            decision="",
+            stage__state__in=[StageState.PENDING, StageState.WAITING],
+            stage__approval__state=ApprovalState.PENDING,
+        )
+        .select_related("stage__approval__project__tenant", "stage__approval__requester", "stage__approval__rule")
+    )
+    rerouted = 0
+    for assignment in waiting:
+        stage, approval = assignment.stage, assignment.stage.approval
+        handler = _handler_for(approval.subject)
+        facts = Facts(
+            subject=handler.subject, project=approval.project, requester=approval.requester, summary=approval.summary
+        )
+        candidates = _stage_candidates(stage, facts)
+        if any(candidate.pk == user.pk for candidate in candidates):
+            continue
+        assignment.delete()
+        present = set(stage.assignments.values_list("approver_id", flat=True))
+        added = [candidate for candidate in candidates if candidate.pk not in present]
+        ApprovalAssignment.objects.bulk_create(ApprovalAssignment(stage=stage, approver=who) for who in added)
+        handler.note(
+            approval.subject,
+            code=EventCode.ROUTED,
+            actor=None,
+            data={"stage": stage.name, "removed": user.username, "added": [who.username for who in added]},
+            message=f"{user.username} may no longer decide '{stage.name}'; routed again"
+            + (f" to {', '.join(who.username for who in added)}." if added else " to the approvers already on it."),
+        )
+        rerouted += 1
+    return rerouted
+
+
 def approvals_remind_stale(*, older_than) -> int:
     """Note a reminder on every pending approval not decided (or reminded) within the SLA."""
     cutoff = timezone.now() - older_than

@@ -379,3 +379,22 @@ def likely_duplicates(requests: Iterable[ResourceRequest]) -> dict[int, list[dic
             ]
         )
     }
+
+
+def open_work_of(project_id: int, user_id: int) -> list[dict]:
+    """tenancy's OPEN_WORK hook: the person's open requests in the project, for the mail that tells its lead they left
+    (their work stays the project's and keeps running)."""
+    from django.urls import reverse
+
+    from requests.choices import OPEN_STATES
+
+    rows = ResourceRequest.objects.filter(project_id=project_id, requester_id=user_id, state__in=OPEN_STATES)
+    return [
+        {
+            "id": row.pk,
+            "title": f"#{row.pk} {row.service.name}",
+            "state": row.get_state_display(),
+            "url": reverse("portal:request-detail", args=[row.pk]),
+        }
+        for row in rows.select_related("service").order_by("pk")
+    ]

@@ -68,9 +68,11 @@ class SignInView(LoginView):
         return landing_url(self.request.user)
 
     def get_context_data(self, **kwargs):
+        from tenancy.sign_in_backends import sign_in_options
+
         context = super().get_context_data(**kwargs)
         resumed = urlsplit(self.get_redirect_url() or "").query
-        return {**context, "resuming": QueryDict(resumed).get(RESUME_PARAMETER) == "1"}
+        return {**context, **sign_in_options(), "resuming": QueryDict(resumed).get(RESUME_PARAMETER) == "1"}
 
 
 @login_required

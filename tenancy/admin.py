@@ -5,22 +5,30 @@ from axes.models import AccessAttempt
 from django import forms
 from django.contrib import admin, messages
 from django.contrib.auth.admin import UserAdmin as DjangoUserAdmin
-from django.db.models import Count
+from django.db.models import Count, Exists, OuterRef, Q
 from django.shortcuts import redirect
+from django.template.loader import render_to_string
+from django.template.response import TemplateResponse
 from django.urls import reverse
 from guardian.admin import GuardedModelAdmin
 
 from config.admin_actions import ReadOnlyAdminMixin, action_with_reason
 from config.errors import DomainError
 from tenancy import api_tokens, services, sign_in
+from tenancy.audited_admin import AuditedAdminMixin
 from tenancy.choices import OrderCap, QuotaDimension, Role
+from tenancy.directory import rights
 from tenancy.models import (
     ApiToken,
     AuditEvent,
+    DirectoryAccount,
+    DirectoryGrant,
+    GroupMapping,
     Invitation,
     Membership,
     Project,
     ProjectQuota,
+    ServiceAccount,
     Tenant,
     TenantQuota,
     User,
@@ -305,9 +313,18 @@ class MembershipForm(forms.ModelForm):
 @admin.register(Membership)
 class MembershipAdmin(admin.ModelAdmin):
     form = MembershipForm
-    list_display = ["user", "project", "role", "granted_by", "created_at"]
+    list_display = ["user", "project", "role", "source", "granted_by", "created_at"]
     list_filter = ["role", "project__tenant"]
     list_select_related = ["user", "project__tenant", "granted_by"]
+
+    def get_queryset(self, request):
+        given = DirectoryGrant.objects.filter(user=OuterRef("user_id"), project=OuterRef("project_id"))
+        return super().get_queryset(request).annotate(from_directory=Exists(given))
+
+    @admin.display(description="Granted", ordering="from_directory")
+    def source(self, membership):
+        return "by directory group" if membership.from_directory else "by hand"
+
     search_fields = ["user__username", "project__name", "project__slug"]
     autocomplete_fields = ["user", "project"]
     readonly_fields = ["granted_by", "created_at", "updated_at"]
@@ -374,14 +391,39 @@ class TenantQuotaAdmin(QuotaAdminBase):
     readonly_fields = ["tenant", "updated_at", "updated_by"]
 
 
+class AuditCategoryFilter(admin.SimpleListFilter):
+    """Kinds of audit rows, by their action's prefix: sign-ins, directory grants and removals, tokens..."""
+
+    title = "kind"
+    parameter_name = "kind"
+    CATEGORIES = {
+        "sign_in": ("Sign-ins", ["sign_in."]),
+        "directory": ("Directory grants and removals", ["directory."]),
+        "token": ("API tokens (issue, use, revocation)", ["api_token."]),
+        "service_account": ("Service accounts", ["service_account."]),
+        "mapping": ("Group mappings", ["groupmapping."]),
+    }
+
+    def lookups(self, request, model_admin):
+        return [(key, label) for key, (label, _) in self.CATEGORIES.items()]
+
+    def queryset(self, request, queryset):
+        if self.value() not in self.CATEGORIES:
+            return queryset
+        matches = Q()
+        for prefix in self.CATEGORIES[self.value()][1]:
+            matches |= Q(action__startswith=prefix)
+        return queryset.filter(matches)
+
+
 @admin.register(AuditEvent)
 class AuditEventAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
     """The append-only audit trail of administrative changes."""
 
-    list_display = ["created_at", "action", "target_repr", "target_type", "actor", "reason"]
-    list_filter = ["action", "target_type"]
+    list_display = ["created_at", "action", "target_repr", "target_type", "actor", "reason", "data"]
+    list_filter = [AuditCategoryFilter, "action", "target_type"]
     list_select_related = ["actor", "target_type"]
-    search_fields = ["target_repr", "action", "actor__username", "reason"]
+    search_fields = ["target_repr", "action", "actor__username", "reason", "data__username", "data__user"]
     date_hierarchy = "created_at"
 
 
@@ -401,9 +443,20 @@ class ApiTokenAdmin(admin.ModelAdmin):
     """People's API tokens (issued at /api/v1/auth/token/): who holds which, until when, last used; operators
     revoke them (audited). The secret is never stored, so it is never shown."""
 
-    list_display = ["prefix", "name", "user", "created_at", "expires_at", "last_used_at", "revoked_at"]
-    list_filter = [("revoked_at", admin.EmptyFieldListFilter)]
-    list_select_related = ["user"]
+    list_display = [
+        "prefix",
+        "name",
+        "user",
+        "project",
+        "scope_list",
+        "created_at",
+        "expires_at",
+        "last_used_at",
+        "last_used_from",
+        "revoked_at",
+    ]
+    list_filter = [("revoked_at", admin.EmptyFieldListFilter), ("project", admin.EmptyFieldListFilter)]
+    list_select_related = ["user", "project__tenant"]
     search_fields = ["prefix", "name", "user__username"]
     exclude = ["hashed"]
     actions = [
@@ -415,6 +468,10 @@ class ApiTokenAdmin(admin.ModelAdmin):
             change=lambda token, reason, actor: api_tokens.api_token_revoke(token=token, reason=reason, actor=actor),
         )
     ]
+
+    @admin.display(description="Scopes")
+    def scope_list(self, token):
+        return ", ".join(token.scopes)
 
     def has_add_permission(self, request):
         return False
@@ -455,3 +512,119 @@ class SignInLockoutAdmin(AccessAttemptAdmin):
 
     def has_clear_permission(self, request):
         return request.user.has_perm("axes.delete_accessattempt")
+
+
+# --- Company sign-in: group mappings, directory accounts, service accounts -------------------------------------
+
+
+class GroupMappingForm(forms.ModelForm):
+    class Meta:
+        model = GroupMapping
+        fields = ["group", "grant", "tenant", "project", "active", "note"]
+
+
+@admin.register(GroupMapping)
+class GroupMappingAdmin(AuditedAdminMixin, admin.ModelAdmin):
+    """Which directory groups give which rights. Saving is audited and makes the saving operator the rule's author:
+    an operator rule applies only while its author is an operator. "Preview who would get what" lists the people in
+    each selected rule's group (as last read) and what the rule does for them, without applying anything: write a
+    rule inactive, preview it, then activate it. Rules apply at the next sign-in or sync."""
+
+    form = GroupMappingForm
+    list_display = ["group", "grant", "tenant", "project", "active", "written_by", "updated_at"]
+    list_filter = ["grant", "active"]
+    list_select_related = ["tenant", "project__tenant", "written_by"]
+    search_fields = ["group", "note", "project__slug", "tenant__slug"]
+    autocomplete_fields = ["tenant", "project"]
+    readonly_fields = ["written_by", "created_at", "updated_at", "preview"]
+    actions = ["preview_mappings"]
+
+    def entry_save(self, entry, changed_fields, actor):
+        entry.written_by = actor
+        return services.configuration_save(entry=entry, changed_fields=changed_fields, actor=actor)
+
+    @admin.display(description="Who would get what")
+    def preview(self, mapping):
+        if mapping.pk is None:
+            return "Save the rule (inactive, if you like) to preview it."
+        return render_to_string("tenancy/admin/mapping_rows.html", {"rows": _preview_rows([mapping])})
+
+    @admin.action(description="Preview who would get what (applies nothing)", permissions=["view"])
+    def preview_mappings(self, request, queryset):
+        rows = _preview_rows(list(queryset.select_related("tenant", "project", "written_by")))
+        context = {**self.admin_site.each_context(request), "opts": self.model._meta, "rows": rows}
+        return TemplateResponse(
+            request, "tenancy/admin/mapping_preview.html", {**context, "title": "Who would get what"}
+        )
+
+
+def _preview_rows(mappings) -> list[dict]:
+    accounts = list(rights.accounts_for_preview())
+    return [
+        {
+            "mapping": mapping,
+            "applies": rights.mapping_applies(mapping),
+            "people": rights.members_preview(mapping, accounts),
+        }
+        for mapping in mappings
+    ]
+
+
+class DirectoryGrantInline(admin.TabularInline):
+    """What the directory gave the person (rights given by hand are not listed here: they stay whatever groups do)."""
+
+    model = DirectoryGrant
+    fields = ["grant", "tenant", "project", "groups", "granted_at"]
+    readonly_fields = fields
+    extra = 0
+    can_delete = False
+
+    def has_add_permission(self, request, obj=None):
+        return False
+
+    def get_queryset(self, request):
+        return super().get_queryset(request).select_related("tenant", "project__tenant")
+
+
+@admin.register(DirectoryAccount)
+class DirectoryAccountAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
+    """People who signed in through the company directory: their identity there, the groups they were last seen in,
+    and (below) the rights those groups gave them."""
+
+    list_display = ["user", "source", "subject", "groups_read_at", "last_sign_in_at"]
+    list_filter = ["source"]
+    list_select_related = ["user"]
+    search_fields = ["user__username", "subject"]
+    exclude = ["refresh_token"]
+    readonly_fields = ["given"]
+
+    @admin.display(description="Rights the directory gave")
+    def given(self, account):
+        return "; ".join(str(grant) for grant in account.user.directory_grants.select_related("project", "tenant"))
+
+
+class DirectoryAccountInline(admin.StackedInline):
+    model = DirectoryAccount
+    fields = ["source", "subject", "groups", "groups_read_at", "last_sign_in_at"]
+    readonly_fields = fields
+    can_delete = False
+
+    def has_add_permission(self, request, obj=None):
+        return False
+
+
+# A person's page shows who they are in the directory and, apart from what was given by hand, what it gave them.
+UserAdmin.inlines = [DirectoryAccountInline, DirectoryGrantInline]
+
+
+@admin.register(ServiceAccount)
+class ServiceAccountAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
+    """Projects' service accounts (their leads manage them on the team page; their tokens are under API tokens)."""
+
+    list_display = ["user", "project", "description", "created_by", "created_at", "active"]
+    list_select_related = ["user", "project__tenant", "created_by"]
+    search_fields = ["user__username", "project__slug"]
+
+    @admin.display(boolean=True, ordering="user__is_active")
+    def active(self, account):
+        return account.user.is_active

@@ -1,9 +1,11 @@
-"""API tokens: issued to a person (by signing in at the token endpoint, or by an operator), shown once, stored as a
-SHA-256 hash, expiring, revocable, audited. The one token mechanism of the platform (docs/security.md, "API
-tokens"): personal tokens pages and service accounts issue through `api_token_issue` and are checked by
-`api_token_authenticate`, so every rule here holds for them too.
+"""API tokens: issued to a person (by signing in at the token endpoint, or by an operator) or to a project's service
+account (by its lead), shown once, stored as a SHA-256 hash, scoped, expiring, revocable, audited. The one token
+mechanism of the platform (docs/security.md, "API tokens"): personal tokens pages and service accounts issue through
+`api_token_issue` and are checked by `api_token_authenticate`, so every rule here holds for them too. Which scope
+each endpoint needs is config/scopes.py's.
 """
 
+import json
 import re
 from dataclasses import dataclass
 from datetime import timedelta
@@ -15,7 +17,8 @@ from django.utils import timezone
 
 from config.errors import Conflict, DomainError
 from config.tokens import prefixed_secret_new, prefixed_secret_prefix, secret_hash, secret_matches
-from tenancy.models import ApiToken, User
+from tenancy.choices import SERVICE_ACCOUNT_SCOPES, TokenScope
+from tenancy.models import ApiToken, Project, User
 from tenancy.services import audit_record
 
 TOKEN_KIND = "cct"
@@ -45,19 +48,51 @@ def token_lifetime(days: int | None) -> timedelta:
     return timedelta(days=days)
 
 
+def checked_scopes(scopes: list[str] | None, *, allowed: list[str]) -> list[str]:
+    """The scopes asked for, in TokenScope's order; every allowed one when none are named (None). Unknown or
+    disallowed ones are refused by name, and an empty list is refused: a token that may do nothing is a mistake."""
+    if scopes is None:
+        return list(allowed)
+    unknown = sorted(set(scopes) - set(TokenScope.values))
+    refused = sorted(set(scopes) - set(allowed) - set(unknown))
+    if unknown or refused or not scopes:
+        raise DomainError(
+            f"Unknown scopes: {', '.join(unknown)}."
+            if unknown
+            else f"Not for this token: {', '.join(refused)}."
+            if refused
+            else "Choose at least one scope.",
+            code="invalid_scope",
+            details={"field": "scopes", "unknown": unknown, "refused": refused, "allowed": list(allowed)},
+        )
+    return [scope for scope in TokenScope.values if scope in scopes]
+
+
 @transaction.atomic
-def api_token_issue(*, user: User, name: str, actor: User | None, expires_in_days: int | None = None) -> IssuedApiToken:
-    """A new token acting as `user`; the secret is returned once and never stored."""
+def api_token_issue(
+    *,
+    user: User,
+    name: str,
+    actor: User | None,
+    expires_in_days: int | None = None,
+    scopes: list[str] | None = None,
+    project: Project | None = None,
+) -> IssuedApiToken:
+    """A new token acting as `user` within `scopes` (a person's: all of them unless narrowed), bound to `project`
+    when given (a service account's); the secret is returned once and never stored."""
     name = (name or "").strip()
     if not name:
         raise DomainError("Give the token a name (what uses it).", code="name_required", details={"field": "name"})
     lifetime = token_lifetime(expires_in_days)
+    scopes = checked_scopes(scopes, allowed=SERVICE_ACCOUNT_SCOPES if project is not None else TokenScope.values)
     prefix, secret = prefixed_secret_new(TOKEN_KIND)
     token = ApiToken.objects.create(
         user=user,
         name=name[:80],
         prefix=prefix,
         hashed=secret_hash(secret),
+        scopes=scopes,
+        project=project,
         created_by=actor if actor is not None and actor.is_authenticated else None,
         expires_at=timezone.now() + lifetime,
     )
@@ -65,7 +100,13 @@ def api_token_issue(*, user: User, name: str, actor: User | None, expires_in_day
         actor=actor,
         action="api_token.issued",
         target=user,
-        data={"token": prefix, "name": token.name, "expires_at": token.expires_at.isoformat()},
+        data={
+            "token": prefix,
+            "name": token.name,
+            "expires_at": token.expires_at.isoformat(),
+            "scopes": scopes,
+            **({"project": project.slug} if project is not None else {}),
+        },
     )
     return IssuedApiToken(token, secret)
 
@@ -82,6 +123,16 @@ def api_token_revoke(*, token: ApiToken, reason: str, actor: User | None) -> Api
         actor=actor, action="api_token.revoked", target=token.user, reason=reason, data={"token": token.prefix}
     )
     return token
+
+
+def api_tokens_revoke_all(*, user: User, reason: str, actor: User | None) -> int:
+    """Every working token of the person stops at once (the directory took rights away); how many."""
+    working = ApiToken.objects.filter(user=user, revoked_at__isnull=True, expires_at__gt=timezone.now())
+    revoked = 0
+    for token in working:
+        api_token_revoke(token=token, reason=reason, actor=actor)
+        revoked += 1
+    return revoked
 
 
 def api_tokens_purge() -> int:
@@ -108,16 +159,18 @@ class TokenRefused(Exception):
         self.code, self.message = code, message
 
 
-def api_token_authenticate(secret: str) -> tuple[User, ApiToken]:
-    """The active user and token this secret belongs to (its last use noted), in one statement; TokenRefused for an
-    unknown, malformed, revoked or expired token or an inactive user."""
+def api_token_authenticate(secret: str, *, address: str | None = None) -> tuple[User, ApiToken]:
+    """The active user and token this secret belongs to, in one statement; its use is noted (at most once a minute)
+    and audited when it is the first or comes from another address than the last. TokenRefused for an unknown,
+    malformed, revoked or expired token or an inactive user."""
     prefix = token_prefix(secret)
     users = User._meta.db_table
     found = (
         list(
             User.objects.raw(
                 f"SELECT u.*, t.id AS token_id, t.hashed AS token_hashed, t.expires_at AS token_expires_at, "
-                f"t.revoked_at AS token_revoked_at, t.last_used_at AS token_last_used_at "
+                f"t.revoked_at AS token_revoked_at, t.last_used_at AS token_last_used_at, "
+                f"t.last_used_from AS token_last_used_from, t.scopes AS token_scopes, t.project_id AS token_project_id "
                 f"FROM {users} u JOIN {ApiToken._meta.db_table} t ON t.user_id = u.id WHERE t.prefix = %s",
                 [prefix],
             )
@@ -139,9 +192,37 @@ def api_token_authenticate(secret: str) -> tuple[User, ApiToken]:
         hashed=user.token_hashed,
         expires_at=user.token_expires_at,
         last_used_at=user.token_last_used_at,
+        last_used_from=user.token_last_used_from,
+        scopes=_scopes_of(user.token_scopes),
+        project_id=user.token_project_id,
     )
-    if token.last_used_at is None or token.last_used_at < now - LAST_USED_PRECISION:
+    if address and address != token.last_used_from:
+        _note_use_from(token, address, now)
+    elif token.last_used_at is None or token.last_used_at < now - LAST_USED_PRECISION:
         ApiToken.objects.filter(
             Q(last_used_at__isnull=True) | Q(last_used_at__lt=now - LAST_USED_PRECISION), pk=token.pk
         ).update(last_used_at=now)
     return user, token
+
+
+def _scopes_of(stored) -> list[str]:
+    """The raw query returns the JSON column as text on some databases and decoded on others."""
+    return json.loads(stored) if isinstance(stored, str) else list(stored or [])
+
+
+def _note_use_from(token: ApiToken, address: str, now) -> None:
+    """A token's first use, or its use from another address than the last: noted and on the audit log (a stolen
+    token shows up as a new address)."""
+    with transaction.atomic():
+        updated = (
+            ApiToken.objects.filter(pk=token.pk)
+            .exclude(last_used_from=address)
+            .update(last_used_at=now, last_used_from=address)
+        )
+        if updated:
+            audit_record(
+                actor=token.user,
+                action="api_token.used",
+                target=token.user,
+                data={"token": token.prefix, "address": address, "previous_address": token.last_used_from},
+            )

@@ -74,3 +74,52 @@ PRIORITY_RANK = {
 def priorities_up_to(entitlement: str) -> list[str]:
     """The classes a project entitled to `entitlement` may order without approval, lowest first."""
     return [str(priority) for priority in PriorityClass if PRIORITY_RANK[priority] <= PRIORITY_RANK[entitlement]]
+
+
+class TokenScope(models.TextChoices):
+    """What an API token may do (config/scopes.py maps every API endpoint to one). A token acts with its holder's
+    rights, and only within its scopes: a call outside them is refused 403 `token_scope`."""
+
+    CATALOG_READ = "catalog:read", "Read the catalog"
+    PROJECTS_READ = "projects:read", "Read projects, quotas and usage of them"
+    REQUESTS_READ = "requests:read", "Read requests, the queue and approval tasks"
+    REQUESTS_WRITE = "requests:write", "Order, cancel, release and extend requests; ask for quota"
+    APPROVALS_WRITE = "approvals:write", "Approve or reject"
+    SERVING_CALL = "serving:call", "Create, rotate and revoke the project's gateway keys that call its models"
+    USAGE_READ = "usage:read", "Read usage, budgets and recommendations"
+    INVENTORY_READ = "inventory:read", "Read the inventory and capacity"
+    OPERATIONS_WRITE = "operations:write", "Operator actions: inventory, health reports, provisioning retries"
+
+
+# A service account orders and reads for its project; operator scopes are never given to one.
+SERVICE_ACCOUNT_SCOPES = [
+    scope for scope in TokenScope.values if scope not in (TokenScope.OPERATIONS_WRITE, TokenScope.APPROVALS_WRITE)
+]
+
+
+class DirectorySource(models.TextChoices):
+    OIDC = "oidc", "OpenID Connect"
+    LDAP = "ldap", "LDAP / Active Directory"
+
+
+class GroupGrant(models.TextChoices):
+    """What a directory group mapping gives the people in the group."""
+
+    TENANT_MEMBER = "tenant_member", "Member of the tenant"
+    TENANT_ADMIN = "tenant_admin", "Administrator of the tenant"
+    PROJECT_MEMBER = "project_member", "Project member"
+    PROJECT_APPROVER = "project_approver", "Project approver"
+    PROJECT_LEAD = "project_lead", "Project lead"
+    OPERATOR = "operator", "Operator (staff and the Operators group)"
+
+    @property
+    def project_role(self) -> str | None:
+        return {
+            GroupGrant.PROJECT_MEMBER: Role.MEMBER,
+            GroupGrant.PROJECT_APPROVER: Role.APPROVER,
+            GroupGrant.PROJECT_LEAD: Role.LEAD,
+        }.get(self)
+
+
+# When several mappings give one person roles on one project, the strongest wins.
+ROLE_STRENGTH = {Role.MEMBER: 1, Role.APPROVER: 2, Role.LEAD: 3}

@@ -7,8 +7,8 @@ order, so lower apps create what higher apps' demo data refers to. Each seed is 
 from decimal import Decimal
 
 from tenancy import services
-from tenancy.choices import PriorityClass, Role
-from tenancy.models import Project, Tenant, User
+from tenancy.choices import GroupGrant, PriorityClass, Role
+from tenancy.models import GroupMapping, Project, Tenant, User
 from tenancy.operators import sync_operator_group
 
 D = Decimal
@@ -140,3 +140,30 @@ def seed_tenancy(users: dict[str, User]) -> dict[str, Tenant]:
 def seed(context: dict) -> None:
     context["users"] = seed_people(context["password"])
     context["tenants"] = seed_tenancy(context["users"])
+
+
+# The groups of `make run-sso`'s IdP and directory (tests/oidc_provider.py, tests/ldap_directory.py) and what they
+# give: research (ml-engineers inside it, as a nested group) orders for the pretraining project, research-approvers
+# approve there, platform-ops are operators.
+SSO_MAPPINGS = [
+    ("research", GroupGrant.TENANT_MEMBER, "acme-research", None),
+    ("research", GroupGrant.PROJECT_MEMBER, None, "llm-pretraining"),
+    ("ml-engineers", GroupGrant.PROJECT_MEMBER, None, "recommendations"),
+    ("research-approvers", GroupGrant.PROJECT_APPROVER, None, "llm-pretraining"),
+    ("platform-ops", GroupGrant.OPERATOR, None, None),
+]
+
+
+def seed_group_mappings(author: User) -> list[GroupMapping]:
+    """The demo's group mappings, written by the demo's operator (an operator rule applies only then); idempotent."""
+    mappings = []
+    for group, grant, tenant_slug, project_slug in SSO_MAPPINGS:
+        mapping, _ = GroupMapping.objects.get_or_create(
+            group=group,
+            grant=grant,
+            tenant=Tenant.objects.filter(slug=tenant_slug).first() if tenant_slug else None,
+            project=Project.objects.filter(slug=project_slug).first() if project_slug else None,
+            defaults={"written_by": author, "note": "make run-sso"},
+        )
+        mappings.append(mapping)
+    return mappings

@@ -1,6 +1,6 @@
 from django import forms
 
-from tenancy.choices import Role
+from tenancy.choices import SERVICE_ACCOUNT_SCOPES, Role, TokenScope
 from tenancy.team import TEAM_ROLES
 
 ROLE_CHOICES = [(role, Role(role).label) for role in TEAM_ROLES]
@@ -31,3 +31,20 @@ class InvitationAcceptForm(forms.Form):
         if cleaned.get("password") and cleaned.get("password") != cleaned.get("password_again"):
             self.add_error("password_again", "The two passwords differ.")
         return cleaned
+
+
+class ServiceAccountForm(forms.Form):
+    name = forms.CharField(max_length=40, help_text="What runs as it, e.g. nightly-ci (lowercase, digits, hyphens).")
+    description = forms.CharField(max_length=200, required=False)
+
+
+class ServiceTokenForm(forms.Form):
+    token_name = forms.CharField(label="Token name", max_length=80, help_text="Where it is kept, e.g. GitLab CI.")
+    scopes = forms.MultipleChoiceField(
+        choices=[(scope, f"{scope}: {TokenScope(scope).label}") for scope in SERVICE_ACCOUNT_SCOPES],
+        widget=forms.CheckboxSelectMultiple,
+        help_text="Give only what the pipeline needs.",
+    )
+    expires_in_days = forms.IntegerField(
+        label="Expires in (days)", min_value=1, required=False, help_text="Empty: the platform's default."
+    )

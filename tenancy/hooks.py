@@ -13,3 +13,12 @@ class ProjectUsage(Protocol):
 
 
 PROJECT_USAGE = Hook("project_usage", ProjectUsage, provider="requests")
+
+
+class OpenWork(Protocol):
+    """requests: the person's open requests in the project, [{id, title, state, url}] (url a path)."""
+
+    def __call__(self, project_id: int, user_id: int, /) -> list[dict]: ...
+
+
+OPEN_WORK = Hook("open_work", OpenWork, provider="requests")

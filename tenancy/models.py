@@ -7,7 +7,16 @@ from django.core.validators import MinValueValidator, RegexValidator
 from django.db import models
 from django.db.models import Q
 
-from tenancy.choices import OrderCap, PriorityClass, ProjectPermission, QuotaDimension, Role
+from tenancy.choices import (
+    DirectorySource,
+    GroupGrant,
+    OrderCap,
+    PriorityClass,
+    ProjectPermission,
+    QuotaDimension,
+    Role,
+    TokenScope,
+)
 
 slug_validator = RegexValidator(r"^[a-z0-9]+(?:-[a-z0-9]+)*$", "Use lowercase letters, digits and single hyphens.")
 
@@ -43,6 +52,13 @@ class Tenant(models.Model):
         blank=True,
         related_name="administered_tenants",
         help_text="Tenant administrators; approval stages can route to them.",
+    )
+    people = models.ManyToManyField(
+        settings.AUTH_USER_MODEL,
+        blank=True,
+        related_name="tenants",
+        help_text="People of the tenant besides its projects' members (directory groups add them): the tenant's "
+        "leads add them to projects directly.",
     )
     active = models.BooleanField(default=True)
     created_at = models.DateTimeField(auto_now_add=True)
@@ -193,9 +209,10 @@ class AuditEvent(models.Model):
     actor = models.ForeignKey(
         settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
     )
-    action = models.CharField(max_length=60)
-    target_type = models.ForeignKey(ContentType, on_delete=models.PROTECT, related_name="+")
-    target_id = models.CharField("target ID", max_length=64)
+    action = models.CharField(max_length=60, db_index=True)
+    # No target for what concerns no stored object, e.g. a failed sign-in with an unknown username.
+    target_type = models.ForeignKey(ContentType, null=True, blank=True, on_delete=models.PROTECT, related_name="+")
+    target_id = models.CharField("target ID", max_length=64, blank=True)
     target_repr = models.CharField(max_length=200)
     reason = models.TextField(blank=True)
     data = models.JSONField(default=dict, blank=True)
@@ -295,12 +312,22 @@ class ApiToken(models.Model):
     name = models.CharField(max_length=80, help_text="What uses it, e.g. a laptop's CLI or a CI pipeline.")
     prefix = models.CharField(max_length=12, unique=True, help_text="Public part of the token, to tell tokens apart.")
     hashed = models.CharField(max_length=64)
+    scopes = models.JSONField(default=list, help_text="What the token may do (tenancy.choices.TokenScope).")
+    project = models.ForeignKey(
+        Project,
+        null=True,
+        blank=True,
+        on_delete=models.CASCADE,
+        related_name="api_tokens",
+        help_text="The project a service account's token is bound to; empty for a person's token.",
+    )
     created_by = models.ForeignKey(
         settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
     )
     created_at = models.DateTimeField(auto_now_add=True)
     expires_at = models.DateTimeField(db_index=True)
     last_used_at = models.DateTimeField(null=True, blank=True)
+    last_used_from = models.GenericIPAddressField(null=True, blank=True)
     revoked_at = models.DateTimeField(null=True, blank=True)
 
     class Meta:
@@ -310,3 +337,143 @@ class ApiToken(models.Model):
 
     def __str__(self):
         return f"{self.name} ({self.prefix}…) of {self.user}"
+
+    @property
+    def scope_labels(self) -> list[str]:
+        return [TokenScope(scope).label for scope in self.scopes if scope in TokenScope.values]
+
+
+class ServiceAccount(models.Model):
+    """A non-person account of a project for CI pipelines and other machines: a user without a password (it never
+    signs in), a member of its project only, acting through scoped API tokens its project's lead issues."""
+
+    user = models.OneToOneField(
+        settings.AUTH_USER_MODEL, on_delete=models.CASCADE, primary_key=True, related_name="service_account"
+    )
+    project = models.ForeignKey(Project, on_delete=models.CASCADE, related_name="service_accounts")
+    description = models.CharField(max_length=200, blank=True)
+    created_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["project", "user__username"]
+
+    def __str__(self):
+        return f"Service account {self.user.username} of {self.project.slug}"
+
+
+class DirectoryAccount(models.Model):
+    """Who a person is in the company directory and which of its groups they were last seen in: read at each
+    sign-in (the OIDC group claim, or LDAP's group search) and by the periodic sync (tenancy.directory.sync)."""
+
+    user = models.OneToOneField(
+        settings.AUTH_USER_MODEL, on_delete=models.CASCADE, primary_key=True, related_name="directory_account"
+    )
+    source = models.CharField(max_length=8, choices=DirectorySource.choices)
+    subject = models.CharField(
+        max_length=255, help_text="The IdP's `sub` claim, or the LDAP entry's distinguished name."
+    )
+    groups = models.JSONField(default=list, blank=True, help_text="Group names (and DNs) as last read.")
+    groups_read_at = models.DateTimeField(null=True, blank=True)
+    # OIDC only: the refresh token with which the sync asks the IdP for current claims; encrypted with a key derived
+    # from SECRET_KEY (tenancy.directory.secrets), never shown.
+    refresh_token = models.TextField(blank=True, editable=False)
+    last_sign_in_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["source", "subject"], name="one_account_per_directory_subject"),
+            models.CheckConstraint(condition=Q(source__in=DirectorySource.values), name="directory_source_valid"),
+        ]
+
+    def __str__(self):
+        return f"{self.user} in {self.get_source_display()}"
+
+
+class GroupMapping(models.Model):
+    """An operator's rule: people in directory group `group` get `grant` (on `tenant` or `project`). Applied at every
+    sign-in and by the periodic sync; taking someone out of the group takes the right away again."""
+
+    group = models.CharField(
+        max_length=255,
+        help_text="The group's name as the IdP's group claim gives it, or its LDAP common name or DN (any case).",
+    )
+    grant = models.CharField(max_length=20, choices=GroupGrant.choices)
+    tenant = models.ForeignKey(Tenant, null=True, blank=True, on_delete=models.CASCADE, related_name="group_mappings")
+    project = models.ForeignKey(Project, null=True, blank=True, on_delete=models.CASCADE, related_name="group_mappings")
+    active = models.BooleanField(default=True)
+    note = models.CharField(max_length=200, blank=True)
+    written_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL,
+        null=True,
+        blank=True,
+        on_delete=models.SET_NULL,
+        related_name="+",
+        help_text="Who last wrote the rule; an operator rule applies only while they are an operator.",
+    )
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["group", "grant", "id"]
+        constraints = [
+            models.CheckConstraint(condition=Q(grant__in=GroupGrant.values), name="group_mapping_grant_valid"),
+            models.CheckConstraint(
+                condition=(
+                    Q(grant__in=[GroupGrant.TENANT_MEMBER, GroupGrant.TENANT_ADMIN], tenant__isnull=False)
+                    & Q(project__isnull=True)
+                )
+                | (
+                    Q(
+                        grant__in=[GroupGrant.PROJECT_MEMBER, GroupGrant.PROJECT_APPROVER, GroupGrant.PROJECT_LEAD],
+                        project__isnull=False,
+                    )
+                    & Q(tenant__isnull=True)
+                )
+                | Q(grant=GroupGrant.OPERATOR, tenant__isnull=True, project__isnull=True),
+                name="group_mapping_target_fits_grant",
+                violation_error_message="Tenant grants name a tenant, project grants a project, the operator grant "
+                "neither.",
+            ),
+        ]
+
+    def __str__(self):
+        target = self.project or self.tenant
+        return f"{self.group} → {self.get_grant_display()}" + (f" of {target}" if target else "")
+
+
+class DirectoryGrant(models.Model):
+    """A right the directory gave a person (the sync created it): kept while some active mapping of one of their
+    groups still gives it, taken away when none does. A right the person already had is manual and never one of
+    these, so the directory never takes away what a lead or an operator granted by hand."""
+
+    user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="directory_grants")
+    grant = models.CharField(max_length=20, choices=GroupGrant.choices)
+    tenant = models.ForeignKey(Tenant, null=True, blank=True, on_delete=models.CASCADE, related_name="+")
+    project = models.ForeignKey(Project, null=True, blank=True, on_delete=models.CASCADE, related_name="+")
+    groups = models.JSONField(default=list, help_text="The groups whose mappings give it, as last applied.")
+    granted_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["user", "grant"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["user", "grant", "project"],
+                condition=Q(project__isnull=False),
+                name="one_directory_grant_per_project_right",
+            ),
+            models.UniqueConstraint(
+                fields=["user", "grant", "tenant"],
+                condition=Q(tenant__isnull=False),
+                name="one_directory_grant_per_tenant_right",
+            ),
+            models.UniqueConstraint(
+                fields=["user"], condition=Q(grant="operator"), name="one_directory_operator_grant_per_user"
+            ),
+        ]
+
+    def __str__(self):
+        target = self.project or self.tenant
+        return f"{self.user}: {self.get_grant_display()}" + (f" of {target}" if target else "")

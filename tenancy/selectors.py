@@ -12,7 +12,7 @@ from guardian.models import GroupObjectPermission, UserObjectPermission
 from guardian.shortcuts import get_objects_for_user
 
 from tenancy.choices import ProjectPermission
-from tenancy.models import AuditEvent, Invitation, Membership, Project, User
+from tenancy.models import AuditEvent, DirectoryGrant, Invitation, Membership, Project, User
 
 
 def projects_with_permission(*, user: User, permission: str) -> QuerySet[Project]:
@@ -137,8 +137,21 @@ def audit_events_for(*, target) -> QuerySet[AuditEvent]:
     ).select_related("actor")
 
 
-def team_of(project: Project) -> QuerySet[Membership]:
-    return Membership.objects.filter(project=project).select_related("user", "granted_by").order_by("user__username")
+def team_of(project: Project) -> list[Membership]:
+    """The project's members, each with `directory_groups`: the directory groups that gave the place (empty: given by
+    hand), and `is_service_account`."""
+    memberships = list(
+        Membership.objects.filter(project=project)
+        .select_related("user", "granted_by", "user__service_account")
+        .order_by("user__username")
+    )
+    given: dict[int, set[str]] = {}
+    for user_id, groups in DirectoryGrant.objects.filter(project=project).values_list("user_id", "groups"):
+        given.setdefault(user_id, set()).update(groups)
+    for membership in memberships:
+        membership.directory_groups = sorted(given.get(membership.user_id, ()))
+        membership.is_service_account = hasattr(membership.user, "service_account")
+    return memberships
 
 
 def invitations_open(project: Project) -> QuerySet[Invitation]:

@@ -18,15 +18,16 @@ def _jsonable(value: Any) -> Any:
 
 
 def audit_record(
-    *, actor: User | None, action: str, target: models.Model, reason: str = "", data: dict | None = None
+    *, actor: User | None, action: str, target: models.Model | None, reason: str = "", data: dict | None = None
 ) -> AuditEvent:
-    """Append one audit row; call it inside the transaction that made the change."""
+    """Append one audit row; call it inside the transaction that made the change. `target` is None only for what
+    concerns no stored object (a failed sign-in with an unknown username)."""
     return AuditEvent.objects.create(
         actor=actor if actor is not None and actor.is_authenticated else None,
         action=action,
-        target_type=ContentType.objects.get_for_model(target, for_concrete_model=False),
-        target_id=str(target.pk),
-        target_repr=str(target)[:200],
+        target_type=ContentType.objects.get_for_model(target, for_concrete_model=False) if target is not None else None,
+        target_id=str(target.pk) if target is not None else "",
+        target_repr=str(target)[:200] if target is not None else "",
         reason=reason,
         data={key: _jsonable(value) for key, value in (data or {}).items()},
     )

@@ -23,7 +23,7 @@ from config.errors import Conflict, DomainError, NotPermitted
 from config.mail import Mail, absolute_url, mails_send
 from config.tokens import prefixed_secret_new, prefixed_secret_prefix, secret_hash, secret_matches
 from tenancy.choices import ProjectPermission, Role
-from tenancy.models import Invitation, Membership, Project, User
+from tenancy.models import DirectoryGrant, Invitation, Membership, Project, ServiceAccount, User
 from tenancy.selectors import user_has_project_permission
 from tenancy.services import audit_record, membership_grant, membership_revoke
 
@@ -60,9 +60,11 @@ def _check_role(role: str) -> str:
 
 
 def _people_of(tenant_id: int):
-    """Who belongs to a tenant: members of any of its projects, and its administrators."""
+    """Who belongs to a tenant: members of any of its projects, its administrators, and its people (whom directory
+    groups make members of the tenant)."""
     return User.objects.filter(
-        Q(memberships__project__tenant_id=tenant_id) | Q(administered_tenants__id=tenant_id), is_active=True
+        Q(memberships__project__tenant_id=tenant_id) | Q(administered_tenants__id=tenant_id) | Q(tenants__id=tenant_id),
+        is_active=True,
     ).distinct()
 
 
@@ -109,10 +111,31 @@ def team_member_add(*, project: Project, identifier: str, role: str, actor: User
     return invitation_create(project=project, email=identifier, role=role, actor=actor)
 
 
+def _check_not_from_directory(project: Project, user: User) -> None:
+    """A place the company directory gave follows the person's groups: changed there, not here (it would come back
+    at the next sync, or go when the person leaves the group)."""
+    groups = DirectoryGrant.objects.filter(project=project, user=user).values_list("groups", flat=True)
+    if groups:
+        names = sorted({group for given in groups for group in given})
+        raise Conflict(
+            f"{user.username} is in {project.name} through the directory group {', '.join(names)}; change the group "
+            "or ask an operator to change its mapping.",
+            code="granted_by_directory",
+            details={"user": user.username, "groups": names},
+        )
+
+
 @transaction.atomic
 def team_role_change(*, project: Project, user: User, role: str, actor: User) -> Membership:
     _check_can_manage(actor, project)
     _check_role(role)
+    _check_not_from_directory(project, user)
+    if ServiceAccount.objects.filter(user=user).exists():
+        raise Conflict(
+            "A service account orders for its project as a member; it never approves.",
+            code="service_account_role",
+            details={"user": user.username},
+        )
     if not Membership.objects.filter(project=project, user=user).exists():
         raise Conflict(f"{user.username} is not in {project.name}.", code="not_member", details={"user": user.username})
     return membership_grant(project=project, user=user, role=role, actor=actor)
@@ -121,6 +144,7 @@ def team_role_change(*, project: Project, user: User, role: str, actor: User) ->
 @transaction.atomic
 def team_member_remove(*, project: Project, user: User, actor: User) -> None:
     _check_can_manage(actor, project)
+    _check_not_from_directory(project, user)
     membership_revoke(project=project, user=user, actor=actor)
 
 

@@ -1,5 +1,6 @@
 """The Team page of a project (its lead and operators manage it) and the invitation's sign-up page."""
 
+from django.conf import settings
 from django.contrib import messages
 from django.contrib.auth import login
 from django.contrib.auth.decorators import login_required
@@ -8,9 +9,9 @@ from django.shortcuts import get_object_or_404, redirect, render
 from django.views.decorators.http import require_http_methods, require_POST
 
 from config.errors import DomainError
-from tenancy import selectors, team
-from tenancy.forms import InvitationAcceptForm, TeamAddForm, TeamRoleForm
-from tenancy.models import Invitation, Membership
+from tenancy import selectors, service_accounts, team
+from tenancy.forms import InvitationAcceptForm, ServiceAccountForm, ServiceTokenForm, TeamAddForm, TeamRoleForm
+from tenancy.models import ApiToken, Invitation, Membership, ServiceAccount
 
 
 def _project(request, pk):
@@ -28,6 +29,29 @@ def _managed_project(request, pk):
 def _refusal_on(form, error: DomainError) -> None:
     field = (error.details or {}).get("field") if isinstance(error.details, dict) else None
     form.add_error(field if field in form.fields else None, error.message)
+
+
+def _token_form(account_id: int, data=None) -> ServiceTokenForm:
+    """Each service account's token form, its fields' ids its own (several accounts share the page)."""
+    return ServiceTokenForm(data, auto_id=f"id_svc{account_id}_%s")
+
+
+def _team_context(request, project, can_manage, *, refused_token_form=None, **extra) -> dict:
+    accounts = service_accounts.service_accounts_of(project) if can_manage else []
+    for account in accounts:
+        refused_here = refused_token_form is not None and refused_token_form.account_id == account.pk
+        account.token_form = refused_token_form if refused_here else _token_form(account.pk)
+    return {
+        "project": project,
+        "memberships": selectors.team_of(project),
+        "invitations": list(selectors.invitations_open(project)) if can_manage else [],
+        "service_accounts": accounts,
+        "can_manage": can_manage,
+        "form": TeamAddForm(),
+        "account_form": ServiceAccountForm(),
+        "role_choices": TeamRoleForm.base_fields["role"].choices,
+        **extra,
+    }
 
 
 @login_required
@@ -58,16 +82,91 @@ def team_page(request, pk):
     return render(
         request,
         "tenancy/team.html",
-        {
-            "project": project,
-            "memberships": list(selectors.team_of(project)),
-            "invitations": list(selectors.invitations_open(project)) if can_manage else [],
-            "can_manage": can_manage,
-            "form": form,
-            "role_choices": TeamRoleForm.base_fields["role"].choices,
-        },
+        _team_context(request, project, can_manage, form=form),
         status=422 if form.errors else 200,
     )
+
+
+@login_required
+@require_POST
+def service_account_create(request, pk):
+    project = _managed_project(request, pk)
+    form = ServiceAccountForm(request.POST)
+    if form.is_valid():
+        try:
+            account = service_accounts.service_account_create(
+                project=project,
+                name=form.cleaned_data["name"],
+                description=form.cleaned_data["description"],
+                actor=request.user,
+            )
+        except DomainError as error:
+            _refusal_on(form, error)
+        else:
+            messages.success(request, f"Service account {account.user.username} created; issue it a token.")
+            return redirect("team:team", pk=project.pk)
+    context = _team_context(request, project, True, account_form=form)
+    return render(request, "tenancy/team.html", context, status=422)
+
+
+def _service_account(project, account_id) -> ServiceAccount:
+    return get_object_or_404(ServiceAccount.objects.select_related("user", "project"), project=project, pk=account_id)
+
+
+@login_required
+@require_POST
+def service_token_issue(request, pk, account_id):
+    """The new token's secret is in this response only (201): never stored, never in a redirect or a message."""
+    project = _managed_project(request, pk)
+    account = _service_account(project, account_id)
+    form = _token_form(account.pk, request.POST)
+    form.account_id = account.pk
+    if form.is_valid():
+        try:
+            issued = service_accounts.service_token_issue(
+                account=account,
+                name=form.cleaned_data["token_name"],
+                scopes=form.cleaned_data["scopes"],
+                expires_in_days=form.cleaned_data["expires_in_days"],
+                actor=request.user,
+            )
+        except DomainError as error:
+            _refusal_on(form, error)
+        else:
+            context = _team_context(request, project, True, issued=issued, issued_for=account)
+            response = render(request, "tenancy/team.html", context, status=201)
+            response["Cache-Control"] = "no-store"
+            return response
+    context = _team_context(request, project, True, refused_token_form=form)
+    return render(request, "tenancy/team.html", context, status=422)
+
+
+@login_required
+@require_POST
+def service_token_revoke(request, pk, token_id):
+    project = _managed_project(request, pk)
+    token = get_object_or_404(ApiToken, project=project, pk=token_id, user__service_account__project=project)
+    try:
+        service_accounts.service_token_revoke(token=token, actor=request.user)
+    except DomainError as error:
+        messages.error(request, error.message)
+    else:
+        messages.success(request, f"Token {token.prefix}… revoked; it stopped working at once.")
+    return redirect("team:team", pk=project.pk)
+
+
+@login_required
+@require_POST
+def service_account_deactivate(request, pk, account_id):
+    project = _managed_project(request, pk)
+    account = _service_account(project, account_id)
+    try:
+        service_accounts.service_account_deactivate(account=account, actor=request.user)
+    except DomainError as error:
+        messages.error(request, error.message)
+    else:
+        messages.success(request, f"{account.user.username} is switched off; its tokens stopped working.")
+    return redirect("team:team", pk=project.pk)
 
 
 def _membership(project, user_id) -> Membership:
@@ -128,6 +227,10 @@ def invitation_accept(request, token):
         return render(request, "tenancy/invitation_invalid.html", status=404)
     if request.user.is_authenticated:
         return _join_as_signed_in(request, token, invitation)
+    if not settings.LOCAL_PASSWORD_SIGN_IN:  # people sign in with the company's identity, then join
+        if request.method == "POST":
+            raise PermissionDenied("Sign in with your company account to join.")
+        return render(request, "tenancy/invitation_accept.html", {"invitation": invitation, "local_accounts": False})
     form = InvitationAcceptForm(request.POST or None)
     if request.method == "POST" and form.is_valid():
         try:
@@ -141,12 +244,12 @@ def invitation_accept(request, token):
         except DomainError as error:
             _refusal_on(form, error)
         else:
-            login(request, user, backend="django.contrib.auth.backends.ModelBackend")
+            login(request, user, backend="tenancy.sign_in_backends.LocalPasswordBackend")
             return _welcome(request, invitation)
     return render(
         request,
         "tenancy/invitation_accept.html",
-        {"invitation": invitation, "form": form},
+        {"invitation": invitation, "form": form, "local_accounts": True},
         status=422 if form.errors else 200,
     )
 

@@ -4,6 +4,8 @@ from django.db import connection
 from rest_framework.test import APIClient
 
 from tests import factories
+from tests.ldap_directory import running_directory
+from tests.oidc_provider import running_provider
 from tests.slurm_cluster import cluster_for_tests
 from tests.smtp_server import smtp_server
 
@@ -115,3 +117,57 @@ def mailbox(_smtp_server, settings):
     received.clear()
     yield received
     received.clear()
+
+
+@pytest.fixture(scope="session")
+def _ldap_directory():
+    with running_directory() as directory:
+        yield directory
+
+
+@pytest.fixture
+def directory(_ldap_directory, settings):
+    """The session's OpenLDAP directory (tests/ldap_directory.py), as it started, with the platform's LDAP sign-in
+    pointed at it (the settings config/settings.py builds from LDAP_*)."""
+    from config.ldap_settings import connection_options, group_type, search
+
+    _ldap_directory.reset()
+    env = _ldap_directory.settings()
+    settings.LDAP_ENABLED = True
+    settings.AUTH_LDAP_SERVER_URI = env["LDAP_SERVER_URI"]
+    settings.AUTH_LDAP_BIND_DN, settings.AUTH_LDAP_BIND_PASSWORD = env["LDAP_BIND_DN"], env["LDAP_BIND_PASSWORD"]
+    settings.AUTH_LDAP_USER_SEARCH = search(env["LDAP_USER_SEARCH_BASE"], env["LDAP_USER_FILTER"])
+    settings.AUTH_LDAP_GROUP_SEARCH = search(env["LDAP_GROUP_SEARCH_BASE"], env["LDAP_GROUP_FILTER"])
+    settings.AUTH_LDAP_GROUP_TYPE = group_type(env["LDAP_GROUP_TYPE"])
+    settings.AUTH_LDAP_CONNECTION_OPTIONS = connection_options(5)
+    settings.AUTHENTICATION_BACKENDS = _with_backend(settings, "tenancy.directory.ldap.DirectoryLDAPBackend")
+    yield _ldap_directory
+    _ldap_directory.reset()
+
+
+@pytest.fixture(scope="session")
+def _identity_provider():
+    with running_provider() as provider:
+        yield provider
+
+
+@pytest.fixture
+def idp(_identity_provider, settings):
+    """The session's OpenID Connect provider (tests/oidc_provider.py), its people as they started and their grants
+    ended, with the platform's OIDC sign-in pointed at it."""
+    _identity_provider.reset()
+    env = _identity_provider.settings()
+    settings.OIDC_ENABLED = True
+    settings.OIDC_RP_CLIENT_ID, settings.OIDC_RP_CLIENT_SECRET = env["OIDC_CLIENT_ID"], env["OIDC_CLIENT_SECRET"]
+    settings.OIDC_OP_DISCOVERY_URL = env["OIDC_DISCOVERY_URL"]
+    settings.OIDC_RP_IDP_SIGN_KEY = env["OIDC_IDP_SIGN_KEY"]
+    settings.OIDC_PROVIDER_NAME = env["OIDC_PROVIDER_NAME"]
+    settings.AUTHENTICATION_BACKENDS = _with_backend(settings, "tenancy.directory.oidc.OIDCBackend")
+    yield _identity_provider
+    _identity_provider.reset()
+
+
+def _with_backend(settings, backend: str) -> list[str]:
+    """The authentication backends with `backend` before guardian's (as config/settings.py lists them)."""
+    backends = [path for path in settings.AUTHENTICATION_BACKENDS if path != backend]
+    return [*backends[:-1], backend, backends[-1]]

@@ -7,7 +7,7 @@ from rest_framework import serializers
 from config.api import ModelSerializer
 from config.hooks import ask
 from tenancy import hooks
-from tenancy.choices import priorities_up_to
+from tenancy.choices import TokenScope, priorities_up_to
 from tenancy.models import Project, QuotaLimits, Tenant
 
 
@@ -114,6 +114,14 @@ class TokenRequestSerializer(serializers.Serializer):
     expires_in_days = serializers.IntegerField(
         required=False, min_value=1, help_text="Lifetime in days (default API_TOKEN_DEFAULT_DAYS, at most the max)."
     )
+    scopes = serializers.ListField(
+        child=serializers.CharField(max_length=40),
+        required=False,
+        max_length=len(TokenScope.values),
+        help_text="What the token may do (default: everything its holder may): "
+        + ", ".join(f"`{scope}`" for scope in TokenScope.values)
+        + ". A call outside them is refused 403 `token_scope`.",
+    )
 
 
 class IssuedTokenSerializer(serializers.Serializer):
@@ -123,3 +131,4 @@ class IssuedTokenSerializer(serializers.Serializer):
     prefix = serializers.CharField(help_text="Its public part, to tell your tokens apart.")
     name = serializers.CharField()
     expires_at = serializers.DateTimeField()
+    scopes = serializers.ListField(child=serializers.CharField())

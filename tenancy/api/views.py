@@ -10,7 +10,8 @@ from config.errors import DomainError
 from config.signin import LOCKED_CODE, lockout_details, lockout_message
 from config.throttling import SignInThrottle
 from tenancy.api.serializers import IssuedTokenSerializer, ProjectSerializer, TokenRequestSerializer
-from tenancy.api_tokens import api_token_issue
+from tenancy.api_tokens import api_token_issue, checked_scopes
+from tenancy.choices import TokenScope
 from tenancy.models import Membership, Project
 from tenancy.selectors import project_list_visible_to
 
@@ -54,6 +55,7 @@ class TokenObtainView(APIView):
     def post(self, request):
         body = TokenRequestSerializer(data=request.data)
         body.is_valid(raise_exception=True)
+        checked_scopes(body.validated_data.get("scopes"), allowed=TokenScope.values)  # refused before any sign-in
         # Django's own request: django-axes marks it when the account or address is locked out.
         http_request = request._request
         user = authenticate(
@@ -70,11 +72,18 @@ class TokenObtainView(APIView):
             name=body.validated_data["name"],
             actor=user,
             expires_in_days=body.validated_data.get("expires_in_days"),
+            scopes=body.validated_data.get("scopes"),
         )
         user_logged_in.send(sender=type(user), request=http_request, user=user)  # last_login, the sign-in log
         token = issued.token
         return Response(
             IssuedTokenSerializer(
-                {"token": issued.secret, "prefix": token.prefix, "name": token.name, "expires_at": token.expires_at}
+                {
+                    "token": issued.secret,
+                    "prefix": token.prefix,
+                    "name": token.name,
+                    "expires_at": token.expires_at,
+                    "scopes": token.scopes,
+                }
             ).data
         )

@@ -30,6 +30,7 @@ def test_every_app_declares_its_hooks_in_the_one_registry():
         "rightsizing_advice",
         "request_usage",
         "project_usage",
+        "open_work",
     }
 
 

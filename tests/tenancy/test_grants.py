@@ -3,6 +3,7 @@ queries: held to their own answers for every way a permission can be held or not
 
 import pytest
 from django.conf import settings
+from django.contrib.auth.backends import ModelBackend
 from django.contrib.auth.models import Group, Permission
 from django.utils.module_loading import import_string
 from guardian.shortcuts import assign_perm
@@ -65,9 +66,25 @@ def people(db):
 
 
 def test_it_mirrors_the_two_authentication_backends_it_stands_in_for():
-    """The backends that answer permissions; the sign-in lockout's backend (django-axes) answers none."""
+    """The backends that answer permissions: local passwords' (Django's model backend, its permission methods
+    untouched) and guardian's; the sign-in lockout's backend (django-axes) answers none."""
     granting = [path for path in settings.AUTHENTICATION_BACKENDS if hasattr(import_string(path), "has_perm")]
-    assert granting == ["django.contrib.auth.backends.ModelBackend", "guardian.backends.ObjectPermissionBackend"]
+    assert granting == ["tenancy.sign_in_backends.LocalPasswordBackend", "guardian.backends.ObjectPermissionBackend"]
+    local = import_string(granting[0])
+    assert issubclass(local, ModelBackend)
+    assert all(
+        getattr(local, name) is getattr(ModelBackend, name)
+        for name in ("has_perm", "get_all_permissions", "get_user_permissions", "get_group_permissions")
+    )
+
+
+def test_the_directory_backends_grant_nothing(people):
+    """With LDAP configured its backend is listed and answers has_perm, but never grants (no LDAP permissions)."""
+    from tenancy.directory.ldap import DirectoryLDAPBackend
+
+    backend = DirectoryLDAPBackend()
+    assert backend.settings.FIND_GROUP_PERMS is False
+    assert not any(backend.has_perm(person, "tenancy.view_project") for person in people.values())
 
 
 @pytest.mark.parametrize("project_permission", [ProjectPermission.VIEW, ProjectPermission.APPROVE])
