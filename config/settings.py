@@ -247,6 +247,15 @@ PROVISIONING_BMC_DRIVER = env_str("PROVISIONING_BMC_DRIVER", "simulated")
 PROVISIONING_MAX_ATTEMPTS = env_int("PROVISIONING_MAX_ATTEMPTS", 4)
 PROVISIONING_BACKOFF_SECONDS = env_float("PROVISIONING_BACKOFF_SECONDS", 2.0)
 PROVISIONING_BACKOFF_MAX_SECONDS = env_float("PROVISIONING_BACKOFF_MAX_SECONDS", 120.0)
+# A backend that does not answer (docs/provisioning.md, "Outages") is waited out, never a failure: a provisioning step
+# for up to this much outage, a teardown until the backend answers. Meanwhile the step asks again after as long as
+# the outage has lasted (from PROVISIONING_BACKOFF_SECONDS up to the retry maximum), and while a whole backend (a
+# Slurm controller) is out one task asks it every PROVISIONING_OUTAGE_PROBE_SECONDS, so its return is seen at once
+# (for up to PROVISIONING_OUTAGE_WATCH_SECONDS a task, below Q_TIMEOUT; the minute reconciler starts the next).
+PROVISIONING_OUTAGE_BUDGET_SECONDS = env_float("PROVISIONING_OUTAGE_BUDGET_SECONDS", 900.0)
+PROVISIONING_OUTAGE_RETRY_MAX_SECONDS = env_float("PROVISIONING_OUTAGE_RETRY_MAX_SECONDS", 10.0)
+PROVISIONING_OUTAGE_PROBE_SECONDS = env_float("PROVISIONING_OUTAGE_PROBE_SECONDS", 2.0)
+PROVISIONING_OUTAGE_WATCH_SECONDS = env_float("PROVISIONING_OUTAGE_WATCH_SECONDS", 240.0)
 # A worker sleeps through waits up to this long; longer ones go back to the minute sweeper (or an event).
 PROVISIONING_INLINE_WAIT_SECONDS = env_float("PROVISIONING_INLINE_WAIT_SECONDS", 30.0)
 # A worker that finishes a step goes on with the run's next one, starting none after this many seconds of the task
@@ -258,6 +267,9 @@ PROVISIONING_START_BATCH = env_int("PROVISIONING_START_BATCH", 10)
 PROVISIONING_STEP_TIMEOUTS = env_json("PROVISIONING_STEP_TIMEOUTS", {})
 # An allocated request with no provisioning run after this long is started (or released) by the sweeper.
 PROVISIONING_START_GRACE_SECONDS = env_int("PROVISIONING_START_GRACE_SECONDS", 120)
+# A request releasing this long with its allocation held and no teardown run lost its teardown task: the minute
+# sweeper starts it (teardowns are idempotent, so a late original changes nothing).
+PROVISIONING_RELEASE_GRACE_SECONDS = env_int("PROVISIONING_RELEASE_GRACE_SECONDS", 30)
 # Slurm jobs (the `slurm` execution backend): the partition they go to (empty: the cluster's default) and the
 # directory on the nodes that is their working directory and holds their output (cc-request-<id>-<job id>.out):
 # the Slurm user's own (mode 0700), never a shared temporary directory (system check provisioning.E002).

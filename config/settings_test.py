@@ -20,3 +20,6 @@ Q_CLUSTER = {**Q_CLUSTER, "sync": env_bool("Q_SYNC", default=True)}  # noqa: F40
 # Simulated provisioning runs instantly and retries quickly unless a test (or its subprocess) says otherwise.
 PROVISIONING_SIMULATED_SPEED = env_float("PROVISIONING_SIMULATED_SPEED", 0.0)
 PROVISIONING_BACKOFF_SECONDS = env_float("PROVISIONING_BACKOFF_SECONDS", 0.01)
+# Tasks run inline, so the task that asks a backend out of reach again asks once; a test following an outage asks
+# again itself (or sets more).
+PROVISIONING_OUTAGE_WATCH_SECONDS = env_float("PROVISIONING_OUTAGE_WATCH_SECONDS", 0.0)

@@ -19,7 +19,7 @@ from config.admin_actions import (
 from config.dashboard import PanelContent, Row, register_panel
 from config.errors import DomainError
 from provisioning import services
-from provisioning.choices import RunKind, RunState
+from provisioning.choices import FORCEABLE_KINDS, RunKind, RunState
 from provisioning.connect import connect_secret_reveal, label_of
 from provisioning.models import (
     ApiKey,
@@ -30,6 +30,7 @@ from provisioning.models import (
     ServingReplica,
 )
 from requests.choices import RequestState
+from scheduling.choices import AllocationState
 
 
 class StepInline(ReadOnlyAdminMixin, admin.TabularInline):
@@ -85,6 +86,18 @@ def _retryable(request, run: ProvisioningRun) -> bool:
     )
 
 
+def _force(run: ProvisioningRun, reason: str, actor) -> ProvisioningRun:
+    return services.teardown_force(run=run, actor=actor, reason=reason)
+
+
+def _forceable(request, run: ProvisioningRun) -> bool:
+    return (
+        services.can_force_release(request.user)
+        and services.teardown_forceable(run)
+        and run.allocation.state == AllocationState.ACTIVE
+    )
+
+
 RUN_BUTTONS = [
     ObjectAction(
         name="retry",
@@ -96,6 +109,18 @@ RUN_BUTTONS = [
             f"Starts a new run on the same devices from step '{run.failure.get('step', '?')}' (or the first earlier "
             "step whose effect the cleanup undid); the request goes back to provisioning.",
             "Counts as a manual intervention; the reason goes on the request's timeline.",
+        ],
+    ),
+    ObjectAction(
+        name="force_release",
+        label="Workload is gone: return the devices",
+        available=_forceable,
+        act=_force,
+        done="returned its devices",
+        consequences=lambda run: [
+            "Only when you know the workload no longer runs (the backend never confirmed it): the teardown stops "
+            "where it is and the devices go back to the pool, where the scheduler may place other work at once.",
+            "A release ends `released`; the reason goes on the request's timeline and the audit trail.",
         ],
     ),
 ]
@@ -146,11 +171,21 @@ class ProvisioningRunAdmin(ObjectActionsMixin, ReadOnlyAdminMixin, admin.ModelAd
             verb="Retried",
             permission="retry",
             change=_retry,
-        )
+        ),
+        action_with_reason(
+            name="force_release_runs",
+            description="Workload is gone: return the devices of selected teardowns",
+            verb="Returned the devices of",
+            permission="force_release",
+            change=_force,
+        ),
     ]
 
     def has_retry_permission(self, request):
         return services.can_retry(request.user)
+
+    def has_force_release_permission(self, request):
+        return services.can_force_release(request.user)
 
     def get_queryset(self, request):
         current = ProvisioningStep.objects.filter(run=OuterRef("pk"), position=OuterRef("current_position"))
@@ -302,18 +337,21 @@ class ConnectSecretAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
 
 @register_panel("failed_runs", title="Failed provisioning runs", order=30)
 def failed_runs_panel(request) -> PanelContent | None:
-    """Provisioning runs that failed and wait for an operator (the request still failed, no retry yet): two
+    """Provisioning runs that failed and wait for an operator: a provisioning (the request still failed, no retry
+    yet), or a teardown the backend refused whose devices are still held (to force once the workload is gone). Two
     queries."""
     if not request.user.has_perm("provisioning.view_provisioningrun"):
         return None
     waiting = ProvisioningRun.objects.filter(
-        kind=RunKind.PROVISION, state=RunState.FAILED, request__state=RequestState.FAILED, retries__isnull=True
+        Q(kind=RunKind.PROVISION, request__state=RequestState.FAILED, retries__isnull=True)
+        | Q(kind__in=FORCEABLE_KINDS, allocation__state=AllocationState.ACTIVE),
+        state=RunState.FAILED,
     )
     latest = list(waiting.order_by("-finished_at", "-id")[:5])
     changelist = reverse("admin:provisioning_provisioningrun_changelist")
     return PanelContent(
         count=waiting.count(),
-        count_label="failed, waiting for a retry or a release",
+        count_label="failed, waiting for a retry, a release or a forced return",
         tone="bad" if latest else "",
         rows=[
             Row(

@@ -8,6 +8,7 @@ class ProvisioningConfig(AppConfig):
         "provisioning.view_provisioningrun",
         "provisioning.view_provisioningstep",
         "provisioning.retry_provisioningrun",
+        "provisioning.force_release_provisioningrun",
         "provisioning.view_servingdeployment",
         "provisioning.view_servingreplica",
         "provisioning.view_apikey",

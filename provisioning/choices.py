@@ -42,6 +42,14 @@ class Wait(models.TextChoices):
     NONE = "", "Not waiting"
     RETRY = "retry", "Backoff before the next attempt"
     EVENT = "event", "An outside event (not an attempt)"
+    OUTAGE = "outage", "The backend to answer again (not an attempt)"
+
+
+# Teardown runs retry an outage until the backend answers: the workload may still run, so its capacity stays held.
+TEARDOWN_KINDS = frozenset({"release", "cleanup", "teardown"})
+# Teardowns whose devices are returned by their last step (a preemption's were taken back already): an operator may
+# return them (teardown_force) when the backend never confirms the workload is gone.
+FORCEABLE_KINDS = frozenset({"release", "cleanup"})
 
 
 FINISHED_STEP_STATES = frozenset({StepState.SUCCEEDED, StepState.FAILED, StepState.CANCELLED})

@@ -30,9 +30,9 @@ from django.utils import timezone
 
 from config.sql import update_from_values
 from config.workers import stopping, wait_unless_stopping
-from provisioning import services
+from provisioning import outages, services
 from provisioning.choices import RunState, StepState, Wait
-from provisioning.drivers.base import PlacementLost, StepError, StepPending, outcome_of
+from provisioning.drivers.base import BackendUnavailable, PlacementLost, StepError, StepPending, outcome_of
 from provisioning.models import ProvisioningRun, ProvisioningStep
 from provisioning.pipelines import StepDefinition, definition_of
 from provisioning.services import step_task
@@ -65,6 +65,8 @@ ENDED_FIELDS = [
     "lease_expires_at",
     "waiting_for",
     "retry_at",
+    "deadline_at",
+    "outage_since",
     "finished_at",
     "output",
     "error",
@@ -104,6 +106,15 @@ class Finished:
 
 
 @dataclass
+class OutageWait:
+    """The step waits for a node's own service to answer again, and this worker asks it again while the outage is
+    young and its chain lasts (a blip costs seconds); otherwise the sweeper does, or the backend's return
+    (outages.py)."""
+
+    seconds: float
+
+
+@dataclass
 class Claimed:
     step: ProvisioningStep
     deadline: datetime  # when this attempt must be over
@@ -134,13 +145,16 @@ def steps_execute(*, step_ids: list[int]) -> None:
                     to_broker.append(then.step_id)  # the rest of the run goes back to the broker
                 else:
                     due[then.step_id] = time.monotonic()
+            elif isinstance(then, OutageWait):
+                if time.monotonic() + then.seconds < chain_ends and not stopping():
+                    due[step_id] = time.monotonic() + then.seconds
             elif then is not None and then <= settings.PROVISIONING_INLINE_WAIT_SECONDS and not stopping():
                 due[step_id] = time.monotonic() + then
         if to_broker:
             step_task(to_broker)
 
 
-def _execute_once(step_ids: list[int]) -> dict[int, float | Following | None]:
+def _execute_once(step_ids: list[int]) -> dict[int, float | OutageWait | Following | None]:
     """One attempt of each step that is ours to run; what to do next with each, by step id."""
     owner = uuid.uuid4()
     claimed = _claim(step_ids, owner)
@@ -332,7 +346,11 @@ def _outcome(step: ProvisioningStep, result: dict | Exception, seconds: float) -
 
 
 def _waiting(step: ProvisioningStep, pending: StepPending) -> Waiting | StepError:
-    remaining = (step.deadline_at - timezone.now()).total_seconds() if step.deadline_at else pending.retry_after
+    """The step polls again, or has polled past its deadline. An outage it waited out just now does not count: its
+    record moves the deadline by as long (outages.outage_over), so it is not spent here either."""
+    now = timezone.now()
+    waited_out = now - step.outage_since if step.outage_since else timedelta(0)
+    remaining = (step.deadline_at + waited_out - now).total_seconds() if step.deadline_at else pending.retry_after
     if remaining <= 0:
         return StepError(
             "step_timeout", f"Still not done after {step.timeout_seconds} s: {pending.message}", retryable=False
@@ -357,7 +375,7 @@ def _contexts(steps: list[ProvisioningStep]) -> list[StepContext]:
 
 
 @transaction.atomic
-def _record(owner: uuid.UUID, outcomes: dict[int, Outcome]) -> dict[int, float | Following | None]:
+def _record(owner: uuid.UUID, outcomes: dict[int, Outcome]) -> dict[int, float | OutageWait | Following | None]:
     """Store each attempt's outcome whose lease is still ours; for each step, how long to wait before its next
     attempt, or the run's next step once this one is done (None when the run is finished or the step is no longer
     ours)."""
@@ -372,13 +390,30 @@ def _record(owner: uuid.UUID, outcomes: dict[int, Outcome]) -> dict[int, float |
     )
     # Not ours when our lease expired and another worker took the step over: its result counts, not ours.
     ours = [step for step in steps if step.state == StepState.RUNNING and step.lease_owner == owner]
+    unavailable = [outcome for outcome in outcomes.values() if isinstance(outcome, BackendUnavailable)]
+    answered = _outages_over(ours, outcomes)
     recorded = {step.pk: _record_one(step, outcomes[step.pk]) for step in ours}
+    outages.backends_seen(unavailable=unavailable, answered=answered)
     _write([step for step in ours if step.state != StepState.FAILED], ENDED_FIELDS)  # a failure wrote its own
     _advance([step for step in ours if isinstance(recorded[step.pk], Following | Finished)])
     finished = [(then.run, then.last_output) for then in recorded.values() if isinstance(then, Finished)]
     if finished:
         services.runs_succeeded(finished)
     return {step.pk: None if isinstance(then := recorded.get(step.pk), Finished) else then for step in steps}
+
+
+def _outages_over(steps: list[ProvisioningStep], outcomes: dict[int, Outcome]) -> set[str]:
+    """The steps that waited out an outage and got an answer this time end their wait (outages.outage_over); the
+    whole backends that answered."""
+    now, answered = timezone.now(), set()
+    for step in steps:
+        if step.outage_since is None or step.run.state != RunState.RUNNING:
+            continue
+        if not isinstance(outcomes[step.pk], BackendUnavailable):
+            backend = outages.outage_over(step, now)
+            if backend is not None:
+                answered.add(backend)
+    return answered
 
 
 def _write(steps: list[ProvisioningStep], fields: list[str]) -> None:
@@ -407,7 +442,7 @@ def _advance(succeeded: list[ProvisioningStep]) -> None:
         ProvisioningRun.objects.filter(pk__in=run_ids).update(current_position=position)
 
 
-def _record_one(step: ProvisioningStep, outcome: Outcome) -> float | Following | Finished | None:
+def _record_one(step: ProvisioningStep, outcome: Outcome) -> float | OutageWait | Following | Finished | None:
     """The outcome on the step (`_record` writes it); None when the run is over or the step failed for good."""
     if step.run.state != RunState.RUNNING:
         step.cancel()
@@ -449,8 +484,10 @@ def _place_again(step: ProvisioningStep, lost: PlacementLost) -> None:
     services.run_placement_lost(step.run, step, lost.reason)
 
 
-def _retry_or_fail(step: ProvisioningStep, error: StepError) -> float | None:
+def _retry_or_fail(step: ProvisioningStep, error: StepError) -> float | OutageWait | None:
     step.error = _error_data(error)  # kept while the step waits for its next attempt
+    if isinstance(error, BackendUnavailable):
+        return _wait_out_outage(step, error)
     if not error.retryable or step.attempts >= step.max_attempts:
         _fail(step, error)
         return None
@@ -469,6 +506,23 @@ def _retry_or_fail(step: ProvisioningStep, error: StepError) -> float | None:
         data={"run": step.run_id, "step": step.name, "attempt": step.attempts, "code": error.code},
     )
     return _wait(step, backoff, Wait.RETRY, f"attempt {step.attempts}: {error.code}: {error.message}")
+
+
+def _wait_out_outage(step: ProvisioningStep, error: BackendUnavailable) -> OutageWait | None:
+    """The backend did not answer: wait for it (outages.py), noted once per outage; a provisioning step fails when
+    the outage outlasts its budget."""
+    now = timezone.now()
+    began = step.outage_since is None
+    step.outage_since = step.outage_since or now
+    if outages.budget_spent(step, now):
+        _fail(step, outages.budget_error(step, error))
+        return None
+    if began:
+        outages.note_outage(step, error)
+    seconds = outages.retry_delay(step, now)
+    step.wait(until=now + timedelta(seconds=seconds), waiting_for=Wait.OUTAGE)
+    _append_log(step, f"attempt {step.attempts}: waiting for {error.waiting_for}: {error.code}: {error.message}")
+    return OutageWait(seconds) if outages.asked_again_inline(step, error, seconds, now) else None
 
 
 def _fail(step: ProvisioningStep, error: StepError) -> None:

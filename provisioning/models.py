@@ -51,7 +51,10 @@ class ProvisioningRun(ConcurrentTransitionMixin, models.Model):
             ),
         ]
         indexes = [models.Index(fields=["state"], condition=Q(state=RunState.RUNNING), name="running_runs_idx")]
-        permissions = [("retry_provisioningrun", "Can retry a failed provisioning run")]
+        permissions = [
+            ("retry_provisioningrun", "Can retry a failed provisioning run"),
+            ("force_release_provisioningrun", "Can return the capacity of a teardown the backend never confirmed"),
+        ]
 
     def __str__(self):
         return f"{self.get_kind_display()} #{self.pk} of request #{self.request_id}"
@@ -79,7 +82,7 @@ class ProvisioningStep(ConcurrentTransitionMixin, models.Model):
     position = models.PositiveSmallIntegerField()
     name = models.CharField(max_length=40)
     state = FSMField(max_length=10, choices=StepState.choices, default=StepState.PENDING, protected=True)
-    waiting_for = models.CharField(max_length=5, choices=Wait.choices, blank=True, default=Wait.NONE)
+    waiting_for = models.CharField(max_length=8, choices=Wait.choices, blank=True, default=Wait.NONE)
     attempts = models.PositiveSmallIntegerField(default=0)
     max_attempts = models.PositiveSmallIntegerField()
     timeout_seconds = models.PositiveIntegerField()
@@ -87,6 +90,9 @@ class ProvisioningStep(ConcurrentTransitionMixin, models.Model):
     lease_expires_at = models.DateTimeField(null=True, blank=True)
     retry_at = models.DateTimeField(null=True, blank=True)
     deadline_at = models.DateTimeField(null=True, blank=True, help_text="The step fails when still unfinished.")
+    outage_since = models.DateTimeField(
+        null=True, blank=True, help_text="Since when its backend has not answered (the outage it waits out)."
+    )
     started_at = models.DateTimeField(null=True, blank=True)
     finished_at = models.DateTimeField(null=True, blank=True)
     log = models.TextField(blank=True, help_text="The latest lines of the step's log.")
@@ -117,8 +123,9 @@ class ProvisioningStep(ConcurrentTransitionMixin, models.Model):
     @transition(field=state, source=UNFINISHED_STEP_STATES, target=StepState.RUNNING)
     def claim(self, *, owner, now):
         """A worker takes the step under its lease; from RUNNING only when the previous worker's lease expired.
-        Resuming after an outside event is the same attempt; anything else is a new one."""
-        self.attempts += 0 if self.waiting_for == Wait.EVENT else 1
+        Resuming after an outside event, or asking a backend again after an outage, is the same attempt; anything
+        else is a new one."""
+        self.attempts += 0 if self.waiting_for in (Wait.EVENT, Wait.OUTAGE) else 1
         self.lease_owner, self.waiting_for, self.retry_at = owner, Wait.NONE, None
         self.started_at = self.started_at or now
 

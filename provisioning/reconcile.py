@@ -6,23 +6,27 @@ cleanup for backends that can be asked, instead of heartbeats. The same pass rai
 (a Slurm job's time limit) where an approved extension has not reached it yet.
 
 Each request is decided on its own locked row (SKIP LOCKED: a release or a step holding it is looked at again on
-the next pass); a backend that cannot be asked reclaims nothing.
+the next pass); a backend that cannot be asked reclaims nothing, and when the whole of it does not answer it is
+marked degraded (and cleared by its next answer), so new orders wait for it even when nothing is being provisioned.
 """
 
 import logging
 from collections import defaultdict
 
 from django.db import transaction
+from django_q.tasks import async_task
 
+from provisioning import outages
 from provisioning.choices import RunKind, RunState
 from provisioning.drivers import workload_driver
-from provisioning.drivers.base import StepError, Target, WorkloadEnd
+from provisioning.drivers.base import BackendUnavailable, StepError, Target, WorkloadEnd
 from provisioning.extensions import workload_extended_note
 from provisioning.models import ProvisioningRun
 from provisioning.services import teardown_start
 from requests.choices import EventCode, RequestState
 from requests.models import ResourceRequest
 from requests.services import record_event, request_fail, request_release
+from scheduling import backends
 from scheduling.choices import AllocationState, ExecutionBackend
 from scheduling.models import Allocation, Node
 
@@ -36,6 +40,8 @@ def workloads_reconcile() -> dict[int, str]:
     """Settle every active request whose workload ended by itself, and stop workloads left behind by a teardown
     that could not reach the backend; the outcome per request id."""
     outcome = {}
+    for backend in backends.backends_unwatched():  # out longer than a watcher watches, or its worker died
+        async_task(outages.WATCH_TASK, backend)
     delivered = _delivered_runs()
     for backend in _reconciled_backends():
         runs = delivered.get(backend, [])
@@ -46,7 +52,10 @@ def workloads_reconcile() -> dict[int, str]:
         except StepError as unreachable:
             logger.warning("Cannot reconcile %s workloads: %s", backend, unreachable.message)
             outcome.update(dict.fromkeys((run.request_id for run in runs), BACKEND_UNREACHABLE))
+            if isinstance(unreachable, BackendUnavailable):
+                outages.backends_seen(unavailable=[unreachable], answered=set())
             continue
+        outages.backends_seen(unavailable=[], answered={backend})
         for run in runs:
             if run.allocation_id in ended:
                 outcome[run.request_id] = _settle(run, ended[run.allocation_id])

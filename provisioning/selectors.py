@@ -4,12 +4,14 @@ from django.db.models import Exists, OuterRef, Prefetch, QuerySet
 
 from catalog.choices import BootMethod
 from config.errors import Conflict, NotFound
-from provisioning.choices import RunKind, RunState, StepState
+from provisioning import outages
+from provisioning.choices import FORCEABLE_KINDS, RunKind, RunState, StepState
 from provisioning.models import UNFINISHED_STEP_STATES, ProvisioningRun, ProvisioningStep
 from provisioning.netboot import node_addresses, normalized_address
 from provisioning.pipelines import definition_of
 from requests.choices import RequestState
 from requests.failures import failure_sentence
+from scheduling.choices import AllocationState
 
 
 def _step_data(run: ProvisioningRun, step: ProvisioningStep) -> dict:
@@ -58,9 +60,11 @@ def _run_data(run: ProvisioningRun) -> dict:
 
 
 def provisioning_details(request) -> dict | None:
-    """The request's runs with their steps (two queries), and what was delivered while it is active."""
+    """The request's runs with their steps (two queries), what was delivered while it is active, and why it waits
+    for its backend (an outage, or a teardown the backend refused) while it does."""
     runs = list(
         ProvisioningRun.objects.filter(request=request)
+        .select_related("allocation")
         .order_by("created_at", "id")
         .prefetch_related(Prefetch("steps", queryset=ProvisioningStep.objects.order_by("position")))
     )
@@ -73,7 +77,23 @@ def provisioning_details(request) -> dict | None:
     return {
         "runs": [_run_data(run) for run in runs],
         "delivered": delivered if request.state == RequestState.ACTIVE else None,
+        "waiting": _waiting(runs[-1]),
     }
+
+
+OUTAGE_STATES = (StepState.WAITING, StepState.RUNNING)
+
+
+def _waiting(run: ProvisioningRun) -> dict | None:
+    """The latest run's wait for its backend: its current step waiting out an outage, or a teardown that failed
+    for good with its devices still held."""
+    if run.state == RunState.RUNNING:
+        current = next((step for step in run.steps.all() if step.position == run.current_position), None)
+        if current is not None and current.outage_since is not None and current.state in OUTAGE_STATES:
+            return outages.waiting_reason(run, current)  # waiting for its next try, or trying again now
+    if run.state == RunState.FAILED and run.kind in FORCEABLE_KINDS and run.allocation.state == AllocationState.ACTIVE:
+        return outages.stuck_reason(run)
+    return None
 
 
 def runs_awaiting_install() -> QuerySet[ProvisioningRun]:

@@ -19,8 +19,8 @@ from django_q.tasks import async_task
 
 from config.errors import Conflict, DomainError, NotFound, NotPermitted
 from config.tokens import secret_hash
-from provisioning.choices import Pipeline, RunKind, RunState, StepState
-from provisioning.drivers.base import StepError
+from provisioning.choices import FORCEABLE_KINDS, Pipeline, RunKind, RunState, StepState
+from provisioning.drivers.base import BackendUnavailable, StepError
 from provisioning.models import ProvisioningRun, ProvisioningStep
 from provisioning.netboot import node_addresses, normalized_address
 from provisioning.pipelines import pipeline_for, restart_position, steps_for
@@ -244,6 +244,41 @@ def _start_or_release(request_id: int) -> str:
     return _release_stranded(request_id, reason)
 
 
+def releases_resume_stranded(*, limit: int = 100) -> list[int]:
+    """The sweeper's net under the release's teardown task: a request `releasing` for longer than
+    PROVISIONING_RELEASE_GRACE_SECONDS whose allocation is still held with no teardown run lost that task (its worker,
+    or its database connection, died between the release's commit and the task). Start it now; `teardown_start` is
+    idempotent, so a late original task changes nothing. Returns the request ids."""
+    cutoff = timezone.now() - timedelta(seconds=settings.PROVISIONING_RELEASE_GRACE_SECONDS)
+    torn_down = ProvisioningRun.objects.filter(allocation=OuterRef("pk")).exclude(kind=RunKind.PROVISION)
+    stranded = list(
+        Allocation.objects.filter(
+            RUN_ANCHOR,
+            state=AllocationState.ACTIVE,
+            request__state=RequestState.RELEASING,
+            request__updated_at__lt=cutoff,
+        )
+        .filter(~Exists(torn_down))
+        .order_by("request__updated_at")
+        .values_list("request_id", flat=True)[:limit]
+    )
+    for request_id in stranded:
+        with transaction.atomic():
+            request = ResourceRequest.objects.select_for_update().get(pk=request_id)
+            if request.state != RequestState.RELEASING:
+                continue
+            teardown_start(request_id=request_id, reason="release resumed by the sweeper", kind=RunKind.RELEASE)
+            record_event(
+                request,
+                actor=None,
+                code=EventCode.PROVISIONING_RECOVERED,
+                message=f"Releasing for longer than {settings.PROVISIONING_RELEASE_GRACE_SECONDS} s without a "
+                "teardown: started by the sweeper.",
+                data={},
+            )
+    return stranded
+
+
 @transaction.atomic
 def _release_stranded(request_id: int, reason: dict) -> str:
     request = ResourceRequest.objects.select_for_update().get(pk=request_id)
@@ -299,13 +334,8 @@ def _activate(provisioned: list[tuple[ProvisioningRun, dict]]) -> None:
     )
 
 
-# The request state a run of each kind moves on; anything else (a release overtaking provisioning) means the
-# request has moved on and the run only leaves a note.
-_DRIVES = {RunKind.PROVISION: RequestState.PROVISIONING, RunKind.RELEASE: RequestState.RELEASING}
-
-
-def _request_still(run: ProvisioningRun, state: str | None) -> bool:
-    return state is not None and ResourceRequest.objects.select_for_update().get(pk=run.request_id).state == state
+def _request_still(run: ProvisioningRun, state: str) -> bool:
+    return ResourceRequest.objects.select_for_update().get(pk=run.request_id).state == state
 
 
 def _step_labels(run: ProvisioningRun) -> list[str]:
@@ -325,23 +355,20 @@ def run_failed(run: ProvisioningRun, step: ProvisioningStep, error: StepError) -
     run.fail(failure=failure)
     run.save(update_fields=["state", "finished_at", "failure"])
     isolated = _isolate_if_needed(run, step, error)
+    if run.kind != RunKind.PROVISION:
+        _teardown_stuck(run, step, error, isolated)
+        return
     request = run.request
-    what = "Provisioning" if run.kind == RunKind.PROVISION else f"{run.get_kind_display()}"
     # In the requester's words; the backend's own (error.message) stays in the failure, for operators.
     label = steps_for(run.pipeline, run.kind)[step.position].label
     attempts = f"{step.attempts} attempt{'s' if step.attempts != 1 else ''}"
-    message = f"{what} failed at “{label}” after {attempts}: {failure_sentence(error.code, step.name)}" + (
+    message = f"Provisioning failed at “{label}” after {attempts}: {failure_sentence(error.code, step.name)}" + (
         f" Node {run.allocation.node.name} isolated for an operator." if isolated else ""
     )
-    failing_the_request = _request_still(run, _DRIVES.get(run.kind))
-    if failing_the_request:
-        request_fail(
-            request=request,
-            failure=failure,
-            message=message,
-            data={"run": run.pk},
-        )
-    else:
+    if _request_still(run, RequestState.PROVISIONING):
+        request_fail(request=request, failure=failure, message=message, data={"run": run.pk})
+        _create_and_enqueue(request, run.allocation, RunKind.CLEANUP, reason=f"provisioning failed at “{label}”")
+    else:  # a release overtook it, and its teardown cleans up
         record_event(
             request,
             actor=None,
@@ -349,11 +376,27 @@ def run_failed(run: ProvisioningRun, step: ProvisioningStep, error: StepError) -
             message=message,
             data={"run": run.pk, "failure": failure},
         )
-    if run.kind == RunKind.PROVISION:
-        if failing_the_request:  # otherwise a release overtook it, and its teardown cleans up
-            _create_and_enqueue(request, run.allocation, RunKind.CLEANUP, reason=f"provisioning failed at “{label}”")
-    elif run.kind != RunKind.TEARDOWN:  # a teardown's devices went back when the request was preempted
-        _return_capacity_anyway(run)
+
+
+def _teardown_stuck(run: ProvisioningRun, step: ProvisioningStep, error: StepError, isolated: bool) -> None:
+    """A teardown failed for good (the backend refused, not an outage, which a teardown waits out): the workload may
+    still run, so its devices stay held (a preemption's were taken back already) and the request keeps its state (a
+    release stays `releasing`) until an operator confirms the workload is gone (`teardown_force`, audited)."""
+    held = run.kind != RunKind.TEARDOWN
+    label = steps_for(run.pipeline, run.kind)[step.position].label
+    record_event(
+        run.request,
+        actor=None,
+        code=EventCode.TEARDOWN_STUCK,
+        message=f"{run.get_kind_display()} failed at “{label}”: {failure_sentence(error.code, step.name)}"
+        + (f" Node {run.allocation.node.name} isolated for an operator." if isolated else "")
+        + (" The devices stay held until an operator confirms the workload is gone." if held else ""),
+        data={"run": run.pk, "failure": run.failure},
+    )
+
+
+# Failures of the platform itself, not findings about the node the step acted on.
+PLATFORM_FAILURES = frozenset({"worker_lost", "internal_error"})
 
 
 def run_placement_lost(run: ProvisioningRun, step: ProvisioningStep, reason: dict) -> None:
@@ -377,10 +420,17 @@ def run_placement_lost(run: ProvisioningRun, step: ProvisioningStep, reason: dic
 
 
 def _isolate_if_needed(run: ProvisioningRun, step: ProvisioningStep, error: StepError) -> bool:
-    """Hardware findings, and any failure to tear down, keep new work off the node until an operator looks."""
+    """Only findings about the node keep new work off it until an operator looks: hardware the step found wrong
+    (`isolate` in its details), or a teardown the backend refused for that node. An outage is never one: it is
+    waited out (outages.py), and a provisioning step that outlasts its budget fails without isolating."""
     from scheduling.services import node_cordon
 
-    if not (error.details.get("isolate") or run.kind != RunKind.PROVISION):
+    teardown_refused = (
+        run.kind != RunKind.PROVISION
+        and not isinstance(error, BackendUnavailable)
+        and error.code not in PLATFORM_FAILURES
+    )
+    if not (error.details.get("isolate") or teardown_refused):
         return False
     with contextlib.suppress(Conflict):  # already cordoned, for this or another reason: it stays so
         node_cordon(
@@ -390,13 +440,6 @@ def _isolate_if_needed(run: ProvisioningRun, step: ProvisioningStep, error: Step
             actor=None,
         )
     return True
-
-
-def _return_capacity_anyway(run: ProvisioningRun) -> None:
-    """The node is isolated, so its devices can go back to the pool's books without anyone landing there."""
-    from scheduling.reclaim import allocation_free
-
-    allocation_free(request_ids=[run.request_id], reason=f"{run.kind} failed; node isolated ({run.reason})")
 
 
 # --- Tear down --------------------------------------------------------------------------------------------
@@ -450,6 +493,51 @@ def teardown_after_release(*, request_id: int, reason: str) -> ProvisioningRun |
 
 def teardown_after_preemption(*, request_id: int) -> ProvisioningRun | None:
     return teardown_start(request_id=request_id, reason="preempted", kind=RunKind.TEARDOWN)
+
+
+# --- An operator confirms a workload is gone ------------------------------------------------------------------
+
+
+def can_force_release(user: User) -> bool:
+    return user.has_perm("provisioning.force_release_provisioningrun")
+
+
+def teardown_forceable(run: ProvisioningRun) -> bool:
+    """A release or cleanup that has not returned its devices: failed for good, or still waiting for its backend."""
+    return run.kind in FORCEABLE_KINDS and run.state in (RunState.RUNNING, RunState.FAILED)
+
+
+@transaction.atomic
+def teardown_force(*, run: ProvisioningRun, actor: User, reason: str) -> ProvisioningRun:
+    """An operator confirms that the workload of a teardown the backend never confirmed is gone (a node reinstalled,
+    a Slurm cluster given up): the teardown stops where it is, the devices go back to the pool and a release ends
+    `released`. Audited, and on the request's timeline."""
+    from scheduling.reclaim import allocation_free
+
+    if not can_force_release(actor):
+        raise NotPermitted("Only operators can return the capacity of a teardown.")
+    if not reason.strip():
+        raise DomainError("Give a reason; it goes on the request's timeline.", code="reason_required")
+    run = ProvisioningRun.objects.select_for_update().get(pk=run.pk)
+    if not teardown_forceable(run) or run.allocation.state != AllocationState.ACTIVE:
+        raise Conflict(
+            "Only a release or cleanup that has not returned its devices can be forced.",
+            code="not_forceable",
+            details={"run": run.pk, "kind": run.kind, "state": run.state},
+        )
+    if run.state == RunState.RUNNING:
+        _cancel_run(run)
+    message = f"{actor.username} confirmed the workload is gone and returned the devices: {reason}"
+    record_event(run.request, actor=actor, code=EventCode.TEARDOWN_FORCED, message=message, data={"run": run.pk})
+    allocation_free(request_ids=[run.request_id], reason=f"forced by {actor.username}: {reason}"[:300])
+    audit_record(
+        actor=actor,
+        action="provisioning.teardown_forced",
+        target=run,
+        reason=reason,
+        data={"request": run.request_id, "allocation": run.allocation_id, "run_state": run.state},
+    )
+    return run
 
 
 # --- Retry ------------------------------------------------------------------------------------------------

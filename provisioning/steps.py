@@ -26,6 +26,7 @@ from provisioning.drivers.base import (
     only,
     outcome_of,
     slurm_membership,
+    with_details,
 )
 from provisioning.models import ProvisioningRun, ProvisioningStep, ServingReplica
 from provisioning.serving.deployments import (
@@ -258,12 +259,7 @@ def validate_hardware(ctx: StepContext) -> dict:
     try:
         found = ctx.bmc.inventory(ctx.target)
     except StepError as unreachable:  # bmc_reachable is a check like the others: its final failure isolates
-        raise StepError(
-            unreachable.code,
-            unreachable.message,
-            retryable=unreachable.retryable,
-            details={**unreachable.details, "isolate": True},
-        ) from unreachable
+        raise with_details(unreachable, isolate=True) from unreachable
     checks = [
         check
         for check in ctx.snapshot["bare_metal_profile"]["validation_suite"] or BASIC_HARDWARE_CHECKS

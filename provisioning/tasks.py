@@ -8,7 +8,7 @@ from django_q.tasks import async_task
 from config.errors import DomainError
 from config.retry import retry_if_locked
 from config.workers import wait_unless_stopping
-from provisioning import engine, extensions, reconcile, services
+from provisioning import engine, extensions, outages, reconcile, services
 from provisioning.serving.deployments import serving_replicas_check
 
 logger = logging.getLogger(__name__)
@@ -32,7 +32,7 @@ def start_runs(request_ids: list[int]) -> int:
 
 @retry_if_locked
 def start_stranded_runs() -> dict[str, list[int]]:
-    return services.runs_start_stranded()
+    return {**services.runs_start_stranded(), "releases_resumed": services.releases_resume_stranded()}
 
 
 @retry_if_locked
@@ -58,6 +58,16 @@ def resume_due_steps() -> int:
 @retry_if_locked
 def reconcile_workloads() -> dict[int, str]:
     return reconcile.workloads_reconcile()
+
+
+@retry_if_locked
+def watch_backend(backend: str) -> str:
+    return outages.backend_watch(backend=backend)
+
+
+@retry_if_locked
+def wake_steps(backend: str) -> int:
+    return outages.steps_wake(backend=backend)
 
 
 @retry_if_locked

@@ -7,6 +7,7 @@ from django.db.models import Min
 from django_q.tasks import async_task
 
 from config import schedules
+from provisioning.outages import WAKE_TASK, WATCH_TASK
 from scheduling.choices import AllocationState
 from scheduling.models import RUN_ANCHOR, Allocation
 
@@ -72,6 +73,12 @@ def check_replicas_on_node(*, node_id: int, **_kwargs) -> None:
     async_task(REPLICA_CHECK_TASK, node_id)
 
 
+def follow_backend(*, backend: str, available: bool, **_kwargs) -> None:
+    """A whole backend stopped answering: one task asks it again until it does. It answers again: the steps that
+    waited for it go on now, not at their next retry."""
+    async_task(WAKE_TASK if available else WATCH_TASK, backend)
+
+
 def extend_after_approval(*, request_id: int, **_kwargs) -> None:
     """The end the backend enforces (a Slurm job's time limit) moves with an approved extension."""
     async_task("provisioning.tasks.extend_workload", request_id)
@@ -99,7 +106,7 @@ def connect() -> None:
     from provisioning.serving.selectors import endpoint_details
     from requests import hooks as request_hooks
     from requests.signals import request_extended, request_preempted, request_releasing
-    from scheduling.signals import node_availability_changed, requests_allocated
+    from scheduling.signals import backend_availability_changed, node_availability_changed, requests_allocated
 
     request_hooks.register(request_hooks.PROVISIONING_DETAILS, provisioning_details)
     request_hooks.register(request_hooks.ENDPOINT_DETAILS, endpoint_details)
@@ -110,6 +117,7 @@ def connect() -> None:
     request_preempted.connect(teardown_after_preemption, dispatch_uid="provisioning.teardown_on_preemption")
     request_extended.connect(extend_after_approval, dispatch_uid="provisioning.extend_on_approval")
     node_availability_changed.connect(check_replicas_on_node, dispatch_uid="provisioning.replicas_on_node")
+    backend_availability_changed.connect(follow_backend, dispatch_uid="provisioning.follow_backend")
     post_migrate.connect(ensure_schedules, dispatch_uid="provisioning.ensure_schedules")
     _tell_gateways_on_change()
 

@@ -26,6 +26,7 @@ from scheduling.models import (
     AgentToken,
     Allocation,
     AllocationDevice,
+    BackendStatus,
     Device,
     HealthEvent,
     HealthRule,
@@ -518,6 +519,49 @@ class AgentTokenAdmin(admin.ModelAdmin):
 
 
 # --- The console's home: isolated and degraded devices, capacity with queued demand -----------------------------
+
+
+@admin.register(BackendStatus)
+class BackendStatusAdmin(ReadOnlyAdmin):
+    """Whether each execution backend answers as a whole; the platform sets and clears it (scheduling/backends.py)."""
+
+    list_display = ["backend", "answering", "unavailable_since", "cause_message", "recovered_at"]
+    readonly_fields = ["backend", "unavailable_since", "cause", "recovered_at", "watched_until"]
+
+    @admin.display(description="Answering")
+    def answering(self, status):
+        return _badge(not status.unavailable, "answering", "unavailable")
+
+    @admin.display(description="Last cause")
+    def cause_message(self, status):
+        return status.cause.get("message", "")
+
+
+@register_panel("backends", title="Execution backends", order=5)
+def backends_panel(request) -> PanelContent | None:
+    """Backends that do not answer as a whole (a Slurm controller down): new orders for their nodes wait, nothing
+    fails and no node is cordoned for it (one query)."""
+    if not request.user.has_perm("scheduling.view_backendstatus"):
+        return None
+    statuses = list(BackendStatus.objects.order_by("backend"))
+    unavailable = [status for status in statuses if status.unavailable]
+    return PanelContent(
+        count=len(unavailable),
+        count_label="unavailable: new orders for their nodes wait",
+        tone="bad" if unavailable else "",
+        rows=[
+            Row(
+                status.get_backend_display(),
+                "unavailable",
+                reverse("admin:scheduling_backendstatus_change", args=[status.pk]),
+                "bad",
+                f"{status.message} Last answer: {status.cause.get('message', '')}",
+            )
+            for status in unavailable
+        ],
+        links=[("Backend statuses", reverse("admin:scheduling_backendstatus_changelist"))],
+        empty="Every execution backend answers.",
+    )
 
 
 @register_panel("devices", title="Isolated and degraded devices", order=40)

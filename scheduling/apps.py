@@ -9,6 +9,7 @@ class SchedulingConfig(AppConfig):
     operator_permissions = [
         *[f"scheduling.{verb}_{model}" for model in _INVENTORY for verb in ("view", "add", "change")],
         "scheduling.view_allocation",
+        "scheduling.view_backendstatus",
         "scheduling.view_allocationdevice",
         "scheduling.view_healthevent",
         "scheduling.delete_healthrule",

@@ -27,7 +27,7 @@ from requests.choices import PRIORITY_RANK, PriorityClass, RequestState
 from requests.models import ResourceRequest
 from requests.quota import month_start
 from requests.services import requests_allocate, requests_note_queue
-from scheduling import backfill, cluster_state, kept_engine, mig_cycle, placement, preemption
+from scheduling import backends, backfill, cluster_state, kept_engine, mig_cycle, placement, preemption
 from scheduling.allocations import adjust_device_shares
 from scheduling.models import Allocation, AllocationDevice
 from scheduling.outcome import record_outcome
@@ -411,6 +411,34 @@ def _reserve_for_the_head(
     return reservation
 
 
+def _closed(snapshot: placement.Snapshot, unavailable: dict) -> placement.Snapshot:
+    """The snapshot with the nodes of unavailable backends closed to new work, as the order preview must see it."""
+    if not unavailable:
+        return snapshot
+    nodes = [replace(node, schedulable=False) if node.name in unavailable else node for node in snapshot.nodes]
+    return placement.Snapshot(nodes, snapshot.allocations)
+
+
+def _waiting_for_backends(pending, demands, nodes, unavailable: dict) -> dict[int, dict]:
+    """Waiting requests that a node of an unavailable backend could take: they wait for that backend (its
+    sentence, e.g. "Slurm controller unreachable since 14:02 UTC: new orders wait."), not for capacity. Requests that
+    could never fit keep saying so."""
+    if not unavailable:
+        return {}
+    models = {}  # model slug -> the status of an unavailable backend with such cards
+    for node in nodes:
+        for device in node.devices if node.name in unavailable else ():
+            models.setdefault(device.model, unavailable[node.name])
+    by_id = {demand.id: demand for demand in demands}
+    blamed = {}
+    for waiting in pending:
+        wanted = by_id[waiting.demand_id].models or models.keys()
+        status = next((models[model] for model in wanted if model in models), None)
+        if status is not None and waiting.reason != placement.NO_MATCHING_SPEC:
+            blamed[int(waiting.demand_id)] = backends.waiting_reason(status)
+    return blamed
+
+
 def run_cycle(*, policy: str = "default") -> CycleResult:
     """Place what the queue holds; record every other request's position and reason. Cycles that ran report their
     duration (cycle_finished).
@@ -471,8 +499,10 @@ def _cycle(policy: str) -> CycleResult:
         now = timezone.now()
         carried = preemption.carry_out(now)  # due preemptions first: this cycle places their winners
         queue = _queue_window(settings.SCHEDULER_CYCLE_WINDOW)
+        unavailable = backends.unavailable_nodes()
         if not queue:
-            record_outcome(snapshot=_kept_snapshot().snapshot, bindings=[], reservation=None, waiting=[], now=now)
+            snapshot = _closed(_kept_snapshot().snapshot, unavailable)
+            record_outcome(snapshot=snapshot, bindings=[], reservation=None, waiting=[], now=now)
             return CycleResult(ran=True, preempted=carried.preempted, wakeups=wakeups)
         refused = _over_concurrency(queue)
         candidates = [request for request in queue if request.pk not in refused]
@@ -486,6 +516,8 @@ def _cycle(policy: str) -> CycleResult:
             policy,
             lambda snapshot: kept_engine.kept.engine_for(snapshot, policy, demands, source=cluster.source),
         )
+        for name in unavailable.keys() & cluster.node_ids.keys():
+            engine.close_node(name)  # the backend does not answer: what would go there waits for it
         result = engine.place(demands)
         cluster = replace(cluster, snapshot=placement.Snapshot(engine.milli.nodes, cluster.snapshot.allocations))
         by_id = {request.pk: request for request in queue}
@@ -502,6 +534,7 @@ def _cycle(policy: str) -> CycleResult:
                 for pending in result.pending
             },
         }
+        reasons.update(_waiting_for_backends(result.pending, demands, cluster.snapshot.nodes, unavailable))
         reasons.update(
             preemption.schedule(
                 cluster=cluster,

@@ -17,7 +17,7 @@ from catalog.models import SliceProfile
 from config.words import counted
 from requests.choices import PRIORITY_RANK, RequestState
 from requests.models import ResourceRequest
-from scheduling import cluster_state, mig_cycle, placement
+from scheduling import backends, cluster_state, mig_cycle, placement
 from scheduling.cycle import demand_of, load_inventory, load_snapshot, make_demand, queue_order, serving_of
 from scheduling.models import Device, Node
 from scheduling.outcome import last_outcome
@@ -85,10 +85,11 @@ def placement_estimate(order, sizing) -> dict:
     Estimated against what the last cycle left (its free capacity, head-of-line reservation and the requests it
     left waiting) plus the requests queued since, so a preview costs the same few queries and the same time at any
     queue length; `as_of` and `age_seconds` say how old that picture is (a request cancelled since still counts in
-    `queued_ahead` until the next cycle). Before any cycle has run, the whole queue is placed as the cycle would."""
+    `queued_ahead` until the next cycle). Before any cycle has run, the whole queue is placed as the cycle would.
+    While a backend whose nodes could take the order does not answer, the order would wait for it, and says so."""
     demand = order_demand(order, sizing)
-    outcome = last_outcome()
-    return _in_words(_estimate_of(demand, order, outcome), order_models(order))
+    estimate = _waiting_for_backend(demand, _estimate_of(demand, order, last_outcome()))
+    return _in_words(estimate, order_models(order))
 
 
 def _in_words(estimate: dict, models) -> dict:
@@ -113,6 +114,35 @@ def _estimate_of(demand, order, outcome) -> dict:
         as_of=outcome.finished_at,
         held=_delaying(order, outcome),
     )
+
+
+def _waiting_for_backend(demand: placement.Demand, estimate: dict) -> dict:
+    """The estimate, unless a backend that does not answer holds nodes the order would take (the one it would fit
+    on, or, when it would wait anyway, any with its cards): then it waits for that backend (one query while every
+    backend answers; three when one does not)."""
+    statuses = backends.unavailable_backends()
+    if estimate["never_fits"] or not statuses:
+        return estimate
+    unavailable = backends.unavailable_nodes(statuses)
+    if estimate["fits_now"]:
+        blocked = [unavailable[name] for name in estimate.get("nodes", [estimate["node"]]) if name in unavailable]
+    else:
+        holding = Device.objects.filter(node__name__in=unavailable)
+        if demand.models:
+            holding = holding.filter(model__slug__in=demand.models)
+        blocked = [unavailable[name] for name in holding.values_list("node__name", flat=True)[:1]]
+    if not blocked:
+        return estimate
+    reason = backends.waiting_reason(blocked[0])
+    kept = {key: estimate[key] for key in ("queued_ahead", "as_of", "age_seconds")}
+    return {
+        "fits_now": False,
+        "never_fits": False,
+        **kept,
+        "code": reason["code"],
+        "message": reason["message"],
+        "details": reason["numbers"],
+    }
 
 
 def _delaying(order, outcome) -> dict | None:

@@ -39,6 +39,7 @@ class CycleEngine:
         self.shares = shares or {}  # (model, profile) -> the milli-share the record keeps for a slice
         self.holdings = list(holdings)  # running work as the MIG engine sees it, for preemption
         self.instances: dict[str, tuple[mig.Placed, ...]] = {}  # demand id -> the GPU instances bound for it
+        self.closed: list[str] = []  # nodes closed to this cycle's placements (close_node), at_start's too
 
     def at_start(self, running: Iterable[placement.Allocation]) -> placement.PlacementEngine:
         """A milli-share engine at the state the cycle started from plus `running` (bindings of this cycle, as
@@ -46,6 +47,8 @@ class CycleEngine:
         scored on the start state are copied and refreshed for the nodes that changed, not scored again; the same
         state and policy as an engine built over the cycle's snapshot and `running`, so the same answers."""
         engine = self.start.fork()
+        for name in self.closed:
+            engine.close_node(name)
         engine.hold(running)
         return engine
 
@@ -82,7 +85,9 @@ class CycleEngine:
         return [placement.Binding(demand.id, outcome.node, devices, outcome.cpu_milli, outcome.memory_mib)]
 
     def close_node(self, name: str) -> None:
-        """No new work on this node (the preview keeps an order off a node reserved for the queue's head)."""
+        """No new work on this node (the preview keeps an order off a node reserved for the queue's head; the cycle
+        keeps work off the nodes of a backend that does not answer)."""
+        self.closed.append(name)
         self.milli.close_node(name)
         if self.mig is not None:
             self.mig.close_node(name)

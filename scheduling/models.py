@@ -620,3 +620,44 @@ class CycleOutcome(models.Model):
 
     def __str__(self):
         return f"Cycle outcome of {self.finished_at:%Y-%m-%d %H:%M:%S} UTC"
+
+
+class BackendStatus(models.Model):
+    """Whether an execution backend answers as a whole (a Slurm cluster's controller, through slurmrestd). A row
+    exists once the backend was first found out of reach; while `unavailable_since` is set the backend is degraded:
+    its nodes take no new placements (requests wait with `backend_unavailable`), its cards keep what runs on them,
+    and no node is cordoned for it. It clears itself the first time the backend answers again."""
+
+    backend = models.CharField(max_length=20, choices=ExecutionBackend.choices, unique=True)
+    unavailable_since = models.DateTimeField(null=True, blank=True, help_text="Empty while the backend answers.")
+    cause = models.JSONField(
+        default=dict, blank=True, help_text="{code, message, part}: the last answer that said 'not now'."
+    )
+    recovered_at = models.DateTimeField(null=True, blank=True, help_text="When it last answered again.")
+    watched_until = models.DateTimeField(
+        null=True, blank=True, help_text="The lease of the task asking it again while it is out of reach."
+    )
+
+    class Meta:
+        verbose_name = "backend status"
+        verbose_name_plural = "backend statuses"
+        ordering = ["backend"]
+
+    def __str__(self):
+        return f"{self.get_backend_display()}: " + ("unavailable" if self.unavailable_since else "answering")
+
+    @property
+    def unavailable(self) -> bool:
+        return self.unavailable_since is not None
+
+    @property
+    def part(self) -> str:
+        """What does not answer, e.g. "Slurm controller" or "slurmrestd"."""
+        return (self.cause.get("part") or self.get_backend_display()).removeprefix("the ")
+
+    @property
+    def message(self) -> str:
+        """The sentence for operators and the order preview, e.g. "Slurm controller unreachable since 14:02 UTC: new
+        orders wait."."""
+        since = timezone.localtime(self.unavailable_since)
+        return f"{self.part} unreachable since {since:%H:%M} {since:%Z}: new orders wait."

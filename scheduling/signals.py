@@ -22,3 +22,8 @@ cycle_finished = Signal()
 # not take before, i.e. an uncordon or a clearance). The Slurm drain connects here, and the scheduling cycle to a
 # node becoming available.
 node_availability_changed = Signal()
+
+# Sent after the commit of a change to whether an execution backend answers as a whole (BackendStatus): kwargs
+# backend (str), available (bool). The cycle places again when it is back; provisioning wakes the steps waiting for
+# it, and asks it again while it is not.
+backend_availability_changed = Signal()

@@ -17,8 +17,8 @@ def trigger_cycle(**_kwargs) -> None:
 
 
 def cycle_when_available(*, available: bool, **_kwargs) -> None:
-    """Capacity came back (an uncordon, by an operator or by the Slurm import once Slurm resumed the node, or an
-    isolation cleared): the queue is placed now, not at the next minute's cycle."""
+    """Capacity came back (an uncordon, by an operator or by the Slurm import once Slurm resumed the node, an
+    isolation cleared, or a backend that answers again): the queue is placed now, not at the next minute's cycle."""
     if available:
         trigger_cycle()
 
@@ -57,7 +57,7 @@ def connect() -> None:
     from scheduling.allocations import allocation_details
     from scheduling.estimate import order_never_fits, orders_never_fit, placement_estimate
     from scheduling.metrics import SchedulerCollector
-    from scheduling.signals import health_changed, node_availability_changed
+    from scheduling.signals import backend_availability_changed, health_changed, node_availability_changed
 
     hooks.register(hooks.ALLOCATION_DETAILS, allocation_details)
     hooks.register(hooks.PLACEMENT_ESTIMATE, placement_estimate)
@@ -68,5 +68,6 @@ def connect() -> None:
     health_changed.connect(trigger_cycle, dispatch_uid="scheduling.cycle_on_health")
     node_availability_changed.connect(drain_in_slurm, dispatch_uid="scheduling.drain_in_slurm")
     node_availability_changed.connect(cycle_when_available, dispatch_uid="scheduling.cycle_on_availability")
+    backend_availability_changed.connect(cycle_when_available, dispatch_uid="scheduling.cycle_on_backend")
     request_releasing.connect(free_unprovisioned, dispatch_uid="scheduling.free_on_release")
     post_migrate.connect(ensure_schedules, dispatch_uid="scheduling.ensure_schedules")

@@ -79,6 +79,7 @@ class SlurmCluster:
     _processes: dict[str, subprocess.Popen] = field(default_factory=dict, repr=False)
     _commands: dict[str, list[str]] = field(default_factory=dict, repr=False)
     _users: dict[str, str] = field(default_factory=dict, repr=False)
+    _extra_env: dict[str, dict[str, str]] = field(default_factory=dict, repr=False)
 
     @property
     def env(self) -> dict[str, str]:
@@ -125,6 +126,15 @@ class SlurmCluster:
                 raise AssertionError(f"{node} is {current!r}, not {state!r}, after {seconds}s")
             time.sleep(0.2)
 
+    def wait_until_nodes_respond(self, seconds: float = 30) -> None:
+        """Wait until every node's slurmd has registered with slurmctld (sinfo marks one that has not with "*"),
+        which takes a few seconds after slurmctld starts again; jobs pend ReqNodeNotAvail meanwhile."""
+        deadline = time.monotonic() + seconds
+        while not_responding := {node: state for node, state in self.node_states().items() if state.endswith("*")}:
+            if time.monotonic() > deadline:
+                raise AssertionError(f"nodes not responding after {seconds}s: {not_responding}")
+            time.sleep(0.2)
+
     def node_reason(self, node: str) -> str:
         output = self.run("sinfo", "--noheader", "--Node", f"--nodes={node}", "--format=%E").stdout
         return output.strip()
@@ -146,16 +156,40 @@ class SlurmCluster:
         for node in self.node_names:
             self.wait_for_node_state(node, "idle", seconds=30)
 
+    def pid(self, name: str) -> int:
+        """The PID of a running daemon this cluster started (the leader of its own process group)."""
+        return self._processes[name].pid
+
     def stop_daemon(self, name: str) -> None:
-        """Stop one daemon this cluster started (e.g. "slurmctld", "slurmd-<node>"), as an outage would."""
+        """Stop one daemon this cluster started (e.g. "slurmctld", "slurmd-<node>"), as an outage would: SIGTERM to
+        its PID's process group, SIGKILL if it lingers."""
         _terminate(self._processes.pop(name))
 
     def start_daemon(self, name: str) -> None:
         """Start a stopped daemon again with its state kept (slurmctld without -c), and wait until it answers."""
         command = [arg for arg in self._commands[name] if arg != "-c"]
-        _start(self, name, command, user=self._users.get(name))
+        _start(self, name, command, user=self._users.get(name), extra_env=self._extra_env.get(name))
         if name == "slurmctld":
             _wait_for(self._controller_answers, self, name)
+        if name == "slurmrestd":
+            _wait_for(lambda: _rest_answers(self), self, name)
+
+    def stop_controller(self) -> None:
+        """slurmctld stopped (by PID): slurmrestd then answers every call after about 9 s with HTTP 500, errno -1."""
+        self.stop_daemon("slurmctld")
+
+    def start_controller(self) -> None:
+        """slurmctld started again with its state; returns once `scontrol ping` says UP (its nodes register a
+        moment later: submissions meanwhile are accepted with error 2068)."""
+        self.start_daemon("slurmctld")
+
+    def stop_rest(self) -> None:
+        """slurmrestd stopped (by PID): connections to the REST API are refused."""
+        self.stop_daemon("slurmrestd")
+
+    def start_rest(self) -> None:
+        """slurmrestd started again; returns once it answers a ping."""
+        self.start_daemon("slurmrestd")
 
     def _controller_answers(self) -> bool:
         return "UP" in self.run("scontrol", "ping", check=False).stdout
@@ -403,6 +437,8 @@ def _start(
     cluster._commands[name] = command
     if user:
         cluster._users[name] = user
+    if extra_env:
+        cluster._extra_env[name] = extra_env
 
 
 def _wait_for(condition, cluster: SlurmCluster, part: str) -> None:

@@ -26,6 +26,11 @@ urlpatterns = [
         name="provisioning-netboot-meta-data",
     ),
     path("provisioning/runs/<int:pk>/retry/", views.RunRetryView.as_view(), name="provisioning-run-retry"),
+    path(
+        "provisioning/runs/<int:pk>/force-release/",
+        views.ForceReleaseView.as_view(),
+        name="provisioning-run-force-release",
+    ),
     path("projects/<int:project_id>/api-keys/", serving_views.ProjectKeysView.as_view(), name="api-key-list"),
     path("api-keys/<int:pk>/rotate/", serving_views.KeyRotateView.as_view(), name="api-key-rotate"),
     path("api-keys/<int:pk>/revoke/", serving_views.KeyRevokeView.as_view(), name="api-key-revoke"),

@@ -1,6 +1,6 @@
 """The OS installer's side, without a session: the network boot files (served to the server waiting to install, known
 by its address) and the completion callback (the run's installer token, from the node's address where known, while
-the run waits for it); and the operators' retry."""
+the run waits for it); and the operators' retry and forced release."""
 
 from django.http import HttpResponse
 from django.shortcuts import get_object_or_404
@@ -103,3 +103,21 @@ class RunRetryView(APIView):
         run = get_object_or_404(ProvisioningRun, pk=pk)
         retry = services.run_retry(run=run, actor=request.user, reason=body.validated_data["reason"])
         return Response(run_summary(retry), status=201)
+
+
+class ForceReleaseView(APIView):
+    """Operators: confirm that the workload of a release or cleanup the backend never confirmed is gone, so its
+    devices go back to the pool (audited)."""
+
+    @extend_schema(
+        request=RetrySerializer,
+        responses={200: {"type": "object"}, 403: ErrorSerializer, 404: ErrorSerializer, 409: ErrorSerializer},
+    )
+    def post(self, request, pk: int):
+        if not services.can_force_release(request.user):
+            raise NotPermitted("Only operators can return the capacity of a teardown.")
+        body = RetrySerializer(data=request.data)
+        body.is_valid(raise_exception=True)
+        run = get_object_or_404(ProvisioningRun, pk=pk)
+        forced = services.teardown_force(run=run, actor=request.user, reason=body.validated_data["reason"])
+        return Response(run_summary(forced))

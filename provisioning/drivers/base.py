@@ -86,6 +86,41 @@ class StepError(Exception):
         self.code, self.message, self.retryable, self.details = code, message, retryable, details or {}
 
 
+class BackendUnavailable(StepError):
+    """The backend did not answer, or answered "not now": unreachable, restarting, busy, not yet registered. Never a
+    final answer, so never a failure while the outage lasts: the engine tries the step again with backoff, for a
+    provisioning step within the operator's outage budget (PROVISIONING_OUTAGE_BUDGET_SECONDS) and for a teardown
+    until it succeeds, shows "waiting for <waiting_for> since ..." on the request, and isolates no node for it.
+
+    Every driver classifies its backend's answers into this or a refusal (a plain StepError) in one place: Slurm's
+    client (scheduling/slurm/api.py) for slurmrestd and slurmctld, the Redfish driver for BMCs, the container driver
+    for podman. `whole_backend`: every node of the backend is out of reach at once (a Slurm controller), so the
+    backend is marked degraded and new placements onto it wait; otherwise only this node's own service is (its
+    podman, its BMC), a matter for that node's steps alone."""
+
+    def __init__(
+        self,
+        code: str,
+        message: str,
+        *,
+        backend: str,
+        waiting_for: str,
+        whole_backend: bool = False,
+        details: dict | None = None,
+    ):
+        self.backend, self.waiting_for, self.whole_backend = backend, waiting_for, whole_backend
+        outage = {"backend": backend, "waiting_for": waiting_for, "whole_backend": whole_backend}
+        super().__init__(code, message, retryable=True, details={**(details or {}), "outage": outage})
+
+
+def with_details(error: StepError, **details) -> StepError:
+    """The same error (of the same class: an outage stays an outage) with more details, e.g. `isolate`."""
+    copy = type(error).__new__(type(error), error.message)
+    copy.__dict__.update(error.__dict__, details={**error.details, **details})
+    copy.args = error.args
+    return copy
+
+
 class StepPending(Exception):
     """Not done yet (a power transition, an installer): ask again after `retry_after` seconds. `reason` is why the
     backend holds the work back ({code, message, details}, e.g. Slurm keeping a job pending), for the request."""
@@ -241,6 +276,10 @@ class WorkloadDriver(ABC):
         that enforces no end of its own (the platform's expiry releases the workload) moves nothing. Raises
         StepError when the backend cannot be asked or refuses."""
         return {}
+
+    def probe(self) -> None:  # noqa: B027  (optional: most backends have no whole to ask)
+        """Ask the backend as a whole whether it answers (a Slurm controller); BackendUnavailable when it does not.
+        A backend without a whole to ask (each node's own service) always answers here."""
 
     def stop_orphans(self, still_held: Callable[[set[int]], set[int]]) -> list[dict]:
         """Stop this platform's workloads whose allocation is no longer held (a teardown that could not reach the

@@ -38,6 +38,7 @@ from django.conf import settings
 
 from catalog.parameters import ssh_public_key_problem
 from provisioning.drivers.base import (
+    BackendUnavailable,
     StepError,
     StepPending,
     Target,
@@ -62,18 +63,30 @@ CONTEXT_NAME = re.compile(r"^[a-z0-9][a-z0-9._-]*$")  # a directory right under 
 
 
 class PodmanFailed(StepError):
-    """podman answered with an error; an unreachable service is worth retrying, and so is most else."""
+    """podman answered with an error: worth retrying (the step's attempts), and most failures are."""
 
     def __init__(self, command: str, stderr: str):
-        unreachable = any(
-            sign in stderr.lower() for sign in ("cannot connect", "unable to connect", "failed to connect")
-        )
         super().__init__(
-            "podman_unreachable" if unreachable else "podman_failed",
-            f"podman {command} failed: {stderr[-500:] or 'no output'}",
-            details={"command": command},
+            "podman_failed", f"podman {command} failed: {stderr[-500:] or 'no output'}", details={"command": command}
         )
         self.stderr = stderr
+
+
+UNREACHABLE_SIGNS = ("cannot connect", "unable to connect", "failed to connect")
+
+
+def podman_unreachable(url: str, command: str, stderr: str) -> BackendUnavailable | None:
+    """The node's podman service did not answer (its socket or SSH down, the node rebooting): an outage of that
+    node's service, waited out; None when podman answered."""
+    if not any(sign in stderr.lower() for sign in UNREACHABLE_SIGNS):
+        return None
+    return BackendUnavailable(
+        "podman_unreachable",
+        f"podman {command} failed: {stderr[-500:]}",
+        backend="container",
+        waiting_for=f"podman at {url}",
+        details={"command": command},
+    )
 
 
 class Podman:
@@ -106,7 +119,8 @@ class Podman:
         except subprocess.TimeoutExpired as slow:
             raise StepError("podman_timeout", f"podman {args[0]} did not answer within {slow.timeout:g} s.") from slow
         if done.returncode != 0:
-            raise PodmanFailed(args[0], (done.stderr or done.stdout).strip())
+            stderr = (done.stderr or done.stdout).strip()
+            raise podman_unreachable(self.url, args[0], stderr) or PodmanFailed(args[0], stderr)
         return done.stdout
 
     def containers(self, *labels: str) -> list[dict]:

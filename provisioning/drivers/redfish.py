@@ -12,7 +12,7 @@ import logging
 import httpx
 from django.conf import settings
 
-from provisioning.drivers.base import ACCELERATOR_TYPES, BmcDriver, StepError, Target
+from provisioning.drivers.base import ACCELERATOR_TYPES, BackendUnavailable, BmcDriver, StepError, Target
 from provisioning.secrets import bmc_credentials
 
 logger = logging.getLogger(__name__)
@@ -195,8 +195,7 @@ class _Session:
         for _ in range(MAX_REDIRECTS + 1):
             response = self._exchange(request, method, path)
             if not response.is_redirect:
-                _raise_for_status(response, method, path)
-                return response
+                return self._answered(response, method, path)
             # A redirect is a link too: followed only on the BMC's own origin (httpx keeps the method and body of a
             # 307/308 and turns a 301/302/303 into a GET, as browsers do).
             request = response.next_request
@@ -214,11 +213,24 @@ class _Session:
         try:
             return self.client.send(request, auth=self.auth)
         except httpx.TimeoutException:
-            raise StepError(
-                "bmc_unreachable", f"BMC {self.origin} did not answer {method} {path} in time", details={"url": url}
+            raise self._unavailable(
+                "bmc_unreachable", f"BMC {self.origin} did not answer {method} {path} in time", {"url": url}
             ) from None
         except httpx.RequestError as exc:
-            raise StepError("bmc_unreachable", f"Cannot reach BMC {self.origin}: {exc}", details={"url": url}) from None
+            raise self._unavailable("bmc_unreachable", f"Cannot reach BMC {self.origin}: {exc}", {"url": url}) from None
+
+    def _answered(self, response: httpx.Response, method: str, path: str) -> httpx.Response:
+        """The BMC's answer, unless it failed while answering (5xx but 501 Not Implemented, which will not change):
+        an outage of the BMC, waited out; a refusal is final (_raise_for_status)."""
+        if response.status_code >= 500 and response.status_code != 501:
+            message = _redfish_message(response)
+            raise self._unavailable(
+                "bmc_error",
+                f"BMC answered {response.status_code} to {method} {path}: {message}",
+                {"status": response.status_code, "method": method, "path": path, "message": message},
+            )
+        _raise_for_status(response, method, path)
+        return response
 
     def _on_origin(self, link) -> httpx.URL:
         """A link the BMC published (`@odata.id`, an action target, a redirect's Location), resolved on the BMC's
@@ -248,6 +260,13 @@ class _Session:
             )
         return self._origin_url.copy_with(raw_path=url.raw_path)
 
+    def _unavailable(self, code: str, message: str, details: dict) -> BackendUnavailable:
+        """The BMC did not answer, or failed while answering (5xx): its node's own service, waited out like any
+        outage (a BMC resets in minutes). A refusal (4xx, 501) is final."""
+        return BackendUnavailable(
+            code, message, backend=RedfishBmc.name, waiting_for=f"the BMC at {self.origin}", details=details
+        )
+
 
 def _raise_for_status(response: httpx.Response, method: str, path: str) -> None:
     if response.is_success:
@@ -256,9 +275,8 @@ def _raise_for_status(response: httpx.Response, method: str, path: str) -> None:
     details = {"status": status, "method": method, "path": path, "message": message}
     if status in (401, 403):
         raise StepError("bmc_auth_failed", f"BMC refused the credentials ({status})", retryable=False, details=details)
-    # 501 Not Implemented will not change by asking again.
-    code, retryable = ("bmc_error", status != 501) if status >= 500 else ("bmc_rejected", False)
-    raise StepError(code, f"BMC answered {status} to {method} {path}: {message}", retryable=retryable, details=details)
+    code = "bmc_error" if status >= 500 else "bmc_rejected"
+    raise StepError(code, f"BMC answered {status} to {method} {path}: {message}", retryable=False, details=details)
 
 
 def _redfish_message(response: httpx.Response) -> str:

@@ -3,8 +3,10 @@ BMC whose state lives in the database so every worker sees the same machine, and
 (PROVISIONING_FAULTS) for tests and demos.
 
 A fault: {"op": <method name>, "attempts": [1, 2] | "all", "node": <optional node name>, and either
-"code"/"message"/"retryable" (the call fails) or "result" (keys merged into what the call returns, e.g.
-{"op": "inventory", "result": {"accelerators": 7}} for a server that lost a GPU)}.
+"code"/"message"/"retryable" (the call fails), "unavailable": true (the backend does not answer: an outage, waited
+out until the fault is gone; "whole_backend": true for the whole simulated backend rather than the node's host), or
+"result" (keys merged into what the call returns, e.g. {"op": "inventory", "result": {"accelerators": 7}} for a
+server that lost a GPU)}.
 """
 
 import os
@@ -22,6 +24,7 @@ from django.utils import timezone
 
 from catalog.choices import SlurmMembership
 from provisioning.drivers.base import (
+    BackendUnavailable,
     BmcDriver,
     InBandDriver,
     ServingDriver,
@@ -78,6 +81,14 @@ def _work(operation: str, target: Target) -> dict:
             continue
         if "result" in fault:
             return dict(fault["result"])
+        if fault.get("unavailable"):
+            raise BackendUnavailable(
+                fault.get("code", "simulated_unavailable"),
+                fault.get("message", f"The simulated host of {target.node} does not answer."),
+                backend="simulated",
+                waiting_for="the simulated cluster" if fault.get("whole_backend") else f"the host of {target.node}",
+                whole_backend=fault.get("whole_backend", False),
+            )
         raise StepError(
             fault.get("code", "simulated_fault"),
             fault.get("message", f"Injected fault in {operation}."),
@@ -209,6 +220,18 @@ class SimulatedHost(WorkloadDriver, InBandDriver, ServingDriver):
     """One simulated machine plays all three in-band roles: workloads, bare-metal post-install, inference."""
 
     name = "simulated"
+
+    def probe(self) -> None:
+        """The simulated backend as a whole answers unless a fault says it is out (whole_backend)."""
+        for fault in settings.PROVISIONING_FAULTS:
+            if fault.get("unavailable") and fault.get("whole_backend"):
+                raise BackendUnavailable(
+                    fault.get("code", "simulated_unavailable"),
+                    "The simulated cluster does not answer.",
+                    backend=self.name,
+                    waiting_for="the simulated cluster",
+                    whole_backend=True,
+                )
 
     def prepare_image(self, target: Target, image: dict) -> dict:
         _work("prepare_image", target)

@@ -34,6 +34,7 @@ from django.conf import settings
 from django.db import connection, transaction
 
 from provisioning.drivers.base import (
+    BackendUnavailable,
     PlacementLost,
     StepError,
     StepPending,
@@ -41,6 +42,7 @@ from provisioning.drivers.base import (
     WorkloadDriver,
     WorkloadEnd,
     only,
+    with_details,
 )
 from scheduling.slurm import scontrol
 from scheduling.slurm.api import (
@@ -48,6 +50,7 @@ from scheduling.slurm.api import (
     SlurmApi,
     SlurmApiError,
     SlurmNotFound,
+    SlurmUnavailable,
     configured_token,
     error_number,
 )
@@ -100,6 +103,7 @@ WATCH_SECONDS, WATCH_EVERY_SECONDS = 2.0, 0.1  # within one attempt
 SUBMIT_LOCK_NAMESPACE = 0x534C  # "SL": advisory locks of Slurm submissions, keyed by request id
 HOLD_COMMAND = "exec sleep infinity"
 PRIVATE_UMASK = "0077"
+PROBE_TIMEOUT_SECONDS = 3.0  # a ping while slurmctld is down waits ~9 s in slurmrestd; the watcher asks again sooner
 
 
 def job_name(request_id: int) -> str:
@@ -173,7 +177,12 @@ class SlurmWorkloads(WorkloadDriver):
         try:
             yield shared_api()
         except SlurmApiError as error:
-            raise _refusal(error) from error
+            raise classified(error) from error
+
+    def probe(self) -> None:
+        """slurmctld answers a ping through slurmrestd (quickly: the watcher asks again while it does not)."""
+        with self._api() as api:
+            api.ping(timeout=PROBE_TIMEOUT_SECONDS)
 
     # --- Image ---------------------------------------------------------------------------------------------------
 
@@ -283,6 +292,8 @@ class SlurmWorkloads(WorkloadDriver):
         }
 
     def stop_workload(self, target: Target) -> dict:
+        """Cancel the allocation's live jobs; done once Slurm confirms none is left. Slurm out of reach is an outage
+        (the teardown waits for it); Slurm refusing to cancel a job on the node is a finding about that node."""
         cancelled = []
         with self._api() as api:
             for job in _jobs_of(api.jobs(), target):
@@ -291,6 +302,8 @@ class SlurmWorkloads(WorkloadDriver):
                         api.cancel_job(job["job_id"])
                     except SlurmNotFound:  # it ended meanwhile
                         continue
+                    except SlurmApiError as error:
+                        raise with_isolation(classified(error), target) from error
                     cancelled.append(job["job_id"])
         return {"cancelled": cancelled, "stopped": True}
 
@@ -593,26 +606,30 @@ def _device_order(target: Target) -> tuple[str, int]:
 
 
 def _started(api: SlurmApi, jobs: list[dict], target: Target, image: dict) -> dict | StepError | PlacementLost:
-    """The live job of an earlier attempt, else a new submission (as Slurm holds it then: PENDING). A refusal is
-    this run's outcome; Slurm out of reach is the batch's (raised). A node that went out of service since the
-    image step is named by the submission's answer: its work is placed again (the teardown cancels the job Slurm
-    holds pending there)."""
+    """The live job of an earlier attempt, else a new submission (as Slurm holds it then: PENDING; one Slurm
+    accepted with an error, 2068 while its node registers after a restart, is that job, the error kept as a warning).
+    A refusal is this run's outcome; Slurm out of reach is the batch's (raised), and the next attempt looks the job up
+    by its name and comment before submitting again (a submission that timed out may have been accepted). A node that
+    went out of service since the image step and is named by the submission's answer: its work is placed again."""
     job = _live_job(jobs, target)
     if job is None:
         try:
-            job = {
-                "job_id": api.submit_job(batch_script(target, image), job_properties(target, image))["job_id"],
-                "job_state": "PENDING",
-            }
+            answer = api.submit_job(batch_script(target, image), job_properties(target, image))
+            job = {"job_id": answer["job_id"], "job_state": "PENDING", "warnings": answer.get("warnings", [])}
         except StepError as refused:
             return refused
         except SlurmApiError as error:
-            out_of_service = _out_of_service([_node_or_none(api, target.node)]) if _node_refused(error) else {}
+            out_of_service = _out_of_service([_node_or_none(api, target.node)]) if _node_refused(error.errors) else {}
             if target.node in out_of_service:
                 return _placement_lost(target, out_of_service[target.node])
             if error.retryable:
                 raise
-            return _refusal(error)
+            return classified(error)
+        # Accepted, but its node not available: out of service (drained since the image step: placed again, the
+        # teardown cancels the job), or registering after a restart (the job is kept; it starts once it has).
+        out_of_service = _out_of_service([_node_or_none(api, target.node)]) if _node_refused(job["warnings"]) else {}
+        if target.node in out_of_service:
+            return _placement_lost(target, out_of_service[target.node], job_id=job["job_id"])
         submitted = True
     else:
         submitted = False
@@ -624,6 +641,7 @@ def _started(api: SlurmApi, jobs: list[dict], target: Target, image: dict) -> di
         "ports": {},
         "job_state": job.get("job_state"),
         "output": output_path(target, job["job_id"]),
+        **({"slurm_warnings": job["warnings"]} if job.get("warnings") else {}),
     }
 
 
@@ -647,21 +665,37 @@ def _watched(api: SlurmApi, job_ids: list[int]) -> dict[int, dict | None]:
     return jobs
 
 
-def _node_refused(error: SlurmApiError) -> bool:
-    return any(error_number(entry) == NODE_NOT_AVAILABLE_ERRNO for entry in error.errors)
+def _node_refused(errors: list[dict]) -> bool:
+    """Slurm's answer names the node not available (ESLURM_NODE_NOT_AVAIL, 2068)."""
+    return any(error_number(entry) == NODE_NOT_AVAILABLE_ERRNO for entry in errors)
 
 
 def _waits(job: dict | None) -> bool:
     return job is not None and job.get("job_state") in WAITING_STATES
 
 
-def _refusal(error: SlurmApiError) -> StepError:
-    return StepError(
-        "slurm_unavailable" if error.retryable else "slurm_refused",
-        str(error),
-        retryable=error.retryable,
-        details={"errors": error.errors},
-    )
+def classified(error: SlurmApiError) -> StepError:
+    """Slurm's answer as the step's outcome: an outage of the whole backend (slurmrestd or slurmctld out of reach,
+    waited out), or a refusal that fails the step at once with Slurm's errors (an unknown partition, an invalid
+    request, access denied)."""
+    details = {"errors": error.errors}
+    if isinstance(error, SlurmUnavailable):
+        return BackendUnavailable(
+            "slurm_unavailable",
+            str(error),
+            backend="slurm",
+            waiting_for=error.part,
+            whole_backend=True,
+            details=details,
+        )
+    return StepError("slurm_refused", str(error), retryable=False, details=details)
+
+
+def with_isolation(error: StepError, target: Target) -> StepError:
+    """A refusal to stop the node's work is a finding about that node (it keeps the job); an outage is not."""
+    if isinstance(error, BackendUnavailable):
+        return error
+    return with_details(error, isolate=True, node=target.node)
 
 
 @contextmanager

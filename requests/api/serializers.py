@@ -307,7 +307,7 @@ class QueueStatusSerializer(serializers.Serializer):
         source="queue_reason.code",
         default=None,
         allow_null=True,
-        help_text="Why it waits: quota_exhausted, no_matching_spec, capacity_in_use, ...",
+        help_text="Why it waits: quota_exhausted, no_matching_spec, capacity_in_use, backend_unavailable, ...",
     )
     message = serializers.CharField(source="queue_reason.message", default=None, allow_null=True)
     numbers = serializers.JSONField(source="queue_reason.numbers", default=None, allow_null=True)
@@ -618,8 +618,10 @@ class RequestDetailSerializer(RequestSummarySerializer):
             "type": "object",
             "nullable": True,
             "description": "Provisioning runs with their steps (state, attempts, duration, log excerpt, "
-            "output, error) and, while active, what was delivered (node, devices, "
-            "addresses, image, access details, start and expiry).",
+            "output, error); while active, what was delivered (node, devices, "
+            "addresses, image, access details, start and expiry); and `waiting`, while the backend does not "
+            "answer (`backend_unavailable`: whom it waits for and since when) or refused a teardown "
+            "(`teardown_refused`): {code, message, details}, else null.",
         }
     )
     def get_provisioning(self, resource_request) -> dict | None:

@@ -6,7 +6,13 @@ array, so the reason Slurm gave reaches the record; the token is sent in a heade
 line, an exception or a repr.
 
 Slurm 22.05 answers most failures, including a bad or expired token, with HTTP 500 and an `errors` array: the
-status code alone says little, the errors say what happened.
+status code alone says little, the errors say what happened. `_error_for` is the one place that reads an answer as
+"not now" (SlurmUnavailable: slurmrestd or slurmctld out of reach, restarting or busy; worth asking again) or as
+"no" (any other SlurmApiError: a refusal that asking again will not change). Measured on Slurm 22.05: with
+slurmctld stopped, slurmrestd answers every call after about 9 s with HTTP 500 and error -1 ("Unspecified error"),
+or 1800 for a submission or a cancellation; with slurmrestd stopped the connection is refused. Right after
+slurmctld restarts, a submission is answered HTTP 200 with a job id *and* error 2068 (ESLURM_NODE_NOT_AVAIL, its
+nodes not registered yet): Slurm accepted that job (it pends ReqNodeNotAvail), so `submit_job` returns it.
 """
 
 import logging
@@ -18,20 +24,30 @@ from django.conf import settings
 logger = logging.getLogger(__name__)
 
 API_PREFIX = "/slurm/v0.0.38"
-# Slurm error numbers (slurm/slurm_errno.h) that mean "slurmrestd could not reach slurmctld": worth retrying.
-CONTROLLER_UNREACHABLE_ERRNOS = frozenset({*range(1001, 1005), 1013, *range(1800, 1804), *range(5000, 5006)})
+# Slurm error numbers (slurm/slurm_errno.h) that mean "not now": slurmrestd could not reach slurmctld (SLURM_ERROR,
+# -1, is what 22.05's slurmrestd answers when slurmctld does not answer at all; then the communication and socket
+# errors), or slurmctld asks to be asked again (EAGAIN, "try again" 2007/2020/2103, a controller in standby
+# 2027/2131, its database out of reach 7000). Worth retrying.
+CONTROLLER_UNREACHABLE_ERRNOS = frozenset(
+    {-1, 11, *range(1001, 1005), 1013, *range(1800, 1804), *range(5000, 5006), 2007, 2020, 2027, 2103, 2131, 7000}
+)
 # ESLURM_INVALID_JOB_ID, ESLURM_INVALID_NODE_NAME: the job or node is not (or no longer) known to slurmctld.
 NOT_FOUND_ERRNOS = frozenset({2017, 2018})
 ACCESS_DENIED_ERRNOS = frozenset({2002})  # ESLURM_ACCESS_DENIED: the token's user may not do this
 UNAVAILABLE_HTTP_STATUSES = frozenset({502, 503, 504})
+SLURMRESTD, CONTROLLER = "slurmrestd", "the Slurm controller"  # which part did not answer
 
 
 class SlurmApiError(Exception):
-    """slurmrestd refused or failed a call. `errors` is Slurm's errors array ({"error", "error_number", ...})."""
+    """slurmrestd refused or failed a call. `errors` is Slurm's errors array ({"error", "error_number", ...}); `body`
+    the rest of its answer (a submission Slurm accepted despite an error carries its job id there)."""
 
-    def __init__(self, message: str, *, status: int | None = None, errors: list[dict] | None = None):
+    def __init__(
+        self, message: str, *, status: int | None = None, errors: list[dict] | None = None, body: dict | None = None
+    ):
         self.status = status
         self.errors = errors or []
+        self.body = body or {}
         super().__init__(message)
 
     @property
@@ -41,7 +57,12 @@ class SlurmApiError(Exception):
 
 
 class SlurmUnavailable(SlurmApiError):
-    """slurmrestd did not answer (connection refused, timeout, gateway error) or could not reach slurmctld."""
+    """slurmrestd did not answer (connection refused, timeout, gateway error) or could not reach slurmctld, or
+    slurmctld asked to be asked again. `part` is which of them: SLURMRESTD or CONTROLLER."""
+
+    def __init__(self, message: str, *, part: str = CONTROLLER, **answer):
+        self.part = part
+        super().__init__(message, **answer)
 
     @property
     def retryable(self) -> bool:
@@ -98,9 +119,13 @@ class SlurmApi:
 
     # --- Controller ----------------------------------------------------------------------------------------------
 
-    def ping(self) -> list[dict]:
-        """One entry per slurmctld: {"hostname", "ping": "UP"|"DOWN", "mode", "status"}."""
-        return self._call("GET", "/ping/")["pings"]
+    def ping(self, *, timeout: float | None = None) -> list[dict]:
+        """One entry per slurmctld: {"hostname", "ping": "UP"|"DOWN", "mode", "status"}. No controller UP is
+        SlurmUnavailable. `timeout` overrides the client's (a prober asks again rather than wait)."""
+        pings = self._call("GET", "/ping/", **({"timeout": timeout} if timeout is not None else {}))["pings"]
+        if not any(ping.get("ping") == "UP" for ping in pings):
+            raise SlurmUnavailable(f"No Slurm controller answers UP: {pings}", part=CONTROLLER)
+        return pings
 
     def diag(self) -> dict:
         """slurmctld's scheduler statistics (`sdiag`)."""
@@ -121,8 +146,17 @@ class SlurmApi:
 
     def submit_job(self, script: str, job: dict) -> dict:
         """Submit a batch job: `job` holds job properties (name, partition, nodelist, gres, time_limit, ...).
-        Returns Slurm's answer: {"job_id", "step_id", "job_submit_user_msg"}."""
-        return self._call("POST", "/job/submit", json={"script": script, "job": job})
+        Returns Slurm's answer: {"job_id", "step_id", "job_submit_user_msg"}, plus "warnings" (Slurm's errors array)
+        when Slurm accepted the job while answering with an error (2068 just after a restart: the job pends until
+        its node registers). A job Slurm accepted is never submitted again, so such an answer is a success."""
+        try:
+            return self._call("POST", "/job/submit", json={"script": script, "job": job})
+        except SlurmApiError as error:
+            job_id = error.body.get("job_id")
+            if isinstance(job_id, int) and job_id > 0:
+                logger.warning("Slurm accepted job %s with errors: %s", job_id, error)
+                return {**error.body, "warnings": error.errors}
+            raise
 
     def job(self, job_id: int) -> dict:
         jobs = self._call("GET", f"/job/{job_id}")["jobs"]
@@ -148,15 +182,22 @@ class SlurmApi:
     def _call(self, method: str, path: str, **kwargs) -> dict:
         try:
             response = self._client.request(method, path, **kwargs)
-        except httpx.TimeoutException as error:
-            raise SlurmUnavailable(f"slurmrestd at {self.url} did not answer {method} {path} in time") from error
-        except httpx.TransportError as error:
-            raise SlurmUnavailable(f"slurmrestd at {self.url} unreachable: {error.__class__.__name__}") from error
+        except (httpx.ReadTimeout, httpx.WriteTimeout) as error:
+            # slurmrestd took the call and waits on slurmctld: 9 s per controller call while slurmctld is down, and a
+            # job query makes two.
+            raise SlurmUnavailable(
+                f"slurmrestd at {self.url} did not answer {method} {path} in time (waiting on slurmctld)",
+                part=CONTROLLER,
+            ) from error
+        except httpx.TransportError as error:  # refused, or not even connected in time: slurmrestd itself
+            raise SlurmUnavailable(
+                f"slurmrestd at {self.url} unreachable: {error.__class__.__name__}", part=SLURMRESTD
+            ) from error
         body = _json_or_empty(response)
-        errors = [error for error in body.get("errors") or [] if isinstance(error, dict)]
+        errors = [error for error in body.pop("errors", None) or [] if isinstance(error, dict)]
         if response.is_success and not errors:
             return body
-        raise _error_for(method, path, response.status_code, errors)
+        raise _error_for(method, path, response.status_code, errors, body)
 
 
 def _json_or_empty(response: httpx.Response) -> dict:
@@ -167,20 +208,28 @@ def _json_or_empty(response: httpx.Response) -> dict:
     return body if isinstance(body, dict) else {}
 
 
-def _error_for(method: str, path: str, status: int, errors: list[dict]) -> SlurmApiError:
+def _error_for(method: str, path: str, status: int, errors: list[dict], body: dict) -> SlurmApiError:
+    """The one classification of a failed answer: "not now" (SlurmUnavailable) when the status says a gateway or
+    slurmrestd itself could not serve (502-504, or any 5xx without Slurm's errors to say why) or an error number says
+    slurmctld was out of reach or busy; else the refusal Slurm's error numbers name."""
     described = "; ".join(_describe(error) for error in errors) or f"HTTP {status}"
-    message = f"Slurm refused {method} {path}: {described}"
     numbers = {error_number(error) for error in errors}
-    if status in UNAVAILABLE_HTTP_STATUSES or numbers & CONTROLLER_UNREACHABLE_ERRNOS:
-        error_class = SlurmUnavailable
-    elif numbers & NOT_FOUND_ERRNOS:
-        error_class = SlurmNotFound
-    elif numbers & ACCESS_DENIED_ERRNOS:
-        error_class = SlurmAccessDenied
+    answer = {"status": status, "errors": errors, "body": body}
+    if status in UNAVAILABLE_HTTP_STATUSES or (status >= 500 and not errors):
+        error = SlurmUnavailable(f"slurmrestd could not answer {method} {path}: {described}", part=SLURMRESTD, **answer)
+    elif numbers & CONTROLLER_UNREACHABLE_ERRNOS:
+        error = SlurmUnavailable(f"Slurm could not answer {method} {path}: {described}", part=CONTROLLER, **answer)
     else:
-        error_class = SlurmApiError
-    logger.warning("%s", message)
-    return error_class(message, status=status, errors=errors)
+        error_class = (
+            SlurmNotFound
+            if numbers & NOT_FOUND_ERRNOS
+            else SlurmAccessDenied
+            if numbers & ACCESS_DENIED_ERRNOS
+            else SlurmApiError
+        )
+        error = error_class(f"Slurm refused {method} {path}: {described}", **answer)
+    logger.warning("%s", error)
+    return error
 
 
 def error_number(error: dict) -> int | None:

@@ -32,6 +32,7 @@ BENCHMARKS = [
     "tests.bench.bench_execution_container",
     "tests.bench.bench_in_band_ansible",
     "tests.bench.bench_bare_metal_path",
+    "bench.faults",
 ]
 SERVER_URL = os.environ.get("BENCH_DATABASE_SERVER", "postgres://postgres@127.0.0.1:5432")
 DATABASE = "compute_catalog_bench"

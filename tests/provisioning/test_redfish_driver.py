@@ -8,7 +8,7 @@ import time
 import httpx
 import pytest
 
-from provisioning.drivers.base import StepError, Target
+from provisioning.drivers.base import BackendUnavailable, StepError, Target
 from provisioning.drivers.redfish import RedfishBmc
 from tests.provisioning.redfish_emulator import AUTH_PASSWORD, AUTH_USER, free_loopback_port
 
@@ -226,7 +226,9 @@ def test_a_server_error_carries_the_redfish_message_and_is_retried_unless_not_im
     error = raised_by(driver.inventory, target(f"{redfish_stand_in.url}/redfish/v1/Systems/1"))
 
     assert (error.code, error.retryable) == ("bmc_error", retryable)
-    assert error.details == {"status": status, "method": "GET", "path": "/redfish/v1/Systems/1", "message": "BMC busy"}
+    assert isinstance(error, BackendUnavailable) == retryable  # a BMC failing while it answers is an outage of it
+    answer = {"status": status, "method": "GET", "path": "/redfish/v1/Systems/1", "message": "BMC busy"}
+    assert {key: error.details[key] for key in answer} == answer
     assert "BMC busy" in error.message
 
 

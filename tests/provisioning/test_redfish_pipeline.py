@@ -1,6 +1,6 @@
 """The bare-metal pipeline on the `redfish` driver against the real sushy-tools emulator: validation, virtual
 media, one-time boot, power transitions (polled honestly: the emulator lands them 1-11 s later), the installer's
-callback with its one-time token, release; and BMC faults that are retried, then fail clearly."""
+callback with its one-time token, release; and BMC faults that are waited out, then fail clearly."""
 
 from urllib.parse import parse_qs, urlsplit
 
@@ -8,12 +8,15 @@ import httpx
 import pytest
 from django.urls import reverse
 
+from provisioning import services
 from provisioning.choices import RunKind, RunState, StepState
 from provisioning.models import ProvisioningRun
+from provisioning.selectors import provisioning_details
 from requests import services as request_services
 from requests.choices import EventCode, RequestState
 from scheduling.choices import AllocationState
 from scheduling.models import Allocation
+from tenancy.models import AuditEvent
 from tests.provisioning.redfish_emulator import free_loopback_port
 
 pytestmark = pytest.mark.django_db
@@ -80,26 +83,45 @@ def _failing_bmc(kind: str, stand_in, settings) -> str:
 @pytest.mark.parametrize(
     ("kind", "code"), [("unreachable", "bmc_unreachable"), ("http_500", "bmc_error"), ("slow", "bmc_unreachable")]
 )
-def test_bmc_faults_are_retried_then_fail_clearly_and_isolate_the_node(
-    kind, code, on_redfish, redfish_stand_in, settings
+def test_a_bmc_that_does_not_answer_is_waited_out_then_fails_clearly_and_its_cleanup_holds_the_devices(
+    kind, code, on_redfish, redfish_stand_in, settings, operator
 ):
-    settings.PROVISIONING_MAX_ATTEMPTS = 3
+    """A BMC out of reach is an outage of that node's BMC: waited out (no attempt counted) for the outage budget,
+    then the validation fails, a finding about that node (isolated). The cleanup cannot power the server off either:
+    it waits for the BMC, and the devices stay held, until an operator confirms the server is off."""
+    settings.PROVISIONING_OUTAGE_BUDGET_SECONDS = 0.5
+    settings.PROVISIONING_CHAIN_SECONDS = 2.0  # the cleanup's worker hands its wait over instead of waiting on
     on_redfish.node.bmc_address = _failing_bmc(kind, redfish_stand_in, settings)
     on_redfish.node.save(update_fields=["bmc_address"])
 
     request = on_redfish.order()
     assert request.state == RequestState.FAILED
     run = ProvisioningRun.objects.get(request=request, kind=RunKind.PROVISION)
-    assert (run.failure["step"], run.failure["code"], run.failure["attempts"]) == ("validate_hardware", code, 3)
-    retries = request.events.filter(code=EventCode.PROVISIONING_STEP_FAILED, data__step="validate_hardware")
-    assert retries.count() == 2
+    assert (run.failure["step"], run.failure["code"], run.failure["attempts"]) == ("validate_hardware", code, 1)
+    assert "did not answer for" in run.failure["message"] and "outage budget" in run.failure["message"]
+    assert not request.events.filter(code=EventCode.PROVISIONING_STEP_FAILED).exists()  # an outage is no attempt
+    waited = request.events.filter(code=EventCode.BACKEND_WAIT).first()
+    assert waited.message.startswith("Waiting for the BMC at ") and waited.message.endswith(", retrying.")
     on_redfish.node.refresh_from_db()
     assert not on_redfish.node.schedulable and "validate_hardware" in on_redfish.node.cordon_reason
-    cleanup = ProvisioningRun.objects.get(request=request, kind=RunKind.CLEANUP)
-    assert cleanup.state == RunState.FAILED  # the BMC cannot power the server off either
-    assert Allocation.objects.get(request=request).state == AllocationState.RELEASED  # books balanced; node isolated
     if kind == "http_500":
         assert "Internal BMC fault" in run.failure["message"]
+
+    cleanup = ProvisioningRun.objects.get(request=request, kind=RunKind.CLEANUP)
+    step = cleanup.steps.get(position=cleanup.current_position)
+    assert (cleanup.state, step.state, step.waiting_for) == (RunState.RUNNING, StepState.WAITING, "outage")
+    assert Allocation.objects.get(request=request).state == AllocationState.ACTIVE  # the server may still run
+    waiting = provisioning_details(request)["waiting"]
+    assert waiting["code"] == "backend_unavailable"
+    assert waiting["message"].startswith("Cleaning up — waiting for the BMC to confirm the server is off: the BMC at")
+
+    services.teardown_force(run=cleanup, actor=operator, reason="powered off at the rack")
+
+    assert Allocation.objects.get(request=request).state == AllocationState.RELEASED
+    cleanup.refresh_from_db()
+    assert cleanup.state == RunState.CANCELLED
+    assert request.events.get(code=EventCode.TEARDOWN_FORCED).actor == operator
+    assert AuditEvent.objects.get(action="provisioning.teardown_forced").reason == "powered off at the rack"
 
 
 def test_a_bmc_linking_outside_its_origin_fails_validation_at_once_naming_the_link_and_isolates_the_node(

@@ -1,6 +1,7 @@
 """The `slurm` execution backend against the real local Slurm cluster (tests/slurm_cluster.py): compute orders run as
 Slurm jobs pinned to the node the platform chose, Slurm's GPU binding and pending reasons reach the record, release
-cancels the job, jobs that end by themselves are reconciled, and a controller outage fails clearly."""
+cancels the job, jobs that end by themselves are reconciled, and what an operator forced while Slurm was down is
+cleaned up once it answers."""
 
 import threading
 import time
@@ -13,6 +14,7 @@ from django.urls import reverse
 
 from catalog.models import Vendor
 from provisioning import engine
+from provisioning import services as provisioning_services
 from provisioning.choices import RunKind, RunState
 from provisioning.drivers.base import StepError, StepPending, Target
 from provisioning.drivers.slurm import (
@@ -249,38 +251,38 @@ def test_a_job_slurm_keeps_pending_shows_slurms_reason_until_it_runs(slurm_compu
     assert request.events.filter(code=EventCode.QUEUE_REASON).count() == 1  # repeated polls add no notes
 
 
-def test_slurmctld_stopped_mid_run_gives_retries_then_a_clear_failure_with_cleanup(slurm_compute, settings):
+def test_a_release_forced_by_an_operator_while_slurmctld_is_down_leaves_an_orphan_the_reconciler_stops(
+    slurm_compute, settings, operator
+):
+    """slurmctld stopped under a release: the teardown waits for Slurm with the devices held (tests/provisioning/
+    test_slurm_faults.py has the outages); an operator who gives up on it returns them (audited), and once Slurm
+    answers again the reconciler cancels the job the teardown could not."""
     settings.PROVISIONING_INLINE_WAIT_SECONDS = 0
-    settings.PROVISIONING_MAX_ATTEMPTS = 3
+    settings.PROVISIONING_CHAIN_SECONDS = 1.0
     settings.SLURM_TIMEOUT_SECONDS = 3.0
     outside_job(slurm_compute.api, slurm_compute.cluster, slurm_compute.node.name, gpus=2)
     request = slurm_compute.order()
     assert request.state == RequestState.PROVISIONING  # submitted; Slurm holds it pending
+    job_id = ProvisioningRun.objects.get(request=request).steps.get(name="start_workload").output["job_id"]
 
-    slurm_compute.cluster.stop_daemon("slurmctld")
+    slurm_compute.cluster.stop_controller()
     try:
-        resumed_until(lambda: in_state(request, RequestState.FAILED), seconds=90)
-        cleanup = ProvisioningRun.objects.get(request=request, kind=RunKind.CLEANUP)
-        resumed_until(lambda: finished(cleanup), seconds=90)
+        slurm_compute.run_on_commit(
+            request_services.request_release, request=request, actor=request.requester, reason="done"
+        )
+        release = ProvisioningRun.objects.get(request=request, kind=RunKind.RELEASE)
+        assert (release.state, Allocation.objects.get(request=request).state) == (RunState.RUNNING, "active")
+        provisioning_services.teardown_force(run=release, actor=operator, reason="the cluster is being rebuilt")
     finally:
-        slurm_compute.cluster.start_daemon("slurmctld")
+        slurm_compute.cluster.start_controller()
 
-    run = ProvisioningRun.objects.get(request=request, kind=RunKind.PROVISION)
-    job_id = run.steps.get(name="start_workload").output["job_id"]
-    assert (run.failure["step"], run.failure["code"], run.failure["attempts"]) == (
-        "readiness_check",
-        "slurm_unavailable",
-        3,
-    )
-    assert request.events.filter(code=EventCode.PROVISIONING_STEP_FAILED, data__step="readiness_check").count() == 2
-    cleanup.refresh_from_db()
-    assert cleanup.state == RunState.FAILED  # Slurm cannot cancel the job either: the node is isolated for an operator
-    slurm_compute.node.refresh_from_db()
-    assert not slurm_compute.node.schedulable and "stop_workload" in slurm_compute.node.cordon_reason
+    request.refresh_from_db()
+    assert request.state == RequestState.RELEASED
     assert Allocation.objects.get(request=request).state == AllocationState.RELEASED
     assert not Device.objects.filter(node=slurm_compute.node, allocated_milli__gt=0).exists()
-    # Slurm still holds the job the cleanup could not cancel: the reconciler stops it once Slurm answers again.
-    assert job_state(slurm_compute.api, job_id) == "PENDING"
+    slurm_compute.node.refresh_from_db()
+    assert slurm_compute.node.schedulable  # an outage cordons nothing
+    assert job_state(slurm_compute.api, job_id) == "PENDING"  # Slurm still holds the job nobody could cancel
     assert slurm_compute.run_on_commit(workloads_reconcile) == {request.pk: "orphan_stopped"}
     assert eventually(lambda: job_state(slurm_compute.api, job_id) == "CANCELLED")
     assert request.events.get(code=EventCode.CLEANED_UP).data["workload"] == f"slurm job {job_id}"

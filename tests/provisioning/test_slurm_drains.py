@@ -255,19 +255,20 @@ def test_a_submission_slurm_answers_with_node_not_available_is_placed_again(pool
 
     [outcome] = SlurmWorkloads().start_workloads([(target, IMAGE)])
 
+    # Slurm accepted the job all the same (with its job id) and holds it pending: the teardown that follows the
+    # requeue cancels it.
+    [held] = [job for job in pool.api.jobs() if job["name"] == job_name(626262)]
+    assert (held["job_state"], held["state_reason"]) == ("PENDING", "ReqNodeNotAvail")
     assert isinstance(outcome, PlacementLost)
     assert outcome.reason["details"] == {
         "backend": "slurm",
         "node": node.name,
         "slurm_state": "IDLE+DRAIN",
         "slurm_reason": "reseating GPUs",
-        "job_id": None,
+        "job_id": held["job_id"],
     }
     node.refresh_from_db()
     assert node.cordon_reason == "Slurm reports the node IDLE+DRAIN: reseating GPUs"
-    # Slurm accepted the job all the same and holds it pending: the teardown that follows the requeue cancels it.
-    [held] = [job for job in pool.api.jobs() if job["name"] == job_name(626262)]
-    assert (held["job_state"], held["state_reason"]) == ("PENDING", "ReqNodeNotAvail")
     assert SlurmWorkloads().stop_workload(target)["cancelled"] == [held["job_id"]]
 
 

@@ -5,7 +5,15 @@ import time
 
 import pytest
 
-from scheduling.slurm.api import SlurmApi, SlurmApiError, SlurmNotConfigured, SlurmNotFound, SlurmUnavailable
+from scheduling.slurm.api import (
+    CONTROLLER,
+    SLURMRESTD,
+    SlurmApi,
+    SlurmApiError,
+    SlurmNotConfigured,
+    SlurmNotFound,
+    SlurmUnavailable,
+)
 from tests.slurm_cluster import free_ports
 
 
@@ -133,3 +141,37 @@ def test_a_stopped_controller_is_unavailable_and_retryable(api, slurm):
 
     assert caught.value.retryable
     assert "Unable to contact slurm controller" in str(caught.value)
+
+
+def test_slurmrestd_s_answer_for_a_stopped_controller_is_unavailable_not_a_refusal(slurm_settings, slurm):
+    """With slurmctld stopped, slurmrestd 22.05 answers a query after about 9 s with HTTP 500 and error -1
+    ("Unspecified error"): the controller is out of reach, which is worth asking again."""
+    slurm.stop_controller()
+    try:
+        with SlurmApi.from_settings() as client, pytest.raises(SlurmUnavailable) as caught:
+            client._client.timeout = 30  # wait for slurmrestd's own answer rather than time out first
+            client.jobs()
+    finally:
+        slurm.start_controller()
+
+    assert (caught.value.status, caught.value.part) == (500, CONTROLLER)
+    assert [error.get("error_number") for error in caught.value.errors] == [-1]
+
+
+def test_slurmrestd_stopped_is_unavailable_and_names_slurmrestd(api, slurm):
+    slurm.stop_rest()
+    try:
+        with pytest.raises(SlurmUnavailable) as caught:
+            api.jobs()
+    finally:
+        slurm.start_rest()
+
+    assert caught.value.part == SLURMRESTD and "unreachable: ConnectError" in str(caught.value)
+
+
+def test_an_unknown_partition_is_a_final_refusal(api, slurm):
+    with pytest.raises(SlurmApiError) as caught:
+        api.submit_job("#!/bin/bash\ntrue\n", {**sleep_job(slurm, slurm.node_names[0]), "partition": "nowhere"})
+
+    assert not caught.value.retryable and not isinstance(caught.value, SlurmUnavailable)
+    assert "Invalid partition name specified (error 2000)" in str(caught.value)
