@@ -31,7 +31,7 @@ from scheduling import backends, backfill, cluster_state, kept_engine, mig_cycle
 from scheduling.allocations import adjust_device_shares
 from scheduling.models import Allocation, AllocationDevice
 from scheduling.outcome import record_outcome
-from scheduling.reason_words import named
+from scheduling.reason_words import namer
 from scheduling.signals import cycle_finished, requests_allocated
 from tenancy.choices import QuotaDimension
 from tenancy.models import MonthlyUsage, ProjectQuota
@@ -523,12 +523,13 @@ def _cycle(policy: str) -> CycleResult:
         by_id = {request.pk: request for request in queue}
         reservation = _reserve_for_the_head(cluster, engine, result, demands, by_id, now)
         allocated = _commit_bindings(result, cluster, by_id, now, engine.instances)
+        in_words = namer()
         reasons = {
             **refused,
             **{
                 int(pending.demand_id): {
                     "code": pending.reason,
-                    "message": named(pending.message),
+                    "message": in_words(pending.message),
                     "numbers": dict(pending.numbers),
                 }
                 for pending in result.pending

@@ -4,6 +4,7 @@
 80GB SXM …"). The reason's numbers keep the identifiers."""
 
 import re
+from collections.abc import Callable
 
 from catalog.models import AcceleratorModel
 from config.versions import KeptPerProcess
@@ -25,20 +26,26 @@ def _every_model() -> tuple[dict[str, str], re.Pattern | None]:
 _kept = KeptPerProcess("catalog", _every_model)
 
 
-def named(message: str, models=None) -> str:
-    """The message with each accelerator model's slug replaced by its name, a count before it set apart. `models`:
-    the models it can name (an order's, read with it, so that this reads nothing); else every model of the catalog
-    (kept per process: one read of the catalog's counter)."""
+def namer(models=None) -> Callable[[str], str]:
+    """What replaces each accelerator model's slug in a message by its name, a count before it set apart, for as many
+    messages as the caller has (a cycle's every pending reason: the names are read once). `models`: the models it can
+    name (an order's, read with it, so that this reads nothing); else every model of the catalog (kept per process:
+    one read of the catalog's counter)."""
     if models is None:
         names, pattern = _kept.get()
     else:
         names = {model.slug: model.name for model in models}
         pattern = _pattern(names)
     if pattern is None:
-        return message
+        return lambda message: message
 
     def name(match: re.Match) -> str:
         count = f"{match['count']} " if match["count"] else ""
         return f"{count}{names[match['slug']]}"
 
-    return pattern.sub(name, message)
+    return lambda message: pattern.sub(name, message)
+
+
+def named(message: str, models=None) -> str:
+    """One message with the models' names (see `namer`)."""
+    return namer(models)(message)

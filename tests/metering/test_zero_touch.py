@@ -69,4 +69,7 @@ def test_the_kpi_of_one_project_and_the_usage_page_under_its_project_filter(worl
     client.force_login(operator)
     page = client.get(f"/usage/?project={world.other_project.pk}&from=2026-11&to=2026-11").content.decode()
     table = page[page.index('id="zero-touch-table"') :].split("</table>")[0]
-    assert table.count("<tr><td>2026-11</td>") == 1 and '<td class="num">1</td>' in table
+    assert (
+        table.count('<tr><td data-label="Month">2026-11</td>') == 1
+        and '<td class="num" data-label="Delivered">1</td>' in table
+    )
