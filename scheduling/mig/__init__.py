@@ -6,7 +6,8 @@ A GPU-instance profile takes ``compute`` compute slices and a run of memory slic
 ``(start, size)``; creating an instance fails when its placement overlaps an occupied one (NVIDIA MIG User Guide,
 "Supported MIG Profiles"; ``nvidia-smi mig -lgip`` / ``-lgipp``). A layout is valid when every instance sits at an
 allowed placement of its profile, no two instances share a memory slice, the compute slices add up to at most the
-card's, and no profile has more instances than its table allows (``+me`` profiles: one).
+card's, no profile has more instances than its table allows, and the card holds at most one media-extension
+(``+me``) instance of any size (it has one set of JPEG/OFA engines).
 
 MIG fragmentation score (in the spirit of FGD, Weng et al., ATC'23; scheduling/mig/scoring.py). The workload's
 demands give each demand class ``c`` (a whole card, a time-sliced share, or one instance of profile ``p``) and its
@@ -22,6 +23,7 @@ F(before)`` of the node it touches, then the node left with the least idle card 
 order, the lowest card index and the lowest start.
 """
 
+from scheduling.mig.budget import DemandMix
 from scheduling.mig.engine import MigEngine
 from scheduling.mig.geometry import (
     SEEDED,
@@ -33,6 +35,8 @@ from scheduling.mig.geometry import (
     fits_somehow,
     free_starts,
     geometry_problems,
+    host_commands,
+    idle_in_the_way,
     layout_problems,
     max_pack,
 )
@@ -67,6 +71,7 @@ __all__ = [
     "TOPOLOGY_CONSTRAINT",
     "WHOLE",
     "Card",
+    "DemandMix",
     "Geometry",
     "Holding",
     "Instance",
@@ -83,6 +88,8 @@ __all__ = [
     "fits_somehow",
     "free_starts",
     "geometry_problems",
+    "host_commands",
+    "idle_in_the_way",
     "layout_problems",
     "max_pack",
     "mix_weights",
