@@ -215,6 +215,12 @@ class _Orders:
     """The runtime's nodes in the inventory, and what a round's approved one-GPU requests are ordered from."""
 
     def __init__(self, runtime: Runtime):
+        earlier = Node.objects.filter(execution_backend=runtime.backend).values_list("name", flat=True)[:3]
+        if earlier:  # the cycle would place on nodes whose runtime is gone, and those orders would fail
+            raise CommandError(
+                f"The database holds {runtime.backend} nodes of an earlier run ({', '.join(earlier)}, ...): "
+                "run the benchmark on a fresh *_bench database."
+            )
         stamp = f"{runtime.backend}-{int(time.time())}"
         gpu_type = runtime.nodes[0].gpu_type
         self.accelerator, _ = AcceleratorModel.objects.get_or_create(
