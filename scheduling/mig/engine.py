@@ -67,6 +67,7 @@ class MigEngine:
         self._heaps: dict = {}
         self._by_models: dict = {}
         self.exists: dict = {}  # (models, profile) -> whether any card could ever take it (reasons.py)
+        self.has_pinned = any(st[0] == "s" for cards in self.cards for st in cards)  # pinned MIG layouts (reasons)
         # Where each MIG card state is (schedulable nodes): the pending reasons look at distinct states, not cards.
         self.where: dict = {}
         for i, node in enumerate(self.nodes):
@@ -168,14 +169,12 @@ class MigEngine:
         """One instance: the option on the least contested model, then with the smallest increase of the node's
         score, then the least idle left."""
         before, idle, scored = found
-        node_frag = self.score.node_frag
         new_cpu = cpu - demand.cpu_milli
-        f_before = node_frag(cpu, before, idle)
+        delta = _deltas(self.score.node_frag, new_cpu, self.score.node_frag(cpu, before, idle))
         cards, pressure = self._card_tuples[cid], self.pressure
         best = None
-        for j, start, option, (after, left) in scored:
-            load = pressure.get(cards[j][1], 0.0)
-            key = (load, round(node_frag(new_cpu, after, left) - f_before, 6), left, j, start)
+        for j, start, option, effect in scored:
+            key = (pressure.get(cards[j][1], 0.0), delta(effect), effect[1], j, start)
             if best is None or key < best[0]:
                 best = (key, option)
         key, o = best
@@ -186,20 +185,24 @@ class MigEngine:
         before, idle, scored = found
         node_frag = self.score.node_frag
         f_before = node_frag(cpu, before, idle)
+        delta = _deltas(node_frag, cpu, f_before)
         cards, pressure = self._card_tuples[cid], self.pressure
         ranked = sorted(
-            (pressure.get(cards[j][1], 0.0), round(node_frag(cpu, after, left) - f_before, 6), j, start, option)
-            for j, start, option, (after, left) in scored
+            (pressure.get(cards[j][1], 0.0), delta(effect), j, start, option, effect)
+            for j, start, option, effect in scored
         )
         chosen = _distinct_cards([r[4] for r in ranked], demand.count)
         if chosen is None:
             return None
         load = sum(pressure.get(cards[o[0]][1], 0.0) for o in chosen)
-        free = self.score.free_milli
-        after = self.score.changed(before, [cards[o[0]] for o in chosen], [o[2] for o in chosen])
-        left = idle + sum(free(o[2]) - free(cards[o[0]]) for o in chosen)
-        delta = round(node_frag(cpu - demand.cpu_milli, after, left) - f_before, 6)
-        return ((round(load, 6), delta, left), tuple(_choice(o) for o in chosen))
+        if len(chosen) == 1:  # one card changes: its option's effect is the node's
+            after, left = next(r[5] for r in ranked if r[4] is chosen[0])
+        else:
+            free = self.score.free_milli
+            after = self.score.changed(before, [cards[o[0]] for o in chosen], [o[2] for o in chosen])
+            left = idle + sum(free(o[2]) - free(cards[o[0]]) for o in chosen)
+        moved = round(node_frag(cpu - demand.cpu_milli, after, left) - f_before, 6)
+        return ((round(load, 6), moved, left), tuple(_choice(o) for o in chosen))
 
     # -- the index: per demand shape a lazy heap of node scores, memoised by node state --------------------------
 
@@ -221,9 +224,14 @@ class MigEngine:
         if entry is None:
             entry = self._heaps[key] = [[], None, {}]
         heap, seen, memo = entry
-        scored = self._rescore(
-            demand, memo, self._candidates(demand) if seen is None else set(self.changed[seen:]), fresh
-        )
+        candidates = self._candidates(demand)
+        if seen is None:
+            todo = sorted(candidates)
+        else:
+            todo = set(self.changed[seen:])
+            if len(candidates) < len(self.nodes):
+                todo &= candidates
+        scored = self._rescore(demand, memo, todo, fresh)
         entry[1] = len(self.changed)
         if seen is None:
             heap.extend(scored)
@@ -239,16 +247,15 @@ class MigEngine:
             heapq.heappop(heap)
         return None
 
-    def _candidates(self, demand: SliceDemand) -> Sequence[int]:
+    def _candidates(self, demand: SliceDemand) -> frozenset[int]:
         """The nodes that have a card of the demand's models at all (every node for CPU-only or any-model demands):
-        a constrained demand's first look skips the rest of the fleet."""
-        if not demand.models or not demand.count:
-            return range(len(self.nodes))
-        found = self._by_models.get(demand.models)
+        a constrained demand looks at no other node of the fleet."""
+        key = demand.models if demand.count else frozenset()
+        found = self._by_models.get(key)
         if found is None:
-            found = self._by_models[demand.models] = [
-                i for i, node in enumerate(self.nodes) if any(card.model in demand.models for card in node.cards)
-            ]
+            found = self._by_models[key] = frozenset(
+                i for i, node in enumerate(self.nodes) if not key or any(card.model in key for card in node.cards)
+            )
         return found
 
     def _rescore(self, demand: SliceDemand, memo: dict, todo: Iterable[int], fresh: bool) -> list:
@@ -434,6 +441,20 @@ def _first_fit_choices(options: list, demand: SliceDemand):
     single = demand.profile is not None and demand.count == 1
     chosen = options[:1] if single else _distinct_cards(options, demand.count)
     return None if chosen is None else tuple(_choice(o) for o in chosen)
+
+
+def _deltas(node_frag, cpu: int, f_before: float):
+    """The score's increase for an option's effect ((class capacities, idle) after it), computed once per effect:
+    the options of like cards share one (eight empty cards, one score)."""
+    known: dict[int, float] = {}
+
+    def delta(effect) -> float:
+        found = known.get(id(effect))
+        if found is None:
+            found = known[id(effect)] = round(node_frag(cpu, effect[0], effect[1]) - f_before, 6)
+        return found
+
+    return delta
 
 
 def _distinct_cards(options, count: int):

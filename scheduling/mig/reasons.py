@@ -39,7 +39,7 @@ def diagnose(engine, demand: SliceDemand) -> MigPending:
             f"{demand.cpu_milli / 1000:g} cores and {demand.memory_mib / 1024:g} GiB left",
             {"cpu_milli": demand.cpu_milli, "memory_mib": demand.memory_mib},
         )
-    pinned = any(st[0] == "s" for cards in engine.cards for st in cards)
+    pinned = engine.has_pinned
     return MigPending(
         demand.id,
         CAPACITY_IN_USE,
