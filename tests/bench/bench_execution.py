@@ -14,7 +14,7 @@ TITLE = "Execution backends: queued to active, beside the backend alone"
 # (backend, requests): every backend of `manage.py bench_execution` that has a local runtime here.
 RUNS = [("slurm", 100)]
 WORKERS = 8
-ROUNDS = 3
+ROUNDS = 4
 REDIS_URL = os.environ.get("BENCH_REDIS_URL", "redis://127.0.0.1:6379/10")
 DESCRIPTION = (
     f"`manage.py bench_execution --backend <backend> --requests <n> --rounds {ROUNDS} --json`: the backend's real "

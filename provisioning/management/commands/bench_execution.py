@@ -3,8 +3,9 @@
 End to end on a real execution backend: start the backend's real local runtime (for `slurm`, the test cluster of
 tests/slurm_cluster.py; for `container`, this machine's podman, provisioning/bench_execution_container.py; sized so
 every request fits at once), put its nodes into the inventory and start real `qcluster` workers on this database.
-Then, in each round, two measurements on the same runtime, one after the other (their order alternates from round to
-round, so neither always meets a warmer or a busier machine):
+After one unmeasured wave of the baseline (a fresh runtime's first wave is faster than any later one: slurmctld
+holds no finished jobs yet), in each round two measurements on the same runtime, one after the other (their order
+alternates from round to round, so neither always meets a warmer, busier or fuller runtime):
 
 - the platform: N approved one-GPU requests queued, one scheduling cycle, wait until every request is active (its
   workload RUNNING on the backend) or failed; then they are released and the backend is idle again;
@@ -183,7 +184,7 @@ class Command(BaseCommand):
         parser.add_argument("--backend", choices=sorted(BACKENDS), required=True)
         parser.add_argument("--requests", type=int, default=100)
         parser.add_argument("--workers", type=int, default=8, help="qcluster worker processes.")
-        parser.add_argument("--rounds", type=int, default=3, help="Platform and baseline measurements, interleaved.")
+        parser.add_argument("--rounds", type=int, default=4, help="Platform and baseline measurements, interleaved.")
         parser.add_argument("--timeout", type=float, default=300.0, help="Seconds to wait for all to settle.")
         parser.add_argument("--json", action="store_true", dest="as_json")
         parser.add_argument("--force", action="store_true", help="Run on a database not named *_bench.")
@@ -195,6 +196,9 @@ class Command(BaseCommand):
             )
         with BACKENDS[backend](requests) as runtime, override_settings(**runtime.settings):
             orders = _Orders(runtime)
+            # Unmeasured: a fresh runtime's first wave is faster than any later one (slurmctld knows no finished
+            # jobs yet, podman's caches are cold the other way); a runtime in service is past both.
+            DIRECT[backend](runtime, requests, timeout)
             with _workers(workers, runtime.settings) as cpu_seconds:
                 results = []
                 for number in range(rounds):
