@@ -4,6 +4,8 @@ and never asks for a second +me instance. Checked against `tests/scheduling/fake
 a real card refuses."""
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from scheduling.mig import (
     SEEDED,
@@ -169,3 +171,92 @@ def test_geometry_validation_states_the_media_rule():
         "2g.12gb+me: 2 instances, but a card has one set of media engines (JPEG/OFA): at most one +me instance of "
         "any size"
     ]
+
+
+# ---------------------------------------------------------------------------------------------------- properties
+
+
+@st.composite
+def cards_with_leftovers(draw):
+    """A node of MIG cards, each with idle instances earlier work left (a valid layout, named by GPU instance id),
+    and a sequence of demands and releases."""
+    cards = []
+    for j in range(draw(st.integers(1, 3))):
+        geometry = SEEDED[draw(st.sampled_from(sorted(SEEDED)))]
+        layout: list = []
+        for profile in draw(st.lists(st.sampled_from(geometry.profiles), max_size=6)):
+            start = draw(st.sampled_from(profile.starts))
+            candidate = [*layout, (profile.name, start, profile.memory_slices)]
+            if not layout_problems(geometry, candidate):
+                layout = candidate
+        instances = tuple(Instance(n, s, z, gi_id=k + 1, ci_id=0) for k, (n, s, z) in enumerate(layout))
+        cards.append(Card(j, geometry.model, geometry, mig=True, instances=instances))
+    profiles = sorted({p.name for card in cards for p in card.geometry.profiles})
+    steps = draw(
+        st.lists(
+            st.one_of(
+                st.tuples(st.just("slice"), st.sampled_from(profiles)),
+                st.tuples(st.just("whole"), st.just("")),
+                st.tuples(st.just("release"), st.just("")),
+            ),
+            min_size=1,
+            max_size=12,
+        )
+    )
+    return MigNode("n", 64000, 262144, tuple(cards)), steps
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(cards_with_leftovers())
+def test_every_plan_runs_on_the_card_and_the_layout_stays_valid(scenario):
+    """Whatever idle instances earlier work left, each placement's plan runs on a fake card holding them (running
+    work in the held ones) and the card's instances afterwards are exactly what the engine believes: held plus the
+    idle ones it did not destroy, a valid layout."""
+    node, steps = scenario
+    engine = MigEngine([node])
+    host = FakeHost(*(FakeGpu(card.index, card.geometry, mig_mode=True) for card in node.cards))
+    for card in node.cards:
+        for instance in card.instances:
+            host.add_instance(card.index, instance.profile, instance.start, instance.gi_id)
+    held: list[MigBinding] = []
+    for n, (kind, profile) in enumerate(steps):
+        if kind == "release":
+            if held:
+                released = held.pop(0)
+                engine.release(released)
+                for placed in released.placed:  # the created instance goes with the work, a reused one stays
+                    gpu = host.gpus[placed.card]
+                    if placed.instance is not None and placed.create:
+                        gi = next(g for g, i in gpu.instances.items() if i.start == placed.instance.start)
+                        host.run_all(
+                            [["nvidia-smi", "mig", "-i", str(placed.card), "-gi", str(gi), c] for c in ("-dci",)]
+                            + [["nvidia-smi", "mig", "-i", str(placed.card), "-dgi", "-gi", str(gi)]]
+                        )
+            continue
+        outcome = engine.place_one(SliceDemand(f"d{n}", profile=profile or None))
+        if not isinstance(outcome, MigBinding):
+            continue
+        held.append(outcome)
+        for placed in outcome.placed:
+            gpu = host.gpus[placed.card]
+            card = node.cards[placed.card]
+            profile_row = card.geometry.profile(placed.instance.profile) if placed.instance else None
+            gi_ids = [next(g for g, i in gpu.instances.items() if i.start == gone.start) for gone in placed.destroy]
+            host.run_all(
+                host_commands(
+                    placed.card,
+                    destroy=gi_ids,
+                    mode=placed.mode,
+                    create=(profile_row.profile_id, placed.instance.start) if placed.create else None,
+                )
+            )
+    for j, card in enumerate(node.cards):
+        state = engine.cards[0][j]
+        believed = (
+            sorted([*state[4], *((i.profile, i.start, i.size) for i in engine._idle(0, j))])
+            if state[0] == "m"
+            else None
+        )
+        if believed is not None:
+            assert host.gpus[j].layout() == believed
+        assert layout_problems(card.geometry, host.gpus[j].layout()) == []
