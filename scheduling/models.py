@@ -195,6 +195,7 @@ class Device(models.Model):
     mig_mode_wanted = models.CharField(
         max_length=5,
         blank=True,
+        db_default="",
         choices=MigMode.choices,
         help_text="The mode an operator switches the card to once its running work has ended (a drain): no new work "
         "is placed on it meanwhile. Empty: no switch waits.",
@@ -422,6 +423,7 @@ class AllocationDevice(models.Model):
     milli = models.PositiveIntegerField(validators=[MinValueValidator(1), MaxValueValidator(MILLI)])
     mig_changes = models.JSONField(
         default=dict,
+        db_default=models.Value({}, output_field=models.JSONField()),  # rows written in SQL (bench seeding) too
         blank=True,
         help_text="What the host changes on a MIG-capable card before the work starts there (the scheduler's plan): "
         '{"destroy": [idle GPU instances in the way, with their GPU instance ids], "mode": "mig" | "whole" | null}.',

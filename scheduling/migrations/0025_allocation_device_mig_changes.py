@@ -13,6 +13,6 @@ class Migration(migrations.Migration):
         migrations.AddField(
             model_name='allocationdevice',
             name='mig_changes',
-            field=models.JSONField(blank=True, default=dict, help_text='What the host changes on a MIG-capable card before the work starts there (the scheduler\'s plan): {"destroy": [idle GPU instances in the way, with their GPU instance ids], "mode": "mig" | "whole" | null}.'),
+            field=models.JSONField(blank=True, db_default=models.Value({}, output_field=models.JSONField()), default=dict, help_text='What the host changes on a MIG-capable card before the work starts there (the scheduler\'s plan): {"destroy": [idle GPU instances in the way, with their GPU instance ids], "mode": "mig" | "whole" | null}.'),
         ),
     ]

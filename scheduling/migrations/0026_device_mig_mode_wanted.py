@@ -13,6 +13,6 @@ class Migration(migrations.Migration):
         migrations.AddField(
             model_name='device',
             name='mig_mode_wanted',
-            field=models.CharField(blank=True, choices=[('mig', 'MIG (GPU instances)'), ('whole', 'Whole card')], help_text='The mode an operator switches the card to once its running work has ended (a drain): no new work is placed on it meanwhile. Empty: no switch waits.', max_length=5),
+            field=models.CharField(blank=True, db_default='', choices=[('mig', 'MIG (GPU instances)'), ('whole', 'Whole card')], help_text='The mode an operator switches the card to once its running work has ended (a drain): no new work is placed on it meanwhile. Empty: no switch waits.', max_length=5),
         ),
     ]
