@@ -10,10 +10,14 @@ other sees taken at once (CPU, memory and the cards), so a slice never jumps the
 back lower-priority work for the same models (`higher_priority_ahead`) as any demand does.
 
 `CycleEngine.plan_preemption` plans victims for a waiting slice on the MIG engine (see `MigEngine.plan_preemption`:
-the freed memory slices must form a valid placement). `record_instances` writes each bound GPU instance (a free
-instance of a pinned layout gets its holder; a new one is created for repartitioning, its GI/CI ids and MIG UUID
-filled in by the host driver) after the allocations exist; `release_instances` destroys created instances and
-frees the others when allocations are released. A fixed number of queries per cycle whatever the size.
+the freed memory slices must form a valid placement). `partition_budget` keeps slices off the empty cards a
+waiting whole-card request needs. `CycleEngine.committed_plans` gives each committed binding's card plan (the idle
+instances the host destroys first, the mode it sets), which the cycle stores on `AllocationDevice.mig_changes`;
+`record_instances` writes the cards' new state (destroyed rows gone, each bound GPU instance held: a free instance of
+a pinned layout or an idle one reused gets its holder, a new one is created for repartitioning, its GI/CI ids and
+MIG UUID filled in by the host driver; the mode) after the allocations exist, checking every touched layout;
+`release_instances` destroys created instances and frees the others when allocations are released. A fixed number
+of queries per cycle whatever the size.
 """
 
 from collections.abc import Callable, Iterable

@@ -8,10 +8,12 @@ from django.contrib.messages import get_messages
 from config.errors import DomainError
 from requests.choices import RequestState
 from scheduling import cycle, mig_services, reclaim
+from scheduling.mig import SEEDED
 from scheduling.models import MigInstance
 from tenancy.models import AuditEvent
 from tests.scheduling import test_mig_cycle
 from tests.scheduling.agent_tokens import agent_api
+from tests.scheduling.fake_nvidia_smi import FakeGpu, FakeHost
 from tests.scheduling.inventory_helpers import active_request, allocate
 from tests.scheduling.test_cycle import queued
 
@@ -130,6 +132,10 @@ def test_a_switch_with_nothing_running_applies_at_once_and_the_idle_instances_go
         ["nvidia-smi", "mig", "-i", "0", "-dgi", "-gi", "2"],
         ["nvidia-smi", "-i", "0", "-mig", "0"],
     ]
+    host = FakeHost(FakeGpu(0, SEEDED["H100 80GB"], mig_mode=True))  # what the node runs, on a card that checks
+    host.add_instance(0, "3g.40gb", 0, gi_id=2)
+    host.run_all(switched.data["commands"])
+    assert not host.gpus[0].mig_mode and host.gpus[0].layout() == []
     with pytest.raises(DomainError) as error:
         mig_services.device_mig_mode_switch(device=device, mig_mode=False, reason="again", actor=operator)
     assert error.value.code == "mig_mode_unchanged"
