@@ -73,7 +73,11 @@ class MigGeometry(models.Model):
 
 
 class MigProfile(models.Model):
-    """One GPU-instance profile of a geometry: NVIDIA profile id, slices, memory, allowed placements."""
+    """One GPU-instance profile of a geometry: NVIDIA profile id, slices, memory, allowed placements.
+
+    A media-extension profile (``+me`` in its name, e.g. ``1g.10gb+me``) takes the card's one set of media engines
+    (JPEG decoders, OFA): a card holds at most one ``+me`` instance of any size, so such a profile allows one
+    instance (the layout checks and the placement engine hold every card to the rule, scheduling.mig)."""
 
     geometry = models.ForeignKey(MigGeometry, on_delete=models.CASCADE, related_name="profiles")
     name = models.CharField(max_length=30, help_text="e.g. 3g.40gb")
@@ -120,8 +124,15 @@ class MigProfile(models.Model):
             )
         elif self.max_instances and self.max_instances > _disjoint(self.placements):
             problems["max_instances"] = f"At most {_disjoint(self.placements)} instances fit at these placements."
+        elif self.max_instances and self.max_instances > 1 and MEDIA_EXTENSIONS in self.name:
+            problems["max_instances"] = (
+                "A card has one set of media engines (JPEG/OFA): at most one +me instance of any size per card."
+            )
         if problems:
             raise ValidationError(problems)
+
+
+MEDIA_EXTENSIONS = "+me"  # NVIDIA's mark of a profile that takes the card's media engines
 
 
 def placement_problems(placements, memory_slices) -> list[str]:

@@ -59,6 +59,7 @@ def _target(run: ProvisioningRun, allocation: Allocation, bindings: list[Allocat
                 "model_slug": binding.device.model.slug,
                 "milli": binding.milli,
                 "mig": mig_instances.get(binding.device_id),  # the GPU instance the work is bound to, if MIG
+                "mig_changes": binding.mig_changes,  # what the host changes on the card first (the scheduler's plan)
             }
             for binding in bindings
         ),

@@ -271,6 +271,26 @@ class NodeAdmin(AuditedInventoryMixin, admin.ModelAdmin):
         return _badge(node.schedulable, "schedulable", "cordoned")
 
 
+def _mig_mode_action(mig_mode: bool, drain: bool):
+    """Switch MIG-capable cards to MIG or whole mode: refused while work runs on a card (the allocations named), or,
+    with ``drain``, once that work has ended (no new work meanwhile)."""
+    mode = "MIG" if mig_mode else "whole-card"
+    if drain:
+        outcome = f"keeps running; the card takes no new work and switches to {mode} mode when it ends"
+    else:
+        outcome = "keeps running; the switch is refused while it runs (use the drain action)"
+    return action_with_reason(
+        name=f"switch_to_{'mig' if mig_mode else 'whole'}_mode{'_after_drain' if drain else ''}",
+        description=f"Switch selected cards to {mode} mode{' once their running work ends (drain)' if drain else ''}",
+        verb=f"Switched (or set to switch after a drain) to {mode} mode" if drain else f"Switched to {mode} mode",
+        permission="change",
+        change=lambda device, reason, actor: mig_services.device_mig_mode_switch(
+            device=device, mig_mode=mig_mode, reason=reason, actor=actor, drain=drain
+        ),
+        affected=lambda devices: _running_requests(device_ids=[device.pk for device in devices], outcome=outcome),
+    )
+
+
 def _request_clearance(device, reason, actor):
     services.isolation_clearance_request(device, reason, actor)
 
@@ -321,7 +341,10 @@ class DeviceAdmin(AuditedInventoryMixin, admin.ModelAdmin):
                 ]
             },
         ),
-        ("Scheduling", {"fields": ["allocated_milli", "mig_mode", "updated_at"]}),
+        (
+            "Scheduling (use the Switch … mode actions)",
+            {"fields": ["allocated_milli", "mig_mode", "mig_mode_wanted", "updated_at"]},
+        ),
     ]
     inlines = [MigInstanceInline]
     actions = [
@@ -349,6 +372,7 @@ class DeviceAdmin(AuditedInventoryMixin, admin.ModelAdmin):
             permission="clear_isolation",
             change=_request_clearance,
         ),
+        *(_mig_mode_action(mig_mode, drain) for mig_mode in (True, False) for drain in (False, True)),
     ]
 
     def has_clear_isolation_permission(self, request):

@@ -2,7 +2,8 @@
 
     python -m scheduling.bench openb --nodes NODES.csv --pods PODS.csv --policy NAME --seeds 42-51 --inflate 1.3
     python -m scheduling.bench openb ... --scale 10     (the node list 10 times: 12,130 nodes, 62,120 GPUs)
-    python -m scheduling.bench mig --nodes NODES.csv --pods PODS.csv --seeds 42-51 --json   (scheduling.mig_bench)
+    python -m scheduling.bench mig --seeds 42-51 --json     (scheduling.mig_bench: openb default, gpushare100 and
+        gpuspec33 from --data, default $OPENB_DIR or ../shared/data/openb; --nodes/--pods for one trace)
 
 Per seed: pods sorted by name then shuffled with the seed; pods sampled with replacement from the name-sorted trace
 are appended while the running total of requested GPU milli plus the sampled pod's per-GPU milli stays within
@@ -24,6 +25,7 @@ import statistics
 import sys
 import time
 from dataclasses import dataclass
+from pathlib import Path
 
 from scheduling.fleet import scaled_engine_nodes
 from scheduling.frag import MILLI, FragTable, typical_shapes
@@ -197,21 +199,33 @@ def fmt(stat: dict) -> str:
 
 
 def _mig_text(summary: dict) -> str:
-    baseline, static = summary["baseline"], summary["no_repartitioning"]
+    if "traces" not in summary:
+        return _mig_trace_text("trace", summary)
+    lines = [_mig_trace_text(name, trace) for name, trace in summary["traces"].items()]
+    lines.append(
+        f"ceilings on openb default: {fmt(summary['perfect_packing'])}% (perfect packing), "
+        f"{fmt(summary['hindsight_bound'])}% (hindsight LP bound)  load avg {summary['load_avg']['start']} -> "
+        f"{summary['load_avg']['end']}"
+    )
+    lines += [f"target {name}: {target}" for name, target in summary["targets"].items()]
+    return "\n".join(lines)
+
+
+def _mig_trace_text(name: str, summary: dict) -> str:
+    baseline, without = summary["baseline"], summary["without_budget"]
     return (
-        f"mig-frag alloc@100 {fmt(summary['alloc_at_100'])}% ({summary['decisions_per_s']}/s, "
-        f"{summary['invalid_layouts']} invalid)  without repartitioning {fmt(static['alloc_at_100'])}%  "
-        f"first-fit {fmt(baseline['alloc_at_100'])}%  milli model: {summary['milli_model_invalid_layouts']['mean']} "
-        f"impossible layouts  ceiling {fmt(summary['ceiling_perfect_packing'])}% (perfect packing), "
-        f"{fmt(summary['ceiling_hindsight'])}% (hindsight)"
+        f"{name}: mig-frag alloc@100 {fmt(summary['alloc_at_100'])}% ({summary['decisions_per_s']}/s, "
+        f"{summary['invalid_layouts']} invalid, {summary['off_constraint']} off constraint)  without the partition "
+        f"budget {fmt(without['alloc_at_100'])}%  first-fit {fmt(baseline['alloc_at_100'])}%"
     )
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m scheduling.bench", description=__doc__.split("\n\n")[0])
     parser.add_argument("trace", choices=["openb", "mig"])
-    parser.add_argument("--nodes", required=True)
-    parser.add_argument("--pods", required=True)
+    parser.add_argument("--nodes", help="The node list (openb: required; mig: with --pods, one trace).")
+    parser.add_argument("--pods", help="The pod list (openb: required; mig: one trace instead of the three).")
+    parser.add_argument("--data", help="mig: the openb trace directory (default $OPENB_DIR or ../shared/data/openb).")
     parser.add_argument("--policy", default="default")
     parser.add_argument("--seeds", default="42-51")
     parser.add_argument("--inflate", type=float, default=1.3)
@@ -219,11 +233,18 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args(argv)
     if args.trace == "mig":
-        from scheduling.mig_bench import run as run_mig
+        from scheduling import mig_bench
 
-        summary = run_mig(args.nodes, args.pods, parse_seeds(args.seeds), args.inflate)
+        seeds = parse_seeds(args.seeds)
+        if args.pods:
+            nodes = args.nodes or str(Path(args.data or mig_bench.openb_dir()) / mig_bench.NODES)
+            summary = mig_bench.run(nodes, args.pods, seeds, args.inflate)
+        else:
+            summary = mig_bench.run_all(Path(args.data or mig_bench.openb_dir()), seeds, args.inflate)
         print(json.dumps(summary) if args.json else _mig_text(summary))
         return 0
+    if not (args.nodes and args.pods):
+        parser.error("openb needs --nodes and --pods")
     summary = run(args.nodes, args.pods, args.policy, parse_seeds(args.seeds), args.inflate, args.scale)
     if args.json:
         print(json.dumps(summary))

@@ -9,6 +9,13 @@ class DeviceHealth(models.TextChoices):
     UNHEALTHY = "unhealthy", "Unhealthy"
 
 
+class MigMode(models.TextChoices):
+    """A MIG-capable card's mode, as an operator asks for it (`Device.mig_mode_wanted`)."""
+
+    MIG = "mig", "MIG (GPU instances)"
+    WHOLE = "whole", "Whole card"
+
+
 class ExecutionBackend(models.TextChoices):
     """What runs work on a node: chosen by the node the scheduler picked, never by the developer."""
 

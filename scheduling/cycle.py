@@ -344,18 +344,25 @@ def _bind_devices(device_shares: list[tuple[int, int]]) -> None:
 
 
 def _commit_bindings(
-    result, cluster: ClusterSnapshot, requests: dict[int, ResourceRequest], now, instances
+    result, cluster: ClusterSnapshot, requests: dict[int, ResourceRequest], now, engine: mig_cycle.CycleEngine
 ) -> list[int]:
     allocations, device_lists = _binding_rows(result.bindings, cluster, requests, now)
     Allocation.objects.bulk_create(allocations)
+    plans = engine.committed_plans(result.bindings)
     rows = [
-        AllocationDevice(allocation=allocation, device_id=device_id, milli=milli)
-        for allocation, shares in zip(allocations, device_lists, strict=True)
-        for device_id, milli in shares
+        AllocationDevice(
+            allocation=allocation,
+            device_id=device_id,
+            milli=milli,
+            mig_changes=mig_cycle.card_changes(plans.get((binding.demand_id, binding.node, position))),
+        )
+        for binding, allocation, shares in zip(result.bindings, allocations, device_lists, strict=True)
+        for (position, _milli), (device_id, milli) in zip(binding.devices, shares, strict=True)
     ]
     AllocationDevice.objects.bulk_create(rows)
     _bind_devices([(row.device_id, row.milli) for row in rows])
-    mig_cycle.record_instances(instances, result.bindings, cluster)
+    mig_cycle.record_instances(engine, plans, result.bindings, cluster)
+    instances = engine.instances
     placed, replicated = [], {}
     for binding, shares in zip(result.bindings, device_lists, strict=True):
         if binding.replica is not None:  # one event for all of a deployment's replicas, below
@@ -522,7 +529,7 @@ def _cycle(policy: str) -> CycleResult:
         cluster = replace(cluster, snapshot=placement.Snapshot(engine.milli.nodes, cluster.snapshot.allocations))
         by_id = {request.pk: request for request in queue}
         reservation = _reserve_for_the_head(cluster, engine, result, demands, by_id, now)
-        allocated = _commit_bindings(result, cluster, by_id, now, engine.instances)
+        allocated = _commit_bindings(result, cluster, by_id, now, engine)
         in_words = namer()
         reasons = {
             **refused,

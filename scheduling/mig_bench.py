@@ -1,26 +1,33 @@
-"""MIG benchmark on the openb default trace (``python -m scheduling.bench mig --nodes … --pods … --json``).
+"""MIG benchmark on the openb traces (``python -m scheduling.bench mig --json``: default, gpushare100 and gpuspec33
+from the trace directory; ``--nodes … --pods …`` for one trace).
 
 Mapping (deterministic, documented in docs/BENCHMARKS.md):
 - nodes: the openb node list; its undisclosed 8-GPU ``G2`` nodes become H100 80GB cards and ``G3`` nodes A100 80GB
   cards (MIG-capable, 7 compute and 8 memory slices, NVIDIA's placements); T4/P100/V100/A10 cards stay whole cards.
 - pods: a fractional-GPU pod (one GPU, milli < 1000) asks for the smallest H100/A100 80GB profile (the two cards
   share profile names and placements) whose compute fraction (g/7) and memory fraction (memory slices/8) both cover
-  its share, on a MIG-capable card; whole-GPU pods ask for whole cards of any model; CPU-only pods for CPU/memory.
+  its share, on a MIG-capable card; whole-GPU pods ask for whole cards; CPU-only pods for CPU/memory. A pod's
+  GPU-model constraint (``gpu_spec``, gpuspec33) is honoured: its models, mapped as the nodes are, are the only ones
+  it may use; a fractional pod that allows no MIG-capable model is a time-sliced share of the cards it names.
 - protocol: the openb arrival sequence of ``scheduling.bench`` (seeded shuffle, sampling up to 1.3x capacity),
   arrivals only, each pod tried once; alloc% = allocated requested GPU milli / capacity, averaged over the events at
   arrived 100% (the same counting for every variant).
 
-Variants: ``frag`` (the MIG fragmentation score) with repartitioning (instances created on demand, empty cards
-change mode), ``frag`` without repartitioning (MIG-capable cards laid out once from the trace's profile mix, see
-`static_layout`), first-fit over valid placements with repartitioning as the baseline, and the current milli-share
-model (``scheduling.placement`` with 1g = 142 milli …) whose final card layouts are checked against the geometry.
+Variants: ``mig-frag`` (the MIG fragmentation score, repartitioning, the partition budget from the demand mix seen
+so far: what the cycle runs), the same without the budget, first-fit over valid placements with repartitioning as
+the baseline; on the default trace also ``frag`` without repartitioning (MIG-capable cards laid out once from the
+trace's profile mix, see `static_layout`), the milli-share model (``scheduling.placement`` with 1g = 142 milli …)
+whose final card layouts are checked against the geometry, and the ceilings (`ceilings`): perfect packing in
+arrival order and the hindsight LP bound.
 """
 
 from __future__ import annotations
 
+import os
 import statistics
 import time
 from collections import Counter
+from pathlib import Path
 
 from scheduling.bench import Pod, _at, read_nodes, read_pods, workload
 from scheduling.mig import (
@@ -36,6 +43,7 @@ from scheduling.mig import (
     free_starts,
     layout_problems,
 )
+from scheduling.mig.budget import DemandMix
 from scheduling.placement import Demand, Device, Node, PlacementEngine, Snapshot
 
 MIG_MODELS = {"G2": "H100 80GB", "G3": "A100 80GB"}
@@ -65,17 +73,29 @@ def mig_nodes(path: str) -> list[MigNode]:
     return nodes
 
 
+MIG_CAPABLE = frozenset(MIG_MODELS.values())
+
+
 def demand_of(pod: Pod, n: int) -> SliceDemand:
+    """The pod as the engine sees it, on the models its GPU-model constraint names (mapped as the nodes are): a
+    fractional pod is a MIG slice when a MIG-capable model is allowed (on those models only), else a time-sliced
+    share of the cards it names; other GPU pods take whole cards."""
+    allowed = frozenset(MIG_MODELS.get(model, model) for model in pod.spec)
     if pod.num_gpu == 1 and pod.milli < MILLI:
+        capable = allowed & MIG_CAPABLE if allowed else MIG_CAPABLE
+        if not capable:
+            return SliceDemand(
+                f"{pod.name}#{n}", 1, share=pod.milli, models=allowed, cpu_milli=pod.cpu, memory_mib=pod.mem
+            )
         return SliceDemand(
             f"{pod.name}#{n}",
             1,
             profile=profile_for(pod.milli),
-            models=frozenset(MIG_MODELS.values()),
+            models=capable,
             cpu_milli=pod.cpu,
             memory_mib=pod.mem,
         )
-    return SliceDemand(f"{pod.name}#{n}", pod.num_gpu, cpu_milli=pod.cpu, memory_mib=pod.mem)
+    return SliceDemand(f"{pod.name}#{n}", pod.num_gpu, models=allowed, cpu_milli=pod.cpu, memory_mib=pod.mem)
 
 
 def static_layout(nodes: list[MigNode], pods: list[Pod]) -> list[MigNode]:
@@ -133,13 +153,17 @@ def static_layout(nodes: list[MigNode], pods: list[Pod]) -> list[MigNode]:
     return out
 
 
-def simulate(nodes, pods, seed, *, policy="frag", repartition=True, inflate=1.3) -> dict:
+def simulate(nodes, pods, seed, *, policy="frag", repartition=True, budget=False, inflate=1.3) -> dict:
+    """One seed of the protocol. ``budget``: the engine keeps a partition budget from the demand mix seen so far
+    (`scheduling.mig.budget`), updated before each pod is placed."""
     capacity = sum(len(node.cards) for node in nodes) * MILLI
     sequence = workload(pods, capacity, seed, inflate)
     shapes = [demand_of(p, 0) for p in sorted(pods, key=lambda pod: pod.name)]
     engine = MigEngine(nodes, policy=policy, repartition=repartition, workload=shapes, seed=seed)
+    capable = sum(1 for node in nodes for card in node.cards if card.geometry is not None)
+    mix = DemandMix(capable, capacity // MILLI - capable, MIG_CAPABLE) if budget else None
     arrived = allocated = 0
-    accepted_slices = slice_demands = 0
+    accepted_slices = slice_demands = off_constraint = 0
     by_arrived: dict[int, list[float]] = {}
     reasons: Counter = Counter()
     elapsed = 0.0
@@ -147,6 +171,9 @@ def simulate(nodes, pods, seed, *, policy="frag", repartition=True, inflate=1.3)
     for n, pod in enumerate(sequence):
         demand = demand_of(pod, n)
         started = clock()
+        if mix is not None:
+            mix.see(demand, pod.milli)
+            engine.partition_budget = mix.budget
         outcome = engine.place_one(demand)
         elapsed += clock() - started
         arrived += pod.gpu_milli
@@ -155,6 +182,7 @@ def simulate(nodes, pods, seed, *, policy="frag", repartition=True, inflate=1.3)
         if isinstance(outcome, MigBinding):
             allocated += pod.gpu_milli
             accepted_slices += bool(demand.profile)
+            off_constraint += _off_constraint(engine, demand, outcome)
         else:
             reasons[outcome.reason] += 1
         by_arrived.setdefault(round(100 * arrived / capacity), []).append(100 * allocated / capacity)
@@ -166,9 +194,18 @@ def simulate(nodes, pods, seed, *, policy="frag", repartition=True, inflate=1.3)
         "slice_demands": slice_demands,
         "accepted_slice_demands": accepted_slices,
         "invalid_layouts": invalid,
+        "off_constraint": off_constraint,
         "decisions_per_s": len(sequence) / elapsed if elapsed else float("inf"),
         "reasons": dict(reasons),
     }
+
+
+def _off_constraint(engine: MigEngine, demand: SliceDemand, binding: MigBinding) -> int:
+    """1 when a binding uses a card of a model its pod's constraint does not allow (it must never happen)."""
+    if not demand.models:
+        return 0
+    cards = engine.nodes[engine.node_index[binding.node]].cards
+    return int(any(cards[p.card].model not in demand.models for p in binding.placed))
 
 
 def milli_model(node_path: str, pods: list[Pod], seed: int, inflate: float = 1.3) -> dict:
@@ -295,26 +332,89 @@ def _summary(policy: str, runs: list[dict]) -> dict:
         "accepted_slice_demands": _stat([r["accepted_slice_demands"] for r in runs]),
         "slice_demands": _stat([r["slice_demands"] for r in runs]),
         "invalid_layouts": sum(r["invalid_layouts"] for r in runs),
+        "off_constraint": sum(r["off_constraint"] for r in runs),
         "decisions_per_s": round(pods / seconds),
     }
 
 
-def run(nodes_path: str, pods_path: str, seeds: list[int], inflate: float = 1.3, milli: bool = True) -> dict:
+TRACES = {
+    "openb default": "openb_pod_list_default.csv",
+    "openb gpushare100": "openb_pod_list_gpushare100.csv",
+    "openb gpuspec33": "openb_pod_list_gpuspec33.csv",
+}
+NODES = "openb_node_list_gpu_node.csv"
+TARGETS = {"alloc_at_100": 91.5, "alloc_at_100_stretch": 92.3, "decisions_per_s": 5000}
+
+
+def openb_dir() -> Path:
+    """Where the traces are read (never copied into the project): $OPENB_DIR, else shared/data/openb beside it."""
+    return Path(os.environ.get("OPENB_DIR") or Path(__file__).resolve().parents[2] / "shared" / "data" / "openb")
+
+
+def run(nodes_path: str, pods_path: str, seeds: list[int], inflate: float = 1.3, extras: bool = True) -> dict:
+    """One trace: the variants, and with ``extras`` the static layouts, the milli-share model and the ceilings."""
     nodes, pods = mig_nodes(nodes_path), read_pods(pods_path)
-    static = static_layout(nodes, pods)
-    main = _summary("mig-frag", [simulate(nodes, pods, s, inflate=inflate) for s in seeds])
+    main = _summary("mig-frag", [simulate(nodes, pods, s, budget=True, inflate=inflate) for s in seeds])
     main["seeds"] = seeds
-    main["no_repartitioning"] = _summary(
-        "mig-frag-static", [simulate(static, pods, s, repartition=False, inflate=inflate) for s in seeds]
-    )
+    main["without_budget"] = _summary("mig-frag-no-budget", [simulate(nodes, pods, s, inflate=inflate) for s in seeds])
     main["baseline"] = _summary(
         "mig-first-fit", [simulate(nodes, pods, s, policy="first-fit", inflate=inflate) for s in seeds]
+    )
+    if not extras:
+        return main
+    static = static_layout(nodes, pods)
+    main["no_repartitioning"] = _summary(
+        "mig-frag-static", [simulate(static, pods, s, repartition=False, inflate=inflate) for s in seeds]
     )
     bounds = [ceilings(nodes, pods, s, inflate) for s in seeds]
     main["ceiling_perfect_packing"] = _stat([b["perfect_packing"] for b in bounds])
     main["ceiling_hindsight"] = _stat([b["hindsight"] for b in bounds])
-    if milli:
-        runs = [milli_model(nodes_path, pods, s, inflate) for s in seeds]
-        main["milli_model_invalid_layouts"] = _stat([r["invalid_layouts"] for r in runs])
-        main["milli_model_invalid_decisions"] = _stat([r["invalid_decisions"] for r in runs])
+    runs = [milli_model(nodes_path, pods, s, inflate) for s in seeds]
+    main["milli_model_invalid_layouts"] = _stat([r["invalid_layouts"] for r in runs])
+    main["milli_model_invalid_decisions"] = _stat([r["invalid_decisions"] for r in runs])
     return main
+
+
+def run_all(data: Path, seeds: list[int], inflate: float = 1.3) -> dict:
+    """The three traces in one process, the hindsight bound of the default trace beside the figures, the targets
+    (issue 32) checked, and the machine's load average at the start and the end (a shared machine slows
+    decisions/s, which is CPU time of this process)."""
+    load = os.getloadavg()[0]
+    traces = {
+        name: run(str(data / NODES), str(data / file), seeds, inflate, extras=name == "openb default")
+        for name, file in TRACES.items()
+    }
+    default = traces["openb default"]
+    got = default["alloc_at_100"]["mean"]
+    slowest = min(trace["decisions_per_s"] for trace in traces.values())
+    return {
+        "seeds": seeds,
+        "inflate": inflate,
+        "hindsight_bound": default["ceiling_hindsight"],
+        "perfect_packing": default["ceiling_perfect_packing"],
+        "traces": traces,
+        "targets": {
+            "default_alloc_at_100": {
+                "got": got,
+                "target": TARGETS["alloc_at_100"],
+                "stretch": TARGETS["alloc_at_100_stretch"],
+                "met": got >= TARGETS["alloc_at_100"],
+                "stretch_met": got >= TARGETS["alloc_at_100_stretch"],
+            },
+            **{
+                f"{name.split()[1]}_at_least_first_fit": {
+                    "got": traces[name]["alloc_at_100"]["mean"],
+                    "first_fit": traces[name]["baseline"]["alloc_at_100"]["mean"],
+                    "met": traces[name]["alloc_at_100"]["mean"] >= traces[name]["baseline"]["alloc_at_100"]["mean"],
+                }
+                for name in ("openb gpushare100", "openb gpuspec33")
+            },
+            **{
+                key: {"got": total, "met": total == 0}
+                for key in ("invalid_layouts", "off_constraint")
+                for total in [sum(trace[key] for trace in traces.values())]
+            },
+            "decisions_per_s": {"got": slowest, "target": TARGETS["decisions_per_s"], "met": slowest >= 5000},
+        },
+        "load_avg": {"start": round(load, 1), "end": round(os.getloadavg()[0], 1)},
+    }

@@ -10,16 +10,20 @@ other sees taken at once (CPU, memory and the cards), so a slice never jumps the
 back lower-priority work for the same models (`higher_priority_ahead`) as any demand does.
 
 `CycleEngine.plan_preemption` plans victims for a waiting slice on the MIG engine (see `MigEngine.plan_preemption`:
-the freed memory slices must form a valid placement). `record_instances` writes each bound GPU instance (a free
-instance of a pinned layout gets its holder; a new one is created for repartitioning, its GI/CI ids and MIG UUID
-filled in by the host driver) after the allocations exist; `release_instances` destroys created instances and
-frees the others when allocations are released. A fixed number of queries per cycle whatever the size.
+the freed memory slices must form a valid placement). `partition_budget` keeps slices off the empty cards a
+waiting whole-card request needs. `CycleEngine.committed_plans` gives each committed binding's card plan (the idle
+instances the host destroys first, the mode it sets), which the cycle stores on `AllocationDevice.mig_changes`;
+`record_instances` writes the cards' new state (destroyed rows gone, each bound GPU instance held: a free instance of
+a pinned layout or an idle one reused gets its holder, a new one is created for repartitioning, its GI/CI ids and
+MIG UUID filled in by the host driver; the mode) after the allocations exist, checking every touched layout;
+`release_instances` destroys created instances and frees the others when allocations are released. A fixed number
+of queries per cycle whatever the size.
 """
 
 from collections.abc import Callable, Iterable
 from dataclasses import replace
 
-from django.db.models import Prefetch
+from django.db.models import Prefetch, Q
 
 from catalog.choices import SpecStatus
 from catalog.models import AcceleratorModel, ResourceSpec, SliceProfile
@@ -40,6 +44,9 @@ class CycleEngine:
         self.holdings = list(holdings)  # running work as the MIG engine sees it, for preemption
         self.instances: dict[str, tuple[mig.Placed, ...]] = {}  # demand id -> the GPU instances bound for it
         self.closed: list[str] = []  # nodes closed to this cycle's placements (close_node), at_start's too
+        # (demand id, node, card) -> what the host changes on a MIG-capable card first: idle instances in the way
+        # destroyed, the mode switched (for slices, and for whole cards or shares on a MIG-mode card)
+        self.card_plans: dict[tuple[str, str, int], mig.Placed] = {}
 
     def at_start(self, running: Iterable[placement.Allocation]) -> placement.PlacementEngine:
         """A milli-share engine at the state the cycle started from plus `running` (bindings of this cycle, as
@@ -71,7 +78,8 @@ class CycleEngine:
         outcome = self.milli.place_one(demand)
         if self.mig is not None and not isinstance(outcome, placement.Pending):
             for binding in outcome:
-                self.mig.take(binding.node, binding.devices, binding.cpu_milli, binding.memory_mib)
+                for change in self.mig.take(binding.node, binding.devices, binding.cpu_milli, binding.memory_mib):
+                    self.card_plans[(demand.id, binding.node, change.card)] = change
         return outcome
 
     def _place_slice(self, demand: placement.Demand) -> list[placement.Binding] | placement.Pending:
@@ -82,7 +90,26 @@ class CycleEngine:
         devices = tuple((p.card, share) for p in outcome.placed)
         self.milli.take(outcome.node, [p.card for p in outcome.placed], outcome.cpu_milli, outcome.memory_mib)
         self.instances[demand.id] = outcome.placed
+        for p in outcome.placed:
+            self.card_plans[(demand.id, outcome.node, p.card)] = p
         return [placement.Binding(demand.id, outcome.node, devices, outcome.cpu_milli, outcome.memory_mib)]
+
+    def committed_plans(self, bindings) -> dict[tuple[str, str, int], mig.Placed]:
+        """The card plans of the bindings the cycle commits. A plan of a demand held back after placement (the
+        head's reservation) is not carried out, but what it destroyed or switched the engine counted on for the
+        plans placed after it on the same card: those come with the next committed plan of that card."""
+        committed = {(binding.demand_id, binding.node) for binding in bindings}
+        carried: dict[tuple[str, int], mig.Placed] = {}
+        plans = {}
+        for (demand_id, node, card), placed in self.card_plans.items():
+            before = carried.pop((node, card), None)
+            if before is not None:
+                placed = replace(placed, destroy=(*before.destroy, *placed.destroy), mode=placed.mode or before.mode)
+            if (demand_id, node) in committed:
+                plans[(demand_id, node, card)] = placed
+            elif placed.destroy or placed.mode:
+                carried[(node, card)] = replace(placed, instance=None, create=False)
+        return plans
 
     def close_node(self, name: str) -> None:
         """No new work on this node (the preview keeps an order off a node reserved for the queue's head; the cycle
@@ -147,7 +174,12 @@ def cycle_engine(
     pairs = [inventory.node(node) for node in snapshot.nodes]
     engine_nodes = [mig_node for mig_node, _node in pairs]
     milli_snapshot = placement.Snapshot([node for _mig_node, node in pairs], snapshot.allocations)
-    mig_engine = mig.MigEngine(engine_nodes, workload=[*map(slice_demand, demands), *_offered(capable)], seed=0)
+    mig_engine = mig.MigEngine(
+        engine_nodes,
+        workload=[*map(slice_demand, demands), *_offered(capable)],
+        seed=0,
+        partition_budget=partition_budget(engine_nodes, demands, capable, shares),
+    )
     return CycleEngine(
         milli_engine(milli_snapshot),
         mig_engine,
@@ -155,6 +187,25 @@ def cycle_engine(
         shares,
         inventory.holdings(snapshot.allocations),
     )
+
+
+def partition_budget(nodes: list[mig.MigNode], demands: list[placement.Demand], capable, shares) -> int | None:
+    """The MIG engine's partition budget (`scheduling.mig.budget`) from the queue's mix, while whole-card work that
+    may use a MIG-capable card waits in it: then slices partition no more empty cards than their share of the
+    waiting demand gives them, and the rest stay for that work. With none waiting, no budget: a slice never waits
+    for cards nobody else is asking for. A slice counts its profile's compute fraction."""
+    models = frozenset(capable)
+    if not any(not d.slice_profile and d.count and (not d.models or d.models & models) for d in demands):
+        return None
+    cards = [card for node in nodes for card in node.cards]
+    capable_cards = sum(1 for card in cards if card.geometry is not None)
+    mix = mig.DemandMix(capable_cards, len(cards) - capable_cards, models)
+    for demand in demands:
+        if is_mig_demand(demand, capable):
+            mix.see(slice_demand(demand), shares.get((next(iter(demand.models)), demand.slice_profile), mig.MILLI))
+        elif not demand.slice_profile:  # a time-sliced slice of other models takes no card of its own
+            mix.see(slice_demand(demand), 0)
+    return mix.budget
 
 
 class _MigInventory:
@@ -203,6 +254,7 @@ class _MigInventory:
         held = any(i.busy for i in instances)
         # Work without a GPU instance on a MIG-mode card holds the whole card: as if in whole mode, taken.
         whole_work = busy and not held
+        draining = bool(row.mig_mode_wanted)  # an operator's mode switch waits for its work to end: nothing new
         card = mig.Card(
             device.index,
             device.model,
@@ -210,10 +262,11 @@ class _MigInventory:
             mig=row.mig_mode and not whole_work,
             instances=instances,
             pinned=pinned,
-            healthy=healthy,
+            healthy=healthy and not draining,
             busy_milli=min(busy, mig.MILLI) if whole_work else 0,
         )
-        blocked = row.mig_mode and (pinned or held)  # no whole card on a MIG card that cannot change mode
+        # no whole card on a MIG card that cannot change mode, nor on one being drained
+        blocked = (row.mig_mode and (pinned or held)) or draining
         return card, replace(device, slice_profiles={}, capacity=0 if blocked else device.capacity)
 
     def holdings(self, allocations: Iterable[placement.Allocation]) -> list[mig.Holding]:
@@ -307,40 +360,64 @@ def describe(placed: mig.Placed, node: str) -> tuple[str, dict]:
     )
 
 
-def record_instances(instances: dict[str, tuple[mig.Placed, ...]], bindings, cluster) -> None:
-    """Write the GPU instances the committed MIG bindings hold (the allocations exist now). Three queries."""
-    bound = [(binding, instances[binding.demand_id]) for binding in bindings if binding.demand_id in instances]
-    if not bound:
+def card_changes(placed: mig.Placed | None) -> dict:
+    """The host's changes on one card before the work starts (an `AllocationDevice.mig_changes`): the idle GPU
+    instances it destroys, by id, and the mode it sets."""
+    if placed is None or not (placed.destroy or placed.mode):
+        return {}
+    return {
+        "destroy": [
+            {"profile": i.profile, "start": i.start, "size": i.size, "gi_id": i.gi_id, "ci_id": i.ci_id, "uuid": i.uuid}
+            for i in placed.destroy
+        ],
+        "mode": placed.mode,
+    }
+
+
+def record_instances(engine: CycleEngine, plans: dict[tuple[str, str, int], mig.Placed], bindings, cluster) -> None:
+    """Write what the committed bindings change on MIG-capable cards (the allocations exist now; ``plans`` are
+    `CycleEngine.committed_plans`): the idle instances the host destroys first are gone, each bound GPU instance is
+    held (a free one of a pinned layout, or one created for the work), each card's mode is the one its work needs.
+    The stored layout of every card touched is checked against the geometry: it never holds two overlapping
+    instances. Six queries at most."""
+    if not plans:
         return
+    instances = engine.instances
+    bound = [(binding, instances[binding.demand_id]) for binding in bindings if binding.demand_id in instances]
     allocations = {
         a.request_id: a
         for a in Allocation.objects.filter(
             request_id__in=[int(binding.demand_id) for binding, _placed in bound], state="active"
         ).order_by("request_id", "pk")
     }
+    touched = {cluster.device_ids[(node, card)] for _demand, node, card in plans}
+    doomed = Q()
+    for (_demand, node, card), placed in plans.items():
+        for instance in placed.destroy:
+            doomed |= Q(device_id=cluster.device_ids[(node, card)], start=instance.start)
+    if doomed:
+        MigInstance.objects.filter(doomed, allocation__isnull=True).delete()
     wanted = {}
     for binding, placed_list in bound:
         for placed in placed_list:
             device_id = cluster.device_ids[(binding.node, placed.card)]
             wanted[(device_id, placed.instance.start)] = (allocations[int(binding.demand_id)], placed)
-    existing = {
-        (i.device_id, i.start): i
-        for i in MigInstance.objects.filter(device_id__in={d for d, _ in wanted}).select_related("profile")
-    }
-    profiles = {
-        (d.pk, p.name): p
-        for d in Device.objects.filter(pk__in={d for d, _ in wanted}).prefetch_related("model__mig_geometry__profiles")
-        for p in d.model.mig_geometry.profiles.all()
-    }
+    rows = list(MigInstance.objects.filter(device_id__in=touched).select_related("profile"))
+    existing = {(i.device_id, i.start): i for i in rows}
+    devices = Device.objects.filter(pk__in=touched).select_related("model__mig_geometry")
+    geometries = {}  # device id -> (catalog geometry, engine geometry)
+    for device in devices.prefetch_related("model__mig_geometry__profiles"):
+        row = device.model.mig_geometry
+        known = next((g for g in geometries.values() if g[0].pk == row.pk), None)
+        geometries[device.pk] = known or (row, mig_services.geometry_from_catalog(row))
+    profiles = {(d, p.name): p for d, (row, _g) in geometries.items() for p in row.profiles.all()}
     creates, updates = [], []
     for (device_id, start), (allocation, placed) in wanted.items():
         row = existing.get((device_id, start))
-        if row is not None and not placed.create:
+        if row is not None and not placed.create:  # a free instance of a pinned layout, or an idle one reused
             row.allocation = allocation
             updates.append(row)
             continue
-        if row is not None:  # an idle instance of a repartitionable card is destroyed and made again
-            row.delete()
         creates.append(
             MigInstance(
                 device_id=device_id,
@@ -351,9 +428,28 @@ def record_instances(instances: dict[str, tuple[mig.Placed, ...]], bindings, clu
                 created_by_scheduler=True,
             )
         )
+    _check_layouts(rows, creates, {d: g for d, (_row, g) in geometries.items()})
     MigInstance.objects.bulk_create(creates)
     MigInstance.objects.bulk_update(updates, ["allocation"])
-    Device.objects.filter(pk__in={d for d, _ in wanted}, mig_mode=False).update(mig_mode=True)
+    modes = {}
+    for (_demand, node, card), placed in plans.items():
+        if placed.mode:
+            modes.setdefault(placed.mode == "mig", set()).add(cluster.device_ids[(node, card)])
+    for mig_mode, device_ids in modes.items():
+        Device.objects.filter(pk__in=device_ids).exclude(mig_mode=mig_mode).update(mig_mode=mig_mode)
+
+
+def _check_layouts(rows: list[MigInstance], creates: list[MigInstance], geometries: dict[int, mig.Geometry]) -> None:
+    """Refuse to store a layout no card could hold (two instances sharing memory slices, one at a start its profile
+    does not list, more compute than the card has, a second +me instance): a plan that forgot an instance in the
+    way would otherwise be written down as if the card held both. The cycle's transaction is rolled back."""
+    layouts: dict[int, list] = {}
+    for row in [*rows, *creates]:
+        layouts.setdefault(row.device_id, []).append((row.profile.name, row.start, row.size))
+    for device_id, layout in layouts.items():
+        problems = mig.layout_problems(geometries[device_id], layout)
+        if problems:
+            raise ValueError(f"device {device_id}: the MIG layout would be {layout}: {'; '.join(problems)}")
 
 
 def release_instances(allocation_ids: list[int]) -> None:

@@ -13,7 +13,8 @@ from django.db import transaction
 from catalog.models import AcceleratorModel, MigGeometry
 from config.errors import Conflict, DomainError
 from scheduling import mig
-from scheduling.models import Device, MigInstance, Node
+from scheduling.choices import AllocationState, MigMode
+from scheduling.models import Allocation, Device, MigInstance, Node
 from tenancy.models import User
 from tenancy.services import audit_record
 
@@ -76,6 +77,8 @@ def device_mig_layout_report(
         raise DomainError(
             "A card in whole mode has no GPU instances.", code="whole_mode_with_instances", details=details
         )
+    if device.mig_mode != mig_mode:
+        _refuse_while_running(device, mig_mode, details)
     geometry_row = device.model.mig_geometry
     profiles = {p.name: p for p in geometry_row.profiles.all()} if geometry_row else {}
     wanted = []
@@ -146,9 +149,11 @@ def device_mig_layout_report(
             for field, value in values.items():
                 setattr(instance, field, value)
             instance.save()
-    if device.mig_mode != mig_mode:
+    wanted_done = device.mig_mode_wanted == _mode_word(mig_mode)  # the node carried out a drained switch
+    if device.mig_mode != mig_mode or wanted_done:
         device.mig_mode = mig_mode
-        device.save(update_fields=["mig_mode", "updated_at"])
+        device.mig_mode_wanted = "" if wanted_done else device.mig_mode_wanted
+        device.save(update_fields=["mig_mode", "mig_mode_wanted", "updated_at"])
     audit_record(
         actor=actor,
         action="device.mig_layout_reported",
@@ -157,6 +162,116 @@ def device_mig_layout_report(
         data={"mig_mode": mig_mode, "instances": [[n, s, z] for n, s, z, _ in wanted]},
     )
     return device
+
+
+def _mode_word(mig_mode: bool) -> str:
+    return MigMode.MIG if mig_mode else MigMode.WHOLE
+
+
+def _running_on(device: Device) -> list[Allocation]:
+    return list(
+        Allocation.objects.filter(devices__device=device, state=AllocationState.ACTIVE).order_by("pk").distinct()
+    )
+
+
+def _refuse_while_running(device: Device, mig_mode: bool, details: dict) -> None:
+    """A mode change stops whatever runs on the card: refused, naming the allocations, while any does."""
+    running = _running_on(device)
+    if running:
+        names = ", ".join(f"allocation {a.pk} (request #{a.request_id})" for a in running)
+        raise Conflict(
+            f"{device} runs {names}; switching it to {MigMode(_mode_word(mig_mode)).label} mode would stop that "
+            "work. Wait for it to end, or ask for the switch after a drain.",
+            code="mig_mode_change_in_use",
+            details={
+                **details,
+                "mig_mode": mig_mode,
+                "allocations": [{"allocation": a.pk, "request": a.request_id} for a in running],
+            },
+        )
+
+
+@transaction.atomic
+def device_mig_mode_switch(*, device: Device, mig_mode: bool, reason: str, actor: User | None, drain: bool = False):
+    """An operator switches a MIG-capable card between MIG and whole mode. The card's idle GPU instances go (in
+    whole mode it has none; in MIG mode the scheduler creates what work needs). While allocations run on the card
+    the switch is refused with them named, unless ``drain``: then the card takes no new work and switches when the
+    last of them is released (`mode_switches_after_drain`). A pinned layout is not switched. The audit row holds
+    the commands the node runs (`nvidia-smi`), which its next layout report confirms."""
+    reason = _reason(reason)
+    device = Device.objects.select_for_update(of=("self",)).select_related("model", "node").get(pk=device.pk)
+    details = {"device": str(device), "model": device.model.name, "mig_mode": mig_mode}
+    if device.model.mig_geometry_id is None:
+        raise DomainError(
+            f"{device.model.name} is not MIG-capable (no MIG geometry in the catalog).",
+            code="not_mig_capable",
+            details=details,
+        )
+    if device.mig_mode == mig_mode and not device.mig_mode_wanted:
+        raise Conflict(
+            f"{device} is in {MigMode(_mode_word(mig_mode)).label} mode already.",
+            code="mig_mode_unchanged",
+            details=details,
+        )
+    if device.node.mig_layout_pinned:
+        raise Conflict(
+            f"{device.node.name}'s MIG layout is pinned ({device.node.mig_pin_reason}); unpin it first.",
+            code="mig_layout_pinned",
+            details=details,
+        )
+    if device.mig_mode == mig_mode:  # asked back before the drain ended: nothing waits any more
+        device.mig_mode_wanted = ""
+        device.save(update_fields=["mig_mode_wanted", "updated_at"])
+        audit_record(actor=actor, action="device.mig_mode_switch_withdrawn", target=device, reason=reason, data=details)
+        return device
+    if not drain:
+        _refuse_while_running(device, mig_mode, details)
+    elif _running_on(device):
+        device.mig_mode_wanted = _mode_word(mig_mode)
+        device.save(update_fields=["mig_mode_wanted", "updated_at"])
+        running = [a.pk for a in _running_on(device)]
+        audit_record(
+            actor=actor,
+            action="device.mig_mode_drain",
+            target=device,
+            reason=reason,
+            data={**details, "allocations": running},
+        )
+        return device
+    return _switch(device, mig_mode, reason, actor)
+
+
+def _switch(device: Device, mig_mode: bool, reason: str, actor: User | None) -> Device:
+    """The card (locked, nothing running on it) in the other mode: its idle instances go, the mode is recorded."""
+    idle = list(device.mig_instances.order_by("start"))
+    commands = mig.host_commands(device.index, destroy=[i.gi_id for i in idle], mode=_mode_word(mig_mode))
+    MigInstance.objects.filter(pk__in=[i.pk for i in idle]).delete()
+    device.mig_mode, device.mig_mode_wanted = mig_mode, ""
+    device.save(update_fields=["mig_mode", "mig_mode_wanted", "updated_at"])
+    audit_record(
+        actor=actor,
+        action="device.mig_mode_switched",
+        target=device,
+        reason=reason,
+        data={"mig_mode": mig_mode, "destroyed": [[i.gi_id, i.start] for i in idle], "commands": commands},
+    )
+    return device
+
+
+def mode_switches_after_drain(device_ids: Iterable[int]) -> list[Device]:
+    """The drained switches of these cards whose last allocation was just released (in the release's
+    transaction): each card goes to the mode the operator asked for. One query when none waits."""
+    waiting = list(
+        Device.objects.select_for_update(of=("self",))
+        .filter(pk__in=list(device_ids))
+        .exclude(mig_mode_wanted="")
+        .exclude(bindings__allocation__state=AllocationState.ACTIVE)
+        .select_related("node")
+    )
+    return [
+        _switch(device, device.mig_mode_wanted == MigMode.MIG, "the card's running work ended (drain)", None)
+        for device in waiting
+    ]
 
 
 @transaction.atomic

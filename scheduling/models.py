@@ -20,7 +20,15 @@ from django_fsm import ConcurrentTransitionMixin, FSMField, transition
 from catalog.runtimes import serving_runtimes_problems
 from requests.choices import PRIORITY_RANK, ChangeState, PriorityClass
 from requests.models.change import ChangeRequest
-from scheduling.choices import AllocationState, Comparison, DeviceHealth, ExecutionBackend, HealthAction, HealthSource
+from scheduling.choices import (
+    AllocationState,
+    Comparison,
+    DeviceHealth,
+    ExecutionBackend,
+    HealthAction,
+    HealthSource,
+    MigMode,
+)
 from scheduling.placement import MILLI
 from scheduling.readings import usable_number
 
@@ -61,6 +69,8 @@ DEVICE_STATE_FIELDS = (
     "isolation_reason",
     "isolated_at",
     "allocated_milli",
+    "mig_mode",
+    "mig_mode_wanted",
 )
 
 
@@ -181,6 +191,14 @@ class Device(models.Model):
     mig_mode = models.BooleanField(
         default=False,
         help_text="MIG mode (the card is partitioned into GPU instances); off: whole mode. Reported by the node.",
+    )
+    mig_mode_wanted = models.CharField(
+        max_length=5,
+        blank=True,
+        db_default="",
+        choices=MigMode.choices,
+        help_text="The mode an operator switches the card to once its running work has ended (a drain): no new work "
+        "is placed on it meanwhile. Empty: no switch waits.",
     )
     updated_at = models.DateTimeField(auto_now=True)
 
@@ -422,6 +440,13 @@ class AllocationDevice(models.Model):
     allocation = models.ForeignKey(Allocation, on_delete=models.CASCADE, related_name="devices")
     device = models.ForeignKey(Device, on_delete=models.PROTECT, related_name="bindings")
     milli = models.PositiveIntegerField(validators=[MinValueValidator(1), MaxValueValidator(MILLI)])
+    mig_changes = models.JSONField(
+        default=dict,
+        db_default=models.Value({}, output_field=models.JSONField()),  # rows written in SQL (bench seeding) too
+        blank=True,
+        help_text="What the host changes on a MIG-capable card before the work starts there (the scheduler's plan): "
+        '{"destroy": [idle GPU instances in the way, with their GPU instance ids], "mode": "mig" | "whole" | null}.',
+    )
 
     class Meta:
         ordering = ["allocation", "device__index"]

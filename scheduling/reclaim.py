@@ -31,7 +31,7 @@ from requests.services import (
     request_release,
     requests_preempt,
 )
-from scheduling import mig_cycle
+from scheduling import mig_cycle, mig_services
 from scheduling.agents import ANY_NODE, NOT_YOUR_NODE, NodeScope
 from scheduling.allocations import adjust_device_shares
 from scheduling.choices import AllocationState, DeviceHealth
@@ -40,16 +40,18 @@ from scheduling.selectors import replicas_serving_without
 from scheduling.wiring import CYCLE_TASK
 
 
-def _unbind_devices(allocation_ids: list[int]) -> None:
-    """Take the allocations' shares off their devices: one read, one UPDATE, however many allocations."""
-    shares = (
+def _unbind_devices(allocation_ids: list[int]) -> list[int]:
+    """Take the allocations' shares off their devices: one read, one UPDATE, however many allocations. Returns the
+    devices."""
+    shares = dict(
         AllocationDevice.objects.filter(allocation_id__in=allocation_ids)
         .values("device_id")
         .annotate(total=Sum("milli"))
         .values_list("device_id", "total")
         .order_by()
     )
-    adjust_device_shares({device_id: -total for device_id, total in shares})
+    adjust_device_shares({device_id: -total for device_id, total in shares.items()})
+    return list(shares)
 
 
 Reason = str | Callable[[Allocation], str]  # one sentence for all, or one per allocation (whom a preemption serves)
@@ -57,8 +59,8 @@ Reason = str | Callable[[Allocation], str]  # one sentence for all, or one per a
 
 def allocation_release(*, allocations: list[Allocation], reason: Reason) -> None:
     """active -> released for allocations the caller has locked: every transition first (an illegal one refuses
-    before anything is written), then the devices' shares back and the allocations saved, in three statements
-    however many there are."""
+    before anything is written), then the devices' shares back and the allocations saved, and a card drained for a
+    mode switch switched once its last work is gone, in a fixed number of statements however many there are."""
     now = timezone.now()
     for allocation in allocations:
         try:
@@ -69,9 +71,10 @@ def allocation_release(*, allocations: list[Allocation], reason: Reason) -> None
                 code="illegal_transition",
                 details={"allocation": allocation.pk, "state": allocation.state, "action": "release"},
             ) from error
-    _unbind_devices([allocation.pk for allocation in allocations])
+    devices = _unbind_devices([allocation.pk for allocation in allocations])
     mig_cycle.release_instances([allocation.pk for allocation in allocations])
     Allocation.objects.bulk_update(allocations, ["state", "released_at", "release_reason"])
+    mig_services.mode_switches_after_drain(devices)
 
 
 @transaction.atomic

@@ -156,11 +156,13 @@ def node_serving_runtimes_report(
 @transaction.atomic
 def inventory_entry_save(entry, changed_fields: list[str], actor: User | None):
     """Save a site, rack, node, device, health or preemption rule edited by an operator, with an audit row.
-    Cordons, health, isolation and allocated shares are not editable this way (the admin shows them read-only)."""
+    Cordons, health, isolation, allocated shares and MIG modes are not editable this way (the admin shows them
+    read-only)."""
     protected = {*NODE_STATE_FIELDS, *DEVICE_STATE_FIELDS} & set(changed_fields)
     if protected:
         raise DomainError(
-            f"{', '.join(sorted(protected))} change only through cordon, health and isolation actions.",
+            f"{', '.join(sorted(protected))} change only through cordon, health, isolation and MIG mode actions "
+            "(and node reports).",
             code="protected_field",
             details={"fields": sorted(protected)},
         )

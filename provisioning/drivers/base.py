@@ -39,7 +39,8 @@ class Target:
     run_id: int
     request_id: int
     node: str
-    devices: tuple[dict, ...]  # {index, uuid, model, model_slug, milli, mig: None or the GPU instance}
+    # {index, uuid, model, model_slug, milli, mig: None or the GPU instance, mig_changes: {destroy, mode} or {}}
+    devices: tuple[dict, ...]
     snapshot: dict
     bmc_address: str = ""
     bmc_credentials_ref: str = ""

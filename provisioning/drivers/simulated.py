@@ -196,24 +196,35 @@ def simulated_installer_token(node: str) -> str | None:
 
 
 def simulated_mig_instances(target: Target) -> dict[int, dict]:
-    """What a real host would do for the GPU instances repartitioning asked for: the commands, and the ids and
-    MIG device UUID the driver reports (deterministic here: from the card's UUID and the placement)."""
-    created = {}
+    """What a real host would do on the cards before the work starts, as the scheduler planned it
+    (`scheduling.mig.host_commands`): destroy the idle GPU instances in the way, switch the card's mode, create the
+    instance repartitioning asked for; the commands, the instances destroyed, and the ids and MIG device UUID the
+    driver reports for the new one (deterministic here: from the card's UUID and the placement)."""
+    done = {}
     for device in target.devices:
         instance = device.get("mig")
-        if not instance or not instance.get("create") or instance.get("uuid"):
+        create = instance if instance and instance.get("create") and not instance.get("uuid") else None
+        changes = device.get("mig_changes") or {}
+        if create is None and not changes:
             continue
-        name = f"{device['uuid']}/{instance['profile']}@{instance['start']}"
-        created[device["index"]] = {
-            "gpu": device["index"],
-            "profile": instance["profile"],
-            "start": instance["start"],
-            "gi_id": instance["start"] + 1,
-            "ci_id": 0,
-            "uuid": f"MIG-{uuid.uuid5(uuid.NAMESPACE_URL, name)}",
-            "commands": mig.create_commands(device["index"], instance["profile_id"], instance["start"]),
-        }
-    return created
+        destroyed = changes.get("destroy", [])
+        commands = mig.host_commands(
+            device["index"],
+            destroy=[gone["gi_id"] for gone in destroyed],
+            mode=changes.get("mode"),
+            create=(create["profile_id"], create["start"]) if create else None,
+        )
+        done[device["index"]] = {"gpu": device["index"], "commands": commands, "destroyed": destroyed}
+        if create is not None:
+            name = f"{device['uuid']}/{create['profile']}@{create['start']}"
+            done[device["index"]].update(
+                profile=create["profile"],
+                start=create["start"],
+                gi_id=create["start"] + 1,
+                ci_id=0,
+                uuid=f"MIG-{uuid.uuid5(uuid.NAMESPACE_URL, name)}",
+            )
+    return done
 
 
 class SimulatedHost(WorkloadDriver, InBandDriver, ServingDriver):

@@ -23,6 +23,23 @@ class Profile:
     def starts(self) -> tuple[int, ...]:
         return tuple(start for start, _size in self.placements)
 
+    @property
+    def media_extensions(self) -> bool:
+        """A ``+me`` profile takes the card's media engines (JPEG decoders, OFA): a card has one set of them."""
+        return is_media_profile(self.name)
+
+
+MEDIA_RULE = "a card has one set of media engines (JPEG/OFA): at most one +me instance of any size"
+
+
+def is_media_profile(name: str) -> bool:
+    return "+me" in name
+
+
+def media_taken(counts: Mapping[str, int]) -> bool:
+    """Whether a card with these instances per profile already holds a +me instance."""
+    return any(n and is_media_profile(name) for name, n in counts.items())
+
 
 @dataclass(frozen=True)
 class Geometry:
@@ -114,6 +131,8 @@ def geometry_problems(geometry: Geometry) -> list[str]:
                 )
         if profile.max_instances < 1:
             problems.append(f"{profile.name}: at most {profile.max_instances} instances")
+        elif profile.media_extensions and profile.max_instances > 1:
+            problems.append(f"{profile.name}: {profile.max_instances} instances, but {MEDIA_RULE}")
         elif profile.max_instances > max_pack(geometry, profile, 0, 0, {}):
             problems.append(f"{profile.name}: {profile.max_instances} instances cannot fit on one card")
     return problems
@@ -138,6 +157,8 @@ def layout_problems(geometry: Geometry, instances: Iterable[tuple[str, int, int]
         mask = ((1 << size) - 1) << start
         if occupied & mask:
             problems.append(f"{name} at {start} overlaps memory slices {_ranges(occupied & mask)}")
+        if profile.media_extensions and media_taken(counts):
+            problems.append(f"{name} at {start}: {MEDIA_RULE}")
         occupied |= mask
         compute += profile.compute
         counts[name] = counts.get(name, 0) + 1
@@ -164,6 +185,8 @@ def fits_somehow(geometry: Geometry, names: Sequence[str]) -> bool:
         counts[p.name] = counts.get(p.name, 0) + 1
         if counts[p.name] > p.max_instances:
             return False
+    if sum(n for name, n in counts.items() if is_media_profile(name)) > 1:
+        return False
     profiles.sort(key=lambda p: (-p.memory_slices, p.name))
 
     def search(k: int, occupied: int) -> bool:
@@ -178,6 +201,32 @@ def fits_somehow(geometry: Geometry, names: Sequence[str]) -> bool:
     return search(0, 0)
 
 
+def idle_in_the_way(
+    geometry: Geometry,
+    held: Sequence[tuple[str, int, int]],
+    idle: Sequence,
+    new: tuple[str, int, int],
+) -> list:
+    """The idle instances (objects with ``profile``, ``start``, ``size``) a host must destroy before it can create
+    ``new`` on a card that also holds ``held``: every one whose memory slices the new one overlaps, then, while the
+    card would still refuse the new one (its compute slices, a profile's instance limit, the one set of media
+    engines), more of them: the same profile first, then from the highest memory slice down."""
+    new_mask = ((1 << new[2]) - 1) << new[1]
+    doomed = [i for i in idle if (((1 << i.size) - 1) << i.start) & new_mask]
+    kept = [i for i in idle if i not in doomed]
+    new_profile = geometry.profile(new[0])
+    for instance in sorted(kept, key=lambda i: (i.profile != new[0] and not _both_media(i, new_profile), -i.start)):
+        if not layout_problems(geometry, [*held, *((i.profile, i.start, i.size) for i in kept), new]):
+            break
+        kept.remove(instance)
+        doomed.append(instance)
+    return doomed
+
+
+def _both_media(instance, profile: Profile | None) -> bool:
+    return profile is not None and profile.media_extensions and is_media_profile(instance.profile)
+
+
 def max_pack(geometry: Geometry, profile: Profile, occupied: int, compute_used: int, counts: Mapping[str, int]) -> int:
     """Most instances of ``profile`` that fit at once in the free slices. All placements of a profile have one
     size, so taking free placements in start order (earliest end first) is optimal."""
@@ -189,13 +238,16 @@ def max_pack(geometry: Geometry, profile: Profile, occupied: int, compute_used: 
             taken |= mask
             n += 1
     room = (geometry.compute_slices - compute_used) // profile.compute
-    return max(0, min(n, room, profile.max_instances - counts.get(profile.name, 0)))
+    limit = 1 - media_taken(counts) if profile.media_extensions else profile.max_instances - counts.get(profile.name, 0)
+    return max(0, min(n, room, limit))
 
 
 def free_starts(geometry: Geometry, profile: Profile, occupied: int, compute_used: int, counts) -> list[int]:
     if compute_used + profile.compute > geometry.compute_slices:
         return []
     if counts.get(profile.name, 0) >= profile.max_instances:
+        return []
+    if profile.media_extensions and media_taken(counts):
         return []
     return [start for start, size in profile.placements if not occupied & (((1 << size) - 1) << start)]
 
@@ -224,18 +276,36 @@ def _or_list(items: Iterable[int]) -> str:
     return items[0] if len(items) == 1 else ", ".join(items[:-1]) + " or " + items[-1]
 
 
-def create_commands(gpu: int, profile_id: int, start: int, *, mode_change: bool = False) -> list[list[str]]:
-    """The host commands that create one GPU instance (and its default compute instance) at a placement; MIG mode
-    first when the card is in whole mode (only ever on an empty card). `nvidia-smi mig -lgipp` lists a profile's
-    placements; `-cgi <profile id>:<start>` asks for one (R525 and later drivers)."""
-    commands = [["nvidia-smi", "-i", str(gpu), "-mig", "1"]] if mode_change else []
-    commands.append(["nvidia-smi", "mig", "-i", str(gpu), "-cgi", f"{profile_id}:{start}", "-C"])
-    commands.append(["nvidia-smi", "-L"])  # reads the new MIG device UUID back
+def host_commands(
+    gpu: int,
+    *,
+    destroy: Iterable[int | None] = (),
+    mode: str | None = None,
+    create: tuple[int, int] | None = None,
+) -> list[list[str]]:
+    """What a host runs on one card before work starts there, in order: destroy the idle GPU instances in the way
+    (by GPU instance id: their compute instances, then the instance), change the card's mode ("mig" or "whole",
+    only on a card without instances), then create the new instance (``(profile id, start)``)."""
+    commands = [command for gi_id in destroy for command in destroy_commands(gpu, gi_id)]
+    if mode is not None:
+        commands.append(["nvidia-smi", "-i", str(gpu), "-mig", "1" if mode == "mig" else "0"])
+    if create is not None:
+        commands += create_commands(gpu, *create)
     return commands
 
 
+def create_commands(gpu: int, profile_id: int, start: int) -> list[list[str]]:
+    """The host commands that create one GPU instance (and its default compute instance) at a placement.
+    `nvidia-smi mig -lgipp` lists a profile's placements; `-cgi <profile id>:<start>` asks for one (R525 and later
+    drivers)."""
+    return [
+        ["nvidia-smi", "mig", "-i", str(gpu), "-cgi", f"{profile_id}:{start}", "-C"],
+        ["nvidia-smi", "-L"],  # reads the new MIG device UUID back
+    ]
+
+
 def destroy_commands(gpu: int, gi_id: int | None) -> list[list[str]]:
-    """Destroy a GPU instance made for work that ended: its compute instances, then the GPU instance."""
+    """Destroy a GPU instance: its compute instances, then the GPU instance."""
     gi = "?" if gi_id is None else str(gi_id)
     return [
         ["nvidia-smi", "mig", "-i", str(gpu), "-gi", gi, "-dci"],

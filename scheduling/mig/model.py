@@ -98,13 +98,15 @@ class SliceDemand:
 class Placed:
     """What a binding takes on one card: the whole card (``instance`` None, ``milli``), or a GPU instance.
     ``create``: repartitioning creates the instance (a provisioning step); ``mode``: the card changes mode first
-    ("mig" or "whole")."""
+    ("mig" or "whole"); ``destroy``: the idle GPU instances the host destroys before (those the new instance would
+    overlap, or whose compute, instance count or media engines it needs; every one before a mode change)."""
 
     card: int
     milli: int
     instance: Instance | None = None
     create: bool = False
     mode: str | None = None
+    destroy: tuple[Instance, ...] = ()
 
 
 @dataclass(frozen=True)

@@ -39,7 +39,7 @@ def diagnose(engine, demand: SliceDemand) -> MigPending:
             f"{demand.cpu_milli / 1000:g} cores and {demand.memory_mib / 1024:g} GiB left",
             {"cpu_milli": demand.cpu_milli, "memory_mib": demand.memory_mib},
         )
-    pinned = any(st[0] == "s" for cards in engine.cards for st in cards)
+    pinned = engine.has_pinned
     return MigPending(
         demand.id,
         CAPACITY_IN_USE,
@@ -69,13 +69,18 @@ def _needs(engine, demand: SliceDemand) -> MigPending:
 
 
 def _exists(engine, demand: SliceDemand) -> bool:
-    """Some card of the cluster is of the demand's models and, for a slice, has its profile."""
-    return any(
-        (not demand.models or c.model in demand.models)
-        and (demand.profile is None or (c.geometry is not None and c.geometry.profile(demand.profile)))
-        for node in engine.nodes
-        for c in node.cards
-    )
+    """Some card of the cluster is of the demand's models and, for a slice, has its profile (the inventory's cards
+    do not change in an engine's life: remembered per models and profile)."""
+    key = (demand.models, demand.profile)
+    found = engine.exists.get(key)
+    if found is None:
+        found = engine.exists[key] = any(
+            (not demand.models or c.model in demand.models)
+            and (demand.profile is None or (c.geometry is not None and c.geometry.profile(demand.profile)))
+            for node in engine.nodes
+            for c in node.cards
+        )
+    return found
 
 
 def _look_at_cards(engine, demand: SliceDemand):
@@ -116,4 +121,17 @@ def _fragmentation(demand: SliceDemand, node: str, gpu: int, free_mask: int, pro
             "starts": list(profile.starts),
             "size": profile.memory_slices,
         },
+    )
+
+
+def budget_spent(engine, demand: SliceDemand) -> MigPending:
+    """A slice that only an empty card could take while the partition budget is spent: it waits for room on the
+    partitioned cards, the empty ones stay for whole-card work."""
+    return MigPending(
+        demand.id,
+        CAPACITY_IN_USE,
+        f"needs {demand.label}; the cards that hold slices have no room for it, and {engine.partitioned} of the "
+        f"MIG-capable cards hold slices already, the most the workload's whole-card demand leaves for slices "
+        f"(partition budget {engine.partition_budget}): the empty cards stay for whole-card work",
+        {"profile": demand.profile, "partitioned": engine.partitioned, "partition_budget": engine.partition_budget},
     )

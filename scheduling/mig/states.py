@@ -4,9 +4,10 @@ shared by every node in the same state. Pure Python.
   ("x",)                                        unusable (unhealthy), or taken whole
   ("p", model, free_milli)                      not MIG-capable: whole cards or time-sliced milli shares
   ("w", model)                                  MIG-capable, whole mode, idle, layout pinned: whole demands only
-  ("m", model, occupied, compute, instances)    MIG-capable, repartitionable: only instances held by work exist
-                                                (idle ones are destroyed on release), so an empty card may also
-                                                change mode and take a whole demand
+  ("m", model, occupied, compute, instances)    MIG-capable, repartitionable: only instances held by work count
+                                                (idle ones are destroyed when a placement needs their room, see
+                                                geometry.idle_in_the_way), so an empty card may also change mode
+                                                and take a whole demand
   ("s", model, instances, busy)                 MIG-capable, pinned MIG layout: only its free instances are usable
 
 ``occupied`` is a bit mask of memory slices, ``compute`` the compute slices in use, ``instances`` sorted
@@ -53,13 +54,16 @@ def card_state(card: Card, repartition: bool):
         instances = tuple(sorted((i.profile, i.start, i.size) for i in card.instances))
         busy = tuple(any(i.busy for i in card.instances if (i.profile, i.start, i.size) == inst) for inst in instances)
         return ("s", card.model, instances, busy)
-    # An idle instance of a repartitionable card can be destroyed: only the held ones count.
-    held = tuple(sorted((i.profile, i.start, i.size) for i in card.instances if i.busy))
+    # An idle instance of a repartitionable card can be destroyed (by its GPU instance id): only the held ones, and
+    # idle ones the node reported without an id, count.
+    held = tuple(sorted((i.profile, i.start, i.size) for i in card.instances if i.busy or i.gi_id is None))
     return ("m", card.model, occupied_mask(held), sum(g.profile(n).compute for n, _s, _z in held), held)
 
 
 def released_state(st, card: Card, p: Placed, repartition: bool, geometries: Mapping[str, Geometry]):
-    """A card's state once what ``p`` holds on it is given back."""
+    """A card's state once what ``p`` holds on it is given back (an unusable card stays unusable)."""
+    if st == TAKEN and not card.healthy:
+        return TAKEN
     if p.instance is None:
         if card.geometry is None:
             return ("p", card.model, (st[2] if st[0] == "p" else 0) + p.milli)
@@ -96,8 +100,16 @@ def free_milli(st, geometries: Mapping[str, Geometry]) -> float:
     return 0
 
 
-def card_options(j: int, st, demand: SliceDemand, geometries: Mapping[str, Geometry], first_fit: bool) -> list:
-    """Ways the demand can take card ``j``: (card index, start, new card state, milli taken, instance, create)."""
+def partitioned(st) -> bool:
+    """Whether a card state holds slices: a MIG layout with running instances, or a pinned MIG layout."""
+    return st[0] == "s" or (st[0] == "m" and st[2] != 0)
+
+
+def card_options(
+    j: int, st, demand: SliceDemand, geometries: Mapping[str, Geometry], first_fit: bool, fresh: bool = True
+) -> list:
+    """Ways the demand can take card ``j``: (card index, start, new card state, milli taken, instance, create).
+    ``fresh`` False: a slice may not partition an empty card (the partition budget is spent)."""
     kind = st[0]
     if kind == "x" or (demand.models and st[1] not in demand.models):
         return []
@@ -110,6 +122,8 @@ def card_options(j: int, st, demand: SliceDemand, geometries: Mapping[str, Geome
     if profile is None:
         return []
     if kind == "m":
+        if not fresh and st[2] == 0:
+            return []
         return _new_instance_options(j, st, g, profile, first_fit)
     return _free_instance_options(j, st, g, profile, first_fit)
 

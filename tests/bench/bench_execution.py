@@ -1,4 +1,5 @@
-"""Execution backends end to end: approved one-GPU requests from queued to RUNNING/active on a real local runtime."""
+"""Execution backends end to end: approved one-GPU requests from queued to RUNNING/active on a real local runtime,
+beside the backend alone in the same run (`manage.py bench_execution`, rounds interleaved)."""
 
 import json
 import os
@@ -9,21 +10,65 @@ from django.conf import settings
 
 from config.env import database_url
 
-TITLE = "Execution backends: queued to active"
+TITLE = "Execution backends: queued to active, beside the backend alone"
 # (backend, requests): every backend of `manage.py bench_execution` that has a local runtime here.
 RUNS = [("slurm", 100)]
 WORKERS = 8
+ROUNDS = 4
 REDIS_URL = os.environ.get("BENCH_REDIS_URL", "redis://127.0.0.1:6379/10")
 DESCRIPTION = (
-    "`manage.py bench_execution --backend <backend> --requests <n> --json`: the backend's real local runtime is "
-    "started (slurm: tests/slurm_cluster.py, four `slurmd -N` nodes with room for every request at once, "
-    "slurmrestd with JWT, `SchedulerParameters=sched_min_interval=100000,batch_sched_delay=0`), its nodes enter "
-    f"the inventory, n approved one-GPU requests are queued, a real `qcluster` ({WORKERS} workers, Redis broker) "
-    "runs provisioning, and one scheduling cycle places them all. Each request's time is from the cycle's start to "
-    "its `active` event (its job RUNNING on the node the platform chose); wall_s is the last one's, jobs_per_s = "
-    "active / wall_s. Targets: >= 40 jobs/s for Slurm, p50 <= 5 s. Platform, workers, PostgreSQL, Redis and the "
-    "Slurm daemons share the machine's cores with whatever else runs on it."
+    f"`manage.py bench_execution --backend <backend> --requests <n> --rounds {ROUNDS} --json`: the backend's real "
+    "local runtime is started (slurm: tests/slurm_cluster.py, `slurmd -N` nodes with room for every request at "
+    "once, slurmrestd with JWT, `SchedulerParameters=sched_min_interval=100000,batch_sched_delay=0`), its nodes "
+    f"enter the inventory and a real `qcluster` ({WORKERS} workers, Redis broker) starts. Each round measures, in an "
+    "order that alternates, the platform (n approved one-GPU requests queued, one scheduling cycle; each request's "
+    "time from the cycle's start to its `active` event, its job RUNNING on the node the platform chose; then all "
+    "released) and Slurm alone (the same n batch jobs, as the driver builds them, submitted to the same slurmrestd "
+    "by one client one after another, each timed from the first submission to RUNNING as a job list read every "
+    "50 ms shows it; then cancelled). jobs_per_s = ready / the last one's time; ratio = platform / alone. "
+    "Targets (issue 32): ratio >= 0.85 with platform p50 <= 3 s. Platform, workers, PostgreSQL, Redis and the "
+    "Slurm daemons share the machine's 2 cores with whatever else runs on it: `load` is the 1-minute load average "
+    "before and after each round."
 )
+
+
+def rows_of(report: dict) -> list[dict]:
+    """One row per round and the medians, with where a request's time went (median seconds) on the last."""
+    rows = []
+    for measured in report["per_round"]:
+        platform, direct = measured["platform"], measured["direct"]
+        rows.append(
+            {
+                "backend": report["backend"],
+                "round": f"{measured['round']} ({measured['first']} first)",
+                "requests": report["requests"],
+                "jobs_per_s": platform["jobs_per_s"],
+                "p50_s": platform["p50_s"],
+                "wall_s": platform["wall_s"],
+                "alone jobs_per_s": direct["jobs_per_s"],
+                "alone p50_s": direct["p50_s"],
+                "ratio": measured["ratio"],
+                "load": " -> ".join(f"{value:.1f}" for value in measured["load_avg"]),
+                "where the time goes (median s)": "",
+            }
+        )
+    parts = {k: v for k, v in report["breakdown"].items() if isinstance(v, int | float)}
+    rows.append(
+        {
+            "backend": report["backend"],
+            "round": "median",
+            "requests": report["requests"],
+            "jobs_per_s": report["jobs_per_s"],
+            "p50_s": report["p50_s"],
+            "wall_s": report["wall_s"],
+            "alone jobs_per_s": report["direct_jobs_per_s"],
+            "alone p50_s": report["direct_p50_s"],
+            "ratio": report["ratio"],
+            "load": "",
+            "where the time goes (median s)": "; ".join(f"{part} {seconds}" for part, seconds in parts.items()),
+        }
+    )
+    return rows
 
 
 def run() -> list[dict]:
@@ -33,12 +78,12 @@ def run() -> list[dict]:
     for backend, requests in RUNS:
         command = [sys.executable, "manage.py", "bench_execution", "--backend", backend, "--requests", str(requests)]
         answer = subprocess.run(
-            [*command, "--workers", str(WORKERS), "--json"],
+            [*command, "--workers", str(WORKERS), "--rounds", str(ROUNDS), "--json"],
             cwd=settings.BASE_DIR,
             env=env,
             capture_output=True,
             text=True,
             check=True,
         )
-        rows.append(json.loads(answer.stdout.strip().splitlines()[-1]))
+        rows += rows_of(json.loads(answer.stdout.strip().splitlines()[-1]))
     return rows

@@ -15,9 +15,11 @@ from requests import services
 from requests.choices import PriorityClass, RequestState
 from scheduling import cycle, mig_services
 from scheduling.allocations import allocation_details
+from scheduling.mig import SEEDED, layout_problems
 from scheduling.models import Allocation, Device, MigInstance, Node
 from tests import factories
 from tests.scheduling import test_cycle
+from tests.scheduling.fake_nvidia_smi import FakeGpu, FakeHost
 from tests.scheduling.inventory_helpers import active_request, allocate
 from tests.scheduling.test_cycle import queued
 
@@ -162,8 +164,64 @@ def test_provisioning_creates_the_instance_and_binds_the_work_to_its_mig_uuid(
     start = request.provisioning_runs.get().steps.get(name="start_workload")
     assert start.output["devices"] == [instance.uuid]  # NVIDIA_VISIBLE_DEVICES / the MIG GRES bind this
     (created,) = start.output["mig_instances"]
-    assert created["commands"][0] == ["nvidia-smi", "mig", "-i", "0", "-cgi", "9:4", "-C"]
+    assert created["commands"] == [  # the card was in whole mode: MIG mode first, then the instance
+        ["nvidia-smi", "-i", "0", "-mig", "1"],
+        ["nvidia-smi", "mig", "-i", "0", "-cgi", "9:4", "-C"],
+        ["nvidia-smi", "-L"],
+    ]
+    host = FakeHost(FakeGpu(0, SEEDED["H100 80GB"]))
+    host.run_all(created["commands"])
+    assert host.gpus[0].layout() == [("3g.40gb", 4, 4)]
     assert allocation_details(request)["devices"][0]["mig_instance"]["uuid"] == instance.uuid
+
+
+def test_a_slice_over_instances_left_by_earlier_work_destroys_them_before_creating(
+    shop, team, django_capture_on_commit_callbacks
+):
+    """1g.10gb instances at memory slices 0-6 left by earlier work, the one at 0 running. A 2g.20gb order goes to
+    start 2 or 4: the host's plan destroys the two idle 1g instances there (by GPU instance id) before it creates
+    the 2g, and the stored layout never holds both. The plan runs on a fake card that refuses what a real one does."""
+    device = h100_node(shop).devices.get()
+    mig_services.device_mig_layout_report(
+        device=device,
+        mig_mode=True,
+        instances=[{"profile": "1g.10gb", "start": s, "gi_id": s + 1, "ci_id": 0} for s in range(7)],
+        source="nvidia-smi",
+        actor=None,
+    )
+    holder = allocate(active_request(), [device], milli=142)
+    MigInstance.objects.filter(device=device, start=0).update(allocation=holder)
+    host = FakeHost(FakeGpu(0, SEEDED["H100 80GB"], mig_mode=True))
+    for s in range(7):
+        host.add_instance(0, "1g.10gb", s, gi_id=s + 1, processes=1 if s == 0 else 0)
+    profile = factories.SliceProfileFactory(
+        accelerator=shop.accelerator,
+        name="2g.20gb",
+        kind="mig",
+        compute_fraction=Decimal("0.2857"),
+        memory_gb=20,
+        max_per_device=3,
+    )
+    spec = factories.ResourceSpecFactory(
+        accelerator_models=[shop.accelerator], accelerator_count=1, slice_profile=profile, cpu_cores=2, memory_gb=8
+    )
+    shop.service.specs.add(spec)
+    request = queued(shop, team, spec=spec)
+    with django_capture_on_commit_callbacks(execute=True):
+        cycle.run_cycle()
+    request.refresh_from_db()
+    assert request.state == RequestState.ACTIVE, request.queue_reason
+    start = MigInstance.objects.get(allocation__request=request).start
+    assert start in (2, 4)
+    stored = sorted(MigInstance.objects.filter(device=device).values_list("profile__name", "start", "size"))
+    assert stored == sorted(
+        [*(("1g.10gb", s, 1) for s in range(7) if s not in (start, start + 1)), ("2g.20gb", start, 2)]
+    )
+    assert layout_problems(SEEDED["H100 80GB"], stored) == []
+    (done,) = request.provisioning_runs.get().steps.get(name="start_workload").output["mig_instances"]
+    assert [gone["gi_id"] for gone in done["destroyed"]] == [start + 1, start + 2]
+    host.run_all(done["commands"])
+    assert host.gpus[0].layout() == stored
 
 
 def test_a_spec_of_two_slices_gets_two_instances_on_two_cards(shop, team):
@@ -218,3 +276,29 @@ def test_slices_and_whole_cards_are_placed_in_one_priority_order(shop, team):
     assert result.allocated == [whole.pk]
     assert result.waiting == {slice_request.pk: "capacity_in_use"}
     assert not MigInstance.objects.exists() and not Device.objects.get().mig_mode
+
+
+def test_slices_leave_an_empty_card_to_the_whole_card_request_waiting_behind_them(shop, team):
+    """Two H100s, three 3g.40gb orders and then a whole-card order. Placed as they come, the slices would partition
+    both cards and the whole card would wait. While whole-card work waits, the partition budget gives the slices
+    their share of the waiting demand (1.3 of 2.3 cards): one card; the third slice waits, saying why."""
+    h100_node(shop, cards=2)
+    slices = [queued(shop, team, spec=shop.specs["3g.40gb"]) for _ in range(3)]
+    whole = queued(shop, team, spec=shop.whole)
+    cycle.run_cycle()
+    for request in [*slices, whole]:
+        request.refresh_from_db()
+    assert whole.state != RequestState.QUEUED
+    assert [request.state != RequestState.QUEUED for request in slices] == [True, True, False]
+    reason = slices[2].queue_reason
+    assert reason["code"] == "capacity_in_use" and "partition budget 1" in reason["message"], reason
+    assert reason["numbers"]["partitioned"] == 1
+
+
+def test_with_no_whole_card_request_waiting_slices_take_every_card(shop, team):
+    h100_node(shop, cards=2)
+    slices = [queued(shop, team, spec=shop.specs["3g.40gb"]) for _ in range(4)]
+    cycle.run_cycle()
+    for request in slices:
+        request.refresh_from_db()
+    assert all(request.state != RequestState.QUEUED for request in slices)

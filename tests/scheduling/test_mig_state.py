@@ -54,6 +54,11 @@ def _profile(**changes):
         ({"placements": [[-1, 4]]}, "placements", "before slice 0"),
         ({"compute_slices": 8}, "compute_slices", "7 compute slices"),
         ({"max_instances": 3}, "max_instances", "At most 2 instances"),
+        (
+            {"name": "2g.10gb+me", "compute_slices": 2, "memory_slices": 2, "placements": [[0, 2], [2, 2]]},
+            "max_instances",
+            "one set of media engines (JPEG/OFA): at most one +me instance of any size per card",
+        ),
     ],
 )
 def test_operator_edits_are_validated(changes, field, words):
@@ -191,6 +196,24 @@ def test_running_work_is_never_touched_and_mode_changes_only_when_empty():
         mig_services.device_mig_layout_report(device=plain, mig_mode=True, instances=[], source="agent", actor=None)
     assert error.value.code == "not_mig_capable"
     assert MigInstance.objects.get(device=device).allocation_id == allocation.pk
+
+
+def test_a_report_of_two_media_extension_instances_on_one_card_is_refused():
+    model = accelerator()
+    model.mig_geometry = MigGeometry.objects.get(name="A30 24GB")
+    model.save()
+    device = node(devices=1, model=model).devices.get()
+    with pytest.raises(DomainError) as error:
+        mig_services.device_mig_layout_report(
+            device=device,
+            mig_mode=True,
+            instances=[{"profile": "1g.6gb+me", "start": 0}, {"profile": "2g.12gb+me", "start": 2}],
+            source="agent",
+            actor=None,
+        )
+    assert error.value.code == "invalid_mig_layout"
+    assert "one set of media engines" in error.value.message
+    assert not MigInstance.objects.exists()
 
 
 def test_pin_and_unpin_need_a_reason(operator):

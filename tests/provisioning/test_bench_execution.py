@@ -1,0 +1,39 @@
+"""`manage.py bench_execution` measures the platform beside the backend alone, in the same run: on a real Slurm
+cluster, rounds that alternate which goes first, each round's requests active and then released so the next finds
+the cluster empty, the baseline's jobs all RUNNING and cancelled, and where a request's time went."""
+
+import json
+import statistics
+from io import StringIO
+
+import pytest
+from django.core.management import call_command
+
+from requests.choices import RequestState
+from requests.models import ResourceRequest
+
+pytestmark = pytest.mark.django_db(transaction=True, serialized_rollback=True)
+
+
+def test_slurm_rounds_put_the_platform_beside_slurm_alone():
+    out = StringIO()
+    call_command(
+        "bench_execution", backend="slurm", requests=4, rounds=2, workers=2, as_json=True, force=True, stdout=out
+    )
+    report = json.loads(out.getvalue().strip().splitlines()[-1])
+    assert (report["requests"], report["rounds"], report["active"], report["direct_active"]) == (4, 2, 4, 4)
+    assert report["direct_jobs_per_s"] > 0 and report["direct_p50_s"] > 0
+    rounds = report["per_round"]
+    assert [r["first"] for r in rounds] == ["direct", "platform"]
+    for measured in rounds:
+        assert measured["ratio"] == round(measured["platform"]["jobs_per_s"] / measured["direct"]["jobs_per_s"], 3)
+        assert measured["direct"]["calls"]["submit"]["count"] == 4
+        assert len(measured["load_avg"]) == 2
+    assert report["ratio"] == pytest.approx(statistics.median(r["ratio"] for r in rounds), abs=2e-3)
+    parts = report["breakdown"]
+    for part in ("cycle_s", "allocated (cycle)", "start_workload: queued", "start_workload: in a worker", "to active"):
+        assert parts[part] >= 0, part
+    assert "deferred" in parts["reconciler"]
+    # every round's requests went active and were released again
+    states = set(ResourceRequest.objects.values_list("state", flat=True))
+    assert states == {RequestState.RELEASED} and ResourceRequest.objects.count() == 8
