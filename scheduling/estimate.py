@@ -46,8 +46,9 @@ class Queued:
 QUEUED_FIELDS = [field.name for field in fields(Queued)]
 
 
-def order_demand(order, sizing) -> placement.Demand:
-    """The engine's view of an order that is not stored yet (the same shape a queued request would have)."""
+def order_demand(order, sizing, models: list) -> placement.Demand:
+    """The engine's view of an order that is not stored yet (the same shape a queued request would have); `models`:
+    its accelerator models (order_models)."""
     sizes = {"cpu_cores": sizing.cpu_cores, "memory_gb": sizing.memory_gb}
     if order.bare_metal_profile is not None:
         profile = order.bare_metal_profile
@@ -55,7 +56,7 @@ def order_demand(order, sizing) -> placement.Demand:
             PREVIEW_ID,
             order.priority,
             count=profile.accelerator_count,
-            models=frozenset([profile.accelerator_model.slug]),
+            models=frozenset(model.slug for model in models),
             **sizes,
         )
     spec, model, template = order.spec, order.serving_model, order.serving_template
@@ -64,7 +65,7 @@ def order_demand(order, sizing) -> placement.Demand:
         order.priority,
         count=sizing.accelerator_count,
         slice_profile=spec.slice_profile.name if spec.slice_profile else None,
-        models=frozenset(model.slug for model in spec.accelerator_models.all()),
+        models=frozenset(model.slug for model in models),
         replicas=order.replicas,
         serving=None if template is None else serving_of(template.runtime, model.artifact_uri, str(model)),
         **sizes,
@@ -87,9 +88,10 @@ def placement_estimate(order, sizing) -> dict:
     queue length; `as_of` and `age_seconds` say how old that picture is (a request cancelled since still counts in
     `queued_ahead` until the next cycle). Before any cycle has run, the whole queue is placed as the cycle would.
     While a backend whose nodes could take the order does not answer, the order would wait for it, and says so."""
-    demand = order_demand(order, sizing)
+    models = order_models(order)  # read once: the demand's and the sentence's
+    demand = order_demand(order, sizing, models)
     estimate = _waiting_for_backend(demand, _estimate_of(demand, order, last_outcome()))
-    return _in_words(estimate, order_models(order))
+    return _in_words(estimate, models)
 
 
 def _in_words(estimate: dict, models) -> dict:
@@ -393,10 +395,11 @@ def _one_of_each_type(nodes: list[placement.Node]) -> list[placement.Node]:
 
 
 def _never_fits_reason(nodes, order, sizing) -> dict | None:
-    never = placement.unplaceable(nodes, order_demand(order, sizing))
+    models = order_models(order)
+    never = placement.unplaceable(nodes, order_demand(order, sizing, models))
     if never is None:
         return None
-    message = _sentence(named(never.message, order_models(order)))
+    message = _sentence(named(never.message, models))
     return {"code": never.reason, "message": message, "details": dict(never.numbers)}
 
 
