@@ -42,7 +42,7 @@ from scheduling.choices import AllocationState
 from scheduling.models import Allocation, AllocationDevice, Device
 from scheduling.scale import freeze_like, import_fleet, queued_row
 from tenancy.api_tokens import TOKEN_KIND
-from tenancy.choices import ROLE_PERMISSIONS, PriorityClass, Role
+from tenancy.choices import ROLE_PERMISSIONS, PriorityClass, Role, TokenScope
 from tenancy.models import ApiToken, Membership, Project, ProjectQuota, Tenant, User
 
 S = RequestState
@@ -377,12 +377,19 @@ def _copy(model, objects) -> int:
 
 
 def tokens_for(users: list[User]) -> list[str]:
-    """One API token per user, as signing in would issue it, in one INSERT."""
+    """One API token per user, as signing in would issue it (a person's: every scope), in one INSERT."""
     issued = [(user, *prefixed_secret_new(TOKEN_KIND)) for user in users]
     expires_at = timezone.now() + timedelta(days=30)
     ApiToken.objects.bulk_create(
         [
-            ApiToken(user=user, name="bench", prefix=prefix, hashed=secret_hash(secret), expires_at=expires_at)
+            ApiToken(
+                user=user,
+                name="bench",
+                prefix=prefix,
+                hashed=secret_hash(secret),
+                scopes=list(TokenScope.values),
+                expires_at=expires_at,
+            )
             for user, prefix, secret in issued
         ]
     )
