@@ -1,7 +1,7 @@
 """`python -m bench.faults [--json] [--orders 50] [--releases 10] [--outage 60] [--restart 4] [--scenario NAME ...]`
 
 The platform through the faults an operator meets, at a scale the test suite does not run (tests/provisioning/
-test_slurm_faults.py runs the same scenarios small): a real Slurm cluster (tests/slurm_cluster.py, 8 nodes of 8
+test_slurm_faults.py runs the same scenarios small): a real Slurm cluster (devcluster/slurm_cluster.py, 8 nodes of 8
 GPUs), a real `qcluster` (Redis broker, BENCH_REDIS_URL) with the product's default settings and its minute
 schedules, PostgreSQL (a scratch database, BENCH_FAULTS_DATABASE, made afresh). Per scenario: `releases` one-GPU
 orders are made active first; then the fault begins, the releases are asked for and `orders` new orders are
@@ -88,7 +88,7 @@ def _prepare_django() -> None:
     with psycopg.connect(f"{SERVER_URL}/postgres", autocommit=True) as connection:
         connection.execute(f'DROP DATABASE IF EXISTS "{DATABASE}" WITH (FORCE)')
         connection.execute(f'CREATE DATABASE "{DATABASE}"')
-    from tests.bench import ORDER_CAP_SETTINGS
+    from bench import ORDER_CAP_SETTINGS
 
     os.environ.update(
         DATABASE_URL=f"{SERVER_URL}/{DATABASE}",
@@ -112,7 +112,7 @@ def _prepare_django() -> None:
 
 
 def run() -> list[dict]:
-    """For `make bench` (tests/bench/run.py): every scenario at the default scale, in a process of its own (its own
+    """For `make bench` (bench/run.py): every scenario at the default scale, in a process of its own (its own
     scratch database, and the Redis broker its workers read, which must be known when Django starts)."""
     import subprocess
 
@@ -126,7 +126,7 @@ def _run_scenarios(options: Options, scenarios: list[str]) -> list[dict]:
     """Each scenario on one cluster and one worker pool (Django set up on the scratch database)."""
     from django.test.utils import override_settings
 
-    from tests.slurm_cluster import NodeShape, running_cluster
+    from devcluster.slurm_cluster import NodeShape, running_cluster
 
     shape = NodeShape(cpus=2 * GPUS_PER_NODE, real_memory_mib=2048 * GPUS_PER_NODE, gpus=GPUS_PER_NODE)
     with running_cluster(node_count=NODES, node_shape=shape, name_prefix="faults") as cluster:
@@ -139,7 +139,7 @@ class _Platform:
     """The cluster in the inventory, a one-GPU service, a developer, the workers; and each scenario's run."""
 
     def __init__(self, cluster):
-        from provisioning.management.commands.bench_execution import _tune_scheduler
+        from bench.execution import _tune_scheduler
 
         self.cluster = cluster
         _tune_scheduler(cluster)
@@ -160,7 +160,7 @@ class _Platform:
         production (the sweeper and the reconciler are part of how the platform recovers)."""
         from django_q.conf import Conf
 
-        from provisioning.management.commands.bench_execution import _workers
+        from bench.execution import _workers
 
         with _workers(WORKERS, {**self.settings, "REDIS_URL": REDIS_URL}):
             _schedules_due_now()

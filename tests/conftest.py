@@ -3,10 +3,10 @@ from django.core.cache import cache
 from django.db import connection
 from rest_framework.test import APIClient
 
+from devcluster.ldap_directory import running_directory
+from devcluster.oidc_provider import running_provider
 from tests import factories
-from tests.ldap_directory import running_directory
-from tests.oidc_provider import running_provider
-from tests.slurm_cluster import cluster_for_tests
+from tests.devcluster_fixtures import cluster_for_tests
 from tests.smtp_server import smtp_server
 
 
@@ -75,7 +75,7 @@ def console(client, operator):
 
 @pytest.fixture(scope="session")
 def slurm_cluster():
-    """A real Slurm cluster (tests/slurm_cluster.py) shared by the session: 3 idle nodes with gpu:a100:2 each,
+    """A real Slurm cluster (devcluster/slurm_cluster.py) shared by the session: 3 idle nodes with gpu:a100:2 each,
     slurmrestd with a JWT. A missing part fails the test that asked for it (`make slurm` installs the parts)."""
     with cluster_for_tests() as cluster:
         yield cluster
@@ -127,7 +127,7 @@ def _ldap_directory():
 
 @pytest.fixture
 def directory(_ldap_directory, settings):
-    """The session's OpenLDAP directory (tests/ldap_directory.py), as it started, with the platform's LDAP sign-in
+    """The session's OpenLDAP directory (devcluster/ldap_directory.py), as it started, with the platform's LDAP sign-in
     pointed at it (the settings config/settings.py builds from LDAP_*)."""
     from config.ldap_settings import connection_options, group_type, search
 
@@ -153,7 +153,7 @@ def _identity_provider():
 
 @pytest.fixture
 def idp(_identity_provider, settings):
-    """The session's OpenID Connect provider (tests/oidc_provider.py), its people as they started and their grants
+    """The session's OpenID Connect provider (devcluster/oidc_provider.py), its people as they started and their grants
     ended, with the platform's OIDC sign-in pointed at it."""
     _identity_provider.reset()
     env = _identity_provider.settings()

@@ -2,9 +2,9 @@
 
 import json
 
-from scheduling import bench
-from scheduling.bench import Pod
-from scheduling.fleet import scaled_engine_nodes
+from bench import traces as bench
+from bench.fleet import scaled_engine_nodes
+from bench.traces import Pod
 
 NODES = "sn,cpu_milli,memory_mib,gpu,model\nn0,8000,32768,2,T4\nn1,8000,32768,1,V100M16\n"
 PODS = (

@@ -1,4 +1,4 @@
-"""Benchmark fleets and trace workloads (scheduling.fleet, scheduling.scale) and the costs that must not grow with
+"""Benchmark fleets and trace workloads (bench.fleet, bench.scale) and the costs that must not grow with
 them: a cycle's queries with the queue, the engine's topology reason with the fleet, provisioning enqueues with
 what a cycle placed."""
 
@@ -10,10 +10,11 @@ from django.test.utils import CaptureQueriesContext
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from bench import fleet, scale
 from provisioning import wiring
 from requests.choices import RequestState
 from requests.models import ResourceRequest
-from scheduling import cycle, fleet, reason_words, scale
+from scheduling import cycle, reason_words
 from scheduling.models import Node
 from scheduling.placement import HEALTHY, Demand, Device, PlacementEngine, Snapshot
 from scheduling.placement import Node as EngineNode
@@ -179,7 +180,7 @@ def test_a_cycle_works_on_the_head_of_the_queue_order_only(trace, settings):
 
 @pytest.mark.django_db
 def test_steady_state_replay_releases_what_ended_and_reports_waits(trace):
-    from scheduling import steady
+    from bench import steady
 
     shapes = fleet.read_pod_shapes(trace[1])
     scale.import_fleet(trace[0], 3)

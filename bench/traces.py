@@ -1,0 +1,264 @@
+"""Placement benchmark on the Alibaba openb traces, following the FGD paper's protocol (USENIX ATC'23).
+
+    python -m bench.traces openb --nodes NODES.csv --pods PODS.csv --policy NAME --seeds 42-51 --inflate 1.3
+    python -m bench.traces openb ... --scale 10     (the node list 10 times: 12,130 nodes, 62,120 GPUs)
+    python -m bench.traces mig --seeds 42-51 --json     (bench.mig: openb default, gpushare100 and
+        gpuspec33 from --data, default $OPENB_DIR or ../shared/data/openb; --nodes/--pods for one trace)
+
+Per seed: pods sorted by name then shuffled with the seed; pods sampled with replacement from the name-sorted trace
+are appended while the running total of requested GPU milli plus the sampled pod's per-GPU milli stays within
+``inflate`` * cluster GPU capacity (a trace already above it loses random pods until it is not); arrivals only, each
+pod tried once. After each pod, arrived% = round(100 * arrived GPU milli / capacity) (failed pods included) and
+alloc% = 100 * allocated GPU milli / capacity; the figure at x% is the mean alloc% over events at arrived x% (else
+x ± 1). Fragmentation at 100% is the expected stranded GPU milli (typical shapes of the trace, CPU-only shapes
+strand nothing when they fit) as a share of capacity, averaged the same way.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import random
+import resource
+import statistics
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from bench.fleet import scaled_engine_nodes
+from scheduling.frag import MILLI, FragTable, typical_shapes
+from scheduling.placement import Demand, Device, Node, PlacementEngine, Snapshot
+from scheduling.policies import DEFAULT_POLICY, make_policy
+
+
+@dataclass(frozen=True)
+class Pod:
+    name: str
+    cpu: int
+    mem: int
+    num_gpu: int
+    milli: int
+    spec: frozenset
+
+    @property
+    def gpu_milli(self) -> int:
+        return self.num_gpu * self.milli
+
+
+def read_nodes(path: str) -> list[Node]:
+    with open(path, newline="") as handle:
+        return [
+            Node(
+                row["sn"],
+                int(row["cpu_milli"]),
+                int(row["memory_mib"]),
+                tuple(Device(j, row["model"]) for j in range(int(row["gpu"]))),
+            )
+            for row in csv.DictReader(handle)
+        ]
+
+
+def read_pods(path: str) -> list[Pod]:
+    pods = []
+    with open(path, newline="") as handle:
+        for row in csv.DictReader(handle):
+            num, milli = int(row["num_gpu"]), int(row["gpu_milli"])
+            if num == 0 or milli == 0:
+                num, milli = 0, 0
+            spec = frozenset(m for m in (row.get("gpu_spec") or "").split("|") if m)
+            pods.append(Pod(row["name"], int(row["cpu_milli"]), int(row["memory_mib"]), num, milli, spec))
+    return pods
+
+
+def workload(pods: list[Pod], capacity: int, seed: int, inflate: float) -> list[Pod]:
+    """The seeded arrival sequence of the FGD protocol."""
+    ordered = sorted(pods, key=lambda pod: pod.name)
+    rng = random.Random(seed)
+    sequence = list(ordered)
+    rng.shuffle(sequence)
+    target = inflate * capacity
+    total = sum(pod.gpu_milli for pod in sequence)
+    while total > target and sequence:
+        total -= sequence.pop(rng.randrange(len(sequence))).gpu_milli
+    while ordered:
+        pod = ordered[rng.randrange(len(ordered))]
+        if total + pod.milli > target:
+            break
+        sequence.append(pod)
+        total += pod.gpu_milli
+    return sequence
+
+
+def demand_of(pod: Pod, n: int) -> Demand:
+    return Demand(
+        f"{pod.name}#{n}",
+        count=pod.num_gpu,
+        share=pod.milli or MILLI,
+        models=pod.spec,
+        cpu_milli=pod.cpu,
+        memory_mib=pod.mem,
+    )
+
+
+def simulate(nodes: list[Node], pods: list[Pod], policy: str, seed: int, inflate: float = 1.3) -> dict:
+    capacity = sum(len(node.devices) for node in nodes) * MILLI
+    sequence = workload(pods, capacity, seed, inflate)
+    shapes_source = [(p.cpu, p.mem, p.num_gpu, p.milli, p.spec) for p in sorted(pods, key=lambda pod: pod.name)]
+    engine = PlacementEngine(Snapshot(nodes), make_policy(policy, shapes_source), seed=seed)
+    report_table = FragTable(typical_shapes(shapes_source))
+    arrived = allocated = 0
+    by_arrived: dict[int, list[float]] = {}
+    frag_at_100: list[float] = []
+    reasons: dict[str, int] = {}
+    elapsed = cpu = 0.0
+    clock, cpu_clock = time.perf_counter, time.process_time
+    for n, pod in enumerate(sequence):
+        demand = demand_of(pod, n)
+        started, cpu_started = clock(), cpu_clock()
+        outcome = engine.place_one(demand)
+        elapsed += clock() - started
+        cpu += cpu_clock() - cpu_started
+        arrived += pod.gpu_milli
+        if isinstance(outcome, list):
+            allocated += pod.gpu_milli
+        else:
+            reasons[outcome.reason] = reasons.get(outcome.reason, 0) + 1
+        arrived_pct = round(100 * arrived / capacity)
+        by_arrived.setdefault(arrived_pct, []).append(100 * allocated / capacity)
+        if arrived_pct == 100 and pod.gpu_milli:
+            frag_at_100.append(100 * engine.cluster_frag(report_table) / capacity)
+    return {
+        "seed": seed,
+        "pods": len(sequence),
+        "alloc_at_100": _at(by_arrived, 100),
+        "alloc_at_130": _at(by_arrived, round(100 * inflate)),
+        "frag_at_100": statistics.fmean(frag_at_100) if frag_at_100 else float("nan"),
+        "decisions_per_s": len(sequence) / elapsed if elapsed else float("inf"),
+        "decisions_per_cpu_s": len(sequence) / cpu if cpu else float("inf"),
+        "reasons": reasons,
+    }
+
+
+def _at(by_arrived: dict[int, list[float]], x: int) -> float:
+    for candidate in (x, x - 1, x + 1):
+        if by_arrived.get(candidate):
+            return statistics.fmean(by_arrived[candidate])
+    return float("nan")
+
+
+def parse_seeds(text: str) -> list[int]:
+    seeds: list[int] = []
+    for part in text.split(","):
+        if "-" in part:
+            low, high = part.split("-")
+            seeds.extend(range(int(low), int(high) + 1))
+        elif part:
+            seeds.append(int(part))
+    return seeds
+
+
+def run(nodes_path: str, pods_path: str, policy: str, seeds: list[int], inflate: float = 1.3, scale: int = 1) -> dict:
+    """At --scale K the cluster is the node list K times (distinct names) and the arrival sequence is K times as
+    long (the protocol samples pods up to `inflate` times the capacity), so decisions/s compare fleet sizes."""
+    nodes, pods = read_nodes(nodes_path), read_pods(pods_path)
+    if scale > 1:
+        nodes = scaled_engine_nodes(nodes, scale)
+    runs = [simulate(nodes, pods, policy, seed, inflate) for seed in seeds]
+    return {**summarise(policy, seeds, runs), "nodes": len(nodes), "gpus": sum(len(n.devices) for n in nodes)}
+
+
+def summarise(policy: str, seeds: list[int], runs: list[dict]) -> dict:
+    def stat(key):
+        values = [r[key] for r in runs if r[key] == r[key]]  # NaN: no event at that arrival level
+        if not values:
+            return {"mean": None, "std": None}
+        return {
+            "mean": round(statistics.fmean(values), 2),
+            "std": round(statistics.stdev(values), 2) if len(values) > 1 else 0.0,
+        }
+
+    total_pods = sum(r["pods"] for r in runs)
+    total_time = sum(r["pods"] / r["decisions_per_s"] for r in runs)
+    total_cpu = sum(r["pods"] / r["decisions_per_cpu_s"] for r in runs)
+    return {
+        "policy": DEFAULT_POLICY if policy == "default" else policy,
+        "seeds": seeds,
+        "alloc_at_100": stat("alloc_at_100"),
+        "alloc_at_130": stat("alloc_at_130"),
+        "frag_at_100": stat("frag_at_100"),
+        "decisions_per_s": round(total_pods / total_time),
+        "decisions_per_cpu_s": round(total_pods / total_cpu),  # CPU time: what a loaded machine does not distort
+        "peak_mem_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
+    }
+
+
+def fmt(stat: dict) -> str:
+    return "n/a" if stat["mean"] is None else f"{stat['mean']:.2f} ± {stat['std']:.2f}"
+
+
+def _mig_text(summary: dict) -> str:
+    if "traces" not in summary:
+        return _mig_trace_text("trace", summary)
+    lines = [_mig_trace_text(name, trace) for name, trace in summary["traces"].items()]
+    lines.append(
+        f"ceilings on openb default: {fmt(summary['perfect_packing'])}% (perfect packing), "
+        f"{fmt(summary['hindsight_bound'])}% (hindsight LP bound)  load avg {summary['load_avg']['start']} -> "
+        f"{summary['load_avg']['end']}"
+    )
+    lines += [f"target {name}: {target}" for name, target in summary["targets"].items()]
+    return "\n".join(lines)
+
+
+def _mig_trace_text(name: str, summary: dict) -> str:
+    baseline, without = summary["baseline"], summary["without_budget"]
+    return (
+        f"{name}: mig-frag alloc@100 {fmt(summary['alloc_at_100'])}% ({summary['decisions_per_s']}/s, "
+        f"{summary['invalid_layouts']} invalid, {summary['off_constraint']} off constraint)  without the partition "
+        f"budget {fmt(without['alloc_at_100'])}%  first-fit {fmt(baseline['alloc_at_100'])}%"
+    )
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench.traces", description=__doc__.split("\n\n")[0])
+    parser.add_argument("trace", choices=["openb", "mig"])
+    parser.add_argument("--nodes", help="The node list (openb: required; mig: with --pods, one trace).")
+    parser.add_argument("--pods", help="The pod list (openb: required; mig: one trace instead of the three).")
+    parser.add_argument("--data", help="mig: the openb trace directory (default $OPENB_DIR or ../shared/data/openb).")
+    parser.add_argument("--policy", default="default")
+    parser.add_argument("--seeds", default="42-51")
+    parser.add_argument("--inflate", type=float, default=1.3)
+    parser.add_argument("--scale", type=int, default=1, help="Replicate the node list K times (distinct names).")
+    parser.add_argument("--json", action="store_true")
+    args = parser.parse_args(argv)
+    if args.trace == "mig":
+        from bench import mig as mig_bench
+
+        seeds = parse_seeds(args.seeds)
+        if args.pods:
+            nodes = args.nodes or str(Path(args.data or mig_bench.openb_dir()) / mig_bench.NODES)
+            summary = mig_bench.run(nodes, args.pods, seeds, args.inflate)
+        else:
+            summary = mig_bench.run_all(Path(args.data or mig_bench.openb_dir()), seeds, args.inflate)
+        print(json.dumps(summary) if args.json else _mig_text(summary))
+        return 0
+    if not (args.nodes and args.pods):
+        parser.error("openb needs --nodes and --pods")
+    summary = run(args.nodes, args.pods, args.policy, parse_seeds(args.seeds), args.inflate, args.scale)
+    if args.json:
+        print(json.dumps(summary))
+    else:
+        print(
+            f"{summary['nodes']} nodes  policy {summary['policy']}  seeds {args.seeds}  "
+            f"alloc@100 {fmt(summary['alloc_at_100'])}%  "
+            f"alloc@{round(100 * args.inflate)} {fmt(summary['alloc_at_130'])}%  "
+            f"frag@100 {fmt(summary['frag_at_100'])}%  {summary['decisions_per_s']} decisions/s "
+            f"({summary['decisions_per_cpu_s']} per CPU second)  "
+            f"peak {summary['peak_mem_mb']} MB"
+        )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
