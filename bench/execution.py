@@ -1,7 +1,7 @@
 """python -m bench execution --backend slurm|container --requests 100 [--workers 8] [--rounds 3] [--json]
 
 End to end on a real execution backend: start the backend's real local runtime (for `slurm`, the test cluster of
-devcluster/slurm_cluster.py; for `container`, this machine's podman, bench/execution_container.py; sized so
+devcluster/slurm_cluster.py; for `container`, this machine's podman, bench/execution_runtimes.py; sized so
 every request fits at once), put its nodes into the inventory and start real `qcluster` workers on this database.
 After one unmeasured wave of the baseline (a fresh runtime's first wave is faster than any later one: slurmctld
 holds no finished jobs yet), in each round two measurements on the same runtime, one after the other (their order
@@ -29,9 +29,9 @@ calls, workload_ready the job queries while Slurm starts the job), and the activ
 calls (submission and job-list round trips) beside them. The reconciler and every other schedule are deferred while
 the benchmark runs. `load_avg` is the machine's 1-minute load before and after each round.
 
-A backend plugs in as one more entry of BACKENDS: a context manager that starts its runtime and yields a Runtime
-(its nodes, and the settings that point the platform at it), and of DIRECT: its baseline. It adds a benchmark
-tenant, nodes and requests: run it on a scratch database (`make bench` does).
+A backend plugs in as one more entry of BACKENDS (bench/execution_runtimes.py): a context manager that starts its
+runtime and yields a Runtime (its nodes, and the settings that point the platform at it), and of DIRECT: its
+baseline. It adds a benchmark tenant, nodes and requests: run it on a scratch database (`make bench` does).
 """
 
 import contextlib
@@ -47,7 +47,6 @@ import threading
 import time
 from collections import defaultdict
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
 from datetime import timedelta
 from decimal import Decimal
 from pathlib import Path
@@ -60,7 +59,7 @@ from django.utils import timezone
 from django_q.models import Schedule
 from django_q.tasks import async_task, result
 
-from bench.execution_container import container_runtime
+from bench.execution_runtimes import BACKENDS, Runtime
 from bench.scheduler import queued_request
 from catalog.choices import AcceleratorKind, Interconnect, ServiceKind
 from catalog.models import AcceleratorModel, Image, ResourceSpec, Service, Vendor
@@ -80,99 +79,6 @@ from tenancy.services import project_create, tenant_create
 SETTLED_STATES = (RequestState.ACTIVE, RequestState.FAILED)
 WORKER_START_SECONDS = 60
 STOP_SECONDS = 20
-
-
-@dataclass(frozen=True)
-class BenchNode:
-    name: str
-    cpus: int
-    memory_mib: int
-    gpu_type: str
-    gpus: int
-
-
-@dataclass(frozen=True)
-class Runtime:
-    """A running backend: the nodes to put into the inventory, and the settings that point the platform at it."""
-
-    backend: str
-    nodes: list[BenchNode]
-    settings: dict[str, str]
-    image_reference: str = "bench"  # what the backend runs (the container backend builds "containerfile:...")
-    parameters: dict = field(default_factory=dict)  # the orders' parameters (a workspace's SSH key)
-    daemon_groups: Callable[[], dict[str, int]] = dict  # the backend's own daemons' process groups, to meter
-
-
-@contextlib.contextmanager
-def slurm_runtime(requests: int) -> Iterator[Runtime]:
-    """The local Slurm test cluster: eight-GPU nodes (as most GPU servers are), enough of them for all the requests at
-    once (1 GPU, 1 CPU, 1 GiB each)."""
-    from devcluster.slurm_cluster import NodeShape, running_cluster
-
-    gpus = SLURM_NODE_GPUS
-    node_count = math.ceil(requests / gpus)
-    shape = NodeShape(cpus=2 * gpus, real_memory_mib=2048 * gpus, gpus=gpus)
-    with running_cluster(node_count=node_count, node_shape=shape, name_prefix="bench") as cluster:
-        _tune_scheduler(cluster)
-        yield Runtime(
-            backend=ExecutionBackend.SLURM,
-            nodes=[
-                BenchNode(name, shape.cpus, shape.real_memory_mib, shape.gpu_type, gpus) for name in cluster.node_names
-            ],
-            settings={
-                "SLURM_REST_URL": cluster.rest_url,
-                "SLURM_USER_NAME": cluster.user_name,
-                "SLURM_JWT": cluster.token,
-                "SLURM_JWT_FILE": "",
-                "SLURM_CONF": str(cluster.slurm_conf),
-                "SLURM_PARTITION": cluster.partition,
-                "SLURM_JOB_DIRECTORY": str(cluster.job_dir),
-            },
-            daemon_groups=lambda: cluster.daemon_groups,
-        )
-
-
-SLURM_NODE_GPUS = 8
-
-
-# Slurm's defaults start a batch job submitted while others run only on a later scheduling pass, about 2.7 s after
-# submission here; a site that wants interactive starts tunes this, and so does the benchmark's cluster.
-SLURM_SCHEDULER_PARAMETERS = "sched_min_interval=100000,batch_sched_delay=0"
-WARM_UP_SECONDS = 30
-
-
-def _tune_scheduler(cluster) -> None:
-    """The tuning above, then one job through the cluster: the first scheduling pass after a reconfiguration comes
-    about 2 s late (measured: 25 jobs RUNNING 2.1-2.6 s after submission, the next 25 within 0.5-0.8 s), which a
-    cluster in service is long past."""
-    with cluster.slurm_conf.open("a") as conf:
-        conf.write(f"SchedulerParameters={SLURM_SCHEDULER_PARAMETERS}\n")
-    cluster.scontrol("reconfigure")
-    with SlurmApi(url=cluster.rest_url, user_name=cluster.user_name, token=cluster.token) as api:
-        job_id = api.submit_job(
-            "#!/bin/sh\nexec sleep infinity\n",
-            {
-                "name": "bench-warm-up",
-                "nodes": "1",
-                "cpus_per_task": 1,
-                "memory_per_node": 64,
-                "time_limit": 1,
-                "current_working_directory": str(cluster.job_dir),
-                "environment": {"PATH": "/usr/bin:/bin"},
-            },
-        )["job_id"]
-        deadline = time.monotonic() + WARM_UP_SECONDS
-        while api.job(job_id)["job_state"] != "RUNNING":
-            if time.monotonic() > deadline:
-                raise CommandError(f"Slurm did not start the warm-up job within {WARM_UP_SECONDS} s.")
-            time.sleep(0.1)
-        api.cancel_job(job_id)
-
-
-BACKENDS: dict[str, Callable[[int], contextlib.AbstractContextManager[Runtime]]] = {
-    ExecutionBackend.SLURM: slurm_runtime,
-    ExecutionBackend.CONTAINER: container_runtime,
-}
 
 
 class Command(BaseCommand):

@@ -139,10 +139,10 @@ class _Platform:
     """The cluster in the inventory, a one-GPU service, a developer, the workers; and each scenario's run."""
 
     def __init__(self, cluster):
-        from bench.execution import _tune_scheduler
+        from bench.execution_runtimes import tune_scheduler
 
         self.cluster = cluster
-        _tune_scheduler(cluster)
+        tune_scheduler(cluster)
         self.settings = {
             "SLURM_REST_URL": cluster.rest_url,
             "SLURM_USER_NAME": cluster.user_name,

@@ -1,7 +1,7 @@
 """Synthetic fleets and workloads from the public openb trace, for benchmarks at K times the openb cluster.
 
 Pure Python, no Django (like `scheduling.placement`): the management commands (`bench_scheduler --scale K`,
-`bench_scheduler --steady MINUTES`) and the engine harness (`python -m bench.traces openb --scale K`) build
+`bench_scheduler --steady MINUTES`) and the engine harness (`python -m bench.placement openb --scale K`) build
 their fleets and request streams from here, so the engine and the database see the same workload.
 
 Fleet: the openb node list (1,213 nodes, 6,212 GPUs) replicated K times; copy k is site ``site-kk`` and topology

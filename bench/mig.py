@@ -1,4 +1,4 @@
-"""MIG benchmark on the openb traces (``python -m bench.traces mig --json``: default, gpushare100 and gpuspec33
+"""MIG benchmark on the openb traces (``python -m bench.placement mig --json``: default, gpushare100 and gpuspec33
 from the trace directory; ``--nodes … --pods …`` for one trace).
 
 Mapping (deterministic, documented in docs/BENCHMARKS.md):

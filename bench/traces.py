@@ -1,9 +1,5 @@
-"""Placement benchmark on the Alibaba openb traces, following the FGD paper's protocol (USENIX ATC'23).
-
-    python -m bench.traces openb --nodes NODES.csv --pods PODS.csv --policy NAME --seeds 42-51 --inflate 1.3
-    python -m bench.traces openb ... --scale 10     (the node list 10 times: 12,130 nodes, 62,120 GPUs)
-    python -m bench.traces mig --seeds 42-51 --json     (bench.mig: openb default, gpushare100 and
-        gpuspec33 from --data, default $OPENB_DIR or ../shared/data/openb; --nodes/--pods for one trace)
+"""Placement benchmark on the Alibaba openb traces, following the FGD paper's protocol (USENIX ATC'23); run by
+`python -m bench.placement openb` (bench/placement.py).
 
 Per seed: pods sorted by name then shuffled with the seed; pods sampled with replacement from the name-sorted trace
 are appended while the running total of requested GPU milli plus the sampled pod's per-GPU milli stays within
@@ -16,16 +12,12 @@ strand nothing when they fit) as a share of capacity, averaged the same way.
 
 from __future__ import annotations
 
-import argparse
 import csv
-import json
 import random
 import resource
 import statistics
-import sys
 import time
 from dataclasses import dataclass
-from pathlib import Path
 
 from bench.fleet import scaled_engine_nodes
 from scheduling.frag import MILLI, FragTable, typical_shapes
@@ -192,73 +184,3 @@ def summarise(policy: str, seeds: list[int], runs: list[dict]) -> dict:
         "decisions_per_cpu_s": round(total_pods / total_cpu),  # CPU time: what a loaded machine does not distort
         "peak_mem_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
     }
-
-
-def fmt(stat: dict) -> str:
-    return "n/a" if stat["mean"] is None else f"{stat['mean']:.2f} ± {stat['std']:.2f}"
-
-
-def _mig_text(summary: dict) -> str:
-    if "traces" not in summary:
-        return _mig_trace_text("trace", summary)
-    lines = [_mig_trace_text(name, trace) for name, trace in summary["traces"].items()]
-    lines.append(
-        f"ceilings on openb default: {fmt(summary['perfect_packing'])}% (perfect packing), "
-        f"{fmt(summary['hindsight_bound'])}% (hindsight LP bound)  load avg {summary['load_avg']['start']} -> "
-        f"{summary['load_avg']['end']}"
-    )
-    lines += [f"target {name}: {target}" for name, target in summary["targets"].items()]
-    return "\n".join(lines)
-
-
-def _mig_trace_text(name: str, summary: dict) -> str:
-    baseline, without = summary["baseline"], summary["without_budget"]
-    return (
-        f"{name}: mig-frag alloc@100 {fmt(summary['alloc_at_100'])}% ({summary['decisions_per_s']}/s, "
-        f"{summary['invalid_layouts']} invalid, {summary['off_constraint']} off constraint)  without the partition "
-        f"budget {fmt(without['alloc_at_100'])}%  first-fit {fmt(baseline['alloc_at_100'])}%"
-    )
-
-
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m bench.traces", description=__doc__.split("\n\n")[0])
-    parser.add_argument("trace", choices=["openb", "mig"])
-    parser.add_argument("--nodes", help="The node list (openb: required; mig: with --pods, one trace).")
-    parser.add_argument("--pods", help="The pod list (openb: required; mig: one trace instead of the three).")
-    parser.add_argument("--data", help="mig: the openb trace directory (default $OPENB_DIR or ../shared/data/openb).")
-    parser.add_argument("--policy", default="default")
-    parser.add_argument("--seeds", default="42-51")
-    parser.add_argument("--inflate", type=float, default=1.3)
-    parser.add_argument("--scale", type=int, default=1, help="Replicate the node list K times (distinct names).")
-    parser.add_argument("--json", action="store_true")
-    args = parser.parse_args(argv)
-    if args.trace == "mig":
-        from bench import mig as mig_bench
-
-        seeds = parse_seeds(args.seeds)
-        if args.pods:
-            nodes = args.nodes or str(Path(args.data or mig_bench.openb_dir()) / mig_bench.NODES)
-            summary = mig_bench.run(nodes, args.pods, seeds, args.inflate)
-        else:
-            summary = mig_bench.run_all(Path(args.data or mig_bench.openb_dir()), seeds, args.inflate)
-        print(json.dumps(summary) if args.json else _mig_text(summary))
-        return 0
-    if not (args.nodes and args.pods):
-        parser.error("openb needs --nodes and --pods")
-    summary = run(args.nodes, args.pods, args.policy, parse_seeds(args.seeds), args.inflate, args.scale)
-    if args.json:
-        print(json.dumps(summary))
-    else:
-        print(
-            f"{summary['nodes']} nodes  policy {summary['policy']}  seeds {args.seeds}  "
-            f"alloc@100 {fmt(summary['alloc_at_100'])}%  "
-            f"alloc@{round(100 * args.inflate)} {fmt(summary['alloc_at_130'])}%  "
-            f"frag@100 {fmt(summary['frag_at_100'])}%  {summary['decisions_per_s']} decisions/s "
-            f"({summary['decisions_per_cpu_s']} per CPU second)  "
-            f"peak {summary['peak_mem_mb']} MB"
-        )
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

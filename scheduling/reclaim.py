@@ -37,7 +37,7 @@ from scheduling.allocations import adjust_device_shares
 from scheduling.choices import AllocationState, DeviceHealth
 from scheduling.models import ENDS_AT, Allocation, AllocationDevice, Minutes, Node
 from scheduling.selectors import replicas_serving_without
-from scheduling.wiring import CYCLE_TASK
+from scheduling.task_names import CYCLE_TASK
 
 
 def _unbind_devices(allocation_ids: list[int]) -> list[int]:

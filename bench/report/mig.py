@@ -1,7 +1,7 @@
 """MIG as the hardware does it, on the openb default, gpushare100 and gpuspec33 traces (read from
 ../shared/data/openb, never copied): the engine the cycle runs (fragmentation score, repartitioning, partition
 budget), without the budget, first-fit over valid placements, and on default the static layouts, the milli-share
-model and the ceilings. One `python -m bench.traces mig --json` process."""
+model and the ceilings. One `python -m bench.placement mig --json` process."""
 
 import json
 import subprocess
@@ -40,7 +40,7 @@ def run() -> list[dict]:
     if not OPENB.is_dir():
         return [_row(trace="openb traces not found")]
     out = subprocess.run(
-        [sys.executable, "-m", "bench.traces", "mig", "--data", str(OPENB), "--seeds", SEEDS, "--json"],
+        [sys.executable, "-m", "bench.placement", "mig", "--data", str(OPENB), "--seeds", SEEDS, "--json"],
         cwd=ROOT,
         capture_output=True,
         text=True,

@@ -1,5 +1,5 @@
 """Placement engine on the FGD paper's protocol: a synthetic cluster generated here, and the Alibaba openb traces
-when ../shared/data/openb exists (never copied into the project). Each row is one `python -m bench.traces`
+when ../shared/data/openb exists (never copied into the project). Each row is one `python -m bench.placement`
 process, so peak memory is per run."""
 
 import json
@@ -69,7 +69,7 @@ def _one(trace: str, nodes: str, pods: str, policy: str) -> dict:
         [
             sys.executable,
             "-m",
-            "bench.traces",
+            "bench.placement",
             "openb",
             "--nodes",
             nodes,

@@ -1,5 +1,5 @@
 """The scheduler at K times the openb cluster: the engine's decisions/s at 1x and 10x the fleet (the FGD protocol's
-arrival sequence, `python -m bench.traces --scale K`), and cycles through PostgreSQL on a trace workload
+arrival sequence, `python -m bench.placement --scale K`), and cycles through PostgreSQL on a trace workload
 (`python -m bench scheduler --scale K`), each in its own process and the cycles on their own scratch database.
 Sizes here are bounded for `make bench`; the large points (100,000 queued, 12,130 nodes) are the documented flags
 in docs/BENCHMARKS.md. Needs ../shared/data/openb (the public trace, never copied into the project)."""
@@ -28,7 +28,7 @@ TITLE = "Scheduler at scale (openb fleet K times, trace workload)"
 CYCLES = [(1, 2000), (2, 2000)]  # (K, queued): bounded for make bench; --scale 10 --requests 100000 by hand
 ENGINE_SCALES = [1, 10]
 DESCRIPTION = (
-    "Engine rows: `python -m bench.traces openb --pods openb_pod_list_default.csv --policy fgd-plus --seeds 42 "
+    "Engine rows: `python -m bench.placement openb --pods openb_pod_list_default.csv --policy fgd-plus --seeds 42 "
     "--scale K` (one core, pending reasons included). Cycle rows: `python -m bench scheduler --scale K --requests N "
     "--cycles 2` on a fresh database: the openb node list K times (sites, topology domains), N queued requests "
     "drawn from the gpuspec33 trace's GPU pods (priority classes from QoS, 200 projects with concurrent-task and "
@@ -42,7 +42,7 @@ def _engine(scale: int) -> dict:
         [
             sys.executable,
             "-m",
-            "bench.traces",
+            "bench.placement",
             "openb",
             "--nodes",
             str(OPENB / "openb_node_list_gpu_node.csv"),
