@@ -197,9 +197,12 @@ screenshots: install browser
 bench: install slurm podman ansible-venv llama haproxy
 	$(BIN)/python -m bench.run
 
+# lint-imports: the arrows between apps, no circle inside one, the product never importing bench/, devcluster/ or
+# tests/ (the contracts in pyproject.toml's [tool.importlinter]; docs/architecture.md, "Layering").
 lint: install
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
+	$(BIN)/lint-imports
 
 format: install
 	$(BIN)/ruff check --fix .
