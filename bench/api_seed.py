@@ -2,7 +2,7 @@
 
 The people and the catalog go through the services (a few thousand rows: tenants, projects with their quotas,
 memberships with their object permissions); the history itself, N requests and M timeline events, is written with
-PostgreSQL's COPY, never through the services one by one. Shape (docs/BENCHMARKS.md):
+PostgreSQL's COPY, never through the services one by one. Shape (docs/benchmarks/history.md):
 
 - the openb node list once (1,213 nodes, 6,212 GPUs) as the inventory, so previews and the cycle place for real;
 - one compute service with whole-card specs of 1, 2, 4 and 8 cards on every openb model (weights 50/25/15/10 %),

@@ -44,6 +44,8 @@ from pathlib import Path
 
 import psycopg
 
+from bench.headline import Headline
+
 ROOT = Path(__file__).resolve().parents[1]
 SERVER_URL = os.environ.get("BENCH_DATABASE_SERVER", "postgres://postgres@127.0.0.1:5432")
 DATABASE = os.environ.get("BENCH_FAULTS_DATABASE", "compute_catalog_faults_bench")
@@ -55,6 +57,8 @@ SAMPLE = 10  # requests a developer's poll reads per round
 SCENARIOS = ["controller_outage", "controller_restart", "rest_outage", "drain", "database_drop"]
 TITLE = "Faults: orders and releases through Slurm and database outages"
 DESCRIPTION = __doc__.split("\n\n", 1)[1]
+TARGET = "0 lost, doubled, failed, stuck or cordoned, and no 5xx, in every scenario; the wait shown while it lasts"
+FAULT_COUNTS = ("lost", "doubled", "failed", "stuck", "cordoned", "api_5xx")
 
 
 @dataclass
@@ -109,6 +113,18 @@ def _prepare_django() -> None:
     from django.core.management import call_command
 
     call_command("migrate", verbosity=0)
+
+
+def headline(rows: list[dict]) -> Headline:
+    faults = sum(row[count] for row in rows for count in FAULT_COUNTS)
+    unsettled = [row["scenario"] for row in rows if row["converge_s"] is None]
+    settled = [row for row in rows if row["converge_s"] is not None]
+    slowest = max(settled, key=lambda row: row["converge_s"]) if settled else None
+    converged = f"slowest to converge {slowest['scenario']} {slowest['converge_s']} s" if slowest else "none converged"
+    not_converged = f"; not converged: {', '.join(unsettled)}" if unsettled else ""
+    return Headline(
+        f"{faults} lost/doubled/failed/stuck/cordoned/5xx over {len(rows)} scenarios; {converged}{not_converged}"
+    )
 
 
 def run() -> list[dict]:

@@ -1,7 +1,7 @@
 """MIG benchmark on the openb traces (``python -m bench.placement mig --json``: default, gpushare100 and gpuspec33
 from the trace directory; ``--nodes … --pods …`` for one trace).
 
-Mapping (deterministic, documented in docs/BENCHMARKS.md):
+Mapping (deterministic, documented in docs/benchmarks/history.md):
 - nodes: the openb node list; its undisclosed 8-GPU ``G2`` nodes become H100 80GB cards and ``G3`` nodes A100 80GB
   cards (MIG-capable, 7 compute and 8 memory slices, NVIDIA's placements); T4/P100/V100/A10 cards stay whole cards.
 - pods: a fractional-GPU pod (one GPU, milli < 1000) asks for the smallest H100/A100 80GB profile (the two cards

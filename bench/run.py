@@ -1,8 +1,12 @@
-"""`make bench`: run every benchmark on a scratch PostgreSQL database and write docs/BENCHMARKS.md.
+"""`make bench`: run every benchmark on a scratch PostgreSQL database and write docs/BENCHMARKS.md; `python -m
+bench.run NAME ...` runs some of them and prints their rows and opening-table lines.
 
-Each benchmark module exposes TITLE, DESCRIPTION and run() -> list of row dicts (same keys in every row).
+Each benchmark module exposes TITLE, DESCRIPTION, TARGET, run() -> list of row dicts (same keys in every row) and
+headline(rows) -> bench.headline.Headline (the figure its target is about, and the baseline of the same run).
 """
 
+import argparse
+import importlib
 import os
 import platform
 import subprocess
@@ -14,6 +18,7 @@ from pathlib import Path
 import psycopg
 
 from bench import ORDER_CAP_SETTINGS
+from bench.headline import table
 
 ROOT = Path(__file__).resolve().parents[1]
 BENCHMARKS = [
@@ -61,14 +66,21 @@ def _machine() -> str:
     return f"{os.cpu_count()} cores, {cpu}, {memory_kb / 1024 / 1024:.0f} GiB RAM"
 
 
-def _table(rows: list[dict]) -> str:
-    header = list(rows[0])
-    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
-    lines += ["| " + " | ".join(str(row[key]) for key in header) + " |" for row in rows]
-    return "\n".join(lines)
+def _short_name(module_name: str) -> str:
+    return module_name.rsplit(".", 1)[1]
 
 
-def main() -> int:
+def _chosen(names: list[str]) -> list[str]:
+    """The benchmarks named on the command line (by their short name), or all of them."""
+    by_name = {_short_name(module): module for module in BENCHMARKS}
+    unknown = sorted(set(names) - set(by_name))
+    if unknown:
+        raise SystemExit(f"Unknown benchmarks: {', '.join(unknown)}; choose from {', '.join(by_name)}")
+    return [by_name[name] for name in names] if names else BENCHMARKS
+
+
+def _settings_for_benchmarks() -> str:
+    """A fresh scratch database and the production settings pointed at it; PostgreSQL's version."""
     postgres_version = _fresh_database()
     os.environ.update(
         DATABASE_URL=f"{SERVER_URL}/{DATABASE}",
@@ -87,27 +99,58 @@ def main() -> int:
 
     django.setup()
     call_command("migrate", verbosity=0)
+    return postgres_version
+
+
+def _summary_line(module, rows: list[dict], date: str) -> dict:
+    headline = module.headline(rows)
+    return {
+        "benchmark": module.TITLE,
+        "command": f"`python -m bench.run {_short_name(module.__name__)}`",
+        "today": headline.figure,
+        "baseline (same run)": headline.baseline,
+        "target": module.TARGET,
+        "date": date,
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("names", nargs="*", help="Short names (e.g. placement faults); all when none is given.")
+    names = _chosen(parser.parse_args(argv).names)
+    postgres_version = _settings_for_benchmarks()
     commit = (
         subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True).stdout.strip()
         or "uncommitted"
     )
-    sections = [
+    date = f"{datetime.now(UTC):%Y-%m-%d}"
+    summary, sections = [], []
+    for name in names:
+        module = importlib.import_module(name)
+        print(f"running {module.TITLE} ...", flush=True)
+        rows = module.run()
+        summary.append(_summary_line(module, rows, date))
+        sections += ["", f"## {module.TITLE}", "", module.DESCRIPTION, "", table(rows)]
+        print(table(rows), flush=True)
+    print("", table(summary), sep="\n")
+    if names != BENCHMARKS:
+        return 0  # a part of the benchmarks: printed, docs/BENCHMARKS.md keeps its whole run
+    header = [
         "# Benchmarks",
         "",
         "Written by `make bench` (bench/run.py); numbers from the last run. Speed targets live here, never in "
-        "timed unit tests.",
+        "timed unit tests. Each line's command runs that benchmark alone and prints its table and this line. "
+        "Earlier runs and the work behind each figure: [benchmarks/history.md](benchmarks/history.md).",
         "",
-        f"- Date: {datetime.now(UTC):%Y-%m-%d %H:%M} UTC, commit {commit}",
+        f"- Date: {date} UTC, commit {commit}",
         f"- Machine: {_machine()}",
         f"- Python {platform.python_version()}, PostgreSQL {postgres_version}, Django in-process test client",
+        "",
+        table(summary),
+        "",
+        "# Method and the last run's rows",
     ]
-    for name in BENCHMARKS:
-        module = __import__(name, fromlist=["run"])
-        print(f"running {module.TITLE} ...", flush=True)
-        rows = module.run()
-        sections += ["", f"## {module.TITLE}", "", module.DESCRIPTION, "", _table(rows)]
-        print(_table(rows), flush=True)
-    (ROOT / "docs" / "BENCHMARKS.md").write_text("\n".join(sections) + "\n")
+    (ROOT / "docs" / "BENCHMARKS.md").write_text("\n".join(header + sections) + "\n")
     print("wrote docs/BENCHMARKS.md")
     return 0
 

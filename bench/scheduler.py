@@ -8,7 +8,7 @@ It adds a benchmark tenant, nodes and requests: run it on a scratch database (`m
 --scale K: the openb node list K times (sites site-00.., topology domains of 64 nodes; K=10: 12,130 nodes,
 62,120 GPUs) and requests drawn from the openb trace's GPU pod shapes (--pods, default the gpuspec33 list beside
 the node list) with the priority classes, projects, quotas and durations of `bench.fleet` (documented
-there and in docs/BENCHMARKS.md). --cycles N runs N cycles in a row (the second and later ones on what the first
+there and in docs/benchmarks/history.md). --cycles N runs N cycles in a row (the second and later ones on what the first
 left waiting). --steady MINUTES replays arrivals and departures in simulated time instead (`bench.steady`);
 --warmup MINUTES leaves the cycles that fill the fleet out of its cycle percentiles (they are still reported).
 """

@@ -64,7 +64,7 @@ class FGD(Policy):
 
 
 class FGDPack(Policy):
-    """FGD with a finer view of demand and a packing tie-break (experimental; see docs/BENCHMARKS.md).
+    """FGD with a finer view of demand and a packing tie-break (experimental; see docs/benchmarks/history.md).
 
     Differences from ``fgd``: typical shapes carry memory and cover the whole workload (rare 8-card shapes keep their
     say), the fragmentation decrease is scored as int(100·sigmoid(ΔF/2000)), and equal scores go to the node left

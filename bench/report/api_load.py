@@ -6,7 +6,7 @@ runs it with the issue's numbers through run()): a fresh scratch database, a mon
 loopback) and the simulated users in their own process (bench/api_load_client.py), bounded in time and count.
 Reported: p50/p99 per endpoint, requests/s, submissions/s, the gunicorn workers' CPU time per request, the queries
 each page costs at this size (the unit tests assert they do not grow: tests/requests/test_api.py), and
-PostgreSQL rows and table/index sizes per table after the run (the month-size projection in docs/BENCHMARKS.md).
+PostgreSQL rows and table/index sizes per table after the run (the month-size projection in docs/benchmarks/history.md).
 """
 
 import argparse
@@ -24,6 +24,7 @@ from pathlib import Path
 import psycopg
 
 from bench import ORDER_CAP_SETTINGS
+from bench.headline import Headline, row_where
 from config.probes import wait_until_answers
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -45,6 +46,7 @@ DESCRIPTION = (
     "250 ms for detail, list and queue; >= 100 submissions/s. Client, gunicorn, PostgreSQL and Redis share the "
     "machine's 2 cores."
 )
+TARGET = "p99 <= 250 ms for detail, list and queue; >= 100 submissions/s"
 
 
 def _load() -> str:
@@ -319,7 +321,7 @@ def measure(args) -> dict:
 
 
 def rows(report: dict) -> list[dict]:
-    """One row per endpoint and phase, for docs/BENCHMARKS.md."""
+    """One row per endpoint and phase, for docs/benchmarks/history.md."""
     table = []
     for phase in ("mix", "submit"):
         for endpoint, numbers in report.get(phase, {}).get("endpoints", {}).items():
@@ -339,6 +341,13 @@ def rows(report: dict) -> list[dict]:
                 }
             )
     return table
+
+
+def headline(rows: list[dict]) -> Headline:
+    mix = {row["endpoint"]: row for row in rows if row["phase"] == "mix"}
+    p99 = "/".join(str(mix[endpoint]["p99 ms"]) for endpoint in ("detail", "list", "queue") if endpoint in mix)
+    submit = row_where(rows, phase="submit", endpoint="submit (closed loop)")
+    return Headline(f"p99 detail/list/queue {p99} ms; {submit['per s']} submissions/s")
 
 
 def run() -> list[dict]:

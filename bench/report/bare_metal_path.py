@@ -9,6 +9,7 @@ from pathlib import Path
 
 from django.conf import settings
 
+from bench.headline import Headline
 from config.env import database_url
 
 TITLE = "Bare metal: the whole path on the Ansible driver"
@@ -27,7 +28,15 @@ DESCRIPTION = (
     "the sum of the others); `rerun_changed`: Ansible's changed count (must be 0; `-` for the Redfish steps). "
     "`load_1m`: the load average when the run started (2 cores shared)."
 )
+TARGET = "tracked: the whole path from order to active, every rerun changing nothing"
 REPO = Path(__file__).resolve().parents[2]
+
+
+def headline(rows: list[dict]) -> Headline:
+    whole = next(row for row in rows if row["step"].startswith("whole path"))
+    return Headline(
+        f"order -> active {whole['first_s']} s, rerun {whole['rerun_s']} s ({whole['rerun_changed']} changed)"
+    )
 
 
 def run() -> list[dict]:

@@ -7,6 +7,8 @@ from django.db import connection
 from django.test import Client
 from django.test.utils import CaptureQueriesContext
 
+from bench.headline import Headline
+
 TITLE = "Catalog and project read API"
 SERVICES, SPECS, IMAGES, PROJECTS, REPEATS = 300, 120, 40, 200, 200
 DESCRIPTION = (
@@ -15,6 +17,7 @@ DESCRIPTION = (
     f"each list at 50 rows a page, {REPEATS} requests per endpoint after a warm-up. Latency is server time "
     "through the full Django/DRF stack in one process; queries are per request and must not grow with rows."
 )
+TARGET = "queries a page constant as rows grow"
 ENDPOINTS = [
     "/api/v1/catalog/services/",
     "/api/v1/catalog/specs/",
@@ -60,6 +63,14 @@ def _measure(client: Client, token: str, path: str) -> dict:
         "p95 ms": f"{timings[int(len(timings) * 0.95)]:.1f}",
         "req/s": f"{1000 / statistics.mean(timings):.0f}",
     }
+
+
+def headline(rows: list[dict]) -> Headline:
+    slowest = max(rows, key=lambda row: float(row["p95 ms"]))
+    queries = max(int(row["queries"]) for row in rows)
+    return Headline(
+        f"slowest list p95 {slowest['p95 ms']} ms ({slowest['endpoint']}); at most {queries} queries a page"
+    )
 
 
 def run() -> list[dict]:

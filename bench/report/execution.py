@@ -8,6 +8,7 @@ import sys
 
 from django.conf import settings
 
+from bench.headline import Headline, row_where
 from config.env import database_url
 
 TITLE = "Execution backends: queued to active, beside the backend alone"
@@ -30,6 +31,7 @@ DESCRIPTION = (
     "Slurm daemons share the machine's 2 cores with whatever else runs on it: `load` is the 1-minute load average "
     "before and after each round."
 )
+TARGET = "ratio >= 0.85 with platform p50 <= 3 s"
 
 
 def rows_of(report: dict) -> list[dict]:
@@ -69,6 +71,14 @@ def rows_of(report: dict) -> list[dict]:
         }
     )
     return rows
+
+
+def headline(rows: list[dict]) -> Headline:
+    median = row_where(rows, round="median")
+    return Headline(
+        f"{median['backend']}: {median['jobs_per_s']} jobs/s, p50 {median['p50_s']} s, ratio {median['ratio']}",
+        f"{median['backend']} alone {median['alone jobs_per_s']} jobs/s, p50 {median['alone p50_s']} s",
+    )
 
 
 def run() -> list[dict]:

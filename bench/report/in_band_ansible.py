@@ -6,6 +6,7 @@ from io import StringIO
 
 from django.core.management import call_command
 
+from bench.headline import Headline, row_where
 from bench.in_band import Command as BenchInBand
 
 TITLE = "Bare metal: in-band steps on the Ansible driver"
@@ -20,6 +21,12 @@ DESCRIPTION = (
     "engine's own bookkeeping. `load_1m`: the load average when the run started (2 cores shared). Target: the rerun "
     "of all in-band steps < 30 s."
 )
+TARGET = "rerun of all in-band steps < 30 s, nothing changed"
+
+
+def headline(rows: list[dict]) -> Headline:
+    steps = row_where(rows, step="all in-band steps")
+    return Headline(f"rerun {steps['rerun_s']} s (first run {steps['first_s']} s), {steps['rerun_changed']} changed")
 
 
 def run() -> list[dict]:

@@ -5,6 +5,7 @@ from io import StringIO
 
 from django.core.management import call_command
 
+from bench.headline import Headline
 from bench.metering import Command as BenchMetering
 
 TITLE = "Metering report"
@@ -17,6 +18,12 @@ DESCRIPTION = (
     "`report_seconds`: the monthly report grouped by project, tenant, accelerator model, spec and month with "
     "card-hours, cost and energy, computed in the database. Target: report under 1 s."
 )
+TARGET = "monthly report < 1 s"
+
+
+def headline(rows: list[dict]) -> Headline:
+    (report,) = rows
+    return Headline(f"report {report['report_seconds']} s over {report['samples']:,} samples")
 
 
 def run() -> list[dict]:

@@ -8,6 +8,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from bench.headline import Headline, row_where
+
 ROOT = Path(__file__).resolve().parents[2]
 OPENB = ROOT.parent / "shared" / "data" / "openb"
 SEEDS = "42-51"
@@ -29,11 +31,22 @@ DESCRIPTION = (
     "in arrival order while the pool has room (perfect packing; an engine that makes work wait, as the budget "
     "does, can pass it), and the LP bound of the best subset in hindsight (a true bound)."
 )
+TARGET = "above first-fit on every trace; 0 invalid layouts, 0 off constraint"
 COLUMNS = ("trace", "variant", "alloc@100 %", "accepted slices", "invalid", "off constraint", "decisions/s", "load avg")
 
 
 def _row(**values) -> dict:
     return {column: values.get(column, "") for column in COLUMNS}
+
+
+def headline(rows: list[dict]) -> Headline:
+    ours = row_where(rows, trace="openb default", variant="mig-frag (the cycle's engine)")
+    first_fit = row_where(rows, trace="openb default", variant="first-fit, repartitioning (baseline)")
+    invalid = sum(int(row["invalid"]) for row in rows if isinstance(row["invalid"], int))
+    return Headline(
+        f"openb default alloc@100 {ours['alloc@100 %']} %, {invalid} invalid, {ours['decisions/s']} decisions/s",
+        f"first-fit {first_fit['alloc@100 %']} %",
+    )
 
 
 def run() -> list[dict]:

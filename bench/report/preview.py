@@ -1,5 +1,6 @@
 """The order preview's placement estimate at a long queue, on the openb inventory (or the synthetic one)."""
 
+from bench.headline import Headline
 from bench.preview import Command as BenchPreview
 from bench.report.scheduler import run_on_inventory
 
@@ -14,6 +15,12 @@ DESCRIPTION = (
     "that outcome, never on the whole cluster again. Target: p95 at most 50 ms with 10,000 queued, a query count "
     "that does not grow with the queue."
 )
+TARGET = "p95 <= 50 ms at 10,000 queued; queries constant"
+
+
+def headline(rows: list[dict]) -> Headline:
+    (preview,) = rows
+    return Headline(f"p95 {preview['p95_ms']} ms at {preview['queued']} queued, {preview['queries']} queries")
 
 
 def run() -> list[dict]:

@@ -2,7 +2,7 @@
 arrival sequence, `python -m bench.placement --scale K`), and cycles through PostgreSQL on a trace workload
 (`python -m bench scheduler --scale K`), each in its own process and the cycles on their own scratch database.
 Sizes here are bounded for `make bench`; the large points (100,000 queued, 12,130 nodes) are the documented flags
-in docs/BENCHMARKS.md. Needs ../shared/data/openb (the public trace, never copied into the project)."""
+in docs/benchmarks/history.md. Needs ../shared/data/openb (the public trace, never copied into the project)."""
 
 import json
 import os
@@ -11,6 +11,8 @@ import sys
 from pathlib import Path
 
 import psycopg
+
+from bench.headline import Headline
 
 ROOT = Path(__file__).resolve().parents[2]
 # Beside the checkout (/work/main -> /work/shared), or beside a worktree's parent (/work/wt/<name> -> /work/shared).
@@ -33,8 +35,9 @@ DESCRIPTION = (
     "--cycles 2` on a fresh database: the openb node list K times (sites, topology domains), N queued requests "
     "drawn from the gpuspec33 trace's GPU pods (priority classes from QoS, 200 projects with concurrent-task and "
     "card-hour quotas; mix in bench/fleet.py), then two cycles (the second over what the first left), wall "
-    "time including every database write and queries per cycle. Large points: docs/BENCHMARKS.md."
+    "time including every database write and queries per cycle. Large points: docs/benchmarks/history.md."
 )
+TARGET = "one cycle over 100,000 queued on 12,130 nodes <= 30 s; >= 5,000 decisions/s at 12k; queries constant"
 
 
 def _engine(scale: int) -> dict:
@@ -114,6 +117,16 @@ def _cycles(scale: int, queued: int) -> list[dict]:
         }
         for row in rows
     ]
+
+
+def headline(rows: list[dict]) -> Headline:
+    cycles = [row for row in rows if row["what"] == "cycle"]
+    largest = max(cycles, key=lambda row: (row["nodes"], row["queued"]))
+    engine = max((row for row in rows if row["what"] == "engine"), key=lambda row: row["nodes"])
+    return Headline(
+        f"cycle over {largest['queued']:,} queued on {largest['nodes']:,} nodes {largest['seconds']} s, "
+        f"{largest['queries']} queries; engine {engine['decisions/s']} decisions/s at {engine['nodes']:,} nodes"
+    )
 
 
 def run() -> list[dict]:

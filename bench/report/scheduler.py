@@ -9,6 +9,7 @@ from pathlib import Path
 
 from django.core.management import call_command
 
+from bench.headline import Headline
 from bench.scheduler import Command as BenchScheduler
 
 TITLE = "Scheduler cycle"
@@ -21,6 +22,7 @@ DESCRIPTION = (
     "queue positions. Target: at least 500 allocations per second including the database writes, and a query "
     "count that does not grow with the number of requests."
 )
+TARGET = ">= 500 allocations/s with the writes; queries a cycle constant"
 
 
 def synthetic_nodes(directory: Path) -> Path:
@@ -50,6 +52,14 @@ def run_on_inventory(command: type, **options) -> list[dict]:
         call_command(command(), nodes=nodes, as_json=True, stdout=out, **options)
     report = json.loads(out.getvalue())
     return [{"inventory": "openb (1,213 nodes, 6,212 GPUs)" if nodes == OPENB_NODES else "synthetic", **report}]
+
+
+def headline(rows: list[dict]) -> Headline:
+    (cycle,) = rows
+    return Headline(
+        f"{cycle['allocated_per_s']} allocations/s ({cycle['allocated']} of {cycle['requests']} in "
+        f"{cycle['cycle_seconds']} s), {cycle['queries_per_cycle']} queries"
+    )
 
 
 def run() -> list[dict]:

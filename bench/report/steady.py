@@ -1,6 +1,7 @@
 """Steady state at a bounded size for `make bench`: `python -m bench scheduler --scale 1 --requests 2000 --steady 5
---arrivals 200 --warmup 1` on its own scratch database (the 10x runs are the documented flags in docs/BENCHMARKS.md)."""
+--arrivals 200 --warmup 1` on its own scratch database (the 10x runs are the documented flags in docs/benchmarks/history.md)."""
 
+from bench.headline import Headline
 from bench.report.scale import bench_scheduler_on_fresh_database
 
 TITLE = "Scheduler steady state (bounded)"
@@ -13,6 +14,15 @@ DESCRIPTION = (
     "queued -> allocated wait and the oldest wait still queued. Mix and method: bench/fleet.py, "
     "bench/steady.py."
 )
+TARGET = "tracked at this size (the 10x steady state: p99 cycle <= 10 s)"
+
+
+def headline(rows: list[dict]) -> Headline:
+    (steady,) = rows
+    return Headline(
+        f"cycle p99 {steady['cycle_p99_s']} s, queries {steady['queries_min']}-{steady['queries_max']}, "
+        f"wait p99 {steady['wait_p99_s']} s"
+    )
 
 
 def run() -> list[dict]:
