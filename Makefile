@@ -42,7 +42,7 @@ GATEWAY_PORT ?= 8001
 # DEMO, not DEBUG: a bad URL or a failure shows the product's own error pages, not Django's debug pages.
 DEMO_ENV := DEMO=1 PUBLIC_BASE_URL=$(PUBLIC_BASE_URL) GATEWAY_URL=http://$(HOST):$(GATEWAY_PORT)
 
-.PHONY: install browser slurm podman ldap redfish-emulator ansible-venv oidc-venv fuzz-venv llama haproxy run run-slurm run-sso migrate seed test screenshots bench lint format clean
+.PHONY: install browser slurm podman ldap redfish-emulator ansible-venv oidc-venv fuzz-venv llama haproxy run run-slurm run-sso migrate seed test test-fast screenshots bench lint format clean
 
 install: $(STAMP)
 
@@ -185,6 +185,11 @@ run-sso: seed ldap oidc-venv
 # Runs on PostgreSQL: DATABASE_URL when set, else postgres@127.0.0.1:5432 (config/settings_test.py).
 test: install browser slurm podman ldap redfish-emulator ansible-venv oidc-venv fuzz-venv llama haproxy
 	$(BIN)/pytest
+
+# The unit layer alone: no daemon, browser, server, subprocess or committed transaction (the `integration` marker,
+# tests/conftest.py). Still on PostgreSQL, like the whole suite.
+test-fast: install
+	$(BIN)/pytest -m "not integration" -q
 
 # The README's walk-through screenshots (docs/screenshots/), made by the demo walk-through test as it orders every demo
 # offering in Chromium, and reduced with Debian's pngquant (installed when missing).

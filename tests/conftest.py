@@ -10,16 +10,39 @@ from tests.devcluster_fixtures import cluster_for_tests
 from tests.smtp_server import smtp_server
 
 
+# Fixtures that start a real daemon, a server or a browser (once per session, reset per test): a test that asks for
+# one belongs to the integration layer, which `make test-fast` leaves out.
+DAEMON_FIXTURES = frozenset(
+    {
+        "slurm_cluster",
+        "podman_service",
+        "_ldap_directory",
+        "_identity_provider",
+        "live_server",
+        "redis_db",
+        "served_app",
+        "sushy_emulator",
+        "sushy_emulator_with_auth",
+        "sushy_static",
+        "image_server",
+        "untyped_cluster",
+        "server_url",
+    }
+)
+
+
 def pytest_collection_modifyitems(items):
     """A transactional test must restore the serialized database (serialized_rollback=True): its flush otherwise
-    re-runs post_migrate, whose Operators group then clashes with the next restoring test's setup."""
-    unrestored = [
-        item.nodeid
-        for item in items
-        if (marker := item.get_closest_marker("django_db")) is not None
-        and marker.kwargs.get("transaction")
-        and not marker.kwargs.get("serialized_rollback")
-    ]
+    re-runs post_migrate, whose Operators group then clashes with the next restoring test's setup. Every test that
+    commits (transactional), asks for a daemon or is marked so runs in the integration layer."""
+    unrestored = []
+    for item in items:
+        marker = item.get_closest_marker("django_db")
+        transactional = marker is not None and marker.kwargs.get("transaction")
+        if transactional and not marker.kwargs.get("serialized_rollback"):
+            unrestored.append(item.nodeid)
+        if transactional or DAEMON_FIXTURES.intersection(item.fixturenames):
+            item.add_marker(pytest.mark.integration)
     if unrestored:
         raise pytest.UsageError("Transactional tests without serialized_rollback=True: " + ", ".join(unrestored))
 

@@ -9,9 +9,12 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
 from django.db import connection
 
 from bench import api_load_client
+
+pytestmark = pytest.mark.integration  # starts processes of its own
 
 ROOT = Path(__file__).resolve().parents[2]
 
