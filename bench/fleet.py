@@ -1,6 +1,6 @@
 """Synthetic fleets and workloads from the public openb trace, for benchmarks at K times the openb cluster.
 
-Pure Python, no Django (like `scheduling.placement`): the management commands (`bench_scheduler --scale K`,
+Pure Python, no Django (like `scheduling.engine`): the management commands (`bench_scheduler --scale K`,
 `bench_scheduler --steady MINUTES`) and the engine harness (`python -m bench.placement openb --scale K`) build
 their fleets and request streams from here, so the engine and the database see the same workload.
 

@@ -20,9 +20,9 @@ import time
 from dataclasses import dataclass
 
 from bench.fleet import scaled_engine_nodes
-from scheduling.frag import MILLI, FragTable, typical_shapes
-from scheduling.placement import Demand, Device, Node, PlacementEngine, Snapshot
-from scheduling.policies import DEFAULT_POLICY, make_policy
+from scheduling.engine.frag import MILLI, FragTable, typical_shapes
+from scheduling.engine.placement import Demand, Device, Node, PlacementEngine, Snapshot
+from scheduling.engine.policies import DEFAULT_POLICY, make_policy
 
 
 @dataclass(frozen=True)

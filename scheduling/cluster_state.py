@@ -27,8 +27,8 @@ from django.db import connection, transaction
 
 from catalog.models import SliceProfile
 from catalog.runtimes import capabilities_of
-from scheduling import placement
 from scheduling.choices import AllocationState, DeviceHealth
+from scheduling.engine import placement
 from scheduling.models import ENDS_AT, Allocation, AllocationDevice, Device, Node
 
 logger = logging.getLogger(__name__)

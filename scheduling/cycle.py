@@ -27,8 +27,10 @@ from requests.choices import PRIORITY_RANK, PriorityClass, RequestState
 from requests.models import ResourceRequest
 from requests.quota import month_start
 from requests.services import requests_allocate, requests_note_queue
-from scheduling import backends, backfill, cluster_state, kept_engine, mig_cycle, placement, preemption
+from scheduling import backends, cluster_state, kept_engine, preemption
 from scheduling.allocations import adjust_device_shares
+from scheduling.engine import backfill, placement
+from scheduling.mig import cycle as mig_cycle
 from scheduling.models import Allocation, AllocationDevice
 from scheduling.outcome import record_outcome
 from scheduling.reason_words import namer
@@ -210,8 +212,8 @@ def aged_rank(priority: str, submitted_at: datetime, now: datetime) -> int:
     waited since submission, up to AGED_CEILING (0 minutes: no aging). The fairness rule that bounds a wait: after
     at most (classes below the ceiling) x the aging step a request is ordered among the ceiling class by submission
     time, ahead of everything submitted after it; from then on it is the head of the queue as soon as those older
-    ones are placed, and the head-of-line reservation (scheduling/backfill.py) keeps its node from being filled by
-    work behind it, so it starts once the allocations ahead of it end (their terms bound that)."""
+    ones are placed, and the head-of-line reservation (scheduling/engine/backfill.py) keeps its node from being
+    filled by work behind it, so it starts once the allocations ahead of it end (their terms bound that)."""
     rank, step = PRIORITY_RANK[priority], settings.SCHEDULER_AGING_MINUTES
     ceiling = PRIORITY_RANK[AGED_CEILING]
     if not step or rank >= ceiling:
@@ -516,7 +518,7 @@ def _cycle(policy: str) -> CycleResult:
         cluster = _kept_snapshot()
         demands = [demand_of(request) for request in candidates]
         # One queue order for every demand: slices of MIG-capable models go to the geometry-true engine, the rest
-        # to the milli-share engine, each seeing what the other bound (scheduling/mig_cycle.py).
+        # to the milli-share engine, each seeing what the other bound (scheduling/mig/cycle.py).
         engine = mig_cycle.cycle_engine(
             cluster,
             demands,

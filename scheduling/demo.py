@@ -1,6 +1,6 @@
 """Demo hardware: a small heterogeneous cluster in two racks, so demo orders get placed (idempotent)."""
 
-from scheduling.inventory_formats import DeviceRecord, NodeRecord, device_uuid
+from scheduling.inventory.formats import DeviceRecord, NodeRecord, device_uuid
 from scheduling.services import inventory_import
 
 # node name, rack, topology domain, accelerator model slug, cards, CPU cores, memory GiB

@@ -2,7 +2,7 @@
 first, then the order) and the submission's "could it ever fit?" (against the inventory alone).
 
 A slice of MIG-capable models is previewed geometry-true: the last cycle's outcome keeps milli-shares per card, not
-GPU-instance layouts, so its preview places on the cycle's own engines (scheduling.mig_cycle) over the inventory,
+GPU-instance layouts, so its preview places on the cycle's own engines (scheduling.mig.cycle) over the inventory,
 what runs on it and the MIG layouts now, the queued requests ahead in queue order first: the answer the next cycle
 would give, its reasons in MIG terms (free memory slices, valid starts). That costs the cycle's snapshot queries
 and the queue ahead; only MIG orders pay it."""
@@ -17,8 +17,10 @@ from catalog.models import SliceProfile
 from config.words import counted
 from requests.choices import PRIORITY_RANK, RequestState
 from requests.models import ResourceRequest
-from scheduling import backends, cluster_state, mig_cycle, placement
+from scheduling import backends, cluster_state
 from scheduling.cycle import demand_of, load_inventory, load_snapshot, make_demand, queue_order, serving_of
+from scheduling.engine import placement
+from scheduling.mig import cycle as mig_cycle
 from scheduling.models import Device, Node
 from scheduling.outcome import last_outcome
 from scheduling.reason_words import named

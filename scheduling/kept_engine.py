@@ -17,8 +17,8 @@ missed delta, the periodic compare, a test's uncommitted cycle).
 
 from django.conf import settings
 
-from scheduling import placement
-from scheduling.policies import learnt_shapes, shape_drift
+from scheduling.engine import placement
+from scheduling.engine.policies import learnt_shapes, shape_drift
 
 
 class KeptEngine:

@@ -12,9 +12,9 @@ from collections import Counter
 from dataclasses import dataclass, field
 from datetime import datetime
 
-from scheduling import placement
+from scheduling.engine import placement
+from scheduling.engine.policies import make_policy
 from scheduling.models import CycleOutcome
-from scheduling.policies import make_policy
 
 # Engines tuned to an order's shape kept per outcome: orders come in a few catalog shapes; more are built again.
 MAX_TUNED_ENGINES = 32

@@ -28,8 +28,9 @@ from datetime import UTC, timedelta
 
 from requests.choices import PRIORITY_RANK, EventCode, RequestState
 from requests.services import PREEMPTABLE_STATES, requests_note, requests_preempt
-from scheduling import placement, reclaim
+from scheduling import reclaim
 from scheduling.choices import AllocationState
+from scheduling.engine import placement
 from scheduling.models import Allocation, PreemptionRule
 
 PREEMPTION_PENDING = "preemption_pending"
@@ -200,7 +201,7 @@ def schedule(
     """Plan and record preemptions for waiting requests; returns queue reasons (preemption_pending) by request id.
 
     `cluster` is the cycle's ClusterSnapshot (before placement), `result` the placement just committed, `engine`
-    the cycle's engine after it (scheduling.mig_cycle.CycleEngine): a waiting MIG slice is planned on its MIG
+    the cycle's engine after it (scheduling.mig.cycle.CycleEngine): a waiting MIG slice is planned on its MIG
     engine, among the same allowed victims, so that what they free is a valid placement for the profile; the rest
     on `engine.at_start` plus this cycle's placements.
     """

@@ -20,9 +20,10 @@ from config.errors import Conflict, DomainError, NotPermitted
 from requests import approvals
 from requests.choices import ApprovalSubject, ApproverSource, ChangeState, EventCode, RequestState
 from requests.services import is_operator_intervention, record_event
-from scheduling import mig_services, selectors
+from scheduling import selectors
 from scheduling.choices import AllocationState, DeviceHealth
-from scheduling.inventory_formats import OPENB_MODELS, NodeRecord
+from scheduling.inventory.formats import OPENB_MODELS, NodeRecord
+from scheduling.mig import services as mig_services
 from scheduling.models import (
     DEVICE_STATE_FIELDS,
     NODE_STATE_FIELDS,

@@ -1,8 +1,8 @@
 """fgd-plus: model pressure from the workload's shapes steers unconstrained demands off contested models; CPU-only
 demands prefer nodes whose devices are all in use; without model constraints the GPU choice is FGD's."""
 
-from scheduling.placement import Demand, Device, Node, PlacementEngine, Snapshot
-from scheduling.policies import make_policy
+from scheduling.engine.placement import Demand, Device, Node, PlacementEngine, Snapshot
+from scheduling.engine.policies import make_policy
 
 
 def node(name, n, model, cpu=64000, mem=1 << 18):

@@ -11,9 +11,9 @@ from hypothesis import strategies as st
 
 from scheduling import cluster_state, kept_engine
 from scheduling.choices import AllocationState
+from scheduling.engine.placement import Allocation, Demand, Device, Node, PlacementEngine, Snapshot
+from scheduling.engine.policies import POLICIES, make_policy, shape_drift
 from scheduling.models import Allocation as AllocationRow
-from scheduling.placement import Allocation, Demand, Device, Node, PlacementEngine, Snapshot
-from scheduling.policies import POLICIES, make_policy, shape_drift
 from tests.scheduling.test_cluster_state import kept, release  # noqa: F401 - fixture
 from tests.scheduling.test_cycle import add_node, queued, shop, team  # noqa: F401 - fixtures
 from tests.scheduling.test_placement_fork import FORK_SETTINGS, running

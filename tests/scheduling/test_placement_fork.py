@@ -7,8 +7,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from scheduling.placement import Allocation, Demand, Device, Node, PlacementEngine, Snapshot
-from scheduling.policies import POLICIES, make_policy
+from scheduling.engine.placement import Allocation, Demand, Device, Node, PlacementEngine, Snapshot
+from scheduling.engine.policies import POLICIES, make_policy
 from tests.scheduling.test_placement_properties import clusters, demands
 
 FORK_SETTINGS = settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])

@@ -3,8 +3,8 @@
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from scheduling.frag import MILLI
-from scheduling.placement import (
+from scheduling.engine.frag import MILLI
+from scheduling.engine.placement import (
     DEGRADED,
     HEALTHY,
     ISOLATED,
@@ -16,7 +16,7 @@ from scheduling.placement import (
     PlacementEngine,
     Snapshot,
 )
-from scheduling.policies import POLICIES
+from scheduling.engine.policies import POLICIES
 
 MODELS = ["H100", "A100", "T4"]
 # Slice-profile tables per model, as an inventory has them (a profile one model lacks makes a slice wait there).
@@ -188,7 +188,7 @@ def _scan(engine, shape):
 
 
 def _shape(demand):
-    from scheduling.placement import _Shape
+    from scheduling.engine.placement import _Shape
 
     return _Shape(demand)
 

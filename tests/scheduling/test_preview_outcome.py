@@ -200,7 +200,8 @@ PREVIEW_QUERIES = 26  # the whole API preview (auth, catalog, quota, route, plac
 
 
 def test_the_outcome_writes_each_make_of_node_once_and_reads_back_the_cluster_the_cycle_left():
-    from scheduling import outcome, placement
+    from scheduling import outcome
+    from scheduling.engine import placement
 
     h100 = tuple(placement.Device(i, "H100", memory_mib=81920, slice_profiles={"1g.10gb": 143}) for i in range(2))
     nodes = [

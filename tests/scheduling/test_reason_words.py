@@ -1,6 +1,6 @@
 """Reasons people read name cores, GiB/TiB and cards; the engine's milli-CPU and MiB stay in the numbers."""
 
-from scheduling import placement
+from scheduling.engine import placement
 
 CARD = placement.Device(index=0, model="h100")
 

@@ -1,6 +1,6 @@
 """Crafted scenarios: one per pending reason code (code and numbers), preemption planning, device health."""
 
-from scheduling.placement import (
+from scheduling.engine.placement import (
     CAPACITY_IN_USE,
     DEGRADED,
     FRAGMENTATION,

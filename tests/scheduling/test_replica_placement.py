@@ -8,7 +8,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from scheduling.placement import (
+from scheduling.engine.placement import (
     CAPACITY_IN_USE,
     HIGHER_PRIORITY_AHEAD,
     NO_MATCHING_SPEC,
@@ -21,7 +21,7 @@ from scheduling.placement import (
     Snapshot,
     spread_note,
 )
-from scheduling.policies import POLICIES
+from scheduling.engine.policies import POLICIES
 
 H100 = frozenset({"h100"})
 

@@ -15,9 +15,9 @@ from provisioning import wiring
 from requests.choices import RequestState
 from requests.models import ResourceRequest
 from scheduling import cycle, reason_words
+from scheduling.engine.placement import HEALTHY, Demand, Device, PlacementEngine, Snapshot
+from scheduling.engine.placement import Node as EngineNode
 from scheduling.models import Node
-from scheduling.placement import HEALTHY, Demand, Device, PlacementEngine, Snapshot
-from scheduling.placement import Node as EngineNode
 from tenancy.models import ProjectQuota
 
 NODES = "sn,cpu_milli,memory_mib,gpu,model\nn0,64000,262144,8,G2\nn1,32000,131072,2,T4\nn2,96000,786432,8,V100M32\n"

@@ -13,11 +13,12 @@ from config.errors import DomainError
 from requests import services
 from requests.choices import IfUnplaceable, RequestState
 from requests.orders import size_order
-from scheduling import cluster_state, cycle, mig, placement
+from scheduling import cluster_state, cycle, mig
+from scheduling.engine import placement
+from scheduling.engine.placement import CAPACITY_IN_USE, INSUFFICIENT_HEALTHY_CAPACITY, NO_MATCHING_SPEC
 from scheduling.estimate import order_never_fits, placement_estimate
 from scheduling.mig.geometry import SEEDED
 from scheduling.models import Allocation, Node
-from scheduling.placement import CAPACITY_IN_USE, INSUFFICIENT_HEALTHY_CAPACITY, NO_MATCHING_SPEC
 from tests.scheduling.test_cluster_state import kept, kept_equals_fresh  # noqa: F401 - fixture
 from tests.scheduling.test_cycle import add_node
 from tests.scheduling.test_replica_cycle import serving_order, shop, team  # noqa: F401 - fixtures

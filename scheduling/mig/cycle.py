@@ -27,7 +27,9 @@ from django.db.models import Prefetch, Q
 
 from catalog.choices import SpecStatus
 from catalog.models import AcceleratorModel, ResourceSpec, SliceProfile
-from scheduling import mig, mig_services, placement
+from scheduling import mig
+from scheduling.engine import placement
+from scheduling.mig import services as mig_services
 from scheduling.models import Allocation, Device, MigInstance
 
 

@@ -9,7 +9,7 @@ start now, but not on that node if they would still be running at that time: the
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-from scheduling import placement
+from scheduling.engine import placement
 
 CROWDED_OUT = {placement.CAPACITY_IN_USE, placement.FRAGMENTATION, placement.TOPOLOGY_CONSTRAINT}
 MAX_RELEASES = 2000  # how far ahead the reservation looks, in released allocations

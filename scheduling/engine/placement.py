@@ -3,7 +3,7 @@
 Pure Python, no Django: the scheduler service loads a `Snapshot`, calls `PlacementEngine(snapshot).place(demands)`
 and commits the returned bindings. Units are integers: milli-CPU, MiB, and milli-device shares (1000 = one card).
 
-Policies live in `scheduling.policies`: ``fgd`` (Fragmentation Gradient Descent as in the FGD paper's simulator),
+Policies live in `scheduling.engine.policies`: ``fgd`` (Fragmentation Gradient Descent as in the FGD paper's simulator),
 ``bestfit`` and ``random`` baselines, ``fgd-pack`` (experimental) and ``fgd-plus``, the production ``default``: FGD
 behind a model-pressure key that keeps contested models for the demands restricted to them.
 Ties between equally scored nodes go to a fixed node order drawn from the engine's seed.
@@ -20,8 +20,8 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from itertools import combinations
 
-from scheduling.frag import MILLI, FragTable
-from scheduling.policies import Policy, RandomPolicy, make_policy
+from scheduling.engine.frag import MILLI, FragTable
+from scheduling.engine.policies import Policy, RandomPolicy, make_policy
 
 HEALTHY, DEGRADED, ISOLATED = "healthy", "degraded", "isolated"
 
