@@ -30,7 +30,7 @@ from collections import Counter
 from pathlib import Path
 
 from bench.traces import Pod, _at, read_nodes, read_pods, workload
-from scheduling.engine.placement import Demand, Device, Node, PlacementEngine, Snapshot
+from scheduling.engine.placement import Demand, DeviceView, NodeView, PlacementEngine, Snapshot
 from scheduling.mig import (
     MILLI,
     SEEDED,
@@ -216,9 +216,9 @@ def milli_model(node_path: str, pods: list[Pod], seed: int, inflate: float = 1.3
     for node in read_nodes(node_path):
         mapped = MIG_MODELS.get(node.devices[0].model if node.devices else "")
         devices = tuple(
-            Device(d.index, mapped or d.model, slice_profiles=shares if mapped else {}) for d in node.devices
+            DeviceView(d.index, mapped or d.model, slice_profiles=shares if mapped else {}) for d in node.devices
         )
-        nodes.append(Node(node.name, node.cpu_milli, node.memory_mib, devices))
+        nodes.append(NodeView(node.name, node.cpu_milli, node.memory_mib, devices))
     geometry = {node.name: {d.index: SEEDED[d.model] for d in node.devices if d.model in SEEDED} for node in nodes}
     capacity = sum(len(node.devices) for node in nodes) * MILLI
     sequence = workload(pods, capacity, seed, inflate)

@@ -44,7 +44,7 @@ CHECKSUM_SQL = (
 
 @dataclass(frozen=True)
 class _NodeEntry:
-    node: placement.Node
+    node: placement.NodeView
     device_pks: tuple[int, ...]  # by engine position
 
 
@@ -84,7 +84,7 @@ class ClusterState:
         self.nodes: dict[int, _NodeEntry] = {}
         self.allocations: dict[int, _AllocationEntry] = {}
         self._profiles: dict[int, dict[str, int]] = {}
-        self._interned: dict[tuple, placement.Device] = {}  # equal devices are one frozen object
+        self._interned: dict[tuple, placement.DeviceView] = {}  # equal devices are one frozen object
         self._view = None
 
     # -- reading rows --------------------------------------------------------------------------------------------
@@ -138,7 +138,7 @@ class ClusterState:
         ):
             rows = by_node.get(node_pk, [])
             engine_devices = tuple(self._device(position, row) for position, row in enumerate(rows))
-            node = placement.Node(
+            node = placement.NodeView(
                 name,
                 cpu_milli,
                 memory_mib,
@@ -149,12 +149,12 @@ class ClusterState:
             entries[node_pk] = _NodeEntry(node, tuple(row[0] for row in rows))
         return entries
 
-    def _device(self, position: int, row: tuple) -> placement.Device:
+    def _device(self, position: int, row: tuple) -> placement.DeviceView:
         _pk, _node, model_id, slug, vendor, memory_gb, health, isolated = row
         key = (position, slug, vendor, memory_gb, engine_health(isolated, health), model_id)
         device = self._interned.get(key)
         if device is None:
-            device = self._interned[key] = placement.Device(
+            device = self._interned[key] = placement.DeviceView(
                 index=position,
                 model=slug,
                 vendor=vendor,
@@ -196,7 +196,7 @@ class ClusterState:
             # Newest first, as the allocations' default ordering reads them.
             running = sorted(self.allocations.values(), key=lambda a: (a.started_at, a.pk), reverse=True)
             allocations = [
-                placement.Allocation(
+                placement.RunningAllocation(
                     str(a.request_id),
                     names[a.node_pk],
                     tuple(sorted((positions[device_pk], milli) for device_pk, milli in a.shares)),

@@ -113,7 +113,7 @@ def _kept_snapshot() -> ClusterSnapshot:
     return ClusterSnapshot(*state.view(), source=state)
 
 
-def load_inventory() -> list[placement.Node]:
+def load_inventory() -> list[placement.NodeView]:
     """The nodes with their devices as the engine sees them, without what runs on them."""
     state = cluster_state.ClusterState()
     state.read_inventory()

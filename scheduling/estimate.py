@@ -364,7 +364,7 @@ SELECT (SELECT count(*) FROM {nodes}), (SELECT max(id) FROM {nodes}), (SELECT ma
 _types: dict = {}  # this process's inventory types and the version they were read at
 
 
-def inventory_types() -> list[placement.Node]:
+def inventory_types() -> list[placement.NodeView]:
     """The inventory's nodes, one of each type (the first by name, which a reason then names), read again only when
     the inventory changed. Whether an order could ever fit needs only what an empty node offers, and a fleet of
     thousands of nodes is a few types: a submission then costs one small query, not every node and device (7,400
@@ -377,10 +377,10 @@ def inventory_types() -> list[placement.Node]:
     return _types["nodes"]
 
 
-def _one_of_each_type(nodes: list[placement.Node]) -> list[placement.Node]:
+def _one_of_each_type(nodes: list[placement.NodeView]) -> list[placement.NodeView]:
     """The first node of each size, device make-up and capabilities, in inventory order (the first of a size stays
     first)."""
-    first: dict[tuple, placement.Node] = {}
+    first: dict[tuple, placement.NodeView] = {}
     for node in nodes:
         devices = tuple(
             (

@@ -85,7 +85,7 @@ def _decode(row: CycleOutcome) -> Outcome:
             cpu_milli,
             memory_mib,
             schedulable,
-            tuple(placement.Device(i, *device[:5], slice_profiles=device[5]) for i, device in enumerate(devices)),
+            tuple(placement.DeviceView(i, *device[:5], slice_profiles=device[5]) for i, device in enumerate(devices)),
             frozenset(capabilities[0] if capabilities else ()),  # none in a row written before nodes had them
         )
         for cpu_milli, memory_mib, schedulable, devices, *capabilities in row.nodes["kinds"]
@@ -94,12 +94,12 @@ def _decode(row: CycleOutcome) -> Outcome:
     for name, kind, cpu, memory, devices in row.nodes["nodes"]:
         cpu_milli, memory_mib, schedulable, engine_devices, capabilities = kinds[kind]
         nodes.append(
-            placement.Node(
+            placement.NodeView(
                 name, cpu_milli, memory_mib, engine_devices, schedulable=schedulable, capabilities=capabilities
             )
         )
         if cpu or memory or devices:
-            used.append(placement.Allocation(f"in-use:{name}", name, tuple(map(tuple, devices)), cpu, memory))
+            used.append(placement.RunningAllocation(f"in-use:{name}", name, tuple(map(tuple, devices)), cpu, memory))
     # No policy: every preview forks it with the one its order places by.
     engine = placement.PlacementEngine(placement.Snapshot(nodes, used), policy=make_policy("default", ()))
     return Outcome(row.finished_at, engine, row.reservation, row.waiting)

@@ -173,7 +173,7 @@ def _tenants_of_running() -> dict[str, int]:
 
 
 def _evictable(
-    allocation: placement.Allocation,
+    allocation: placement.RunningAllocation,
     allowed: dict[str, PreemptionRule],
     tenant: int,
     tenants: dict[str, int],
@@ -228,7 +228,7 @@ def schedule(
     promised = {str(allocation.request_id) for allocations in scheduled.values() for allocation in allocations}
     tenants = _tenants_of_running()
     placed_now = [
-        placement.Allocation(
+        placement.RunningAllocation(
             binding.demand_id,
             binding.node,
             binding.devices,
@@ -248,7 +248,7 @@ def schedule(
     this_cycle = {allocation.id for allocation in placed_now}
 
     def evictable_by(priority: str, tenant: int):
-        def evictable(allocation: placement.Allocation) -> bool:
+        def evictable(allocation: placement.RunningAllocation) -> bool:
             return allocation.id not in this_cycle and _evictable(
                 allocation, rules[priority], tenant, tenants, promised
             )

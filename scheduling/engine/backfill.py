@@ -35,7 +35,9 @@ def reserve_for_head(
     head, ahead = demands[head_at], {demand.id for demand in demands[:head_at]}
     placed_ahead = [binding for binding in result.bindings if binding.demand_id in ahead]
     placed = [
-        placement.Allocation(binding.demand_id, binding.node, binding.devices, binding.cpu_milli, binding.memory_mib)
+        placement.RunningAllocation(
+            binding.demand_id, binding.node, binding.devices, binding.cpu_milli, binding.memory_mib
+        )
         for binding in placed_ahead
     ]
     running = [*allocations, *placed]

@@ -45,7 +45,10 @@ REASONS = (
 
 
 @dataclass(frozen=True)
-class Device:
+class DeviceView:
+    """A card as the engine sees it: a frozen copy of what the inventory says (not the `scheduling.models.Device`
+    row). ``index`` is its position on its node, the one bindings name."""
+
     index: int
     model: str
     vendor: str = "nvidia"
@@ -56,18 +59,21 @@ class Device:
 
 
 @dataclass(frozen=True)
-class Node:
+class NodeView:
+    """A node as the engine sees it, with its cards: a frozen copy, not the `scheduling.models.Node` row."""
+
     name: str
     cpu_milli: int
     memory_mib: int
-    devices: tuple[Device, ...] = ()
+    devices: tuple[DeviceView, ...] = ()
     schedulable: bool = True
     capabilities: frozenset = frozenset()  # what else the node offers work, e.g. a serving runtime's model file
 
 
 @dataclass(frozen=True)
-class Allocation:
-    """A running allocation: devices is a tuple of (device index, milli)."""
+class RunningAllocation:
+    """Work that runs now, as the snapshot holds it (not the `scheduling.models.Allocation` row): devices is a tuple
+    of (device index, milli). A `Binding` is new work the engine placed; running it makes it one of these."""
 
     id: str
     node: str
@@ -128,8 +134,8 @@ class Demand:
 
 @dataclass(frozen=True)
 class Snapshot:
-    nodes: Sequence[Node]
-    allocations: Sequence[Allocation] = ()
+    nodes: Sequence[NodeView]
+    allocations: Sequence[RunningAllocation] = ()
 
 
 @dataclass(frozen=True)
@@ -212,7 +218,7 @@ class PlacementEngine:
         self.free = [
             [device.capacity if device.health != ISOLATED else 0 for device in node.devices] for node in self.nodes
         ]
-        self.allocations: list[Allocation] = []  # ids repeat: a replicated request's replicas share its id
+        self.allocations: list[RunningAllocation] = []  # ids repeat: a replicated request's replicas share its id
         for allocation in snapshot.allocations:
             self._apply(
                 self.node_index[allocation.node],
@@ -293,7 +299,7 @@ class PlacementEngine:
         self.policy.attach(self.model_healthy)
         self._indexes = {}
 
-    def advance(self, allocations: Sequence[Allocation]) -> None:
+    def advance(self, allocations: Sequence[RunningAllocation]) -> None:
         """Bring this engine to the same inventory and policy running `allocations` instead of what it holds: the
         work that ended is given back and the new work taken, so its shape indexes rescore only the nodes that
         changed (an engine built over the new snapshot scores every node for every shape again). Allowed on a
@@ -408,7 +414,7 @@ class PlacementEngine:
 
     # -- evaluation -------------------------------------------------------------------------------------------
 
-    def _share(self, shape: _Shape, model: str, node: Node | None = None) -> int | None:
+    def _share(self, shape: _Shape, model: str, node: NodeView | None = None) -> int | None:
         if shape.models and model not in shape.models:
             return None
         if shape.profile is None:
@@ -418,7 +424,7 @@ class PlacementEngine:
                 return device.slice_profiles.get(shape.profile)
         return None
 
-    def _gpu_options(self, devs: tuple, shape: _Shape, node: Node):
+    def _gpu_options(self, devs: tuple, shape: _Shape, node: NodeView):
         """Ways to take the shape's devices from a device tuple: list of (new device tuple, picks, need)."""
         memo_key = (devs, shape.count, shape.share, shape.models, shape.profile, node.name if shape.profile else None)
         options = self._gpu_memo.get(memo_key)
@@ -462,7 +468,7 @@ class PlacementEngine:
         self._gpu_memo[memo_key] = options
         return options
 
-    def _evaluate(self, state, shape: _Shape, node: Node):
+    def _evaluate(self, state, shape: _Shape, node: NodeView):
         """Best (key, picks) for this node state, or None when the shape cannot run there."""
         cpu, mem, devs = state
         if shape.cpu > cpu or shape.mem > mem:
@@ -771,7 +777,7 @@ class PlacementEngine:
         """Give a binding's resources back (used by preemption planning and by simulations with departures)."""
         self._apply(self.node_index[binding.node], binding.devices, binding.cpu_milli, binding.memory_mib, sign=+1)
 
-    def hold(self, allocations: Iterable[Allocation]) -> None:
+    def hold(self, allocations: Iterable[RunningAllocation]) -> None:
         """Add running work, as if the snapshot had held it: a fork of an engine made before placing, brought to
         what runs after, without another pass over the fleet (building an engine scores every node again)."""
         allocations = list(allocations)
@@ -942,7 +948,10 @@ class PlacementEngine:
     # -- preemption -------------------------------------------------------------------------------------------
 
     def plan_preemption(
-        self, demand: Demand, max_combinations: int = 200_000, evictable: Callable[[Allocation], bool] | None = None
+        self,
+        demand: Demand,
+        max_combinations: int = 200_000,
+        evictable: Callable[[RunningAllocation], bool] | None = None,
     ) -> PreemptionPlan:
         """Smallest set of running, preemptible, strictly lower-priority allocations whose eviction lets a one-node
         demand fit: fewest victims, then lowest priorities, then youngest. Exhaustive per node by victim count.
@@ -958,7 +967,7 @@ class PlacementEngine:
             )
         shape = _Shape(demand)
         may_evict = evictable or (lambda allocation: allocation.preemptible)
-        by_node: dict[int, list[Allocation]] = {}
+        by_node: dict[int, list[RunningAllocation]] = {}
         able = self.able(demand.needs)
         for allocation in self.allocations:
             i = self.node_index[allocation.node]
@@ -1044,7 +1053,7 @@ def spread_note(bindings: Sequence[Binding]) -> dict | None:
 # ---------------------------------------------------------------------------------------------------- never fits
 
 
-def unplaceable(nodes: Sequence[Node], demand: Demand) -> Pending | None:
+def unplaceable(nodes: Sequence[NodeView], demand: Demand) -> Pending | None:
     """`no_matching_spec` when no node of the inventory could hold the demand even empty;
     None when one could.
 
@@ -1056,7 +1065,7 @@ def unplaceable(nodes: Sequence[Node], demand: Demand) -> Pending | None:
     return _never_fits(_rooms(nodes, demand), demand)
 
 
-def _rooms(nodes: Sequence[Node], demand: Demand) -> list[tuple[int, int, int, int, str]]:
+def _rooms(nodes: Sequence[NodeView], demand: Demand) -> list[tuple[int, int, int, int, str]]:
     """What an empty node offers the demand's kind of device: (devices that could take a share, cores in milli,
     memory in MiB, devices of the wanted models, node name), once per distinct size (its first node by inventory
     order), so that an inventory of thousands of nodes of a few types is a few rooms."""
@@ -1124,11 +1133,11 @@ def _never_fits(rooms, demand: Demand) -> Pending | None:
     return None
 
 
-def _of_model(device: Device, demand: Demand) -> bool:
+def _of_model(device: DeviceView, demand: Demand) -> bool:
     return not demand.models or device.model in demand.models
 
 
-def _could_hold(device: Device, demand: Demand) -> bool:
+def _could_hold(device: DeviceView, demand: Demand) -> bool:
     """Whether the device, free, could take one of the demand's shares (whatever its health now)."""
     share = device.slice_profiles.get(demand.slice_profile) if demand.slice_profile else demand.share
     return _of_model(device, demand) and share is not None and share <= device.capacity
@@ -1219,7 +1228,7 @@ class _BlockIndex:
         return max(self.by_block) if self.by_block else 0
 
 
-def _one_slice_table_per_model(nodes: Sequence[Node]) -> bool:
+def _one_slice_table_per_model(nodes: Sequence[NodeView]) -> bool:
     """Whether every device of a model has the same slice-profile table (an inventory's tables are per model), so
     that what a slice takes of a device follows from its model alone, whatever node it is on."""
     tables: dict[str, Mapping[str, int]] = {}

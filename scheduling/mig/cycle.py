@@ -50,7 +50,7 @@ class CycleEngine:
         # destroyed, the mode switched (for slices, and for whole cards or shares on a MIG-mode card)
         self.card_plans: dict[tuple[str, str, int], mig.Placed] = {}
 
-    def at_start(self, running: Iterable[placement.Allocation]) -> placement.PlacementEngine:
+    def at_start(self, running: Iterable[placement.RunningAllocation]) -> placement.PlacementEngine:
         """A milli-share engine at the state the cycle started from plus `running` (bindings of this cycle, as
         allocations): what the head's reservation and preemption planning work on. A fork, so the shape indexes
         scored on the start state are copied and refreshed for the nodes that changed, not scored again; the same
@@ -228,7 +228,7 @@ class _MigInventory:
     def row(self, node: str, position: int) -> Device | None:
         return self.rows.get(self.cluster.device_ids[(node, position)])
 
-    def node(self, node: placement.Node) -> tuple[mig.MigNode, placement.Node]:
+    def node(self, node: placement.NodeView) -> tuple[mig.MigNode, placement.NodeView]:
         """The MIG engine's node (free CPU and memory) and the milli-share engine's (no MIG slices by share)."""
         cards, devices = [], []
         for device in node.devices:
@@ -245,7 +245,7 @@ class _MigInventory:
         )
         return mig_node, replace(node, devices=tuple(devices))
 
-    def _card(self, node: str, device: placement.Device) -> tuple[mig.Card, placement.Device]:
+    def _card(self, node: str, device: placement.DeviceView) -> tuple[mig.Card, placement.DeviceView]:
         row = self.row(node, device.index)
         busy = self.used_milli.get((node, device.index), 0)
         healthy = device.health == placement.HEALTHY
@@ -271,7 +271,7 @@ class _MigInventory:
         blocked = (row.mig_mode and (pinned or held)) or draining
         return card, replace(device, slice_profiles={}, capacity=0 if blocked else device.capacity)
 
-    def holdings(self, allocations: Iterable[placement.Allocation]) -> list[mig.Holding]:
+    def holdings(self, allocations: Iterable[placement.RunningAllocation]) -> list[mig.Holding]:
         """Running allocations on nodes with MIG-capable cards, with the GPU instances (or whole cards) they hold:
         what releasing them would give back to the MIG engine."""
         held: dict[tuple[int, str], mig.Instance] = {}

@@ -11,8 +11,8 @@ from scheduling.engine.placement import (
     REASONS,
     Binding,
     Demand,
-    Device,
-    Node,
+    DeviceView,
+    NodeView,
     PlacementEngine,
     Snapshot,
 )
@@ -35,7 +35,7 @@ def clusters(draw, sliced=False):
     for n in range(draw(st.integers(1, 6))):
         model = draw(st.sampled_from(MODELS))
         devices = tuple(
-            Device(
+            DeviceView(
                 j,
                 model,
                 health=draw(st.sampled_from([HEALTHY, HEALTHY, HEALTHY, DEGRADED, ISOLATED])),
@@ -44,7 +44,7 @@ def clusters(draw, sliced=False):
             for j in range(draw(st.integers(0, 8)))
         )
         nodes.append(
-            Node(
+            NodeView(
                 f"n{n}",
                 draw(st.integers(1, 16)) * 4000,
                 draw(st.integers(1, 16)) * 16384,
@@ -167,8 +167,8 @@ def test_a_model_with_two_slice_tables_is_read_per_node():
     other = {**SLICES["H100"], "half": 600}
     snapshot = Snapshot(
         [
-            Node("a", 8000, 65536, (Device(0, "H100", slice_profiles=SLICES["H100"]),)),
-            Node("b", 8000, 65536, (Device(0, "H100", slice_profiles=other),)),
+            NodeView("a", 8000, 65536, (DeviceView(0, "H100", slice_profiles=SLICES["H100"]),)),
+            NodeView("b", 8000, 65536, (DeviceView(0, "H100", slice_profiles=other),)),
         ]
     )
     engine = PlacementEngine(snapshot, "fgd-plus")

@@ -2,12 +2,14 @@
 
 from scheduling.engine import placement
 
-CARD = placement.Device(index=0, model="h100")
+CARD = placement.DeviceView(index=0, model="h100")
 
 
 def test_a_wait_for_cpu_and_memory_is_said_in_cores_and_tib():
     """Two nodes with a free card each, but the first card's node has no CPU or memory for the second order."""
-    node = placement.Node("n1", cpu_milli=128_000, memory_mib=1_572_864, devices=(CARD, placement.Device(1, "h100")))
+    node = placement.NodeView(
+        "n1", cpu_milli=128_000, memory_mib=1_572_864, devices=(CARD, placement.DeviceView(1, "h100"))
+    )
     first = placement.Demand("first", count=1, cpu_milli=128_000, memory_mib=1_572_864)
     second = placement.Demand("second", count=1, cpu_milli=128_000, memory_mib=1_572_864)
     result = placement.place(placement.Snapshot(nodes=(node,)), [first, second])

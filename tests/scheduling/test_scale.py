@@ -15,8 +15,7 @@ from provisioning import wiring
 from requests.choices import RequestState
 from requests.models import ResourceRequest
 from scheduling import cycle, reason_words
-from scheduling.engine.placement import HEALTHY, Demand, Device, PlacementEngine, Snapshot
-from scheduling.engine.placement import Node as EngineNode
+from scheduling.engine.placement import HEALTHY, Demand, DeviceView, NodeView, PlacementEngine, Snapshot
 from scheduling.models import Node
 from tenancy.models import ProjectQuota
 
@@ -138,11 +137,11 @@ def _brute_largest_block(engine, models, share):
 def test_largest_block_kept_up_to_date_matches_a_full_scan(seed):
     rng = random.Random(seed)
     nodes = [
-        EngineNode(
+        NodeView(
             f"n{n:02d}",
             64000,
             262144,
-            tuple(Device(j, rng.choice(["A", "B"])) for j in range(rng.choice([1, 2, 4, 8]))),
+            tuple(DeviceView(j, rng.choice(["A", "B"])) for j in range(rng.choice([1, 2, 4, 8]))),
         )
         for n in range(rng.randint(2, 12))
     ]

@@ -28,9 +28,9 @@ LLAMA = needs_of(ServingRuntime.LLAMACPP, MODEL_FILE)
 WITH_LLAMA = capabilities_of({ServingRuntime.LLAMACPP: [MODEL_FILE]})
 
 
-def node(name, *, capabilities=frozenset(), cards=2, schedulable=True, cpu=64_000) -> placement.Node:
-    devices = tuple(placement.Device(index=i, model="l40s") for i in range(cards))
-    return placement.Node(name, cpu, 512 * 1024, devices, schedulable=schedulable, capabilities=capabilities)
+def node(name, *, capabilities=frozenset(), cards=2, schedulable=True, cpu=64_000) -> placement.NodeView:
+    devices = tuple(placement.DeviceView(index=i, model="l40s") for i in range(cards))
+    return placement.NodeView(name, cpu, 512 * 1024, devices, schedulable=schedulable, capabilities=capabilities)
 
 
 def llama_demand(demand_id="d", **fields) -> placement.Demand:
@@ -65,7 +65,7 @@ def test_a_node_s_runtimes_are_checked_when_an_operator_saves_them():
 def test_a_demand_needing_a_runtime_goes_only_to_the_node_that_has_it(policy):
     # The empty node scores best for the policies that spread; the runtime is on the busier one.
     nodes = [node("a-empty"), node("b-llama", capabilities=WITH_LLAMA)]
-    busy = placement.Allocation("busy", "b-llama", ((0, 1000),), 8_000, 1024)
+    busy = placement.RunningAllocation("busy", "b-llama", ((0, 1000),), 8_000, 1024)
     engine = placement.PlacementEngine(placement.Snapshot(nodes, [busy]), policy)
     for n in range(3):  # each a fresh shape index or a fresh random draw
         placed = engine.place_one(llama_demand(f"d{n}", count=1, cpu_milli=1000))
@@ -91,7 +91,7 @@ def test_no_node_with_the_runtime_never_fits_with_the_runtime_as_the_blocking_di
     engine = placement.PlacementEngine(placement.Snapshot([node("a")]))
     assert engine.place_one(llama_demand(count=1)).reason == NO_MATCHING_SPEC
     # With the runtime on a node that has no such card, the devices block it.
-    other = placement.Node("cpu-only", 64_000, 512 * 1024, (), capabilities=WITH_LLAMA)
+    other = placement.NodeView("cpu-only", 64_000, 512 * 1024, (), capabilities=WITH_LLAMA)
     never = placement.unplaceable([node("a"), other], llama_demand(count=1))
     assert never.reason == NO_MATCHING_SPEC and "no such node has a accelerator device" in never.message
 
@@ -102,7 +102,7 @@ def test_the_wait_names_the_nodes_with_the_runtime_when_they_are_cordoned_or_ful
     assert pending.reason == INSUFFICIENT_HEALTHY_CAPACITY
     assert "every such node (b-llama) is cordoned" in pending.message
     full = [node("a"), node("b-llama", capabilities=WITH_LLAMA)]
-    busy = placement.Allocation("busy", "b-llama", ((0, 1000), (1, 1000)))  # the free cards are on a only
+    busy = placement.RunningAllocation("busy", "b-llama", ((0, 1000), (1, 1000)))  # the free cards are on a only
     pending = placement.PlacementEngine(placement.Snapshot(full, [busy])).place_one(llama_demand(count=1))
     assert pending.reason == CAPACITY_IN_USE and pending.numbers["nodes"] == ["b-llama"]
     assert "the nodes with it (b-llama) have not that much free" in pending.message
@@ -111,8 +111,8 @@ def test_the_wait_names_the_nodes_with_the_runtime_when_they_are_cordoned_or_ful
 def test_preemption_for_a_runtime_demand_evicts_only_on_nodes_that_have_the_runtime():
     nodes = [node("a", cards=1), node("b-llama", capabilities=WITH_LLAMA, cards=1)]
     running = [
-        placement.Allocation("on-a", "a", ((0, 1000),), priority=0, preemptible=True),
-        placement.Allocation("on-b", "b-llama", ((0, 1000),), priority=0, preemptible=True, started_at=1.0),
+        placement.RunningAllocation("on-a", "a", ((0, 1000),), priority=0, preemptible=True),
+        placement.RunningAllocation("on-b", "b-llama", ((0, 1000),), priority=0, preemptible=True, started_at=1.0),
     ]
     engine = placement.PlacementEngine(placement.Snapshot(nodes, running))
     plan = engine.plan_preemption(llama_demand(count=1, priority=2))
