@@ -195,5 +195,5 @@ def project_limits(project: int, mix: Mix = MIX) -> tuple[int, int]:
 
 
 def scaled_engine_nodes(nodes: list, scale: int) -> list:
-    """placement.NodeView objects K times with distinct names (the engine harness has no sites)."""
+    """The engine's NodeView objects K times with distinct names (the engine harness has no sites)."""
     return [replace(node, name=f"site-{k:02d}-{node.name}") for k in range(scale) for node in nodes]

@@ -30,7 +30,7 @@ from collections import Counter
 from pathlib import Path
 
 from bench.traces import Pod, _at, read_nodes, read_pods, workload
-from scheduling.engine.placement import Demand, DeviceView, NodeView, PlacementEngine, Snapshot
+from scheduling.engine import Demand, DeviceView, NodeView, PlacementEngine, Snapshot
 from scheduling.mig import (
     MILLI,
     SEEDED,

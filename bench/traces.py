@@ -20,8 +20,8 @@ import time
 from dataclasses import dataclass
 
 from bench.fleet import scaled_engine_nodes
+from scheduling.engine import Demand, DeviceView, NodeView, PlacementEngine, Snapshot
 from scheduling.engine.frag import MILLI, FragTable, typical_shapes
-from scheduling.engine.placement import Demand, DeviceView, NodeView, PlacementEngine, Snapshot
 from scheduling.engine.policies import DEFAULT_POLICY, make_policy
 
 

@@ -14,7 +14,7 @@ from requests.choices import EventCode, RequestState
 from requests.models import RequestEvent, ResourceRequest
 from requests.orders import Order, size_order
 from scheduling.choices import AllocationState
-from scheduling.engine.placement import MILLI
+from scheduling.engine import MILLI
 from scheduling.models import Allocation, AllocationDevice, Device, Node
 from tenancy.models import Project
 

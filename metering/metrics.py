@@ -15,7 +15,7 @@ from prometheus_client.utils import floatToGoString
 from metering.models import HistogramBucket, TokenUsage
 from requests.choices import RequestState
 from requests.models import ResourceRequest
-from scheduling.engine.placement import MILLI
+from scheduling.engine import MILLI
 from scheduling.models import Device
 from tenancy.models import MonthlyUsage
 

@@ -23,7 +23,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from catalog.choices import ServiceKind
 from metering.choices import TelemetryDriver
-from scheduling.engine.placement import MILLI
+from scheduling.engine import MILLI
 from scheduling.inventory.health import parse_dcgm_text
 
 UTILIZATION, MEMORY_USED, POWER = "DCGM_FI_DEV_GPU_UTIL", "DCGM_FI_DEV_FB_USED", "DCGM_FI_DEV_POWER_USAGE"

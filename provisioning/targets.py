@@ -5,7 +5,7 @@ from collections import defaultdict
 from provisioning.choices import Pipeline
 from provisioning.drivers.base import Target
 from provisioning.models import ProvisioningRun
-from scheduling.engine.placement import MILLI
+from scheduling.engine import MILLI
 from scheduling.models import Allocation, AllocationDevice, MigInstance
 
 

@@ -20,7 +20,7 @@ from config.errors import DomainError
 from config.words import joined_without_repeat
 from scheduling import selectors, services
 from scheduling.choices import DeviceHealth
-from scheduling.engine.placement import MILLI
+from scheduling.engine import MILLI
 from scheduling.inventory import agents
 from scheduling.mig import services as mig_services
 from scheduling.models import (

@@ -12,7 +12,7 @@ from config.sql import update_from_values
 from requests.choices import EventCode
 from requests.services import record_event
 from scheduling.choices import AllocationState
-from scheduling.engine.placement import MILLI, Binding, spread_note
+from scheduling.engine import MILLI, Binding, spread_note
 from scheduling.models import Allocation, AllocationDevice, Device, MigInstance, Node
 
 

@@ -8,7 +8,7 @@ from django.db.models.functions import Coalesce
 from requests.choices import RequestState
 from requests.models import ResourceRequest
 from scheduling.choices import AllocationState, DeviceHealth
-from scheduling.engine.placement import MILLI
+from scheduling.engine import MILLI
 from scheduling.models import Allocation, AllocationDevice, Device, MigInstance, Node
 
 # A device the scheduler may place on: not isolated, not unhealthy, on a schedulable node.

@@ -3,7 +3,7 @@
 from rest_framework import serializers
 
 from config.api import ModelSerializer
-from scheduling.engine.placement import MILLI
+from scheduling.engine import MILLI
 from scheduling.models import Device, MigInstance, Node
 
 

@@ -1,7 +1,7 @@
 """fgd-plus: model pressure from the workload's shapes steers unconstrained demands off contested models; CPU-only
 demands prefer nodes whose devices are all in use; without model constraints the GPU choice is FGD's."""
 
-from scheduling.engine.placement import Demand, DeviceView, NodeView, PlacementEngine, Snapshot
+from scheduling.engine import Demand, DeviceView, NodeView, PlacementEngine, Snapshot
 from scheduling.engine.policies import make_policy
 
 

@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 from scheduling import cluster_state, kept_engine
 from scheduling.choices import AllocationState
-from scheduling.engine.placement import Demand, DeviceView, NodeView, PlacementEngine, RunningAllocation, Snapshot
+from scheduling.engine import Demand, DeviceView, NodeView, PlacementEngine, RunningAllocation, Snapshot
 from scheduling.engine.policies import POLICIES, make_policy, shape_drift
 from scheduling.models import Allocation as AllocationRow
 from tests.scheduling.test_cluster_state import kept, release  # noqa: F401 - fixture

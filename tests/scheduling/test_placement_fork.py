@@ -7,7 +7,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from scheduling.engine.placement import Demand, DeviceView, NodeView, PlacementEngine, RunningAllocation, Snapshot
+from scheduling.engine import Demand, DeviceView, NodeView, PlacementEngine, RunningAllocation, Snapshot
 from scheduling.engine.policies import POLICIES, make_policy
 from tests.scheduling.test_placement_properties import clusters, demands
 

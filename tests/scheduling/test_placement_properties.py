@@ -3,8 +3,7 @@
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from scheduling.engine.frag import MILLI
-from scheduling.engine.placement import (
+from scheduling.engine import (
     DEGRADED,
     HEALTHY,
     ISOLATED,
@@ -16,6 +15,7 @@ from scheduling.engine.placement import (
     PlacementEngine,
     Snapshot,
 )
+from scheduling.engine.frag import MILLI
 from scheduling.engine.policies import POLICIES
 
 MODELS = ["H100", "A100", "T4"]
@@ -188,9 +188,9 @@ def _scan(engine, shape):
 
 
 def _shape(demand):
-    from scheduling.engine.placement import _Shape
+    from scheduling.engine.model import DemandShape
 
-    return _Shape(demand)
+    return DemandShape(demand)
 
 
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])

@@ -1,6 +1,6 @@
 """Crafted scenarios: one per pending reason code (code and numbers), preemption planning, device health."""
 
-from scheduling.engine.placement import (
+from scheduling.engine import (
     CAPACITY_IN_USE,
     DEGRADED,
     FRAGMENTATION,

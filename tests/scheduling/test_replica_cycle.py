@@ -19,7 +19,7 @@ from requests.orders import Order, size_order
 from scheduling import cycle, reclaim
 from scheduling.allocations import allocation_details
 from scheduling.choices import AllocationState
-from scheduling.engine.placement import CAPACITY_IN_USE, REPLICAS_SHARE_NODE
+from scheduling.engine import CAPACITY_IN_USE, REPLICAS_SHARE_NODE
 from scheduling.estimate import placement_estimate
 from scheduling.models import Allocation, Device
 from scheduling.services import device_isolate

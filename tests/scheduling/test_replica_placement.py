@@ -8,7 +8,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from scheduling.engine.placement import (
+from scheduling.engine import (
     CAPACITY_IN_USE,
     HIGHER_PRIORITY_AHEAD,
     NO_MATCHING_SPEC,

@@ -15,7 +15,7 @@ from provisioning import wiring
 from requests.choices import RequestState
 from requests.models import ResourceRequest
 from scheduling import cycle, reason_words
-from scheduling.engine.placement import HEALTHY, Demand, DeviceView, NodeView, PlacementEngine, Snapshot
+from scheduling.engine import HEALTHY, Demand, DeviceView, NodeView, PlacementEngine, Snapshot
 from scheduling.models import Node
 from tenancy.models import ProjectQuota
 
@@ -150,7 +150,7 @@ def test_largest_block_kept_up_to_date_matches_a_full_scan(seed):
     for step in range(30):
         models = frozenset(rng.sample(["A", "B"], rng.randint(1, 2)))
         share = rng.choice([1000, 500, 250])
-        assert engine._largest_block(Demand("q"), models, share) == _brute_largest_block(engine, models, share)
+        assert engine.explainer.largest_block(Demand("q"), models, share) == _brute_largest_block(engine, models, share)
         if placed and rng.random() < 0.3:
             engine.release(placed.pop(rng.randrange(len(placed))))
         elif rng.random() < 0.1:

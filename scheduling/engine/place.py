@@ -1,7 +1,10 @@
-"""Placement engine: heterogeneous, health- and topology-aware GPU/NPU placement over an in-memory snapshot.
+"""Placing: heterogeneous, health- and topology-aware GPU/NPU placement over an in-memory snapshot.
 
 Pure Python, no Django: the scheduler service loads a `Snapshot`, calls `PlacementEngine(snapshot).place(demands)`
 and commits the returned bindings. Units are integers: milli-CPU, MiB, and milli-device shares (1000 = one card).
+`PlacementEngine` keeps the cluster's state and places on it; it asks its `Explainer` (explain.py) why a demand
+waits, its `NeverFits` (never_fits.py) whether one can never run on the inventory, and a `PreemptionPlanner`
+(preemption.py) whom to evict.
 
 Policies live in `scheduling.engine.policies`: ``fgd`` (Fragmentation Gradient Descent as in the FGD paper's simulator),
 ``bestfit`` and ``random`` baselines, ``fgd-pack`` (experimental) and ``fgd-plus``, the production ``default``: FGD
@@ -17,173 +20,28 @@ import random
 import threading
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field, replace
-from itertools import combinations
+from dataclasses import replace
 
+from scheduling.engine.explain import Explainer
 from scheduling.engine.frag import MILLI, FragTable
-from scheduling.engine.policies import Policy, RandomPolicy, make_policy
-
-HEALTHY, DEGRADED, ISOLATED = "healthy", "degraded", "isolated"
-
-NO_MATCHING_SPEC = "no_matching_spec"
-INSUFFICIENT_HEALTHY_CAPACITY = "insufficient_healthy_capacity"
-CAPACITY_IN_USE = "capacity_in_use"
-TOPOLOGY_CONSTRAINT = "topology_constraint"
-FRAGMENTATION = "fragmentation"
-HIGHER_PRIORITY_AHEAD = "higher_priority_ahead"
-REASONS = (
-    NO_MATCHING_SPEC,
-    INSUFFICIENT_HEALTHY_CAPACITY,
-    CAPACITY_IN_USE,
-    TOPOLOGY_CONSTRAINT,
-    FRAGMENTATION,
+from scheduling.engine.model import (
+    HEALTHY,
     HIGHER_PRIORITY_AHEAD,
+    ISOLATED,
+    NO_MATCHING_SPEC,
+    REPLICAS_SHARE_NODE,
+    Binding,
+    Demand,
+    DemandShape,
+    NodeView,
+    Pending,
+    PlacementResult,
+    RunningAllocation,
+    Snapshot,
 )
-
-
-# ---------------------------------------------------------------------------------------------------- data model
-
-
-@dataclass(frozen=True)
-class DeviceView:
-    """A card as the engine sees it: a frozen copy of what the inventory says (not the `scheduling.models.Device`
-    row). ``index`` is its position on its node, the one bindings name."""
-
-    index: int
-    model: str
-    vendor: str = "nvidia"
-    memory_mib: int = 0
-    capacity: int = MILLI  # whole-card capacity in milli-shares
-    health: str = HEALTHY
-    slice_profiles: Mapping[str, int] = field(default_factory=dict)  # MIG profile -> milli-share it occupies
-
-
-@dataclass(frozen=True)
-class NodeView:
-    """A node as the engine sees it, with its cards: a frozen copy, not the `scheduling.models.Node` row."""
-
-    name: str
-    cpu_milli: int
-    memory_mib: int
-    devices: tuple[DeviceView, ...] = ()
-    schedulable: bool = True
-    capabilities: frozenset = frozenset()  # what else the node offers work, e.g. a serving runtime's model file
-
-
-@dataclass(frozen=True)
-class RunningAllocation:
-    """Work that runs now, as the snapshot holds it (not the `scheduling.models.Allocation` row): devices is a tuple
-    of (device index, milli). A `Binding` is new work the engine placed; running it makes it one of these."""
-
-    id: str
-    node: str
-    devices: tuple[tuple[int, int], ...]
-    cpu_milli: int = 0
-    memory_mib: int = 0
-    priority: int = 0
-    preemptible: bool = False
-    started_at: float = 0.0
-
-
-@dataclass(frozen=True)
-class Demand:
-    """What to place. ``share`` is milli per device (1000 = whole card); ``slice_profile`` asks for a MIG slice
-    instead (its share comes from each device's profile table). ``models`` empty means any model. A demand runs on
-    one node, on healthy devices only (multi-node gangs come with multi-node specs).
-
-    ``replicas`` > 1 asks for that many copies of the shape (a serving deployment's replicas: count, CPU and memory
-    are each replica's): placed as a gang, all of them in one call or none, each on a node that holds none of the
-    others while one has room (soft anti-affinity: when too few nodes have room they share, evenly).
-
-    ``needs`` are capabilities the node must offer besides devices, CPU and memory (a serving runtime installed
-    with the model's file: catalog.runtimes); ``needs_label`` says them in words for the reasons."""
-
-    id: str
-    count: int = 1
-    share: int = MILLI
-    slice_profile: str | None = None
-    models: frozenset = frozenset()
-    cpu_milli: int = 0
-    memory_mib: int = 0
-    priority: int = 0
-    preemptible: bool = False
-    replicas: int = 1
-    needs: frozenset = frozenset()
-    needs_label: str = field(default="", compare=False)
-
-    @property
-    def label(self) -> str:
-        what = "/".join(sorted(self.models)) or "any"
-        per = self.slice_profile or ("" if self.share >= MILLI else f"{cards_text(self.share)} of ")
-        one = f"{self.count}×{per}{what}"  # noqa: RUF001
-        return f"{self.replicas} replicas of {one}" if self.replicas > 1 else one
-
-    @property
-    def replica(self) -> Demand:
-        """One replica of the demand, as a demand of its own."""
-        return replace(self, replicas=1)
-
-    @property
-    def colocated(self) -> Demand:
-        """All replicas as one demand on one node (for placers without anti-affinity: the MIG engine)."""
-        n = self.replicas
-        return replace(
-            self, count=self.count * n, cpu_milli=self.cpu_milli * n, memory_mib=self.memory_mib * n, replicas=1
-        )
-
-
-@dataclass(frozen=True)
-class Snapshot:
-    nodes: Sequence[NodeView]
-    allocations: Sequence[RunningAllocation] = ()
-
-
-@dataclass(frozen=True)
-class Binding:
-    demand_id: str
-    node: str
-    devices: tuple[tuple[int, int], ...]  # (device index, milli)
-    cpu_milli: int
-    memory_mib: int
-    replica: int | None = None  # which replica of a replicated demand; None: the demand is not replicated
-
-
-@dataclass(frozen=True)
-class Pending:
-    demand_id: str
-    reason: str
-    message: str
-    numbers: Mapping[str, object] = field(default_factory=dict)
-
-
-@dataclass
-class PlacementResult:
-    bindings: list[Binding] = field(default_factory=list)
-    pending: list[Pending] = field(default_factory=list)
-
-
-@dataclass(frozen=True)
-class PreemptionPlan:
-    feasible: bool
-    node: str | None = None
-    victims: tuple[str, ...] = ()
-    message: str = ""
-
-
-# ---------------------------------------------------------------------------------------------------- the engine
-
-
-class _Shape:
-    """Resolved demand shape for the cached path: per-model share, compatible models."""
-
-    __slots__ = ("count", "cpu", "devices_key", "key", "mem", "models", "needs", "profile", "share")
-
-    def __init__(self, demand: Demand):
-        self.cpu, self.mem, self.count = demand.cpu_milli, demand.memory_mib, demand.count
-        self.share, self.models, self.profile = demand.share, demand.models, demand.slice_profile
-        self.needs = demand.needs
-        self.key = (self.cpu, self.mem, self.count, self.share, self.models, self.profile, self.needs)
-        self.devices_key = (self.count, self.share, self.models, self.profile)  # what it needs of the devices
+from scheduling.engine.never_fits import NeverFits
+from scheduling.engine.policies import Policy, RandomPolicy, make_policy
+from scheduling.engine.preemption import PreemptionPlan, PreemptionPlanner
 
 
 class PlacementEngine:
@@ -241,8 +99,8 @@ class PlacementEngine:
         self._indexes: dict = {}
         self._gpu_memo: dict = {}
         self._takes: dict = {}  # (count, share, models) -> {device tuple id: its ways to take them} (a pure cache)
-        self._rooms: dict = {}
-        self._blocks: dict = {}  # (models, share) -> _BlockIndex, for topology pending reasons
+        self.never_fit = NeverFits(self.nodes)  # shared with forks: it depends on the inventory alone
+        self.explainer = Explainer(self)
         self._slices_by_model = _one_slice_table_per_model(self.nodes)
         self._able: dict[frozenset, frozenset[int]] = {}  # needs -> the nodes offering them (a pure cache)
         self._alike_cache: dict = {}  # since -> the nodes changed since then, grouped (`_alike`)
@@ -268,7 +126,7 @@ class PlacementEngine:
         forked.rng = random.Random()
         forked.rng.setstate(self.rng.getstate())
         forked._indexes, forked._frozen, forked._index_lock = {}, False, threading.Lock()
-        forked._blocks = {}  # per-node counts that the fork's placements would change under the original
+        forked.explainer = self.explainer.for_fork(forked)  # per-node counts the fork's placements would change
         forked._alike_cache = {}  # the fork's own changes group differently
         forked._origin, forked._origin_generation = self, self.generation
         if workload is not None:
@@ -331,7 +189,7 @@ class PlacementEngine:
         self.changed = []
         for index in self._indexes.values():
             index.seen = 0
-        self._blocks = {}
+        self.explainer.forget_blocks()
 
     def close_node(self, name: str) -> None:
         """No new work on this node from now on (as if cordoned). The policy keeps what it learnt from the devices
@@ -414,7 +272,7 @@ class PlacementEngine:
 
     # -- evaluation -------------------------------------------------------------------------------------------
 
-    def _share(self, shape: _Shape, model: str, node: NodeView | None = None) -> int | None:
+    def _share(self, shape: DemandShape, model: str, node: NodeView | None = None) -> int | None:
         if shape.models and model not in shape.models:
             return None
         if shape.profile is None:
@@ -424,7 +282,7 @@ class PlacementEngine:
                 return device.slice_profiles.get(shape.profile)
         return None
 
-    def _gpu_options(self, devs: tuple, shape: _Shape, node: NodeView):
+    def _gpu_options(self, devs: tuple, shape: DemandShape, node: NodeView):
         """Ways to take the shape's devices from a device tuple: list of (new device tuple, picks, need)."""
         memo_key = (devs, shape.count, shape.share, shape.models, shape.profile, node.name if shape.profile else None)
         options = self._gpu_memo.get(memo_key)
@@ -468,7 +326,7 @@ class PlacementEngine:
         self._gpu_memo[memo_key] = options
         return options
 
-    def _evaluate(self, state, shape: _Shape, node: NodeView):
+    def _evaluate(self, state, shape: DemandShape, node: NodeView):
         """Best (key, picks) for this node state, or None when the shape cannot run there."""
         cpu, mem, devs = state
         if shape.cpu > cpu or shape.mem > mem:
@@ -476,7 +334,7 @@ class PlacementEngine:
         options = self._gpu_options(devs, shape, node)
         return self._score(state, shape, options) if options else None
 
-    def _score(self, state, shape: _Shape, options):
+    def _score(self, state, shape: DemandShape, options):
         """Best (key, picks) among the ways to take the shape's devices from this node state."""
         cpu, mem, devs = state
         new_cpu, new_mem = cpu - shape.cpu, mem - shape.mem
@@ -490,7 +348,7 @@ class PlacementEngine:
                 best = (key, tuple(a + b for a, b in zip(best[1], picks, strict=True)))
         return best
 
-    def _index(self, shape: _Shape):
+    def _index(self, shape: DemandShape):
         index = self._indexes.get(shape.key)
         if index is None:
             if self._origin is None:
@@ -502,14 +360,14 @@ class PlacementEngine:
             self._indexes[shape.key] = index
         return index
 
-    def _shared_index(self, shape: _Shape):
+    def _shared_index(self, shape: DemandShape):
         """The shape's index over this frozen engine's state, for forks to copy (built once, by one thread)."""
         with self._index_lock:
             index = self._index(shape)
             self._refresh(index, shape)
             return index
 
-    def _best_node(self, shape: _Shape, excluded: frozenset | set = frozenset()):
+    def _best_node(self, shape: DemandShape, excluded: frozenset | set = frozenset()):
         """(node index, picks) of the best feasible schedulable node not in `excluded`, or None."""
         if self.is_random:
             return self._random_node(shape, excluded)
@@ -531,7 +389,7 @@ class PlacementEngine:
             heapq.heappush(heap, entry)
         return found
 
-    def _refresh(self, index: _ShapeIndex, shape: _Shape):
+    def _refresh(self, index: _ShapeIndex, shape: DemandShape):
         """Score the nodes changed since the index last looked (all of them the first time) into its heap."""
         alike = self._alike(index.seen)
         index.seen = len(self.changed)
@@ -574,7 +432,7 @@ class PlacementEngine:
         self._alike_cache[since] = groups
         return groups
 
-    def _entries_alike(self, index: _ShapeIndex, shape: _Shape, alike) -> list[tuple]:
+    def _entries_alike(self, index: _ShapeIndex, shape: DemandShape, alike) -> list[tuple]:
         """Heap entries for the nodes in `alike` that can take the shape: one lookup per device tuple (its ways to
         take the shape's devices are kept by id), one score per device tuple and CPU class (with CPU classes, the free
         CPU before and after only matters up to the typical shapes' core counts)."""
@@ -601,7 +459,7 @@ class PlacementEngine:
                 entries += [(key, rank[i], i, version[i], picks) for i in members if able is None or i in able]
         return entries
 
-    def _entries_per_node(self, index: _ShapeIndex, shape: _Shape, alike) -> list[tuple]:
+    def _entries_per_node(self, index: _ShapeIndex, shape: DemandShape, alike) -> list[tuple]:
         """Heap entries for a slice shape on a fleet whose slice tables differ between nodes of one model: each node
         is evaluated with its own tables."""
         rank, version, state, nodes, memo = self.rank, self.version, self.state, self.nodes, index.memo
@@ -620,7 +478,7 @@ class PlacementEngine:
                         entries.append((result[0], rank[i], i, version[i], result[1]))
         return entries
 
-    def _random_node(self, shape: _Shape, excluded: frozenset | set = frozenset()):
+    def _random_node(self, shape: DemandShape, excluded: frozenset | set = frozenset()):
         pool = list(range(len(self.nodes)))
         self.rng.shuffle(pool)
         able = self.able(shape.needs)
@@ -635,7 +493,7 @@ class PlacementEngine:
                 return i, picks
         return None
 
-    def _choose_devices(self, i: int, picks, shape: _Shape):
+    def _choose_devices(self, i: int, picks, shape: DemandShape):
         node = self.nodes[i]
         free = self.free[i]
         used: set[int] = set()
@@ -661,14 +519,14 @@ class PlacementEngine:
         """Bind one demand now (every replica of a replicated one), or say why it waits."""
         if demand.replicas > 1:
             placed = self._bind_gang(demand)
-            return placed if isinstance(placed, list) else self._gang_pending(demand, placed)
-        shape = _Shape(demand)
+            return placed if isinstance(placed, list) else self.explainer.gang(demand, placed)
+        shape = DemandShape(demand)
         found = self._best_node(shape)
         if found is None:
             return self.diagnose(demand)
         return [self._bind(demand, shape, *found)]
 
-    def _bind(self, demand: Demand, shape: _Shape, i: int, picks, replica: int | None = None) -> Binding:
+    def _bind(self, demand: Demand, shape: DemandShape, i: int, picks, replica: int | None = None) -> Binding:
         devices = self._choose_devices(i, picks, shape)
         self._apply(i, devices, demand.cpu_milli, demand.memory_mib)
         return Binding(demand.id, self.nodes[i].name, devices, demand.cpu_milli, demand.memory_mib, replica)
@@ -676,7 +534,7 @@ class PlacementEngine:
     def _bind_gang(self, demand: Demand) -> list[Binding] | tuple[str, ...]:
         """Every replica bound, each on the best node among those holding the fewest of its replicas so far; or,
         when one does not fit, none (what was bound is given back) and the nodes the ones that fitted took."""
-        shape = _Shape(demand)
+        shape = DemandShape(demand)
         held: dict[int, int] = {}  # node index -> replicas of this demand on it
         bindings = []
         for replica in range(demand.replicas):
@@ -689,7 +547,7 @@ class PlacementEngine:
             held[found[0]] = held.get(found[0], 0) + 1
         return bindings
 
-    def _spread_node(self, shape: _Shape, held: dict[int, int]):
+    def _spread_node(self, shape: DemandShape, held: dict[int, int]):
         """The best node holding none of the gang's replicas; failing that (too few nodes have room) one holding
         the fewest, so that sharing stays even."""
         for level in sorted({0, *held.values()}):
@@ -697,23 +555,6 @@ class PlacementEngine:
             if found is not None:
                 return found
         return None
-
-    def _gang_pending(self, demand: Demand, fitted: tuple[str, ...]) -> Pending:
-        if not fitted:  # not even one replica fits: why, in the words of one replica
-            why = self.diagnose(demand.replica)
-            return Pending(
-                demand.id,
-                why.reason,
-                f"each of its {demand.replicas} replicas {why.message}",
-                {**why.numbers, "replicas": demand.replicas, "replicas_fitting": 0},
-            )
-        return Pending(
-            demand.id,
-            CAPACITY_IN_USE,
-            f"needs {demand.label} with {cores_text(demand.cpu_milli)} and {memory_text(demand.memory_mib)} each, "
-            f"all placed together; only {len(fitted)} fit now, even sharing nodes ({', '.join(sorted(set(fitted)))})",
-            {"replicas": demand.replicas, "replicas_fitting": len(fitted), "nodes": sorted(set(fitted))},
-        )
 
     def fits(self, demand: Demand) -> bool:
         if demand.replicas > 1:  # all the replicas: bound on trial, then given back
@@ -723,7 +564,7 @@ class PlacementEngine:
             for binding in placed:
                 self.release(binding)
             return True
-        return self._best_node(_Shape(demand)) is not None
+        return self._best_node(DemandShape(demand)) is not None
 
     def take(self, node: str, devices, cpu_milli: int, memory_mib: int) -> None:
         """What another engine bound on this node (the cycle's MIG engine): its CPU and memory, and all that is
@@ -739,7 +580,7 @@ class PlacementEngine:
         the node it fits on is unchanged. A replicated demand is tried as the gang it is."""
         if demand.replicas > 1:
             return self.fits(demand)
-        shape = _Shape(demand)
+        shape = DemandShape(demand)
         if shape.key in known:
             seen = known[shape.key]
             if seen is None or self.version[seen[0]] == seen[1]:
@@ -752,7 +593,7 @@ class PlacementEngine:
         known[shape.key] = None if i is None else (i, self.version[i])
         return i is not None
 
-    def _feasible(self, i: int, shape: _Shape) -> bool:
+    def _feasible(self, i: int, shape: DemandShape) -> bool:
         node = self.nodes[i]
         cpu, mem, devs = self.state[i]
         return (
@@ -788,155 +629,12 @@ class PlacementEngine:
     # -- reasons ----------------------------------------------------------------------------------------------
 
     def diagnose(self, demand: Demand) -> Pending:
-        """Why a demand cannot be placed now, with numbers (cluster-wide counts from incremental aggregates)."""
-        never = self.never_fits(demand)
-        if never is not None:
-            return never
-        if demand.needs:
-            return self._diagnose_needs(demand)
-        models = [m for m in self.model_devices if not demand.models or m in demand.models]
-        label = demand.label
-        total = sum(self.model_devices[m] for m in models)
-        needed = demand.count
-        if total == 0:  # the inventory has such devices, but only on cordoned nodes
-            return Pending(
-                demand.id,
-                INSUFFICIENT_HEALTHY_CAPACITY,
-                f"needs {label}; every node with such devices is cordoned",
-                {"needed": needed, "devices": 0},
-            )
-        healthy = sum(self.model_healthy.get(m, 0) for m in models)
-        usable = healthy
-        share = demand.share if not demand.slice_profile else self._profile_share(demand, models)
-        if usable < needed or share is None:
-            detail = (
-                f"only {total} exist in the cluster"
-                if total < needed
-                else f"{total} exist but only {usable} are healthy ({total - usable} isolated or unhealthy)"
-            )
-            return Pending(
-                demand.id,
-                INSUFFICIENT_HEALTHY_CAPACITY,
-                f"needs {label}; {detail}",
-                {"needed": needed, "devices": total, "healthy": usable},
-            )
-        fitting = 0
-        free_milli = 0
-        for m in models:
-            for free, n in self.model_hist.get(m, {}).items():
-                free_milli += free * n
-                if free >= share:
-                    fitting += n
-        if fitting >= needed:
-            block, node = self._largest_block(demand, models, share) if needed > 1 else (1, None)
-            if block < needed:
-                where = f"node {node}" if node else "no node"
-                return Pending(
-                    demand.id,
-                    TOPOLOGY_CONSTRAINT,
-                    f"needs {label} on one node; {fitting} fitting devices are free in total but the "
-                    f"largest free block is {block} on {where}",
-                    {"needed": needed, "free_devices": fitting, "largest_block": block, "largest_block_node": node},
-                )
-            return Pending(
-                demand.id,
-                CAPACITY_IN_USE,
-                f"needs {label} with {cores_text(demand.cpu_milli)} and {memory_text(demand.memory_mib)}; the "
-                f"nodes with {needed} free fitting devices have not that much CPU or memory left",
-                {
-                    "needed": needed,
-                    "free_devices": fitting,
-                    "cpu_milli": demand.cpu_milli,
-                    "memory_mib": demand.memory_mib,
-                },
-            )
-        if free_milli >= needed * share:
-            return Pending(
-                demand.id,
-                FRAGMENTATION,
-                f"needs {label} ({cards_text(needed * share)}); {cards_text(free_milli)} are free in total but "
-                f"split so that only {fitting} device(s) have {cards_text(share)} free",
-                {"needed_milli": needed * share, "free_milli": free_milli, "fitting_devices": fitting},
-            )
-        return Pending(
-            demand.id,
-            CAPACITY_IN_USE,
-            f"needs {label} ({cards_text(needed * share)}); {usable} healthy devices exist but only "
-            f"{cards_text(free_milli)} are free",
-            {"needed_milli": needed * share, "free_milli": free_milli, "healthy": usable},
-        )
-
-    def _diagnose_needs(self, demand: Demand) -> Pending:
-        """Why a demand that needs capabilities some nodes offer cannot be placed now: those nodes are cordoned, or
-        have not the room (the cluster-wide counts of the other reasons would count nodes it cannot use)."""
-        offering = sorted(self.nodes[i].name for i in self.able(demand.needs))
-        open_ = [name for name in offering if self.nodes[self.node_index[name]].schedulable]
-        what = f"needs {demand.label} on a node with {_needs_words(demand)}"
-        if not open_:
-            return Pending(
-                demand.id,
-                INSUFFICIENT_HEALTHY_CAPACITY,
-                f"{what}; every such node ({_names(offering)}) is cordoned",
-                {"nodes": offering, "schedulable": 0},
-            )
-        return Pending(
-            demand.id,
-            CAPACITY_IN_USE,
-            f"{what}, {cores_text(demand.cpu_milli)} and {memory_text(demand.memory_mib)}; the nodes with it "
-            f"({_names(open_)}) have not that much free",
-            {"nodes": open_, "cpu_milli": demand.cpu_milli, "memory_mib": demand.memory_mib},
-        )
+        """Why a demand cannot be placed now, with numbers (`Explainer.diagnose`)."""
+        return self.explainer.diagnose(demand)
 
     def never_fits(self, demand: Demand) -> Pending | None:
-        """`unplaceable` over this engine's inventory; the rooms are worked out once per kind of device asked for
-        (the inventory does not change while the engine lives)."""
-        key = (demand.models, demand.slice_profile, demand.share, demand.needs)
-        if key not in self._rooms:
-            self._rooms[key] = _rooms(self.nodes, demand)
-        return _never_fits(self._rooms[key], demand)
-
-    def _profile_share(self, demand: Demand, models) -> int | None:
-        """The smallest share the profile takes on the models (the inventory's slice tables do not change while
-        the engine lives: worked out once per profile and models, not once per pending demand)."""
-        key = ("profile-share", demand.slice_profile, frozenset(models))
-        if key not in self._rooms:
-            shares = [
-                d.slice_profiles[demand.slice_profile]
-                for node in self.nodes
-                for d in node.devices
-                if d.model in models and demand.slice_profile in d.slice_profiles
-            ]
-            self._rooms[key] = min(shares) if shares else None
-        return self._rooms[key]
-
-    def _largest_block(self, demand: Demand, models, share: int):
-        """(devices, node) of the schedulable node with the most healthy devices of the models with `share`
-        free (ties: the first name). Kept per (models, share) and brought up to date from the nodes changed since
-        it last looked, so a pending reason costs what changed, not the whole fleet."""
-        key = (frozenset(models), share)
-        blocks = self._blocks.get(key)
-        if blocks is None:
-            blocks = self._blocks[key] = _BlockIndex(len(self.nodes))
-            todo: Iterable[int] = range(len(self.nodes))
-        else:
-            todo = set(self.changed[blocks.seen :])
-        blocks.seen = len(self.changed)
-        for i in todo:
-            node = self.nodes[i]
-            if node.schedulable:
-                free = self.free[i]
-                block = sum(
-                    1
-                    for j, d in enumerate(node.devices)
-                    if d.model in key[0] and d.health == HEALTHY and free[j] >= share
-                )
-            else:
-                block = 0
-            blocks.move(i, block)
-        best = blocks.best()
-        if best == 0:
-            return 0, None
-        return best, min(self.nodes[i].name for i in blocks.by_block[best])
+        """`unplaceable` over this engine's inventory (`NeverFits.check`)."""
+        return self.never_fit.check(demand)
 
     # -- reporting --------------------------------------------------------------------------------------------
 
@@ -959,75 +657,7 @@ class PlacementEngine:
         one engine serves every class and tenant instead of one engine built per rule set. The state is left as it
         was: planning evicts and puts back. A replicated demand is not planned for (its replicas would need room on
         several nodes): it waits."""
-        if self.fits(demand):
-            return PreemptionPlan(True, message="fits without preemption")
-        if demand.replicas > 1:
-            return PreemptionPlan(
-                False, message=f"needs {demand.label}; preemption is planned for one-node demands only"
-            )
-        shape = _Shape(demand)
-        may_evict = evictable or (lambda allocation: allocation.preemptible)
-        by_node: dict[int, list[RunningAllocation]] = {}
-        able = self.able(demand.needs)
-        for allocation in self.allocations:
-            i = self.node_index[allocation.node]
-            if allocation.priority < demand.priority and may_evict(allocation) and (able is None or i in able):
-                by_node.setdefault(i, []).append(allocation)
-        best = smallest_victim_set(by_node, lambda i, subset: self._fits_without(i, subset, shape), max_combinations)
-        if best is None:
-            return PreemptionPlan(
-                False,
-                message=f"needs {demand.label}; no set of preemptible lower-priority "
-                f"allocations frees enough room on one node",
-            )
-        _key, i, subset = best
-        ids = tuple(a.id for a in subset)
-        return PreemptionPlan(
-            True, self.nodes[i].name, ids, f"evict {len(ids)} allocation(s) on {self.nodes[i].name}: {', '.join(ids)}"
-        )
-
-    def _fits_without(self, i: int, subset, shape: _Shape) -> bool:
-        for a in subset:
-            self._apply(i, a.devices, a.cpu_milli, a.memory_mib, sign=+1, refresh=False)
-        try:
-            return self._evaluate(self._state(i), shape, self.nodes[i]) is not None
-        finally:
-            for a in subset:
-                self._apply(i, a.devices, a.cpu_milli, a.memory_mib, refresh=False)
-
-
-def smallest_victim_set(by_node: Mapping[int, list], fits_without, budget: int = 200_000):
-    """(key, node, victims) of the smallest set of victims on one node whose eviction lets a demand fit: fewest
-    victims, then lowest priorities, then youngest (`victim_key`); None when no set does. ``by_node`` maps a node
-    to its candidates (``priority``, ``started_at``, ``id``), ``fits_without(node, subset)`` says whether the
-    demand fits once the subset is gone. Exhaustive per node by victim count, within ``budget`` subsets in all."""
-    best = None
-    for i, victims in sorted(by_node.items()):
-        victims = sorted(victims, key=lambda a: (a.priority, -a.started_at, a.id))
-        for size in range(1, len(victims) + 1):
-            if best is not None and size > best[0][0]:
-                break
-            found = None
-            for subset in combinations(victims, size):
-                budget -= 1
-                if budget < 0:
-                    break
-                key = victim_key(subset)
-                if (best is not None and key >= best[0]) or (found is not None and key >= found[0]):
-                    continue
-                if fits_without(i, subset):
-                    found = (key, i, subset)
-            if found is not None:
-                if best is None or found[0] < best[0]:
-                    best = found
-                break
-    return best
-
-
-# ---------------------------------------------------------------------------------------------------- replicas
-
-
-REPLICAS_SHARE_NODE = "replicas_share_node"
+        return PreemptionPlanner(self).plan(demand, max_combinations, evictable)
 
 
 def spread_note(bindings: Sequence[Binding]) -> dict | None:
@@ -1050,138 +680,6 @@ def spread_note(bindings: Sequence[Binding]) -> dict | None:
     }
 
 
-# ---------------------------------------------------------------------------------------------------- never fits
-
-
-def unplaceable(nodes: Sequence[NodeView], demand: Demand) -> Pending | None:
-    """`no_matching_spec` when no node of the inventory could hold the demand even empty;
-    None when one could.
-
-    Every node counts, cordoned ones and isolated or unhealthy devices included: they can come back, so they make a
-    demand wait (`insufficient_healthy_capacity`), never "never fits". The reason names the blocking dimension and
-    the largest node: compatible devices first, then cores among the nodes with enough devices, then memory among
-    those with enough devices and cores. No database.
-    """
-    return _never_fits(_rooms(nodes, demand), demand)
-
-
-def _rooms(nodes: Sequence[NodeView], demand: Demand) -> list[tuple[int, int, int, int, str]]:
-    """What an empty node offers the demand's kind of device: (devices that could take a share, cores in milli,
-    memory in MiB, devices of the wanted models, node name), once per distinct size (its first node by inventory
-    order), so that an inventory of thousands of nodes of a few types is a few rooms."""
-    rooms: dict[tuple, str] = {}
-    for node in nodes:
-        if not demand.needs <= node.capabilities:
-            continue
-        size = (
-            sum(1 for device in node.devices if _could_hold(device, demand)),
-            node.cpu_milli,
-            node.memory_mib,
-            sum(1 for device in node.devices if _of_model(device, demand)),
-        )
-        rooms.setdefault(size, node.name)
-    return [(*size, name) for size, name in rooms.items()]
-
-
-def _never_fits(rooms, demand: Demand) -> Pending | None:
-    wanted = "/".join(sorted(demand.models)) or "accelerator"
-    if demand.needs and not rooms:
-        return Pending(
-            demand.id,
-            NO_MATCHING_SPEC,
-            f"needs {demand.label} on a node with {_needs_words(demand)}; no node of the inventory has it, so it "
-            "cannot run here",
-            {"dimension": "runtime", "needs": sorted(demand.needs), "nodes": 0},
-        )
-    if demand.count and not any(room[3] for room in rooms):
-        return Pending(
-            demand.id,
-            NO_MATCHING_SPEC,
-            f"needs {demand.label}; no {wanted} device exists in the cluster"
-            if not demand.needs
-            else f"needs {demand.label} on a node with {_needs_words(demand)}; no such node has a {wanted} device, so "
-            "it cannot run here",
-            {"needed": demand.count, "devices": 0},
-        )
-    kind = f"{wanted} devices" + (f" with {demand.slice_profile} slices" if demand.slice_profile else "")
-    dimensions = (
-        ("devices", demand.count, 1, kind),
-        ("cpu_cores", demand.cpu_milli, 1000, "cores"),
-        ("memory_gib", demand.memory_mib, 1024, "GiB of memory"),
-    )
-    for position, (dimension, needed, unit, what) in enumerate(dimensions):
-        holding = [room for room in rooms if room[position] >= needed]
-        if holding:
-            rooms = holding
-            continue
-        largest = max(rooms, key=lambda room: room[position])  # the first such node in inventory order
-        numbers = {
-            "dimension": dimension,
-            "needed": _in_units(needed, unit),
-            "largest": _in_units(largest[position], unit),
-            "node": largest[4],
-        }
-        return Pending(
-            demand.id,
-            NO_MATCHING_SPEC,
-            f"needs {demand.label} with {_in_units(demand.cpu_milli, 1000)} cores and "
-            f"{_in_units(demand.memory_mib, 1024)} GiB on one node; no node has {numbers['needed']} "
-            f"{what}: the largest {wanted} node has {numbers['largest']} ({largest[4]}), so it can "
-            f"never run on this inventory",
-            numbers,
-        )
-    return None
-
-
-def _of_model(device: DeviceView, demand: Demand) -> bool:
-    return not demand.models or device.model in demand.models
-
-
-def _could_hold(device: DeviceView, demand: Demand) -> bool:
-    """Whether the device, free, could take one of the demand's shares (whatever its health now)."""
-    share = device.slice_profiles.get(demand.slice_profile) if demand.slice_profile else demand.share
-    return _of_model(device, demand) and share is not None and share <= device.capacity
-
-
-def _needs_words(demand: Demand) -> str:
-    return demand.needs_label or ", ".join(sorted(demand.needs))
-
-
-def _names(names: list[str], shown: int = 5) -> str:
-    """A few node names for a sentence, and how many more there are."""
-    more = len(names) - shown
-    return ", ".join(names[:shown]) + (f" and {more} more" if more > 0 else "")
-
-
-# Reasons people read say cores, GiB/TiB and cards; the milli and MiB the engine counts in stay in their numbers.
-def cores_text(cpu_milli: int) -> str:
-    return f"{_in_units(cpu_milli, MILLI)} CPU cores"
-
-
-def memory_text(memory_mib: int) -> str:
-    gib = memory_mib / 1024
-    return (
-        f"{_in_units(memory_mib, 1024 * 1024)} TiB memory"
-        if gib >= 1024
-        else f"{_in_units(memory_mib, 1024)} GiB memory"
-    )
-
-
-def cards_text(milli: int) -> str:
-    cards = _in_units(milli, MILLI)
-    return f"{cards} card" if cards == 1 else f"{cards} cards"
-
-
-def _in_units(amount: int, unit: int) -> int | float:
-    value = amount / unit
-    return int(value) if value.is_integer() else round(value, 2)
-
-
-def victim_key(subset) -> tuple:
-    priorities = sorted((a.priority for a in subset), reverse=True)
-    return (len(subset), priorities, -sum(a.started_at for a in subset), tuple(sorted(a.id for a in subset)))
-
-
 def _overlap(a: frozenset, b: frozenset) -> bool:
     return not a or not b or bool(a & b)
 
@@ -1194,7 +692,7 @@ class _ShapeIndex:
 
     __slots__ = ("heap", "memo", "seen", "shape")
 
-    def __init__(self, shape: _Shape, heap: list | None = None, memo: dict | None = None, seen: int | None = None):
+    def __init__(self, shape: DemandShape, heap: list | None = None, memo: dict | None = None, seen: int | None = None):
         self.shape = shape
         self.heap: list = [] if heap is None else heap
         self.memo: dict = {} if memo is None else memo
@@ -1203,29 +701,6 @@ class _ShapeIndex:
     def copy(self) -> _ShapeIndex:
         """Its own heap to pop from; the memo of scores by node state stays shared (a pure cache)."""
         return _ShapeIndex(self.shape, list(self.heap), self.memo, self.seen)
-
-
-class _BlockIndex:
-    """Per (models, share): each node's count of healthy devices with that much free, and the nodes by count."""
-
-    __slots__ = ("by_block", "per_node", "seen")
-
-    def __init__(self, nodes: int):
-        self.per_node = [0] * nodes
-        self.by_block: dict[int, set[int]] = {0: set(range(nodes))}
-        self.seen = 0
-
-    def move(self, i: int, block: int) -> None:
-        before = self.per_node[i]
-        if before != block:
-            self.by_block[before].discard(i)
-            if not self.by_block[before]:
-                del self.by_block[before]
-            self.by_block.setdefault(block, set()).add(i)
-            self.per_node[i] = block
-
-    def best(self) -> int:
-        return max(self.by_block) if self.by_block else 0
 
 
 def _one_slice_table_per_model(nodes: Sequence[NodeView]) -> bool:
@@ -1275,7 +750,7 @@ def place_in_order(engine, demands: Sequence[Demand], backfill: bool = False) ->
                 )
             )
             continue
-        key = (_Shape(demand).key, demand.replicas)
+        key = (DemandShape(demand).key, demand.replicas)
         known = failed.get(key)
         outcome = (
             engine.place_one(demand)
