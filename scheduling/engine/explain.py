@@ -7,6 +7,7 @@ state and never writes it.
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
@@ -30,7 +31,9 @@ class Explainer:
     slice profile takes depends on the inventory alone and is shared with the explainers of the engine's forks."""
 
     def __init__(self, engine: PlacementEngine, profile_shares: dict | None = None):
-        self.engine = engine
+        # A weak reference: the engine holds its explainer, and an engine dropped (a fork after a preview) is freed at
+        # once, as it was before the two were split, rather than at the next cyclic garbage collection.
+        self.engine = weakref.proxy(engine)
         self._blocks: dict = {}  # (models, share) -> _BlockIndex, for topology pending reasons
         self._profile_shares: dict = {} if profile_shares is None else profile_shares
 
