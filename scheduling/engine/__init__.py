@@ -3,7 +3,8 @@
 Split by what it does, around one shared state (`place.PlacementEngine`'s per-node free capacity):
 
 - `model.py` — the data: `Snapshot`, `Demand`, `Binding`, `Pending`, the reason codes;
-- `place.py` — placing: the engine's state, its scored per-shape indexes, `place` / `place_one`, gangs of replicas;
+- `place.py` — placing: the engine's state, `place` / `place_one`, gangs of replicas; `scoring.py` — which node
+  is best for a demand shape (the engine's per-shape indexes of node scores);
 - `explain.py` — why a demand waits (`Explainer`: counts, topology, fragmentation), in `words.py`'s terms;
 - `never_fits.py` — whether a demand could never run on the inventory (`NeverFits`, `unplaceable`);
 - `preemption.py` — whom to evict for a demand to fit (`PreemptionPlanner`, `smallest_victim_set`);
