@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import weakref
 from collections.abc import Iterable
-from typing import TYPE_CHECKING
 
 from scheduling.engine.model import (
     CAPACITY_IN_USE,
@@ -20,24 +19,24 @@ from scheduling.engine.model import (
     Demand,
     Pending,
 )
-from scheduling.engine.words import cards_text, cores_text, memory_text, names_text, needs_words
-
-if TYPE_CHECKING:
-    from scheduling.engine.place import PlacementEngine
+from scheduling.engine.words import cards_text, cores_text, memory_text, names_text
 
 
 class Explainer:
     """Why demands wait on one engine. Its topology counts follow the engine's change list; the smallest share a
-    slice profile takes depends on the inventory alone and is shared with the explainers of the engine's forks."""
+    slice profile takes depends on the inventory alone and is shared with the explainers of the engine's forks.
 
-    def __init__(self, engine: PlacementEngine, profile_shares: dict | None = None):
+    ``engine`` is the `PlacementEngine` (place.py) it reads; not imported here, since place.py imports this module
+    and the modules of the engine import one another in one direction only."""
+
+    def __init__(self, engine, profile_shares: dict | None = None):
         # A weak reference: the engine holds its explainer, and an engine dropped (a fork after a preview) is freed at
         # once, as it was before the two were split, rather than at the next cyclic garbage collection.
         self.engine = weakref.proxy(engine)
         self._blocks: dict = {}  # (models, share) -> _BlockIndex, for topology pending reasons
         self._profile_shares: dict = {} if profile_shares is None else profile_shares
 
-    def for_fork(self, forked: PlacementEngine) -> Explainer:
+    def for_fork(self, forked) -> Explainer:
         """The explainer of a fork: its own block counts (the fork's placements change them), the shared rest."""
         return Explainer(forked, self._profile_shares)
 
@@ -131,7 +130,7 @@ class Explainer:
         engine = self.engine
         offering = sorted(engine.nodes[i].name for i in engine.able(demand.needs))
         open_ = [name for name in offering if engine.nodes[engine.node_index[name]].schedulable]
-        what = f"needs {demand.label} on a node with {needs_words(demand)}"
+        what = f"needs {demand.label} on a node with {demand.needs_words}"
         if not open_:
             return Pending(
                 demand.id,

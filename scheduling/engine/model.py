@@ -105,6 +105,11 @@ class Demand:
         return f"{self.replicas} replicas of {one}" if self.replicas > 1 else one
 
     @property
+    def needs_words(self) -> str:
+        """The capabilities it needs, in words: its ``needs_label``, or their names."""
+        return self.needs_label or ", ".join(sorted(self.needs))
+
+    @property
     def replica(self) -> Demand:
         """One replica of the demand, as a demand of its own."""
         return replace(self, replicas=1)

@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from scheduling.engine.model import NO_MATCHING_SPEC, Demand, DeviceView, NodeView, Pending
-from scheduling.engine.words import in_units, needs_words
+from scheduling.engine.words import in_units
 
 
 class NeverFits:
@@ -60,7 +60,7 @@ def _never_fits(rooms, demand: Demand) -> Pending | None:
         return Pending(
             demand.id,
             NO_MATCHING_SPEC,
-            f"needs {demand.label} on a node with {needs_words(demand)}; no node of the inventory has it, so it "
+            f"needs {demand.label} on a node with {demand.needs_words}; no node of the inventory has it, so it "
             "cannot run here",
             {"dimension": "runtime", "needs": sorted(demand.needs), "nodes": 0},
         )
@@ -70,7 +70,7 @@ def _never_fits(rooms, demand: Demand) -> Pending | None:
             NO_MATCHING_SPEC,
             f"needs {demand.label}; no {wanted} device exists in the cluster"
             if not demand.needs
-            else f"needs {demand.label} on a node with {needs_words(demand)}; no such node has a {wanted} device, so "
+            else f"needs {demand.label} on a node with {demand.needs_words}; no such node has a {wanted} device, so "
             "it cannot run here",
             {"needed": demand.count, "devices": 0},
         )

@@ -6,12 +6,8 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from itertools import combinations
-from typing import TYPE_CHECKING
 
 from scheduling.engine.model import Demand, DemandShape, RunningAllocation
-
-if TYPE_CHECKING:
-    from scheduling.engine.place import PlacementEngine
 
 
 @dataclass(frozen=True)
@@ -25,9 +21,10 @@ class PreemptionPlan:
 
 
 class PreemptionPlanner:
-    """Plans victims on one engine (`PlacementEngine.plan_preemption`)."""
+    """Plans victims on one engine (`PlacementEngine.plan_preemption`). ``engine`` is that `PlacementEngine`
+    (place.py), not imported here: place.py imports this module."""
 
-    def __init__(self, engine: PlacementEngine):
+    def __init__(self, engine):
         self.engine = engine
 
     def plan(

@@ -3,16 +3,7 @@ reasons' numbers), and a few node names for a sentence."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from scheduling.engine.frag import MILLI
-
-if TYPE_CHECKING:
-    from scheduling.engine.model import Demand
-
-
-def needs_words(demand: Demand) -> str:
-    return demand.needs_label or ", ".join(sorted(demand.needs))
 
 
 def names_text(names: list[str], shown: int = 5) -> str:
