@@ -30,7 +30,7 @@ from scheduling.choices import (
     MigMode,
 )
 from scheduling.engine import MILLI
-from scheduling.inventory.readings import usable_number
+from scheduling.readings import usable_number
 
 MAX_RECOVERY_MINUTES = 7 * 24 * 60  # a week: a longer hold is an operator's call, not a timer's
 

@@ -15,8 +15,8 @@ from scheduling.inventory.health import (
     parse_dcgm_text,
     rule_matches,
 )
-from scheduling.inventory.readings import MAX_MAGNITUDE, number_problem
 from scheduling.models import Device, HealthEvent, HealthRule
+from scheduling.readings import MAX_MAGNITUDE, number_problem
 from scheduling.signals import health_changed
 from tenancy.models import AuditEvent
 from tests.scheduling.health_inventory import DCGM_TEXT, HOSTNAME, UUIDS, device, gpu_node, ingest_user
