@@ -1,6 +1,6 @@
 """Synthetic fleets and workloads from the public openb trace, for benchmarks at K times the openb cluster.
 
-Pure Python, no Django (like `scheduling.placement`): the management commands (`bench_scheduler --scale K`,
+Pure Python, no Django (like `scheduling.engine`): the management commands (`bench_scheduler --scale K`,
 `bench_scheduler --steady MINUTES`) and the engine harness (`python -m bench.placement openb --scale K`) build
 their fleets and request streams from here, so the engine and the database see the same workload.
 
@@ -195,5 +195,5 @@ def project_limits(project: int, mix: Mix = MIX) -> tuple[int, int]:
 
 
 def scaled_engine_nodes(nodes: list, scale: int) -> list:
-    """placement.Node objects K times with distinct names (the engine harness has no sites)."""
+    """The engine's NodeView objects K times with distinct names (the engine harness has no sites)."""
     return [replace(node, name=f"site-{k:02d}-{node.name}") for k in range(scale) for node in nodes]

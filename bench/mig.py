@@ -16,7 +16,7 @@ Mapping (deterministic, documented in docs/benchmarks/history.md):
 Variants: ``mig-frag`` (the MIG fragmentation score, repartitioning, the partition budget from the demand mix seen
 so far: what the cycle runs), the same without the budget, first-fit over valid placements with repartitioning as
 the baseline; on the default trace also ``frag`` without repartitioning (MIG-capable cards laid out once from the
-trace's profile mix, see `static_layout`), the milli-share model (``scheduling.placement`` with 1g = 142 milli …)
+trace's profile mix, see `static_layout`), the milli-share model (``scheduling.engine`` with 1g = 142 milli …)
 whose final card layouts are checked against the geometry, and the ceilings (`ceilings`): perfect packing in
 arrival order and the hindsight LP bound.
 """
@@ -30,6 +30,7 @@ from collections import Counter
 from pathlib import Path
 
 from bench.traces import Pod, _at, read_nodes, read_pods, workload
+from scheduling.engine import Demand, DeviceView, NodeView, PlacementEngine, Snapshot
 from scheduling.mig import (
     MILLI,
     SEEDED,
@@ -44,7 +45,6 @@ from scheduling.mig import (
     layout_problems,
 )
 from scheduling.mig.budget import DemandMix
-from scheduling.placement import Demand, Device, Node, PlacementEngine, Snapshot
 
 MIG_MODELS = {"G2": "H100 80GB", "G3": "A100 80GB"}
 REFERENCE = SEEDED["H100 80GB"]
@@ -216,9 +216,9 @@ def milli_model(node_path: str, pods: list[Pod], seed: int, inflate: float = 1.3
     for node in read_nodes(node_path):
         mapped = MIG_MODELS.get(node.devices[0].model if node.devices else "")
         devices = tuple(
-            Device(d.index, mapped or d.model, slice_profiles=shares if mapped else {}) for d in node.devices
+            DeviceView(d.index, mapped or d.model, slice_profiles=shares if mapped else {}) for d in node.devices
         )
-        nodes.append(Node(node.name, node.cpu_milli, node.memory_mib, devices))
+        nodes.append(NodeView(node.name, node.cpu_milli, node.memory_mib, devices))
     geometry = {node.name: {d.index: SEEDED[d.model] for d in node.devices if d.model in SEEDED} for node in nodes}
     capacity = sum(len(node.devices) for node in nodes) * MILLI
     sequence = workload(pods, capacity, seed, inflate)

@@ -20,8 +20,8 @@ from requests.choices import RequestState
 from requests.models import ResourceRequest
 from requests.models.request import snapshot_hash
 from requests.services import approved_snapshot
-from scheduling.inventory_formats import OPENB_MODELS, DeviceRecord, NodeRecord, device_uuid
-from scheduling.services import inventory_import
+from scheduling.inventory.formats import OPENB_MODELS, DeviceRecord, NodeRecord, device_uuid
+from scheduling.inventory.importer import inventory_import
 from tenancy.models import Project, ProjectQuota, Tenant, User
 
 OPENB_CODE_TO_SLUG = {code: slug for code, (slug, *_rest) in OPENB_MODELS.items()}

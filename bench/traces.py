@@ -20,9 +20,9 @@ import time
 from dataclasses import dataclass
 
 from bench.fleet import scaled_engine_nodes
-from scheduling.frag import MILLI, FragTable, typical_shapes
-from scheduling.placement import Demand, Device, Node, PlacementEngine, Snapshot
-from scheduling.policies import DEFAULT_POLICY, make_policy
+from scheduling.engine import Demand, DeviceView, NodeView, PlacementEngine, Snapshot
+from scheduling.engine.frag import MILLI, FragTable, typical_shapes
+from scheduling.engine.policies import DEFAULT_POLICY, make_policy
 
 
 @dataclass(frozen=True)
@@ -39,14 +39,14 @@ class Pod:
         return self.num_gpu * self.milli
 
 
-def read_nodes(path: str) -> list[Node]:
+def read_nodes(path: str) -> list[NodeView]:
     with open(path, newline="") as handle:
         return [
-            Node(
+            NodeView(
                 row["sn"],
                 int(row["cpu_milli"]),
                 int(row["memory_mib"]),
-                tuple(Device(j, row["model"]) for j in range(int(row["gpu"]))),
+                tuple(DeviceView(j, row["model"]) for j in range(int(row["gpu"]))),
             )
             for row in csv.DictReader(handle)
         ]
@@ -94,7 +94,7 @@ def demand_of(pod: Pod, n: int) -> Demand:
     )
 
 
-def simulate(nodes: list[Node], pods: list[Pod], policy: str, seed: int, inflate: float = 1.3) -> dict:
+def simulate(nodes: list[NodeView], pods: list[Pod], policy: str, seed: int, inflate: float = 1.3) -> dict:
     capacity = sum(len(node.devices) for node in nodes) * MILLI
     sequence = workload(pods, capacity, seed, inflate)
     shapes_source = [(p.cpu, p.mem, p.num_gpu, p.milli, p.spec) for p in sorted(pods, key=lambda pod: pod.name)]

@@ -40,7 +40,7 @@ from provisioning.steps import StepContext, StepOutputs
 from provisioning.targets import runs_targets
 from requests.choices import EventCode
 from requests.services import record_event
-from scheduling import mig_services
+from scheduling.mig import services as mig_services
 
 logger = logging.getLogger(__name__)
 

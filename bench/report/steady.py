@@ -1,5 +1,6 @@
 """Steady state at a bounded size for `make bench`: `python -m bench scheduler --scale 1 --requests 2000 --steady 5
---arrivals 200 --warmup 1` on its own scratch database (the 10x runs are the documented flags in docs/benchmarks/history.md)."""
+--arrivals 200 --warmup 1` on its own scratch database (the 10x runs are the documented flags in
+docs/benchmarks/history.md)."""
 
 from bench.headline import Headline
 from bench.report.scale import bench_scheduler_on_fresh_database

@@ -9,7 +9,7 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Mapping
 
-from scheduling.frag import FragTable, Shape, typical_shapes
+from scheduling.engine.frag import FragTable, Shape, typical_shapes
 
 MAX_SPEC_CPU, MAX_SPEC_GPU = 128000, 8000  # BestFit normalisation, as in the FGD simulator
 

@@ -27,15 +27,30 @@ from django.db.models import Prefetch, Q
 
 from catalog.choices import SpecStatus
 from catalog.models import AcceleratorModel, ResourceSpec, SliceProfile
-from scheduling import mig, mig_services, placement
+from scheduling import mig
+from scheduling.engine import (
+    HEALTHY,
+    MILLI,
+    Binding,
+    Demand,
+    DeviceView,
+    NodeView,
+    Pending,
+    PlacementEngine,
+    PlacementResult,
+    RunningAllocation,
+    Snapshot,
+    place_in_order,
+)
+from scheduling.mig import services as mig_services
 from scheduling.models import Allocation, Device, MigInstance
 
 
 class CycleEngine:
     """The milli-share engine and, when the catalog has MIG-capable models, the MIG engine, as one engine with
-    `fits`, `place_one` and `place` (demands in the given order, `placement.place_in_order`)."""
+    `fits`, `place_one` and `place` (demands in the given order, `place_in_order`)."""
 
-    def __init__(self, milli: placement.PlacementEngine, mig_engine=None, capable=(), shares=None, holdings=()):
+    def __init__(self, milli: PlacementEngine, mig_engine=None, capable=(), shares=None, holdings=()):
         self.start = milli  # the cycle's start state, frozen from here: `at_start` and the placing engine fork it
         self.milli = milli.fork()
         self.mig = mig_engine
@@ -48,7 +63,7 @@ class CycleEngine:
         # destroyed, the mode switched (for slices, and for whole cards or shares on a MIG-mode card)
         self.card_plans: dict[tuple[str, str, int], mig.Placed] = {}
 
-    def at_start(self, running: Iterable[placement.Allocation]) -> placement.PlacementEngine:
+    def at_start(self, running: Iterable[RunningAllocation]) -> PlacementEngine:
         """A milli-share engine at the state the cycle started from plus `running` (bindings of this cycle, as
         allocations): what the head's reservation and preemption planning work on. A fork, so the shape indexes
         scored on the start state are copied and refreshed for the nodes that changed, not scored again; the same
@@ -59,40 +74,40 @@ class CycleEngine:
         engine.hold(running)
         return engine
 
-    def is_mig(self, demand: placement.Demand) -> bool:
+    def is_mig(self, demand: Demand) -> bool:
         return self.mig is not None and is_mig_demand(demand, self.capable)
 
-    def fits(self, demand: placement.Demand) -> bool:
+    def fits(self, demand: Demand) -> bool:
         return self.mig.fits(slice_demand(demand)) if self.is_mig(demand) else self.milli.fits(demand)
 
-    def fits_now(self, demand: placement.Demand, known: dict) -> bool:
+    def fits_now(self, demand: Demand, known: dict) -> bool:
         """`fits` where only yes or no matters (see PlacementEngine.fits_now)."""
         return self.mig.fits(slice_demand(demand)) if self.is_mig(demand) else self.milli.fits_now(demand, known)
 
-    def place(self, demands: Iterable[placement.Demand], backfill: bool = False) -> placement.PlacementResult:
-        return placement.place_in_order(self, list(demands), backfill)
+    def place(self, demands: Iterable[Demand], backfill: bool = False) -> PlacementResult:
+        return place_in_order(self, list(demands), backfill)
 
-    def place_one(self, demand: placement.Demand) -> list[placement.Binding] | placement.Pending:
+    def place_one(self, demand: Demand) -> list[Binding] | Pending:
         if self.is_mig(demand):
             return self._place_slice(demand)
         outcome = self.milli.place_one(demand)
-        if self.mig is not None and not isinstance(outcome, placement.Pending):
+        if self.mig is not None and not isinstance(outcome, Pending):
             for binding in outcome:
                 for change in self.mig.take(binding.node, binding.devices, binding.cpu_milli, binding.memory_mib):
                     self.card_plans[(demand.id, binding.node, change.card)] = change
         return outcome
 
-    def _place_slice(self, demand: placement.Demand) -> list[placement.Binding] | placement.Pending:
+    def _place_slice(self, demand: Demand) -> list[Binding] | Pending:
         outcome = self.mig.place_one(slice_demand(demand))
         if isinstance(outcome, mig.MigPending):
-            return placement.Pending(demand.id, outcome.reason, outcome.message, dict(outcome.numbers))
+            return Pending(demand.id, outcome.reason, outcome.message, dict(outcome.numbers))
         share = self.shares.get((next(iter(demand.models)), demand.slice_profile), 1)
         devices = tuple((p.card, share) for p in outcome.placed)
         self.milli.take(outcome.node, [p.card for p in outcome.placed], outcome.cpu_milli, outcome.memory_mib)
         self.instances[demand.id] = outcome.placed
         for p in outcome.placed:
             self.card_plans[(demand.id, outcome.node, p.card)] = p
-        return [placement.Binding(demand.id, outcome.node, devices, outcome.cpu_milli, outcome.memory_mib)]
+        return [Binding(demand.id, outcome.node, devices, outcome.cpu_milli, outcome.memory_mib)]
 
     def committed_plans(self, bindings) -> dict[tuple[str, str, int], mig.Placed]:
         """The card plans of the bindings the cycle commits. A plan of a demand held back after placement (the
@@ -119,18 +134,18 @@ class CycleEngine:
         if self.mig is not None:
             self.mig.close_node(name)
 
-    def plan_preemption(self, demand: placement.Demand, may_evict: Callable[[str], bool]) -> mig.MigPreemptionPlan:
+    def plan_preemption(self, demand: Demand, may_evict: Callable[[str], bool]) -> mig.MigPreemptionPlan:
         """Victims for a waiting slice among the running work of lower priority that `may_evict` allows."""
         candidates = [h for h in self.holdings if h.priority < demand.priority and may_evict(h.id)]
         return self.mig.plan_preemption(slice_demand(demand), candidates)
 
 
-def is_mig_demand(demand: placement.Demand, capable: Iterable[str]) -> bool:
+def is_mig_demand(demand: Demand, capable: Iterable[str]) -> bool:
     """A slice of MIG-capable models only: placed geometry-true."""
     return bool(demand.slice_profile and demand.models) and all(model in capable for model in demand.models)
 
 
-def placed_geometry_true(demand: placement.Demand) -> bool:
+def placed_geometry_true(demand: Demand) -> bool:
     """Whether the cycle places this demand on the MIG engine (one query, for slices only)."""
     if not (demand.slice_profile and demand.models):
         return False
@@ -146,20 +161,20 @@ def mig_capable_models() -> dict[str, tuple[AcceleratorModel, mig.Geometry]]:
 
 def cycle_engine(
     cluster,
-    demands: list[placement.Demand],
+    demands: list[Demand],
     policy: str = "default",
-    milli_engine: Callable[[placement.Snapshot], placement.PlacementEngine] | None = None,
+    milli_engine: Callable[[Snapshot], PlacementEngine] | None = None,
 ) -> CycleEngine:
     """The engines for the cycle's snapshot; ``demands`` are the workload both learn their scores from.
     ``milli_engine(snapshot)`` gives the milli-share engine's start state (the scheduler's kept engine); without
     it one is built over the snapshot."""
-    milli_engine = milli_engine or (lambda snapshot: placement.PlacementEngine(snapshot, policy, workload=demands))
+    milli_engine = milli_engine or (lambda snapshot: PlacementEngine(snapshot, policy, workload=demands))
     snapshot = cluster.snapshot
     capable = mig_capable_models()
     if not capable:
         return CycleEngine(milli_engine(snapshot))
     shares = {
-        (p.accelerator.slug, p.name): int(p.compute_fraction * placement.MILLI)
+        (p.accelerator.slug, p.name): int(p.compute_fraction * MILLI)
         for p in SliceProfile.objects.filter(accelerator__slug__in=capable).select_related("accelerator")
     }
     rows: dict[int, Device] = {
@@ -173,7 +188,7 @@ def cycle_engine(
     inventory = _MigInventory(cluster, capable, rows)
     pairs = [inventory.node(node) for node in snapshot.nodes]
     engine_nodes = [mig_node for mig_node, _node in pairs]
-    milli_snapshot = placement.Snapshot([node for _mig_node, node in pairs], snapshot.allocations)
+    milli_snapshot = Snapshot([node for _mig_node, node in pairs], snapshot.allocations)
     mig_engine = mig.MigEngine(
         engine_nodes,
         workload=[*map(slice_demand, demands), *_offered(capable)],
@@ -189,7 +204,7 @@ def cycle_engine(
     )
 
 
-def partition_budget(nodes: list[mig.MigNode], demands: list[placement.Demand], capable, shares) -> int | None:
+def partition_budget(nodes: list[mig.MigNode], demands: list[Demand], capable, shares) -> int | None:
     """The MIG engine's partition budget (`scheduling.mig.budget`) from the queue's mix, while whole-card work that
     may use a MIG-capable card waits in it: then slices partition no more empty cards than their share of the
     waiting demand gives them, and the rest stay for that work. With none waiting, no budget: a slice never waits
@@ -226,7 +241,7 @@ class _MigInventory:
     def row(self, node: str, position: int) -> Device | None:
         return self.rows.get(self.cluster.device_ids[(node, position)])
 
-    def node(self, node: placement.Node) -> tuple[mig.MigNode, placement.Node]:
+    def node(self, node: NodeView) -> tuple[mig.MigNode, NodeView]:
         """The MIG engine's node (free CPU and memory) and the milli-share engine's (no MIG slices by share)."""
         cards, devices = [], []
         for device in node.devices:
@@ -243,10 +258,10 @@ class _MigInventory:
         )
         return mig_node, replace(node, devices=tuple(devices))
 
-    def _card(self, node: str, device: placement.Device) -> tuple[mig.Card, placement.Device]:
+    def _card(self, node: str, device: DeviceView) -> tuple[mig.Card, DeviceView]:
         row = self.row(node, device.index)
         busy = self.used_milli.get((node, device.index), 0)
-        healthy = device.health == placement.HEALTHY
+        healthy = device.health == HEALTHY
         if row is None:
             return mig.Card(device.index, device.model, busy_milli=min(busy, mig.MILLI), healthy=healthy), device
         pinned = row.node.mig_layout_pinned
@@ -269,7 +284,7 @@ class _MigInventory:
         blocked = (row.mig_mode and (pinned or held)) or draining
         return card, replace(device, slice_profiles={}, capacity=0 if blocked else device.capacity)
 
-    def holdings(self, allocations: Iterable[placement.Allocation]) -> list[mig.Holding]:
+    def holdings(self, allocations: Iterable[RunningAllocation]) -> list[mig.Holding]:
         """Running allocations on nodes with MIG-capable cards, with the GPU instances (or whole cards) they hold:
         what releasing them would give back to the MIG engine."""
         held: dict[tuple[int, str], mig.Instance] = {}
@@ -321,7 +336,7 @@ def _offered(capable) -> list[mig.SliceDemand]:
     ]
 
 
-def slice_demand(demand: placement.Demand) -> mig.SliceDemand:
+def slice_demand(demand: Demand) -> mig.SliceDemand:
     # The MIG engine has no anti-affinity: a serving request's replicas of MIG slices stay together on one node.
     demand = demand.colocated
     return mig.SliceDemand(

@@ -5,8 +5,8 @@ turns dcgm-exporter's Prometheus text exposition into samples, `rule_matches`/`e
 rules (any objects with source, signal, comparison, threshold, action, active; `HealthRule` rows in production).
 
 Numbers must be usable: `invalid_samples` names every sample whose number is NaN, infinite or beyond any counter
-dcgm-exporter has (`scheduling.readings`), and `health_ingest` refuses the whole batch when there is one, before it
-touches anything.
+dcgm-exporter has (`scheduling.readings`), and `health_ingest` refuses the whole batch when there is one,
+before it touches anything.
 
 `health_ingest(samples, actor)` is the service: in one transaction it resolves each sample to devices, records a
 `HealthEvent` per device for every sample that matched a rule, and applies the strongest action per device
@@ -31,8 +31,8 @@ from django.utils import timezone
 from prometheus_client.parser import text_string_to_metric_families
 
 from config.errors import DomainError
-from scheduling.agents import ANY_NODE, NOT_YOUR_NODE, NodeScope
 from scheduling.choices import Comparison, DeviceHealth, HealthAction, HealthSource
+from scheduling.inventory.agents import ANY_NODE, NOT_YOUR_NODE, NodeScope
 from scheduling.models import Device, HealthEvent, HealthRule, Node
 from scheduling.readings import number_problem, usable_number
 from scheduling.services import device_isolate, device_set_health

@@ -9,9 +9,17 @@ start now, but not on that node if they would still be running at that time: the
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-from scheduling import placement
+from scheduling.engine import (
+    CAPACITY_IN_USE,
+    FRAGMENTATION,
+    HIGHER_PRIORITY_AHEAD,
+    TOPOLOGY_CONSTRAINT,
+    Binding,
+    Pending,
+    RunningAllocation,
+)
 
-CROWDED_OUT = {placement.CAPACITY_IN_USE, placement.FRAGMENTATION, placement.TOPOLOGY_CONSTRAINT}
+CROWDED_OUT = {CAPACITY_IN_USE, FRAGMENTATION, TOPOLOGY_CONSTRAINT}
 MAX_RELEASES = 2000  # how far ahead the reservation looks, in released allocations
 
 
@@ -35,7 +43,7 @@ def reserve_for_head(
     head, ahead = demands[head_at], {demand.id for demand in demands[:head_at]}
     placed_ahead = [binding for binding in result.bindings if binding.demand_id in ahead]
     placed = [
-        placement.Allocation(binding.demand_id, binding.node, binding.devices, binding.cpu_milli, binding.memory_mib)
+        RunningAllocation(binding.demand_id, binding.node, binding.devices, binding.cpu_milli, binding.memory_mib)
         for binding in placed_ahead
     ]
     running = [*allocations, *placed]
@@ -46,12 +54,10 @@ def reserve_for_head(
     trial = engine.at_start(placed)
     for allocation in sorted(running, key=lambda allocation: ends[allocation.id])[:MAX_RELEASES]:
         trial.release(
-            placement.Binding(
-                allocation.id, allocation.node, allocation.devices, allocation.cpu_milli, allocation.memory_mib
-            )
+            Binding(allocation.id, allocation.node, allocation.devices, allocation.cpu_milli, allocation.memory_mib)
         )
         outcome = trial.place_one(head)
-        if not isinstance(outcome, placement.Pending):
+        if not isinstance(outcome, Pending):
             return Reservation(head.id, outcome[0].node, ends[allocation.id])
     return None
 
@@ -73,9 +79,9 @@ def hold_back_delaying(result, reservation: Reservation, demands, hours, now) ->
     result.bindings = [binding for binding in result.bindings if binding.demand_id not in held]
     delaying = list({binding.demand_id: binding for binding in reversed(delaying)}.values())  # one reason each
     result.pending.extend(
-        placement.Pending(
+        Pending(
             binding.demand_id,
-            placement.HIGHER_PRIORITY_AHEAD,
+            HIGHER_PRIORITY_AHEAD,
             f"would still be running on {binding.node} when request #{reservation.request_id} is due to start there "
             f"({reservation.start:%Y-%m-%d %H:%M} UTC); it waits so that larger request is not starved",
             {

@@ -1,6 +1,6 @@
 """Inventory files read into plain records: the openb node list, and a generic CSV or YAML of nodes with devices.
 
-Parsing stores nothing; `scheduling.services.inventory_import` writes the records. Every problem is collected
+Parsing stores nothing; `scheduling.inventory.importer.inventory_import` writes the records. Every problem is collected
 with its line (CSV) or position (YAML) so one run reports them all.
 """
 
