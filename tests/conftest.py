@@ -9,7 +9,6 @@ from tests import factories
 from tests.devcluster_fixtures import cluster_for_tests
 from tests.smtp_server import smtp_server
 
-
 # Fixtures that start a real daemon, a server or a browser (once per session, reset per test): a test that asks for
 # one belongs to the integration layer, which `make test-fast` leaves out.
 DAEMON_FIXTURES = frozenset(
