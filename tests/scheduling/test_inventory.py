@@ -9,8 +9,8 @@ from django.core.management import CommandError, call_command
 from catalog.models import AcceleratorModel
 from config.errors import Conflict, DomainError
 from requests.choices import EventCode
-from scheduling import services
-from scheduling.choices import DeviceHealth
+from scheduling import inventory_formats, services
+from scheduling.choices import DeviceHealth, ExecutionBackend
 from scheduling.inventory_formats import device_uuid
 from scheduling.models import Device, Node
 from scheduling.reclaim import allocation_release
@@ -295,6 +295,19 @@ def test_execution_backend_is_imported_validated_and_kept_when_the_column_is_emp
     with pytest.raises(CommandError, match="unknown execution_backend 'kubernetes'"):
         run_import(path)
     assert Node.objects.get(name="slurm-01").execution_backend == "slurm"
+
+
+def test_the_valid_backends_are_the_enum_s_members_not_a_copied_list(tmp_path):
+    """The file's backend names are checked against scheduling.choices.ExecutionBackend: a member added there is
+    accepted by the import with nothing else to edit, and the refusal names exactly the enum's values."""
+    path = tmp_path / "inventory.csv"
+    path.write_text("name,cpu_cores,memory_gib,execution_backend\nk8s-01,8,64,kubernetes\n")
+    with pytest.raises(CommandError) as error:
+        run_import(path)
+    known = ", ".join(ExecutionBackend.values)
+    assert f"(known: {known})" in str(error.value)
+    [record] = inventory_formats.read(path, backends=(*ExecutionBackend.values, "kubernetes"))
+    assert record.execution_backend == "kubernetes"
 
 
 def test_bad_rows_are_all_reported_and_nothing_is_imported(tmp_path):

@@ -8,6 +8,7 @@ from django.core.management.base import BaseCommand, CommandError
 
 from config.errors import DomainError
 from scheduling import inventory_formats
+from scheduling.choices import ExecutionBackend
 from scheduling.services import inventory_import
 from scheduling.slurm.api import SlurmApi, SlurmApiError
 from scheduling.slurm.services import SlurmImportResult, slurm_inventory_import
@@ -66,7 +67,7 @@ See docs/inventory.md."""
             raise CommandError(f"No such file: {path}")
         fmt = format or inventory_formats.guess_format(path)
         try:
-            records = inventory_formats.read(path, fmt)
+            records = inventory_formats.read(path, fmt, backends=ExecutionBackend.values)
             result = inventory_import(
                 records, actor=None, default_site=site.strip(), create_openb_models=fmt == "openb"
             )
