@@ -45,7 +45,7 @@ from requests.quota import (
     quota_scopes,
 )
 from requests.signals import request_preempted, request_queued, request_releasing
-from requests.timeline import Timeline
+from requests.timeline import Timeline, write_events
 from tenancy.choices import ProjectPermission
 from tenancy.models import User
 from tenancy.selectors import user_has_project_permission
@@ -751,7 +751,7 @@ def _bulk_transition(
     )
     if updated != len(items):
         raise Conflict(refusal, code="state_changed", details={"expected": len(items), "updated": updated})
-    announce_events(RequestEvent.objects.bulk_create(events))
+    write_events(events)
 
 
 def requests_allocate(*, placed: list[tuple[ResourceRequest, str, dict]]) -> None:

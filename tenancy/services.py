@@ -17,20 +17,41 @@ def _jsonable(value: Any) -> Any:
     return str(value) if isinstance(value, Decimal) else value
 
 
+def audit_row(
+    *,
+    actor: User | None,
+    action: str,
+    target: models.Model | None,
+    reason: str = "",
+    data: dict | None = None,
+    target_repr: str | None = None,
+) -> AuditEvent:
+    """One audit row, not yet saved (`audit_records` writes many at once). `target_repr` spares reading what the
+    target's str() would read (a batch of requests)."""
+    return AuditEvent(
+        actor=actor if actor is not None and actor.is_authenticated else None,
+        action=action,
+        target_type=ContentType.objects.get_for_model(target, for_concrete_model=False) if target is not None else None,
+        target_id=str(target.pk) if target is not None else "",
+        target_repr=(str(target) if target_repr is None else target_repr)[:200] if target is not None else "",
+        reason=reason,
+        data={key: _jsonable(value) for key, value in (data or {}).items()},
+    )
+
+
 def audit_record(
     *, actor: User | None, action: str, target: models.Model | None, reason: str = "", data: dict | None = None
 ) -> AuditEvent:
     """Append one audit row; call it inside the transaction that made the change. `target` is None only for what
     concerns no stored object (a failed sign-in with an unknown username)."""
-    return AuditEvent.objects.create(
-        actor=actor if actor is not None and actor.is_authenticated else None,
-        action=action,
-        target_type=ContentType.objects.get_for_model(target, for_concrete_model=False) if target is not None else None,
-        target_id=str(target.pk) if target is not None else "",
-        target_repr=str(target)[:200] if target is not None else "",
-        reason=reason,
-        data={key: _jsonable(value) for key, value in (data or {}).items()},
-    )
+    row = audit_row(actor=actor, action=action, target=target, reason=reason, data=data)
+    row.save()
+    return row
+
+
+def audit_records(*, rows: list[AuditEvent]) -> list[AuditEvent]:
+    """Append many audit rows (built by `audit_row`) in one INSERT, inside the transaction that made the changes."""
+    return AuditEvent.objects.bulk_create(rows) if rows else []
 
 
 @transaction.atomic

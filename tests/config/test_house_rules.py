@@ -2,7 +2,6 @@
 and schedules in its `wiring.py`; public service functions take keyword arguments only; comments carry no timings
 (figures go to docs/BENCHMARKS.md, where they are measured and dated)."""
 
-import ast
 import inspect
 import re
 from pathlib import Path
