@@ -85,8 +85,8 @@ def _transition(
 
 
 def record_event(
-    request: ResourceRequest,
     *,
+    request: ResourceRequest,
     actor: User | None,
     code: str,
     message: str,
@@ -573,7 +573,7 @@ class RequestApprovals:
         _readmit_after_commit(request.project_id)
 
     def note(self, request: ResourceRequest, *, code: str, message: str, actor: User | None, data: dict) -> None:
-        record_event(request, actor=actor, code=code, message=message, data=data)
+        record_event(request=request, actor=actor, code=code, message=message, data=data)
 
 
 # --- Cancellation and operator rejection -------------------------------------------------------------------

@@ -180,7 +180,7 @@ def test_every_transition_also_writes_the_shared_audit_trail_with_actor_and_reas
         request=request, actor=team.operator, reason="BMC back", message="retried", data={"run": 2}
     )
     services.requests_activate(activated=[(services._locked(request), {"node": "n1"}, "active", {"run": 2})])
-    services.record_event(request, actor=team.operator, code=EventCode.EXPIRY_WARNING, message="a note")
+    services.record_event(request=request, actor=team.operator, code=EventCode.EXPIRY_WARNING, message="a note")
     services.request_release(request=request, actor=team.developer, reason="done with it")
     services.request_finish_release(request=request, message="Released.")
 

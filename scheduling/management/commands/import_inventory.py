@@ -69,7 +69,7 @@ See docs/inventory.md."""
         try:
             records = inventory_formats.read(path, fmt, backends=ExecutionBackend.values)
             result = inventory_import(
-                records, actor=None, default_site=site.strip(), create_openb_models=fmt == "openb"
+                records=records, actor=None, default_site=site.strip(), create_openb_models=fmt == "openb"
             )
         except inventory_formats.InventoryFileError as error:
             raise CommandError(f"{path}: nothing imported. " + "\n".join(error.problems)) from error
