@@ -85,6 +85,15 @@ def tenant_create(*, name: str, slug: str, actor: User | None, description: str 
 
 
 @transaction.atomic
+def tenant_update(*, tenant: Tenant, changed_fields: list[str], actor: User | None) -> Tenant:
+    """Save an operator's edit of a tenant (its name, its active flag...), with an audit row naming the fields."""
+    tenant.full_clean()
+    tenant.save()
+    audit_record(actor=actor, action="tenant.updated", target=tenant, data={"fields": sorted(changed_fields)})
+    return tenant
+
+
+@transaction.atomic
 def project_create(
     *,
     tenant: Tenant,
@@ -321,6 +330,25 @@ def manager_chain_check(*, user: User, manager: User | None) -> None:
                 details={"user": user.username, "manager": manager.username},
             )
         cursor = cursor.manager
+
+
+@transaction.atomic
+def user_save(*, user: User, changed_fields: list[str], actor: User | None) -> User:
+    """Save an operator's edit of an account in the console (staff and active flags, names, e-mail), with an audit row
+    naming the fields that changed (never their values); a new line manager goes through `user_set_manager`, which
+    checks the chain and records from whom to whom."""
+    created = user.pk is None
+    manager = user.manager
+    if "manager" in changed_fields and not created:
+        user.manager = User.objects.get(pk=user.pk).manager  # user_set_manager changes and records it
+    user.save()
+    fields = sorted(field for field in changed_fields if field != "manager")
+    if created or fields:
+        action = "user.created" if created else "user.updated"
+        audit_record(actor=actor, action=action, target=user, data={"fields": fields})
+    if "manager" in changed_fields:
+        user_set_manager(user=user, manager=manager, actor=actor)
+    return user
 
 
 @transaction.atomic
