@@ -46,7 +46,7 @@ def import_fleet(nodes_csv: str | Path, scale: int) -> dict:
         )
         for node in fleet.replicate(fleet.read_openb_nodes(nodes_csv), scale)
     ]
-    inventory_import(records, actor=None, create_openb_models=True)
+    inventory_import(records=records, actor=None, create_openb_models=True)
     return {"nodes": len(records), "gpus": sum(len(record.devices) for record in records)}
 
 

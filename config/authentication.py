@@ -11,8 +11,8 @@ from tenancy.api_tokens import TokenRefused, api_token_authenticate
 class TokenAuthentication(authentication.TokenAuthentication):
     """`Authorization: Token <secret>` with the platform's API tokens (tenancy.api_tokens: hashed, scoped, expiring,
     revocable), the token's user read by one plain SQL statement: the ORM's lookup of the token and its user
-    (0.6 ms of CPU against 0.2) was a sizeable share of every small call. A call outside the token's scopes is
-    refused here, before any view runs, so no endpoint can forget it (config.scopes)."""
+    cost several times the CPU of the plain statement, a sizeable share of every small call. A call outside the
+    token's scopes is refused here, before any view runs, so no endpoint can forget it (config.scopes)."""
 
     def authenticate(self, request):
         self.address = client_address(request._request)

@@ -232,6 +232,9 @@ ALLOCATION_HEARTBEAT_TIMEOUT_MINUTES = env_int("ALLOCATION_HEARTBEAT_TIMEOUT_MIN
 # Metering: telemetry driver (simulated or dcgm) and where each node's dcgm-exporter answers ({node} = node name),
 # sampling and raw-sample retention, whether exhausting the monthly budget releases running work, rightsizing.
 METERING_TELEMETRY_DRIVER = env_str("METERING_TELEMETRY_DRIVER", "simulated")
+# Per vendor (its slug) or per node ("node:<name>"), the telemetry driver that reads its cards, as JSON, e.g.
+# {"nvidia": "dcgm", "huawei": "simulated"}: a mixed fleet metered each vendor its own way. Empty: the driver above.
+METERING_TELEMETRY_SOURCES = env_json("METERING_TELEMETRY_SOURCES", {})
 METERING_DCGM_URL_TEMPLATE = env_str("METERING_DCGM_URL_TEMPLATE", "http://{node}:9400/metrics")
 METERING_DCGM_TIMEOUT_SECONDS = env_int("METERING_DCGM_TIMEOUT_SECONDS", 5)
 METERING_SAMPLE_INTERVAL_SECONDS = env_int("METERING_SAMPLE_INTERVAL_SECONDS", 60)

@@ -63,10 +63,11 @@ def bindings_of(allocations: QuerySet[Allocation]) -> list[Binding]:
             "allocation__request__service__kind",
             "allocation__request__parameters",
             "gi_id",
+            "device__model__vendor__slug",
         )
     )
     bindings, positions = [], {}
-    for allocation_id, device_id, uuid, node, memory_gb, milli, kind, parameters, gi_id in rows:
+    for allocation_id, device_id, uuid, node, memory_gb, milli, kind, parameters, gi_id, vendor in rows:
         position = positions[allocation_id] = positions.get(allocation_id, -1) + 1
         bindings.append(
             Binding(
@@ -80,6 +81,7 @@ def bindings_of(allocations: QuerySet[Allocation]) -> list[Binding]:
                 kind,
                 str(parameters.get("workload", "")),
                 gi_id,
+                vendor,
             )
         )
     return bindings

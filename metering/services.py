@@ -18,7 +18,7 @@ from metering import selectors
 from metering.choices import BUDGET_THRESHOLDS, BudgetLevel
 from metering.models import BudgetAlert, DailyUsage, HistogramBucket, TelemetrySample
 from metering.periods import first_of_month, midnight, month_period
-from metering.telemetry import Reading, driver_for
+from metering.telemetry import Reading, telemetry_driver
 from requests.choices import RUNNING_STATES
 from requests.models import ResourceRequest
 from requests.services import request_release
@@ -58,10 +58,10 @@ def sample_of(reading: Reading, instant: datetime) -> TelemetrySample:
 
 
 def telemetry_collect(*, now: datetime | None = None, driver=None) -> CollectReport:
-    """Store one sample per binding of the running allocations, from the configured driver."""
+    """Store one sample per binding of the running allocations, each read by its vendor's or node's driver."""
     instant = sampling_instant(now or timezone.now())
     running = Allocation.objects.filter(state=AllocationState.ACTIVE)
-    result = (driver or driver_for()).read(selectors.bindings_of(running), instant)
+    result = (driver or telemetry_driver()).read(selectors.bindings_of(running), instant)
     TelemetrySample.objects.bulk_create(
         [sample_of(reading, instant) for reading in result.readings], batch_size=5000, ignore_conflicts=True
     )

@@ -5,6 +5,10 @@ the nodes it could not. `simulated` (the embedded default) draws plausible, repe
 by allocation, device and time. `dcgm` scrapes NVIDIA dcgm-exporter's Prometheus text endpoint on each node over
 HTTP (parsed with prometheus_client's parser, as health ingestion does) and matches samples to devices by UUID.
 
+Which driver reads a card is chosen per vendor or per node (METERING_TELEMETRY_SOURCES, e.g. NVIDIA cards through
+dcgm, Ascend cards through their own exporter), the rest through METERING_TELEMETRY_DRIVER: a mixed fleet is
+metered each vendor its own way (`telemetry_driver`, `RoutedDriver`).
+
 A card shared by several allocations (milli < 1000) reports for the whole card; each allocation is attributed its
 share of the card's memory and power, and the card's utilization as measured. A card whose exporter reports a number
 no card can have (NaN, infinite, negative, or beyond the card) gets no sample that round, and the collection says so.
@@ -13,6 +17,7 @@ no card can have (NaN, infinite, negative, or beyond the card) gets no sample th
 import math
 import random
 from collections import defaultdict
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
 
@@ -43,6 +48,7 @@ class Binding:
     service_kind: str
     workload: str = ""  # what the order declared (parameter "workload"), if anything
     gi_id: int | None = None  # the GPU instance the allocation holds on this card (MIG), if any
+    vendor: str = ""  # the card's vendor (catalog.Vendor.slug): which telemetry source reads it
 
     @property
     def share(self) -> float:
@@ -247,14 +253,63 @@ class DcgmDriver:
             )
 
 
+def _dcgm_driver() -> DcgmDriver:
+    return DcgmDriver(url_template=settings.METERING_DCGM_URL_TEMPLATE, timeout=settings.METERING_DCGM_TIMEOUT_SECONDS)
+
+
+# The telemetry drivers keyed by their enum: a new source is one TelemetryDriver member and one entry here
+# (docs/adding-an-accelerator.md).
+TELEMETRY_DRIVERS: dict[str, Callable[[], object]] = {
+    TelemetryDriver.SIMULATED: SimulatedDriver,
+    TelemetryDriver.DCGM: _dcgm_driver,
+}
+
+
 def driver_for(name: str | None = None):
     name = name or settings.METERING_TELEMETRY_DRIVER
-    if name == TelemetryDriver.SIMULATED:
-        return SimulatedDriver()
-    if name == TelemetryDriver.DCGM:
-        return DcgmDriver(
-            url_template=settings.METERING_DCGM_URL_TEMPLATE, timeout=settings.METERING_DCGM_TIMEOUT_SECONDS
+    factory = TELEMETRY_DRIVERS.get(name)
+    if factory is None:
+        raise ImproperlyConfigured(
+            f"A telemetry driver must be one of {', '.join(TelemetryDriver.values)}; got {name!r} "
+            "(METERING_TELEMETRY_DRIVER, METERING_TELEMETRY_SOURCES)."
         )
-    raise ImproperlyConfigured(
-        f"METERING_TELEMETRY_DRIVER must be one of {', '.join(TelemetryDriver.values)}; got {name!r}."
-    )
+    return factory()
+
+
+NODE_PREFIX = "node:"
+
+
+def source_of(binding: Binding, sources: dict[str, str], default: str) -> str:
+    """The telemetry driver that reads `binding`: its node's (key "node:<name>"), else its vendor's (key: the vendor's
+    slug), else the default."""
+    return sources.get(NODE_PREFIX + binding.node) or sources.get(binding.vendor) or default
+
+
+class RoutedDriver:
+    """Reads each binding through the driver its node or vendor is mapped to, and merges what they return."""
+
+    def __init__(self, *, sources: dict[str, str], default: str):
+        for name in {default, *sources.values()}:
+            if name not in TELEMETRY_DRIVERS:
+                driver_for(name)  # raises ImproperlyConfigured, naming the known drivers
+        self.sources, self.default = sources, default
+
+    def read(self, bindings: list[Binding], at: datetime) -> DriverResult:
+        by_source: dict[str, list[Binding]] = defaultdict(list)
+        for binding in bindings:
+            by_source[source_of(binding, self.sources, self.default)].append(binding)
+        result = DriverResult()
+        for name, routed in sorted(by_source.items()):
+            part = driver_for(name).read(routed, at)
+            result.readings.extend(part.readings)
+            result.errors.extend(part.errors)
+        return result
+
+
+def telemetry_driver():
+    """The collector's driver: METERING_TELEMETRY_DRIVER for every card, unless METERING_TELEMETRY_SOURCES maps some
+    vendors or nodes to other drivers."""
+    sources = settings.METERING_TELEMETRY_SOURCES
+    if not sources:
+        return driver_for()
+    return RoutedDriver(sources=dict(sources), default=settings.METERING_TELEMETRY_DRIVER)

@@ -21,8 +21,9 @@ class ProvisioningConfig(AppConfig):
 
         from config import workers
         from provisioning import wiring
-        from provisioning.checks import check_slurm_job_directory
+        from provisioning.checks import check_driver_registries, check_slurm_job_directory
 
         checks.register(check_slurm_job_directory)
+        checks.register(check_driver_registries)
         wiring.connect()
         workers.install()  # qcluster stops promptly and hands back its work (long steps and installs live here)

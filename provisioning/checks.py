@@ -39,3 +39,22 @@ def check_slurm_job_directory(app_configs=None, **_kwargs) -> list[Error | Warni
             )
         ]
     return []
+
+
+def check_driver_registries(app_configs=None, *, registries=None, **_kwargs) -> list[Error]:
+    """Every member of a driver enum (execution backends, BMC and in-band drivers, serving runtimes) has a driver in
+    its registry (provisioning/drivers/__init__.py): a backend added to an enum without a driver fails here, at
+    `manage.py check`, not on the first request placed on it."""
+    from provisioning.drivers import REGISTRIES
+
+    errors = []
+    for registry in REGISTRIES if registries is None else registries:
+        for value in registry.missing():
+            errors.append(
+                Error(
+                    f"{registry.enum.__name__}.{value!r} has no {registry.kind} driver.",
+                    hint="Register one in provisioning/drivers/__init__.py (docs/adding-a-backend.md).",
+                    id="provisioning.E010",
+                )
+            )
+    return errors

@@ -53,3 +53,17 @@ FORCEABLE_KINDS = frozenset({"release", "cleanup"})
 
 
 FINISHED_STEP_STATES = frozenset({StepState.SUCCEEDED, StepState.FAILED, StepState.CANCELLED})
+
+
+class BmcDriverName(models.TextChoices):
+    """The out-of-band driver of bare-metal servers (PROVISIONING_BMC_DRIVER)."""
+
+    SIMULATED = "simulated", "Simulated BMC (demo)"
+    REDFISH = "redfish", "DMTF Redfish over HTTP"
+
+
+class InBandDriverName(models.TextChoices):
+    """The driver of a bare-metal server's post-install steps (PROVISIONING_IN_BAND_DRIVER)."""
+
+    SIMULATED = "simulated", "Simulated host (demo)"
+    ANSIBLE = "ansible", "Ansible playbooks over SSH"

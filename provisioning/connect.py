@@ -21,7 +21,7 @@ from django.db import transaction
 from django.db.models import OuterRef, Subquery
 from django.utils import timezone
 
-from config.encryption import decrypt, encrypt
+from config.encryption import Undecryptable, decrypt, encrypt, reencrypted
 from config.errors import Conflict, DomainError, NotFound, NotPermitted
 from provisioning.choices import RunKind, RunState
 from provisioning.drivers import workload_driver
@@ -125,7 +125,7 @@ def connect_secret_rotate(*, resource_request: ResourceRequest, name: str, actor
         secret.ciphertext, secret.rotated_at = encrypt(value), timezone.now()
         secret.save(update_fields=["ciphertext", "rotated_at"])
         record_event(
-            resource_request,
+            request=resource_request,
             actor=actor,
             code=EventCode.CONNECT_SECRET_ROTATED,
             message=f"The {label_of(name)} was changed by the requester; the old one no longer works.",
@@ -180,7 +180,7 @@ def connect_secret_reveal(*, secret: ConnectSecret, actor: User, reason: str) ->
         secret = ConnectSecret.objects.select_related("request").get(pk=secret.pk)
         label = label_of(secret.name)
         record_event(
-            secret.request,
+            request=secret.request,
             actor=actor,
             code=EventCode.CONNECT_SECRET_REVEALED,
             message=f"{actor.get_username()} revealed the {label} to operate the workload: {reason}",
@@ -191,3 +191,32 @@ def connect_secret_reveal(*, secret: ConnectSecret, actor: User, reason: str) ->
             actor=actor, action="connect_secret.revealed", target=secret, reason=reason, data={"name": secret.name}
         )
     return decrypt(secret.ciphertext)
+
+
+@dataclass(frozen=True)
+class Reencrypted:
+    count: int  # re-encrypted
+    unreadable: list[int]  # ids of the secrets under no configured key (left as they were)
+
+
+@transaction.atomic
+def connect_secrets_reencrypt(*, actor: User | None = None) -> Reencrypted:
+    """After a key rotation: every stored connect secret encrypted again under the current key (the first of
+    SECRETS_ENCRYPTION_KEYS, or one derived from SECRET_KEY), so the old key can go. One audit row says how many,
+    never what."""
+    unreadable = []
+    stored = list(ConnectSecret.objects.select_for_update().only("pk", "ciphertext"))
+    for secret in stored:
+        try:
+            secret.ciphertext = reencrypted(secret.ciphertext)
+        except Undecryptable:
+            unreadable.append(secret.pk)
+    ConnectSecret.objects.bulk_update(stored, ["ciphertext"], batch_size=500)
+    result = Reencrypted(len(stored) - len(unreadable), unreadable)
+    audit_record(
+        actor=actor,
+        action="connect_secrets.reencrypted",
+        target=None,
+        data={"count": result.count, "unreadable": unreadable[:100]},
+    )
+    return result

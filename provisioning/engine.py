@@ -151,7 +151,7 @@ def steps_execute(*, step_ids: list[int]) -> None:
             elif then is not None and then <= settings.PROVISIONING_INLINE_WAIT_SECONDS and not stopping():
                 due[step_id] = time.monotonic() + then
         if to_broker:
-            step_task(to_broker)
+            step_task(step_ids=to_broker)
 
 
 def _execute_once(step_ids: list[int]) -> dict[int, float | OutageWait | Following | None]:
@@ -181,7 +181,7 @@ def steps_resume_due(*, now=None) -> int:
     )
     size = max(1, settings.PROVISIONING_START_BATCH)
     for first in range(0, len(due), size):
-        step_task(due[first : first + size])
+        step_task(step_ids=due[first : first + size])
     return len(due)
 
 
@@ -398,7 +398,7 @@ def _record(owner: uuid.UUID, outcomes: dict[int, Outcome]) -> dict[int, float |
     _advance([step for step in ours if isinstance(recorded[step.pk], Following | Finished)])
     finished = [(then.run, then.last_output) for then in recorded.values() if isinstance(then, Finished)]
     if finished:
-        services.runs_succeeded(finished)
+        services.runs_succeeded(finished=finished)
     return {step.pk: None if isinstance(then := recorded.get(step.pk), Finished) else then for step in steps}
 
 
@@ -481,7 +481,7 @@ def _place_again(step: ProvisioningStep, lost: PlacementLost) -> None:
     """The backend will not start the work on this node: the run stops here and the request is placed again."""
     step.cancel()
     _append_log(step, f"attempt {step.attempts}: {lost.reason['message']} The request is placed again.")
-    services.run_placement_lost(step.run, step, lost.reason)
+    services.run_placement_lost(run=step.run, step=step, reason=lost.reason)
 
 
 def _retry_or_fail(step: ProvisioningStep, error: StepError) -> float | OutageWait | None:
@@ -499,7 +499,7 @@ def _retry_or_fail(step: ProvisioningStep, error: StepError) -> float | OutageWa
         f"“{label}” failed (attempt {step.attempts} of {step.max_attempts}): {error.message} Retrying in {backoff:g} s."
     )
     record_event(
-        step.run.request,
+        request=step.run.request,
         actor=None,
         code=EventCode.PROVISIONING_STEP_FAILED,
         message=message,
@@ -529,7 +529,7 @@ def _fail(step: ProvisioningStep, error: StepError) -> None:
     step.fail(error=_error_data(error))
     _append_log(step, f"attempt {step.attempts}: failed for good: {error.code}: {error.message}")
     step.save(update_fields=ENDED_FIELDS)
-    services.run_failed(step.run, step, error)
+    services.run_failed(run=step.run, step=step, error=error)
 
 
 def _error_data(error: StepError) -> dict:

@@ -50,7 +50,7 @@ def workload_extend(*, request_id: int) -> str:
         moved = workload_driver(target.backend).extend_workloads([target])
     except StepError as error:
         record_event(
-            run.request,
+            request=run.request,
             actor=None,
             code=EventCode.WORKLOAD_EXTENDED,
             message=f"The {target.backend} backend could not be told of the extension yet ({error.message}); the "
@@ -81,7 +81,7 @@ def workload_extended_note(run: ProvisioningRun, moved: dict | None) -> None:
     if moved is None:
         return
     record_event(
-        run.request,
+        request=run.request,
         actor=None,
         code=EventCode.WORKLOAD_EXTENDED,
         message=f"{moved['workload']}: time limit raised from {moved['was_minutes']} to "

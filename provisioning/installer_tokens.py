@@ -11,7 +11,7 @@ from config.tokens import secret_hash
 from provisioning.models import ProvisioningRun
 
 
-def installer_token_issue(run: ProvisioningRun) -> str:
+def installer_token_issue(*, run: ProvisioningRun) -> str:
     """A new token for this run's installer, its only credential to report (a repeated boot step replaces the
     previous one). Stored hashed; derived from a fresh nonce and the secret key, so that the PXE install config can
     hand it out again (installer_token) while the database alone does not reveal it."""

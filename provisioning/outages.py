@@ -95,7 +95,7 @@ def note_outage(step: ProvisioningStep, error: BackendUnavailable) -> None:
     """The timeline note when a step starts waiting for its backend (once per outage of the step)."""
     reason = waiting_reason(step.run, step, error.details)
     record_event(
-        step.run.request,
+        request=step.run.request,
         actor=None,
         code=EventCode.BACKEND_WAIT,
         message=reason["message"],
@@ -112,7 +112,7 @@ def outage_over(step: ProvisioningStep, now: datetime) -> str | None:
         step.deadline_at += waited
     step.outage_since = None
     record_event(
-        step.run.request,
+        request=step.run.request,
         actor=None,
         code=EventCode.BACKEND_WAIT,
         message=f"{_capitalised(outage.get('waiting_for', 'the backend'))} answers again after {_duration(waited)}; "
@@ -204,7 +204,7 @@ def steps_wake(*, backend: str) -> int:
     ProvisioningStep.objects.filter(pk__in=due).update(retry_at=timezone.now())
     size = max(1, settings.PROVISIONING_START_BATCH)
     for first in range(0, len(due), size):
-        step_task(due[first : first + size])
+        step_task(step_ids=due[first : first + size])
     return len(due)
 
 

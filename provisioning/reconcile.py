@@ -99,7 +99,7 @@ def _note_orphan(orphan: dict) -> None:
     request = ResourceRequest.objects.filter(pk=orphan["request_id"]).first()
     if request is not None:
         record_event(
-            request,
+            request=request,
             actor=None,
             code=EventCode.CLEANED_UP,
             message=f"The reconciler stopped {orphan['workload']}, left running for allocation "

@@ -43,8 +43,8 @@ from tenancy.services import audit_record
 logger = logging.getLogger(__name__)
 
 
-def enqueue_steps(step_ids: list[int]) -> None:
-    transaction.on_commit(lambda: step_task(step_ids))
+def enqueue_steps(*, step_ids: list[int]) -> None:
+    transaction.on_commit(lambda: step_task(step_ids=step_ids))
 
 
 def _driver_for(pipeline: str, allocation: Allocation) -> str:
@@ -116,7 +116,7 @@ def _new_steps(run: ProvisioningRun, plan: RunPlan) -> list[ProvisioningStep]:
 
 def _create_and_enqueue(request: ResourceRequest, allocation: Allocation, kind: str, **options) -> ProvisioningRun:
     (run,) = _create_runs([RunPlan(request, allocation, kind, **options)])
-    enqueue_steps([run.first_step_id])
+    enqueue_steps(step_ids=[run.first_step_id])
     return run
 
 
@@ -209,9 +209,9 @@ def _start_or_release(request_id: int) -> str:
         with transaction.atomic():
             run = next(iter(runs_start(request_ids=[request_id])), None)
             if run is not None:
-                enqueue_steps([run.first_step_id])
+                enqueue_steps(step_ids=[run.first_step_id])
                 record_event(
-                    run.request,
+                    request=run.request,
                     actor=None,
                     code=EventCode.PROVISIONING_RECOVERED,
                     data={"run": run.pk},
@@ -259,7 +259,7 @@ def releases_resume_stranded(*, limit: int = 100) -> list[int]:
                 continue
             teardown_start(request_id=request_id, reason="release resumed by the sweeper", kind=RunKind.RELEASE)
             record_event(
-                request,
+                request=request,
                 actor=None,
                 code=EventCode.PROVISIONING_RECOVERED,
                 message=f"Releasing for longer than {settings.PROVISIONING_RELEASE_GRACE_SECONDS} s without a "
@@ -275,7 +275,7 @@ def _release_stranded(request_id: int, reason: dict) -> str:
     if request.state != RequestState.ALLOCATED:  # it moved on meanwhile (started, released): nothing to do
         return "started" if request.state == RequestState.PROVISIONING else "released"
     message = f"Provisioning could not start: {reason['message']} Releasing the allocation."
-    record_event(request, actor=None, code=EventCode.PROVISIONING_NOT_STARTED, message=message, data=reason)
+    record_event(request=request, actor=None, code=EventCode.PROVISIONING_NOT_STARTED, message=message, data=reason)
     request_release(request=request, actor=None, reason=message)
     return "released"
 
@@ -283,7 +283,7 @@ def _release_stranded(request_id: int, reason: dict) -> str:
 # --- Finish -----------------------------------------------------------------------------------------------
 
 
-def runs_succeeded(finished: list[tuple[ProvisioningRun, dict]]) -> None:
+def runs_succeeded(*, finished: list[tuple[ProvisioningRun, dict]]) -> None:
     """Called by the engine inside the transaction that records the runs' last steps (run, its last step's output):
     the provisioning runs among them activate their requests together, on one locked read of those requests."""
     for run, last_output in finished:
@@ -294,7 +294,7 @@ def runs_succeeded(finished: list[tuple[ProvisioningRun, dict]]) -> None:
     for run, _ in finished:
         if run.kind not in (RunKind.PROVISION, RunKind.RELEASE):  # a release's last step finished the release
             record_event(
-                run.request,
+                request=run.request,
                 actor=None,
                 code=EventCode.CLEANED_UP,
                 message=f"Cleaned up after the {'preemption' if run.kind == RunKind.TEARDOWN else 'failure'}: "
@@ -333,7 +333,7 @@ def _step_labels(run: ProvisioningRun) -> list[str]:
     return [definitions[position].label for position in run.steps.values_list("position", flat=True)]
 
 
-def run_failed(run: ProvisioningRun, step: ProvisioningStep, error: StepError) -> None:
+def run_failed(*, run: ProvisioningRun, step: ProvisioningStep, error: StepError) -> None:
     """Called by the engine inside the transaction that records the step's final failure."""
     failure = {
         "step": step.name,
@@ -360,7 +360,7 @@ def run_failed(run: ProvisioningRun, step: ProvisioningStep, error: StepError) -
         _create_and_enqueue(request, run.allocation, RunKind.CLEANUP, reason=f"provisioning failed at “{label}”")
     else:  # a release overtook it, and its teardown cleans up
         record_event(
-            request,
+            request=request,
             actor=None,
             code=EventCode.PROVISIONING_STEP_FAILED,
             message=message,
@@ -375,7 +375,7 @@ def _teardown_stuck(run: ProvisioningRun, step: ProvisioningStep, error: StepErr
     held = run.kind != RunKind.TEARDOWN
     label = steps_for(run.pipeline, run.kind)[step.position].label
     record_event(
-        run.request,
+        request=run.request,
         actor=None,
         code=EventCode.TEARDOWN_STUCK,
         message=f"{run.get_kind_display()} failed at “{label}”: {failure_sentence(error.code, step.name)}"
@@ -389,7 +389,7 @@ def _teardown_stuck(run: ProvisioningRun, step: ProvisioningStep, error: StepErr
 PLATFORM_FAILURES = frozenset({"worker_lost", "internal_error"})
 
 
-def run_placement_lost(run: ProvisioningRun, step: ProvisioningStep, reason: dict) -> None:
+def run_placement_lost(*, run: ProvisioningRun, step: ProvisioningStep, reason: dict) -> None:
     """Called by the engine inside the transaction that records the step (its run locked): the backend will not
     start the work on the node it was placed on (a drained Slurm node). Nothing runs there yet, so the run stops, the
     request gives its devices back and returns to the queue with the backend's reason on its timeline, and a cycle
@@ -424,8 +424,8 @@ def _isolate_if_needed(run: ProvisioningRun, step: ProvisioningStep, error: Step
         return False
     with contextlib.suppress(Conflict):  # already cordoned, for this or another reason: it stays so
         node_cordon(
-            run.allocation.node,
-            f"Isolated by provisioning run #{run.pk} (request #{run.request_id}) at "
+            node=run.allocation.node,
+            reason=f"Isolated by provisioning run #{run.pk} (request #{run.request_id}) at "
             f"step '{step.name}': {error.message}",
             actor=None,
         )
@@ -518,7 +518,9 @@ def teardown_force(*, run: ProvisioningRun, actor: User, reason: str) -> Provisi
     if run.state == RunState.RUNNING:
         _cancel_run(run)
     message = f"{actor.username} confirmed the workload is gone and returned the devices: {reason}"
-    record_event(run.request, actor=actor, code=EventCode.TEARDOWN_FORCED, message=message, data={"run": run.pk})
+    record_event(
+        request=run.request, actor=actor, code=EventCode.TEARDOWN_FORCED, message=message, data={"run": run.pk}
+    )
     allocation_free(request_ids=[run.request_id], reason=f"forced by {actor.username}: {reason}"[:300])
     audit_record(
         actor=actor,
@@ -617,7 +619,7 @@ def installer_report(*, token: str, status: str, detail: str = "", source_addres
     run.save(update_fields=["installer_reported_at", "installer_report"])
     waiting = run.steps.filter(name="wait_for_install")
     waiting.filter(state=StepState.WAITING).update(retry_at=run.installer_reported_at)  # due now, not at next poll
-    enqueue_steps(list(waiting.values_list("pk", flat=True)))
+    enqueue_steps(step_ids=list(waiting.values_list("pk", flat=True)))
     return run
 
 

@@ -6,7 +6,7 @@ from django_q.tasks import async_task
 STEP_TASK = "provisioning.tasks.run_step"
 
 
-def step_task(step_ids: list[int]) -> None:
+def step_task(*, step_ids: list[int]) -> None:
     """One task for a batch of runs' current steps (provisioning/engine.py). Its success is not saved as a
     django-q2 result (a failure still is): the steps' own rows record every attempt, and the monitor's saving
     (pruning to the save limit under a lock, then an insert) costs more than most steps."""

@@ -200,7 +200,9 @@ def _note_backend_wait(ctx: StepContext, reason: dict) -> None:
     """One timeline note per change of the backend's reason (a poll repeats itself)."""
     last = ctx.run.request.events.filter(code=EventCode.QUEUE_REASON).order_by("-created_at", "-id").first()
     if last is None or last.data.get("details") != reason["details"] or last.data.get("code") != reason["code"]:
-        record_event(ctx.run.request, actor=None, code=EventCode.QUEUE_REASON, message=reason["message"], data=reason)
+        record_event(
+            request=ctx.run.request, actor=None, code=EventCode.QUEUE_REASON, message=reason["message"], data=reason
+        )
 
 
 def _delivered_base(ctx: StepContext) -> dict:
@@ -368,7 +370,7 @@ def boot_installer(ctx: StepContext) -> dict:
         )
     if profile.get("boot_method") == BootMethod.PXE:
         return _boot_from_network(ctx, installer_token_issue)
-    token = installer_token_issue(ctx.run)
+    token = installer_token_issue(run=ctx.run)
     separator = "&" if "?" in image else "?"
     # The BMC hands the image URL to the installer: its query (callback and token) is for the installer only, and
     # the drivers keep it out of their summaries and logs.
@@ -378,7 +380,7 @@ def boot_installer(ctx: StepContext) -> dict:
     return {"image": image, "media": media.get("media"), "boot": boot}
 
 
-def _boot_from_network(ctx: StepContext, token_issue: Callable[[ProvisioningRun], str]) -> dict:
+def _boot_from_network(ctx: StepContext, token_issue: Callable[..., str]) -> dict:
     """PXE: the site's DHCP / iPXE chain hands the server the platform's one script URL, and the platform answers it,
     recognised by its address, with this run's script and install config (docs/provisioning.md, PXE). So the node's
     address must be known, and the output holds no secret: the token is only in the install config."""
@@ -402,7 +404,7 @@ def _boot_from_network(ctx: StepContext, token_issue: Callable[[ProvisioningRun]
             "node_address_unresolved",
             f"The OS address {ctx.target.os_address!r} of node {ctx.target.node} does not resolve.",
         )
-    token_issue(ctx.run)
+    token_issue(run=ctx.run)
     boot = ctx.bmc.set_one_time_boot(ctx.target, "Pxe")
     return {"boot_method": BootMethod.PXE, "script": netboot.script_url(), "served_to": sorted(addresses), "boot": boot}
 

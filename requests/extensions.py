@@ -66,7 +66,7 @@ def request_extension_submit(
         request=request, requested_by=actor, hours=hours, justification=justification.strip()
     )
     record_event(
-        request,
+        request=request,
         actor=actor,
         code=EventCode.EXTENSION_REQUESTED,
         data={"hours": hours},
@@ -97,7 +97,7 @@ class ExtensionApprovals:
         request.save(update_fields=["duration_hours", "card_hours", "cost_estimate", "updated_at"])
         who = actor.display_name if actor else "policy"
         record_event(
-            request,
+            request=request,
             actor=actor,
             code=EventCode.EXTENDED,
             data={"hours": extension.hours},
@@ -119,7 +119,7 @@ class ExtensionApprovals:
         extension.decide(approved=False)
         extension.save()
         record_event(
-            extension.request,
+            request=extension.request,
             actor=actor,
             code=EventCode.EXTENSION_REJECTED,
             data={"comment": comment},
@@ -127,4 +127,4 @@ class ExtensionApprovals:
         )
 
     def note(self, extension: RequestExtension, *, code: str, message: str, actor: User | None, data: dict) -> None:
-        record_event(extension.request, actor=actor, code=code, message=message, data=data)
+        record_event(request=extension.request, actor=actor, code=code, message=message, data=data)

@@ -140,7 +140,7 @@ def request_rows_visible_to(*, user: User) -> QuerySet[ResourceRequest]:
 class SummaryRows:
     """A filtered request list as Django's paginator takes it: counted as it is, its page read as value rows of
     SUMMARY_COLUMNS with the catalog items they name. Counting the value rows themselves would join the tables
-    their columns come from (a project's count went from 1 ms to 30 at 100,000 requests)."""
+    their columns come from (a project's count grew many times slower with a large history)."""
 
     def __init__(self, queryset: QuerySet[ResourceRequest]):
         self.queryset = queryset
@@ -151,7 +151,7 @@ class SummaryRows:
 
     def __getitem__(self, page: slice) -> list[dict]:
         # The page's ids first (a subquery), then their rows: sorted as rows, their joins were computed for every
-        # row sorted (an operator's queue: 6,000 queued, 17-28 ms of PostgreSQL; 3 ms this way).
+        # row sorted (an operator's queue of thousands); this way only the page's rows are joined.
         ids = self.queryset.values("pk")[page]
         rows = list(self.queryset.filter(pk__in=ids).values(*SUMMARY_COLUMNS))
         catalog = orderable_catalog()
@@ -184,7 +184,7 @@ def request_get(*, user: User, pk: int) -> ResourceRequest:
 
 
 # A request's catalog items: taken from the catalog the process keeps (catalog.orderable) rather than joined in. Nine
-# tables in one query took PostgreSQL ~6 ms to plan, for a row it then read in 0.1 ms.
+# tables in one query took PostgreSQL far longer to plan than to read the row.
 CATALOG_ITEMS = {
     "service": Service,
     "spec": ResourceSpec,
@@ -275,7 +275,7 @@ def with_subjects(tasks: list[ApprovalAssignment]) -> list[ApprovalAssignment]:
             task.subject = subjects[task.stage.approval.subject_id]
     requests = [task.subject for task in tasks if isinstance(getattr(task, "subject", None), ResourceRequest)]
     if requests:
-        with_catalog_items(requests)  # joined in, the catalog's rows took PostgreSQL ms to plan (CATALOG_ITEMS)
+        with_catalog_items(requests)  # joined in, the catalog's rows cost more to plan than to read (CATALOG_ITEMS)
     # Subjects of other apps (e.g. isolation clearances): one query per kind present on the page.
     others: dict[int, list[ApprovalAssignment]] = {}
     for task in tasks:

@@ -45,7 +45,7 @@ from requests.quota import (
     quota_scopes,
 )
 from requests.signals import request_preempted, request_queued, request_releasing
-from requests.timeline import Timeline
+from requests.timeline import Timeline, write_events
 from tenancy.choices import ProjectPermission
 from tenancy.models import User
 from tenancy.selectors import user_has_project_permission
@@ -85,8 +85,8 @@ def _transition(
 
 
 def record_event(
-    request: ResourceRequest,
     *,
+    request: ResourceRequest,
     actor: User | None,
     code: str,
     message: str,
@@ -573,7 +573,7 @@ class RequestApprovals:
         _readmit_after_commit(request.project_id)
 
     def note(self, request: ResourceRequest, *, code: str, message: str, actor: User | None, data: dict) -> None:
-        record_event(request, actor=actor, code=code, message=message, data=data)
+        record_event(request=request, actor=actor, code=code, message=message, data=data)
 
 
 # --- Cancellation and operator rejection -------------------------------------------------------------------
@@ -751,7 +751,7 @@ def _bulk_transition(
     )
     if updated != len(items):
         raise Conflict(refusal, code="state_changed", details={"expected": len(items), "updated": updated})
-    announce_events(RequestEvent.objects.bulk_create(events))
+    write_events(events)
 
 
 def requests_allocate(*, placed: list[tuple[ResourceRequest, str, dict]]) -> None:

@@ -3,6 +3,10 @@
 A service that moves one request through several states (a submission: submitted, admitted, approved, queued)
 collects its events here and writes them together once the request row is saved, rather than one INSERT per
 event. A new request's events get its id at `write()`, after the row's INSERT gave it one.
+
+`write_events` is the one place a request's timeline is written, for single moves and the scheduler's batches
+alike: every event that moves the state also goes to the shared audit trail (tenancy's AuditEvent, action
+`request.<new state>`) with its actor and reason, in the same transaction.
 """
 
 from django_fsm import TransitionNotAllowed
@@ -11,6 +15,36 @@ from config.errors import Conflict
 from requests.models import RequestEvent, ResourceRequest
 from requests.notifications import announce_events
 from tenancy.models import User
+from tenancy.services import audit_records, audit_row
+
+
+def _reason(event: RequestEvent) -> str:
+    """The reason someone gave (a cancellation's, an operator's comment), else the event's own sentence."""
+    data = event.data or {}
+    given = data.get("reason") or data.get("comment")
+    return given if isinstance(given, str) and given.strip() else event.message
+
+
+def write_events(events: list[RequestEvent]) -> list[RequestEvent]:
+    """Insert timeline events (their requests saved), audit each move of state in the shared trail, and announce
+    the events after commit."""
+    written = RequestEvent.objects.bulk_create(events)
+    audit_records(
+        rows=[
+            audit_row(
+                actor=event.actor,
+                action=f"request.{event.to_state}",
+                target=event.request,
+                target_repr=f"Request #{event.request_id}",
+                reason=_reason(event),
+                data={"from": event.from_state, "to": event.to_state, "code": event.code, "event": event.pk},
+            )
+            for event in written
+            if event.is_transition
+        ]
+    )
+    announce_events(written)
+    return written
 
 
 class Timeline:
@@ -50,10 +84,9 @@ class Timeline:
         )
 
     def write(self) -> list[RequestEvent]:
-        """Insert the collected events (the request must be saved) and announce them after commit."""
+        """Insert the collected events (the request must be saved), audit its moves, announce them after commit."""
         for event in self.events:
             event.request = self.request
-        written = RequestEvent.objects.bulk_create(self.events)
-        announce_events(written)
+        written = write_events(self.events)
         self.events = []
         return written

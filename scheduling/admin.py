@@ -47,7 +47,7 @@ class AuditedInventoryMixin(AuditedAdminMixin):
     """Adds and edits go through the inventory service, which also refuses fields only actions may change."""
 
     def entry_save(self, entry, changed_fields, actor):
-        return services.inventory_entry_save(entry, changed_fields, actor)
+        return services.inventory_entry_save(entry=entry, changed_fields=changed_fields, actor=actor)
 
 
 class ReadOnlyAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
@@ -194,7 +194,7 @@ class NodeAdmin(AuditedInventoryMixin, admin.ModelAdmin):
             description="Cordon selected nodes (no new placements)",
             verb="Cordoned",
             permission="change",
-            change=lambda node, reason, actor: services.node_cordon(node, reason, actor),
+            change=lambda node, reason, actor: services.node_cordon(node=node, reason=reason, actor=actor),
             affected=lambda nodes: _running_requests(
                 node_ids=[node.pk for node in nodes], outcome="keeps running; new placements avoid the node"
             ),
@@ -204,21 +204,21 @@ class NodeAdmin(AuditedInventoryMixin, admin.ModelAdmin):
             description="Uncordon selected nodes",
             verb="Uncordoned",
             permission="change",
-            change=lambda node, reason, actor: services.node_uncordon(node, reason, actor),
+            change=lambda node, reason, actor: services.node_uncordon(node=node, reason=reason, actor=actor),
         ),
         action_with_reason(
             name="pin_mig_layout",
             description="Pin the MIG layout of selected nodes (no repartitioning)",
             verb="Pinned the MIG layout of",
             permission="change",
-            change=lambda node, reason, actor: mig_services.node_mig_pin(node, reason, actor),
+            change=lambda node, reason, actor: mig_services.node_mig_pin(node=node, reason=reason, actor=actor),
         ),
         action_with_reason(
             name="unpin_mig_layout",
             description="Unpin the MIG layout of selected nodes",
             verb="Unpinned the MIG layout of",
             permission="change",
-            change=lambda node, reason, actor: mig_services.node_mig_unpin(node, reason, actor),
+            change=lambda node, reason, actor: mig_services.node_mig_unpin(node=node, reason=reason, actor=actor),
         ),
     ]
 
@@ -294,7 +294,7 @@ def _mig_mode_action(mig_mode: bool, drain: bool):
 
 
 def _request_clearance(device, reason, actor):
-    services.isolation_clearance_request(device, reason, actor)
+    services.isolation_clearance_request(device=device, reason=reason, actor=actor)
 
 
 def mig_layout_text(device) -> str:
@@ -355,7 +355,7 @@ class DeviceAdmin(AuditedInventoryMixin, admin.ModelAdmin):
             description="Isolate selected devices (no new placements)",
             verb="Isolated",
             permission="change",
-            change=lambda device, reason, actor: services.device_isolate(device, reason, actor),
+            change=lambda device, reason, actor: services.device_isolate(device=device, reason=reason, actor=actor),
             affected=lambda devices: _running_requests(
                 device_ids=[device.pk for device in devices], outcome=_isolation_outcome()
             ),
@@ -365,7 +365,9 @@ class DeviceAdmin(AuditedInventoryMixin, admin.ModelAdmin):
             description="Mark selected degraded devices healthy",
             verb="Marked healthy",
             permission="change",
-            change=lambda device, reason, actor: services.device_mark_healthy(device, reason, actor),
+            change=lambda device, reason, actor: services.device_mark_healthy(
+                device=device, reason=reason, actor=actor
+            ),
         ),
         action_with_reason(
             name="request_isolation_clearance",

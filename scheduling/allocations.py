@@ -103,7 +103,7 @@ def _adopt(*, allocation_id: int, indexes: list[int], backend: str) -> dict:
         _exchange(allocation, row, device, deltas)
     adjust_device_shares(deltas)
     record_event(
-        allocation.request,
+        request=allocation.request,
         actor=None,
         code=EventCode.DEVICES_REBOUND,
         message=f"{backend} bound device index(es) {_listed(bound)} on the node where the platform chose "

@@ -24,12 +24,3 @@ class SchedulingConfig(AppConfig):
         from scheduling import wiring
 
         wiring.connect()
-        _register_approval_subjects()
-
-
-def _register_approval_subjects():
-    from requests import approvals
-    from scheduling.models import IsolationClearance
-    from scheduling.services import IsolationClearanceApprovals
-
-    approvals.register_subject(IsolationClearance, IsolationClearanceApprovals())

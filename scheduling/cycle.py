@@ -487,8 +487,8 @@ def _collector_paused():
     """The cyclic garbage collector paused while a cycle runs, and one pass over what the cycle allocated after it.
 
     A cycle allocates millions of small objects, many kept with the engine between cycles (shape heaps, score memos),
-    and each full pass of the collector walks all the kept ones again: at 10x the openb fleet it made about ten full
-    passes a cycle, 30-50 % of the cycle's CPU. Reference cycles a cycle leaves (rows, querysets) wait for its end."""
+    and each full pass of the collector walks all the kept ones again: on a large fleet it made several full passes a
+    cycle, a large share of the cycle's CPU. Reference cycles a cycle leaves (rows, querysets) wait for its end."""
     if not gc.isenabled():  # paused already by the caller: left to it
         yield
         return

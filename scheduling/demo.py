@@ -32,4 +32,4 @@ def seed(context: dict) -> None:
         )
         for name, rack, domain, model, cards, cores, memory in NODES
     ]
-    inventory_import(records, actor=None)
+    inventory_import(records=records, actor=None)

@@ -75,7 +75,7 @@ def allocation_release(*, allocations: list[Allocation], reason: Reason) -> None
     devices = _unbind_devices([allocation.pk for allocation in allocations])
     mig_cycle.release_instances([allocation.pk for allocation in allocations])
     Allocation.objects.bulk_update(allocations, ["state", "released_at", "release_reason"])
-    mig_services.mode_switches_after_drain(devices)
+    mig_services.mode_switches_after_drain(device_ids=devices)
 
 
 @transaction.atomic
@@ -241,7 +241,7 @@ def _warn_one(allocation_id: int, due: Q, now) -> bool:
         if allocation is None:
             return False
         record_event(
-            allocation.request,
+            request=allocation.request,
             actor=None,
             code=EventCode.EXPIRY_WARNING,
             message=f"Expires at {allocation.expires_at:%Y-%m-%d %H:%M} UTC; release or ask for an "

@@ -68,7 +68,7 @@ _CORDON_LEAVES = {
 
 
 @transaction.atomic
-def node_cordon(node: Node, reason: str, actor: User | None) -> Node:
+def node_cordon(*, node: Node, reason: str, actor: User | None) -> Node:
     """Stop new placements on a node; what runs there keeps running."""
     reason = _reason(reason)
     node = Node.objects.select_for_update().get(pk=node.pk)
@@ -87,7 +87,7 @@ def node_cordon(node: Node, reason: str, actor: User | None) -> Node:
         if what_goes_on is None:  # failed or ended: its devices are on their way back, there is nothing to tell
             continue
         record_event(
-            running["request"],
+            request=running["request"],
             actor=actor,
             code=EventCode.NODE_CORDONED,
             message=f"Node {node.name} was cordoned by {_who(actor)}: {reason}. {what_goes_on}; new placements avoid "
@@ -105,7 +105,7 @@ def node_cordon(node: Node, reason: str, actor: User | None) -> Node:
 
 
 @transaction.atomic
-def node_uncordon(node: Node, reason: str, actor: User | None) -> Node:
+def node_uncordon(*, node: Node, reason: str, actor: User | None) -> Node:
     """Let the scheduler place on the node again."""
     reason = _reason(reason)
     node = Node.objects.select_for_update().get(pk=node.pk)
@@ -146,7 +146,7 @@ def node_serving_runtimes_report(
 
 
 @transaction.atomic
-def inventory_entry_save(entry, changed_fields: list[str], actor: User | None):
+def inventory_entry_save(*, entry, changed_fields: list[str], actor: User | None):
     """Save a site, rack, node, device, health or preemption rule edited by an operator, with an audit row.
     Cordons, health, isolation, allocated shares and MIG modes are not editable this way (the admin shows them
     read-only)."""
@@ -170,11 +170,11 @@ def _locked_device(device: Device) -> Device:
 
 @transaction.atomic
 def device_set_health(
+    *,
     device: Device,
     health: str,
     detail: str,
     actor: User | None = None,
-    *,
     degraded_by: HealthRule | None = None,
     data: dict | None = None,
 ) -> Device:
@@ -208,7 +208,7 @@ def device_set_health(
 
 
 @transaction.atomic
-def device_mark_healthy(device: Device, reason: str, actor: User | None) -> Device:
+def device_mark_healthy(*, device: Device, reason: str, actor: User | None) -> Device:
     """An operator's word that a degraded card is fine again (e.g. after a cooling fix), with a reason.
 
     Only degraded cards: an isolated one is cleared by two people (`isolation_clearance_request`), never here.
@@ -230,16 +230,16 @@ def device_mark_healthy(device: Device, reason: str, actor: User | None) -> Devi
         )
     rule = device.degraded_by.name if device.degraded_by_id else None
     return device_set_health(
-        device,
-        DeviceHealth.HEALTHY,
-        f"Marked healthy by {_who(actor)}: {reason}",
-        actor,
+        device=device,
+        health=DeviceHealth.HEALTHY,
+        detail=f"Marked healthy by {_who(actor)}: {reason}",
+        actor=actor,
         data={"code": "marked_healthy", "reason": reason, "degraded_by": rule, "health_detail": device.health_detail},
     )
 
 
 @transaction.atomic
-def device_isolate(device: Device, reason: str, actor: User | None = None) -> Device:
+def device_isolate(*, device: Device, reason: str, actor: User | None = None) -> Device:
     """No new placements on the device. Requests holding it now hear about it on their timeline.
 
     Isolating an isolated device changes nothing (health signals repeat); clearing needs four eyes
@@ -279,7 +279,7 @@ def device_isolate(device: Device, reason: str, actor: User | None = None) -> De
         else:
             consequence = "Your allocation still holds it; new placements avoid it."
         record_event(
-            request,
+            request=request,
             actor=actor,
             code=EventCode.DEVICE_ISOLATED,
             message=f"Device {device.node.name}/gpu{device.index} ({device.uuid}) was isolated by "
@@ -312,7 +312,7 @@ def device_isolate(device: Device, reason: str, actor: User | None = None) -> De
 
 
 @transaction.atomic
-def isolation_clearance_request(device: Device, reason: str, actor: User) -> IsolationClearance:
+def isolation_clearance_request(*, device: Device, reason: str, actor: User) -> IsolationClearance:
     """Ask to clear a device's isolation; another holder of the dedicated permission must approve it."""
     if not actor.has_perm(CLEAR_ISOLATION):
         raise NotPermitted(

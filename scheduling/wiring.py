@@ -66,3 +66,12 @@ def connect() -> None:
     backend_availability_changed.connect(cycle_when_available, dispatch_uid="scheduling.cycle_on_backend")
     request_releasing.connect(free_unprovisioned, dispatch_uid="scheduling.free_on_release")
     post_migrate.connect(ensure_schedules, dispatch_uid="scheduling.ensure_schedules")
+    _register_approval_subjects()
+
+
+def _register_approval_subjects() -> None:
+    from requests import approvals
+    from scheduling.models import IsolationClearance
+    from scheduling.services import IsolationClearanceApprovals
+
+    approvals.register_subject(IsolationClearance, IsolationClearanceApprovals())

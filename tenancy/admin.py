@@ -58,12 +58,7 @@ class UserAdmin(DjangoUserAdmin):
     fieldsets = [*DjangoUserAdmin.fieldsets, ("Organisation", {"fields": ["manager"]})]
 
     def save_model(self, request, obj, form, change):
-        manager = obj.manager
-        if "manager" in form.changed_data:
-            obj.manager_id = form.initial.get("manager")  # user_set_manager changes and records it
-        super().save_model(request, obj, form, change)
-        if "manager" in form.changed_data:
-            services.user_set_manager(user=obj, manager=manager, actor=request.user)
+        services.user_save(user=obj, changed_fields=form.changed_data, actor=request.user)
 
 
 class QuotaForm(forms.ModelForm):
@@ -111,10 +106,7 @@ class TenantAdmin(admin.ModelAdmin):
 
     def save_model(self, request, obj, form, change):
         if change:
-            super().save_model(request, obj, form, change)
-            services.audit_record(
-                actor=request.user, action="tenant.updated", target=obj, data={"fields": form.changed_data}
-            )
+            services.tenant_update(tenant=obj, changed_fields=form.changed_data, actor=request.user)
         else:
             created = services.tenant_create(
                 name=obj.name, slug=obj.slug, description=obj.description, actor=request.user

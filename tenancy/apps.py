@@ -1,5 +1,4 @@
 from django.apps import AppConfig
-from django.db.models.signals import post_migrate
 
 
 def _crud(app_label: str, model: str, *verbs: str) -> list[str]:
@@ -30,27 +29,6 @@ class TenancyConfig(AppConfig):
     ]
 
     def ready(self):
-        from tenancy.directory import audit
-        from tenancy.operators import sync_operator_group
+        from tenancy import wiring
 
-        audit.connect()
-        post_migrate.connect(sync_operator_group, dispatch_uid="tenancy.sync_operator_group")
-        post_migrate.connect(_ensure_schedules, sender=self, dispatch_uid="tenancy.ensure_schedules")
-
-
-PURGE_TOKENS_TASK = "tenancy.tasks.purge_api_tokens"
-SYNC_DIRECTORY_TASK = "tenancy.tasks.sync_directory"
-
-
-def _ensure_schedules(**_kwargs) -> None:
-    """The daily purge of API tokens that ended long ago and the directory sync (every DIRECTORY_SYNC_MINUTES),
-    created once; operators may retime them in the admin."""
-    from django.conf import settings
-    from django_q.models import Schedule
-
-    from config import schedules
-
-    schedules.ensure(
-        ("Purge ended API tokens", PURGE_TOKENS_TASK, (Schedule.DAILY, None)),
-        ("Sync directory groups", SYNC_DIRECTORY_TASK, (Schedule.MINUTES, settings.DIRECTORY_SYNC_MINUTES)),
-    )
+        wiring.connect(self)

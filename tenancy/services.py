@@ -17,20 +17,41 @@ def _jsonable(value: Any) -> Any:
     return str(value) if isinstance(value, Decimal) else value
 
 
+def audit_row(
+    *,
+    actor: User | None,
+    action: str,
+    target: models.Model | None,
+    reason: str = "",
+    data: dict | None = None,
+    target_repr: str | None = None,
+) -> AuditEvent:
+    """One audit row, not yet saved (`audit_records` writes many at once). `target_repr` spares reading what the
+    target's str() would read (a batch of requests)."""
+    return AuditEvent(
+        actor=actor if actor is not None and actor.is_authenticated else None,
+        action=action,
+        target_type=ContentType.objects.get_for_model(target, for_concrete_model=False) if target is not None else None,
+        target_id=str(target.pk) if target is not None else "",
+        target_repr=(str(target) if target_repr is None else target_repr)[:200] if target is not None else "",
+        reason=reason,
+        data={key: _jsonable(value) for key, value in (data or {}).items()},
+    )
+
+
 def audit_record(
     *, actor: User | None, action: str, target: models.Model | None, reason: str = "", data: dict | None = None
 ) -> AuditEvent:
     """Append one audit row; call it inside the transaction that made the change. `target` is None only for what
     concerns no stored object (a failed sign-in with an unknown username)."""
-    return AuditEvent.objects.create(
-        actor=actor if actor is not None and actor.is_authenticated else None,
-        action=action,
-        target_type=ContentType.objects.get_for_model(target, for_concrete_model=False) if target is not None else None,
-        target_id=str(target.pk) if target is not None else "",
-        target_repr=str(target)[:200] if target is not None else "",
-        reason=reason,
-        data={key: _jsonable(value) for key, value in (data or {}).items()},
-    )
+    row = audit_row(actor=actor, action=action, target=target, reason=reason, data=data)
+    row.save()
+    return row
+
+
+def audit_records(*, rows: list[AuditEvent]) -> list[AuditEvent]:
+    """Append many audit rows (built by `audit_row`) in one INSERT, inside the transaction that made the changes."""
+    return AuditEvent.objects.bulk_create(rows) if rows else []
 
 
 @transaction.atomic
@@ -60,6 +81,15 @@ def tenant_create(*, name: str, slug: str, actor: User | None, description: str 
     tenant.full_clean()
     tenant.save()
     audit_record(actor=actor, action="tenant.created", target=tenant)
+    return tenant
+
+
+@transaction.atomic
+def tenant_update(*, tenant: Tenant, changed_fields: list[str], actor: User | None) -> Tenant:
+    """Save an operator's edit of a tenant (its name, its active flag...), with an audit row naming the fields."""
+    tenant.full_clean()
+    tenant.save()
+    audit_record(actor=actor, action="tenant.updated", target=tenant, data={"fields": sorted(changed_fields)})
     return tenant
 
 
@@ -300,6 +330,25 @@ def manager_chain_check(*, user: User, manager: User | None) -> None:
                 details={"user": user.username, "manager": manager.username},
             )
         cursor = cursor.manager
+
+
+@transaction.atomic
+def user_save(*, user: User, changed_fields: list[str], actor: User | None) -> User:
+    """Save an operator's edit of an account in the console (staff and active flags, names, e-mail), with an audit row
+    naming the fields that changed (never their values); a new line manager goes through `user_set_manager`, which
+    checks the chain and records from whom to whom."""
+    created = user.pk is None
+    manager = user.manager
+    if "manager" in changed_fields and not created:
+        user.manager = User.objects.get(pk=user.pk).manager  # user_set_manager changes and records it
+    user.save()
+    fields = sorted(field for field in changed_fields if field != "manager")
+    if created or fields:
+        action = "user.created" if created else "user.updated"
+        audit_record(actor=actor, action=action, target=user, data={"fields": fields})
+    if "manager" in changed_fields:
+        user_set_manager(user=user, manager=manager, actor=actor)
+    return user
 
 
 @transaction.atomic

@@ -103,7 +103,7 @@ WATCH_SECONDS, WATCH_EVERY_SECONDS = 2.0, 0.1  # within one attempt
 SUBMIT_LOCK_NAMESPACE = 0x534C  # "SL": advisory locks of Slurm submissions, keyed by request id
 HOLD_COMMAND = "exec sleep infinity"
 PRIVATE_UMASK = "0077"
-PROBE_TIMEOUT_SECONDS = 3.0  # a ping while slurmctld is down waits ~9 s in slurmrestd; the watcher asks again sooner
+PROBE_TIMEOUT_SECONDS = 3.0  # a ping while slurmctld is down waits long in slurmrestd; the watcher asks again sooner
 
 
 def job_name(request_id: int) -> str:
@@ -556,7 +556,7 @@ def _out_of_service(slurm_nodes: Iterable[dict | None]) -> dict[str, dict]:
     cordon with Slurm's reason, so the scheduler does not place there again before the minute's refresh."""
     unavailable = {node["name"]: node for node in slurm_nodes if node and SlurmNodeState.of(node).unavailable}
     if unavailable:
-        slurm_node_states_apply(list(unavailable.values()))
+        slurm_node_states_apply(slurm_nodes=list(unavailable.values()))
     return unavailable
 
 
@@ -650,8 +650,8 @@ def _watched(api: SlurmApi, job_ids: list[int]) -> dict[int, dict | None]:
     WATCH_SECONDS: once one has started (or ended, or is unknown), the batch's news goes back at once.
 
     Each look asks for the batch's jobs side by side (SLURM_WATCH_CONCURRENCY at once): while slurmctld starts a wave
-    of jobs it answers a job query in hundreds of milliseconds (measured here: 108-615 ms on average, 4-19 ms before
-    the wave), and asked one after another a batch of eight took seconds to see jobs that were already running."""
+    of jobs it answers a job query far more slowly than before the wave, and asked one after another a batch saw jobs
+    that were already running only long after they had started."""
     with ThreadPoolExecutor(max_workers=max(1, min(settings.SLURM_WATCH_CONCURRENCY, len(job_ids)))) as pool:
 
         def look() -> dict[int, dict | None]:

@@ -5,7 +5,7 @@ GATEWAY_PROFILE=<file>: the whole run under cProfile, its stats written to <file
 for a core; it roughly triples the CPU a call costs.
 
 GATEWAY_STALL_LOG=<file>: what held the event loop up, written to <file> as JSON on exit: every garbage
-collection's pause by generation, and each moment the loop ran over STALL_MS late (a 5 ms timer that fired late:
+collection's pause by generation, and each moment the loop ran over STALL_MS late (a timer that fired late:
 a long callback, a GIL held by the database thread, or no core for this process), with when it happened.
 """
 

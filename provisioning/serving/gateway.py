@@ -3,7 +3,8 @@ to the replicas), `python manage.py run_gateway`. Run as many as the load needs 
 
 Per call, nothing touches the database:
 1. the key is found by the SHA-256 of the secret in the in-process snapshot (routes.py: keys, deployments, healthy
-   replicas, budgets; reloaded when the control plane bumps the version in Redis, else every 0.5 s);
+   replicas, budgets; reloaded when the control plane bumps the version in Redis, else every
+   GATEWAY_SNAPSHOT_TTL_SECONDS);
 2. the rate limit is counted in Redis on a one-minute window per key and deployment (ratelimit.py): a small limit
    call by call, one round trip each; a large one in leases of up to 1 % of the limit reserved ahead, so a busy key
    does not wait on Redis per call and the processes together never exceed the limit; with no Redis it is counted
@@ -145,8 +146,8 @@ class Gateway:
                 await self.limiter.connect()
         await self._reload()
         # Django, aiohttp and the snapshot are ~100,000 objects that live as long as the process: a full collection
-        # walked them all with the event loop stopped, every ~10 s under load, 240-540 ms each on the loaded bench
-        # machine (GATEWAY_GC_LOG; the paced benchmark's p99). Frozen, the collector only walks what calls allocate.
+        # walked them all with the event loop stopped, again and again under load, and those pauses were the paced
+        # benchmark's p99 (GATEWAY_GC_LOG). Frozen, the collector only walks what calls allocate.
         gc.collect()
         gc.freeze()
         self.tasks = [asyncio.create_task(self._watch()), asyncio.create_task(self._flushing())]

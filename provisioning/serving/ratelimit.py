@@ -136,7 +136,7 @@ class RedisCounter(asyncio.Protocol):
     def connection_made(self, transport):
         self.transport = transport
         sock = transport.get_extra_info("socket")
-        if sock is not None:  # small writes back to back: Nagle + delayed ACK would stall each by ~40 ms
+        if sock is not None:  # small writes back to back: Nagle + delayed ACK would stall each until the ACK timer
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
 
     def connection_lost(self, exc):

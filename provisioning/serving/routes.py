@@ -3,9 +3,9 @@
 Django writes keys, deployments, replicas and budgets (services in keys.py and deployments.py, the admin); the
 gateway processes (provisioning/serving/gateway.py) hold a snapshot of them in memory and never write them. Every
 committed change bumps a version counter in Redis (`ROUTES_VERSION_KEY`); each gateway polls it every
-`GATEWAY_POLL_SECONDS` (0.1 s) and reloads its snapshot when it moved, so a revoked key or a released deployment
-is refused everywhere well within a second. Without Redis (the embedded default) there is nothing to poll: each
-gateway reloads its snapshot every `GATEWAY_SNAPSHOT_TTL_SECONDS` (0.5 s) instead.
+`GATEWAY_POLL_SECONDS` and reloads its snapshot when it moved, so a revoked key or a released deployment is
+refused everywhere from the next poll on. Without Redis (the embedded default) there is nothing to poll: each
+gateway reloads its snapshot every `GATEWAY_SNAPSHOT_TTL_SECONDS` instead.
 
 The snapshot is three small queries (serving deployments, their healthy replicas, the active keys of their
 projects) run in the gateway's database thread, never per call.

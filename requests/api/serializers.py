@@ -381,7 +381,7 @@ class RequestRowsSerializer(serializers.ListSerializer):
 @cache
 def _formatting_summary() -> "RequestSummarySerializer":
     """The summary serializer whose fields format the list rows, built once per process: a ModelSerializer builds
-    its fields anew for every instance (0.5-0.7 ms a page), and these read no context and no data (DRF's settings
+    its fields anew for every instance, a cost paid on every page, and these read no context and no data (DRF's settings
     and the currency are read at each call)."""
     return RequestSummarySerializer()
 
@@ -811,9 +811,9 @@ class ApprovalTaskListSerializer(serializers.ListSerializer):
     def to_representation(self, data):
         tasks = selectors.with_subjects(list(data))
         if not tasks:
-            return []  # an empty inbox: no rows to build, no formatting fields to build for them (~0.5 ms)
+            return []  # an empty inbox: no rows to build, no formatting fields to build for them
         projects = [subject.project for subject in map(_subject, tasks) if isinstance(subject, ResourceRequest)]
-        # No request on the page (quota changes only), no quota to read: the grouped sums for no project cost ~3 ms
+        # No request on the page (quota changes only), no quota to read: the grouped sums for no project are costly
         # to build even though PostgreSQL is never asked.
         self.context["quota_scopes"] = quota_scopes_by_project(projects) if projects else {}
         row = _TaskRow(self.child)

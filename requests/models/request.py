@@ -100,8 +100,8 @@ class ResourceRequest(ConcurrentTransitionMixin, models.Model):
                 name="request_queued_unseen_idx",
             ),
             # The queue page in queue order (requests.selectors.queue_visible_to): an operator's first page reads
-            # 50 entries here instead of every queued row's heap page and a sort (6,000 queued: 4-5 ms of
-            # PostgreSQL a call). Cycles rewrite changed positions, which they already did as non-HOT updates
+            # 50 entries here instead of every queued row's heap page and a sort, whose cost grows with the
+            # queue. Cycles rewrite changed positions, which they already did as non-HOT updates
             # (queue_position is in the unseen index's condition), so this adds one entry per row they write.
             models.Index(
                 fields=["queue_position", "created_at", "id"],

@@ -6,14 +6,13 @@ with its line (CSV) or position (YAML) so one run reports them all.
 
 import csv
 import uuid
+from collections.abc import Collection
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import yaml
 
 FORMATS = ("csv", "yaml", "openb")
-# The values of scheduling.choices.ExecutionBackend (this module stays free of Django).
-EXECUTION_BACKENDS = ("simulated", "slurm", "container")
 
 # openb model code -> (slug, name, memory GB, interconnect). G2/G3 are anonymised in the trace; 32 GB assumed.
 OPENB_MODELS = {
@@ -74,10 +73,14 @@ def guess_format(path: Path) -> str:
     return "openb" if header[:5] == ["sn", "cpu_milli", "memory_mib", "gpu", "model"] else "csv"
 
 
-def read(path: Path, fmt: str | None = None) -> list[NodeRecord]:
+def read(path: Path, fmt: str | None = None, *, backends: Collection[str]) -> list[NodeRecord]:
+    """The file's nodes. `backends` are the execution backends a node may name: the caller passes the values of
+    scheduling.choices.ExecutionBackend (this module stays free of Django, so it does not read the enum itself)."""
     fmt = fmt or guess_format(path)
-    readers = {"openb": read_openb, "csv": read_csv, "yaml": read_yaml}
-    return readers[fmt](path)
+    if fmt == "openb":
+        return read_openb(path)
+    readers = {"csv": read_csv, "yaml": read_yaml}
+    return readers[fmt](path, backends=backends)
 
 
 def _int(value, what: str, problems: list[str], where: str, *, scale: int = 1, minimum: int = 0) -> int:
@@ -152,7 +155,7 @@ def read_openb(path: Path) -> list[NodeRecord]:
     return _checked(records, problems)
 
 
-def _node_from_mapping(raw: dict, where: str, problems: list[str]) -> NodeRecord | None:
+def _node_from_mapping(raw: dict, where: str, problems: list[str], *, backends: Collection[str]) -> NodeRecord | None:
     name = str(raw.get("name") or "").strip()
     if not name:
         problems.append(f"{where}: name is required")
@@ -228,20 +231,20 @@ def _node_from_mapping(raw: dict, where: str, problems: list[str]) -> NodeRecord
         bmc_address=optional("bmc_address"),
         bmc_credentials_ref=optional("bmc_credentials_ref"),
         bmc_inventory_address=optional("bmc_inventory_address"),
-        execution_backend=_backend(optional("execution_backend"), problems, where),
+        execution_backend=_backend(optional("execution_backend"), problems, where, backends=backends),
         where=where,
     )
 
 
-def _backend(value: str | None, problems: list[str], where: str) -> str | None:
+def _backend(value: str | None, problems: list[str], where: str, *, backends: Collection[str]) -> str | None:
     if value in (None, ""):
         return None
-    if value not in EXECUTION_BACKENDS:
-        problems.append(f"{where}: unknown execution_backend {value!r} (known: {', '.join(EXECUTION_BACKENDS)})")
+    if value not in backends:
+        problems.append(f"{where}: unknown execution_backend {value!r} (known: {', '.join(backends)})")
     return value
 
 
-def read_csv(path: Path) -> list[NodeRecord]:
+def read_csv(path: Path, *, backends: Collection[str]) -> list[NodeRecord]:
     """One node per line; see docs/inventory.md for the columns."""
     problems: list[str] = []
     records = []
@@ -249,13 +252,13 @@ def read_csv(path: Path) -> list[NodeRecord]:
         for line, row in enumerate(csv.DictReader(handle), start=2):
             # empty CSV cells mean "not given": keep what the database has
             cleaned = {key.strip(): value.strip() for key, value in row.items() if key and value and value.strip()}
-            record = _node_from_mapping(cleaned, f"line {line}", problems)
+            record = _node_from_mapping(cleaned, f"line {line}", problems, backends=backends)
             if record is not None:
                 records.append(record)
     return _checked(records, problems)
 
 
-def read_yaml(path: Path) -> list[NodeRecord]:
+def read_yaml(path: Path, *, backends: Collection[str]) -> list[NodeRecord]:
     """`nodes:` a list of mappings with the CSV's keys, plus `devices:` (index, model, uuid, memory_gb,
     serial_number)."""
     try:
@@ -272,7 +275,9 @@ def read_yaml(path: Path) -> list[NodeRecord]:
         if not isinstance(raw, dict):
             problems.append(f"node {position}: expected a mapping")
             continue
-        record = _node_from_mapping({**defaults, **raw}, f"node {position} ({raw.get('name', '?')})", problems)
+        record = _node_from_mapping(
+            {**defaults, **raw}, f"node {position} ({raw.get('name', '?')})", problems, backends=backends
+        )
         if record is not None:
             records.append(record)
     return _checked(records, problems)

@@ -94,7 +94,7 @@ def _apply(obj, values: dict) -> list[str]:
 
 @transaction.atomic
 def inventory_import(
-    records: list[NodeRecord], *, actor: User | None, default_site: str = "", create_openb_models: bool = False
+    *, records: list[NodeRecord], actor: User | None, default_site: str = "", create_openb_models: bool = False
 ) -> ImportResult:
     """Create or update nodes and their devices; unchanged rows are left alone, so a second run changes nothing.
 

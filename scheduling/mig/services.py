@@ -258,7 +258,7 @@ def _switch(device: Device, mig_mode: bool, reason: str, actor: User | None) -> 
     return device
 
 
-def mode_switches_after_drain(device_ids: Iterable[int]) -> list[Device]:
+def mode_switches_after_drain(*, device_ids: Iterable[int]) -> list[Device]:
     """The drained switches of these cards whose last allocation was just released (in the release's
     transaction): each card goes to the mode the operator asked for. One query when none waits."""
     waiting = list(
@@ -275,7 +275,7 @@ def mode_switches_after_drain(device_ids: Iterable[int]) -> list[Device]:
 
 
 @transaction.atomic
-def node_mig_pin(node: Node, reason: str, actor: User | None) -> Node:
+def node_mig_pin(*, node: Node, reason: str, actor: User | None) -> Node:
     """Freeze a node's MIG layouts: the scheduler uses the free instances as they are, never repartitions."""
     reason = _reason(reason)
     node = Node.objects.select_for_update().get(pk=node.pk)
@@ -292,7 +292,7 @@ def node_mig_pin(node: Node, reason: str, actor: User | None) -> Node:
 
 
 @transaction.atomic
-def node_mig_unpin(node: Node, reason: str, actor: User | None) -> Node:
+def node_mig_unpin(*, node: Node, reason: str, actor: User | None) -> Node:
     reason = _reason(reason)
     node = Node.objects.select_for_update().get(pk=node.pk)
     if not node.mig_layout_pinned:

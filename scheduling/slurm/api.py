@@ -9,7 +9,7 @@ Slurm 22.05 answers most failures, including a bad or expired token, with HTTP 5
 status code alone says little, the errors say what happened. `_error_for` is the one place that reads an answer as
 "not now" (SlurmUnavailable: slurmrestd or slurmctld out of reach, restarting or busy; worth asking again) or as
 "no" (any other SlurmApiError: a refusal that asking again will not change). Measured on Slurm 22.05: with
-slurmctld stopped, slurmrestd answers every call after about 9 s with HTTP 500 and error -1 ("Unspecified error"),
+slurmctld stopped, slurmrestd answers every call after a long wait with HTTP 500 and error -1 ("Unspecified error"),
 or 1800 for a submission or a cancellation; with slurmrestd stopped the connection is refused. Right after
 slurmctld restarts, a submission is answered HTTP 200 with a job id *and* error 2068 (ESLURM_NODE_NOT_AVAIL, its
 nodes not registered yet): Slurm accepted that job (it pends ReqNodeNotAvail), so `submit_job` returns it.
@@ -183,8 +183,8 @@ class SlurmApi:
         try:
             response = self._client.request(method, path, **kwargs)
         except (httpx.ReadTimeout, httpx.WriteTimeout) as error:
-            # slurmrestd took the call and waits on slurmctld: 9 s per controller call while slurmctld is down, and a
-            # job query makes two.
+            # slurmrestd took the call and waits on slurmctld: a long wait per controller call while slurmctld is down,
+            # and a job query makes two.
             raise SlurmUnavailable(
                 f"slurmrestd at {self.url} did not answer {method} {path} in time (waiting on slurmctld)",
                 part=CONTROLLER,

@@ -80,8 +80,8 @@ def slurm_inventory_import(
     slurm_nodes = api.nodes()  # before the transaction: no row is locked while Slurm answers
     with transaction.atomic():
         records = _node_records(slurm_nodes, gpu_models)
-        result = SlurmImportResult(inventory=inventory_import(records, actor=actor, default_site=site))
-        slurm_node_states_apply(slurm_nodes, changes=result, actor=actor)
+        result = SlurmImportResult(inventory=inventory_import(records=records, actor=actor, default_site=site))
+        slurm_node_states_apply(slurm_nodes=slurm_nodes, changes=result, actor=actor)
         _resync_drains_out_of_step(slurm_nodes)
         _cordon_vanished({record.name for record in records}, site, result, actor)
     return result
@@ -116,11 +116,11 @@ def slurm_node_states_refresh() -> str:
     except SlurmApiError as error:
         logger.warning("Slurm node states not read: %s", error)
         return f"not read: {error}"
-    return slurm_node_states_apply(slurm_nodes).summary()
+    return slurm_node_states_apply(slurm_nodes=slurm_nodes).summary()
 
 
 def slurm_node_states_apply(
-    slurm_nodes: list[dict], *, changes: NodeStateChanges | None = None, actor: User | None = None
+    *, slurm_nodes: list[dict], changes: NodeStateChanges | None = None, actor: User | None = None
 ) -> NodeStateChanges:
     """Slurm's service state of each node it listed (its `nodes` objects) onto our Slurm-backed node of that name:
     a node Slurm starts no work on is cordoned with Slurm's reason, the import's own cordon is lifted once Slurm has
@@ -227,10 +227,10 @@ def _apply_state(node: Node, state: SlurmNodeState, changes: NodeStateChanges, a
     if state.unavailable and state.reason in _platform_reasons(node):
         return
     if state.unavailable and node.schedulable:
-        node_cordon(node, state.cordon_reason(), actor)
+        node_cordon(node=node, reason=state.cordon_reason(), actor=actor)
         changes.cordoned.append(f"{node.name}: {state.cordon_reason()}")
     elif not state.unavailable and not node.schedulable and node.cordon_reason.startswith(IMPORT_CORDON_PREFIXES):
-        node_uncordon(node, f"Slurm reports the node {state.label} again", actor)
+        node_uncordon(node=node, reason=f"Slurm reports the node {state.label} again", actor=actor)
         changes.uncordoned.append(node.name)
     changes.health_events += _record_state_event(node, state)
 
@@ -280,7 +280,7 @@ def _cordon_vanished(listed: set[str], site: str, result: NodeStateChanges, acto
     if site:
         vanished = vanished.filter(rack__site__name=site)
     for node in vanished:
-        node_cordon(node, VANISHED_REASON, actor)
+        node_cordon(node=node, reason=VANISHED_REASON, actor=actor)
         result.cordoned.append(f"{node.name}: {VANISHED_REASON}")
 
 

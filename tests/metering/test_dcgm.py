@@ -1,4 +1,5 @@
-"""The dcgm driver against recorded dcgm-exporter output of an 8-GPU HGX node, served by a real local HTTP server."""
+"""The dcgm driver against recorded dcgm-exporter output of an 8-GPU HGX node, served by a real local HTTP server;
+and a mixed fleet whose vendors are read by different telemetry sources."""
 
 import math
 import threading
@@ -6,12 +7,17 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
+from django.core.exceptions import ImproperlyConfigured
 
-from metering import services
+from catalog.choices import AcceleratorKind
+from catalog.models import Vendor
+from metering import selectors, services
 from metering.models import TelemetrySample
-from metering.telemetry import MEMORY_USED, POWER, UTILIZATION, dcgm_device_values
-from scheduling.models import Device, Node
+from metering.telemetry import MEMORY_USED, POWER, UTILIZATION, SimulatedDriver, dcgm_device_values
+from scheduling.models import Allocation, Device, Node
+from tests.factories import AcceleratorModelFactory
 from tests.metering.conftest import at, bound
+from tests.scheduling.inventory_helpers import node
 
 pytestmark = pytest.mark.django_db
 
@@ -207,3 +213,59 @@ def test_mig_instance_samples_go_to_the_request_holding_the_instance(world, hgx,
         first.pk: (pytest.approx(20.0), 9000, pytest.approx(card_power / 2, abs=0.001)),  # GPU_I_ID 2 is first's
         second.pk: (pytest.approx(63.0), 20480, pytest.approx(card_power / 2, abs=0.001)),
     }
+
+
+def _samples(allocation) -> dict:
+    return {
+        sample.device_id: (sample.utilization_pct, sample.memory_used_mb, sample.power_w)
+        for sample in TelemetrySample.objects.filter(allocation=allocation)
+    }
+
+
+@pytest.fixture
+def ascend(world):
+    """A node of two Huawei Ascend NPUs beside the NVIDIA HGX node."""
+    model = AcceleratorModelFactory(
+        vendor=Vendor.objects.get(slug="huawei-ascend"), kind=AcceleratorKind.NPU, memory_gb=64, name="Test 910B"
+    )
+    return list(node(devices=2, model=model, name="ascend-01").devices.order_by("index"))
+
+
+def test_a_mixed_fleet_is_metered_each_vendor_by_its_own_source(world, hgx, ascend, exporter, settings):
+    """NVIDIA cards through dcgm-exporter, the Ascend NPUs through another source (here the simulated driver), in one
+    collection: the NPU node is never asked for dcgm output (it has none: the exporter answers 404 there)."""
+    settings.METERING_TELEMETRY_DRIVER = "simulated"
+    settings.METERING_TELEMETRY_SOURCES = {"nvidia": "dcgm"}
+    settings.METERING_DCGM_URL_TEMPLATE = exporter + "/{node}/metrics"
+    gpus = bound(world, started=at("2026-11-30 08:00"), devices=[hgx[2], hgx[3]])
+    npus = bound(world, started=at("2026-11-30 08:00"), devices=ascend)
+    report = services.telemetry_collect(now=at("2026-11-30 10:00"))
+    assert (report.samples, report.errors) == (4, [])
+    assert _samples(gpus) == {
+        hgx[2].pk: (97, 71234, pytest.approx(689.224)),
+        hgx[3].pk: (96, 71102, pytest.approx(676.87)),
+    }
+    bindings = selectors.bindings_of(Allocation.objects.filter(pk=npus.pk))
+    assert {binding.vendor for binding in bindings} == {"huawei-ascend"}
+    simulated = SimulatedDriver().read(bindings, report.instant).readings
+    assert _samples(npus) == {
+        reading.device_id: (reading.utilization_pct, reading.memory_used_mb, reading.power_w) for reading in simulated
+    }
+
+
+def test_a_node_mapped_to_a_source_overrides_its_vendor_s(world, hgx, ascend, exporter, settings):
+    settings.METERING_TELEMETRY_DRIVER = "dcgm"
+    settings.METERING_TELEMETRY_SOURCES = {"huawei-ascend": "simulated", f"node:{NODE}": "simulated"}
+    settings.METERING_DCGM_URL_TEMPLATE = exporter + "/{node}/metrics"
+    gpus = bound(world, started=at("2026-11-30 08:00"), devices=[hgx[2]], spec=world.half)
+    report = services.telemetry_collect(now=at("2026-11-30 10:00"))
+    assert report.errors == []
+    bindings = selectors.bindings_of(Allocation.objects.filter(pk=gpus.pk))
+    [reading] = SimulatedDriver().read(bindings, report.instant).readings
+    assert _samples(gpus) == {hgx[2].pk: (reading.utilization_pct, reading.memory_used_mb, reading.power_w)}
+
+
+def test_an_unknown_source_is_a_configuration_error_naming_the_known_ones(world, settings):
+    settings.METERING_TELEMETRY_SOURCES = {"huawei-ascend": "npu-smi"}
+    with pytest.raises(ImproperlyConfigured, match="one of simulated, dcgm; got 'npu-smi'"):
+        services.telemetry_collect(now=at("2026-11-30 10:00"))

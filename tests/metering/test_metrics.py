@@ -33,7 +33,7 @@ def scrape(client) -> tuple[dict, dict]:
 
 def test_requests_capacity_card_hours_and_budget(client, world):
     bound(world, started=at("2026-11-30 09:00"))  # running: 2 cards of 4
-    device_isolate(world.node.devices.get(index=3), "XID 79")
+    device_isolate(device=world.node.devices.get(index=3), reason="XID 79")
     MonthlyUsage.objects.create(project=world.project, month=date(2026, 10, 1), card_hours=Decimal("30.5"))
     MonthlyUsage.objects.create(
         project=world.project, month=timezone.now().date().replace(day=1), card_hours=Decimal(40)

@@ -66,7 +66,7 @@ def test_the_cordon_note_follows_each_request_s_state(compute, settings, run_on_
     setting_up = compute.order()
     assert setting_up.state == RequestState.PROVISIONING
 
-    services.node_cordon(compute.node, "fan", None)
+    services.node_cordon(node=compute.node, reason="fan", actor=None)
 
     told = {request.pk: request.events.get(code=EventCode.NODE_CORDONED).message for request in (releasing, setting_up)}
     assert told[releasing.pk] == (
@@ -80,11 +80,13 @@ def test_the_cordon_note_follows_each_request_s_state(compute, settings, run_on_
 
 
 def test_an_uncordon_places_the_queue_at_once(compute, run_on_commit):
-    services.node_cordon(compute.node, "fan", None)
+    services.node_cordon(node=compute.node, reason="fan", actor=None)
     waiting = compute.order()
     assert waiting.state == RequestState.QUEUED
 
-    run_on_commit(services.node_uncordon, compute.node, "fan replaced", None)  # no cycle is run by the test
+    run_on_commit(
+        services.node_uncordon, node=compute.node, reason="fan replaced", actor=None
+    )  # no cycle is run by the test
 
     waiting.refresh_from_db()
     assert waiting.state == RequestState.ACTIVE

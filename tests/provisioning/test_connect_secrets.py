@@ -281,6 +281,8 @@ def test_after_a_key_rotation_reencrypt_secrets_moves_them_to_the_new_key(worksp
 
     assert "Re-encrypted 1 connect secrets" in out.getvalue()
     assert _stored(request) == token
+    [audited] = AuditEvent.objects.filter(action="connect_secrets.reencrypted")
+    assert audited.data == {"count": 1, "unreadable": []} and token not in str(audited.data)
 
 
 def test_the_migration_takes_tokens_out_of_old_outputs_records_and_events(workspace):

@@ -47,7 +47,7 @@ def _world(shop, team, *, waiting_for_operators=1, queued=1, budget_projects=1, 
         request_services.request_submit(order=make_order(shop, team.project), requester=team.developer)
     node = add_node(shop.accelerator, name=f"iso{Device.objects.count()}", cards=isolated)
     for device in node.devices.all():
-        scheduling_services.device_isolate(device, "ECC errors", team.operator)
+        scheduling_services.device_isolate(device=device, reason="ECC errors", actor=team.operator)
     month = timezone.now().date().replace(day=1)
     for _ in range(budget_projects):
         project = factories.project()

@@ -224,7 +224,9 @@ def test_replicas_on_three_nodes_keep_serving_when_one_node_is_cordoned(serving,
     assert [call(gateway, deployment, secret).status_code for _ in range(3)] == [200] * 3
 
     victim = replicas[1]
-    node_cordon(victim.allocation.node, "fan failure", factories.operator())  # transactional test: commits at once
+    node_cordon(
+        node=victim.allocation.node, reason="fan failure", actor=factories.operator()
+    )  # transactional test: commits at once
     victim.refresh_from_db()
     assert not victim.healthy and victim.last_error == f"node {victim.allocation.node.name} cordoned: fan failure"
     os.kill(victim.pid, signal.SIGKILL)  # were it still in rotation, the gateway would find it dead and say so

@@ -43,7 +43,9 @@ def test_release_while_provisioning_cancels_the_run_and_tears_down(compute, sett
 
 def test_preemption_tears_the_environment_down_and_the_request_runs_again(compute, run_on_commit):
     request = compute.order()
-    run_on_commit(device_isolate, Device.objects.get(uuid="GPU-n1-0"), "XID 79")  # requeues what runs there
+    run_on_commit(
+        device_isolate, device=Device.objects.get(uuid="GPU-n1-0"), reason="XID 79"
+    )  # requeues what runs there
     teardown = ProvisioningRun.objects.get(request=request, kind=RunKind.TEARDOWN)
     assert teardown.state == RunState.SUCCEEDED
     assert list(teardown.steps.values_list("name", flat=True)) == ["stop_workload"]
@@ -121,7 +123,7 @@ def test_installer_callback_refuses_unknown_and_reused_tokens_and_bad_input(
     assert bad.status_code == 400 and bad.json()["code"] == "validation_error"
     run = ProvisioningRun.objects.get(request=bare_metal.order())
     assert run.steps.get(name="wait_for_install").state == StepState.WAITING
-    token = installer_tokens.installer_token_issue(run)  # as the boot step hands it to the installer
+    token = installer_tokens.installer_token_issue(run=run)  # as the boot step hands it to the installer
     assert api.post(url, {"token": token, "status": "failed", "detail": "disk"}, format="json").status_code == 202
     assert api.post(url, {"token": token, "status": "failed"}, format="json").json()["code"] == "token_used"
 
@@ -131,7 +133,7 @@ def test_installer_failure_fails_the_request_at_the_wait_step(
 ):
     request = bare_metal.order()
     run = ProvisioningRun.objects.get(request=request)
-    token = installer_tokens.installer_token_issue(run)  # as if the boot step had handed it to the installer
+    token = installer_tokens.installer_token_issue(run=run)  # as if the boot step had handed it to the installer
     run_on_commit(services.installer_report, token=token, status="failed", detail="No disk found", source_address=None)
     request.refresh_from_db()
     assert request.state == RequestState.FAILED
@@ -203,8 +205,10 @@ def test_retry_is_refused_on_an_isolated_node(bare_metal, settings):
 
 def test_an_operator_isolating_a_busy_card_counts_as_an_intervention_a_health_rule_does_not(compute, run_on_commit):
     request = compute.order()
-    run_on_commit(device_isolate, Device.objects.get(uuid="GPU-n1-0"), "reseating", compute.team.operator)
-    run_on_commit(device_isolate, Device.objects.get(uuid="GPU-n1-1"), "XID 79")
+    run_on_commit(
+        device_isolate, device=Device.objects.get(uuid="GPU-n1-0"), reason="reseating", actor=compute.team.operator
+    )
+    run_on_commit(device_isolate, device=Device.objects.get(uuid="GPU-n1-1"), reason="XID 79")
     isolations = request.events.filter(code=EventCode.DEVICE_ISOLATED).order_by("id")
     assert [event.intervention for event in isolations] == [True, False]
 

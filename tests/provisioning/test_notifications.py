@@ -152,7 +152,9 @@ def test_isolating_a_busy_card_tells_operators_who_it_requeued_and_the_developer
     request = compute.order()
     mailbox.wait_for(1)  # the developer's "ready"
     mailbox.clear()
-    run_on_commit(device_isolate, Device.objects.get(uuid="GPU-n1-0"), "XID 79 storm", compute.team.operator)
+    run_on_commit(
+        device_isolate, device=Device.objects.get(uuid="GPU-n1-0"), reason="XID 79 storm", actor=compute.team.operator
+    )
     request.refresh_from_db()
     mailbox.wait_for(3)
     [isolation] = mailbox.to(compute.team.operator.email)

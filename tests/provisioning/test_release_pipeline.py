@@ -119,7 +119,7 @@ def test_a_preemption_frees_once_then_tears_down(compute, frees, run_on_commit):
 
 def test_an_isolated_device_requeues_frees_once_then_tears_down(compute, frees, run_on_commit):
     request = compute.order()
-    run_on_commit(device_isolate, Device.objects.get(uuid="GPU-n1-0"), "XID 79")
+    run_on_commit(device_isolate, device=Device.objects.get(uuid="GPU-n1-0"), reason="XID 79")
     assert freed_once(frees, request)
     assert ProvisioningRun.objects.get(request=request, kind=RunKind.TEARDOWN).state == RunState.SUCCEEDED
     request.refresh_from_db()

@@ -82,7 +82,7 @@ def test_the_status_area_costs_the_same_queries_however_long_the_timeline(active
     client.force_login(active.requester)
     few = queries_for(client, status_of(active))
     for n in range(10):
-        request_services.record_event(active, actor=None, code=EventCode.DEVICE_ISOLATED, message=f"note {n}")
+        request_services.record_event(request=active, actor=None, code=EventCode.DEVICE_ISOLATED, message=f"note {n}")
     assert queries_for(client, status_of(active)) == few <= 25
 
 

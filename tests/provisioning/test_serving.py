@@ -110,12 +110,12 @@ def test_a_cordoned_node_takes_its_replica_out_until_uncordoned(serving, shop, r
     on_node = {replica.allocation.node.name: replica.name for replica in deployment.replicas.all()}
     assert sorted(on_node) == ["n1", "n2"]  # a replica on each node
     node = Node.objects.get(name="n2")
-    run_on_commit(node_cordon, node, "firmware update", factories.operator())
+    run_on_commit(node_cordon, node=node, reason="firmware update", actor=factories.operator())
     cordoned = (False, "node n2 cordoned: firmware update")
     assert health(deployment) == {on_node["n1"]: (True, ""), on_node["n2"]: cordoned}
     assert "leave the endpoint's rotation" in request.events.get(code="node_cordoned").message
     assert deployments.serving_replicas_check() == 1  # the minute check keeps it out while the cordon lasts
-    run_on_commit(node_uncordon, Node.objects.get(name="n2"), "done", factories.operator())
+    run_on_commit(node_uncordon, node=Node.objects.get(name="n2"), reason="done", actor=factories.operator())
     assert health(deployment) == {name: (True, "") for name in on_node.values()}
 
 
@@ -124,6 +124,8 @@ def test_replicas_sharing_a_cordoned_node_keep_serving_there(serving, run_on_com
     node keeps running), and the record says they share it."""
     request = serving.order()
     deployment = ServingDeployment.objects.get(request=request)
-    run_on_commit(node_cordon, Node.objects.get(name="n1"), "drain for maintenance", factories.operator())
+    run_on_commit(
+        node_cordon, node=Node.objects.get(name="n1"), reason="drain for maintenance", actor=factories.operator()
+    )
     assert health(deployment) == {"replica-0": (True, ""), "replica-1": (True, "")}
     assert request.events.get(code="allocated").data["spread"]["numbers"]["shared"] == {"n1": [0, 1]}

@@ -33,7 +33,7 @@ def test_the_operator_lands_on_a_dashboard_whose_counts_lead_to_the_work(browser
     for _ in range(3):
         services.request_submit(order=make_order(shop, team.project, spec=shop.sliced), requester=team.developer)
     node = add_node(shop.accelerator, cards=2)
-    scheduling_services.device_isolate(node.devices.first(), "ECC errors", team.operator)
+    scheduling_services.device_isolate(device=node.devices.first(), reason="ECC errors", actor=team.operator)
     BudgetAlert.objects.create(
         project=team.project,
         month=timezone.now().date().replace(day=1),

@@ -59,8 +59,8 @@ def inboxes(shop, team):
         project=team.project, limits={"gpus": Decimal(32), "cpu_cores": None}, justification="More", actor=team.lead
     )
     asking, deciding = clearance_holder(username="alice"), clearance_holder(username="bob")
-    device = scheduling_services.device_isolate(node(devices=1).devices.get(), "XID 79", actor=None)
-    scheduling_services.isolation_clearance_request(device, "Card reseated", asking)
+    device = scheduling_services.device_isolate(device=node(devices=1).devices.get(), reason="XID 79", actor=None)
+    scheduling_services.isolation_clearance_request(device=device, reason="Card reseated", actor=asking)
     return [team.approver, team.operator, deciding]
 
 

@@ -262,7 +262,7 @@ def test_role_matrix_for_a_pending_request(client, shop, team):
 def test_the_request_list_keeps_failed_and_finished_rows_quiet(client, shop, team):
     """FAILED left TERMINAL_STATES (an operator may retry it), but its list row stays as quiet as before."""
     moving = services.request_submit(order=make_order(shop, team.project), requester=team.developer)
-    services.record_event(moving, actor=None, code="note", message="still-moving-note")
+    services.record_event(request=moving, actor=None, code="note", message="still-moving-note")
     failed = services.request_submit(order=make_order(shop, team.project), requester=team.developer)
     services._transition(failed, "allocate", actor=None, code="allocated", message="allocated")
     services.request_fail(request=failed, failure={"step": "boot"}, message="failed-at-boot-note", data={})

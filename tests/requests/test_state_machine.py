@@ -1,12 +1,14 @@
 """The ResourceRequest state machine: every legal transition, every illegal one, and the service guard."""
 
 import pytest
+from django.contrib.contenttypes.models import ContentType
 from django_fsm import TransitionNotAllowed
 
 from config.errors import Conflict
 from requests import services
 from requests.choices import TERMINAL_STATES, EventCode, RequestState
 from requests.models import RequestEvent, ResourceRequest
+from tenancy.models import AuditEvent
 from tests.requests.conftest import make_order
 from tests.requests.lifecycle import walk
 
@@ -153,3 +155,54 @@ def test_cancelling_a_cancelled_request_is_a_conflict_with_a_readable_message(sh
     assert refusal.value.code == "illegal_transition"
     assert refusal.value.message == f"Request #{request.pk} is cancelled; 'cancel' is not possible from there."
     assert ResourceRequest.objects.get(pk=request.pk).events.filter(code=EventCode.CANCELLED).count() == 1
+
+
+def _audited(request) -> list[tuple]:
+    return list(
+        AuditEvent.objects.filter(
+            target_type=ContentType.objects.get_for_model(ResourceRequest), target_id=str(request.pk)
+        )
+        .order_by("id")
+        .values_list("action", "actor", "reason", "data")
+    )
+
+
+def test_every_transition_also_writes_the_shared_audit_trail_with_actor_and_reason(shop, team):
+    """Single moves (submission, allocation, failure, retry, release) and the scheduler's batches (provisioning
+    started, activated) alike: one audit row per move of state, naming the new state, who moved it and why; a note
+    that leaves the state as it is stays on the timeline only."""
+    request = services.request_submit(order=make_order(shop, team.project), requester=team.developer)
+    services._transition(request, "allocate", actor=None, code=EventCode.ALLOCATED, message="Placed on n1.")
+    failure = {"step": "boot", "code": "bmc_unreachable", "message": "BMC down.", "attempts": 3, "details": {}}
+    services.requests_start_provisioning(started=[(services._locked(request), "started", {"run": 1})])
+    services.request_fail(request=request, failure=failure, message="Boot failed.", data={"run": 1})
+    services.request_retry_provisioning(
+        request=request, actor=team.operator, reason="BMC back", message="retried", data={"run": 2}
+    )
+    services.requests_activate(activated=[(services._locked(request), {"node": "n1"}, "active", {"run": 2})])
+    services.record_event(request=request, actor=team.operator, code=EventCode.EXPIRY_WARNING, message="a note")
+    services.request_release(request=request, actor=team.developer, reason="done with it")
+    services.request_finish_release(request=request, message="Released.")
+
+    moves = [event for event in request.events.order_by("id") if event.is_transition]
+    audited = _audited(request)
+    assert [action for action, *_ in audited] == [f"request.{event.to_state}" for event in moves]
+    assert [(actor, data["from"], data["to"], data["code"], data["event"]) for _, actor, _, data in audited] == [
+        (event.actor_id, event.from_state, event.to_state, event.code, event.pk) for event in moves
+    ]
+    reasons = {action: (actor, reason) for action, actor, reason, _ in audited}
+    assert reasons["request.submitted"][0] == team.developer.pk
+    assert reasons["request.allocated"] == (None, "Placed on n1.")
+    assert reasons["request.failed"] == (None, "Boot failed.")
+    assert reasons["request.releasing"] == (team.developer.pk, "done with it")
+    assert [action for action, *_ in audited if action == "request.provisioning"] == ["request.provisioning"] * 2
+    assert (team.operator.pk, "BMC back") in [(actor, reason) for action, actor, reason, _ in audited]
+    assert not AuditEvent.objects.filter(reason="a note").exists()
+
+
+def test_a_cancellation_is_audited_with_its_reason(shop, team):
+    request = services.request_submit(order=make_order(shop, team.project), requester=team.developer)
+    services.request_cancel(request=request, actor=team.developer, reason="ordered the wrong spec")
+    action, actor, reason, data = _audited(request)[-1]
+    assert (action, actor, reason) == ("request.cancelled", team.developer.pk, "ordered the wrong spec")
+    assert (data["from"], data["to"], data["code"]) == (S.QUEUED, S.CANCELLED, EventCode.CANCELLED)

@@ -32,10 +32,10 @@ def _url(model: str, suffix: str = "") -> str:
 
 def _clearance_row():
     device = node(devices=1, rack=rack()).devices.get()
-    services.device_isolate(device, "XID 79")
+    services.device_isolate(device=device, reason="XID 79")
     requester = clearance_holder()
     clearance_holder()
-    return services.isolation_clearance_request(device, "Reseated", requester)
+    return services.isolation_clearance_request(device=device, reason="Reseated", actor=requester)
 
 
 def _health_row():
@@ -100,8 +100,8 @@ def test_node_list_shows_capacity_and_badge(console, operator):
     host = node(devices=4, rack=rack("dc9", "r1"))
     first = host.devices.first()
     allocate(active_request(), [first], milli=500)
-    services.device_isolate(host.devices.last(), "ECC")
-    services.node_cordon(node(name="cordoned-1"), "PSU", operator)
+    services.device_isolate(device=host.devices.last(), reason="ECC")
+    services.node_cordon(node=node(name="cordoned-1"), reason="PSU", actor=operator)
     page = console.get(_url("node")).content.decode()
     assert "dc9/r1" in page and "64" in page and "256" in page
     assert "0.5 / 2.5" in page  # 0.5 card allocated; free: 4 cards - 0.5 - the isolated one
@@ -117,7 +117,7 @@ def test_capacity_view(console):
 
 
 def test_node_form_cannot_uncordon_or_change_cordon_fields(console, operator):
-    host = services.node_cordon(node(), "Maintenance", operator)
+    host = services.node_cordon(node=node(), reason="Maintenance", actor=operator)
     data = {
         "name": host.name,
         "serial_number": host.serial_number,
@@ -182,7 +182,7 @@ def test_cordon_action_asks_for_a_reason_then_cordons_through_the_service(consol
     assert set(Node.objects.values_list("schedulable", "cordon_reason")) == {(False, "Firmware rollout")}
     assert AuditEvent.objects.filter(action="node.cordoned", actor=operator).count() == 2
     # uncordon one; the other reports its refusal by name
-    services.node_uncordon(nodes[1], "done early", operator)
+    services.node_uncordon(node=nodes[1], reason="done early", actor=operator)
     response = _act(console, "node", "uncordon_nodes", nodes, reason="Rollout done")
     texts = [message.message for message in get_messages(response.wsgi_request)]
     assert any(nodes[1].name in text and "not cordoned" in text for text in texts)
@@ -208,7 +208,7 @@ def test_clearance_action_hidden_without_the_dedicated_permission(console):
     page = console.get(_url("device")).content.decode()
     assert "isolate_devices" in page and "request_isolation_clearance" not in page
     device = Device.objects.get()
-    services.device_isolate(device, "XID")
+    services.device_isolate(device=device, reason="XID")
     _act(console, "device", "request_isolation_clearance", [device], reason="Reseated")
     assert not IsolationClearance.objects.exists()
 
@@ -217,7 +217,7 @@ def test_clearance_action_requests_and_reports_refusals_per_row(client):
     holder, _second = clearance_holder(), clearance_holder()
     client.force_login(holder)
     isolated, healthy = node(devices=2).devices.all()
-    services.device_isolate(isolated, "XID 79")
+    services.device_isolate(device=isolated, reason="XID 79")
     assert "request_isolation_clearance" in client.get(_url("device")).content.decode()
     response = _act(client, "device", "request_isolation_clearance", [isolated, healthy], reason="Reseated")
     texts = [message.message for message in get_messages(response.wsgi_request)]
@@ -256,7 +256,7 @@ def test_node_list_filters_by_site_rack_and_schedulable(console, operator):
     inside, outside = node(rack=rack("dcx", "rx")), node(rack=rack("dcy", "ry"))
     page = console.get(_url("node"), {"rack__id__exact": inside.rack_id}).content.decode()
     assert inside.name in page and outside.name not in page
-    services.node_cordon(outside, "PSU", operator)
+    services.node_cordon(node=outside, reason="PSU", actor=operator)
     page = console.get(_url("node"), {"schedulable__exact": "0"}).content.decode()
     assert outside.name in page and inside.name not in page
     assert Rack.objects.count() == 2

@@ -18,7 +18,7 @@ pytestmark = pytest.mark.django_db
 @pytest.fixture
 def isolated():
     device = node(devices=1).devices.get()
-    return services.device_isolate(device, "XID 79: fell off the bus", actor=None)
+    return services.device_isolate(device=device, reason="XID 79: fell off the bus", actor=None)
 
 
 @pytest.fixture
@@ -34,7 +34,7 @@ def test_operator_without_the_dedicated_permission_is_refused(isolated):
     operator = factories.operator()
     assert operator.has_perm("scheduling.change_device")
     with pytest.raises(NotPermitted) as refusal:
-        services.isolation_clearance_request(isolated, "Card reseated", operator)
+        services.isolation_clearance_request(device=isolated, reason="Card reseated", actor=operator)
     assert refusal.value.code == "missing_permission"
     assert not IsolationClearance.objects.exists()
     assert not Approval.objects.exists()
@@ -50,13 +50,13 @@ def test_operators_group_never_holds_the_clearance_permission():
 def test_a_device_that_is_not_isolated_cannot_be_cleared(holders):
     device = node(devices=1).devices.get()
     with pytest.raises(Conflict) as refusal:
-        services.isolation_clearance_request(device, "Looks fine", holders[0])
+        services.isolation_clearance_request(device=device, reason="Looks fine", actor=holders[0])
     assert refusal.value.code == "device_not_isolated"
 
 
 def test_a_reason_is_required(isolated, holders):
     with pytest.raises(DomainError) as refusal:
-        services.isolation_clearance_request(isolated, "  ", holders[0])
+        services.isolation_clearance_request(device=isolated, reason="  ", actor=holders[0])
     assert refusal.value.code == "reason_required"
 
 
@@ -64,7 +64,9 @@ def test_request_routes_to_the_other_holders_only_and_never_automatically(isolat
     alice, bob = holders
     carol = clearance_holder(username="carol")
     factories.operator(username="dave")  # an operator without the permission is not an approver
-    clearance = services.isolation_clearance_request(isolated, "Card reseated, DCGM diag level 3 passed", alice)
+    clearance = services.isolation_clearance_request(
+        device=isolated, reason="Card reseated, DCGM diag level 3 passed", actor=alice
+    )
     approval = Approval.objects.get(subject_id=clearance.pk)
     assert approval.project is None and approval.state == ApprovalState.PENDING
     [stage] = approval.stages.all()
@@ -75,23 +77,23 @@ def test_request_routes_to_the_other_holders_only_and_never_automatically(isolat
 
 
 def test_a_second_pending_clearance_is_refused(isolated, holders):
-    services.isolation_clearance_request(isolated, "Reseated", holders[0])
+    services.isolation_clearance_request(device=isolated, reason="Reseated", actor=holders[0])
     with pytest.raises(Conflict) as refusal:
-        services.isolation_clearance_request(isolated, "Reseated again", holders[1])
+        services.isolation_clearance_request(device=isolated, reason="Reseated again", actor=holders[1])
     assert refusal.value.code == "clearance_pending"
 
 
 def test_nobody_else_holds_the_permission_refuses_and_keeps_nothing(isolated):
     lonely = clearance_holder()
     with pytest.raises(DomainError) as refusal:
-        services.isolation_clearance_request(isolated, "Reseated", lonely)
+        services.isolation_clearance_request(device=isolated, reason="Reseated", actor=lonely)
     assert refusal.value.code == "no_eligible_approver"
     assert not IsolationClearance.objects.exists()
 
 
 def test_requester_cannot_approve_their_own_clearance(isolated, holders):
     alice, bob = holders
-    clearance = services.isolation_clearance_request(isolated, "Reseated", alice)
+    clearance = services.isolation_clearance_request(device=isolated, reason="Reseated", actor=alice)
     # even if alice were assigned (here: bob's task), the engine refuses self-approval first
     with pytest.raises(NotPermitted) as refusal:
         approvals.approval_decide(assignment=task_of(clearance, bob), decision="approve", comment="", actor=alice)
@@ -102,7 +104,7 @@ def test_requester_cannot_approve_their_own_clearance(isolated, holders):
 
 def test_second_holder_approves_device_cleared_one_audit_row_names_both(isolated, holders):
     alice, bob = holders
-    clearance = services.isolation_clearance_request(isolated, "Card reseated, diag passed", alice)
+    clearance = services.isolation_clearance_request(device=isolated, reason="Card reseated, diag passed", actor=alice)
     approvals.approval_decide(assignment=task_of(clearance, bob), decision="approve", comment="Checked", actor=bob)
     device = Device.objects.get(pk=isolated.pk)
     assert not device.isolated and device.isolation_reason == "" and device.isolated_at is None
@@ -118,7 +120,7 @@ def test_second_holder_approves_device_cleared_one_audit_row_names_both(isolated
 
 def test_rejection_keeps_the_device_isolated(isolated, holders):
     alice, bob = holders
-    clearance = services.isolation_clearance_request(isolated, "Reseated", alice)
+    clearance = services.isolation_clearance_request(device=isolated, reason="Reseated", actor=alice)
     approvals.approval_decide(
         assignment=task_of(clearance, bob), decision="reject", comment="Still XIDs in dmesg", actor=bob
     )
@@ -130,7 +132,7 @@ def test_rejection_keeps_the_device_isolated(isolated, holders):
 def test_policy_rule_without_stages_still_never_auto_approves(isolated, holders):
     policy = ApprovalPolicy.objects.create(name="Clearances", subject="isolation_clearance")
     ApprovalRule.objects.create(policy=policy, name="anything")
-    clearance = services.isolation_clearance_request(isolated, "Reseated", holders[0])
+    clearance = services.isolation_clearance_request(device=isolated, reason="Reseated", actor=holders[0])
     assert Approval.objects.get(subject_id=clearance.pk).state == ApprovalState.PENDING
     assert Device.objects.get(pk=isolated.pk).isolated
 
@@ -142,7 +144,7 @@ def test_policy_rule_routes_to_named_approver_but_approval_needs_the_permission(
     rule = ApprovalRule.objects.create(policy=policy, name="named")
     stage = ApprovalRuleStage.objects.create(rule=rule, name="Hardware lead", source=ApproverSource.USERS)
     stage.users.set([plain])
-    clearance = services.isolation_clearance_request(isolated, "Reseated", alice)
+    clearance = services.isolation_clearance_request(device=isolated, reason="Reseated", actor=alice)
     with pytest.raises(NotPermitted) as refusal:
         approvals.approval_decide(assignment=task_of(clearance, plain), decision="approve", comment="", actor=plain)
     assert refusal.value.code == "missing_permission"
@@ -155,7 +157,7 @@ def test_policy_rule_routes_to_named_approver_but_approval_needs_the_permission(
 
 def test_clearance_appears_in_the_approvers_inbox_api(isolated, holders, api_as):
     alice, bob = holders
-    services.isolation_clearance_request(isolated, "Reseated", alice)
+    services.isolation_clearance_request(device=isolated, reason="Reseated", actor=alice)
     response = api_as(bob).get("/api/v1/approvals/")
     assert response.status_code == 200, response.content
     [task] = response.json()["results"]
@@ -164,7 +166,7 @@ def test_clearance_appears_in_the_approvers_inbox_api(isolated, holders, api_as)
 
 def test_clearance_appears_in_the_approvers_inbox_page(isolated, holders, client):
     alice, bob = holders
-    services.isolation_clearance_request(isolated, "Reseated", alice)
+    services.isolation_clearance_request(device=isolated, reason="Reseated", actor=alice)
     client.force_login(bob)
     response = client.get("/approvals/")
     assert response.status_code == 200

@@ -394,7 +394,7 @@ def test_isolating_a_busy_card_requeues_its_request_elsewhere(shop, team, django
     assert request.allocations.get().node == first
     add_node(shop.accelerator, name="b", cards=2)
     with django_capture_on_commit_callbacks(execute=True):
-        device_isolate(first.devices.get(index=0), "XID 79: fallen off the bus")
+        device_isolate(device=first.devices.get(index=0), reason="XID 79: fallen off the bus")
     request.refresh_from_db()
     assert request.state == RequestState.ACTIVE  # placed again, and provisioned there
     assert request.allocations.get(state=AllocationState.ACTIVE).node.name == "b"
@@ -411,7 +411,7 @@ def test_with_requeue_off_the_request_keeps_its_card(shop, team, settings, djang
     request = queued(shop, team)
     cycle.run_cycle()
     with django_capture_on_commit_callbacks(execute=True):
-        device_isolate(node.devices.get(index=0), "ECC")
+        device_isolate(device=node.devices.get(index=0), reason="ECC")
     request.refresh_from_db()
     assert request.state == RequestState.ALLOCATED and request.allocations.count() == 1
     assert "still holds it" in request.events.get(code="device_isolated").message

@@ -107,7 +107,7 @@ def test_other_signals_and_other_cards_are_no_evidence(card):
 
 
 def test_an_isolated_card_never_recovers_on_its_own(card):
-    services.device_isolate(card, "XID 79 after the overheating")
+    services.device_isolate(device=card, reason="XID 79 after the overheating")
     for minute in range(1, 60, 10):
         at(minute, temp(40))
     assert (health(), device(UUIDS[0]).isolated) == (DeviceHealth.DEGRADED, True)
@@ -115,7 +115,7 @@ def test_an_isolated_card_never_recovers_on_its_own(card):
 
 def test_isolation_stops_the_clock_so_recovery_starts_over_after_the_clearance(card):
     at(1, temp(45))
-    services.device_isolate(card, "Fan replaced, burn-in pending")
+    services.device_isolate(device=card, reason="Fan replaced, burn-in pending")
     assert device(UUIDS[0]).clear_since is None
 
 
@@ -259,7 +259,7 @@ def test_impossible_recovery_settings_are_refused(fields, error_field):
 
 def test_an_operator_marks_a_degraded_card_healthy_with_a_reason(card):
     operator = factories.operator()
-    services.device_mark_healthy(card, "Blocked air intake cleared", operator)
+    services.device_mark_healthy(device=card, reason="Blocked air intake cleared", actor=operator)
     healed = device(UUIDS[0])
     assert (healed.health, healed.degraded_by, healed.clear_since) == (DeviceHealth.HEALTHY, None, None)
     audit = AuditEvent.objects.filter(action="device.health_changed", actor=operator).get()
@@ -268,9 +268,9 @@ def test_an_operator_marks_a_degraded_card_healthy_with_a_reason(card):
 
 
 def test_marking_an_isolated_card_healthy_is_refused_and_changes_nothing(card):
-    services.device_isolate(card, "XID 79")
+    services.device_isolate(device=card, reason="XID 79")
     with pytest.raises(Conflict) as refused:
-        services.device_mark_healthy(card, "Looks fine", factories.operator())
+        services.device_mark_healthy(device=card, reason="Looks fine", actor=factories.operator())
     assert refused.value.code == "device_isolated" and "second operator" in refused.value.message
     assert (health(), device(UUIDS[0]).isolated) == (DeviceHealth.DEGRADED, True)
 
@@ -278,10 +278,10 @@ def test_marking_an_isolated_card_healthy_is_refused_and_changes_nothing(card):
 def test_marking_a_healthy_card_or_without_a_reason_is_refused(card):
     healthy = device(UUIDS[1])
     with pytest.raises(Conflict) as refused:
-        services.device_mark_healthy(healthy, "Looks fine", factories.operator())
+        services.device_mark_healthy(device=healthy, reason="Looks fine", actor=factories.operator())
     assert refused.value.code == "device_not_degraded"
     with pytest.raises(DomainError) as refused:
-        services.device_mark_healthy(card, "  ", factories.operator())
+        services.device_mark_healthy(device=card, reason="  ", actor=factories.operator())
     assert refused.value.code == "reason_required" and health() == DeviceHealth.DEGRADED
 
 
@@ -295,7 +295,7 @@ def test_the_admin_action_marks_degraded_cards_healthy_and_names_each_refusal(cl
     client.force_login(operator)
     isolated = device(UUIDS[1])
     at(1, temp(95, UUIDS[1]))
-    services.device_isolate(isolated, "XID 79")
+    services.device_isolate(device=isolated, reason="XID 79")
     assert "mark_healthy" in client.get("/admin/scheduling/device/").content.decode()
     response = _mark_healthy(client, [card, isolated])
     texts = [message.message for message in get_messages(response.wsgi_request)]

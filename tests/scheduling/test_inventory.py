@@ -10,7 +10,8 @@ from catalog.models import AcceleratorModel
 from config.errors import Conflict, DomainError
 from requests.choices import EventCode
 from scheduling import services
-from scheduling.choices import DeviceHealth
+from scheduling.choices import DeviceHealth, ExecutionBackend
+from scheduling.inventory import formats as inventory_formats
 from scheduling.inventory.formats import device_uuid
 from scheduling.models import Device, Node
 from scheduling.reclaim import allocation_release
@@ -26,14 +27,14 @@ pytestmark = pytest.mark.django_db
 
 def test_cordon_and_uncordon_are_audited_with_reason_and_actor(operator):
     target = node()
-    services.node_cordon(target, "Replacing PSU", operator)
+    services.node_cordon(node=target, reason="Replacing PSU", actor=operator)
     target.refresh_from_db()
     assert not target.schedulable and target.cordon_reason == "Replacing PSU"
     assert target.cordoned_by == operator and target.cordoned_at is not None
     audit = AuditEvent.objects.get(action="node.cordoned")
     assert audit.actor == operator and audit.reason == "Replacing PSU" and audit.target_id == str(target.pk)
 
-    services.node_uncordon(target, "PSU replaced", operator)
+    services.node_uncordon(node=target, reason="PSU replaced", actor=operator)
     target.refresh_from_db()
     assert target.schedulable and target.cordon_reason == "" and target.cordoned_by is None
     audit = AuditEvent.objects.get(action="node.uncordoned")
@@ -44,7 +45,7 @@ def test_cordon_nodes_command_cordons_a_backend_pool_with_the_reason_and_leaves_
     node(name="sim-1")
     already, slurm = node(name="sim-2"), node(name="slurm-1")
     Node.objects.filter(pk=slurm.pk).update(execution_backend="slurm")
-    services.node_cordon(already, "Fan failure", None)
+    services.node_cordon(node=already, reason="Fan failure", actor=None)
     out = StringIO()
     call_command("cordon_nodes", "--backend", "simulated", "--reason", "Demo runs on Slurm", stdout=out)
     assert out.getvalue().strip() == "Cordoned 1 node(s): sim-1"
@@ -68,27 +69,27 @@ def test_cordon_nodes_command_needs_a_reason_and_a_selection(arguments):
 def test_cordon_without_reason_is_refused_and_changes_nothing(operator, reason):
     target = node()
     with pytest.raises(DomainError) as refusal:
-        services.node_cordon(target, reason, operator)
+        services.node_cordon(node=target, reason=reason, actor=operator)
     assert refusal.value.code == "reason_required"
     assert Node.objects.get(pk=target.pk).schedulable
     assert not AuditEvent.objects.filter(action__startswith="node.").exists()
 
 
 def test_uncordon_without_reason_is_refused(operator):
-    target = services.node_cordon(node(), "Maintenance", operator)
+    target = services.node_cordon(node=node(), reason="Maintenance", actor=operator)
     with pytest.raises(DomainError):
-        services.node_uncordon(target, "", operator)
+        services.node_uncordon(node=target, reason="", actor=operator)
     assert not Node.objects.get(pk=target.pk).schedulable
 
 
 def test_cordoning_twice_or_uncordoning_a_schedulable_node_is_a_conflict(operator):
     target = node()
     with pytest.raises(Conflict) as refusal:
-        services.node_uncordon(target, "why not", operator)
+        services.node_uncordon(node=target, reason="why not", actor=operator)
     assert refusal.value.code == "not_cordoned"
-    services.node_cordon(target, "Maintenance", operator)
+    services.node_cordon(node=target, reason="Maintenance", actor=operator)
     with pytest.raises(Conflict) as refusal:
-        services.node_cordon(target, "Again", operator)
+        services.node_cordon(node=target, reason="Again", actor=operator)
     assert refusal.value.code == "already_cordoned"
     assert Node.objects.get(pk=target.pk).cordon_reason == "Maintenance"
 
@@ -99,9 +100,9 @@ def test_cordoning_twice_or_uncordoning_a_schedulable_node_is_a_conflict(operato
 def test_isolate_is_audited_with_reason_and_refused_without(operator):
     device = node(devices=1).devices.get()
     with pytest.raises(DomainError):
-        services.device_isolate(device, "", actor=operator)
+        services.device_isolate(device=device, reason="", actor=operator)
     assert not Device.objects.get(pk=device.pk).isolated
-    services.device_isolate(device, "ECC double-bit errors", actor=operator)
+    services.device_isolate(device=device, reason="ECC double-bit errors", actor=operator)
     device.refresh_from_db()
     assert device.isolated and device.isolation_reason == "ECC double-bit errors" and device.isolated_at
     audit = AuditEvent.objects.get(action="device.isolated")
@@ -110,8 +111,8 @@ def test_isolate_is_audited_with_reason_and_refused_without(operator):
 
 def test_isolating_an_isolated_device_changes_nothing(operator):
     device = node(devices=1).devices.get()
-    services.device_isolate(device, "First", actor=operator)
-    services.device_isolate(device, "Second", actor=None)
+    services.device_isolate(device=device, reason="First", actor=operator)
+    services.device_isolate(device=device, reason="Second", actor=None)
     assert Device.objects.get(pk=device.pk).isolation_reason == "First"
     assert AuditEvent.objects.filter(action="device.isolated").count() == 1
 
@@ -125,7 +126,7 @@ def test_isolation_is_noted_on_the_timeline_of_each_active_allocation_holding_th
     released = allocate(active_request(), [first], milli=250)
     allocation_release(allocations=[released], reason="done")
 
-    services.device_isolate(first, "XID 48 (double-bit ECC)", actor=operator)
+    services.device_isolate(device=first, reason="XID 48 (double-bit ECC)", actor=operator)
 
     [event] = holder.events.filter(code=EventCode.DEVICE_ISOLATED)
     assert first.uuid in event.message and "XID 48 (double-bit ECC)" in event.message
@@ -138,14 +139,14 @@ def test_isolation_is_noted_on_the_timeline_of_each_active_allocation_holding_th
 
 def test_set_health_records_changes_only(operator):
     device = node(devices=1).devices.get()
-    services.device_set_health(device, DeviceHealth.DEGRADED, "temp 91 C")
-    services.device_set_health(device, DeviceHealth.DEGRADED, "temp 92 C")
+    services.device_set_health(device=device, health=DeviceHealth.DEGRADED, detail="temp 91 C")
+    services.device_set_health(device=device, health=DeviceHealth.DEGRADED, detail="temp 92 C")
     device.refresh_from_db()
     assert device.health == DeviceHealth.DEGRADED and device.health_detail == "temp 91 C"
     [audit] = AuditEvent.objects.filter(action="device.health_changed")
     assert audit.data == {"from": "healthy", "to": "degraded"}
     with pytest.raises(DomainError) as refusal:
-        services.device_set_health(device, "on fire", "?")
+        services.device_set_health(device=device, health="on fire", detail="?")
     assert refusal.value.code == "invalid_health"
 
 
@@ -217,9 +218,9 @@ def test_openb_rerun_updates_changed_rows_only_and_keeps_operational_state(tmp_p
     path.write_text(OPENB_SMALL)
     run_import(path)
     node = Node.objects.get(name="n-1")
-    services.node_cordon(node, "Maintenance", operator)
+    services.node_cordon(node=node, reason="Maintenance", actor=operator)
     device = node.devices.get(index=0)
-    services.device_isolate(device, "XID 79", actor=operator)
+    services.device_isolate(device=device, reason="XID 79", actor=operator)
     before = snapshot()
     assert "0 created, 0 updated, 3 unchanged" in run_import(path)
     assert snapshot() == before
@@ -295,6 +296,19 @@ def test_execution_backend_is_imported_validated_and_kept_when_the_column_is_emp
     with pytest.raises(CommandError, match="unknown execution_backend 'kubernetes'"):
         run_import(path)
     assert Node.objects.get(name="slurm-01").execution_backend == "slurm"
+
+
+def test_the_valid_backends_are_the_enum_s_members_not_a_copied_list(tmp_path):
+    """The file's backend names are checked against scheduling.choices.ExecutionBackend: a member added there is
+    accepted by the import with nothing else to edit, and the refusal names exactly the enum's values."""
+    path = tmp_path / "inventory.csv"
+    path.write_text("name,cpu_cores,memory_gib,execution_backend\nk8s-01,8,64,kubernetes\n")
+    with pytest.raises(CommandError) as error:
+        run_import(path)
+    known = ", ".join(ExecutionBackend.values)
+    assert f"(known: {known})" in str(error.value)
+    [record] = inventory_formats.read(path, backends=(*ExecutionBackend.values, "kubernetes"))
+    assert record.execution_backend == "kubernetes"
 
 
 def test_bad_rows_are_all_reported_and_nothing_is_imported(tmp_path):

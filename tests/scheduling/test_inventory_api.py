@@ -24,10 +24,10 @@ def cluster():
     first, second = node(devices=4, model=a, rack=rack("dc1", "r1")), node(devices=4, model=a)
     third = node(devices=2, model=b)
     devices = list(first.devices.all())
-    services.device_isolate(devices[0], "XID 79")
-    services.device_set_health(devices[1], DeviceHealth.UNHEALTHY, "ECC")
+    services.device_isolate(device=devices[0], reason="XID 79")
+    services.device_set_health(device=devices[1], health=DeviceHealth.UNHEALTHY, detail="ECC")
     allocate(active_request(), [devices[2]], milli=500)
-    services.node_cordon(second, "PSU", None)
+    services.node_cordon(node=second, reason="PSU", actor=None)
     return a, b, first, second, third
 
 

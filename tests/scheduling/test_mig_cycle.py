@@ -138,7 +138,7 @@ def test_a_pinned_layout_is_used_as_it_is(shop, team):
         source="nvidia-smi",
         actor=None,
     )
-    mig_services.node_mig_pin(node, "fixed inference layout", None)
+    mig_services.node_mig_pin(node=node, reason="fixed inference layout", actor=None)
     four = queued(shop, team, spec=shop.specs["4g.40gb"])
     three = queued(shop, team, spec=shop.specs["3g.40gb"])
     cycle.run_cycle()

@@ -146,7 +146,7 @@ def test_a_pinned_layout_or_a_card_without_mig_is_not_switched(shop, operator):
     from tests.scheduling.inventory_helpers import node
 
     device = test_mig_cycle.h100_node(shop).devices.get()
-    mig_services.node_mig_pin(device.node, "fixed inference layout", operator)
+    mig_services.node_mig_pin(node=device.node, reason="fixed inference layout", actor=operator)
     with pytest.raises(DomainError) as error:
         mig_services.device_mig_mode_switch(device=device, mig_mode=True, reason="x", actor=operator)
     assert error.value.code == "mig_layout_pinned"

@@ -220,14 +220,14 @@ def test_a_report_of_two_media_extension_instances_on_one_card_is_refused():
 def test_pin_and_unpin_need_a_reason(operator):
     host = _h100_node(devices=1)
     with pytest.raises(DomainError):
-        mig_services.node_mig_pin(host, " ", operator)
-    mig_services.node_mig_pin(host, "inference fleet keeps 7x1g", operator)
+        mig_services.node_mig_pin(node=host, reason=" ", actor=operator)
+    mig_services.node_mig_pin(node=host, reason="inference fleet keeps 7x1g", actor=operator)
     host.refresh_from_db()
     assert host.mig_layout_pinned and host.mig_pin_reason == "inference fleet keeps 7x1g"
     with pytest.raises(DomainError) as error:
-        mig_services.node_mig_pin(host, "again", operator)
+        mig_services.node_mig_pin(node=host, reason="again", actor=operator)
     assert error.value.code == "already_pinned"
-    mig_services.node_mig_unpin(host, "repartitioning allowed again", operator)
+    mig_services.node_mig_unpin(node=host, reason="repartitioning allowed again", actor=operator)
     host.refresh_from_db()
     assert not host.mig_layout_pinned and host.mig_pin_reason == ""
 

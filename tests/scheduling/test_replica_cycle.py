@@ -210,7 +210,7 @@ def test_a_card_failing_under_one_replica_takes_only_that_replica_out(
     request = submit(team, serving_order(shop, team))
     cycle.run_cycle()
     with django_capture_on_commit_callbacks(execute=True):  # the requeue task runs (inline in tests)
-        device_isolate(Device.objects.get(node__name="b"), "XID 79: fallen off the bus")
+        device_isolate(device=Device.objects.get(node__name="b"), reason="XID 79: fallen off the bus")
     request.refresh_from_db()
     assert request.state == RequestState.ALLOCATED and len(replicas_of(request)) == 3  # not requeued
     event = request.events.get(code="device_isolated")

@@ -44,13 +44,15 @@ def outcomes(node) -> list[tuple[str, str]]:
 def test_a_cordon_drains_the_slurm_node_with_its_reason_and_the_uncordon_resumes_it(slurm_node, slurm, after_commit):
     operator = factories.operator()
 
-    after_commit(services.node_cordon, slurm_node, "Replacing a DIMM", operator)
+    after_commit(services.node_cordon, node=slurm_node, reason="Replacing a DIMM", actor=operator)
 
     assert slurm.node_states()[slurm_node.name] == "drained"
     assert slurm.node_reason(slurm_node.name) == "Replacing a DIMM"
     assert outcomes(slurm_node) == [("node.slurm_drained", "Replacing a DIMM")]
 
-    after_commit(services.node_uncordon, Node.objects.get(pk=slurm_node.pk), "DIMM replaced", operator)
+    after_commit(
+        services.node_uncordon, node=Node.objects.get(pk=slurm_node.pk), reason="DIMM replaced", actor=operator
+    )
 
     slurm.wait_for_node_state(slurm_node.name, "idle")
     assert outcomes(slurm_node)[-1] == ("node.slurm_resumed", "Resumed; it was drained for: Replacing a DIMM")
@@ -59,12 +61,12 @@ def test_a_cordon_drains_the_slurm_node_with_its_reason_and_the_uncordon_resumes
 def test_isolating_a_card_drains_the_node_and_clearing_it_resumes(slurm_node, slurm, after_commit):
     device = slurm_node.devices.get(index=1)
 
-    after_commit(services.device_isolate, device, "XID 79: fell off the bus")
+    after_commit(services.device_isolate, device=device, reason="XID 79: fell off the bus")
 
     assert slurm.node_states()[slurm_node.name] == "drained"
     assert slurm.node_reason(slurm_node.name) == "XID 79: fell off the bus"
     alice, bob = clearance_holder(username="alice"), clearance_holder(username="bob")
-    clearance = services.isolation_clearance_request(device, "Card reseated", alice)
+    clearance = services.isolation_clearance_request(device=device, reason="Card reseated", actor=alice)
     assignment = ApprovalAssignment.objects.get(stage__approval__subject_id=clearance.pk, approver=bob)
 
     after_commit(approvals.approval_decide, assignment=assignment, decision="approve", comment="ok", actor=bob)
@@ -74,7 +76,7 @@ def test_isolating_a_card_drains_the_node_and_clearing_it_resumes(slurm_node, sl
 
 
 def test_our_own_drain_read_back_by_the_import_is_no_health_event(slurm_node, slurm, after_commit):
-    after_commit(services.node_cordon, slurm_node, "Rack maintenance", None)
+    after_commit(services.node_cordon, node=slurm_node, reason="Rack maintenance", actor=None)
 
     call_command("import_inventory", "--from-slurm", stdout=StringIO())
 
@@ -84,10 +86,10 @@ def test_our_own_drain_read_back_by_the_import_is_no_health_event(slurm_node, sl
 
 
 def test_a_drain_someone_else_set_in_slurm_is_not_resumed(slurm_node, slurm, after_commit):
-    after_commit(services.node_cordon, slurm_node, "Rack maintenance", None)
+    after_commit(services.node_cordon, node=slurm_node, reason="Rack maintenance", actor=None)
     slurm.scontrol("update", f"nodename={slurm_node.name}", "state=drain", "reason=admin: bad fan")
 
-    after_commit(services.node_uncordon, Node.objects.get(pk=slurm_node.pk), "done", None)
+    after_commit(services.node_uncordon, node=Node.objects.get(pk=slurm_node.pk), reason="done", actor=None)
 
     assert slurm.node_states()[slurm_node.name] == "drained"
     assert slurm.node_reason(slurm_node.name) == "admin: bad fan"
@@ -102,7 +104,7 @@ def test_an_outage_keeps_the_cordon_records_the_failure_and_the_next_import_drai
 ):
     settings.SLURM_REST_URL = "http://127.0.0.1:9"
 
-    after_commit(services.node_cordon, slurm_node, "Replacing a DIMM", None)
+    after_commit(services.node_cordon, node=slurm_node, reason="Replacing a DIMM", actor=None)
 
     assert not Node.objects.get(pk=slurm_node.pk).schedulable
     [(action, reason)] = outcomes(slurm_node)
@@ -119,6 +121,6 @@ def test_an_outage_keeps_the_cordon_records_the_failure_and_the_next_import_drai
 def test_a_node_on_another_backend_is_left_to_it(after_commit):
     node = Node.objects.create(name="demo-node", serial_number="sn-demo", cpu_milli=1000, memory_mib=1024)
 
-    after_commit(services.node_cordon, node, "Replacing a DIMM", None)
+    after_commit(services.node_cordon, node=node, reason="Replacing a DIMM", actor=None)
 
     assert outcomes(node) == []

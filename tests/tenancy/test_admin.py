@@ -323,3 +323,34 @@ def test_adding_a_member_on_the_projects_page_saves_through_the_service(operator
     assert response.status_code == 302, response.context and response.context["errors"]
     assert Membership.objects.get(project=roles.project, user=roles.outsider).role == Role.MEMBER
     assert held_permissions(roles.outsider, roles.project) == ROLE_PERMISSIONS[Role.MEMBER]
+
+
+def test_editing_a_tenant_in_the_console_saves_through_the_service_audited(operator_client, roles):
+    tenant = factories.project().tenant
+    url = f"/admin/tenancy/tenant/{tenant.pk}/change/"
+    data = {**as_posted(operator_client.get(url)), "name": "Renamed"}
+    data.pop("active", None)  # unticked: the tenant is deactivated
+    assert operator_client.post(url, data).status_code == 302
+    tenant.refresh_from_db()
+    assert (tenant.name, tenant.active) == ("Renamed", False)
+    event = AuditEvent.objects.get(action="tenant.updated", target_id=str(tenant.pk))
+    assert (event.actor, event.data) == (roles.operator, {"fields": ["active", "name"]})
+
+
+def test_editing_an_account_in_the_console_is_audited_and_the_manager_recorded(client):
+    admin = factories.UserFactory(is_staff=True, is_superuser=True)  # accounts are edited by administrators only
+    client.force_login(admin)
+    person = factories.UserFactory()
+    manager = factories.UserFactory()
+    url = f"/admin/tenancy/user/{person.pk}/change/"
+    data = {**as_posted(client.get(url)), "is_staff": "on", "manager": manager.pk}
+    joined = data.pop("date_joined")  # a split date and time in the browser's form
+    data.update(date_joined_0=joined.strftime("%Y-%m-%d"), date_joined_1=joined.strftime("%H:%M:%S"))
+    assert client.post(url, data).status_code == 302
+    person.refresh_from_db()
+    assert (person.is_staff, person.manager) == (True, manager)
+    updated = AuditEvent.objects.get(action="user.updated", target_id=str(person.pk))
+    # The fields the form saw change (the re-posted join date may count); the manager has its own row.
+    assert updated.actor == admin and "is_staff" in updated.data["fields"] and "manager" not in updated.data["fields"]
+    changed = AuditEvent.objects.get(action="user.manager_changed", target_id=str(person.pk))
+    assert changed.data == {"from": None, "to": manager.username}

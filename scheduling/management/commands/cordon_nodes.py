@@ -27,7 +27,7 @@ they are."""
         if site:
             nodes = nodes.filter(rack__site__name=site)
         try:
-            cordoned = [services.node_cordon(node, reason, None).name for node in nodes]
+            cordoned = [services.node_cordon(node=node, reason=reason, actor=None).name for node in nodes]
         except DomainError as error:
             raise CommandError(error.message) from error
         self.stdout.write(f"Cordoned {len(cordoned)} node(s)" + (f": {', '.join(cordoned)}" if cordoned else "."))

@@ -7,6 +7,7 @@ from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 
 from config.errors import DomainError
+from scheduling.choices import ExecutionBackend
 from scheduling.inventory import formats as inventory_formats
 from scheduling.inventory.importer import inventory_import
 from scheduling.slurm.api import SlurmApi, SlurmApiError
@@ -66,9 +67,9 @@ See docs/inventory.md."""
             raise CommandError(f"No such file: {path}")
         fmt = format or inventory_formats.guess_format(path)
         try:
-            records = inventory_formats.read(path, fmt)
+            records = inventory_formats.read(path, fmt, backends=ExecutionBackend.values)
             result = inventory_import(
-                records, actor=None, default_site=site.strip(), create_openb_models=fmt == "openb"
+                records=records, actor=None, default_site=site.strip(), create_openb_models=fmt == "openb"
             )
         except inventory_formats.InventoryFileError as error:
             raise CommandError(f"{path}: nothing imported. " + "\n".join(error.problems)) from error
