@@ -1,6 +1,8 @@
 import pytest
 from django.core.cache import cache
-from django.db import connection
+from django.core.management import call_command
+from django.db import connection, transaction
+from django.test import override_settings
 from rest_framework.test import APIClient
 
 from devcluster.ldap_directory import running_directory
@@ -58,6 +60,27 @@ def _fresh_cache():
     """Throttle counters (and anything else kept in the default cache) start from nothing in each test: the tests of
     one process all call from 127.0.0.1."""
     cache.clear()
+
+
+DEMO_PASSWORD = "demo-pass-for-tests"
+
+
+@pytest.fixture(scope="module")
+def demo_once(django_db_setup, django_db_blocker):
+    """The demo (seed_demo, DEBUG on, DEMO_PASSWORD) seeded once for a module's tests, in a transaction rolled back
+    after its last test; each test runs in a savepoint inside it, as Django's setUpTestData does for a class. Tests of
+    the module that run after the first one asking for it see the demo too."""
+    with django_db_blocker.unblock(), pytest.MonkeyPatch.context() as env:
+        env.setenv("DEMO_PASSWORD", DEMO_PASSWORD)
+        outer = transaction.atomic()
+        outer.__enter__()
+        try:
+            with override_settings(DEBUG=True):
+                call_command("seed_demo")
+            yield
+        finally:
+            transaction.set_rollback(True)
+            outer.__exit__(None, None, None)
 
 
 @pytest.fixture

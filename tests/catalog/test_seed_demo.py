@@ -13,17 +13,16 @@ from tenancy.demo import DEMO_PASSWORD_DEFAULT
 from tenancy.models import Project, ProjectQuota, Tenant, User
 from tenancy.operators import OPERATOR_GROUP
 from tenancy.selectors import user_has_project_permission
+from tests.conftest import DEMO_PASSWORD
 
 pytestmark = pytest.mark.django_db
 
-DEMO_PASSWORD = "demo-pass-for-tests"
-
 
 @pytest.fixture
-def seeded(settings, monkeypatch):
+def seeded(demo_once, settings, monkeypatch):
+    """The module's demo (seeded once) as the demo runs it: DEBUG on, DEMO_PASSWORD set."""
     settings.DEBUG = True
     monkeypatch.setenv("DEMO_PASSWORD", DEMO_PASSWORD)
-    call_command("seed_demo")
 
 
 # --- refusing production --------------------------------------------------------------------------------

@@ -15,9 +15,9 @@ pytestmark = pytest.mark.django_db
 
 
 @pytest.fixture
-def seeded(settings):
+def seeded(demo_once, settings):
+    """The module's demo (seeded once) with DEBUG on, as the demo runs."""
     settings.DEBUG = True
-    call_command("seed_demo")
 
 
 def order(

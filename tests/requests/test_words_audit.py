@@ -9,7 +9,6 @@ import re
 from urllib.parse import urlencode
 
 import pytest
-from django.core.management import call_command
 from django.http import QueryDict
 from django.urls import reverse
 
@@ -52,10 +51,10 @@ def problems(text: str, slugs: list[str]) -> list[str]:
 
 
 @pytest.fixture
-def demo(settings, client, django_capture_on_commit_callbacks, mailbox):
-    """The demo, with a MIG slice active, a served model queued or running and two orders waiting for approval."""
+def demo(demo_once, settings, client, django_capture_on_commit_callbacks, mailbox):
+    """The demo (seeded once for the module), with a MIG slice active, a served model queued or running and two
+    orders waiting for approval."""
     settings.DEBUG = True
-    call_command("seed_demo")
     developer = User.objects.get(username="developer")
     vision, pretraining = Project.objects.get(slug="vision"), Project.objects.get(slug="llm-pretraining")
     client.force_login(developer)
