@@ -9,7 +9,6 @@ from config.errors import DomainError
 from config.retry import retry_if_locked
 from config.workers import wait_unless_stopping
 from provisioning import engine, extensions, outages, reconcile, services
-from provisioning.serving.deployments import serving_replicas_check
 
 logger = logging.getLogger(__name__)
 
@@ -68,11 +67,6 @@ def watch_backend(backend: str) -> str:
 @retry_if_locked
 def wake_steps(backend: str) -> int:
     return outages.steps_wake(backend=backend)
-
-
-@retry_if_locked
-def check_replicas(node_id: int | None = None) -> int:
-    return serving_replicas_check(node_id=node_id)
 
 
 @retry_if_locked
