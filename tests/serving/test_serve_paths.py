@@ -17,7 +17,7 @@ import pytest
 from config.probes import NotAnswering, wait_until_answers
 from serving.paths import PathRefused, replica_path
 from tests.config.conftest import REPO, _app_env, _free_port
-from tests.provisioning.test_gateway import CHAT, deployed  # noqa: F401  (fixture)
+from tests.serving.test_gateway import CHAT, deployed  # noqa: F401  (fixture)
 
 served = pytest.mark.django_db(transaction=True, serialized_rollback=True)  # the processes read committed rows
 
