@@ -35,8 +35,9 @@ def start_stranded_runs() -> dict[str, list[int]]:
 
 
 @retry_if_locked
-def teardown_after_release(request_id: int, reason: str) -> bool:
-    return services.teardown_after_release(request_id=request_id, reason=reason) is not None
+def start_release(request_id: int, reason: str) -> bool:
+    """Tear down then free, or free now (services.release_start); True when a release run started."""
+    return services.release_start(request_id=request_id, reason=reason) is not None
 
 
 @retry_if_locked

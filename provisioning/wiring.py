@@ -14,6 +14,7 @@ from scheduling.models import RUN_ANCHOR, Allocation
 SWEEP_TASK = "provisioning.tasks.resume_due_steps"
 STRANDED_TASK = "provisioning.tasks.start_stranded_runs"
 RECONCILE_TASK = "provisioning.tasks.reconcile_workloads"
+RELEASE_TASK = "provisioning.tasks.start_release"
 
 
 # At most this many start tasks per cycle: a cycle that placed a few requests gets one task per batch, and one that
@@ -55,11 +56,9 @@ def _by_node_in_device_order(request_ids: list[int]) -> list[list[int]]:
     return [*by_node.values(), *unplaced]
 
 
-def teardown_after_release(*, request_id: int, reason: str, provisioning_started: bool, **_kwargs) -> None:
-    """What provisioning built is torn down; the release run's last step frees the devices (allocation_free).
-    Nothing built: the scheduler frees them itself (scheduling.wiring.free_unprovisioned)."""
-    if provisioning_started:
-        async_task("provisioning.tasks.teardown_after_release", request_id, reason)
+def start_release(*, request_id: int, reason: str, **_kwargs) -> None:
+    """request_releasing's one receiver: a task decides the release (provisioning.services.release_start)."""
+    async_task(RELEASE_TASK, request_id, reason)
 
 
 def teardown_after_preemption(*, request_id: int, **_kwargs) -> None:
@@ -103,7 +102,7 @@ def connect() -> None:
     request_hooks.register(request_hooks.CONNECT_SECRETS, connect_secrets_shown)
     metrics.register(ProvisioningCollector())
     requests_allocated.connect(start_runs, dispatch_uid="provisioning.start_on_allocation")
-    request_releasing.connect(teardown_after_release, dispatch_uid="provisioning.teardown_on_release")
+    request_releasing.connect(start_release, dispatch_uid="provisioning.release")
     request_preempted.connect(teardown_after_preemption, dispatch_uid="provisioning.teardown_on_preemption")
     request_extended.connect(extend_after_approval, dispatch_uid="provisioning.extend_on_approval")
     backend_availability_changed.connect(follow_backend, dispatch_uid="provisioning.follow_backend")
