@@ -1,8 +1,9 @@
 """The serving tables take serving's names (provisioning_apikey -> serving_apikey, ...; rows, ids and foreign keys
 stay), and what is stored about them follows them:
 
-- their content types change app label (provisioning -> serving) in place, so their permissions (the Operators
-  group's, any user's or guardian's), admin log entries and audit references keep pointing at them;
+- their content types change app label (provisioning -> serving) in place, so what points at them keeps pointing
+  at them: their permissions (the Operators group's, any user's or guardian's), admin log entries and the audit
+  trail's rows about keys (`AuditEvent.target_type`);
 - the django-q2 schedule of the replicas' health check runs `serving.tasks.check_replicas` (was
   `provisioning.tasks.check_replicas`). A check queued under the old name before the upgrade fails once; the next
   minute's runs under the new one.
