@@ -15,7 +15,7 @@ ANSIBLE_VENV := .venv-ansible
 ANSIBLE_STAMP := $(ANSIBLE_VENV)/.installed
 ANSIBLE_CORE_VERSION := 2.19.14
 # oidc-provider-mock, a real OpenID Connect provider for the sign-in tests and `make run-sso`, in its own venv: it
-# brings Flask and authlib, which the product does not need (tests/oidc_provider.py runs it as a subprocess).
+# brings Flask and authlib, which the product does not need (devcluster/oidc_provider.py runs it as a subprocess).
 OIDC_VENV := .venv-oidc
 OIDC_STAMP := $(OIDC_VENV)/.installed
 OIDC_PROVIDER_MOCK_VERSION := 0.3.4
@@ -42,12 +42,12 @@ GATEWAY_PORT ?= 8001
 # DEMO, not DEBUG: a bad URL or a failure shows the product's own error pages, not Django's debug pages.
 DEMO_ENV := DEMO=1 PUBLIC_BASE_URL=$(PUBLIC_BASE_URL) GATEWAY_URL=http://$(HOST):$(GATEWAY_PORT)
 
-.PHONY: install browser slurm podman ldap redfish-emulator ansible-venv oidc-venv fuzz-venv llama haproxy run run-slurm run-sso migrate seed test screenshots bench lint format clean
+.PHONY: install browser slurm podman ldap redfish-emulator ansible-venv oidc-venv fuzz-venv llama haproxy run run-slurm run-sso migrate seed test test-fast screenshots bench lint format clean
 
 install: $(STAMP)
 
 # python-ldap (under django-auth-ldap) builds from source against Debian's OpenLDAP and SASL headers; the LDAP tests
-# start Debian's slapd with a test directory (tests/ldap_directory.py). Installed when missing, before the venv.
+# start Debian's slapd with a test directory (devcluster/ldap_directory.py). Installed when missing, before the venv.
 LDAP_PACKAGES := slapd ldap-utils libldap2-dev libsasl2-dev
 ldap:
 	@dpkg-query -W -f='$${Status}\n' $(LDAP_PACKAGES) 2>/dev/null | grep -c "install ok installed" | grep -qx $(words $(LDAP_PACKAGES)) || { \
@@ -65,14 +65,14 @@ browser:
 	@command -v chromium >/dev/null 2>&1 || { echo "Installing Debian's chromium for the browser tests"; \
 	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium; }
 
-# The Slurm tests start a real local cluster (tests/slurm_cluster.py) from Debian's packages; install them when missing.
+# The Slurm tests start a real local cluster (devcluster/slurm_cluster.py) from Debian's packages; install them when missing.
 SLURM_PACKAGES := munge slurmctld slurmd slurmrestd slurm-client slurm-wlm-jwt-plugin
 slurm:
 	@dpkg-query -W -f='$${Status}\n' $(SLURM_PACKAGES) 2>/dev/null | grep -c "install ok installed" | grep -qx $(words $(SLURM_PACKAGES)) || { \
 	  echo "Installing Debian's Slurm for the Slurm tests"; \
 	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $(SLURM_PACKAGES); }
 
-# The container backend's tests run workspaces in rootful podman with runc (tests/provisioning/podman_runtime.py),
+# The container backend's tests run workspaces in rootful podman with runc (devcluster/podman_runtime.py),
 # built from a debootstrap'd Debian; install what they need when missing.
 PODMAN_PACKAGES := podman runc busybox-static debootstrap openssh-client
 podman:
@@ -138,7 +138,7 @@ run: seed
 	$(DEMO_ENV) $(BIN)/python manage.py run_gateway --host $(HOST) --port $(GATEWAY_PORT) & \
 	$(DEMO_ENV) $(BIN)/python manage.py runserver $(HOST):$(PORT)
 
-# The same demo with its A100 orders running as real jobs on a local three-node Slurm cluster (tests/slurm_cluster.py,
+# The same demo with its A100 orders running as real jobs on a local three-node Slurm cluster (devcluster/slurm_cluster.py,
 # root needed for munge/slurmd): the cluster's nodes are imported with --from-slurm and the simulated pool is
 # cordoned, so orders land on Slurm. Ctrl-C stops the server, the workers and the cluster.
 SLURM_DEMO_ENV := .slurm-demo.env
@@ -146,7 +146,7 @@ SLURM_DEMO_ENV := .slurm-demo.env
 run-slurm: seed slurm
 	@rm -f $(SLURM_DEMO_ENV)
 	@trap 'kill 0' INT TERM EXIT; \
-	$(BIN)/python -m tests.slurm_cluster --env-file $(SLURM_DEMO_ENV) & \
+	$(BIN)/python -m devcluster.slurm_cluster --env-file $(SLURM_DEMO_ENV) & \
 	for _ in $$(seq 1 60); do [ -s $(SLURM_DEMO_ENV) ] && break; sleep 1; done; \
 	[ -s $(SLURM_DEMO_ENV) ] || { echo "The local Slurm cluster did not come up" >&2; exit 1; }; \
 	. ./$(SLURM_DEMO_ENV); export SLURM_GPU_MODELS='{"a100": "a100-40gb"}'; \
@@ -159,7 +159,7 @@ run-slurm: seed slurm
 	  $(DEMO_ENV) $(BIN)/python manage.py runserver $(HOST):$(PORT); }
 
 # The demo signing in through a local company IdP (oidc-provider-mock on :9400) and directory (slapd on :3389), both
-# with the people alice, bob, carol and dave (tests/oidc_provider.py, tests/ldap_directory.py; directory password
+# with the people alice, bob, carol and dave (devcluster/oidc_provider.py, devcluster/ldap_directory.py; directory password
 # "directory-password-1"), and group mappings that give them the demo's projects (seed_demo --sso). The local demo
 # users keep their passwords. Ctrl-C stops the server, the workers, the IdP and the directory.
 SSO_DEMO_ENV := .sso-demo.env
@@ -169,8 +169,8 @@ LDAP_PORT ?= 3389
 run-sso: seed ldap oidc-venv
 	@rm -f $(SSO_DEMO_ENV)
 	@trap 'kill 0' INT TERM EXIT; \
-	$(BIN)/python -m tests.oidc_provider --port $(OIDC_PORT) --env-file $(SSO_DEMO_ENV) & \
-	$(BIN)/python -m tests.ldap_directory --port $(LDAP_PORT) --env-file $(SSO_DEMO_ENV).ldap & \
+	$(BIN)/python -m devcluster.oidc_provider --port $(OIDC_PORT) --env-file $(SSO_DEMO_ENV) & \
+	$(BIN)/python -m devcluster.ldap_directory --port $(LDAP_PORT) --env-file $(SSO_DEMO_ENV).ldap & \
 	for _ in $$(seq 1 60); do [ -s $(SSO_DEMO_ENV) ] && [ -s $(SSO_DEMO_ENV).ldap ] && break; sleep 1; done; \
 	[ -s $(SSO_DEMO_ENV) ] && [ -s $(SSO_DEMO_ENV).ldap ] || { echo "The local IdP or directory did not come up" >&2; exit 1; }; \
 	. ./$(SSO_DEMO_ENV); . ./$(SSO_DEMO_ENV).ldap; \
@@ -186,6 +186,11 @@ run-sso: seed ldap oidc-venv
 test: install browser slurm podman ldap redfish-emulator ansible-venv oidc-venv fuzz-venv llama haproxy
 	$(BIN)/pytest
 
+# The unit layer alone: no daemon, browser, server, subprocess or committed transaction (the `integration` marker,
+# tests/conftest.py). Still on PostgreSQL, like the whole suite.
+test-fast: install
+	$(BIN)/pytest -m "not integration" -q
+
 # The README's walk-through screenshots (docs/screenshots/), made by the demo walk-through test as it orders every demo
 # offering in Chromium, and reduced with Debian's pngquant (installed when missing).
 SCREENSHOTS_DIR := docs/screenshots
@@ -195,11 +200,14 @@ screenshots: install browser
 	SCREENSHOTS=$(SCREENSHOTS_DIR) $(BIN)/pytest tests/requests/test_browser_demo.py
 
 bench: install slurm podman ansible-venv llama haproxy
-	$(BIN)/python -m tests.bench.run
+	$(BIN)/python -m bench.run
 
+# lint-imports: the arrows between apps, no circle inside one, the product never importing bench/, devcluster/ or
+# tests/ (the contracts in pyproject.toml's [tool.importlinter]; docs/architecture.md, "Layering").
 lint: install
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
+	$(BIN)/lint-imports
 
 format: install
 	$(BIN)/ruff check --fix .

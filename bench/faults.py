@@ -1,7 +1,7 @@
 """`python -m bench.faults [--json] [--orders 50] [--releases 10] [--outage 60] [--restart 4] [--scenario NAME ...]`
 
 The platform through the faults an operator meets, at a scale the test suite does not run (tests/provisioning/
-test_slurm_faults.py runs the same scenarios small): a real Slurm cluster (tests/slurm_cluster.py, 8 nodes of 8
+test_slurm_faults.py runs the same scenarios small): a real Slurm cluster (devcluster/slurm_cluster.py, 8 nodes of 8
 GPUs), a real `qcluster` (Redis broker, BENCH_REDIS_URL) with the product's default settings and its minute
 schedules, PostgreSQL (a scratch database, BENCH_FAULTS_DATABASE, made afresh). Per scenario: `releases` one-GPU
 orders are made active first; then the fault begins, the releases are asked for and `orders` new orders are
@@ -44,6 +44,8 @@ from pathlib import Path
 
 import psycopg
 
+from bench.headline import Headline
+
 ROOT = Path(__file__).resolve().parents[1]
 SERVER_URL = os.environ.get("BENCH_DATABASE_SERVER", "postgres://postgres@127.0.0.1:5432")
 DATABASE = os.environ.get("BENCH_FAULTS_DATABASE", "compute_catalog_faults_bench")
@@ -55,6 +57,8 @@ SAMPLE = 10  # requests a developer's poll reads per round
 SCENARIOS = ["controller_outage", "controller_restart", "rest_outage", "drain", "database_drop"]
 TITLE = "Faults: orders and releases through Slurm and database outages"
 DESCRIPTION = __doc__.split("\n\n", 1)[1]
+TARGET = "0 lost, doubled, failed, stuck or cordoned, and no 5xx, in every scenario; the wait shown while it lasts"
+FAULT_COUNTS = ("lost", "doubled", "failed", "stuck", "cordoned", "api_5xx")
 
 
 @dataclass
@@ -88,7 +92,7 @@ def _prepare_django() -> None:
     with psycopg.connect(f"{SERVER_URL}/postgres", autocommit=True) as connection:
         connection.execute(f'DROP DATABASE IF EXISTS "{DATABASE}" WITH (FORCE)')
         connection.execute(f'CREATE DATABASE "{DATABASE}"')
-    from tests.bench import ORDER_CAP_SETTINGS
+    from bench import ORDER_CAP_SETTINGS
 
     os.environ.update(
         DATABASE_URL=f"{SERVER_URL}/{DATABASE}",
@@ -111,8 +115,20 @@ def _prepare_django() -> None:
     call_command("migrate", verbosity=0)
 
 
+def headline(rows: list[dict]) -> Headline:
+    faults = sum(row[count] for row in rows for count in FAULT_COUNTS)
+    unsettled = [row["scenario"] for row in rows if row["converge_s"] is None]
+    settled = [row for row in rows if row["converge_s"] is not None]
+    slowest = max(settled, key=lambda row: row["converge_s"]) if settled else None
+    converged = f"slowest to converge {slowest['scenario']} {slowest['converge_s']} s" if slowest else "none converged"
+    not_converged = f"; not converged: {', '.join(unsettled)}" if unsettled else ""
+    return Headline(
+        f"{faults} lost/doubled/failed/stuck/cordoned/5xx over {len(rows)} scenarios; {converged}{not_converged}"
+    )
+
+
 def run() -> list[dict]:
-    """For `make bench` (tests/bench/run.py): every scenario at the default scale, in a process of its own (its own
+    """For `make bench` (bench/run.py): every scenario at the default scale, in a process of its own (its own
     scratch database, and the Redis broker its workers read, which must be known when Django starts)."""
     import subprocess
 
@@ -126,7 +142,7 @@ def _run_scenarios(options: Options, scenarios: list[str]) -> list[dict]:
     """Each scenario on one cluster and one worker pool (Django set up on the scratch database)."""
     from django.test.utils import override_settings
 
-    from tests.slurm_cluster import NodeShape, running_cluster
+    from devcluster.slurm_cluster import NodeShape, running_cluster
 
     shape = NodeShape(cpus=2 * GPUS_PER_NODE, real_memory_mib=2048 * GPUS_PER_NODE, gpus=GPUS_PER_NODE)
     with running_cluster(node_count=NODES, node_shape=shape, name_prefix="faults") as cluster:
@@ -139,10 +155,10 @@ class _Platform:
     """The cluster in the inventory, a one-GPU service, a developer, the workers; and each scenario's run."""
 
     def __init__(self, cluster):
-        from provisioning.management.commands.bench_execution import _tune_scheduler
+        from bench.execution_runtimes import tune_scheduler
 
         self.cluster = cluster
-        _tune_scheduler(cluster)
+        tune_scheduler(cluster)
         self.settings = {
             "SLURM_REST_URL": cluster.rest_url,
             "SLURM_USER_NAME": cluster.user_name,
@@ -160,7 +176,7 @@ class _Platform:
         production (the sweeper and the reconciler are part of how the platform recovers)."""
         from django_q.conf import Conf
 
-        from provisioning.management.commands.bench_execution import _workers
+        from bench.execution import _workers
 
         with _workers(WORKERS, {**self.settings, "REDIS_URL": REDIS_URL}):
             _schedules_due_now()

@@ -15,7 +15,8 @@ from rest_framework.pagination import PageNumberPagination
 from rest_framework.response import Response
 from rest_framework.views import exception_handler as drf_exception_handler
 
-from config.errors import BadRequest, DomainError, PayloadTooLarge
+from config import database
+from config.errors import BadRequest, DomainError, PayloadTooLarge, error_body
 from config.limits import BIGINT_MAX
 
 logger = logging.getLogger(__name__)
@@ -112,10 +113,6 @@ class IdFilter(django_filters.NumberFilter):
         super().__init__(*args, min_value=1, max_value=BIGINT_MAX, **kwargs)
 
 
-def error_body(code: str, message: str, details=None) -> dict:
-    return {"code": code, "message": message, "details": details if details is not None else {}}
-
-
 def _first_message(detail) -> str:
     """The first human sentence inside a DRF error detail (str, list or dict)."""
     if isinstance(detail, dict):
@@ -153,8 +150,6 @@ def _as_drf_exception(exc):
 def exception_handler(exc, context):
     """Turn every API error into {code, message, details}; a lost database connection becomes a 503 with Retry-After
     (a read is run once more first: config.middleware); unexpected errors become a logged 500 body."""
-    from config import database  # it builds its bodies with error_body, from here
-
     if database.connection_lost(exc):
         logger.warning("Database connection lost answering %s: %s", context["request"].path, exc)
         return database.mark_connection_lost(Response(database.unavailable_body(), status=503))

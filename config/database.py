@@ -10,7 +10,7 @@ request, before its first query or between two.
 from django.db import DatabaseError, connections
 from django.http import HttpRequest, HttpResponse, JsonResponse
 
-from config.api import error_body
+from config.errors import error_body
 
 RETRY_AFTER_SECONDS = 2  # a dropped connection is usually back at once; a restarting server takes a few seconds
 CONNECTION_LOST = "database_connection_lost"  # the attribute that marks such an answer for the middleware's retry

@@ -3,6 +3,11 @@
 from typing import Any
 
 
+def error_body(code: str, message: str, details=None) -> dict:
+    """The one error shape of the API and the JSON error pages."""
+    return {"code": code, "message": message, "details": details if details is not None else {}}
+
+
 class DomainError(Exception):
     """A refusal with a machine-readable code, a human sentence and the numbers involved."""
 

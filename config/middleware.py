@@ -12,7 +12,7 @@ from django.conf import settings
 from django.http import JsonResponse
 
 from config import database
-from config.api import error_body
+from config.errors import error_body
 
 READS = frozenset({"GET", "HEAD", "OPTIONS"})
 

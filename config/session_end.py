@@ -19,7 +19,7 @@ from django.http import JsonResponse
 from django.shortcuts import resolve_url
 from django.utils.http import url_has_allowed_host_and_scheme
 
-from config.api import error_body
+from config.errors import error_body
 
 # The query parameter that tells a page's script to put back the form it kept before the sign-in.
 RESUME_PARAMETER = "resume"

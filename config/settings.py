@@ -217,7 +217,7 @@ SCHEDULER_FAIR_SHARE = env_bool("SCHEDULER_FAIR_SHARE", default=False)
 SCHEDULER_REQUEUE_ON_ISOLATION = env_bool("SCHEDULER_REQUEUE_ON_ISOLATION", default=True)
 # Bounded work per cycle: a cycle places and explains the first this many queued requests in queue order (priority
 # class, fair share, submission); the ones behind them wait for a later cycle (0 = the whole queue). See
-# docs/BENCHMARKS.md (scheduler at scale) for the fairness rule.
+# docs/benchmarks/history.md (scheduler at scale) for the fairness rule.
 SCHEDULER_CYCLE_WINDOW = env_int("SCHEDULER_CYCLE_WINDOW", 10000)
 # Aging: a queued request is ordered one priority class higher for every this many minutes it has waited, up to
 # `high` (0 = strict classes). The rule that bounds the longest wait: scheduling.cycle.aged_rank.

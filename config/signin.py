@@ -12,7 +12,7 @@ from django.contrib.auth.forms import AuthenticationForm
 from django.http import JsonResponse
 from django.shortcuts import render
 
-from config.api import error_body
+from config.errors import error_body
 
 LOCKED_CODE = "sign_in_locked"
 

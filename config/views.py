@@ -13,8 +13,8 @@ from django.views.decorators.cache import never_cache
 from django.views.decorators.csrf import csrf_exempt
 from django_q.brokers import get_broker
 
-from config.api import error_body
 from config.database import connection_lost, unavailable_response
+from config.errors import error_body
 from config.session_end import page_to_return_to, session_ended, sign_in_url
 
 logger = logging.getLogger(__name__)

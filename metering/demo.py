@@ -14,8 +14,8 @@ from requests.choices import EventCode, RequestState
 from requests.models import RequestEvent, ResourceRequest
 from requests.orders import Order, size_order
 from scheduling.choices import AllocationState
+from scheduling.engine import MILLI
 from scheduling.models import Allocation, AllocationDevice, Device, Node
-from scheduling.placement import MILLI
 from tenancy.models import Project
 
 HISTORY = "Demo usage history"

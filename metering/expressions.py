@@ -67,7 +67,7 @@ def metered_since(prefix: str, end: datetime):
 
 def share_of_allocation():
     """On an AllocationDevice: its part of the allocation. The scheduler binds a request's accelerator_count units,
-    each 1000 milli for a whole card or the slice profile's fraction in whole milli (placement.MILLI)."""
+    each 1000 milli for a whole card or the slice profile's fraction in whole milli (scheduling.engine.MILLI)."""
     unit = Coalesce(
         Floor(_number("allocation__request__spec__slice_profile__compute_fraction") * 1000),
         Value(1000.0),

@@ -15,8 +15,8 @@ from prometheus_client.utils import floatToGoString
 from metering.models import HistogramBucket, TokenUsage
 from requests.choices import RequestState
 from requests.models import ResourceRequest
+from scheduling.engine import MILLI
 from scheduling.models import Device
-from scheduling.placement import MILLI
 from tenancy.models import MonthlyUsage
 
 SCHEDULER_CYCLE_SECONDS = "catalog_scheduler_cycle_seconds"

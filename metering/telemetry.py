@@ -23,8 +23,8 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from catalog.choices import ServiceKind
 from metering.choices import TelemetryDriver
-from scheduling.health import parse_dcgm_text
-from scheduling.placement import MILLI
+from scheduling.engine import MILLI
+from scheduling.inventory.health import parse_dcgm_text
 
 UTILIZATION, MEMORY_USED, POWER = "DCGM_FI_DEV_GPU_UTIL", "DCGM_FI_DEV_FB_USED", "DCGM_FI_DEV_POWER_USAGE"
 # No accelerator board draws 5 kW (a GB200 superchip peaks near 2.7 kW): a larger reading is a broken exporter.

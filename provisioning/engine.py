@@ -35,12 +35,12 @@ from provisioning.choices import RunState, StepState, Wait
 from provisioning.drivers.base import BackendUnavailable, PlacementLost, StepError, StepPending, outcome_of
 from provisioning.models import ProvisioningRun, ProvisioningStep
 from provisioning.pipelines import StepDefinition, definition_of
-from provisioning.services import step_task
+from provisioning.step_tasks import step_task
 from provisioning.steps import StepContext, StepOutputs
 from provisioning.targets import runs_targets
 from requests.choices import EventCode
 from requests.services import record_event
-from scheduling import mig_services
+from scheduling.mig import services as mig_services
 
 logger = logging.getLogger(__name__)
 

@@ -26,7 +26,7 @@ class ProvisioningRun(ConcurrentTransitionMixin, models.Model):
         default=dict, blank=True, help_text="What the requester got: node, devices, addresses, image, access details."
     )
     installer_token_hash = models.CharField(max_length=64, blank=True)
-    # With the secret key, what the installer's token is derived from (provisioning.services.installer_token): the
+    # With the secret key, what the installer's token is derived from (installer_tokens.installer_token): the
     # PXE install config hands it to the server again on each fetch; alone it reveals nothing.
     installer_token_nonce = models.CharField(max_length=32, blank=True)
     installer_reported_at = models.DateTimeField(null=True, blank=True)

@@ -30,6 +30,7 @@ from config.workers import wait_unless_stopping
 from provisioning.choices import TEARDOWN_KINDS, RunKind, RunState, StepState, Wait
 from provisioning.drivers.base import BackendUnavailable, StepError
 from provisioning.models import ProvisioningRun, ProvisioningStep
+from provisioning.step_tasks import step_task
 from requests.choices import EventCode
 from requests.services import record_event
 from scheduling import backends
@@ -192,8 +193,6 @@ def stuck_reason(run: ProvisioningRun) -> dict:
 
 def steps_wake(*, backend: str) -> int:
     """The backend answers again: every step waiting for it is due now, handed to workers in batches."""
-    from provisioning.services import step_task
-
     waiting = ProvisioningStep.objects.filter(
         state=StepState.WAITING,
         waiting_for=Wait.OUTAGE,

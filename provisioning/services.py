@@ -6,7 +6,6 @@ Executing steps is provisioning/engine.py; what each step does is provisioning/s
 
 import contextlib
 import logging
-import secrets
 from dataclasses import dataclass
 from datetime import timedelta
 from enum import StrEnum
@@ -15,8 +14,6 @@ from django.conf import settings
 from django.db import transaction
 from django.db.models import Exists, OuterRef
 from django.utils import timezone
-from django.utils.crypto import salted_hmac
-from django_q.tasks import async_task
 
 from config.errors import Conflict, DomainError, NotFound, NotPermitted
 from config.tokens import secret_hash
@@ -26,6 +23,7 @@ from provisioning.models import ProvisioningRun, ProvisioningStep
 from provisioning.netboot import node_addresses, normalized_address
 from provisioning.pipelines import pipeline_for, restart_position, steps_for
 from provisioning.selectors import install_wait_refusal
+from provisioning.step_tasks import step_task
 from requests.choices import EventCode, RequestState
 from requests.failures import failure_sentence
 from requests.models import ResourceRequest
@@ -43,19 +41,11 @@ from scheduling.models import RUN_ANCHOR, Allocation
 from tenancy.models import User
 from tenancy.services import audit_record
 
-STEP_TASK = "provisioning.tasks.run_step"
 logger = logging.getLogger(__name__)
 
 
 def enqueue_steps(step_ids: list[int]) -> None:
     transaction.on_commit(lambda: step_task(step_ids))
-
-
-def step_task(step_ids: list[int]) -> None:
-    """One task for a batch of runs' current steps (provisioning/engine.py). Its success is not saved as a
-    django-q2 result (a failure still is): the steps' own rows record every attempt, and the monitor's saving
-    (pruning to the save limit under a lock, then an insert) costs more than most steps."""
-    async_task(STEP_TASK, step_ids, save=False)
 
 
 def _driver_for(pipeline: str, allocation: Allocation) -> str:
@@ -635,30 +625,6 @@ def _check_retryable(run: ProvisioningRun, request: ResourceRequest) -> None:
 
 
 # --- The OS installer's callback --------------------------------------------------------------------------
-
-
-def installer_token_issue(run: ProvisioningRun) -> str:
-    """A new token for this run's installer, its only credential to report (a repeated boot step replaces the
-    previous one). Stored hashed; derived from a fresh nonce and the secret key, so that the PXE install config can
-    hand it out again (installer_token) while the database alone does not reveal it."""
-    nonce = secrets.token_hex(16)
-    token = _derived_installer_token(run.pk, nonce)
-    ProvisioningRun.objects.filter(pk=run.pk).update(
-        installer_token_hash=secret_hash(token),
-        installer_token_nonce=nonce,
-        installer_reported_at=None,
-        installer_report={},
-    )
-    return token
-
-
-def installer_token(run: ProvisioningRun) -> str:
-    """The run's current installer token (for the install config only: never an output, a log or a page)."""
-    return _derived_installer_token(run.pk, run.installer_token_nonce)
-
-
-def _derived_installer_token(run_id: int, nonce: str) -> str:
-    return salted_hmac("provisioning.installer-token", f"{run_id}:{nonce}", algorithm="sha256").hexdigest()
 
 
 @transaction.atomic

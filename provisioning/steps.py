@@ -28,6 +28,7 @@ from provisioning.drivers.base import (
     slurm_membership,
     with_details,
 )
+from provisioning.installer_tokens import installer_token_issue
 from provisioning.models import ProvisioningRun, ProvisioningStep
 from provisioning.targets import allocation_target
 from requests.choices import EventCode
@@ -358,8 +359,6 @@ def _isolating_error(code: str, message: str, details: dict) -> StepError:
 
 
 def boot_installer(ctx: StepContext) -> dict:
-    from provisioning.services import installer_token_issue
-
     profile = ctx.snapshot["bare_metal_profile"]
     image = profile["os_image_url"]
     if not image.startswith(("http://", "https://")):

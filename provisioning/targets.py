@@ -5,8 +5,8 @@ from collections import defaultdict
 from provisioning.choices import Pipeline
 from provisioning.drivers.base import Target
 from provisioning.models import ProvisioningRun
+from scheduling.engine import MILLI
 from scheduling.models import Allocation, AllocationDevice, MigInstance
-from scheduling.placement import MILLI
 
 
 def run_target(run: ProvisioningRun, *, attempt: int = 1) -> Target:

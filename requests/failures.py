@@ -32,6 +32,7 @@ SENTENCES = {
     "connect_secret_unsupported": "This kind of workload has no such sign-in secret to change.",
     # Slurm
     "slurm_unavailable": "The Slurm cluster could not be reached to start your job.",
+    "slurm_refused": "The Slurm cluster refused your job (the details below give its reasons).",
     "slurm_job_missing": "Your Slurm job disappeared before it started.",
     "slurm_job_ended": "Your Slurm job ended before it was ready.",
     "slurm_node_unknown": "The Slurm cluster does not know the node your job was placed on.",

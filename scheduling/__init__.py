@@ -1,1 +1,2 @@
-"""GPU/NPU scheduling. `scheduling.placement` is the pure placement engine (no Django imports)."""
+"""GPU/NPU scheduling. Rooms: `engine/` the pure placement engine (no Django imports), `inventory/`
+its formats and import, health ingestion and agents, `mig/` everything MIG, `slurm/` the Slurm client and reconciler."""

@@ -18,8 +18,11 @@ from config.admin_actions import ReadOnlyAdminMixin, action_with_reason, related
 from config.dashboard import PanelContent, Row, register_panel
 from config.errors import DomainError
 from config.words import joined_without_repeat
-from scheduling import agents, mig_services, selectors, services
+from scheduling import selectors, services
 from scheduling.choices import DeviceHealth
+from scheduling.engine import MILLI
+from scheduling.inventory import agents
+from scheduling.mig import services as mig_services
 from scheduling.models import (
     DEVICE_STATE_FIELDS,
     NODE_STATE_FIELDS,
@@ -37,7 +40,6 @@ from scheduling.models import (
     Rack,
     Site,
 )
-from scheduling.placement import MILLI
 from tenancy.audited_admin import AuditedAdminMixin
 
 

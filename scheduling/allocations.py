@@ -12,8 +12,8 @@ from config.sql import update_from_values
 from requests.choices import EventCode
 from requests.services import record_event
 from scheduling.choices import AllocationState
+from scheduling.engine import MILLI, Binding, spread_note
 from scheduling.models import Allocation, AllocationDevice, Device, MigInstance, Node
-from scheduling.placement import MILLI, Binding, spread_note
 
 
 def adjust_device_shares(deltas: dict[int, int]) -> None:

@@ -27,8 +27,8 @@ from django.db import connection, transaction
 
 from catalog.models import SliceProfile
 from catalog.runtimes import capabilities_of
-from scheduling import placement
 from scheduling.choices import AllocationState, DeviceHealth
+from scheduling.engine import DEGRADED, HEALTHY, ISOLATED, MILLI, DeviceView, NodeView, RunningAllocation, Snapshot
 from scheduling.models import ENDS_AT, Allocation, AllocationDevice, Device, Node
 
 logger = logging.getLogger(__name__)
@@ -44,7 +44,7 @@ CHECKSUM_SQL = (
 
 @dataclass(frozen=True)
 class _NodeEntry:
-    node: placement.Node
+    node: NodeView
     device_pks: tuple[int, ...]  # by engine position
 
 
@@ -67,14 +67,14 @@ def _read_profiles() -> dict[int, dict[str, int]]:
     for accelerator_id, name, fraction in SliceProfile.objects.values_list(
         "accelerator_id", "name", "compute_fraction"
     ):
-        profiles.setdefault(accelerator_id, {})[name] = int(fraction * placement.MILLI)
+        profiles.setdefault(accelerator_id, {})[name] = int(fraction * MILLI)
     return profiles
 
 
 def engine_health(isolated: bool, health: str) -> str:
     if isolated or health == DeviceHealth.UNHEALTHY:
-        return placement.ISOLATED
-    return placement.DEGRADED if health == DeviceHealth.DEGRADED else placement.HEALTHY
+        return ISOLATED
+    return DEGRADED if health == DeviceHealth.DEGRADED else HEALTHY
 
 
 class ClusterState:
@@ -84,7 +84,7 @@ class ClusterState:
         self.nodes: dict[int, _NodeEntry] = {}
         self.allocations: dict[int, _AllocationEntry] = {}
         self._profiles: dict[int, dict[str, int]] = {}
-        self._interned: dict[tuple, placement.Device] = {}  # equal devices are one frozen object
+        self._interned: dict[tuple, DeviceView] = {}  # equal devices are one frozen object
         self._view = None
 
     # -- reading rows --------------------------------------------------------------------------------------------
@@ -138,7 +138,7 @@ class ClusterState:
         ):
             rows = by_node.get(node_pk, [])
             engine_devices = tuple(self._device(position, row) for position, row in enumerate(rows))
-            node = placement.Node(
+            node = NodeView(
                 name,
                 cpu_milli,
                 memory_mib,
@@ -149,12 +149,12 @@ class ClusterState:
             entries[node_pk] = _NodeEntry(node, tuple(row[0] for row in rows))
         return entries
 
-    def _device(self, position: int, row: tuple) -> placement.Device:
+    def _device(self, position: int, row: tuple) -> DeviceView:
         _pk, _node, model_id, slug, vendor, memory_gb, health, isolated = row
         key = (position, slug, vendor, memory_gb, engine_health(isolated, health), model_id)
         device = self._interned.get(key)
         if device is None:
-            device = self._interned[key] = placement.Device(
+            device = self._interned[key] = DeviceView(
                 index=position,
                 model=slug,
                 vendor=vendor,
@@ -196,7 +196,7 @@ class ClusterState:
             # Newest first, as the allocations' default ordering reads them.
             running = sorted(self.allocations.values(), key=lambda a: (a.started_at, a.pk), reverse=True)
             allocations = [
-                placement.Allocation(
+                RunningAllocation(
                     str(a.request_id),
                     names[a.node_pk],
                     tuple(sorted((positions[device_pk], milli) for device_pk, milli in a.shares)),
@@ -209,7 +209,7 @@ class ClusterState:
                 for a in running
             ]
             expires = {str(a.request_id): a.ends_at for a in running}
-            snapshot = placement.Snapshot([entry.node for _pk, entry in ordered], allocations)
+            snapshot = Snapshot([entry.node for _pk, entry in ordered], allocations)
             self._view = (snapshot, device_ids, node_ids, expires)
         return self._view
 

@@ -27,8 +27,10 @@ from requests.choices import PRIORITY_RANK, PriorityClass, RequestState
 from requests.models import ResourceRequest
 from requests.quota import month_start
 from requests.services import requests_allocate, requests_note_queue
-from scheduling import backends, backfill, cluster_state, kept_engine, mig_cycle, placement, preemption
+from scheduling import backends, cluster_state, kept_engine, preemption
 from scheduling.allocations import adjust_device_shares
+from scheduling.engine import NO_MATCHING_SPEC, Binding, Demand, NodeView, Snapshot, backfill, spread_note
+from scheduling.mig import cycle as mig_cycle
 from scheduling.models import Allocation, AllocationDevice
 from scheduling.outcome import record_outcome
 from scheduling.reason_words import namer
@@ -90,7 +92,7 @@ def _leave_wakeup() -> None:
 class ClusterSnapshot:
     """The engine's snapshot plus the way back from engine positions to database rows."""
 
-    snapshot: placement.Snapshot
+    snapshot: Snapshot
     device_ids: dict[tuple[str, int], int]  # (node name, engine device position) -> Device.pk
     node_ids: dict[str, int]
     expires: dict[str, datetime]  # engine allocation id (request id) -> when it ends
@@ -111,7 +113,7 @@ def _kept_snapshot() -> ClusterSnapshot:
     return ClusterSnapshot(*state.view(), source=state)
 
 
-def load_inventory() -> list[placement.Node]:
+def load_inventory() -> list[NodeView]:
     """The nodes with their devices as the engine sees them, without what runs on them."""
     state = cluster_state.ClusterState()
     state.read_inventory()
@@ -129,13 +131,13 @@ def make_demand(
     slice_profile: str | None = None,
     replicas: int = 1,
     serving: dict | None = None,
-) -> placement.Demand:
+) -> Demand:
     """The engine's demand for a request or an order: one shape for both, so the preview matches the cycle. With
     replicas (a serving deployment), `count`, `cpu_cores` and `memory_gb` are the totals the order reserved (spec x
     replicas): each replica is placed as its share, on a node of its own where there is room. `serving` (runtime,
     artifact_uri, model) makes it need what its runtime needs of a node (catalog.runtimes)."""
     needs = frozenset() if serving is None else needs_of(serving["runtime"], serving["artifact_uri"])
-    return placement.Demand(
+    return Demand(
         id=demand_id,
         count=count // replicas,
         slice_profile=slice_profile,
@@ -155,7 +157,7 @@ def serving_of(runtime: str, artifact_uri: str, model: str) -> dict:
     return {"runtime": runtime, "artifact_uri": artifact_uri, "model": model}
 
 
-def demand_of(request: ResourceRequest) -> placement.Demand:
+def demand_of(request: ResourceRequest) -> Demand:
     """The engine's view of a request, from its approved snapshot only."""
     spec, profile = request.approved_spec.get("spec"), request.approved_spec.get("bare_metal_profile")
     serving = request.approved_spec.get("serving") or {}
@@ -210,8 +212,8 @@ def aged_rank(priority: str, submitted_at: datetime, now: datetime) -> int:
     waited since submission, up to AGED_CEILING (0 minutes: no aging). The fairness rule that bounds a wait: after
     at most (classes below the ceiling) x the aging step a request is ordered among the ceiling class by submission
     time, ahead of everything submitted after it; from then on it is the head of the queue as soon as those older
-    ones are placed, and the head-of-line reservation (scheduling/backfill.py) keeps its node from being filled by
-    work behind it, so it starts once the allocations ahead of it end (their terms bound that)."""
+    ones are placed, and the head-of-line reservation (scheduling/engine/backfill.py) keeps its node from being
+    filled by work behind it, so it starts once the allocations ahead of it end (their terms bound that)."""
     rank, step = PRIORITY_RANK[priority], settings.SCHEDULER_AGING_MINUTES
     ceiling = PRIORITY_RANK[AGED_CEILING]
     if not step or rank >= ceiling:
@@ -382,10 +384,10 @@ def _commit_bindings(
     return [request.pk for request, _, _ in placed]
 
 
-def _replicas_allocated(bound: list[tuple[placement.Binding, list]]) -> tuple[str, dict]:
+def _replicas_allocated(bound: list[tuple[Binding, list]]) -> tuple[str, dict]:
     """The ALLOCATED event of a replicated request: each replica with its node and devices, and a note when
     replicas had to share a node."""
-    spread = placement.spread_note([binding for binding, _shares in bound])
+    spread = spread_note([binding for binding, _shares in bound])
     where = ", ".join(f"replica {binding.replica} on {binding.node}" for binding, _shares in bound)
     return (
         f"Allocated {len(bound)} replicas: {where}." + (f" {spread['message']}" if spread else ""),
@@ -418,12 +420,12 @@ def _reserve_for_the_head(
     return reservation
 
 
-def _closed(snapshot: placement.Snapshot, unavailable: dict) -> placement.Snapshot:
+def _closed(snapshot: Snapshot, unavailable: dict) -> Snapshot:
     """The snapshot with the nodes of unavailable backends closed to new work, as the order preview must see it."""
     if not unavailable:
         return snapshot
     nodes = [replace(node, schedulable=False) if node.name in unavailable else node for node in snapshot.nodes]
-    return placement.Snapshot(nodes, snapshot.allocations)
+    return Snapshot(nodes, snapshot.allocations)
 
 
 def _waiting_for_backends(pending, demands, nodes, unavailable: dict) -> dict[int, dict]:
@@ -441,7 +443,7 @@ def _waiting_for_backends(pending, demands, nodes, unavailable: dict) -> dict[in
     for waiting in pending:
         wanted = by_id[waiting.demand_id].models or models.keys()
         status = next((models[model] for model in wanted if model in models), None)
-        if status is not None and waiting.reason != placement.NO_MATCHING_SPEC:
+        if status is not None and waiting.reason != NO_MATCHING_SPEC:
             blamed[int(waiting.demand_id)] = backends.waiting_reason(status)
     return blamed
 
@@ -516,7 +518,7 @@ def _cycle(policy: str) -> CycleResult:
         cluster = _kept_snapshot()
         demands = [demand_of(request) for request in candidates]
         # One queue order for every demand: slices of MIG-capable models go to the geometry-true engine, the rest
-        # to the milli-share engine, each seeing what the other bound (scheduling/mig_cycle.py).
+        # to the milli-share engine, each seeing what the other bound (scheduling/mig/cycle.py).
         engine = mig_cycle.cycle_engine(
             cluster,
             demands,
@@ -526,7 +528,7 @@ def _cycle(policy: str) -> CycleResult:
         for name in unavailable.keys() & cluster.node_ids.keys():
             engine.close_node(name)  # the backend does not answer: what would go there waits for it
         result = engine.place(demands)
-        cluster = replace(cluster, snapshot=placement.Snapshot(engine.milli.nodes, cluster.snapshot.allocations))
+        cluster = replace(cluster, snapshot=Snapshot(engine.milli.nodes, cluster.snapshot.allocations))
         by_id = {request.pk: request for request in queue}
         reservation = _reserve_for_the_head(cluster, engine, result, demands, by_id, now)
         allocated = _commit_bindings(result, cluster, by_id, now, engine)

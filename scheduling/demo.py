@@ -1,7 +1,7 @@
 """Demo hardware: a small heterogeneous cluster in two racks, so demo orders get placed (idempotent)."""
 
-from scheduling.inventory_formats import DeviceRecord, NodeRecord, device_uuid
-from scheduling.services import inventory_import
+from scheduling.inventory.formats import DeviceRecord, NodeRecord, device_uuid
+from scheduling.inventory.importer import inventory_import
 
 # node name, rack, topology domain, accelerator model slug, cards, CPU cores, memory GiB
 NODES = [

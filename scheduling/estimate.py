@@ -2,7 +2,7 @@
 first, then the order) and the submission's "could it ever fit?" (against the inventory alone).
 
 A slice of MIG-capable models is previewed geometry-true: the last cycle's outcome keeps milli-shares per card, not
-GPU-instance layouts, so its preview places on the cycle's own engines (scheduling.mig_cycle) over the inventory,
+GPU-instance layouts, so its preview places on the cycle's own engines (scheduling.mig.cycle) over the inventory,
 what runs on it and the MIG layouts now, the queued requests ahead in queue order first: the answer the next cycle
 would give, its reasons in MIG terms (free memory slices, valid starts). That costs the cycle's snapshot queries
 and the queue ahead; only MIG orders pay it."""
@@ -17,8 +17,19 @@ from catalog.models import SliceProfile
 from config.words import counted
 from requests.choices import PRIORITY_RANK, RequestState
 from requests.models import ResourceRequest
-from scheduling import backends, cluster_state, mig_cycle, placement
+from scheduling import backends, cluster_state
 from scheduling.cycle import demand_of, load_inventory, load_snapshot, make_demand, queue_order, serving_of
+from scheduling.engine import (
+    HIGHER_PRIORITY_AHEAD,
+    NO_MATCHING_SPEC,
+    Demand,
+    NodeView,
+    Pending,
+    PlacementEngine,
+    spread_note,
+    unplaceable,
+)
+from scheduling.mig import cycle as mig_cycle
 from scheduling.models import Device, Node
 from scheduling.outcome import last_outcome
 from scheduling.reason_words import named
@@ -46,7 +57,7 @@ class Queued:
 QUEUED_FIELDS = [field.name for field in fields(Queued)]
 
 
-def order_demand(order, sizing, models: list) -> placement.Demand:
+def order_demand(order, sizing, models: list) -> Demand:
     """The engine's view of an order that is not stored yet (the same shape a queued request would have); `models`:
     its accelerator models (order_models)."""
     sizes = {"cpu_cores": sizing.cpu_cores, "memory_gb": sizing.memory_gb}
@@ -104,8 +115,8 @@ def _estimate_of(demand, order, outcome) -> dict:
         return _mig_estimate(demand, _delaying(order, outcome))
     if outcome is None:
         snapshot = load_snapshot().snapshot
-        ahead = [] if placement.unplaceable(snapshot.nodes, demand) else _queued(demand)  # never fits: no queue
-        return _estimate(demand, lambda: placement.PlacementEngine(snapshot, workload=[demand]), ahead, len(ahead))
+        ahead = [] if unplaceable(snapshot.nodes, demand) else _queued(demand)  # never fits: no queue
+        return _estimate(demand, lambda: PlacementEngine(snapshot, workload=[demand]), ahead, len(ahead))
     since, since_count = _queued_since_last_cycle(demand)
     left_waiting = sum(outcome.waiting.get(name, 0) for name in _classes_from(demand))
     return _estimate(
@@ -118,7 +129,7 @@ def _estimate_of(demand, order, outcome) -> dict:
     )
 
 
-def _waiting_for_backend(demand: placement.Demand, estimate: dict) -> dict:
+def _waiting_for_backend(demand: Demand, estimate: dict) -> dict:
     """The estimate, unless a backend that does not answer holds nodes the order would take (the one it would fit
     on, or, when it would wait anyway, any with its cards): then it waits for that backend (one query while every
     backend answers; three when one does not)."""
@@ -156,7 +167,7 @@ def _delaying(order, outcome) -> dict | None:
     return reservation if ends > datetime.fromisoformat(reservation["start"]) else None
 
 
-def _mig_estimate(demand: placement.Demand, held: dict | None) -> dict:
+def _mig_estimate(demand: Demand, held: dict | None) -> dict:
     """A MIG slice placed as the cycle would place it now (module docstring)."""
     cluster = load_snapshot()
     ahead = _queued(demand)
@@ -164,12 +175,12 @@ def _mig_estimate(demand: placement.Demand, held: dict | None) -> dict:
     return _estimate(demand, lambda: mig_cycle.cycle_engine(cluster, demands), ahead, len(ahead), held=held)
 
 
-def _classes_from(demand: placement.Demand) -> list[str]:
+def _classes_from(demand: Demand) -> list[str]:
     """The priority classes that queue ahead of the demand (its own and higher)."""
     return [name for name, rank in PRIORITY_RANK.items() if rank >= demand.priority]
 
 
-def _queued_ahead_of(demand: placement.Demand):
+def _queued_ahead_of(demand: Demand):
     """The queued requests ahead of the demand."""
     return ResourceRequest.objects.filter(state=RequestState.QUEUED, priority__in=_classes_from(demand))
 
@@ -178,12 +189,12 @@ def _as_queued(rows) -> list[Queued]:
     return [Queued(*row) for row in rows.values_list(*QUEUED_FIELDS)]
 
 
-def _queued(demand: placement.Demand) -> list[Queued]:
+def _queued(demand: Demand) -> list[Queued]:
     """The queued requests ahead of the demand in queue order."""
     return queue_order(_as_queued(_queued_ahead_of(demand)))
 
 
-def _queued_since_last_cycle(demand: placement.Demand) -> tuple[list[Queued], int]:
+def _queued_since_last_cycle(demand: Demand) -> tuple[list[Queued], int]:
     """The queued requests ahead of the demand that no cycle has seen yet (a cycle gives every request it leaves
     waiting a position): the first MAX_QUEUED_SINCE of them in queue order, and how many there are. An index holds
     just these, so the queue behind them costs nothing."""
@@ -235,7 +246,7 @@ def _estimate(demand, fresh_engine, ahead: list[Queued], ahead_count: int, as_of
         "age_seconds": None if as_of is None else _age_seconds(as_of),
     }
     outcome = _place_behind(demand, fresh_engine, ahead, held)
-    if isinstance(outcome, placement.Pending) and outcome.reason == placement.NO_MATCHING_SPEC:
+    if isinstance(outcome, Pending) and outcome.reason == NO_MATCHING_SPEC:
         return {
             "fits_now": False,
             "never_fits": True,
@@ -245,7 +256,7 @@ def _estimate(demand, fresh_engine, ahead: list[Queued], ahead_count: int, as_of
             "details": dict(outcome.numbers),
             **freshness,
         }
-    if isinstance(outcome, placement.Pending):
+    if isinstance(outcome, Pending):
         return {
             "fits_now": False,
             "never_fits": False,
@@ -257,7 +268,7 @@ def _estimate(demand, fresh_engine, ahead: list[Queued], ahead_count: int, as_of
         }
     node = outcome[0].node
     nodes = list(dict.fromkeys(binding.node for binding in outcome))  # a serving order's replicas: each one's node
-    spread = placement.spread_note(outcome) if demand.replicas > 1 else None
+    spread = spread_note(outcome) if demand.replicas > 1 else None
     return {
         "fits_now": True,
         "never_fits": False,
@@ -280,16 +291,16 @@ def _place_behind(demand, fresh_engine, ahead: list[Queued], held: dict | None):
     """The order's binding (or why not) once the requests ahead are placed; `held` is the head's reservation when
     the order would still run at its start: then the order stays off that node, as the cycle would keep it off."""
     outcome = _place_after(fresh_engine(), demand, ahead)
-    if held is None or isinstance(outcome, placement.Pending) or outcome[0].node != held["node"]:
+    if held is None or isinstance(outcome, Pending) or outcome[0].node != held["node"]:
         return outcome
     off_the_held_node = fresh_engine()
     off_the_held_node.close_node(held["node"])
     elsewhere = _place_after(off_the_held_node, demand, ahead)
-    if not isinstance(elsewhere, placement.Pending):
+    if not isinstance(elsewhere, Pending):
         return elsewhere
-    return placement.Pending(
+    return Pending(
         demand.id,
-        placement.HIGHER_PRIORITY_AHEAD,
+        HIGHER_PRIORITY_AHEAD,
         f"it would fit on {held['node']} now but still be running when request #{held['request_id']} is due to "
         f"start there ({datetime.fromisoformat(held['start']):%Y-%m-%d %H:%M} UTC); it waits so that larger "
         "request is not starved",
@@ -362,7 +373,7 @@ SELECT (SELECT count(*) FROM {nodes}), (SELECT max(id) FROM {nodes}), (SELECT ma
 _types: dict = {}  # this process's inventory types and the version they were read at
 
 
-def inventory_types() -> list[placement.Node]:
+def inventory_types() -> list[NodeView]:
     """The inventory's nodes, one of each type (the first by name, which a reason then names), read again only when
     the inventory changed. Whether an order could ever fit needs only what an empty node offers, and a fleet of
     thousands of nodes is a few types: a submission then costs one small query, not every node and device (7,400
@@ -375,10 +386,10 @@ def inventory_types() -> list[placement.Node]:
     return _types["nodes"]
 
 
-def _one_of_each_type(nodes: list[placement.Node]) -> list[placement.Node]:
+def _one_of_each_type(nodes: list[NodeView]) -> list[NodeView]:
     """The first node of each size, device make-up and capabilities, in inventory order (the first of a size stays
     first)."""
-    first: dict[tuple, placement.Node] = {}
+    first: dict[tuple, NodeView] = {}
     for node in nodes:
         devices = tuple(
             (
@@ -396,7 +407,7 @@ def _one_of_each_type(nodes: list[placement.Node]) -> list[placement.Node]:
 
 def _never_fits_reason(nodes, order, sizing) -> dict | None:
     models = order_models(order)
-    never = placement.unplaceable(nodes, order_demand(order, sizing, models))
+    never = unplaceable(nodes, order_demand(order, sizing, models))
     if never is None:
         return None
     message = _sentence(named(never.message, models))

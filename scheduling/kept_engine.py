@@ -17,13 +17,13 @@ missed delta, the periodic compare, a test's uncommitted cycle).
 
 from django.conf import settings
 
-from scheduling import placement
-from scheduling.policies import learnt_shapes, shape_drift
+from scheduling.engine import Demand, PlacementEngine, Snapshot, workload_source
+from scheduling.engine.policies import learnt_shapes, shape_drift
 
 
 class KeptEngine:
     def __init__(self):
-        self.engine: placement.PlacementEngine | None = None
+        self.engine: PlacementEngine | None = None
         self._source = None  # the cluster state the engine follows: a full read of the cluster starts afresh
         self._policy = ""
         self.builds = 0  # engines built, for tests and the benchmark's report
@@ -31,14 +31,12 @@ class KeptEngine:
         self.advances = 0  # cycles that kept the engine and its policy
         self.drift = 0.0  # of the last cycle's queue from the kept policy's shapes (the benchmark reports it)
 
-    def engine_for(
-        self, snapshot: placement.Snapshot, policy: str, demands: list[placement.Demand], *, source
-    ) -> placement.PlacementEngine:
+    def engine_for(self, snapshot: Snapshot, policy: str, demands: list[Demand], *, source) -> PlacementEngine:
         """An engine at `snapshot` with a policy learnt from `demands` or kept from an earlier cycle (see above).
         It is the cycle's start state: place on its forks (`CycleEngine` does)."""
         engine = self.engine
         if engine is None or not self._follows(engine, snapshot, policy, source):
-            self.engine = placement.PlacementEngine(snapshot, policy, workload=demands)
+            self.engine = PlacementEngine(snapshot, policy, workload=demands)
             self._source, self._policy = source, policy
             self.builds += 1
             return self.engine
@@ -60,7 +58,7 @@ class KeptEngine:
         if not demands:  # nothing to learn from: learnt from the running work, as a new engine would be
             self.drift = 1.0
             return True
-        now = learnt_shapes(policy, placement.workload_source(demands))
+        now = learnt_shapes(policy, workload_source(demands))
         self.drift = shape_drift(engine.policy.table.shapes, now)
         return self.drift > settings.SCHEDULER_POLICY_DRIFT
 

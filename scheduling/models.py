@@ -29,7 +29,7 @@ from scheduling.choices import (
     HealthSource,
     MigMode,
 )
-from scheduling.placement import MILLI
+from scheduling.engine import MILLI
 from scheduling.readings import usable_number
 
 MAX_RECOVERY_MINUTES = 7 * 24 * 60  # a week: a longer hold is an operator's call, not a timer's

@@ -12,9 +12,9 @@ from collections import Counter
 from dataclasses import dataclass, field
 from datetime import datetime
 
-from scheduling import placement
+from scheduling.engine import Demand, DeviceView, NodeView, PlacementEngine, RunningAllocation, Snapshot
+from scheduling.engine.policies import make_policy
 from scheduling.models import CycleOutcome
-from scheduling.policies import make_policy
 
 # Engines tuned to an order's shape kept per outcome: orders come in a few catalog shapes; more are built again.
 MAX_TUNED_ENGINES = 32
@@ -23,12 +23,12 @@ MAX_TUNED_ENGINES = 32
 @dataclass(frozen=True)
 class Outcome:
     finished_at: datetime
-    engine: placement.PlacementEngine  # frozen, as the cycle ended: previews place on forks of it
+    engine: PlacementEngine  # frozen, as the cycle ended: previews place on forks of it
     reservation: dict | None  # {"request_id", "node", "start"} of the head-of-line hold
     waiting: dict[str, int]  # requests the cycle left queued, per priority class
     _tuned: dict = field(default_factory=dict, compare=False, repr=False)  # by the shape its policy learnt
 
-    def engine_for(self, demand: placement.Demand) -> placement.PlacementEngine:
+    def engine_for(self, demand: Demand) -> PlacementEngine:
         """A fresh engine at the cycle's end state to place on, its policy learnt from the demand alone (what a
         preview of it places by); building it costs O(cluster) once per shape, each call after that a fork."""
         shape = (demand.cpu_milli, demand.memory_mib, demand.count, demand.share, demand.models)
@@ -40,7 +40,7 @@ class Outcome:
         return tuned.fork()
 
 
-def record_outcome(*, snapshot: placement.Snapshot, bindings, reservation, waiting, now: datetime) -> None:
+def record_outcome(*, snapshot: Snapshot, bindings, reservation, waiting, now: datetime) -> None:
     """Store what the engine would start the next preview from, and how many of the requests it left `waiting`
     are in each priority class (one upsert)."""
     row = CycleOutcome(
@@ -85,7 +85,7 @@ def _decode(row: CycleOutcome) -> Outcome:
             cpu_milli,
             memory_mib,
             schedulable,
-            tuple(placement.Device(i, *device[:5], slice_profiles=device[5]) for i, device in enumerate(devices)),
+            tuple(DeviceView(i, *device[:5], slice_profiles=device[5]) for i, device in enumerate(devices)),
             frozenset(capabilities[0] if capabilities else ()),  # none in a row written before nodes had them
         )
         for cpu_milli, memory_mib, schedulable, devices, *capabilities in row.nodes["kinds"]
@@ -94,18 +94,16 @@ def _decode(row: CycleOutcome) -> Outcome:
     for name, kind, cpu, memory, devices in row.nodes["nodes"]:
         cpu_milli, memory_mib, schedulable, engine_devices, capabilities = kinds[kind]
         nodes.append(
-            placement.Node(
-                name, cpu_milli, memory_mib, engine_devices, schedulable=schedulable, capabilities=capabilities
-            )
+            NodeView(name, cpu_milli, memory_mib, engine_devices, schedulable=schedulable, capabilities=capabilities)
         )
         if cpu or memory or devices:
-            used.append(placement.Allocation(f"in-use:{name}", name, tuple(map(tuple, devices)), cpu, memory))
+            used.append(RunningAllocation(f"in-use:{name}", name, tuple(map(tuple, devices)), cpu, memory))
     # No policy: every preview forks it with the one its order places by.
-    engine = placement.PlacementEngine(placement.Snapshot(nodes, used), policy=make_policy("default", ()))
+    engine = PlacementEngine(Snapshot(nodes, used), policy=make_policy("default", ()))
     return Outcome(row.finished_at, engine, row.reservation, row.waiting)
 
 
-def _in_use(snapshot: placement.Snapshot, bindings) -> dict:
+def _in_use(snapshot: Snapshot, bindings) -> dict:
     """{"kinds": each distinct node make once (cores, memory, schedulable, its devices, its capabilities), "nodes":
     per node its name, kind and what is in use on it (cores, memory, per device index the milli taken)}. A fleet is a
     few makes of node, so the inventory is written once per make, not once per node (62,120 devices at 10x the openb

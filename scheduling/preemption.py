@@ -28,12 +28,13 @@ from datetime import UTC, timedelta
 
 from requests.choices import PRIORITY_RANK, EventCode, RequestState
 from requests.services import PREEMPTABLE_STATES, requests_note, requests_preempt
-from scheduling import placement, reclaim
+from scheduling import reclaim
 from scheduling.choices import AllocationState
+from scheduling.engine import CAPACITY_IN_USE, FRAGMENTATION, Demand, PlacementResult, RunningAllocation
 from scheduling.models import Allocation, PreemptionRule
 
 PREEMPTION_PENDING = "preemption_pending"
-PLANNABLE = frozenset({placement.CAPACITY_IN_USE, placement.FRAGMENTATION})  # waits that evicting can end
+PLANNABLE = frozenset({CAPACITY_IN_USE, FRAGMENTATION})  # waits that evicting can end
 MAX_PLANS_PER_CYCLE = 25  # engine plans tried per cycle (each is an exhaustive search); the rest wait a cycle
 CLASS_OF_RANK = {rank: str(priority.value) for priority, rank in PRIORITY_RANK.items()}
 
@@ -172,7 +173,7 @@ def _tenants_of_running() -> dict[str, int]:
 
 
 def _evictable(
-    allocation: placement.Allocation,
+    allocation: RunningAllocation,
     allowed: dict[str, PreemptionRule],
     tenant: int,
     tenants: dict[str, int],
@@ -190,8 +191,8 @@ def _evictable(
 def schedule(
     *,
     cluster,
-    result: placement.PlacementResult,
-    demands: list[placement.Demand],
+    result: PlacementResult,
+    demands: list[Demand],
     requests: dict,
     scheduled: dict[int, list[Allocation]],
     now,
@@ -200,7 +201,7 @@ def schedule(
     """Plan and record preemptions for waiting requests; returns queue reasons (preemption_pending) by request id.
 
     `cluster` is the cycle's ClusterSnapshot (before placement), `result` the placement just committed, `engine`
-    the cycle's engine after it (scheduling.mig_cycle.CycleEngine): a waiting MIG slice is planned on its MIG
+    the cycle's engine after it (scheduling.mig.cycle.CycleEngine): a waiting MIG slice is planned on its MIG
     engine, among the same allowed victims, so that what they free is a valid placement for the profile; the rest
     on `engine.at_start` plus this cycle's placements.
     """
@@ -227,7 +228,7 @@ def schedule(
     promised = {str(allocation.request_id) for allocations in scheduled.values() for allocation in allocations}
     tenants = _tenants_of_running()
     placed_now = [
-        placement.Allocation(
+        RunningAllocation(
             binding.demand_id,
             binding.node,
             binding.devices,
@@ -247,7 +248,7 @@ def schedule(
     this_cycle = {allocation.id for allocation in placed_now}
 
     def evictable_by(priority: str, tenant: int):
-        def evictable(allocation: placement.Allocation) -> bool:
+        def evictable(allocation: RunningAllocation) -> bool:
             return allocation.id not in this_cycle and _evictable(
                 allocation, rules[priority], tenant, tenants, promised
             )

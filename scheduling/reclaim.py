@@ -31,14 +31,15 @@ from requests.services import (
     request_release,
     requests_preempt,
 )
-from scheduling import mig_cycle, mig_services
-from scheduling.agents import ANY_NODE, NOT_YOUR_NODE, NodeScope
 from scheduling.allocations import adjust_device_shares
 from scheduling.choices import AllocationState, DeviceHealth
+from scheduling.inventory.agents import ANY_NODE, NOT_YOUR_NODE, NodeScope
+from scheduling.mig import cycle as mig_cycle
+from scheduling.mig import services as mig_services
 from scheduling.models import ENDS_AT, Allocation, AllocationDevice, Minutes, Node
 from scheduling.selectors import replicas_serving_without
 from scheduling.signals import allocation_ended
-from scheduling.wiring import CYCLE_TASK
+from scheduling.task_names import CYCLE_TASK
 
 
 def _unbind_devices(allocation_ids: list[int]) -> list[int]:

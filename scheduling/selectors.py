@@ -8,8 +8,8 @@ from django.db.models.functions import Coalesce
 from requests.choices import RequestState
 from requests.models import ResourceRequest
 from scheduling.choices import AllocationState, DeviceHealth
+from scheduling.engine import MILLI
 from scheduling.models import Allocation, AllocationDevice, Device, MigInstance, Node
-from scheduling.placement import MILLI
 
 # A device the scheduler may place on: not isolated, not unhealthy, on a schedulable node.
 PLACEABLE = Q(isolated=False, node__schedulable=True) & ~Q(health=DeviceHealth.UNHEALTHY)

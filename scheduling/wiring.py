@@ -4,12 +4,7 @@ from django_q.tasks import async_task
 
 from config import schedules
 from scheduling.choices import ExecutionBackend
-
-CYCLE_TASK = "scheduling.tasks.run_cycle"
-RECLAIM_TASK = "scheduling.tasks.reclaim_allocations"
-SLURM_SYNC_TASK = "scheduling.tasks.sync_slurm_node"
-SLURM_IMPORT_TASK = "scheduling.tasks.import_from_slurm"
-SLURM_STATES_TASK = "scheduling.tasks.refresh_slurm_node_states"
+from scheduling.task_names import CYCLE_TASK, RECLAIM_TASK, SLURM_IMPORT_TASK, SLURM_STATES_TASK, SLURM_SYNC_TASK
 
 
 def trigger_cycle(**_kwargs) -> None:

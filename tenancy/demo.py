@@ -142,7 +142,7 @@ def seed(context: dict) -> None:
     context["tenants"] = seed_tenancy(context["users"])
 
 
-# The groups of `make run-sso`'s IdP and directory (tests/oidc_provider.py, tests/ldap_directory.py) and what they
+# The groups of `make run-sso`'s IdP and directory (devcluster/oidc_provider.py, ldap_directory.py) and what they
 # give: research (ml-engineers inside it, as a nested group) orders for the pretraining project, research-approvers
 # approve there, platform-ops are operators.
 SSO_MAPPINGS = [

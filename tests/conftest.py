@@ -3,23 +3,45 @@ from django.core.cache import cache
 from django.db import connection
 from rest_framework.test import APIClient
 
+from devcluster.ldap_directory import running_directory
+from devcluster.oidc_provider import running_provider
 from tests import factories
-from tests.ldap_directory import running_directory
-from tests.oidc_provider import running_provider
-from tests.slurm_cluster import cluster_for_tests
+from tests.devcluster_fixtures import cluster_for_tests
 from tests.smtp_server import smtp_server
+
+# Fixtures that start a real daemon, a server or a browser (once per session, reset per test): a test that asks for
+# one belongs to the integration layer, which `make test-fast` leaves out.
+DAEMON_FIXTURES = frozenset(
+    {
+        "slurm_cluster",
+        "podman_service",
+        "_ldap_directory",
+        "_identity_provider",
+        "live_server",
+        "redis_db",
+        "served_app",
+        "sushy_emulator",
+        "sushy_emulator_with_auth",
+        "sushy_static",
+        "image_server",
+        "untyped_cluster",
+        "server_url",
+    }
+)
 
 
 def pytest_collection_modifyitems(items):
     """A transactional test must restore the serialized database (serialized_rollback=True): its flush otherwise
-    re-runs post_migrate, whose Operators group then clashes with the next restoring test's setup."""
-    unrestored = [
-        item.nodeid
-        for item in items
-        if (marker := item.get_closest_marker("django_db")) is not None
-        and marker.kwargs.get("transaction")
-        and not marker.kwargs.get("serialized_rollback")
-    ]
+    re-runs post_migrate, whose Operators group then clashes with the next restoring test's setup. Every test that
+    commits (transactional), asks for a daemon or is marked so runs in the integration layer."""
+    unrestored = []
+    for item in items:
+        marker = item.get_closest_marker("django_db")
+        transactional = marker is not None and marker.kwargs.get("transaction")
+        if transactional and not marker.kwargs.get("serialized_rollback"):
+            unrestored.append(item.nodeid)
+        if transactional or DAEMON_FIXTURES.intersection(item.fixturenames):
+            item.add_marker(pytest.mark.integration)
     if unrestored:
         raise pytest.UsageError("Transactional tests without serialized_rollback=True: " + ", ".join(unrestored))
 
@@ -75,7 +97,7 @@ def console(client, operator):
 
 @pytest.fixture(scope="session")
 def slurm_cluster():
-    """A real Slurm cluster (tests/slurm_cluster.py) shared by the session: 3 idle nodes with gpu:a100:2 each,
+    """A real Slurm cluster (devcluster/slurm_cluster.py) shared by the session: 3 idle nodes with gpu:a100:2 each,
     slurmrestd with a JWT. A missing part fails the test that asked for it (`make slurm` installs the parts)."""
     with cluster_for_tests() as cluster:
         yield cluster
@@ -127,7 +149,7 @@ def _ldap_directory():
 
 @pytest.fixture
 def directory(_ldap_directory, settings):
-    """The session's OpenLDAP directory (tests/ldap_directory.py), as it started, with the platform's LDAP sign-in
+    """The session's OpenLDAP directory (devcluster/ldap_directory.py), as it started, with the platform's LDAP sign-in
     pointed at it (the settings config/settings.py builds from LDAP_*)."""
     from config.ldap_settings import connection_options, group_type, search
 
@@ -153,7 +175,7 @@ def _identity_provider():
 
 @pytest.fixture
 def idp(_identity_provider, settings):
-    """The session's OpenID Connect provider (tests/oidc_provider.py), its people as they started and their grants
+    """The session's OpenID Connect provider (devcluster/oidc_provider.py), its people as they started and their grants
     ended, with the platform's OIDC sign-in pointed at it."""
     _identity_provider.reset()
     env = _identity_provider.settings()

@@ -15,7 +15,7 @@ from config.api import ErrorSerializer
 from config.client_address import client_address
 from config.errors import NotPermitted
 from config.throttling import InstallerThrottle
-from provisioning import netboot, services
+from provisioning import installer_tokens, netboot, services
 from provisioning.models import ProvisioningRun
 from provisioning.selectors import network_install_run, run_summary
 
@@ -58,7 +58,7 @@ class _AlwaysJson(BaseContentNegotiation):
 
 NETBOOT_DOCUMENTS = {
     "ipxe": ("text/plain", netboot.ipxe_script),
-    "user-data": ("text/cloud-config", lambda run: netboot.user_data(run, services.installer_token(run))),
+    "user-data": ("text/cloud-config", lambda run: netboot.user_data(run, installer_tokens.installer_token(run))),
     "meta-data": ("text/plain", netboot.meta_data),
 }
 

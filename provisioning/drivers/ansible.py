@@ -563,7 +563,7 @@ def _metrics_answer(endpoint: str) -> None:
 def _gpu_metrics_answer(endpoint: str, uuids: set[str]) -> int:
     """The GPU exporter reports utilization for every card of the server, by UUID (as metering's dcgm scraper reads
     it); how many cards it reports. Retryable: it may still be starting."""
-    from scheduling.health import parse_dcgm_text
+    from scheduling.inventory.health import parse_dcgm_text
 
     try:
         response = httpx.get(endpoint, timeout=5)

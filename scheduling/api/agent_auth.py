@@ -10,7 +10,7 @@ from drf_spectacular.extensions import OpenApiAuthenticationExtension
 from rest_framework import exceptions, permissions
 from rest_framework.authentication import BaseAuthentication, get_authorization_header
 
-from scheduling.agents import ANY_NODE, NodeScope, agent_token_authenticate, agent_token_scope
+from scheduling.inventory.agents import ANY_NODE, NodeScope, agent_token_authenticate, agent_token_scope
 from scheduling.models import AgentToken
 
 INGEST_HEALTH = "scheduling.ingest_health"

@@ -4,9 +4,9 @@ from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
 from config.api import ErrorSerializer
-from scheduling.agents import ANY_NODE, NOT_YOUR_NODE
 from scheduling.choices import HealthAction, HealthSource
-from scheduling.health import MAX_SAMPLES, RECOVER, HealthSample
+from scheduling.inventory.agents import ANY_NODE, NOT_YOUR_NODE
+from scheduling.inventory.health import MAX_SAMPLES, RECOVER, HealthSample
 
 # --- Input -------------------------------------------------------------------------------------------------
 

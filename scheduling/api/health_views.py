@@ -12,7 +12,7 @@ from config.authentication import TokenAuthentication
 from config.parsers import JSONParser, nul_character_error
 from scheduling.api import health_serializers as serializers
 from scheduling.api.agent_auth import AgentTokenAuthentication, CanReportForNodes, sender_actor, sender_scope
-from scheduling.health import health_ingest, parse_dcgm_text
+from scheduling.inventory.health import health_ingest, parse_dcgm_text
 
 
 class PrometheusTextParser(BaseParser):

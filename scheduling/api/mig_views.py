@@ -10,8 +10,8 @@ from rest_framework.views import APIView
 from config.api import ErrorSerializer
 from config.authentication import TokenAuthentication
 from config.errors import DomainError
-from scheduling import mig_services
 from scheduling.api.agent_auth import AgentTokenAuthentication, CanReportForNodes, sender_actor, sender_scope
+from scheduling.mig import services as mig_services
 from scheduling.models import Device
 
 

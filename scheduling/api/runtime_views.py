@@ -8,8 +8,8 @@ from rest_framework.views import APIView
 from config.api import ErrorSerializer
 from config.authentication import TokenAuthentication
 from scheduling import reclaim
-from scheduling.agents import NOT_YOUR_NODE
 from scheduling.api.agent_auth import AgentTokenAuthentication, CanReportForNodes, sender_scope
+from scheduling.inventory.agents import NOT_YOUR_NODE
 
 OUTCOMES = [
     reclaim.HEARTBEAT,

@@ -3,8 +3,8 @@
 from rest_framework import serializers
 
 from config.api import ModelSerializer
+from scheduling.engine import MILLI
 from scheduling.models import Device, MigInstance, Node
-from scheduling.placement import MILLI
 
 
 class MigCapacitySerializer(serializers.Serializer):

@@ -1,5 +1,7 @@
 """MIG as the hardware does it: profile geometry, layout rules, the MIG fragmentation score and a geometry-true
-placement engine. Pure Python, no Django (the catalog's geometry rows are turned into `Geometry` by the caller).
+placement engine. Pure Python, no Django (the catalog's geometry rows are turned into `Geometry` by the caller);
+the package's Django side is its own two modules, imported by name and never from here: `cycle.py` (the
+scheduling cycle's MIG engine over the database's layouts) and `services.py` (layout reports, mode switches).
 
 A MIG-capable card has ``compute_slices`` compute slices and ``memory_slices`` memory slices (H100 80GB: 7 and 8).
 A GPU-instance profile takes ``compute`` compute slices and a run of memory slices at one of its allowed placements

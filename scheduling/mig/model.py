@@ -11,7 +11,7 @@ from scheduling.mig.geometry import Geometry
 MILLI = 1000
 WHOLE = "whole"
 
-# Reasons, the same codes as scheduling.placement.
+# Reasons, the same codes as scheduling.engine.
 NO_MATCHING_SPEC = "no_matching_spec"
 INSUFFICIENT_HEALTHY_CAPACITY = "insufficient_healthy_capacity"
 CAPACITY_IN_USE = "capacity_in_use"
@@ -58,7 +58,7 @@ class MigNode:
     memory_mib: int
     cards: tuple[Card, ...] = ()
     schedulable: bool = True
-    capabilities: frozenset = frozenset()  # as scheduling.placement.Node's
+    capabilities: frozenset = frozenset()  # as scheduling.engine's node's
 
 
 @dataclass(frozen=True)
@@ -73,7 +73,7 @@ class SliceDemand:
     models: frozenset = frozenset()
     cpu_milli: int = 0
     memory_mib: int = 0
-    needs: frozenset = frozenset()  # capabilities the node must offer (scheduling.placement.Demand's)
+    needs: frozenset = frozenset()  # capabilities the node must offer (scheduling.engine's Demand's)
     needs_label: str = field(default="", compare=False)
 
     @property

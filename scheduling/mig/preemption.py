@@ -6,13 +6,13 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 
+from scheduling.engine import smallest_victim_set
 from scheduling.mig.model import Holding, MigPreemptionPlan, SliceDemand
-from scheduling.placement import smallest_victim_set
 
 
 def plan(engine, demand: SliceDemand, candidates: Iterable[Holding], budget: int = 200_000) -> MigPreemptionPlan:
     """Among the candidates (running work the caller may evict for this demand) on a `MigEngine`, the fewest
-    victims, then the lowest priorities, then the youngest (`scheduling.placement.smallest_victim_set`)."""
+    victims, then the lowest priorities, then the youngest (`scheduling.engine.smallest_victim_set`)."""
     if engine.fits(demand):
         return MigPreemptionPlan(True, message="fits without preemption")
     by_node: dict[int, list[Holding]] = {}

@@ -22,9 +22,10 @@ from django_q.tasks import async_task
 from catalog.models import AcceleratorModel
 from config.errors import DomainError
 from scheduling.choices import ExecutionBackend, HealthSource
-from scheduling.inventory_formats import DeviceRecord, NodeRecord, device_uuid
+from scheduling.inventory.formats import DeviceRecord, NodeRecord, device_uuid
+from scheduling.inventory.importer import ImportResult, inventory_import
 from scheduling.models import Device, HealthEvent, Node
-from scheduling.services import ImportResult, inventory_import, node_cordon, node_uncordon
+from scheduling.services import node_cordon, node_uncordon
 from scheduling.slurm import scontrol
 from scheduling.slurm.api import SlurmApi, SlurmApiError, SlurmNotFound
 from scheduling.slurm.nodes import GresError, SlurmNodeState, parse_gpus

@@ -8,7 +8,7 @@ from pathlib import Path
 from django.conf import settings
 
 APPS = "catalog|config|metering|provisioning|requests|scheduling|serving|tenancy"
-MENTION = re.compile(rf"\b({APPS})[ /](?:migrations/)?(\d{{4}})(?![\d-])(_[a-z0-9_]+)?")
+MENTION = re.compile(rf"(?<![-\w])({APPS})[ /](?:migrations/)?(\d{{4}})(?![\d-])(_[a-z0-9_]+)?")
 
 
 def _mentions():

@@ -5,6 +5,8 @@ from django.core.exceptions import ImproperlyConfigured
 
 from config.env import env_bool, env_float, env_int, env_json
 
+pytestmark = pytest.mark.integration  # starts processes of its own
+
 
 @pytest.mark.parametrize(
     ("reader", "raw", "expected"),

@@ -13,7 +13,7 @@ from django.db import connection
 from requests import selectors
 from tests.config.conftest import REPO, _free_port, _wait_until_up
 
-pytestmark = pytest.mark.django_db
+pytestmark = [pytest.mark.django_db, pytest.mark.integration]  # integration: starts processes
 
 
 def test_a_bad_url_is_the_product_s_404_page(client):

@@ -10,6 +10,8 @@ import pytest
 
 from config.probes import NotAnswering, wait_until_answers
 
+pytestmark = pytest.mark.integration  # starts processes of its own
+
 
 class _Answers(BaseHTTPRequestHandler):
     def do_GET(self):

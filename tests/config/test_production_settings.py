@@ -12,6 +12,8 @@ from pathlib import Path
 import pytest
 from django.conf import settings as django_settings
 
+pytestmark = pytest.mark.integration  # starts processes of its own
+
 REPO = Path(__file__).resolve().parents[2]
 # What the test settings (config/settings_test.py) and the browser tests (DJANGO_ALLOW_ASYNC_UNSAFE) put into this
 # process's environment, and what a deployment sets.

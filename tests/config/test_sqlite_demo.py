@@ -9,6 +9,10 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
+pytestmark = pytest.mark.integration  # starts processes of its own
+
 REPO = Path(__file__).resolve().parents[2]
 DRIVER = "from tests.config.sqlite_demo_driver import main; main()"
 

@@ -1,4 +1,4 @@
-"""The whole bare-metal path, timed (`make bench` runs this module through tests/bench/bench_bare_metal_path.py; it is
+"""The whole bare-metal path, timed (`make bench` runs this module through bench/report/bare_metal_path.py; it is
 no test: pytest collects it only when named, never in the suite). On the fixtures of the end-to-end tests: hardware
 validation against sushy-static (the HGX mockup with 8 GPUs), one-time boot and power cycle on sushy-emulator
 --fake, the installer's callback over HTTP, every in-band step as an Ansible playbook on a fresh podman test host

@@ -18,9 +18,12 @@ from tests import factories
 
 # Fixtures from their own modules: the Ansible test hosts, the podman service, the gateway processes and the Redfish
 # BMC stand-ins (the sushy-tools emulator, its image server and the fault-injecting stand-in).
-from tests.provisioning.ansible_hosts import in_band, test_hosts  # noqa: F401  (fixtures)
+from tests.devcluster_fixtures import (  # noqa: F401  (fixtures)
+    in_band,
+    podman_service,
+    test_hosts,
+)
 from tests.provisioning.gateway_process import gateway_redis, gateways  # noqa: F401  (fixtures)
-from tests.provisioning.podman_runtime import podman_service  # noqa: F401  (fixture)
 from tests.provisioning.redfish_emulator import (  # noqa: F401  (fixtures)
     elsewhere,
     image_server,

@@ -146,7 +146,7 @@ def test_a_failing_task_fails_with_its_name_and_message(in_band, slurm):
 
 def test_a_version_mismatch_is_permanent(in_band, slurm, settings, tmp_path):
     host = in_band.hosts.start("bm-version", cards=1)
-    from tests.provisioning.ansible_hosts import build_driver_package
+    from devcluster.ansible_hosts import build_driver_package
 
     other = build_driver_package(tmp_path, "1.0")
     (tmp_path / f"cc-gpu-driver_{DRIVER_VERSION}_all.deb").symlink_to(other)  # the wrong package under the name

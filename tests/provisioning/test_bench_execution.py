@@ -1,4 +1,4 @@
-"""`manage.py bench_execution` measures the platform beside the backend alone, in the same run: on a real Slurm
+"""`python -m bench execution` measures the platform beside the backend alone, in the same run: on a real Slurm
 cluster, rounds that alternate which goes first, each round's requests active and then released so the next finds
 the cluster empty, the baseline's jobs all RUNNING and cancelled, and where a request's time went."""
 
@@ -9,6 +9,7 @@ from io import StringIO
 import pytest
 from django.core.management import call_command
 
+from bench.execution import Command as BenchExecution
 from requests.choices import RequestState
 from requests.models import ResourceRequest
 
@@ -18,7 +19,7 @@ pytestmark = pytest.mark.django_db(transaction=True, serialized_rollback=True)
 def test_slurm_rounds_put_the_platform_beside_slurm_alone():
     out = StringIO()
     call_command(
-        "bench_execution", backend="slurm", requests=4, rounds=2, workers=2, as_json=True, force=True, stdout=out
+        BenchExecution(), backend="slurm", requests=4, rounds=2, workers=2, as_json=True, force=True, stdout=out
     )
     report = json.loads(out.getvalue().strip().splitlines()[-1])
     assert (report["requests"], report["rounds"], report["active"], report["direct_active"]) == (4, 2, 4, 4)

@@ -7,13 +7,14 @@ from io import StringIO
 import pytest
 from django.core.management import call_command
 
+from bench.gateway import Command as BenchGateway
 from metering.models import TokenUsage
 
 
 @pytest.mark.django_db(transaction=True, serialized_rollback=True)
 def test_bench_gateway_reports_direct_haproxy_gateway_and_paced():
     out = StringIO()
-    call_command("bench_gateway", clients=4, seconds=1, rate=20, as_json=True, stdout=out)
+    call_command(BenchGateway(), clients=4, seconds=1, rate=20, as_json=True, stdout=out)
     report = json.loads(out.getvalue())
     assert report["clients"] == 4 and report["rps"] > 0 and report["direct_rps"] > 0 and report["haproxy_rps"] > 0
     assert report["ratio"] == round(report["rps"] / report["direct_rps"], 3)

@@ -1,4 +1,4 @@
-"""Issue 37 item 3 on the real container backend (podman, runc; tests/provisioning/podman_runtime.py): the workspace's
+"""Issue 37 item 3 on the real container backend (podman, runc; devcluster/podman_runtime.py): the workspace's
 Jupyter token is the requester's alone. It is in no step output, delivered record, timeline event, audit row, log
 line, container environment or container log; it is stored encrypted; the notebook takes no other; and when the
 requester changes it, the running notebook refuses the old token and every browser signed in with it at once, while
@@ -18,7 +18,7 @@ from provisioning.models import ConnectSecret, ProvisioningRun, ProvisioningStep
 from requests import services as request_services
 from requests.choices import EventCode, RequestState
 from tenancy.models import AuditEvent
-from tests.provisioning.podman_runtime import podman_service  # noqa: F401  (fixture)
+from tests.devcluster_fixtures import podman_service  # noqa: F401  (fixture)
 from tests.provisioning.test_container_backend import workspace  # noqa: F401  (fixture)
 
 pytestmark = pytest.mark.django_db

@@ -11,6 +11,7 @@ import httpx
 import pytest
 
 from catalog.demo import seed_catalog, workspace_schema
+from devcluster.podman_runtime import ssh
 from provisioning import engine
 from provisioning.choices import RunKind, RunState
 from provisioning.connect import connect_secrets_shown
@@ -25,8 +26,8 @@ from scheduling import cycle
 from scheduling.choices import ExecutionBackend
 from scheduling.models import Allocation, Device
 from tests import factories
+from tests.devcluster_fixtures import podman_service  # noqa: F401  (fixture)
 from tests.provisioning.conftest import add_node
-from tests.provisioning.podman_runtime import podman_service, ssh  # noqa: F401  (fixture)
 
 pytestmark = pytest.mark.django_db
 

@@ -10,7 +10,7 @@ from django.utils import timezone
 from django_fsm import ConcurrentTransition
 
 from config.errors import Conflict, NotPermitted
-from provisioning import engine, services
+from provisioning import engine, installer_tokens, services
 from provisioning.choices import RunKind, RunState, StepState
 from provisioning.models import ProvisioningRun, ProvisioningStep
 from requests import services as request_services
@@ -121,7 +121,7 @@ def test_installer_callback_refuses_unknown_and_reused_tokens_and_bad_input(
     assert bad.status_code == 400 and bad.json()["code"] == "validation_error"
     run = ProvisioningRun.objects.get(request=bare_metal.order())
     assert run.steps.get(name="wait_for_install").state == StepState.WAITING
-    token = services.installer_token_issue(run)  # as the boot step hands it to the installer
+    token = installer_tokens.installer_token_issue(run)  # as the boot step hands it to the installer
     assert api.post(url, {"token": token, "status": "failed", "detail": "disk"}, format="json").status_code == 202
     assert api.post(url, {"token": token, "status": "failed"}, format="json").json()["code"] == "token_used"
 
@@ -131,7 +131,7 @@ def test_installer_failure_fails_the_request_at_the_wait_step(
 ):
     request = bare_metal.order()
     run = ProvisioningRun.objects.get(request=request)
-    token = services.installer_token_issue(run)  # as if the boot step had handed it to the installer
+    token = installer_tokens.installer_token_issue(run)  # as if the boot step had handed it to the installer
     run_on_commit(services.installer_report, token=token, status="failed", detail="No disk found", source_address=None)
     request.refresh_from_db()
     assert request.state == RequestState.FAILED

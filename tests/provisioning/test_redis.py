@@ -55,7 +55,7 @@ def test_the_redis_broker_carries_a_scheduling_cycle_and_a_provisioning_run(
     assert not OrmQ.objects.exists() and redis_db.llen(QUEUE) == 0
     ran = set(Task.objects.filter(success=True).values_list("func", flat=True))
     assert {"scheduling.tasks.run_cycle", "provisioning.tasks.start_runs"} <= ran
-    # Step tasks keep no django-q2 result (provisioning.services.step_task): their steps record what they did.
+    # Step tasks keep no django-q2 result (provisioning.step_tasks.step_task): their steps record what they did.
     assert "provisioning.tasks.run_step" not in ran
     steps = ProvisioningStep.objects.filter(run__request=request)
     assert steps.exists() and not steps.exclude(state=StepState.SUCCEEDED).exists()

@@ -1,4 +1,4 @@
-"""The `slurm` execution backend against the real local Slurm cluster (tests/slurm_cluster.py): compute orders run as
+"""The `slurm` execution backend against the local Slurm cluster (devcluster/slurm_cluster.py): compute orders run as
 Slurm jobs pinned to the node the platform chose, Slurm's GPU binding and pending reasons reach the record, release
 cancels the job, jobs that end by themselves are reconciled, and what an operator forced while Slurm was down is
 cleaned up once it answers."""

@@ -1,8 +1,8 @@
-"""The Slurm test cluster itself (tests/slurm_cluster.py): the other Slurm tests stand on it."""
+"""The Slurm test cluster itself (devcluster/slurm_cluster.py): the other Slurm tests stand on it."""
 
 import httpx
 
-from tests.slurm_cluster import REST_API
+from devcluster.slurm_cluster import REST_API
 
 
 def test_three_idle_nodes_with_gpu_gres(slurm):

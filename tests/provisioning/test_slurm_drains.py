@@ -1,4 +1,4 @@
-"""Drains seen within seconds, against the real local Slurm cluster (tests/slurm_cluster.py, drained with scontrol):
+"""Drains seen within seconds, against the local Slurm cluster (devcluster/slurm_cluster.py, drained with scontrol):
 Slurm's node states reach the inventory within one refresh and at once from the answer of a step that met them; a
 node Slurm starts no work on gets no placements; work placed on it just before the drain is placed again elsewhere
 (with the reason on its timeline) or waits in the queue with its reason until Slurm resumes the node, never failed;

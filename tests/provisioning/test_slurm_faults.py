@@ -1,4 +1,4 @@
-"""Faults of the Slurm backend on the real local cluster (tests/slurm_cluster.py), injected as an operator would meet
+"""Faults of the Slurm backend on the local cluster (devcluster/slurm_cluster.py), injected as an operator would meet
 them: slurmctld stopped by PID for seconds and for about a minute, slurmrestd stopped, the database's connections
 dropped under a real worker. Each ends with the same accounts: no order failed, no release failed, no node cordoned,
 no job running on a card the books call free, no job submitted twice; while the fault lasts the waiting reason is on

@@ -1,4 +1,4 @@
-"""Issue 37 item 7, on the real local Slurm cluster (tests/slurm_cluster.py): catalog text in an image reaches the
+"""Issue 37 item 7, on the real local Slurm cluster (devcluster/slurm_cluster.py): catalog text in an image reaches the
 batch script only as quoted words, so a newline or a command substitution in an image's name, version or reference
 runs nothing on the node (before, a newline in a reference ran the next line as a command); a job's output is its
 user's alone (0600 in a directory of its own, where it was 0644); and SLURM_JOB_DIRECTORY may not be a shared

@@ -722,7 +722,7 @@ def test_request_list_query_count_does_not_grow_with_rows(api_as, shop, people):
 
 
 def test_queue_detail_and_operator_pages_query_counts_do_not_grow_with_rows_or_events(api_as, shop, people):
-    """The pages the API load benchmark drives (tests/bench/bench_api_load.py) at a few rows and at more rows with
+    """The pages the API load benchmark drives (bench/report/api_load.py) at a few rows and at more rows with
     a long timeline: the same queries."""
     first = submit(shop, people)  # no approval policy: approved on submission and queued
     pages = [

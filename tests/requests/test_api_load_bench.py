@@ -1,4 +1,4 @@
-"""The API load benchmark (tests/bench/bench_api_load.py) at a tiny size, real gunicorn and Redis included, so that
+"""The API load benchmark (bench/report/api_load.py) at a tiny size, real gunicorn and Redis included, so that
 it cannot rot: seeded by COPY, served, driven by the simulated users, measured and sized."""
 
 import asyncio
@@ -9,9 +9,12 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
 from django.db import connection
 
-from tests.bench import api_load_client
+from bench import api_load_client
+
+pytestmark = pytest.mark.integration  # starts processes of its own
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -26,7 +29,7 @@ def test_the_api_load_benchmark_runs_at_a_tiny_size():
     tiny += ["--warmup", "1", "--duration", "3", "--submit-duration", "2", "--think-ms", "50"]
     tiny += ["--workers", "2", "--json"]
     out = subprocess.run(
-        [sys.executable, "-m", "tests.bench.bench_api_load", *tiny],
+        [sys.executable, "-m", "bench.report.api_load", *tiny],
         cwd=ROOT,
         env=env,
         capture_output=True,

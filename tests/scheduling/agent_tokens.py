@@ -2,7 +2,7 @@
 
 from rest_framework.test import APIClient
 
-from scheduling.agents import agent_token_issue
+from scheduling.inventory.agents import agent_token_issue
 
 
 def agent_api(nodes=(), site=None, name="node-agent") -> APIClient:

@@ -11,8 +11,8 @@ from rest_framework.test import APIClient
 from config.errors import DomainError
 from requests.choices import RequestState
 from scheduling import cycle
-from scheduling.agents import agent_token_issue, agent_token_revoke
 from scheduling.choices import AllocationState
+from scheduling.inventory.agents import agent_token_issue, agent_token_revoke
 from scheduling.models import AgentToken, Allocation, Device, HealthEvent, Node, Rack, Site
 from tenancy.models import AuditEvent
 from tests import factories

@@ -2,9 +2,10 @@
 
 import json
 
-from scheduling import bench
-from scheduling.bench import Pod
-from scheduling.fleet import scaled_engine_nodes
+from bench import placement
+from bench import traces as bench
+from bench.fleet import scaled_engine_nodes
+from bench.traces import Pod
 
 NODES = "sn,cpu_milli,memory_mib,gpu,model\nn0,8000,32768,2,T4\nn1,8000,32768,1,V100M16\n"
 PODS = (
@@ -51,7 +52,7 @@ def test_hand_computed_trace(tmp_path, monkeypatch):
 def test_cli_json(tmp_path, capsys):
     nodes_path, pods_path = _files(tmp_path)
     assert (
-        bench.main(
+        placement.main(
             [
                 "openb",
                 "--nodes",
@@ -90,7 +91,7 @@ def test_scale_replicates_the_node_list_with_distinct_names(tmp_path, capsys):
     nodes_path, pods_path = _files(tmp_path)
     single = bench.read_nodes(nodes_path)
     args = ["openb", "--nodes", nodes_path, "--pods", pods_path, "--seeds", "1", "--json"]
-    assert bench.main([*args, "--scale", "3"]) == 0
+    assert placement.main([*args, "--scale", "3"]) == 0
     out = json.loads(capsys.readouterr().out)
     assert out["nodes"] == 3 * len(single)
     assert out["gpus"] == 3 * sum(len(node.devices) for node in single)

@@ -6,6 +6,7 @@ from io import StringIO
 import pytest
 from django.core.management import CommandError, call_command
 
+from bench.preview import Command as BenchPreview
 from requests.models import ResourceRequest
 from tests.scheduling import test_bench_scheduler
 
@@ -15,7 +16,7 @@ nodes_csv = test_bench_scheduler.nodes_csv
 
 def test_bench_preview_reports_latency_and_queries_at_a_queue_length(nodes_csv):
     out = StringIO()
-    call_command("bench_preview", nodes=nodes_csv, queued=40, previews=12, as_json=True, force=True, stdout=out)
+    call_command(BenchPreview(), nodes=nodes_csv, queued=40, previews=12, as_json=True, force=True, stdout=out)
     report = json.loads(out.getvalue().strip().splitlines()[-1])
     assert set(report) == {"queued", "p50_ms", "p95_ms", "queries"}
     assert report["queued"] == ResourceRequest.objects.filter(state="queued").count() >= 40
@@ -24,4 +25,4 @@ def test_bench_preview_reports_latency_and_queries_at_a_queue_length(nodes_csv):
 
 def test_bench_preview_refuses_a_database_not_meant_for_it(nodes_csv):
     with pytest.raises(CommandError, match="_bench"):
-        call_command("bench_preview", nodes=nodes_csv, queued=1)
+        call_command(BenchPreview(), nodes=nodes_csv, queued=1)

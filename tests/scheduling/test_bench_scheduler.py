@@ -6,6 +6,7 @@ from io import StringIO
 import pytest
 from django.core.management import CommandError, call_command
 
+from bench.scheduler import Command as BenchScheduler
 from requests.models import ResourceRequest
 from scheduling.models import Allocation
 
@@ -21,7 +22,7 @@ def nodes_csv(tmp_path):
 
 def test_bench_scheduler_reports_one_cycle(nodes_csv):
     out = StringIO()
-    call_command("bench_scheduler", nodes=nodes_csv, requests=40, as_json=True, force=True, stdout=out)
+    call_command(BenchScheduler(), nodes=nodes_csv, requests=40, as_json=True, force=True, stdout=out)
     report = json.loads(out.getvalue().strip().splitlines()[-1])
     assert set(report) == {"requests", "allocated", "cycle_seconds", "allocated_per_s", "queries_per_cycle"}
     assert report["requests"] == 40
@@ -31,4 +32,4 @@ def test_bench_scheduler_reports_one_cycle(nodes_csv):
 
 def test_bench_scheduler_refuses_a_database_not_meant_for_it(nodes_csv):
     with pytest.raises(CommandError, match="_bench"):
-        call_command("bench_scheduler", nodes=nodes_csv, requests=1)
+        call_command(BenchScheduler(), nodes=nodes_csv, requests=1)

@@ -1,12 +1,12 @@
 """fgd-plus: model pressure from the workload's shapes steers unconstrained demands off contested models; CPU-only
 demands prefer nodes whose devices are all in use; without model constraints the GPU choice is FGD's."""
 
-from scheduling.placement import Demand, Device, Node, PlacementEngine, Snapshot
-from scheduling.policies import make_policy
+from scheduling.engine import Demand, DeviceView, NodeView, PlacementEngine, Snapshot
+from scheduling.engine.policies import make_policy
 
 
 def node(name, n, model, cpu=64000, mem=1 << 18):
-    return Node(name, cpu, mem, tuple(Device(j, model) for j in range(n)))
+    return NodeView(name, cpu, mem, tuple(DeviceView(j, model) for j in range(n)))
 
 
 T4 = frozenset({"T4"})

@@ -2,9 +2,9 @@
 
 import pytest
 
-from scheduling import placement
 from scheduling.choices import Comparison, DeviceHealth, HealthAction, HealthSource
-from scheduling.health import (
+from scheduling.engine import HEALTHY, INSUFFICIENT_HEALTHY_CAPACITY, ISOLATED, Demand, place
+from scheduling.inventory.health import (
     MATCHED,
     NO_RULE,
     UNKNOWN_DEVICE,
@@ -202,16 +202,16 @@ def test_an_isolated_card_gets_no_new_placement():
     snapshot = load_snapshot().snapshot
     (node,) = snapshot.nodes
     assert [d.health for d in node.devices] == [
-        placement.HEALTHY,
-        placement.ISOLATED,
-        placement.HEALTHY,
-        placement.HEALTHY,
+        HEALTHY,
+        ISOLATED,
+        HEALTHY,
+        HEALTHY,
     ]
     model = node.devices[0].model
-    four = placement.Demand(id="four", count=4, models=frozenset([model]))
-    three = placement.Demand(id="three", count=3, models=frozenset([model]))
-    assert placement.place(snapshot, [four]).pending[0].reason == placement.INSUFFICIENT_HEALTHY_CAPACITY
-    (binding,) = placement.place(snapshot, [three]).bindings
+    four = Demand(id="four", count=4, models=frozenset([model]))
+    three = Demand(id="three", count=3, models=frozenset([model]))
+    assert place(snapshot, [four]).pending[0].reason == INSUFFICIENT_HEALTHY_CAPACITY
+    (binding,) = place(snapshot, [three]).bindings
     assert 1 not in {index for index, _ in binding.devices}
 
 

@@ -13,7 +13,7 @@ from django.core.exceptions import ValidationError
 from config.errors import Conflict, DomainError
 from scheduling import services
 from scheduling.choices import Comparison, DeviceHealth, HealthAction, HealthSource
-from scheduling.health import RECOVER, HealthSample, health_ingest, reads_clear
+from scheduling.inventory.health import RECOVER, HealthSample, health_ingest, reads_clear
 from scheduling.models import Device, HealthEvent, HealthRule
 from scheduling.signals import health_changed
 from tenancy.models import AuditEvent

@@ -11,7 +11,7 @@ from config.errors import Conflict, DomainError
 from requests.choices import EventCode
 from scheduling import services
 from scheduling.choices import DeviceHealth
-from scheduling.inventory_formats import device_uuid
+from scheduling.inventory.formats import device_uuid
 from scheduling.models import Device, Node
 from scheduling.reclaim import allocation_release
 from tenancy.models import AuditEvent

@@ -11,17 +11,17 @@ from hypothesis import strategies as st
 
 from scheduling import cluster_state, kept_engine
 from scheduling.choices import AllocationState
+from scheduling.engine import Demand, DeviceView, NodeView, PlacementEngine, RunningAllocation, Snapshot
+from scheduling.engine.policies import POLICIES, make_policy, shape_drift
 from scheduling.models import Allocation as AllocationRow
-from scheduling.placement import Allocation, Demand, Device, Node, PlacementEngine, Snapshot
-from scheduling.policies import POLICIES, make_policy, shape_drift
 from tests.scheduling.test_cluster_state import kept, release  # noqa: F401 - fixture
 from tests.scheduling.test_cycle import add_node, queued, shop, team  # noqa: F401 - fixtures
 from tests.scheduling.test_placement_fork import FORK_SETTINGS, running
 from tests.scheduling.test_placement_properties import clusters, demands
 
 
-def held(bindings) -> list[Allocation]:
-    return [Allocation(b.demand_id, b.node, b.devices, b.cpu_milli, b.memory_mib) for b in bindings]
+def held(bindings) -> list[RunningAllocation]:
+    return [RunningAllocation(b.demand_id, b.node, b.devices, b.cpu_milli, b.memory_mib) for b in bindings]
 
 
 @FORK_SETTINGS
@@ -70,7 +70,7 @@ def test_an_engine_that_learnt_its_policy_again_answers_as_one_built_with_it(
 def test_learning_again_scores_the_shapes_afresh():
     """fgd-plus keeps a model contested by the workload for the demands that need it: once the workload contests the
     other model, a demand for any card goes the other way, though its shape was scored before."""
-    nodes = [Node("a", 8000, 65536, (Device(0, "H100"),)), Node("b", 8000, 65536, (Device(0, "A100"),))]
+    nodes = [NodeView("a", 8000, 65536, (DeviceView(0, "H100"),)), NodeView("b", 8000, 65536, (DeviceView(0, "A100"),))]
     engine = PlacementEngine(Snapshot(nodes), "fgd-plus", workload=[Demand("h", models=frozenset({"H100"}))])
     anyone = Demand("x")
     assert engine.fork().place([anyone]).bindings[0].node == "b"
@@ -97,7 +97,7 @@ def test_nodes_of_one_cpu_class_share_a_score_without_changing_a_decision(policy
     is what tells the nodes' scores apart here."""
     rng = random.Random(seed)
     nodes = [
-        Node(f"n{i:02d}", rng.randint(1, 24) * 1000, 262144, tuple(Device(j, "H100") for j in range(4)))
+        NodeView(f"n{i:02d}", rng.randint(1, 24) * 1000, 262144, tuple(DeviceView(j, "H100") for j in range(4)))
         for i in range(30)
     ]
     work = [
@@ -116,15 +116,15 @@ def test_nodes_of_one_cpu_class_share_a_score_without_changing_a_decision(policy
     assert PlacementEngine(Snapshot(nodes), classed).place(work) == PlacementEngine(Snapshot(nodes), exact).place(work)
 
 
-def fleet(count: int) -> list[Node]:
-    return [Node(f"n{i:02d}", 32000, 262144, tuple(Device(j, "H100") for j in range(4))) for i in range(count)]
+def fleet(count: int) -> list[NodeView]:
+    return [NodeView(f"n{i:02d}", 32000, 262144, tuple(DeviceView(j, "H100") for j in range(4))) for i in range(count)]
 
 
 def test_the_change_list_stays_as_long_as_the_fleet_over_many_advances():
     rng = random.Random(7)
     shapes = [Demand(f"d{k}", count=rng.choice([1, 2]), cpu_milli=rng.choice([1000, 4000])) for k in range(40)]
     engine = PlacementEngine(Snapshot(fleet(8)), "fgd-plus", workload=shapes)
-    now: list[Allocation] = []
+    now: list[RunningAllocation] = []
     for _cycle in range(30):
         now = [a for a in now if rng.random() < 0.6] + held(engine.fork().place(shapes).bindings)
         engine.advance(now)
@@ -139,7 +139,7 @@ def test_a_frozen_engine_scores_each_shape_from_where_it_last_looked():
     one, two = Demand("one", count=1), Demand("two", count=2)
     engine = PlacementEngine(Snapshot(fleet(4)), "fgd-plus", workload=[one, two])
     engine.fork().place([one])  # `one` scored on the empty fleet
-    now = [Allocation("x", "n01", ((0, 1000), (1, 1000), (2, 1000)))]
+    now = [RunningAllocation("x", "n01", ((0, 1000), (1, 1000), (2, 1000)))]
     engine.advance(now)
     built = PlacementEngine(Snapshot(fleet(4), now), engine.policy)
     assert engine.fork().place([one, two, two]) == built.place([one, two, two])
@@ -148,7 +148,7 @@ def test_a_frozen_engine_scores_each_shape_from_where_it_last_looked():
 def test_a_fork_of_an_engine_that_advanced_refuses_a_shape_it_had_not_copied():
     engine = PlacementEngine(Snapshot(fleet(2)), "fgd-plus", workload=[Demand("a", count=1)])
     old = engine.fork()
-    engine.advance([Allocation("x", "n00", ((0, 1000),))])
+    engine.advance([RunningAllocation("x", "n00", ((0, 1000),))])
     with pytest.raises(RuntimeError, match="advanced"):
         old.place([Demand("b", count=2)])
     assert engine.fork().place([Demand("b", count=4)]).bindings[0].node == "n01"  # n00 has a card in use now

@@ -2,9 +2,9 @@
 share of the demand gives them, so whole-card work finds empty cards; and the MIG benchmark's mapping honours each
 pod's GPU-model constraint."""
 
-from scheduling.bench import Pod
+from bench.mig import demand_of
+from bench.traces import Pod
 from scheduling.mig import SEEDED, Card, DemandMix, MigBinding, MigEngine, MigNode, MigPending, SliceDemand
-from scheduling.mig_bench import demand_of
 
 H100 = SEEDED["H100 80GB"]
 CAPABLE = frozenset({"H100 80GB"})

@@ -13,9 +13,10 @@ from django.utils import timezone
 from catalog.models import MigGeometry
 from requests import services
 from requests.choices import PriorityClass, RequestState
-from scheduling import cycle, mig_services
+from scheduling import cycle
 from scheduling.allocations import allocation_details
 from scheduling.mig import SEEDED, layout_problems
+from scheduling.mig import services as mig_services
 from scheduling.models import Allocation, Device, MigInstance, Node
 from tests import factories
 from tests.scheduling import test_cycle

@@ -250,8 +250,8 @@ def test_the_benchmark_ceilings_place_in_order_or_choose_in_hindsight():
     """One H100: seven 0.1-share pods (1g.10gb each) then a whole-card pod. Placed in arrival order the seven fill
     the card's compute and the whole pod finds no room (700 of 1000); knowing the sequence, the whole pod alone
     counts more (1000), which only refusing the seven would give."""
-    from scheduling.bench import Pod
-    from scheduling.mig_bench import _pooled_in_order, _surrogate_lp
+    from bench.mig import _pooled_in_order, _surrogate_lp
+    from bench.traces import Pod
 
     small = [Pod(f"p{k}", 1000, 1024, 1, 100, frozenset()) for k in range(7)]
     whole = Pod("whole", 1000, 1024, 1, 1000, frozenset())

@@ -7,8 +7,9 @@ from django.contrib.messages import get_messages
 
 from config.errors import DomainError
 from requests.choices import RequestState
-from scheduling import cycle, mig_services, reclaim
+from scheduling import cycle, reclaim
 from scheduling.mig import SEEDED
+from scheduling.mig import services as mig_services
 from scheduling.models import MigInstance
 from tenancy.models import AuditEvent
 from tests.scheduling import test_mig_cycle

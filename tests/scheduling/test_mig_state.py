@@ -8,7 +8,8 @@ from django.test.utils import CaptureQueriesContext
 
 from catalog.models import MigGeometry, MigProfile
 from config.errors import DomainError
-from scheduling import mig, mig_services
+from scheduling import mig
+from scheduling.mig import services as mig_services
 from scheduling.models import Device, MigInstance
 from tenancy.models import AuditEvent
 from tests.scheduling.inventory_helpers import accelerator, active_request, allocate, node

@@ -7,8 +7,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from scheduling.placement import Allocation, Demand, Device, Node, PlacementEngine, Snapshot
-from scheduling.policies import POLICIES, make_policy
+from scheduling.engine import Demand, DeviceView, NodeView, PlacementEngine, RunningAllocation, Snapshot
+from scheduling.engine.policies import POLICIES, make_policy
 from tests.scheduling.test_placement_properties import clusters, demands
 
 FORK_SETTINGS = settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -17,7 +17,7 @@ FORK_SETTINGS = settings(max_examples=40, deadline=None, suppress_health_check=[
 def running(snapshot: Snapshot, demand_list: list[Demand]) -> Snapshot:
     """The snapshot with the demands that fit running on it (the state a cycle leaves)."""
     bindings = PlacementEngine(snapshot, workload=demand_list).place(demand_list).bindings
-    held = [Allocation(b.demand_id, b.node, b.devices, b.cpu_milli, b.memory_mib) for b in bindings]
+    held = [RunningAllocation(b.demand_id, b.node, b.devices, b.cpu_milli, b.memory_mib) for b in bindings]
     return Snapshot(snapshot.nodes, held)
 
 
@@ -49,7 +49,7 @@ def test_a_fork_of_the_start_state_holding_bindings_answers_as_an_engine_built_o
     start = PlacementEngine(state, policy, workload=workload)
     start.fork().place(later)  # the cycle's own placing (shape indexes built on the start state) leaves it as it was
     bindings = start.fork().place(placed).bindings
-    held = [Allocation(b.demand_id, b.node, b.devices, b.cpu_milli, b.memory_mib) for b in bindings]
+    held = [RunningAllocation(b.demand_id, b.node, b.devices, b.cpu_milli, b.memory_mib) for b in bindings]
     fork = start.fork()
     fork.hold(held)
     built = PlacementEngine(Snapshot(state.nodes, [*state.allocations, *held]), policy, workload=workload)
@@ -73,7 +73,7 @@ def test_closing_a_node_places_as_if_it_were_cordoned(snapshot, earlier, later, 
 
 
 def test_the_engine_a_fork_came_from_stays_as_it_was():
-    nodes = [Node(f"n{i}", 32000, 262144, tuple(Device(j, "H100") for j in range(4))) for i in range(3)]
+    nodes = [NodeView(f"n{i}", 32000, 262144, tuple(DeviceView(j, "H100") for j in range(4))) for i in range(3)]
     origin = no_policy_engine(Snapshot(nodes))
     before = (list(origin.cpu), list(origin.mem), [list(free) for free in origin.free], list(origin.state))
     whole_node = Demand("big", count=4, cpu_milli=8000)

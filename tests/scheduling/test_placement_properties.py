@@ -3,20 +3,20 @@
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from scheduling.frag import MILLI
-from scheduling.placement import (
+from scheduling.engine import (
     DEGRADED,
     HEALTHY,
     ISOLATED,
     REASONS,
     Binding,
     Demand,
-    Device,
-    Node,
+    DeviceView,
+    NodeView,
     PlacementEngine,
     Snapshot,
 )
-from scheduling.policies import POLICIES
+from scheduling.engine.frag import MILLI
+from scheduling.engine.policies import POLICIES
 
 MODELS = ["H100", "A100", "T4"]
 # Slice-profile tables per model, as an inventory has them (a profile one model lacks makes a slice wait there).
@@ -35,7 +35,7 @@ def clusters(draw, sliced=False):
     for n in range(draw(st.integers(1, 6))):
         model = draw(st.sampled_from(MODELS))
         devices = tuple(
-            Device(
+            DeviceView(
                 j,
                 model,
                 health=draw(st.sampled_from([HEALTHY, HEALTHY, HEALTHY, DEGRADED, ISOLATED])),
@@ -44,7 +44,7 @@ def clusters(draw, sliced=False):
             for j in range(draw(st.integers(0, 8)))
         )
         nodes.append(
-            Node(
+            NodeView(
                 f"n{n}",
                 draw(st.integers(1, 16)) * 4000,
                 draw(st.integers(1, 16)) * 16384,
@@ -167,8 +167,8 @@ def test_a_model_with_two_slice_tables_is_read_per_node():
     other = {**SLICES["H100"], "half": 600}
     snapshot = Snapshot(
         [
-            Node("a", 8000, 65536, (Device(0, "H100", slice_profiles=SLICES["H100"]),)),
-            Node("b", 8000, 65536, (Device(0, "H100", slice_profiles=other),)),
+            NodeView("a", 8000, 65536, (DeviceView(0, "H100", slice_profiles=SLICES["H100"]),)),
+            NodeView("b", 8000, 65536, (DeviceView(0, "H100", slice_profiles=other),)),
         ]
     )
     engine = PlacementEngine(snapshot, "fgd-plus")
@@ -188,9 +188,9 @@ def _scan(engine, shape):
 
 
 def _shape(demand):
-    from scheduling.placement import _Shape
+    from scheduling.engine.model import DemandShape
 
-    return _Shape(demand)
+    return DemandShape(demand)
 
 
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])

@@ -200,21 +200,22 @@ PREVIEW_QUERIES = 26  # the whole API preview (auth, catalog, quota, route, plac
 
 
 def test_the_outcome_writes_each_make_of_node_once_and_reads_back_the_cluster_the_cycle_left():
-    from scheduling import outcome, placement
+    from scheduling import outcome
+    from scheduling.engine import Binding, DeviceView, NodeView, PlacementEngine, RunningAllocation, Snapshot
 
-    h100 = tuple(placement.Device(i, "H100", memory_mib=81920, slice_profiles={"1g.10gb": 143}) for i in range(2))
+    h100 = tuple(DeviceView(i, "H100", memory_mib=81920, slice_profiles={"1g.10gb": 143}) for i in range(2))
     nodes = [
-        placement.Node("a1", 32000, 262144, h100),
-        placement.Node("a2", 32000, 262144, h100),
-        placement.Node("b", 16000, 131072, (placement.Device(0, "A10", memory_mib=24576),), schedulable=False),
+        NodeView("a1", 32000, 262144, h100),
+        NodeView("a2", 32000, 262144, h100),
+        NodeView("b", 16000, 131072, (DeviceView(0, "A10", memory_mib=24576),), schedulable=False),
     ]
-    running = placement.Allocation("7", "a1", ((0, 500),), 1000, 2048)
-    placed = placement.Binding("8", "a2", ((1, 1000),), 2000, 4096)
-    stored = json.loads(json.dumps(outcome._in_use(placement.Snapshot(nodes, [running]), [placed])))
+    running = RunningAllocation("7", "a1", ((0, 500),), 1000, 2048)
+    placed = Binding("8", "a2", ((1, 1000),), 2000, 4096)
+    stored = json.loads(json.dumps(outcome._in_use(Snapshot(nodes, [running]), [placed])))
     assert len(stored["kinds"]) == 2 and len(stored["nodes"]) == 3
 
     engine = outcome._decode(CycleOutcome(finished_at=timezone.now(), nodes=stored, waiting={})).engine
-    held = placement.Allocation("8", "a2", placed.devices, placed.cpu_milli, placed.memory_mib)
-    built = placement.PlacementEngine(placement.Snapshot(nodes, [running, held]))
+    held = RunningAllocation("8", "a2", placed.devices, placed.cpu_milli, placed.memory_mib)
+    built = PlacementEngine(Snapshot(nodes, [running, held]))
     assert engine.nodes == nodes
     assert (engine.cpu, engine.mem, engine.free) == (built.cpu, built.mem, built.free)

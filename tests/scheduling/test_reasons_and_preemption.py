@@ -1,6 +1,6 @@
 """Crafted scenarios: one per pending reason code (code and numbers), preemption planning, device health."""
 
-from scheduling.placement import (
+from scheduling.engine import (
     CAPACITY_IN_USE,
     DEGRADED,
     FRAGMENTATION,
@@ -9,11 +9,11 @@ from scheduling.placement import (
     ISOLATED,
     NO_MATCHING_SPEC,
     TOPOLOGY_CONSTRAINT,
-    Allocation,
     Demand,
-    Device,
-    Node,
+    DeviceView,
+    NodeView,
     PlacementEngine,
+    RunningAllocation,
     Snapshot,
     place,
 )
@@ -23,8 +23,8 @@ H100 = frozenset({"H100"})
 
 def node(name, n, model="H100", health=None, cpu=128000, mem=1 << 20):
     health = health or {}
-    devices = tuple(Device(j, model, health=health.get(j, "healthy")) for j in range(n))
-    return Node(name, cpu, mem, devices)
+    devices = tuple(DeviceView(j, model, health=health.get(j, "healthy")) for j in range(n))
+    return NodeView(name, cpu, mem, devices)
 
 
 def pending_of(result, demand_id):
@@ -47,7 +47,7 @@ def test_insufficient_healthy_capacity():
 
 
 def test_capacity_in_use():
-    snapshot = Snapshot([node("a", 4)], [Allocation("x", "a", ((0, 1000), (1, 1000), (2, 1000)))])
+    snapshot = Snapshot([node("a", 4)], [RunningAllocation("x", "a", ((0, 1000), (1, 1000), (2, 1000)))])
     p = pending_of(place(snapshot, [Demand("d", count=2, models=H100)]), "d")
     assert p.reason == CAPACITY_IN_USE
     assert p.numbers == {"needed_milli": 2000, "free_milli": 1000, "healthy": 4}
@@ -57,8 +57,8 @@ def test_topology_constraint_states_largest_block():
     snapshot = Snapshot(
         [node("r12-n04", 8), node("r12-n05", 8)],
         [
-            Allocation("x", "r12-n04", ((0, 1000), (1, 1000))),
-            Allocation("y", "r12-n05", tuple((j, 1000) for j in range(6))),
+            RunningAllocation("x", "r12-n04", ((0, 1000), (1, 1000))),
+            RunningAllocation("y", "r12-n05", tuple((j, 1000) for j in range(6))),
         ],
     )
     p = pending_of(place(snapshot, [Demand("d", count=8, models=H100)]), "d")
@@ -70,7 +70,7 @@ def test_topology_constraint_states_largest_block():
 def test_fragmentation():
     snapshot = Snapshot(
         [node("a", 2), node("b", 2)],
-        [Allocation("x", "a", ((0, 600), (1, 600))), Allocation("y", "b", ((0, 600), (1, 1000)))],
+        [RunningAllocation("x", "a", ((0, 600), (1, 600))), RunningAllocation("y", "b", ((0, 600), (1, 1000)))],
     )
     p = pending_of(place(snapshot, [Demand("d", share=500, models=H100)]), "d")
     assert p.reason == FRAGMENTATION
@@ -78,7 +78,7 @@ def test_fragmentation():
 
 
 def test_higher_priority_ahead():
-    snapshot = Snapshot([node("a", 8)], [Allocation("x", "a", ((0, 1000), (1, 1000), (2, 1000), (3, 1000)))])
+    snapshot = Snapshot([node("a", 8)], [RunningAllocation("x", "a", ((0, 1000), (1, 1000), (2, 1000), (3, 1000)))])
     big = Demand("big", count=8, models=H100, priority=10)  # fits the node once x ends
     small = Demand("small", count=1, models=H100, priority=1)
     result = place(snapshot, [big, small])
@@ -103,8 +103,8 @@ def test_isolated_never_used():
 
 
 def test_slice_profiles_use_the_profile_share():
-    mig = Device(0, "A100", slice_profiles={"3g.40gb": 428, "1g.10gb": 142})
-    snapshot = Snapshot([Node("a", 64000, 1 << 19, (mig,))])
+    mig = DeviceView(0, "A100", slice_profiles={"3g.40gb": 428, "1g.10gb": 142})
+    snapshot = Snapshot([NodeView("a", 64000, 1 << 19, (mig,))])
     result = place(snapshot, [Demand(f"s{k}", slice_profile="3g.40gb") for k in range(3)])
     assert [b.devices for b in result.bindings] == [((0, 428),), ((0, 428),)]
     p = pending_of(result, "s2")
@@ -115,12 +115,12 @@ def _busy_node():
     return Snapshot(
         [node("a", 4), node("b", 4)],
         [
-            Allocation("a-old-low", "a", ((0, 1000),), priority=1, preemptible=True, started_at=1),
-            Allocation("a-new-low", "a", ((1, 1000),), priority=1, preemptible=True, started_at=5),
-            Allocation("a-mid", "a", ((2, 1000), (3, 1000)), priority=3, preemptible=True, started_at=2),
-            Allocation("b-fixed", "b", ((0, 1000), (1, 1000)), priority=1, preemptible=False),
-            Allocation("b-low", "b", ((2, 1000),), priority=2, preemptible=True, started_at=9),
-            Allocation("b-high", "b", ((3, 1000),), priority=9, preemptible=True, started_at=9),
+            RunningAllocation("a-old-low", "a", ((0, 1000),), priority=1, preemptible=True, started_at=1),
+            RunningAllocation("a-new-low", "a", ((1, 1000),), priority=1, preemptible=True, started_at=5),
+            RunningAllocation("a-mid", "a", ((2, 1000), (3, 1000)), priority=3, preemptible=True, started_at=2),
+            RunningAllocation("b-fixed", "b", ((0, 1000), (1, 1000)), priority=1, preemptible=False),
+            RunningAllocation("b-low", "b", ((2, 1000),), priority=2, preemptible=True, started_at=9),
+            RunningAllocation("b-high", "b", ((3, 1000),), priority=9, preemptible=True, started_at=9),
         ],
     )
 
@@ -174,7 +174,7 @@ def test_never_fits_checks_devices_then_cores_then_memory_on_one_node():
 
 def test_hardware_that_could_come_back_is_not_never_fits():
     """A cordoned node and isolated cards exist: the demand waits for them, it is not refused as never fitting."""
-    cordoned = Node("cordoned", 128000, 1 << 20, tuple(Device(j, "H100") for j in range(8)), schedulable=False)
+    cordoned = NodeView("cordoned", 128000, 1 << 20, tuple(DeviceView(j, "H100") for j in range(8)), schedulable=False)
     isolated = node("isolated", 8, health=dict.fromkeys(range(8), ISOLATED))
     demand = Demand("d", count=8, models=H100, cpu_milli=96000)
     for snapshot in (Snapshot([cordoned]), Snapshot([isolated])):

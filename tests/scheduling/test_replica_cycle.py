@@ -19,9 +19,9 @@ from requests.orders import Order, size_order
 from scheduling import cycle, reclaim
 from scheduling.allocations import allocation_details
 from scheduling.choices import AllocationState
+from scheduling.engine import CAPACITY_IN_USE, REPLICAS_SHARE_NODE
 from scheduling.estimate import placement_estimate
 from scheduling.models import Allocation, Device
-from scheduling.placement import CAPACITY_IN_USE, REPLICAS_SHARE_NODE
 from scheduling.services import device_isolate
 from tenancy.services import quota_set
 from tests import factories

@@ -8,27 +8,27 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from scheduling.placement import (
+from scheduling.engine import (
     CAPACITY_IN_USE,
     HIGHER_PRIORITY_AHEAD,
     NO_MATCHING_SPEC,
     REPLICAS_SHARE_NODE,
-    Allocation,
     Demand,
-    Device,
-    Node,
+    DeviceView,
+    NodeView,
     PlacementEngine,
+    RunningAllocation,
     Snapshot,
     spread_note,
 )
-from scheduling.policies import POLICIES
+from scheduling.engine.policies import POLICIES
 
 H100 = frozenset({"h100"})
 
 
-def node(name: str, cards: int = 2, cpu_cores: int = 32, memory_gib: int = 256, **fields) -> Node:
-    devices = tuple(Device(index, "h100") for index in range(cards))
-    return Node(name, cpu_cores * 1000, memory_gib * 1024, devices, **fields)
+def node(name: str, cards: int = 2, cpu_cores: int = 32, memory_gib: int = 256, **fields) -> NodeView:
+    devices = tuple(DeviceView(index, "h100") for index in range(cards))
+    return NodeView(name, cpu_cores * 1000, memory_gib * 1024, devices, **fields)
 
 
 def replicated(replicas: int = 3, demand_id: str = "7", **fields) -> Demand:
@@ -121,7 +121,8 @@ def test_replicas_of_one_request_running_on_several_nodes_are_each_a_preemption_
     """Engine allocation ids repeat for a replicated request (its replicas share the request's id): each replica
     counts on its own node, so evicting the request frees room on either."""
     running = [
-        Allocation("7", name, ((0, 1000), (1, 1000)), 8000, 32768, priority=1, preemptible=True) for name in ("a", "b")
+        RunningAllocation("7", name, ((0, 1000), (1, 1000)), 8000, 32768, priority=1, preemptible=True)
+        for name in ("a", "b")
     ]
     engine = PlacementEngine(Snapshot([node("a"), node("b")], running))
     plan = engine.plan_preemption(Demand("9", count=2, models=H100, priority=3))
@@ -129,7 +130,7 @@ def test_replicas_of_one_request_running_on_several_nodes_are_each_a_preemption_
 
 
 def test_a_replicated_demand_is_not_planned_for_preemption():
-    running = [Allocation("5", "a", ((0, 1000), (1, 1000)), 0, 0, priority=1, preemptible=True)]
+    running = [RunningAllocation("5", "a", ((0, 1000), (1, 1000)), 0, 0, priority=1, preemptible=True)]
     plan = PlacementEngine(Snapshot([node("a")], running)).plan_preemption(replicated(2, priority=3))
     assert not plan.feasible and plan.victims == ()
     assert "preemption is planned for one-node demands only" in plan.message
@@ -150,7 +151,7 @@ def clusters(draw):
         for n in range(draw(st.integers(1, 6)))
     ]
     held = [
-        Allocation(f"r{n}", nodes[n].name, ((0, 1000),), 1000, 1024)
+        RunningAllocation(f"r{n}", nodes[n].name, ((0, 1000),), 1000, 1024)
         for n in range(len(nodes))
         if nodes[n].devices and draw(st.booleans())
     ]

@@ -1,4 +1,4 @@
-"""Benchmark fleets and trace workloads (scheduling.fleet, scheduling.scale) and the costs that must not grow with
+"""Benchmark fleets and trace workloads (bench.fleet, bench.scale) and the costs that must not grow with
 them: a cycle's queries with the queue, the engine's topology reason with the fleet, provisioning enqueues with
 what a cycle placed."""
 
@@ -10,13 +10,13 @@ from django.test.utils import CaptureQueriesContext
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from bench import fleet, scale
 from provisioning import wiring
 from requests.choices import RequestState
 from requests.models import ResourceRequest
-from scheduling import cycle, fleet, reason_words, scale
+from scheduling import cycle, reason_words
+from scheduling.engine import HEALTHY, Demand, DeviceView, NodeView, PlacementEngine, Snapshot
 from scheduling.models import Node
-from scheduling.placement import HEALTHY, Demand, Device, PlacementEngine, Snapshot
-from scheduling.placement import Node as EngineNode
 from tenancy.models import ProjectQuota
 
 NODES = "sn,cpu_milli,memory_mib,gpu,model\nn0,64000,262144,8,G2\nn1,32000,131072,2,T4\nn2,96000,786432,8,V100M32\n"
@@ -137,11 +137,11 @@ def _brute_largest_block(engine, models, share):
 def test_largest_block_kept_up_to_date_matches_a_full_scan(seed):
     rng = random.Random(seed)
     nodes = [
-        EngineNode(
+        NodeView(
             f"n{n:02d}",
             64000,
             262144,
-            tuple(Device(j, rng.choice(["A", "B"])) for j in range(rng.choice([1, 2, 4, 8]))),
+            tuple(DeviceView(j, rng.choice(["A", "B"])) for j in range(rng.choice([1, 2, 4, 8]))),
         )
         for n in range(rng.randint(2, 12))
     ]
@@ -150,7 +150,7 @@ def test_largest_block_kept_up_to_date_matches_a_full_scan(seed):
     for step in range(30):
         models = frozenset(rng.sample(["A", "B"], rng.randint(1, 2)))
         share = rng.choice([1000, 500, 250])
-        assert engine._largest_block(Demand("q"), models, share) == _brute_largest_block(engine, models, share)
+        assert engine.explainer.largest_block(Demand("q"), models, share) == _brute_largest_block(engine, models, share)
         if placed and rng.random() < 0.3:
             engine.release(placed.pop(rng.randrange(len(placed))))
         elif rng.random() < 0.1:
@@ -179,7 +179,7 @@ def test_a_cycle_works_on_the_head_of_the_queue_order_only(trace, settings):
 
 @pytest.mark.django_db
 def test_steady_state_replay_releases_what_ended_and_reports_waits(trace):
-    from scheduling import steady
+    from bench import steady
 
     shapes = fleet.read_pod_shapes(trace[1])
     scale.import_fleet(trace[0], 3)

@@ -13,11 +13,24 @@ from config.errors import DomainError
 from requests import services
 from requests.choices import IfUnplaceable, RequestState
 from requests.orders import size_order
-from scheduling import cluster_state, cycle, mig, placement
+from scheduling import cluster_state, cycle, mig
+from scheduling.engine import (
+    CAPACITY_IN_USE,
+    INSUFFICIENT_HEALTHY_CAPACITY,
+    NO_MATCHING_SPEC,
+    Demand,
+    DeviceView,
+    NodeView,
+    Pending,
+    PlacementEngine,
+    RunningAllocation,
+    Snapshot,
+    place,
+    unplaceable,
+)
 from scheduling.estimate import order_never_fits, placement_estimate
 from scheduling.mig.geometry import SEEDED
 from scheduling.models import Allocation, Node
-from scheduling.placement import CAPACITY_IN_USE, INSUFFICIENT_HEALTHY_CAPACITY, NO_MATCHING_SPEC
 from tests.scheduling.test_cluster_state import kept, kept_equals_fresh  # noqa: F401 - fixture
 from tests.scheduling.test_cycle import add_node
 from tests.scheduling.test_replica_cycle import serving_order, shop, team  # noqa: F401 - fixtures
@@ -27,13 +40,13 @@ LLAMA = needs_of(ServingRuntime.LLAMACPP, MODEL_FILE)
 WITH_LLAMA = capabilities_of({ServingRuntime.LLAMACPP: [MODEL_FILE]})
 
 
-def node(name, *, capabilities=frozenset(), cards=2, schedulable=True, cpu=64_000) -> placement.Node:
-    devices = tuple(placement.Device(index=i, model="l40s") for i in range(cards))
-    return placement.Node(name, cpu, 512 * 1024, devices, schedulable=schedulable, capabilities=capabilities)
+def node(name, *, capabilities=frozenset(), cards=2, schedulable=True, cpu=64_000) -> NodeView:
+    devices = tuple(DeviceView(index=i, model="l40s") for i in range(cards))
+    return NodeView(name, cpu, 512 * 1024, devices, schedulable=schedulable, capabilities=capabilities)
 
 
-def llama_demand(demand_id="d", **fields) -> placement.Demand:
-    return placement.Demand(demand_id, needs=LLAMA, needs_label="the llama.cpp runtime with SmolLM2", **fields)
+def llama_demand(demand_id="d", **fields) -> Demand:
+    return Demand(demand_id, needs=LLAMA, needs_label="the llama.cpp runtime with SmolLM2", **fields)
 
 
 # --- the vocabulary ------------------------------------------------------------------------------------------
@@ -64,45 +77,45 @@ def test_a_node_s_runtimes_are_checked_when_an_operator_saves_them():
 def test_a_demand_needing_a_runtime_goes_only_to_the_node_that_has_it(policy):
     # The empty node scores best for the policies that spread; the runtime is on the busier one.
     nodes = [node("a-empty"), node("b-llama", capabilities=WITH_LLAMA)]
-    busy = placement.Allocation("busy", "b-llama", ((0, 1000),), 8_000, 1024)
-    engine = placement.PlacementEngine(placement.Snapshot(nodes, [busy]), policy)
+    busy = RunningAllocation("busy", "b-llama", ((0, 1000),), 8_000, 1024)
+    engine = PlacementEngine(Snapshot(nodes, [busy]), policy)
     for n in range(3):  # each a fresh shape index or a fresh random draw
         placed = engine.place_one(llama_demand(f"d{n}", count=1, cpu_milli=1000))
         if n == 0:
             assert [binding.node for binding in placed] == ["b-llama"]
         else:
-            assert isinstance(placed, placement.Pending)  # b-llama's second card went to d0
-    assert engine.place_one(placement.Demand("plain", count=1, cpu_milli=1000))[0].node == "a-empty"
+            assert isinstance(placed, Pending)  # b-llama's second card went to d0
+    assert engine.place_one(Demand("plain", count=1, cpu_milli=1000))[0].node == "a-empty"
 
 
 def test_replicas_needing_a_runtime_share_the_one_node_that_has_it():
     nodes = [node("a"), node("b"), node("c-llama", capabilities=WITH_LLAMA, cards=4)]
-    placed = placement.place(placement.Snapshot(nodes), [llama_demand(count=1, replicas=3)])
+    placed = place(Snapshot(nodes), [llama_demand(count=1, replicas=3)])
     assert [binding.node for binding in placed.bindings] == ["c-llama"] * 3
 
 
 def test_no_node_with_the_runtime_never_fits_with_the_runtime_as_the_blocking_dimension():
-    never = placement.unplaceable([node("a"), node("b")], llama_demand(count=1))
+    never = unplaceable([node("a"), node("b")], llama_demand(count=1))
     assert never.reason == NO_MATCHING_SPEC
     assert never.numbers == {"dimension": "runtime", "needs": sorted(LLAMA), "nodes": 0}
     assert "on a node with the llama.cpp runtime with SmolLM2; no node of the inventory has it" in never.message
     assert "cannot run here" in never.message
-    engine = placement.PlacementEngine(placement.Snapshot([node("a")]))
+    engine = PlacementEngine(Snapshot([node("a")]))
     assert engine.place_one(llama_demand(count=1)).reason == NO_MATCHING_SPEC
     # With the runtime on a node that has no such card, the devices block it.
-    other = placement.Node("cpu-only", 64_000, 512 * 1024, (), capabilities=WITH_LLAMA)
-    never = placement.unplaceable([node("a"), other], llama_demand(count=1))
+    other = NodeView("cpu-only", 64_000, 512 * 1024, (), capabilities=WITH_LLAMA)
+    never = unplaceable([node("a"), other], llama_demand(count=1))
     assert never.reason == NO_MATCHING_SPEC and "no such node has a accelerator device" in never.message
 
 
 def test_the_wait_names_the_nodes_with_the_runtime_when_they_are_cordoned_or_full():
     cordoned = [node("a"), node("b-llama", capabilities=WITH_LLAMA, schedulable=False)]
-    pending = placement.PlacementEngine(placement.Snapshot(cordoned)).place_one(llama_demand(count=1))
+    pending = PlacementEngine(Snapshot(cordoned)).place_one(llama_demand(count=1))
     assert pending.reason == INSUFFICIENT_HEALTHY_CAPACITY
     assert "every such node (b-llama) is cordoned" in pending.message
     full = [node("a"), node("b-llama", capabilities=WITH_LLAMA)]
-    busy = placement.Allocation("busy", "b-llama", ((0, 1000), (1, 1000)))  # the free cards are on a only
-    pending = placement.PlacementEngine(placement.Snapshot(full, [busy])).place_one(llama_demand(count=1))
+    busy = RunningAllocation("busy", "b-llama", ((0, 1000), (1, 1000)))  # the free cards are on a only
+    pending = PlacementEngine(Snapshot(full, [busy])).place_one(llama_demand(count=1))
     assert pending.reason == CAPACITY_IN_USE and pending.numbers["nodes"] == ["b-llama"]
     assert "the nodes with it (b-llama) have not that much free" in pending.message
 
@@ -110,10 +123,10 @@ def test_the_wait_names_the_nodes_with_the_runtime_when_they_are_cordoned_or_ful
 def test_preemption_for_a_runtime_demand_evicts_only_on_nodes_that_have_the_runtime():
     nodes = [node("a", cards=1), node("b-llama", capabilities=WITH_LLAMA, cards=1)]
     running = [
-        placement.Allocation("on-a", "a", ((0, 1000),), priority=0, preemptible=True),
-        placement.Allocation("on-b", "b-llama", ((0, 1000),), priority=0, preemptible=True, started_at=1.0),
+        RunningAllocation("on-a", "a", ((0, 1000),), priority=0, preemptible=True),
+        RunningAllocation("on-b", "b-llama", ((0, 1000),), priority=0, preemptible=True, started_at=1.0),
     ]
-    engine = placement.PlacementEngine(placement.Snapshot(nodes, running))
+    engine = PlacementEngine(Snapshot(nodes, running))
     plan = engine.plan_preemption(llama_demand(count=1, priority=2))
     assert plan.feasible and plan.node == "b-llama" and plan.victims == ("on-b",)
 

@@ -1,10 +1,11 @@
-"""The slurmrestd v0.0.38 client against the real local cluster (tests/slurm_cluster.py)."""
+"""The slurmrestd v0.0.38 client against the real local cluster (devcluster/slurm_cluster.py)."""
 
 import logging
 import time
 
 import pytest
 
+from devcluster.slurm_cluster import free_ports
 from scheduling.slurm.api import (
     CONTROLLER,
     SLURMRESTD,
@@ -14,7 +15,6 @@ from scheduling.slurm.api import (
     SlurmNotFound,
     SlurmUnavailable,
 )
-from tests.slurm_cluster import free_ports
 
 
 @pytest.fixture

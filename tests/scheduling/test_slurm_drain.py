@@ -1,5 +1,5 @@
 """Cordons and isolations of slurm-backed nodes drain the Slurm node (scontrol, after the commit, in a task);
-clearing them resumes it. Against the real local cluster (tests/slurm_cluster.py)."""
+clearing them resumes it. Against the real local cluster (devcluster/slurm_cluster.py)."""
 
 from io import StringIO
 

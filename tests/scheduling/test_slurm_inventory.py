@@ -1,17 +1,18 @@
-"""`import_inventory --from-slurm` against the real local cluster (tests/slurm_cluster.py)."""
+"""`import_inventory --from-slurm` against the real local cluster (devcluster/slurm_cluster.py)."""
 
 from io import StringIO
 
 import pytest
 from django.core.management import CommandError, call_command
 
+from devcluster.slurm_cluster import NodeShape
 from scheduling import tasks
 from scheduling.choices import ExecutionBackend, HealthSource
 from scheduling.models import Device, HealthEvent, Node
 from scheduling.slurm.services import VANISHED_REASON
 from tenancy.models import AuditEvent
 from tests import factories
-from tests.slurm_cluster import NodeShape, cluster_for_tests
+from tests.devcluster_fixtures import cluster_for_tests
 
 pytestmark = pytest.mark.django_db
 

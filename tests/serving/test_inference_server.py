@@ -16,6 +16,8 @@ from pathlib import Path
 import httpx
 import pytest
 
+pytestmark = pytest.mark.integration  # starts processes of its own
+
 ROOT = Path(__file__).resolve().parents[2]
 MODEL, REPLICA, SERVER_MAX_TOKENS = "sim-llama-8b", "replica-a", 100
 CHAT = {

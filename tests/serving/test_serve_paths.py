@@ -19,6 +19,8 @@ from serving.paths import PathRefused, replica_path
 from tests.config.conftest import REPO, _app_env, _free_port
 from tests.serving.test_gateway import CHAT, deployed  # noqa: F401  (fixture)
 
+pytestmark = pytest.mark.integration  # starts processes of its own
+
 served = pytest.mark.django_db(transaction=True, serialized_rollback=True)  # the processes read committed rows
 
 REFUSED = [

@@ -1,5 +1,5 @@
-"""Company sign-in against real parts: OIDC through oidc-provider-mock (tests/oidc_provider.py) and LDAP through
-Debian's slapd (tests/ldap_directory.py); group mappings applied at sign-in and by the sync; what a removal does."""
+"""Company sign-in against real parts: OIDC through oidc-provider-mock (devcluster/oidc_provider.py) and LDAP through
+Debian's slapd (devcluster/ldap_directory.py); group mappings applied at sign-in and by the sync; what removal does."""
 
 import base64
 import hashlib
@@ -84,7 +84,7 @@ def test_claims_are_refreshed_at_each_sign_in(client, idp, research):
 
 
 def idp_person(sub):
-    from tests.oidc_provider import PEOPLE
+    from devcluster.oidc_provider import PEOPLE
 
     return dict(PEOPLE[sub])
 

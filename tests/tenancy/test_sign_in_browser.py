@@ -3,11 +3,11 @@ with the project their group grants; taken out of the group, the next sync takes
 
 import pytest
 
+from devcluster.oidc_provider import PEOPLE
 from tenancy import tasks
 from tenancy.choices import GroupGrant
 from tenancy.models import GroupMapping, User
 from tests import factories
-from tests.oidc_provider import PEOPLE
 from tests.requests.test_browser import LAPTOP, browser  # noqa: F401 (the fixture)
 
 

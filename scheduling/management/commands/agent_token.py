@@ -4,7 +4,7 @@ manage.py agent_token revoke PREFIX --reason TEXT [--by USERNAME]"""
 from django.core.management.base import BaseCommand, CommandError
 
 from config.errors import DomainError
-from scheduling.agents import agent_token_issue, agent_token_revoke
+from scheduling.inventory.agents import agent_token_issue, agent_token_revoke
 from scheduling.models import AgentToken, Node, Site
 from tenancy.models import User
 

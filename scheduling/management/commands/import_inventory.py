@@ -7,8 +7,8 @@ from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 
 from config.errors import DomainError
-from scheduling import inventory_formats
-from scheduling.services import inventory_import
+from scheduling.inventory import formats as inventory_formats
+from scheduling.inventory.importer import inventory_import
 from scheduling.slurm.api import SlurmApi, SlurmApiError
 from scheduling.slurm.services import SlurmImportResult, slurm_inventory_import
 
