@@ -37,7 +37,7 @@ PORT ?= 8000
 # The demo runs on the embedded defaults (SQLite, django-q2's ORM broker) unless DATABASE_URL/REDIS_URL say otherwise.
 # Endpoint URLs and installer callbacks are built without a browser request, from PUBLIC_BASE_URL: follow HOST/PORT.
 PUBLIC_BASE_URL ?= http://$(HOST):$(PORT)
-# The gateway data plane (manage.py run_gateway) beside the web server; the web server relays /serve/ to it.
+# The gateway data plane (serving/: manage.py run_gateway) beside the web server; the web server relays /serve/ to it.
 GATEWAY_PORT ?= 8001
 # DEMO, not DEBUG: a bad URL or a failure shows the product's own error pages, not Django's debug pages.
 DEMO_ENV := DEMO=1 PUBLIC_BASE_URL=$(PUBLIC_BASE_URL) GATEWAY_URL=http://$(HOST):$(GATEWAY_PORT)

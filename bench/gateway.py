@@ -191,7 +191,7 @@ def _tokens_per_second(url: str, headers: dict, seconds: float) -> float:
 
 def _metered(slug: str) -> int:
     from metering.models import TokenUsage
-    from provisioning.models import ServingDeployment
+    from serving.models import ServingDeployment
 
     deployment = ServingDeployment.objects.get(slug=slug)
     return sum(TokenUsage.objects.filter(request_id=deployment.request_id).values_list("requests", flat=True))
@@ -367,12 +367,12 @@ def _deployment(replica_url: str) -> tuple[str, str]:
     """A served request with one healthy replica and a key, written straight into the database."""
     from catalog.choices import ServiceKind
     from catalog.models import Service
-    from provisioning.choices import DeploymentState
-    from provisioning.models import ServingDeployment, ServingReplica
-    from provisioning.serving.keys import api_key_create
     from requests.choices import RequestState
     from requests.models import ResourceRequest
     from requests.models.request import snapshot_hash
+    from serving.choices import DeploymentState
+    from serving.keys import api_key_create
+    from serving.models import ServingDeployment, ServingReplica
     from tenancy.choices import Role
     from tenancy.models import Project, Tenant, User
     from tenancy.services import membership_grant
@@ -433,7 +433,7 @@ def _inference_command(port: int) -> list[str]:
     return [
         sys.executable,
         "-m",
-        "provisioning.serving.inference_server",
+        "serving.inference_server",
         "--host",
         "127.0.0.1",
         "--port",

@@ -48,6 +48,7 @@ INSTALLED_APPS = [
     "catalog",
     "requests",
     "scheduling",
+    "serving",
     "provisioning",
     "metering",
 ]

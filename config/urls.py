@@ -4,8 +4,8 @@ from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerSplitVie
 
 from config.metrics import metrics
 from config.views import healthz, not_found
-from provisioning.serving import relay
 from requests.views import SignInView
+from serving import relay
 from tenancy.api.views import TokenObtainView
 from tenancy.directory.views import SignInCallback, SignInStart, SignOut
 
@@ -16,12 +16,14 @@ api_v1 = [
     path("", include("requests.api.urls")),
     path("inventory/", include("scheduling.api.urls")),
     path("health/", include("scheduling.api.health_urls")),
+    path("", include("serving.api.urls")),
     path("", include("provisioning.api.urls")),
     path("usage/", include("metering.api.urls")),
 ]
 
 urlpatterns = [
     path("", include("requests.urls")),
+    path("", include("serving.urls")),
     path("", include("provisioning.urls")),
     path("", include("tenancy.urls")),
     path("usage/", include("metering.urls")),

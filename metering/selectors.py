@@ -228,10 +228,15 @@ def usage_report(
     return sorted(rows, key=lambda row: tuple(str(row[key]) for key in group_by))
 
 
-def card_hours_by_project(*, periods: list[Period], now=None) -> dict[tuple[int, str], Decimal]:
-    """{(project id, period label): card-hours} over every project: what the quota ledger stores."""
+def card_hours_by_project(
+    *, periods: list[Period], now=None, project_ids: list[int] | None = None
+) -> dict[tuple[int, str], Decimal]:
+    """{(project id, period label): card-hours} over every project (or those of `project_ids`): what the quota ledger
+    stores."""
     now = now or timezone.now()
     allocations = Allocation.objects.annotate(g_project_id=F("request__project_id"))
+    if project_ids is not None:
+        allocations = allocations.filter(request__project_id__in=project_ids)
     parts = [
         allocations.filter(overlapping("", period.start, period.end))
         .annotate(g_period=Value(period.label))
@@ -261,16 +266,15 @@ def _metered_card_hours_of_request(now: datetime):
     )
 
 
-def running_card_hours_by_project(*, now=None) -> dict[int, Decimal]:
+def running_card_hours_by_project(*, now=None, project_ids: list[int] | None = None) -> dict[int, Decimal]:
     """{project id: card-hours} that requests still running have metered so far, each up to its own committed
-    card-hours: the part of their demand the ledger already holds, so admission counts only the rest."""
+    card-hours: the part of their demand the ledger already holds, so admission counts only the rest (every project,
+    or those of `project_ids`)."""
     metered = Least(F("card_hours"), Coalesce(_metered_card_hours_of_request(now or timezone.now()), Decimal(0)))
-    rows = (
-        ResourceRequest.objects.filter(state__in=RUNNING_STATES)
-        .values("project_id")
-        .annotate(hours=Sum(metered))
-        .values_list("project_id", "hours")
-    )
+    running = ResourceRequest.objects.filter(state__in=RUNNING_STATES)
+    if project_ids is not None:
+        running = running.filter(project_id__in=project_ids)
+    rows = running.values("project_id").annotate(hours=Sum(metered)).values_list("project_id", "hours")
     return {project_id: _decimal(hours, CARD_HOURS_PLACES) for project_id, hours in rows}
 
 

@@ -17,7 +17,7 @@ from django.utils import timezone
 from metering import selectors
 from metering.choices import BUDGET_THRESHOLDS, BudgetLevel
 from metering.models import BudgetAlert, DailyUsage, HistogramBucket, TelemetrySample
-from metering.periods import first_of_month, midnight, month_period
+from metering.periods import first_of_month, midnight, month_period, next_month
 from metering.telemetry import Reading, telemetry_driver
 from requests.choices import RUNNING_STATES
 from requests.models import ResourceRequest
@@ -161,15 +161,22 @@ def telemetry_prune(*, now: datetime | None = None) -> int:
 
 
 @transaction.atomic
-def ledger_refresh(*, months: list[date], now: datetime | None = None) -> int:
+def ledger_refresh(*, months: list[date], now: datetime | None = None, project_ids: list[int] | None = None) -> int:
     """Recompute tenancy.MonthlyUsage (card-hours per project and month, running allocations up to now) for the
     given months from the allocations, and store it; returns the rows written. The current month's rows also get
-    what running requests have metered so far (`running_card_hours`), as of the same `now`."""
+    what running requests have metered so far (`running_card_hours`), as of the same `now`. Every project, or only
+    those of `project_ids`."""
     now = now or timezone.now()
     this_month = first_of_month(now.date())
     periods = {month_period(month).label: first_of_month(month) for month in months}
-    hours = selectors.card_hours_by_project(periods=[month_period(month) for month in periods.values()], now=now)
-    running = selectors.running_card_hours_by_project(now=now) if this_month in periods.values() else {}
+    hours = selectors.card_hours_by_project(
+        periods=[month_period(month) for month in periods.values()], now=now, project_ids=project_ids
+    )
+    running = (
+        selectors.running_card_hours_by_project(now=now, project_ids=project_ids)
+        if this_month in periods.values()
+        else {}
+    )
     rows = {
         (project_id, periods[label]): MonthlyUsage(project_id=project_id, month=periods[label], card_hours=value)
         for (project_id, label), value in hours.items()
@@ -190,12 +197,14 @@ def _reached(used, limit) -> list[str]:
     return [level for level, share in BUDGET_THRESHOLDS.items() if used >= limit * share]
 
 
-def budgets_check(*, month: date) -> list[BudgetAlert]:
-    """Announce once each budget level a project has reached this month, from the ledger; returns new alerts."""
+def budgets_check(*, month: date, project_ids: list[int] | None = None) -> list[BudgetAlert]:
+    """Announce once each budget level a project (of `project_ids`, or any) has reached this month, from the ledger;
+    returns new alerts."""
     month = first_of_month(month)
-    usage = MonthlyUsage.objects.filter(
-        month=month, card_hours__gt=0, project__quota__monthly_card_hours__isnull=False
-    ).values_list("project_id", "card_hours", "project__quota__monthly_card_hours")
+    usage = MonthlyUsage.objects.filter(month=month, card_hours__gt=0, project__quota__monthly_card_hours__isnull=False)
+    if project_ids is not None:
+        usage = usage.filter(project_id__in=project_ids)
+    usage = usage.values_list("project_id", "card_hours", "project__quota__monthly_card_hours")
     announced = set(BudgetAlert.objects.filter(month=month).values_list("project_id", "level"))
     alerts = []
     for project_id, used, limit in usage:
@@ -241,6 +250,30 @@ def usage_refresh(*, now: datetime | None = None) -> dict:
     last_month = first_of_month(this_month - timedelta(days=1))
     rows = ledger_refresh(months=[last_month, this_month], now=now)
     alerts = budgets_check(month=this_month)
+    return {"ledger_rows": rows, "alerts": [str(alert) for alert in alerts]}
+
+
+def ended_allocations_refresh(*, allocation_ids: list[int], now: datetime | None = None) -> dict:
+    """Allocations ended (scheduling's allocation_ended): the ledger rows they count in, their projects' in each
+    month they were bound, are final at once, and those projects' budget levels of this month are checked; the
+    five-minute refresh no longer has anything of theirs to catch up."""
+    now = now or timezone.now()
+    this_month = first_of_month(now.date())
+    spans = Allocation.objects.filter(pk__in=allocation_ids).values_list(
+        "request__project_id", "started_at", "released_at"
+    )
+    project_ids, bound_months = set(), set()
+    for project_id, started_at, released_at in spans:
+        project_ids.add(project_id)
+        month = first_of_month(started_at.date())
+        while month <= (released_at or now).date():
+            bound_months.add(month)
+            month = next_month(month)
+    if not project_ids:
+        return {"ledger_rows": 0, "alerts": []}
+    projects = sorted(project_ids)
+    rows = ledger_refresh(months=sorted(bound_months), now=now, project_ids=projects)
+    alerts = budgets_check(month=this_month, project_ids=projects) if this_month in bound_months else []
     return {"ledger_rows": rows, "alerts": [str(alert) for alert in alerts]}
 
 

@@ -16,6 +16,11 @@ def refresh_usage() -> dict:
 
 
 @retry_if_locked
+def refresh_ended_allocations(allocation_ids: list[int]) -> dict:
+    return services.ended_allocations_refresh(allocation_ids=allocation_ids)
+
+
+@retry_if_locked
 def refresh_telemetry() -> dict:
     return services.telemetry_refresh()
 

@@ -1,4 +1,4 @@
-"""What starts metering work: signals from requests and scheduling, the hooks requests asks through, /metrics,
+"""What starts metering work: signals from scheduling, the hooks requests asks through, /metrics,
 and the periodic schedules."""
 
 from django.conf import settings
@@ -10,10 +10,13 @@ from config import schedules
 COLLECT_TASK = "metering.tasks.collect_telemetry"
 USAGE_TASK = "metering.tasks.refresh_usage"
 TELEMETRY_TASK = "metering.tasks.refresh_telemetry"
+ENDED_TASK = "metering.tasks.refresh_ended_allocations"
 
 
-def refresh_usage_after_release(**_kwargs) -> None:
-    async_task(USAGE_TASK)
+def refresh_ended_allocations(*, allocation_ids: list[int], **_kwargs) -> None:
+    """Allocations ended (a release, expiry, preemption, cleanup, whatever ended them): their card-hours are final,
+    and the ledger holds them now, not at the next five-minute refresh."""
+    async_task(ENDED_TASK, allocation_ids)
 
 
 def record_cycle_duration(*, seconds: float, **_kwargs) -> None:
@@ -37,13 +40,11 @@ def connect() -> None:
     from metering.metrics import MeteringCollector
     from metering.selectors import request_usage, rightsizing_advice
     from requests import hooks
-    from requests.signals import request_preempted, request_releasing
-    from scheduling.signals import cycle_finished
+    from scheduling.signals import allocation_ended, cycle_finished
 
     hooks.register(hooks.RIGHTSIZING_ADVICE, rightsizing_advice)
     hooks.register(hooks.REQUEST_USAGE, request_usage)
     metrics.register(MeteringCollector())
-    request_releasing.connect(refresh_usage_after_release, dispatch_uid="metering.usage_on_release")
-    request_preempted.connect(refresh_usage_after_release, dispatch_uid="metering.usage_on_preemption")
+    allocation_ended.connect(refresh_ended_allocations, dispatch_uid="metering.usage_on_allocation_end")
     cycle_finished.connect(record_cycle_duration, dispatch_uid="metering.cycle_duration")
     post_migrate.connect(ensure_schedules, dispatch_uid="metering.ensure_schedules")

@@ -1,9 +1,9 @@
-"""Operator console for provisioning: runs with their steps, filters by state, driver and step, and retry; serving
-deployments and keys; connect secrets (never their values) with an audited reveal."""
+"""Operator console for provisioning: runs with their steps, filters by state, driver and step, and retry; connect
+secrets (never their values) with an audited reveal. Serving deployments and keys are in serving/admin.py."""
 
 from django.contrib import admin, messages
 from django.core.exceptions import PermissionDenied
-from django.db.models import Count, F, OuterRef, Q, Subquery
+from django.db.models import F, OuterRef, Q, Subquery
 from django.http import Http404, HttpResponseRedirect
 from django.template.response import TemplateResponse
 from django.urls import path, reverse
@@ -21,14 +21,7 @@ from config.errors import DomainError
 from provisioning import services
 from provisioning.choices import FORCEABLE_KINDS, RunKind, RunState
 from provisioning.connect import connect_secret_reveal, label_of
-from provisioning.models import (
-    ApiKey,
-    ConnectSecret,
-    ProvisioningRun,
-    ProvisioningStep,
-    ServingDeployment,
-    ServingReplica,
-)
+from provisioning.models import ConnectSecret, ProvisioningRun, ProvisioningStep
 from requests.choices import RequestState
 from scheduling.choices import AllocationState
 
@@ -207,54 +200,6 @@ class ProvisioningStepAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
     list_select_related = ["run"]
     search_fields = ["=run__id", "=run__request__id", "name"]
     ordering = [F("run_id").desc(), "position"]
-
-
-class ReplicaInline(ReadOnlyAdminMixin, admin.TabularInline):
-    model = ServingReplica
-    fields = ["name", "url", "pid", "devices", "healthy", "checked_at", "last_error"]
-    readonly_fields = fields
-    extra = 0
-
-
-@admin.register(ServingDeployment)
-class ServingDeploymentAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
-    list_display = [
-        "slug",
-        "request",
-        "project",
-        "model_name",
-        "state",
-        "rate_limit_per_minute",
-        "monthly_token_budget",
-        "healthy_replicas",
-        "created_at",
-    ]
-    list_filter = ["state"]
-    list_select_related = ["request__service", "request__project", "project__tenant"]
-    search_fields = ["slug", "model_name", "=request__id", "project__slug"]
-    inlines = [ReplicaInline]
-
-    def get_queryset(self, request):
-        return (
-            super()
-            .get_queryset(request)
-            .annotate(healthy=Count("replicas", filter=Q(replicas__healthy=True)), replica_count=Count("replicas"))
-        )
-
-    @admin.display(description="Healthy replicas")
-    def healthy_replicas(self, deployment):
-        return f"{deployment.healthy}/{deployment.replica_count}"
-
-
-@admin.register(ApiKey)
-class ApiKeyAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
-    """Keys are managed by the project's members; operators see them (never the secret, which is not stored)."""
-
-    list_display = ["name", "prefix", "project", "created_by", "created_at", "last_used_at", "revoked_at"]
-    list_filter = [("revoked_at", admin.EmptyFieldListFilter)]
-    list_select_related = ["project__tenant", "created_by"]
-    search_fields = ["name", "prefix", "project__slug"]
-    exclude = ["hashed"]
 
 
 @admin.register(ConnectSecret)

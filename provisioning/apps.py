@@ -9,9 +9,6 @@ class ProvisioningConfig(AppConfig):
         "provisioning.view_provisioningstep",
         "provisioning.retry_provisioningrun",
         "provisioning.force_release_provisioningrun",
-        "provisioning.view_servingdeployment",
-        "provisioning.view_servingreplica",
-        "provisioning.view_apikey",
         "provisioning.view_connectsecret",
         "provisioning.reveal_connectsecret",
     ]

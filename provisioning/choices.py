@@ -30,14 +30,6 @@ class StepState(models.TextChoices):
     CANCELLED = "cancelled", "Cancelled"
 
 
-class DeploymentState(models.TextChoices):
-    """States of a model-serving deployment; the gateway routes only to serving ones."""
-
-    DEPLOYING = "deploying", "Deploying"
-    SERVING = "serving", "Serving"
-    STOPPED = "stopped", "Stopped"
-
-
 class Wait(models.TextChoices):
     NONE = "", "Not waiting"
     RETRY = "retry", "Backoff before the next attempt"

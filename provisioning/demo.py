@@ -1,7 +1,7 @@
 """Demo: the simulated nodes' serving replicas run on this host, so they can run what it has installed (llama.cpp
 and SmolLM2 after `make llama`); probed on every seed, so a `make llama` is picked up by the next `make run`."""
 
-from provisioning.serving.runtimes import serving_runtimes_report
+from provisioning.runtimes import serving_runtimes_report
 from scheduling.choices import ExecutionBackend
 from scheduling.models import Node
 

@@ -8,6 +8,7 @@ import contextlib
 import logging
 from dataclasses import dataclass
 from datetime import timedelta
+from enum import StrEnum
 
 from django.conf import settings
 from django.db import transaction
@@ -237,7 +238,7 @@ def _start_or_release(request_id: int) -> str:
 def releases_resume_stranded(*, limit: int = 100) -> list[int]:
     """The sweeper's net under the release's teardown task: a request `releasing` for longer than
     PROVISIONING_RELEASE_GRACE_SECONDS whose allocation is still held with no teardown run lost that task (its worker,
-    or its database connection, died between the release's commit and the task). Start it now; `teardown_start` is
+    or its database connection, died between the release's commit and the task). Start it now; `release_start` is
     idempotent, so a late original task changes nothing. Returns the request ids."""
     cutoff = timezone.now() - timedelta(seconds=settings.PROVISIONING_RELEASE_GRACE_SECONDS)
     torn_down = ProvisioningRun.objects.filter(allocation=OuterRef("pk")).exclude(kind=RunKind.PROVISION)
@@ -257,7 +258,7 @@ def releases_resume_stranded(*, limit: int = 100) -> list[int]:
             request = ResourceRequest.objects.select_for_update().get(pk=request_id)
             if request.state != RequestState.RELEASING:
                 continue
-            teardown_start(request_id=request_id, reason="release resumed by the sweeper", kind=RunKind.RELEASE)
+            release_start(request_id=request_id, reason="release resumed by the sweeper")
             record_event(
                 request=request,
                 actor=None,
@@ -451,34 +452,63 @@ def _cancel_run(run: ProvisioningRun) -> None:
         step.save(update_fields=["state", "finished_at", "lease_owner", "lease_expires_at"])
 
 
-@transaction.atomic
-def teardown_start(*, request_id: int, reason: str, kind: str = RunKind.RELEASE) -> ProvisioningRun | None:
-    """Tear down what provisioning built on the request's allocation. A release run's last step frees the devices
-    (allocation_free); a teardown after a preemption finds them freed already. None when its teardown has begun (a
-    second delivery of the same signal) or nothing was built there."""
-    from scheduling.reclaim import allocation_free
+class ReleasePath(StrEnum):
+    TEAR_DOWN = "tear_down"  # what provisioning built is torn down; the teardown's last step frees the devices
+    FREE_NOW = "free_now"  # nothing was built (released while only allocated, or made active elsewhere)
 
-    # A release tears down what runs now; after a preemption the scheduler has already released the allocation
-    # (and may have placed the request anew), so the teardown is for the latest released one.
+
+def _teardown_anchor(request_id: int, kind: str) -> Allocation | None:
+    """The allocation a teardown of `kind` runs on: the one running now, or after a preemption the latest released
+    one (the scheduler has already released it, and may have placed the request anew)."""
     state = AllocationState.RELEASED if kind == RunKind.TEARDOWN else AllocationState.ACTIVE
-    allocation = (
+    return (
         Allocation.objects.filter(RUN_ANCHOR, request_id=request_id, state=state)
         .order_by("-started_at", "-id")
         .select_related("request")
         .first()
     )
-    if allocation is None or not allocation.provisioning_runs.filter(kind=RunKind.PROVISION).exists():
-        if kind == RunKind.RELEASE:  # running without a run of ours (made active elsewhere): nothing to tear down
-            allocation_free(request_ids=[request_id], reason=reason)
+
+
+def _built_on(allocation: Allocation | None) -> bool:
+    return allocation is not None and allocation.provisioning_runs.filter(kind=RunKind.PROVISION).exists()
+
+
+def release_path(*, request_id: int) -> ReleasePath:
+    """How a release goes, decided here and nowhere else: provisioning started from `allocated` in the same
+    transaction that made its run, so a provisioning run on the request's allocation means something was built,
+    which is torn down before the devices go back; no run means nothing to tear down, and they go back at once."""
+    return ReleasePath.TEAR_DOWN if _built_on(_teardown_anchor(request_id, RunKind.RELEASE)) else ReleasePath.FREE_NOW
+
+
+@transaction.atomic
+def release_start(*, request_id: int, reason: str) -> ProvisioningRun | None:
+    """The one entry of every release (request_releasing's one receiver, and the sweeper of lost ones): tear down
+    then free, or free now (release_path). Returns the release run; None when the devices were freed at once or its
+    teardown has begun already (a second delivery of the same signal)."""
+    from scheduling.reclaim import allocation_free
+
+    if release_path(request_id=request_id) == ReleasePath.FREE_NOW:
+        allocation_free(request_ids=[request_id], reason=reason)
         return None
+    return _teardown_begin(_teardown_anchor(request_id, RunKind.RELEASE), RunKind.RELEASE, reason)
+
+
+@transaction.atomic
+def teardown_start(*, request_id: int, reason: str, kind: str) -> ProvisioningRun | None:
+    """Tear down what provisioning built on the request's allocation, for a preemption (the devices were freed
+    already) or the cleanup of a workload that ended by itself; releases go through release_start. None when its
+    teardown has begun or nothing was built there."""
+    if kind == RunKind.RELEASE:
+        raise ValueError("A release is decided by release_start.")
+    allocation = _teardown_anchor(request_id, kind)
+    return _teardown_begin(allocation, kind, reason) if _built_on(allocation) else None
+
+
+def _teardown_begin(allocation: Allocation, kind: str, reason: str) -> ProvisioningRun | None:
     if allocation.provisioning_runs.exclude(kind=RunKind.PROVISION).exists():
         return None
     _cancel_provisioning(allocation.pk)
     return _create_and_enqueue(allocation.request, allocation, kind, reason=reason)
-
-
-def teardown_after_release(*, request_id: int, reason: str) -> ProvisioningRun | None:
-    return teardown_start(request_id=request_id, reason=reason, kind=RunKind.RELEASE)
 
 
 def teardown_after_preemption(*, request_id: int) -> ProvisioningRun | None:

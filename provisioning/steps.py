@@ -29,9 +29,14 @@ from provisioning.drivers.base import (
     with_details,
 )
 from provisioning.installer_tokens import installer_token_issue
-from provisioning.models import ProvisioningRun, ProvisioningStep, ServingReplica
-from provisioning.serving.deployments import (
-    await_replicas,
+from provisioning.models import ProvisioningRun, ProvisioningStep
+from provisioning.targets import allocation_target
+from requests.choices import EventCode
+from requests.services import record_event
+from scheduling.allocations import allocations_adopt_backend_bindings, allocations_workload_started
+from scheduling.choices import AllocationState
+from scheduling.models import Allocation
+from serving.deployments import (
     deployment_for,
     deployment_serve,
     deployment_stop,
@@ -39,14 +44,10 @@ from provisioning.serving.deployments import (
     example_curl,
     probe,
     replica_devices,
+    replicas_not_ready,
 )
-from provisioning.serving.routes import routes_changed
-from provisioning.targets import allocation_target
-from requests.choices import EventCode
-from requests.services import record_event
-from scheduling.allocations import allocations_adopt_backend_bindings, allocations_workload_started
-from scheduling.choices import AllocationState
-from scheduling.models import Allocation
+from serving.models import ServingReplica
+from serving.routes import routes_changed
 
 POWER_POLL_SECONDS = 2.0
 INSTALLER_POLL_SECONDS = 60.0
@@ -596,11 +597,21 @@ def _replica_placements(ctx: StepContext, replicas: int) -> list[tuple[Target, i
     if len(own) == replicas:
         targets = [allocation_target(ctx.run, allocation, attempt=ctx.target.attempt) for allocation in own]
         return [(target, target.allocation_id, list(target.devices)) for target in targets]
-    return [(ctx.target, ctx.target.allocation_id, devices) for devices in replica_devices(ctx.target, replicas)]
+    return [
+        (ctx.target, ctx.target.allocation_id, devices)
+        for devices in replica_devices(list(ctx.target.devices), replicas)
+    ]
 
 
 def wait_replicas_ready(ctx: StepContext) -> dict:
-    return await_replicas(deployment_for(ctx.run.request))
+    """Wait until every replica's server answers (serving.deployments.replicas_not_ready)."""
+    deployment = deployment_for(ctx.run.request)
+    down = replicas_not_ready(deployment)
+    if down:
+        raise StepPending(
+            f"Waiting for {', '.join(r.name for r in down)} to answer: {down[0].last_error}", retry_after=0.5
+        )
+    return {"replicas": list(deployment.replicas.values_list("name", flat=True))}
 
 
 def register_routes(ctx: StepContext) -> dict:

@@ -9,7 +9,6 @@ from config.errors import DomainError
 from config.retry import retry_if_locked
 from config.workers import wait_unless_stopping
 from provisioning import engine, extensions, outages, reconcile, services
-from provisioning.serving.deployments import serving_replicas_check
 
 logger = logging.getLogger(__name__)
 
@@ -36,8 +35,9 @@ def start_stranded_runs() -> dict[str, list[int]]:
 
 
 @retry_if_locked
-def teardown_after_release(request_id: int, reason: str) -> bool:
-    return services.teardown_after_release(request_id=request_id, reason=reason) is not None
+def start_release(request_id: int, reason: str) -> bool:
+    """Tear down then free, or free now (services.release_start); True when a release run started."""
+    return services.release_start(request_id=request_id, reason=reason) is not None
 
 
 @retry_if_locked
@@ -68,11 +68,6 @@ def watch_backend(backend: str) -> str:
 @retry_if_locked
 def wake_steps(backend: str) -> int:
     return outages.steps_wake(backend=backend)
-
-
-@retry_if_locked
-def check_replicas(node_id: int | None = None) -> int:
-    return serving_replicas_check(node_id=node_id)
 
 
 @retry_if_locked

@@ -12,9 +12,9 @@ from scheduling.choices import AllocationState
 from scheduling.models import RUN_ANCHOR, Allocation
 
 SWEEP_TASK = "provisioning.tasks.resume_due_steps"
-REPLICA_CHECK_TASK = "provisioning.tasks.check_replicas"
 STRANDED_TASK = "provisioning.tasks.start_stranded_runs"
 RECONCILE_TASK = "provisioning.tasks.reconcile_workloads"
+RELEASE_TASK = "provisioning.tasks.start_release"
 
 
 # At most this many start tasks per cycle: a cycle that placed a few requests gets one task per batch, and one that
@@ -56,21 +56,13 @@ def _by_node_in_device_order(request_ids: list[int]) -> list[list[int]]:
     return [*by_node.values(), *unplaced]
 
 
-def teardown_after_release(*, request_id: int, reason: str, provisioning_started: bool, **_kwargs) -> None:
-    """What provisioning built is torn down; the release run's last step frees the devices (allocation_free).
-    Nothing built: the scheduler frees them itself (scheduling.wiring.free_unprovisioned)."""
-    if provisioning_started:
-        async_task("provisioning.tasks.teardown_after_release", request_id, reason)
+def start_release(*, request_id: int, reason: str, **_kwargs) -> None:
+    """request_releasing's one receiver: a task decides the release (provisioning.services.release_start)."""
+    async_task(RELEASE_TASK, request_id, reason)
 
 
 def teardown_after_preemption(*, request_id: int, **_kwargs) -> None:
     async_task("provisioning.tasks.teardown_after_preemption", request_id)
-
-
-def check_replicas_on_node(*, node_id: int, **_kwargs) -> None:
-    """A node was cordoned or a card of it isolated (or cleared): its serving replicas leave (or rejoin) the
-    rotation now, not at the next minute's health check."""
-    async_task(REPLICA_CHECK_TASK, node_id)
 
 
 def follow_backend(*, backend: str, available: bool, **_kwargs) -> None:
@@ -86,12 +78,11 @@ def extend_after_approval(*, request_id: int, **_kwargs) -> None:
 
 def ensure_schedules(**_kwargs) -> None:
     """Every minute: resume steps back from a wait or whose worker died; start (or release) allocations whose
-    provisioning never started; health-check serving replicas; settle workloads that ended by themselves on their
+    provisioning never started; settle workloads that ended by themselves on their
     backend (a finished Slurm job)."""
     schedules.ensure(
         ("Resume provisioning steps", SWEEP_TASK, schedules.EVERY_MINUTE),
         ("Start stranded provisioning", STRANDED_TASK, schedules.EVERY_MINUTE),
-        ("Health-check serving replicas", REPLICA_CHECK_TASK, schedules.EVERY_MINUTE),
         ("Reconcile workloads with their backends", RECONCILE_TASK, schedules.EVERY_MINUTE),
     )
 
@@ -103,36 +94,16 @@ def connect() -> None:
     from provisioning.connect import connect_secrets_shown
     from provisioning.metrics import ProvisioningCollector
     from provisioning.selectors import provisioning_details
-    from provisioning.serving.selectors import endpoint_details
     from requests import hooks as request_hooks
     from requests.signals import request_extended, request_preempted, request_releasing
-    from scheduling.signals import backend_availability_changed, node_availability_changed, requests_allocated
+    from scheduling.signals import backend_availability_changed, requests_allocated
 
     request_hooks.register(request_hooks.PROVISIONING_DETAILS, provisioning_details)
-    request_hooks.register(request_hooks.ENDPOINT_DETAILS, endpoint_details)
     request_hooks.register(request_hooks.CONNECT_SECRETS, connect_secrets_shown)
     metrics.register(ProvisioningCollector())
     requests_allocated.connect(start_runs, dispatch_uid="provisioning.start_on_allocation")
-    request_releasing.connect(teardown_after_release, dispatch_uid="provisioning.teardown_on_release")
+    request_releasing.connect(start_release, dispatch_uid="provisioning.release")
     request_preempted.connect(teardown_after_preemption, dispatch_uid="provisioning.teardown_on_preemption")
     request_extended.connect(extend_after_approval, dispatch_uid="provisioning.extend_on_approval")
-    node_availability_changed.connect(check_replicas_on_node, dispatch_uid="provisioning.replicas_on_node")
     backend_availability_changed.connect(follow_backend, dispatch_uid="provisioning.follow_backend")
     post_migrate.connect(ensure_schedules, dispatch_uid="provisioning.ensure_schedules")
-    _tell_gateways_on_change()
-
-
-def _tell_gateways_on_change() -> None:
-    """Any saved or deleted key, deployment or replica (services, admin, steps) makes the gateways reload their
-    snapshot after commit; the few bulk updates call routes_changed() themselves."""
-    from django.db.models.signals import post_delete, post_save
-
-    from provisioning.models import ApiKey, ServingDeployment, ServingReplica
-    from provisioning.serving.routes import routes_changed
-
-    def changed(**_kwargs):
-        routes_changed()
-
-    for model in (ApiKey, ServingDeployment, ServingReplica):
-        post_save.connect(changed, sender=model, weak=False, dispatch_uid=f"gateway.{model.__name__}.saved")
-        post_delete.connect(changed, sender=model, weak=False, dispatch_uid=f"gateway.{model.__name__}.deleted")

@@ -49,7 +49,7 @@ class ConnectSecrets(Protocol):
 
 
 class EndpointDetails(Protocol):
-    """provisioning: a model-serving request's endpoint (URL, replicas and their health, tokens this month, the
+    """serving: a model-serving request's endpoint (URL, replicas and their health, tokens this month, the
     project's API keys), or None. The URL starts with `base_url` (the address the caller reached us by), else
     with PUBLIC_BASE_URL."""
 
@@ -82,7 +82,7 @@ PLACEMENT_ESTIMATE = Hook("placement_estimate", PlacementEstimate, provider="sch
 ORDER_NEVER_FITS = Hook("order_never_fits", OrderNeverFits, provider="scheduling")
 ORDERS_NEVER_FIT = Hook("orders_never_fit", OrdersNeverFit, provider="scheduling")
 PROVISIONING_DETAILS = Hook("provisioning_details", ProvisioningDetails, provider="provisioning")
-ENDPOINT_DETAILS = Hook("endpoint_details", EndpointDetails, provider="provisioning")
+ENDPOINT_DETAILS = Hook("endpoint_details", EndpointDetails, provider="serving")
 CONNECT_SECRETS = Hook("connect_secrets", ConnectSecrets, provider="provisioning")
 RIGHTSIZING_ADVICE = Hook("rightsizing_advice", RightsizingAdvice, provider="metering")
 REQUEST_USAGE = Hook("request_usage", RequestUsageProvider, provider="metering")

@@ -860,13 +860,11 @@ def can_release(user: User, request: ResourceRequest) -> bool:
 @transaction.atomic
 def request_release(*, request: ResourceRequest, actor: User | None, reason: str) -> ResourceRequest:
     """Give the resources back (early release, expiry, stale reclamation): releasing now, released once the
-    environment is torn down and the devices are freed (request_releasing)."""
+    environment is torn down and the devices are freed (request_releasing; provisioning decides how)."""
     request = _locked(request)
     if actor is not None and not can_release(actor, request):
         raise NotPermitted("Only the requester, the project lead or an operator can release this request.")
     who = actor.display_name if actor is not None else "the platform"
-    # Provisioning starts only from allocated, in the transition to provisioning: before it, nothing was built.
-    provisioning_started = request.state != RequestState.ALLOCATED
     _transition(
         request,
         "start_release",
@@ -877,11 +875,7 @@ def request_release(*, request: ResourceRequest, actor: User | None, reason: str
         intervention=is_operator_intervention(actor, request),
     )
     request_id = request.pk
-    transaction.on_commit(
-        lambda: request_releasing.send(
-            sender=ResourceRequest, request_id=request_id, reason=reason, provisioning_started=provisioning_started
-        )
-    )
+    transaction.on_commit(lambda: request_releasing.send(sender=ResourceRequest, request_id=request_id, reason=reason))
     return request
 
 

@@ -5,10 +5,10 @@ from django.dispatch import Signal
 # Sent after commit when a request enters the queue. kwargs: request_id (int). The scheduler listens.
 request_queued = Signal()
 
-# Sent after commit when a request starts releasing. kwargs: request_id (int), reason (str), provisioning_started
-# (bool: provisioning had begun building its environment). Provisioning then tears the environment down and its
-# last step frees the devices; otherwise the scheduler frees them at once. Either way the release ends in
-# scheduling's allocation_free, which finishes it.
+# Sent after commit when a request starts releasing. kwargs: request_id (int), reason (str). One receiver, in
+# provisioning, decides how it goes (provisioning.services.release_start): what was built is torn down and the
+# teardown's last step frees the devices, or nothing was built and they are freed at once. Either way the release
+# ends in scheduling's allocation_free, which finishes it.
 request_releasing = Signal()
 
 # Sent after commit when a running request is preempted back to the queue. kwargs: request_id (int), winner_id (int).

@@ -38,6 +38,7 @@ from scheduling.mig import cycle as mig_cycle
 from scheduling.mig import services as mig_services
 from scheduling.models import ENDS_AT, Allocation, AllocationDevice, Minutes, Node
 from scheduling.selectors import replicas_serving_without
+from scheduling.signals import allocation_ended
 from scheduling.task_names import CYCLE_TASK
 
 
@@ -83,7 +84,8 @@ def allocation_free(*, request_ids: list[int], reason: Reason) -> list[Allocatio
     """The end of every release pipeline (release, expiry, staleness, preemption, isolation requeue, the cleanup
     after a failure): the requests' active allocations go back to the pool, and a releasing request's release
     finishes. Called by the last teardown step, or at once when nothing was provisioned; idempotent. Locks the
-    requests, then their allocations, in a constant number of queries for any number of requests."""
+    requests, then their allocations, in a constant number of queries for any number of requests. After the commit,
+    `allocation_ended` names the allocations it ended (metering brings their card-hours into the ledger then)."""
     requests = list(ResourceRequest.objects.select_for_update().filter(pk__in=request_ids).order_by("pk"))
     allocations = list(
         Allocation.objects.select_for_update()
@@ -91,6 +93,11 @@ def allocation_free(*, request_ids: list[int], reason: Reason) -> list[Allocatio
         .order_by("pk")
     )
     allocation_release(allocations=allocations, reason=reason)
+    if allocations:
+        ended = ([allocation.pk for allocation in allocations], sorted({a.request_id for a in allocations}))
+        transaction.on_commit(
+            lambda: allocation_ended.send(sender=Allocation, allocation_ids=ended[0], request_ids=ended[1])
+        )
     released = {allocation.request_id: allocation.release_reason for allocation in allocations}
     for request in requests:
         if request.state == RequestState.RELEASING:

@@ -17,6 +17,10 @@ requests_allocated = Signal()
 # waiting (counts). Metering records the durations for /metrics.
 cycle_finished = Signal()
 
+# Sent after the commit of allocation_free, the end of every release pipeline, for the allocations it ended.
+# kwargs: allocation_ids (list[int]), request_ids (list[int]). Metering refreshes their card-hours in the ledger.
+allocation_ended = Signal()
+
 # Sent after the commit of a change to whether a node should take work: a cordon or uncordon, a card isolated or its
 # isolation cleared. kwargs: node_id (int), execution_backend (str), available (bool: the node may take work it could
 # not take before, i.e. an uncordon or a clearance). The Slurm drain connects here, and the scheduling cycle to a

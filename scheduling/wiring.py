@@ -18,13 +18,6 @@ def cycle_when_available(*, available: bool, **_kwargs) -> None:
         trigger_cycle()
 
 
-def free_unprovisioned(*, request_id: int, reason: str, provisioning_started: bool, **_kwargs) -> None:
-    """Nothing was provisioned, so nothing is torn down: the devices go back at once. Otherwise provisioning
-    tears the environment down and its last step frees them (provisioning.wiring.teardown_after_release)."""
-    if not provisioning_started:
-        async_task("scheduling.tasks.free_allocations", [request_id], reason)
-
-
 def drain_in_slurm(*, node_id: int, execution_backend: str, **_kwargs) -> None:
     """A Slurm-backed node's cordon or card isolation changed: drain or resume it in Slurm, in a task."""
     if execution_backend == ExecutionBackend.SLURM:
@@ -48,7 +41,7 @@ def connect() -> None:
 
     from config import metrics
     from requests import hooks
-    from requests.signals import request_queued, request_releasing
+    from requests.signals import request_queued
     from scheduling.allocations import allocation_details
     from scheduling.estimate import order_never_fits, orders_never_fit, placement_estimate
     from scheduling.metrics import SchedulerCollector
@@ -64,7 +57,6 @@ def connect() -> None:
     node_availability_changed.connect(drain_in_slurm, dispatch_uid="scheduling.drain_in_slurm")
     node_availability_changed.connect(cycle_when_available, dispatch_uid="scheduling.cycle_on_availability")
     backend_availability_changed.connect(cycle_when_available, dispatch_uid="scheduling.cycle_on_backend")
-    request_releasing.connect(free_unprovisioned, dispatch_uid="scheduling.free_on_release")
     post_migrate.connect(ensure_schedules, dispatch_uid="scheduling.ensure_schedules")
     _register_approval_subjects()
 

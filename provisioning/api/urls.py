@@ -2,7 +2,6 @@ from django.urls import path
 
 from provisioning.api import views
 from provisioning.api.connect import ConnectSecretRotateView
-from provisioning.serving import views as serving_views
 
 urlpatterns = [
     path(
@@ -31,9 +30,6 @@ urlpatterns = [
         views.ForceReleaseView.as_view(),
         name="provisioning-run-force-release",
     ),
-    path("projects/<int:project_id>/api-keys/", serving_views.ProjectKeysView.as_view(), name="api-key-list"),
-    path("api-keys/<int:pk>/rotate/", serving_views.KeyRotateView.as_view(), name="api-key-rotate"),
-    path("api-keys/<int:pk>/revoke/", serving_views.KeyRevokeView.as_view(), name="api-key-revoke"),
     path(
         "requests/<int:pk>/connect-secrets/<slug:name>/rotate/",
         ConnectSecretRotateView.as_view(),

@@ -20,7 +20,7 @@ from pathlib import Path
 from django.conf import settings
 
 from provisioning.drivers.base import ServingDriver, StepError, Target
-from provisioning.serving.deployments import served_model_id
+from serving.deployments import served_model_id
 
 
 def _venv_site_packages(python: str) -> list[Path]:

@@ -37,8 +37,8 @@ from provisioning.drivers.base import (
     tenant_cluster_name,
     visible_uuid,
 )
-from provisioning.serving.deployments import served_model_id
 from scheduling import mig
+from serving.deployments import served_model_id
 
 # Seconds a real system takes, roughly; scaled by PROVISIONING_SIMULATED_SPEED.
 DURATIONS = {
@@ -340,7 +340,7 @@ class SimulatedHost(WorkloadDriver, InBandDriver, ServingDriver):
             [
                 sys.executable,
                 "-m",
-                "provisioning.serving.inference_server",
+                "serving.inference_server",
                 "--host",
                 "127.0.0.1",
                 "--port",

@@ -12,7 +12,7 @@ TASKS = {
     "scheduling.tasks.import_from_slurm",
     "scheduling.tasks.refresh_slurm_node_states",
     "provisioning.tasks.resume_due_steps",
-    "provisioning.tasks.check_replicas",
+    "serving.tasks.check_replicas",
     "provisioning.tasks.reconcile_workloads",
     "requests.tasks.remind_pending_approvals",
     "metering.tasks.collect_telemetry",

@@ -10,11 +10,13 @@ from django.conf import settings
 from django.utils import timezone
 from django_fsm import FSMField, TransitionNotAllowed
 
-from provisioning.choices import DeploymentState, RunState, StepState, Wait
-from provisioning.models import ProvisioningRun, ProvisioningStep, ServingDeployment
+from provisioning.choices import RunState, StepState, Wait
+from provisioning.models import ProvisioningRun, ProvisioningStep
 from requests.choices import ApprovalState, ChangeState, StageState
 from requests.models import Approval, ApprovalStage, QuotaChangeRequest
 from scheduling.models import IsolationClearance
+from serving.choices import DeploymentState
+from serving.models import ServingDeployment
 
 NOW = timezone.now()
 A, G, R, P, D, C = ApprovalState, StageState, RunState, StepState, DeploymentState, ChangeState

@@ -152,8 +152,8 @@ def on_redfish(settings, bare_metal, image_server):  # noqa: F811  (the imported
 def serving(shop, team, run_on_commit):
     """A model-serving service (1 card a replica, 2 replicas) on a 4-card node, and an order helper. Inference
     servers the tests start are stopped at the end."""
-    from provisioning.models import ServingReplica
     from requests.orders import Order
+    from serving.models import ServingReplica
 
     one_card = factories.ResourceSpecFactory(
         accelerator_models=[shop.accelerator], accelerator_count=1, cpu_cores=4, memory_gb=32

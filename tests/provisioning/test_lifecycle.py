@@ -226,7 +226,7 @@ def test_a_provisioning_that_finishes_after_a_release_began_leaves_the_release_i
     request.refresh_from_db()
     assert request.state == RequestState.RELEASING  # not activated behind the release's back
     assert not request.events.filter(code__in=[EventCode.ACTIVE, EventCode.CLEANED_UP]).exists()
-    run_on_commit(services.teardown_start, request_id=request.pk, reason="changed my mind")
+    run_on_commit(services.release_start, request_id=request.pk, reason="changed my mind")
     request.refresh_from_db()
     assert request.state == RequestState.RELEASED
     assert ProvisioningRun.objects.get(request=request, kind=RunKind.RELEASE).state == RunState.SUCCEEDED

@@ -14,14 +14,15 @@ import pytest
 from catalog.choices import ServiceKind, ServingRuntime
 from catalog.serving_models import SMOLLM2
 from metering.models import TokenUsage
-from provisioning.choices import DeploymentState
 from provisioning.drivers.llamacpp import file_sha256, model_path, threads_for
-from provisioning.models import ProvisioningRun, ServingDeployment, ServingReplica
-from provisioning.serving import keys
+from provisioning.models import ProvisioningRun
 from requests import services as request_services
 from requests.choices import RequestState
 from requests.orders import Order
 from scheduling import cycle
+from serving import keys
+from serving.choices import DeploymentState
+from serving.models import ServingDeployment, ServingReplica
 from tests import factories
 from tests.provisioning.conftest import add_node
 from tests.provisioning.gateway_process import until

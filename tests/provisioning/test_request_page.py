@@ -10,9 +10,9 @@ from django.urls import reverse
 from django.utils import timezone
 
 from config.errors import DomainError
-from provisioning.serving import keys
 from requests import services as request_services
 from requests.choices import EventCode, RequestState
+from serving import keys
 from tests import factories
 from tests.queries import queries_for
 from tests.requests.conftest import approval_rule, approver_stage, make_order

@@ -18,9 +18,9 @@ from pathlib import Path
 import pytest
 from django.core.management import call_command
 
-from provisioning.models import ServingReplica
-from provisioning.serving.runtimes import local_serving_runtimes
+from provisioning.runtimes import local_serving_runtimes
 from requests.models import ResourceRequest
+from serving.models import ServingReplica
 from tenancy.demo import DEMO_PASSWORD_DEFAULT
 from tests.requests.test_browser import browser  # noqa: F401 (the fixture)
 

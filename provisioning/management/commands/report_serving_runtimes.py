@@ -3,7 +3,7 @@ it runs: `python manage.py report_serving_runtimes [--node NAME ...] [--backend 
 
 from django.core.management.base import BaseCommand, CommandError
 
-from provisioning.serving.runtimes import serving_runtimes_report
+from provisioning.runtimes import serving_runtimes_report
 from scheduling.choices import ExecutionBackend
 from scheduling.models import Node
 

@@ -1,7 +1,7 @@
 """What the gateway data plane reads from the control plane, and how it learns that something changed.
 
 Django writes keys, deployments, replicas and budgets (services in keys.py and deployments.py, the admin); the
-gateway processes (provisioning/serving/gateway.py) hold a snapshot of them in memory and never write them. Every
+gateway processes (serving/gateway.py) hold a snapshot of them in memory and never write them. Every
 committed change bumps a version counter in Redis (`ROUTES_VERSION_KEY`); each gateway polls it every
 `GATEWAY_POLL_SECONDS` and reloads its snapshot when it moved, so a revoked key or a released deployment is
 refused everywhere from the next poll on. Without Redis (the embedded default) there is nothing to poll: each
@@ -88,8 +88,8 @@ class Snapshot:
 
 def snapshot_load() -> Snapshot:
     """Everything the gateway needs to admit and route a call (three queries)."""
-    from provisioning.choices import DeploymentState
-    from provisioning.models import ApiKey, ServingDeployment, ServingReplica
+    from serving.choices import DeploymentState
+    from serving.models import ApiKey, ServingDeployment, ServingReplica
 
     routes = {
         row["slug"]: Route(

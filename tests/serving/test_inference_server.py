@@ -44,7 +44,7 @@ def start_server(*arguments: str) -> tuple[subprocess.Popen, str]:
         [
             sys.executable,
             "-m",
-            "provisioning.serving.inference_server",
+            "serving.inference_server",
             "--host",
             "127.0.0.1",
             "--port",

@@ -15,9 +15,9 @@ from urllib.parse import urlsplit
 import pytest
 
 from config.probes import NotAnswering, wait_until_answers
-from provisioning.serving.paths import PathRefused, replica_path
+from serving.paths import PathRefused, replica_path
 from tests.config.conftest import REPO, _app_env, _free_port
-from tests.provisioning.test_gateway import CHAT, deployed  # noqa: F401  (fixture)
+from tests.serving.test_gateway import CHAT, deployed  # noqa: F401  (fixture)
 
 pytestmark = pytest.mark.integration  # starts processes of its own
 

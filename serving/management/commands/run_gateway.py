@@ -3,7 +3,7 @@
 from django.conf import settings
 from django.core.management.base import BaseCommand
 
-from provisioning.serving import gateway
+from serving import gateway
 
 
 class Command(BaseCommand):

@@ -3,8 +3,8 @@
 import pytest
 from django.urls import reverse
 
-from provisioning.models import ApiKey
-from provisioning.serving import keys
+from serving import keys
+from serving.models import ApiKey
 from tenancy.choices import Role
 from tests import factories
 from tests.queries import queries_for
@@ -116,7 +116,7 @@ def deployed_for_pages(serving):
 @pytest.mark.parametrize("model", ["servingdeployment", "apikey"])
 def test_console_changelists_are_constant_and_hide_secrets(serving, console, model):
     serving.order()
-    url = f"/admin/provisioning/{model}/"
+    url = f"/admin/serving/{model}/"
     keys.api_key_create(project=serving.team.project, name="one", actor=serving.team.developer)
     few = queries_for(console, url)
     for n in range(3):
@@ -127,7 +127,7 @@ def test_console_changelists_are_constant_and_hide_secrets(serving, console, mod
 
 def test_developers_do_not_get_the_console(serving, client):
     client.force_login(factories.member(serving.team.project, Role.LEAD))
-    assert client.get("/admin/provisioning/apikey/").status_code == 302
+    assert client.get("/admin/serving/apikey/").status_code == 302
 
 
 def test_page_rotate_and_revoke_return_to_the_request_page(deployed_for_pages, client):

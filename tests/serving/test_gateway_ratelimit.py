@@ -7,7 +7,7 @@ import os
 
 import pytest
 
-from provisioning.serving.ratelimit import LEASE_SHARE, RATE_PREFIX, RateLimiter
+from serving.ratelimit import LEASE_SHARE, RATE_PREFIX, RateLimiter
 
 REDIS_URL = os.environ.get("RATELIMIT_TEST_REDIS_URL", "redis://127.0.0.1:6379/13")
 
@@ -60,7 +60,7 @@ def test_a_new_minute_starts_a_new_count(redis_db):
 
 
 def test_redis_away_is_unavailable_not_admitted():
-    from provisioning.serving.ratelimit import Unavailable
+    from serving.ratelimit import Unavailable
 
     async def run():
         limiter = RateLimiter("redis://127.0.0.1:1/0")

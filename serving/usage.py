@@ -10,8 +10,8 @@ from django.db import connection, transaction
 from django.db.models import Sum
 
 from metering.models import TokenUsage
-from provisioning.models import ServingDeployment
 from requests.quota import month_start
+from serving.models import ServingDeployment
 
 
 def month_totals(deployment: ServingDeployment) -> dict:

@@ -1,6 +1,6 @@
 """A small OpenAI-compatible inference server: the `simulated` model-serving runtime.
 
-    python -m provisioning.serving.inference_server --host 127.0.0.1 --port 8100 --model NAME
+    python -m serving.inference_server --host 127.0.0.1 --port 8100 --model NAME
         [--replica NAME] [--max-tokens N] [--context-length N] [--latency-ms N]
 
 A standalone process (standard library only, no Django) started by the provisioning driver, one per replica.

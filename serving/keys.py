@@ -10,7 +10,7 @@ from django.utils import timezone
 
 from config.errors import Conflict, DomainError, NotPermitted
 from config.tokens import prefixed_secret_new, prefixed_secret_prefix, secret_hash, secret_matches
-from provisioning.models import ApiKey
+from serving.models import ApiKey
 from tenancy.choices import ProjectPermission
 from tenancy.models import Project, User
 from tenancy.selectors import user_has_project_permission

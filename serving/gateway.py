@@ -44,7 +44,7 @@ from django.db import close_old_connections
 from django.utils import timezone
 from yarl import URL
 
-from provisioning.serving import diagnostics, paths, ratelimit, routes, usage
+from serving import diagnostics, paths, ratelimit, routes, usage
 
 logger = logging.getLogger(__name__)
 
@@ -254,7 +254,7 @@ class Gateway:
             if at - self.last_use_written.get(prefix, 0.0) >= LAST_USE_EVERY_SECONDS
         }
         if due:
-            from provisioning.serving.keys import api_keys_used
+            from serving.keys import api_keys_used
 
             await self._in_db(api_keys_used, due)
             self.last_use_written.update(dict.fromkeys(due, now))
@@ -380,7 +380,7 @@ class Gateway:
         for held in (route, self.snapshot.routes.get(route.slug, route)):
             held.replicas = [r for r in held.replicas if r.id != replica.id]
         self.found_down[replica.id] = None
-        from provisioning.serving.deployments import replica_failed
+        from serving.deployments import replica_failed
 
         future = asyncio.get_running_loop().run_in_executor(
             self.db, lambda: (close_old_connections(), replica_failed(replica_id=replica.id, reason=reason))

@@ -13,14 +13,16 @@ import pytest
 from django.utils import timezone
 
 from metering.models import TokenUsage
-from provisioning.choices import DeploymentState, RunState
-from provisioning.models import ProvisioningRun, ServingDeployment, ServingReplica
-from provisioning.serving import keys
-from provisioning.serving.routes import ROUTES_VERSION_KEY
+from provisioning.choices import RunState
+from provisioning.models import ProvisioningRun
 from requests import services as request_services
 from requests.choices import RequestState
 from scheduling.models import Allocation, Device
 from scheduling.services import node_cordon
+from serving import keys
+from serving.choices import DeploymentState
+from serving.models import ServingDeployment, ServingReplica
+from serving.routes import ROUTES_VERSION_KEY
 from tests import factories
 from tests.provisioning.conftest import add_node
 from tests.provisioning.gateway_process import until

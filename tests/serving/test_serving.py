@@ -6,12 +6,12 @@ import json
 import pytest
 from django.urls import reverse
 
-from provisioning.choices import DeploymentState
-from provisioning.models import ServingDeployment
-from provisioning.serving import deployments, keys
 from requests.choices import RequestState
 from scheduling.models import Node
 from scheduling.services import node_cordon, node_uncordon
+from serving import deployments, keys
+from serving.choices import DeploymentState
+from serving.models import ServingDeployment
 from tests import factories
 from tests.provisioning.conftest import add_node
 

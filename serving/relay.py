@@ -1,6 +1,6 @@
 """/serve/<deployment>/v1/... reached on the web server: handed to the gateway data plane (GATEWAY_URL) unchanged.
 
-The gateway (provisioning/serving/gateway.py, its own process) is the only data plane: it authenticates, limits,
+The gateway (serving/gateway.py, its own process) is the only data plane: it authenticates, limits,
 routes and meters. In production the load balancer sends /serve/ to the gateways directly; this relay only keeps the
 published URLs working on a single-address demo (`make run` sets GATEWAY_URL). It decides nothing but what the
 gateway would refuse first: a path that would leave the replica's /v1/ (paths.py), which is not sent on.
@@ -11,7 +11,7 @@ from django.conf import settings
 from django.http import HttpResponse, JsonResponse, StreamingHttpResponse
 from django.views.decorators.csrf import csrf_exempt
 
-from provisioning.serving import paths
+from serving import paths
 
 HOP_HEADERS = ("content-type", "accept", "authorization")
 _client = httpx.Client(timeout=httpx.Timeout(settings.GATEWAY_UPSTREAM_TIMEOUT_SECONDS + 5, connect=2.0))

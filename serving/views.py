@@ -17,11 +17,11 @@ from rest_framework.views import APIView
 
 from config.api import ErrorSerializer
 from config.errors import DomainError
-from provisioning.models import ApiKey, ServingDeployment
-from provisioning.serving import keys
-from provisioning.serving.deployments import endpoint_url, example_curl
 from requests import selectors as request_selectors
 from requests.views import confirmation, show_once_on_request_page
+from serving import keys
+from serving.deployments import endpoint_url, example_curl
+from serving.models import ApiKey, ServingDeployment
 from tenancy.selectors import project_list_visible_to
 
 GRACE_CHOICES = [

@@ -11,12 +11,11 @@ from django.urls import reverse
 from django.utils import timezone
 from django.utils.text import slugify
 
-from provisioning.choices import DeploymentState
-from provisioning.drivers.base import StepPending, Target
-from provisioning.models import ServingDeployment, ServingReplica
-from provisioning.serving.routes import routes_changed
 from scheduling.choices import DeviceHealth
 from scheduling.models import Allocation, AllocationDevice
+from serving.choices import DeploymentState
+from serving.models import ServingDeployment, ServingReplica
+from serving.routes import routes_changed
 
 HEALTH_TIMEOUT_SECONDS = 2.0
 
@@ -68,11 +67,11 @@ def deployment_stop(*, request) -> int:
     return 1
 
 
-def replica_devices(target: Target, replicas: int) -> list[list[dict]]:
+def replica_devices(devices: list[dict], replicas: int) -> list[list[dict]]:
     """One allocation's devices split evenly between the replicas it holds together (the MIG engine places a
     deployment's slices on one node; requests allocated before replicas had allocations of their own)."""
-    per_replica = max(1, len(target.devices) // replicas)
-    return [list(target.devices[i * per_replica : (i + 1) * per_replica]) for i in range(replicas)]
+    per_replica = max(1, len(devices) // replicas)
+    return [list(devices[i * per_replica : (i + 1) * per_replica]) for i in range(replicas)]
 
 
 def placement_problems(replicas: list[ServingReplica]) -> dict[int, str]:
@@ -150,17 +149,13 @@ def replicas_check(replicas: list[ServingReplica]) -> list[ServingReplica]:
     return down
 
 
-def await_replicas(deployment: ServingDeployment) -> dict:
-    """Wait until every replica's server answers. One on a node cordoned meanwhile is not waited for (it would never
-    come into rotation): the deployment starts serving through the others."""
+def replicas_not_ready(deployment: ServingDeployment) -> list[ServingReplica]:
+    """The replicas whose server does not answer yet (the provisioning step waits for none of them). One on a node
+    cordoned meanwhile is not counted (it would never come into rotation): the deployment starts serving through the
+    others."""
     replicas = list(deployment.replicas.all())
     out_of_service = placement_problems(replicas)
-    down = [replica for replica in replicas_check(replicas) if replica.pk not in out_of_service]
-    if down:
-        raise StepPending(
-            f"Waiting for {', '.join(r.name for r in down)} to answer: {down[0].last_error}", retry_after=0.5
-        )
-    return {"replicas": list(deployment.replicas.values_list("name", flat=True))}
+    return [replica for replica in replicas_check(replicas) if replica.pk not in out_of_service]
 
 
 @transaction.atomic

@@ -2,9 +2,9 @@
 
 from django.urls import reverse
 
-from provisioning.models import ApiKey, ServingDeployment
-from provisioning.serving import usage
-from provisioning.serving.deployments import endpoint_url, example_curl
+from serving import usage
+from serving.deployments import endpoint_url, example_curl
+from serving.models import ApiKey, ServingDeployment
 
 
 def _key_data(key: ApiKey) -> dict:
