@@ -344,12 +344,18 @@ def test_slurmrestd_stopped_holds_orders_and_releases_until_it_answers(faults):
 # --- The database's connections dropped ----------------------------------------------------------------------------
 
 
+# The worker's sessions carry this application name (libpq reads PGAPPNAME), so that the drops below end them alone:
+# the test process's other sessions (the session's live server, say) are not the platform under test.
+WORKER_APPLICATION = "fault-test-worker"
+
+
 def drop_database_connections() -> int:
-    """What a PostgreSQL restart or failover does to every session but this test's (pg_terminate_backend)."""
+    """What a PostgreSQL restart or failover does to the worker's sessions (pg_terminate_backend)."""
     with connection.cursor() as cursor:
         cursor.execute(
             "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity "
-            "WHERE datname = current_database() AND pid <> pg_backend_pid()"
+            "WHERE datname = current_database() AND application_name = %s AND pid <> pg_backend_pid()",
+            [WORKER_APPLICATION],
         )
         return cursor.fetchone()[0]
 
@@ -375,7 +381,7 @@ def through_drops(condition, *, seconds: float, log: Path) -> int:
 @pytest.mark.django_db(transaction=True, serialized_rollback=True)
 def test_dropped_database_connections_under_a_real_worker_fail_nothing(faults, monkeypatch, tmp_path, settings):
     """A real qcluster (two workers, the ORM broker) provisions four orders and releases two while every database
-    session but the test's is terminated as the orders are placed and as the releases are asked for, and again while a
+    session of the worker is terminated as the orders are placed and as the releases are asked for, and again while a
     step runs: the steps whose record was lost are taken over once their short lease lapses, a release whose teardown
     task was lost is resumed, and the accounts balance."""
     cluster = faults.cluster
@@ -386,6 +392,7 @@ def test_dropped_database_connections_under_a_real_worker_fail_nothing(faults, m
     worker = start_worker(
         log,
         Q_WORKERS="2",
+        PGAPPNAME=WORKER_APPLICATION,
         PROVISIONING_LEASE_SECONDS="2",
         SLURM_REST_URL=cluster.rest_url,
         SLURM_USER_NAME=cluster.user_name,
