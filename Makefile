@@ -187,9 +187,10 @@ test: install browser slurm podman ldap redfish-emulator ansible-venv oidc-venv 
 	$(BIN)/pytest
 
 # The unit layer alone: no daemon, browser, server, subprocess or committed transaction (the `integration` marker,
-# tests/conftest.py). Still on PostgreSQL, like the whole suite.
+# tests/conftest.py), in two processes (pytest-xdist; each makes its own test database). Still on PostgreSQL, like the
+# whole suite, which runs in one process: its daemons are started once per session.
 test-fast: install
-	$(BIN)/pytest -m "not integration" -q
+	$(BIN)/pytest -m "not integration" -q -n 2
 
 # The README's walk-through screenshots (docs/screenshots/), made by the demo walk-through test as it orders every demo
 # offering in Chromium, and reduced with Debian's pngquant (installed when missing).

@@ -18,6 +18,7 @@ APP_SCOPES: dict[str, tuple[str, str]] = {
     "tenancy": (TokenScope.PROJECTS_READ, TokenScope.OPERATIONS_WRITE),
     "requests": (TokenScope.REQUESTS_READ, TokenScope.REQUESTS_WRITE),
     "provisioning": (TokenScope.REQUESTS_READ, TokenScope.OPERATIONS_WRITE),
+    "serving": (TokenScope.REQUESTS_READ, TokenScope.OPERATIONS_WRITE),
     "scheduling": (TokenScope.INVENTORY_READ, TokenScope.OPERATIONS_WRITE),
     "metering": (TokenScope.USAGE_READ, TokenScope.OPERATIONS_WRITE),
 }
