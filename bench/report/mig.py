@@ -3,12 +3,10 @@
 budget), without the budget, first-fit over valid placements, and on default the static layouts, the milli-share
 model and the ceilings. One `python -m bench.placement mig --json` process."""
 
-import json
-import subprocess
-import sys
 from pathlib import Path
 
 from bench.headline import Headline, row_where
+from bench.report import mean_std, placement_report
 
 ROOT = Path(__file__).resolve().parents[2]
 OPENB = ROOT.parent / "shared" / "data" / "openb"
@@ -52,18 +50,8 @@ def headline(rows: list[dict]) -> Headline:
 def run() -> list[dict]:
     if not OPENB.is_dir():
         return [_row(trace="openb traces not found")]
-    out = subprocess.run(
-        [sys.executable, "-m", "bench.placement", "mig", "--data", str(OPENB), "--seeds", SEEDS, "--json"],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        check=True,
-    ).stdout
-    summary = json.loads(out)
+    summary = placement_report("mig", "--data", str(OPENB), "--seeds", SEEDS)
     load = f"{summary['load_avg']['start']} -> {summary['load_avg']['end']}"
-
-    def fmt(stat):
-        return "n/a" if stat["mean"] is None else f"{stat['mean']:.2f} ± {stat['std']:.2f}"
 
     rows = []
     for trace, result in summary["traces"].items():
@@ -80,8 +68,8 @@ def run() -> list[dict]:
                     trace=trace,
                     variant=label,
                     **{
-                        "alloc@100 %": fmt(part["alloc_at_100"]),
-                        "accepted slices": f"{fmt(part['accepted_slice_demands'])} of "
+                        "alloc@100 %": mean_std(part["alloc_at_100"]),
+                        "accepted slices": f"{mean_std(part['accepted_slice_demands'])} of "
                         f"{part['slice_demands']['mean']:.1f}",
                         "invalid": part["invalid_layouts"],
                         "off constraint": part["off_constraint"],
@@ -91,10 +79,12 @@ def run() -> list[dict]:
                 )
             )
         if "milli_model_invalid_layouts" in result:
-            rows.append(_row(trace=trace, variant="milli model", invalid=fmt(result["milli_model_invalid_layouts"])))
+            rows.append(
+                _row(trace=trace, variant="milli model", invalid=mean_std(result["milli_model_invalid_layouts"]))
+            )
     for label, key in (
         ("ceiling: perfect packing, arrival order", "perfect_packing"),
         ("ceiling: hindsight LP bound (refuses work that fits)", "hindsight_bound"),
     ):
-        rows.append(_row(trace="openb default", variant=label, **{"alloc@100 %": fmt(summary[key])}))
+        rows.append(_row(trace="openb default", variant=label, **{"alloc@100 %": mean_std(summary[key])}))
     return rows

@@ -2,15 +2,13 @@
 when ../shared/data/openb exists (never copied into the project). Each row is one `python -m bench.placement`
 process, so peak memory is per run."""
 
-import json
 import random
-import subprocess
-import sys
 import tempfile
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from bench.headline import Headline, row_where
+from bench.report import mean_std, placement_report
 
 ROOT = Path(__file__).resolve().parents[2]
 OPENB = ROOT.parent / "shared" / "data" / "openb"
@@ -68,41 +66,16 @@ def synthetic(directory: Path) -> tuple[str, str]:
 
 def _one(trace: str, nodes: str, pods: str, policy: str) -> dict:
     seeds = FEW_SEEDS if policy == "random" else SEEDS
-    out = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "bench.placement",
-            "openb",
-            "--nodes",
-            nodes,
-            "--pods",
-            pods,
-            "--policy",
-            policy,
-            "--seeds",
-            seeds,
-            "--inflate",
-            "1.3",
-            "--json",
-        ],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        check=True,
-    ).stdout
-    summary = json.loads(out)
-
-    def fmt(stat):
-        return "n/a" if stat["mean"] is None else f"{stat['mean']:.2f} ± {stat['std']:.2f}"
-
+    summary = placement_report(
+        "openb", "--nodes", nodes, "--pods", pods, "--policy", policy, "--seeds", seeds, "--inflate", "1.3"
+    )
     return {
         "trace": trace,
         "policy": policy,
         "seeds": seeds,
-        "alloc@100 %": fmt(summary["alloc_at_100"]),
-        "alloc@130 %": fmt(summary["alloc_at_130"]),
-        "frag@100 %": fmt(summary["frag_at_100"]),
+        "alloc@100 %": mean_std(summary["alloc_at_100"]),
+        "alloc@130 %": mean_std(summary["alloc_at_130"]),
+        "frag@100 %": mean_std(summary["frag_at_100"]),
         "decisions/s": summary["decisions_per_s"],
         "peak MB": summary["peak_mem_mb"],
     }

@@ -13,6 +13,7 @@ from pathlib import Path
 import psycopg
 
 from bench.headline import Headline
+from bench.report import placement_report
 
 ROOT = Path(__file__).resolve().parents[2]
 # Beside the checkout (/work/main -> /work/shared), or beside a worktree's parent (/work/wt/<name> -> /work/shared).
@@ -41,30 +42,19 @@ TARGET = "one cycle over 100,000 queued on 12,130 nodes <= 30 s; >= 5,000 decisi
 
 
 def _engine(scale: int) -> dict:
-    out = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "bench.placement",
-            "openb",
-            "--nodes",
-            str(OPENB / "openb_node_list_gpu_node.csv"),
-            "--pods",
-            str(OPENB / "openb_pod_list_default.csv"),
-            "--policy",
-            "fgd-plus",
-            "--seeds",
-            "42",
-            "--scale",
-            str(scale),
-            "--json",
-        ],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        check=True,
-    ).stdout
-    summary = json.loads(out)
+    summary = placement_report(
+        "openb",
+        "--nodes",
+        str(OPENB / "openb_node_list_gpu_node.csv"),
+        "--pods",
+        str(OPENB / "openb_pod_list_default.csv"),
+        "--policy",
+        "fgd-plus",
+        "--seeds",
+        "42",
+        "--scale",
+        str(scale),
+    )
     return {
         "what": "engine",
         "nodes": summary["nodes"],
