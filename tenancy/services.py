@@ -3,9 +3,10 @@
 from decimal import Decimal
 from typing import Any
 
+from django.contrib.auth.models import Permission
 from django.contrib.contenttypes.models import ContentType
 from django.db import models, transaction
-from guardian.shortcuts import assign_perm, get_user_perms, remove_perm
+from guardian.models import UserObjectPermission
 
 from config.errors import Conflict, DomainError
 from tenancy.choices import ROLE_PERMISSIONS, OrderCap, PriorityClass, ProjectPermission, QuotaDimension, Role
@@ -163,13 +164,20 @@ def _user_or_none(actor: User | None) -> User | None:
 
 
 def _sync_project_permissions(*, user: User, project: Project, role: str | None) -> None:
-    """Make the user's object permissions on the project exactly those of the role (none for no role)."""
+    """Make the user's object permissions on the project exactly those of the role (none for no role): django-guardian's
+    rows, written in one statement each way (its assign_perm reads and writes once per permission)."""
     wanted = ROLE_PERMISSIONS.get(role, frozenset())
-    held = set(get_user_perms(user, project)) & set(ProjectPermission.values)
-    for codename in wanted - held:
-        assign_perm(f"tenancy.{codename}", user, project)
-    for codename in held - wanted:
-        remove_perm(f"tenancy.{codename}", user, project)
+    project_type = ContentType.objects.get_for_model(Project)
+    rows = UserObjectPermission.objects.filter(user=user, content_type=project_type, object_pk=str(project.pk))
+    held = set(rows.values_list("permission__codename", flat=True)) & set(ProjectPermission.values)
+    UserObjectPermission.objects.bulk_create(
+        [
+            UserObjectPermission(user=user, permission=permission, content_type=project_type, object_pk=str(project.pk))
+            for permission in Permission.objects.filter(content_type=project_type, codename__in=wanted - held)
+        ]
+    )
+    if held - wanted:
+        rows.filter(permission__codename__in=held - wanted).delete()
 
 
 @transaction.atomic
