@@ -235,10 +235,16 @@ def test_list_pages_run_a_constant_number_of_queries(client, shop, team, path):
             services.request_submit(order=make_order(shop, team.project, spec=shop.sliced), requester=team.developer)
         factories.ServiceFactory(specs=[shop.whole], images=[shop.image])
 
+    def served_query_count() -> int:
+        """A served page's count: the second call's, the first filling what a process keeps (content types, the
+        catalog it rebuilds when a service was added) once."""
+        _query_count(client, path)
+        return _query_count(client, path)
+
     add_requests(2)
-    few = _query_count(client, path)
+    few = served_query_count()
     add_requests(6)
-    assert _query_count(client, path) == few
+    assert served_query_count() == few
 
 
 def test_role_matrix_for_a_pending_request(client, shop, team):
