@@ -38,6 +38,16 @@ class ServiceAccountForm(forms.Form):
     description = forms.CharField(max_length=200, required=False)
 
 
+class SshKeyForm(forms.Form):
+    name = forms.CharField(max_length=80, help_text="Which machine holds the private key, e.g. work laptop.")
+    public_key = forms.CharField(
+        label="Public key",
+        max_length=20000,
+        widget=forms.Textarea(attrs={"rows": 3, "spellcheck": "false", "autocomplete": "off"}),
+        help_text="The line of your .pub file, e.g. ssh-ed25519 AAAA... me@laptop. Never the private key.",
+    )
+
+
 class PersonalTokenForm(forms.Form):
     """A person's own token (the `cc` command line, a script): every scope offered, the reading ones and ordering
     checked at first."""

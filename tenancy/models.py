@@ -477,3 +477,29 @@ class DirectoryGrant(models.Model):
     def __str__(self):
         target = self.project or self.tenant
         return f"{self.user}: {self.get_grant_display()}" + (f" of {target}" if target else "")
+
+
+class SshKey(models.Model):
+    """A named SSH public key on a person's profile: every container workspace they order starts with all of them in
+    its authorized_keys, so an order needs no key pasted. Checked when added (config.ssh_keys)."""
+
+    user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="ssh_keys")
+    name = models.CharField(max_length=80, help_text="Which machine holds the private key, e.g. work laptop.")
+    public_key = models.TextField(help_text="The OpenSSH public key line: type, base64 key, comment.")
+    fingerprint = models.CharField(max_length=60, help_text="SHA256:..., as ssh-keygen -l prints it.")
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        verbose_name = "SSH key"
+        ordering = ["name", "id"]
+        constraints = [
+            models.UniqueConstraint(fields=["user", "name"], name="one_ssh_key_name_per_user"),
+            models.UniqueConstraint(fields=["user", "fingerprint"], name="one_ssh_key_per_user"),
+        ]
+
+    def __str__(self):
+        return f"{self.name} ({self.fingerprint}) of {self.user}"
+
+    @property
+    def key_type(self) -> str:
+        return self.public_key.split(" ", 1)[0]

@@ -10,12 +10,13 @@ from django.shortcuts import get_object_or_404, redirect, render
 from django.views.decorators.http import require_http_methods, require_POST
 
 from config.errors import DomainError, NotFound
-from tenancy import api_tokens, selectors, service_accounts, team
+from tenancy import api_tokens, selectors, service_accounts, ssh_keys, team
 from tenancy.forms import (
     InvitationAcceptForm,
     PersonalTokenForm,
     ServiceAccountForm,
     ServiceTokenForm,
+    SshKeyForm,
     TeamAddForm,
     TeamRoleForm,
 )
@@ -338,3 +339,34 @@ def api_token_revoke(request, token_id):
     else:
         messages.success(request, f"Token {token.name} ({token.prefix}…) revoked; it stopped working at once.")
     return redirect("team:api-tokens")
+
+
+# --- a person's SSH keys ---------------------------------------------------------------------------------------------
+
+
+@login_required
+@require_http_methods(["GET", "POST"])
+def ssh_keys_page(request):
+    """The signed-in person's SSH public keys, which every container workspace they order starts with."""
+    form = SshKeyForm(request.POST or None)
+    if request.method == "POST" and form.is_valid():
+        try:
+            key = ssh_keys.ssh_key_add(user=request.user, actor=request.user, **form.cleaned_data)
+        except DomainError as error:
+            _refusal_on(form, error)
+        else:
+            messages.success(request, f"Key {key.name} added ({key.fingerprint}); your next workspaces accept it.")
+            return redirect("team:ssh-keys")
+    context = {"section": "ssh-keys", "keys": ssh_keys.ssh_keys_of(user=request.user), "form": form}
+    return render(request, "tenancy/ssh_keys.html", context, status=422 if form.errors else 200)
+
+
+@login_required
+@require_POST
+def ssh_key_remove(request, key_id):
+    try:
+        key = ssh_keys.ssh_key_remove(user=request.user, key_id=key_id, actor=request.user)
+    except NotFound as error:
+        raise Http404(error.message) from error
+    messages.success(request, f"Key {key.name} removed; workspaces started from now on do not accept it.")
+    return redirect("team:ssh-keys")

@@ -57,6 +57,9 @@ class Api:
     def post(self, path: str, body: dict | None = None, *, headers: dict | None = None):
         return self._call("POST", path, json=body or {}, headers=headers)
 
+    def delete(self, path: str):
+        return self._call("DELETE", path)
+
     def all_pages(self, path: str, **params) -> list:
         """Every row of a paginated list, page after page."""
         rows, page = [], 1

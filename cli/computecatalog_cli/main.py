@@ -16,7 +16,6 @@ import yaml
 from rich.console import Console
 from rich.table import Table
 
-from computecatalog_cli import connect
 from computecatalog_cli.client import Api, ApiError, Exit
 from computecatalog_cli.config import Settings, settings_load, settings_save
 
@@ -269,9 +268,9 @@ def _status_lines(request: dict) -> list[str]:
     failure = request.get("failure")
     if failure:
         lines.append(f"  failed: {failure['code']}: {failure['sentence']}")
-    target = connect.ssh_target(request)
-    if target:
-        lines.append(f"  connect: {' '.join(target.command)}   (cc ssh {request['id']}, cc code {request['id']})")
+    ide = _ide_access(request)
+    if ide:
+        lines.append(f"  connect: {' '.join(ide['ssh_argv'])}   (cc ssh {request['id']}, cc code {request['id']})")
     return lines
 
 
@@ -302,24 +301,29 @@ def status(context: Context, request_id: int, watch: bool, interval: float, time
         _print_json(request)
 
 
-def _target(context: Context, request_id: int) -> connect.SshTarget:
+def _ide_access(request: dict) -> dict | None:
+    """The workspace's ssh command line, ssh_config block and IDE links, as the API gives them while it is active."""
+    return (((request.get("provisioning") or {}).get("delivered")) or {}).get("ide")
+
+
+def _reachable(context: Context, request_id: int) -> dict:
     request = context.api().get(f"requests/{request_id}/")
-    target = connect.ssh_target(request)
-    if target is None:
+    ide = _ide_access(request)
+    if ide is None:
         raise ApiError(
             409, "not_reachable_by_ssh", f"Request {request_id} is {request['state']}: no SSH workspace to reach."
         )
-    return target
+    return ide
 
 
-@command(help="SSH into an active workspace (runs ssh with its host, port and account; extra args go to ssh).")
+@command(help="SSH into an active workspace (runs ssh with its host, port and account; args after -- go to ssh).")
 @click.argument("request_id", type=int)
 @click.argument("ssh_args", nargs=-1, type=click.UNPROCESSED)
 def ssh(context: Context, request_id: int, ssh_args: tuple[str, ...]):
-    target = _target(context, request_id)
+    ide = _reachable(context, request_id)
     if context.as_json:
-        return _print_json(target.as_data())
-    argv = [*target.command, *ssh_args]
+        return _print_json(ide)
+    argv = [*ide["ssh_argv"], *ssh_args]
     os.execvp(argv[0], argv)
 
 
@@ -327,13 +331,13 @@ def ssh(context: Context, request_id: int, ssh_args: tuple[str, ...]):
 @click.argument("request_id", type=int)
 @click.option("--open", "open_it", is_flag=True, help="Open the VS Code link with the desktop's handler.")
 def code(context: Context, request_id: int, open_it: bool):
-    target = _target(context, request_id)
+    ide = _reachable(context, request_id)
     if context.as_json:
-        return _print_json(target.as_data())
-    out.print(target.vscode_link(), markup=False)
-    err.print(f"\nssh_config:\n{target.ssh_config()}\nJetBrains Gateway: {target.jetbrains_link()}", markup=False)
+        return _print_json(ide)
+    out.print(ide["vscode"], markup=False)
+    err.print(f"\nssh_config:\n{ide['ssh_config']}\nJetBrains Gateway: {ide['jetbrains_gateway']}", markup=False)
     if open_it:
-        webbrowser.open(target.vscode_link())
+        webbrowser.open(ide["vscode"])
 
 
 def _act(context: Context, request_id: int, action: str, body: dict) -> None:
@@ -429,6 +433,41 @@ def keys_revoke(context: Context, key_id: int):
     if context.as_json:
         return _print_json(revoked)
     out.print(f"Key {revoked['name']} ({revoked['prefix']}...) revoked.")
+
+
+@keys.group(name="ssh", help="Your SSH public keys: every container workspace you order starts with all of them.")
+def ssh_keys():
+    pass
+
+
+@command(group=ssh_keys, name="ls", help="Your SSH public keys with their fingerprints.")
+def ssh_keys_list(context: Context):
+    rows = context.api().get("ssh-keys/")
+    if context.as_json:
+        return _print_json(rows)
+    table = Table("id", "name", "type", "fingerprint", "added")
+    for row in rows:
+        table.add_row(str(row["id"]), row["name"], row["key_type"], row["fingerprint"], row["created_at"][:10])
+    out.print(table)
+
+
+@command(group=ssh_keys, name="add", help="Add a public key (the .pub file's line), e.g. ~/.ssh/id_ed25519.pub.")
+@click.argument("name")
+@click.argument("public_key_file", type=click.File("r"))
+def ssh_keys_add(context: Context, name: str, public_key_file):
+    added = context.api().post("ssh-keys/", {"name": name, "public_key": public_key_file.read()})
+    if context.as_json:
+        return _print_json(added)
+    out.print(f"Key {added['name']} added ({added['fingerprint']}).")
+
+
+@command(group=ssh_keys, name="rm", help="Remove one of your SSH keys: workspaces started afterwards do not accept it.")
+@click.argument("key_id", type=int)
+def ssh_keys_remove(context: Context, key_id: int):
+    context.api().delete(f"ssh-keys/{key_id}/")
+    if context.as_json:
+        return _print_json({"id": key_id, "removed": True})
+    out.print(f"Key {key_id} removed.")
 
 
 def main():

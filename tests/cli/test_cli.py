@@ -104,7 +104,7 @@ def test_from_login_to_release_with_the_terminal_only(terminal, shop, team, tmp_
     assert f"Host cc-{request_id}\n  HostName {host}\n  Port {port}\n  User {user}" in linked.stderr
     assert "jetbrains-gateway://connect#type=ssh" in linked.stderr
     links = _json(terminal("code", str(request_id), "--json"))
-    assert set(links) == {"ssh", "ssh_config", "vscode", "jetbrains_gateway"}
+    assert links == delivered["ide"] and set(links) == {"ssh_argv", "ssh_config", "vscode", "jetbrains_gateway"}
 
     usage = _json(terminal("usage", "--project", str(team.project.pk), "--json"))
     assert [row["project"] for row in usage["results"]] == [team.project.slug]
