@@ -304,6 +304,7 @@ def request_page_context(request, resource_request) -> dict:
         "allocation": allocation,
         "endpoint": endpoint,
         "provisioning": provisioning,
+        "usage": hooks.ask(hooks.REQUEST_USAGE, resource_request) if allocation is not None else None,
         "backend_wait": selectors.backend_wait_of(resource_request) if state == RequestState.PROVISIONING else None,
         "connect": _connect_items(provisioning, endpoint, _connect_secrets(request, resource_request))
         if state == RequestState.ACTIVE

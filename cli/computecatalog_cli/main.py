@@ -261,9 +261,11 @@ def _status_lines(request: dict) -> list[str]:
         lines += [f"    [{step.get('state')}] {step.get('name')}" for step in steps]
     usage = request.get("usage")
     if usage:
+        tokens = usage["prompt_tokens"] + usage["completion_tokens"]
         lines.append(
-            f"  so far: {usage['card_hours']} card-hours, {usage['energy_kwh']} kWh, {usage['cost']} "
-            f"{usage['currency']} (approved for the whole duration: {request['cost_estimate']} {request['currency']})"
+            f"  so far: {usage['cost']} of the {usage['cost_approved']} {usage['currency']} approved for its whole "
+            f"duration; {usage['card_hours']} card-hours, {usage['energy_kwh']} kWh"
+            + (f", {usage['prompt_tokens']} + {usage['completion_tokens']} tokens" if tokens else "")
         )
     failure = request.get("failure")
     if failure:
