@@ -302,7 +302,7 @@ class Invitation(models.Model):
 
 class ApiToken(models.Model):
     """A person's credential for the API (`Authorization: Token <secret>`), the one token mechanism of the platform:
-    issued by signing in at /api/v1/auth/token/ (and, later, from a personal tokens page or for a service account),
+    issued by signing in at /api/v1/auth/token/, on a person's API tokens page or for a service account,
     shown once, stored as a SHA-256 hash found by its public prefix (config.tokens), expiring, revocable, audited.
 
     Tokens from before hashing (DRF's 40-hex keys) were hashed by migration; their prefix is the key's first 12

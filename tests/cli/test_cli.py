@@ -6,6 +6,7 @@ and the documented exit codes."""
 import json
 import os
 import stat
+import subprocess
 
 import pytest
 from click.testing import CliRunner
@@ -164,3 +165,20 @@ def test_serving_keys_are_listed_made_once_and_revoked(terminal, team):  # noqa:
     assert made["key"] not in terminal("keys", "ls", project).stdout
     terminal("keys", "revoke", str(made["id"]))
     assert _json(terminal("keys", "ls", project, "--json"))[0]["active"] is False
+
+
+def test_ssh_keys_are_added_listed_and_removed_from_the_terminal(terminal, team, tmp_path):  # noqa: F811
+    terminal("login", "--token", factories.token_for(team.developer))
+    private = tmp_path / "id_ed25519"
+    subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", private], check=True)
+    added = _json(terminal("keys", "ssh", "add", "laptop", str(private.with_suffix(".pub")), "--json"))
+    assert added["name"] == "laptop" and added["fingerprint"].startswith("SHA256:")
+    assert [key["name"] for key in _json(terminal("keys", "ssh", "ls", "--json"))] == ["laptop"]
+
+    refused = terminal("keys", "ssh", "add", "oops", str(private), "--json", expect=Exit.REFUSED)
+    assert json.loads(refused.stderr)["code"] == "ssh_key_invalid"  # the private key is refused and not kept
+    assert "BEGIN" not in refused.stderr
+
+    terminal("keys", "ssh", "rm", str(added["id"]))
+    assert _json(terminal("keys", "ssh", "ls", "--json")) == []
+    terminal("keys", "ssh", "rm", str(added["id"]), expect=Exit.NOT_FOUND_OR_AUTH)
