@@ -16,6 +16,7 @@ from django.db.models import Q
 from django.utils import timezone
 
 from config.errors import Conflict, DomainError, NotFound
+from config.limits import BIGINT_MAX
 from config.tokens import prefixed_secret_new, prefixed_secret_prefix, secret_hash, secret_matches
 from tenancy.choices import SERVICE_ACCOUNT_SCOPES, TokenScope
 from tenancy.models import ApiToken, Project, User
@@ -135,7 +136,8 @@ def personal_tokens_working(*, user: User):
 def personal_token_revoke(*, token_id: int, actor: User) -> ApiToken:
     """The person stops one of their own tokens; another person's, or a service account's, is not found (404-shaped:
     whether it exists is not theirs to learn)."""
-    token = ApiToken.objects.filter(pk=token_id, user=actor, project__isnull=True).first()
+    mine = ApiToken.objects.filter(user=actor, project__isnull=True)
+    token = mine.filter(pk=token_id).first() if token_id <= BIGINT_MAX else None
     if token is None:
         raise NotFound("You have no such API token.", code="token_not_found", details={"token_id": token_id})
     return api_token_revoke(token=token, reason="Revoked by its owner on the API tokens page.", actor=actor)

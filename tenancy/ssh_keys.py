@@ -4,6 +4,7 @@ and removed by that person only, audited; a workspace installs all of them (`aut
 from django.db import transaction
 
 from config.errors import Conflict, DomainError, NotFound
+from config.limits import BIGINT_MAX
 from config.ssh_keys import NotAPublicKey, public_key_parse
 from tenancy.models import SshKey, User
 from tenancy.services import audit_record
@@ -56,7 +57,7 @@ def ssh_key_add(*, user: User, name: str, public_key: str, actor: User) -> SshKe
 @transaction.atomic
 def ssh_key_remove(*, user: User, key_id: int, actor: User) -> SshKey:
     """The person's key is gone; another person's is not found (whether it exists is not theirs to learn)."""
-    key = SshKey.objects.select_for_update().filter(user=user, pk=key_id).first()
+    key = SshKey.objects.select_for_update().filter(user=user, pk=key_id).first() if key_id <= BIGINT_MAX else None
     if key is None:
         raise NotFound("You have no such SSH key.", code="ssh_key_not_found", details={"ssh_key_id": key_id})
     audit_record(

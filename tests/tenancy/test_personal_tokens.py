@@ -91,4 +91,5 @@ def test_only_the_owner_revokes_a_token_and_it_stops_at_once(client, api, roles)
     assert api.get(PROJECTS).status_code == 401
     assert f'data-token="{issued.token.prefix}"' not in client.get(PAGE).content.decode()
     assert client.post(revoke).status_code == 302  # a second revoke says so, and changes nothing
+    assert client.post(f"{PAGE}{2**64}/revoke/").status_code == 404
     assert AuditEvent.objects.filter(action="api_token.revoked").count() == 1

@@ -71,6 +71,7 @@ def test_a_key_is_checked_fingerprinted_audited_and_removed_by_its_owner(api_as,
 
     assert client.delete(f"{API}{body['id']}/").status_code == 204
     assert client.delete(f"{API}{body['id']}/").status_code == 404
+    assert client.delete(f"{API}{2**64}/").status_code == 404  # past the ids a database holds: none such, never a 500
     actions = list(AuditEvent.objects.order_by("id").values_list("action", "data__fingerprint"))
     assert actions[-3:] == [
         ("ssh_key.added", fingerprint),
