@@ -21,7 +21,7 @@ from computecatalog_cli.config import Settings, settings_load, settings_save
 
 # Where a watched request stops being followed: it runs, or it ended without running.
 ARRIVED = frozenset({"active"})
-ENDED = frozenset({"failed", "rejected", "cancelled", "released", "expired"})
+ENDED = frozenset({"failed", "rejected", "cancelled", "releasing", "released"})
 TOKENS_PAGE = "/account/api-tokens/"
 
 out = Console(soft_wrap=True, highlight=False)

@@ -136,6 +136,11 @@ def test_refusals_end_with_the_apis_code_and_the_documented_exit_code(terminal, 
     missing = terminal("status", "999999", "--json", expect=Exit.NOT_FOUND_OR_AUTH)
     assert json.loads(missing.stderr)["code"] == "not_found"
 
+    request_id = _json(terminal("order", "-f", str(_order_file(tmp_path, shop, team.project)), "--json"))["id"]
+    assert "Cancelled" in terminal("cancel", str(request_id), "--reason", "wrong spec").stdout
+    ended = terminal("status", str(request_id), "--watch", "--interval", "0.1", expect=Exit.DID_NOT_START)
+    assert f"Request {request_id}: Cancelled" in ended.stdout
+
 
 def test_another_tenants_developer_sees_nothing_and_a_narrow_token_is_refused(terminal, shop, team, tmp_path):  # noqa: F811
     terminal("login", "--token", factories.token_for(team.developer))
