@@ -173,3 +173,12 @@ def test_a_workspace_starts_with_the_requesters_profile_keys_and_the_orders_own(
     with pytest.raises(StepError) as invalid:
         _authorized(_target(developer.username, "ssh-ed25519 AAAA"))
     assert invalid.value.code == "ssh_public_key_invalid"
+
+
+def test_the_list_reads_a_constant_number_of_queries(api_as, roles, made, django_assert_max_num_queries):
+    client = api_as(roles.developer)
+    for number, kind in enumerate(("ed25519", "ecdsa", "rsa")):
+        ssh_key_add(user=roles.developer, name=f"key {number}", public_key=made[kind][0], actor=roles.developer)
+    with django_assert_max_num_queries(3):  # the token and its user, the keys
+        listed = client.get(API)
+    assert len(listed.json()) == 3
