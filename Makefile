@@ -54,10 +54,13 @@ ldap:
 	  echo "Installing Debian's OpenLDAP (slapd, headers for python-ldap)"; \
 	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $(LDAP_PACKAGES); }
 
-$(STAMP): pyproject.toml | ldap
+# The `cc` command line (cli/, its own package: a client of the REST API only) is installed editable, so the tests drive
+# the checkout's code; tests/cli/test_wheel.py builds it as the wheel users install.
+$(STAMP): pyproject.toml cli/pyproject.toml | ldap
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
 	$(BIN)/pip install --quiet ".[dev]"
+	$(BIN)/pip install --quiet --editable ./cli
 	touch $(STAMP)
 
 # The page tests drive Debian's Chromium through Playwright (no browser download); install it when missing.

@@ -7,15 +7,13 @@ with `type` one of int, number, string, bool, enum; `min`/`max` for numbers, `ma
 an order carries is known, bounded and survives the snapshot and JSON round trips.
 """
 
-import base64
-import binascii
 import math
 import re
-import struct
 from typing import Any
 
 from config.errors import DomainError
 from config.jsonvalues import as_stored
+from config.ssh_keys import ssh_public_key_problem
 
 # Limits that hold whatever a schema says: they bound the stored order and the schema itself.
 MAX_KEYS = 50
@@ -84,42 +82,6 @@ TOKEN_BUDGET = {
     "label": "Monthly token budget",
     "help": "Input + output tokens a month. Empty: no budget.",
 }
-
-
-# The key types OpenSSH's authorized_keys accepts (ssh-keygen -Q key-plain).
-SSH_KEY_TYPES = frozenset(
-    {
-        "ssh-ed25519",
-        "ssh-rsa",
-        "ssh-dss",
-        "ecdsa-sha2-nistp256",
-        "ecdsa-sha2-nistp384",
-        "ecdsa-sha2-nistp521",
-        "sk-ssh-ed25519@openssh.com",
-        "sk-ecdsa-sha2-nistp256@openssh.com",
-    }
-)
-SSH_KEY_LINE = re.compile(r"(?P<type>\S+) (?P<blob>[A-Za-z0-9+/]+={0,2})(?: (?P<comment>[^\x00-\x1f\x7f]*))?")
-
-
-def ssh_public_key_problem(key: str) -> str | None:
-    """Why `key` is not one OpenSSH public key line (`<type> <base64 key> [comment]`, the type one authorized_keys
-    accepts and the one the key itself names, no options, no second line, no control characters), or None. The one
-    rule for an order's ssh_public_key: checked when the order is made and again where a workspace installs it."""
-    line = SSH_KEY_LINE.fullmatch(key.strip())
-    if line is None:
-        return "must be one OpenSSH public key line: <type> <base64 key> [comment], with no control characters"
-    if line["type"] not in SSH_KEY_TYPES:
-        return f"has the key type {_shown(line['type'])}; accepted: {', '.join(sorted(SSH_KEY_TYPES))}"
-    try:
-        blob = base64.b64decode(line["blob"], validate=True)
-        (length,) = struct.unpack(">I", blob[:4])
-        named = blob[4 : 4 + length].decode("ascii")
-    except (binascii.Error, struct.error, UnicodeDecodeError):
-        return "does not hold a key: its second word is not an OpenSSH key in base64"
-    if named != line["type"]:
-        return f"says {line['type']} but holds a {_shown(named) or 'different'} key"
-    return None
 
 
 def default_parameter_schema() -> list[dict]:

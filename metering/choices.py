@@ -1,5 +1,3 @@
-from decimal import Decimal
-
 from django.db import models
 
 
@@ -11,11 +9,8 @@ class TelemetryDriver(models.TextChoices):
 class BudgetLevel(models.TextChoices):
     """How much of its monthly card-hour budget a project has used; each level is announced once a month."""
 
-    WARNING = "warning", "80% of the monthly budget used"
+    WARNING = "warning", "Warning share of the monthly budget used"  # METERING_BUDGET_WARNING_PERCENT
     EXHAUSTED = "exhausted", "Monthly budget used up"
-
-
-BUDGET_THRESHOLDS = {BudgetLevel.WARNING: Decimal("0.8"), BudgetLevel.EXHAUSTED: Decimal(1)}
 
 
 class Grouping(models.TextChoices):

@@ -279,8 +279,9 @@ def running_card_hours_by_project(*, now=None, project_ids: list[int] | None = N
 
 
 def request_usage(resource_request: ResourceRequest, *, now=None) -> dict | None:
-    """Card-hours, cost and energy of one request so far, all its allocations together (two queries); None while it
-    never held an allocation. Registered as requests.hooks.REQUEST_USAGE."""
+    """Card-hours, cost, energy and (a served model's) tokens of one request so far, all its allocations together,
+    beside the cost approved for its whole duration (three queries); None while it never held an allocation.
+    Registered as requests.hooks.REQUEST_USAGE."""
     now = now or timezone.now()
     # Grouped by the request rather than aggregate(): the same one row, without aggregate()'s rewriting of these
     # long expressions (hashing every node of them), which was most of a request detail's time.
@@ -294,10 +295,16 @@ def request_usage(resource_request: ResourceRequest, *, now=None) -> dict | None
     if bound is None:
         return None
     energy = DailyUsage.objects.filter(allocation__request=resource_request).aggregate(kwh=Sum("energy_kwh"))["kwh"]
+    tokens = TokenUsage.objects.filter(request=resource_request).aggregate(
+        prompt=Sum("prompt_tokens"), completion=Sum("completion_tokens")
+    )
     return {
         "card_hours": _decimal(bound["card_hours"], CARD_HOURS_PLACES),
         "energy_kwh": round(energy or 0.0, 3),
+        "prompt_tokens": tokens["prompt"] or 0,
+        "completion_tokens": tokens["completion"] or 0,
         "cost": _decimal(bound["cost"], MONEY_PLACES),
+        "cost_approved": resource_request.cost_estimate,
         "currency": settings.CATALOG_CURRENCY,
     }
 

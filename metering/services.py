@@ -9,18 +9,23 @@ import logging
 import math
 from dataclasses import dataclass, field
 from datetime import date, datetime, timedelta
+from decimal import Decimal
 
 from django.conf import settings
 from django.db import connection, transaction
+from django.urls import reverse
 from django.utils import timezone
+from django_q.tasks import async_task
 
+from config.mail import absolute_url
 from metering import selectors
-from metering.choices import BUDGET_THRESHOLDS, BudgetLevel
+from metering.choices import BudgetLevel
 from metering.models import BudgetAlert, DailyUsage, HistogramBucket, TelemetrySample
 from metering.periods import first_of_month, midnight, month_period, next_month
 from metering.telemetry import Reading, telemetry_driver
-from requests.choices import RUNNING_STATES
+from requests.choices import RUNNING_STATES, NotificationKind
 from requests.models import ResourceRequest
+from requests.notifications import people_notify
 from requests.services import request_release
 from scheduling.choices import AllocationState
 from scheduling.models import Allocation, Device
@@ -193,8 +198,19 @@ def ledger_refresh(*, months: list[date], now: datetime | None = None, project_i
     return len(rows)
 
 
+BUDGET_MAIL_TASK = "metering.tasks.mail_budget_alert"
+
+
+def budget_thresholds() -> dict[str, Decimal]:
+    """The share of the monthly budget at which each level is reached; the warning's is the operators' to set."""
+    return {
+        BudgetLevel.WARNING: Decimal(settings.METERING_BUDGET_WARNING_PERCENT) / 100,
+        BudgetLevel.EXHAUSTED: Decimal(1),
+    }
+
+
 def _reached(used, limit) -> list[str]:
-    return [level for level, share in BUDGET_THRESHOLDS.items() if used >= limit * share]
+    return [level for level, share in budget_thresholds().items() if used >= limit * share]
 
 
 def budgets_check(*, month: date, project_ids: list[int] | None = None) -> list[BudgetAlert]:
@@ -236,10 +252,31 @@ def budget_alert_record(*, project_id: int, month: date, level: str, used, limit
         reason=message,
         data={"month": f"{month:%Y-%m}", "card_hours": used, "limit": limit},
     )
+    transaction.on_commit(lambda: async_task(BUDGET_MAIL_TASK, alert.pk))
     if level == BudgetLevel.EXHAUSTED and settings.METERING_BUDGET_RELEASES_RUNNING:
         for request in ResourceRequest.objects.filter(project_id=project_id, state__in=RUNNING_STATES):
             request_release(request=request, actor=None, reason=f"monthly card-hour budget used up ({message})")
     return alert
+
+
+def budget_alert_mail(*, alert_id: int) -> int:
+    """Mail the project's lead that it reached a budget level (once per alert, unless they turned it off)."""
+    alert = BudgetAlert.objects.select_related("project__lead", "project__tenant").get(pk=alert_id)
+    project = alert.project
+    return people_notify(
+        people=[project.lead],
+        kind=NotificationKind.BUDGET_WARNING,
+        key=f"budget_alert:{alert.pk}",
+        subject=f"{project.name}: {alert.percent}% of its monthly card-hour budget used",
+        template="metering/mail/budget_alert",
+        context={
+            "alert": alert,
+            "project": project,
+            "exhausted": alert.level == BudgetLevel.EXHAUSTED,
+            "releases_running": settings.METERING_BUDGET_RELEASES_RUNNING,
+            "usage_url": absolute_url(reverse("metering:usage")),
+        },
+    )
 
 
 def usage_refresh(*, now: datetime | None = None) -> dict:

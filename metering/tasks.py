@@ -28,3 +28,7 @@ def refresh_telemetry() -> dict:
 @retry_if_locked
 def record_cycle_duration(seconds: float) -> None:
     services.duration_observe(metric=SCHEDULER_CYCLE_SECONDS, seconds=seconds, bounds=SCHEDULER_CYCLE_BOUNDS)
+
+
+def mail_budget_alert(alert_id: int) -> int:
+    return services.budget_alert_mail(alert_id=alert_id)

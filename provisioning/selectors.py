@@ -6,6 +6,7 @@ from catalog.choices import BootMethod
 from config.errors import Conflict, NotFound
 from provisioning import outages
 from provisioning.choices import FORCEABLE_KINDS, RunKind, RunState, StepState
+from provisioning.ide import ide_access
 from provisioning.models import UNFINISHED_STEP_STATES, ProvisioningRun, ProvisioningStep
 from provisioning.netboot import node_addresses, normalized_address
 from provisioning.pipelines import definition_of
@@ -74,6 +75,9 @@ def provisioning_details(request) -> dict | None:
         (run.delivered for run in reversed(runs) if run.kind == RunKind.PROVISION and run.state == RunState.SUCCEEDED),
         None,
     )
+    if delivered is not None and request.state == RequestState.ACTIVE:
+        ide = ide_access(request_id=request.pk, delivered=delivered)
+        delivered = {**delivered, **({"ide": ide} if ide else {})}
     return {
         "runs": [_run_data(run) for run in runs],
         "delivered": delivered if request.state == RequestState.ACTIVE else None,

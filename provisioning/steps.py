@@ -236,6 +236,7 @@ def publish_compute_access(ctx: StepContext) -> dict:
         **({"image_digest": digest} if digest else {}),
         "backend": ctx.target.backend,
         **backend_facts,
+        "user": user,  # the account to connect as (the CLI's ssh, the IDE links)
         "access": ready.get("access") or _workspace_access(workload, host, ports, user),
         # Access entries opened with a secret only the requester is shown (provisioning/connect.py).
         **({"connect_secrets": workload["connect_secrets"]} if workload.get("connect_secrets") else {}),

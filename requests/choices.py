@@ -177,6 +177,7 @@ class NotificationKind(models.TextChoices):
     REQUEST_RELEASED = "request_released", "My request was released"
     REQUEST_WAITING_EXPIRED = "request_waiting_expired", "My request waited too long for quota and was cancelled"
     APPROVAL_DIGEST = "approval_digest", "A digest of what waits for my approval"
+    BUDGET_WARNING = "budget_warning", "A project I lead used its warning share or all of its monthly budget"
     OPERATOR_RUN_FAILED = "operator_run_failed", "A provisioning run failed (operators)"
     OPERATOR_ISOLATION = "operator_isolation", "A device was isolated (operators)"
 
@@ -197,6 +198,7 @@ NOTIFICATION_AUDIENCE = {
     NotificationKind.REQUEST_RELEASED: NotificationAudience.REQUESTER,
     NotificationKind.REQUEST_WAITING_EXPIRED: NotificationAudience.REQUESTER,
     NotificationKind.APPROVAL_DIGEST: NotificationAudience.APPROVER,
+    NotificationKind.BUDGET_WARNING: NotificationAudience.APPROVER,  # a lead approves, so hears as an approver
     NotificationKind.OPERATOR_RUN_FAILED: NotificationAudience.OPERATOR,
     NotificationKind.OPERATOR_ISOLATION: NotificationAudience.OPERATOR,
 }

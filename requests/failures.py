@@ -27,7 +27,7 @@ SENTENCES = {
     "podman_unreachable": "The node's container engine could not be reached.",
     "podman_missing": "The platform cannot start containers: its container client is not installed.",
     "podman_timeout": "The node's container engine did not answer in time.",
-    "ssh_public_key_missing": "The workspace needs an SSH public key to let you in, and none was given.",
+    "ssh_public_key_missing": "The workspace needs an SSH public key to let you in: add yours on the SSH keys page.",
     "ssh_public_key_invalid": "The order's SSH public key is not one the platform can install, so nobody could log in.",
     "connect_secret_unsupported": "This kind of workload has no such sign-in secret to change.",
     # Slurm

@@ -315,21 +315,26 @@ def approval_digests_send() -> int:
 
 def operators_notify(*, kind: str, key: str, subject: str, template: str, context: dict) -> int:
     """Tell every operator who has `kind` on about one thing (`key` makes it once)."""
+    return people_notify(people=operators(), kind=kind, key=key, subject=subject, template=template, context=context)
+
+
+def people_notify(*, people: list[User], kind: str, key: str, subject: str, template: str, context: dict) -> int:
+    """Tell each of `people` who has `kind` on about one thing (`key` makes it once per person)."""
     preferences_url = absolute_url(reverse("portal:notifications"))
     return _deliver(
         [
             (
-                operator,
+                person,
                 kind,
                 key,
                 Mail(
-                    to=operator.email,
+                    to=person.email,
                     subject=subject,
                     template=template,
-                    context={**context, "person": operator, "preferences_url": preferences_url},
+                    context={**context, "person": person, "preferences_url": preferences_url},
                 ),
             )
-            for operator in operators()
+            for person in people
         ]
     )
 
@@ -340,6 +345,7 @@ __all__ = [
     "approval_digests_send",
     "notification_preferences_set",
     "operators_notify",
+    "people_notify",
     "preferences_of",
     "request_events_notify",
 ]

@@ -304,6 +304,7 @@ def request_page_context(request, resource_request) -> dict:
         "allocation": allocation,
         "endpoint": endpoint,
         "provisioning": provisioning,
+        "usage": hooks.ask(hooks.REQUEST_USAGE, resource_request) if allocation is not None else None,
         "backend_wait": selectors.backend_wait_of(resource_request) if state == RequestState.PROVISIONING else None,
         "connect": _connect_items(provisioning, endpoint, _connect_secrets(request, resource_request))
         if state == RequestState.ACTIVE
@@ -332,6 +333,8 @@ def _poll_seconds(state: str) -> int | None:
 # A whole card in the allocation's shares (requests cannot import scheduling's MILLI).
 MILLI_PER_CARD = 1000
 ACCESS_LABELS = {"ssh": "SSH", "jupyter": "Jupyter", "attach": "Attach (Slurm)"}
+# A workspace reached by SSH also opens in an IDE (provisioning.ide): the block for ~/.ssh/config and the links.
+IDE_LABELS = {"ssh_config": "ssh_config", "vscode": "Open in VS Code", "jetbrains_gateway": "JetBrains Gateway"}
 
 
 def _connect_secrets(request, resource_request) -> dict:
@@ -365,6 +368,12 @@ def _connect_items(provisioning, endpoint, secrets: dict) -> list[dict]:
                 "secret_withheld": name in guarded and secret is None,
             }
         )
+    ide = delivered.get("ide") or {}
+    items += [
+        {"name": name, "label": label, "value": ide[name], "link": name != "ssh_config", "block": name == "ssh_config"}
+        for name, label in IDE_LABELS.items()
+        if name in ide
+    ]
     return items
 
 

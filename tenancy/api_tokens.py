@@ -15,7 +15,8 @@ from django.db import transaction
 from django.db.models import Q
 from django.utils import timezone
 
-from config.errors import Conflict, DomainError
+from config.errors import Conflict, DomainError, NotFound
+from config.limits import BIGINT_MAX
 from config.tokens import prefixed_secret_new, prefixed_secret_prefix, secret_hash, secret_matches
 from tenancy.choices import SERVICE_ACCOUNT_SCOPES, TokenScope
 from tenancy.models import ApiToken, Project, User
@@ -123,6 +124,23 @@ def api_token_revoke(*, token: ApiToken, reason: str, actor: User | None) -> Api
         actor=actor, action="api_token.revoked", target=token.user, reason=reason, data={"token": token.prefix}
     )
     return token
+
+
+def personal_tokens_working(*, user: User):
+    """The person's own tokens that still work (not a service account's), newest first: the API tokens page."""
+    return ApiToken.objects.filter(
+        user=user, project__isnull=True, revoked_at__isnull=True, expires_at__gt=timezone.now()
+    ).order_by("-created_at", "-id")
+
+
+def personal_token_revoke(*, token_id: int, actor: User) -> ApiToken:
+    """The person stops one of their own tokens; another person's, or a service account's, is not found (404-shaped:
+    whether it exists is not theirs to learn)."""
+    mine = ApiToken.objects.filter(user=actor, project__isnull=True)
+    token = mine.filter(pk=token_id).first() if token_id <= BIGINT_MAX else None
+    if token is None:
+        raise NotFound("You have no such API token.", code="token_not_found", details={"token_id": token_id})
+    return api_token_revoke(token=token, reason="Revoked by its owner on the API tokens page.", actor=actor)
 
 
 def api_tokens_revoke_all(*, user: User, reason: str, actor: User | None) -> int:

@@ -38,6 +38,32 @@ class ServiceAccountForm(forms.Form):
     description = forms.CharField(max_length=200, required=False)
 
 
+class SshKeyForm(forms.Form):
+    name = forms.CharField(max_length=80, help_text="Which machine holds the private key, e.g. work laptop.")
+    public_key = forms.CharField(
+        label="Public key",
+        max_length=20000,
+        widget=forms.Textarea(attrs={"rows": 3, "spellcheck": "false", "autocomplete": "off"}),
+        help_text="The line of your .pub file, e.g. ssh-ed25519 AAAA... me@laptop. Never the private key.",
+    )
+
+
+class PersonalTokenForm(forms.Form):
+    """A person's own token (the `cc` command line, a script): every scope offered, the reading ones and ordering
+    checked at first."""
+
+    token_name = forms.CharField(label="Token name", max_length=80, help_text="What uses it, e.g. my laptop's cc.")
+    scopes = forms.MultipleChoiceField(
+        choices=[(scope, f"{scope}: {TokenScope(scope).label}") for scope in TokenScope.values],
+        initial=[scope for scope in TokenScope.values if scope.endswith(":read") or scope == TokenScope.REQUESTS_WRITE],
+        widget=forms.CheckboxSelectMultiple,
+        help_text="Give it only what it needs; it acts with your rights within them.",
+    )
+    expires_in_days = forms.IntegerField(
+        label="Expires in (days)", min_value=1, required=False, help_text="Empty: the platform's default."
+    )
+
+
 class ServiceTokenForm(forms.Form):
     token_name = forms.CharField(label="Token name", max_length=80, help_text="Where it is kept, e.g. GitLab CI.")
     scopes = forms.MultipleChoiceField(

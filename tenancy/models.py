@@ -302,7 +302,7 @@ class Invitation(models.Model):
 
 class ApiToken(models.Model):
     """A person's credential for the API (`Authorization: Token <secret>`), the one token mechanism of the platform:
-    issued by signing in at /api/v1/auth/token/ (and, later, from a personal tokens page or for a service account),
+    issued by signing in at /api/v1/auth/token/, on a person's API tokens page or for a service account,
     shown once, stored as a SHA-256 hash found by its public prefix (config.tokens), expiring, revocable, audited.
 
     Tokens from before hashing (DRF's 40-hex keys) were hashed by migration; their prefix is the key's first 12
@@ -477,3 +477,29 @@ class DirectoryGrant(models.Model):
     def __str__(self):
         target = self.project or self.tenant
         return f"{self.user}: {self.get_grant_display()}" + (f" of {target}" if target else "")
+
+
+class SshKey(models.Model):
+    """A named SSH public key on a person's profile: every container workspace they order starts with all of them in
+    its authorized_keys, so an order needs no key pasted. Checked when added (config.ssh_keys)."""
+
+    user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="ssh_keys")
+    name = models.CharField(max_length=80, help_text="Which machine holds the private key, e.g. work laptop.")
+    public_key = models.TextField(help_text="The OpenSSH public key line: type, base64 key, comment.")
+    fingerprint = models.CharField(max_length=60, help_text="SHA256:..., as ssh-keygen -l prints it.")
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        verbose_name = "SSH key"
+        ordering = ["name", "id"]
+        constraints = [
+            models.UniqueConstraint(fields=["user", "name"], name="one_ssh_key_name_per_user"),
+            models.UniqueConstraint(fields=["user", "fingerprint"], name="one_ssh_key_per_user"),
+        ]
+
+    def __str__(self):
+        return f"{self.name} ({self.fingerprint}) of {self.user}"
+
+    @property
+    def key_type(self) -> str:
+        return self.public_key.split(" ", 1)[0]

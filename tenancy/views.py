@@ -5,12 +5,21 @@ from django.contrib import messages
 from django.contrib.auth import login
 from django.contrib.auth.decorators import login_required
 from django.core.exceptions import PermissionDenied
+from django.http import Http404
 from django.shortcuts import get_object_or_404, redirect, render
 from django.views.decorators.http import require_http_methods, require_POST
 
-from config.errors import DomainError
-from tenancy import selectors, service_accounts, team
-from tenancy.forms import InvitationAcceptForm, ServiceAccountForm, ServiceTokenForm, TeamAddForm, TeamRoleForm
+from config.errors import DomainError, NotFound
+from tenancy import api_tokens, selectors, service_accounts, ssh_keys, team
+from tenancy.forms import (
+    InvitationAcceptForm,
+    PersonalTokenForm,
+    ServiceAccountForm,
+    ServiceTokenForm,
+    SshKeyForm,
+    TeamAddForm,
+    TeamRoleForm,
+)
 from tenancy.models import ApiToken, Invitation, Membership, ServiceAccount
 
 
@@ -276,3 +285,88 @@ def _welcome(request, invitation):
         request, f"Welcome! You are now {invitation.get_role_display().lower()} of {invitation.project.name}."
     )
     return redirect("portal:catalog")
+
+
+# --- a person's own API tokens -------------------------------------------------------------------------------------
+
+
+def _tokens_page(request, form, *, issued=None, status=200):
+    context = {
+        "section": "api-tokens",
+        "tokens": api_tokens.personal_tokens_working(user=request.user),
+        "form": form,
+        "issued": issued,
+    }
+    response = render(request, "tenancy/api_tokens.html", context, status=status)
+    if issued is not None:
+        response["Cache-Control"] = "no-store"  # the secret is in this response only
+    return response
+
+
+@login_required
+@require_http_methods(["GET", "POST"])
+def api_tokens_page(request):
+    """The signed-in person's API tokens (for `cc login` and scripts): issue one, shown once in the 201 that issues
+    it (never stored, never in a redirect or a message), and revoke."""
+    if request.method == "GET":
+        return _tokens_page(request, PersonalTokenForm())
+    form = PersonalTokenForm(request.POST)
+    if form.is_valid():
+        try:
+            issued = api_tokens.api_token_issue(
+                user=request.user,
+                name=form.cleaned_data["token_name"],
+                actor=request.user,
+                expires_in_days=form.cleaned_data["expires_in_days"],
+                scopes=form.cleaned_data["scopes"],
+            )
+        except DomainError as error:
+            _refusal_on(form, error)
+        else:
+            return _tokens_page(request, PersonalTokenForm(), issued=issued, status=201)
+    return _tokens_page(request, form, status=422)
+
+
+@login_required
+@require_POST
+def api_token_revoke(request, token_id):
+    try:
+        token = api_tokens.personal_token_revoke(token_id=token_id, actor=request.user)
+    except NotFound as error:
+        raise Http404(error.message) from error
+    except DomainError as error:
+        messages.error(request, error.message)
+    else:
+        messages.success(request, f"Token {token.name} ({token.prefix}…) revoked; it stopped working at once.")
+    return redirect("team:api-tokens")
+
+
+# --- a person's SSH keys ---------------------------------------------------------------------------------------------
+
+
+@login_required
+@require_http_methods(["GET", "POST"])
+def ssh_keys_page(request):
+    """The signed-in person's SSH public keys, which every container workspace they order starts with."""
+    form = SshKeyForm(request.POST or None)
+    if request.method == "POST" and form.is_valid():
+        try:
+            key = ssh_keys.ssh_key_add(user=request.user, actor=request.user, **form.cleaned_data)
+        except DomainError as error:
+            _refusal_on(form, error)
+        else:
+            messages.success(request, f"Key {key.name} added ({key.fingerprint}); your next workspaces accept it.")
+            return redirect("team:ssh-keys")
+    context = {"section": "ssh-keys", "keys": ssh_keys.ssh_keys_of(user=request.user), "form": form}
+    return render(request, "tenancy/ssh_keys.html", context, status=422 if form.errors else 200)
+
+
+@login_required
+@require_POST
+def ssh_key_remove(request, key_id):
+    try:
+        key = ssh_keys.ssh_key_remove(user=request.user, key_id=key_id, actor=request.user)
+    except NotFound as error:
+        raise Http404(error.message) from error
+    messages.success(request, f"Key {key.name} removed; workspaces started from now on do not accept it.")
+    return redirect("team:ssh-keys")

@@ -44,7 +44,7 @@ import httpx
 from django.conf import settings
 
 from catalog.choices import TENANT_ROOT_MEMBERSHIPS, SlurmMembership
-from catalog.parameters import ssh_public_key_problem
+from config.ssh_keys import ssh_public_key_problem
 from provisioning.drivers.base import (
     InBandDriver,
     StepError,

@@ -11,7 +11,8 @@ the node runs the containers.
 - Run: one container per allocation, labelled with the request and allocation ids (a retry finds the container it
   already started), the allocated devices bound (device nodes, or CDI names on nodes with a CDI spec),
   NVIDIA_VISIBLE_DEVICES with their UUIDs, CPU and memory limits from the approved demand, SSH (and Jupyter when
-  ordered) published on the node. The requester's account accepts the order's `ssh_public_key`.
+  ordered) published on the node. The requester's account accepts the order's `ssh_public_key` and every key on
+  their profile (tenancy.ssh_keys), read when the workspace starts.
 - Ready when sshd answers with its banner (and Jupyter's API answers, when it runs): real probes of the published
   ports, from the control plane.
 - Jupyter's token is the platform's (provisioning/connect.py): it is written into the running container through
@@ -36,7 +37,7 @@ from pathlib import Path
 import httpx
 from django.conf import settings
 
-from catalog.parameters import ssh_public_key_problem
+from config.ssh_keys import ssh_public_key_problem
 from provisioning.drivers.base import (
     BackendUnavailable,
     StepError,
@@ -48,6 +49,7 @@ from provisioning.drivers.base import (
     login_name,
     visible_uuid,
 )
+from tenancy.ssh_keys import authorized_keys_of
 
 BUILT_PREFIX = "containerfile:"
 INSTANCE_LABEL = "compute-catalog.instance"
@@ -272,6 +274,24 @@ def prepare_pulled_image(podman: Podman, reference: str) -> dict:
 # --- Workloads --------------------------------------------------------------------------------------------
 
 
+def _authorized_keys(target: Target, parameters: dict) -> str:
+    """The key lines the requester's account accepts: the order's ssh_public_key, when one was given, and the keys on
+    their profile as they are now (a key removed there is not installed any more). A workspace nobody could log in
+    to is refused before it starts."""
+    ordered = (parameters.get("ssh_public_key") or "").strip()
+    problem = ordered and ssh_public_key_problem(ordered)  # an order checked before the rule was
+    if problem:
+        raise StepError("ssh_public_key_invalid", f"The order's ssh_public_key {problem}.", retryable=False)
+    keys = list(dict.fromkeys([*([ordered] if ordered else []), *authorized_keys_of(username=target.requester)]))
+    if not keys:
+        raise StepError(
+            "ssh_public_key_missing",
+            "A workspace needs an SSH public key: the requester has none on their profile and the order gave none.",
+            retryable=False,
+        )
+    return "\n".join(keys)
+
+
 def container_name(target: Target) -> str:
     return f"{settings.CONTAINER_INSTANCE}-request-{target.request_id}-allocation-{target.allocation_id}"
 
@@ -325,16 +345,7 @@ class ContainerWorkloads(WorkloadDriver):
     def _run_options(self, target: Target, image: dict) -> list[str]:
         parameters = target.snapshot.get("parameters") or {}
         demand = target.snapshot["demand"]
-        key = (parameters.get("ssh_public_key") or "").strip()
-        if not key:
-            raise StepError(
-                "ssh_public_key_missing",
-                "A workspace needs the order's ssh_public_key (an OpenSSH public key line).",
-                retryable=False,
-            )
-        problem = ssh_public_key_problem(key)  # an order checked before the rule was
-        if problem:
-            raise StepError("ssh_public_key_invalid", f"The order's ssh_public_key {problem}.", retryable=False)
+        keys = _authorized_keys(target, parameters)
         publish = settings.CONTAINER_PUBLISH_IP
         options = [
             *("--name", container_name(target), "--hostname", f"request-{target.request_id}"),
@@ -349,7 +360,7 @@ class ContainerWorkloads(WorkloadDriver):
                 "--env",
                 f"WORKSPACE_USER={login_name(target.requester)}",
             ),
-            *("--env", f"WORKSPACE_AUTHORIZED_KEY={key}"),
+            *("--env", f"WORKSPACE_AUTHORIZED_KEY={keys}"),  # one line per key: workspace-start writes them all
         ]
         for variable, value in (image.get("configuration") or {}).get("env", {}).items():
             options += ["--env", f"{variable}={value}"]

@@ -476,7 +476,12 @@ class UsageSerializer(serializers.Serializer):
 
     card_hours = serializers.DecimalField(max_digits=14, decimal_places=4)
     energy_kwh = serializers.FloatField(help_text="From the daily telemetry rollups (today's counts once rolled up).")
-    cost = serializers.DecimalField(max_digits=14, decimal_places=2)
+    prompt_tokens = serializers.IntegerField(help_text="A served model's input tokens so far (0 for compute).")
+    completion_tokens = serializers.IntegerField(help_text="A served model's output tokens so far (0 for compute).")
+    cost = serializers.DecimalField(max_digits=14, decimal_places=2, help_text="Cost so far.")
+    cost_approved = serializers.DecimalField(
+        max_digits=14, decimal_places=2, help_text="The cost approved for the request's whole duration."
+    )
     currency = serializers.CharField()
 
 

@@ -132,3 +132,14 @@ class IssuedTokenSerializer(serializers.Serializer):
     name = serializers.CharField()
     expires_at = serializers.DateTimeField()
     scopes = serializers.ListField(child=serializers.CharField())
+
+
+class SshKeySerializer(serializers.Serializer):
+    id = serializers.IntegerField(read_only=True)
+    name = serializers.CharField(max_length=200, help_text="Which machine holds the private key, e.g. work laptop.")
+    public_key = serializers.CharField(
+        max_length=20000, trim_whitespace=True, help_text="One OpenSSH public key line (the .pub file's)."
+    )
+    key_type = serializers.CharField(read_only=True)
+    fingerprint = serializers.CharField(read_only=True, help_text="SHA256:..., as ssh-keygen -l prints it.")
+    created_at = serializers.DateTimeField(read_only=True)

@@ -1,7 +1,7 @@
 from django.contrib.auth import authenticate, user_logged_in
 from django.db.models import Prefetch
 from drf_spectacular.utils import extend_schema
-from rest_framework import exceptions, permissions, viewsets
+from rest_framework import exceptions, mixins, permissions, status, viewsets
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
@@ -9,10 +9,11 @@ from config.api import ErrorSerializer
 from config.errors import DomainError
 from config.signin import LOCKED_CODE, lockout_details, lockout_message
 from config.throttling import SignInThrottle
-from tenancy.api.serializers import IssuedTokenSerializer, ProjectSerializer, TokenRequestSerializer
+from tenancy import ssh_keys
+from tenancy.api.serializers import IssuedTokenSerializer, ProjectSerializer, SshKeySerializer, TokenRequestSerializer
 from tenancy.api_tokens import api_token_issue, checked_scopes
 from tenancy.choices import TokenScope
-from tenancy.models import Membership, Project
+from tenancy.models import Membership, Project, SshKey
 from tenancy.selectors import project_list_visible_to
 
 
@@ -87,3 +88,33 @@ class TokenObtainView(APIView):
                 }
             ).data
         )
+
+
+class SshKeyViewSet(mixins.ListModelMixin, viewsets.GenericViewSet):
+    """The caller's own SSH public keys: every container workspace they order starts with all of them. Added keys are
+    checked (422 ssh_key_invalid: a private key or not one public key line; 409 ssh_key_exists); nobody sees or
+    removes another person's."""
+
+    serializer_class = SshKeySerializer
+    filter_backends: list = []
+    pagination_class = None  # a handful per person
+    lookup_value_regex = r"\d+"
+    # Keys are what one orders workspaces with: read with the requests, changed with the right to order.
+    token_scope = {"GET": TokenScope.REQUESTS_READ, "*": TokenScope.REQUESTS_WRITE}
+
+    def get_queryset(self):
+        if getattr(self, "swagger_fake_view", False):  # schema generation has no user
+            return SshKey.objects.none()
+        return ssh_keys.ssh_keys_of(user=self.request.user)
+
+    @extend_schema(responses={201: SshKeySerializer, 400: ErrorSerializer, 409: ErrorSerializer, 422: ErrorSerializer})
+    def create(self, request):
+        body = SshKeySerializer(data=request.data)
+        body.is_valid(raise_exception=True)
+        key = ssh_keys.ssh_key_add(user=request.user, actor=request.user, **body.validated_data)
+        return Response(SshKeySerializer(key).data, status=status.HTTP_201_CREATED)
+
+    @extend_schema(responses={204: None, 404: ErrorSerializer})
+    def destroy(self, request, pk=None):
+        ssh_keys.ssh_key_remove(user=request.user, key_id=int(pk), actor=request.user)
+        return Response(status=status.HTTP_204_NO_CONTENT)

@@ -10,12 +10,14 @@ from config import hooks as hook_registry
 from metering import services
 from metering.models import BudgetAlert
 from requests import services as request_services
-from requests.choices import RequestState
+from requests.choices import NotificationKind, RequestState
+from requests.notifications import notification_preferences_set
 from requests.orders import Order
 from requests.quota import usage_of
 from requests.services import QuotaExceeded
 from tenancy.models import AuditEvent, MonthlyUsage
 from tests.metering.conftest import at, bound
+from tests.smtp_server import text_of
 
 pytestmark = pytest.mark.django_db
 
@@ -156,3 +158,38 @@ def test_projects_without_a_card_hour_budget_get_no_alerts(world):
     bound(world, project=world.other_project, started=at("2026-11-01 00:00"), released=at("2026-11-10 00:00"))
     services.usage_refresh(now=at(NOW))
     assert not BudgetAlert.objects.exists()
+
+
+def test_the_lead_is_mailed_once_at_the_warning_share_operators_set_and_again_when_used_up(
+    world, settings, mailbox, django_capture_on_commit_callbacks
+):
+    settings.METERING_BUDGET_WARNING_PERCENT = 50
+    bound(world, started=at("2026-11-01 00:00"), released=at("2026-11-01 20:00"))  # 20 h x 2 cards = 40 of 100
+    with django_capture_on_commit_callbacks(execute=True):
+        assert services.usage_refresh(now=at(NOW))["alerts"] == []
+    bound(world, started=at("2026-11-02 00:00"), released=at("2026-11-02 06:00"))  # + 12 = 52: past 50%
+    for _ in range(2):  # a second refresh announces nothing new
+        with django_capture_on_commit_callbacks(execute=True):
+            services.usage_refresh(now=at(NOW))
+    assert alerts(world.project) == ["warning"]
+    [warned] = mailbox.wait_for(1)
+    lead = world.project.lead
+    assert warned["To"] == lead.email
+    assert warned["Subject"] == f"{world.project.name}: 52% of its monthly card-hour budget used"
+    assert "52.0 of its 100 card-hours for November 2026 (52%)" in text_of(warned)
+    assert "https://compute.example.org/usage/" in text_of(warned)
+
+    bound(world, started=at("2026-11-03 00:00"), released=at("2026-11-04 00:00"))  # + 48 = 100
+    with django_capture_on_commit_callbacks(execute=True):
+        services.usage_refresh(now=at(NOW))
+    _, used_up = mailbox.wait_for(2)
+    assert used_up["To"] == lead.email and "100%" in used_up["Subject"] and "running work goes on" in text_of(used_up)
+    assert len(mailbox.subjects()) == 2  # nobody else: only the lead hears of the project's budget
+
+
+def test_a_lead_who_turned_budget_mail_off_gets_none(world, settings, mailbox, django_capture_on_commit_callbacks):
+    notification_preferences_set(user=world.project.lead, enabled=[], shown=[NotificationKind.BUDGET_WARNING])
+    bound(world, started=at("2026-11-01 00:00"), released=at("2026-11-03 00:00"))  # 96 of 100
+    with django_capture_on_commit_callbacks(execute=True):
+        services.usage_refresh(now=at(NOW))
+    assert alerts(world.project) == ["warning"] and mailbox.subjects() == []

@@ -50,7 +50,7 @@ def test_page_has_charts_budgets_advice_kpi_and_a_csv_link(client, usage):
     page = page_of(client, usage.developer)
     assert page.count('class="card chart"') == 3  # card-hours, cost, energy per month
     assert "Card-hours per month" in page and "Energy per month" in page
-    assert "80% of the monthly budget used" in page  # 4 of 4.5 card-hours
+    assert "Warning share of the monthly budget used" in page  # 4 of 4.5 card-hours
     assert "8x Test H100 80GB requested 3 times in 30 days" in page
     kpi_row = r"<td[^>]*>2026-11</td><td[^>]*>[^<]+</td><td class=\"num\"[^>]*>1</td><td class=\"num\"[^>]*>1</td>"
     assert re.search(kpi_row, page)

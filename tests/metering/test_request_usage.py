@@ -3,7 +3,7 @@ requests.hooks.REQUEST_USAGE, which metering registers)."""
 
 from datetime import date
 
-from metering.models import DailyUsage
+from metering.models import DailyUsage, TokenUsage
 from tests.metering.conftest import at, bound
 
 REQUESTS = "/api/v1/requests/"
@@ -37,15 +37,46 @@ def test_detail_shows_card_hours_energy_and_cost_so_far(frozen, world, api_as):
     assert _usage_of(api_as, earlier.request.requester, earlier.request_id) == {
         "card_hours": "24.0000",
         "energy_kwh": 3.25,
+        "prompt_tokens": 0,
+        "completion_tokens": 0,
         "cost": "96.00",
+        "cost_approved": f"{earlier.request.cost_estimate:.2f}",
         "currency": "USD",
     }
     assert _usage_of(api_as, running.request.requester, running.request_id) == {
         "card_hours": "4.0000",
         "energy_kwh": 0.0,
+        "prompt_tokens": 0,
+        "completion_tokens": 0,
         "cost": "16.00",
+        "cost_approved": f"{running.request.cost_estimate:.2f}",
         "currency": "USD",
     }
+
+
+def test_a_served_models_tokens_so_far_are_beside_its_cost_on_the_api_and_the_page(frozen, world, api_as, client):
+    allocation = bound(world, started=at("2026-11-20 10:00"))
+    request = allocation.request
+    for day, prompt, completion in ((date(2026, 11, 19), 100, 40), (date(2026, 11, 20), 900, 60)):
+        for key_prefix in ("key-a", "key-b"):  # each key's calls are counted apart, then summed
+            TokenUsage.objects.create(
+                request=request,
+                project=request.project,
+                model="m",
+                key_prefix=key_prefix,
+                day=day,
+                requests=1,
+                prompt_tokens=prompt,
+                completion_tokens=completion,
+            )
+    usage = _usage_of(api_as, request.requester, request.pk)
+    assert (usage["prompt_tokens"], usage["completion_tokens"], usage["cost"]) == (2000, 200, "16.00")
+
+    client.force_login(request.requester)
+    page = client.get(f"/requests/{request.pk}/").content.decode()
+    so_far = page.split('id="usage-so-far">', 1)[1].split("</dd>", 1)[0]
+    assert so_far.startswith(f"16.00 USD of the {request.cost_estimate:,.2f} USD approved for its whole duration")
+    assert "4 card-hours" in so_far and "2,000 + 200 tokens" in so_far
 
 
 def test_a_request_that_never_held_an_allocation_has_no_usage(frozen, world, api_as):

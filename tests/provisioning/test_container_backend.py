@@ -19,12 +19,14 @@ from provisioning.drivers.base import StepError
 from provisioning.drivers.container import ContainerWorkloads, Podman, prepare_built_image
 from provisioning.models import ProvisioningRun, ProvisioningStep
 from provisioning.reconcile import workloads_reconcile
+from provisioning.selectors import provisioning_details
 from requests import services as request_services
 from requests.choices import RequestState
 from requests.orders import Order
 from scheduling import cycle
 from scheduling.choices import ExecutionBackend
 from scheduling.models import Allocation, Device
+from tenancy.ssh_keys import ssh_key_add
 from tests import factories
 from tests.devcluster_fixtures import podman_service  # noqa: F401  (fixture)
 from tests.provisioning.conftest import add_node
@@ -87,6 +89,21 @@ def _end_from_inside(workspace, name: str, signal: str) -> None:
     """The workspace's main process (sshd, PID 1) ends: a process in the container signals it."""
     workspace.podman.run("exec", name, "kill", f"-{signal}", "1")
     workspace.podman.run("wait", name, timeout=30)
+
+
+def test_a_workspace_ordered_without_a_key_lets_in_the_keys_on_the_requesters_profile(workspace):
+    """Issue 40 item 2: no key pasted into the order; the requester's profile keys are in the workspace, and the
+    connect details the API gives (delivered.ide: what `cc ssh` runs) reach it."""
+    developer = workspace.team.developer
+    ssh_key_add(user=developer, name="test runner", public_key=workspace.runtime.key.public, actor=developer)
+    request = workspace.order(ssh_public_key="")
+    assert request.state == RequestState.ACTIVE, list(
+        ProvisioningStep.objects.filter(run__request=request).values_list("name", "error")
+    )
+    ide = provisioning_details(request)["delivered"]["ide"]
+    session = ssh(workspace.runtime, {"ssh": " ".join(ide["ssh_argv"])}, "whoami")
+    assert session.returncode == 0, session.stderr
+    assert session.stdout.strip() == ide["ssh_argv"][-1].split("@")[0]
 
 
 def test_a_workspace_reaches_active_and_ssh_sees_the_bound_devices(workspace, run_on_commit):

@@ -53,6 +53,19 @@ def test_an_active_request_shows_how_to_connect_first_and_each_fact_once(active,
     assert page.count("ssh -p") == 2  # the command and its copy button, both in the Connect panel
 
 
+def test_the_connect_panel_opens_the_workspace_in_an_ide_as_the_api_says(active, client, api_as):
+    ide = api_as(active.requester).get(f"/api/v1/requests/{active.pk}/").json()["provisioning"]["delivered"]["ide"]
+    user, host_port = ide["ssh_argv"][-1].split("@")[0], f"{ide['ssh_argv'][-1].split('@')[1]}:{ide['ssh_argv'][2]}"
+    assert ide["vscode"] == f"vscode://vscode-remote/ssh-remote+{user}@{host_port}/home/{user}"
+    assert ide["jetbrains_gateway"].startswith("jetbrains-gateway://connect#type=ssh&deploy=false&host=")
+    assert ide["ssh_config"].startswith(f"Host cc-{active.pk}\n  HostName ")
+    client.force_login(active.requester)
+    connect = client.get(page_of(active)).content.decode().split('id="connect"')[1].split("</section>")[0]
+    assert f'<a href="{ide["vscode"]}"' in connect
+    assert f'<a href="{ide["jetbrains_gateway"].replace("&", "&amp;")}"' in connect
+    assert f"<pre><code>Host cc-{active.pk}" in connect and 'data-access="ssh_config"' in connect
+
+
 def test_a_queued_request_polls_quickly_and_shows_its_place(compute, client):
     compute.order(), compute.order()  # the 4-card node is full
     request = compute.order()

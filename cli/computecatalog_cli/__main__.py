@@ -1,0 +1,3 @@
+from computecatalog_cli.main import main
+
+main()

@@ -1,0 +1,189 @@
+"""`cc`, the command line (cli/), driven in-process with Click's runner against a live server with the API tests'
+fixtures: a developer logs in with a personal token, previews and orders from YAML, follows the request to active,
+reaches it by ssh and VS Code link, reads its usage and releases it; refusals end with the API's {code, message}
+and the documented exit codes."""
+
+import json
+import os
+import stat
+import subprocess
+
+import pytest
+from click.testing import CliRunner
+from computecatalog_cli import main as cc
+from computecatalog_cli.client import Exit
+
+from requests.choices import RequestState
+from requests.models import ResourceRequest
+from scheduling import cycle
+from tests import factories
+from tests.provisioning.conftest import add_node
+from tests.requests.conftest import shop, team  # noqa: F401  (fixtures)
+
+pytestmark = [pytest.mark.integration, pytest.mark.django_db(transaction=True, serialized_rollback=True)]
+
+
+@pytest.fixture
+def terminal(live_server, tmp_path, monkeypatch):
+    """Runs `cc ARGS` against the live server, with its config file in the test's own directory."""
+    monkeypatch.setenv("CC_CONFIG", str(tmp_path / "cc" / "config.json"))
+    for variable in ("CC_SERVER", "CC_TOKEN"):
+        monkeypatch.delenv(variable, raising=False)
+    runner = CliRunner()
+
+    def run(*args, expect=Exit.OK):
+        result = runner.invoke(cc.cli, ["--server", live_server.url, *args], catch_exceptions=False)
+        assert result.exit_code == expect, (args, result.output, result.stderr)
+        return result
+
+    run.config = tmp_path / "cc" / "config.json"
+    return run
+
+
+def _json(result):
+    return json.loads(result.stdout)
+
+
+def _order_file(tmp_path, shop, project, **overrides):  # noqa: F811
+    path = tmp_path / "order.yaml"
+    fields = {
+        "service": shop.service.pk,
+        "project": project.pk,
+        "spec": shop.whole.pk,
+        "image": shop.image.pk,
+        "duration_hours": 10,
+        "justification": "fine-tuning run",
+        **overrides,
+    }
+    path.write_text("".join(f"{key}: {value}\n" for key, value in fields.items()))
+    return path
+
+
+def test_from_login_to_release_with_the_terminal_only(terminal, shop, team, tmp_path, monkeypatch):  # noqa: F811
+    terminal("login", "--token", factories.token_for(team.developer))
+    assert stat.S_IMODE(os.stat(terminal.config).st_mode) == 0o600
+    assert factories.token_for.__name__ not in terminal.config.read_text()
+
+    services = _json(terminal("catalog", "--vendor", "nvidia", "--json"))
+    assert [spec["id"] for spec in services[0]["specs"]] == [shop.whole.pk, shop.sliced.pk]
+    fitting = _json(terminal("catalog", "--fits", str(team.project.pk), "--json"))
+    assert {spec["id"] for spec in fitting[0]["specs"]} == {shop.whole.pk, shop.sliced.pk}
+    assert _json(terminal("catalog", "--vendor", "amd", "--json")) == []
+    assert shop.whole.name in terminal("catalog").stdout
+
+    order = _order_file(tmp_path, shop, team.project)
+    preview = _json(terminal("order", "-f", str(order), "--preview", "--json"))
+    assert preview["cost"]["total"] == "80.00" and preview["fits_quota"] is True
+    shown = terminal("order", "-f", str(order), "--preview").stdout
+    assert "Cost: 80.00" in shown and "Approval:" in shown and "Fits now: no" in shown  # no node yet
+    assert not ResourceRequest.objects.exists()  # a preview stores nothing
+
+    ordered = _json(terminal("order", "-f", str(order), "--json"))
+    request_id = ordered["id"]
+    assert ordered["state"] == RequestState.QUEUED
+    assert str(request_id) in terminal("ls").stdout
+    queued = terminal("status", str(request_id)).stdout
+    reason = ResourceRequest.objects.get(pk=request_id).queue_reason
+    assert f"Request {request_id}: Queued" in queued and f"{reason['code']}: {reason['message']}" in queued
+
+    add_node(shop.accelerator)
+    cycle.run_cycle()  # the scheduler's next cycle places it; provisioning (inline in tests) delivers it
+    watched = terminal("status", str(request_id), "--watch", "--interval", "0.1")
+    assert "Active (active)" in watched.stdout and "connect: ssh -p" in watched.stdout
+    detail = _json(terminal("status", str(request_id), "--json"))
+    delivered = detail["provisioning"]["delivered"]
+    user, host, port = delivered["user"], delivered["host"], delivered["ports"]["ssh"]
+    assert user == team.developer.username
+    assert detail["usage"]["currency"] == detail["currency"]
+
+    executed = []
+    monkeypatch.setattr(cc.os, "execvp", lambda program, argv: executed.append(argv))
+    terminal("ssh", str(request_id), "--", "nvidia-smi")
+    assert executed == [["ssh", "-p", str(port), f"{user}@{host}", "nvidia-smi"]]
+    linked = terminal("code", str(request_id))
+    assert linked.stdout.strip() == f"vscode://vscode-remote/ssh-remote+{user}@{host}:{port}/home/{user}"
+    assert f"Host cc-{request_id}\n  HostName {host}\n  Port {port}\n  User {user}" in linked.stderr
+    assert "jetbrains-gateway://connect#type=ssh" in linked.stderr
+    links = _json(terminal("code", str(request_id), "--json"))
+    assert links == delivered["ide"] and set(links) == {"ssh_argv", "ssh_config", "vscode", "jetbrains_gateway"}
+
+    usage = _json(terminal("usage", "--project", str(team.project.pk), "--json"))
+    assert [row["project"] for row in usage["results"]] == [team.project.slug]
+
+    released = _json(terminal("release", str(request_id), "--reason", "done", "--json"))
+    assert released["state"] in (RequestState.RELEASING, RequestState.RELEASED)
+    refused = terminal("cancel", str(request_id), "--json", expect=Exit.REFUSED)
+    assert json.loads(refused.stderr)["code"]  # the API's own code, e.g. invalid_transition
+    gone = terminal("ssh", str(request_id), expect=Exit.REFUSED)
+    assert "not_reachable_by_ssh" in gone.stderr
+
+
+def test_refusals_end_with_the_apis_code_and_the_documented_exit_code(terminal, shop, team, tmp_path):  # noqa: F811
+    terminal("status", "1", expect=Exit.NOT_FOUND_OR_AUTH)  # not signed in yet
+    terminal("login", "--token", "cct_not-a-real-token", expect=Exit.NOT_FOUND_OR_AUTH)
+    assert not terminal.config.exists()  # a token that does not work is not kept
+
+    terminal("login", "--token", factories.token_for(team.developer))
+    too_long = _order_file(tmp_path, shop, team.project, duration_hours=100000)
+    refused = terminal("order", "-f", str(too_long), expect=Exit.REFUSED)
+    assert "error " in refused.stderr and "duration" in refused.stderr
+    body = json.loads(terminal("order", "-f", str(too_long), "--json", expect=Exit.REFUSED).stderr)
+    assert set(body) == {"code", "message", "details"}
+    assert not ResourceRequest.objects.exists()
+
+    terminal("order", "-f", str(tmp_path / "missing.yaml"), expect=Exit.USAGE)
+    terminal("status", "not-a-number", expect=Exit.USAGE)
+    missing = terminal("status", "999999", "--json", expect=Exit.NOT_FOUND_OR_AUTH)
+    assert json.loads(missing.stderr)["code"] == "not_found"
+
+    request_id = _json(terminal("order", "-f", str(_order_file(tmp_path, shop, team.project)), "--json"))["id"]
+    assert "Cancelled" in terminal("cancel", str(request_id), "--reason", "wrong spec").stdout
+    ended = terminal("status", str(request_id), "--watch", "--interval", "0.1", expect=Exit.DID_NOT_START)
+    assert f"Request {request_id}: Cancelled" in ended.stdout
+
+
+def test_another_tenants_developer_sees_nothing_and_a_narrow_token_is_refused(terminal, shop, team, tmp_path):  # noqa: F811
+    terminal("login", "--token", factories.token_for(team.developer))
+    request_id = _json(terminal("order", "-f", str(_order_file(tmp_path, shop, team.project)), "--json"))["id"]
+
+    outsider = factories.member(factories.project())
+    terminal("login", "--token", factories.token_for(outsider))
+    assert _json(terminal("ls", "--json")) == []
+    terminal("status", str(request_id), expect=Exit.NOT_FOUND_OR_AUTH)
+    terminal("cancel", str(request_id), expect=Exit.NOT_FOUND_OR_AUTH)
+
+    reader = factories.token_for(team.developer, scopes=["requests:read"])
+    terminal("login", "--token", reader)  # narrowed away from projects, it still signs in
+    assert _json(terminal("ls", "--json"))[0]["id"] == request_id
+    narrow = json.loads(terminal("cancel", str(request_id), "--json", expect=Exit.NOT_FOUND_OR_AUTH).stderr)
+    assert narrow["code"] == "token_scope"
+    assert ResourceRequest.objects.get(pk=request_id).state == RequestState.QUEUED
+
+
+def test_serving_keys_are_listed_made_once_and_revoked(terminal, team):  # noqa: F811
+    terminal("login", "--token", factories.token_for(team.developer))
+    project = str(team.project.pk)
+    made = _json(terminal("keys", "create", project, "--name", "notebook", "--json"))
+    assert made["key"] and made["name"] == "notebook"
+    listed = _json(terminal("keys", "ls", project, "--json"))
+    assert [key["prefix"] for key in listed] == [made["prefix"]] and "key" not in listed[0]
+    assert made["key"] not in terminal("keys", "ls", project).stdout
+    terminal("keys", "revoke", str(made["id"]))
+    assert _json(terminal("keys", "ls", project, "--json"))[0]["active"] is False
+
+
+def test_ssh_keys_are_added_listed_and_removed_from_the_terminal(terminal, team, tmp_path):  # noqa: F811
+    terminal("login", "--token", factories.token_for(team.developer))
+    private = tmp_path / "id_ed25519"
+    subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", private], check=True)
+    added = _json(terminal("keys", "ssh", "add", "laptop", str(private.with_suffix(".pub")), "--json"))
+    assert added["name"] == "laptop" and added["fingerprint"].startswith("SHA256:")
+    assert [key["name"] for key in _json(terminal("keys", "ssh", "ls", "--json"))] == ["laptop"]
+
+    refused = terminal("keys", "ssh", "add", "oops", str(private), "--json", expect=Exit.REFUSED)
+    assert json.loads(refused.stderr)["code"] == "ssh_key_invalid"  # the private key is refused and not kept
+    assert "BEGIN" not in refused.stderr
+
+    terminal("keys", "ssh", "rm", str(added["id"]))
+    assert _json(terminal("keys", "ssh", "ls", "--json")) == []
+    terminal("keys", "ssh", "rm", str(added["id"]), expect=Exit.NOT_FOUND_OR_AUTH)
