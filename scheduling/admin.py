@@ -260,6 +260,7 @@ class NodeAdmin(AuditedInventoryMixin, admin.ModelAdmin):
                 }
                 for row in selectors.capacity_by_model()
             ],
+            "sites": selectors.capacity_by_domain(),
         }
         return TemplateResponse(request, "admin/scheduling/capacity.html", context)
 
