@@ -180,10 +180,15 @@ class GangPlacer:
         chosen = self.choose(demand)
         if chosen is None:
             return self.explain(demand)
-        return [self._bind(demand, i, member) for member, i in enumerate(chosen)]
+        return self.bind(demand, chosen)
 
     def fits(self, demand: Demand) -> bool:
         return self.choose(demand) is not None
+
+    def bind(self, demand: Demand, chosen: Sequence[int]) -> list[Binding]:
+        """One member on each chosen node (positions, leader first), each taking the first of its node's free whole
+        cards of the wanted models (a member takes its cards whole: which ones makes no difference to what is left)."""
+        return [self._bind(demand, i, member) for member, i in enumerate(chosen)]
 
     def _bind(self, demand: Demand, i: int, member: int) -> Binding:
         engine = self.engine
@@ -266,12 +271,17 @@ def _could_hold(node: NodeView, demand: Demand) -> bool:
     )
 
 
+def level_used(paths: Sequence[dict[str, str]]) -> str:
+    """The closest level one domain of which holds all of a gang's members (`paths`: each member node's domains)."""
+    return next(level for level in LEVELS if len({path[level] for path in paths}) == 1)
+
+
 def gang_split(bindings: Sequence[Binding], nodes: Sequence[NodeView], level: str) -> dict:
     """How a gang's members were placed: the closest level that holds them all and the domains of the asked level
     they span, as {code, message, numbers} for the decision's record. `nodes` are the engine's nodes."""
     by_name = {node.name: node for node in nodes}
     paths = [domains_of(by_name[binding.node]) for binding in bindings]
-    used = next(candidate for candidate in LEVELS if len({p[candidate] for p in paths}) == 1)
+    used = level_used(paths)
     asked = sorted({p[level] for p in paths})
     spilled = LEVELS.index(used) > LEVELS.index(level)
     names = ", ".join(domain_name(path) for path in asked)

@@ -490,8 +490,10 @@ def _overlap(a: frozenset, b: frozenset) -> bool:
 
 
 def workload_source(demands: Iterable[Demand]) -> list[tuple[int, int, int, int, frozenset]]:
-    """Demands as a policy learns its typical shapes from them."""
-    return [(d.cpu_milli, d.memory_mib, d.count, d.share, d.models) for d in demands]
+    """Demands as a policy learns its typical shapes from them. A multi-node gang counts as its members, each a node's
+    worth: so the policy learns that whole free nodes are wanted, and keeps some whole rather than strand a card on
+    each (the FGD idea applied to gangs)."""
+    return [(d.cpu_milli, d.memory_mib, d.count, d.share, d.models) for d in demands for _ in range(d.nodes)]
 
 
 def place_in_order(engine, demands: Sequence[Demand], backfill: bool = False) -> PlacementResult:
