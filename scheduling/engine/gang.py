@@ -69,6 +69,7 @@ class GangIndex:
         self.spare: list[int | None] = [None] * len(engine.nodes)
         self.members: dict[str, dict[str, set[int]]] = {level: {} for level in LEVELS}
         self.cards: dict[str, Counter] = {level: Counter() for level in LEVELS}
+        self.free = 0  # nodes that could take a member now
         for i in range(len(engine.nodes)):
             self._add(i)
         self.seen = len(engine.changed)
@@ -95,6 +96,7 @@ class GangIndex:
         spare = self.spare[i] = self._free_whole(i)
         if spare is None:
             return
+        self.free += 1
         for level, path in self.engine.topology.paths[i].items():
             self.members[level].setdefault(path, set()).add(i)
             self.cards[level][path] += spare
@@ -103,6 +105,7 @@ class GangIndex:
         spare = self.spare[i]
         if spare is None:
             return
+        self.free -= 1
         for level, path in self.engine.topology.paths[i].items():
             self.members[level][path].discard(i)
             self.cards[level][path] -= spare
@@ -126,9 +129,6 @@ class GangIndex:
         count, path = min(counts, key=lambda item: (-item[0], item[1]))
         return path, count
 
-    def free_nodes(self) -> int:
-        return sum(spare is not None for spare in self.spare)
-
 
 class GangPlacer:
     """Places and explains an engine's multi-node gangs on its state (one per engine; a fork makes its own)."""
@@ -136,6 +136,7 @@ class GangPlacer:
     def __init__(self, engine):
         self.engine = engine
         self._indexes: dict[tuple, GangIndex] = {}
+        self._rooms: dict[tuple, Counter] = {}  # (member shape, level) -> nodes per domain that could hold a member
 
     def forget(self) -> None:
         """Drop the indexes (the engine started its change list afresh): built again when next needed."""
@@ -211,10 +212,7 @@ class GangPlacer:
         if member is not None:
             return Pending(demand.id, member.reason, member.message, member.numbers)
         level = demand.level if demand.mode == REQUIRED else FLEET
-        counts: Counter = Counter()
-        for i, node in enumerate(self.engine.nodes):
-            if _could_hold(node, demand):
-                counts[self.engine.topology.paths[i][level]] += 1
+        counts = self._rooms_of(demand, level)
         largest, most = max(counts.items(), key=lambda item: item[1], default=("", 0))
         if most >= demand.nodes:
             return None
@@ -229,6 +227,18 @@ class GangPlacer:
             {"nodes": demand.nodes, "level": level, "largest": most, "domain": domain_name(largest) if most else ""},
         )
 
+    def _rooms_of(self, demand: Demand, level: str) -> Counter:
+        """Per domain of `level`, the nodes that could hold a member even empty: worked out once per member shape (the
+        inventory does not change while an engine lives)."""
+        key = (DemandShape(demand.member).key, level)
+        counts = self._rooms.get(key)
+        if counts is None:
+            paths = self.engine.topology.paths
+            counts = self._rooms[key] = Counter(
+                paths[i][level] for i, node in enumerate(self.engine.nodes) if _could_hold(node, demand)
+            )
+        return counts
+
     def explain(self, demand: Demand) -> Pending:
         """Why the gang waits, with its numbers: `topology_constraint` when enough nodes are free but no domain of
         the level holds them together, `capacity_in_use` when too few are free at all."""
@@ -236,7 +246,7 @@ class GangPlacer:
         if never is not None:
             return never
         index = self.index(demand)
-        free = index.free_nodes()
+        free = index.free
         what = f"{demand.nodes} free nodes × {demand.count} {_models(demand)}"  # noqa: RUF001
         numbers = {"nodes": demand.nodes, "cards_per_node": demand.count, "level": demand.level, "free_nodes": free}
         if free < demand.nodes:
