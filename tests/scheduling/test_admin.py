@@ -300,3 +300,15 @@ def test_node_list_filters_by_site_rack_and_schedulable(console, operator):
     page = console.get(_url("node"), {"schedulable__exact": "0"}).content.decode()
     assert outside.name in page and inside.name not in page
     assert Rack.objects.count() == 2
+
+
+@pytest.mark.parametrize(
+    ("role", "status"),
+    [("developer", 302), ("approver", 302), ("lead", 302), ("outsider", 302), ("operator", 200)],
+)
+def test_role_matrix_for_blocks_and_the_capacity_tree(client, role, status):
+    """Blocks and the topology tree are the operators' (inventory): everyone else is sent to the admin login."""
+    people = factories.role_matrix()
+    client.force_login(getattr(people, role))
+    for url in (_url("block"), _url("block", "add/"), _url("node", "capacity/")):
+        assert client.get(url).status_code == status, url
