@@ -76,9 +76,7 @@ def test_the_approved_snapshot_keeps_the_per_node_shape_and_the_gang(shop, team,
 def test_the_catalog_page_says_what_a_gang_is(client, shop, team, gang):
     client.force_login(team.developer)
     page = client.get(f"/?project={team.project.pk}").content.decode()
-    assert (
-        'data-nodes="2">2 nodes, one rack: 2 cards, 16 CPU cores and 128 GiB on each node, 4 cards in all</div>'
-        in page
-    )
+    shown = 'data-nodes="2">2 nodes, one rack: 2 cards, 16 CPU cores and 128 GiB on each node, 4 cards in all</div>'
+    assert shown in page
     row = page[page.index(f'data-offer="{gang.slug}"') :]
     assert row[: row.index("</tr>")].count('<td class="num">16.00') == 1  # per hour: 2 cards x 2 nodes x 4.00
