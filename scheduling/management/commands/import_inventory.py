@@ -29,7 +29,7 @@ Formats (guessed from the file when --format is not given):
          (catalog slug or name), gpu_count, gpu_memory_gb (default: the model's), gpu_uuids (';'-separated,
          default: derived from node and index). Empty cells keep what is stored.
   yaml   `nodes:` a list of mappings with the CSV's keys, or `devices:` [{index, model, uuid, memory_gb}];
-         optional top-level `site:` / `rack:` defaults.
+         optional top-level `site:` / `block:` / `rack:` defaults.
 --site NAME puts nodes without a site column into that site (rack "default" unless a rack is given).
 
 --from-slurm reads the nodes from slurmrestd (SLURM_REST_URL, SLURM_USER_NAME, SLURM_JWT or SLURM_JWT_FILE):
