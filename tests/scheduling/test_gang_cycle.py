@@ -98,3 +98,19 @@ def test_the_preview_of_a_gang_that_would_wait_gives_its_topology_numbers(shop, 
     assert estimate["code"] == "topology_constraint"
     assert estimate["details"]["best_free_nodes"] == 1 and estimate["details"]["free_nodes"] == 2
     assert "needs 2 free nodes × 4 H100 80GB in one rack; best rack r1 has 1" in estimate["message"]  # noqa: RUF001
+
+
+def test_the_preview_api_counts_the_whole_gang_and_says_it_waits(shop, team, api_as):
+    racks(shop.accelerator, 2)
+    body = {
+        "service": shop.service.pk,
+        "project": team.project.pk,
+        "spec": shop.gang.pk,
+        "image": shop.image.pk,
+        "duration_hours": 10,
+    }
+    answer = api_as(team.developer).post("/api/v1/requests/preview/", body, format="json")
+    assert answer.status_code == 200
+    preview = answer.json()
+    assert preview["placement"]["code"] == backends.MULTI_NODE_BACKEND
+    assert Decimal(preview["cost"]["hourly"]) == Decimal(8)  # 4 cards x 2 nodes x 1.00
