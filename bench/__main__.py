@@ -6,7 +6,7 @@ import importlib
 import os
 import sys
 
-COMMANDS = ("scheduler", "preview", "metering", "execution", "in_band", "gateway")
+COMMANDS = ("scheduler", "preview", "metering", "execution", "in_band", "gateway", "gang")
 
 
 def main(argv: list[str]) -> int:

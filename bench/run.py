@@ -31,6 +31,7 @@ BENCHMARKS = [
     "bench.report.preview",
     "bench.report.placement",
     "bench.report.mig",
+    "bench.report.gang",
     "bench.report.metering",
     "bench.report.gateway",
     "bench.report.execution",

@@ -148,6 +148,8 @@ class ResourceSpecAdmin(AuditedAdminMixin, admin.ModelAdmin):
         "slice_profile",
         "cpu_cores",
         "memory_gb",
+        "node_count",
+        "topology_level",
         price,
         "max_duration_hours",
         "status",

@@ -82,3 +82,25 @@ class SlurmMembership(models.TextChoices):
 
 # The memberships whose servers give their tenant root (sudo).
 TENANT_ROOT_MEMBERSHIPS = frozenset({SlurmMembership.TENANT_CLUSTER, SlurmMembership.NONE})
+
+
+class TopologyLevel(models.TextChoices):
+    """How close the members of a multi-node spec must run, from closest to widest: one node, one rack (leaf
+    switch), one block (spine: the racks under one parent switch), one site."""
+
+    NODE = "node", "one node"
+    RACK = "rack", "one rack"
+    BLOCK = "block", "one block"
+    SITE = "site", "one site"
+
+
+# The levels from closest to widest: a `preferred` gang that no domain of its level holds spills to the next one.
+TOPOLOGY_LEVELS = (TopologyLevel.NODE, TopologyLevel.RACK, TopologyLevel.BLOCK, TopologyLevel.SITE)
+
+
+class TopologyMode(models.TextChoices):
+    """Whether a multi-node spec's level is a must (`required`: all members in one domain of that level, or wait) or
+    a wish (`preferred`: as few domains as possible, the closest level first)."""
+
+    REQUIRED = "required", "required"
+    PREFERRED = "preferred", "preferred"

@@ -12,6 +12,8 @@ from catalog.choices import (
     ServingRuntime,
     SliceKind,
     SlurmMembership,
+    TopologyLevel,
+    TopologyMode,
     Visibility,
 )
 from catalog.choices import ValidationCheck as Check
@@ -117,7 +119,14 @@ SPECS = [
     ("ascend-910b-1x", "1x Ascend 910B, 24 vCPU, 192 GiB", ["ascend-910b"], 1, None, 24, 192, 800, "2.10", 336),
     ("ascend-910b-8x", "8x Ascend 910B, 192 vCPU, 1.5 TiB", ["ascend-910b"], 8, None, 192, 1536, 6000, "2.10", 336),
     ("gaudi2-1x", "1x Gaudi 2 96GB, 12 vCPU, 128 GiB", ["gaudi2-96gb"], 1, None, 12, 128, 500, "1.90", 336),
+    ("h100-2n-rack", "2 nodes x 8x H100 80GB, one rack", ["h100-80gb"], 8, None, 96, 1536, 7000, "3.90", 168),
+    ("h100-4n-block", "4 nodes x 8x H100 80GB, one block", ["h100-80gb"], 8, None, 96, 1536, 7000, "3.90", 168),
 ]
+# Multi-node specs (LLM pretraining): slug -> (nodes, topology level, mode); cards, CPU and memory above are per node.
+GANG_SPECS = {
+    "h100-2n-rack": (2, TopologyLevel.RACK, TopologyMode.REQUIRED),
+    "h100-4n-block": (4, TopologyLevel.BLOCK, TopologyMode.REQUIRED),
+}
 DEPRECATED_SPECS = {"t4-2x": "Superseded by l40s-1x, which costs less per useful TFLOP."}
 
 # name, version, reference, os, driver, runtime, runtime version, agent, vendors, approved
@@ -251,6 +260,11 @@ def _upsert(model, lookup: dict, values: dict, many: dict | None = None):
     return obj
 
 
+def _gang_fields(slug: str) -> dict:
+    nodes, level, mode = GANG_SPECS.get(slug, (1, TopologyLevel.NODE, TopologyMode.REQUIRED))
+    return {"node_count": nodes, "topology_level": level, "topology_mode": mode}
+
+
 def seed_catalog() -> dict:
     vendors = {vendor.slug: vendor for vendor in Vendor.objects.all()}
     accelerators = {}
@@ -292,6 +306,7 @@ def seed_catalog() -> dict:
             "local_disk_gb": disk,
             "hourly_price": D(price),
             "max_duration_hours": hours,
+            **_gang_fields(slug),
         }
         specs[slug] = _upsert(
             ResourceSpec, {"slug": slug}, values, {"accelerator_models": [accelerators[model] for model in models]}
@@ -446,6 +461,8 @@ def seed_offerings(catalog: dict, tenants: dict) -> None:
         for slug in (
             "h100-1x",
             "h100-8x",
+            "h100-2n-rack",
+            "h100-4n-block",
             "h100-mig-1g",
             "h100-mig-3g",
             "a100-1x",

@@ -18,6 +18,8 @@ from catalog.choices import (
     SliceKind,
     SlurmMembership,
     SpecStatus,
+    TopologyLevel,
+    TopologyMode,
     ValidationCheck,
     Visibility,
 )
@@ -254,8 +256,13 @@ class SliceProfile(models.Model):
             raise ValidationError(problems)
 
 
+MAX_SPEC_NODES = 64  # the largest gang a spec may ask for (a block of racks, not the whole fleet)
+GANG_LEVELS = [TopologyLevel.RACK, TopologyLevel.BLOCK, TopologyLevel.SITE]
+
+
 class ResourceSpec(models.Model):
-    """A standard spec: N cards (or N slices) of a compatible model with CPU, memory, disk and a price."""
+    """A standard spec: N cards (or N slices) of a compatible model with CPU, memory, disk and a price, on one node
+    or, as a gang, on `node_count` nodes at once (cards, CPU and memory per node) inside one topology domain."""
 
     name = models.CharField(max_length=120, unique=True)
     slug = models.SlugField(max_length=60, unique=True, validators=[slug_validator])
@@ -274,6 +281,24 @@ class ResourceSpec(models.Model):
     )
     cpu_cores = models.PositiveIntegerField("CPU cores", validators=[MinValueValidator(1)])
     memory_gb = models.PositiveIntegerField("memory (GiB)", validators=[MinValueValidator(1)])
+    node_count = models.PositiveSmallIntegerField(
+        "nodes",
+        default=1,
+        validators=[MinValueValidator(1), MaxValueValidator(MAX_SPEC_NODES)],
+        help_text="Nodes the work runs on together (a gang, all or none). Cards, CPU and memory are per node.",
+    )
+    topology_level = models.CharField(
+        max_length=8,
+        choices=TopologyLevel.choices,
+        default=TopologyLevel.NODE,
+        help_text="How close a multi-node spec's nodes run: one rack, one block or one site (one node: a single node).",
+    )
+    topology_mode = models.CharField(
+        max_length=10,
+        choices=TopologyMode.choices,
+        default=TopologyMode.REQUIRED,
+        help_text="Required: all nodes inside one domain of the level, or wait. Preferred: as few domains as possible.",
+    )
     local_disk_gb = models.PositiveIntegerField("local disk (GiB)", default=0)
     hourly_price = _money_field("accelerator (card or slice)")
     max_duration_hours = models.PositiveIntegerField(validators=[MinValueValidator(1)])
@@ -294,6 +319,17 @@ class ResourceSpec(models.Model):
                 | Q(status=SpecStatus.DEPRECATED, deprecated_at__isnull=False),
                 name="spec_deprecated_at_matches_status",
             ),
+            models.CheckConstraint(
+                condition=Q(node_count__gte=1, node_count__lte=MAX_SPEC_NODES), name="spec_node_count_in_bounds"
+            ),
+            # One node has no topology to ask for; a gang asks for a domain wider than a node, on whole cards (a MIG
+            # slice is bound to one card of one node: a gang of slices has nothing to gain from other nodes).
+            models.CheckConstraint(
+                condition=Q(node_count=1, topology_level=TopologyLevel.NODE)
+                | Q(node_count__gt=1, slice_profile__isnull=True, topology_level__in=GANG_LEVELS),
+                name="spec_gang_whole_cards_in_a_domain",
+            ),
+            models.CheckConstraint(condition=Q(topology_mode__in=TopologyMode.values), name="spec_topology_mode_valid"),
         ]
 
     def __str__(self):
@@ -304,24 +340,54 @@ class ResourceSpec(models.Model):
         return self.slice_profile_id is not None
 
     @property
+    def is_gang(self) -> bool:
+        """Whether it runs on several nodes at once (all of them or none)."""
+        return self.node_count > 1
+
+    # The whole spec (every node of a gang) is what quota, budget, cost, approval and the preview count: these
+    # totals are the one place a per-node figure is multiplied by the node count.
+
+    @property
+    def total_accelerator_count(self) -> int:
+        """Cards (or slices) of all its nodes."""
+        return self.accelerator_count * self.node_count
+
+    @property
+    def total_cpu_cores(self) -> int:
+        return self.cpu_cores * self.node_count
+
+    @property
+    def total_memory_gb(self) -> int:
+        return self.memory_gb * self.node_count
+
+    @property
     def gpu_equivalents(self) -> Decimal:
-        """Whole-card equivalents charged against the GPU quota."""
+        """Whole-card equivalents charged against the GPU quota, all nodes together."""
         if self.slice_profile is None:
-            return Decimal(self.accelerator_count)
-        return (self.slice_profile.compute_fraction * self.accelerator_count).quantize(Decimal("0.0001"))
+            return Decimal(self.total_accelerator_count)
+        return (self.slice_profile.compute_fraction * self.total_accelerator_count).quantize(Decimal("0.0001"))
 
     @property
     def hourly_cost(self) -> Decimal:
-        """Price of the whole spec per hour: the per-accelerator price times the count."""
-        return self.hourly_price * self.accelerator_count
+        """Price of the whole spec per hour: the per-accelerator price times the cards of all its nodes."""
+        return self.hourly_price * self.total_accelerator_count
 
     @property
     def accelerator_memory_gb(self) -> int:
-        """Accelerator memory guaranteed by the spec: the smallest compatible card, or the slice's memory."""
+        """Accelerator memory guaranteed by the spec, all nodes together: the smallest compatible card, or the
+        slice's memory."""
         if self.slice_profile is not None:
-            return self.slice_profile.memory_gb * self.accelerator_count
+            return self.slice_profile.memory_gb * self.total_accelerator_count
         memories = [model.memory_gb for model in self.accelerator_models.all()]
-        return min(memories, default=0) * self.accelerator_count
+        return min(memories, default=0) * self.total_accelerator_count
+
+    @property
+    def topology_text(self) -> str:
+        """Its topology requirement in words: "2 nodes, one rack" or "4 nodes, one rack preferred"; "" for one node."""
+        if not self.is_gang:
+            return ""
+        level = TopologyLevel(self.topology_level).label
+        return f"{self.node_count} nodes, {level}{' preferred' if self.topology_mode == TopologyMode.PREFERRED else ''}"
 
     def clean(self):
         if self.slice_profile_id and self.accelerator_count > self.slice_profile.max_per_device:
@@ -330,6 +396,21 @@ class ResourceSpec(models.Model):
                     "accelerator_count": f"At most {self.slice_profile.max_per_device} slices of "
                     f"{self.slice_profile.name} fit on one card."
                 }
+            )
+        self._clean_topology()
+
+    def _clean_topology(self):
+        if not self.is_gang:
+            if self.topology_level != TopologyLevel.NODE:
+                raise ValidationError({"topology_level": 'A one-node spec runs on one node: choose "one node".'})
+            return
+        if self.slice_profile_id:
+            raise ValidationError(
+                {"slice_profile": "A spec on several nodes takes whole cards on each node: leave the slice empty."}
+            )
+        if self.topology_level not in GANG_LEVELS:
+            raise ValidationError(
+                {"topology_level": f"{self.node_count} nodes cannot share one node: choose a rack, block or site."}
             )
 
 

@@ -414,6 +414,8 @@ def _spec_shapes() -> dict[int, rightsizing.SpecShape]:
     for spec in specs:
         models = list(spec.accelerator_models.all())
         label = spec.slice_profile.name if spec.is_slice else f"{spec.accelerator_count}x {models[0].name}"
+        if spec.is_gang:  # its figures are the whole gang's: say so
+            label = f"{spec.node_count} nodes x {label}"
         shapes[spec.pk] = rightsizing.SpecShape(
             spec.slug,
             label,

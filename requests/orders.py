@@ -234,13 +234,13 @@ def size_order(order: Order) -> Sizing:
             profile.hourly_price,
             order.duration_hours,
         )
-    spec, replicas = order.spec, order.replicas
+    spec, replicas = order.spec, order.replicas  # a spec's totals count every node of a multi-node spec
     return Sizing(
         spec.gpu_equivalents * replicas,
-        spec.accelerator_count * replicas,
+        spec.total_accelerator_count * replicas,
         spec.accelerator_memory_gb * replicas,
-        spec.cpu_cores * replicas,
-        spec.memory_gb * replicas,
+        spec.total_cpu_cores * replicas,
+        spec.total_memory_gb * replicas,
         spec.hourly_cost * replicas,
         order.duration_hours,
     )

@@ -456,6 +456,9 @@ def approved_snapshot(request: ResourceRequest) -> dict:
             "slice_profile": spec.slice_profile.name if spec.slice_profile else None,
             "cpu_cores": spec.cpu_cores,
             "memory_gb": spec.memory_gb,
+            # Cards, CPU and memory above are per node; a multi-node spec runs on `nodes` of them at once.
+            "nodes": spec.node_count,
+            "topology": {"level": spec.topology_level, "mode": spec.topology_mode},
             "local_disk_gb": spec.local_disk_gb,
             "hourly_price": str(spec.hourly_price),
         },

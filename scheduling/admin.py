@@ -30,6 +30,7 @@ from scheduling.models import (
     Allocation,
     AllocationDevice,
     BackendStatus,
+    Block,
     Device,
     HealthEvent,
     HealthRule,
@@ -76,12 +77,27 @@ class SiteAdmin(AuditedInventoryMixin, admin.ModelAdmin):
         return site.rack_count
 
 
-@admin.register(Rack)
-class RackAdmin(AuditedInventoryMixin, admin.ModelAdmin):
-    list_display = ["name", "site", "node_count"]
+@admin.register(Block)
+class BlockAdmin(AuditedInventoryMixin, admin.ModelAdmin):
+    list_display = ["name", "site", "rack_count"]
     list_filter = ["site"]
     list_select_related = ["site"]
     search_fields = ["name", "site__name"]
+
+    def get_queryset(self, request):
+        return super().get_queryset(request).annotate(rack_count=Count("racks"))
+
+    @admin.display(description="Racks", ordering="rack_count")
+    def rack_count(self, block):
+        return block.rack_count
+
+
+@admin.register(Rack)
+class RackAdmin(AuditedInventoryMixin, admin.ModelAdmin):
+    list_display = ["name", "site", "block", "node_count"]
+    list_filter = ["site", "block"]
+    list_select_related = ["site", "block"]
+    search_fields = ["name", "site__name", "block__name"]
 
     def get_queryset(self, request):
         return super().get_queryset(request).annotate(node_count=Count("nodes"))
@@ -244,6 +260,7 @@ class NodeAdmin(AuditedInventoryMixin, admin.ModelAdmin):
                 }
                 for row in selectors.capacity_by_model()
             ],
+            "sites": selectors.capacity_by_domain(),
         }
         return TemplateResponse(request, "admin/scheduling/capacity.html", context)
 

@@ -1,6 +1,6 @@
 from django.apps import AppConfig
 
-_INVENTORY = ["site", "rack", "node", "device", "healthrule"]
+_INVENTORY = ["site", "block", "rack", "node", "device", "healthrule"]
 
 
 class SchedulingConfig(AppConfig):

@@ -18,6 +18,12 @@ from scheduling.signals import backend_availability_changed
 from tenancy.services import audit_record
 
 BACKEND_UNAVAILABLE = "backend_unavailable"  # the queue reason of work that waits for a degraded backend
+MULTI_NODE_BACKEND = "multi_node_backend"  # the queue reason of a multi-node gang while no backend can run one
+
+# The execution backends that run one piece of work over several nodes at once (a multi-node gang: one Slurm job of
+# N nodes, or N containers started together). None does yet: an approved gang waits with `multi_node_reason` instead
+# of being placed and then failing at provisioning. A backend that learns it joins this set.
+MULTI_NODE_BACKENDS: frozenset[str] = frozenset()
 
 
 def backend_unavailable(*, backend: str, cause: dict) -> BackendStatus:
@@ -96,6 +102,21 @@ def unavailable_nodes(statuses: dict[str, BackendStatus] | None = None) -> dict[
         return {}
     nodes = Node.objects.filter(execution_backend__in=statuses).values_list("name", "execution_backend")
     return {name: statuses[backend] for name, backend in nodes}
+
+
+def runs_multi_node() -> bool:
+    """Whether some backend here can run a multi-node gang (no query while none declares it can)."""
+    return bool(MULTI_NODE_BACKENDS) and Node.objects.filter(execution_backend__in=MULTI_NODE_BACKENDS).exists()
+
+
+def multi_node_reason(*, nodes: int) -> dict:
+    """The queue reason of a multi-node gang while no backend here runs multi-node work: {code, message, numbers}."""
+    return {
+        "code": MULTI_NODE_BACKEND,
+        "message": f"needs {nodes} nodes at once; no backend here runs multi-node work yet, so it waits rather than "
+        "start on some of its nodes and fail",
+        "numbers": {"nodes": nodes, "backends": sorted(MULTI_NODE_BACKENDS)},
+    }
 
 
 def waiting_reason(status: BackendStatus) -> dict:

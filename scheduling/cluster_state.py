@@ -29,7 +29,7 @@ from catalog.models import SliceProfile
 from catalog.runtimes import capabilities_of
 from scheduling.choices import AllocationState, DeviceHealth
 from scheduling.engine import DEGRADED, HEALTHY, ISOLATED, MILLI, DeviceView, NodeView, RunningAllocation, Snapshot
-from scheduling.models import ENDS_AT, Allocation, AllocationDevice, Device, Node
+from scheduling.models import ENDS_AT, UNPLACED_RACK, Allocation, AllocationDevice, Device, Node
 
 logger = logging.getLogger(__name__)
 
@@ -133,8 +133,9 @@ class ClusterState:
         ):
             by_node.setdefault(row[1], []).append(row)
         entries = {}
-        for node_pk, name, cpu_milli, memory_mib, schedulable, runtimes in nodes.values_list(
-            "pk", "name", "cpu_milli", "memory_mib", "schedulable", "serving_runtimes"
+        for node_pk, name, cpu_milli, memory_mib, schedulable, runtimes, site, block, rack in nodes.values_list(
+            *("pk", "name", "cpu_milli", "memory_mib", "schedulable", "serving_runtimes"),
+            *("rack__site__name", "rack__block__name", "rack__name"),  # where it sits, for multi-node gangs
         ):
             rows = by_node.get(node_pk, [])
             engine_devices = tuple(self._device(position, row) for position, row in enumerate(rows))
@@ -145,6 +146,9 @@ class ClusterState:
                 engine_devices,
                 schedulable=schedulable,
                 capabilities=capabilities_of(runtimes),
+                site=site or "",
+                block=block or "",
+                rack="" if rack in (None, UNPLACED_RACK) else rack,
             )
             entries[node_pk] = _NodeEntry(node, tuple(row[0] for row in rows))
         return entries

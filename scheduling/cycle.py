@@ -131,24 +131,33 @@ def make_demand(
     slice_profile: str | None = None,
     replicas: int = 1,
     serving: dict | None = None,
+    nodes: int = 1,
+    topology: dict | None = None,
 ) -> Demand:
     """The engine's demand for a request or an order: one shape for both, so the preview matches the cycle. With
     replicas (a serving deployment), `count`, `cpu_cores` and `memory_gb` are the totals the order reserved (spec x
     replicas): each replica is placed as its share, on a node of its own where there is room. `serving` (runtime,
-    artifact_uri, model) makes it need what its runtime needs of a node (catalog.runtimes)."""
+    artifact_uri, model) makes it need what its runtime needs of a node (catalog.runtimes). With `nodes` > 1 (a
+    multi-node spec) the totals are the gang's: each member gets its node's share, inside the spec's `topology`
+    ({level, mode})."""
     needs = frozenset() if serving is None else needs_of(serving["runtime"], serving["artifact_uri"])
+    parts = replicas * nodes
+    topology = topology or {}
     return Demand(
         id=demand_id,
-        count=count // replicas,
+        count=count // parts,
         slice_profile=slice_profile,
         models=models,
-        cpu_milli=cpu_cores * 1000 // replicas,
-        memory_mib=memory_gb * 1024 // replicas,
+        cpu_milli=cpu_cores * 1000 // parts,
+        memory_mib=memory_gb * 1024 // parts,
         priority=PRIORITY_RANK[priority_class],
         preemptible=priority_class == PriorityClass.BATCH,
         replicas=replicas,
         needs=needs,
         needs_label=needs_text(serving["runtime"], serving["model"]) if needs else "",
+        nodes=nodes,
+        level=topology.get("level", "node"),
+        mode=topology.get("mode", "required"),
     )
 
 
@@ -179,6 +188,8 @@ def demand_of(request: ResourceRequest) -> Demand:
         models=frozenset(spec["accelerator_models"]),
         replicas=replicas,
         serving=serving or None,
+        nodes=spec.get("nodes", 1),  # snapshots frozen before multi-node specs have one node
+        topology=spec.get("topology"),
         **sizes,
     )
 
@@ -308,6 +319,16 @@ def _over_concurrency(queue: list[ResourceRequest]) -> dict[int, dict]:
         elif limit is not None:
             holding[request.project_id] = held + 1  # admitted requests of this cycle count too
     return refused
+
+
+def _gangs_without_backend(queue: list[ResourceRequest]) -> dict[int, dict]:
+    """The multi-node gangs of the queue, each with its reason, while no backend here runs multi-node work: they
+    wait rather than be placed on nodes where they would fail (scheduling.backends.MULTI_NODE_BACKENDS)."""
+    gangs = {request.pk: (request.approved_spec.get("spec") or {}).get("nodes", 1) for request in queue}
+    gangs = {pk: nodes for pk, nodes in gangs.items() if nodes > 1}
+    if not gangs or backends.runs_multi_node():
+        return {}
+    return {pk: backends.multi_node_reason(nodes=nodes) for pk, nodes in gangs.items()}
 
 
 def _excepted_from_concurrency(request: ResourceRequest) -> bool:
@@ -513,7 +534,7 @@ def _cycle(policy: str) -> CycleResult:
             snapshot = _closed(_kept_snapshot().snapshot, unavailable)
             record_outcome(snapshot=snapshot, bindings=[], reservation=None, waiting=[], now=now)
             return CycleResult(ran=True, preempted=carried.preempted, wakeups=wakeups)
-        refused = _over_concurrency(queue)
+        refused = {**_gangs_without_backend(queue), **_over_concurrency(queue)}
         candidates = [request for request in queue if request.pk not in refused]
         cluster = _kept_snapshot()
         demands = [demand_of(request) for request in candidates]

@@ -79,6 +79,8 @@ def order_demand(order, sizing, models: list) -> Demand:
         models=frozenset(model.slug for model in models),
         replicas=order.replicas,
         serving=None if template is None else serving_of(template.runtime, model.artifact_uri, str(model)),
+        nodes=spec.node_count,
+        topology={"level": spec.topology_level, "mode": spec.topology_mode},
         **sizes,
     )
 
@@ -102,7 +104,24 @@ def placement_estimate(order, sizing) -> dict:
     models = order_models(order)  # read once: the demand's and the sentence's
     demand = order_demand(order, sizing, models)
     estimate = _waiting_for_backend(demand, _estimate_of(demand, order, last_outcome()))
-    return _in_words(estimate, models)
+    return _in_words(_waiting_for_multi_node(demand, estimate), models)
+
+
+def _waiting_for_multi_node(demand: Demand, estimate: dict) -> dict:
+    """A multi-node gang that would fit now waits while no backend here runs multi-node work, as the cycle keeps it
+    waiting (`backends.multi_node_reason`); one that would wait anyway keeps its own reason (its topology numbers)."""
+    if demand.nodes == 1 or not estimate["fits_now"] or backends.runs_multi_node():
+        return estimate
+    reason = backends.multi_node_reason(nodes=demand.nodes)
+    kept = {key: estimate[key] for key in ("queued_ahead", "as_of", "age_seconds")}
+    return {
+        "fits_now": False,
+        "never_fits": False,
+        **kept,
+        "code": reason["code"],
+        "message": f"Would wait: {reason['message']}.",
+        "details": reason["numbers"],
+    }
 
 
 def _in_words(estimate: dict, models) -> dict:
@@ -313,8 +332,11 @@ def _place_after(engine, demand, ahead: list[Queued]):
     engine, or the cycle's pair of engines for a MIG slice). Only their bindings matter here, so a shape that did
     not fit is not tried again and nothing is diagnosed (the cycle will say why they wait)."""
     failed = set()
+    gangs_wait = not backends.runs_multi_node()  # as the cycle keeps them waiting (`_gangs_without_backend`)
     for request in ahead:
         queued = demand_of(request)
+        if gangs_wait and queued.nodes > 1:
+            continue
         shape = (
             queued.count,
             queued.slice_profile,
@@ -322,6 +344,9 @@ def _place_after(engine, demand, ahead: list[Queued]):
             queued.cpu_milli,
             queued.memory_mib,
             queued.replicas,
+            queued.nodes,
+            queued.level,
+            queued.mode,
         )
         if shape in failed:
             continue

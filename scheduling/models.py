@@ -45,9 +45,39 @@ class Site(models.Model):
         return self.name
 
 
+# The rack the inventory import files a node under when its file names none: not a real rack (a node in it counts as
+# a rack of its own for multi-node gangs).
+UNPLACED_RACK = "default"
+
+
+class Block(models.Model):
+    """A group of racks under one spine (a leaf switch's parent in Slurm's topology.conf): the topology level between
+    rack and site that multi-node gangs can be asked to stay in."""
+
+    site = models.ForeignKey(Site, on_delete=models.PROTECT, related_name="blocks")
+    name = models.CharField(max_length=80)
+
+    class Meta:
+        ordering = ["site__name", "name"]
+        constraints = [models.UniqueConstraint(fields=["site", "name"], name="block_name_unique_in_site")]
+
+    def __str__(self):
+        return f"{self.site.name}/{self.name}"
+
+
 class Rack(models.Model):
+    """A rack (a leaf switch) of a site, in a block or none (then it is its own block)."""
+
     site = models.ForeignKey(Site, on_delete=models.PROTECT, related_name="racks")
     name = models.CharField(max_length=80)
+    block = models.ForeignKey(
+        Block,
+        null=True,
+        blank=True,
+        on_delete=models.PROTECT,
+        related_name="racks",
+        help_text="The block (spine) the rack's switch hangs off; empty: the rack is a block of its own.",
+    )
 
     class Meta:
         ordering = ["site__name", "name"]
@@ -55,6 +85,10 @@ class Rack(models.Model):
 
     def __str__(self):
         return f"{self.site.name}/{self.name}"
+
+    def clean(self):
+        if self.block_id is not None and self.block.site_id != self.site_id:
+            raise ValidationError({"block": "The block must be in the rack's site."})
 
 
 # Operational state that changes only through the cordon, health and isolation services (read-only in the admin,

@@ -9,7 +9,7 @@ from requests.choices import RequestState
 from requests.models import ResourceRequest
 from scheduling.choices import AllocationState, DeviceHealth
 from scheduling.engine import MILLI
-from scheduling.models import Allocation, AllocationDevice, Device, MigInstance, Node
+from scheduling.models import UNPLACED_RACK, Allocation, AllocationDevice, Device, MigInstance, Node
 
 # A device the scheduler may place on: not isolated, not unhealthy, on a schedulable node.
 PLACEABLE = Q(isolated=False, node__schedulable=True) & ~Q(health=DeviceHealth.UNHEALTHY)
@@ -64,6 +64,60 @@ def capacity_by_model() -> list[dict]:
         }
         for row in rows
     ]
+
+
+NO_RACK = "(no rack)"
+NO_BLOCK = "(no block)"
+
+
+def capacity_by_domain() -> list[dict]:
+    """The topology tree site > block > rack with free whole cards per accelerator model in each domain (what a
+    multi-node gang can take: placeable cards with nothing on them) and the nodes and cards in it. One query.
+
+    [{name, free, cards, nodes, models: {model name: free}, blocks: [{name, ..., racks: [{name, ...}]}]}]; nodes
+    without a rack (or in the import's placeholder rack) are listed as NO_RACK, racks without a block as NO_BLOCK."""
+    rows = (
+        Device.objects.values("node__rack__site__name", "node__rack__block__name", "node__rack__name", "model__name")
+        .annotate(
+            cards=Count("id"),
+            nodes=Count("node_id", distinct=True),
+            free=Count("id", filter=Q(PLACEABLE) & Q(allocated_milli=0)),
+        )
+        .order_by("node__rack__site__name", "node__rack__block__name", "node__rack__name", "model__name")
+    )
+    sites: dict[str, dict] = {}
+    for row in rows:
+        rack = row["node__rack__name"]
+        path = (
+            row["node__rack__site__name"] or NO_RACK,
+            row["node__rack__block__name"] or NO_BLOCK,
+            NO_RACK if rack in (None, UNPLACED_RACK) else rack,
+        )
+        site = sites.setdefault(path[0], _domain(path[0], "blocks"))
+        block = _child(site, "blocks", path[1], "racks")
+        for domain in (site, block, _child(block, "racks", path[2], None)):
+            domain["free"] += row["free"]
+            domain["cards"] += row["cards"]
+            domain["nodes"] += row["nodes"]
+            domain["models"][row["model__name"]] = domain["models"].get(row["model__name"], 0) + row["free"]
+    return [_listed(site) for site in sites.values()]
+
+
+def _domain(name: str, children: str | None) -> dict:
+    return {"name": name, "free": 0, "cards": 0, "nodes": 0, "models": {}, **({children: {}} if children else {})}
+
+
+def _child(parent: dict, children: str, name: str, grandchildren: str | None) -> dict:
+    return parent[children].setdefault(name, _domain(name, grandchildren))
+
+
+def _listed(domain: dict) -> dict:
+    """The tree with its children as lists (a template loops over them)."""
+    out = dict(domain)
+    for key in ("blocks", "racks"):
+        if key in out:
+            out[key] = [_listed(child) for child in out[key].values()]
+    return out
 
 
 def nodes_with_capacity() -> QuerySet[Node]:

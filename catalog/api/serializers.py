@@ -45,11 +45,14 @@ class ResourceSpecSerializer(PricedMixin, ModelSerializer):
     slice_profile = SliceProfileSerializer(read_only=True)
     gpu_equivalents = serializers.DecimalField(max_digits=8, decimal_places=4, read_only=True)
     accelerator_memory_gb = serializers.IntegerField(read_only=True)
+    total_accelerator_count = serializers.IntegerField(
+        read_only=True, help_text="Cards of every node: accelerator_count (per node) x node_count."
+    )
     hourly_cost = serializers.DecimalField(
         max_digits=12,
         decimal_places=2,
         read_only=True,
-        help_text="Whole spec per hour: hourly_price (per accelerator) x count.",
+        help_text="Whole spec per hour: hourly_price (per accelerator) x count x node_count.",
     )
 
     class Meta:
@@ -62,6 +65,10 @@ class ResourceSpecSerializer(PricedMixin, ModelSerializer):
             "accelerator_models",
             "accelerator_count",
             "slice_profile",
+            "node_count",
+            "topology_level",
+            "topology_mode",
+            "total_accelerator_count",
             "gpu_equivalents",
             "accelerator_memory_gb",
             "cpu_cores",

@@ -8,6 +8,7 @@ Split by what it does, around one shared state (`place.PlacementEngine`'s per-no
 - `explain.py` — why a demand waits (`Explainer`: counts, topology, fragmentation), in `words.py`'s terms;
 - `never_fits.py` — whether a demand could never run on the inventory (`NeverFits`, `unplaceable`);
 - `preemption.py` — whom to evict for a demand to fit (`PreemptionPlanner`, `smallest_victim_set`);
+- `gang.py` — multi-node gangs: all members or none, inside one rack, block or site (`GangPlacer`, `gang_split`);
 - `frag.py` and `policies.py` — fragmentation and the policies that rank nodes; `backfill.py` — the head of the
   queue's reservation.
 
@@ -20,6 +21,7 @@ Callers import from the package: what is listed here is the engine's interface.
 """
 
 from scheduling.engine.frag import MILLI
+from scheduling.engine.gang import PREFERRED, REQUIRED, gang_split
 from scheduling.engine.model import (
     CAPACITY_IN_USE,
     DEGRADED,
@@ -56,8 +58,10 @@ __all__ = [
     "ISOLATED",
     "MILLI",
     "NO_MATCHING_SPEC",
+    "PREFERRED",
     "REASONS",
     "REPLICAS_SHARE_NODE",
+    "REQUIRED",
     "TOPOLOGY_CONSTRAINT",
     "Binding",
     "Demand",
@@ -71,6 +75,7 @@ __all__ = [
     "Snapshot",
     "cards_text",
     "cores_text",
+    "gang_split",
     "memory_text",
     "place",
     "place_in_order",

@@ -54,6 +54,11 @@ class NodeView:
     devices: tuple[DeviceView, ...] = ()
     schedulable: bool = True
     capabilities: frozenset = frozenset()  # what else the node offers work, e.g. a serving runtime's model file
+    # Where it sits, for multi-node gangs (gang.py): names inside its site; empty: unknown (a node without a rack
+    # counts as its own rack, a rack without a block as its own block).
+    site: str = ""
+    block: str = ""
+    rack: str = ""
 
 
 @dataclass(frozen=True)
@@ -82,7 +87,11 @@ class Demand:
     others while one has room (soft anti-affinity: when too few nodes have room they share, evenly).
 
     ``needs`` are capabilities the node must offer besides devices, CPU and memory (a serving runtime installed
-    with the model's file: catalog.runtimes); ``needs_label`` says them in words for the reasons."""
+    with the model's file: catalog.runtimes); ``needs_label`` says them in words for the reasons.
+
+    ``nodes`` > 1 asks for a multi-node gang (gang.py): that many members, each the shape above (count, CPU and
+    memory per node, whole cards) on a distinct node, all placed or none, inside one domain of ``level`` (rack, block,
+    site) when ``mode`` is ``required``; as close as it can, ``level`` first, when ``preferred``."""
 
     id: str
     count: int = 1
@@ -96,13 +105,23 @@ class Demand:
     replicas: int = 1
     needs: frozenset = frozenset()
     needs_label: str = field(default="", compare=False)
+    nodes: int = 1
+    level: str = "node"
+    mode: str = "required"
 
     @property
     def label(self) -> str:
         what = "/".join(sorted(self.models)) or "any"
         per = self.slice_profile or ("" if self.share >= MILLI else f"{cards_text(self.share)} of ")
         one = f"{self.count}×{per}{what}"  # noqa: RUF001
+        if self.nodes > 1:
+            return f"{self.nodes} nodes × {one}"  # noqa: RUF001
         return f"{self.replicas} replicas of {one}" if self.replicas > 1 else one
+
+    @property
+    def member(self) -> Demand:
+        """One member of a multi-node gang, as a one-node demand of its own."""
+        return replace(self, nodes=1, level="node", mode="required")
 
     @property
     def needs_words(self) -> str:
@@ -137,6 +156,7 @@ class Binding:
     cpu_milli: int
     memory_mib: int
     replica: int | None = None  # which replica of a replicated demand; None: the demand is not replicated
+    member: int | None = None  # which member of a multi-node gang (0 leads); None: the demand runs on one node
 
 
 @dataclass(frozen=True)

@@ -23,6 +23,7 @@ from dataclasses import replace
 
 from scheduling.engine.explain import Explainer
 from scheduling.engine.frag import FragTable
+from scheduling.engine.gang import GangPlacer, Topology
 from scheduling.engine.model import (
     HEALTHY,
     HIGHER_PRIORITY_AHEAD,
@@ -106,6 +107,8 @@ class PlacementEngine(ShapeScores):
         self._alike_at = (0, 0)  # the change list length and generation the groupings were made at (the state)
         self._build_aggregates()
         self.policy.attach(self.model_healthy)
+        self._topology: Topology | None = None  # the nodes' domains, worked out when a gang first asks
+        self._gangs: GangPlacer | None = None
 
     def fork(self, *, workload: Iterable[Demand] | None = None, policy: str = "default") -> PlacementEngine:
         """A copy of the current state to place on, leaving this engine as it is; this engine is frozen from now on.
@@ -127,6 +130,7 @@ class PlacementEngine(ShapeScores):
         forked._indexes, forked._frozen, forked._index_lock = {}, False, threading.Lock()
         forked.explainer = self.explainer.for_fork(forked)  # per-node counts the fork's placements would change
         forked._alike_cache = {}  # the fork's own changes group differently
+        forked._gangs = None  # its gang indexes follow the fork's own state
         forked._origin, forked._origin_generation = self, self.generation
         if workload is not None:
             forked.policy = make_policy(policy, workload_source(workload))
@@ -189,6 +193,22 @@ class PlacementEngine(ShapeScores):
         for index in self._indexes.values():
             index.seen = 0
         self.explainer.forget_blocks()
+        if self._gangs is not None:
+            self._gangs.forget()
+
+    @property
+    def topology(self) -> Topology:
+        """Each node's rack, block and site domain (the inventory's: shared with forks)."""
+        if self._topology is None:
+            self._topology = Topology(self.nodes)
+        return self._topology
+
+    @property
+    def gangs(self) -> GangPlacer:
+        """The multi-node gang placer over this engine's state (gang.py)."""
+        if self._gangs is None:
+            self._gangs = GangPlacer(self)
+        return self._gangs
 
     def close_node(self, name: str) -> None:
         """No new work on this node from now on (as if cordoned). The policy keeps what it learnt from the devices
@@ -292,7 +312,10 @@ class PlacementEngine(ShapeScores):
         return place_in_order(self, demands, backfill)
 
     def place_one(self, demand: Demand) -> list[Binding] | Pending:
-        """Bind one demand now (every replica of a replicated one), or say why it waits."""
+        """Bind one demand now (every replica of a replicated one, every member of a multi-node gang), or say why it
+        waits."""
+        if demand.nodes > 1:
+            return self.gangs.place(demand)
         if demand.replicas > 1:
             placed = self._bind_gang(demand)
             return placed if isinstance(placed, list) else self.explainer.gang(demand, placed)
@@ -333,6 +356,8 @@ class PlacementEngine(ShapeScores):
         return None
 
     def fits(self, demand: Demand) -> bool:
+        if demand.nodes > 1:
+            return self.gangs.fits(demand)
         if demand.replicas > 1:  # all the replicas: bound on trial, then given back
             placed = self._bind_gang(demand)
             if not isinstance(placed, list):
@@ -353,8 +378,8 @@ class PlacementEngine(ShapeScores):
         """`fits` for a demand held back behind a higher-priority one, where only yes or no matters (it picks the
         reason code): the first feasible node, unscored, instead of the shape's scored index over the whole fleet.
         Within one `place` nothing is freed, so a shape that fits nowhere stays so, and one that fits stays so while
-        the node it fits on is unchanged. A replicated demand is tried as the gang it is."""
-        if demand.replicas > 1:
+        the node it fits on is unchanged. A replicated demand (or a multi-node one) is tried as the gang it is."""
+        if demand.replicas > 1 or demand.nodes > 1:
             return self.fits(demand)
         shape = DemandShape(demand)
         if shape.key in known:
@@ -405,11 +430,15 @@ class PlacementEngine(ShapeScores):
     # -- reasons ----------------------------------------------------------------------------------------------
 
     def diagnose(self, demand: Demand) -> Pending:
-        """Why a demand cannot be placed now, with numbers (`Explainer.diagnose`)."""
+        """Why a demand cannot be placed now, with numbers (`Explainer.diagnose`; a multi-node gang's own reasons)."""
+        if demand.nodes > 1:
+            return self.gangs.explain(demand)
         return self.explainer.diagnose(demand)
 
     def never_fits(self, demand: Demand) -> Pending | None:
-        """`unplaceable` over this engine's inventory (`NeverFits.check`)."""
+        """`unplaceable` over this engine's inventory (`NeverFits.check`; for a multi-node gang, its domains too)."""
+        if demand.nodes > 1:
+            return self.gangs.never_fits(demand)
         return self.never_fit.check(demand)
 
     # -- reporting --------------------------------------------------------------------------------------------
@@ -461,8 +490,10 @@ def _overlap(a: frozenset, b: frozenset) -> bool:
 
 
 def workload_source(demands: Iterable[Demand]) -> list[tuple[int, int, int, int, frozenset]]:
-    """Demands as a policy learns its typical shapes from them."""
-    return [(d.cpu_milli, d.memory_mib, d.count, d.share, d.models) for d in demands]
+    """Demands as a policy learns its typical shapes from them. A multi-node gang counts as its members, each a node's
+    worth: so the policy learns that whole free nodes are wanted, and keeps some whole rather than strand a card on
+    each (the FGD idea applied to gangs)."""
+    return [(d.cpu_milli, d.memory_mib, d.count, d.share, d.models) for d in demands for _ in range(d.nodes)]
 
 
 def place_in_order(engine, demands: Sequence[Demand], backfill: bool = False) -> PlacementResult:
@@ -495,7 +526,7 @@ def place_in_order(engine, demands: Sequence[Demand], backfill: bool = False) ->
                 )
             )
             continue
-        key = (DemandShape(demand).key, demand.replicas)
+        key = (DemandShape(demand).key, demand.replicas, demand.nodes, demand.level, demand.mode)
         known = failed.get(key)
         outcome = (
             engine.place_one(demand)

@@ -37,7 +37,7 @@ class PreemptionPlanner:
         engine = self.engine
         if engine.fits(demand):
             return PreemptionPlan(True, message="fits without preemption")
-        if demand.replicas > 1:
+        if demand.replicas > 1 or demand.nodes > 1:
             return PreemptionPlan(
                 False, message=f"needs {demand.label}; preemption is planned for one-node demands only"
             )

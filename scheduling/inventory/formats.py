@@ -51,6 +51,7 @@ class NodeRecord:
     devices: list[DeviceRecord] = field(default_factory=list)
     site: str = ""
     rack: str = ""
+    block: str = ""  # the rack's block (spine); empty keeps the rack's
     topology_domain: str | None = None
     bmc_address: str | None = None
     bmc_credentials_ref: str | None = None
@@ -227,6 +228,7 @@ def _node_from_mapping(raw: dict, where: str, problems: list[str], *, backends: 
         devices=devices,
         site=str(raw.get("site") or "").strip(),
         rack=str(raw.get("rack") or "").strip(),
+        block=str(raw.get("block") or "").strip(),
         topology_domain=optional("topology_domain"),
         bmc_address=optional("bmc_address"),
         bmc_credentials_ref=optional("bmc_credentials_ref"),
@@ -268,7 +270,9 @@ def read_yaml(path: Path, *, backends: Collection[str]) -> list[NodeRecord]:
     nodes = document.get("nodes") if isinstance(document, dict) else document
     if not isinstance(nodes, list):
         raise InventoryFileError(["expected a top-level `nodes:` list"])
-    defaults = {key: document[key] for key in ("site", "rack") if isinstance(document, dict) and key in document}
+    defaults = {
+        key: document[key] for key in ("site", "block", "rack") if isinstance(document, dict) and key in document
+    }
     problems: list[str] = []
     records = []
     for position, raw in enumerate(nodes):

@@ -16,7 +16,7 @@ from catalog.services import catalog_entry_save
 from config.errors import Conflict, DomainError
 from scheduling.inventory.formats import OPENB_MODELS, NodeRecord
 from scheduling.mig import services as mig_services
-from scheduling.models import Device, Node, Rack, Site
+from scheduling.models import UNPLACED_RACK, Block, Device, Node, Rack, Site
 from tenancy.models import User
 from tenancy.services import audit_record
 
@@ -66,21 +66,38 @@ def _accelerator_models(records: list[NodeRecord], *, create_openb: bool, actor:
 
 
 def _racks(records: list[NodeRecord], default_site: str) -> dict[tuple[str, str], Rack]:
-    places = set()
+    """The racks the records name (created when new), each in the block a record names for it (a rack named in no
+    block keeps the one it has)."""
+    places: dict[tuple[str, str], str] = {}  # (site, rack) -> block
     for record in records:
         site = record.site or default_site
-        if record.rack and not site:
+        if (record.rack or record.block) and not site:
             raise DomainError(
-                f"{record.where}: rack {record.rack} needs a site (column or --site).",
+                f"{record.where}: rack {record.rack or '-'} and block {record.block or '-'} need a site (column or "
+                "--site).",
                 code="rack_without_site",
                 details={"node": record.name},
             )
-        if site:
-            places.add((site, record.rack or "default"))
+        if not site:
+            continue
+        key = (site, record.rack or UNPLACED_RACK)
+        if record.block and places.get(key, record.block) != record.block:
+            raise DomainError(
+                f"{record.where}: rack {key[1]} is in block {places[key]} on another line, not {record.block}.",
+                code="rack_in_two_blocks",
+                details={"node": record.name, "rack": key[1], "blocks": sorted({places[key], record.block})},
+            )
+        places[key] = record.block or places.get(key, "")
     racks = {}
-    for site_name, rack_name in sorted(places):
+    for (site_name, rack_name), block_name in sorted(places.items()):
         site, _ = Site.objects.get_or_create(name=site_name)
-        racks[(site_name, rack_name)], _ = Rack.objects.get_or_create(site=site, name=rack_name)
+        rack, _ = Rack.objects.get_or_create(site=site, name=rack_name)
+        if block_name and rack_name != UNPLACED_RACK:
+            block, _ = Block.objects.get_or_create(site=site, name=block_name)
+            if rack.block_id != block.pk:
+                rack.block = block
+                rack.save(update_fields=["block"])
+        racks[(site_name, rack_name)] = rack
     return racks
 
 
@@ -158,7 +175,7 @@ def inventory_import(
             "bmc_credentials_ref": record.bmc_credentials_ref,
             "bmc_inventory_address": record.bmc_inventory_address,
             "execution_backend": record.execution_backend,
-            "rack_id": racks[(site, record.rack or "default")].pk if site else None,
+            "rack_id": racks[(site, record.rack or UNPLACED_RACK)].pk if site else None,
         }
         node = nodes.get(record.name)
         if node is None:

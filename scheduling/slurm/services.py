@@ -72,14 +72,20 @@ class SlurmImportResult(NodeStateChanges):
 
 
 def slurm_inventory_import(
-    *, api: SlurmApi, gpu_models: dict[str, str], site: str = "", actor: User | None = None
+    *,
+    api: SlurmApi,
+    gpu_models: dict[str, str],
+    site: str = "",
+    actor: User | None = None,
+    topology: dict[str, tuple[str, str]] | None = None,
 ) -> SlurmImportResult:
     """Import every node slurmrestd lists. `gpu_models` maps a Slurm GRES type ("a100", or "gpu" for untyped GPUs)
     to a catalog accelerator model slug or name; a type it does not map must itself be a model's slug or name.
-    Unknown types refuse the whole import (DomainError listing them). A second run changes nothing."""
+    Unknown types refuse the whole import (DomainError listing them). `topology` (slurm.topology.parse_topology:
+    node -> (leaf switch, its parent)) files each node in that rack and block. A second run changes nothing."""
     slurm_nodes = api.nodes()  # before the transaction: no row is locked while Slurm answers
     with transaction.atomic():
-        records = _node_records(slurm_nodes, gpu_models)
+        records = _node_records(slurm_nodes, gpu_models, topology or {})
         result = SlurmImportResult(inventory=inventory_import(records=records, actor=actor, default_site=site))
         slurm_node_states_apply(slurm_nodes=slurm_nodes, changes=result, actor=actor)
         _resync_drains_out_of_step(slurm_nodes)
@@ -146,7 +152,9 @@ def slurm_node_states_apply(
     return changes
 
 
-def _node_records(slurm_nodes: list[dict], gpu_models: dict[str, str]) -> list[NodeRecord]:
+def _node_records(
+    slurm_nodes: list[dict], gpu_models: dict[str, str], topology: dict[str, tuple[str, str]]
+) -> list[NodeRecord]:
     models = _models_by_gres_type(slurm_nodes, gpu_models)
     serials = dict(Node.objects.filter(name__in=[n["name"] for n in slurm_nodes]).values_list("name", "serial_number"))
     records = []
@@ -167,6 +175,8 @@ def _node_records(slurm_nodes: list[dict], gpu_models: dict[str, str]) -> list[N
                     for index, gpu_type in enumerate(gpu_types)
                 ],
                 execution_backend=ExecutionBackend.SLURM,
+                rack=topology.get(name, ("", ""))[0],
+                block=topology.get(name, ("", ""))[1],
                 where=f"Slurm node {name}",
             )
         )

@@ -116,3 +116,16 @@ def test_one_busy_day_keeps_the_advice_away_and_developers_see_only_their_projec
     assert recommendations(user=factories.member(world.other_project), today=TODAY) == []
     used(world, eight_cards.eight, days_ago=3, busy=6.5, memory_gb=20, mean_pct=4.5)
     assert recommendations(user=world.developer, today=TODAY) == []
+
+
+@pytest.mark.django_db
+def test_a_multi_node_spec_is_compared_as_the_whole_gang():
+    from metering.selectors import _spec_shapes
+
+    model = factories.AcceleratorModelFactory(name="H100 80GB", memory_gb=80)
+    spec = factories.ResourceSpecFactory(
+        accelerator_models=[model], accelerator_count=8, node_count=2, topology_level="rack", hourly_price=Decimal(1)
+    )
+    shape = _spec_shapes()[spec.pk]
+    assert shape.label == "2 nodes x 8x H100 80GB"
+    assert (shape.cards, shape.memory_gb, shape.hourly_cost) == (Decimal(16), 1280, Decimal(16))

@@ -3,9 +3,9 @@
 import pytest
 from django.contrib.messages import get_messages
 
-from scheduling import services
+from scheduling import cycle, services
 from scheduling.choices import DeviceHealth, HealthAction, HealthSource
-from scheduling.models import Device, HealthEvent, HealthRule, IsolationClearance, Node, Rack
+from scheduling.models import Block, Device, HealthEvent, HealthRule, IsolationClearance, Node, Rack
 from tenancy.models import AuditEvent
 from tests import factories
 from tests.queries import queries_for
@@ -15,6 +15,7 @@ pytestmark = pytest.mark.django_db
 
 MODELS = [
     "site",
+    "block",
     "rack",
     "node",
     "device",
@@ -55,6 +56,7 @@ def _allocation_row():
 
 ROW_MAKERS = {
     "site": lambda: rack().site,
+    "block": lambda: Block.objects.create(site=rack().site, name=f"b{Block.objects.count()}"),
     "rack": rack,
     "node": lambda: node(rack=rack()),
     "device": lambda: node(devices=3),
@@ -114,6 +116,44 @@ def test_capacity_view(console):
     page = console.get(_url("node", "capacity/"))
     assert page.status_code == 200
     assert "Free cards" in page.content.decode()
+
+
+def _rack_in_block(site: str, block: str, name: str) -> Rack:
+    placed = rack(site, name)
+    placed.block, _ = Block.objects.get_or_create(site=placed.site, name=block)
+    placed.save(update_fields=["block"])
+    return placed
+
+
+def test_capacity_tree_shows_free_cards_per_site_block_and_rack_in_constant_queries(console):
+    first = node(devices=4, rack=_rack_in_block("dc1", "spine-a", "r1"))
+    node(devices=4, rack=_rack_in_block("dc1", "spine-a", "r2"))
+    node(devices=2)  # no rack
+    allocate(active_request(), [first.devices.first()], milli=500)  # a card in use is not free for a gang
+    services.device_isolate(device=first.devices.last(), reason="ECC")
+    url = _url("node", "capacity/")
+    few = queries_for(console, url)
+    page = console.get(url).content.decode()
+    assert 'data-level="site" data-domain="dc1" data-free="6"' in page
+    assert 'data-level="block" data-domain="spine-a" data-free="6"' in page
+    assert 'data-level="rack" data-domain="r1" data-free="2"' in page
+    assert 'data-level="rack" data-domain="r2" data-free="4"' in page
+    assert 'data-level="rack" data-domain="(no rack)" data-free="2"' in page
+    for number in range(3, 8):
+        node(devices=4, rack=_rack_in_block("dc2", f"spine-{number}", f"r{number}"))
+    assert queries_for(console, url) == few
+
+
+def test_operators_edit_a_racks_block_and_the_engine_sees_it(console):
+    placed = rack("dc1", "r1")
+    block = Block.objects.create(site=placed.site, name="spine-a")
+    host = node(devices=1, rack=placed)
+    response = console.post(
+        _url("rack", f"{placed.pk}/change/"), {"site": placed.site.pk, "name": "r1", "block": block.pk}
+    )
+    assert response.status_code == 302
+    [view] = [n for n in cycle.load_inventory() if n.name == host.name]
+    assert (view.site, view.block, view.rack) == ("dc1", "spine-a", "r1")
 
 
 def test_node_form_cannot_uncordon_or_change_cordon_fields(console, operator):
@@ -260,3 +300,15 @@ def test_node_list_filters_by_site_rack_and_schedulable(console, operator):
     page = console.get(_url("node"), {"schedulable__exact": "0"}).content.decode()
     assert outside.name in page and inside.name not in page
     assert Rack.objects.count() == 2
+
+
+@pytest.mark.parametrize(
+    ("role", "status"),
+    [("developer", 302), ("approver", 302), ("lead", 302), ("outsider", 302), ("operator", 200)],
+)
+def test_role_matrix_for_blocks_and_the_capacity_tree(client, role, status):
+    """Blocks and the topology tree are the operators' (inventory): everyone else is sent to the admin login."""
+    people = factories.role_matrix()
+    client.force_login(getattr(people, role))
+    for url in (_url("block"), _url("block", "add/"), _url("node", "capacity/")):
+        assert client.get(url).status_code == status, url

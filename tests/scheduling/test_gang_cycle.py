@@ -1,0 +1,116 @@
+"""Multi-node gangs in the cycle and the preview: while no backend here runs multi-node work, an approved gang
+waits with `multi_node_backend` rather than be placed and fail; the preview says so, or gives the gang's topology
+reason with its numbers when it would wait anyway. One-node work is placed as before."""
+
+from decimal import Decimal
+from types import SimpleNamespace
+
+import pytest
+
+from catalog.choices import TopologyLevel, TopologyMode
+from requests import services
+from requests.choices import RequestState
+from requests.models import ResourceRequest
+from requests.orders import size_order
+from scheduling import backends, cycle
+from scheduling import services as scheduling_services
+from scheduling.estimate import placement_estimate
+from scheduling.models import Device, Node, Rack, Site
+from tests import factories
+from tests.requests.conftest import GENEROUS_QUOTA, make_order
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture
+def shop(db):
+    accelerator = factories.AcceleratorModelFactory(slug="h100-80gb", name="H100 80GB", memory_gb=80)
+    one = factories.ResourceSpecFactory(accelerator_models=[accelerator], accelerator_count=1, cpu_cores=8)
+    gang = factories.ResourceSpecFactory(
+        accelerator_models=[accelerator],
+        accelerator_count=4,
+        cpu_cores=8,
+        memory_gb=64,
+        hourly_price=Decimal("1.00"),
+        node_count=2,
+        topology_level=TopologyLevel.RACK,
+        topology_mode=TopologyMode.REQUIRED,
+    )
+    image = factories.ImageFactory()
+    service = factories.ServiceFactory(specs=[one, gang], images=[image], max_duration_hours=168)
+    return SimpleNamespace(service=service, one=one, gang=gang, image=image, accelerator=accelerator)
+
+
+@pytest.fixture
+def team(db):
+    project = factories.project(quota=GENEROUS_QUOTA)
+    return SimpleNamespace(project=project, developer=factories.member(project))
+
+
+def add_node(accelerator, name: str, rack: Rack, cards: int = 4) -> Node:
+    node = Node.objects.create(
+        name=name, serial_number=f"sn-{name}", cpu_milli=64_000, memory_mib=512 * 1024, rack=rack
+    )
+    for index in range(cards):
+        Device.objects.create(node=node, index=index, uuid=f"GPU-{name}-{index}", model=accelerator, memory_gb=80)
+    return node
+
+
+def racks(accelerator, *sizes: int) -> None:
+    site = Site.objects.create(name="dc")
+    for number, size in enumerate(sizes, start=1):
+        rack = Rack.objects.create(site=site, name=f"r{number}")
+        for position in range(size):
+            add_node(accelerator, f"r{number}-n{position}", rack)
+
+
+def submit(shop, team, spec) -> ResourceRequest:
+    return services.request_submit(order=make_order(shop, team.project, spec=spec), requester=team.developer)
+
+
+def test_a_gang_waits_for_a_multi_node_backend_while_one_node_work_is_placed(shop, team):
+    racks(shop.accelerator, 2)
+    gang, one = submit(shop, team, shop.gang), submit(shop, team, shop.one)
+    result = cycle.run_cycle()
+    gang.refresh_from_db()
+    one.refresh_from_db()
+    assert result.waiting == {gang.pk: backends.MULTI_NODE_BACKEND}
+    assert gang.state == RequestState.QUEUED and one.state != RequestState.QUEUED
+    assert gang.queue_reason["numbers"] == {"nodes": 2, "backends": []}
+    assert "no backend here runs multi-node work yet" in gang.queue_reason["message"]
+    assert not gang.allocations.exists()
+
+
+def test_the_preview_of_a_gang_that_would_fit_says_it_waits_for_a_backend(shop, team):
+    racks(shop.accelerator, 2)
+    order = make_order(shop, team.project, spec=shop.gang)
+    estimate = placement_estimate(order, size_order(order))
+    assert (estimate["fits_now"], estimate["code"]) == (False, backends.MULTI_NODE_BACKEND)
+    assert estimate["details"]["nodes"] == 2
+
+
+def test_the_preview_of_a_gang_that_would_wait_gives_its_topology_numbers(shop, team):
+    racks(shop.accelerator, 2, 2)
+    for name in ("r1-n0", "r2-n0"):  # one free node left in each rack
+        scheduling_services.node_cordon(node=Node.objects.get(name=name), reason="maintenance", actor=None)
+    order = make_order(shop, team.project, spec=shop.gang)
+    estimate = placement_estimate(order, size_order(order))
+    assert estimate["code"] == "topology_constraint"
+    assert estimate["details"]["best_free_nodes"] == 1 and estimate["details"]["free_nodes"] == 2
+    assert "needs 2 free nodes × 4 H100 80GB in one rack; best rack r1 has 1" in estimate["message"]  # noqa: RUF001
+
+
+def test_the_preview_api_counts_the_whole_gang_and_says_it_waits(shop, team, api_as):
+    racks(shop.accelerator, 2)
+    body = {
+        "service": shop.service.pk,
+        "project": team.project.pk,
+        "spec": shop.gang.pk,
+        "image": shop.image.pk,
+        "duration_hours": 10,
+    }
+    answer = api_as(team.developer).post("/api/v1/requests/preview/", body, format="json")
+    assert answer.status_code == 200
+    preview = answer.json()
+    assert preview["placement"]["code"] == backends.MULTI_NODE_BACKEND
+    assert Decimal(preview["cost"]["hourly"]) == Decimal(8)  # 4 cards x 2 nodes x 1.00
