@@ -254,6 +254,9 @@ def _spec_post(**overrides) -> dict:
         "local_disk_gb": 100,
         "hourly_price": "2.00",
         "max_duration_hours": 168,
+        "node_count": 1,  # one node: the form's initial values, as the page renders them
+        "topology_level": "node",
+        "topology_mode": "required",
     }
     data.update(overrides)
     return data
