@@ -12,9 +12,12 @@ from django.test.utils import CaptureQueriesContext
 from rest_framework.test import APIClient
 
 from metering.idle import services as idle_services
-from metering.models import IdlePolicy, IdleWatch, TelemetrySample
+from metering.idle.selectors import watched_requests
+from metering.models import IdlePolicy, IdleWatch, TelemetrySample, TokenUsage
 from requests.choices import EventCode, RequestState
 from scheduling.models import AllocationDevice
+from serving.usage import Tally, tokens_flush
+from tenancy.models import AuditEvent
 from tests import factories
 from tests.provisioning.conftest import add_node, bare_metal, compute, run_on_commit, shop, team  # noqa: F401
 from tests.scheduling.agent_tokens import agent_api
@@ -181,6 +184,34 @@ def test_busy_again_clears_the_warning_and_nothing_is_stopped(idle_shop, run_on_
     assert watch.warned_at is None and watch.idle_card_seconds == pytest.approx(100 * 60 * 2)
 
 
+def test_an_agent_s_readings_count_only_for_its_own_nodes(idle_shop, run_on_commit):  # noqa: F811
+    compute, _ = idle_shop
+    request = compute.order()
+    stranger = agent_api([add_node(compute.shop.accelerator, name="elsewhere")])
+    body = dcgm_lines(request, 0.0)
+    run_on_commit(stranger.post, EVENTS, body, content_type="text/plain; version=0.0.4")
+    assert not TelemetrySample.objects.exists()
+    refused = stranger.post(
+        RUNTIME, {"reports": [{"request": request.pk, "status": "running", "sessions": 2}]}, format="json"
+    )
+    assert refused.json()["results"] == {str(request.pk): "not_your_node"}
+    assert request.allocations.get().session_seen_at is None
+
+
+def test_gateway_calls_are_read_from_the_token_ledger_s_last_flush(idle_shop):
+    compute, _ = idle_shop
+    request = compute.order()
+    with time_machine.travel(T0 + timedelta(minutes=42), tick=False):
+        tally = Tally(request.pk, request.project_id, "m", "k1", T0.date(), 3, 10, 20)
+        assert tokens_flush([tally]) == 1
+    with time_machine.travel(T0 + timedelta(minutes=50), tick=False):
+        tokens_flush([Tally(request.pk, request.project_id, "m", "k1", T0.date(), 1, 1, 1)])
+    row = TokenUsage.objects.get(request=request)
+    assert (row.requests, row.last_call_at) == (4, T0 + timedelta(minutes=50))
+    [watched] = watched_requests()
+    assert watched.activity.last_call_at == T0 + timedelta(minutes=50)
+
+
 def test_without_readings_nothing_is_judged_idle(idle_shop, run_on_commit):  # noqa: F811
     compute, _ = idle_shop
     with time_machine.travel(T0, tick=False) as traveller:
@@ -304,3 +335,45 @@ def test_the_sweep_reads_in_a_fixed_number_of_queries_however_many_requests(idle
         many = few + [compute.order() for _ in range(6)]
         assert all(request.state == RequestState.ACTIVE for request in many)
         assert counted(many) == fewer_count == 1
+
+
+# --- the operators' console -------------------------------------------------------------------------------------
+
+
+def test_operators_set_an_idle_policy_per_offering_in_the_console_audited(console, operator, shop):  # noqa: F811
+    form = {
+        "service": shop.service.pk,
+        "active": "on",
+        "action": "release",
+        "watch_utilization": "on",
+        "utilization_below_pct": "5",
+        "watch_sessions": "on",
+        "idle_minutes": "120",
+        "warning_minutes": "120",
+        "max_snoozes": "2",
+        "snooze_minutes": "60",
+    }
+    refused = console.post("/admin/metering/idlepolicy/add/", form)
+    assert refused.status_code == 200 and "The warning must come before the idle time" in refused.content.decode()
+    none_watched = {key: value for key, value in form.items() if not key.startswith("watch_")}
+    refused = console.post("/admin/metering/idlepolicy/add/", {**none_watched, "warning_minutes": "30"})
+    assert refused.status_code == 200 and "Watch at least one signal" in refused.content.decode()
+    assert not IdlePolicy.objects.exists()
+
+    assert console.post("/admin/metering/idlepolicy/add/", {**form, "warning_minutes": "30"}).status_code == 302
+    policy = IdlePolicy.objects.get(service=shop.service)
+    assert (policy.idle_minutes, policy.warning_minutes, policy.watch_gateway) == (120, 30, False)
+    created = AuditEvent.objects.get(action="idlepolicy.created")
+    assert created.actor == operator
+    changelist = console.get("/admin/metering/idlepolicy/")
+    assert "utilisation &lt; 5%, no sessions" in changelist.content.decode()
+
+
+def test_the_idle_consoles_changelists_cost_a_fixed_number_of_queries(console, shop, django_assert_max_num_queries):  # noqa: F811
+    for index in range(5):
+        service = factories.ServiceFactory(specs=[shop.whole], images=[shop.image], name=f"Offering {index}")
+        policy_for(service)
+    with django_assert_max_num_queries(12):
+        assert console.get("/admin/metering/idlepolicy/").status_code == 200
+    with django_assert_max_num_queries(12):
+        assert console.get("/admin/metering/idlewatch/").status_code == 200
