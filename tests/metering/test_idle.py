@@ -87,9 +87,9 @@ def idle_shop(compute, run_on_commit):  # noqa: F811
 
 
 def test_an_idle_workspace_is_warned_snoozed_once_then_stopped_on_schedule(idle_shop, run_on_commit, mailbox, client):  # noqa: F811
-    compute, agent = idle_shop
+    world, agent = idle_shop
     with time_machine.travel(T0, tick=False) as traveller:
-        request = compute.order()
+        request = world.order()
         assert request.state == RequestState.ACTIVE
         quiet_until(traveller, agent, request, 80)
         assert TelemetrySample.objects.filter(allocation__request=request).count() == 9 * 2  # the agent's, per card
@@ -110,12 +110,12 @@ def test_an_idle_workspace_is_warned_snoozed_once_then_stopped_on_schedule(idle_
         assert mails[1]["Subject"] == f"Request #{request.pk} is idle and will be stopped"
         assert "Stops at 2026-12-07 11:00 UTC" in text_of(mails[1])
 
-        client.force_login(compute.team.developer)
+        client.force_login(world.team.developer)
         page = client.get(f"/requests/{request.pk}/").content.decode()
         assert "Idle for 1 h 30 min — stops at 11:00 UTC" in page and 'id="idle-snooze"' in page
 
         developer = APIClient()
-        developer.force_authenticate(compute.team.developer)
+        developer.force_authenticate(world.team.developer)
         refused = developer.post(f"/api/v1/requests/{request.pk}/idle/snooze/", {"reason": " "}, format="json")
         assert refused.status_code == 400 and refused.json()["code"] == "validation_error"
         snoozed = developer.post(
@@ -144,7 +144,7 @@ def test_an_idle_workspace_is_warned_snoozed_once_then_stopped_on_schedule(idle_
     codes = [code for code, _ in timeline(request)]
     assert codes == [EventCode.IDLE_WARNING, EventCode.IDLE_SNOOZED, EventCode.IDLE_WARNING, EventCode.IDLE_STOPPED]
     snooze = request.events.get(code=EventCode.IDLE_SNOOZED)
-    assert snooze.actor == compute.team.developer and "a long eval starts at noon" in snooze.message
+    assert snooze.actor == world.team.developer and "a long eval starts at noon" in snooze.message
     stopped = request.events.get(code=EventCode.IDLE_STOPPED)
     assert stopped.message.startswith("Stopped and released: idle for 3 h (Accelerator utilisation below 5%.")
     assert stopped.data["reasons"][0]["details"]["threshold_pct"] == 5
@@ -162,9 +162,9 @@ def test_an_idle_workspace_is_warned_snoozed_once_then_stopped_on_schedule(idle_
 
 
 def test_busy_again_clears_the_warning_and_nothing_is_stopped(idle_shop, run_on_commit):  # noqa: F811
-    compute, agent = idle_shop
+    world, agent = idle_shop
     with time_machine.travel(T0, tick=False) as traveller:
-        request = compute.order()
+        request = world.order()
         quiet_until(traveller, agent, request, 90)
         assert sweep(run_on_commit)["warned"] == [request.pk]
         traveller.move_to(T0 + timedelta(minutes=100))
@@ -185,9 +185,9 @@ def test_busy_again_clears_the_warning_and_nothing_is_stopped(idle_shop, run_on_
 
 
 def test_an_agent_s_readings_count_only_for_its_own_nodes(idle_shop, run_on_commit):  # noqa: F811
-    compute, _ = idle_shop
-    request = compute.order()
-    stranger = agent_api([add_node(compute.shop.accelerator, name="elsewhere")])
+    world, _ = idle_shop
+    request = world.order()
+    stranger = agent_api([add_node(world.shop.accelerator, name="elsewhere")])
     body = dcgm_lines(request, 0.0)
     run_on_commit(stranger.post, EVENTS, body, content_type="text/plain; version=0.0.4")
     assert not TelemetrySample.objects.exists()
@@ -199,8 +199,8 @@ def test_an_agent_s_readings_count_only_for_its_own_nodes(idle_shop, run_on_comm
 
 
 def test_gateway_calls_are_read_from_the_token_ledger_s_last_flush(idle_shop):
-    compute, _ = idle_shop
-    request = compute.order()
+    world, _ = idle_shop
+    request = world.order()
     with time_machine.travel(T0 + timedelta(minutes=42), tick=False):
         tally = Tally(request.pk, request.project_id, "m", "k1", T0.date(), 3, 10, 20)
         assert tokens_flush([tally]) == 1
@@ -213,9 +213,9 @@ def test_gateway_calls_are_read_from_the_token_ledger_s_last_flush(idle_shop):
 
 
 def test_without_readings_nothing_is_judged_idle(idle_shop, run_on_commit):  # noqa: F811
-    compute, _ = idle_shop
+    world, _ = idle_shop
     with time_machine.travel(T0, tick=False) as traveller:
-        request = compute.order()
+        request = world.order()
         traveller.move_to(T0 + timedelta(hours=5))
         assert sweep(run_on_commit)["warned"] == []
     assert timeline(request) == []
@@ -244,19 +244,19 @@ def test_bare_metal_leases_are_warned_never_stopped(bare_metal, run_on_commit, m
 
 @pytest.fixture
 def warned(idle_shop, run_on_commit):  # noqa: F811
-    compute, agent = idle_shop
+    world, agent = idle_shop
     with time_machine.travel(T0, tick=False) as traveller:
-        request = compute.order()
+        request = world.order()
         quiet_until(traveller, agent, request, 90)
         assert sweep(run_on_commit)["warned"] == [request.pk]
-    team = compute.team
+    crew = world.team
     people = {
-        "developer": team.developer,
+        "developer": crew.developer,
         "other_tenant_developer": factories.member(factories.project()),
-        "viewer": factories.member(team.project),
-        "approver": team.approver,
-        "lead": team.project.lead,
-        "operator": team.operator,
+        "viewer": factories.member(crew.project),
+        "approver": crew.approver,
+        "lead": crew.project.lead,
+        "operator": crew.operator,
     }
     return request, people
 
@@ -317,9 +317,9 @@ def test_a_viewer_sees_the_banner_without_the_snooze_button(warned, client):
 
 
 def test_the_sweep_reads_in_a_fixed_number_of_queries_however_many_requests(idle_shop, run_on_commit):  # noqa: F811
-    compute, agent = idle_shop
+    world, _ = idle_shop
     for index in range(3):
-        add_node(compute.shop.accelerator, name=f"x{index}")
+        add_node(world.shop.accelerator, name=f"x{index}")
 
     def counted(requests) -> int:
         for request in requests:
@@ -330,9 +330,9 @@ def test_the_sweep_reads_in_a_fixed_number_of_queries_however_many_requests(idle
         return len(queries)
 
     with time_machine.travel(T0, tick=False):
-        few = [compute.order() for _ in range(2)]
+        few = [world.order() for _ in range(2)]
         fewer_count = counted(few)
-        many = few + [compute.order() for _ in range(6)]
+        many = few + [world.order() for _ in range(6)]
         assert all(request.state == RequestState.ACTIVE for request in many)
         assert counted(many) == fewer_count == 1
 

@@ -7,8 +7,13 @@ from metering.idle.decide import ACT, CLEAR, NOTHING, WARN, Activity, Terms, Wat
 
 T0 = datetime(2026, 12, 6, 12, 0, tzinfo=UTC)
 TERMS = Terms(
-    utilization_below_pct=5, watch_sessions=True, watch_gateway=False, idle=timedelta(hours=2), lead=timedelta(minutes=30)
+    utilization_below_pct=5,
+    watch_sessions=True,
+    watch_gateway=False,
+    idle=timedelta(hours=2),
+    lead=timedelta(minutes=30),
 )
+NOT_WARNED = Watch()
 
 
 def minutes(n: int) -> datetime:
@@ -20,10 +25,8 @@ def quiet(now: datetime, **overrides) -> Activity:
     return Activity(**{"started_at": T0, "last_reading_at": now, "last_utilization_pct": 0.0, **overrides})
 
 
-def step(now, activity=None, watch=Watch(), stoppable=True, terms=TERMS):
-    return decide.next_step(
-        terms=terms, activity=activity or quiet(now), watch=watch, now=now, stoppable=stoppable
-    )
+def step(now, activity=None, watch=NOT_WARNED, stoppable=True, terms=TERMS):
+    return decide.next_step(terms=terms, activity=activity or quiet(now), watch=watch, now=now, stoppable=stoppable)
 
 
 def test_idle_since_is_the_latest_sign_of_use_with_one_reason_per_signal():
