@@ -144,3 +144,19 @@ class TokenUsageRowSerializer(serializers.Serializer):
     prompt_tokens = serializers.IntegerField()
     completion_tokens = serializers.IntegerField()
     total_tokens = serializers.IntegerField()
+
+
+class IdleUsageLineSerializer(serializers.Serializer):
+    project = serializers.CharField()
+    card_hours = serializers.FloatField(help_text="Requested: held, whether used or not.")
+    idle_card_hours = serializers.FloatField(help_text="Of those, idle (idle episodes that ended).")
+    used_card_hours = serializers.FloatField()
+
+
+class IdleUsageRequestSerializer(IdleUsageLineSerializer):
+    request = serializers.IntegerField()
+
+
+class IdleUsageSerializer(serializers.Serializer):
+    projects = IdleUsageLineSerializer(many=True)
+    requests = IdleUsageRequestSerializer(many=True)

@@ -1,5 +1,5 @@
 """The idle state of a request and the owner's snooze, in the API: GET /api/v1/requests/{id}/idle/ and
-POST /api/v1/requests/{id}/idle/snooze/ ({reason})."""
+POST /api/v1/requests/{id}/idle/snooze/ ({reason}). Idle card-hours are in the usage API (GET /api/v1/usage/idle/)."""
 
 from drf_spectacular.utils import OpenApiResponse, extend_schema
 from rest_framework import serializers

@@ -66,7 +66,7 @@ class Step:
 
 
 def duration_in_words(span: timedelta) -> str:
-    """5400 s -> "1 h 30 min"; under a minute -> "0 min"."""
+    """An hour and a half -> "1 h 30 min"; under a minute -> "0 min"."""
     hours, minutes = divmod(int(span.total_seconds() // 60), 60)
     return f"{hours} h {minutes} min" if hours and minutes else f"{hours} h" if hours else f"{minutes} min"
 

@@ -176,7 +176,7 @@ def idle_snooze(*, request: ResourceRequest, actor: User, reason: str, now: date
             details={"field": "reason", "max_length": MAX_REASON_LENGTH},
         )
     watch = IdleWatch.objects.select_for_update().filter(request=request).first()
-    policy = IdlePolicy.objects.filter(service_id=request.service_id).first()
+    policy = IdlePolicy.objects.filter(service_id=request.service_id, active=True).first()
     if watch is None or watch.acts_at is None or watch.warned_at is None or policy is None:
         raise Conflict("Nothing to snooze: this request is not due to be stopped for being idle.", code="not_warned")
     if watch.snoozes >= policy.max_snoozes:

@@ -177,6 +177,19 @@ def test_busy_again_clears_the_warning_and_nothing_is_stopped(idle_shop, run_on_
         agent.reads(request, utilization=0.0, sessions=1)
         quiet_until(traveller, agent, request, 270, start=190)
         assert sweep(run_on_commit)["warned"] == []
+        # The usage API: 4.5 h held on two cards, of which the cleared episode's 100 minutes idle.
+        developer = APIClient()
+        developer.force_authenticate(world.team.developer)
+        body = developer.get("/api/v1/usage/idle/").json()
+        [line] = body["requests"]
+        assert line == {
+            "request": request.pk,
+            "project": world.team.project.slug,
+            "card_hours": 9.0,
+            "idle_card_hours": 3.3333,
+            "used_card_hours": 5.6667,
+        }
+        assert body["projects"] == [{key: value for key, value in line.items() if key != "request"}]
     request.refresh_from_db()
     assert request.state == RequestState.ACTIVE
     assert [code for code, _ in timeline(request)] == [EventCode.IDLE_WARNING, EventCode.IDLE_CLEARED]
@@ -377,3 +390,14 @@ def test_the_idle_consoles_changelists_cost_a_fixed_number_of_queries(console, s
         assert console.get("/admin/metering/idlepolicy/").status_code == 200
     with django_assert_max_num_queries(12):
         assert console.get("/admin/metering/idlewatch/").status_code == 200
+
+
+def test_a_policy_turned_off_stops_nothing_and_shows_nothing(warned, client, run_on_commit):  # noqa: F811
+    request, people = warned
+    IdlePolicy.objects.filter(service=request.service).update(active=False)
+    with time_machine.travel(T0 + timedelta(hours=6), tick=False):
+        assert sweep(run_on_commit) == {"warned": [], "cleared": [], "acted": [], "busy": []}
+    client.force_login(people["developer"])
+    assert 'id="idle-banner"' not in client.get(f"/requests/{request.pk}/").content.decode()
+    request.refresh_from_db()
+    assert request.state == RequestState.ACTIVE
