@@ -119,6 +119,7 @@ class RecommendationSerializer(serializers.Serializer):
     requests = serializers.IntegerField()
     mean_utilization_pct = serializers.FloatField()
     p95_utilization_pct = serializers.FloatField()
+    idle_card_hours = serializers.FloatField(help_text="Card-hours idle detection saw idle in the window.")
     p95_busy_cards = serializers.FloatField()
     p95_memory_gb = serializers.FloatField()
     mean_memory_gb = serializers.FloatField()
