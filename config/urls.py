@@ -4,6 +4,7 @@ from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerSplitVie
 
 from config.metrics import metrics
 from config.views import healthz, not_found
+from metering.idle import urls as idle_urls
 from requests.views import SignInView
 from serving import relay
 from tenancy.api.views import TokenObtainView
@@ -19,6 +20,7 @@ api_v1 = [
     path("", include("serving.api.urls")),
     path("", include("provisioning.api.urls")),
     path("usage/", include("metering.api.urls")),
+    path("requests/<int:pk>/idle/", include(idle_urls.api_urlpatterns)),
 ]
 
 urlpatterns = [
@@ -27,6 +29,7 @@ urlpatterns = [
     path("", include("provisioning.urls")),
     path("", include("tenancy.urls")),
     path("usage/", include("metering.urls")),
+    path("requests/<int:pk>/idle/", include(idle_urls.urlpatterns)),
     path("accounts/login/", SignInView.as_view(), name="login"),  # before Django's own: each role lands on its page
     path("accounts/logout/", SignOut.as_view(), name="logout"),  # before Django's own: also ends the IdP's session
     path("oidc/authenticate/", SignInStart.as_view(), name="oidc_authentication_init"),

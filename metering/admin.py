@@ -10,8 +10,9 @@ from django.utils import timezone
 from config.admin_actions import ReadOnlyAdminMixin, related_list_filter
 from config.dashboard import PanelContent, Row, register_panel
 from metering.forms import UsageFilterForm
-from metering.models import BudgetAlert, DailyUsage, TelemetrySample
+from metering.models import BudgetAlert, DailyUsage, IdlePolicy, IdleWatch, TelemetrySample
 from metering.views import usage_context
+from tenancy.audited_admin import AuditedAdminMixin
 
 
 def rounded(field: str, places: int, description: str):
@@ -138,3 +139,43 @@ def budgets_panel(request) -> PanelContent | None:
         links=[("Budget alerts", changelist), ("Usage report", reverse("admin:metering_usage_report"))],
         empty="No project has reached a budget threshold this month.",
     )
+
+
+@admin.register(IdlePolicy)
+class IdlePolicyAdmin(AuditedAdminMixin, admin.ModelAdmin):
+    """Operators set one idle policy per offering: the signals, the idle time, the warning lead, the action and
+    the snoozes an owner may take (every change audited)."""
+
+    list_display = ["service", "active", "signals", "idle_minutes", "warning_minutes", "action", "max_snoozes"]
+    list_filter = ["active", "action"]
+    list_select_related = ["service"]
+    autocomplete_fields = ["service"]
+    search_fields = ["service__name", "service__slug"]
+    fieldsets = [
+        (None, {"fields": ["service", "active", "action"]}),
+        ("Signals", {"fields": ["watch_utilization", "utilization_below_pct", "watch_sessions", "watch_gateway"]}),
+        ("Timing", {"fields": ["idle_minutes", "warning_minutes", "max_snoozes", "snooze_minutes"]}),
+    ]
+
+    @admin.display(description="Signals")
+    def signals(self, policy):
+        watched = [
+            f"utilisation < {policy.utilization_below_pct:g}%" if policy.watch_utilization else "",
+            "no sessions" if policy.watch_sessions else "",
+            "no gateway calls" if policy.watch_gateway else "",
+        ]
+        return ", ".join(word for word in watched if word)
+
+
+@admin.register(IdleWatch)
+class IdleWatchAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
+    """Where each request stands with its idle policy (written by the sweep and the owners' snoozes)."""
+
+    list_display = ["request", "idle_since", "warned_at", "acts_at", "snoozes", "snoozed_until", "idle_card_hours"]
+    fields = [*list_display, "reasons", "updated_at"]
+    list_select_related = ["request"]
+    search_fields = ["=request__id", "request__project__slug"]
+
+    @admin.display(description="Idle card-hours")
+    def idle_card_hours(self, watch):
+        return f"{watch.idle_card_seconds / 3600:.2f}"

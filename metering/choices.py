@@ -22,3 +22,18 @@ class Grouping(models.TextChoices):
     SPEC = "spec", "Spec or server profile"
     MONTH = "month", "Month"
     REQUEST = "request", "Request"
+
+
+class IdleAction(models.TextChoices):
+    """What an idle policy does once the owner was warned and the work stayed idle."""
+
+    RELEASE = "release", "Stop and release"
+
+
+class IdleStep(models.TextChoices):
+    """What the idle sweep does to one request this pass (metering.idle.decide.next_step)."""
+
+    NOTHING = "nothing", "Nothing"
+    WARN = "warn", "Warn the owner"
+    CLEAR = "clear", "Clear the warning: busy again"
+    ACT = "act", "Run the policy's action"

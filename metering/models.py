@@ -5,11 +5,12 @@ read (selectors), so they are exact to the second, running allocations included.
 (tenancy.MonthlyUsage) is the one stored copy, refreshed by services.ledger_refresh.
 """
 
+from django.core.exceptions import ValidationError
 from django.core.validators import MaxValueValidator, MinValueValidator
 from django.db import models
-from django.db.models import Q
+from django.db.models import F, Q
 
-from metering.choices import BudgetLevel
+from metering.choices import BudgetLevel, IdleAction
 
 
 class TelemetrySample(models.Model):
@@ -145,6 +146,9 @@ class TokenUsage(models.Model):
     requests = models.PositiveBigIntegerField(default=0)
     prompt_tokens = models.PositiveBigIntegerField(default=0)
     completion_tokens = models.PositiveBigIntegerField(default=0)
+    last_call_at = models.DateTimeField(
+        null=True, blank=True, help_text="The gateway's last flush of calls to it (within a second of the last call)."
+    )
 
     class Meta:
         ordering = ["-day", "request"]
@@ -155,3 +159,82 @@ class TokenUsage(models.Model):
 
     def __str__(self):
         return f"#{self.request_id} {self.key_prefix} {self.day}: {self.prompt_tokens}+{self.completion_tokens}"
+
+
+class IdlePolicy(models.Model):
+    """When an offering's running work counts as idle, what happens then, and how long the owner is warned before."""
+
+    service = models.OneToOneField(
+        "catalog.Service", on_delete=models.CASCADE, related_name="idle_policy", help_text="The offering it governs."
+    )
+    active = models.BooleanField(default=True)
+    watch_utilization = models.BooleanField(
+        "accelerator utilisation", default=True, help_text="Idle only while every card reads below the threshold."
+    )
+    utilization_below_pct = models.FloatField(
+        "utilisation threshold (%)",
+        default=5,
+        validators=[MinValueValidator(0), MaxValueValidator(100)],
+        help_text="A reading at or above this counts as busy.",
+    )
+    watch_sessions = models.BooleanField(
+        "no SSH/Jupyter sessions", default=True, help_text="Idle only while no session is open on the workload."
+    )
+    watch_gateway = models.BooleanField(
+        "no gateway calls", default=True, help_text="Idle only while the endpoint gets no calls (serving offerings)."
+    )
+    idle_minutes = models.PositiveIntegerField(
+        "idle time (minutes)", default=120, validators=[MinValueValidator(10)], help_text="Idle this long: act."
+    )
+    warning_minutes = models.PositiveIntegerField(
+        "warning lead (minutes)", default=30, validators=[MinValueValidator(1)], help_text="Warn this long before."
+    )
+    action = models.CharField(max_length=12, choices=IdleAction.choices, default=IdleAction.RELEASE)
+    max_snoozes = models.PositiveSmallIntegerField(default=2, help_text="Snoozes an owner may take per request.")
+    snooze_minutes = models.PositiveIntegerField(
+        "snooze (minutes)", default=120, validators=[MinValueValidator(10)], help_text="How long a snooze postpones."
+    )
+
+    class Meta:
+        verbose_name_plural = "idle policies"
+        constraints = [
+            models.CheckConstraint(condition=Q(warning_minutes__lt=F("idle_minutes")), name="idle_warning_within_time"),
+            models.CheckConstraint(condition=Q(action__in=IdleAction.values), name="idle_action_valid"),
+            models.CheckConstraint(
+                condition=Q(utilization_below_pct__gte=0) & Q(utilization_below_pct__lte=100),
+                name="idle_threshold_is_a_percentage",
+            ),
+        ]
+
+    def __str__(self):
+        return f"Idle policy of {self.service}"
+
+    def clean(self):
+        if None not in (self.warning_minutes, self.idle_minutes) and self.warning_minutes >= self.idle_minutes:
+            raise ValidationError({"warning_minutes": "The warning must come before the idle time is reached."})
+        if not (self.watch_utilization or self.watch_sessions or self.watch_gateway):
+            raise ValidationError("Watch at least one signal.")
+
+
+class IdleWatch(models.Model):
+    """Where one running request stands with its offering's idle policy: warned when, snoozed how often, acting
+    when. Written only by metering.idle.services."""
+
+    request = models.OneToOneField("requests.ResourceRequest", on_delete=models.CASCADE, related_name="idle_watch")
+    idle_since = models.DateTimeField(null=True, blank=True)
+    warned_at = models.DateTimeField(null=True, blank=True)
+    acts_at = models.DateTimeField(null=True, blank=True, help_text="When the action runs unless it turns busy.")
+    snoozes = models.PositiveSmallIntegerField(default=0)
+    snoozed_at = models.DateTimeField(null=True, blank=True)
+    snoozed_until = models.DateTimeField(null=True, blank=True)
+    reasons = models.JSONField(default=list, blank=True, help_text="The readings behind the last decision.")
+    idle_card_seconds = models.FloatField(
+        default=0, help_text="Card-seconds of the idle episodes that ended (busy again or acted on)."
+    )
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        verbose_name_plural = "idle watches"
+
+    def __str__(self):
+        return f"Idle watch of request #{self.request_id}"

@@ -5,7 +5,8 @@ utilization per card, and the busiest day's 95th percentiles of busy cards and m
 p95, so one heavy day is enough to keep a recommendation away). A spec is recommended when use was consistently
 low (mean utilization at most the policy's threshold over enough requests) and it shares an accelerator model with
 the requested spec, is smaller, has at least the p95 busy cards (busier is slower, not broken) and the p95 memory
-plus the policy's headroom (running out of memory fails the job).
+plus the policy's headroom (running out of memory fails the job). The card-hours idle detection saw idle
+(metering.idle) go along as evidence and into the message.
 """
 
 from dataclasses import dataclass
@@ -32,6 +33,7 @@ class Evidence:
     p95_busy_cards: float
     p95_memory_gb: float
     mean_memory_gb: float
+    idle_card_hours: float = 0.0  # of the window's requests, the card-hours idle detection saw idle (metering.idle)
 
 
 @dataclass(frozen=True)
@@ -65,6 +67,7 @@ class Recommendation:
             "p95_busy_cards": round(evidence.p95_busy_cards, 2),
             "p95_memory_gb": round(evidence.p95_memory_gb, 1),
             "mean_memory_gb": round(evidence.mean_memory_gb, 1),
+            "idle_card_hours": round(evidence.idle_card_hours, 1),
             "suggestions": [
                 {
                     "spec": shape.slug,
@@ -111,4 +114,6 @@ def recommend(
         f"utilization {evidence.mean_utilization_pct:.0f}%, p95 memory {evidence.p95_memory_gb:.0f} GiB: "
         f"{' or '.join(shape.label for shape in suggestions)} would have served."
     )
+    if evidence.idle_card_hours >= 1:
+        message += f" {evidence.idle_card_hours:.0f} card-hours sat idle until stopped or used again."
     return Recommendation(evidence, requested, suggestions, message)

@@ -18,7 +18,7 @@ from catalog.models import AcceleratorModel, BareMetalProfile, ResourceSpec
 from metering import rightsizing
 from metering.choices import Grouping
 from metering.expressions import card_hours, cost, overlapping, share_of_allocation
-from metering.models import BudgetAlert, DailyUsage, TokenUsage
+from metering.models import BudgetAlert, DailyUsage, IdleWatch, TokenUsage
 from metering.periods import Period, days_of_month, first_of_month, month_period, months, next_month
 from metering.telemetry import Binding
 from requests.choices import RUNNING_STATES, RequestState
@@ -449,6 +449,23 @@ def rightsizing_evidence(*, projects: QuerySet[Project], since: date, spec_id: i
     )
 
 
+def _idle_card_hours_by_project_spec(*, projects: QuerySet[Project], since: date) -> dict[tuple[str, int], float]:
+    """Idle card-hours of the ended idle episodes of requests whose watch changed in the window, per (project slug,
+    spec id): one query."""
+    rows = (
+        IdleWatch.objects.filter(
+            request__project__in=projects.values("pk"),
+            request__spec__isnull=False,
+            idle_card_seconds__gt=0,
+            updated_at__date__gte=since,
+        )
+        .values_list("request__project__slug", "request__spec_id")
+        .annotate(seconds=Sum("idle_card_seconds"))
+        .order_by()
+    )
+    return {(slug, spec_id): seconds / 3600 for slug, spec_id, seconds in rows}
+
+
 def recommendations(
     *, user: User, project_id: int | None = None, spec_id: int | None = None, today: date | None = None
 ) -> list[rightsizing.Recommendation]:
@@ -462,6 +479,7 @@ def recommendations(
     if not rows:
         return []
     shapes = _spec_shapes()
+    idle = _idle_card_hours_by_project_spec(projects=projects, since=today - timedelta(days=policy.window_days))
     advice = []
     for row in rows:
         requested = shapes.get(row["spec_id"])
@@ -475,6 +493,7 @@ def recommendations(
             p95_busy_cards=row["p95_busy_cards"],
             p95_memory_gb=row["p95_memory_mb"] / 1024,
             mean_memory_gb=row["memory_sum_mb"] / row["samples"] / 1024,
+            idle_card_hours=idle.get((row["project"], row["spec_id"]), 0.0),
         )
         recommendation = rightsizing.recommend(evidence, requested, list(shapes.values()), policy)
         if recommendation is not None:

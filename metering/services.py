@@ -22,7 +22,7 @@ from metering import selectors
 from metering.choices import BudgetLevel
 from metering.models import BudgetAlert, DailyUsage, HistogramBucket, TelemetrySample
 from metering.periods import first_of_month, midnight, month_period, next_month
-from metering.telemetry import Reading, telemetry_driver
+from metering.telemetry import Reading, agent_readings, telemetry_driver
 from requests.choices import RUNNING_STATES, NotificationKind
 from requests.models import ResourceRequest
 from requests.notifications import people_notify
@@ -72,6 +72,21 @@ def telemetry_collect(*, now: datetime | None = None, driver=None) -> CollectRep
     )
     for error in result.errors:
         logger.warning("Telemetry: %s", error)
+    return CollectReport(instant, len(result.readings), result.errors)
+
+
+def telemetry_from_agents(*, readings: dict[int, dict[str, float]], at: datetime) -> CollectReport:
+    """Store what node agents pushed through the health API (device id -> {dcgm signal: value}) as samples of the
+    running allocations on those devices, at the sampling instant of `at` (a collector's sample of the same instant
+    wins: one sample per binding and instant)."""
+    instant = sampling_instant(at)
+    running = Allocation.objects.filter(state=AllocationState.ACTIVE, devices__device_id__in=list(readings)).distinct()
+    result = agent_readings(selectors.bindings_of(running), readings)
+    TelemetrySample.objects.bulk_create(
+        [sample_of(reading, instant) for reading in result.readings], ignore_conflicts=True
+    )
+    for error in result.errors:
+        logger.warning("Agent telemetry: %s", error)
     return CollectReport(instant, len(result.readings), result.errors)
 
 

@@ -1,7 +1,11 @@
-"""django-q2 entry points: take ids (here: nothing but the clock, or a measured duration), call one service."""
+"""django-q2 entry points: take ids (here: nothing but the clock, a measured duration, or an agent's readings), call
+one service."""
+
+from datetime import datetime
 
 from config.retry import retry_if_locked
 from metering import services
+from metering.idle import services as idle_services
 from metering.metrics import SCHEDULER_CYCLE_BOUNDS, SCHEDULER_CYCLE_SECONDS
 
 
@@ -32,3 +36,15 @@ def record_cycle_duration(seconds: float) -> None:
 
 def mail_budget_alert(alert_id: int) -> int:
     return services.budget_alert_mail(alert_id=alert_id)
+
+
+@retry_if_locked
+def store_agent_readings(readings: dict[str, dict[str, float]], at: str) -> int:
+    return services.telemetry_from_agents(
+        readings={int(device_id): values for device_id, values in readings.items()}, at=datetime.fromisoformat(at)
+    ).samples
+
+
+@retry_if_locked
+def sweep_idle() -> dict:
+    return idle_services.idle_sweep().as_dict()

@@ -236,21 +236,37 @@ class DcgmDriver:
                     )
                 )
                 continue
-            if not {UTILIZATION, MEMORY_USED, POWER} <= device.keys():
-                result.errors.append(f"{node}: no utilization, memory and power for {binding.device_uuid}")
-                continue
-            if problem := _dcgm_problem(device, binding):
-                result.errors.append(f"{node}: dropped the sample of {binding.device_uuid}: {problem}")
-                continue
-            result.readings.append(
-                Reading(
-                    binding.allocation_id,
-                    binding.device_id,
-                    device[UTILIZATION],
-                    int(device[MEMORY_USED] * binding.share),
-                    round(device[POWER] * binding.share, 3),
-                )
-            )
+            whole_card_reading(binding, device, result)
+
+
+def whole_card_reading(binding: Binding, device: dict[str, float], result: DriverResult) -> None:
+    """A whole card's (or a shared card's) dcgm values as the binding's reading, or an error saying why not."""
+    if not {UTILIZATION, MEMORY_USED, POWER} <= device.keys():
+        result.errors.append(f"{binding.node}: no utilization, memory and power for {binding.device_uuid}")
+        return
+    if problem := _dcgm_problem(device, binding):
+        result.errors.append(f"{binding.node}: dropped the sample of {binding.device_uuid}: {problem}")
+        return
+    result.readings.append(
+        Reading(
+            binding.allocation_id,
+            binding.device_id,
+            device[UTILIZATION],
+            int(device[MEMORY_USED] * binding.share),
+            round(device[POWER] * binding.share, 3),
+        )
+    )
+
+
+def agent_readings(bindings: list[Binding], readings: dict[int, dict[str, float]]) -> DriverResult:
+    """What node agents pushed (dcgm lines or JSON events, by device id) as readings of the bindings on those
+    devices, checked as scraped ones are. MIG instances are left to the collector: an agent's card-wide numbers are
+    not an instance's."""
+    result = DriverResult()
+    for binding in bindings:
+        if binding.gi_id is None and binding.device_id in readings:
+            whole_card_reading(binding, readings[binding.device_id], result)
+    return result
 
 
 def _dcgm_driver() -> DcgmDriver:

@@ -88,6 +88,10 @@ class EventCode(models.TextChoices):
     EXTENSION_REJECTED = "extension_rejected", "Extension rejected"
     WORKLOAD_EXTENDED = "workload_extended", "Backend's end moved with the extension"
     EXPIRY_WARNING = "expiry_warning", "Expiry warning"
+    IDLE_WARNING = "idle_warning", "Idle warning"
+    IDLE_SNOOZED = "idle_snoozed", "Idle stop snoozed"
+    IDLE_CLEARED = "idle_cleared", "Busy again: idle warning cleared"
+    IDLE_STOPPED = "idle_stopped", "Stopped for being idle"
     CANCELLED = "cancelled", "Cancelled"
     WAITING_EXPIRED = "waiting_expired", "Stopped waiting for quota"
     ALLOCATED = "allocated", "Allocated"
@@ -174,6 +178,8 @@ class NotificationKind(models.TextChoices):
     REQUEST_FAILED = "request_failed", "My request failed"
     REQUEST_REQUEUED = "request_requeued", "My request was preempted or requeued"
     REQUEST_EXPIRING = "request_expiring", "My request is about to expire"
+    REQUEST_IDLE = "request_idle", "My request is idle and will be stopped"
+    REQUEST_IDLE_STOPPED = "request_idle_stopped", "My request was stopped for being idle"
     REQUEST_RELEASED = "request_released", "My request was released"
     REQUEST_WAITING_EXPIRED = "request_waiting_expired", "My request waited too long for quota and was cancelled"
     APPROVAL_DIGEST = "approval_digest", "A digest of what waits for my approval"
@@ -195,6 +201,8 @@ NOTIFICATION_AUDIENCE = {
     NotificationKind.REQUEST_FAILED: NotificationAudience.REQUESTER,
     NotificationKind.REQUEST_REQUEUED: NotificationAudience.REQUESTER,
     NotificationKind.REQUEST_EXPIRING: NotificationAudience.REQUESTER,
+    NotificationKind.REQUEST_IDLE: NotificationAudience.REQUESTER,
+    NotificationKind.REQUEST_IDLE_STOPPED: NotificationAudience.REQUESTER,
     NotificationKind.REQUEST_RELEASED: NotificationAudience.REQUESTER,
     NotificationKind.REQUEST_WAITING_EXPIRED: NotificationAudience.REQUESTER,
     NotificationKind.APPROVAL_DIGEST: NotificationAudience.APPROVER,

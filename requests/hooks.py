@@ -77,6 +77,13 @@ class RequestUsageProvider(Protocol):
     def __call__(self, resource_request: Any, /) -> RequestUsage | None: ...
 
 
+class IdleStatus(Protocol):
+    """metering: where an active request stands with its offering's idle policy, for `viewer` ({idle_for, acts_at,
+    stoppable, snoozes_left, can_snooze, reasons, snoozed_until}), or None while it is not warned."""
+
+    def __call__(self, resource_request: Any, viewer: Any, /) -> dict | None: ...
+
+
 ALLOCATION_DETAILS = Hook("allocation_details", AllocationDetails, provider="scheduling")
 PLACEMENT_ESTIMATE = Hook("placement_estimate", PlacementEstimate, provider="scheduling")
 ORDER_NEVER_FITS = Hook("order_never_fits", OrderNeverFits, provider="scheduling")
@@ -86,3 +93,4 @@ ENDPOINT_DETAILS = Hook("endpoint_details", EndpointDetails, provider="serving")
 CONNECT_SECRETS = Hook("connect_secrets", ConnectSecrets, provider="provisioning")
 RIGHTSIZING_ADVICE = Hook("rightsizing_advice", RightsizingAdvice, provider="metering")
 REQUEST_USAGE = Hook("request_usage", RequestUsageProvider, provider="metering")
+IDLE_STATUS = Hook("idle_status", IdleStatus, provider="metering")

@@ -42,6 +42,8 @@ EVENT_KINDS = {
     EventCode.FAILED: K.REQUEST_FAILED,
     EventCode.PREEMPTED: K.REQUEST_REQUEUED,
     EventCode.EXPIRY_WARNING: K.REQUEST_EXPIRING,
+    EventCode.IDLE_WARNING: K.REQUEST_IDLE,
+    EventCode.IDLE_STOPPED: K.REQUEST_IDLE_STOPPED,
     EventCode.RELEASED: K.REQUEST_RELEASED,
     EventCode.WAITING_EXPIRED: K.REQUEST_WAITING_EXPIRED,
 }
@@ -54,6 +56,8 @@ SUBJECTS = {
     K.REQUEST_FAILED: "Request #{id} failed",
     K.REQUEST_REQUEUED: "Request #{id} is back in the queue",
     K.REQUEST_EXPIRING: "Request #{id} expires soon",
+    K.REQUEST_IDLE: "Request #{id} is idle and will be stopped",
+    K.REQUEST_IDLE_STOPPED: "Request #{id} was stopped for being idle",
     K.REQUEST_RELEASED: "Request #{id} released",
     K.REQUEST_WAITING_EXPIRED: "Request #{id} waited too long for quota and was cancelled",
     K.OPERATOR_RUN_FAILED: "Provisioning failed for request #{id}",

@@ -312,6 +312,7 @@ def request_page_context(request, resource_request) -> dict:
         "poll_seconds": _poll_seconds(state),
         "can_cancel": resource_request.is_cancellable and may_act,
         "can_release": state in HOLDING_STATES and may_act,
+        "idle": hooks.ask(hooks.IDLE_STATUS, resource_request, request.user) if state == RequestState.ACTIVE else None,
     }
 
 

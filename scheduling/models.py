@@ -405,6 +405,11 @@ class Allocation(ConcurrentTransitionMixin, models.Model):
     )
     expiry_warned_at = models.DateTimeField(null=True, blank=True)
     heartbeat_at = models.DateTimeField(null=True, blank=True, help_text="Last sign of life from the runtime.")
+    session_seen_at = models.DateTimeField(
+        null=True,
+        blank=True,
+        help_text="Last runtime report of an open SSH or Jupyter session on the workload (idle detection reads it).",
+    )
     released_at = models.DateTimeField(null=True, blank=True)
     release_reason = models.CharField(max_length=300, blank=True)
     preempt_at = models.DateTimeField(

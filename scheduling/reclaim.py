@@ -367,14 +367,17 @@ class RuntimeOutcome:
     refused: list[dict] = field(default_factory=list)  # {code: not_your_node, message, details} per refused item
 
 
-def _heartbeat(request_ids: list[int], on_nodes: Q, now) -> dict[int, str]:
-    """Refresh the heartbeat of the active allocations not locked elsewhere, in one transaction."""
+def _heartbeat(request_ids: list[int], on_nodes: Q, now, with_sessions: set[int]) -> dict[int, str]:
+    """Refresh the heartbeat of the active allocations not locked elsewhere, in one transaction; those of
+    `with_sessions` (requests with an SSH or Jupyter session open) also mark the session seen."""
     if not request_ids:
         return {}
     active = Allocation.objects.filter(on_nodes, state=AllocationState.ACTIVE, request_id__in=request_ids)
     with transaction.atomic():
         locked = dict(active.select_for_update(skip_locked=True).values_list("pk", "request_id"))
         Allocation.objects.filter(pk__in=locked).update(heartbeat_at=now)
+        in_session = [pk for pk, request_id in locked.items() if request_id in with_sessions]
+        Allocation.objects.filter(pk__in=in_session).update(session_seen_at=now)
         held_elsewhere = set(active.exclude(pk__in=locked).values_list("request_id", flat=True))
     beaten = set(locked.values())
     return {
@@ -391,8 +394,11 @@ def _foreign(request_ids: Iterable[int], scope: NodeScope) -> list[int]:
     return sorted(set(on_nodes.exclude(node_id__in=scope.nodes).values_list("request_id", flat=True)))
 
 
-def runtime_report(*, reports: list[tuple[int, str]], scope: NodeScope = ANY_NODE, now=None) -> RuntimeOutcome:
-    """What the runtime (agents on the nodes) says about requests' workloads: "running" refreshes the heartbeat,
+def runtime_report(
+    *, reports: list[tuple[int, str]], scope: NodeScope = ANY_NODE, now=None, with_sessions: Iterable[int] = ()
+) -> RuntimeOutcome:
+    """What the runtime (agents on the nodes) says about requests' workloads: "running" refreshes the heartbeat
+    (and, for the requests in `with_sessions`, the last time someone had a session open on it: idle detection),
     "gone" reclaims the allocation at once. Reports about allocations outside the sender's nodes are refused
     (not_your_node) and change nothing; every other item is decided on its own locked rows."""
     now = now or timezone.now()
@@ -405,6 +411,6 @@ def runtime_report(*, reports: list[tuple[int, str]], scope: NodeScope = ANY_NOD
     results = dict.fromkeys(refused, NOT_YOUR_NODE)
     running = [request_id for request_id, status in statuses.items() if status == "running"]
     gone = [request_id for request_id, status in statuses.items() if status == "gone"]
-    results.update(_heartbeat(running, on_nodes, now))
+    results.update(_heartbeat(running, on_nodes, now, set(with_sessions)))
     results.update(_reclaim_each(gone, on_nodes, "stale: the runtime reports the workload gone"))
     return RuntimeOutcome(results, [scope.refusal({"request": request_id}) for request_id in refused])

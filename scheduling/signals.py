@@ -31,3 +31,8 @@ node_availability_changed = Signal()
 # backend (str), available (bool). The cycle places again when it is back; provisioning wakes the steps waiting for
 # it, and asks it again while it is not.
 backend_availability_changed = Signal()
+
+# Sent after the commit of a health ingestion with the numeric readings it carried about single devices of the
+# sender's nodes (an agent's dcgm lines or JSON events). kwargs: readings ({device id: {signal: float}}), at (the
+# ingestion's time). Metering keeps those of devices bound to running work as telemetry samples.
+device_readings = Signal()

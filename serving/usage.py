@@ -8,6 +8,7 @@ from datetime import date
 
 from django.db import connection, transaction
 from django.db.models import Sum
+from django.utils import timezone
 
 from metering.models import TokenUsage
 from requests.quota import month_start
@@ -44,8 +45,10 @@ class Tally:
 @transaction.atomic
 def tokens_flush(tallies: Iterable[Tally]) -> int:
     """Add a gateway's in-memory tallies to the ledger (one statement per row, in one transaction)."""
+    flushed_at = timezone.now()  # within a flush interval of the calls: idle detection's "last gateway call"
     rows = [
-        [t.request_id, t.project_id, t.model, t.key_prefix, t.day, t.requests, t.prompt, t.completion] for t in tallies
+        [t.request_id, t.project_id, t.model, t.key_prefix, t.day, t.requests, t.prompt, t.completion, flushed_at]
+        for t in tallies
     ]
     if not rows:
         return 0
@@ -55,10 +58,11 @@ def tokens_flush(tallies: Iterable[Tally]) -> int:
             cursor.execute("SET LOCAL synchronous_commit TO OFF")
         cursor.executemany(
             f"INSERT INTO {table} (request_id, project_id, model, key_prefix, day, requests, prompt_tokens, "
-            "completion_tokens) VALUES (%s, %s, %s, %s, %s, %s, %s, %s) "
+            "completion_tokens, last_call_at) VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s) "
             f"ON CONFLICT (request_id, key_prefix, day) DO UPDATE SET requests = {table}.requests + excluded.requests, "
             f"prompt_tokens = {table}.prompt_tokens + excluded.prompt_tokens, "
-            f"completion_tokens = {table}.completion_tokens + excluded.completion_tokens",
+            f"completion_tokens = {table}.completion_tokens + excluded.completion_tokens, "
+            "last_call_at = excluded.last_call_at",
             rows,
         )
     return len(rows)

@@ -119,6 +119,7 @@ class RecommendationSerializer(serializers.Serializer):
     requests = serializers.IntegerField()
     mean_utilization_pct = serializers.FloatField()
     p95_utilization_pct = serializers.FloatField()
+    idle_card_hours = serializers.FloatField(help_text="Card-hours idle detection saw idle in the window.")
     p95_busy_cards = serializers.FloatField()
     p95_memory_gb = serializers.FloatField()
     mean_memory_gb = serializers.FloatField()
@@ -144,3 +145,19 @@ class TokenUsageRowSerializer(serializers.Serializer):
     prompt_tokens = serializers.IntegerField()
     completion_tokens = serializers.IntegerField()
     total_tokens = serializers.IntegerField()
+
+
+class IdleUsageLineSerializer(serializers.Serializer):
+    project = serializers.CharField()
+    card_hours = serializers.FloatField(help_text="Requested: held, whether used or not.")
+    idle_card_hours = serializers.FloatField(help_text="Of those, idle (idle episodes that ended).")
+    used_card_hours = serializers.FloatField()
+
+
+class IdleUsageRequestSerializer(IdleUsageLineSerializer):
+    request = serializers.IntegerField()
+
+
+class IdleUsageSerializer(serializers.Serializer):
+    projects = IdleUsageLineSerializer(many=True)
+    requests = IdleUsageRequestSerializer(many=True)

@@ -9,4 +9,5 @@ urlpatterns = [
     path("recommendations/", views.RecommendationListView.as_view(), name="usage-recommendations"),
     path("zero-touch/", views.ZeroTouchView.as_view(), name="usage-zero-touch"),
     path("tokens/", views.TokenUsageView.as_view(), name="usage-tokens"),
+    path("idle/", views.IdleUsageView.as_view(), name="usage-idle"),
 ]

@@ -13,6 +13,7 @@ from rest_framework.views import APIView
 
 from metering import selectors
 from metering.api import serializers
+from metering.idle.selectors import idle_report
 
 PERIOD_PARAMETERS = [
     OpenApiParameter("from", str, description="First month, YYYY-MM (default: five months ago)."),
@@ -148,3 +149,22 @@ class TokenUsageView(APIView):
         query = _query(serializers.PeriodQuerySerializer, request)
         rows = selectors.token_usage(user=request.user, first_month=query["first"], last_month=query["last"])
         return Response(serializers.TokenUsageRowSerializer(rows, many=True).data)
+
+
+class IdleUsageView(APIView):
+    @extend_schema(
+        parameters=[*PERIOD_PARAMETERS, OpenApiParameter("project", int)],
+        responses=serializers.IdleUsageSerializer,
+        description="Card-hours held (requested) in the months, the idle card-hours among them (ended idle "
+        "episodes of offerings with an idle policy) and the rest (used), per project and request you may see.",
+    )
+    def get(self, request):
+        period = _query(serializers.PeriodQuerySerializer, request)
+        project = _query(serializers.ProjectQuerySerializer, request)
+        report = idle_report(
+            user=request.user,
+            first_month=period["first"],
+            last_month=period["last"],
+            project_id=project.get("project"),
+        )
+        return Response(serializers.IdleUsageSerializer(report).data)

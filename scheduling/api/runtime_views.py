@@ -24,6 +24,12 @@ OUTCOMES = [
 class RuntimeReportSerializer(serializers.Serializer):
     request = serializers.IntegerField(min_value=1, help_text="The request whose workload this is.")
     status = serializers.ChoiceField(choices=["running", "gone"])
+    sessions = serializers.IntegerField(
+        min_value=0,
+        max_value=100_000,
+        required=False,
+        help_text="SSH and Jupyter sessions open on the workload now (idle detection counts a session as activity).",
+    )
 
 
 class RuntimeReportsSerializer(serializers.Serializer):
@@ -63,9 +69,11 @@ class RuntimeReportsView(APIView):
     def post(self, request):
         body = RuntimeReportsSerializer(data=request.data)
         body.is_valid(raise_exception=True)
+        rows = body.validated_data["reports"]
         outcome = reclaim.runtime_report(
-            reports=[(row["request"], row["status"]) for row in body.validated_data["reports"]],
+            reports=[(row["request"], row["status"]) for row in rows],
             scope=sender_scope(request),
+            with_sessions=[row["request"] for row in rows if row.get("sessions")],
         )
         return Response(
             {

@@ -36,7 +36,7 @@ from scheduling.inventory.agents import ANY_NODE, NOT_YOUR_NODE, NodeScope
 from scheduling.models import Device, HealthEvent, HealthRule, Node
 from scheduling.readings import number_problem, usable_number
 from scheduling.services import device_isolate, device_set_health
-from scheduling.signals import health_changed
+from scheduling.signals import device_readings, health_changed
 
 ACTION_RANK = {HealthAction.DEGRADE: 1, HealthAction.ISOLATE: 2}
 MAX_SAMPLES = 20_000
@@ -464,6 +464,7 @@ def health_ingest(samples: Sequence[HealthSample], actor=None, scope: NodeScope 
                 if pk not in wanted or ACTION_RANK[rule.action] > ACTION_RANK[wanted[pk][0]]:
                     wanted[pk] = (rule.action, _detail(rule, sample))
         HealthEvent.objects.bulk_create(health_events)
+        readings = _device_readings(samples, resolved)
         outcomes, changed_ids, isolated_ids, clocks = [], [], [], []
         for pk in sorted(wanted):
             device, (action, detail) = devices[pk], wanted[pk]
@@ -504,4 +505,16 @@ def health_ingest(samples: Sequence[HealthSample], actor=None, scope: NodeScope 
             transaction.on_commit(
                 lambda: health_changed.send(sender=HealthEvent, device_ids=changed_ids, isolated_ids=isolated_ids)
             )
+        if readings:
+            transaction.on_commit(lambda: device_readings.send(sender=HealthEvent, readings=readings, at=now))
     return IngestReport(events, outcomes)
+
+
+def _device_readings(samples: Sequence[HealthSample], resolved: list[list[int] | None]) -> dict[int, dict[str, float]]:
+    """{device id: {signal: number}} of the samples about one device each (out-of-scope ones resolve to None)."""
+    readings: dict[int, dict[str, float]] = {}
+    for sample, ids in zip(samples, resolved, strict=True):
+        number = usable_number(sample.value)
+        if ids and len(ids) == 1 and not sample.node_wide and number is not None:
+            readings.setdefault(ids[0], {})[sample.signal] = number
+    return readings

@@ -18,6 +18,7 @@ TASKS = {
     "metering.tasks.collect_telemetry",
     "metering.tasks.refresh_usage",
     "metering.tasks.refresh_telemetry",
+    "metering.tasks.sweep_idle",
 }
 
 

@@ -16,7 +16,8 @@ pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("frozen")]
 
 REPORT, EXPORT, BUDGETS = "/api/v1/usage/", "/api/v1/usage/export/", "/api/v1/usage/budgets/"
 RECOMMENDATIONS, ZERO_TOUCH = "/api/v1/usage/recommendations/", "/api/v1/usage/zero-touch/"
-ENDPOINTS = [REPORT, EXPORT, BUDGETS, RECOMMENDATIONS, ZERO_TOUCH]
+IDLE = "/api/v1/usage/idle/"
+ENDPOINTS = [REPORT, EXPORT, BUDGETS, RECOMMENDATIONS, ZERO_TOUCH, IDLE]
 
 
 def projects_in(url: str, response, roles) -> list[str]:
@@ -25,7 +26,7 @@ def projects_in(url: str, response, roles) -> list[str]:
     if url == EXPORT:
         return sorted(row["project"] for row in csv.DictReader(io.StringIO(response.content.decode())))
     body = response.json()
-    rows = body["results"] if url == REPORT else body
+    rows = body["results"] if url == REPORT else body["projects"] if url == IDLE else body
     if url == ZERO_TOUCH:
         services_of = {roles.world.service.slug: roles.project.slug, roles.other_service.slug: roles.other_project.slug}
         return sorted(services_of[row["service"]] for row in rows)

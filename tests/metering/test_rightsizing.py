@@ -1,11 +1,13 @@
 """Rightsizing on crafted usage: the pure rule, then advice from daily rollups for the projects one may see."""
 
-from datetime import date, timedelta
+from datetime import UTC, date, datetime, timedelta
 from decimal import Decimal
 
 import pytest
+import time_machine
 
 from metering import rightsizing
+from metering.models import IdleWatch
 from metering.selectors import recommendations
 from tests import factories
 from tests.metering.conftest import rolled_up
@@ -129,3 +131,25 @@ def test_a_multi_node_spec_is_compared_as_the_whole_gang():
     shape = _spec_shapes()[spec.pk]
     assert shape.label == "2 nodes x 8x H100 80GB"
     assert (shape.cards, shape.memory_gb, shape.hourly_cost) == (Decimal(16), 1280, Decimal(16))
+
+
+def test_idle_card_hours_go_along_as_evidence_and_into_the_message():
+    idle = rightsizing.Evidence("vision", "h100-8x", 12, 4.0, 0.4, 22.0, 11.0, idle_card_hours=96.4)
+    advice = rightsizing.recommend(idle, EIGHT, CATALOG, POLICY)
+    assert advice.message.endswith("would have served. 96 card-hours sat idle until stopped or used again.")
+    assert advice.as_data()["idle_card_hours"] == 96.4
+    assert rightsizing.recommend(evidence(), EIGHT, CATALOG, POLICY).as_data()["idle_card_hours"] == 0.0
+
+
+@pytest.mark.django_db
+def test_recommendations_count_the_idle_card_hours_idle_detection_saw(world, eight_cards):
+    for days_ago in (2, 5, 9):
+        usage = used(world, eight_cards.eight, days_ago=days_ago, busy=0.38, memory_gb=21, mean_pct=4.5)
+        IdleWatch.objects.create(request=usage.allocation.request, idle_card_seconds=8 * 3600 * 2)
+    IdleWatch.objects.filter(pk=IdleWatch.objects.order_by("pk").first().pk).update(
+        updated_at=datetime(2026, 9, 1, tzinfo=UTC)  # outside the window
+    )
+    with time_machine.travel(datetime(2026, 11, 30, 12, tzinfo=UTC), tick=False):
+        [advice] = recommendations(user=factories.operator(), today=TODAY)
+    assert advice.evidence.idle_card_hours == 32.0
+    assert advice.message.endswith(" 32 card-hours sat idle until stopped or used again.")

@@ -31,6 +31,7 @@ def test_every_app_declares_its_hooks_in_the_one_registry():
         "request_usage",
         "project_usage",
         "open_work",
+        "idle_status",
     }
 
 
