@@ -27,7 +27,7 @@ from requests.choices import PRIORITY_RANK, PriorityClass, RequestState
 from requests.models import ResourceRequest
 from requests.quota import month_start
 from requests.services import requests_allocate, requests_note_queue
-from scheduling import backends, cluster_state, kept_engine, preemption
+from scheduling import backends, cluster_state, forecasting, kept_engine, preemption
 from scheduling.allocations import adjust_device_shares
 from scheduling.engine import NO_MATCHING_SPEC, Binding, Demand, NodeView, Snapshot, backfill, spread_note
 from scheduling.mig import cycle as mig_cycle
@@ -252,7 +252,16 @@ WINDOW_FIELDS = (
     "created_at",
     "queue_position",
     "queue_reason",
+    "queue_estimate",
 )
+
+
+def queued_keys() -> list[_Queued]:
+    """What queue_order needs of every queued request, in one narrow read."""
+    rows = ResourceRequest.objects.filter(state=RequestState.QUEUED).values_list(
+        "pk", "priority", "project_id", "created_at"
+    )
+    return [_Queued(*row) for row in rows]
 
 
 def _queue_window(window: int) -> list[ResourceRequest]:
@@ -264,7 +273,7 @@ def _queue_window(window: int) -> list[ResourceRequest]:
     the position and reason a cycle last gave them (new ones have none yet) until the window reaches them."""
     queued = ResourceRequest.objects.filter(state=RequestState.QUEUED)
     if window:
-        keys = [_Queued(*row) for row in queued.values_list("pk", "priority", "project_id", "created_at")]
+        keys = queued_keys()
         if len(keys) > window:
             head = [key.pk for key in queue_order(keys)[:window]]
             queued = queued.filter(pk__in=head)
@@ -560,8 +569,19 @@ def _cycle(policy: str) -> CycleResult:
         record_outcome(
             snapshot=cluster.snapshot, bindings=result.bindings, reservation=reservation, waiting=waiting, now=now
         )
+        estimates = forecasting.queue_estimates(
+            engine=engine,
+            allocations=cluster.snapshot.allocations,
+            expires=cluster.expires,
+            bindings=result.bindings,
+            demands=demands,
+            hours={demand.id: by_id[int(demand.id)].duration_hours for demand in demands},
+            reasons=reasons,
+            now=now,
+        )
         requests_note_queue(
-            waiting=[(request, position, reasons[request.pk]) for position, request in enumerate(waiting, start=1)]
+            waiting=[(request, position, reasons[request.pk]) for position, request in enumerate(waiting, start=1)],
+            estimates=estimates,
         )
         transaction.on_commit(lambda: requests_allocated.send(sender=Allocation, request_ids=allocated))
     return CycleResult(

@@ -158,7 +158,9 @@ class _Step:
 def _replay(engine, running, queue, now, early_ends: EarlyEnds, share) -> dict[str, datetime]:
     """When each queued demand starts if work ends at the `share` quantile (None: at its limit)."""
     holding: dict[str, tuple[RunningAllocation, ...]] = {}
-    ends: dict[str, datetime] = {}  # what holds capacity -> when it gives it back (the approved end, as the cycle knows)
+    ends: dict[
+        str, datetime
+    ] = {}  # what holds capacity -> when it gives it back (the approved end, as the cycle knows)
     releases: list = []  # (moment it is given back in this replay, tie-break, id)
     order = itertools.count()
     for work in running:
@@ -198,7 +200,12 @@ def _place_at(engine, demands: list[Demand], holding, ends, hours, moment):
             engine.release(binding)
         allocations = [allocation for work_id in ends for allocation in holding[work_id]]  # those with an end
         reservation = backfill.reserve_for_head(
-            engine=_Step(engine), allocations=allocations, expires=ends, result=result, demands=demands, hours=hours,
+            engine=_Step(engine),
+            allocations=allocations,
+            expires=ends,
+            result=result,
+            demands=demands,
+            hours=hours,
             now=moment,
         )
         engine = engine.fork()  # the one just forked for the reservation is frozen
