@@ -256,14 +256,6 @@ WINDOW_FIELDS = (
 )
 
 
-def queued_keys() -> list[_Queued]:
-    """What queue_order needs of every queued request, in one narrow read."""
-    rows = ResourceRequest.objects.filter(state=RequestState.QUEUED).values_list(
-        "pk", "priority", "project_id", "created_at"
-    )
-    return [_Queued(*row) for row in rows]
-
-
 def _queue_window(window: int) -> list[ResourceRequest]:
     """The cycle's share of the queue, locked, in queue order: with a window, the first `window` requests in queue
     order (one narrow read of the whole queue's order keys, then the rows of the window only); without, all.
@@ -273,7 +265,7 @@ def _queue_window(window: int) -> list[ResourceRequest]:
     the position and reason a cycle last gave them (new ones have none yet) until the window reaches them."""
     queued = ResourceRequest.objects.filter(state=RequestState.QUEUED)
     if window:
-        keys = queued_keys()
+        keys = [_Queued(*row) for row in queued.values_list("pk", "priority", "project_id", "created_at")]
         if len(keys) > window:
             head = [key.pk for key in queue_order(keys)[:window]]
             queued = queued.filter(pk__in=head)
@@ -429,6 +421,10 @@ def _reserve_for_the_head(
     return reservation
 
 
+def _aged_rank_of(request: ResourceRequest, now: datetime) -> int:
+    return aged_rank(request.priority, request.created_at, now)
+
+
 def _closed(snapshot: Snapshot, unavailable: dict) -> Snapshot:
     """The snapshot with the nodes of unavailable backends closed to new work, as the order preview must see it."""
     if not unavailable:
@@ -519,8 +515,26 @@ def _cycle(policy: str) -> CycleResult:
         queue = _queue_window(settings.SCHEDULER_CYCLE_WINDOW)
         unavailable = backends.unavailable_nodes()
         if not queue:
-            snapshot = _closed(_kept_snapshot().snapshot, unavailable)
-            record_outcome(snapshot=snapshot, bindings=[], reservation=None, waiting=[], now=now)
+            cluster = _kept_snapshot()
+            snapshot = _closed(cluster.snapshot, unavailable)
+            inputs = forecasting.cycle_inputs(
+                allocations=snapshot.allocations,
+                expires=cluster.expires,
+                bindings=[],
+                demands=[],
+                hours={},
+                ranks={},
+                reasons={},
+                now=now,
+            )
+            record_outcome(
+                snapshot=snapshot,
+                bindings=[],
+                reservation=None,
+                waiting=[],
+                forecast=forecasting.stored(inputs),
+                now=now,
+            )
             return CycleResult(ran=True, preempted=carried.preempted, wakeups=wakeups)
         refused = _over_concurrency(queue)
         candidates = [request for request in queue if request.pk not in refused]
@@ -566,17 +580,26 @@ def _cycle(policy: str) -> CycleResult:
             )
         )
         waiting = [request for request in queue if request.pk in reasons]
-        record_outcome(
-            snapshot=cluster.snapshot, bindings=result.bindings, reservation=reservation, waiting=waiting, now=now
-        )
-        estimates = forecasting.queue_estimates(
-            engine=engine,
+        inputs = forecasting.cycle_inputs(
             allocations=cluster.snapshot.allocations,
             expires=cluster.expires,
             bindings=result.bindings,
             demands=demands,
             hours={demand.id: by_id[int(demand.id)].duration_hours for demand in demands},
+            ranks={demand.id: _aged_rank_of(by_id[int(demand.id)], now) for demand in demands},
             reasons=reasons,
+            now=now,
+        )
+        placed = forecasting.placed_allocations(result.bindings, now)
+        estimates = forecasting.queue_estimates(
+            engine_now=lambda: engine.at_start(placed), inputs=inputs, reasons=reasons, now=now
+        )
+        record_outcome(
+            snapshot=cluster.snapshot,
+            bindings=result.bindings,
+            reservation=reservation,
+            waiting=waiting,
+            forecast=forecasting.stored(inputs),
             now=now,
         )
         requests_note_queue(

@@ -7,6 +7,7 @@ what runs on it and the MIG layouts now, the queued requests ahead in queue orde
 would give, its reasons in MIG terms (free memory slices, valid starts). That costs the cycle's snapshot queries
 and the queue ahead; only MIG orders pay it."""
 
+from dataclasses import dataclass, fields
 from datetime import datetime, timedelta
 
 from django.db import connection
@@ -34,13 +35,29 @@ from scheduling.expected_start import expected_starts
 from scheduling.mig import cycle as mig_cycle
 from scheduling.models import Device, Node
 from scheduling.outcome import last_outcome
-from scheduling.queued_rows import Queued, UnseenRows, as_queued, kept_rows  # noqa: F401 (UnseenRows: its tests)
 from scheduling.reason_words import named
 
 PREVIEW_ID = "preview"
 # Requests queued since the last cycle that a preview places ahead of the order. A cycle runs on every queued
 # request (and each minute), so more than this means one is due; the preview must not grow with the backlog.
 MAX_QUEUED_SINCE = 200
+
+
+@dataclass(frozen=True)
+class Queued:
+    """A queued request as demand_of and queue_order read it: a preview places up to MAX_QUEUED_SINCE of them, and
+    building model instances (each with its state machine's bookkeeping) cost more than placing them."""
+
+    pk: int
+    priority: str
+    project_id: int
+    created_at: datetime
+    approved_spec: dict
+    cpu_cores: int
+    memory_gb: int
+
+
+QUEUED_FIELDS = [field.name for field in fields(Queued)]
 
 
 def order_demand(order, sizing, models: list) -> Demand:
@@ -87,16 +104,17 @@ def placement_estimate(order, sizing) -> dict:
     While a backend whose nodes could take the order does not answer, the order would wait for it, and says so."""
     models = order_models(order)  # read once: the demand's and the sentence's
     demand = order_demand(order, sizing, models)
-    estimate = _waiting_for_backend(demand, _estimate_of(demand, order, last_outcome()))
-    return _in_words(_with_expected_start(estimate, demand, order.duration_hours), models)
+    outcome = last_outcome()
+    estimate = _waiting_for_backend(demand, _estimate_of(demand, order, outcome))
+    return _in_words(_with_expected_start(estimate, demand, order.duration_hours, outcome), models)
 
 
-def _with_expected_start(estimate: dict, demand: Demand, hours) -> dict:
-    """An order that would wait for capacity gets its expected start "if submitted now" (scheduling.expected_start):
-    one forecast, read only then."""
+def _with_expected_start(estimate: dict, demand: Demand, hours, outcome) -> dict:
+    """An order that would wait for capacity gets its expected start "if submitted now", replayed from the last
+    cycle's picture (scheduling.expected_start: no query of its own)."""
     if estimate["fits_now"] or estimate["code"] not in TIMED_REASONS:
         return estimate
-    data = expected_starts([(demand, float(hours))], rows=kept_rows.rows).get(demand.id)
+    data = expected_starts([(demand, float(hours))], outcome).get(demand.id)
     return {**estimate, "expected_start": start_words.expected_start(data)}
 
 
@@ -180,9 +198,13 @@ def _queued_ahead_of(demand: Demand):
     return ResourceRequest.objects.filter(state=RequestState.QUEUED, priority__in=_classes_from(demand))
 
 
+def _as_queued(rows) -> list[Queued]:
+    return [Queued(*row) for row in rows.values_list(*QUEUED_FIELDS)]
+
+
 def _queued(demand: Demand) -> list[Queued]:
     """The queued requests ahead of the demand in queue order."""
-    return queue_order(as_queued(_queued_ahead_of(demand)))
+    return queue_order(_as_queued(_queued_ahead_of(demand)))
 
 
 def _queued_since_last_cycle(demand: Demand) -> tuple[list[Queued], int]:
@@ -191,8 +213,43 @@ def _queued_since_last_cycle(demand: Demand) -> tuple[list[Queued], int]:
     just these, so the queue behind them costs nothing."""
     unseen = _queued_ahead_of(demand).filter(queue_position__isnull=True)
     keys = list(unseen.order_by("created_at", "pk").values_list("pk", "priority", "created_at")[:MAX_QUEUED_SINCE])
-    first = kept_rows.rows(keys)
+    first = _unseen_rows.rows(keys)
     return queue_order(first), len(first) if len(first) < MAX_QUEUED_SINCE else unseen.count()
+
+
+class UnseenRows:
+    """The rows of the requests queued since the last cycle, read once per process rather than on every preview:
+    while a backlog builds up between cycles every preview places the same first MAX_QUEUED_SINCE, and reading their
+    frozen snapshots (JSON) was most of a preview's time. A request's row does not change while it waits (what it
+    needs is frozen when it is approved), except its priority, which comes with its id from the index every time: a
+    row kept under another priority is read again, and so is one of another submission time (an id used again, as
+    after a database is flushed)."""
+
+    LIMIT = 10 * MAX_QUEUED_SINCE  # then the kept rows start over
+
+    def __init__(self):
+        self.kept: dict[int, Queued] = {}
+
+    def rows(self, keys: list[tuple[int, str, datetime]]) -> list[Queued]:
+        # One dict for the whole call: a threaded server's other call may start the kept rows over meanwhile.
+        kept = self.kept
+        missing = [key[0] for key in keys if self._key(kept.get(key[0])) != key]
+        if len(kept) + len(missing) > self.LIMIT:
+            kept = self.kept = {}
+            missing = [key[0] for key in keys]
+        if missing:
+            for pk in missing:  # kept under another priority or time: read again, or left out if gone
+                kept.pop(pk, None)
+            kept.update((row.pk, row) for row in _as_queued(ResourceRequest.objects.filter(pk__in=missing)))
+        # One gone since its id was read (cancelled, placed) is left out, as it would have been a moment later.
+        return [row for row in map(kept.get, (key[0] for key in keys)) if row is not None]
+
+    @staticmethod
+    def _key(row: Queued | None) -> tuple | None:
+        return None if row is None else (row.pk, row.priority, row.created_at)
+
+
+_unseen_rows = UnseenRows()
 
 
 def _estimate(demand, fresh_engine, ahead: list[Queued], ahead_count: int, as_of=None, held=None) -> dict:

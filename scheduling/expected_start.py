@@ -1,59 +1,59 @@
 """Expected starts of work that is not queued yet: an order in the preview ("if submitted now") and the requests in an
-approval inbox ("if approved now"). The same forecast as the cycle's (scheduling/forecasting.py), with the new work
-put where the queue order would put it: behind every queued request of its class or higher (it is the newest),
-ahead of the lower classes.
+approval inbox ("if approved now"). The same replay as the cycle's (scheduling/forecasting.py), from what the last
+cycle stored with its outcome (running work with its ends, the queue's head with its ranks, the early-end ratios) on
+the engine state it left, with the new work put where the queue order would put it: behind every queued request
+ranked as high or higher (it is the newest), ahead of the rest.
 
-It reads the cluster whole (the cycle's five snapshot queries), the queue's order keys, the first
-SCHEDULER_FORECAST_QUEUE rows in that order and the early-end history: a constant number of queries for any number of
-new requests, which is why the inbox asks once for all its rows."""
+No query of its own: the outcome is read (and decoded once per process and cycle) for the preview anyway. The replay
+stops once the new work is placed. Before any cycle there is no picture to replay from: no estimate."""
 
-from django.conf import settings
+from datetime import datetime
+
 from django.utils import timezone
 
 from catalog.models import ResourceSpec
 from requests.models import ResourceRequest
 from scheduling import forecasting
-from scheduling.cycle import aged_rank, demand_of, load_snapshot, make_demand, queue_order, queued_keys
-from scheduling.engine import Demand, PlacementEngine
-from scheduling.queued_rows import Queued, UnseenRows
+from scheduling.cycle import make_demand
+from scheduling.engine import Demand
+from scheduling.engine.forecast import Queued
+from scheduling.outcome import Outcome, last_outcome
+
+_decoded: dict[datetime, forecasting.Inputs] = {}  # the last outcome's inputs this process decoded, by its time
 
 
-def expected_starts(new: list[tuple[Demand, float]], *, rows=None) -> dict[str, dict]:
+def expected_starts(new: list[tuple[Demand, float]], outcome: Outcome | None) -> dict[str, dict]:
     """{demand id: estimate data} for each new demand with its duration in hours, as if queued now together (in
-    the given order within a class). `rows` reads queued requests' rows by their keys (default: from the
-    database; the preview passes the rows its process keeps)."""
-    if not new or not settings.SCHEDULER_FORECAST_QUEUE:
+    the given order among equals), replayed from the last cycle's `outcome`."""
+    if not new or outcome is None or not outcome.forecast:
         return {}
-    now = timezone.now()
-    ahead = _queue_head(settings.SCHEDULER_FORECAST_QUEUE, rows or UnseenRows().rows)
-    queue = [(demand_of(request), float(request.duration_hours)) for request in ahead]
-    ranks = [aged_rank(request.priority, request.created_at, now) for request in ahead]
-    for demand, hours in new:  # behind every request ranked as high or higher, ahead of the rest
+    inputs = _inputs(outcome)
+    queue = [queued for queued, _rank in inputs.queue]
+    ranks = [rank for _queued, rank in inputs.queue]
+    for demand, hours in new:
         at = next((i for i, rank in enumerate(ranks) if rank < demand.priority), len(ranks))
-        queue.insert(at, (demand, hours))
+        queue.insert(at, Queued(demand, hours))
         ranks.insert(at, demand.priority)
-    cluster = load_snapshot()
-    start = PlacementEngine(cluster.snapshot, workload=[demand for demand, _hours in queue])
-    return forecasting.expected(
-        engine_now=start.fork,
-        allocations=cluster.snapshot.allocations,
-        expires=cluster.expires,
+    return forecasting.replay(
+        engine_now=lambda: outcome.engine_for(new[0][0]),
+        inputs=inputs,
         queue=queue,
-        now=now,
+        now=timezone.now(),
         wanted={demand.id for demand, _hours in new},
     )
 
 
-def _queue_head(limit: int, rows) -> list[Queued]:
-    """The first `limit` queued requests in queue order: their order keys read whole, then only their rows."""
-    keys = queued_keys()
-    return rows([(key.pk, key.priority, key.created_at) for key in queue_order(keys)[:limit]])
+def _inputs(outcome: Outcome) -> forecasting.Inputs:
+    if outcome.finished_at not in _decoded:
+        _decoded.clear()
+        _decoded[outcome.finished_at] = forecasting.from_stored(outcome.forecast)
+    return _decoded[outcome.finished_at]
 
 
 def starts_if_approved(request_ids: list[int]) -> dict[int, dict]:
     """{request id: estimate data} of requests awaiting approval, as if all were approved now (two reads for the
-    requests and their accelerator models, then `expected_starts`). Serving deployments are left out: their replicas'
-    shape comes with the approved snapshot."""
+    requests and their accelerator models, one for the last cycle's outcome). Serving deployments are left out: their
+    replicas' shape comes with the approved snapshot."""
     order = {request_id: i for i, request_id in enumerate(request_ids)}
     rows = sorted(
         ResourceRequest.objects.filter(pk__in=request_ids, serving_model__isnull=True).values_list(
@@ -89,4 +89,4 @@ def starts_if_approved(request_ids: list[int]) -> dict[int, dict]:
         )
         for pk, priority, cpu_cores, memory_gb, count, hours, spec_id, slice_profile, profile_model in rows
     ]
-    return {int(demand_id): data for demand_id, data in expected_starts(new).items()}
+    return {int(demand_id): data for demand_id, data in expected_starts(new, last_outcome()).items()}

@@ -122,12 +122,14 @@ def forecast(
     now: datetime,
     early_ends: EarlyEnds,
     limit: int,
+    wanted: frozenset | set | None = None,
 ) -> dict[str, Estimate]:
     """Each queued demand's expected start (by demand id). `engine_now()` gives a fresh engine holding `running`
-    (and nothing queued); `queue` is in the order the cycle considers it; the first `limit` are replayed."""
+    (and nothing queued); `queue` is in the order the cycle considers it; the first `limit` are replayed. With
+    `wanted`, only those ids are answered for, and each replay stops once they are placed."""
     replayed, beyond = list(queue[:limit]), queue[limit:]
     starts = {
-        share: _replay(engine_now(), running, replayed, now, early_ends, share)
+        share: _replay(engine_now(), running, replayed, now, early_ends, share, wanted)
         for share in (EARLIEST_SHARE, LIKELY_SHARE, None)
     }
     endless = any(work.ends is None for work in running)
@@ -140,7 +142,7 @@ def forecast(
             earliest, likely, latest = sorted(moments)
             estimates[queued.demand.id] = Estimate(earliest, likely, latest)
     estimates.update((queued.demand.id, Estimate(code=BEYOND_FORECAST)) for queued in beyond)
-    return estimates
+    return estimates if wanted is None else {key: value for key, value in estimates.items() if key in wanted}
 
 
 class _Step:
@@ -155,8 +157,9 @@ class _Step:
         return self.engine.fork()
 
 
-def _replay(engine, running, queue, now, early_ends: EarlyEnds, share) -> dict[str, datetime]:
-    """When each queued demand starts if work ends at the `share` quantile (None: at its limit)."""
+def _replay(engine, running, queue, now, early_ends: EarlyEnds, share, wanted=None) -> dict[str, datetime]:
+    """When each queued demand starts if work ends at the `share` quantile (None: at its limit); with `wanted`,
+    until those have started."""
     holding: dict[str, tuple[RunningAllocation, ...]] = {}
     ends: dict[
         str, datetime
@@ -179,7 +182,7 @@ def _replay(engine, running, queue, now, early_ends: EarlyEnds, share) -> dict[s
             lasts = timedelta(hours=hours[demand_id] * (1.0 if share is None else early_ends.ratio(share)))
             heapq.heappush(releases, (moment + lasts, next(order), demand_id))
         waiting = [queued for queued in waiting if queued.demand.id not in starts]
-        if not waiting or not releases:
+        if not waiting or not releases or (wanted is not None and wanted <= starts.keys()):
             break
         moment = max(moment, releases[0][0])
         while releases and releases[0][0] <= moment:

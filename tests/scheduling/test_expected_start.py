@@ -10,7 +10,7 @@ from django.test.utils import CaptureQueriesContext
 
 from requests import services, start_words
 from requests.choices import RequestState
-from scheduling import cycle, reclaim
+from scheduling import cycle, expected_start, outcome, reclaim
 from tenancy.services import quota_set
 from tests.requests.conftest import approval_rule, approver_stage, make_order
 from tests.scheduling.test_cycle import add_node, queued, shop, team  # noqa: F401 (fixtures)
@@ -22,6 +22,10 @@ HOUR = timedelta(hours=1)
 
 @pytest.fixture
 def clock():
+    """Every test here runs at the same frozen moment; a process keeps the cycle outcome (and the forecast inputs) it
+    decoded last by the cycle's time, so what an earlier test's cycle left is forgotten first."""
+    outcome._decoded.clear()
+    expected_start._decoded.clear()
     with time_machine.travel(START, tick=False) as traveller:
         yield traveller
 
@@ -142,6 +146,7 @@ def test_queue_and_detail_cost_the_same_queries_with_estimates(shop, team, clock
 
 def test_the_inbox_says_when_each_request_would_start_if_approved_now(client, shop, team, clock):  # noqa: F811
     add_node(shop.accelerator, cards=2)
+    cycle.run_cycle()  # the picture the inbox replays from
     approval_rule(approver_stage())
     pending = services.request_submit(order=make_order(shop, team.project), requester=team.developer)
     assert pending.state == RequestState.PENDING_APPROVAL
