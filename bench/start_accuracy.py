@@ -3,8 +3,13 @@ stored it (the likely start, `queue_estimate`) against the moment a cycle actual
 
 The error is |likely - actual| as a share of the actual wait (submission -> start), reported per wait bucket: median
 and p90. Requests placed by the cycle that first saw them waited nothing and are counted apart (their estimate is that
-cycle); requests the forecast gave no time ("unknown", with its code) are counted per code."""
+cycle); requests the forecast gave no time ("unknown", with its code) are counted per code.
 
+The replay runs cycles on a grid (`interval_s`) and gives capacity back only on it, so a request can start only at a
+cycle: the estimate (the moment capacity frees, as a release-triggered cycle in production would use it) is compared
+once taken to the next cycle of the grid; `raw_*` keep the comparison without that."""
+
+import math
 from datetime import datetime
 
 from requests.models import ResourceRequest
@@ -20,11 +25,11 @@ def _quantile(values: list[float], share: float) -> float | None:
 
 
 class StartAccuracy:
-    def __init__(self, start: datetime):
-        self.start = start
+    def __init__(self, start: datetime, interval_s: float):
+        self.start, self.interval_s = start, interval_s
         self.likely: dict[int, float | None] = {}  # request id -> the estimate's likely start (simulated s)
         self.untimed: dict[int, str] = {}  # request id -> why the estimate had no time
-        self.errors: list[tuple[float, float]] = []  # (actual wait, |likely - actual| / wait)
+        self.errors: list[tuple[float, float, float]] = []  # (actual wait, error share on the grid, raw error share)
         self.at_once = 0
 
     def note_estimates(self, arrivals: dict[int, float], placed_now: set[int]) -> None:
@@ -43,20 +48,22 @@ class StartAccuracy:
         if wait <= 0:
             self.at_once += 1
         elif likely is not None:
-            self.errors.append((wait, abs(likely - started) / wait))
+            on_grid = math.ceil(likely / self.interval_s - 1e-9) * self.interval_s
+            self.errors.append((wait, abs(on_grid - started) / wait, abs(likely - started) / wait))
 
     def report(self) -> dict:
         buckets = {}
         low = 0.0
         for high, name in BUCKETS:
-            shares = [share for wait, share in self.errors if low < wait <= high]
+            shares = [share for wait, share, _raw in self.errors if low < wait <= high]
             buckets[name] = {
                 "n": len(shares),
                 "median_error_share": _quantile(shares, 0.5),
                 "p90_error_share": _quantile(shares, 0.9),
             }
             low = high
-        shares = [share for _wait, share in self.errors]
+        shares = [share for _wait, share, _raw in self.errors]
+        raw = [share for _wait, _share, share in self.errors]
         untimed: dict[str, int] = {}
         for code in self.untimed.values():
             untimed[code] = untimed.get(code, 0) + 1
@@ -65,6 +72,8 @@ class StartAccuracy:
             "started_at_once": self.at_once,
             "median_error_share": _quantile(shares, 0.5),
             "p90_error_share": _quantile(shares, 0.9),
+            "raw_median_error_share": _quantile(raw, 0.5),
+            "raw_p90_error_share": _quantile(raw, 0.9),
             "by_wait": buckets,
             "untimed_by_code": untimed,
         }

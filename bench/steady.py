@@ -62,7 +62,7 @@ def run(
     waits: list[float] = []
     cycles: list[dict] = []
     draws = 0
-    accuracy = StartAccuracy(start)
+    accuracy = StartAccuracy(start, interval_s)
 
     def arrive(count: int, at: float) -> None:
         nonlocal draws
