@@ -114,3 +114,18 @@ def test_early_end_ratios_are_judged_by_what_the_work_has_outlived():
     assert ends.ratio(0.5, at_least=0.7) == 1.0
     assert EarlyEnds().ratio(0.5) == 1.0  # no history: work runs to its limit
     assert Estimate(NOW, NOW, at(1)).as_data()["latest"] == at(1).isoformat()
+
+
+def test_asked_for_some_only_those_are_answered_and_the_replay_stops_once_they_started():
+    work = [running("A", 0, -1, 1), running("B", 1, -1, 3)]
+    queue = [queued("head", 2, 4), queued("small", 1, 1), queued("after", 2, 1)]
+    estimates = forecast(
+        engine_now=lambda: PlacementEngine(Snapshot([NODE], [a for held in work for a in held.allocations])),
+        running=work,
+        queue=queue,
+        now=NOW,
+        early_ends=EarlyEnds(),
+        limit=10,
+        wanted={"small"},
+    )
+    assert estimates == {"small": Estimate(at(1), at(1), at(1))}
