@@ -56,7 +56,8 @@ def placed_allocations(bindings, now: datetime) -> list[RunningAllocation]:
 def queue_estimates(*, engine_now, inputs: Inputs, reasons, now) -> dict[int, dict]:
     """{request id: estimate data} for the requests the cycle leaves waiting (`reasons`, by request id); those
     behind the replayed head read `beyond_forecast`, those waiting for anything but capacity `not_timed`."""
-    estimates = replay(engine_now=engine_now, inputs=inputs, queue=[queued for queued, _rank in inputs.queue], now=now)
+    queue = [queued for queued, _rank in inputs.queue]
+    estimates = replay(engine_now=engine_now, inputs=inputs, queue=queue, now=now, tried_now=True)
     data = {int(demand_id): estimate for demand_id, estimate in estimates.items()}
     for request_id, reason in reasons.items():
         code = reason["code"]
@@ -67,9 +68,10 @@ def queue_estimates(*, engine_now, inputs: Inputs, reasons, now) -> dict[int, di
 _BEYOND = {"earliest": None, "likely": None, "latest": None, "code": "beyond_forecast", "reason": None}
 
 
-def replay(*, engine_now, inputs: Inputs, queue: list[Queued], now, wanted=None) -> dict[str, dict]:
+def replay(*, engine_now, inputs: Inputs, queue: list[Queued], now, wanted=None, tried_now=False) -> dict[str, dict]:
     """{demand id: estimate data} of `queue` (or of its `wanted` ids: the replay stops once they are placed) on
-    engines from `engine_now()` holding the inputs' running work."""
+    engines from `engine_now()` holding the inputs' running work; `tried_now`: the cycle just left the queue
+    waiting at `now` (engine.forecast.forecast)."""
     if not queue or not settings.SCHEDULER_FORECAST_QUEUE:
         return {}
     estimates = forecast(
@@ -80,6 +82,7 @@ def replay(*, engine_now, inputs: Inputs, queue: list[Queued], now, wanted=None)
         early_ends=inputs.early_ends,
         limit=len(queue),
         wanted=wanted,
+        tried_now=tried_now,
     )
     return {demand_id: estimate.as_data() for demand_id, estimate in estimates.items()}
 

@@ -123,13 +123,16 @@ def forecast(
     early_ends: EarlyEnds,
     limit: int,
     wanted: frozenset | set | None = None,
+    tried_now: bool = False,
 ) -> dict[str, Estimate]:
     """Each queued demand's expected start (by demand id). `engine_now()` gives a fresh engine holding `running`
     (and nothing queued); `queue` is in the order the cycle considers it; the first `limit` are replayed. With
-    `wanted`, only those ids are answered for, and each replay stops once they are placed."""
+    `wanted`, only those ids are answered for, and each replay stops once they are placed. `tried_now`: the queue
+    was just placed at `now` by the cycle, which left it waiting: its answer stands, the replay places from the first
+    release after `now` on."""
     replayed, beyond = list(queue[:limit]), queue[limit:]
     starts = {
-        share: _replay(engine_now(), running, replayed, now, early_ends, share, wanted)
+        share: _replay(engine_now(), running, replayed, now, early_ends, share, wanted, tried_now)
         for share in (EARLIEST_SHARE, LIKELY_SHARE, None)
     }
     endless = any(work.ends is None for work in running)
@@ -157,13 +160,12 @@ class _Step:
         return self.engine.fork()
 
 
-def _replay(engine, running, queue, now, early_ends: EarlyEnds, share, wanted=None) -> dict[str, datetime]:
-    """When each queued demand starts if work ends at the `share` quantile (None: at its limit); with `wanted`,
-    until those have started."""
+def _replay(engine, running, queue, now, early_ends: EarlyEnds, share, wanted=None, tried_now=False):
+    """When each queued demand starts if work ends at the `share` quantile (None: at its limit), by demand id; with
+    `wanted`, until those have started; with `tried_now`, placing from the first release after `now`."""
     holding: dict[str, tuple[RunningAllocation, ...]] = {}
-    ends: dict[
-        str, datetime
-    ] = {}  # what holds capacity -> when it gives it back (the approved end, as the cycle knows)
+    # What holds capacity -> when it gives it back: the approved end, as the cycle knows it.
+    ends: dict[str, datetime] = {}
     releases: list = []  # (moment it is given back in this replay, tie-break, id)
     order = itertools.count()
     for work in running:
@@ -174,8 +176,10 @@ def _replay(engine, running, queue, now, early_ends: EarlyEnds, share, wanted=No
             heapq.heappush(releases, (early_ends.end_of(work, now, share), next(order), work_id))
     hours = {queued.demand.id: queued.hours for queued in queue}
     waiting, starts, moment = list(queue), {}, now
-    for _step in range(MAX_STEPS):
-        engine, placed = _place_at(engine, [queued.demand for queued in waiting], holding, ends, hours, moment)
+    for step in range(MAX_STEPS):
+        placed = {}
+        if step or not tried_now:
+            engine, placed = _place_at(engine, [queued.demand for queued in waiting], holding, ends, hours, moment)
         for demand_id, allocations in placed.items():
             starts[demand_id], holding[demand_id] = moment, allocations
             ends[demand_id] = moment + timedelta(hours=hours[demand_id])

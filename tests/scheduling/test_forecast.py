@@ -129,3 +129,19 @@ def test_asked_for_some_only_those_are_answered_and_the_replay_stops_once_they_s
         wanted={"small"},
     )
     assert estimates == {"small": Estimate(at(1), at(1), at(1))}
+
+
+def test_a_queue_the_cycle_just_left_waiting_starts_no_earlier_than_the_next_release():
+    # The cycle left "small" waiting at NOW (whatever its reason): the replay trusts it and places from A's end on.
+    work = [running("A", 0, -1, 1)]
+    tried = forecast(
+        engine_now=lambda: PlacementEngine(Snapshot([NODE], work[0].allocations)),
+        running=work,
+        queue=[queued("small", 1, 1)],
+        now=NOW,
+        early_ends=EarlyEnds(),
+        limit=10,
+        tried_now=True,
+    )
+    assert tried["small"] == Estimate(at(1), at(1), at(1))
+    assert estimate(work, [queued("small", 1, 1)])["small"] == Estimate(NOW, NOW, NOW)  # card 1 is free now
