@@ -67,10 +67,10 @@ class EarlyEnds:
     def of(cls, ratios) -> EarlyEnds:
         return cls(tuple(sorted(min(1.0, max(0.0, ratio)) for ratio in ratios)))
 
-    def ratio(self, share: float, at_least: float = 0.0) -> float:
-        """The `share` quantile of the ratios not below `at_least` (work that ran that long already); 1.0 (its
-        limit) when no history is left to judge by."""
-        lowest = bisect.bisect_left(self.ratios, at_least)
+    def ratio(self, share: float, ran: float = 0.0) -> float:
+        """The `share` quantile of the ratios above `ran` (work that ran that share of its term and still runs ends
+        later than that); 1.0 (its limit) when no history is left to judge by."""
+        lowest = bisect.bisect_right(self.ratios, ran) if ran > 0 else 0
         left = self.ratios[lowest:]
         if not left:
             return 1.0
@@ -84,7 +84,7 @@ class EarlyEnds:
         if term <= 0:
             return running.ends
         ran = max(0.0, (now - running.started).total_seconds()) / term
-        return max(now, running.started + timedelta(seconds=term * self.ratio(share, at_least=ran)))
+        return max(now, running.started + timedelta(seconds=term * self.ratio(share, ran=ran)))
 
 
 @dataclass(frozen=True)

@@ -69,12 +69,12 @@ def test_lower_priority_waits_behind_a_higher_priority_request_for_the_same_card
 
 
 def test_history_of_early_ends_gives_the_earliest_and_likely_starts():
-    # Ended work ran 25 %, 50 % and 100 % of its term. A (2 h term, half run) has outlived 25 %: judged by 50 % and
-    # 100 %, the median is 100 % and the lower quartile 50 % (ends now). B (4 h term, a quarter run) ends at 50 %
-    # likely (+1 h), 25 % at the earliest (now). The 2-card head needs both.
+    # Ended work ran 25 %, 50 % and 100 % of its term. A (2 h term, half run, still running) is judged by 100 % only:
+    # it ends at +1 h. B (4 h term, a quarter run) by 50 % and 100 %: at the earliest at 50 % (+1 h), likely at
+    # 100 % (+3 h). The 2-card head needs both cards.
     work = [running("A", 0, -1, 1), running("B", 1, -1, 3)]
     estimates = estimate(work, [queued("head", 2, 4)], ratios=(0.25, 0.5, 1.0))
-    assert estimates["head"] == Estimate(earliest=at(0), likely=at(1), latest=at(3))
+    assert estimates["head"] == Estimate(earliest=at(1), likely=at(3), latest=at(3))
 
 
 def test_queued_work_ends_early_too_in_the_likely_replay():
@@ -111,7 +111,8 @@ def test_early_end_ratios_are_judged_by_what_the_work_has_outlived():
     ends = EarlyEnds.of([1.4, 0.2, 0.6, -1])  # clipped to 0..1
     assert ends.ratios == (0.0, 0.2, 0.6, 1.0)
     assert ends.ratio(0.5) == 0.6
-    assert ends.ratio(0.5, at_least=0.7) == 1.0
+    assert ends.ratio(0.5, ran=0.7) == 1.0
+    assert ends.ratio(0.0, ran=0.2) == 0.6  # work that ran 20 % and still runs outlived the 20 % ratio
     assert EarlyEnds().ratio(0.5) == 1.0  # no history: work runs to its limit
     assert Estimate(NOW, NOW, at(1)).as_data()["latest"] == at(1).isoformat()
 
