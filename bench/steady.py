@@ -23,6 +23,7 @@ from django.db import connection
 from django.utils import timezone
 
 from bench import fleet
+from bench.start_accuracy import StartAccuracy
 from requests.choices import RequestState
 from requests.models import ResourceRequest
 from requests.services import request_release
@@ -61,6 +62,7 @@ def run(
     waits: list[float] = []
     cycles: list[dict] = []
     draws = 0
+    accuracy = StartAccuracy(start, interval_s)
 
     def arrive(count: int, at: float) -> None:
         nonlocal draws
@@ -103,7 +105,10 @@ def run(
             seconds, cpu = time.perf_counter() - started, time.process_time() - cpu_started
             placed_waits = [now - arrived[request_id] for request_id in result.allocated]
             waits.extend(placed_waits)
+            accuracy.note_estimates(arrived, set(result.allocated))
             for request_id in result.allocated:
+                if request_id not in allocated_at:  # its first start (one placed again after preemption: not)
+                    accuracy.note_start(request_id, arrived[request_id], now)
                 allocated_at[request_id] = now
                 heapq.heappush(ends, (now + durations[request_id], request_id, now))
             row = {
@@ -157,6 +162,7 @@ def run(
         "still_queued": still,
         "oldest_queued_wait_s": max(oldest_by_reason.values(), default=0.0),
         "oldest_queued_by_reason_s": oldest_by_reason,
+        "expected_start_accuracy": accuracy.report(),
         "per_cycle": cycles,
     }
 

@@ -228,6 +228,11 @@ SCHEDULER_STATE_REBUILD_CYCLES = env_int("SCHEDULER_STATE_REBUILD_CYCLES", 100)
 # A scheduler process keeps its placement engine and policy between cycles while the queue's typical shapes stay
 # within this drift of the ones the policy was learnt from (0 = learn again every cycle; scheduling/kept_engine.py).
 SCHEDULER_POLICY_DRIFT = env_float("SCHEDULER_POLICY_DRIFT", 0.1)
+# Expected starts (scheduling/forecasting.py): each cycle replays the first this many waiting requests in queue order
+# forward in time (the rest read "beyond the forecast"; 0 = no forecast), judging how early work ends by the last
+# SCHEDULER_FORECAST_HISTORY ended terms.
+SCHEDULER_FORECAST_QUEUE = env_int("SCHEDULER_FORECAST_QUEUE", 200)
+SCHEDULER_FORECAST_HISTORY = env_int("SCHEDULER_FORECAST_HISTORY", 500)
 EXPIRY_WARNING_HOURS = env_int("EXPIRY_WARNING_HOURS", 4)
 ALLOCATION_HEARTBEAT_TIMEOUT_MINUTES = env_int("ALLOCATION_HEARTBEAT_TIMEOUT_MINUTES", 30)
 # Metering: telemetry driver (simulated or dcgm) and where each node's dcgm-exporter answers ({node} = node name),

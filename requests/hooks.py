@@ -35,6 +35,13 @@ class OrdersNeverFit(Protocol):
     def __call__(self, orders: list[tuple[Any, Any]], /) -> list[dict | None]: ...
 
 
+class StartsIfApproved(Protocol):
+    """scheduling: the expected start of each request awaiting approval if all were approved now, as
+    {request id: estimate data} (requests/start_words.py says them), for a list of request ids in one forecast."""
+
+    def __call__(self, request_ids: list[int], /) -> dict[int, dict]: ...
+
+
 class ProvisioningDetails(Protocol):
     """provisioning: the request's provisioning runs with their steps, and what was delivered ({runs, delivered})."""
 
@@ -88,6 +95,7 @@ ALLOCATION_DETAILS = Hook("allocation_details", AllocationDetails, provider="sch
 PLACEMENT_ESTIMATE = Hook("placement_estimate", PlacementEstimate, provider="scheduling")
 ORDER_NEVER_FITS = Hook("order_never_fits", OrderNeverFits, provider="scheduling")
 ORDERS_NEVER_FIT = Hook("orders_never_fit", OrdersNeverFit, provider="scheduling")
+STARTS_IF_APPROVED = Hook("starts_if_approved", StartsIfApproved, provider="scheduling")
 PROVISIONING_DETAILS = Hook("provisioning_details", ProvisioningDetails, provider="provisioning")
 ENDPOINT_DETAILS = Hook("endpoint_details", EndpointDetails, provider="serving")
 CONNECT_SECRETS = Hook("connect_secrets", ConnectSecrets, provider="provisioning")

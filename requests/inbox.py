@@ -13,7 +13,7 @@ from django.contrib.contenttypes.models import ContentType
 from django.db.models import Prefetch
 from django.utils.timesince import timesince
 
-from requests import hooks, selectors
+from requests import hooks, selectors, start_words
 from requests.choices import EventCode, RequestState
 from requests.models import ApprovalAssignment, ApprovalStage, QuotaChangeRequest, RequestEvent, ResourceRequest
 from requests.quota import (
@@ -169,6 +169,7 @@ def pending_rows(user, *, params, row_errors: dict) -> dict:
     never_fits = _never_fits_by_request([resource_request.pk for resource_request in requests])
     advice = _advice_by_project_and_spec(user) if requests else {}
     duplicates = selectors.likely_duplicates(requests)
+    starts = (hooks.ask(hooks.STARTS_IF_APPROVED, [request.pk for request in requests]) or {}) if requests else {}
     rows = []
     for task in tasks:
         subject = task.subject
@@ -185,6 +186,7 @@ def pending_rows(user, *, params, row_errors: dict) -> dict:
             "bars_within": 0,
             "over": False,
             "never_fits": "",
+            "expected_start": None,
             "rightsizing": [],
             "duplicates": [],
             "error": row_errors.get(str(task.pk), ""),
@@ -195,6 +197,7 @@ def pending_rows(user, *, params, row_errors: dict) -> dict:
             row["bars_within"] = len(bars) - len(row["bars"])
             row["over"] = any(not bar.fits_now for bar in bars)
             row["never_fits"] = never_fits.get(subject.pk, "")
+            row["expected_start"] = start_words.expected_start(starts.get(subject.pk))
             spec_slug = subject.spec.slug if subject.spec_id else ""
             row["rightsizing"] = advice.get((subject.project.slug, spec_slug), [])
             row["duplicates"] = [_duplicate(subject, other) for other in duplicates.get(subject.pk, [])]

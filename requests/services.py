@@ -818,10 +818,11 @@ def requests_note(*, code: str, notes: list[tuple[ResourceRequest, str, dict]]) 
     announce_events(events)
 
 
-def requests_note_queue(*, waiting: list[tuple[ResourceRequest, int, dict]]) -> None:
-    """Store each queued request's position and reason; a changed reason code also goes on the timeline.
+def requests_note_queue(*, waiting: list[tuple[ResourceRequest, int, dict]], estimates: dict[int, dict]) -> None:
+    """Store each queued request's position, reason and expected start (`estimates`, by request id: the cycle's
+    forecast, scheduling.engine.forecast); a changed reason code also goes on the timeline.
 
-    Only rows whose position or reason changed are written, in one UPDATE ... FROM (VALUES ...) statement:
+    Only rows whose position, reason or estimate changed are written, in one UPDATE ... FROM (VALUES ...) statement:
     a cycle over thousands of waiting requests must not cost thousands of queries (or Django's slow CASE form).
     """
     now = timezone.now()
@@ -839,20 +840,22 @@ def requests_note_queue(*, waiting: list[tuple[ResourceRequest, int, dict]]) -> 
                     created_at=now,
                 )
             )
-        if (request.queue_position, request.queue_reason) != (position, reason):
-            changed.append((request.pk, position, json.dumps(reason, default=str)))
+        estimate = estimates.get(request.pk, {})
+        if (request.queue_position, request.queue_reason, request.queue_estimate) != (position, reason, estimate):
+            changed.append((request.pk, position, json.dumps(reason, default=str), json.dumps(estimate)))
     _write_queue_status(changed, now)
     RequestEvent.objects.bulk_create(events)
 
 
-def _write_queue_status(rows: list[tuple[int, int, str]], now) -> None:
+def _write_queue_status(rows: list[tuple[int, int, str, str]], now) -> None:
     table = ResourceRequest._meta.db_table
     update_from_values(
         table=table,
-        columns=[("id", "bigint"), ("position", "integer"), ("reason", "jsonb")],
+        columns=[("id", "bigint"), ("position", "integer"), ("reason", "jsonb"), ("estimate", "jsonb")],
         rows=rows,
         set_params=[now],
-        set_sql="queue_position = v.position, queue_reason = v.reason, queue_updated_at = %s",
+        set_sql="queue_position = v.position, queue_reason = v.reason, queue_estimate = v.estimate, "
+        "queue_updated_at = %s",
     )
 
 

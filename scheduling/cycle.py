@@ -27,7 +27,7 @@ from requests.choices import PRIORITY_RANK, PriorityClass, RequestState
 from requests.models import ResourceRequest
 from requests.quota import month_start
 from requests.services import requests_allocate, requests_note_queue
-from scheduling import backends, cluster_state, kept_engine, preemption
+from scheduling import backends, cluster_state, forecasting, kept_engine, preemption
 from scheduling.allocations import adjust_device_shares
 from scheduling.engine import NO_MATCHING_SPEC, Binding, Demand, NodeView, Snapshot, backfill, spread_note
 from scheduling.mig import cycle as mig_cycle
@@ -263,6 +263,7 @@ WINDOW_FIELDS = (
     "created_at",
     "queue_position",
     "queue_reason",
+    "queue_estimate",
 )
 
 
@@ -441,6 +442,10 @@ def _reserve_for_the_head(
     return reservation
 
 
+def _aged_rank_of(request: ResourceRequest, now: datetime) -> int:
+    return aged_rank(request.priority, request.created_at, now)
+
+
 def _closed(snapshot: Snapshot, unavailable: dict) -> Snapshot:
     """The snapshot with the nodes of unavailable backends closed to new work, as the order preview must see it."""
     if not unavailable:
@@ -531,8 +536,26 @@ def _cycle(policy: str) -> CycleResult:
         queue = _queue_window(settings.SCHEDULER_CYCLE_WINDOW)
         unavailable = backends.unavailable_nodes()
         if not queue:
-            snapshot = _closed(_kept_snapshot().snapshot, unavailable)
-            record_outcome(snapshot=snapshot, bindings=[], reservation=None, waiting=[], now=now)
+            cluster = _kept_snapshot()
+            snapshot = _closed(cluster.snapshot, unavailable)
+            inputs = forecasting.cycle_inputs(
+                allocations=snapshot.allocations,
+                expires=cluster.expires,
+                bindings=[],
+                demands=[],
+                hours={},
+                ranks={},
+                reasons={},
+                now=now,
+            )
+            record_outcome(
+                snapshot=snapshot,
+                bindings=[],
+                reservation=None,
+                waiting=[],
+                forecast=forecasting.stored(inputs),
+                now=now,
+            )
             return CycleResult(ran=True, preempted=carried.preempted, wakeups=wakeups)
         refused = {**_gangs_without_backend(queue), **_over_concurrency(queue)}
         candidates = [request for request in queue if request.pk not in refused]
@@ -578,11 +601,31 @@ def _cycle(policy: str) -> CycleResult:
             )
         )
         waiting = [request for request in queue if request.pk in reasons]
+        inputs = forecasting.cycle_inputs(
+            allocations=cluster.snapshot.allocations,
+            expires=cluster.expires,
+            bindings=result.bindings,
+            demands=demands,
+            hours={demand.id: by_id[int(demand.id)].duration_hours for demand in demands},
+            ranks={demand.id: _aged_rank_of(by_id[int(demand.id)], now) for demand in demands},
+            reasons=reasons,
+            now=now,
+        )
+        placed = forecasting.placed_allocations(result.bindings, now)
+        estimates = forecasting.queue_estimates(
+            engine_now=lambda: engine.at_start(placed), inputs=inputs, reasons=reasons, now=now
+        )
         record_outcome(
-            snapshot=cluster.snapshot, bindings=result.bindings, reservation=reservation, waiting=waiting, now=now
+            snapshot=cluster.snapshot,
+            bindings=result.bindings,
+            reservation=reservation,
+            waiting=waiting,
+            forecast=forecasting.stored(inputs),
+            now=now,
         )
         requests_note_queue(
-            waiting=[(request, position, reasons[request.pk]) for position, request in enumerate(waiting, start=1)]
+            waiting=[(request, position, reasons[request.pk]) for position, request in enumerate(waiting, start=1)],
+            estimates=estimates,
         )
         transaction.on_commit(lambda: requests_allocated.send(sender=Allocation, request_ids=allocated))
     return CycleResult(

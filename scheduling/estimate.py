@@ -15,6 +15,7 @@ from django.utils import timezone
 
 from catalog.models import SliceProfile
 from config.words import counted
+from requests import start_words
 from requests.choices import PRIORITY_RANK, RequestState
 from requests.models import ResourceRequest
 from scheduling import backends, cluster_state
@@ -29,6 +30,8 @@ from scheduling.engine import (
     spread_note,
     unplaceable,
 )
+from scheduling.engine.forecast import TIMED_REASONS
+from scheduling.expected_start import expected_starts
 from scheduling.mig import cycle as mig_cycle
 from scheduling.models import Device, Node
 from scheduling.outcome import last_outcome
@@ -103,8 +106,9 @@ def placement_estimate(order, sizing) -> dict:
     While a backend whose nodes could take the order does not answer, the order would wait for it, and says so."""
     models = order_models(order)  # read once: the demand's and the sentence's
     demand = order_demand(order, sizing, models)
-    estimate = _waiting_for_backend(demand, _estimate_of(demand, order, last_outcome()))
-    return _in_words(_waiting_for_multi_node(demand, estimate), models)
+    outcome = last_outcome()
+    estimate = _waiting_for_multi_node(demand, _waiting_for_backend(demand, _estimate_of(demand, order, outcome)))
+    return _in_words(_with_expected_start(estimate, demand, order.duration_hours, outcome), models)
 
 
 def _waiting_for_multi_node(demand: Demand, estimate: dict) -> dict:
@@ -122,6 +126,15 @@ def _waiting_for_multi_node(demand: Demand, estimate: dict) -> dict:
         "message": f"Would wait: {reason['message']}.",
         "details": reason["numbers"],
     }
+
+
+def _with_expected_start(estimate: dict, demand: Demand, hours, outcome) -> dict:
+    """An order that would wait for capacity gets its expected start "if submitted now", replayed from the last
+    cycle's picture (scheduling.expected_start: no query of its own)."""
+    if estimate["fits_now"] or estimate["code"] not in TIMED_REASONS:
+        return estimate
+    data = expected_starts([(demand, float(hours))], outcome).get(demand.id)
+    return {**estimate, "expected_start": start_words.expected_start(data)}
 
 
 def _in_words(estimate: dict, models) -> dict:

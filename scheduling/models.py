@@ -681,6 +681,12 @@ class CycleOutcome(models.Model):
     nodes = models.JSONField(help_text="The inventory as the engine saw it and what each node had in use.")
     reservation = models.JSONField(null=True, blank=True, help_text="request_id, node and start of the head's hold.")
     waiting = models.JSONField(default=dict, help_text="How many requests the cycle left queued, per priority class.")
+    forecast = models.JSONField(
+        default=dict,
+        blank=True,
+        help_text="What expected starts are replayed from: running work with its ends, the queue's head in order, how "
+        "early ended work ended (scheduling/forecasting.py).",
+    )
 
     def __str__(self):
         return f"Cycle outcome of {self.finished_at:%Y-%m-%d %H:%M:%S} UTC"

@@ -26,6 +26,7 @@ class Outcome:
     engine: PlacementEngine  # frozen, as the cycle ended: previews place on forks of it
     reservation: dict | None  # {"request_id", "node", "start"} of the head-of-line hold
     waiting: dict[str, int]  # requests the cycle left queued, per priority class
+    forecast: dict  # what expected starts are replayed from (scheduling.forecasting.Inputs, stored)
     _tuned: dict = field(default_factory=dict, compare=False, repr=False)  # by the shape its policy learnt
 
     def engine_for(self, demand: Demand) -> PlacementEngine:
@@ -40,9 +41,9 @@ class Outcome:
         return tuned.fork()
 
 
-def record_outcome(*, snapshot: Snapshot, bindings, reservation, waiting, now: datetime) -> None:
-    """Store what the engine would start the next preview from, and how many of the requests it left `waiting`
-    are in each priority class (one upsert)."""
+def record_outcome(*, snapshot: Snapshot, bindings, reservation, waiting, forecast: dict, now: datetime) -> None:
+    """Store what the engine would start the next preview from, how many of the requests it left `waiting` are in
+    each priority class and what expected starts of new work are replayed from (`forecast`), in one upsert."""
     row = CycleOutcome(
         pk=CycleOutcome.SINGLETON,
         finished_at=now,
@@ -51,13 +52,14 @@ def record_outcome(*, snapshot: Snapshot, bindings, reservation, waiting, now: d
         if reservation is None
         else {"request_id": reservation.request_id, "node": reservation.node, "start": reservation.start.isoformat()},
         waiting=dict(Counter(request.priority for request in waiting)),
+        forecast=forecast,
     )
     # INSERT ... ON CONFLICT: one statement whether or not a cycle wrote the row before.
     CycleOutcome.objects.bulk_create(
         [row],
         update_conflicts=True,
         unique_fields=["id"],
-        update_fields=["finished_at", "nodes", "reservation", "waiting"],
+        update_fields=["finished_at", "nodes", "reservation", "waiting", "forecast"],
     )
 
 
@@ -100,7 +102,7 @@ def _decode(row: CycleOutcome) -> Outcome:
             used.append(RunningAllocation(f"in-use:{name}", name, tuple(map(tuple, devices)), cpu, memory))
     # No policy: every preview forks it with the one its order places by.
     engine = PlacementEngine(Snapshot(nodes, used), policy=make_policy("default", ()))
-    return Outcome(row.finished_at, engine, row.reservation, row.waiting)
+    return Outcome(row.finished_at, engine, row.reservation, row.waiting, row.forecast)
 
 
 def _in_use(snapshot: Snapshot, bindings) -> dict:

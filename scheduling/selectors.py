@@ -198,3 +198,15 @@ def queued_demand_by_model() -> dict[int, dict]:
             entry["cards"] += row["cards"]
             entry["requests"] += row["requests"]
     return demand
+
+
+def early_end_ratios(*, limit: int) -> list[float]:
+    """How much of its approved term ended work used (actual / approved duration), for the `limit` terms that started
+    last (one indexed read): the forecast's measure of how early work ends. Preempted work is left out: it did not
+    end by itself."""
+    terms = (
+        Allocation.objects.filter(state=AllocationState.RELEASED, preempted_for__isnull=True)
+        .order_by("-term_started_at")
+        .values_list("term_started_at", "released_at", "request__duration_hours")[:limit]
+    )
+    return [(released - started).total_seconds() / (hours * 3600) for started, released, hours in terms if hours > 0]

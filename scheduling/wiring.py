@@ -44,6 +44,7 @@ def connect() -> None:
     from requests.signals import request_queued
     from scheduling.allocations import allocation_details
     from scheduling.estimate import order_never_fits, orders_never_fit, placement_estimate
+    from scheduling.expected_start import starts_if_approved
     from scheduling.metrics import SchedulerCollector
     from scheduling.signals import backend_availability_changed, health_changed, node_availability_changed
 
@@ -51,6 +52,7 @@ def connect() -> None:
     hooks.register(hooks.PLACEMENT_ESTIMATE, placement_estimate)
     hooks.register(hooks.ORDER_NEVER_FITS, order_never_fits)
     hooks.register(hooks.ORDERS_NEVER_FIT, orders_never_fit)
+    hooks.register(hooks.STARTS_IF_APPROVED, starts_if_approved)
     metrics.register(SchedulerCollector())
     request_queued.connect(trigger_cycle, dispatch_uid="scheduling.cycle_on_queue")
     health_changed.connect(trigger_cycle, dispatch_uid="scheduling.cycle_on_health")

@@ -14,7 +14,7 @@ from catalog.api.serializers import ImageSummarySerializer, NamedSummarySerializ
 from catalog.models import BareMetalProfile, Image, ResourceSpec, Service, ServingModel, ServingTemplate
 from catalog.orderable import OrderableCatalog, orderable_catalog
 from config.api import ChoiceLabelField, IdField, ModelSerializer
-from requests import failures, hooks, reorder, selectors
+from requests import failures, hooks, reorder, selectors, start_words
 from requests.choices import ChangeState, IfUnplaceable, OverQuota, PriorityClass, RequestState
 from requests.models import (
     Approval,
@@ -299,6 +299,23 @@ class ServiceRefSerializer(ModelSerializer):
         fields = ["id", "slug", "name", "kind"]
 
 
+class ExpectedStartSerializer(serializers.Serializer):
+    """When the request is expected to start, as the last scheduling cycle forecast it (requests/start_words.py)."""
+
+    earliest = serializers.DateTimeField(
+        allow_null=True, help_text="If work ends as early as the earliest quarter did."
+    )
+    likely = serializers.DateTimeField(allow_null=True, help_text="If work ends as early as ended work typically did.")
+    latest = serializers.DateTimeField(allow_null=True, help_text="If everything runs to its approved end.")
+    code = serializers.CharField(
+        allow_null=True,
+        help_text="Why there is no time (null when there is): not_timed (it waits for `reason`, not for capacity), "
+        "running_without_end, beyond_forecast, no_release_fits.",
+    )
+    reason = serializers.CharField(allow_null=True, help_text="The wait reason of a request that is not timed.")
+    message = serializers.CharField(help_text='In words, e.g. "Expected to start in about 40 min (20-70 min)."')
+
+
 class QueueStatusSerializer(serializers.Serializer):
     position = serializers.IntegerField(
         source="queue_position", allow_null=True, help_text="1 is next; null until the first scheduling cycle saw it."
@@ -312,6 +329,11 @@ class QueueStatusSerializer(serializers.Serializer):
     message = serializers.CharField(source="queue_reason.message", default=None, allow_null=True)
     numbers = serializers.JSONField(source="queue_reason.numbers", default=None, allow_null=True)
     updated_at = serializers.DateTimeField(source="queue_updated_at", allow_null=True)
+    expected_start = serializers.SerializerMethodField()
+
+    @extend_schema_field(ExpectedStartSerializer(allow_null=True))
+    def get_expected_start(self, resource_request) -> dict | None:
+        return start_words.expected_start(resource_request.queue_estimate)
 
 
 class _SummaryRow:
@@ -365,6 +387,7 @@ class _SummaryRow:
             "message": None if message is None else str(message),
             "numbers": reason.get("numbers"),
             "updated_at": self.queue_updated_at(values["queue_updated_at"]),
+            "expected_start": start_words.expected_start(values["queue_estimate"]),
         }
 
 

@@ -78,6 +78,11 @@ class ResourceRequest(ConcurrentTransitionMixin, models.Model):
     queue_position = models.PositiveIntegerField(null=True, blank=True)
     queue_reason = models.JSONField(default=dict, blank=True, help_text="code, message and numbers of the wait.")
     queue_updated_at = models.DateTimeField(null=True, blank=True)
+    queue_estimate = models.JSONField(
+        default=dict,
+        blank=True,
+        help_text="Expected start (earliest, likely, latest) as the last cycle forecast it, or why there is none.",
+    )
     # One per rendered order form (the portal) or per API call (its Idempotency-Key header): the same key from the
     # same requester is the same submission sent again, answered with the request it made.
     idempotency_key = models.CharField(max_length=255, blank=True, default="")

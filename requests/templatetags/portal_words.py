@@ -3,6 +3,7 @@
 from django import template
 
 from config import words
+from requests import start_words
 from requests.choices import PriorityClass
 
 register = template.Library()
@@ -12,6 +13,12 @@ register = template.Library()
 def code_in_words(code: str) -> str:
     """A machine code as words ("capacity_in_use" -> "capacity in use"); the code itself stays in data-code."""
     return str(code).replace("_", " ")
+
+
+@register.filter
+def expected_start(estimate) -> dict | None:
+    """A stored or previewed start estimate with its sentence, said relative to now (requests/start_words.py)."""
+    return start_words.expected_start(estimate)
 
 
 @register.filter

@@ -442,7 +442,14 @@ def test_submit_without_a_policy_is_201_queued_with_a_frozen_snapshot(api_as, sh
     assert [event["code"] for event in body["timeline"]] == ["submitted", "admitted", "auto_approved", "queued"]
     assert all(body[key] is None for key in ("allocation", "provisioning", "endpoint", "usage"))
     # queued, but no scheduling cycle has looked at it yet: no position, no reason
-    assert body["queue"] == {"position": None, "code": None, "message": None, "numbers": None, "updated_at": None}
+    assert body["queue"] == {
+        "position": None,
+        "code": None,
+        "message": None,
+        "numbers": None,
+        "updated_at": None,
+        "expected_start": None,
+    }
 
 
 def test_submit_with_a_policy_waits_for_the_approver(api_as, shop, people, review):

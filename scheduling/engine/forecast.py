@@ -1,0 +1,244 @@
+"""When queued work is expected to start: the scheduling cycle simulated forward in time. Pure Python, no Django.
+
+From the engine's state once the cycle committed, the running work with its approved ends and the queue in the
+order the cycle considers it, `forecast` replays what later cycles would do: at each moment running work ends, it
+gives the work back and places the queue in order with the cycle's own rules (`place_in_order`: priorities hold
+lower-priority work back; `backfill`: the head of the queue keeps its node from work that would still run when it is
+due). A queued request's expected start is the moment the replay places it.
+
+The replay runs three times, for a range:
+- ``latest``: everything runs to its approved end (the limit);
+- ``likely`` and ``earliest``: work ends as early as ended work historically did (`EarlyEnds`, the measured ratios
+  of actual to approved duration: the median and the lower quartile). Running work that has already outlived a
+  ratio is judged only by the ratios it has not outlived yet.
+
+What it cannot time it says so (an `Estimate` without times and a code) rather than guess: running work without an
+end, work beyond the simulated share of the queue (`limit`) or that no release in view makes room for.
+"""
+
+from __future__ import annotations
+
+import bisect
+import heapq
+import itertools
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+from scheduling.engine import backfill
+from scheduling.engine.model import Binding, Demand, RunningAllocation
+from scheduling.engine.place import PlacementEngine, place_in_order
+
+# Why a queued request has no expected start (its wait reason comes with it where the queue has one).
+RUNNING_WITHOUT_END = "running_without_end"  # work it waits for has no end to release it at
+BEYOND_FORECAST = "beyond_forecast"  # further back in the queue than the forecast simulates
+NO_RELEASE_FITS = "no_release_fits"  # none of the work in view ends in a way that makes room for it
+NOT_TIMED = "not_timed"  # it waits for something other than capacity (quota, approval, a backend, a shape no node has)
+# The waits the replay times: capacity taken by work that ends, and work ahead of it.
+TIMED_REASONS = frozenset({*backfill.CROWDED_OUT, "higher_priority_ahead", "preemption_pending"})
+
+LIKELY_SHARE, EARLIEST_SHARE = 0.5, 0.25  # quantiles of the early-end ratios
+MAX_STEPS = 2000  # moments of release a replay looks through before it calls the rest unknown
+
+
+@dataclass(frozen=True)
+class Running:
+    """Running work as the forecast needs it: its allocations (a replicated request has several), when it started
+    and when its approved term ends (None: it has no end, e.g. an open-ended Slurm job)."""
+
+    allocations: tuple[RunningAllocation, ...]
+    started: datetime
+    ends: datetime | None
+
+
+@dataclass(frozen=True)
+class Queued:
+    demand: Demand
+    hours: float  # the approved duration
+
+
+@dataclass(frozen=True)
+class EarlyEnds:
+    """Ratios of actual to approved duration of ended work (0..1, sorted): how early work historically ends."""
+
+    ratios: tuple[float, ...] = ()
+
+    @classmethod
+    def of(cls, ratios) -> EarlyEnds:
+        return cls(tuple(sorted(min(1.0, max(0.0, ratio)) for ratio in ratios)))
+
+    def ratio(self, share: float, ran: float = 0.0) -> float:
+        """The `share` quantile of the ratios above `ran` (work that ran that share of its term and still runs ends
+        later than that); 1.0 (its limit) when no history is left to judge by."""
+        lowest = bisect.bisect_right(self.ratios, ran) if ran > 0 else 0
+        left = self.ratios[lowest:]
+        if not left:
+            return 1.0
+        return left[min(len(left) - 1, int(share * len(left)))]
+
+    def end_of(self, running: Running, now: datetime, share: float | None) -> datetime | None:
+        """When running work ends at the `share` quantile (None: at its limit)."""
+        if running.ends is None or share is None:
+            return running.ends
+        term = (running.ends - running.started).total_seconds()
+        if term <= 0:
+            return running.ends
+        ran = max(0.0, (now - running.started).total_seconds()) / term
+        return max(now, running.started + timedelta(seconds=term * self.ratio(share, ran=ran)))
+
+
+@dataclass(frozen=True)
+class Estimate:
+    """A queued request's expected start (earliest <= likely <= latest), or None times and the `code` saying why."""
+
+    earliest: datetime | None = None
+    likely: datetime | None = None
+    latest: datetime | None = None
+    code: str | None = None
+    reason: str | None = None  # the wait reason of an untimed request (NOT_TIMED)
+
+    def as_data(self) -> dict:
+        def stamp(moment):
+            return None if moment is None else moment.isoformat()
+
+        return {
+            "earliest": stamp(self.earliest),
+            "likely": stamp(self.likely),
+            "latest": stamp(self.latest),
+            "code": self.code,
+            "reason": self.reason,
+        }
+
+
+def untimed(reason: str) -> Estimate:
+    return Estimate(code=NOT_TIMED, reason=reason)
+
+
+def forecast(
+    *,
+    engine_now: Callable[[], PlacementEngine],
+    running: Sequence[Running],
+    queue: Sequence[Queued],
+    now: datetime,
+    early_ends: EarlyEnds,
+    limit: int,
+    wanted: frozenset | set | None = None,
+    tried_now: bool = False,
+) -> dict[str, Estimate]:
+    """Each queued demand's expected start (by demand id). `engine_now()` gives a fresh engine holding `running`
+    (and nothing queued); `queue` is in the order the cycle considers it; the first `limit` are replayed. With
+    `wanted`, only those ids are answered for, and each replay stops once they are placed. `tried_now`: the queue
+    was just placed at `now` by the cycle, which left it waiting: its answer stands, the replay places from the first
+    release after `now` on."""
+    replayed, beyond = list(queue[:limit]), queue[limit:]
+    starts = {
+        share: _replay(engine_now(), running, replayed, now, early_ends, share, wanted, tried_now)
+        for share in (EARLIEST_SHARE, LIKELY_SHARE, None)
+    }
+    endless = any(work.ends is None for work in running)
+    estimates = {}
+    for queued in replayed:
+        moments = [starts[share].get(queued.demand.id) for share in (EARLIEST_SHARE, LIKELY_SHARE, None)]
+        if None in moments:
+            estimates[queued.demand.id] = Estimate(code=RUNNING_WITHOUT_END if endless else NO_RELEASE_FITS)
+        else:  # replays may place differently: the range is still a range
+            earliest, likely, latest = sorted(moments)
+            estimates[queued.demand.id] = Estimate(earliest, likely, latest)
+    estimates.update((queued.demand.id, Estimate(code=BEYOND_FORECAST)) for queued in beyond)
+    return estimates if wanted is None else {key: value for key, value in estimates.items() if key in wanted}
+
+
+class _Step:
+    """What `backfill.reserve_for_head` asks of the cycle's engine, at one moment of a replay: `at_start(placed)`, the
+    state before the moment's placements plus those ahead of the head (`placed`). The replay's engine holds just that
+    while the reservation is worked out (what was placed behind the head is given back first), so a fork of it is."""
+
+    def __init__(self, engine: PlacementEngine):
+        self.engine = engine
+
+    def at_start(self, placed) -> PlacementEngine:
+        return self.engine.fork()
+
+
+def _replay(engine, running, queue, now, early_ends: EarlyEnds, share, wanted=None, tried_now=False):
+    """When each queued demand starts if work ends at the `share` quantile (None: at its limit), by demand id; with
+    `wanted`, until those have started; with `tried_now`, placing from the first release after `now`."""
+    holding: dict[str, tuple[RunningAllocation, ...]] = {}
+    # What holds capacity -> when it gives it back: the approved end, as the cycle knows it.
+    ends: dict[str, datetime] = {}
+    releases: list = []  # (moment it is given back in this replay, tie-break, id)
+    order = itertools.count()
+    for work in running:
+        work_id = work.allocations[0].id
+        holding[work_id] = work.allocations
+        if work.ends is not None:
+            ends[work_id] = work.ends
+            heapq.heappush(releases, (early_ends.end_of(work, now, share), next(order), work_id))
+    hours = {queued.demand.id: queued.hours for queued in queue}
+    waiting, starts, moment = list(queue), {}, now
+    for step in range(MAX_STEPS):
+        placed = {}
+        if step or not tried_now:
+            engine, placed = _place_at(engine, [queued.demand for queued in waiting], holding, ends, hours, moment)
+        for demand_id, allocations in placed.items():
+            starts[demand_id], holding[demand_id] = moment, allocations
+            ends[demand_id] = moment + timedelta(hours=hours[demand_id])
+            lasts = timedelta(hours=hours[demand_id] * (1.0 if share is None else early_ends.ratio(share)))
+            heapq.heappush(releases, (moment + lasts, next(order), demand_id))
+        waiting = [queued for queued in waiting if queued.demand.id not in starts]
+        if not waiting or not releases or (wanted is not None and wanted <= starts.keys()):
+            break
+        moment = max(moment, releases[0][0])
+        while releases and releases[0][0] <= moment:
+            _at, _tie, work_id = heapq.heappop(releases)
+            for allocation in holding.pop(work_id):
+                engine.release(_binding(allocation))
+            ends.pop(work_id)
+    return starts
+
+
+def _place_at(engine, demands: list[Demand], holding, ends, hours, moment):
+    """The cycle at `moment`: the demands placed in order, and those behind the head of the queue that would delay
+    it withdrawn again (backfill). Returns the engine to go on with and the placed demands' allocations."""
+    result = place_in_order(engine, demands)
+    behind = _behind_head(result, demands)
+    if behind:
+        for binding in behind:
+            engine.release(binding)
+        allocations = [allocation for work_id in ends for allocation in holding[work_id]]  # those with an end
+        reservation = backfill.reserve_for_head(
+            engine=_Step(engine),
+            allocations=allocations,
+            expires=ends,
+            result=result,
+            demands=demands,
+            hours=hours,
+            now=moment,
+        )
+        engine = engine.fork()  # the one just forked for the reservation is frozen
+        if reservation is not None:
+            backfill.hold_back_delaying(result, reservation, demands, hours, moment)
+        kept = set(result.bindings)
+        engine.hold(_allocation(binding) for binding in behind if binding in kept)
+    placed: dict[str, list[RunningAllocation]] = {}
+    for binding in result.bindings:
+        placed.setdefault(binding.demand_id, []).append(_allocation(binding))
+    return engine, {demand_id: tuple(allocations) for demand_id, allocations in placed.items()}
+
+
+def _behind_head(result, demands: list[Demand]) -> list[Binding]:
+    """The bindings of demands behind the first one crowded out (the head a reservation is made for)."""
+    reasons = {pending.demand_id: pending.reason for pending in result.pending}
+    head_at = next((i for i, demand in enumerate(demands) if reasons.get(demand.id) in backfill.CROWDED_OUT), None)
+    if head_at is None:
+        return []
+    behind = {demand.id for demand in demands[head_at + 1 :]}
+    return [binding for binding in result.bindings if binding.demand_id in behind]
+
+
+def _allocation(binding: Binding) -> RunningAllocation:
+    return RunningAllocation(binding.demand_id, binding.node, binding.devices, binding.cpu_milli, binding.memory_mib)
+
+
+def _binding(allocation: RunningAllocation) -> Binding:
+    return Binding(allocation.id, allocation.node, allocation.devices, allocation.cpu_milli, allocation.memory_mib)
