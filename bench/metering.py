@@ -185,14 +185,14 @@ _REQUESTS = """
 INSERT INTO {requests} (tenant_id, project_id, requester_id, service_id, spec_id, image_id, duration_hours, priority,
     justification, parameters, state, gpu_equivalents, accelerator_count, accelerator_memory_gb, cpu_cores, memory_gb,
     card_hours, hourly_cost, cost_estimate, quota_exception, quota_reasons, approved_spec_hash, queue_reason,
-    idempotency_key, order_fingerprint, created_at, updated_at)
+    queue_estimate, idempotency_key, order_fingerprint, created_at, updated_at)
 SELECT (%(tenants)s::bigint[])[1 + i %% %(projects_n)s], (%(projects)s::bigint[])[1 + i %% %(projects_n)s],
        %(requester)s, %(service)s, (%(specs)s::bigint[])[1 + i %% %(specs_n)s], %(image)s, 1 + i %% 48, 'standard',
        '', '{{}}'::jsonb, CASE WHEN i %% {running} = 0 THEN 'active' ELSE 'released' END,
        (%(cards)s::numeric[])[1 + i %% %(specs_n)s], (%(counts)s::int[])[1 + i %% %(specs_n)s], 80, 8, 64,
        (%(cards)s::numeric[])[1 + i %% %(specs_n)s] * (1 + i %% 48), (%(prices)s::numeric[])[1 + i %% %(specs_n)s],
        (%(prices)s::numeric[])[1 + i %% %(specs_n)s] * (1 + i %% 48), false, '[]'::jsonb, '', '{{}}'::jsonb,
-       '', '', %(month)s, %(month)s
+       '{{}}'::jsonb, '', '', %(month)s, %(month)s
 FROM generate_series(0, %(allocations)s - 1) AS i
 """
 

@@ -32,6 +32,7 @@ def test_every_app_declares_its_hooks_in_the_one_registry():
         "project_usage",
         "open_work",
         "idle_status",
+        "starts_if_approved",
     }
 
 
