@@ -163,6 +163,14 @@ def readiness_checks(contexts: list[StepContext]) -> list[dict | Exception]:
         for ctx, result in zip(contexts, results, strict=True)
         if isinstance(result, dict) and "bound_indexes" in result
     }
+    # A gang's other members: the indexes the backend bound on each member's node become that member's.
+    bound |= {
+        member["allocation_id"]: member["bound_indexes"]
+        for result in results
+        if isinstance(result, dict)
+        for member in result.get("members", ())
+        if member["allocation_id"] not in bound
+    }
     bindings = allocations_adopt_backend_bindings(bound=bound, backend=backend) if bound else {}
     outcomes = [_readiness(ctx, result, bindings) for ctx, result in zip(contexts, results, strict=True)]
     allocations_workload_started(

@@ -29,19 +29,37 @@ def adjust_device_shares(deltas: dict[int, int]) -> None:
 
 
 def allocations_meter_from_workload(*, allocation_ids: list[int]) -> None:
-    """Card-hours of these allocations count from their workload's start on its backend (`workload_started_at`,
-    recorded by `allocations_workload_started`), not from the binding: a job that never starts is charged nothing.
-    Called when the platform is about to start work on an execution backend (a compute order's provisioning)."""
-    Allocation.objects.filter(pk__in=allocation_ids).update(metered_from_workload=True)
+    """Card-hours of these allocations (and of the members of the gangs they lead) count from their workload's start
+    on its backend (`workload_started_at`, recorded by `allocations_workload_started`), not from the binding: a job
+    that never starts is charged nothing. Called when the platform is about to start work on an execution backend
+    (a compute order's provisioning)."""
+    members = list(_gang_members_led_by(allocation_ids))
+    Allocation.objects.filter(pk__in=[*allocation_ids, *members]).update(metered_from_workload=True)
 
 
 def allocations_workload_started(*, started: dict[int, datetime]) -> None:
-    """The backend started each allocation's workload (by allocation id) at that time; the first report counts (a
-    readiness check run again after a crash does not move it). One statement for the batch."""
+    """The backend started each allocation's workload (by allocation id) at that time, and the members of the
+    gangs they lead with them; the first report counts (a readiness check run again after a crash does not move it).
+    Two statements for the batch."""
     if started:
+        members = _gang_members_led_by(list(started))
+        started = {**started, **{member: started[leader] for member, leader in members.items()}}
         Allocation.objects.filter(pk__in=started, workload_started_at__isnull=True).update(
             workload_started_at=Case(*(When(pk=allocation_id, then=Value(at)) for allocation_id, at in started.items()))
         )
+
+
+def _gang_members_led_by(allocation_ids: list[int]) -> dict[int, int]:
+    """The other active members of the gangs these allocations lead (member 0), each with its leader (one query):
+    the one job of a gang starts on every member's node at once, so the leader's start is theirs."""
+    return dict(
+        Allocation.objects.filter(
+            member__gt=0,
+            state=AllocationState.ACTIVE,
+            request__allocations__pk__in=allocation_ids,
+            request__allocations__member=0,
+        ).values_list("pk", "request__allocations__pk")
+    )
 
 
 def allocations_adopt_backend_bindings(*, bound: dict[int, list[int]], backend: str) -> dict[int, dict | Conflict]:
