@@ -231,9 +231,8 @@ def publish_compute_access(ctx: StepContext) -> dict:
     host, ports = workload["host"], workload["ports"]
     user = workload.get("user") or ctx.run.request.requester.username  # a backend may name the account it made
     image = ctx.snapshot["image"]
-    backend_facts = {
-        key: ready[key] for key in ("job_id", "partition", "gres", "output", "time_limit_minutes") if key in ready
-    }
+    facts = ("job_id", "partition", "gres", "output", "time_limit_minutes", "num_nodes", "members")  # members: a gang's
+    backend_facts = {key: ready[key] for key in facts if key in ready}
     digest = ctx.output_of("prepare_image").get("digest")
     return {
         **_delivered_base(ctx),
