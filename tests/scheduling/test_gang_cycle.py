@@ -4,12 +4,14 @@ gang's topology reason with its numbers when it would wait anyway. On Slurm node
 one transaction, one allocation per member, and ending the request ends all of them. One-node work is placed as
 before."""
 
+from datetime import timedelta
 from decimal import Decimal
 from types import SimpleNamespace
 
 import pytest
 
 from catalog.choices import TopologyLevel, TopologyMode
+from metering.selectors import request_usage
 from requests import services
 from requests.choices import RequestState
 from requests.models import ResourceRequest
@@ -164,3 +166,14 @@ def test_ending_a_gang_releases_every_member_together(shop, team):
 def test_the_gang_leader_anchors_the_provisioning_run():
     anchor = str(Allocation.objects.filter(RUN_ANCHOR).query)
     assert '"member" = 0' in anchor and '"member" IS NULL' in anchor
+
+
+def test_a_gangs_usage_is_metered_per_member_and_in_sum(shop, team):
+    racks(shop.accelerator, 2, backend="slurm")
+    gang = submit(shop, team, shop.gang)
+    cycle.run_cycle()
+    started = min(gang.allocations.values_list("term_started_at", flat=True))
+    usage = request_usage(gang, now=started + timedelta(hours=2))
+    assert [member["member"] for member in usage["members"]] == [0, 1]
+    assert [member["card_hours"] for member in usage["members"]] == [Decimal(8), Decimal(8)]  # 4 cards x 2 h each
+    assert usage["card_hours"] == Decimal(16) and usage["cost"] == sum(m["cost"] for m in usage["members"])
