@@ -155,21 +155,23 @@ def _listed(indexes: list[int]) -> str:
 
 def allocation_details(request) -> dict | None:
     """The request's latest allocation: node, devices with their shares and MIG instances, times (three queries).
-    A serving request's replicas each hold one: then all of them that were bound (or released) together, each
-    replica with its node and devices, and a note when replicas share a node."""
+    A serving request's replicas, and a multi-node gang's members, each hold one: then all of them that were bound
+    (or released) together, each replica (member) with its node and devices, and a note when replicas share a
+    node."""
     latest = Allocation.objects.filter(request=request).select_related("node").order_by("-started_at").first()
     if latest is None:
         return None
     latest.request = request  # its term's end reads the request's duration: the caller's row, not the row joined again
+    part = "replica" if latest.replica is not None else "member" if latest.member is not None else None
     together = (
         [latest]
-        if latest.replica is None
+        if part is None
         else list(
             Allocation.objects.filter(
-                request=request, replica__isnull=False, state=latest.state, released_at=latest.released_at
+                request=request, **{f"{part}__isnull": False}, state=latest.state, released_at=latest.released_at
             )
             .select_related("node")
-            .order_by("replica")
+            .order_by(part)
         )
     )
     devices = _devices_of(together)
@@ -182,7 +184,13 @@ def allocation_details(request) -> dict | None:
         "release_reason": latest.release_reason,
         "devices": [device for allocation in together for device in devices[allocation.pk]],
     }
-    if latest.replica is None:
+    if part == "member":
+        members = [
+            {"member": allocation.member, "node": allocation.node.name, "devices": devices[allocation.pk]}
+            for allocation in together
+        ]
+        return {**details, "nodes": [member["node"] for member in members], "members": members}
+    if part is None:
         return details
     replicas = [
         {"replica": allocation.replica, "node": allocation.node.name, "devices": devices[allocation.pk]}

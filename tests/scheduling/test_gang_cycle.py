@@ -9,6 +9,7 @@ from decimal import Decimal
 from types import SimpleNamespace
 
 import pytest
+from django.urls import reverse
 
 from catalog.choices import TopologyLevel, TopologyMode
 from metering.selectors import request_usage
@@ -18,6 +19,7 @@ from requests.models import ResourceRequest
 from requests.orders import size_order
 from scheduling import backends, cycle, reclaim
 from scheduling import services as scheduling_services
+from scheduling.allocations import allocation_details
 from scheduling.choices import AllocationState
 from scheduling.estimate import placement_estimate
 from scheduling.models import RUN_ANCHOR, Allocation, Device, Node, Rack, Site
@@ -172,8 +174,23 @@ def test_a_gangs_usage_is_metered_per_member_and_in_sum(shop, team):
     racks(shop.accelerator, 2, backend="slurm")
     gang = submit(shop, team, shop.gang)
     cycle.run_cycle()
-    started = min(gang.allocations.values_list("term_started_at", flat=True))
+    started = max(gang.allocations.values_list("started_at", flat=True))  # each member's, microseconds apart
     usage = request_usage(gang, now=started + timedelta(hours=2))
     assert [member["member"] for member in usage["members"]] == [0, 1]
-    assert [member["card_hours"] for member in usage["members"]] == [Decimal(8), Decimal(8)]  # 4 cards x 2 h each
-    assert usage["card_hours"] == Decimal(16) and usage["cost"] == sum(m["cost"] for m in usage["members"])
+    close = Decimal("0.001")
+    assert all(abs(member["card_hours"] - 8) < close for member in usage["members"])  # 4 cards x 2 h each, not 8
+    assert abs(usage["card_hours"] - 16) < close
+    assert abs(usage["cost"] - sum(member["cost"] for member in usage["members"])) < close
+
+
+def test_the_request_page_shows_every_member_node_of_a_gang(shop, team, client):
+    racks(shop.accelerator, 2, backend="slurm")
+    gang = submit(shop, team, shop.gang)
+    cycle.run_cycle()
+    details = allocation_details(gang)
+    assert [member["member"] for member in details["members"]] == [0, 1]
+    assert sorted(details["nodes"]) == ["r1-n0", "r1-n1"] and len(details["devices"]) == 8
+    client.force_login(team.developer)
+    page = client.get(reverse("portal:request-detail", args=[gang.pk])).content.decode()
+    assert 'id="member-0"' in page and 'id="member-1"' in page
+    assert all(f"<strong>{node}</strong>" in page for node in details["nodes"])
