@@ -278,7 +278,7 @@ class SlurmWorkloads(WorkloadDriver):
                     limit = _raise_time_limit(api, job["job_id"], target.term_hours * 60)["time_limit_minutes"]
             except StepError as refused:  # the job runs; the reconciler raises the limit on its next pass
                 logger.warning("Slurm job %s keeps its time limit for now: %s", job["job_id"], refused.message)
-        members = _gang_members(target, job) if target.gang else None
+        members = gang_members(target, job) if target.gang else None
         return {
             "ready": True,
             "job_id": job["job_id"],
@@ -671,7 +671,7 @@ def _out_of_service_of(api: SlurmApi, target: Target) -> dict[str, dict]:
     return _out_of_service([_node_or_none(api, name) for name in target.nodes])
 
 
-def _gang_members(target: Target, job: dict) -> list[dict]:
+def gang_members(target: Target, job: dict) -> list[dict]:
     """A gang's job as its record shows it: every member node with the GPU indexes Slurm bound there (gres_detail has
     one entry per node, in the order of the job's nodes). RUNNING on fewer nodes than the gang has is never ready: a
     half-running gang is refused (its run fails and the job is cancelled)."""
