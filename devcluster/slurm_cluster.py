@@ -75,6 +75,7 @@ class SlurmCluster:
     token: str = field(repr=False)
     slurm_conf: Path
     partition: str = "gpu"
+    switches: dict[str, tuple[str, ...]] = field(default_factory=dict)  # leaf switch -> its nodes (topology.conf)
     _processes: dict[str, subprocess.Popen] = field(default_factory=dict, repr=False)
     _commands: dict[str, list[str]] = field(default_factory=dict, repr=False)
     _users: dict[str, str] = field(default_factory=dict, repr=False)
@@ -210,9 +211,11 @@ def missing_parts() -> list[str]:
 
 @contextlib.contextmanager
 def running_cluster(
-    node_count: int = 3, node_shape: NodeShape = NodeShape(), name_prefix: str = "cc"
+    node_count: int = 3, node_shape: NodeShape = NodeShape(), name_prefix: str = "cc", leaf_switches: int = 0
 ) -> Iterator[SlurmCluster]:
-    """Start a cluster, wait until every node is IDLE and slurmrestd answers, yield it, stop it."""
+    """Start a cluster, wait until every node is IDLE and slurmrestd answers, yield it, stop it. With
+    `leaf_switches`, the nodes are split in that many leaf switches of equal size under one spine in a topology.conf
+    (TopologyPlugin=topology/tree; `SlurmCluster.switches` names them)."""
     missing = missing_parts()
     if missing:
         raise SlurmClusterError(f"Missing for the Slurm test cluster: {', '.join(missing)} (run `make slurm`).")
@@ -234,6 +237,7 @@ def running_cluster(
         slurm_conf=root / "slurm.conf",
     )
     try:
+        cluster.switches = _switches(node_names, leaf_switches)
         _write_files(cluster, controller_port=ports[0], node_ports=ports[1:-1])
         _start(cluster, "munged", _munged_command(root), user=MUNGE_USER)
         _wait_for(lambda: (root / "munge" / "munge.socket").exists(), cluster, "munged")
@@ -280,6 +284,21 @@ def _write_files(cluster: SlurmCluster, *, controller_port: int, node_ports: lis
         )
     (root / "gres.conf").write_text("\n".join(gres_lines) + "\n")
     (root / "slurm.conf").write_text(_slurm_conf(cluster, controller_port, node_lines))
+    if cluster.switches:
+        (root / "topology.conf").write_text(_topology_conf(cluster.switches))
+
+
+def _switches(node_names: tuple[str, ...], leaves: int) -> dict[str, tuple[str, ...]]:
+    """The nodes in `leaves` leaf switches of equal size (s1, s2, ...), in order; none without leaves."""
+    size = -(-len(node_names) // leaves) if leaves else 0
+    return {f"s{number + 1}": node_names[number * size : (number + 1) * size] for number in range(leaves)}
+
+
+def _topology_conf(switches: dict[str, tuple[str, ...]]) -> str:
+    """A two-level tree: the leaf switches with their nodes, and one spine over them."""
+    lines = [f"SwitchName={switch} Nodes={','.join(nodes)}" for switch, nodes in switches.items()]
+    lines.append(f"SwitchName=spine Switches={','.join(switches)}")
+    return "\n".join(lines) + "\n"
 
 
 def _fake_gpus(cluster: SlurmCluster, node: str) -> str:
@@ -337,6 +356,8 @@ def _slurm_conf(cluster: SlurmCluster, controller_port: int, node_lines: list[st
         "MaxNodeCount": len(node_lines) + DYNAMIC_NODES,
         "TreeWidth": 65533,
     }
+    if cluster.switches:
+        settings["TopologyPlugin"] = "topology/tree"  # topology.conf beside slurm.conf
     lines = [f"{key}={value}" for key, value in settings.items()]
     lines += node_lines
     lines.append(f"PartitionName={cluster.partition} Nodes=ALL Default=YES MaxTime=INFINITE State=UP")

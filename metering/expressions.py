@@ -80,12 +80,16 @@ def share_of_allocation():
 
 def part_of_request(prefix: str):
     """On an Allocation: its part of the request's cards and cost. The request's gpu_equivalents and hourly cost are
-    the whole deployment's (spec x replicas); a replica's allocation holds one replica of them (1 / the approved
-    replicas), any other allocation all of it."""
-    replicas = Cast(KeyTextTransform("replicas", KeyTransform("serving", f"{prefix}request__approved_spec")), NUMBER)
+    the whole deployment's (spec x replicas) or the whole gang's (spec x nodes); a replica's allocation holds one
+    replica of them (1 / the approved replicas), a gang member's one node (1 / the approved nodes), any other
+    allocation all of it."""
+    snapshot = f"{prefix}request__approved_spec"
+    replicas = Cast(KeyTextTransform("replicas", KeyTransform("serving", snapshot)), NUMBER)
+    nodes = Cast(KeyTextTransform("nodes", KeyTransform("spec", snapshot)), NUMBER)
     return Case(
-        When(**{f"{prefix}replica__isnull": True}, then=Value(1.0)),
-        default=Value(1.0) / replicas,
+        When(**{f"{prefix}replica__isnull": False}, then=Value(1.0) / replicas),
+        When(**{f"{prefix}member__isnull": False}, then=Value(1.0) / nodes),
+        default=Value(1.0),
         output_field=NUMBER,
     )
 

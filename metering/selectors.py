@@ -280,20 +280,30 @@ def running_card_hours_by_project(*, now=None, project_ids: list[int] | None = N
 
 def request_usage(resource_request: ResourceRequest, *, now=None) -> dict | None:
     """Card-hours, cost, energy and (a served model's) tokens of one request so far, all its allocations together,
-    beside the cost approved for its whole duration (three queries); None while it never held an allocation.
-    Registered as requests.hooks.REQUEST_USAGE."""
+    beside the cost approved for its whole duration (three queries); None while it never held an allocation. A
+    multi-node gang's also each member's card-hours and cost (`members`). Registered as
+    requests.hooks.REQUEST_USAGE."""
     now = now or timezone.now()
-    # Grouped by the request rather than aggregate(): the same one row, without aggregate()'s rewriting of these
-    # long expressions (hashing every node of them), which was most of a request detail's time.
-    rows = (
+    # Grouped by member rather than aggregate(): one row (one per member of a gang), without aggregate()'s rewriting
+    # of these long expressions (hashing every node of them), which was most of a request detail's time.
+    rows = list(
         Allocation.objects.filter(request=resource_request)
-        .order_by()
-        .values("request")
+        .order_by("member")
+        .values("member")
         .annotate(card_hours=Sum(card_hours("", SINCE_EVER, now, now)), cost=Sum(cost("", SINCE_EVER, now, now)))
     )
-    bound = next(iter(rows), None)  # one row, or none while the request never held an allocation
-    if bound is None:
+    if not rows:  # the request never held an allocation
         return None
+    bound = {key: sum(row[key] or 0 for row in rows) for key in ("card_hours", "cost")}
+    members = [
+        {
+            "member": row["member"],
+            "card_hours": _decimal(row["card_hours"], CARD_HOURS_PLACES),
+            "cost": _decimal(row["cost"], MONEY_PLACES),
+        }
+        for row in rows
+        if row["member"] is not None
+    ]
     energy = DailyUsage.objects.filter(allocation__request=resource_request).aggregate(kwh=Sum("energy_kwh"))["kwh"]
     tokens = TokenUsage.objects.filter(request=resource_request).aggregate(
         prompt=Sum("prompt_tokens"), completion=Sum("completion_tokens")
@@ -306,6 +316,7 @@ def request_usage(resource_request: ResourceRequest, *, now=None) -> dict | None
         "cost": _decimal(bound["cost"], MONEY_PLACES),
         "cost_approved": resource_request.cost_estimate,
         "currency": settings.CATALOG_CURRENCY,
+        **({"members": members} if members else {}),
     }
 
 

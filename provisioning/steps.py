@@ -163,6 +163,14 @@ def readiness_checks(contexts: list[StepContext]) -> list[dict | Exception]:
         for ctx, result in zip(contexts, results, strict=True)
         if isinstance(result, dict) and "bound_indexes" in result
     }
+    # A gang's other members: the indexes the backend bound on each member's node become that member's.
+    bound |= {
+        member["allocation_id"]: member["bound_indexes"]
+        for result in results
+        if isinstance(result, dict)
+        for member in result.get("members", ())
+        if member["allocation_id"] not in bound
+    }
     bindings = allocations_adopt_backend_bindings(bound=bound, backend=backend) if bound else {}
     outcomes = [_readiness(ctx, result, bindings) for ctx, result in zip(contexts, results, strict=True)]
     allocations_workload_started(
@@ -223,9 +231,8 @@ def publish_compute_access(ctx: StepContext) -> dict:
     host, ports = workload["host"], workload["ports"]
     user = workload.get("user") or ctx.run.request.requester.username  # a backend may name the account it made
     image = ctx.snapshot["image"]
-    backend_facts = {
-        key: ready[key] for key in ("job_id", "partition", "gres", "output", "time_limit_minutes") if key in ready
-    }
+    facts = ("job_id", "partition", "gres", "output", "time_limit_minutes", "num_nodes", "members")  # members: a gang's
+    backend_facts = {key: ready[key] for key in facts if key in ready}
     digest = ctx.output_of("prepare_image").get("digest")
     return {
         **_delivered_base(ctx),

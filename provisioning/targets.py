@@ -46,23 +46,13 @@ def _target(run: ProvisioningRun, allocation: Allocation, bindings: list[Allocat
     # A MIG instance is a slice of a card in MIG mode: whole cards (the common case) need no look.
     sliced = any(binding.device.mig_mode or binding.milli < MILLI for binding in bindings)
     mig_instances = _mig_instances(allocation.pk) if sliced else {}
+    devices = tuple(_device(binding, mig_instances) for binding in bindings)
     return Target(
         run_id=run.pk,
         request_id=run.request_id,
         node=node.name,
         snapshot=run.request.approved_spec,
-        devices=tuple(
-            {
-                "index": binding.device.index,
-                "uuid": binding.device.uuid,
-                "model": binding.device.model.name,
-                "model_slug": binding.device.model.slug,
-                "milli": binding.milli,
-                "mig": mig_instances.get(binding.device_id),  # the GPU instance the work is bound to, if MIG
-                "mig_changes": binding.mig_changes,  # what the host changes on the card first (the scheduler's plan)
-            }
-            for binding in bindings
-        ),
+        devices=devices,
         bmc_address=node.bmc_address,
         bmc_credentials_ref=node.bmc_credentials_ref,
         bmc_inventory_address=node.bmc_inventory_address,
@@ -73,6 +63,7 @@ def _target(run: ProvisioningRun, allocation: Allocation, bindings: list[Allocat
         allocation_id=allocation.pk,
         requester=run.request.requester.username,
         duration_hours=run.request.duration_hours,
+        gang=() if allocation.member is None else _gang(allocation),
         inventory={
             "cpu_cores": node.cpu_milli // 1000,
             "memory_gb": node.memory_mib // 1024,
@@ -85,6 +76,43 @@ def _target(run: ProvisioningRun, allocation: Allocation, bindings: list[Allocat
                 else {}
             ),
         },
+    )
+
+
+def _device(binding: AllocationDevice, mig_instances: dict[int, dict]) -> dict:
+    return {
+        "index": binding.device.index,
+        "uuid": binding.device.uuid,
+        "model": binding.device.model.name,
+        "model_slug": binding.device.model.slug,
+        "milli": binding.milli,
+        "mig": mig_instances.get(binding.device_id),  # the GPU instance the work is bound to, if MIG
+        "mig_changes": binding.mig_changes,  # what the host changes on the card first (the scheduler's plan)
+    }
+
+
+def _gang(allocation: Allocation) -> tuple[dict, ...]:
+    """Every member of the allocation's gang (bound, or released, with it), in member order, with its node and
+    devices (two queries). A gang's members hold whole cards (the cycle places no slices across nodes)."""
+    members = list(
+        Allocation.objects.filter(
+            request_id=allocation.request_id,
+            member__isnull=False,
+            state=allocation.state,
+            released_at=allocation.released_at,
+        )
+        .select_related("node")
+        .order_by("member")
+    )
+    bindings = _bindings([member.pk for member in members])
+    return tuple(
+        {
+            "member": member.member,
+            "node": member.node.name,
+            "allocation_id": member.pk,
+            "devices": tuple(_device(binding, {}) for binding in bindings[member.pk]),
+        }
+        for member in members
     )
 
 

@@ -29,19 +29,37 @@ def adjust_device_shares(deltas: dict[int, int]) -> None:
 
 
 def allocations_meter_from_workload(*, allocation_ids: list[int]) -> None:
-    """Card-hours of these allocations count from their workload's start on its backend (`workload_started_at`,
-    recorded by `allocations_workload_started`), not from the binding: a job that never starts is charged nothing.
-    Called when the platform is about to start work on an execution backend (a compute order's provisioning)."""
-    Allocation.objects.filter(pk__in=allocation_ids).update(metered_from_workload=True)
+    """Card-hours of these allocations (and of the members of the gangs they lead) count from their workload's start
+    on its backend (`workload_started_at`, recorded by `allocations_workload_started`), not from the binding: a job
+    that never starts is charged nothing. Called when the platform is about to start work on an execution backend
+    (a compute order's provisioning)."""
+    members = list(_gang_members_led_by(allocation_ids))
+    Allocation.objects.filter(pk__in=[*allocation_ids, *members]).update(metered_from_workload=True)
 
 
 def allocations_workload_started(*, started: dict[int, datetime]) -> None:
-    """The backend started each allocation's workload (by allocation id) at that time; the first report counts (a
-    readiness check run again after a crash does not move it). One statement for the batch."""
+    """The backend started each allocation's workload (by allocation id) at that time, and the members of the
+    gangs they lead with them; the first report counts (a readiness check run again after a crash does not move it).
+    Two statements for the batch."""
     if started:
+        members = _gang_members_led_by(list(started))
+        started = {**started, **{member: started[leader] for member, leader in members.items()}}
         Allocation.objects.filter(pk__in=started, workload_started_at__isnull=True).update(
             workload_started_at=Case(*(When(pk=allocation_id, then=Value(at)) for allocation_id, at in started.items()))
         )
+
+
+def _gang_members_led_by(allocation_ids: list[int]) -> dict[int, int]:
+    """The other active members of the gangs these allocations lead (member 0), each with its leader (one query):
+    the one job of a gang starts on every member's node at once, so the leader's start is theirs."""
+    return dict(
+        Allocation.objects.filter(
+            member__gt=0,
+            state=AllocationState.ACTIVE,
+            request__allocations__pk__in=allocation_ids,
+            request__allocations__member=0,
+        ).values_list("pk", "request__allocations__pk")
+    )
 
 
 def allocations_adopt_backend_bindings(*, bound: dict[int, list[int]], backend: str) -> dict[int, dict | Conflict]:
@@ -137,21 +155,23 @@ def _listed(indexes: list[int]) -> str:
 
 def allocation_details(request) -> dict | None:
     """The request's latest allocation: node, devices with their shares and MIG instances, times (three queries).
-    A serving request's replicas each hold one: then all of them that were bound (or released) together, each
-    replica with its node and devices, and a note when replicas share a node."""
+    A serving request's replicas, and a multi-node gang's members, each hold one: then all of them that were bound
+    (or released) together, each replica (member) with its node and devices, and a note when replicas share a
+    node."""
     latest = Allocation.objects.filter(request=request).select_related("node").order_by("-started_at").first()
     if latest is None:
         return None
     latest.request = request  # its term's end reads the request's duration: the caller's row, not the row joined again
+    part = "replica" if latest.replica is not None else "member" if latest.member is not None else None
     together = (
         [latest]
-        if latest.replica is None
+        if part is None
         else list(
             Allocation.objects.filter(
-                request=request, replica__isnull=False, state=latest.state, released_at=latest.released_at
+                request=request, **{f"{part}__isnull": False}, state=latest.state, released_at=latest.released_at
             )
             .select_related("node")
-            .order_by("replica")
+            .order_by(part)
         )
     )
     devices = _devices_of(together)
@@ -164,7 +184,13 @@ def allocation_details(request) -> dict | None:
         "release_reason": latest.release_reason,
         "devices": [device for allocation in together for device in devices[allocation.pk]],
     }
-    if latest.replica is None:
+    if part == "member":
+        members = [
+            {"member": allocation.member, "node": allocation.node.name, "devices": devices[allocation.pk]}
+            for allocation in together
+        ]
+        return {**details, "nodes": [member["node"] for member in members], "members": members}
+    if part is None:
         return details
     replicas = [
         {"replica": allocation.replica, "node": allocation.node.name, "devices": devices[allocation.pk]}

@@ -20,10 +20,12 @@ from tenancy.services import audit_record
 BACKEND_UNAVAILABLE = "backend_unavailable"  # the queue reason of work that waits for a degraded backend
 MULTI_NODE_BACKEND = "multi_node_backend"  # the queue reason of a multi-node gang while no backend can run one
 
-# The execution backends that run one piece of work over several nodes at once (a multi-node gang: one Slurm job of
-# N nodes, or N containers started together). None does yet: an approved gang waits with `multi_node_reason` instead
-# of being placed and then failing at provisioning. A backend that learns it joins this set.
-MULTI_NODE_BACKENDS: frozenset[str] = frozenset()
+# The execution backends that run one piece of work over several nodes at once (a multi-node gang): Slurm, as one
+# job of N nodes. The cycle places gangs only on their nodes (each offers MULTI_NODE_CAPABILITY, which a gang's demand
+# needs); while none is in the inventory an approved gang waits with `multi_node_reason` instead of being placed and
+# then failing at provisioning. A backend that learns it (containers started together) joins this set.
+MULTI_NODE_BACKENDS: frozenset[str] = frozenset({"slurm"})
+MULTI_NODE_CAPABILITY = "runs:multi-node"  # what a node of such a backend offers the engine, and a gang needs
 
 
 def backend_unavailable(*, backend: str, cause: dict) -> BackendStatus:
@@ -109,12 +111,18 @@ def runs_multi_node() -> bool:
     return bool(MULTI_NODE_BACKENDS) and Node.objects.filter(execution_backend__in=MULTI_NODE_BACKENDS).exists()
 
 
+def node_capabilities(execution_backend: str) -> frozenset[str]:
+    """What a node offers the engine by its execution backend: a gang's members go only where the job of all of
+    them can run."""
+    return frozenset({MULTI_NODE_CAPABILITY}) if execution_backend in MULTI_NODE_BACKENDS else frozenset()
+
+
 def multi_node_reason(*, nodes: int) -> dict:
     """The queue reason of a multi-node gang while no backend here runs multi-node work: {code, message, numbers}."""
     return {
         "code": MULTI_NODE_BACKEND,
-        "message": f"needs {nodes} nodes at once; no backend here runs multi-node work yet, so it waits rather than "
-        "start on some of its nodes and fail",
+        "message": f"needs {nodes} nodes at once; no node here has a backend that runs multi-node work "
+        f"({', '.join(sorted(MULTI_NODE_BACKENDS))}), so it waits rather than start on some of its nodes and fail",
         "numbers": {"nodes": nodes, "backends": sorted(MULTI_NODE_BACKENDS)},
     }
 

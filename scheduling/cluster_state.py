@@ -27,6 +27,7 @@ from django.db import connection, transaction
 
 from catalog.models import SliceProfile
 from catalog.runtimes import capabilities_of
+from scheduling.backends import node_capabilities
 from scheduling.choices import AllocationState, DeviceHealth
 from scheduling.engine import DEGRADED, HEALTHY, ISOLATED, MILLI, DeviceView, NodeView, RunningAllocation, Snapshot
 from scheduling.models import ENDS_AT, UNPLACED_RACK, Allocation, AllocationDevice, Device, Node
@@ -133,10 +134,11 @@ class ClusterState:
         ):
             by_node.setdefault(row[1], []).append(row)
         entries = {}
-        for node_pk, name, cpu_milli, memory_mib, schedulable, runtimes, site, block, rack in nodes.values_list(
-            *("pk", "name", "cpu_milli", "memory_mib", "schedulable", "serving_runtimes"),
+        node_rows = nodes.values_list(
+            *("pk", "name", "cpu_milli", "memory_mib", "schedulable", "serving_runtimes", "execution_backend"),
             *("rack__site__name", "rack__block__name", "rack__name"),  # where it sits, for multi-node gangs
-        ):
+        )
+        for node_pk, name, cpu_milli, memory_mib, schedulable, runtimes, backend, site, block, rack in node_rows:
             rows = by_node.get(node_pk, [])
             engine_devices = tuple(self._device(position, row) for position, row in enumerate(rows))
             node = NodeView(
@@ -145,7 +147,7 @@ class ClusterState:
                 memory_mib,
                 engine_devices,
                 schedulable=schedulable,
-                capabilities=capabilities_of(runtimes),
+                capabilities=capabilities_of(runtimes) | node_capabilities(backend),
                 site=site or "",
                 block=block or "",
                 rack="" if rack in (None, UNPLACED_RACK) else rack,

@@ -29,7 +29,16 @@ from requests.quota import month_start
 from requests.services import requests_allocate, requests_note_queue
 from scheduling import backends, cluster_state, forecasting, kept_engine, preemption
 from scheduling.allocations import adjust_device_shares
-from scheduling.engine import NO_MATCHING_SPEC, Binding, Demand, NodeView, Snapshot, backfill, spread_note
+from scheduling.engine import (
+    NO_MATCHING_SPEC,
+    Binding,
+    Demand,
+    NodeView,
+    Snapshot,
+    backfill,
+    gang_split,
+    spread_note,
+)
 from scheduling.mig import cycle as mig_cycle
 from scheduling.models import Allocation, AllocationDevice
 from scheduling.outcome import record_outcome
@@ -143,6 +152,7 @@ def make_demand(
     needs = frozenset() if serving is None else needs_of(serving["runtime"], serving["artifact_uri"])
     parts = replicas * nodes
     topology = topology or {}
+    gang_needs = frozenset({backends.MULTI_NODE_CAPABILITY}) if nodes > 1 else frozenset()
     return Demand(
         id=demand_id,
         count=count // parts,
@@ -153,7 +163,7 @@ def make_demand(
         priority=PRIORITY_RANK[priority_class],
         preemptible=priority_class == PriorityClass.BATCH,
         replicas=replicas,
-        needs=needs,
+        needs=needs | gang_needs,  # a gang's members go only onto nodes whose backend runs one job of all of them
         needs_label=needs_text(serving["runtime"], serving["model"]) if needs else "",
         nodes=nodes,
         level=topology.get("level", "node"),
@@ -179,16 +189,16 @@ def demand_of(request: ResourceRequest) -> Demand:
             models=frozenset([profile["accelerator_model"]]),
             **sizes,
         )
-    replicas = serving.get("replicas", 1)
+    replicas, nodes = serving.get("replicas", 1), spec.get("nodes", 1)  # snapshots before multi-node specs: one
     return make_demand(
         str(request.pk),
         request.priority,
-        count=spec["accelerator_count"] * replicas,
+        count=spec["accelerator_count"] * replicas * nodes,  # the snapshot's count is per node; the demand's, total
         slice_profile=spec["slice_profile"],
         models=frozenset(spec["accelerator_models"]),
         replicas=replicas,
         serving=serving or None,
-        nodes=spec.get("nodes", 1),  # snapshots frozen before multi-node specs have one node
+        nodes=nodes,
         topology=spec.get("topology"),
         **sizes,
     )
@@ -354,6 +364,7 @@ def _binding_rows(bindings, cluster: ClusterSnapshot, requests: dict[int, Resour
                 preemptible=request.priority == PriorityClass.BATCH,
                 term_started_at=now,
                 replica=binding.replica,
+                member=binding.member,
             )
         )
         devices.append([(cluster.device_ids[(binding.node, position)], milli) for position, milli in binding.devices])
@@ -387,10 +398,13 @@ def _commit_bindings(
     _bind_devices([(row.device_id, row.milli) for row in rows])
     mig_cycle.record_instances(engine, plans, result.bindings, cluster)
     instances = engine.instances
-    placed, replicated = [], {}
+    placed, replicated, gangs = [], {}, {}
     for binding, shares in zip(result.bindings, device_lists, strict=True):
         if binding.replica is not None:  # one event for all of a deployment's replicas, below
             replicated.setdefault(binding.demand_id, []).append((binding, shares))
+            continue
+        if binding.member is not None:  # one event for all of a gang's members, below
+            gangs.setdefault(binding.demand_id, []).append((binding, shares))
             continue
         message, data = (
             f"Allocated on {binding.node}: {counted(len(shares), 'device')}.",
@@ -402,6 +416,10 @@ def _commit_bindings(
             data = {**data, "mig_instance": held[0][1], "mig_instances": [numbers for _words, numbers in held]}
         placed.append((requests[int(binding.demand_id)], message, data))
     placed += [(requests[int(demand_id)], *_replicas_allocated(bound)) for demand_id, bound in replicated.items()]
+    placed += [
+        (request, *_gang_allocated(bound, cluster.snapshot.nodes, _topology_level(request)))
+        for request, bound in ((requests[int(demand_id)], bound) for demand_id, bound in gangs.items())
+    ]
     requests_allocate(placed=placed)
     return [request.pk for request, _, _ in placed]
 
@@ -420,6 +438,29 @@ def _replicas_allocated(bound: list[tuple[Binding, list]]) -> tuple[str, dict]:
                 {"replica": binding.replica, "node": binding.node, "devices": shares} for binding, shares in bound
             ],
             "spread": spread,
+        },
+    )
+
+
+def _topology_level(request: ResourceRequest) -> str:
+    return (request.approved_spec["spec"].get("topology") or {}).get("level", "rack")
+
+
+def _gang_allocated(bound: list[tuple[Binding, list]], nodes, level: str) -> tuple[str, dict]:
+    """The ALLOCATED event of a multi-node gang: each member with its node and devices, and the domains the gang
+    took (gang_split: in one domain of its level, or split)."""
+    bound = sorted(bound, key=lambda pair: pair[0].member)
+    where = ", ".join(f"member {binding.member} on {binding.node}" for binding, _shares in bound)
+    split = gang_split([binding for binding, _shares in bound], nodes, level)
+    return (
+        f"Allocated {len(bound)} nodes as one gang: {where}; {split['message']}.",
+        {
+            "split": split,
+            "node": bound[0][0].node,
+            "devices": [share for _binding, shares in bound for share in shares],
+            "members": [
+                {"member": binding.member, "node": binding.node, "devices": shares} for binding, shares in bound
+            ],
         },
     )
 

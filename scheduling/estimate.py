@@ -7,7 +7,7 @@ what runs on it and the MIG layouts now, the queued requests ahead in queue orde
 would give, its reasons in MIG terms (free memory slices, valid starts). That costs the cycle's snapshot queries
 and the queue ahead; only MIG orders pay it."""
 
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, fields, replace
 from datetime import datetime, timedelta
 
 from django.db import connection
@@ -105,16 +105,28 @@ def placement_estimate(order, sizing) -> dict:
     `queued_ahead` until the next cycle). Before any cycle has run, the whole queue is placed as the cycle would.
     While a backend whose nodes could take the order does not answer, the order would wait for it, and says so."""
     models = order_models(order)  # read once: the demand's and the sentence's
-    demand = order_demand(order, sizing, models)
+    runs_gangs = backends.runs_multi_node()
+    demand = _judged_anywhere(order_demand(order, sizing, models), runs_gangs=runs_gangs)
     outcome = last_outcome()
-    estimate = _waiting_for_multi_node(demand, _waiting_for_backend(demand, _estimate_of(demand, order, outcome)))
+    estimate = _waiting_for_multi_node(
+        demand, _waiting_for_backend(demand, _estimate_of(demand, order, outcome)), runs_gangs=runs_gangs
+    )
     return _in_words(_with_expected_start(estimate, demand, order.duration_hours, outcome), models)
 
 
-def _waiting_for_multi_node(demand: Demand, estimate: dict) -> dict:
+def _judged_anywhere(demand: Demand, *, runs_gangs: bool) -> Demand:
+    """While no node here has a backend that runs multi-node work, a gang is judged on every node (it would wait
+    for the backend anyway, and its topology numbers say what it would need); else only on such nodes, as the cycle
+    places it."""
+    if runs_gangs or demand.nodes == 1:
+        return demand
+    return replace(demand, needs=demand.needs - {backends.MULTI_NODE_CAPABILITY})
+
+
+def _waiting_for_multi_node(demand: Demand, estimate: dict, *, runs_gangs: bool) -> dict:
     """A multi-node gang that would fit now waits while no backend here runs multi-node work, as the cycle keeps it
     waiting (`backends.multi_node_reason`); one that would wait anyway keeps its own reason (its topology numbers)."""
-    if demand.nodes == 1 or not estimate["fits_now"] or backends.runs_multi_node():
+    if demand.nodes == 1 or not estimate["fits_now"] or runs_gangs:
         return estimate
     reason = backends.multi_node_reason(nodes=demand.nodes)
     kept = {key: estimate[key] for key in ("queued_ahead", "as_of", "age_seconds")}
@@ -445,7 +457,8 @@ def _one_of_each_type(nodes: list[NodeView]) -> list[NodeView]:
 
 def _never_fits_reason(nodes, order, sizing) -> dict | None:
     models = order_models(order)
-    never = unplaceable(nodes, order_demand(order, sizing, models))
+    runs_gangs = any(backends.MULTI_NODE_CAPABILITY in node.capabilities for node in nodes)
+    never = unplaceable(nodes, _judged_anywhere(order_demand(order, sizing, models), runs_gangs=runs_gangs))
     if never is None:
         return None
     message = _sentence(named(never.message, models))

@@ -429,6 +429,13 @@ class Allocation(ConcurrentTransitionMixin, models.Model):
         help_text="The model-serving replica it holds (each replica has an allocation of its own, on its own node "
         "where there is room); empty: the request's one allocation.",
     )
+    member = models.PositiveSmallIntegerField(
+        null=True,
+        blank=True,
+        help_text="The member of a multi-node gang it holds: the request's allocations with a member, bound in one "
+        "cycle and ended together, are the gang (member 0 leads: its provisioning run starts the one job of all of "
+        "them); empty: the request runs on one node.",
+    )
 
     class Meta:
         ordering = ["-started_at", "-id"]
@@ -470,9 +477,10 @@ class Allocation(ConcurrentTransitionMixin, models.Model):
         self.released_at, self.release_reason = at, reason[:300]
 
 
-# The allocation a request's provisioning runs hang on: its one allocation, or its first replica's (a serving
-# request's replicas each hold one; the run starts all of them).
-RUN_ANCHOR = Q(replica__isnull=True) | Q(replica=0)
+# The allocation a request's provisioning runs hang on: its one allocation, its first replica's (a serving
+# request's replicas each hold one; the run starts all of them), or its gang's leader (member 0; the run starts the
+# one job of every member).
+RUN_ANCHOR = Q(replica__isnull=True, member__isnull=True) | Q(replica=0) | Q(member=0)
 
 
 class AllocationDevice(models.Model):

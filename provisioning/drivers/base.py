@@ -55,6 +55,14 @@ class Target:
     requester: str = ""  # the requester's username, the account a workspace gives them
     # The request's term in hours: the approved duration plus the extensions approved since (0: the snapshot's).
     duration_hours: int = 0
+    # A multi-node gang's members in member order, the leader (this target's allocation) first: {member, node,
+    # allocation_id, devices (as above)}; empty for work on one node. The leader's run starts the one job of all.
+    gang: tuple[dict, ...] = ()
+
+    @property
+    def nodes(self) -> list[str]:
+        """The nodes the work runs on: every member's, or the one node."""
+        return [member["node"] for member in self.gang] or [self.node]
 
     @property
     def term_hours(self) -> int:

@@ -56,6 +56,7 @@ from scheduling.slurm.api import (
 )
 from scheduling.slurm.nodes import SlurmNodeState
 from scheduling.slurm.services import UNTYPED_GPU, slurm_node_states_apply
+from scheduling.slurm.topology import expand_hostlist
 
 logger = logging.getLogger(__name__)
 
@@ -195,16 +196,12 @@ class SlurmWorkloads(WorkloadDriver):
         will run."""
         try:
             with self._api() as api:
-                nodes = {name: _node_or_none(api, name) for name in sorted({target.node for target, _ in items})}
+                names = sorted({name for target, _ in items for name in target.nodes})
+                nodes = {name: _node_or_none(api, name) for name in names}
         except StepError as unavailable:
             return [unavailable] * len(items)
         out_of_service = _out_of_service(nodes.values())
-        return [
-            _placement_lost(target, out_of_service[target.node])
-            if target.node in out_of_service
-            else _prepared(target, image, nodes[target.node])
-            for target, image in items
-        ]
+        return [_lost_or(target, out_of_service) or _prepared(target, image, nodes) for target, image in items]
 
     # --- Run -----------------------------------------------------------------------------------------------------
 
@@ -239,7 +236,9 @@ class SlurmWorkloads(WorkloadDriver):
         try:
             with self._api() as api:
                 jobs = _watched(api, [started["job_id"] for _, started in items])
-                held = {target.node for target, started in items if _held_by_node(jobs[started["job_id"]])}
+                held = {
+                    name for target, started in items if _held_by_node(jobs[started["job_id"]]) for name in target.nodes
+                }
                 out_of_service = _out_of_service(_node_or_none(api, name) for name in sorted(held))
         except StepError as unavailable:
             return [unavailable] * len(items)
@@ -249,8 +248,9 @@ class SlurmWorkloads(WorkloadDriver):
         for target, started in items:
             job = jobs[started["job_id"]]
             try:
-                if _held_by_node(job) and target.node in out_of_service:
-                    raise _placement_lost(target, out_of_service[target.node], job_id=job["job_id"])
+                lost = _lost_or(target, out_of_service, job_id=job and job["job_id"]) if _held_by_node(job) else None
+                if lost is not None:
+                    raise lost
                 results.append(self._ready(target, job, retry_after))
             except (StepError, StepPending, PlacementLost) as outcome:
                 results.append(outcome)
@@ -278,6 +278,7 @@ class SlurmWorkloads(WorkloadDriver):
                     limit = _raise_time_limit(api, job["job_id"], target.term_hours * 60)["time_limit_minutes"]
             except StepError as refused:  # the job runs; the reconciler raises the limit on its next pass
                 logger.warning("Slurm job %s keeps its time limit for now: %s", job["job_id"], refused.message)
+        members = gang_members(target, job) if target.gang else None
         return {
             "ready": True,
             "job_id": job["job_id"],
@@ -285,10 +286,14 @@ class SlurmWorkloads(WorkloadDriver):
             "node": job.get("nodes"),
             "partition": job.get("partition"),
             "gres": job.get("tres_per_node"),
-            "bound_indexes": gpu_indexes(job.get("gres_detail")),
+            # A gang's are its leader's (the run's allocation); each member's are in `members`.
+            "bound_indexes": gpu_indexes(job.get("gres_detail"))
+            if members is None
+            else next(member["bound_indexes"] for member in members if member["node"] == target.node),
             "workload_started_at": started_at(job),
             "output": output_path(target, job["job_id"]),
             "access": {"attach": attach_command(job["job_id"])},
+            **({"num_nodes": len(members), "members": members} if members else {}),
         }
 
     def stop_workload(self, target: Target) -> dict:
@@ -402,7 +407,7 @@ def job_properties(target: Target, image: dict) -> dict:
             "Slurm binds whole GPUs here (no MPS or shard GRES is configured): a slice cannot run as a Slurm job.",
             retryable=False,
         )
-    demand = target.snapshot["demand"]
+    demand, nodes = target.snapshot["demand"], target.nodes
     environment = {
         "PATH": "/usr/local/bin:/usr/bin:/bin",
         **{str(key): str(value) for key, value in ((image.get("configuration") or {}).get("env") or {}).items()},
@@ -416,12 +421,16 @@ def job_properties(target: Target, image: dict) -> dict:
     job = {
         "name": job_name(target.request_id),
         "comment": job_comment(target),
-        "nodes": "1",
-        "nodelist": target.node,
-        "gres": gres(target),
-        "tasks": 1,
-        "cpus_per_task": max(1, int(demand["cpu_cores"])),
-        "memory_per_node": int(demand["memory_gb"]) * 1024,
+        # A node count, never a range: slurmrestd v0.0.38 runs [N, N] on one node. The pinned node list makes the
+        # members the platform chose (all under one switch when the gang's domain is a rack) the job's nodes.
+        "nodes": str(len(nodes)),
+        "nodelist": ",".join(nodes),
+        "gres": gres(target),  # per node
+        "tasks": len(nodes),
+        "tasks_per_node": 1,
+        # The order's CPUs and memory are the gang's: each node gets its share.
+        "cpus_per_task": max(1, int(demand["cpu_cores"]) // len(nodes)),
+        "memory_per_node": int(demand["memory_gb"]) * 1024 // len(nodes),
         "time_limit": target.term_hours * 60,  # the approved duration, with any extension approved since
         "current_working_directory": settings.SLURM_JOB_DIRECTORY,
         "standard_output": output_path(target, "%j"),
@@ -560,17 +569,25 @@ def _out_of_service(slurm_nodes: Iterable[dict | None]) -> dict[str, dict]:
     return unavailable
 
 
+def _lost_or(target: Target, out_of_service: dict[str, dict], job_id: int | None = None) -> PlacementLost | None:
+    """The work's placement lost when one of its nodes (any member of a gang: the whole gang goes back) is out of
+    service; None when all are in service."""
+    name = next((name for name in target.nodes if name in out_of_service), None)
+    return None if name is None else _placement_lost(target, out_of_service[name], job_id=job_id)
+
+
 def _placement_lost(target: Target, node: dict, job_id: int | None = None) -> PlacementLost:
     state = SlurmNodeState.of(node)
     held = f" (its job {job_id} was still pending)" if job_id else ""
+    whole = f" The whole gang of {len(target.gang)} nodes is placed again." if target.gang else ""
     return PlacementLost(
         {
             "code": NODE_UNAVAILABLE,
-            "message": f"Slurm has node {target.node} {state.label} ({state.reason or 'no reason given'}) and starts "
-            f"no work there{held}.",
+            "message": f"Slurm has node {node['name']} {state.label} ({state.reason or 'no reason given'}) and starts "
+            f"no work there{held}.{whole}",
             "details": {
                 "backend": "slurm",
-                "node": target.node,
+                "node": node["name"],
                 "slurm_state": state.label,
                 "slurm_reason": state.reason,
                 "job_id": job_id,
@@ -584,14 +601,16 @@ def _held_by_node(job: dict | None) -> bool:
     return _waits(job) and job.get("state_reason") in NODE_PENDING_REASONS
 
 
-def _prepared(target: Target, image: dict, node: dict | None) -> dict | StepError:
-    if node is None:
+def _prepared(target: Target, image: dict, nodes: dict[str, dict | None]) -> dict | StepError:
+    unknown = [name for name in target.nodes if nodes[name] is None]
+    if unknown:
         return StepError(
             "slurm_node_unknown",
-            f"Slurm has no node {target.node!r}; the inventory and the cluster disagree.",
+            f"Slurm has no node {unknown[0]!r}; the inventory and the cluster disagree.",
             retryable=False,
-            details={"isolate": True},
+            details={"isolate": True, "node": unknown[0]},
         )
+    node = nodes[target.node]
     return {
         "image": f"{image['name']}:{image['version']}",
         "reference": image["reference"],
@@ -619,17 +638,19 @@ def _started(api: SlurmApi, jobs: list[dict], target: Target, image: dict) -> di
         except StepError as refused:
             return refused
         except SlurmApiError as error:
-            out_of_service = _out_of_service([_node_or_none(api, target.node)]) if _node_refused(error.errors) else {}
-            if target.node in out_of_service:
-                return _placement_lost(target, out_of_service[target.node])
+            refused = _out_of_service_of(api, target) if _node_refused(error.errors) else {}
+            lost = _lost_or(target, refused)
+            if lost is not None:
+                return lost
             if error.retryable:
                 raise
             return classified(error)
         # Accepted, but its node not available: out of service (drained since the image step: placed again, the
         # teardown cancels the job), or registering after a restart (the job is kept; it starts once it has).
-        out_of_service = _out_of_service([_node_or_none(api, target.node)]) if _node_refused(job["warnings"]) else {}
-        if target.node in out_of_service:
-            return _placement_lost(target, out_of_service[target.node], job_id=job["job_id"])
+        refused = _out_of_service_of(api, target) if _node_refused(job["warnings"]) else {}
+        lost = _lost_or(target, refused, job_id=job["job_id"])
+        if lost is not None:
+            return lost
         submitted = True
     else:
         submitted = False
@@ -638,11 +659,36 @@ def _started(api: SlurmApi, jobs: list[dict], target: Target, image: dict) -> di
         "job_id": job["job_id"],
         "submitted": submitted,
         "host": target.node,
+        **({"nodes": target.nodes} if target.gang else {}),
         "ports": {},
         "job_state": job.get("job_state"),
         "output": output_path(target, job["job_id"]),
         **({"slurm_warnings": job["warnings"]} if job.get("warnings") else {}),
     }
+
+
+def _out_of_service_of(api: SlurmApi, target: Target) -> dict[str, dict]:
+    return _out_of_service([_node_or_none(api, name) for name in target.nodes])
+
+
+def gang_members(target: Target, job: dict) -> list[dict]:
+    """A gang's job as its record shows it: every member node with the GPU indexes Slurm bound there (gres_detail has
+    one entry per node, in the order of the job's nodes). RUNNING on fewer nodes than the gang has is never ready: a
+    half-running gang is refused (its run fails and the job is cancelled)."""
+    names, details = expand_hostlist(job.get("nodes") or ""), job.get("gres_detail") or []
+    if job.get("node_count") != len(target.gang) or len(names) != len(target.gang):
+        raise StepError(
+            "slurm_gang_partial",
+            f"Slurm runs job {job['job_id']} on {job.get('node_count')} nodes ({job.get('nodes')}); the gang has "
+            f"{len(target.gang)} ({', '.join(target.nodes)}).",
+            retryable=False,
+            details={"job_id": job["job_id"], "nodes": names, "gang": target.nodes},
+        )
+    allocations = {member["node"]: member["allocation_id"] for member in target.gang}
+    return [
+        {"node": name, "allocation_id": allocations.get(name), "bound_indexes": gpu_indexes(details[position:][:1])}
+        for position, name in enumerate(names)
+    ]
 
 
 def _watched(api: SlurmApi, job_ids: list[int]) -> dict[int, dict | None]:

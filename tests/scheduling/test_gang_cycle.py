@@ -1,21 +1,28 @@
-"""Multi-node gangs in the cycle and the preview: while no backend here runs multi-node work, an approved gang
-waits with `multi_node_backend` rather than be placed and fail; the preview says so, or gives the gang's topology
-reason with its numbers when it would wait anyway. One-node work is placed as before."""
+"""Multi-node gangs in the cycle and the preview: while no node here has a backend that runs multi-node work (Slurm),
+an approved gang waits with `multi_node_backend` rather than be placed and fail; the preview says so, or gives the
+gang's topology reason with its numbers when it would wait anyway. On Slurm nodes the cycle places the whole gang in
+one transaction, one allocation per member, and ending the request ends all of them. One-node work is placed as
+before."""
 
+from datetime import timedelta
 from decimal import Decimal
 from types import SimpleNamespace
 
 import pytest
+from django.urls import reverse
 
 from catalog.choices import TopologyLevel, TopologyMode
+from metering.selectors import request_usage
 from requests import services
 from requests.choices import RequestState
 from requests.models import ResourceRequest
 from requests.orders import size_order
-from scheduling import backends, cycle
+from scheduling import backends, cycle, reclaim
 from scheduling import services as scheduling_services
+from scheduling.allocations import allocation_details
+from scheduling.choices import AllocationState
 from scheduling.estimate import placement_estimate
-from scheduling.models import Device, Node, Rack, Site
+from scheduling.models import RUN_ANCHOR, Allocation, Device, Node, Rack, Site
 from tests import factories
 from tests.requests.conftest import GENEROUS_QUOTA, make_order
 
@@ -47,21 +54,26 @@ def team(db):
     return SimpleNamespace(project=project, developer=factories.member(project))
 
 
-def add_node(accelerator, name: str, rack: Rack, cards: int = 4) -> Node:
+def add_node(accelerator, name: str, rack: Rack, cards: int = 4, backend: str = "simulated") -> Node:
     node = Node.objects.create(
-        name=name, serial_number=f"sn-{name}", cpu_milli=64_000, memory_mib=512 * 1024, rack=rack
+        name=name,
+        serial_number=f"sn-{name}",
+        cpu_milli=64_000,
+        memory_mib=512 * 1024,
+        rack=rack,
+        execution_backend=backend,
     )
     for index in range(cards):
         Device.objects.create(node=node, index=index, uuid=f"GPU-{name}-{index}", model=accelerator, memory_gb=80)
     return node
 
 
-def racks(accelerator, *sizes: int) -> None:
-    site = Site.objects.create(name="dc")
-    for number, size in enumerate(sizes, start=1):
+def racks(accelerator, *sizes: int, backend: str = "simulated") -> None:
+    site, _ = Site.objects.get_or_create(name="dc")
+    for number, size in enumerate(sizes, start=Rack.objects.count() + 1):
         rack = Rack.objects.create(site=site, name=f"r{number}")
         for position in range(size):
-            add_node(accelerator, f"r{number}-n{position}", rack)
+            add_node(accelerator, f"r{number}-n{position}", rack, backend=backend)
 
 
 def submit(shop, team, spec) -> ResourceRequest:
@@ -76,8 +88,8 @@ def test_a_gang_waits_for_a_multi_node_backend_while_one_node_work_is_placed(sho
     one.refresh_from_db()
     assert result.waiting == {gang.pk: backends.MULTI_NODE_BACKEND}
     assert gang.state == RequestState.QUEUED and one.state != RequestState.QUEUED
-    assert gang.queue_reason["numbers"] == {"nodes": 2, "backends": []}
-    assert "no backend here runs multi-node work yet" in gang.queue_reason["message"]
+    assert gang.queue_reason["numbers"] == {"nodes": 2, "backends": ["slurm"]}
+    assert "no node here has a backend that runs multi-node work (slurm)" in gang.queue_reason["message"]
     assert not gang.allocations.exists()
 
 
@@ -114,3 +126,71 @@ def test_the_preview_api_counts_the_whole_gang_and_says_it_waits(shop, team, api
     preview = answer.json()
     assert preview["placement"]["code"] == backends.MULTI_NODE_BACKEND
     assert Decimal(preview["cost"]["hourly"]) == Decimal(8)  # 4 cards x 2 nodes x 1.00
+
+
+def test_a_gang_is_placed_on_slurm_nodes_only_one_allocation_per_member(shop, team):
+    racks(shop.accelerator, 2)  # a whole free rack of simulated nodes, which cannot run one job over two nodes
+    racks(shop.accelerator, 1, 2, backend="slurm")  # r2 (one node) and r3 (two)
+    gang = submit(shop, team, shop.gang)
+    result = cycle.run_cycle()
+    gang.refresh_from_db()
+    assert result.allocated == [gang.pk] and gang.state == RequestState.ALLOCATED
+    members = list(gang.allocations.order_by("member").values_list("member", "node__name"))
+    assert [member for member, _node in members] == [0, 1]
+    assert {node for _member, node in members} == {"r3-n0", "r3-n1"}
+    assert all(allocation.devices.count() == 4 for allocation in gang.allocations.all())
+    event = gang.events.get(code="allocated")
+    assert [member["member"] for member in event.data["members"]] == [0, 1]
+    assert event.data["split"]["code"] == "gang_together"
+    assert "as one gang" in event.message and "in one rack (r3)" in event.message
+
+
+def test_a_gang_that_only_simulated_nodes_could_hold_waits_with_the_slurm_numbers(shop, team):
+    racks(shop.accelerator, 2)
+    racks(shop.accelerator, 1, 1, backend="slurm")  # two Slurm nodes, but in two racks
+    gang = submit(shop, team, shop.gang)
+    result = cycle.run_cycle()
+    gang.refresh_from_db()
+    assert result.waiting == {gang.pk: "no_matching_spec"} and not gang.allocations.exists()
+    assert gang.queue_reason["numbers"]["largest"] == 1  # the whole free simulated rack is not counted
+
+
+def test_ending_a_gang_releases_every_member_together(shop, team):
+    racks(shop.accelerator, 2, backend="slurm")
+    gang = submit(shop, team, shop.gang)
+    cycle.run_cycle()
+    ended = reclaim.allocation_free(request_ids=[gang.pk], reason="released by its owner")
+    assert sorted(allocation.member for allocation in ended) == [0, 1]
+    assert not Allocation.objects.filter(request=gang, state=AllocationState.ACTIVE).exists()
+    assert set(Device.objects.values_list("allocated_milli", flat=True)) == {0}
+
+
+def test_the_gang_leader_anchors_the_provisioning_run():
+    anchor = str(Allocation.objects.filter(RUN_ANCHOR).query)
+    assert '"member" = 0' in anchor and '"member" IS NULL' in anchor
+
+
+def test_a_gangs_usage_is_metered_per_member_and_in_sum(shop, team):
+    racks(shop.accelerator, 2, backend="slurm")
+    gang = submit(shop, team, shop.gang)
+    cycle.run_cycle()
+    started = max(gang.allocations.values_list("started_at", flat=True))  # each member's, microseconds apart
+    usage = request_usage(gang, now=started + timedelta(hours=2))
+    assert [member["member"] for member in usage["members"]] == [0, 1]
+    close = Decimal("0.001")
+    assert all(abs(member["card_hours"] - 8) < close for member in usage["members"])  # 4 cards x 2 h each, not 8
+    assert abs(usage["card_hours"] - 16) < close
+    assert abs(usage["cost"] - sum(member["cost"] for member in usage["members"])) < close
+
+
+def test_the_request_page_shows_every_member_node_of_a_gang(shop, team, client):
+    racks(shop.accelerator, 2, backend="slurm")
+    gang = submit(shop, team, shop.gang)
+    cycle.run_cycle()
+    details = allocation_details(gang)
+    assert [member["member"] for member in details["members"]] == [0, 1]
+    assert sorted(details["nodes"]) == ["r1-n0", "r1-n1"] and len(details["devices"]) == 8
+    client.force_login(team.developer)
+    page = client.get(reverse("portal:request-detail", args=[gang.pk])).content.decode()
+    assert 'id="member-0"' in page and 'id="member-1"' in page
+    assert all(f"<strong>{node}</strong>" in page for node in details["nodes"])
