@@ -36,6 +36,7 @@ SENTENCES = {
     "slurm_job_missing": "Your Slurm job disappeared before it started.",
     "slurm_job_ended": "Your Slurm job ended before it was ready.",
     "slurm_node_unknown": "The Slurm cluster does not know the node your job was placed on.",
+    "slurm_gang_partial": "Your multi-node Slurm job started on fewer nodes than it needs, so it was not used.",
     "slurm_gres_ambiguous": "The Slurm cluster could not tell which accelerators to give your job.",
     "slurm_slices_unsupported": "The Slurm cluster cannot give out accelerator slices of this kind.",
     "slurm_time_limit_refused": "The Slurm cluster refused the time limit of your order.",

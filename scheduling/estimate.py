@@ -7,6 +7,7 @@ what runs on it and the MIG layouts now, the queued requests ahead in queue orde
 would give, its reasons in MIG terms (free memory slices, valid starts). That costs the cycle's snapshot queries
 and the queue ahead; only MIG orders pay it."""
 
+import functools
 from dataclasses import dataclass, fields, replace
 from datetime import datetime, timedelta
 
@@ -105,8 +106,9 @@ def placement_estimate(order, sizing) -> dict:
     `queued_ahead` until the next cycle). Before any cycle has run, the whole queue is placed as the cycle would.
     While a backend whose nodes could take the order does not answer, the order would wait for it, and says so."""
     models = order_models(order)  # read once: the demand's and the sentence's
-    runs_gangs = backends.runs_multi_node()
-    demand = _judged_anywhere(order_demand(order, sizing, models), runs_gangs=runs_gangs)
+    demand = order_demand(order, sizing, models)
+    runs_gangs = demand.nodes > 1 and backends.runs_multi_node()  # a query for a gang's preview only
+    demand = _judged_anywhere(demand, runs_gangs=runs_gangs)
     outcome = last_outcome()
     estimate = _waiting_for_multi_node(
         demand, _waiting_for_backend(demand, _estimate_of(demand, order, outcome)), runs_gangs=runs_gangs
@@ -357,10 +359,11 @@ def _place_after(engine, demand, ahead: list[Queued]):
     engine, or the cycle's pair of engines for a MIG slice). Only their bindings matter here, so a shape that did
     not fit is not tried again and nothing is diagnosed (the cycle will say why they wait)."""
     failed = set()
-    gangs_wait = not backends.runs_multi_node()  # as the cycle keeps them waiting (`_gangs_without_backend`)
+    # Gangs wait as the cycle keeps them waiting (`_gangs_without_backend`); asked once, and only with a gang ahead.
+    gangs_wait = functools.cache(lambda: not backends.runs_multi_node())
     for request in ahead:
         queued = demand_of(request)
-        if gangs_wait and queued.nodes > 1:
+        if queued.nodes > 1 and gangs_wait():
             continue
         shape = (
             queued.count,
