@@ -686,7 +686,11 @@ def gang_members(target: Target, job: dict) -> list[dict]:
         )
     allocations = {member["node"]: member["allocation_id"] for member in target.gang}
     return [
-        {"node": name, "allocation_id": allocations.get(name), "bound_indexes": gpu_indexes(details[position:][:1])}
+        {
+            "node": name,
+            "allocation_id": allocations.get(name),
+            "bound_indexes": gpu_indexes(details[position : position + 1]),
+        }
         for position, name in enumerate(names)
     ]
 
