@@ -42,7 +42,7 @@ GATEWAY_PORT ?= 8001
 # DEMO, not DEBUG: a bad URL or a failure shows the product's own error pages, not Django's debug pages.
 DEMO_ENV := DEMO=1 PUBLIC_BASE_URL=$(PUBLIC_BASE_URL) GATEWAY_URL=http://$(HOST):$(GATEWAY_PORT)
 
-.PHONY: install browser slurm podman ldap redfish-emulator ansible-venv oidc-venv fuzz-venv llama haproxy run run-slurm run-sso migrate seed test test-fast screenshots bench lint format clean
+.PHONY: test-deps install browser slurm podman ldap redfish-emulator ansible-venv oidc-venv fuzz-venv llama haproxy run run-slurm run-sso migrate seed test test-fast screenshots bench lint format clean
 
 install: $(STAMP)
 
@@ -185,9 +185,18 @@ run-sso: seed ldap oidc-venv
 	  $(DEMO_ENV) $(BIN)/python manage.py run_gateway --host $(HOST) --port $(GATEWAY_PORT) & \
 	  $(DEMO_ENV) $(BIN)/python manage.py runserver $(HOST):$(PORT); }
 
-# Runs on PostgreSQL: DATABASE_URL when set, else postgres@127.0.0.1:5432 (config/settings_test.py).
-test: install browser slurm podman ldap redfish-emulator ansible-venv oidc-venv fuzz-venv llama haproxy
-	$(BIN)/pytest
+# Debian's packages first, one apt-get at a time (dpkg has one lock); then the six venvs side by side: each is mostly
+# waiting on the package index, and pip's wheel cache keeps the llama.cpp build off a warm machine.
+SYSTEM_PACKAGES := browser slurm podman ldap haproxy
+VENVS := install redfish-emulator ansible-venv oidc-venv fuzz-venv llama
+test-deps: $(SYSTEM_PACKAGES)
+	$(MAKE) --jobs=6 --output-sync=target $(VENVS)
+
+# Runs on PostgreSQL: DATABASE_URL when set, else postgres@127.0.0.1:5432 (config/settings_test.py). Two pytest-xdist
+# workers, each with its own test database; a module's tests stay in one worker (`--dist loadgroup`, the groups that
+# tests/conftest.py gives), so a module's fixtures and a session daemon start once in the worker that needs them.
+test: test-deps
+	$(BIN)/pytest -n 2 --dist loadgroup --no-loadscope-reorder
 
 # The unit layer alone: no daemon, browser, server, subprocess or committed transaction (the `integration` marker,
 # tests/conftest.py), in two processes (pytest-xdist; each makes its own test database). Still on PostgreSQL, like the

@@ -1,3 +1,5 @@
+from collections import Counter
+
 import pytest
 from django.core.cache import cache
 from django.core.management import call_command
@@ -32,12 +34,22 @@ DAEMON_FIXTURES = frozenset(
 )
 
 
+# Tests that share one Redis database across modules (tests/provisioning/gateway_process.py's): one xdist group, so two
+# workers never flush it under each other.
+SHARED_REDIS_FIXTURES = frozenset({"gateway_redis"})
+# An integration test takes about this many unit tests' time (suite durations, 2026-12-06).
+INTEGRATION_TEST_WEIGHT = 50
+
+
+@pytest.hookimpl(tryfirst=True)  # before xdist's own hook, which reads the groups
 def pytest_collection_modifyitems(items):
     """A transactional test must restore the serialized database (serialized_rollback=True): its flush otherwise
     re-runs post_migrate, whose Operators group then clashes with the next restoring test's setup. Every test that
-    commits (transactional), asks for a daemon or is marked so runs in the integration layer."""
+    commits (transactional), asks for a daemon or is marked so runs in the integration layer. Under pytest-xdist
+    (`--dist loadgroup`) a module's tests run in one worker, which starts the module's fixtures once."""
     unrestored = []
     for item in items:
+        item.add_marker(pytest.mark.xdist_group(_worker_group(item)))
         marker = item.get_closest_marker("django_db")
         transactional = marker is not None and marker.kwargs.get("transaction")
         if transactional and not marker.kwargs.get("serialized_rollback"):
@@ -46,6 +58,25 @@ def pytest_collection_modifyitems(items):
             item.add_marker(pytest.mark.integration)
     if unrestored:
         raise pytest.UsageError("Transactional tests without serialized_rollback=True: " + ", ".join(unrestored))
+    items[:] = _heaviest_groups_first(items)
+
+
+def _heaviest_groups_first(items: list) -> list:
+    """xdist hands a free worker the next group in collection order (`--no-loadscope-reorder`): the groups with the
+    most integration tests (seconds each, against milliseconds for a unit test) go first, so that the last groups to
+    start are short and both workers finish together. A stable sort: a group's tests keep their order."""
+    weight, first_seen = Counter(), {}
+    for index, item in enumerate(items):
+        group = _worker_group(item)
+        weight[group] += INTEGRATION_TEST_WEIGHT if item.get_closest_marker("integration") else 1
+        first_seen.setdefault(group, index)
+    return sorted(items, key=lambda item: (-weight[_worker_group(item)], first_seen[_worker_group(item)]))
+
+
+def _worker_group(item) -> str:
+    if SHARED_REDIS_FIXTURES.intersection(item.fixturenames):
+        return "shared-redis"
+    return item.module.__name__
 
 
 @pytest.fixture(autouse=True, scope="session")
