@@ -298,6 +298,7 @@ def _tokens_page(request, form, *, issued=None, status=200):
         "tokens": api_tokens.personal_tokens_working(user=request.user),
         "form": form,
         "issued": issued,
+        "company_sign_in": device_flow.company_sign_in_on(),
     }
     response = render(request, "tenancy/api_tokens.html", context, status=status)
     if issued is not None:

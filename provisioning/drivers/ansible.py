@@ -54,7 +54,6 @@ from provisioning.drivers.base import (
     slurm_membership,
     tenant_cluster_name,
 )
-from provisioning.drivers.keys import requester_keys
 from provisioning.secrets import ssh_credentials
 
 PLAYBOOK_DIR = Path(__file__).resolve().parent.parent / "playbooks"
@@ -253,7 +252,6 @@ class AnsibleHost(InBandDriver):
                 "cc_slurm_membership": membership,
                 "cc_user": login_name(target.requester),
                 "cc_tenant_root": root,
-                "cc_ssh_public_keys": requester_keys(target),
             },
         )
         if membership == SlurmMembership.SHARED_CLUSTER_NO_ROOT:
