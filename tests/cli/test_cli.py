@@ -7,15 +7,19 @@ import json
 import os
 import stat
 import subprocess
+from datetime import timedelta
 
 import pytest
 from click.testing import CliRunner
 from computecatalog_cli import main as cc
 from computecatalog_cli.client import Exit
+from django.utils import timezone
 
 from requests.choices import RequestState
 from requests.models import ResourceRequest
 from scheduling import cycle
+from tenancy.device_flow import device_authorization_decide
+from tenancy.models import ApiToken, DeviceAuthorization
 from tests import factories
 from tests.provisioning.conftest import add_node
 from tests.requests.conftest import shop, team  # noqa: F401  (fixtures)
@@ -231,3 +235,49 @@ def test_without_company_sign_in_login_asks_for_a_token_and_usage_shows_idle_car
     idle = _json(terminal("usage", "--idle", "--project", str(team.project.pk), "--json"))
     assert set(idle) == {"projects", "requests"}
     assert "held card-hours" in terminal("usage", "--idle").stdout
+
+
+@pytest.fixture
+def polls(monkeypatch, settings):
+    """Company sign-in on, and the CLI's waits between device-flow polls noted instead of slept; `then[n]` runs at
+    the n-th wait (what the person does on the portal meanwhile)."""
+    settings.OIDC_ENABLED = True
+    waits, then = [], {}
+
+    def wait(seconds):
+        waits.append(seconds)
+        if len(waits) in then:
+            then[len(waits)]()
+
+    monkeypatch.setattr(cc, "wait_between_polls", wait)
+    return waits, then
+
+
+def _decide(person, approve: bool):
+    device_authorization_decide(authorization=DeviceAuthorization.objects.get(), approve=approve, actor=person)
+    DeviceAuthorization.objects.update(last_polled_at=timezone.now() - timedelta(minutes=5))  # the interval passed
+
+
+def test_device_login_polls_at_the_interval_slows_down_when_told_and_keeps_the_token(terminal, team, polls):  # noqa: F811
+    waits, then = polls
+    then[3] = lambda: _decide(team.developer, approve=True)
+
+    signed_in = terminal("login", "--scope", "requests:read", "--scope", "projects:read", "--days", "7")
+
+    # Polled at 5 s; the second poll came at once (the wait was not slept), so the server slowed it to 10 s.
+    assert waits == [5, 5, 10]
+    assert "enter the code" in signed_in.stderr and "/device/?user_code=" in signed_in.stderr
+    token = ApiToken.objects.get(user=team.developer)
+    assert token.scopes == ["projects:read", "requests:read"] and token.expires_at > timezone.now() + timedelta(days=6)
+    assert _json(terminal("ls", "--json")) == []  # the kept token works (and may read requests)
+
+
+def test_device_login_ends_with_exit_code_1_when_the_code_is_denied(terminal, team, polls):  # noqa: F811
+    waits, then = polls
+    then[1] = lambda: _decide(team.developer, approve=False)
+
+    denied = terminal("login", "--json", expect=Exit.REFUSED)
+
+    assert json.loads(denied.stderr.splitlines()[-1])["code"] == "access_denied"  # after the address and code
+    assert not terminal.config.exists() and not ApiToken.objects.exists()
+    assert waits == [5]  # one wait, then the answer
