@@ -517,6 +517,8 @@ TRUSTED_PROXY_CIDRS = env_list("TRUSTED_PROXY_CIDRS")
 API_THROTTLE_USER_RATE = env_str("API_THROTTLE_USER_RATE", "1200/min")
 API_THROTTLE_SIGN_IN_RATE = env_str("API_THROTTLE_SIGN_IN_RATE", "30/min")
 API_THROTTLE_INSTALLER_RATE = env_str("API_THROTTLE_INSTALLER_RATE", "120/min")
+# `cc login`'s device sign-in endpoints (POST /api/v1/auth/device/ and .../token/), per client address.
+API_THROTTLE_DEVICE_RATE = env_str("API_THROTTLE_DEVICE_RATE", "60/min")
 # Sign-in lockout (django-axes, on the sign-in page, the operator console and POST /api/v1/auth/token/): after
 # SIGN_IN_FAILURE_LIMIT failures an account, and separately a client address, is refused (429) for
 # SIGN_IN_LOCKOUT_MINUTES, counted again from each further try (0: until an operator clears it in the console).
@@ -535,6 +537,13 @@ API_TOKEN_DEFAULT_DAYS = env_int("API_TOKEN_DEFAULT_DAYS", 90)
 API_TOKEN_MAX_DAYS = env_int("API_TOKEN_MAX_DAYS", 365)
 # A token that expired or was revoked this long ago is deleted by a daily schedule (its audit rows stay).
 API_TOKEN_RETENTION_DAYS = env_int("API_TOKEN_RETENTION_DAYS", 90)
+# `cc login` with company sign-in (tenancy.device_flow, RFC 8628): the codes work DEVICE_CODE_LIFETIME_SECONDS; the
+# CLI polls every DEVICE_POLL_INTERVAL_SECONDS at most; a person who types DEVICE_USER_CODE_ATTEMPTS wrong codes on
+# /device/ is refused for DEVICE_USER_CODE_WINDOW_SECONDS.
+DEVICE_CODE_LIFETIME_SECONDS = env_int("DEVICE_CODE_LIFETIME_SECONDS", 600)
+DEVICE_POLL_INTERVAL_SECONDS = env_int("DEVICE_POLL_INTERVAL_SECONDS", 5)
+DEVICE_USER_CODE_ATTEMPTS = env_int("DEVICE_USER_CODE_ATTEMPTS", 10)
+DEVICE_USER_CODE_WINDOW_SECONDS = env_int("DEVICE_USER_CODE_WINDOW_SECONDS", 900)
 # Content-Security-Policy (django-csp): scripts only from this origin (no inline scripts or handlers anywhere);
 # styles also inline (computed bar widths, the operator console's widgets). CSP_REPORT_URI receives violations;
 # CSP_REPORT_ONLY reports without enforcing (to try a change first).

@@ -51,3 +51,11 @@ class InstallerThrottle(ClientAddressThrottle):
 
     scope = "installer"
     rate_setting = "API_THROTTLE_INSTALLER_RATE"
+
+
+class DeviceSignInThrottle(ClientAddressThrottle):
+    """`cc login`'s device sign-in (asking for codes and polling for the token), per client address, on top of the
+    slow_down each device code answers when polled faster than its interval."""
+
+    scope = "device_sign_in"
+    rate_setting = "API_THROTTLE_DEVICE_RATE"

@@ -7,11 +7,13 @@ from config.views import healthz, not_found
 from metering.idle import urls as idle_urls
 from requests.views import SignInView
 from serving import relay
-from tenancy.api.views import TokenObtainView
+from tenancy.api.views import DeviceAuthorizationView, DeviceTokenView, TokenObtainView
 from tenancy.directory.views import SignInCallback, SignInStart, SignOut
 
 api_v1 = [
     path("auth/token/", TokenObtainView.as_view(), name="auth-token"),
+    path("auth/device/", DeviceAuthorizationView.as_view(), name="auth-device"),
+    path("auth/device/token/", DeviceTokenView.as_view(), name="auth-device-token"),
     path("catalog/", include("catalog.api.urls")),
     path("", include("tenancy.api.urls")),
     path("", include("requests.api.urls")),

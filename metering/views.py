@@ -1,5 +1,6 @@
-"""The usage page: card-hours, cost and energy over time, budgets and their burn-down, rightsizing advice and the
-zero-touch KPI of the projects the user may see. The operator console shows the same figures (admin.py)."""
+"""The usage page: card-hours, cost and energy over time, budgets and their burn-down, idle card-hours against the
+card-hours held, rightsizing advice and the zero-touch KPI of the projects the user may see. The operator console
+shows the same figures (admin.py)."""
 
 from collections import defaultdict
 from datetime import date
@@ -16,6 +17,7 @@ from metering import selectors
 from metering.charts import bar_chart, burn_down_chart
 from metering.choices import Grouping
 from metering.forms import UsageFilterForm
+from metering.idle.selectors import idle_report
 from metering.periods import days_of_month, months
 from tenancy.models import Project, User
 
@@ -56,6 +58,32 @@ def _display_names(user: User) -> tuple[dict[str, str], dict[str, str]]:
 
 def _named(rows: list[dict], names: dict[str, str]) -> list[dict]:
     return [{**row, "name": names.get(row["name"], row["name"])} for row in rows]
+
+
+# The requests listed under "Idle card-hours": the most idle first; the usage API (/api/v1/usage/idle/) has them all.
+IDLE_REQUESTS_SHOWN = 20
+
+
+def _idle(*, user: User, project_id: int | None, first: date, last: date, project_names: dict[str, str]) -> dict:
+    """Card-hours held (requested) against used and idle (metering.idle's ended idle episodes), per project and for
+    the requests that sat idle longest."""
+    report = idle_report(user=user, first_month=first, last_month=last, project_id=project_id)
+    idle_requests = sorted(
+        (line for line in report["requests"] if line["idle_card_hours"] > 0),
+        key=lambda line: (-line["idle_card_hours"], line["request"]),
+    )
+    return {
+        "projects": [
+            {**line, "project_label": project_names.get(line["project"], line["project"]), "idle_pct": _share(line)}
+            for line in report["projects"]
+        ],
+        "requests": [{**line, "idle_pct": _share(line)} for line in idle_requests[:IDLE_REQUESTS_SHOWN]],
+        "requests_not_shown": max(0, len(idle_requests) - IDLE_REQUESTS_SHOWN),
+    }
+
+
+def _share(line: dict) -> float:
+    return round(100 * line["idle_card_hours"] / line["card_hours"], 1) if line["card_hours"] else 0.0
 
 
 def usage_context(*, user: User, project: Project | None, first: date, last: date) -> dict:
@@ -99,6 +127,7 @@ def usage_context(*, user: User, project: Project | None, first: date, last: dat
             {**advice, "project_label": project_names.get(advice["project"], advice["project"])}
             for advice in (found.as_data() for found in selectors.recommendations(user=user, project_id=project_id))
         ],
+        "idle": _idle(user=user, project_id=project_id, first=first, last=last, project_names=project_names),
         "kpi": selectors.zero_touch_kpi(user=user, first_month=first, last_month=last, project_id=project_id),
         "tokens": [
             {**row, "project_label": project_names.get(row["project"], row["project"])}

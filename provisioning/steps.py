@@ -28,6 +28,7 @@ from provisioning.drivers.base import (
     slurm_membership,
     with_details,
 )
+from provisioning.drivers.keys import requester_keys
 from provisioning.installer_tokens import installer_token_issue
 from provisioning.models import ProvisioningRun, ProvisioningStep
 from provisioning.targets import allocation_target
@@ -466,10 +467,11 @@ def register_cluster(ctx: StepContext) -> dict:
 
 
 def grant_access(ctx: StepContext) -> dict:
-    """The requester's account, with root only on a server that holds no secret shared with other tenants."""
+    """The requester's account, accepting the order's key and the keys on their profile as a container workspace
+    does (drivers.keys), with root only on a server that holds no secret shared with other tenants."""
     return ctx.in_band.grant_access(
         ctx.target,
-        ssh_public_key=(ctx.snapshot.get("parameters") or {}).get("ssh_public_key") or "",
+        ssh_public_keys=requester_keys(ctx.target),
         root=slurm_membership(ctx.target) in TENANT_ROOT_MEMBERSHIPS,
     )
 

@@ -96,6 +96,22 @@ SERVICE_ACCOUNT_SCOPES = [
     scope for scope in TokenScope.values if scope not in (TokenScope.OPERATIONS_WRITE, TokenScope.APPROVALS_WRITE)
 ]
 
+# What a person's token gets when its maker names no scopes (the API tokens page's first choice, `cc login`'s device
+# sign-in): reading everything a developer reads, and ordering.
+PERSONAL_DEFAULT_SCOPES = [
+    scope for scope in TokenScope.values if scope.endswith(":read") or scope == TokenScope.REQUESTS_WRITE
+]
+
+
+class DeviceAuthorizationState(models.TextChoices):
+    """Where a device sign-in (RFC 8628) stands: the person has not answered yet, approved or denied it, or the CLI
+    took its token (the codes work no more)."""
+
+    PENDING = "pending", "Waiting for the person"
+    APPROVED = "approved", "Approved; the token is not taken yet"
+    DENIED = "denied", "Denied"
+    USED = "used", "Token issued"
+
 
 class DirectorySource(models.TextChoices):
     OIDC = "oidc", "OpenID Connect"

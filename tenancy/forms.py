@@ -1,6 +1,6 @@
 from django import forms
 
-from tenancy.choices import SERVICE_ACCOUNT_SCOPES, Role, TokenScope
+from tenancy.choices import PERSONAL_DEFAULT_SCOPES, SERVICE_ACCOUNT_SCOPES, Role, TokenScope
 from tenancy.team import TEAM_ROLES
 
 ROLE_CHOICES = [(role, Role(role).label) for role in TEAM_ROLES]
@@ -55,7 +55,7 @@ class PersonalTokenForm(forms.Form):
     token_name = forms.CharField(label="Token name", max_length=80, help_text="What uses it, e.g. my laptop's cc.")
     scopes = forms.MultipleChoiceField(
         choices=[(scope, f"{scope}: {TokenScope(scope).label}") for scope in TokenScope.values],
-        initial=[scope for scope in TokenScope.values if scope.endswith(":read") or scope == TokenScope.REQUESTS_WRITE],
+        initial=PERSONAL_DEFAULT_SCOPES,
         widget=forms.CheckboxSelectMultiple,
         help_text="Give it only what it needs; it acts with your rights within them.",
     )
@@ -74,3 +74,12 @@ class ServiceTokenForm(forms.Form):
     expires_in_days = forms.IntegerField(
         label="Expires in (days)", min_value=1, required=False, help_text="Empty: the platform's default."
     )
+
+
+class DeviceCodeForm(forms.Form):
+    """The code `cc login` shows, typed on /device/; `decision` is which button confirmed it."""
+
+    user_code = forms.CharField(
+        label="Code from your terminal", max_length=20, help_text="As `cc login` shows it, e.g. BDFG-HJKL."
+    )
+    decision = forms.ChoiceField(choices=[("approve", "Approve"), ("deny", "Deny")], required=False)

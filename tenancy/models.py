@@ -8,6 +8,7 @@ from django.db import models
 from django.db.models import Q
 
 from tenancy.choices import (
+    DeviceAuthorizationState,
     DirectorySource,
     GroupGrant,
     OrderCap,
@@ -341,6 +342,38 @@ class ApiToken(models.Model):
     @property
     def scope_labels(self) -> list[str]:
         return [TokenScope(scope).label for scope in self.scopes if scope in TokenScope.values]
+
+
+class DeviceAuthorization(models.Model):
+    """One device sign-in (OAuth 2.0 device authorization grant, RFC 8628) by which `cc login` gets a personal API
+    token from a server with company sign-in: the CLI holds the device code and polls; the person, signed in on the
+    portal however the server signs people in, types the user code on /device/ and approves or denies what is asked;
+    the CLI's next poll gets the token, once. Both codes are stored only as SHA-256 hashes (tenancy/device_flow.py)."""
+
+    device_code_hash = models.CharField(max_length=64, unique=True)
+    user_code_hash = models.CharField(max_length=64, unique=True)
+    token_name = models.CharField(max_length=80, help_text="The name the issued token gets, e.g. cc on a laptop.")
+    scopes = models.JSONField(default=list, help_text="The scopes the issued token gets (TokenScope).")
+    token_days = models.PositiveIntegerField(help_text="How many days the issued token lives.")
+    requested_from = models.GenericIPAddressField(null=True, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+    expires_at = models.DateTimeField(db_index=True, help_text="The codes work until then.")
+    interval_seconds = models.PositiveSmallIntegerField(help_text="The least wait between polls; slow_down adds 5.")
+    last_polled_at = models.DateTimeField(null=True, blank=True)
+    state = models.CharField(
+        max_length=10, choices=DeviceAuthorizationState.choices, default=DeviceAuthorizationState.PENDING
+    )
+    decided_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.CASCADE, related_name="+"
+    )
+    decided_at = models.DateTimeField(null=True, blank=True)
+    token = models.ForeignKey(ApiToken, null=True, blank=True, on_delete=models.SET_NULL, related_name="+")
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
+
+    def __str__(self):
+        return f"Device sign-in {self.token_name} ({self.get_state_display()})"
 
 
 class ServiceAccount(models.Model):

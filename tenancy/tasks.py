@@ -1,6 +1,6 @@
 """django-q2 entry points: take ids, call one service."""
 
-from tenancy import api_tokens, team
+from tenancy import api_tokens, device_flow, team
 from tenancy.directory import notices, sync
 
 
@@ -10,6 +10,10 @@ def send_invitation(invitation_id: int) -> int:
 
 def purge_api_tokens() -> int:
     return api_tokens.api_tokens_purge()
+
+
+def purge_device_authorizations() -> int:
+    return device_flow.device_authorizations_purge()
 
 
 def tell_lead_of_directory_removal(project_id: int, user_id: int) -> int:

@@ -25,6 +25,7 @@ urlpatterns = [
     ),
     path("account/api-tokens/", views.api_tokens_page, name="api-tokens"),
     path("account/api-tokens/<int:token_id>/revoke/", views.api_token_revoke, name="api-token-revoke"),
+    path("device/", views.device_page, name="device"),
     path("account/ssh-keys/", views.ssh_keys_page, name="ssh-keys"),
     path("account/ssh-keys/<int:key_id>/remove/", views.ssh_key_remove, name="ssh-key-remove"),
     path("invitations/<str:token>/", views.invitation_accept, name="invitation-accept"),

@@ -10,8 +10,10 @@ from django.shortcuts import get_object_or_404, redirect, render
 from django.views.decorators.http import require_http_methods, require_POST
 
 from config.errors import DomainError, NotFound
-from tenancy import api_tokens, selectors, service_accounts, ssh_keys, team
+from tenancy import api_tokens, device_flow, selectors, service_accounts, ssh_keys, team
+from tenancy.choices import TokenScope
 from tenancy.forms import (
+    DeviceCodeForm,
     InvitationAcceptForm,
     PersonalTokenForm,
     ServiceAccountForm,
@@ -296,6 +298,7 @@ def _tokens_page(request, form, *, issued=None, status=200):
         "tokens": api_tokens.personal_tokens_working(user=request.user),
         "form": form,
         "issued": issued,
+        "company_sign_in": device_flow.company_sign_in_on(),
     }
     response = render(request, "tenancy/api_tokens.html", context, status=status)
     if issued is not None:
@@ -370,3 +373,40 @@ def ssh_key_remove(request, key_id):
         raise Http404(error.message) from error
     messages.success(request, f"Key {key.name} removed; workspaces started from now on do not accept it.")
     return redirect("team:ssh-keys")
+
+
+# --- `cc login`'s device sign-in -------------------------------------------------------------------------------------
+
+
+@login_required
+@require_http_methods(["GET", "POST"])
+def device_page(request):
+    """Where the person, signed in however this server signs people in, types the code `cc login` shows (or follows
+    its link with the code filled in), sees what the terminal asks for and approves or denies it."""
+    form = DeviceCodeForm(request.POST if request.method == "POST" else request.GET or None)
+    if not form.is_bound or not form.is_valid():
+        return _device_page(request, form, status=422 if form.is_bound else 200)
+    try:
+        authorization = device_flow.device_authorization_for_user_code(
+            typed=form.cleaned_data["user_code"], person=request.user
+        )
+        decision = form.cleaned_data["decision"] if request.method == "POST" else ""
+        if decision:
+            authorization = device_flow.device_authorization_decide(
+                authorization=authorization, approve=decision == "approve", actor=request.user
+            )
+    except DomainError as error:
+        _refusal_on(form, error)
+        return _device_page(request, form, status=error.status_code)
+    return _device_page(request, form, authorization=authorization, decided=bool(decision))
+
+
+def _device_page(request, form, *, authorization=None, decided=False, status=200):
+    context = {
+        "section": "api-tokens",
+        "form": form,
+        "authorization": authorization,
+        "decided": decided,
+        "scope_labels": [(scope, TokenScope(scope).label) for scope in authorization.scopes] if authorization else [],
+    }
+    return render(request, "tenancy/device.html", context, status=status)

@@ -3,11 +3,12 @@ apps' operator permissions, and tenancy's periodic schedules. Called once from T
 
 PURGE_TOKENS_TASK = "tenancy.tasks.purge_api_tokens"
 SYNC_DIRECTORY_TASK = "tenancy.tasks.sync_directory"
+PURGE_DEVICE_SIGN_INS_TASK = "tenancy.tasks.purge_device_authorizations"
 
 
 def ensure_schedules(**_kwargs) -> None:
-    """The daily purge of API tokens that ended long ago and the directory sync (every DIRECTORY_SYNC_MINUTES),
-    created once; operators may retime them in the admin."""
+    """The daily purges of API tokens that ended long ago and of expired device sign-ins, and the directory sync
+    (every DIRECTORY_SYNC_MINUTES), created once; operators may retime them in the admin."""
     from django.conf import settings
     from django_q.models import Schedule
 
@@ -15,6 +16,7 @@ def ensure_schedules(**_kwargs) -> None:
 
     schedules.ensure(
         ("Purge ended API tokens", PURGE_TOKENS_TASK, (Schedule.DAILY, None)),
+        ("Purge expired device sign-ins", PURGE_DEVICE_SIGN_INS_TASK, (Schedule.DAILY, None)),
         ("Sync directory groups", SYNC_DIRECTORY_TASK, (Schedule.MINUTES, settings.DIRECTORY_SYNC_MINUTES)),
     )
 

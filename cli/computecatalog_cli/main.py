@@ -4,11 +4,12 @@ answer, for scripts); exit codes are client.Exit's. Errors print the API's {code
 import functools
 import json
 import os
+import socket
 import sys
 import time
 import uuid
 import webbrowser
-from datetime import date
+from datetime import date, datetime
 from pathlib import Path
 
 import click
@@ -23,6 +24,8 @@ from computecatalog_cli.config import Settings, settings_load, settings_save
 ARRIVED = frozenset({"active"})
 ENDED = frozenset({"failed", "rejected", "cancelled", "releasing", "released"})
 TOKENS_PAGE = "/account/api-tokens/"
+IDLE_FIGURES = ("card_hours", "used_card_hours", "idle_card_hours")
+DEVICE_GRANT_TYPE = "urn:ietf:params:oauth:grant-type:device_code"
 
 out = Console(soft_wrap=True, highlight=False)
 err = Console(stderr=True, soft_wrap=True, highlight=False)
@@ -90,11 +93,18 @@ def cli(click_context, server):
 # --- signing in ------------------------------------------------------------------------------------------------
 
 
-@command(help="Store a personal API token (made on the portal's API tokens page) for this server.")
-@click.option("--token", help="The token; asked for (hidden) when not given.")
-def login(context: Context, token: str | None):
+@command(
+    help="Sign in: with company sign-in, approve a code on the portal (OAuth device flow); otherwise paste a "
+    "personal API token made on the portal's API tokens page."
+)
+@click.option("--token", help="A token made on the API tokens page; asked for (hidden) when the server has no SSO.")
+@click.option("--scope", "scopes", multiple=True, help="A scope the token asks for (repeat); default: the portal's.")
+@click.option("--days", type=click.IntRange(min=1), help="The token's lifetime in days; default: the portal's.")
+def login(context: Context, token: str | None, scopes: tuple[str, ...], days: int | None):
     if not context.server:
         raise click.UsageError("Name the server: cc --server URL login.")
+    if not token:
+        token = _token_by_device_sign_in(context, scopes, days)
     if not token:
         err.print(f"Make a token at {context.server}{TOKENS_PAGE} and paste it here.")
         token = click.prompt("Token", hide_input=True).strip()
@@ -110,6 +120,50 @@ def login(context: Context, token: str | None):
         _print_json({"server": context.server, "config": str(path), "projects": [p["slug"] for p in projects]})
     else:
         out.print(f"Signed in to {context.server}; token kept in {path} (readable by you only).")
+
+
+def _token_by_device_sign_in(context: Context, scopes: tuple[str, ...], days: int | None) -> str | None:
+    """The OAuth 2.0 device authorization grant (RFC 8628): print the portal's address and a code, poll at the
+    interval the server gives until the person approves or denies it there. None when the server has no company
+    sign-in (it answers device_flow_off): then a token is pasted."""
+    api = Api(context.server, None)
+    asked = {"client_id": "cc", "name": f"cc on {socket.gethostname()}"[:80]}
+    if scopes:
+        asked["scope"] = " ".join(scopes)
+    if days:
+        asked["expires_in_days"] = days
+    try:
+        started = api.post("auth/device/", asked)
+    except ApiError as error:
+        if error.code == "device_flow_off":
+            return None
+        raise
+    # Plain lines, never wrapped: the address must stay whole to be copied.
+    click.echo(f"Open {started['verification_uri']} and enter the code {started['user_code']}", err=True)
+    click.echo(f"(or open {started['verification_uri_complete']}); waiting for you to approve it...", err=True)
+    return _poll_for_token(api, started)
+
+
+def wait_between_polls(seconds: float) -> None:
+    """The device flow's wait between polls (its own name, so tests can stand in for the clock)."""
+    time.sleep(seconds)
+
+
+def _poll_for_token(api: Api, started: dict) -> str:
+    interval, deadline = started["interval"], time.monotonic() + started["expires_in"]
+    poll = {"grant_type": DEVICE_GRANT_TYPE, "device_code": started["device_code"], "client_id": "cc"}
+    while time.monotonic() < deadline:
+        wait_between_polls(interval)
+        try:
+            return api.post("auth/device/token/", poll)["access_token"]
+        except ApiError as error:
+            if error.code == "slow_down":  # RFC 8628 3.5: wait longer from now on
+                interval = (error.details or {}).get("interval") or interval + 5
+            elif error.code == "throttled":
+                interval += (error.details or {}).get("retry_after_seconds") or 5
+            elif error.code != "authorization_pending":
+                raise
+    raise ApiError(400, "expired_token", "The code expired before it was approved; run `cc login` again.")
 
 
 # --- the catalog and orders -------------------------------------------------------------------------------------
@@ -182,7 +236,9 @@ def _order_body(path: str) -> dict:
 
 @command(help="Order from a YAML file of the API's order fields; --preview only says what it would cost and do.")
 @click.option("-f", "--file", "path", required=True, help="order.yaml ('-': standard input).")
-@click.option("--preview", is_flag=True, help="Cost, quota impact, approval route and whether it fits now.")
+@click.option(
+    "--preview", is_flag=True, help="Cost, quota impact, approval route, whether it fits now, expected start."
+)
 def order(context: Context, path: str, preview: bool):
     body, api = _order_body(path), context.api()
     if preview:
@@ -216,10 +272,26 @@ def _show_preview(preview: dict) -> None:
     placement = preview.get("placement")
     if placement is None:
         out.print("Fits now: not estimated yet")
-    elif placement.get("fits_now"):
+        return
+    if placement.get("fits_now"):
         out.print(f"Fits now: yes, on {placement.get('node')}")
     else:
         out.print(f"Fits now: no: {placement.get('message') or placement.get('code')}")
+    start = _start_words(placement.get("expected_start"))
+    if start:
+        out.print(f"Expected start: {start}")
+
+
+def _start_words(expected_start: dict | None) -> str | None:
+    """The API's sentence for an expected start (said relative to when the server answered), with the likely time in
+    the terminal's own time zone when there is one."""
+    if not expected_start:
+        return None
+    likely = expected_start.get("likely")
+    if not likely:
+        return expected_start["message"]
+    local = datetime.fromisoformat(likely).astimezone()
+    return f"{expected_start['message']} Likely at {local:%Y-%m-%d %H:%M %Z}."
 
 
 # --- following requests -------------------------------------------------------------------------------------------
@@ -232,7 +304,7 @@ def list_requests(context: Context, state: str | None, project: int | None):
     rows = context.api().all_pages("requests/", state=state, project=project, ordering="-created_at")
     if context.as_json:
         return _print_json(rows)
-    table = Table("id", "state", "project", "offer", "hours", "cost", "requester")
+    table = Table("id", "state", "project", "offer", "hours", "cost", "requester", "expected start")
     for row in rows:
         offer = row.get("spec") or row.get("bare_metal_profile") or row.get("serving_model") or {}
         table.add_row(
@@ -243,6 +315,7 @@ def list_requests(context: Context, state: str | None, project: int | None):
             str(row["duration_hours"]),
             f"{row['cost_estimate']} {row['currency']}",
             row["requester"],
+            _start_words((row.get("queue") or {}).get("expected_start")) or "-",
         )
     out.print(table)
 
@@ -254,6 +327,9 @@ def _status_lines(request: dict) -> list[str]:
         lines.append(f"  queue position {queue.get('position')}: {queue.get('code')}: {queue.get('message')}")
         if queue.get("numbers"):
             lines.append("  " + ", ".join(f"{key} {value}" for key, value in queue["numbers"].items()))
+        start = _start_words(queue.get("expected_start"))
+        if start:
+            lines.append(f"  expected start: {start}")
     for run in (request.get("provisioning") or {}).get("runs") or []:
         steps = run.get("steps") or []
         done = sum(step.get("state") == "succeeded" for step in steps)
@@ -276,7 +352,7 @@ def _status_lines(request: dict) -> list[str]:
     return lines
 
 
-@command(help="A request's state, queue reason with its numbers, provisioning steps and cost so far.")
+@command(help="A request's state, queue reason with its numbers and expected start, provisioning steps, cost so far.")
 @click.argument("request_id", type=int)
 @click.option("--watch", is_flag=True, help="Follow it until it is active or has ended.")
 @click.option("--interval", default=5.0, show_default=True, help="Seconds between looks while watching.")
@@ -374,14 +450,18 @@ def extend(context: Context, request_id: int, hours: int, justification: str):
 # --- usage and keys -----------------------------------------------------------------------------------------------
 
 
-@command(help="Card-hours, cost and energy per project and month.")
+@command(help="Card-hours, cost and energy per project and month; --idle: held against used and idle card-hours.")
 @click.option("--project", type=int, help="Only this project (id).")
 @click.option("--month", help="YYYY-MM (default: this month).")
-def usage(context: Context, project: int | None, month: str | None):
+@click.option("--idle", is_flag=True, help="Card-hours held, used and idle, per project and request.")
+def usage(context: Context, project: int | None, month: str | None, idle: bool):
     month = month or f"{date.today():%Y-%m}"
-    answer = context.api().get("usage/", project=project, **{"from": month, "to": month})
+    path = "usage/idle/" if idle else "usage/"
+    answer = context.api().get(path, project=project, **{"from": month, "to": month})
     if context.as_json:
         return _print_json(answer)
+    if idle:
+        return _show_idle(answer)
     table = Table("project", "month", "card-hours", "cost", "energy kWh")
     for row in answer["results"]:
         table.add_row(
@@ -391,6 +471,15 @@ def usage(context: Context, project: int | None, month: str | None):
             f"{row['cost']} {row['currency']}",
             f"{row['energy_kwh']:.2f}",
         )
+    out.print(table)
+
+
+def _show_idle(report: dict) -> None:
+    table = Table("project", "request", "held card-hours", "used", "idle")
+    for row in report["projects"]:
+        table.add_row(row["project"], "all", *(str(row[key]) for key in IDLE_FIGURES))
+    for row in report["requests"]:
+        table.add_row(row["project"], str(row["request"]), *(str(row[key]) for key in IDLE_FIGURES))
     out.print(table)
 
 

@@ -190,16 +190,18 @@ class AnsibleHost(InBandDriver):
             "ansible": result["summary"],
         }
 
-    def grant_access(self, target: Target, *, ssh_public_key: str, root: bool) -> dict:
-        key = ssh_public_key.strip()
-        problem = key and ssh_public_key_problem(key)  # the rule the order was checked with (an older order: not)
-        if problem:
-            raise StepError("ssh_public_key_invalid", f"The order's ssh_public_key {problem}.", retryable=False)
+    def grant_access(self, target: Target, *, ssh_public_keys: list[str], root: bool) -> dict:
+        keys = [key.strip() for key in ssh_public_keys]
+        for key in keys:  # each one line the platform's key rule accepts, so nothing else reaches authorized_keys
+            problem = ssh_public_key_problem(key)
+            if problem:
+                raise StepError("ssh_public_key_invalid", f"An SSH key to install {problem}.", retryable=False)
         user = login_name(target.requester)
-        result = self._play(target, "grant_access", {"cc_user": user, "cc_ssh_public_key": key, "cc_tenant_root": root})
+        variables = {"cc_user": user, "cc_ssh_public_keys": keys, "cc_tenant_root": root}
+        result = self._play(target, "grant_access", variables)
         return {
             "user": user,
-            "ssh_key": "installed" if key else "none ordered",
+            "ssh_keys": len(keys),
             "root": root,
             "address": _host_of(target),
             "ansible": result["summary"],
@@ -250,7 +252,6 @@ class AnsibleHost(InBandDriver):
                 "cc_slurm_membership": membership,
                 "cc_user": login_name(target.requester),
                 "cc_tenant_root": root,
-                "cc_ssh_public_key": ((target.snapshot.get("parameters") or {}).get("ssh_public_key") or "").strip(),
             },
         )
         if membership == SlurmMembership.SHARED_CLUSTER_NO_ROOT:

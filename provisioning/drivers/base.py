@@ -316,9 +316,9 @@ class InBandDriver(ABC):
         munge key, a cluster of the server's own with a key made there, or none."""
 
     @abstractmethod
-    def grant_access(self, target: Target, *, ssh_public_key: str, root: bool) -> dict:
-        """The requester's account on the server with the order's SSH key as its only key, root (sudo) or, checked,
-        none at all: {user, ssh_key, root}."""
+    def grant_access(self, target: Target, *, ssh_public_keys: list[str], root: bool) -> dict:
+        """The requester's account on the server accepting exactly `ssh_public_keys` (the order's key and the
+        requester's profile keys: drivers.keys), root (sudo) or, checked, none at all: {user, ssh_keys, root}."""
 
     @abstractmethod
     def deregister_from_cluster(self, target: Target, cluster: str) -> dict: ...

@@ -37,7 +37,6 @@ from pathlib import Path
 import httpx
 from django.conf import settings
 
-from config.ssh_keys import ssh_public_key_problem
 from provisioning.drivers.base import (
     BackendUnavailable,
     StepError,
@@ -49,7 +48,7 @@ from provisioning.drivers.base import (
     login_name,
     visible_uuid,
 )
-from tenancy.ssh_keys import authorized_keys_of
+from provisioning.drivers.keys import requester_keys
 
 BUILT_PREFIX = "containerfile:"
 INSTANCE_LABEL = "compute-catalog.instance"
@@ -274,15 +273,10 @@ def prepare_pulled_image(podman: Podman, reference: str) -> dict:
 # --- Workloads --------------------------------------------------------------------------------------------
 
 
-def _authorized_keys(target: Target, parameters: dict) -> str:
-    """The key lines the requester's account accepts: the order's ssh_public_key, when one was given, and the keys on
-    their profile as they are now (a key removed there is not installed any more). A workspace nobody could log in
-    to is refused before it starts."""
-    ordered = (parameters.get("ssh_public_key") or "").strip()
-    problem = ordered and ssh_public_key_problem(ordered)  # an order checked before the rule was
-    if problem:
-        raise StepError("ssh_public_key_invalid", f"The order's ssh_public_key {problem}.", retryable=False)
-    keys = list(dict.fromkeys([*([ordered] if ordered else []), *authorized_keys_of(username=target.requester)]))
+def _authorized_keys(target: Target) -> str:
+    """The key lines the requester's account accepts (drivers.keys). A workspace nobody could log in to is refused
+    before it starts."""
+    keys = requester_keys(target)
     if not keys:
         raise StepError(
             "ssh_public_key_missing",
@@ -343,9 +337,8 @@ class ContainerWorkloads(WorkloadDriver):
         return True
 
     def _run_options(self, target: Target, image: dict) -> list[str]:
-        parameters = target.snapshot.get("parameters") or {}
         demand = target.snapshot["demand"]
-        keys = _authorized_keys(target, parameters)
+        keys = _authorized_keys(target)
         publish = settings.CONTAINER_PUBLISH_IP
         options = [
             *("--name", container_name(target), "--hostname", f"request-{target.request_id}"),

@@ -311,13 +311,9 @@ class SimulatedHost(WorkloadDriver, InBandDriver, ServingDriver):
             "munge_key": "the server's own" if own else "the shared cluster's",
         }
 
-    def grant_access(self, target: Target, *, ssh_public_key: str, root: bool) -> dict:
+    def grant_access(self, target: Target, *, ssh_public_keys: list[str], root: bool) -> dict:
         _work("grant_access", target)
-        return {
-            "user": login_name(target.requester),
-            "ssh_key": "installed" if ssh_public_key else "none ordered",
-            "root": root,
-        }
+        return {"user": login_name(target.requester), "ssh_keys": len(ssh_public_keys), "root": root}
 
     def deregister_from_cluster(self, target: Target, cluster: str) -> dict:
         _work("deregister_from_cluster", target)

@@ -143,3 +143,44 @@ class SshKeySerializer(serializers.Serializer):
     key_type = serializers.CharField(read_only=True)
     fingerprint = serializers.CharField(read_only=True, help_text="SHA256:..., as ssh-keygen -l prints it.")
     created_at = serializers.DateTimeField(read_only=True)
+
+
+class DeviceAuthorizationRequestSerializer(serializers.Serializer):
+    """RFC 8628 3.1's device authorization request (form-encoded or JSON), with this platform's token options."""
+
+    client_id = serializers.CharField(max_length=80, required=False, help_text="The client, e.g. `cc` (informative).")
+    scope = serializers.CharField(
+        max_length=400,
+        required=False,
+        help_text="Space-separated scopes the token asks for (default: the reading ones and requests:write).",
+    )
+    name = serializers.CharField(max_length=80, required=False, default="cc", help_text="The token's name.")
+    expires_in_days = serializers.IntegerField(
+        required=False, min_value=1, help_text="Lifetime in days (default API_TOKEN_DEFAULT_DAYS, at most the max)."
+    )
+
+
+class DeviceAuthorizationSerializer(serializers.Serializer):
+    """RFC 8628 3.2's answer: the device code is the client's to poll with, the user code the person's to type."""
+
+    device_code = serializers.CharField()
+    user_code = serializers.CharField()
+    verification_uri = serializers.URLField()
+    verification_uri_complete = serializers.URLField()
+    expires_in = serializers.IntegerField(help_text="Seconds the codes work.")
+    interval = serializers.IntegerField(help_text="Seconds to wait between polls.")
+
+
+class DeviceTokenRequestSerializer(serializers.Serializer):
+    grant_type = serializers.CharField(max_length=80, help_text="`urn:ietf:params:oauth:grant-type:device_code`")
+    device_code = serializers.CharField(max_length=200)
+    client_id = serializers.CharField(max_length=80, required=False)
+
+
+class DeviceTokenSerializer(IssuedTokenSerializer):
+    """RFC 6749 5.1's token answer, with the platform's own fields of an issued token beside it."""
+
+    access_token = serializers.CharField(help_text="The same secret as `token`.")
+    token_type = serializers.CharField(help_text="`Token`: send it as `Authorization: Token <access_token>`.")
+    expires_in = serializers.IntegerField()
+    scope = serializers.CharField(help_text="The token's scopes, space-separated.")

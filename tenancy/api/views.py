@@ -6,11 +6,21 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from config.api import ErrorSerializer
-from config.errors import DomainError
+from config.client_address import client_address
+from config.errors import DomainError, error_body
 from config.signin import LOCKED_CODE, lockout_details, lockout_message
-from config.throttling import SignInThrottle
-from tenancy import ssh_keys
-from tenancy.api.serializers import IssuedTokenSerializer, ProjectSerializer, SshKeySerializer, TokenRequestSerializer
+from config.throttling import DeviceSignInThrottle, SignInThrottle
+from tenancy import device_flow, ssh_keys
+from tenancy.api.serializers import (
+    DeviceAuthorizationRequestSerializer,
+    DeviceAuthorizationSerializer,
+    DeviceTokenRequestSerializer,
+    DeviceTokenSerializer,
+    IssuedTokenSerializer,
+    ProjectSerializer,
+    SshKeySerializer,
+    TokenRequestSerializer,
+)
 from tenancy.api_tokens import api_token_issue, checked_scopes
 from tenancy.choices import TokenScope
 from tenancy.models import Membership, Project, SshKey
@@ -118,3 +128,78 @@ class SshKeyViewSet(mixins.ListModelMixin, viewsets.GenericViewSet):
     def destroy(self, request, pk=None):
         ssh_keys.ssh_key_remove(user=request.user, key_id=int(pk), actor=request.user)
         return Response(status=status.HTTP_204_NO_CONTENT)
+
+
+class DeviceAuthorizationView(APIView):
+    """`POST /api/v1/auth/device/` (RFC 8628 3.1): `cc login` asks for a device sign-in on a server with company
+    sign-in (404 `device_flow_off` elsewhere); the person approves it on `verification_uri` (/device/)."""
+
+    authentication_classes: list = []
+    permission_classes = [permissions.AllowAny]
+    throttle_classes = [DeviceSignInThrottle]
+
+    @extend_schema(
+        request=DeviceAuthorizationRequestSerializer,
+        responses={200: DeviceAuthorizationSerializer, 404: ErrorSerializer, 422: ErrorSerializer},
+    )
+    def post(self, request):
+        body = DeviceAuthorizationRequestSerializer(data=request.data)
+        body.is_valid(raise_exception=True)
+        scope = body.validated_data.get("scope")
+        started = device_flow.device_authorization_start(
+            token_name=body.validated_data["name"],
+            scopes=scope.split() if scope is not None else None,
+            expires_in_days=body.validated_data.get("expires_in_days"),
+            address=client_address(request._request),
+        )
+        authorization, user_code = started.authorization, device_flow.user_code_shown(started.user_code)
+        verification_uri = request.build_absolute_uri(device_flow.VERIFICATION_PATH)
+        answer = {
+            "device_code": started.device_code,
+            "user_code": user_code,
+            "verification_uri": verification_uri,
+            "verification_uri_complete": f"{verification_uri}?user_code={user_code}",
+            "expires_in": round((authorization.expires_at - authorization.created_at).total_seconds()),
+            "interval": authorization.interval_seconds,
+        }
+        return Response(DeviceAuthorizationSerializer(answer).data, headers={"Cache-Control": "no-store"})
+
+
+class DeviceTokenView(APIView):
+    """`POST /api/v1/auth/device/token/` (RFC 8628 3.4): the CLI's poll. 200 with a personal API token once the
+    person approved; else 400 with RFC 8628's `error` (authorization_pending, slow_down, access_denied,
+    expired_token) or RFC 6749's (invalid_grant, unsupported_grant_type), also as the platform's {code, message}."""
+
+    authentication_classes: list = []
+    permission_classes = [permissions.AllowAny]
+    throttle_classes = [DeviceSignInThrottle]
+
+    @extend_schema(request=DeviceTokenRequestSerializer, responses={200: DeviceTokenSerializer, 400: ErrorSerializer})
+    def post(self, request):
+        body = DeviceTokenRequestSerializer(data=request.data)
+        body.is_valid(raise_exception=True)
+        if body.validated_data["grant_type"] != device_flow.DEVICE_GRANT_TYPE:
+            return _oauth_error("unsupported_grant_type", f"Only {device_flow.DEVICE_GRANT_TYPE} is served here.")
+        try:
+            issued = device_flow.device_token_exchange(device_code=body.validated_data["device_code"])
+        except device_flow.DeviceGrantRefused as refused:
+            return _oauth_error(refused.code, refused.message, refused.details)
+        token = issued.token
+        answer = {
+            "access_token": issued.secret,
+            "token": issued.secret,
+            "token_type": "Token",
+            "expires_in": round((token.expires_at - token.created_at).total_seconds()),
+            "scope": " ".join(token.scopes),
+            "scopes": token.scopes,
+            "prefix": token.prefix,
+            "name": token.name,
+            "expires_at": token.expires_at,
+        }
+        return Response(DeviceTokenSerializer(answer).data, headers={"Cache-Control": "no-store"})
+
+
+def _oauth_error(code: str, message: str, details: dict | None = None) -> Response:
+    """RFC 6749 5.2's error body (`error`, `error_description`) beside the platform's {code, message, details}."""
+    body = {**error_body(code, message, details), "error": code, "error_description": message}
+    return Response(body, status=400, headers={"Cache-Control": "no-store"})

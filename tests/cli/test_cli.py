@@ -7,15 +7,19 @@ import json
 import os
 import stat
 import subprocess
+from datetime import timedelta
 
 import pytest
 from click.testing import CliRunner
 from computecatalog_cli import main as cc
 from computecatalog_cli.client import Exit
+from django.utils import timezone
 
 from requests.choices import RequestState
 from requests.models import ResourceRequest
 from scheduling import cycle
+from tenancy.device_flow import device_authorization_decide
+from tenancy.models import ApiToken, DeviceAuthorization
 from tests import factories
 from tests.provisioning.conftest import add_node
 from tests.requests.conftest import shop, team  # noqa: F401  (fixtures)
@@ -37,6 +41,7 @@ def terminal(live_server, tmp_path, monkeypatch):
         return result
 
     run.config = tmp_path / "cc" / "config.json"
+    run.server = live_server.url
     return run
 
 
@@ -187,3 +192,92 @@ def test_ssh_keys_are_added_listed_and_removed_from_the_terminal(terminal, team,
     terminal("keys", "ssh", "rm", str(added["id"]))
     assert _json(terminal("keys", "ssh", "ls", "--json")) == []
     terminal("keys", "ssh", "rm", str(added["id"]), expect=Exit.NOT_FOUND_OR_AUTH)
+
+
+def test_a_queued_request_shows_its_expected_start_in_status_ls_preview_and_watch(
+    terminal,
+    shop,  # noqa: F811
+    team,  # noqa: F811
+    tmp_path,
+    monkeypatch,
+):
+    monkeypatch.setenv("COLUMNS", "400")  # the table's sentences on one line each
+    terminal("login", "--token", factories.token_for(team.developer))
+    add_node(shop.accelerator, cards=2)
+    order = _order_file(tmp_path, shop, team.project)
+    running = _json(terminal("order", "-f", str(order), "--json"))["id"]
+    waiting = _json(terminal("order", "-f", str(order), "--json"))["id"]
+    cycle.run_cycle()  # the first takes both cards for its 10 hours; the second waits for their end
+
+    expected = _json(terminal("status", str(waiting), "--json"))["queue"]["expected_start"]
+    assert expected["message"] == "Expected to start in about 10 h." and expected["likely"]
+    shown = terminal("status", str(waiting)).stdout
+    assert "  expected start: Expected to start in about 10 h. Likely at " in shown
+    table = [[cell.strip() for cell in line.split("│")[1:-1]] for line in terminal("ls").stdout.splitlines()]
+    rows = {cells[0]: cells for cells in table if cells}
+    assert rows[str(waiting)][-1].startswith("Expected to start in about 10 h.") and rows[str(running)][-1] == "-"
+    preview = terminal("order", "-f", str(order), "--preview").stdout
+    assert "Fits now: no" in preview and "Expected start: Expected to start in about" in preview
+    watched = terminal(
+        "status", str(waiting), "--watch", "--interval", "0.1", "--timeout", "0.3", expect=Exit.DID_NOT_START
+    )
+    assert "expected start: Expected to start in about 10 h." in watched.stdout  # followed while it waits
+
+
+def test_without_company_sign_in_login_asks_for_a_token_and_usage_shows_idle_card_hours(terminal, team):  # noqa: F811
+    secret = factories.token_for(team.developer)
+    runner = CliRunner()
+    signed_in = runner.invoke(
+        cc.cli, ["--server", terminal.server, "login"], input=f"{secret}\n", catch_exceptions=False
+    )
+    assert signed_in.exit_code == 0, signed_in.output
+    assert "/account/api-tokens/ and paste it here" in signed_in.stderr and secret not in signed_in.output
+    idle = _json(terminal("usage", "--idle", "--project", str(team.project.pk), "--json"))
+    assert set(idle) == {"projects", "requests"}
+    assert "held card-hours" in terminal("usage", "--idle").stdout
+
+
+@pytest.fixture
+def polls(monkeypatch, settings):
+    """Company sign-in on, and the CLI's waits between device-flow polls noted instead of slept; `then[n]` runs at
+    the n-th wait (what the person does on the portal meanwhile)."""
+    settings.OIDC_ENABLED = True
+    waits, then = [], {}
+
+    def wait(seconds):
+        waits.append(seconds)
+        if len(waits) in then:
+            then[len(waits)]()
+
+    monkeypatch.setattr(cc, "wait_between_polls", wait)
+    return waits, then
+
+
+def _decide(person, approve: bool):
+    device_authorization_decide(authorization=DeviceAuthorization.objects.get(), approve=approve, actor=person)
+    DeviceAuthorization.objects.update(last_polled_at=timezone.now() - timedelta(minutes=5))  # the interval passed
+
+
+def test_device_login_polls_at_the_interval_slows_down_when_told_and_keeps_the_token(terminal, team, polls):  # noqa: F811
+    waits, then = polls
+    then[3] = lambda: _decide(team.developer, approve=True)
+
+    signed_in = terminal("login", "--scope", "requests:read", "--scope", "projects:read", "--days", "7")
+
+    # Polled at 5 s; the second poll came at once (the wait was not slept), so the server slowed it to 10 s.
+    assert waits == [5, 5, 10]
+    assert "enter the code" in signed_in.stderr and "/device/?user_code=" in signed_in.stderr
+    token = ApiToken.objects.get(user=team.developer)
+    assert token.scopes == ["projects:read", "requests:read"] and token.expires_at > timezone.now() + timedelta(days=6)
+    assert _json(terminal("ls", "--json")) == []  # the kept token works (and may read requests)
+
+
+def test_device_login_ends_with_exit_code_1_when_the_code_is_denied(terminal, team, polls):  # noqa: F811
+    waits, then = polls
+    then[1] = lambda: _decide(team.developer, approve=False)
+
+    denied = terminal("login", "--json", expect=Exit.REFUSED)
+
+    assert json.loads(denied.stderr.splitlines()[-1])["code"] == "access_denied"  # after the address and code
+    assert not terminal.config.exists() and not ApiToken.objects.exists()
+    assert waits == [5]  # one wait, then the answer

@@ -7,8 +7,9 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
 from metering import services
+from metering.models import IdleWatch
 from tests import factories
-from tests.metering.conftest import use
+from tests.metering.conftest import at, bound, use
 
 pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("frozen")]
 
@@ -148,3 +149,33 @@ def test_choosing_a_project_filters_every_table_tokens_and_zero_touch_included(c
     kpi = one[one.index('id="zero-touch-table"') : one.index('id="tokens"')]
     assert usage.other_service.name not in kpi  # the other project's delivery is not counted here
     assert usage.other_service.name in everything[everything.index('id="zero-touch-table"') :]
+
+
+def test_idle_card_hours_per_project_and_request_in_a_fixed_number_of_queries(client, world, roles):
+    def held_four_idle_one(project):
+        allocation = bound(world, project=project, started=at("2026-11-10 08:00"), released=at("2026-11-10 10:00"))
+        IdleWatch.objects.create(request=allocation.request, idle_card_seconds=3600)  # an ended episode: 1 card-hour
+        return allocation.request
+
+    request = held_four_idle_one(roles.project)
+    services.usage_refresh()
+    client.force_login(roles.developer)
+    client.get(PAGE)  # warm caches
+
+    def measured() -> tuple[int, str]:
+        with CaptureQueriesContext(connection) as queries:
+            response = client.get(PAGE)
+        assert response.status_code == 200
+        return len(queries), response.content.decode()
+
+    few, page = measured()
+    [project_row] = re.findall(r'<table id="idle-by-project".*?<tbody>(.*?)</tbody>', page, re.S)
+    cells = re.findall(r"<td[^>]*>([^<]*)</td>", project_row)
+    assert cells == [str(roles.project), "4", "3", "1", "25.0%"]
+    assert f'<a href="/requests/{request.pk}/">#{request.pk}</a>' in page
+    for _ in range(4):
+        project = factories.project()
+        factories.member(project, user=roles.developer)
+        held_four_idle_one(project)
+    services.usage_refresh()
+    assert measured()[0] == few

@@ -67,8 +67,8 @@ def test_every_in_band_step_on_a_real_host_then_an_idempotent_rerun_then_release
     assert registered["node_name"] == "bm-life" and registered["slurm_state"].startswith("IDLE")
     assert slurm.node_states()["bm-life"] == "idle"
     assert "Gres=gpu:h10080gb:2" in slurm.scontrol("show", "node", "bm-life")
-    access = driver.grant_access(target, ssh_public_key="", root=False)
-    assert (access["user"], access["ssh_key"], access["root"]) == ("dev_one", "none ordered", False)
+    access = driver.grant_access(target, ssh_public_keys=[], root=False)
+    assert (access["user"], access["ssh_keys"], access["root"]) == ("dev_one", 0, False)
     health = driver.health_check(target, ["accelerator_burn_in"])
     assert health["checks"]["driver_loaded"] == f"passed ({DRIVER_VERSION})"
     assert health["checks"]["accelerators_visible"] == "passed (2 device nodes)"
@@ -77,7 +77,7 @@ def test_every_in_band_step_on_a_real_host_then_an_idempotent_rerun_then_release
         driver.install_gpu_driver(target, DRIVER_VERSION),
         driver.install_monitoring_agent(target, "node-exporter", "dcgm-exporter"),
         driver.register_in_cluster(target, slurm.name),
-        driver.grant_access(target, ssh_public_key="", root=False),
+        driver.grant_access(target, ssh_public_keys=[], root=False),
         driver.health_check(target, []),
     ]
     assert [step["ansible"]["changed"] for step in rerun] == [0] * 5, [step["ansible"]["log"] for step in rerun]

@@ -21,6 +21,7 @@ from provisioning.steps import IN_BAND_STEPS
 from provisioning.targets import run_target
 from requests import services as request_services
 from requests.choices import EventCode, RequestState
+from tenancy.ssh_keys import ssh_key_add
 from tests.provisioning.redfish_emulator import free_loopback_port
 from tests.provisioning.test_redfish_inventory import hgx  # noqa: F401  (fixture)
 from tests.provisioning.test_redfish_pipeline import installer_callback_from_media, redfish_get
@@ -101,7 +102,7 @@ def test_a_bare_metal_order_from_the_bmcs_to_a_slurm_node_and_back(server, api, 
         driver.install_gpu_driver(target, profile["driver_version"]),
         driver.install_monitoring_agent(target, profile["monitoring_agent"], profile["gpu_exporter"]),
         driver.register_in_cluster(target, profile["target_cluster"]),
-        driver.grant_access(target, ssh_public_key="", root=False),
+        driver.grant_access(target, ssh_public_keys=[], root=False),
         driver.health_check(target, []),
     ]
     assert [output["ansible"]["changed"] for output in again] == [0, 0, 0, 0, 0]
@@ -119,7 +120,7 @@ def test_a_bare_metal_order_from_the_bmcs_to_a_slurm_node_and_back(server, api, 
 
 
 def test_a_tenant_cluster_order_runs_its_own_cluster_with_its_own_key_and_root_and_the_record_says_so(
-    server, api, api_as, run_on_commit, settings, tmp_path
+    server, api, api_as, run_on_commit, settings, tmp_path, team
 ):
     slurm, name, hosts = server.in_band.cluster, server.node.name, server.in_band.hosts
     server.profile.slurm_membership, server.profile.target_cluster = SlurmMembership.TENANT_CLUSTER, ""
@@ -127,8 +128,13 @@ def test_a_tenant_cluster_order_runs_its_own_cluster_with_its_own_key_and_root_a
     server.profile.save(update_fields=["slurm_membership", "target_cluster"])
     server.service.parameter_schema = [*default_parameter_schema(), dict(SSH_PUBLIC_KEY)]
     server.service.save(update_fields=["parameter_schema"])
-    private = tmp_path / "tenant_ed25519"
-    subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(private)], check=True)
+    private, laptop = tmp_path / "tenant_ed25519", tmp_path / "laptop_ed25519"
+    for key in (private, laptop):
+        subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(key)], check=True)
+    # The key on the requester's profile is accepted beside the order's, as a container workspace accepts it.
+    ssh_key_add(
+        user=team.developer, name="laptop", public_key=laptop.with_suffix(".pub").read_text(), actor=team.developer
+    )
 
     request = deliver(server, api, run_on_commit, ssh_public_key=private.with_suffix(".pub").read_text().strip())
 
@@ -150,6 +156,12 @@ def test_a_tenant_cluster_order_runs_its_own_cluster_with_its_own_key_and_root_a
         capture_output=True, text=True, timeout=60, check=False,
     )  # fmt: skip
     assert as_tenant.stdout.strip() == "0", as_tenant.stderr
+    from_laptop = subprocess.run(
+        ["ssh", "-i", str(laptop), "-o", "BatchMode=yes", "-o", "StrictHostKeyChecking=no",
+         "-o", "UserKnownHostsFile=/dev/null", f"{login}@{server.host.address}", "id -un"],
+        capture_output=True, text=True, timeout=60, check=False,
+    )  # fmt: skip
+    assert from_laptop.stdout.strip() == login, from_laptop.stderr
 
     run_on_commit(request_services.request_release, request=request, actor=request.requester, reason="done")
     request.refresh_from_db()

@@ -72,13 +72,13 @@ def test_a_shared_cluster_server_holds_the_clusters_key_and_its_tenant_has_no_ro
     installed(driver, target)
 
     registered = driver.register_in_cluster(target, slurm.name)
-    access = driver.grant_access(target, ssh_public_key=public, root=False)
+    access = driver.grant_access(target, ssh_public_keys=[public], root=False)
     health = driver.health_check(target, [])
 
     assert (registered["slurm_membership"], registered["cluster"]) == ("shared_cluster_no_root", slurm.name)
     assert registered["munge_key"] == "the shared cluster's" and key_on(in_band.hosts, host) == shared_key(settings)
     assert slurm.node_states()["bm-shared"] == "idle"
-    assert (access["user"], access["ssh_key"], access["root"]) == (USER, "installed", False)
+    assert (access["user"], access["ssh_keys"], access["root"]) == (USER, 1, False)
     assert health["checks"]["tenant_root"] == "passed (none: no sudo rule, no privileged group)"
     # The tenant logs in with their key, and gets no further.
     assert as_tenant(host, private, "id -un").stdout.strip() == USER
@@ -95,7 +95,7 @@ def test_a_shared_cluster_server_holds_the_clusters_key_and_its_tenant_has_no_ro
     assert f"task 'Check the tenant is in no group that grants root' failed: {USER} is in group sudo" in (
         failure.value.message
     )
-    assert driver.grant_access(target, ssh_public_key=public, root=False)["ansible"]["changed"] > 0
+    assert driver.grant_access(target, ssh_public_keys=[public], root=False)["ansible"]["changed"] > 0
     assert driver.health_check(target, [])["checks"]["tenant_root"].startswith("passed")
 
     released = driver.deregister_from_cluster(target, slurm.name)
@@ -108,7 +108,7 @@ def test_a_sudo_rule_for_the_tenant_on_a_shared_cluster_server_is_found(in_band,
     target = target_for(host, slurm.name, cards=1, ssh_public_key=public)  # a snapshot from before: shared
     installed(driver, target)
     driver.register_in_cluster(target, slurm.name)
-    driver.grant_access(target, ssh_public_key=public, root=False)
+    driver.grant_access(target, ssh_public_keys=[public], root=False)
     rule = f"{USER} ALL=(ALL) NOPASSWD: ALL"
     in_band.hosts.exec(host, "sh", "-c", f"apt-get install -y -q sudo && echo '{rule}' > /etc/sudoers.d/x")
     assert as_tenant(host, private, "sudo -n id -u").stdout.strip() == "0"  # a real hole
@@ -137,7 +137,7 @@ def test_a_tenant_cluster_server_runs_its_own_cluster_with_a_key_of_its_own_and_
     installed(driver, target)
 
     registered = driver.register_in_cluster(target, "")
-    access = driver.grant_access(target, ssh_public_key=public, root=True)
+    access = driver.grant_access(target, ssh_public_keys=[public], root=True)
     health = driver.health_check(target, [])
 
     assert registered["slurm_membership"] == "tenant_cluster"
@@ -161,7 +161,7 @@ def test_a_tenant_cluster_server_runs_its_own_cluster_with_a_key_of_its_own_and_
 
     rerun = [
         driver.register_in_cluster(target, ""),
-        driver.grant_access(target, ssh_public_key=public, root=True),
+        driver.grant_access(target, ssh_public_keys=[public], root=True),
         driver.health_check(target, []),
     ]
     assert [step["ansible"]["changed"] for step in rerun] == [0, 0, 0], [step["ansible"]["log"] for step in rerun]
@@ -180,7 +180,7 @@ def test_a_server_without_slurm_gets_no_munge_key_and_its_tenant_is_root(in_band
     installed(driver, target)
 
     registered = driver.register_in_cluster(target, "")
-    driver.grant_access(target, ssh_public_key=public, root=True)
+    driver.grant_access(target, ssh_public_keys=[public], root=True)
     health = driver.health_check(target, [])
 
     assert registered == {"slurm_membership": "none", "cluster": None, "registered": False}
@@ -203,7 +203,7 @@ def test_an_order_key_that_is_not_one_public_key_line_is_refused_before_the_host
     target = target_for(host, slurm.name, cards=1)
 
     with pytest.raises(StepError) as failure:
-        driver.grant_access(target, ssh_public_key="ssh-ed25519 AAAA\ncommand=/bin/sh ssh-rsa AAAA", root=False)
+        driver.grant_access(target, ssh_public_keys=["ssh-ed25519 AAAA\ncommand=/bin/sh ssh-rsa AAAA"], root=False)
 
     assert (failure.value.code, failure.value.retryable) == ("ssh_public_key_invalid", False)
     assert in_band.hosts.exec(host, "id", USER).returncode != 0

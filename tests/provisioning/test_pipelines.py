@@ -1,5 +1,7 @@
 """Provisioning pipelines end to end on the simulated drivers: allocation -> steps -> active -> release."""
 
+import subprocess
+
 import pytest
 from django.test import override_settings
 
@@ -11,6 +13,7 @@ from requests import services as request_services
 from requests.choices import EventCode, RequestState
 from scheduling.choices import AllocationState
 from scheduling.models import Allocation, Device
+from tenancy.ssh_keys import ssh_key_add
 
 pytestmark = pytest.mark.django_db
 
@@ -118,6 +121,22 @@ def test_bare_metal_order_runs_the_whole_pipeline_and_release_cleans_the_server(
     assert release.state == RunState.SUCCEEDED
     bare_metal.node.refresh_from_db()
     assert bare_metal.node.schedulable
+
+
+def test_a_bare_metal_lease_accepts_the_requesters_profile_keys_as_a_workspace_does(
+    bare_metal, team, run_on_commit, tmp_path
+):
+    for name in ("laptop", "desktop"):
+        private = tmp_path / name
+        subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", private], check=True)
+        ssh_key_add(
+            user=team.developer, name=name, public_key=private.with_suffix(".pub").read_text(), actor=team.developer
+        )
+
+    request = bare_metal.order()
+
+    access = ProvisioningRun.objects.get(request=request).steps.get(name="grant_access").output
+    assert (access["user"], access["ssh_keys"]) == (login_name(team.developer.username), 2)
 
 
 def test_a_transient_fault_is_retried_with_backoff_and_shown_on_the_timeline(compute, settings):

@@ -28,10 +28,10 @@ def mapping(group, grant, *, project=None, tenant=None, written_by=None) -> Grou
     )
 
 
-def oidc_sign_in(client, idp, sub: str):
+def oidc_sign_in(client, idp, sub: str, *, next_path: str | None = None):
     """The browser's part of the authorization code flow, with Django's test client for our site and httpx for the
-    IdP's page (where the person says who they are). The response of our callback."""
-    start = client.get("/oidc/authenticate/")
+    IdP's page (where the person says who they are). The response of our callback (to `next_path` when given)."""
+    start = client.get("/oidc/authenticate/", {"next": next_path} if next_path else {})
     assert start.status_code == 302
     authorize = start["Location"]
     assert authorize.startswith(idp.url)
