@@ -396,14 +396,11 @@ class Gateway:
             if asking is not None and asking.done() and isinstance(asking.result(), Refusal):
                 raise asking.result()
             await asyncio.sleep(settings.GATEWAY_POLL_SECONDS)
-        raise Refusal(
-            503,
+        raise _retry_shortly(
             "waking_up",
             f"The deployment was scaled to zero for being idle and is starting a replica; it did not answer within "
             f"{settings.GATEWAY_WAKE_SECONDS:g} s. Try again shortly.",
-            headers={"Retry-After": str(WAKE_RETRY_AFTER_SECONDS)},
             deployment=slug,
-            retry_after=WAKE_RETRY_AFTER_SECONDS,
         )
 
     async def _ask_to_wake(self, deployment_id: int) -> str | Refusal:
@@ -416,12 +413,8 @@ class Gateway:
             return Refusal(refused.status_code, refused.code, refused.message, **refused.details)
         except Exception:
             logger.exception("Could not wake deployment #%s", deployment_id)
-            return Refusal(
-                503,
-                "wake_failed",
-                "The deployment is scaled to zero and could not be woken now; try again shortly.",
-                headers={"Retry-After": str(WAKE_RETRY_AFTER_SECONDS)},
-                retry_after=WAKE_RETRY_AFTER_SECONDS,
+            return _retry_shortly(
+                "wake_failed", "The deployment is scaled to zero and could not be woken now; try again shortly."
             )
 
     def _still_down(self, replica_id: int, snapshot_started: float) -> bool:
@@ -536,6 +529,18 @@ class Gateway:
         row[4] += completion
         self.local_tokens[route.request_id] += prompt + completion
         self.last_use[key.prefix] = now
+
+
+def _retry_shortly(code: str, message: str, **details) -> Refusal:
+    """503 for a deployment at zero that is not serving yet, with when to try again."""
+    return Refusal(
+        503,
+        code,
+        message,
+        headers={"Retry-After": str(WAKE_RETRY_AFTER_SECONDS)},
+        **details,
+        retry_after=WAKE_RETRY_AFTER_SECONDS,
+    )
 
 
 def _usage_of(body: bytes) -> dict | None:
