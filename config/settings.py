@@ -396,6 +396,8 @@ GATEWAY_POLL_SECONDS = env_float("GATEWAY_POLL_SECONDS", 0.1)
 GATEWAY_SNAPSHOT_TTL_SECONDS = env_float("GATEWAY_SNAPSHOT_TTL_SECONDS", 0.5)
 GATEWAY_FLUSH_SECONDS = env_float("GATEWAY_FLUSH_SECONDS", 1.0)
 GATEWAY_SHUTDOWN_SECONDS = env_float("GATEWAY_SHUTDOWN_SECONDS", 10.0)
+# How long the gateway holds a call to an endpoint scaled to zero while a replica starts (else 503 with Retry-After).
+GATEWAY_WAKE_SECONDS = env_float("GATEWAY_WAKE_SECONDS", 120.0)
 
 # Input limits (docs/architecture.md, "Input limits"). Bodies over REQUEST_MAX_BODY_BYTES get a JSON 413 (read and
 # discarded up to REQUEST_DRAIN_MAX_BYTES, so the keep-alive connection survives) and query strings over

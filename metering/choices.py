@@ -28,6 +28,7 @@ class IdleAction(models.TextChoices):
     """What an idle policy does once the owner was warned and the work stayed idle."""
 
     RELEASE = "release", "Stop and release"
+    SCALE_TO_ZERO = "scale_to_zero", "Scale the endpoint to zero replicas, woken by its next call (serving only)"
 
 
 class IdleStep(models.TextChoices):

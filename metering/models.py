@@ -10,6 +10,7 @@ from django.core.validators import MaxValueValidator, MinValueValidator
 from django.db import models
 from django.db.models import F, Q
 
+from catalog.choices import ServiceKind
 from metering.choices import BudgetLevel, IdleAction
 
 
@@ -189,7 +190,7 @@ class IdlePolicy(models.Model):
     warning_minutes = models.PositiveIntegerField(
         "warning lead (minutes)", default=30, validators=[MinValueValidator(1)], help_text="Warn this long before."
     )
-    action = models.CharField(max_length=12, choices=IdleAction.choices, default=IdleAction.RELEASE)
+    action = models.CharField(max_length=16, choices=IdleAction.choices, default=IdleAction.RELEASE)
     max_snoozes = models.PositiveSmallIntegerField(default=2, help_text="Snoozes an owner may take per request.")
     snooze_minutes = models.PositiveIntegerField(
         "snooze (minutes)", default=120, validators=[MinValueValidator(10)], help_text="How long a snooze postpones."
@@ -214,6 +215,17 @@ class IdlePolicy(models.Model):
             raise ValidationError({"warning_minutes": "The warning must come before the idle time is reached."})
         if not (self.watch_utilization or self.watch_sessions or self.watch_gateway):
             raise ValidationError("Watch at least one signal.")
+        if self.action == IdleAction.SCALE_TO_ZERO:
+            self._check_scales_to_zero()
+
+    def _check_scales_to_zero(self):
+        """Only an endpoint has replicas to scale and a next call to wake it, and only its calls say it is used."""
+        if self.service_id is not None and self.service.kind != ServiceKind.MODEL_SERVING:
+            raise ValidationError(
+                {"action": "Only a model-serving offering scales to zero; stop and release other work."}
+            )
+        if not self.watch_gateway:
+            raise ValidationError({"watch_gateway": "Scaling to zero needs the gateway calls watched."})
 
 
 class IdleWatch(models.Model):

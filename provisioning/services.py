@@ -38,6 +38,7 @@ from requests.services import (
 from scheduling.allocations import allocations_meter_from_workload
 from scheduling.choices import AllocationState
 from scheduling.models import RUN_ANCHOR, Allocation
+from serving.deployments import deployment_stop
 from tenancy.models import User
 from tenancy.services import audit_record
 
@@ -488,6 +489,7 @@ def release_start(*, request_id: int, reason: str) -> ProvisioningRun | None:
     from scheduling.reclaim import allocation_free
 
     if release_path(request_id=request_id) == ReleasePath.FREE_NOW:
+        deployment_stop(request=request_id)  # an endpoint at zero replicas runs nothing, but its route goes
         allocation_free(request_ids=[request_id], reason=reason)
         return None
     return _teardown_begin(_teardown_anchor(request_id, RunKind.RELEASE), RunKind.RELEASE, reason)

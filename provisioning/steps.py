@@ -583,7 +583,8 @@ def start_replicas(ctx: StepContext) -> dict:
     deployment = deployment_for(ctx.run.request)
     serving = ctx.snapshot["serving"]
     started = {}
-    for index, (target, allocation_id, devices) in enumerate(_replica_placements(ctx, serving["replicas"])):
+    wanted = ctx.run.request.serving_replicas or serving["replicas"]  # woken from zero: fewer than ordered
+    for index, (target, allocation_id, devices) in enumerate(_replica_placements(ctx, wanted)):
         replica, _ = ServingReplica.objects.get_or_create(deployment=deployment, name=f"replica-{index}")
         if replica.pid and replica.allocation_id == allocation_id and not probe(replica):
             continue

@@ -8,7 +8,7 @@ from django_q.tasks import async_task
 from config.errors import DomainError
 from config.retry import retry_if_locked
 from config.workers import wait_unless_stopping
-from provisioning import engine, extensions, outages, reconcile, services
+from provisioning import engine, extensions, outages, reconcile, scaling, services
 
 logger = logging.getLogger(__name__)
 
@@ -38,6 +38,11 @@ def start_stranded_runs() -> dict[str, list[int]]:
 def start_release(request_id: int, reason: str) -> bool:
     """Tear down then free, or free now (services.release_start); True when a release run started."""
     return services.release_start(request_id=request_id, reason=reason) is not None
+
+
+@retry_if_locked
+def scale_to_zero(request_id: int, reason: str) -> dict:
+    return scaling.endpoint_scale_to_zero(request_id=request_id, reason=reason)
 
 
 @retry_if_locked

@@ -61,6 +61,11 @@ def start_release(*, request_id: int, reason: str, **_kwargs) -> None:
     async_task(RELEASE_TASK, request_id, reason)
 
 
+def scale_to_zero(*, request_id: int, reason: str, **_kwargs) -> None:
+    """metering's idle sweep acted on an endpoint whose policy scales it to zero."""
+    async_task("provisioning.tasks.scale_to_zero", request_id, reason)
+
+
 def teardown_after_preemption(*, request_id: int, **_kwargs) -> None:
     async_task("provisioning.tasks.teardown_after_preemption", request_id)
 
@@ -91,6 +96,7 @@ def connect() -> None:
     from django.db.models.signals import post_migrate
 
     from config import metrics
+    from metering.idle.signals import idle_scale_to_zero
     from provisioning.connect import connect_secrets_shown
     from provisioning.metrics import ProvisioningCollector
     from provisioning.selectors import provisioning_details
@@ -105,5 +111,6 @@ def connect() -> None:
     request_releasing.connect(start_release, dispatch_uid="provisioning.release")
     request_preempted.connect(teardown_after_preemption, dispatch_uid="provisioning.teardown_on_preemption")
     request_extended.connect(extend_after_approval, dispatch_uid="provisioning.extend_on_approval")
+    idle_scale_to_zero.connect(scale_to_zero, dispatch_uid="provisioning.scale_to_zero_when_idle")
     backend_availability_changed.connect(follow_backend, dispatch_uid="provisioning.follow_backend")
     post_migrate.connect(ensure_schedules, dispatch_uid="provisioning.ensure_schedules")

@@ -92,6 +92,7 @@ class EventCode(models.TextChoices):
     IDLE_SNOOZED = "idle_snoozed", "Idle stop snoozed"
     IDLE_CLEARED = "idle_cleared", "Busy again: idle warning cleared"
     IDLE_STOPPED = "idle_stopped", "Stopped for being idle"
+    SCALING_UP = "scaling_up", "Woken: asking for capacity again"
     CANCELLED = "cancelled", "Cancelled"
     WAITING_EXPIRED = "waiting_expired", "Stopped waiting for quota"
     ALLOCATED = "allocated", "Allocated"

@@ -43,6 +43,7 @@ from requests.quota import (
     lock_quota_scope,
     quota_impact,
     quota_scopes,
+    request_quota_impact,
 )
 from requests.signals import request_preempted, request_queued, request_releasing
 from requests.timeline import Timeline, write_events
@@ -861,6 +862,29 @@ def _write_queue_status(rows: list[tuple[int, int, str, str]], now) -> None:
 
 def can_release(user: User, request: ResourceRequest) -> bool:
     return can_cancel(user, request)
+
+
+@transaction.atomic
+def request_ask_for_capacity(*, request: ResourceRequest, replicas: int, message: str, data: dict) -> ResourceRequest:
+    """An active serving request that holds nothing (scaled to zero) asks for `replicas` again: its quota is checked
+    as it stands now (a limit lowered while it slept refuses the wake: 409 `quota_exceeded`, with the dimensions),
+    then it goes back to the queue, where the next cycle places it as any queued request and provisioning starts
+    it again. Its approved snapshot stays the contract; only `replicas` of its replicas are placed."""
+    request = _locked(request)
+    lock_quota_scope(request.project)
+    over = exceeded(request_quota_impact(request))
+    if over:
+        raise Conflict(
+            "Waking this endpoint would exceed the project's quota: " + "; ".join(reason["message"] for reason in over),
+            code="quota_exceeded",
+            details={"reasons": over},
+        )
+    request.serving_replicas = replicas
+    request.queue_position, request.queue_reason, request.queue_updated_at = None, {}, timezone.now()
+    _transition(request, "ask_for_capacity", actor=None, code=EventCode.SCALING_UP, message=message, data=data)
+    request_id = request.pk
+    transaction.on_commit(lambda: request_queued.send(sender=ResourceRequest, request_id=request_id))
+    return request
 
 
 @transaction.atomic

@@ -190,6 +190,9 @@ def demand_of(request: ResourceRequest) -> Demand:
             **sizes,
         )
     replicas, nodes = serving.get("replicas", 1), spec.get("nodes", 1)  # snapshots before multi-node specs: one
+    if request.serving_replicas:  # an endpoint woken from zero asks for fewer replicas than it ordered, each as big
+        sizes = {size: total * request.serving_replicas // replicas for size, total in sizes.items()}
+        replicas = request.serving_replicas
     return make_demand(
         str(request.pk),
         request.priority,
@@ -270,6 +273,7 @@ WINDOW_FIELDS = (
     "quota_reasons",
     "approved_spec",
     "approved_spec_hash",
+    "serving_replicas",
     "created_at",
     "queue_position",
     "queue_reason",

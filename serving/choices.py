@@ -8,4 +8,11 @@ class DeploymentState(models.TextChoices):
 
     DEPLOYING = "deploying", "Deploying"
     SERVING = "serving", "Serving"
+    SCALED_TO_ZERO = "scaled_to_zero", "Scaled to zero (woken by its next call)"
+    WAKING = "waking", "Waking: starting a replica"
     STOPPED = "stopped", "Stopped"
+
+
+# Deployments the gateway keeps a route for: serving ones, and those at zero replicas, which a call wakes.
+ROUTED_STATES = (DeploymentState.SERVING, DeploymentState.SCALED_TO_ZERO, DeploymentState.WAKING)
+ASLEEP_STATES = (DeploymentState.SCALED_TO_ZERO, DeploymentState.WAKING)

@@ -11,6 +11,8 @@ from django.urls import reverse
 from django.utils import timezone
 from django.utils.text import slugify
 
+from requests.models import ResourceRequest
+from requests.services import request_ask_for_capacity
 from scheduling.choices import DeviceHealth
 from scheduling.models import Allocation, AllocationDevice
 from serving.choices import DeploymentState
@@ -175,3 +177,47 @@ def serving_replicas_check(*, node_id: int | None = None) -> int:
     if node_id is not None:
         replicas = replicas.filter(allocation__node_id=node_id)
     return len(replicas_check(list(replicas)))
+
+
+# --- Scale to zero, and waking on a call ---------------------------------------------------------------------------
+
+WAKE_REPLICAS = 1
+
+
+@transaction.atomic
+def deployment_scale_to_zero(*, request) -> list[ServingReplica] | None:
+    """The idle action on an endpoint, first half (the caller, which stops the servers and returns the devices, has
+    locked the request): the deployment leaves the gateways' rotation but keeps its route, its keys and its record,
+    scaled to zero; its replicas are forgotten and returned (with their allocations) for the caller to stop. None
+    when it is not serving (released meanwhile, or at zero already)."""
+    deployment = ServingDeployment.objects.select_for_update().filter(request=request).first()
+    if deployment is None or deployment.state != DeploymentState.SERVING:
+        return None
+    deployment.scale_to_zero()
+    deployment.save(update_fields=["state", "scaled_to_zero_at"])
+    replicas = list(deployment.replicas.select_related("allocation__node"))
+    ServingReplica.objects.filter(pk__in=[replica.pk for replica in replicas]).delete()
+    routes_changed()
+    return replicas
+
+
+def deployment_wake(*, deployment_id: int) -> str:
+    """A gateway received a call for a deployment at zero: ask for one replica through the normal path (the quota
+    checked as it stands, the queue, the scheduler's placement, provisioning), once however many calls and gateways
+    ask (the locked deployment leaves `scaled_to_zero` once). Returns the deployment's state afterwards; raises
+    Conflict `quota_exceeded` when the quota no longer holds a replica."""
+    request_id = ServingDeployment.objects.values_list("request_id", flat=True).get(pk=deployment_id)
+    with transaction.atomic():
+        request = ResourceRequest.objects.select_for_update().get(pk=request_id)  # the request first, as release
+        deployment = ServingDeployment.objects.select_for_update().get(pk=deployment_id)
+        if deployment.state != DeploymentState.SCALED_TO_ZERO:
+            return deployment.state  # woken by another call or gateway, or gone
+        request_ask_for_capacity(
+            request=request,
+            replicas=WAKE_REPLICAS,
+            message=f"Woken by a call to {deployment.slug}: asking for {WAKE_REPLICAS} replica again.",
+            data={"deployment": deployment.slug, "replicas": WAKE_REPLICAS},
+        )
+        deployment.wake()
+        deployment.save(update_fields=["state"])
+        return deployment.state

@@ -14,13 +14,17 @@ Per call, nothing touches the database:
 4. round robin over the healthy replicas; one that refuses the connection is dropped from this process's rotation
    at once and reported to the control plane (deployments.replica_failed, which marks it down with the reason and
    makes every gateway reload); the call fails over to the next one;
-5. the answer is relayed (server-sent events line by line, as they come) and its `usage` added to an in-memory
+5. a deployment scaled to zero for being idle is woken by the call (`Gateway._awake`): the control plane is asked
+   for a replica once, and the call is held until one serves, for at most GATEWAY_WAKE_SECONDS (else 503
+   waking_up with a Retry-After);
+6. the answer is relayed (server-sent events line by line, as they come) and its `usage` added to an in-memory
    tally, flushed to metering.TokenUsage at least every second and on SIGTERM. A crash loses at most the last
    second of counts. A streamed answer without `usage` (llama.cpp's) is counted here: see `_StreamCount`.
 
 Errors are {code, message, details}: 400 invalid_path (a path that would leave the replica's /v1/: paths.py),
 401 invalid_api_key, 403 key_not_for_this_deployment, 404 unknown_deployment, 429 rate_limited (Retry-After) /
-token_budget_exhausted, 502 no_healthy_replica / upstream_unavailable, 504 upstream_timeout.
+token_budget_exhausted, 409 quota_exceeded (waking it would exceed the project's quota), 503 waking_up,
+502 no_healthy_replica / upstream_unavailable, 504 upstream_timeout.
 """
 
 import asyncio
@@ -44,12 +48,15 @@ from django.db import close_old_connections
 from django.utils import timezone
 from yarl import URL
 
+from config.errors import DomainError
 from serving import diagnostics, paths, ratelimit, routes, usage
+from serving.choices import DeploymentState
 
 logger = logging.getLogger(__name__)
 
 FORWARDED_HEADERS = ("Content-Type", "Accept")
 LAST_USE_EVERY_SECONDS = 60.0
+WAKE_RETRY_AFTER_SECONDS = 5  # a replica of a small model starts in seconds
 SAFETY_RELOAD_SECONDS = 5.0
 
 
@@ -115,6 +122,7 @@ class Gateway:
         self.session: aiohttp.ClientSession | None = None
         self.tasks: list[asyncio.Task] = []
         self.counting: set[asyncio.Task] = set()  # streamed answers whose prompt tokens are being counted
+        self.waking: dict[str, asyncio.Task] = {}  # deployments at zero this process asked to wake, by slug
         self.today, self.today_until = None, 0.0
         timeout = settings.GATEWAY_UPSTREAM_TIMEOUT_SECONDS
         self.timeout = aiohttp.ClientTimeout(total=None, sock_connect=2.0, sock_read=timeout)
@@ -270,6 +278,8 @@ class Gateway:
             key, route = self._admit(request)
             await self._check_rate(key, route)
             self._check_budget(route)
+            if route.asleep:
+                route = await self._awake(route)
             return await self._forward(request, key, route)
         except Refusal as refusal:
             return refusal.response()
@@ -365,6 +375,47 @@ class Gateway:
             "No replica answered; they are marked unhealthy until they recover.",
             deployment=route.slug,
         )
+
+    async def _awake(self, route: routes.Route) -> routes.Route:
+        """A deployment at zero replicas: ask the control plane to wake it, once for all the calls this process
+        holds for it (the control plane, on the locked deployment, wakes it once for all the gateways), then hold
+        the call until the snapshot routes to a healthy replica, for at most GATEWAY_WAKE_SECONDS; else 503 with a
+        Retry-After. The call was admitted first (key, rate, budget): nobody without a key wakes anything."""
+        slug = route.slug
+        if slug not in self.waking and route.state == DeploymentState.SCALED_TO_ZERO:
+            asking = self.waking[slug] = asyncio.create_task(self._ask_to_wake(route.deployment_id))
+            asking.add_done_callback(lambda _done: self.waking.pop(slug, None))
+        asking = self.waking.get(slug)
+        deadline = time.monotonic() + settings.GATEWAY_WAKE_SECONDS
+        while time.monotonic() < deadline:
+            current = self.snapshot.routes.get(slug)
+            if current is None:
+                raise Refusal(404, "unknown_deployment", f"No deployment '{slug}' is serving.")
+            if not current.asleep and current.replicas:
+                return current
+            if asking is not None and asking.done() and isinstance(asking.result(), Refusal):
+                raise asking.result()
+            await asyncio.sleep(settings.GATEWAY_POLL_SECONDS)
+        raise _retry_shortly(
+            "waking_up",
+            f"The deployment was scaled to zero for being idle and is starting a replica; it did not answer within "
+            f"{settings.GATEWAY_WAKE_SECONDS:g} s. Try again shortly.",
+            deployment=slug,
+        )
+
+    async def _ask_to_wake(self, deployment_id: int) -> str | Refusal:
+        """The control plane's answer to a wake: the deployment's state, or why it refused (the quota)."""
+        from serving.deployments import deployment_wake
+
+        try:
+            return await self._in_db(lambda: deployment_wake(deployment_id=deployment_id))
+        except DomainError as refused:
+            return Refusal(refused.status_code, refused.code, refused.message, **refused.details)
+        except Exception:
+            logger.exception("Could not wake deployment #%s", deployment_id)
+            return _retry_shortly(
+                "wake_failed", "The deployment is scaled to zero and could not be woken now; try again shortly."
+            )
 
     def _still_down(self, replica_id: int, snapshot_started: float) -> bool:
         """Found dead here and not yet recorded by the control plane when the snapshot was read."""
@@ -478,6 +529,18 @@ class Gateway:
         row[4] += completion
         self.local_tokens[route.request_id] += prompt + completion
         self.last_use[key.prefix] = now
+
+
+def _retry_shortly(code: str, message: str, **details) -> Refusal:
+    """503 for a deployment at zero that is not serving yet, with when to try again."""
+    return Refusal(
+        503,
+        code,
+        message,
+        headers={"Retry-After": str(WAKE_RETRY_AFTER_SECONDS)},
+        **details,
+        retry_after=WAKE_RETRY_AFTER_SECONDS,
+    )
 
 
 def _usage_of(body: bytes) -> dict | None:

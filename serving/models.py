@@ -16,13 +16,14 @@ class ServingDeployment(ConcurrentTransitionMixin, models.Model):
     project = models.ForeignKey("tenancy.Project", on_delete=models.PROTECT, related_name="deployments")
     slug = models.SlugField(max_length=80, unique=True)
     model_name = models.CharField(max_length=160, help_text="The model id clients send, as /v1/models lists it.")
-    state = FSMField(max_length=10, choices=DeploymentState.choices, default=DeploymentState.DEPLOYING, protected=True)
+    state = FSMField(max_length=16, choices=DeploymentState.choices, default=DeploymentState.DEPLOYING, protected=True)
     rate_limit_per_minute = models.PositiveIntegerField(help_text="Requests per minute per API key.")
     monthly_token_budget = models.PositiveBigIntegerField(
         null=True, blank=True, help_text="Input + output tokens a month; empty = none."
     )
     created_at = models.DateTimeField(auto_now_add=True)
     stopped_at = models.DateTimeField(null=True, blank=True)
+    scaled_to_zero_at = models.DateTimeField(null=True, blank=True, help_text="When it last went down to no replica.")
 
     class Meta:
         ordering = ["-created_at"]
@@ -30,18 +31,27 @@ class ServingDeployment(ConcurrentTransitionMixin, models.Model):
     def __str__(self):
         return self.slug
 
-    # A retried provisioning routes a deployment again after the failure's cleanup stopped it.
+    # A retried provisioning routes a deployment again after the failure's cleanup stopped it; a woken one serves
+    # again once its replica answers.
     @transition(
-        field=state, source=[DeploymentState.DEPLOYING, DeploymentState.STOPPED], target=DeploymentState.SERVING
+        field=state,
+        source=[DeploymentState.DEPLOYING, DeploymentState.STOPPED, DeploymentState.WAKING],
+        target=DeploymentState.SERVING,
     )
     def serve(self):
         self.stopped_at = None
 
-    @transition(
-        field=state, source=[DeploymentState.DEPLOYING, DeploymentState.SERVING], target=DeploymentState.STOPPED
-    )
+    @transition(field=state, source="*", target=DeploymentState.STOPPED)
     def stop(self):
         self.stopped_at = timezone.now()
+
+    @transition(field=state, source=DeploymentState.SERVING, target=DeploymentState.SCALED_TO_ZERO)
+    def scale_to_zero(self):
+        self.scaled_to_zero_at = timezone.now()
+
+    @transition(field=state, source=DeploymentState.SCALED_TO_ZERO, target=DeploymentState.WAKING)
+    def wake(self):
+        pass
 
 
 class ServingReplica(models.Model):

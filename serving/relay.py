@@ -14,7 +14,10 @@ from django.views.decorators.csrf import csrf_exempt
 from serving import paths
 
 HOP_HEADERS = ("content-type", "accept", "authorization")
-_client = httpx.Client(timeout=httpx.Timeout(settings.GATEWAY_UPSTREAM_TIMEOUT_SECONDS + 5, connect=2.0))
+# The gateway may hold a call to an endpoint at zero while it wakes, then wait for the replica's answer.
+_client = httpx.Client(
+    timeout=httpx.Timeout(settings.GATEWAY_WAKE_SECONDS + settings.GATEWAY_UPSTREAM_TIMEOUT_SECONDS + 5, connect=2.0)
+)
 
 
 def _error(status: int, code: str, message: str, details: dict | None = None) -> JsonResponse:

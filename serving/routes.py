@@ -7,8 +7,8 @@ committed change bumps a version counter in Redis (`ROUTES_VERSION_KEY`); each g
 refused everywhere from the next poll on. Without Redis (the embedded default) there is nothing to poll: each
 gateway reloads its snapshot every `GATEWAY_SNAPSHOT_TTL_SECONDS` instead.
 
-The snapshot is three small queries (serving deployments, their healthy replicas, the active keys of their
-projects) run in the gateway's database thread, never per call.
+The snapshot is three small queries (serving deployments and those at zero replicas, their healthy replicas, the
+active keys of their projects) run in the gateway's database thread, never per call.
 """
 
 import logging
@@ -69,6 +69,11 @@ class Route:
     rate_limit_per_minute: int
     monthly_token_budget: int | None
     replicas: list[Replica] = field(default_factory=list)
+    state: str = "serving"  # serving.choices.DeploymentState: at zero or waking, a call wakes it
+
+    @property
+    def asleep(self) -> bool:
+        return self.state != "serving"
 
 
 @dataclass(frozen=True)
@@ -88,7 +93,8 @@ class Snapshot:
 
 def snapshot_load() -> Snapshot:
     """Everything the gateway needs to admit and route a call (three queries)."""
-    from serving.choices import DeploymentState
+    from requests.choices import RUNNING_STATES, RequestState
+    from serving.choices import ASLEEP_STATES, DeploymentState
     from serving.models import ApiKey, ServingDeployment, ServingReplica
 
     routes = {
@@ -100,9 +106,21 @@ def snapshot_load() -> Snapshot:
             model=row["model_name"],
             rate_limit_per_minute=row["rate_limit_per_minute"],
             monthly_token_budget=row["monthly_token_budget"],
+            state=row["state"],
         )
-        for row in ServingDeployment.objects.filter(state=DeploymentState.SERVING).values(
-            "pk", "request_id", "project_id", "slug", "model_name", "rate_limit_per_minute", "monthly_token_budget"
+        for row in ServingDeployment.objects.filter(
+            # At zero replicas a deployment keeps its route while its request lives: the next call wakes it.
+            Q(state=DeploymentState.SERVING)
+            | Q(state__in=ASLEEP_STATES, request__state__in=[*RUNNING_STATES, RequestState.QUEUED])
+        ).values(
+            "pk",
+            "request_id",
+            "project_id",
+            "slug",
+            "model_name",
+            "rate_limit_per_minute",
+            "monthly_token_budget",
+            "state",
         )
     }
     by_id = {route.deployment_id: route for route in routes.values()}

@@ -3,6 +3,7 @@
 from django.urls import reverse
 
 from serving import usage
+from serving.choices import ASLEEP_STATES
 from serving.deployments import endpoint_url, example_curl
 from serving.models import ApiKey, ServingDeployment
 
@@ -40,6 +41,9 @@ def endpoint_details(request, base_url: str | None = None) -> dict | None:
         "slug": deployment.slug,
         "model": deployment.model_name,
         "state": deployment.state,
+        "state_label": deployment.get_state_display(),
+        "asleep": deployment.state in ASLEEP_STATES,
+        "scaled_to_zero_at": deployment.scaled_to_zero_at,
         "rate_limit_per_minute": deployment.rate_limit_per_minute,
         "monthly_token_budget": deployment.monthly_token_budget,
         "replicas": list(

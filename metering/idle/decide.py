@@ -3,7 +3,8 @@ watch stands, what the sweep does now and why.
 
 Idle since = the latest sign of use among the watched signals (a busy reading, an open session, a gateway call) or
 the start of the work. Utilisation counts only with evidence: readings that stopped arriving say nothing, so the
-work is not idle on that account (no reading, no evidence, no action). A warning or snooze belongs to one idle
+work is not idle on that account (no reading, no evidence, no action) — except a serving endpoint, judged by its
+gateway calls, whose readings count only where there are any. A warning or snooze belongs to one idle
 episode: a sign of use after it clears it. The action runs only after a warning at least the lead before it, and
 never on work that cannot be stopped (bare-metal leases are warned only).
 """
@@ -26,6 +27,9 @@ class Terms:
     watch_gateway: bool
     idle: timedelta
     lead: timedelta
+    # Without fresh readings work is not judged idle; an endpoint is judged by its calls, its readings count when
+    # there are any.
+    readings_required: bool = True
 
 
 @dataclass(frozen=True)
@@ -78,8 +82,8 @@ def _iso(moment: datetime | None) -> str | None:
 def decide(terms: Terms, activity: Activity, now: datetime) -> Verdict:
     """Since when the request has been idle on every watched signal, with one reason per signal; or not idle."""
     marks, reasons = [activity.started_at], []
-    if terms.utilization_below_pct is not None:
-        fresh = activity.last_reading_at is not None and now - activity.last_reading_at <= READINGS_FRESH_FOR
+    fresh = activity.last_reading_at is not None and now - activity.last_reading_at <= READINGS_FRESH_FOR
+    if terms.utilization_below_pct is not None and (fresh or terms.readings_required):
         if not fresh:
             return Verdict(
                 None,

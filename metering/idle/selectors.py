@@ -9,7 +9,7 @@ from django.db.models.functions import Coalesce
 from django.utils import timezone
 
 from catalog.choices import ServiceKind
-from metering.choices import Grouping
+from metering.choices import Grouping, IdleAction
 from metering.idle.decide import Activity, Terms, Watch, duration_in_words
 from metering.models import IdlePolicy, IdleWatch, TelemetrySample, TokenUsage
 from metering.selectors import usage_report
@@ -24,13 +24,16 @@ ACTIVE_ALLOCATION = Q(allocations__state=AllocationState.ACTIVE)
 
 
 def terms_of(policy: IdlePolicy) -> Terms:
+    endpoint = policy.service.kind == ServiceKind.MODEL_SERVING
     return Terms(
         utilization_below_pct=policy.utilization_below_pct if policy.watch_utilization else None,
-        watch_sessions=policy.watch_sessions,
-        # Only an endpoint has gateway calls: for other offerings the signal would be silent, never a sign of use.
-        watch_gateway=policy.watch_gateway and policy.service.kind == ServiceKind.MODEL_SERVING,
+        # An endpoint has no SSH or Jupyter sessions, and only an endpoint has gateway calls: a signal that is
+        # always silent would be a reason without evidence.
+        watch_sessions=policy.watch_sessions and not endpoint,
+        watch_gateway=policy.watch_gateway and endpoint,
         idle=timedelta(minutes=policy.idle_minutes),
         lead=timedelta(minutes=policy.warning_minutes),
+        readings_required=not endpoint,
     )
 
 
@@ -145,6 +148,7 @@ def status_of(watch: IdleWatch, policy: IdlePolicy, viewer, resource_request: Re
         "warned_at": watch.warned_at,
         "acts_at": watch.acts_at,
         "stoppable": watch.acts_at is not None,
+        "scales_to_zero": policy.action == IdleAction.SCALE_TO_ZERO,
         "snoozes": watch.snoozes,
         "snoozes_left": snoozes_left,
         "snoozed_until": watch.snoozed_until,

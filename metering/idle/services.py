@@ -8,8 +8,10 @@ from django.db import transaction
 from django.utils import timezone
 
 from config.errors import Conflict, DomainError, NotPermitted
+from metering.choices import IdleAction
 from metering.idle import decide
 from metering.idle.selectors import Watched, watch_of, watched_requests
+from metering.idle.signals import idle_scale_to_zero
 from metering.models import IdlePolicy, IdleWatch
 from requests.choices import EventCode, RequestState
 from requests.models import ResourceRequest
@@ -17,6 +19,12 @@ from requests.services import can_release, record_event, request_release
 from tenancy.models import User
 
 MAX_REASON_LENGTH = 300
+# What each action is called in the warning ("… at 16:30 UTC") and on the timeline once done.
+_ACTS = {IdleAction.RELEASE: "Stops", IdleAction.SCALE_TO_ZERO: "Scales to zero replicas (woken by its next call)"}
+_DONE = {
+    IdleAction.RELEASE: "Stopped and released",
+    IdleAction.SCALE_TO_ZERO: "Scaled to zero replicas (its route, keys and record stay; its next call wakes it)",
+}
 
 
 @dataclass
@@ -93,8 +101,8 @@ def _warn(watch: IdleWatch, step: decide.Step, watched: Watched, now: datetime) 
         then = "Bare-metal leases are not stopped for being idle: release it if you are done."
     else:
         then = (
-            f"Stops at {step.acts_at:%Y-%m-%d %H:%M} UTC unless it is used again or you snooze it "
-            f"({max(0, watched.policy.max_snoozes - watch.snoozes)} snooze(s) left)."
+            f"{_ACTS[watched.policy.action]} at {step.acts_at:%Y-%m-%d %H:%M} UTC unless it is used again or you "
+            f"snooze it ({max(0, watched.policy.max_snoozes - watch.snoozes)} snooze(s) left)."
         )
     watch.idle_since, watch.warned_at, watch.acts_at = step.verdict.idle_since, now, step.acts_at
     watch.reasons = step.verdict.reasons
@@ -140,20 +148,28 @@ def _act(watch: IdleWatch, step: decide.Step, watched: Watched, now: datetime) -
     _end_episode(watch, watched, now)
     watch.reasons = step.verdict.reasons
     watch.save()
+    action = watched.policy.action
     record_event(
         request=watch.request,
         actor=None,
         code=EventCode.IDLE_STOPPED,
-        message=f"Stopped and released: idle for {idle_for} ({_reasons_in_words(step.verdict)}), warned at "
+        message=f"{_DONE[action]}: idle for {idle_for} ({_reasons_in_words(step.verdict)}), warned at "
         f"{warned_at:%Y-%m-%d %H:%M} UTC.",
         data={
-            "action": watched.policy.action,
+            "action": action,
             "idle_since": step.verdict.idle_since.isoformat(),
             "warned_at": warned_at.isoformat(),
             "reasons": step.verdict.reasons,
         },
     )
-    request_release(request=watch.request, actor=None, reason=f"idle for {idle_for} after a warning")
+    reason = f"idle for {idle_for} after a warning"
+    if action == IdleAction.SCALE_TO_ZERO:
+        request_id = watch.request_id
+        transaction.on_commit(
+            lambda: idle_scale_to_zero.send(sender=IdleWatch, request_id=request_id, reason=f"scaled to zero: {reason}")
+        )
+    else:
+        request_release(request=watch.request, actor=None, reason=reason)
 
 
 @transaction.atomic

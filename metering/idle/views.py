@@ -41,7 +41,8 @@ def snooze(request, pk):
             messages.success(request, f"Request #{pk}: idle stop snoozed.")
         return redirect("portal:request-detail", pk=pk)
     status = idle_status(target, request.user)
-    stops = f" It stops at {status['acts_at']:%H:%M} UTC otherwise." if status and status["acts_at"] else ""
+    what = "scales to zero replicas" if status and status["scales_to_zero"] else "stops"
+    stops = f" It {what} at {status['acts_at']:%H:%M} UTC otherwise." if status and status["acts_at"] else ""
     return confirmation(
         request,
         title=f"Keep request #{pk} running?",

@@ -78,6 +78,11 @@ class ResourceRequest(ConcurrentTransitionMixin, models.Model):
     queue_position = models.PositiveIntegerField(null=True, blank=True)
     queue_reason = models.JSONField(default=dict, blank=True, help_text="code, message and numbers of the wait.")
     queue_updated_at = models.DateTimeField(null=True, blank=True)
+    serving_replicas = models.PositiveSmallIntegerField(
+        null=True,
+        blank=True,
+        help_text="Replicas a serving endpoint woken from zero asks for (fewer than its order's); empty: the order's.",
+    )
     queue_estimate = models.JSONField(
         default=dict,
         blank=True,
@@ -220,6 +225,11 @@ class ResourceRequest(ConcurrentTransitionMixin, models.Model):
 
     @transition(field=state, source=[S.ALLOCATED, S.PROVISIONING, S.ACTIVE], target=S.QUEUED)
     def preempt(self):
+        pass
+
+    # A serving endpoint scaled to zero (active, holding nothing) asks for capacity again when a call wakes it.
+    @transition(field=state, source=S.ACTIVE, target=S.QUEUED)
+    def ask_for_capacity(self):
         pass
 
     @transition(field=state, source=[S.ALLOCATED, S.PROVISIONING, S.ACTIVE], target=S.RELEASING)

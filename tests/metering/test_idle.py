@@ -401,3 +401,25 @@ def test_a_policy_turned_off_stops_nothing_and_shows_nothing(warned, client, run
     assert 'id="idle-banner"' not in client.get(f"/requests/{request.pk}/").content.decode()
     request.refresh_from_db()
     assert request.state == RequestState.ACTIVE
+
+
+def test_only_a_serving_offering_scales_to_zero_and_only_with_its_calls_watched(shop):  # noqa: F811
+    from django.core.exceptions import ValidationError
+
+    from catalog.choices import ServiceKind
+    from metering.choices import IdleAction
+
+    workspace = IdlePolicy(service=shop.service, action=IdleAction.SCALE_TO_ZERO)
+    with pytest.raises(ValidationError) as refused:
+        workspace.full_clean()
+    assert refused.value.message_dict["action"] == [
+        "Only a model-serving offering scales to zero; stop and release other work."
+    ]
+    IdlePolicy(service=shop.service, action=IdleAction.RELEASE).full_clean()
+    endpoint = factories.ServiceFactory(kind=ServiceKind.MODEL_SERVING, specs=[], images=[])
+    IdlePolicy(service=endpoint, action=IdleAction.SCALE_TO_ZERO).full_clean()
+    IdlePolicy(service=endpoint, action=IdleAction.RELEASE).full_clean()  # an endpoint may still be released
+    deaf = IdlePolicy(service=endpoint, action=IdleAction.SCALE_TO_ZERO, watch_gateway=False)
+    with pytest.raises(ValidationError) as refused:
+        deaf.full_clean()
+    assert refused.value.message_dict["watch_gateway"] == ["Scaling to zero needs the gateway calls watched."]

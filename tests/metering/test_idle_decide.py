@@ -104,3 +104,48 @@ def test_durations_in_words():
         "1 h 30 min",
         "2 h 30 min",
     ]
+
+
+ENDPOINT = Terms(
+    utilization_below_pct=5,
+    watch_sessions=False,
+    watch_gateway=True,
+    idle=timedelta(hours=1),
+    lead=timedelta(minutes=15),
+    readings_required=False,
+)
+
+
+def test_an_endpoint_without_readings_is_judged_by_its_gateway_calls():
+    now = minutes(100)
+    calls_only = Activity(started_at=T0, last_call_at=minutes(30))
+    verdict = decide.decide(ENDPOINT, calls_only, now)
+    assert verdict.idle_since == minutes(30)
+    assert [reason["code"] for reason in verdict.reasons] == ["no_gateway_calls"]
+    assert verdict.reasons[0]["details"]["last_call_at"] == minutes(30).isoformat()
+    stale = Activity(started_at=T0, last_call_at=minutes(30), last_reading_at=minutes(10), last_busy_reading_at=T0)
+    assert decide.decide(ENDPOINT, stale, now).idle_since == minutes(30)  # old readings neither block nor count
+
+
+def test_an_endpoint_s_fresh_readings_count_too():
+    now = minutes(100)
+    busy_card = Activity(
+        started_at=T0, last_call_at=minutes(30), last_reading_at=minutes(99), last_busy_reading_at=minutes(80)
+    )
+    verdict = decide.decide(ENDPOINT, busy_card, now)
+    assert verdict.idle_since == minutes(80)
+    assert [reason["code"] for reason in verdict.reasons] == ["accelerators_idle", "no_gateway_calls"]
+
+
+def test_an_endpoint_is_warned_the_lead_before_and_scaled_at_the_idle_time_and_a_call_clears_it():
+    def endpoint_step(now, watch=NOT_WARNED, last_call_at=T0):
+        activity = Activity(started_at=T0, last_call_at=last_call_at)
+        return decide.next_step(terms=ENDPOINT, activity=activity, watch=watch, now=now, stoppable=True)
+
+    assert endpoint_step(minutes(44)).kind == NOTHING
+    warn = endpoint_step(minutes(45))
+    assert (warn.kind, warn.acts_at) == (WARN, minutes(60))
+    warned = Watch(warned_at=minutes(45))
+    assert endpoint_step(minutes(59), warned).kind == NOTHING
+    assert endpoint_step(minutes(60), warned).kind == ACT
+    assert endpoint_step(minutes(58), warned, last_call_at=minutes(50)).kind == CLEAR

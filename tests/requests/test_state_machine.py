@@ -32,6 +32,7 @@ LEGAL = {
     "start_provisioning": {S.ALLOCATED: S.PROVISIONING},
     "activate": {S.PROVISIONING: S.ACTIVE},
     "preempt": {S.ALLOCATED: S.QUEUED, S.PROVISIONING: S.QUEUED, S.ACTIVE: S.QUEUED},
+    "ask_for_capacity": {S.ACTIVE: S.QUEUED},  # a serving endpoint at zero replicas, woken by a call
     "start_release": {S.ALLOCATED: S.RELEASING, S.PROVISIONING: S.RELEASING, S.ACTIVE: S.RELEASING},
     "finish_release": {S.RELEASING: S.RELEASED},
     "fail": {S.ALLOCATED: S.FAILED, S.PROVISIONING: S.FAILED, S.ACTIVE: S.FAILED, S.RELEASING: S.FAILED},

@@ -249,3 +249,21 @@ def test_the_request_record_shows_each_replica_with_its_node(shop, team, client)
     for replica in record["replicas"]:
         assert f"replica {replica['replica']} on <strong>{replica['node']}</strong>" in page
     assert 'data-code="replicas_share_node"' in page
+
+
+def test_an_endpoint_woken_from_zero_asks_for_its_replicas_now_each_as_big_as_ordered():
+    spec = {"accelerator_count": 1, "slice_profile": None, "accelerator_models": ["h100"]}
+    serving = {"replicas": 3, "runtime": "simulated", "artifact_uri": "", "model": "m"}
+    ordered = ResourceRequest(
+        pk=7,
+        priority=PriorityClass.STANDARD,
+        cpu_cores=12,
+        memory_gb=96,
+        approved_spec={"spec": spec, "serving": serving},
+    )
+    whole = cycle.demand_of(ordered)
+    ordered.serving_replicas = 1
+    woken = cycle.demand_of(ordered)
+    assert (whole.replicas, woken.replicas) == (3, 1)
+    assert (woken.count, woken.cpu_milli, woken.memory_mib) == (whole.count, whole.cpu_milli, whole.memory_mib)
+    assert (woken.count, woken.cpu_milli, woken.memory_mib) == (1, 4000, 32 * 1024)
