@@ -514,8 +514,8 @@ def _wait_until_quiet(runtime: Runtime, cpu_seconds: Callable[[], float], timeou
     """Until the broker holds no task and neither the workers nor the backend's daemons use more than a trickle of
     CPU: what the previous measurement left behind is its own work, not the next one's. A platform round's release
     leaves tasks (a metering refresh, a readmission and a notification per request) that kept the next round's
-    start tasks waiting for workers; the baseline's hundred cancellations keep slurmctld busy for seconds after its
-    jobs are gone, in which the next round's node look-ups waited. Returns how long it waited."""
+    start tasks waiting for workers; after the baseline's hundred cancellations Slurm's daemons are still at work for
+    a moment once its jobs are gone. Returns how long it waited."""
     broker = get_broker()
     started = time.monotonic()
     deadline = started + timeout
