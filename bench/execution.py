@@ -5,7 +5,10 @@ devcluster/slurm_cluster.py; for `container`, this machine's podman, bench/execu
 every request fits at once), put its nodes into the inventory and start real `qcluster` workers on this database.
 After one unmeasured wave of the baseline (a fresh runtime's first wave is faster than any later one: slurmctld
 holds no finished jobs yet), in each round two measurements on the same runtime, one after the other (their order
-alternates from round to round, so neither always meets a warmer, busier or fuller runtime):
+alternates from round to round, so neither always meets a warmer, busier or fuller runtime), each begun once the
+broker holds no task and neither the workers nor the backend's daemons use more than a trickle of CPU (what the
+measurement before left behind, a release's tasks or slurmctld's work after a hundred cancellations, is its own;
+`quiet_wait_s` says how long each waited):
 
 - the platform: N approved one-GPU requests queued, one scheduling cycle, wait until every request is active (its
   workload RUNNING on the backend) or failed; then they are released and the backend is idle again;
@@ -56,6 +59,7 @@ from django.core.management.base import BaseCommand, CommandError
 from django.db import connection
 from django.test.utils import override_settings
 from django.utils import timezone
+from django_q.brokers import get_broker
 from django_q.models import Schedule
 from django_q.tasks import async_task, result
 
@@ -79,6 +83,8 @@ from tenancy.services import project_create, tenant_create
 SETTLED_STATES = (RequestState.ACTIVE, RequestState.FAILED)
 WORKER_START_SECONDS = 60
 STOP_SECONDS = 20
+# Quiet: the workers, and the backend's daemons, used less CPU than this over a window (idle, each uses a little).
+QUIET_WINDOW_SECONDS, QUIET_CPU_SECONDS = 0.5, 0.05
 
 
 class Command(BaseCommand):
@@ -114,8 +120,13 @@ class Command(BaseCommand):
                         "direct": lambda: DIRECT[backend](runtime, requests, timeout),
                     }
                     order = ("direct", "platform") if number % 2 == 0 else ("platform", "direct")
-                    measured = {name: measure[name]() for name in order}
-                    results.append({"round": number + 1, "first": order[0], **measured, "load_avg": [load]})
+                    measured, quiet = {}, {}
+                    for name in order:
+                        quiet[name] = _wait_until_quiet(runtime, cpu_seconds, timeout)
+                        measured[name] = measure[name]()
+                    results.append(
+                        {"round": number + 1, "first": order[0], **measured, "load_avg": [load], "quiet_wait_s": quiet}
+                    )
                     results[-1]["load_avg"].append(os.getloadavg()[0])
         report = _report(runtime.backend, requests, results)
         self.stdout.write(json.dumps(report) if as_json else "\n".join(f"{k:>18}: {v}" for k, v in report.items()))
@@ -497,6 +508,25 @@ def _defer_housekeeping() -> None:
     due the moment the cluster starts, and would hold every worker while the clock runs (a running platform spreads
     them over its minutes): on the benchmark's scratch database they wait until it is over."""
     Schedule.objects.update(next_run=timezone.now() + timedelta(hours=1))
+
+
+def _wait_until_quiet(runtime: Runtime, cpu_seconds: Callable[[], float], timeout: float) -> float:
+    """Until the broker holds no task and neither the workers nor the backend's daemons use more than a trickle of
+    CPU: what the previous measurement left behind is its own work, not the next one's. A platform round's release
+    leaves tasks (a metering refresh, a readmission and a notification per request) that kept the next round's
+    start tasks waiting for workers; after the baseline's hundred cancellations Slurm's daemons are still at work for
+    a moment once its jobs are gone. Returns how long it waited."""
+    broker = get_broker()
+    started = time.monotonic()
+    deadline = started + timeout
+    used = (cpu_seconds(), _daemons_cpu_seconds(runtime))
+    while time.monotonic() < deadline:
+        time.sleep(QUIET_WINDOW_SECONDS)
+        before, used = used, (cpu_seconds(), _daemons_cpu_seconds(runtime))
+        busy = max(now - then for now, then in zip(used, before, strict=True))
+        if broker.queue_size() == 0 and busy < QUIET_CPU_SECONDS:
+            return round(time.monotonic() - started, 1)
+    raise CommandError(f"The workers or the backend were still busy after {timeout:g} s.")
 
 
 def _daemons_cpu_seconds(runtime: Runtime) -> float:

@@ -44,6 +44,7 @@ from provisioning.drivers.base import (
     only,
     with_details,
 )
+from provisioning.models import ProvisioningStep
 from scheduling.slurm import scontrol
 from scheduling.slurm.api import (
     SlurmAccessDenied,
@@ -101,6 +102,7 @@ NODE_NOT_AVAILABLE_ERRNO = 2068
 NODE_UNAVAILABLE = "backend_node_unavailable"  # the reason a request is placed again
 POLL_SECONDS = 0.5  # between the engine's readiness attempts
 WATCH_SECONDS, WATCH_EVERY_SECONDS = 2.0, 0.1  # within one attempt
+START_STEP = "start_workload"  # the compute pipeline's step that submits the job (provisioning/pipelines.py)
 SUBMIT_LOCK_NAMESPACE = 0x534C  # "SL": advisory locks of Slurm submissions, keyed by request id
 HOLD_COMMAND = "exec sleep infinity"
 PRIVATE_UMASK = "0077"
@@ -209,14 +211,15 @@ class SlurmWorkloads(WorkloadDriver):
         return only(self.start_workloads([(target, image)]))
 
     def start_workloads(self, items: list[tuple[Target, dict]]) -> list[dict | Exception]:
-        """Under the batch's submission locks, one look at Slurm's job list finds the jobs earlier attempts submitted;
-        the others are submitted node by node in the order of the devices the platform chose there, so that Slurm,
-        which binds a node's lowest free GPU indexes to the job it starts first, mostly binds what the platform
-        chose. Once Slurm cannot be reached, the batch's remaining submissions fail with that (retryable) error."""
+        """Under the batch's submission locks, one look at Slurm's job list finds the jobs earlier attempts submitted
+        (unless the batch holds only first tries, which nothing can have submitted yet: `_first_tries`); the others
+        are submitted node by node in the order of the devices the platform chose there, so that Slurm, which binds a
+        node's lowest free GPU indexes to the job it starts first, mostly binds what the platform chose. Once Slurm
+        cannot be reached, the batch's remaining submissions fail with that (retryable) error."""
         results: list[dict | Exception | None] = [None] * len(items)
         try:
             with self._api() as api, _submission_locks(sorted({target.request_id for target, _ in items})):
-                jobs = api.jobs()
+                jobs = [] if _first_tries([target for target, _ in items]) else api.jobs()
                 for position in sorted(range(len(items)), key=lambda position: _device_order(items[position][0])):
                     results[position] = _started(api, jobs, *items[position])
         except StepError as unavailable:
@@ -746,6 +749,20 @@ def with_isolation(error: StepError, target: Target) -> StepError:
     if isinstance(error, BackendUnavailable):
         return error
     return with_details(error, isolate=True, node=target.node)
+
+
+def _first_tries(targets: list[Target]) -> bool:
+    """Every target is the first attempt of its run's start step: then no worker can have submitted its job yet, and
+    the job list (slurmrestd's dearest answer: it grows with every job slurmctld knows) is not read. A job is the
+    allocation's (its comment), an allocation has one provisioning run (an operator's retry binds a new one), a worker
+    submits only after claiming the run's start step and every claim counts an attempt: read under the submission
+    locks, attempts still 1 proves it. A worker that took the step over from a stalled one counted a second attempt
+    before it could submit, and either it holds the locks already (this batch then reads 2 and lists) or it waits for
+    them and lists after this batch's submissions. No row (a call from outside a run) proves nothing."""
+    if any(target.attempt != 1 for target in targets):
+        return False
+    run_ids = {target.run_id for target in targets}
+    return ProvisioningStep.objects.filter(run_id__in=run_ids, name=START_STEP, attempts=1).count() == len(run_ids)
 
 
 @contextmanager

@@ -1,6 +1,7 @@
 """`python -m bench execution` measures the platform beside the backend alone, in the same run: on a real Slurm
 cluster, rounds that alternate which goes first, each round's requests active and then released so the next finds
-the cluster empty, the baseline's jobs all RUNNING and cancelled, and where a request's time went."""
+the cluster empty, each measurement begun on quiet workers and daemons, the baseline's jobs all RUNNING and
+cancelled, and where a request's time went."""
 
 import json
 import statistics
@@ -30,6 +31,9 @@ def test_slurm_rounds_put_the_platform_beside_slurm_alone():
         assert measured["ratio"] == round(measured["platform"]["jobs_per_s"] / measured["direct"]["jobs_per_s"], 3)
         assert measured["direct"]["calls"]["submit"]["count"] == 4
         assert len(measured["load_avg"]) == 2
+        # each measurement began once the workers, the broker and Slurm were quiet again
+        assert set(measured["quiet_wait_s"]) == {"direct", "platform"}
+        assert all(seconds >= 0 for seconds in measured["quiet_wait_s"].values())
     assert report["ratio"] == pytest.approx(statistics.median(r["ratio"] for r in rounds), abs=2e-3)
     parts = report["breakdown"]
     for part in ("cycle_s", "allocated (cycle)", "start_workload: queued", "start_workload: in a worker", "to active"):

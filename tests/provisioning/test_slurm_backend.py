@@ -18,6 +18,7 @@ from provisioning import services as provisioning_services
 from provisioning.choices import RunKind, RunState
 from provisioning.drivers.base import StepError, StepPending, Target
 from provisioning.drivers.slurm import (
+    START_STEP,
     WATCH_EVERY_SECONDS,
     SlurmWorkloads,
     gpu_indexes,
@@ -27,6 +28,7 @@ from provisioning.drivers.slurm import (
 )
 from provisioning.models import ProvisioningRun
 from provisioning.reconcile import workloads_reconcile
+from provisioning.targets import run_target
 from requests import services as request_services
 from requests.choices import EventCode, RequestState
 from requests.orders import Order
@@ -210,10 +212,11 @@ def test_the_allocation_follows_the_gpu_index_slurm_bound(slurm_compute):
     assert [device["index"] for device in delivered(request)["devices"]] == [1]
 
 
-def test_a_batch_of_orders_is_submitted_after_one_job_list_and_slurm_binds_what_the_platform_chose(
+def test_a_batch_of_first_tries_is_submitted_without_a_job_list_and_slurm_binds_what_the_platform_chose(
     slurm_compute, monkeypatch
 ):
-    """Both of the node's GPUs in one cycle: one start batch, the node's requests in the order of their devices."""
+    """Both of the node's GPUs in one cycle: one start batch, the node's requests in the order of their devices. Both
+    are their start step's first attempt, which nothing can have submitted before: no job list is read."""
     job_lists = []
     real_jobs = SlurmApi.jobs
     monkeypatch.setattr(SlurmApi, "jobs", lambda api: job_lists.append(api) or real_jobs(api))
@@ -221,7 +224,7 @@ def test_a_batch_of_orders_is_submitted_after_one_job_list_and_slurm_binds_what_
     slurm_compute.run_on_commit(cycle.run_cycle)
 
     assert [in_state(request, RequestState.ACTIVE) for request in requests] == [True, True]
-    assert len(job_lists) == 1  # the batch's submissions looked for earlier jobs once; readiness asks by id
+    assert job_lists == []  # first tries look for no earlier job; readiness asks by id
     for request in requests:
         chosen = AllocationDevice.objects.get(allocation__request=request).device.index
         job = slurm_compute.api.job(delivered(request)["job_id"])
@@ -373,6 +376,31 @@ def test_two_workers_submitting_for_the_same_request_create_one_job(on_slurm):
     assert len(jobs) == 1
     assert sorted(result["submitted"] for result in results) == [False, True]
     assert {result["job_id"] for result in results} == {jobs[0]["job_id"]}
+
+
+def test_a_first_attempt_whose_step_was_taken_over_reads_the_job_list_and_never_submits_twice(
+    slurm_compute, monkeypatch
+):
+    """A worker whose first attempt stalled (its lease ran out) while another took the step over and submitted: the
+    takeover counted a second attempt, which the stalled worker reads under the submission locks, so it looks for
+    the job and finds it instead of submitting another."""
+    request = slurm_compute.order()
+    run = ProvisioningRun.objects.get(request=request, kind=RunKind.PROVISION)
+    step = run.steps.get(name=START_STEP)
+    assert (step.attempts, step.output["submitted"]) == (1, True)
+    step.attempts = 2  # as the takeover's claim counted it
+    step.save(update_fields=["attempts"])
+    job_lists = []
+    real_jobs = SlurmApi.jobs
+    monkeypatch.setattr(SlurmApi, "jobs", lambda api: job_lists.append(api) or real_jobs(api))
+
+    stalled = SlurmWorkloads().start_workload(run_target(run, attempt=1), request.approved_spec["image"])
+
+    assert len(job_lists) == 1
+    assert (stalled["submitted"], stalled["job_id"]) == (False, run.delivered["job_id"])
+    assert [job["job_id"] for job in real_jobs(slurm_compute.api) if job["name"] == job_name(request.pk)] == [
+        run.delivered["job_id"]
+    ]
 
 
 def slurm_target(cluster, node: str, request_id: int, gpus: int) -> Target:
