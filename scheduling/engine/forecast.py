@@ -8,9 +8,12 @@ due). A queued request's expected start is the moment the replay places it.
 
 The replay runs three times, for a range:
 - ``latest``: everything runs to its approved end (the limit);
-- ``likely`` and ``earliest``: work ends as early as ended work historically did (`EarlyEnds`, the measured ratios
-  of actual to approved duration: the median and the lower quartile). Running work that has already outlived a
-  ratio is judged only by the ratios it has not outlived yet.
+- ``likely``: each piece of work ends at its own quantile of the measured ratios of actual to approved duration
+  (`EarlyEnds`; the quantile a stable draw by its id, `spread_draw`), so that the replay's ends spread over time as
+  ended work's did: taking every piece at the median would free all capacity at one moment, too late for the
+  first requests in line and too early for those further back;
+- ``earliest``: each piece at half its likely quantile.
+Running work that has already outlived a ratio is judged only by the ratios it has not outlived yet.
 
 What it cannot time it says so (an `Estimate` without times and a code) rather than guess: running work without an
 end, work beyond the simulated share of the queue (`limit`) or that no release in view makes room for.
@@ -19,6 +22,7 @@ end, work beyond the simulated share of the queue (`limit`) or that no release i
 from __future__ import annotations
 
 import bisect
+import hashlib
 import heapq
 import itertools
 from collections.abc import Callable, Sequence
@@ -37,7 +41,8 @@ NOT_TIMED = "not_timed"  # it waits for something other than capacity (quota, ap
 # The waits the replay times: capacity taken by work that ends, and work ahead of it.
 TIMED_REASONS = frozenset({*backfill.CROWDED_OUT, "higher_priority_ahead", "preemption_pending"})
 
-LIKELY_SHARE, EARLIEST_SHARE = 0.5, 0.25  # quantiles of the early-end ratios
+# A replay's scale of each piece of work's own quantile (`spread_draw`) of the early-end ratios; None: the limit.
+LIKELY, EARLIEST, LATEST = 1.0, 0.5, None
 MAX_STEPS = 2000  # moments of release a replay looks through before it calls the rest unknown
 
 
@@ -76,15 +81,28 @@ class EarlyEnds:
             return 1.0
         return left[min(len(left) - 1, int(share * len(left)))]
 
-    def end_of(self, running: Running, now: datetime, share: float | None) -> datetime | None:
-        """When running work ends at the `share` quantile (None: at its limit)."""
-        if running.ends is None or share is None:
+    def lasts(self, demand_id: str, hours: float, scale: float | None) -> timedelta:
+        """How long queued work of `hours` runs once started, at `scale` times its own quantile (None: its whole
+        term)."""
+        return timedelta(hours=hours * (1.0 if scale is None else self.ratio(scale * spread_draw(demand_id))))
+
+    def end_of(self, running: Running, now: datetime, scale: float | None) -> datetime | None:
+        """When running work ends at `scale` times its own quantile (None: at its limit)."""
+        if running.ends is None or scale is None:
             return running.ends
         term = (running.ends - running.started).total_seconds()
         if term <= 0:
             return running.ends
         ran = max(0.0, (now - running.started).total_seconds()) / term
-        return max(now, running.started + timedelta(seconds=term * self.ratio(share, ran=ran)))
+        ratio = self.ratio(scale * spread_draw(running.allocations[0].id), ran=ran)
+        return max(now, running.started + timedelta(seconds=term * ratio))
+
+
+def spread_draw(work_id: str) -> float:
+    """The quantile in (0, 1) a piece of work ends at in the likely replay: the same in every cycle (its estimates
+    do not jump between cycles), spread evenly over work."""
+    digest = hashlib.blake2b(work_id.encode(), digest_size=8).digest()
+    return (int.from_bytes(digest, "big") + 0.5) / 2**64
 
 
 @dataclass(frozen=True)
@@ -133,12 +151,12 @@ def forecast(
     replayed, beyond = list(queue[:limit]), queue[limit:]
     starts = {
         share: _replay(engine_now(), running, replayed, now, early_ends, share, wanted, tried_now)
-        for share in (EARLIEST_SHARE, LIKELY_SHARE, None)
+        for share in (EARLIEST, LIKELY, LATEST)
     }
     endless = any(work.ends is None for work in running)
     estimates = {}
     for queued in replayed:
-        moments = [starts[share].get(queued.demand.id) for share in (EARLIEST_SHARE, LIKELY_SHARE, None)]
+        moments = [starts[share].get(queued.demand.id) for share in (EARLIEST, LIKELY, LATEST)]
         if None in moments:
             estimates[queued.demand.id] = Estimate(code=RUNNING_WITHOUT_END if endless else NO_RELEASE_FITS)
         else:  # replays may place differently: the range is still a range
@@ -161,8 +179,9 @@ class _Step:
 
 
 def _replay(engine, running, queue, now, early_ends: EarlyEnds, share, wanted=None, tried_now=False):
-    """When each queued demand starts if work ends at the `share` quantile (None: at its limit), by demand id; with
-    `wanted`, until those have started; with `tried_now`, placing from the first release after `now`."""
+    """When each queued demand starts if work ends at `share` times its own quantile (None: at its limit), by
+    demand id; with `wanted`, until those have started; with `tried_now`, placing from the first release after
+    `now`."""
     holding: dict[str, tuple[RunningAllocation, ...]] = {}
     # What holds capacity -> when it gives it back: the approved end, as the cycle knows it.
     ends: dict[str, datetime] = {}
@@ -183,8 +202,9 @@ def _replay(engine, running, queue, now, early_ends: EarlyEnds, share, wanted=No
         for demand_id, allocations in placed.items():
             starts[demand_id], holding[demand_id] = moment, allocations
             ends[demand_id] = moment + timedelta(hours=hours[demand_id])
-            lasts = timedelta(hours=hours[demand_id] * (1.0 if share is None else early_ends.ratio(share)))
-            heapq.heappush(releases, (moment + lasts, next(order), demand_id))
+            heapq.heappush(
+                releases, (moment + early_ends.lasts(demand_id, hours[demand_id], share), next(order), demand_id)
+            )
         waiting = [queued for queued in waiting if queued.demand.id not in starts]
         if not waiting or not releases or (wanted is not None and wanted <= starts.keys()):
             break

@@ -11,6 +11,7 @@ from scheduling.engine.forecast import (
     Queued,
     Running,
     forecast,
+    spread_draw,
 )
 from scheduling.engine.model import Demand
 
@@ -146,3 +147,16 @@ def test_a_queue_the_cycle_just_left_waiting_starts_no_earlier_than_the_next_rel
     )
     assert tried["small"] == Estimate(at(1), at(1), at(1))
     assert estimate(work, [queued("small", 1, 1)])["small"] == Estimate(NOW, NOW, NOW)  # card 1 is free now
+
+
+def test_the_likely_replay_ends_each_piece_of_work_at_its_own_quantile_of_the_history():
+    # Both cards held by work that started now for 1 h; ended work ran 10 %, 20 % .. 100 % of its term. Likely, each
+    # ends at its own quantile (a stable draw by its id), so the two queued requests start at two moments, not both
+    # at the median. (They ask for 10 h: the first cannot end before the second starts.)
+    ratios = tuple(tenth / 10 for tenth in range(1, 11))
+    work = [running("A", 0, 0, 1), running("B", 1, 0, 1)]
+    estimates = estimate(work, [queued("one", 1, 10), queued("two", 1, 10)], ratios=ratios)
+    ends = sorted(EarlyEnds.of(ratios).ratio(spread_draw(work_id)) for work_id in ("A", "B"))
+    assert ends[0] < ends[1]
+    assert [estimates["one"].likely, estimates["two"].likely] == [at(ends[0]), at(ends[1])]
+    assert estimates["two"].latest == at(1)
