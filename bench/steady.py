@@ -51,6 +51,7 @@ def run(
     warmup_minutes=0.0,
     seed=42,
     progress=None,
+    record=None,
 ):
     rng = random.Random(seed)
     rate = arrivals_per_minute if arrivals_per_minute is not None else max(1.0, queued / 60)
@@ -62,7 +63,7 @@ def run(
     waits: list[float] = []
     cycles: list[dict] = []
     draws = 0
-    accuracy = StartAccuracy(start, interval_s)
+    accuracy = StartAccuracy(start, interval_s, warmup_s=warmup_minutes * 60)
 
     def arrive(count: int, at: float) -> None:
         nonlocal draws
@@ -83,12 +84,7 @@ def run(
                 _end, request_id, when = heapq.heappop(ends)
                 if allocated_at.get(request_id) == when:  # not preempted and placed again since
                     due.append(request_id)
-            departed = 0
-            for request in ResourceRequest.objects.filter(pk__in=due, state__in=HOLDING_STATES):
-                request_release(request=request, actor=None, reason=RELEASE_REASON)
-                departed += 1
-            if due:
-                reclaim.allocation_free(request_ids=due, reason=RELEASE_REASON)
+            departed = release_ended(due)
             if tick:
                 arrive(_poisson(rng, rate * interval_s / 60), now)
             queries = [0]
@@ -106,6 +102,8 @@ def run(
             placed_waits = [now - arrived[request_id] for request_id in result.allocated]
             waits.extend(placed_waits)
             accuracy.note_estimates(arrived, set(result.allocated))
+            if record is not None:
+                record.note_cycle(now)
             for request_id in result.allocated:
                 if request_id not in allocated_at:  # its first start (one placed again after preemption: not)
                     accuracy.note_start(request_id, arrived[request_id], now)
@@ -132,6 +130,8 @@ def run(
             if progress:
                 progress(str(row))
         still = ResourceRequest.objects.filter(state=RequestState.QUEUED).count()
+        if record is not None:
+            record.save(accuracy, arrived, durations)
         oldest_by_reason = cycles[-1]["oldest_queued_by_reason_s"]
     measured = [row for row in cycles if not row["warmup"]] or cycles
     seconds = [row["cycle_s"] for row in measured]
@@ -165,6 +165,18 @@ def run(
         "expected_start_accuracy": accuracy.report(),
         "per_cycle": cycles,
     }
+
+
+def release_ended(request_ids: list[int]) -> int:
+    """Release the requests whose run ended, through the release service (nothing was provisioned: their devices
+    go back at once); how many were still holding capacity."""
+    departed = 0
+    for request in ResourceRequest.objects.filter(pk__in=request_ids, state__in=HOLDING_STATES):
+        request_release(request=request, actor=None, reason=RELEASE_REASON)
+        departed += 1
+    if request_ids:
+        reclaim.allocation_free(request_ids=request_ids, reason=RELEASE_REASON)
+    return departed
 
 
 def _engine_step(before: tuple[int, int]) -> str:
