@@ -51,7 +51,6 @@ def run(
     warmup_minutes=0.0,
     seed=42,
     progress=None,
-    record=None,
 ):
     rng = random.Random(seed)
     rate = arrivals_per_minute if arrivals_per_minute is not None else max(1.0, queued / 60)
@@ -102,8 +101,6 @@ def run(
             placed_waits = [now - arrived[request_id] for request_id in result.allocated]
             waits.extend(placed_waits)
             accuracy.note_estimates(arrived, set(result.allocated))
-            if record is not None:
-                record.note_cycle(now)
             for request_id in result.allocated:
                 if request_id not in allocated_at:  # its first start (one placed again after preemption: not)
                     accuracy.note_start(request_id, arrived[request_id], now)
@@ -130,8 +127,6 @@ def run(
             if progress:
                 progress(str(row))
         still = ResourceRequest.objects.filter(state=RequestState.QUEUED).count()
-        if record is not None:
-            record.save(accuracy, arrived, durations)
         oldest_by_reason = cycles[-1]["oldest_queued_by_reason_s"]
     measured = [row for row in cycles if not row["warmup"]] or cycles
     seconds = [row["cycle_s"] for row in measured]
