@@ -26,7 +26,7 @@ import hashlib
 import heapq
 import itertools
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
 from scheduling.engine import backfill
@@ -62,29 +62,49 @@ class Queued:
     hours: float  # the approved duration
 
 
+# Work alike in how early it ends: cards, cores (milli), memory (MiB) and approved hours. Work of a kind with at
+# least KIND_HISTORY_MIN ended terms is judged by those (a job of the same shape and term tends to run as long as
+# the last ones did), other work by all ended terms.
+Kind = tuple[int, int, int, int]
+KIND_HISTORY_MIN = 2
+
+
+def kind_of(cards: int, cpu_milli: int, memory_mib: int, hours: float) -> Kind:
+    return (cards, cpu_milli, memory_mib, round(hours))
+
+
 @dataclass(frozen=True)
 class EarlyEnds:
-    """Ratios of actual to approved duration of ended work (0..1, sorted): how early work historically ends."""
+    """Ratios of actual to approved duration of ended work (0..1, sorted), all and per kind: how early work
+    historically ends."""
 
     ratios: tuple[float, ...] = ()
+    by_kind: dict[Kind, tuple[float, ...]] = field(default_factory=dict)
 
     @classmethod
-    def of(cls, ratios) -> EarlyEnds:
-        return cls(tuple(sorted(min(1.0, max(0.0, ratio)) for ratio in ratios)))
+    def of(cls, ratios, kinds: dict[Kind, list[float]] | None = None) -> EarlyEnds:
+        def clipped(values):
+            return tuple(sorted(min(1.0, max(0.0, ratio)) for ratio in values))
 
-    def ratio(self, share: float, ran: float = 0.0) -> float:
+        return cls(clipped(ratios), {kind: clipped(values) for kind, values in (kinds or {}).items()})
+
+    def ratio(self, share: float, ran: float = 0.0, kind: Kind | None = None) -> float:
         """The `share` quantile of the ratios above `ran` (work that ran that share of its term and still runs ends
-        later than that); 1.0 (its limit) when no history is left to judge by."""
-        lowest = bisect.bisect_right(self.ratios, ran) if ran > 0 else 0
-        left = self.ratios[lowest:]
-        if not left:
-            return 1.0
-        return left[min(len(left) - 1, int(share * len(left)))]
+        later than that), its kind's where it has enough; 1.0 (its limit) when no history is left to judge by."""
+        own = self.by_kind.get(kind, ())
+        for ratios in (own, self.ratios) if len(own) >= KIND_HISTORY_MIN else (self.ratios,):
+            left = ratios[bisect.bisect_right(ratios, ran) if ran > 0 else 0 :]
+            if left:
+                return left[min(len(left) - 1, int(share * len(left)))]
+        return 1.0
 
-    def lasts(self, demand_id: str, hours: float, scale: float | None) -> timedelta:
-        """How long queued work of `hours` runs once started, at `scale` times its own quantile (None: its whole
-        term)."""
-        return timedelta(hours=hours * (1.0 if scale is None else self.ratio(scale * spread_draw(demand_id))))
+    def lasts(self, queued: Queued, scale: float | None) -> timedelta:
+        """How long queued work runs once started, at `scale` times its own quantile (None: its whole term)."""
+        if scale is None:
+            return timedelta(hours=queued.hours)
+        demand = queued.demand
+        kind = kind_of(demand.count, demand.cpu_milli, demand.memory_mib, queued.hours)
+        return timedelta(hours=queued.hours * self.ratio(scale * spread_draw(demand.id), kind=kind))
 
     def end_of(self, running: Running, now: datetime, scale: float | None) -> datetime | None:
         """When running work ends at `scale` times its own quantile (None: at its limit)."""
@@ -94,7 +114,9 @@ class EarlyEnds:
         if term <= 0:
             return running.ends
         ran = max(0.0, (now - running.started).total_seconds()) / term
-        ratio = self.ratio(scale * spread_draw(running.allocations[0].id), ran=ran)
+        first = running.allocations[0]
+        kind = kind_of(len(first.devices), first.cpu_milli, first.memory_mib, term / 3600)
+        ratio = self.ratio(scale * spread_draw(first.id), ran=ran, kind=kind)
         return max(now, running.started + timedelta(seconds=term * ratio))
 
 
@@ -194,6 +216,7 @@ def _replay(engine, running, queue, now, early_ends: EarlyEnds, share, wanted=No
             ends[work_id] = work.ends
             heapq.heappush(releases, (early_ends.end_of(work, now, share), next(order), work_id))
     hours = {queued.demand.id: queued.hours for queued in queue}
+    by_id = {queued.demand.id: queued for queued in queue}
     waiting, starts, moment = list(queue), {}, now
     for step in range(MAX_STEPS):
         placed = {}
@@ -202,9 +225,7 @@ def _replay(engine, running, queue, now, early_ends: EarlyEnds, share, wanted=No
         for demand_id, allocations in placed.items():
             starts[demand_id], holding[demand_id] = moment, allocations
             ends[demand_id] = moment + timedelta(hours=hours[demand_id])
-            heapq.heappush(
-                releases, (moment + early_ends.lasts(demand_id, hours[demand_id], share), next(order), demand_id)
-            )
+            heapq.heappush(releases, (moment + early_ends.lasts(by_id[demand_id], share), next(order), demand_id))
         waiting = [queued for queued in waiting if queued.demand.id not in starts]
         if not waiting or not releases or (wanted is not None and wanted <= starts.keys()):
             break
