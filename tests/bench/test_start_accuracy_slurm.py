@@ -5,8 +5,9 @@ import pytest
 
 from bench.start_accuracy_slurm import Job, Observed, errors, on_platform, on_slurm
 
-# Three 2-GPU jobs fill the 3 x 2 GPUs for 40 s of their 1-minute limit; the fourth waits for the first to end.
-SMALL = (Job("a", 2, 1, 40, 0), Job("b", 2, 1, 40, 0), Job("c", 2, 1, 40, 0), Job("d", 2, 1, 5, 0))
+# Three 2-GPU jobs fill the 3 x 2 GPUs for 40 s of their 1-minute limit; the fourth (of another kind: a 2-minute
+# limit) waits for the first to end.
+SMALL = (Job("a", 2, 1, 40, 0), Job("b", 2, 1, 40, 0), Job("c", 2, 1, 40, 0), Job("d", 2, 2, 5, 0))
 
 
 def test_errors_are_shares_of_each_jobs_wait():
@@ -25,6 +26,7 @@ def test_the_platform_learns_early_ends_slurm_counts_on_limits(slurm, tmp_path):
     assert slurm_report["waited"] == 1
     assert slurm_report["jobs"]["d"]["estimate_s"] >= 60
     assert slurm_report["jobs"]["d"]["waited_s"] == pytest.approx(40, abs=10)
-    # The platform, with the pass before as history (3 of 4 jobs used 40/60 of their term), says 40 s at submission.
+    # The platform, with the pass before as history (jobs of a, b and c's kind used 40/60 of their term), says 40 s
+    # at submission.
     assert platform_report["jobs"]["d"] == {"waited_s": 40.0, "estimate_s": 40.0}
     assert platform_report["median_error_share"] == 0.0 < slurm_report["median_error_share"]
