@@ -6,7 +6,7 @@ import importlib
 import os
 import sys
 
-COMMANDS = ("scheduler", "preview", "metering", "execution", "in_band", "gateway", "gang")
+COMMANDS = ("scheduler", "preview", "metering", "execution", "in_band", "gateway", "gang", "start_accuracy_slurm")
 
 
 def main(argv: list[str]) -> int:

@@ -28,6 +28,7 @@ BENCHMARKS = [
     "bench.report.scheduler",
     "bench.report.scale",
     "bench.report.steady",
+    "bench.report.start_accuracy",
     "bench.report.preview",
     "bench.report.placement",
     "bench.report.mig",

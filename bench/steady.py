@@ -62,7 +62,7 @@ def run(
     waits: list[float] = []
     cycles: list[dict] = []
     draws = 0
-    accuracy = StartAccuracy(start, interval_s)
+    accuracy = StartAccuracy(start, interval_s, warmup_s=warmup_minutes * 60)
 
     def arrive(count: int, at: float) -> None:
         nonlocal draws
@@ -83,12 +83,7 @@ def run(
                 _end, request_id, when = heapq.heappop(ends)
                 if allocated_at.get(request_id) == when:  # not preempted and placed again since
                     due.append(request_id)
-            departed = 0
-            for request in ResourceRequest.objects.filter(pk__in=due, state__in=HOLDING_STATES):
-                request_release(request=request, actor=None, reason=RELEASE_REASON)
-                departed += 1
-            if due:
-                reclaim.allocation_free(request_ids=due, reason=RELEASE_REASON)
+            departed = release_ended(due)
             if tick:
                 arrive(_poisson(rng, rate * interval_s / 60), now)
             queries = [0]
@@ -165,6 +160,18 @@ def run(
         "expected_start_accuracy": accuracy.report(),
         "per_cycle": cycles,
     }
+
+
+def release_ended(request_ids: list[int]) -> int:
+    """Release the requests whose run ended, through the release service (nothing was provisioned: their devices
+    go back at once); how many were still holding capacity."""
+    departed = 0
+    for request in ResourceRequest.objects.filter(pk__in=request_ids, state__in=HOLDING_STATES):
+        request_release(request=request, actor=None, reason=RELEASE_REASON)
+        departed += 1
+    if request_ids:
+        reclaim.allocation_free(request_ids=request_ids, reason=RELEASE_REASON)
+    return departed
 
 
 def _engine_step(before: tuple[int, int]) -> str:

@@ -41,8 +41,16 @@ def cycle_inputs(*, allocations, expires, bindings, demands: list[Demand], hours
         for demand in demands
         if reasons.get(int(demand.id), {}).get("code") in TIMED_REASONS
     ][: settings.SCHEDULER_FORECAST_QUEUE]
-    ratios = early_end_ratios(limit=settings.SCHEDULER_FORECAST_HISTORY) if settings.SCHEDULER_FORECAST_QUEUE else ()
-    return Inputs(_running([*allocations, *placed], {**expires, **ends}), timed, EarlyEnds.of(ratios))
+    history = early_end_ratios(limit=settings.SCHEDULER_FORECAST_HISTORY) if settings.SCHEDULER_FORECAST_QUEUE else []
+    return Inputs(_running([*allocations, *placed], {**expires, **ends}), timed, _early_ends(history))
+
+
+def _early_ends(history: list[tuple[tuple, float]]) -> EarlyEnds:
+    """The early-end ratios, all and per kind, of ended terms given as (kind, ratio)."""
+    kinds: dict[tuple, list[float]] = {}
+    for kind, ratio in history:
+        kinds.setdefault(tuple(kind), []).append(ratio)
+    return EarlyEnds.of([ratio for _kind, ratio in history], kinds)
 
 
 def placed_allocations(bindings, now: datetime) -> list[RunningAllocation]:
@@ -103,7 +111,7 @@ def _running(allocations, expires) -> list[Running]:
 
 def stored(inputs: Inputs) -> dict:
     """The inputs as JSON: per running allocation (request id, node, devices, cores, memory, start and end as
-    timestamps), per queued demand its fields, hours and rank."""
+    timestamps), per queued demand its fields, hours and rank, per ended term its kind and early-end ratio."""
     return {
         "running": [
             [a.id, a.node, [list(device) for device in a.devices], a.cpu_milli, a.memory_mib, a.started_at, _ts(w.ends)]
@@ -111,7 +119,7 @@ def stored(inputs: Inputs) -> dict:
             for a in w.allocations
         ],
         "queue": [[_demand_data(queued.demand), queued.hours, rank] for queued, rank in inputs.queue],
-        "ratios": list(inputs.early_ends.ratios),
+        "history": [[*kind, ratio] for kind, ratios in inputs.early_ends.by_kind.items() for ratio in ratios],
     }
 
 
@@ -123,7 +131,8 @@ def from_stored(data: dict) -> Inputs:
         )
         expires[request_id] = None if ends is None else datetime.fromtimestamp(ends, UTC)
     queue = [(Queued(_demand(fields), hours), rank) for fields, hours, rank in data.get("queue", [])]
-    return Inputs(_running(allocations, expires), queue, EarlyEnds(tuple(data.get("ratios", ()))))
+    history = [(tuple(row[:-1]), row[-1]) for row in data.get("history", [])]
+    return Inputs(_running(allocations, expires), queue, _early_ends(history))
 
 
 def _ts(moment: datetime | None) -> float | None:

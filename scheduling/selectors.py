@@ -200,13 +200,24 @@ def queued_demand_by_model() -> dict[int, dict]:
     return demand
 
 
-def early_end_ratios(*, limit: int) -> list[float]:
-    """How much of its approved term ended work used (actual / approved duration), for the `limit` terms that started
-    last (one indexed read): the forecast's measure of how early work ends. Preempted work is left out: it did not
-    end by itself."""
+def early_end_ratios(*, limit: int) -> list[tuple[tuple[int, int, int, int], float]]:
+    """How much of its approved term ended work used (actual / approved duration), with the work's kind (cards,
+    cores, memory, approved hours), for the `limit` terms that started last (one indexed read): the forecast's
+    measure of how early work ends. Preempted work is left out: it did not end by itself."""
     terms = (
         Allocation.objects.filter(state=AllocationState.RELEASED, preempted_for__isnull=True)
         .order_by("-term_started_at")
-        .values_list("term_started_at", "released_at", "request__duration_hours")[:limit]
+        .values_list(
+            "term_started_at",
+            "released_at",
+            "request__duration_hours",
+            "request__accelerator_count",
+            "cpu_milli",
+            "memory_mib",
+        )[:limit]
     )
-    return [(released - started).total_seconds() / (hours * 3600) for started, released, hours in terms if hours > 0]
+    return [
+        ((cards, cpu_milli, memory_mib, hours), (released - started).total_seconds() / (hours * 3600))
+        for started, released, hours, cards, cpu_milli, memory_mib in terms
+        if hours > 0
+    ]

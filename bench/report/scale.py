@@ -76,14 +76,20 @@ def _load() -> str:
 def bench_scheduler_on_fresh_database(*arguments: str) -> tuple[str, dict | list, str]:
     """`python -m bench scheduler --nodes <openb> <arguments> --json --force` on a freshly migrated scratch database:
     the load average before, its JSON report, the load average after."""
+    nodes = str(OPENB / "openb_node_list_gpu_node.csv")
+    return bench_on_fresh_database("scheduler", "--nodes", nodes, *arguments, "--json")
+
+
+def bench_on_fresh_database(*arguments: str) -> tuple[str, dict | list, str]:
+    """`python -m bench <arguments> --force` on a freshly migrated scratch database: the load average before, the
+    JSON its last line prints, the load average after."""
     with psycopg.connect(f"{SERVER_URL}/postgres", autocommit=True) as connection:
         connection.execute(f'DROP DATABASE IF EXISTS "{DATABASE}" WITH (FORCE)')
         connection.execute(f'CREATE DATABASE "{DATABASE}"')
     env = {**os.environ, "DATABASE_URL": f"{SERVER_URL}/{DATABASE}"}
     subprocess.run([sys.executable, "manage.py", "migrate", "-v0"], cwd=ROOT, env=env, check=True)
     load = _load()
-    nodes = str(OPENB / "openb_node_list_gpu_node.csv")
-    command = [sys.executable, "-m", "bench", "scheduler", "--nodes", nodes, *arguments, "--json", "--force"]
+    command = [sys.executable, "-m", "bench", *arguments, "--force"]
     out = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, check=True).stdout
     return load, json.loads(out.strip().splitlines()[-1]), _load()
 

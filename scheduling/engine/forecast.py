@@ -8,9 +8,12 @@ due). A queued request's expected start is the moment the replay places it.
 
 The replay runs three times, for a range:
 - ``latest``: everything runs to its approved end (the limit);
-- ``likely`` and ``earliest``: work ends as early as ended work historically did (`EarlyEnds`, the measured ratios
-  of actual to approved duration: the median and the lower quartile). Running work that has already outlived a
-  ratio is judged only by the ratios it has not outlived yet.
+- ``likely``: each piece of work ends at its own quantile of the measured ratios of actual to approved duration
+  (`EarlyEnds`; the quantile a stable draw by its id, `spread_draw`), so that the replay's ends spread over time as
+  ended work's did: taking every piece at the median would free all capacity at one moment, too late for the
+  first requests in line and too early for those further back;
+- ``earliest``: each piece at half its likely quantile.
+Running work that has already outlived a ratio is judged only by the ratios it has not outlived yet.
 
 What it cannot time it says so (an `Estimate` without times and a code) rather than guess: running work without an
 end, work beyond the simulated share of the queue (`limit`) or that no release in view makes room for.
@@ -19,10 +22,11 @@ end, work beyond the simulated share of the queue (`limit`) or that no release i
 from __future__ import annotations
 
 import bisect
+import hashlib
 import heapq
 import itertools
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
 from scheduling.engine import backfill
@@ -37,7 +41,8 @@ NOT_TIMED = "not_timed"  # it waits for something other than capacity (quota, ap
 # The waits the replay times: capacity taken by work that ends, and work ahead of it.
 TIMED_REASONS = frozenset({*backfill.CROWDED_OUT, "higher_priority_ahead", "preemption_pending"})
 
-LIKELY_SHARE, EARLIEST_SHARE = 0.5, 0.25  # quantiles of the early-end ratios
+# A replay's scale of each piece of work's own quantile (`spread_draw`) of the early-end ratios; None: the limit.
+LIKELY, EARLIEST, LATEST = 1.0, 0.5, None
 MAX_STEPS = 2000  # moments of release a replay looks through before it calls the rest unknown
 
 
@@ -57,34 +62,69 @@ class Queued:
     hours: float  # the approved duration
 
 
+# Work alike in how early it ends: cards, cores (milli), memory (MiB) and approved hours. Work of a kind with at
+# least KIND_HISTORY_MIN ended terms is judged by those (a job of the same shape and term tends to run as long as
+# the last ones did), other work by all ended terms.
+Kind = tuple[int, int, int, int]
+KIND_HISTORY_MIN = 2
+
+
+def kind_of(cards: int, cpu_milli: int, memory_mib: int, hours: float) -> Kind:
+    return (cards, cpu_milli, memory_mib, round(hours))
+
+
 @dataclass(frozen=True)
 class EarlyEnds:
-    """Ratios of actual to approved duration of ended work (0..1, sorted): how early work historically ends."""
+    """Ratios of actual to approved duration of ended work (0..1, sorted), all and per kind: how early work
+    historically ends."""
 
     ratios: tuple[float, ...] = ()
+    by_kind: dict[Kind, tuple[float, ...]] = field(default_factory=dict)
 
     @classmethod
-    def of(cls, ratios) -> EarlyEnds:
-        return cls(tuple(sorted(min(1.0, max(0.0, ratio)) for ratio in ratios)))
+    def of(cls, ratios, kinds: dict[Kind, list[float]] | None = None) -> EarlyEnds:
+        def clipped(values):
+            return tuple(sorted(min(1.0, max(0.0, ratio)) for ratio in values))
 
-    def ratio(self, share: float, ran: float = 0.0) -> float:
+        return cls(clipped(ratios), {kind: clipped(values) for kind, values in (kinds or {}).items()})
+
+    def ratio(self, share: float, ran: float = 0.0, kind: Kind | None = None) -> float:
         """The `share` quantile of the ratios above `ran` (work that ran that share of its term and still runs ends
-        later than that); 1.0 (its limit) when no history is left to judge by."""
-        lowest = bisect.bisect_right(self.ratios, ran) if ran > 0 else 0
-        left = self.ratios[lowest:]
-        if not left:
-            return 1.0
-        return left[min(len(left) - 1, int(share * len(left)))]
+        later than that), its kind's where it has enough; 1.0 (its limit) when no history is left to judge by."""
+        own = self.by_kind.get(kind, ())
+        for ratios in (own, self.ratios) if len(own) >= KIND_HISTORY_MIN else (self.ratios,):
+            left = ratios[bisect.bisect_right(ratios, ran) if ran > 0 else 0 :]
+            if left:
+                return left[min(len(left) - 1, int(share * len(left)))]
+        return 1.0
 
-    def end_of(self, running: Running, now: datetime, share: float | None) -> datetime | None:
-        """When running work ends at the `share` quantile (None: at its limit)."""
-        if running.ends is None or share is None:
+    def lasts(self, queued: Queued, scale: float | None) -> timedelta:
+        """How long queued work runs once started, at `scale` times its own quantile (None: its whole term)."""
+        if scale is None:
+            return timedelta(hours=queued.hours)
+        demand = queued.demand
+        kind = kind_of(demand.count, demand.cpu_milli, demand.memory_mib, queued.hours)
+        return timedelta(hours=queued.hours * self.ratio(scale * spread_draw(demand.id), kind=kind))
+
+    def end_of(self, running: Running, now: datetime, scale: float | None) -> datetime | None:
+        """When running work ends at `scale` times its own quantile (None: at its limit)."""
+        if running.ends is None or scale is None:
             return running.ends
         term = (running.ends - running.started).total_seconds()
         if term <= 0:
             return running.ends
         ran = max(0.0, (now - running.started).total_seconds()) / term
-        return max(now, running.started + timedelta(seconds=term * self.ratio(share, ran=ran)))
+        first = running.allocations[0]
+        kind = kind_of(len(first.devices), first.cpu_milli, first.memory_mib, term / 3600)
+        ratio = self.ratio(scale * spread_draw(first.id), ran=ran, kind=kind)
+        return max(now, running.started + timedelta(seconds=term * ratio))
+
+
+def spread_draw(work_id: str) -> float:
+    """The quantile in (0, 1) a piece of work ends at in the likely replay: the same in every cycle (its estimates
+    do not jump between cycles), spread evenly over work."""
+    digest = hashlib.blake2b(work_id.encode(), digest_size=8).digest()
+    return (int.from_bytes(digest, "big") + 0.5) / 2**64
 
 
 @dataclass(frozen=True)
@@ -133,12 +173,12 @@ def forecast(
     replayed, beyond = list(queue[:limit]), queue[limit:]
     starts = {
         share: _replay(engine_now(), running, replayed, now, early_ends, share, wanted, tried_now)
-        for share in (EARLIEST_SHARE, LIKELY_SHARE, None)
+        for share in (EARLIEST, LIKELY, LATEST)
     }
     endless = any(work.ends is None for work in running)
     estimates = {}
     for queued in replayed:
-        moments = [starts[share].get(queued.demand.id) for share in (EARLIEST_SHARE, LIKELY_SHARE, None)]
+        moments = [starts[share].get(queued.demand.id) for share in (EARLIEST, LIKELY, LATEST)]
         if None in moments:
             estimates[queued.demand.id] = Estimate(code=RUNNING_WITHOUT_END if endless else NO_RELEASE_FITS)
         else:  # replays may place differently: the range is still a range
@@ -161,8 +201,9 @@ class _Step:
 
 
 def _replay(engine, running, queue, now, early_ends: EarlyEnds, share, wanted=None, tried_now=False):
-    """When each queued demand starts if work ends at the `share` quantile (None: at its limit), by demand id; with
-    `wanted`, until those have started; with `tried_now`, placing from the first release after `now`."""
+    """When each queued demand starts if work ends at `share` times its own quantile (None: at its limit), by
+    demand id; with `wanted`, until those have started; with `tried_now`, placing from the first release after
+    `now`."""
     holding: dict[str, tuple[RunningAllocation, ...]] = {}
     # What holds capacity -> when it gives it back: the approved end, as the cycle knows it.
     ends: dict[str, datetime] = {}
@@ -175,6 +216,7 @@ def _replay(engine, running, queue, now, early_ends: EarlyEnds, share, wanted=No
             ends[work_id] = work.ends
             heapq.heappush(releases, (early_ends.end_of(work, now, share), next(order), work_id))
     hours = {queued.demand.id: queued.hours for queued in queue}
+    by_id = {queued.demand.id: queued for queued in queue}
     waiting, starts, moment = list(queue), {}, now
     for step in range(MAX_STEPS):
         placed = {}
@@ -183,8 +225,7 @@ def _replay(engine, running, queue, now, early_ends: EarlyEnds, share, wanted=No
         for demand_id, allocations in placed.items():
             starts[demand_id], holding[demand_id] = moment, allocations
             ends[demand_id] = moment + timedelta(hours=hours[demand_id])
-            lasts = timedelta(hours=hours[demand_id] * (1.0 if share is None else early_ends.ratio(share)))
-            heapq.heappush(releases, (moment + lasts, next(order), demand_id))
+            heapq.heappush(releases, (moment + early_ends.lasts(by_id[demand_id], share), next(order), demand_id))
         waiting = [queued for queued in waiting if queued.demand.id not in starts]
         if not waiting or not releases or (wanted is not None and wanted <= starts.keys()):
             break

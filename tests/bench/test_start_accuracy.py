@@ -1,5 +1,5 @@
 """The steady-state replay's accuracy of expected starts (bench/start_accuracy.py): the error as a share of the
-actual wait, per wait bucket."""
+actual wait, per wait bucket, the warm-up apart."""
 
 from datetime import UTC, datetime
 
@@ -21,4 +21,14 @@ def test_errors_are_shares_of_the_actual_wait_per_bucket():
     assert report["by_wait"]["30 min-2 h"]["median_error_share"] == 0.167
     assert (report["started_after_a_wait"], report["started_at_once"]) == (3, 1)
     assert report["raw_p90_error_share"] == 0.5  # 30 s off a 60 s wait without the grid
-    assert report["untimed_by_code"] == {"beyond_forecast": 1}
+    assert report["untimed_after_a_wait"] == {"beyond_forecast": 1}
+
+
+def test_requests_submitted_in_the_warm_up_are_reported_apart():
+    accuracy = StartAccuracy(datetime(2026, 12, 1, tzinfo=UTC), interval_s=60.0, warmup_s=300.0)
+    accuracy.likely = {1: 3600.0, 2: 420.0}
+    accuracy.note_start(1, arrived=0.0, started=180.0)  # no history yet: said its neighbours' limit, an hour
+    accuracy.note_start(2, arrived=360.0, started=420.0)
+    report = accuracy.report()
+    assert (report["started_after_a_wait"], report["median_error_share"]) == (1, 0.0)
+    assert (report["warmup"]["started_after_a_wait"], report["warmup"]["median_error_share"]) == (1, 19.0)

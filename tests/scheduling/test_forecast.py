@@ -11,6 +11,8 @@ from scheduling.engine.forecast import (
     Queued,
     Running,
     forecast,
+    kind_of,
+    spread_draw,
 )
 from scheduling.engine.model import Demand
 
@@ -146,3 +148,35 @@ def test_a_queue_the_cycle_just_left_waiting_starts_no_earlier_than_the_next_rel
     )
     assert tried["small"] == Estimate(at(1), at(1), at(1))
     assert estimate(work, [queued("small", 1, 1)])["small"] == Estimate(NOW, NOW, NOW)  # card 1 is free now
+
+
+def test_the_likely_replay_ends_each_piece_of_work_at_its_own_quantile_of_the_history():
+    # Both cards held by work that started now for 1 h; ended work ran 10 %, 20 % .. 100 % of its term. Likely, each
+    # ends at its own quantile (a stable draw by its id), so the two queued requests start at two moments, not both
+    # at the median. (They ask for 10 h: the first cannot end before the second starts.)
+    ratios = tuple(tenth / 10 for tenth in range(1, 11))
+    work = [running("A", 0, 0, 1), running("B", 1, 0, 1)]
+    estimates = estimate(work, [queued("one", 1, 10), queued("two", 1, 10)], ratios=ratios)
+    ends = sorted(EarlyEnds.of(ratios).ratio(spread_draw(work_id)) for work_id in ("A", "B"))
+    assert ends[0] < ends[1]
+    assert [estimates["one"].likely, estimates["two"].likely] == [at(ends[0]), at(ends[1])]
+    assert estimates["two"].latest == at(1)
+
+
+def test_work_of_a_kind_with_enough_history_is_judged_by_its_own():
+    # Ended 1-card 1-core terms of 1 h ran 50 % (twice); everything else ran its whole term. A (that kind) likely
+    # ends at half its term; with a single ended term of its kind it would be judged by all of them.
+    kind = kind_of(1, 1000, 1024, 1)
+    ends = EarlyEnds.of([0.5, 0.5, 1.0, 1.0, 1.0, 1.0], {kind: [0.5, 0.5], (2, 1000, 1024, 1): [1.0] * 4})
+    work = [running("A", 0, 0, 1), running("B", 1, 0, 4)]
+    estimates = forecast(
+        engine_now=lambda: PlacementEngine(Snapshot([NODE], [a for held in work for a in held.allocations])),
+        running=work,
+        queue=[queued("next", 1, 1)],
+        now=NOW,
+        early_ends=ends,
+        limit=10,
+    )
+    assert estimates["next"].likely == at(0.5)
+    assert EarlyEnds.of([0.5, 1.0, 1.0], {kind: [0.5]}).ratio(0.0, kind=kind) == 0.5  # one of its kind: all terms
+    assert EarlyEnds.of([0.5, 1.0, 1.0], {kind: [0.5]}).ratio(0.5, kind=kind) == 1.0
