@@ -18,7 +18,7 @@ from datetime import datetime
 
 from django.conf import settings
 from django.db import connection, transaction
-from django.db.models import Count
+from django.db.models import Count, Min
 from django.utils import timezone
 
 from catalog.runtimes import needs_of, needs_text
@@ -354,8 +354,24 @@ def _excepted_from_concurrency(request: ResourceRequest) -> bool:
     )
 
 
+def _continued_terms(bindings, requests: dict[int, ResourceRequest]) -> dict[int, datetime]:
+    """A serving endpoint woken from zero continues the term its first allocation began: scaling to zero and back
+    never stretches the approved duration (one read, only when such an endpoint is placed)."""
+    woken = {int(binding.demand_id) for binding in bindings if requests[int(binding.demand_id)].serving_replicas}
+    if not woken:
+        return {}
+    return dict(
+        Allocation.objects.filter(request_id__in=woken)
+        .values("request_id")
+        .annotate(started=Min("term_started_at"))
+        .values_list("request_id", "started")
+        .order_by()
+    )
+
+
 def _binding_rows(bindings, cluster: ClusterSnapshot, requests: dict[int, ResourceRequest], now):
     allocations, devices = [], []
+    terms = _continued_terms(bindings, requests)
     for binding in bindings:
         request = requests[int(binding.demand_id)]
         allocations.append(
@@ -366,7 +382,7 @@ def _binding_rows(bindings, cluster: ClusterSnapshot, requests: dict[int, Resour
                 memory_mib=binding.memory_mib,
                 priority=PRIORITY_RANK[request.priority],
                 preemptible=request.priority == PriorityClass.BATCH,
-                term_started_at=now,
+                term_started_at=terms.get(request.pk, now),
                 replica=binding.replica,
                 member=binding.member,
             )

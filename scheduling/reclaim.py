@@ -14,7 +14,7 @@ from datetime import timedelta
 
 from django.conf import settings
 from django.db import IntegrityError, transaction
-from django.db.models import DateTimeField, Exists, ExpressionWrapper, F, OuterRef, Q, Sum, Value
+from django.db.models import DateTimeField, Exists, ExpressionWrapper, F, Min, OuterRef, Q, Sum, Value
 from django.db.models.functions import Coalesce, Least
 from django.db.models.lookups import GreaterThan, LessThanOrEqual
 from django.utils import timezone
@@ -36,7 +36,7 @@ from scheduling.choices import AllocationState, DeviceHealth
 from scheduling.inventory.agents import ANY_NODE, NOT_YOUR_NODE, NodeScope
 from scheduling.mig import cycle as mig_cycle
 from scheduling.mig import services as mig_services
-from scheduling.models import ENDS_AT, Allocation, AllocationDevice, Minutes, Node
+from scheduling.models import ENDS_AT, Allocation, AllocationDevice, Hours, Minutes, Node
 from scheduling.selectors import replicas_serving_without
 from scheduling.signals import allocation_ended
 from scheduling.task_names import CYCLE_TASK
@@ -297,9 +297,43 @@ def allocations_reclaim(*, now=None) -> int:
 
 
 def reclaim_expired(*, now=None) -> dict[int, str]:
-    """Release every request whose allocation's approved duration is over; the outcome per request id."""
-    due = Q(LessThanOrEqual(ENDS_AT, now or timezone.now()))
-    return _reclaim_each(_due_request_ids(due), due, "expired: the approved duration is over")
+    """Release every request whose approved duration is over, through its active allocation's term or, holding none
+    (a serving endpoint scaled to zero), through the term its first allocation began; the outcome per request id."""
+    now = now or timezone.now()
+    due, reason = Q(LessThanOrEqual(ENDS_AT, now)), "expired: the approved duration is over"
+    asleep = _asleep_past_term(now)
+    return {
+        **_reclaim_each(_due_request_ids(due), due, reason),
+        **{
+            request_id: _reclaim_asleep(request_id, asleep, reason)
+            for request_id in asleep.values_list("pk", flat=True)
+        },
+    }
+
+
+def _asleep_past_term(now):
+    """Active requests that hold no allocation (an endpoint scaled to zero) and whose term is over."""
+    holding = Allocation.objects.filter(request_id=OuterRef("pk"), state=AllocationState.ACTIVE)
+    ends_at = ExpressionWrapper(F("term_started_at") + Hours("duration_hours"), output_field=DateTimeField())
+    return (
+        ResourceRequest.objects.filter(state=RequestState.ACTIVE)
+        .exclude(Exists(holding))
+        .alias(term_started_at=Min("allocations__term_started_at"))
+        .filter(LessThanOrEqual(ends_at, now))
+        .order_by("pk")
+    )
+
+
+def _reclaim_asleep(request_id: int, asleep, reason: str) -> str:
+    """Decided again on the locked request (PostgreSQL locks no aggregate: the lock first, then the check)."""
+    with transaction.atomic():
+        request, outcome = _locked_first(ResourceRequest.objects.filter(pk=request_id))
+        if request is None:
+            return outcome
+        if not asleep.filter(pk=request_id).exists():
+            return NOT_FOUND
+        request_release(request=request, actor=None, reason=reason)
+        return RELEASED
 
 
 def reclaim_stale(*, now=None) -> dict[int, str]:

@@ -3,6 +3,7 @@ record; a wake checks the quota as it stands, asks once for one replica through 
 provisioning, however often it is asked; released at zero, its route goes. (The gateway's half, with a real gateway
 process: test_scale_to_zero.py.)"""
 
+from datetime import timedelta
 from decimal import Decimal
 
 import pytest
@@ -13,6 +14,7 @@ from requests import services as request_services
 from requests.choices import EventCode, RequestState
 from scheduling.choices import AllocationState
 from scheduling.models import Allocation
+from scheduling.reclaim import reclaim_expired
 from serving.choices import DeploymentState
 from serving.deployments import deployment_wake
 from serving.models import ServingDeployment
@@ -83,3 +85,23 @@ def test_released_at_zero_its_route_goes(at_zero, run_on_commit):
     deployment.refresh_from_db()
     assert request.state == RequestState.RELEASED and deployment.state == DeploymentState.STOPPED
     assert deployment.slug not in snapshot_load().routes
+
+
+def test_a_woken_replica_continues_the_term_its_first_allocation_began(at_zero, run_on_commit):
+    request, deployment = at_zero
+    began = Allocation.objects.filter(request=request).earliest("term_started_at").term_started_at
+    run_on_commit(deployment_wake, deployment_id=deployment.pk)
+    woken = Allocation.objects.get(request=request, state=AllocationState.ACTIVE)
+    assert woken.term_started_at == began  # scaling to zero and back never stretches the approved duration
+
+
+def test_asleep_past_its_term_it_is_released_as_expired(at_zero, run_on_commit):
+    request, deployment = at_zero
+    began = Allocation.objects.filter(request=request).earliest("term_started_at").term_started_at
+    term_end = began + timedelta(hours=request.duration_hours)
+    assert run_on_commit(reclaim_expired, now=term_end - timedelta(minutes=1)) == {}
+    assert run_on_commit(reclaim_expired, now=term_end) == {request.pk: "released"}
+    request.refresh_from_db()
+    deployment.refresh_from_db()
+    assert request.state == RequestState.RELEASED and deployment.state == DeploymentState.STOPPED
+    assert request.events.filter(code=EventCode.RELEASING, message__contains="expired").exists()
