@@ -56,6 +56,7 @@ class Queued:
     approved_spec: dict
     cpu_cores: int
     memory_gb: int
+    serving_replicas: int | None
 
 
 QUEUED_FIELDS = [field.name for field in fields(Queued)]

@@ -41,7 +41,16 @@ class ServingDeployment(ConcurrentTransitionMixin, models.Model):
     def serve(self):
         self.stopped_at = None
 
-    @transition(field=state, source="*", target=DeploymentState.STOPPED)
+    @transition(
+        field=state,
+        source=[
+            DeploymentState.DEPLOYING,
+            DeploymentState.SERVING,
+            DeploymentState.SCALED_TO_ZERO,
+            DeploymentState.WAKING,
+        ],
+        target=DeploymentState.STOPPED,
+    )
     def stop(self):
         self.stopped_at = timezone.now()
 

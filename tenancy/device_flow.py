@@ -6,8 +6,9 @@ user code, which the person types on /device/ while signed in on the portal (OID
 server signs people in). The person sees what the CLI asks for (scopes, token lifetime, from which address) and
 approves or denies; the CLI's next poll (`device_token_exchange`) gets a personal token issued by `api_token_issue`,
 so it is scoped, expiring and audited as a token made on the API tokens page. Both codes are stored only as SHA-256
-hashes and work once; polling faster than the interval is answered slow_down (the interval grows by 5 s, RFC 8628
-3.5), and the endpoints are throttled per client address (config.throttling.DeviceSignInThrottle).
+hashes and work once; polling faster than the interval is answered slow_down (the interval grows by
+SLOW_DOWN_SECONDS, RFC 8628 3.5), and the endpoints are throttled per client address
+(config.throttling.DeviceSignInThrottle).
 """
 
 import secrets
@@ -29,7 +30,7 @@ from tenancy.services import audit_record
 # RFC 8628 6.1: consonants only (no vowels, so no words; no look-alikes such as 0/O, 1/I), 8 of them (20^8 codes).
 USER_CODE_ALPHABET = "BCDFGHJKLMNPQRSTVWXZ"
 USER_CODE_LENGTH = 8
-SLOW_DOWN_SECONDS = 5  # RFC 8628 3.5: each slow_down adds 5 s to the interval for every later poll
+SLOW_DOWN_SECONDS = 5  # RFC 8628 3.5: what each slow_down adds to the interval for every later poll
 DEVICE_GRANT_TYPE = "urn:ietf:params:oauth:grant-type:device_code"
 VERIFICATION_PATH = "/device/"
 
@@ -136,8 +137,8 @@ def device_authorization_decide(
             code="device_code_answered",
             details={"state": authorization.state},
         )
-    authorization.state = DeviceAuthorizationState.APPROVED if approve else DeviceAuthorizationState.DENIED
-    authorization.decided_by, authorization.decided_at = actor, timezone.now()
+    decide = authorization.approve if approve else authorization.deny
+    decide(by=actor, at=timezone.now())
     authorization.save(update_fields=["state", "decided_by", "decided_at"])
     audit_record(
         actor=actor,
@@ -211,7 +212,7 @@ def _token_for(authorization: DeviceAuthorization) -> IssuedApiToken:
         expires_in_days=authorization.token_days,
         scopes=authorization.scopes,
     )
-    authorization.state, authorization.token = DeviceAuthorizationState.USED, issued.token
+    authorization.use(token=issued.token)
     authorization.save(update_fields=["state", "token", "last_polled_at"])
     return issued
 

@@ -6,6 +6,7 @@ from django.contrib.contenttypes.models import ContentType
 from django.core.validators import MinValueValidator, RegexValidator
 from django.db import models
 from django.db.models import Q
+from django_fsm import FSMField, transition
 
 from tenancy.choices import (
     DeviceAuthorizationState,
@@ -358,10 +359,13 @@ class DeviceAuthorization(models.Model):
     requested_from = models.GenericIPAddressField(null=True, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
     expires_at = models.DateTimeField(db_index=True, help_text="The codes work until then.")
-    interval_seconds = models.PositiveSmallIntegerField(help_text="The least wait between polls; slow_down adds 5.")
+    interval_seconds = models.PositiveSmallIntegerField(help_text="The least wait between polls; slow_down adds to it.")
     last_polled_at = models.DateTimeField(null=True, blank=True)
-    state = models.CharField(
-        max_length=10, choices=DeviceAuthorizationState.choices, default=DeviceAuthorizationState.PENDING
+    state = FSMField(
+        max_length=10,
+        choices=DeviceAuthorizationState.choices,
+        default=DeviceAuthorizationState.PENDING,
+        protected=True,
     )
     decided_by = models.ForeignKey(
         settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.CASCADE, related_name="+"
@@ -374,6 +378,19 @@ class DeviceAuthorization(models.Model):
 
     def __str__(self):
         return f"Device sign-in {self.token_name} ({self.get_state_display()})"
+
+    # Transitions change the state and what goes with it; tenancy.device_flow locks and saves.
+    @transition(field=state, source=DeviceAuthorizationState.PENDING, target=DeviceAuthorizationState.APPROVED)
+    def approve(self, *, by, at) -> None:
+        self.decided_by, self.decided_at = by, at
+
+    @transition(field=state, source=DeviceAuthorizationState.PENDING, target=DeviceAuthorizationState.DENIED)
+    def deny(self, *, by, at) -> None:
+        self.decided_by, self.decided_at = by, at
+
+    @transition(field=state, source=DeviceAuthorizationState.APPROVED, target=DeviceAuthorizationState.USED)
+    def use(self, *, token: ApiToken) -> None:
+        self.token = token
 
 
 class ServiceAccount(models.Model):

@@ -476,10 +476,20 @@ def _log_line(task: dict) -> str:
     return f"{task['status']}{changed}: {task['task']}{message}"
 
 
+def _control_socket_dir(state: Path) -> Path:
+    """Where ssh keeps its ControlPersist sockets: a short directory of its own (the temporary directory plus a hash
+    of the state directory, private to this user), since a Unix socket's path holds at most 107 bytes and ssh adds
+    a 10-character hash and a 17-character temporary suffix to it; under a deep ANSIBLE_STATE_DIR it would not
+    fit and every connection would fail."""
+    digest = hashlib.sha256(str(state.resolve()).encode()).hexdigest()[:12]
+    control = Path(tempfile.gettempdir()) / f"cc-ansible-cp-{digest}"
+    control.mkdir(mode=0o700, exist_ok=True)
+    return control
+
+
 def _environment(target: Target, work: Path) -> dict:
     state = Path(settings.ANSIBLE_STATE_DIR)
-    control = state / "cp"
-    control.mkdir(parents=True, exist_ok=True)
+    control = _control_socket_dir(state)
     known_hosts = _known_hosts(target.node)
     known_hosts.parent.mkdir(parents=True, exist_ok=True)
     timeout = settings.ANSIBLE_CONNECT_TIMEOUT_SECONDS
@@ -713,4 +723,4 @@ def _await_slurm_node(node: str, *, idle: bool) -> str:
 
 def clear_control_sockets() -> None:
     """Remove this host's persisted SSH control sockets (tests: the servers they reached are gone)."""
-    shutil.rmtree(Path(settings.ANSIBLE_STATE_DIR) / "cp", ignore_errors=True)
+    shutil.rmtree(_control_socket_dir(Path(settings.ANSIBLE_STATE_DIR)), ignore_errors=True)

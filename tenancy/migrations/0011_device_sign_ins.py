@@ -3,6 +3,7 @@
 import django.db.models.deletion
 from django.conf import settings
 from django.db import migrations, models
+import django_fsm
 
 
 class Migration(migrations.Migration):
@@ -24,9 +25,9 @@ class Migration(migrations.Migration):
                 ('requested_from', models.GenericIPAddressField(blank=True, null=True)),
                 ('created_at', models.DateTimeField(auto_now_add=True)),
                 ('expires_at', models.DateTimeField(db_index=True, help_text='The codes work until then.')),
-                ('interval_seconds', models.PositiveSmallIntegerField(help_text='The least wait between polls; slow_down adds 5.')),
+                ('interval_seconds', models.PositiveSmallIntegerField(help_text='The least wait between polls; slow_down adds to it.')),
                 ('last_polled_at', models.DateTimeField(blank=True, null=True)),
-                ('state', models.CharField(choices=[('pending', 'Waiting for the person'), ('approved', 'Approved; the token is not taken yet'), ('denied', 'Denied'), ('used', 'Token issued')], default='pending', max_length=10)),
+                ('state', django_fsm.FSMField(choices=[('pending', 'Waiting for the person'), ('approved', 'Approved; the token is not taken yet'), ('denied', 'Denied'), ('used', 'Token issued')], default='pending', max_length=10, protected=True)),
                 ('decided_at', models.DateTimeField(blank=True, null=True)),
                 ('decided_by', models.ForeignKey(blank=True, null=True, on_delete=django.db.models.deletion.CASCADE, related_name='+', to=settings.AUTH_USER_MODEL)),
                 ('token', models.ForeignKey(blank=True, null=True, on_delete=django.db.models.deletion.SET_NULL, related_name='+', to='tenancy.apitoken')),

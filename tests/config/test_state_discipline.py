@@ -17,9 +17,12 @@ from requests.models import Approval, ApprovalStage, QuotaChangeRequest
 from scheduling.models import IsolationClearance
 from serving.choices import DeploymentState
 from serving.models import ServingDeployment
+from tenancy.choices import DeviceAuthorizationState
+from tenancy.models import DeviceAuthorization
 
 NOW = timezone.now()
 A, G, R, P, D, C = ApprovalState, StageState, RunState, StepState, DeploymentState, ChangeState
+V = DeviceAuthorizationState
 
 # Written out by hand, not derived from the models, so that a changed transition fails here:
 # {transition: {source: target}} and the arguments each transition takes.
@@ -48,8 +51,15 @@ MACHINES = {
         "cancel": {P.PENDING: P.CANCELLED, P.WAITING: P.CANCELLED, P.RUNNING: P.CANCELLED},
     },
     ServingDeployment: {
-        "serve": {D.DEPLOYING: D.SERVING, D.STOPPED: D.SERVING},
-        "stop": {D.DEPLOYING: D.STOPPED, D.SERVING: D.STOPPED},
+        "serve": {D.DEPLOYING: D.SERVING, D.STOPPED: D.SERVING, D.WAKING: D.SERVING},
+        "stop": {D.DEPLOYING: D.STOPPED, D.SERVING: D.STOPPED, D.SCALED_TO_ZERO: D.STOPPED, D.WAKING: D.STOPPED},
+        "scale_to_zero": {D.SERVING: D.SCALED_TO_ZERO},
+        "wake": {D.SCALED_TO_ZERO: D.WAKING},
+    },
+    DeviceAuthorization: {
+        "approve": {V.PENDING: V.APPROVED},
+        "deny": {V.PENDING: V.DENIED},
+        "use": {V.APPROVED: V.USED},
     },
     # The change-request machine, shared with quota changes and extensions (requests.models.change).
     IsolationClearance: {
@@ -70,6 +80,9 @@ ARGUMENTS = {
     (ProvisioningStep, "succeed"): {"output": {}},
     (ProvisioningStep, "wait"): {"until": NOW, "waiting_for": Wait.RETRY},
     (ProvisioningStep, "fail"): {"error": {"code": "boom"}},
+    (DeviceAuthorization, "approve"): {"by": None, "at": NOW},
+    (DeviceAuthorization, "deny"): {"by": None, "at": NOW},
+    (DeviceAuthorization, "use"): {"token": None},
 }
 MATRIX = [
     (model, state, name)
