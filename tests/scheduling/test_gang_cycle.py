@@ -1,4 +1,4 @@
-"""Multi-node gangs in the cycle and the preview: while no node here has a backend that runs multi-node work (Slurm),
+"""Multi-node gangs in the cycle and the preview: while no node here has a backend that runs multi-node work (Slurm, containers),
 an approved gang waits with `multi_node_backend` rather than be placed and fail; the preview says so, or gives the
 gang's topology reason with its numbers when it would wait anyway. On Slurm nodes the cycle places the whole gang in
 one transaction, one allocation per member, and ending the request ends all of them. One-node work is placed as
@@ -88,8 +88,8 @@ def test_a_gang_waits_for_a_multi_node_backend_while_one_node_work_is_placed(sho
     one.refresh_from_db()
     assert result.waiting == {gang.pk: backends.MULTI_NODE_BACKEND}
     assert gang.state == RequestState.QUEUED and one.state != RequestState.QUEUED
-    assert gang.queue_reason["numbers"] == {"nodes": 2, "backends": ["slurm"]}
-    assert "no node here has a backend that runs multi-node work (slurm)" in gang.queue_reason["message"]
+    assert gang.queue_reason["numbers"] == {"nodes": 2, "backends": ["container", "slurm"]}
+    assert "no node here has a backend that runs multi-node work (container, slurm)" in gang.queue_reason["message"]
     assert not gang.allocations.exists()
 
 
