@@ -1,6 +1,7 @@
-"""Multi-node gangs in the cycle and the preview: while no node here has a backend that runs multi-node work (Slurm, containers),
-an approved gang waits with `multi_node_backend` rather than be placed and fail; the preview says so, or gives the
-gang's topology reason with its numbers when it would wait anyway. On Slurm nodes the cycle places the whole gang in
+"""Multi-node gangs in the cycle and the preview: while no node here has a backend that runs multi-node work (Slurm,
+containers), an approved gang waits with `multi_node_backend` rather than be placed and fail; the preview says so, or
+gives the gang's topology reason with its numbers (and when its best rack frees the nodes it lacks) when it would
+wait anyway. On Slurm nodes the cycle places the whole gang in
 one transaction, one allocation per member, and ending the request ends all of them. One-node work is placed as
 before."""
 
@@ -194,3 +195,34 @@ def test_the_request_page_shows_every_member_node_of_a_gang(shop, team, client):
     page = client.get(reverse("portal:request-detail", args=[gang.pk])).content.decode()
     assert 'id="member-0"' in page and 'id="member-1"' in page
     assert all(f"<strong>{node}</strong>" in page for node in details["nodes"])
+
+
+def test_a_gang_waiting_on_topology_says_when_its_best_rack_frees_the_nodes_it_lacks(shop, team):
+    """One node of each rack runs 4-card work approved for 3 h: two nodes are free, never in one rack, so the gang
+    waits with its rack's numbers and when the missing node frees there."""
+    racks(shop.accelerator, 2, 2, backend="slurm")
+    whole_node = factories.ResourceSpecFactory(accelerator_models=[shop.accelerator], accelerator_count=4, cpu_cores=8)
+    shop.service.specs.add(whole_node)
+    kept_free = [Node.objects.get(name=name) for name in ("r1-n1", "r2-n1")]
+    for node in kept_free:  # the 4-card work goes on r1-n0 and r2-n0
+        scheduling_services.node_cordon(node=node, reason="setting up", actor=None)
+    for _ in range(2):
+        order = make_order(shop, team.project, spec=whole_node, duration_hours=3)
+        services.request_submit(order=order, requester=team.developer)
+    cycle.run_cycle()
+    for node in kept_free:
+        scheduling_services.node_uncordon(node=node, reason="set up", actor=None)
+
+    gang = submit(shop, team, shop.gang)
+    result = cycle.run_cycle()
+    gang.refresh_from_db()
+    assert result.waiting == {gang.pk: "topology_constraint"}
+    message, numbers = gang.queue_reason["message"], gang.queue_reason["numbers"]
+    assert "best rack r1 has 1 (1 more frees in ~3 h; 2 such nodes are free in all)" in message
+    freeing = Allocation.objects.get(node__name="r1-n0")
+    assert (numbers["more_nodes"], numbers["more_free_at"]) == (1, freeing.expires_at.isoformat())
+
+    order = make_order(shop, team.project, spec=shop.gang)
+    estimate = placement_estimate(order, size_order(order))  # the preview says the same before submission
+    assert estimate["code"] == "topology_constraint" and estimate["details"]["more_nodes"] == 1
+    assert "best rack r1 has 1 (1 more frees in ~3 h;" in estimate["message"]
