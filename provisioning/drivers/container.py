@@ -349,7 +349,9 @@ class ContainerWorkloads(WorkloadDriver):
             leader = self._started(members[0], image)
             address = _network_address(leader) if leader else ""
             containers = [leader, *(self._started(member, image, address) for member in members[1:])]
-            described = [self._described(member, container) for member, container in zip(members, containers, strict=True)]
+            described = [
+                self._described(member, container) for member, container in zip(members, containers, strict=True)
+            ]
         except Exception:
             self.stop_workload(target)
             raise
