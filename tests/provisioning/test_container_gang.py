@@ -1,7 +1,8 @@
 """Multi-node gangs on the `container` backend, against this machine's podman (runc, images built locally from a
 busybox-static Containerfile): a 2-node order runs as one container per member, each on its own node with its own
 cards and the rendezvous environment torchrun expects; member 1 reaches member 0 at MASTER_ADDR:MASTER_PORT on the
-gang's network; release removes both. A member that cannot start takes the others down with it: never half a gang."""
+gang's network; release removes both. A member that cannot start takes the others down with it, and a card of a
+running member isolated takes the whole gang back to the queue: never half a gang."""
 
 import os
 import shutil
@@ -18,9 +19,10 @@ from provisioning.choices import RunKind, RunState
 from provisioning.drivers.container import Podman
 from provisioning.models import ProvisioningRun, ProvisioningStep
 from requests import services as request_services
-from requests.choices import RequestState
+from requests.choices import EventCode, RequestState
 from requests.orders import Order
 from scheduling import cycle
+from scheduling import services as scheduling_services
 from scheduling.choices import AllocationState, ExecutionBackend
 from scheduling.models import Allocation, Device, Rack, Site
 from tests import factories
@@ -198,3 +200,25 @@ def test_a_member_that_cannot_start_takes_the_others_down_and_the_gang_fails_as_
     ] * 2
     assert set(Allocation.objects.filter(request=request).values_list("state", flat=True)) == {AllocationState.RELEASED}
     assert set(Device.objects.values_list("allocated_milli", flat=True)) == {0}
+
+
+def test_a_card_of_a_running_member_isolated_takes_the_whole_gang_back_to_the_queue_and_it_runs_again(gang):
+    request = gang.placed_then(lambda nodes: None)
+    assert request.state == RequestState.ACTIVE
+    first = list(Allocation.objects.filter(request=request).order_by("member"))
+    before = {container["Id"] for container in gang.podman.containers(f"compute-catalog.request={request.pk}")}
+    card = first[1].devices.first().device
+
+    gang.run_on_commit(scheduling_services.device_isolate, device=card, reason="XID 79: fell off the bus", actor=None)
+
+    request.refresh_from_db()
+    assert request.state == RequestState.ACTIVE  # placed again, on healthy cards, and running
+    assert {allocation.state for allocation in Allocation.objects.filter(pk__in=[a.pk for a in first])} == {
+        AllocationState.RELEASED
+    }  # both members went back, never one of them
+    note = request.events.get(code=EventCode.PREEMPTED)
+    assert "a device of the allocation was isolated" in note.message
+    again = Allocation.objects.filter(request=request, state=AllocationState.ACTIVE)
+    assert again.count() == 2 and not again.filter(devices__device=card).exists()
+    after = {container["Id"] for container in gang.podman.containers(f"compute-catalog.request={request.pk}")}
+    assert len(after) == 2 and not after & before  # the old members' containers removed, two new ones run
