@@ -10,6 +10,8 @@ from decimal import Decimal
 from types import SimpleNamespace
 
 import pytest
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
 from django.urls import reverse
 
 from catalog.choices import TopologyLevel, TopologyMode
@@ -226,3 +228,42 @@ def test_a_gang_waiting_on_topology_says_when_its_best_rack_frees_the_nodes_it_l
     estimate = placement_estimate(order, size_order(order))  # the preview says the same before submission
     assert estimate["code"] == "topology_constraint" and estimate["details"]["more_nodes"] == 1
     assert "best rack r1 has 1 (1 more frees in ~3 h;" in estimate["message"]
+
+
+def test_the_usage_report_shows_a_gang_as_one_line_with_its_members_at_a_fixed_query_count(shop, team, api_as, client):
+    """API, CSV and page: a multi-node request is one line (its card-hours in sum) with its members, each its node
+    and its own figures; one more gang costs no more queries."""
+    racks(shop.accelerator, 2, 2, backend="slurm")
+    first = submit(shop, team, shop.gang)
+    cycle.run_cycle()
+    api = api_as(team.developer)
+    client.force_login(team.developer)
+    api.get("/api/v1/usage/")  # what a process reads once
+    client.get(reverse("metering:usage"))
+    with CaptureQueriesContext(connection) as one_gang:
+        api.get("/api/v1/usage/", {"group_by": "request"})
+    with CaptureQueriesContext(connection) as page_of_one:
+        client.get(reverse("metering:usage"))
+    others = [submit(shop, team, shop.gang)]  # the project's quota holds two
+    cycle.run_cycle()
+    with CaptureQueriesContext(connection) as two_gangs:
+        lines = api.get("/api/v1/usage/", {"group_by": "request"}).json()["results"]
+    with CaptureQueriesContext(connection) as page_of_two:
+        page = client.get(reverse("metering:usage")).content.decode()
+    assert (len(two_gangs), len(page_of_two)) == (len(one_gang), len(page_of_one))
+    assert [line["request"] for line in lines] == sorted(request.pk for request in [first, *others])
+    line = next(line for line in lines if line["request"] == first.pk)
+    members = list(first.allocations.order_by("member").values_list("member", "node__name"))
+    assert line["nodes"] == 2
+    assert [(member["member"], member["node"]) for member in line["members"]] == members
+    in_sum = sum(Decimal(member["card_hours"]) for member in line["members"])
+    assert abs(in_sum - Decimal(line["card_hours"])) <= Decimal("0.0001") * len(members)  # each rounded on its own
+
+    export = api.get("/api/v1/usage/export/", {"group_by": "request"}).content.decode().splitlines()
+    assert export[0] == "request,card_hours,cost,currency,energy_kwh,nodes,members"
+    assert any(
+        row.startswith(f"{first.pk},") and row.endswith(",2," + " ".join(f"{m}:{n}" for m, n in members))
+        for row in export
+    )
+
+    assert f'id="multi-node-{first.pk}"' in page and all(f"{m}: {n} (" in page for m, n in members)
