@@ -355,20 +355,23 @@ def _place_behind(demand, fresh_engine, ahead: list[Queued], held: dict | None, 
     outcome = _place_after(engine, demand, ahead)
     if timed is not None and isinstance(outcome, Pending):
         return timed(engine, outcome)
-    if held is None or isinstance(outcome, Pending) or outcome[0].node != held["node"]:
+    held_nodes = set(held.get("nodes") or [held["node"]]) if held else set()  # a gang's: all its members' nodes
+    if held is None or isinstance(outcome, Pending) or not held_nodes & {binding.node for binding in outcome}:
         return outcome
-    off_the_held_node = fresh_engine()
-    off_the_held_node.close_node(held["node"])
-    elsewhere = _place_after(off_the_held_node, demand, ahead)
+    off_the_held_nodes = fresh_engine()
+    for node in held_nodes:
+        off_the_held_nodes.close_node(node)
+    elsewhere = _place_after(off_the_held_nodes, demand, ahead)
     if not isinstance(elsewhere, Pending):
         return elsewhere
+    node = next(binding.node for binding in outcome if binding.node in held_nodes)
     return Pending(
         demand.id,
         HIGHER_PRIORITY_AHEAD,
-        f"it would fit on {held['node']} now but still be running when request #{held['request_id']} is due to "
+        f"it would fit on {node} now but still be running when request #{held['request_id']} is due to "
         f"start there ({datetime.fromisoformat(held['start']):%Y-%m-%d %H:%M} UTC); it waits so that larger "
         "request is not starved",
-        {"reserved_for": held["request_id"], "node": held["node"], "reserved_from": held["start"]},
+        {"reserved_for": held["request_id"], "node": node, "reserved_from": held["start"]},
     )
 
 

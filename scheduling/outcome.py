@@ -50,7 +50,12 @@ def record_outcome(*, snapshot: Snapshot, bindings, reservation, waiting, foreca
         nodes=_in_use(snapshot, bindings),
         reservation=None
         if reservation is None
-        else {"request_id": reservation.request_id, "node": reservation.node, "start": reservation.start.isoformat()},
+        else {
+            "request_id": reservation.request_id,
+            "node": reservation.node,
+            "nodes": list(reservation.held),
+            "start": reservation.start.isoformat(),
+        },
         waiting=dict(Counter(request.priority for request in waiting)),
         forecast=forecast,
     )

@@ -267,3 +267,36 @@ def test_the_usage_report_shows_a_gang_as_one_line_with_its_members_at_a_fixed_q
     )
 
     assert f'id="multi-node-{first.pk}"' in page and all(f"{m}: {n} (" in page for m, n in members)
+
+
+def test_a_crowded_out_gang_at_the_head_holds_all_its_nodes_and_only_work_ending_before_it_backfills(shop, team):
+    """One node runs 4-card work for 3 h, the other 2-card work for 2 h: the gang (2 nodes x 4 cards) can start in
+    3 h on both. Work behind it that would still run then stays off both nodes (not only its leader's); work that
+    ends before runs now."""
+    racks(shop.accelerator, 2, backend="slurm")
+    specs = {
+        cards: factories.ResourceSpecFactory(
+            accelerator_models=[shop.accelerator], accelerator_count=cards, cpu_cores=8
+        )
+        for cards in (2, 4)
+    }
+    shop.service.specs.add(*specs.values())
+    for cards, hours in ((4, 3), (2, 2)):
+        order = make_order(shop, team.project, spec=specs[cards], duration_hours=hours)
+        services.request_submit(order=order, requester=team.developer)
+    cycle.run_cycle()
+
+    gang = submit(shop, team, shop.gang)
+    outlasting, ending_first = (
+        services.request_submit(
+            order=make_order(shop, team.project, spec=shop.one, duration_hours=hours), requester=team.developer
+        )
+        for hours in (10, 1)
+    )
+    result = cycle.run_cycle()
+
+    assert result.waiting[gang.pk] in {"capacity_in_use", "topology_constraint"}
+    assert result.waiting[outlasting.pk] == "higher_priority_ahead"
+    assert ending_first.pk in result.allocated
+    outlasting.refresh_from_db()
+    assert outlasting.queue_reason["numbers"]["reserved_for"] == str(gang.pk)
