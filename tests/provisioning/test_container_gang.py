@@ -2,7 +2,8 @@
 busybox-static Containerfile): a 2-node order runs as one container per member, each on its own node with its own
 cards and the rendezvous environment torchrun expects; member 1 reaches member 0 at MASTER_ADDR:MASTER_PORT on the
 gang's network; release removes both. A member that cannot start takes the others down with it, and a card of a
-running member isolated takes the whole gang back to the queue: never half a gang."""
+running member isolated takes the whole gang back to the queue, and one member's container ending ends the gang:
+never half a gang."""
 
 import os
 import shutil
@@ -18,6 +19,7 @@ from catalog.models import Vendor
 from provisioning.choices import RunKind, RunState
 from provisioning.drivers.container import Podman
 from provisioning.models import ProvisioningRun, ProvisioningStep
+from provisioning.reconcile import workloads_reconcile
 from requests import services as request_services
 from requests.choices import EventCode, RequestState
 from requests.orders import Order
@@ -222,3 +224,23 @@ def test_a_card_of_a_running_member_isolated_takes_the_whole_gang_back_to_the_qu
     assert again.count() == 2 and not again.filter(devices__device=card).exists()
     after = {container["Id"] for container in gang.podman.containers(f"compute-catalog.request={request.pk}")}
     assert len(after) == 2 and not after & before  # the old members' containers removed, two new ones run
+
+
+def test_a_member_container_that_ends_by_itself_ends_the_whole_gang(gang):
+    """Member 1's container is killed: the reconciler fails the request and the cleanup removes member 0's
+    container too, freeing every member's cards."""
+    request = gang.placed_then(lambda nodes: None)
+    assert request.state == RequestState.ACTIVE
+    follower = Allocation.objects.get(request=request, member=1)
+    name = f"{gang.podman.containers(f'compute-catalog.allocation={follower.pk}')[0]['Names'][0]}"
+    gang.podman.run("kill", "--signal", "KILL", name)  # its main process killed: the container stops, code 137
+    gang.podman.run("wait", name, timeout=30)
+
+    assert gang.run_on_commit(workloads_reconcile) == {request.pk: "failed"}
+
+    request.refresh_from_db()
+    assert request.state == RequestState.FAILED
+    failure = request.events.get(code="failed").data["failure"]
+    assert failure["code"] == "workload_failed" and failure["details"]["node"] == follower.node.name
+    assert gang.podman.containers(f"compute-catalog.request={request.pk}") == []
+    assert set(Device.objects.values_list("allocated_milli", flat=True)) == {0}
