@@ -35,7 +35,7 @@ import shutil
 import socket
 import subprocess
 from collections.abc import Iterable
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from pathlib import Path
 
 import httpx
@@ -353,7 +353,8 @@ class ContainerWorkloads(WorkloadDriver):
                 self._described(member, container) for member, container in zip(members, containers, strict=True)
             ]
         except Exception:
-            self.stop_workload(target)
+            with suppress(StepError):  # the failure to start is the step's; a retry finds what a failed removal left
+                self.stop_workload(target)
             raise
         return {
             **described[0],
@@ -545,15 +546,19 @@ def hostname(target: Target) -> str:
     return f"request-{target.request_id}" + (f"-node-{_rank(target)}" if target.gang else "")
 
 
+def _leader_hostname(target: Target) -> str:
+    """Member 0's host name: MASTER_ADDR for every member of the gang."""
+    return hostname(member_target(target, target.gang[0]))
+
+
 def rendezvous_environment(target: Target) -> dict[str, str]:
     """What a multi-node launcher needs on each member: member 0's address and port, the node count and this
     node's rank, the GPUs per node and the processes of the whole job (one per GPU). torchrun also reads its options
     from PET_<OPTION> when its command line leaves them out, so `torchrun train.py` needs no flags."""
     nodes, per_node = len(target.gang), len(target.devices)
-    leader = hostname(member_target(target, target.gang[0]))
     port, rank = settings.CONTAINER_RENDEZVOUS_PORT, _rank(target)
     shared = {
-        "MASTER_ADDR": leader,
+        "MASTER_ADDR": _leader_hostname(target),
         "MASTER_PORT": port,
         "NNODES": nodes,
         "NODE_RANK": rank,
@@ -571,7 +576,7 @@ def _gang_options(target: Target, leader_address: str) -> list[str]:
     (MASTER_ADDR) to its address there (member 0 resolves its own)."""
     options = ["--network", settings.CONTAINER_GANG_NETWORK]
     if leader_address:
-        options += ["--add-host", f"{hostname(member_target(target, target.gang[0]))}:{leader_address}"]
+        options += ["--add-host", f"{_leader_hostname(target)}:{leader_address}"]
     for variable, value in rendezvous_environment(target).items():
         options += ["--env", f"{variable}={value}"]
     return options
