@@ -353,6 +353,12 @@ CONTAINER_ACCESS_HOST = env_str("CONTAINER_ACCESS_HOST", "{node}")
 CONTAINER_PUBLISH_IP = env_str("CONTAINER_PUBLISH_IP", "0.0.0.0")
 CONTAINER_DEVICE_PATH = env_str("CONTAINER_DEVICE_PATH", "/dev/nvidia{index}")
 CONTAINER_CDI_KINDS = env_json("CONTAINER_CDI_KINDS", {})
+# A multi-node gang's containers (one per member, on each member's node) join this podman network, which must exist
+# on every container node and route between them (a macvlan or ipvlan network on the training fabric; podman's
+# default bridge network, "podman", joins containers of one host only). Members reach member 0 there on
+# CONTAINER_RENDEZVOUS_PORT (torchrun's default), the MASTER_ADDR:MASTER_PORT each is given.
+CONTAINER_GANG_NETWORK = env_str("CONTAINER_GANG_NETWORK", "podman")
+CONTAINER_RENDEZVOUS_PORT = env_int("CONTAINER_RENDEZVOUS_PORT", 29500)
 # Names and labels this platform's containers: two platforms (or a test run) sharing a node keep apart.
 CONTAINER_INSTANCE = env_str("CONTAINER_INSTANCE", "compute-catalog")
 # Images whose reference is "containerfile:<name>" are built from <CONTAINER_IMAGE_DIR>/<name>/Containerfile, once

@@ -24,7 +24,7 @@ from metering.telemetry import Binding
 from requests.choices import RUNNING_STATES, RequestState
 from requests.models import RequestEvent, ResourceRequest
 from requests.quota import usage_by_project
-from scheduling.models import Allocation, AllocationDevice, MigInstance
+from scheduling.models import Allocation, AllocationDevice, MigInstance, Node
 from tenancy.choices import ProjectPermission, QuotaDimension
 from tenancy.models import MonthlyUsage, Project, Tenant, User
 from tenancy.selectors import projects_with_permission
@@ -97,6 +97,8 @@ _KEY_COLUMNS = {
     G.SPEC: ["request__spec_id", "request__bare_metal_profile_id"],
     G.REQUEST: ["request_id"],
 }
+GANG_MEMBER = "member"  # not a grouping people ask for: a multi-node request's members, under its line
+_KEY_COLUMNS[GANG_MEMBER] = ["member", "node_id"]
 
 
 def _keys(prefix: str, model_column: str, group_by: list[str]) -> dict:
@@ -107,15 +109,20 @@ def _keys(prefix: str, model_column: str, group_by: list[str]) -> dict:
     return {f"g_{key}_{n}": F(column) for key in group_by if key != G.MONTH for n, column in enumerate(columns[key])}
 
 
-def _bound_in(projects: QuerySet[Project], periods: list[Period], group_by: list[str], now: datetime) -> list:
+def _bound_in(
+    projects: QuerySet[Project], periods: list[Period], group_by: list[str], now: datetime, members_only=False
+) -> list:
     """Card-hours and cost per group and period: one grouped SELECT per period, sent as one UNION ALL query. By
-    accelerator model, each device binding counts for its share of the allocation; else allocations count whole."""
+    accelerator model, each device binding counts for its share of the allocation; else allocations count whole.
+    `members_only`: only the allocations of multi-node gangs' members."""
     if G.ACCELERATOR_MODEL in group_by:
         rows, prefix, share = AllocationDevice.objects.all(), "allocation__", share_of_allocation()
     else:
         rows, prefix, share = Allocation.objects.all(), "", None
     keys = _keys(prefix, "device__model_id", group_by)
     rows = rows.filter(**{f"{prefix}request__project__in": projects.values("pk")}).annotate(**keys)
+    if members_only:
+        rows = rows.filter(**{f"{prefix}member__isnull": False})
     parts = [
         rows.filter(overlapping(prefix, period.start, period.end))
         .annotate(g_period=Value(period.label))
@@ -215,6 +222,7 @@ def usage_report(
     for row in _energy_in(daily, periods[0].start.date(), periods[-1].end.date(), group_by):
         totals[_group_key(row, group_by, f"{row['g_month']:%Y-%m}")]["energy_kwh"] += row["energy_kwh"] or 0
     named = _namer(group_by, list(totals))
+    members = _gang_members(projects, periods, group_by, now) if G.REQUEST in group_by else {}
     rows = [
         {
             **named(key),
@@ -222,10 +230,41 @@ def usage_report(
             "cost": _decimal(total["cost"], MONEY_PLACES),
             "energy_kwh": round(total["energy_kwh"], 3),
             "currency": settings.CATALOG_CURRENCY,
+            **(_with_members(members.get(key, [])) if G.REQUEST in group_by else {}),
         }
         for key, total in totals.items()
     ]
     return sorted(rows, key=lambda row: tuple(str(row[key]) for key in group_by))
+
+
+def _gang_members(projects, periods: list[Period], group_by: list[str], now: datetime) -> dict[tuple, list[dict]]:
+    """Per line of a report grouped by request, the members of a multi-node request with their own card-hours and
+    cost (a gang placed again lists both placements' members): one more query, and one for the node names."""
+    figures: dict[tuple, dict[tuple, dict]] = defaultdict(dict)
+    for row in _bound_in(projects, periods, [*group_by, GANG_MEMBER], now, members_only=True):
+        line = _group_key(row, group_by, row["g_period"])
+        member = figures[line].setdefault((row["g_member_0"], row["g_member_1"]), {"card_hours": 0.0, "cost": 0.0})
+        member["card_hours"] += row["card_hours"] or 0
+        member["cost"] += row["cost"] or 0
+    node_ids = {node for members in figures.values() for _member, node in members}
+    names = dict(Node.objects.filter(pk__in=node_ids).values_list("pk", "name")) if node_ids else {}
+    return {
+        line: [
+            {
+                "member": member,
+                "node": names.get(node, ""),
+                "card_hours": _decimal(figure["card_hours"], CARD_HOURS_PLACES),
+                "cost": _decimal(figure["cost"], MONEY_PLACES),
+            }
+            for (member, node), figure in sorted(members.items())
+        ]
+        for line, members in figures.items()
+    }
+
+
+def _with_members(members: list[dict]) -> dict:
+    """A request's line: how many nodes it ran on at once and, for a multi-node one, its members."""
+    return {"nodes": len({member["member"] for member in members}) or 1, "members": members}
 
 
 def card_hours_by_project(

@@ -86,6 +86,15 @@ def _share(line: dict) -> float:
     return round(100 * line["idle_card_hours"] / line["card_hours"], 1) if line["card_hours"] else 0.0
 
 
+def _multi_node(*, user: User, project_id: int | None, first: date, last: date, now) -> list[dict]:
+    """The multi-node requests of these months, each one line with its members (their nodes and figures): the
+    report grouped by request, a fixed number of queries however many there are."""
+    rows = selectors.usage_report(
+        user=user, first_month=first, last_month=last, project_id=project_id, group_by=[G.REQUEST], now=now
+    )
+    return [row for row in rows if row["nodes"] > 1]
+
+
 def usage_context(*, user: User, project: Project | None, first: date, last: date) -> dict:
     now = timezone.now()
     project_names, model_names = _display_names(user)
@@ -118,6 +127,7 @@ def usage_context(*, user: User, project: Project | None, first: date, last: dat
         "by_month": by_month,
         "by_project": _named(_totals(rows, G.PROJECT), project_names),
         "by_model": _named(_totals(rows, G.ACCELERATOR_MODEL), model_names),
+        "multi_node": _multi_node(user=user, project_id=project_id, first=first, last=last, now=now),
         "budgets": [
             {**budget, "project_label": project_names.get(budget["project"], budget["project_name"])}
             for budget in selectors.budget_list(user=user, project_id=project_id)

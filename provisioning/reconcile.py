@@ -23,6 +23,7 @@ from provisioning.drivers.base import BackendUnavailable, StepError, Target, Wor
 from provisioning.extensions import workload_extended_note
 from provisioning.models import ProvisioningRun
 from provisioning.services import teardown_start
+from provisioning.targets import gang_of
 from requests.choices import EventCode, RequestState
 from requests.models import ResourceRequest
 from requests.services import record_event, request_fail, request_release
@@ -128,7 +129,8 @@ def _delivered_runs() -> dict[str, list[ProvisioningRun]]:
 
 
 def _target(run: ProvisioningRun) -> Target:
-    """Enough for the backend to find the workload (the devices are not needed to ask whether it ended)."""
+    """Enough for the backend to find the workload (the devices are not needed to ask whether it ended); a gang's
+    members, whose workloads on their own nodes end the gang (two queries per gang)."""
     node = run.allocation.node
     return Target(
         run_id=run.pk,
@@ -139,6 +141,7 @@ def _target(run: ProvisioningRun) -> Target:
         backend=node.execution_backend,
         allocation_id=run.allocation_id,
         duration_hours=run.request.duration_hours,
+        gang=gang_of(run.allocation),
     )
 
 

@@ -164,13 +164,14 @@ def readiness_checks(contexts: list[StepContext]) -> list[dict | Exception]:
         for ctx, result in zip(contexts, results, strict=True)
         if isinstance(result, dict) and "bound_indexes" in result
     }
-    # A gang's other members: the indexes the backend bound on each member's node become that member's.
+    # A gang's other members: the indexes the backend bound on each member's node (Slurm) become that member's; a
+    # backend that binds what the platform chose (containers) reports none.
     bound |= {
         member["allocation_id"]: member["bound_indexes"]
         for result in results
         if isinstance(result, dict)
         for member in result.get("members", ())
-        if member["allocation_id"] not in bound
+        if "bound_indexes" in member and member["allocation_id"] not in bound
     }
     bindings = allocations_adopt_backend_bindings(bound=bound, backend=backend) if bound else {}
     outcomes = [_readiness(ctx, result, bindings) for ctx, result in zip(contexts, results, strict=True)]
@@ -232,7 +233,8 @@ def publish_compute_access(ctx: StepContext) -> dict:
     host, ports = workload["host"], workload["ports"]
     user = workload.get("user") or ctx.run.request.requester.username  # a backend may name the account it made
     image = ctx.snapshot["image"]
-    facts = ("job_id", "partition", "gres", "output", "time_limit_minutes", "num_nodes", "members")  # members: a gang's
+    # num_nodes, members and rendezvous: a gang's (its member nodes; where its containers meet).
+    facts = ("job_id", "partition", "gres", "output", "time_limit_minutes", "num_nodes", "members", "rendezvous")
     backend_facts = {key: ready[key] for key in facts if key in ready}
     digest = ctx.output_of("prepare_image").get("digest")
     return {

@@ -63,7 +63,7 @@ def _target(run: ProvisioningRun, allocation: Allocation, bindings: list[Allocat
         allocation_id=allocation.pk,
         requester=run.request.requester.username,
         duration_hours=run.request.duration_hours,
-        gang=() if allocation.member is None else _gang(allocation),
+        gang=gang_of(allocation),
         inventory={
             "cpu_cores": node.cpu_milli // 1000,
             "memory_gb": node.memory_mib // 1024,
@@ -91,9 +91,12 @@ def _device(binding: AllocationDevice, mig_instances: dict[int, dict]) -> dict:
     }
 
 
-def _gang(allocation: Allocation) -> tuple[dict, ...]:
+def gang_of(allocation: Allocation) -> tuple[dict, ...]:
     """Every member of the allocation's gang (bound, or released, with it), in member order, with its node and
-    devices (two queries). A gang's members hold whole cards (the cycle places no slices across nodes)."""
+    devices (two queries; none for work on one node). A gang's members hold whole cards (the cycle places no slices
+    across nodes)."""
+    if allocation.member is None:
+        return ()
     members = list(
         Allocation.objects.filter(
             request_id=allocation.request_id,

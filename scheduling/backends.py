@@ -21,10 +21,10 @@ BACKEND_UNAVAILABLE = "backend_unavailable"  # the queue reason of work that wai
 MULTI_NODE_BACKEND = "multi_node_backend"  # the queue reason of a multi-node gang while no backend can run one
 
 # The execution backends that run one piece of work over several nodes at once (a multi-node gang): Slurm, as one
-# job of N nodes. The cycle places gangs only on their nodes (each offers MULTI_NODE_CAPABILITY, which a gang's demand
-# needs); while none is in the inventory an approved gang waits with `multi_node_reason` instead of being placed and
-# then failing at provisioning. A backend that learns it (containers started together) joins this set.
-MULTI_NODE_BACKENDS: frozenset[str] = frozenset({"slurm"})
+# job of N nodes; containers, one per member started together with the rendezvous environment. The cycle places
+# gangs only on their nodes (each offers MULTI_NODE_CAPABILITY, which a gang's demand needs); while none is in the
+# inventory an approved gang waits with `multi_node_reason` instead of being placed and then failing at provisioning.
+MULTI_NODE_BACKENDS: frozenset[str] = frozenset({"container", "slurm"})
 MULTI_NODE_CAPABILITY = "runs:multi-node"  # what a node of such a backend offers the engine, and a gang needs
 
 

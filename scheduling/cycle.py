@@ -14,7 +14,7 @@ import logging
 import time
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
-from datetime import datetime
+from datetime import datetime, timedelta
 
 from django.conf import settings
 from django.db import connection, transaction
@@ -38,6 +38,7 @@ from scheduling.engine import (
     backfill,
     gang_split,
     spread_note,
+    with_domain_frees,
 )
 from scheduling.mig import cycle as mig_cycle
 from scheduling.models import Allocation, AllocationDevice
@@ -503,6 +504,26 @@ def _reserve_for_the_head(
     return reservation
 
 
+def _gang_waits_timed(result, demands: list[Demand], engine, cluster: ClusterSnapshot, requests, now) -> list:
+    """The cycle's waits, a gang's `topology_constraint` with when its best domain gets the nodes it lacks: running
+    work ends as approved, and what this cycle placed after its approved duration."""
+    gangs = {demand.id: demand for demand in demands if demand.nodes > 1}
+    if not any(pending.demand_id in gangs for pending in result.pending):
+        return result.pending
+    placed = forecasting.placed_allocations(result.bindings, now)
+    ends = {
+        **cluster.expires,
+        **{run.id: now + timedelta(hours=requests[int(run.id)].duration_hours) for run in placed},
+    }
+    running = [*cluster.snapshot.allocations, *placed]
+    return [
+        with_domain_frees(engine, pending, gangs[pending.demand_id], running, ends, now)
+        if pending.demand_id in gangs
+        else pending
+        for pending in result.pending
+    ]
+
+
 def _aged_rank_of(request: ResourceRequest, now: datetime) -> int:
     return aged_rank(request.priority, request.created_at, now)
 
@@ -646,7 +667,7 @@ def _cycle(policy: str) -> CycleResult:
                     "message": in_words(pending.message),
                     "numbers": dict(pending.numbers),
                 }
-                for pending in result.pending
+                for pending in _gang_waits_timed(result, demands, engine.milli, cluster, by_id, now)
             },
         }
         reasons.update(_waiting_for_backends(result.pending, demands, cluster.snapshot.nodes, unavailable))

@@ -30,9 +30,11 @@ from scheduling.engine import (
     PlacementEngine,
     spread_note,
     unplaceable,
+    with_domain_frees,
 )
 from scheduling.engine.forecast import TIMED_REASONS
 from scheduling.expected_start import expected_starts
+from scheduling.forecasting import from_stored
 from scheduling.mig import cycle as mig_cycle
 from scheduling.models import Device, Node
 from scheduling.outcome import last_outcome
@@ -173,7 +175,19 @@ def _estimate_of(demand, order, outcome) -> dict:
         left_waiting + since_count,
         as_of=outcome.finished_at,
         held=_delaying(order, outcome),
+        timed=_gang_wait_timed(demand, outcome),
     )
+
+
+def _gang_wait_timed(demand: Demand, outcome):
+    """For a gang: its wait on topology with when its best domain frees the nodes it lacks, from the running work's
+    approved ends the last cycle stored (as the cycle says it); None for other orders."""
+    if demand.nodes == 1:
+        return None
+    inputs = from_stored(outcome.forecast)
+    running = [allocation for work in inputs.running for allocation in work.allocations]
+    ends = {work.allocations[0].id: work.ends for work in inputs.running}
+    return lambda engine, pending: with_domain_frees(engine, pending, demand, running, ends, timezone.now())
 
 
 def _waiting_for_backend(demand: Demand, estimate: dict) -> dict:
@@ -286,13 +300,14 @@ class UnseenRows:
 _unseen_rows = UnseenRows()
 
 
-def _estimate(demand, fresh_engine, ahead: list[Queued], ahead_count: int, as_of=None, held=None) -> dict:
-    """`fresh_engine()` gives an engine to place on, at the state the estimate starts from."""
+def _estimate(demand, fresh_engine, ahead: list[Queued], ahead_count: int, as_of=None, held=None, timed=None) -> dict:
+    """`fresh_engine()` gives an engine to place on, at the state the estimate starts from; `timed(engine,
+    pending)` adds to why it waits when what it lacks frees (a gang's)."""
     freshness = {
         "as_of": None if as_of is None else as_of.isoformat(),
         "age_seconds": None if as_of is None else _age_seconds(as_of),
     }
-    outcome = _place_behind(demand, fresh_engine, ahead, held)
+    outcome = _place_behind(demand, fresh_engine, ahead, held, timed)
     if isinstance(outcome, Pending) and outcome.reason == NO_MATCHING_SPEC:
         return {
             "fits_now": False,
@@ -334,24 +349,30 @@ def _waiting_behind(ahead_count: int) -> str:
     return f"Would queue behind {counted(ahead_count, 'request')}" if ahead_count else "Would wait"
 
 
-def _place_behind(demand, fresh_engine, ahead: list[Queued], held: dict | None):
+def _place_behind(demand, fresh_engine, ahead: list[Queued], held: dict | None, timed=None):
     """The order's binding (or why not) once the requests ahead are placed; `held` is the head's reservation when
     the order would still run at its start: then the order stays off that node, as the cycle would keep it off."""
-    outcome = _place_after(fresh_engine(), demand, ahead)
-    if held is None or isinstance(outcome, Pending) or outcome[0].node != held["node"]:
+    engine = fresh_engine()
+    outcome = _place_after(engine, demand, ahead)
+    if timed is not None and isinstance(outcome, Pending):
+        return timed(engine, outcome)
+    held_nodes = set(held.get("nodes") or [held["node"]]) if held else set()  # a gang's: all its members' nodes
+    if held is None or isinstance(outcome, Pending) or not held_nodes & {binding.node for binding in outcome}:
         return outcome
-    off_the_held_node = fresh_engine()
-    off_the_held_node.close_node(held["node"])
-    elsewhere = _place_after(off_the_held_node, demand, ahead)
+    off_the_held_nodes = fresh_engine()
+    for node in held_nodes:
+        off_the_held_nodes.close_node(node)
+    elsewhere = _place_after(off_the_held_nodes, demand, ahead)
     if not isinstance(elsewhere, Pending):
         return elsewhere
+    node = next(binding.node for binding in outcome if binding.node in held_nodes)
     return Pending(
         demand.id,
         HIGHER_PRIORITY_AHEAD,
-        f"it would fit on {held['node']} now but still be running when request #{held['request_id']} is due to "
+        f"it would fit on {node} now but still be running when request #{held['request_id']} is due to "
         f"start there ({datetime.fromisoformat(held['start']):%Y-%m-%d %H:%M} UTC); it waits so that larger "
         "request is not starved",
-        {"reserved_for": held["request_id"], "node": held["node"], "reserved_from": held["start"]},
+        {"reserved_for": held["request_id"], "node": node, "reserved_from": held["start"]},
     )
 
 

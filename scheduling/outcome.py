@@ -50,7 +50,12 @@ def record_outcome(*, snapshot: Snapshot, bindings, reservation, waiting, foreca
         nodes=_in_use(snapshot, bindings),
         reservation=None
         if reservation is None
-        else {"request_id": reservation.request_id, "node": reservation.node, "start": reservation.start.isoformat()},
+        else {
+            "request_id": reservation.request_id,
+            "node": reservation.node,
+            "nodes": list(reservation.held),
+            "start": reservation.start.isoformat(),
+        },
         waiting=dict(Counter(request.priority for request in waiting)),
         forecast=forecast,
     )
@@ -93,10 +98,21 @@ def _decode(row: CycleOutcome) -> Outcome:
         for cpu_milli, memory_mib, schedulable, devices, *capabilities in row.nodes["kinds"]
     ]
     nodes, used = [], []
-    for name, kind, cpu, memory, devices in row.nodes["nodes"]:
+    for name, kind, cpu, memory, devices, *where in row.nodes["nodes"]:
         cpu_milli, memory_mib, schedulable, engine_devices, capabilities = kinds[kind]
+        site, block, rack = where[0] if where else ("", "", "")  # none in a row written before gangs had domains
         nodes.append(
-            NodeView(name, cpu_milli, memory_mib, engine_devices, schedulable=schedulable, capabilities=capabilities)
+            NodeView(
+                name,
+                cpu_milli,
+                memory_mib,
+                engine_devices,
+                schedulable=schedulable,
+                capabilities=capabilities,
+                site=site,
+                block=block,
+                rack=rack,
+            )
         )
         if cpu or memory or devices:
             used.append(RunningAllocation(f"in-use:{name}", name, tuple(map(tuple, devices)), cpu, memory))
@@ -107,7 +123,8 @@ def _decode(row: CycleOutcome) -> Outcome:
 
 def _in_use(snapshot: Snapshot, bindings) -> dict:
     """{"kinds": each distinct node make once (cores, memory, schedulable, its devices, its capabilities), "nodes":
-    per node its name, kind and what is in use on it (cores, memory, per device index the milli taken)}. A fleet is a
+    per node its name, kind, what is in use on it (cores, memory, per device index the milli taken) and its site, block
+    and rack}. A fleet is a
     few makes of node, so the inventory is written once per make, not once per node (62,120 devices at 10x the openb
     fleet)."""
     cpu, memory, shares = {}, {}, {}
@@ -152,6 +169,7 @@ def _in_use(snapshot: Snapshot, bindings) -> dict:
                 cpu.get(node.name, 0),
                 memory.get(node.name, 0),
                 sorted(shares.get(node.name, {}).items()),
+                [node.site, node.block, node.rack],  # where it sits: a gang's preview chooses domains as the cycle
             ]
         )
     return {"kinds": makes, "nodes": nodes}

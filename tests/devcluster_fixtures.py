@@ -26,10 +26,13 @@ def cluster_for_tests(**options) -> Iterator[SlurmCluster]:
 
 @pytest.fixture(scope="session")
 def podman_service(tmp_path_factory):
-    """This machine's podman as the container backend reaches a node's (node "podman-1", 4 cards)."""
+    """This machine's podman as the container backend reaches a node's (nodes "podman-1" and "podman-2", the second
+    for multi-node gangs, 4 cards each)."""
     try:
         with running_podman(
-            tmp_path_factory.mktemp("podman"), nodes={"podman-1": DEVICES}, instance=f"cc-test-{os.getpid()}"
+            tmp_path_factory.mktemp("podman"),
+            nodes={"podman-1": DEVICES, "podman-2": DEVICES},
+            instance=f"cc-test-{os.getpid()}",
         ) as runtime:
             yield runtime
     except PodmanMissing as missing:

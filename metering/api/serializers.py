@@ -62,6 +62,13 @@ class ProjectQuerySerializer(serializers.Serializer):
     project = IdField(required=False)
 
 
+class MemberUsageSerializer(serializers.Serializer):
+    member = serializers.IntegerField(help_text="The member's number in its gang (0 leads).")
+    node = serializers.CharField()
+    card_hours = serializers.DecimalField(max_digits=18, decimal_places=4)
+    cost = serializers.DecimalField(max_digits=18, decimal_places=2)
+
+
 class UsageRowSerializer(serializers.Serializer):
     project = serializers.CharField(required=False)
     tenant = serializers.CharField(required=False)
@@ -69,6 +76,10 @@ class UsageRowSerializer(serializers.Serializer):
     spec = serializers.CharField(required=False)
     month = serializers.CharField(required=False)
     request = serializers.IntegerField(required=False)
+    nodes = serializers.IntegerField(required=False, help_text="Grouped by request: the nodes it ran on at once.")
+    members = MemberUsageSerializer(
+        many=True, required=False, help_text="Grouped by request, a multi-node one: each member's node and figures."
+    )
     card_hours = serializers.DecimalField(max_digits=18, decimal_places=4)
     cost = serializers.DecimalField(max_digits=18, decimal_places=2)
     currency = serializers.CharField()

@@ -91,10 +91,19 @@ class UsageExportView(APIView):
             f'attachment; filename="usage-{query["first"]:%Y-%m}-{query["last"]:%Y-%m}.csv"'
         )
         writer = csv.writer(response)
+        by_request = "request" in query["group_by"]
         columns = [*query["group_by"], "card_hours", "cost", "currency", "energy_kwh"]
-        writer.writerow(columns)
-        writer.writerows([row[column] for column in columns] for row in rows)
+        writer.writerow([*columns, *(["nodes", "members"] if by_request else [])])
+        writer.writerows(
+            [row[column] for column in columns] + ([row["nodes"], _members_text(row)] if by_request else [])
+            for row in rows
+        )
         return response
+
+
+def _members_text(row: dict) -> str:
+    """A multi-node request's members in one CSV cell: "0:r1-n0 1:r1-n1"."""
+    return " ".join(f"{member['member']}:{member['node']}" for member in row["members"])
 
 
 class BudgetListView(APIView):

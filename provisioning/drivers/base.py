@@ -17,7 +17,7 @@ import re
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from catalog.choices import SlurmMembership
 
@@ -67,6 +67,17 @@ class Target:
     @property
     def term_hours(self) -> int:
         return self.duration_hours or int(self.snapshot["duration_hours"])
+
+
+def node_share(target: Target) -> tuple[int, int]:
+    """The CPU cores and memory (MiB) the work gets on each of its nodes: the order's are the whole gang's."""
+    demand, count = target.snapshot["demand"], len(target.nodes)
+    return max(1, int(demand["cpu_cores"]) // count), int(demand["memory_gb"]) * 1024 // count
+
+
+def member_target(target: Target, member: dict) -> Target:
+    """The leader's target narrowed to one member of its gang: that member's node, devices and allocation."""
+    return replace(target, node=member["node"], devices=member["devices"], allocation_id=member["allocation_id"])
 
 
 def slurm_membership(target: Target) -> str:

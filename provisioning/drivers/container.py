@@ -15,6 +15,11 @@ the node runs the containers.
   their profile (tenancy.ssh_keys), read when the workspace starts.
 - Ready when sshd answers with its banner (and Jupyter's API answers, when it runs): real probes of the published
   ports, from the control plane.
+- A multi-node gang (`target.gang`, the leader's run) runs as one container per member on each member's node, all
+  started or none: member 0 first, then the others, each told where member 0 is; when one cannot start, every
+  member's container is removed and the step fails (and is retried) as one. The members share
+  CONTAINER_GANG_NETWORK and get the rendezvous environment torchrun reads (`rendezvous_environment`). Ready when
+  every member is; one member's container ending ends the gang (the reconciler), and teardown removes all of them.
 - Jupyter's token is the platform's (provisioning/connect.py): it is written into the running container through
   `podman exec --interactive ... workspace-secret jupyter` on standard input (never an argument or an environment
   variable, which `podman inspect` and `ps` show), and the notebook's sign-in reads it on every request, so a new
@@ -29,9 +34,8 @@ import re
 import shutil
 import socket
 import subprocess
-from collections import defaultdict
 from collections.abc import Iterable
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from pathlib import Path
 
 import httpx
@@ -46,6 +50,8 @@ from provisioning.drivers.base import (
     WorkloadEnd,
     each,
     login_name,
+    member_target,
+    node_share,
     visible_uuid,
 )
 from provisioning.drivers.keys import requester_keys
@@ -307,43 +313,79 @@ class ContainerWorkloads(WorkloadDriver):
         return each(self.workload_ready, items, side_by_side=settings.CONTAINER_BATCH_CONCURRENCY)
 
     def prepare_image(self, target: Target, image: dict) -> dict:
-        podman = Podman.of(target.node)
+        """The image on every node the work runs on (a gang's members' nodes), the first node's answer returned."""
         reference = image["reference"]
-        prepared = (
-            prepare_built_image(podman, reference)
-            if reference.startswith(BUILT_PREFIX)
-            else prepare_pulled_image(podman, reference)
-        )
-        return {**prepared, "reference": reference}
+        prepare = prepare_built_image if reference.startswith(BUILT_PREFIX) else prepare_pulled_image
+        prepared = [prepare(Podman.of(node), reference) for node in target.nodes]
+        return {**prepared[0], "reference": reference}
 
     def start_workload(self, target: Target, image: dict) -> dict:
+        if target.gang:
+            return self._start_gang(target, image)
+        return self._described(target, self._started(target, image))
+
+    def _started(self, target: Target, image: dict, leader_address: str = "") -> dict | None:
+        """The allocation's container, started now or found started (its inspection)."""
         podman = Podman.of(target.node)
         name = container_name(target)
-        if not self._run(podman, target, image):  # an earlier attempt, or another worker, started it already
+        if not self._run(podman, target, image, leader_address):  # an earlier attempt, or another worker, started it
             existing = podman.inspect(name)
             if existing is not None and existing["State"]["Status"] in ENDED_STATES:
                 podman.run("rm", "--force", name)  # what an interrupted attempt left behind
-                self._run(podman, target, image)
-        return self._described(target, podman.inspect(name))
+                self._run(podman, target, image, leader_address)
+        return podman.inspect(name)
 
-    def _run(self, podman: Podman, target: Target, image: dict) -> bool:
+    def _start_gang(self, target: Target, image: dict) -> dict:
+        """Every member's container, member 0 first: the others are told its address on the gang's network. All
+        started or none: when one cannot start, the ones started are removed and the error is the step's."""
+        members = [member_target(target, member) for member in target.gang]
+        try:
+            leader = self._started(members[0], image)
+            address = _network_address(leader) if leader else ""
+            containers = [leader, *(self._started(member, image, address) for member in members[1:])]
+            described = [
+                self._described(member, container) for member, container in zip(members, containers, strict=True)
+            ]
+        except Exception:
+            with suppress(StepError):  # the failure to start is the step's; a retry finds what a failed removal left
+                self.stop_workload(target)
+            raise
+        return {
+            **described[0],
+            "num_nodes": len(members),
+            "members": [
+                {"member": member["member"], "node": member["node"], "allocation_id": member["allocation_id"], **shown}
+                for member, shown in zip(target.gang, described, strict=True)
+            ],
+            "rendezvous": {
+                **{
+                    key: value
+                    for key, value in rendezvous_environment(members[0]).items()
+                    if not key.startswith("PET_")
+                },
+                "network": settings.CONTAINER_GANG_NETWORK,
+                "leader_address": address,
+            },
+        }
+
+    def _run(self, podman: Podman, target: Target, image: dict, leader_address: str) -> bool:
         """Start the allocation's container; False when a container of that name exists already."""
         try:
-            podman.run("run", "--detach", *self._run_options(target, image))
+            podman.run("run", "--detach", *self._run_options(target, image, leader_address))
         except PodmanFailed as failure:
             if "already in use" not in failure.stderr:
                 raise
             return False
         return True
 
-    def _run_options(self, target: Target, image: dict) -> list[str]:
-        demand = target.snapshot["demand"]
+    def _run_options(self, target: Target, image: dict, leader_address: str) -> list[str]:
+        cpu_cores, memory_mib = node_share(target)
         keys = _authorized_keys(target)
         publish = settings.CONTAINER_PUBLISH_IP
         options = [
-            *("--name", container_name(target), "--hostname", f"request-{target.request_id}"),
+            *("--name", container_name(target), "--hostname", hostname(target)),
             *self._labels(target),
-            *("--cpus", str(demand["cpu_cores"]), "--memory", f"{demand['memory_gb']}g"),
+            *("--cpus", str(cpu_cores), "--memory", f"{memory_mib}m"),
             *("--publish", f"{publish}::{SSH_PORT}"),
             *self._device_options(target),
             *("--env", f"NVIDIA_VISIBLE_DEVICES={','.join(visible_uuid(device) for device in target.devices)}"),
@@ -357,6 +399,8 @@ class ContainerWorkloads(WorkloadDriver):
         ]
         for variable, value in (image.get("configuration") or {}).get("env", {}).items():
             options += ["--env", f"{variable}={value}"]
+        if target.gang:
+            options += _gang_options(target, leader_address)
         if _runs_jupyter(target):  # signed in with the token connect_secret_set writes, none before
             options += ["--publish", f"{publish}::{JUPYTER_PORT}", "--env", "WORKSPACE_JUPYTER=1"]
         return [*options, image_reference(image)]
@@ -402,6 +446,14 @@ class ContainerWorkloads(WorkloadDriver):
         }
 
     def workload_ready(self, target: Target, started: dict) -> dict:
+        """Ready when the container runs and answers (every member's, for a gang: the record lists them as
+        start_workload described them)."""
+        if not target.gang:
+            return self._ready(target)
+        ready = [self._ready(member_target(target, member)) for member in target.gang]
+        return {**ready[0], "num_nodes": len(ready), "members": started["members"], "rendezvous": started["rendezvous"]}
+
+    def _ready(self, target: Target) -> dict:
         # The container is found by its name (labels carry the ids), so what start_workload reported is not needed.
         podman = Podman.of(target.node)
         container = podman.inspect(container_name(target))
@@ -439,34 +491,94 @@ class ContainerWorkloads(WorkloadDriver):
         )
 
     def stop_workload(self, target: Target) -> dict:
-        podman = Podman.of(target.node)
+        """Remove the allocation's container (every member's, for a gang)."""
         removed = []
-        for container in podman.containers(f"{ALLOCATION_LABEL}={target.allocation_id}"):
-            podman.run("rm", "--force", "--time", str(STOP_GRACE_SECONDS), container["Id"])
-            removed.append(container["Names"][0])
+        for member in _members(target):
+            podman = Podman.of(member.node)
+            for container in podman.containers(f"{ALLOCATION_LABEL}={member.allocation_id}"):
+                podman.run("rm", "--force", "--time", str(STOP_GRACE_SECONDS), container["Id"])
+                removed.append(container["Names"][0])
         return {"workload": container_name(target), "removed": removed, "stopped": bool(removed)}
 
     def ended_workloads(self, targets: Iterable[Target]) -> dict[int, WorkloadEnd]:
         """Of these workspaces, those whose container is no longer running, by allocation id: exit code 0 is a
-        release, any other code (or a container removed outside the platform) a failure."""
-        by_node = defaultdict(list)
-        for target in targets:
-            by_node[target.node].append(target)
+        release, any other code (or a container removed outside the platform) a failure. A gang has ended when one
+        member's container has (by the leader's id): it never runs on some of its nodes only."""
+        targets = list(targets)
+        containers = {}  # (node, allocation id): the container, read once per node
+        for node in {member.node for target in targets for member in _members(target)}:
+            for container in Podman.of(node).containers(ALLOCATION_LABEL):
+                containers[node, int(container["Labels"][ALLOCATION_LABEL])] = container
         ended = {}
-        for node, node_targets in by_node.items():
-            containers = {
-                int(container["Labels"][ALLOCATION_LABEL]): container
-                for container in Podman.of(node).containers(ALLOCATION_LABEL)
-            }
-            for target in node_targets:
-                end = _end_of(node, containers.get(target.allocation_id))
-                if end is not None:
-                    ended[target.allocation_id] = end
+        for target in targets:
+            ends = (
+                _end_of(member.node, containers.get((member.node, member.allocation_id))) for member in _members(target)
+            )
+            end = next((end for end in ends if end is not None), None)
+            if end is not None:
+                ended[target.allocation_id] = end
         return ended
 
 
 def _runs_jupyter(target: Target) -> bool:
-    return bool((target.snapshot.get("parameters") or {}).get("jupyter", True))
+    """Jupyter as ordered, in a gang on member 0 only (the one the record's access opens)."""
+    return bool((target.snapshot.get("parameters") or {}).get("jupyter", True)) and _rank(target) == 0
+
+
+def _members(target: Target) -> list[Target]:
+    """The targets of the work's containers: one per member of a gang, else the target itself."""
+    return [member_target(target, member) for member in target.gang] or [target]
+
+
+def _rank(target: Target) -> int:
+    """The member's place in its gang (0 leads; work on one node is 0)."""
+    return next((member["member"] for member in target.gang if member["allocation_id"] == target.allocation_id), 0)
+
+
+def hostname(target: Target) -> str:
+    return f"request-{target.request_id}" + (f"-node-{_rank(target)}" if target.gang else "")
+
+
+def _leader_hostname(target: Target) -> str:
+    """Member 0's host name: MASTER_ADDR for every member of the gang."""
+    return hostname(member_target(target, target.gang[0]))
+
+
+def rendezvous_environment(target: Target) -> dict[str, str]:
+    """What a multi-node launcher needs on each member: member 0's address and port, the node count and this
+    node's rank, the GPUs per node and the processes of the whole job (one per GPU). torchrun also reads its options
+    from PET_<OPTION> when its command line leaves them out, so `torchrun train.py` needs no flags."""
+    nodes, per_node = len(target.gang), len(target.devices)
+    port, rank = settings.CONTAINER_RENDEZVOUS_PORT, _rank(target)
+    shared = {
+        "MASTER_ADDR": _leader_hostname(target),
+        "MASTER_PORT": port,
+        "NNODES": nodes,
+        "NODE_RANK": rank,
+        "NPROC_PER_NODE": per_node,
+    }
+    return {
+        **{key: str(value) for key, value in shared.items()},
+        "WORLD_SIZE": str(nodes * per_node),
+        **{f"PET_{key}": str(value) for key, value in shared.items()},
+    }
+
+
+def _gang_options(target: Target, leader_address: str) -> list[str]:
+    """A member on the gang's network with its rendezvous environment; the others resolve member 0's name
+    (MASTER_ADDR) to its address there (member 0 resolves its own)."""
+    options = ["--network", settings.CONTAINER_GANG_NETWORK]
+    if leader_address:
+        options += ["--add-host", f"{_leader_hostname(target)}:{leader_address}"]
+    for variable, value in rendezvous_environment(target).items():
+        options += ["--env", f"{variable}={value}"]
+    return options
+
+
+def _network_address(container: dict) -> str:
+    """The container's address on the gang's network."""
+    networks = container["NetworkSettings"].get("Networks") or {}
+    return networks[settings.CONTAINER_GANG_NETWORK]["IPAddress"]
 
 
 def _end_of(node: str, container: dict | None) -> WorkloadEnd | None:

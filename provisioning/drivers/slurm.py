@@ -41,6 +41,7 @@ from provisioning.drivers.base import (
     Target,
     WorkloadDriver,
     WorkloadEnd,
+    node_share,
     only,
     with_details,
 )
@@ -410,7 +411,7 @@ def job_properties(target: Target, image: dict) -> dict:
             "Slurm binds whole GPUs here (no MPS or shard GRES is configured): a slice cannot run as a Slurm job.",
             retryable=False,
         )
-    demand, nodes = target.snapshot["demand"], target.nodes
+    nodes, (cpus_per_node, memory_mib_per_node) = target.nodes, node_share(target)
     environment = {
         "PATH": "/usr/local/bin:/usr/bin:/bin",
         **{str(key): str(value) for key, value in ((image.get("configuration") or {}).get("env") or {}).items()},
@@ -432,8 +433,8 @@ def job_properties(target: Target, image: dict) -> dict:
         "tasks": len(nodes),
         "tasks_per_node": 1,
         # The order's CPUs and memory are the gang's: each node gets its share.
-        "cpus_per_task": max(1, int(demand["cpu_cores"]) // len(nodes)),
-        "memory_per_node": int(demand["memory_gb"]) * 1024 // len(nodes),
+        "cpus_per_task": cpus_per_node,
+        "memory_per_node": memory_mib_per_node,
         "time_limit": target.term_hours * 60,  # the approved duration, with any extension approved since
         "current_working_directory": settings.SLURM_JOB_DIRECTORY,
         "standard_output": output_path(target, "%j"),

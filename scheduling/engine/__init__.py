@@ -8,7 +8,8 @@ Split by what it does, around one shared state (`place.PlacementEngine`'s per-no
 - `explain.py` — why a demand waits (`Explainer`: counts, topology, fragmentation), in `words.py`'s terms;
 - `never_fits.py` — whether a demand could never run on the inventory (`NeverFits`, `unplaceable`);
 - `preemption.py` — whom to evict for a demand to fit (`PreemptionPlanner`, `smallest_victim_set`);
-- `gang.py` — multi-node gangs: all members or none, inside one rack, block or site (`GangPlacer`, `gang_split`);
+- `gang.py` — multi-node gangs: all members or none, inside one rack, block or site (`GangPlacer`, `gang_split`;
+  `with_domain_frees`: when a waiting gang's missing nodes free);
 - `frag.py` and `policies.py` — fragmentation and the policies that rank nodes; `backfill.py` — the head of the
   queue's reservation.
 
@@ -21,7 +22,7 @@ Callers import from the package: what is listed here is the engine's interface.
 """
 
 from scheduling.engine.frag import MILLI
-from scheduling.engine.gang import PREFERRED, REQUIRED, gang_split
+from scheduling.engine.gang import PREFERRED, REQUIRED, gang_split, with_domain_frees
 from scheduling.engine.model import (
     CAPACITY_IN_USE,
     DEGRADED,
@@ -82,5 +83,6 @@ __all__ = [
     "smallest_victim_set",
     "spread_note",
     "unplaceable",
+    "with_domain_frees",
     "workload_source",
 ]

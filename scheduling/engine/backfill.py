@@ -3,7 +3,9 @@
 When the first request in queue order is crowded out, the cycle works out where and when it could start: on the
 current allocations' expiry times, releasing them earliest first until it fits. Requests behind it may still
 start now, but not on that node if they would still be running at that time: they wait with
-`higher_priority_ahead`, so large requests are not starved by a stream of small ones.
+`higher_priority_ahead`, so large requests are not starved by a stream of small ones. A multi-node gang at the head
+holds every node it would take (its members' nodes, inside its domain), so work that would outlast the reservation
+stays off all of them.
 """
 
 from dataclasses import dataclass
@@ -26,8 +28,13 @@ MAX_RELEASES = 2000  # how far ahead the reservation looks, in released allocati
 @dataclass(frozen=True)
 class Reservation:
     request_id: str
-    node: str
+    node: str  # the first of `nodes`
     start: datetime
+    nodes: tuple[str, ...] = ()  # every node held: a gang's members' nodes; empty: `node` alone
+
+    @property
+    def held(self) -> tuple[str, ...]:
+        return self.nodes or (self.node,)
 
 
 def reserve_for_head(
@@ -58,7 +65,8 @@ def reserve_for_head(
         )
         outcome = trial.place_one(head)
         if not isinstance(outcome, Pending):
-            return Reservation(head.id, outcome[0].node, ends[allocation.id])
+            nodes = tuple(dict.fromkeys(binding.node for binding in outcome)) if head.nodes > 1 else ()
+            return Reservation(head.id, outcome[0].node, ends[allocation.id], nodes)
     return None
 
 
@@ -70,7 +78,7 @@ def hold_back_delaying(result, reservation: Reservation, demands, hours, now) ->
         binding
         for binding in result.bindings
         if position[binding.demand_id] > head
-        and binding.node == reservation.node
+        and binding.node in reservation.held
         and now + timedelta(hours=hours[binding.demand_id]) > reservation.start
     ]
     if not delaying:

@@ -15,8 +15,10 @@ nodes that changed and the domains, never the whole fleet). Pure Python, no Djan
 
 from __future__ import annotations
 
-from collections import Counter
-from collections.abc import Sequence
+from collections import Counter, defaultdict
+from collections.abc import Mapping, Sequence
+from dataclasses import replace
+from datetime import datetime
 
 from scheduling.engine.frag import MILLI
 from scheduling.engine.model import (
@@ -29,6 +31,7 @@ from scheduling.engine.model import (
     DemandShape,
     NodeView,
     Pending,
+    RunningAllocation,
 )
 
 NODE, RACK, BLOCK, SITE = "node", "rack", "block", "site"
@@ -302,3 +305,92 @@ def gang_split(bindings: Sequence[Binding], nodes: Sequence[NodeView], level: st
         else f"{len(bindings)} nodes in one {level} ({names})",
         "numbers": {"level": level, "level_used": used, "domains": [domain_name(path) for path in asked]},
     }
+
+
+# -- when the missing nodes free -------------------------------------------------------------------------------------
+
+
+def with_domain_frees(
+    engine,
+    pending: Pending,
+    demand: Demand,
+    allocations: Sequence[RunningAllocation],
+    ends: Mapping[str, datetime],
+    now,
+) -> Pending:
+    """A gang's `topology_constraint` with when its best domain gets the nodes it lacks, from the running work's
+    approved ends (`ends` by allocation id): "best rack r07 has 3 (1 more frees in ~2 h; ...)". Unchanged when that
+    domain cannot get them from ends alone (too few of its nodes could ever hold a member, cordoned ones)."""
+    if pending.reason != TOPOLOGY_CONSTRAINT or demand.nodes <= 1:
+        return pending
+    frees = domain_frees(engine, demand, allocations, ends)
+    if frees is None:
+        return pending
+    more, at = frees
+    seconds = max(0.0, (at - now).total_seconds())
+    best = f"has {pending.numbers['best_free_nodes']} ("
+    return replace(
+        pending,
+        message=pending.message.replace(
+            best, f"{best}{more} more free{'s' if more == 1 else ''} in ~{_wait_text(seconds)}; ", 1
+        ),
+        numbers={**pending.numbers, "more_nodes": more, "more_free_at": at.isoformat()},
+    )
+
+
+def domain_frees(
+    engine, demand: Demand, allocations: Sequence[RunningAllocation], ends: Mapping[str, datetime]
+) -> tuple[int, datetime] | None:
+    """How many more nodes the gang's best domain (the one with the most nodes that could take a member now) needs,
+    and when the last of them frees as the running work on them ends, each node freeing once the work ending first
+    on it has given back enough for one member; None when the domain's other nodes cannot give them."""
+    index = engine.gangs.index(demand)
+    path, most = index.largest(demand.level)
+    lacking = demand.nodes - most
+    if not path or lacking <= 0:
+        return None
+    running: dict[str, list[RunningAllocation]] = defaultdict(list)
+    for allocation in allocations:
+        if ends.get(allocation.id) is not None:  # work without an approved end frees nothing by its end
+            running[allocation.node].append(allocation)
+    paths = engine.topology.paths
+    times = sorted(
+        at
+        for i, node in enumerate(engine.nodes)
+        if paths[i][demand.level] == path
+        and index.spare[i] is None
+        and node.schedulable
+        and _could_hold(node, demand)
+        and (at := _node_frees_at(engine, i, demand, running[node.name], ends)) is not None
+    )
+    return (lacking, times[lacking - 1]) if len(times) >= lacking else None
+
+
+def _node_frees_at(
+    engine, i: int, demand: Demand, running: list[RunningAllocation], ends: Mapping[str, datetime]
+) -> datetime | None:
+    """When node i could take one member, its running work given back in the order it ends; None: never by that."""
+    node = engine.nodes[i]
+    cpu, mem, free = engine.cpu[i], engine.mem[i], list(engine.free[i])
+    wanted = [
+        j
+        for j, device in enumerate(node.devices)
+        if device.health == HEALTHY and (not demand.models or device.model in demand.models)
+    ]
+    for allocation in sorted(running, key=lambda allocation: ends[allocation.id]):
+        cpu, mem = cpu + allocation.cpu_milli, mem + allocation.memory_mib
+        for j, milli in allocation.devices:
+            free[j] += milli
+        whole = sum(1 for j in wanted if free[j] >= MILLI)
+        if whole >= demand.count and cpu >= demand.cpu_milli and mem >= demand.memory_mib:
+            return ends[allocation.id]
+    return None
+
+
+def _wait_text(seconds: float) -> str:
+    """A wait in round words: ~40 min, ~2 h, ~3 d."""
+    if seconds < 3600:
+        return f"{max(1, round(seconds / 60))} min"
+    if seconds < 48 * 3600:
+        return f"{round(seconds / 3600)} h"
+    return f"{round(seconds / 86400)} d"

@@ -91,8 +91,10 @@ def test_report_grouped_by_every_key_and_filtered(api_as, usage):
     assert all(
         set(row)
         == {"tenant", "accelerator_model", "spec", "request", "month", "card_hours", "cost", "currency", "energy_kwh"}
+        | {"nodes", "members"}  # by request: how many nodes it ran on at once, a multi-node one's members
         for row in rows
     )
+    assert {(row["nodes"], tuple(row["members"])) for row in rows} == {(1, ())}
     by_tenant = api_as(usage.operator).get(REPORT, {"group_by": "project", "tenant": usage.other_project.tenant_id})
     assert [row["project"] for row in by_tenant.json()["results"]] == [usage.other_project.slug]
 

@@ -2,7 +2,8 @@
 two leaf switches of three nodes in a topology.conf, fake-device GRES): a 2-node order in one rack becomes ONE Slurm
 job of two nodes under one switch, its record lists both nodes with the GPUs Slurm bound on each, release cancels the
 job, and a member node drained before the job starts takes the whole gang back to the queue with its reason: it
-runs again on two nodes Slurm starts work on, never half."""
+runs again on two nodes Slurm starts work on, never half; a card of a running member isolated requeues the whole gang
+and cancels its job."""
 
 import re
 from types import SimpleNamespace
@@ -17,6 +18,7 @@ from requests import services as request_services
 from requests.choices import EventCode, RequestState
 from requests.orders import Order
 from scheduling import cycle
+from scheduling import services as scheduling_services
 from scheduling.choices import AllocationState, ExecutionBackend
 from scheduling.models import Allocation, Device, Rack, Site
 from scheduling.slurm.api import SlurmApi
@@ -173,3 +175,20 @@ def test_a_member_node_drained_before_the_job_starts_takes_the_whole_gang_back_t
 
 def _fresh(allocations):
     return [Allocation.objects.get(pk=allocation.pk) for allocation in allocations]
+
+
+def test_a_card_of_a_running_member_isolated_takes_the_whole_gang_back_and_cancels_its_job(gangs):
+    request = gangs.submit()
+    gangs.run_on_commit(cycle.run_cycle)
+    assert in_state(request, RequestState.ACTIVE)
+    first = list(Allocation.objects.filter(request=request).order_by("member"))
+    job_id = delivered(request)["job_id"]
+    card = first[1].devices.first().device
+
+    gangs.run_on_commit(scheduling_services.device_isolate, device=card, reason="XID 79", actor=None)
+
+    assert {member.state for member in _fresh(first)} == {AllocationState.RELEASED}  # both members, never one
+    assert "a device of the allocation was isolated" in request.events.get(code=EventCode.PREEMPTED).message
+    assert eventually(lambda: job_state(gangs.api, job_id) == "CANCELLED")
+    again = Allocation.objects.filter(request=request, state=AllocationState.ACTIVE)
+    assert again.count() == 2 and not again.filter(devices__device=card).exists()  # placed again as a whole gang

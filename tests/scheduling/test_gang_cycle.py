@@ -1,6 +1,7 @@
-"""Multi-node gangs in the cycle and the preview: while no node here has a backend that runs multi-node work (Slurm),
-an approved gang waits with `multi_node_backend` rather than be placed and fail; the preview says so, or gives the
-gang's topology reason with its numbers when it would wait anyway. On Slurm nodes the cycle places the whole gang in
+"""Multi-node gangs in the cycle and the preview: while no node here has a backend that runs multi-node work (Slurm,
+containers), an approved gang waits with `multi_node_backend` rather than be placed and fail; the preview says so, or
+gives the gang's topology reason with its numbers (and when its best rack frees the nodes it lacks) when it would
+wait anyway. On Slurm nodes the cycle places the whole gang in
 one transaction, one allocation per member, and ending the request ends all of them. One-node work is placed as
 before."""
 
@@ -9,6 +10,8 @@ from decimal import Decimal
 from types import SimpleNamespace
 
 import pytest
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
 from django.urls import reverse
 
 from catalog.choices import TopologyLevel, TopologyMode
@@ -88,8 +91,8 @@ def test_a_gang_waits_for_a_multi_node_backend_while_one_node_work_is_placed(sho
     one.refresh_from_db()
     assert result.waiting == {gang.pk: backends.MULTI_NODE_BACKEND}
     assert gang.state == RequestState.QUEUED and one.state != RequestState.QUEUED
-    assert gang.queue_reason["numbers"] == {"nodes": 2, "backends": ["slurm"]}
-    assert "no node here has a backend that runs multi-node work (slurm)" in gang.queue_reason["message"]
+    assert gang.queue_reason["numbers"] == {"nodes": 2, "backends": ["container", "slurm"]}
+    assert "no node here has a backend that runs multi-node work (container, slurm)" in gang.queue_reason["message"]
     assert not gang.allocations.exists()
 
 
@@ -194,3 +197,106 @@ def test_the_request_page_shows_every_member_node_of_a_gang(shop, team, client):
     page = client.get(reverse("portal:request-detail", args=[gang.pk])).content.decode()
     assert 'id="member-0"' in page and 'id="member-1"' in page
     assert all(f"<strong>{node}</strong>" in page for node in details["nodes"])
+
+
+def test_a_gang_waiting_on_topology_says_when_its_best_rack_frees_the_nodes_it_lacks(shop, team):
+    """One node of each rack runs 4-card work approved for 3 h: two nodes are free, never in one rack, so the gang
+    waits with its rack's numbers and when the missing node frees there."""
+    racks(shop.accelerator, 2, 2, backend="slurm")
+    whole_node = factories.ResourceSpecFactory(accelerator_models=[shop.accelerator], accelerator_count=4, cpu_cores=8)
+    shop.service.specs.add(whole_node)
+    kept_free = [Node.objects.get(name=name) for name in ("r1-n1", "r2-n1")]
+    for node in kept_free:  # the 4-card work goes on r1-n0 and r2-n0
+        scheduling_services.node_cordon(node=node, reason="setting up", actor=None)
+    for _ in range(2):
+        order = make_order(shop, team.project, spec=whole_node, duration_hours=3)
+        services.request_submit(order=order, requester=team.developer)
+    cycle.run_cycle()
+    for node in kept_free:
+        scheduling_services.node_uncordon(node=node, reason="set up", actor=None)
+
+    gang = submit(shop, team, shop.gang)
+    result = cycle.run_cycle()
+    gang.refresh_from_db()
+    assert result.waiting == {gang.pk: "topology_constraint"}
+    message, numbers = gang.queue_reason["message"], gang.queue_reason["numbers"]
+    assert "best rack r1 has 1 (1 more frees in ~3 h; 2 such nodes are free in all)" in message
+    freeing = Allocation.objects.get(node__name="r1-n0")
+    assert (numbers["more_nodes"], numbers["more_free_at"]) == (1, freeing.expires_at.isoformat())
+
+    order = make_order(shop, team.project, spec=shop.gang)
+    estimate = placement_estimate(order, size_order(order))  # the preview says the same before submission
+    assert estimate["code"] == "topology_constraint" and estimate["details"]["more_nodes"] == 1
+    assert "best rack r1 has 1 (1 more frees in ~3 h;" in estimate["message"]
+
+
+def test_the_usage_report_shows_a_gang_as_one_line_with_its_members_at_a_fixed_query_count(shop, team, api_as, client):
+    """API, CSV and page: a multi-node request is one line (its card-hours in sum) with its members, each its node
+    and its own figures; one more gang costs no more queries."""
+    racks(shop.accelerator, 2, 2, backend="slurm")
+    first = submit(shop, team, shop.gang)
+    cycle.run_cycle()
+    api = api_as(team.developer)
+    client.force_login(team.developer)
+    api.get("/api/v1/usage/")  # what a process reads once
+    client.get(reverse("metering:usage"))
+    with CaptureQueriesContext(connection) as one_gang:
+        api.get("/api/v1/usage/", {"group_by": "request"})
+    with CaptureQueriesContext(connection) as page_of_one:
+        client.get(reverse("metering:usage"))
+    others = [submit(shop, team, shop.gang)]  # the project's quota holds two
+    cycle.run_cycle()
+    with CaptureQueriesContext(connection) as two_gangs:
+        lines = api.get("/api/v1/usage/", {"group_by": "request"}).json()["results"]
+    with CaptureQueriesContext(connection) as page_of_two:
+        page = client.get(reverse("metering:usage")).content.decode()
+    assert (len(two_gangs), len(page_of_two)) == (len(one_gang), len(page_of_one))
+    assert [line["request"] for line in lines] == sorted(request.pk for request in [first, *others])
+    line = next(line for line in lines if line["request"] == first.pk)
+    members = list(first.allocations.order_by("member").values_list("member", "node__name"))
+    assert line["nodes"] == 2
+    assert [(member["member"], member["node"]) for member in line["members"]] == members
+    in_sum = sum(Decimal(member["card_hours"]) for member in line["members"])
+    assert abs(in_sum - Decimal(line["card_hours"])) <= Decimal("0.0001") * len(members)  # each rounded on its own
+
+    export = api.get("/api/v1/usage/export/", {"group_by": "request"}).content.decode().splitlines()
+    assert export[0] == "request,card_hours,cost,currency,energy_kwh,nodes,members"
+    assert any(
+        row.startswith(f"{first.pk},") and row.endswith(",2," + " ".join(f"{m}:{n}" for m, n in members))
+        for row in export
+    )
+
+    assert f'id="multi-node-{first.pk}"' in page and all(f"{m}: {n} (" in page for m, n in members)
+
+
+def test_a_crowded_out_gang_at_the_head_holds_all_its_nodes_and_only_work_ending_before_it_backfills(shop, team):
+    """One node runs 4-card work for 3 h, the other 2-card work for 2 h: the gang (2 nodes x 4 cards) can start in
+    3 h on both. Work behind it that would still run then stays off both nodes (not only its leader's); work that
+    ends before runs now."""
+    racks(shop.accelerator, 2, backend="slurm")
+    specs = {
+        cards: factories.ResourceSpecFactory(
+            accelerator_models=[shop.accelerator], accelerator_count=cards, cpu_cores=8
+        )
+        for cards in (2, 4)
+    }
+    shop.service.specs.add(*specs.values())
+    for cards, hours in ((4, 3), (2, 2)):
+        order = make_order(shop, team.project, spec=specs[cards], duration_hours=hours)
+        services.request_submit(order=order, requester=team.developer)
+    cycle.run_cycle()
+
+    gang = submit(shop, team, shop.gang)
+    outlasting, ending_first = (
+        services.request_submit(
+            order=make_order(shop, team.project, spec=shop.one, duration_hours=hours), requester=team.developer
+        )
+        for hours in (10, 1)
+    )
+    result = cycle.run_cycle()
+
+    assert result.waiting[gang.pk] in {"capacity_in_use", "topology_constraint"}
+    assert result.waiting[outlasting.pk] == "higher_priority_ahead"
+    assert ending_first.pk in result.allocated
+    outlasting.refresh_from_db()
+    assert outlasting.queue_reason["numbers"]["reserved_for"] == str(gang.pk)
