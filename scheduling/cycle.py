@@ -27,7 +27,7 @@ from requests.choices import PRIORITY_RANK, PriorityClass, RequestState
 from requests.models import ResourceRequest
 from requests.quota import month_start
 from requests.services import requests_allocate, requests_note_queue
-from scheduling import backends, cluster_state, forecasting, kept_engine, preemption
+from scheduling import backends, cluster_state, forecasting, kept_engine, preemption, reservations
 from scheduling.allocations import adjust_device_shares
 from scheduling.engine import (
     NO_MATCHING_SPEC,
@@ -264,6 +264,7 @@ WINDOW_FIELDS = (
     "priority",
     "state",
     "duration_hours",
+    "reserved_start",
     "cpu_cores",
     "memory_gb",
     "quota_exception",
@@ -598,7 +599,8 @@ def _cycle(policy: str) -> CycleResult:
                 now=now,
             )
             return CycleResult(ran=True, preempted=carried.preempted, wakeups=wakeups)
-        refused = {**_gangs_without_backend(queue), **_over_concurrency(queue)}
+        due = reservations.not_due(queue, now)  # before its window a reservation only waits (and counts nothing)
+        refused = {**due, **_gangs_without_backend(queue), **_over_concurrency([r for r in queue if r.pk not in due])}
         candidates = [request for request in queue if request.pk not in refused]
         cluster = _kept_snapshot()
         demands = [demand_of(request) for request in candidates]
@@ -655,7 +657,7 @@ def _cycle(policy: str) -> CycleResult:
         placed = forecasting.placed_allocations(result.bindings, now)
         estimates = forecasting.queue_estimates(
             engine_now=lambda: engine.at_start(placed), inputs=inputs, reasons=reasons, now=now
-        )
+        ) | reservations.not_due_estimates(due)
         record_outcome(
             snapshot=cluster.snapshot,
             bindings=result.bindings,
