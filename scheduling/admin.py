@@ -12,6 +12,7 @@ from django.core.exceptions import PermissionDenied
 from django.db.models import Count, Q
 from django.template.response import TemplateResponse
 from django.urls import path, reverse
+from django.utils import timezone
 from django.utils.html import format_html
 
 from config.admin_actions import ReadOnlyAdminMixin, action_with_reason, related_list_filter
@@ -243,7 +244,22 @@ class NodeAdmin(AuditedInventoryMixin, admin.ModelAdmin):
 
     def get_urls(self):
         capacity = path("capacity/", self.admin_site.admin_view(self.capacity_view), name="scheduling_capacity")
-        return [capacity, *super().get_urls()]
+        calendar = path(
+            "reservations/", self.admin_site.admin_view(self.reservations_view), name="scheduling_reservations"
+        )
+        return [capacity, calendar, *super().get_urls()]
+
+    def reservations_view(self, request):
+        """The calendar of advance reservations per accelerator spec and site (scheduling.selectors)."""
+        if not self.has_view_permission(request):
+            raise PermissionDenied
+        context = {
+            **self.admin_site.each_context(request),
+            "title": "Advance reservations by accelerator and site",
+            "opts": self.model._meta,
+            "groups": selectors.reservation_calendar(now=timezone.now()),
+        }
+        return TemplateResponse(request, "admin/scheduling/reservations.html", context)
 
     def capacity_view(self, request):
         if not self.has_view_permission(request):
@@ -265,7 +281,11 @@ class NodeAdmin(AuditedInventoryMixin, admin.ModelAdmin):
         return TemplateResponse(request, "admin/scheduling/capacity.html", context)
 
     def changelist_view(self, request, extra_context=None):
-        extra = {"capacity_url": reverse("admin:scheduling_capacity"), **(extra_context or {})}
+        extra = {
+            "capacity_url": reverse("admin:scheduling_capacity"),
+            "reservations_url": reverse("admin:scheduling_reservations"),
+            **(extra_context or {}),
+        }
         return super().changelist_view(request, extra_context=extra)
 
     @admin.display(description="CPU cores", ordering="cpu_milli")

@@ -362,7 +362,8 @@ def _binding_rows(bindings, cluster: ClusterSnapshot, requests: dict[int, Resour
                 cpu_milli=binding.cpu_milli,
                 memory_mib=binding.memory_mib,
                 priority=PRIORITY_RANK[request.priority],
-                preemptible=request.priority == PriorityClass.BATCH,
+                # A reservation is never preempted: its window was promised.
+                preemptible=request.priority == PriorityClass.BATCH and request.reserved_start is None,
                 term_started_at=now,
                 replica=binding.replica,
                 member=binding.member,
@@ -496,6 +497,14 @@ def _closed(snapshot: Snapshot, unavailable: dict) -> Snapshot:
     return Snapshot(nodes, snapshot.allocations)
 
 
+def _reopened(nodes: list[NodeView], held: set[str]) -> list[NodeView]:
+    """The nodes as the cycle's outcome keeps them: those closed only because a reservation holds them open again
+    (the preview and the earliest-window search judge time themselves)."""
+    if not held:
+        return nodes
+    return [replace(node, schedulable=True) if node.name in held else node for node in nodes]
+
+
 def _waiting_for_backends(pending, demands, nodes, unavailable: dict) -> dict[int, dict]:
     """Waiting requests that a node of an unavailable backend could take: they wait for that backend (its
     sentence, e.g. "Slurm controller unreachable since 14:02 UTC: new orders wait."), not for capacity. Requests that
@@ -601,6 +610,7 @@ def _cycle(policy: str) -> CycleResult:
             return CycleResult(ran=True, preempted=carried.preempted, wakeups=wakeups)
         due = reservations.not_due(queue, now)  # before its window a reservation only waits (and counts nothing)
         refused = {**due, **_gangs_without_backend(queue), **_over_concurrency([r for r in queue if r.pk not in due])}
+        by_id = {request.pk: request for request in queue}
         candidates = [request for request in queue if request.pk not in refused]
         cluster = _kept_snapshot()
         demands = [demand_of(request) for request in candidates]
@@ -614,9 +624,30 @@ def _cycle(policy: str) -> CycleResult:
         )
         for name in unavailable.keys() & cluster.node_ids.keys():
             engine.close_node(name)  # the backend does not answer: what would go there waits for it
+        plans = reservations.plan_nodes(
+            start_engine=engine.start,
+            running=cluster.snapshot.allocations,
+            expires=cluster.expires,
+            not_due_requests=[by_id[pk] for pk in due],
+            closed=list(engine.closed),
+            demand_of=demand_of,
+        )
+        reservations.note_plans(due, plans)
+        held = {node for plan in plans for node in plan.nodes} - set(engine.closed)
+        for name in held:
+            engine.close_node(name)  # held for a reservation: only work over before it starts goes there
         result = engine.place(demands)
-        cluster = replace(cluster, snapshot=Snapshot(engine.milli.nodes, cluster.snapshot.allocations))
-        by_id = {request.pk: request for request in queue}
+        hours = {demand.id: by_id[int(demand.id)].duration_hours for demand in demands}
+        reservations.backfill_planned(
+            engine=engine,
+            result=result,
+            plans=plans,
+            demands=demands,
+            hours=hours,
+            reservation_ids={str(request.pk) for request in candidates if request.reserved_start is not None},
+            now=now,
+        )
+        cluster = replace(cluster, snapshot=Snapshot(_reopened(engine.milli.nodes, held), cluster.snapshot.allocations))
         reservation = _reserve_for_the_head(cluster, engine, result, demands, by_id, now)
         allocated = _commit_bindings(result, cluster, by_id, now, engine)
         in_words = namer()
@@ -649,7 +680,7 @@ def _cycle(policy: str) -> CycleResult:
             expires=cluster.expires,
             bindings=result.bindings,
             demands=demands,
-            hours={demand.id: by_id[int(demand.id)].duration_hours for demand in demands},
+            hours=hours,
             ranks={demand.id: _aged_rank_of(by_id[int(demand.id)], now) for demand in demands},
             reasons=reasons,
             now=now,

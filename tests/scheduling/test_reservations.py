@@ -8,6 +8,7 @@ from decimal import Decimal
 
 import pytest
 import time_machine
+from django.urls import reverse
 
 from config.errors import DomainError
 from requests import services
@@ -52,7 +53,8 @@ def test_a_reservation_waits_for_its_window_then_starts_at_it(shop, team, clock,
     assert cycle.run_cycle().allocated == []  # the cards are free, but its window has not begun
     reservation.refresh_from_db()
     assert reservation.queue_reason["code"] == "reservation_not_due"
-    assert reservation.queue_reason["message"] == "Reserved from Wed 02 Dec 09:00 UTC; it starts then."
+    assert reservation.queue_reason["message"] == "Reserved from Wed 02 Dec 09:00 UTC on n1; it starts then."
+    assert reservation.queue_reason["numbers"]["nodes"] == ["n1"]
     start = (START + 24 * HOUR).isoformat()
     assert reservation.queue_estimate == {
         "earliest": start,
@@ -167,3 +169,51 @@ def test_approval_rules_see_reservations_and_their_lead_time(shop, team, clock):
     planned = reserve(shop, team, START + 72 * HOUR)
     assert planned.state == RequestState.QUEUED
     assert queued(shop, team).state == RequestState.QUEUED  # not a reservation: the rule does not apply
+
+
+def test_planned_nodes_keep_out_work_that_would_still_run_and_take_work_that_ends_before(shop, team, clock):  # noqa: F811
+    add_node(shop.accelerator, name="n1", cards=2)
+    add_node(shop.accelerator, name="n2", cards=2)
+    reservation = reserve(shop, team, START + 5 * HOUR)  # both cards of one node from START + 5 h
+    elsewhere = queued(shop, team)  # 10 h: goes to the node nobody reserved
+    overlapping = queued(shop, team)  # 10 h: would still run at the start
+    before = queued(shop, team, duration_hours=3)  # over before the start: backfilled onto the planned node
+    result = cycle.run_cycle()
+    assert sorted(result.allocated) == sorted([elsewhere.pk, before.pk])
+    overlapping.refresh_from_db()
+    assert overlapping.queue_reason["code"] == "reservation_ahead"
+    planned = overlapping.queue_reason["numbers"]["node"]
+    assert overlapping.queue_reason["numbers"]["reservation"] == reservation.pk
+    assert (
+        f"when reservation #{reservation.pk} starts there (Tue 01 Dec 14:00 UTC)" in overlapping.queue_reason["message"]
+    )
+    assert before.allocations.get().node.name == planned != elsewhere.allocations.get().node.name
+
+
+def test_a_reservation_is_never_preemptible(shop, team, clock):  # noqa: F811
+    add_node(shop.accelerator, cards=2)
+    reservation = reserve(shop, team, START + HOUR, priority="batch")
+    clock.move_to(START + HOUR)
+    cycle.run_cycle()
+    assert reservation.allocations.get().preemptible is False  # a batch request's would be
+
+
+def test_operators_see_the_reservations_per_spec_and_site_in_constant_queries(
+    shop,  # noqa: F811
+    team,  # noqa: F811
+    clock,
+    console,
+    django_assert_max_num_queries,
+):
+    add_node(shop.accelerator, name="n1", cards=2)
+    first = reserve(shop, team, START + 5 * HOUR)
+    cycle.run_cycle()  # plans its node
+    url = reverse("admin:scheduling_reservations")
+    with django_assert_max_num_queries(12) as once:
+        page = console.get(url).content.decode()
+    assert f"#{first.pk}" in page and "Tue 01 Dec 14:00" in page and "n1" in page
+    for hours in (20, 40, 60):
+        reserve(shop, team, START + hours * HOUR)
+    with django_assert_max_num_queries(len(once.captured_queries)):
+        page = console.get(url).content.decode()
+    assert page.count('class="reservation-row"') == 4 and "not planned yet" in page
