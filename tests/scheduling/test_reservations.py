@@ -15,7 +15,8 @@ from requests import services
 from requests.choices import RequestState
 from requests.quota import quota_scopes
 from requests.reservations import WindowTaken
-from scheduling import cycle, expected_start, outcome
+from scheduling import cycle, expected_start, outcome, reclaim
+from scheduling.allocations import allocations_meter_from_workload
 from tenancy.services import quota_set
 from tests.requests.conftest import approval_rule, approver_stage, make_order, order_post
 from tests.scheduling.test_cycle import add_node, queued, shop, team  # noqa: F401 (fixtures)
@@ -217,3 +218,41 @@ def test_operators_see_the_reservations_per_spec_and_site_in_constant_queries(
     with django_assert_max_num_queries(len(once.captured_queries)):
         page = console.get(url).content.decode()
     assert page.count('class="reservation-row"') == 4 and "not planned yet" in page
+
+
+def test_a_reservation_with_nothing_running_after_its_start_is_released_as_a_no_show(shop, team, clock, settings):  # noqa: F811
+    settings.RESERVATION_NO_SHOW_MINUTES = 30
+    add_node(shop.accelerator, cards=2)
+    reservation = reserve(shop, team, START + HOUR)
+    clock.move_to(START + HOUR)
+    assert cycle.run_cycle().allocated == [reservation.pk]  # nothing provisions it here: it never runs
+    clock.move_to(START + HOUR + timedelta(minutes=29))
+    assert reclaim.reclaim_no_shows() == {}
+    clock.move_to(START + HOUR + timedelta(minutes=30))
+    assert reclaim.reclaim_no_shows() == {reservation.pk: reclaim.RELEASED}
+    reservation.refresh_from_db()
+    assert reservation.state in {RequestState.RELEASING, RequestState.RELEASED}
+    assert reservation.events.filter(message__contains="no-show: nothing ran 30 minutes after").exists()
+    allocation = reservation.allocations.get()
+    allocations_meter_from_workload(allocation_ids=[allocation.pk])  # what starting a workload asks for
+    allocation.refresh_from_db()
+    assert allocation.metered_from_workload is False  # its held hours count, from the allocation, used or not
+
+
+def test_the_order_form_reserves_a_window_and_offers_the_earliest_free_one(shop, team, clock, client):  # noqa: F811
+    add_node(shop.accelerator, cards=2)
+    queued(shop, team)  # both cards until START + 10 h
+    cycle.run_cycle()
+    client.force_login(team.developer)
+    form = client.get(f"/order/{shop.service.slug}/").content.decode()
+    assert 'name="start_at"' in form and 'type="datetime-local"' in form and "whole nodes are reserved" in form
+
+    asked = order_post(shop, team.project, start_at="2026-12-01T11:00")
+    preview = client.post(f"/order/{shop.service.slug}/preview/", asked).content.decode()
+    assert 'data-code="window_taken"' in preview and "Earliest free window for" in preview
+    assert "Tue 01 Dec 19:00 UTC" in preview and "holds whole nodes" in preview
+
+    response = client.post(f"/order/{shop.service.slug}/", order_post(shop, team.project, start_at="2026-12-01T19:00"))
+    assert response.status_code == 302, response.content.decode()
+    page = client.get(response["Location"]).content.decode()
+    assert '<dd id="reserved-window">Tue 01 Dec 19:00 to Wed 02 Dec 05:00 UTC</dd>' in page
