@@ -36,6 +36,7 @@ from scheduling.models import (
     HealthEvent,
     HealthRule,
     IsolationClearance,
+    MaintenanceWindow,
     MigInstance,
     Node,
     PreemptionRule,
@@ -497,6 +498,23 @@ class HealthEventAdmin(ReadOnlyAdmin):
     list_select_related = ["device__node", "device__model__vendor", "rule"]
     search_fields = ["device__uuid", "device__node__name", "signal"]
     date_hierarchy = "received_at"
+
+
+@admin.register(MaintenanceWindow)
+class MaintenanceWindowAdmin(AuditedInventoryMixin, admin.ModelAdmin):
+    """Nodes taken out for a window: the scheduler keeps work that would still run at its start off them and runs
+    nothing there until its end, saying so to the waiting orders."""
+
+    list_display = ["starts_at", "ends_at", "reason", "node_names"]
+    filter_horizontal = ["nodes"]
+    date_hierarchy = "starts_at"
+
+    def get_queryset(self, request):
+        return super().get_queryset(request).prefetch_related("nodes")
+
+    @admin.display(description="Nodes")
+    def node_names(self, window):
+        return ", ".join(node.name for node in window.nodes.all())
 
 
 @admin.register(PreemptionRule)

@@ -14,7 +14,7 @@ import logging
 import time
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
-from datetime import datetime
+from datetime import datetime, timedelta
 
 from django.conf import settings
 from django.db import connection, transaction
@@ -497,8 +497,44 @@ def _closed(snapshot: Snapshot, unavailable: dict) -> Snapshot:
     return Snapshot(nodes, snapshot.allocations)
 
 
+def _place_around_windows(engine, cluster: ClusterSnapshot, demands, hours, not_due, reserved: set[str], now):
+    """Place the queue around the windows held ahead (scheduling/reservations.py): the nodes planned for
+    reservations not begun and those of maintenance windows, closed to it, then backfilled with the work that ends
+    before each window starts (`reserved`: the due reservations' demand ids, which may take reservations' nodes).
+    Returns the placement, the reservations' plans and the cycle's nodes as its outcome keeps them (held nodes open
+    again, nodes in maintenance now closed)."""
+    # Windows that start before every queued demand would end are the ones that can keep work off a node.
+    reach = now + timedelta(hours=max(hours.values(), default=0))
+    maintenance = reservations.maintenance_plans(now=now, until=now + timedelta(days=settings.RESERVATION_HORIZON_DAYS))
+    plans = reservations.plan_nodes(
+        start_engine=engine.start,
+        running=cluster.snapshot.allocations,
+        expires=cluster.expires,
+        not_due_requests=not_due,
+        closed=list(engine.closed),
+        maintenance=maintenance,
+        demand_of=demand_of,
+    )
+    holding = [plan for plan in [*plans, *maintenance] if plan.start < reach]
+    held = {node for plan in holding for node in plan.nodes} - set(engine.closed)
+    for name in held:
+        engine.close_node(name)  # held for a window: only work over before it starts goes there
+    result = engine.place(demands)
+    reservations.backfill_planned(
+        engine=engine,
+        result=result,
+        plans=holding,
+        demands=demands,
+        hours=hours,
+        reservation_ids=reserved,
+        now=now,
+    )
+    in_maintenance = {node for plan in maintenance if plan.start <= now for node in plan.nodes}
+    return result, plans, _reopened(engine.milli.nodes, held - in_maintenance)
+
+
 def _reopened(nodes: list[NodeView], held: set[str]) -> list[NodeView]:
-    """The nodes as the cycle's outcome keeps them: those closed only because a reservation holds them open again
+    """The nodes as the cycle's outcome keeps them: those closed only because a window ahead holds them open again
     (the preview and the earliest-window search judge time themselves)."""
     if not held:
         return nodes
@@ -624,30 +660,13 @@ def _cycle(policy: str) -> CycleResult:
         )
         for name in unavailable.keys() & cluster.node_ids.keys():
             engine.close_node(name)  # the backend does not answer: what would go there waits for it
-        plans = reservations.plan_nodes(
-            start_engine=engine.start,
-            running=cluster.snapshot.allocations,
-            expires=cluster.expires,
-            not_due_requests=[by_id[pk] for pk in due],
-            closed=list(engine.closed),
-            demand_of=demand_of,
+        hours = {demand.id: by_id[int(demand.id)].duration_hours for demand in demands}
+        reserved = {str(request.pk) for request in candidates if request.reserved_start is not None}
+        result, plans, reopened = _place_around_windows(
+            engine, cluster, demands, hours, [by_id[pk] for pk in due], reserved, now
         )
         reservations.note_plans(due, plans)
-        held = {node for plan in plans for node in plan.nodes} - set(engine.closed)
-        for name in held:
-            engine.close_node(name)  # held for a reservation: only work over before it starts goes there
-        result = engine.place(demands)
-        hours = {demand.id: by_id[int(demand.id)].duration_hours for demand in demands}
-        reservations.backfill_planned(
-            engine=engine,
-            result=result,
-            plans=plans,
-            demands=demands,
-            hours=hours,
-            reservation_ids={str(request.pk) for request in candidates if request.reserved_start is not None},
-            now=now,
-        )
-        cluster = replace(cluster, snapshot=Snapshot(_reopened(engine.milli.nodes, held), cluster.snapshot.allocations))
+        cluster = replace(cluster, snapshot=Snapshot(reopened, cluster.snapshot.allocations))
         reservation = _reserve_for_the_head(cluster, engine, result, demands, by_id, now)
         allocated = _commit_bindings(result, cluster, by_id, now, engine)
         in_words = namer()

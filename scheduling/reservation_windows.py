@@ -5,7 +5,8 @@ scheduling/reservations.py).
   still run at the window's start".
 - `earliest_window`: the first start at or after the asked one at which the order's window fits the capacity: from
   the last cycle's picture (what runs on each node, with each request's approved end: the forecast's inputs), with
-  the running work that ended by then given back and every held reservation overlapping the window placed first.
+  the running work that ended by then given back, every held reservation overlapping the window placed first and
+  the nodes of maintenance windows overlapping it closed.
   Capacity only frees up inside a window (nothing new starts in it but reservations, all placed), so a window that
   fits at its start fits throughout. The candidate starts are the asked one and every moment running work or a held
   reservation ends, up to the horizon.
@@ -28,7 +29,7 @@ from scheduling.estimate import PREVIEW_ID, order_demand, order_models
 from scheduling.expected_start import decoded_inputs
 from scheduling.models import ENDS_AT, Allocation
 from scheduling.outcome import last_outcome
-from scheduling.reservations import said
+from scheduling.reservations import maintenance_plans, said
 
 # Approved reservations hold their window's capacity (pending ones do not yet).
 HELD_STATES = (RequestState.APPROVED, RequestState.QUEUED)
@@ -59,9 +60,15 @@ def earliest_window(order, sizing, start: datetime, hours: int) -> dict:
         }
     demand = order_demand(order, sizing, models)
     running = decoded_inputs(outcome).running
-    reservations = _held_reservations(before=horizon_end(timezone.now()))
-    for moment in _candidates(start, hours, running, reservations):
-        if _fits(outcome.engine_for(demand), demand, Window(moment, hours), running, reservations):
+    now = timezone.now()
+    reservations = _held_reservations(before=horizon_end(now))
+    maintenance = maintenance_plans(now=now, until=horizon_end(now))
+    for moment in _candidates(start, hours, running, reservations, maintenance):
+        window = Window(moment, hours)
+        engine = outcome.engine_for(demand)
+        for node in {node for plan in maintenance if plan.overlaps(window.start, window.end) for node in plan.nodes}:
+            engine.close_node(node)
+        if _fits(engine, demand, window, running, reservations):
             fits_asked = moment == start
             return {
                 "start": moment.isoformat(),
@@ -78,10 +85,11 @@ def earliest_window(order, sizing, start: datetime, hours: int) -> dict:
     }
 
 
-def _candidates(start: datetime, hours: int, running, reservations) -> list[datetime]:
+def _candidates(start: datetime, hours: int, running, reservations, maintenance) -> list[datetime]:
     latest = horizon_end(timezone.now()) - timedelta(hours=hours)
     ends = {work.ends for work in running if work.ends is not None}
     ends |= {Window(request.reserved_start, request.duration_hours).end for request, _demand in reservations}
+    ends |= {plan.end for plan in maintenance}
     later = sorted(moment for moment in ends if start < moment <= latest)
     return [start, *later][:MAX_CANDIDATES] if start <= latest else []
 

@@ -17,6 +17,7 @@ from requests.quota import quota_scopes
 from requests.reservations import WindowTaken
 from scheduling import cycle, expected_start, outcome, reclaim
 from scheduling.allocations import allocations_meter_from_workload
+from scheduling.models import MaintenanceWindow
 from tenancy.services import quota_set
 from tests.requests.conftest import approval_rule, approver_stage, make_order, order_post
 from tests.scheduling.test_cycle import add_node, queued, shop, team  # noqa: F401 (fixtures)
@@ -256,3 +257,41 @@ def test_the_order_form_reserves_a_window_and_offers_the_earliest_free_one(shop,
     assert response.status_code == 302, response.content.decode()
     page = client.get(response["Location"]).content.decode()
     assert '<dd id="reserved-window">Tue 01 Dec 19:00 to Wed 02 Dec 05:00 UTC</dd>' in page
+
+
+def maintenance(*nodes, start, hours, reason="firmware update"):
+    window = MaintenanceWindow.objects.create(starts_at=start, ends_at=start + hours * HOUR, reason=reason)
+    window.nodes.set(nodes)
+    return window
+
+
+def test_a_maintenance_window_keeps_work_that_would_overlap_it_waiting_and_says_until_when(shop, team, clock):  # noqa: F811
+    node = add_node(shop.accelerator, name="n1", cards=6)  # room for all three, but for the maintenance
+    maintenance(node, start=START + 4 * HOUR, hours=2)
+    short, long = queued(shop, team, duration_hours=3), queued(shop, team)  # 3 h fits before it, 10 h does not
+    assert cycle.run_cycle().allocated == [short.pk]
+    long.refresh_from_db()
+    assert long.queue_reason["code"] == "maintenance"
+    assert long.queue_reason["message"] == (
+        "it would still run on n1 when its maintenance starts (Tue 01 Dec 13:00 UTC, until Tue 01 Dec 15:00 UTC: "
+        "firmware update); it waits for a node that is free for its whole term"
+    )
+    assert long.queue_reason["numbers"]["until"] == (START + 6 * HOUR).isoformat()
+
+    clock.move_to(START + 4 * HOUR)  # in maintenance now: nothing starts there, whatever its length
+    quick = queued(shop, team, duration_hours=1)
+    assert cycle.run_cycle().allocated == []
+    quick.refresh_from_db()
+    assert quick.queue_reason["message"].startswith("n1 is in maintenance until Tue 01 Dec 15:00 UTC (firmware update)")
+
+    clock.move_to(START + 6 * HOUR)
+    assert sorted(cycle.run_cycle().allocated) == sorted([long.pk, quick.pk])
+
+
+def test_a_reservation_is_not_offered_a_window_that_overlaps_maintenance(shop, team, clock):  # noqa: F811
+    node = add_node(shop.accelerator, name="n1", cards=2)
+    maintenance(node, start=START + 10 * HOUR, hours=5)
+    cycle.run_cycle()
+    taken = refusal(lambda: reserve(shop, team, START + 8 * HOUR))
+    assert taken.code == "reservation_window_taken"
+    assert taken.details["earliest_start"] == (START + 15 * HOUR).isoformat()
