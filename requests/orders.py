@@ -318,6 +318,7 @@ def order_fingerprint(order: Order) -> str:
         "duration_hours": order.duration_hours,
         "priority": order.priority,
         "parameters": as_stored(parameters),
-        "start_at": None if order.start_at is None else order.start_at.isoformat(),
+        # Only a reservation's: an order to run now hashes as it did before reservations existed.
+        **({} if order.start_at is None else {"start_at": order.start_at.isoformat()}),
     }
     return hashlib.sha256(json.dumps(chosen, sort_keys=True, default=str).encode()).hexdigest()

@@ -12,6 +12,7 @@ scheduling/reservations.py).
   reservation ends, up to the horizon.
 """
 
+from collections.abc import Callable
 from datetime import datetime, timedelta
 
 from django.db.models import Max
@@ -20,9 +21,10 @@ from django.utils import timezone
 from requests.choices import RequestState
 from requests.models import ResourceRequest
 from requests.reservations import Window, horizon_end
+from scheduling import backends, forecasting
 from scheduling.choices import AllocationState
-from scheduling.cycle import demand_of
-from scheduling.engine import Demand
+from scheduling.cycle import demand_of, load_snapshot
+from scheduling.engine import Demand, PlacementEngine
 from scheduling.engine.model import Binding
 from scheduling.engine.place import place_in_order
 from scheduling.estimate import PREVIEW_ID, order_demand, order_models
@@ -59,13 +61,22 @@ def earliest_window(order, sizing, start: datetime, hours: int) -> dict:
             "message": "No scheduling cycle has run yet: the window's capacity is not checked.",
         }
     demand = order_demand(order, sizing, models)
-    running = decoded_inputs(outcome).running
+    if demand.nodes > 1 and not backends.runs_multi_node():  # as the cycle, which would keep it waiting
+        reason = backends.multi_node_reason(nodes=demand.nodes)
+        return {
+            "start": None,
+            "fits_asked": False,
+            "code": reason["code"],
+            "message": f"No window can hold {demand.nodes} nodes at once: no node here has a backend that runs "
+            f"multi-node work ({', '.join(reason['numbers']['backends'])}).",
+        }
+    engine_at, running = _picture(demand, outcome)
     now = timezone.now()
     reservations = _held_reservations(before=horizon_end(now))
     maintenance = maintenance_plans(now=now, until=horizon_end(now))
     for moment in _candidates(start, hours, running, reservations, maintenance):
         window = Window(moment, hours)
-        engine = outcome.engine_for(demand)
+        engine = engine_at()
         for node in {node for plan in maintenance if plan.overlaps(window.start, window.end) for node in plan.nodes}:
             engine.close_node(node)
         if _fits(engine, demand, window, running, reservations):
@@ -83,6 +94,27 @@ def earliest_window(order, sizing, start: datetime, hours: int) -> dict:
         "code": "no_window_in_horizon",
         "message": f"No window of {hours} h for {what} is free before the reservation horizon ends.",
     }
+
+
+def _picture(demand: Demand, outcome) -> tuple[Callable[[], PlacementEngine], list]:
+    """What the search starts from: a fresh engine holding the running work, and that work with its approved ends.
+    The last cycle's outcome (no query) for one node; a gang needs the racks and blocks its members must share,
+    which the outcome does not keep, so it reads the cluster whole (five queries, gang reservations only)."""
+    if demand.nodes == 1:
+        return (lambda: outcome.engine_for(demand)), decoded_inputs(outcome).running
+    cluster = load_snapshot()
+    base = PlacementEngine(cluster.snapshot, workload=[demand])
+    running = forecasting.cycle_inputs(
+        allocations=cluster.snapshot.allocations,
+        expires=cluster.expires,
+        bindings=[],
+        demands=[],
+        hours={},
+        ranks={},
+        reasons={},
+        now=timezone.now(),
+    ).running
+    return base.fork, running
 
 
 def _candidates(start: datetime, hours: int, running, reservations, maintenance) -> list[datetime]:
