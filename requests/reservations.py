@@ -186,12 +186,11 @@ def earliest_window(*, order, sizing, window: Window) -> dict | None:
     return hooks.ask(hooks.EARLIEST_WINDOW, order, sizing, window.start, window.hours)
 
 
-def check_capacity(*, order, sizing, window: Window) -> dict | None:
-    """Refuse a window whose capacity is taken, naming the earliest one that fits; the answer when it fits."""
+def check_capacity(*, order, sizing, window: Window) -> None:
+    """Refuse a window whose capacity is taken, naming the earliest one that fits."""
     answer = earliest_window(order=order, sizing=sizing, window=window)
     if answer is not None and not answer["fits_asked"]:
         raise WindowTaken(answer["message"], details={"window": window.as_data(), "earliest_start": answer["start"]})
-    return answer
 
 
 def lead_hours(window: Window, now: datetime) -> Decimal:
