@@ -233,6 +233,10 @@ SCHEDULER_POLICY_DRIFT = env_float("SCHEDULER_POLICY_DRIFT", 0.1)
 # SCHEDULER_FORECAST_HISTORY ended terms.
 SCHEDULER_FORECAST_QUEUE = env_int("SCHEDULER_FORECAST_QUEUE", 200)
 SCHEDULER_FORECAST_HISTORY = env_int("SCHEDULER_FORECAST_HISTORY", 500)
+# Advance reservations (requests/reservations.py): how far ahead a window may end, in days ...
+RESERVATION_HORIZON_DAYS = env_int("RESERVATION_HORIZON_DAYS", 30)
+# ... and how long after its start a reservation with nothing running is released as a no-show (its hours metered).
+RESERVATION_NO_SHOW_MINUTES = env_int("RESERVATION_NO_SHOW_MINUTES", 30)
 EXPIRY_WARNING_HOURS = env_int("EXPIRY_WARNING_HOURS", 4)
 ALLOCATION_HEARTBEAT_TIMEOUT_MINUTES = env_int("ALLOCATION_HEARTBEAT_TIMEOUT_MINUTES", 30)
 # Metering: telemetry driver (simulated or dcgm) and where each node's dcgm-exporter answers ({node} = node name),

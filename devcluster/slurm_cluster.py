@@ -146,12 +146,22 @@ class SlurmCluster:
     def cancel_all_jobs(self) -> None:
         self.run("scancel", "--full", f"--partition={self.partition}", check=False)
 
+    def reservations(self) -> dict[str, str]:
+        """Reservation name -> scontrol's one-line description of it."""
+        lines = self.run("scontrol", "--oneliner", "show", "reservation", check=False).stdout.splitlines()
+        return {line.split()[0].removeprefix("ReservationName="): line for line in lines if "ReservationName=" in line}
+
+    def delete_all_reservations(self) -> None:
+        for name in self.reservations():
+            self.run("scontrol", "delete", f"reservationname={name}", check=False)
+
     def reset(self) -> None:
-        """Restart what a test stopped, cancel every job and resume every node: the cluster is shared by the
-        session, a test's leftovers are not."""
+        """Restart what a test stopped, cancel every job, delete every reservation and resume every node: the
+        cluster is shared by the session, a test's leftovers are not."""
         for name in [name for name in self._commands if name not in self._processes]:
             self.start_daemon(name)
         self.cancel_all_jobs()
+        self.delete_all_reservations()
         self.resume_all()
         for node in self.node_names:
             self.wait_for_node_state(node, "idle", seconds=30)

@@ -72,6 +72,8 @@ RULE_CONDITIONS = [
     "parameter_value",
     "quota_exception",
     "min_priority",
+    "reservation",
+    "reserved_within_hours",
 ]
 RULE_CONDITION_LOOKUPS = ["vendor", "accelerator_model", "spec", "tenant", "project"]
 

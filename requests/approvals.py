@@ -53,6 +53,8 @@ class Facts:
     parameters: dict[str, Any] = field(default_factory=dict)
     quota_exception: bool = False  # over a quota limit or over the project's priority entitlement
     priority: str = ""  # the order's priority class; empty for subjects without one
+    reservation: bool = False  # an order for a future window (requests/reservations.py)
+    lead_hours: Decimal | None = None  # a reservation's: how long before its start it was ordered
 
 
 @dataclass(frozen=True)
@@ -119,6 +121,9 @@ def rule_matches(rule: ApprovalRule, facts: Facts) -> bool:
         rule.quota_exception is None or rule.quota_exception == facts.quota_exception,
         not rule.min_priority
         or (facts.priority in PRIORITY_RANK and PRIORITY_RANK[facts.priority] >= PRIORITY_RANK[rule.min_priority]),
+        rule.reservation is None or rule.reservation == facts.reservation,
+        rule.reserved_within_hours is None
+        or (facts.lead_hours is not None and facts.lead_hours < rule.reserved_within_hours),
     ]
     return all(checks)
 

@@ -5,6 +5,7 @@ from collections import defaultdict
 from decimal import Decimal
 
 from django import forms
+from django.conf import settings
 from django.forms.utils import pretty_name
 from django.http import QueryDict
 
@@ -82,6 +83,11 @@ class OrderForm(forms.Form):
     serving_model = forms.ModelChoiceField(queryset=None, required=False, label="Model")
     serving_template = forms.ModelChoiceField(queryset=None, required=False, label="Serving template")
     duration_hours = forms.IntegerField(min_value=1, label="Duration (hours)")
+    start_at = forms.DateTimeField(
+        required=False,
+        label="Reserve from (UTC)",
+        widget=forms.DateTimeInput(attrs={"type": "datetime-local"}, format="%Y-%m-%dT%H:%M"),
+    )
     priority = forms.ChoiceField(
         choices=PriorityClass.choices,
         initial=PriorityClass.STANDARD,
@@ -135,6 +141,14 @@ class OrderForm(forms.Form):
         if "serving_template" in self.fields:
             self._offer_templates_of_the_model(user, settle)
         self.fields["duration_hours"] = self._duration_field()
+        if service.kind != ServiceKind.COMPUTE:
+            del self.fields["start_at"]  # only compute orders reserve a window (requests/reservations.py)
+        else:
+            self.fields["start_at"].help_text = (
+                "Optional: reserve this window (it lasts the duration), ending within "
+                f"{settings.RESERVATION_HORIZON_DAYS} days. On Slurm nodes whole nodes are reserved (Slurm reserves "
+                "nodes, not single cards). Empty: it runs as soon as it can."
+            )
         self.parameter_names = [entry["name"] for entry in service.parameter_schema]
         for entry in service.parameter_schema:
             self.fields[entry["name"]] = parameter_field(entry)
@@ -310,6 +324,7 @@ class OrderForm(forms.Form):
             priority=data["priority"],
             justification=data["justification"],
             parameters=data["parameters"],
+            start_at=data.get("start_at"),
         )
 
 

@@ -42,6 +42,21 @@ class StartsIfApproved(Protocol):
     def __call__(self, request_ids: list[int], /) -> dict[int, dict]: ...
 
 
+class HeldEnds(Protocol):
+    """scheduling: when the work holding devices for the given projects ends, as {request id: approved end (None: no
+    end)}; reservation admission counts what still runs at a window's start."""
+
+    def __call__(self, project_ids: list[int], /) -> dict[int, Any]: ...
+
+
+class EarliestWindow(Protocol):
+    """scheduling: the earliest start at or after `start` at which the order's window of `hours` fits the capacity
+    (running work ending at its approved end, other reservations held), as {start (ISO or None), fits_asked, code,
+    message}; given (order, sizing, start, hours)."""
+
+    def __call__(self, order: Any, sizing: Any, start: Any, hours: int, /) -> dict | None: ...
+
+
 class ProvisioningDetails(Protocol):
     """provisioning: the request's provisioning runs with their steps, and what was delivered ({runs, delivered})."""
 
@@ -96,6 +111,8 @@ PLACEMENT_ESTIMATE = Hook("placement_estimate", PlacementEstimate, provider="sch
 ORDER_NEVER_FITS = Hook("order_never_fits", OrderNeverFits, provider="scheduling")
 ORDERS_NEVER_FIT = Hook("orders_never_fit", OrdersNeverFit, provider="scheduling")
 STARTS_IF_APPROVED = Hook("starts_if_approved", StartsIfApproved, provider="scheduling")
+HELD_ENDS = Hook("held_ends", HeldEnds, provider="scheduling")
+EARLIEST_WINDOW = Hook("earliest_window", EarliestWindow, provider="scheduling")
 PROVISIONING_DETAILS = Hook("provisioning_details", ProvisioningDetails, provider="provisioning")
 ENDPOINT_DETAILS = Hook("endpoint_details", EndpointDetails, provider="serving")
 CONNECT_SECRETS = Hook("connect_secrets", ConnectSecrets, provider="provisioning")

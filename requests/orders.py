@@ -3,8 +3,11 @@
 import hashlib
 import json
 from dataclasses import dataclass, field
+from datetime import datetime
 from decimal import Decimal
 from typing import Any
+
+from django.utils import timezone
 
 from catalog.choices import ServiceKind, SpecStatus, Visibility
 from catalog.durations import duration_limits
@@ -17,6 +20,7 @@ from config.words import counted
 from requests.approvals import Facts
 from requests.choices import ApprovalSubject, PriorityClass
 from requests.quota import Demand
+from requests.reservations import Window, lead_hours, validate_window
 from tenancy.choices import ProjectPermission
 from tenancy.models import Project, User
 from tenancy.selectors import user_has_project_permission
@@ -57,6 +61,9 @@ class Order:
     priority: str = PriorityClass.STANDARD
     justification: str = ""
     parameters: dict[str, Any] = field(default_factory=dict)
+    # An advance reservation's start (its window lasts duration_hours: requests/reservations.py); None: run as soon as
+    # it can.
+    start_at: datetime | None = None
     # The catalog the order's items were looked up in, which then checks them too (one read of it per order);
     # None: the current one.
     catalog: OrderableCatalog | None = field(default=None, repr=False, compare=False)
@@ -64,6 +71,10 @@ class Order:
     @property
     def replicas(self) -> int:
         return self.serving_template.replicas if self.serving_template else 1
+
+    @property
+    def window(self) -> Window | None:
+        return None if self.start_at is None else Window(self.start_at, self.duration_hours)
 
 
 def _refuse(code: str, message: str, **details) -> None:
@@ -94,6 +105,8 @@ def validate_order(order: Order, requester: User) -> None:
     _validate_offering(order, catalog)
     _validate_parameters(order)
     _validate_duration(order)
+    if order.window is not None:
+        validate_window(service_kind=service.kind, window=order.window, now=timezone.now())
 
 
 def _validate_offering(order: Order, catalog: OrderableCatalog) -> None:
@@ -266,6 +279,8 @@ def approval_facts(order: Order, sizing: Sizing, requester: User, *, quota_excep
         parameters=order.parameters,
         quota_exception=quota_exception,
         priority=order.priority,
+        reservation=order.window is not None,
+        lead_hours=None if order.window is None else lead_hours(order.window, timezone.now()),
     )
 
 
@@ -280,7 +295,8 @@ def describe_order(order: Order) -> str:
             if replicas == 1
             else f"{order.serving_model}: {counted(replicas, 'replica')} of {what}"
         )
-    return f"{what}, {order.duration_hours} h"
+    when = "" if order.start_at is None else f" from {order.start_at:%a %d %b %H:%M} UTC"
+    return f"{what}, {order.duration_hours} h{when}"
 
 
 # The catalog choices an order makes, by field name.
@@ -302,5 +318,7 @@ def order_fingerprint(order: Order) -> str:
         "duration_hours": order.duration_hours,
         "priority": order.priority,
         "parameters": as_stored(parameters),
+        # Only a reservation's: an order to run now hashes as it did before reservations existed.
+        **({} if order.start_at is None else {"start_at": order.start_at.isoformat()}),
     }
     return hashlib.sha256(json.dumps(chosen, sort_keys=True, default=str).encode()).hexdigest()

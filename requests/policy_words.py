@@ -36,6 +36,12 @@ def conditions_in_words(rule: ApprovalRule) -> list[str]:
         words.append("it is within quota")
     if rule.min_priority:
         words.append(f"the priority is {rule.get_min_priority_display().lower()} or higher")
+    if rule.reservation is True:
+        words.append("it is an advance reservation")
+    elif rule.reservation is False:
+        words.append("it is not a reservation")
+    if rule.reserved_within_hours is not None:
+        words.append(f"its window starts within {rule.reserved_within_hours} h of the order")
     return words
 
 

@@ -10,7 +10,7 @@ concurrent submissions see each other's demand.
 
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field, replace
-from datetime import date
+from datetime import date, timedelta
 from decimal import Decimal
 
 from django.db import connection
@@ -134,13 +134,23 @@ def month_start(today: date | None = None) -> date:
     return (today or timezone.now().date()).replace(day=1)
 
 
+def next_month_start(today: date) -> date:
+    return (today.replace(day=28) + timedelta(days=4)).replace(day=1)
+
+
 # The usage sums are plain SQL, one statement for the committed demand and the metered ledger together: they are
 # read on every preview, submission and quota panel, and the ORM's compilation of these grouped sums cost more than
 # PostgreSQL's work (an index-only scan of request_committed_demand_idx).
+# An advance reservation (requests/reservations.py) counts in the concurrent sums from its start on, and in a month's
+# card-hours only in the month it starts: before that it holds nothing (admission judges its window apart).
+_HELD_NOW = "(r.reserved_start IS NULL OR r.reserved_start <= %s)"
 _COMMITTED_SUMS = (
-    "SUM(r.gpu_equivalents), SUM(r.accelerator_memory_gb), SUM(r.cpu_cores), SUM(r.memory_gb), COUNT(*), "
-    "SUM(CASE WHEN r.state <> %s THEN r.card_hours END)"
+    f"SUM(CASE WHEN {_HELD_NOW} THEN r.gpu_equivalents END), "
+    f"SUM(CASE WHEN {_HELD_NOW} THEN r.accelerator_memory_gb END), SUM(CASE WHEN {_HELD_NOW} THEN r.cpu_cores END), "
+    f"SUM(CASE WHEN {_HELD_NOW} THEN r.memory_gb END), COUNT(CASE WHEN {_HELD_NOW} THEN 1 END), "
+    "SUM(CASE WHEN r.state <> %s AND (r.reserved_start IS NULL OR r.reserved_start < %s) THEN r.card_hours END)"
 )
+_HELD_NOW_SUMS = 5  # the sums of _COMMITTED_SUMS that read _HELD_NOW's moment
 # How each grouping reaches its key from a request (r, joined with its project p) and from a ledger row (m).
 _GROUPS = {
     "project_id": ("r.project_id", "", "m.project_id", ""),
@@ -177,7 +187,9 @@ def _demand_sums(key: str, ids: list[int], states) -> tuple[dict, dict]:
         f"WHERE {ledger_key} IN ({placeholders}) AND m.month = %s GROUP BY {ledger_key}"
     )
     with connection.cursor() as cursor:
-        cursor.execute(sql, [RequestState.RELEASING, *ids, *states, *ids, month_start()])
+        now = timezone.now()
+        sums = [*[now] * _HELD_NOW_SUMS, RequestState.RELEASING, next_month_start(now.date())]
+        cursor.execute(sql, [*sums, *ids, *states, *ids, month_start()])
         rows = cursor.fetchall()
     committed = {row[0]: _as_sums(_COMMITTED_KEYS, row[2:8]) for row in rows if row[1] == "committed"}
     metered = {row[0]: _as_sums(_METERED_KEYS, row[8:10]) for row in rows if row[1] == "metered"}
@@ -344,7 +356,8 @@ def request_quota_impact(request: ResourceRequest, scopes: list[QuotaScope] | No
     """
     demand = Demand.of(request)
     scopes = scopes or quota_scopes(request.project)
-    if request.state in COMMITTED_STATES:
+    counted = request.reserved_start is None or request.reserved_start <= timezone.now()  # see _HELD_NOW
+    if request.state in COMMITTED_STATES and counted:
         scopes = [
             replace(scope, usage={dimension: used - demand.get(dimension) for dimension, used in scope.usage.items()})
             for scope in scopes

@@ -78,7 +78,16 @@ def request_list_visible_to(*, user: User) -> QuerySet[ResourceRequest]:
 # the catalog items (CATALOG_ITEMS) the page's rows name, which come from the kept catalog: joined in, their tables
 # took PostgreSQL milliseconds to plan a page.
 SUMMARY_COLUMNS = (
-    *("id", "state", "duration_hours", "priority", "gpu_equivalents", "accelerator_count", "cost_estimate"),
+    *(
+        "id",
+        "state",
+        "duration_hours",
+        "reserved_start",
+        "priority",
+        "gpu_equivalents",
+        "accelerator_count",
+        "cost_estimate",
+    ),
     *("quota_exception", "created_at", "queue_position", "queue_reason", "queue_updated_at", "queue_estimate"),
     *("project_id", "project__slug", "project__name", "requester__username"),
     *("service_id", "spec_id", "bare_metal_profile_id", "serving_model_id"),

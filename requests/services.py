@@ -38,6 +38,7 @@ from requests.priorities import priority_entitlement, priority_reason, refuse_pr
 from requests.quota import (
     Demand,
     DimensionImpact,
+    QuotaScope,
     beyond_limits,
     exceeded,
     lock_quota_scope,
@@ -45,6 +46,7 @@ from requests.quota import (
     quota_scopes,
     request_quota_impact,
 )
+from requests.reservations import Window, check_capacity, earliest_window, window_impacts
 from requests.signals import request_preempted, request_queued, request_releasing
 from requests.timeline import Timeline, write_events
 from tenancy.choices import ProjectPermission
@@ -178,7 +180,7 @@ def request_preview(*, order: Order, requester: User, over_quota: str = OverQuot
     validate_order(order, requester)
     sizing = size_order(order)
     scopes = quota_scopes(order.project)
-    impacts = quota_impact(order.project, sizing.demand, scopes)
+    impacts = _quota_impacts(order, sizing, scopes)
     entitlement = priority_entitlement(order, scopes[0].max_priority)
     reasons = exceeded(impacts) + _as_list(priority_reason(order, entitlement))
     exception = bool(reasons) and over_quota == OverQuota.EXCEPTION
@@ -202,6 +204,25 @@ def request_preview(*, order: Order, requester: User, over_quota: str = OverQuot
         "quota_reasons": reasons,
         "approval_route": approvals.route_for(facts).as_data(),
         "placement": hooks.ask(hooks.PLACEMENT_ESTIMATE, order, sizing),
+        "reservation": _reservation_preview(order, sizing),
+    }
+
+
+def _quota_impacts(order: Order, sizing, scopes: list[QuotaScope]) -> list[DimensionImpact]:
+    """The order's impact on its quota: now, or for a reservation in its window."""
+    if order.window is None:
+        return quota_impact(order.project, sizing.demand, scopes)
+    return window_impacts(project=order.project, scopes=scopes, window=order.window, demand=sizing.demand)
+
+
+def _reservation_preview(order: Order, sizing) -> dict | None:
+    """A reservation's window and whether its capacity is free, with the earliest window that fits."""
+    if order.window is None:
+        return None
+    return {
+        "window": order.window.as_data(),
+        "whole_nodes_on_slurm": True,
+        "capacity": earliest_window(order=order, sizing=sizing, window=order.window),
     }
 
 
@@ -259,7 +280,16 @@ def request_submit(
     scopes = quota_scopes(order.project)
     priority = _priority_beyond_entitlement(order, over_quota, scopes[0].max_priority)
     never_fits = _never_fits(order, sizing, if_unplaceable)
-    reasons = _admission_reasons(over_quota, quota_impact(order.project, sizing.demand, scopes))
+    if order.window is not None and over_quota == OverQuota.WAIT:
+        raise DomainError(
+            "A reservation is for its window: it cannot wait for quota. Choose another window or ask for a quota "
+            "exception.",
+            code="reservation_cannot_wait",
+            details={"field": "over_quota"},
+        )
+    reasons = _admission_reasons(over_quota, _quota_impacts(order, sizing, scopes))
+    if order.window is not None:
+        check_capacity(order=order, sizing=sizing, window=order.window)
     check_order_caps(
         project=order.project,
         requester=requester,
@@ -278,6 +308,7 @@ def request_submit(
         serving_model=order.serving_model,
         serving_template=order.serving_template,
         duration_hours=order.duration_hours,
+        reserved_start=order.start_at,
         priority=order.priority,
         justification=order.justification,
         parameters=order.parameters,
@@ -515,7 +546,13 @@ def approved_snapshot(request: ResourceRequest) -> dict:
         },
         "cost_estimate": _as_stored(request, "cost_estimate"),
         "quota_exception": request.quota_exception,
+        # A reservation's window: the cycle starts it there (scheduling/reservations.py).
+        **({} if request.reserved_start is None else {"reservation": _window_of(request).as_data()}),
     }
+
+
+def _window_of(request: ResourceRequest) -> Window:
+    return Window(request.reserved_start, request.duration_hours)
 
 
 def _as_stored(request: ResourceRequest, field: str) -> str:

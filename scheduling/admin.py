@@ -12,6 +12,7 @@ from django.core.exceptions import PermissionDenied
 from django.db.models import Count, Q
 from django.template.response import TemplateResponse
 from django.urls import path, reverse
+from django.utils import timezone
 from django.utils.html import format_html
 
 from config.admin_actions import ReadOnlyAdminMixin, action_with_reason, related_list_filter
@@ -35,6 +36,7 @@ from scheduling.models import (
     HealthEvent,
     HealthRule,
     IsolationClearance,
+    MaintenanceWindow,
     MigInstance,
     Node,
     PreemptionRule,
@@ -243,7 +245,22 @@ class NodeAdmin(AuditedInventoryMixin, admin.ModelAdmin):
 
     def get_urls(self):
         capacity = path("capacity/", self.admin_site.admin_view(self.capacity_view), name="scheduling_capacity")
-        return [capacity, *super().get_urls()]
+        calendar = path(
+            "reservations/", self.admin_site.admin_view(self.reservations_view), name="scheduling_reservations"
+        )
+        return [capacity, calendar, *super().get_urls()]
+
+    def reservations_view(self, request):
+        """The calendar of advance reservations per accelerator spec and site (scheduling.selectors)."""
+        if not self.has_view_permission(request):
+            raise PermissionDenied
+        context = {
+            **self.admin_site.each_context(request),
+            "title": "Advance reservations by accelerator and site",
+            "opts": self.model._meta,
+            "groups": selectors.reservation_calendar(now=timezone.now()),
+        }
+        return TemplateResponse(request, "admin/scheduling/reservations.html", context)
 
     def capacity_view(self, request):
         if not self.has_view_permission(request):
@@ -265,7 +282,11 @@ class NodeAdmin(AuditedInventoryMixin, admin.ModelAdmin):
         return TemplateResponse(request, "admin/scheduling/capacity.html", context)
 
     def changelist_view(self, request, extra_context=None):
-        extra = {"capacity_url": reverse("admin:scheduling_capacity"), **(extra_context or {})}
+        extra = {
+            "capacity_url": reverse("admin:scheduling_capacity"),
+            "reservations_url": reverse("admin:scheduling_reservations"),
+            **(extra_context or {}),
+        }
         return super().changelist_view(request, extra_context=extra)
 
     @admin.display(description="CPU cores", ordering="cpu_milli")
@@ -477,6 +498,23 @@ class HealthEventAdmin(ReadOnlyAdmin):
     list_select_related = ["device__node", "device__model__vendor", "rule"]
     search_fields = ["device__uuid", "device__node__name", "signal"]
     date_hierarchy = "received_at"
+
+
+@admin.register(MaintenanceWindow)
+class MaintenanceWindowAdmin(AuditedInventoryMixin, admin.ModelAdmin):
+    """Nodes taken out for a window: the scheduler keeps work that would still run at its start off them and runs
+    nothing there until its end, saying so to the waiting orders."""
+
+    list_display = ["starts_at", "ends_at", "reason", "node_names"]
+    filter_horizontal = ["nodes"]
+    date_hierarchy = "starts_at"
+
+    def get_queryset(self, request):
+        return super().get_queryset(request).prefetch_related("nodes")
+
+    @admin.display(description="Nodes")
+    def node_names(self, window):
+        return ", ".join(node.name for node in window.nodes.all())
 
 
 @admin.register(PreemptionRule)

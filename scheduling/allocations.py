@@ -32,9 +32,12 @@ def allocations_meter_from_workload(*, allocation_ids: list[int]) -> None:
     """Card-hours of these allocations (and of the members of the gangs they lead) count from their workload's start
     on its backend (`workload_started_at`, recorded by `allocations_workload_started`), not from the binding: a job
     that never starts is charged nothing. Called when the platform is about to start work on an execution backend
-    (a compute order's provisioning)."""
+    (a compute order's provisioning). An advance reservation's are left metered from the binding: its window was
+    held for it, used or not (a no-show is metered as reserved)."""
     members = list(_gang_members_led_by(allocation_ids))
-    Allocation.objects.filter(pk__in=[*allocation_ids, *members]).update(metered_from_workload=True)
+    Allocation.objects.filter(pk__in=[*allocation_ids, *members], request__reserved_start__isnull=True).update(
+        metered_from_workload=True
+    )
 
 
 def allocations_workload_started(*, started: dict[int, datetime]) -> None:

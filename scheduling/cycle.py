@@ -27,7 +27,7 @@ from requests.choices import PRIORITY_RANK, PriorityClass, RequestState
 from requests.models import ResourceRequest
 from requests.quota import month_start
 from requests.services import requests_allocate, requests_note_queue
-from scheduling import backends, cluster_state, forecasting, kept_engine, preemption
+from scheduling import backends, cluster_state, forecasting, kept_engine, preemption, reservations
 from scheduling.allocations import adjust_device_shares
 from scheduling.engine import (
     NO_MATCHING_SPEC,
@@ -268,6 +268,7 @@ WINDOW_FIELDS = (
     "priority",
     "state",
     "duration_hours",
+    "reserved_start",
     "cpu_cores",
     "memory_gb",
     "quota_exception",
@@ -382,7 +383,8 @@ def _binding_rows(bindings, cluster: ClusterSnapshot, requests: dict[int, Resour
                 cpu_milli=binding.cpu_milli,
                 memory_mib=binding.memory_mib,
                 priority=PRIORITY_RANK[request.priority],
-                preemptible=request.priority == PriorityClass.BATCH,
+                # A reservation is never preempted: its window was promised.
+                preemptible=request.priority == PriorityClass.BATCH and request.reserved_start is None,
                 term_started_at=terms.get(request.pk, now),
                 replica=binding.replica,
                 member=binding.member,
@@ -536,6 +538,50 @@ def _closed(snapshot: Snapshot, unavailable: dict) -> Snapshot:
     return Snapshot(nodes, snapshot.allocations)
 
 
+def _place_around_windows(engine, cluster: ClusterSnapshot, demands, hours, not_due, reserved: set[str], now):
+    """Place the queue around the windows held ahead (scheduling/reservations.py): the nodes planned for
+    reservations not begun and those of maintenance windows, closed to it, then backfilled with the work that ends
+    before each window starts (`reserved`: the due reservations' demand ids, which may take reservations' nodes).
+    Returns the placement, the reservations' plans and the cycle's nodes as its outcome keeps them (held nodes open
+    again, nodes in maintenance now closed)."""
+    # Windows that start before every queued demand would end are the ones that can keep work off a node.
+    reach = now + timedelta(hours=max(hours.values(), default=0))
+    maintenance = reservations.maintenance_plans(now=now, until=now + timedelta(days=settings.RESERVATION_HORIZON_DAYS))
+    plans = reservations.plan_nodes(
+        start_engine=engine.start,
+        running=cluster.snapshot.allocations,
+        expires=cluster.expires,
+        not_due_requests=not_due,
+        closed=list(engine.closed),
+        maintenance=maintenance,
+        demand_of=demand_of,
+    )
+    holding = [plan for plan in [*plans, *maintenance] if plan.start < reach]
+    held = {node for plan in holding for node in plan.nodes} - set(engine.closed)
+    for name in held:
+        engine.close_node(name)  # held for a window: only work over before it starts goes there
+    result = engine.place(demands)
+    reservations.backfill_planned(
+        engine=engine,
+        result=result,
+        plans=holding,
+        demands=demands,
+        hours=hours,
+        reservation_ids=reserved,
+        now=now,
+    )
+    in_maintenance = {node for plan in maintenance if plan.start <= now for node in plan.nodes}
+    return result, plans, _reopened(engine.milli.nodes, held - in_maintenance)
+
+
+def _reopened(nodes: list[NodeView], held: set[str]) -> list[NodeView]:
+    """The nodes as the cycle's outcome keeps them: those closed only because a window ahead holds them open again
+    (the preview and the earliest-window search judge time themselves)."""
+    if not held:
+        return nodes
+    return [replace(node, schedulable=True) if node.name in held else node for node in nodes]
+
+
 def _waiting_for_backends(pending, demands, nodes, unavailable: dict) -> dict[int, dict]:
     """Waiting requests that a node of an unavailable backend could take: they wait for that backend (its
     sentence, e.g. "Slurm controller unreachable since 14:02 UTC: new orders wait."), not for capacity. Requests that
@@ -639,7 +685,9 @@ def _cycle(policy: str) -> CycleResult:
                 now=now,
             )
             return CycleResult(ran=True, preempted=carried.preempted, wakeups=wakeups)
-        refused = {**_gangs_without_backend(queue), **_over_concurrency(queue)}
+        due = reservations.not_due(queue, now)  # before its window a reservation only waits (and counts nothing)
+        refused = {**due, **_gangs_without_backend(queue), **_over_concurrency([r for r in queue if r.pk not in due])}
+        by_id = {request.pk: request for request in queue}
         candidates = [request for request in queue if request.pk not in refused]
         cluster = _kept_snapshot()
         demands = [demand_of(request) for request in candidates]
@@ -653,9 +701,13 @@ def _cycle(policy: str) -> CycleResult:
         )
         for name in unavailable.keys() & cluster.node_ids.keys():
             engine.close_node(name)  # the backend does not answer: what would go there waits for it
-        result = engine.place(demands)
-        cluster = replace(cluster, snapshot=Snapshot(engine.milli.nodes, cluster.snapshot.allocations))
-        by_id = {request.pk: request for request in queue}
+        hours = {demand.id: by_id[int(demand.id)].duration_hours for demand in demands}
+        reserved = {str(request.pk) for request in candidates if request.reserved_start is not None}
+        result, plans, reopened = _place_around_windows(
+            engine, cluster, demands, hours, [by_id[pk] for pk in due], reserved, now
+        )
+        reservations.note_plans(due, plans)
+        cluster = replace(cluster, snapshot=Snapshot(reopened, cluster.snapshot.allocations))
         reservation = _reserve_for_the_head(cluster, engine, result, demands, by_id, now)
         allocated = _commit_bindings(result, cluster, by_id, now, engine)
         in_words = namer()
@@ -688,7 +740,7 @@ def _cycle(policy: str) -> CycleResult:
             expires=cluster.expires,
             bindings=result.bindings,
             demands=demands,
-            hours={demand.id: by_id[int(demand.id)].duration_hours for demand in demands},
+            hours=hours,
             ranks={demand.id: _aged_rank_of(by_id[int(demand.id)], now) for demand in demands},
             reasons=reasons,
             now=now,
@@ -696,7 +748,7 @@ def _cycle(policy: str) -> CycleResult:
         placed = forecasting.placed_allocations(result.bindings, now)
         estimates = forecasting.queue_estimates(
             engine_now=lambda: engine.at_start(placed), inputs=inputs, reasons=reasons, now=now
-        )
+        ) | reservations.not_due_estimates(due)
         record_outcome(
             snapshot=cluster.snapshot,
             bindings=result.bindings,

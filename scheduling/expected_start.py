@@ -27,7 +27,7 @@ def expected_starts(new: list[tuple[Demand, float]], outcome: Outcome | None) ->
     the given order among equals), replayed from the last cycle's `outcome`."""
     if not new or outcome is None or not outcome.forecast:
         return {}
-    inputs = _inputs(outcome)
+    inputs = decoded_inputs(outcome)
     queue = [queued for queued, _rank in inputs.queue]
     ranks = [rank for _queued, rank in inputs.queue]
     for demand, hours in new:
@@ -43,7 +43,8 @@ def expected_starts(new: list[tuple[Demand, float]], outcome: Outcome | None) ->
     )
 
 
-def _inputs(outcome: Outcome) -> forecasting.Inputs:
+def decoded_inputs(outcome: Outcome) -> forecasting.Inputs:
+    """The outcome's stored forecast inputs, decoded once per process and cycle."""
     if outcome.finished_at not in _decoded:
         _decoded.clear()
         _decoded[outcome.finished_at] = forecasting.from_stored(outcome.forecast)

@@ -636,6 +636,32 @@ def _lower_pairs() -> Q:
     return reduce(operator.or_, pairs)
 
 
+class MaintenanceWindow(models.Model):
+    """Operators take nodes out for a window (firmware, cabling, a move): from its start nothing runs on them until
+    its end, and before it, work that would still run at its start is kept off them (scheduling/reservations.py);
+    each such wait says until when. Advance reservations are planned around it."""
+
+    nodes = models.ManyToManyField(Node, related_name="maintenance_windows")
+    starts_at = models.DateTimeField()
+    ends_at = models.DateTimeField()
+    reason = models.CharField(max_length=200, help_text="What is done, as the waiting orders' reason says it.")
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["starts_at", "id"]
+        constraints = [
+            models.CheckConstraint(condition=Q(ends_at__gt=F("starts_at")), name="maintenance_ends_after_start")
+        ]
+        indexes = [models.Index(fields=["ends_at"], name="maintenance_ends_idx")]
+
+    def __str__(self):
+        return f"Maintenance {self.starts_at:%Y-%m-%d %H:%M} to {self.ends_at:%Y-%m-%d %H:%M}: {self.reason}"
+
+    def clean(self):
+        if self.starts_at and self.ends_at and self.ends_at <= self.starts_at:
+            raise ValidationError({"ends_at": "A maintenance window ends after it starts."})
+
+
 class PreemptionRule(models.Model):
     """Operator policy: a waiting request of `preemptor` priority may evict running allocations of `victim`
     priority, which keep running for `grace_period_seconds` after the preemption is scheduled."""

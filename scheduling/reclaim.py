@@ -292,7 +292,11 @@ def allocations_reclaim(*, now=None) -> int:
     """The periodic pass: warn what expires soon, then release what has expired or gone stale; how many were
     released."""
     warn_expiring(now=now)
-    outcomes = [*reclaim_expired(now=now).values(), *reclaim_stale(now=now).values()]
+    outcomes = [
+        *reclaim_expired(now=now).values(),
+        *reclaim_stale(now=now).values(),
+        *reclaim_no_shows(now=now).values(),
+    ]
     return outcomes.count(RELEASED)
 
 
@@ -334,6 +338,20 @@ def _reclaim_asleep(request_id: int, asleep, reason: str) -> str:
             return NOT_FOUND
         request_release(request=request, actor=None, reason=reason)
         return RELEASED
+
+
+def reclaim_no_shows(*, now=None) -> dict[int, str]:
+    """Release the advance reservations with nothing running RESERVATION_NO_SHOW_MINUTES after their start (still
+    allocated or provisioning: no workload delivered). Their held hours stay metered: a reservation's card-hours
+    count from its allocation, not from its workload (scheduling.allocations.allocations_meter_from_workload)."""
+    minutes = settings.RESERVATION_NO_SHOW_MINUTES
+    due = Q(
+        request__reserved_start__lte=(now or timezone.now()) - timedelta(minutes=minutes),
+        request__state__in=[RequestState.ALLOCATED, RequestState.PROVISIONING],
+    )
+    return _reclaim_each(
+        _due_request_ids(due), due, f"no-show: nothing ran {minutes} minutes after the reservation's start"
+    )
 
 
 def reclaim_stale(*, now=None) -> dict[int, str]:

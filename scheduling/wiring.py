@@ -42,6 +42,7 @@ def connect() -> None:
     from config import metrics
     from requests import hooks
     from requests.signals import request_queued
+    from scheduling import reservation_windows
     from scheduling.allocations import allocation_details
     from scheduling.estimate import order_never_fits, orders_never_fit, placement_estimate
     from scheduling.expected_start import starts_if_approved
@@ -51,6 +52,8 @@ def connect() -> None:
     hooks.register(hooks.ALLOCATION_DETAILS, allocation_details)
     hooks.register(hooks.PLACEMENT_ESTIMATE, placement_estimate)
     hooks.register(hooks.ORDER_NEVER_FITS, order_never_fits)
+    hooks.register(hooks.HELD_ENDS, reservation_windows.held_ends)
+    hooks.register(hooks.EARLIEST_WINDOW, reservation_windows.earliest_window)
     hooks.register(hooks.ORDERS_NEVER_FIT, orders_never_fit)
     hooks.register(hooks.STARTS_IF_APPROVED, starts_if_approved)
     metrics.register(SchedulerCollector())

@@ -114,6 +114,16 @@ def job_name(request_id: int) -> str:
     return f"cc-request-{request_id}"
 
 
+def reservation_name(request_id: int) -> str:
+    """The Slurm reservation an advance reservation's job runs in (requests/reservations.py)."""
+    return f"cc-reservation-{request_id}"
+
+
+def reserved(target: Target) -> bool:
+    """An advance reservation: its job runs inside a Slurm reservation over its whole nodes."""
+    return bool(target.snapshot.get("reservation"))
+
+
 def job_comment(target: Target) -> str:
     return f"compute-catalog request {target.request_id} allocation {target.allocation_id}"
 
@@ -314,7 +324,8 @@ class SlurmWorkloads(WorkloadDriver):
                     except SlurmApiError as error:
                         raise with_isolation(classified(error), target) from error
                     cancelled.append(job["job_id"])
-        return {"cancelled": cancelled, "stopped": True}
+        unreserved = _release_nodes(target) if reserved(target) else False
+        return {"cancelled": cancelled, "stopped": True, **({"reservation_deleted": True} if unreserved else {})}
 
     # --- End -----------------------------------------------------------------------------------------------------
 
@@ -442,6 +453,8 @@ def job_properties(target: Target, image: dict) -> dict:
     }
     if settings.SLURM_PARTITION:
         job["partition"] = settings.SLURM_PARTITION
+    if reserved(target):
+        job["reservation"] = reservation_name(target.request_id)
     return job
 
 
@@ -637,6 +650,7 @@ def _started(api: SlurmApi, jobs: list[dict], target: Target, image: dict) -> di
     job = _live_job(jobs, target)
     if job is None:
         try:
+            _reserve_nodes(target)
             answer = api.submit_job(batch_script(target, image), job_properties(target, image))
             job = {"job_id": answer["job_id"], "job_state": "PENDING", "warnings": answer.get("warnings", [])}
         except StepError as refused:
@@ -669,6 +683,34 @@ def _started(api: SlurmApi, jobs: list[dict], target: Target, image: dict) -> di
         "output": output_path(target, job["job_id"]),
         **({"slurm_warnings": job["warnings"]} if job.get("warnings") else {}),
     }
+
+
+def _reserve_nodes(target: Target) -> None:
+    """An advance reservation's whole nodes reserved in Slurm for its term, for the REST user (whose jobs the
+    platform submits); an earlier attempt's reservation is kept."""
+    if not reserved(target):
+        return
+    try:
+        scontrol.create_reservation(
+            reservation_name(target.request_id),
+            users=settings.SLURM_USER_NAME,
+            nodes=target.nodes,
+            minutes=target.term_hours * 60,
+        )
+    except scontrol.ScontrolError as error:
+        if "Duplicate" not in str(error):
+            raise StepError("slurm_reservation_refused", f"Slurm did not make the reservation: {error}") from error
+
+
+def _release_nodes(target: Target) -> bool:
+    """The advance reservation's Slurm reservation deleted (True), or none was there (False)."""
+    try:
+        scontrol.delete_reservation(reservation_name(target.request_id))
+    except scontrol.ScontrolError as error:
+        if "not found" in str(error).lower() or "invalid" in str(error).lower():
+            return False
+        raise StepError("slurm_reservation_not_deleted", f"Slurm did not delete the reservation: {error}") from error
+    return True
 
 
 def _out_of_service_of(api: SlurmApi, target: Target) -> dict[str, dict]:

@@ -125,6 +125,14 @@ class OrderSerializer(serializers.Serializer):
         help_text="When no node of the inventory could ever hold the order: refuse it (422 no_matching_spec) or "
         "submit it with a warning on its timeline.",
     )
+    start_at = serializers.DateTimeField(
+        required=False,
+        allow_null=True,
+        default=None,
+        help_text="An advance reservation: the start of the window (it lasts duration_hours), within "
+        "RESERVATION_HORIZON_DAYS. Compute orders only; on Slurm nodes whole nodes are reserved. A window whose "
+        "capacity is taken is refused (409 reservation_window_taken) with the earliest start that fits.",
+    )
 
     @cached_property
     def catalog(self) -> OrderableCatalog:
@@ -282,6 +290,11 @@ class RequestPreviewSerializer(serializers.Serializer):
         "scheduling cycle's outcome plus the requests queued since: as_of is that cycle's time and age_seconds its "
         "age (both null before any cycle ran, when the whole queue is placed). Null until scheduling estimates it.",
     )
+    reservation = serializers.JSONField(
+        allow_null=True,
+        help_text="For an order with start_at: its window (start, end, hours) and its capacity (start: the earliest "
+        "start at or after the asked one that fits, fits_asked, code, message); null for an order to run now.",
+    )
 
 
 # --- Requests ----------------------------------------------------------------------------------------------
@@ -347,6 +360,7 @@ class _SummaryRow:
         self.gpu_equivalents = fields["gpu_equivalents"].to_representation
         self.cost_estimate = fields["cost_estimate"].to_representation
         self.created_at = fields["created_at"].to_representation
+        self.reserved_start = fields["reserved_start"].to_representation
         self.queue_updated_at = summary._queue_serializer.fields["updated_at"].to_representation
         self.currency = summary.get_currency(None)
 
@@ -367,6 +381,7 @@ class _SummaryRow:
             "bare_metal_profile": _named_object(values["bare_metal_profile"]),
             "serving_model": _named_object(values["serving_model"]),
             "duration_hours": values["duration_hours"],
+            "reserved_start": self.reserved_start(values["reserved_start"]),
             "priority": values["priority"],
             "gpu_equivalents": self.gpu_equivalents(values["gpu_equivalents"]),
             "accelerator_count": values["accelerator_count"],
@@ -438,6 +453,7 @@ class RequestSummarySerializer(PricedMixin, ModelSerializer):
             "bare_metal_profile",
             "serving_model",
             "duration_hours",
+            "reserved_start",
             "priority",
             "gpu_equivalents",
             "accelerator_count",

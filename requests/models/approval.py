@@ -69,6 +69,19 @@ class ApprovalRule(models.Model):
         blank=True,
         help_text="Only orders of this priority class or a higher one; empty: any.",
     )
+    reservation = models.BooleanField(
+        null=True,
+        blank=True,
+        help_text="Yes: only advance reservations (orders for a future window); No: only orders to run now; empty: "
+        "any.",
+    )
+    reserved_within_hours = models.PositiveIntegerField(
+        "reserved less than this many hours ahead",
+        null=True,
+        blank=True,
+        help_text="Only reservations whose window starts less than this many hours after the order (short notice); "
+        "empty: any lead time.",
+    )
 
     class Meta:
         ordering = ["policy", "order", "id"]

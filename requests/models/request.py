@@ -2,6 +2,7 @@
 
 import hashlib
 import json
+from datetime import timedelta
 
 from django.conf import settings
 from django.core.validators import MinValueValidator
@@ -54,6 +55,9 @@ class ResourceRequest(ConcurrentTransitionMixin, models.Model):
         "catalog.ServingTemplate", null=True, blank=True, on_delete=models.PROTECT, related_name="requests"
     )
     duration_hours = models.PositiveIntegerField(validators=[MinValueValidator(1)])
+    # An advance reservation: the window [reserved_start, reserved_start + duration_hours) the order is for (empty:
+    # as soon as it can run). Admission counts it in its window and its month, the cycle starts it at its start.
+    reserved_start = models.DateTimeField(null=True, blank=True, db_index=True)
     priority = models.CharField(max_length=12, choices=PriorityClass.choices, default=PriorityClass.STANDARD)
     justification = models.TextField(blank=True)
     parameters = models.JSONField(default=dict, blank=True, help_text="Free-form order fields, e.g. environment.")
@@ -122,7 +126,7 @@ class ResourceRequest(ConcurrentTransitionMixin, models.Model):
             # alone (an index-only scan), not from a heap page per request (a busy project has thousands).
             models.Index(
                 fields=["project"],
-                include=["id", "state", *DEMAND_FIELDS],
+                include=["id", "state", "reserved_start", *DEMAND_FIELDS],
                 condition=Q(state__in=sorted(COMMITTED_STATES)),
                 name="request_committed_demand_idx",
             ),
@@ -156,6 +160,13 @@ class ResourceRequest(ConcurrentTransitionMixin, models.Model):
         instance = super().from_db(db, field_names, values)
         instance._loaded_spec_hash = instance.__dict__.get("approved_spec_hash", "")
         return instance
+
+    @property
+    def reserved_end(self):
+        """The end of a reservation's window (None for an order without one)."""
+        if self.reserved_start is None:
+            return None
+        return self.reserved_start + timedelta(hours=self.duration_hours)
 
     @property
     def is_terminal(self) -> bool:

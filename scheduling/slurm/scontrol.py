@@ -1,6 +1,6 @@
 """Node drain and resume through `scontrol update`, and dynamic node removal through `scontrol delete`: slurmrestd
-v0.0.38 has neither. And a job's time limit raised where the REST token's user may not raise it (Slurm lets only
-operators and SlurmUser do that).
+v0.0.38 has neither. A job's time limit raised where the REST token's user may not raise it (Slurm lets only
+operators and SlurmUser do that). And reservations made and deleted: slurmrestd v0.0.38 reads them, never writes them.
 
 scontrol finds the cluster through SLURM_CONF (setting) and authenticates with munge, so it runs on a host that is
 part of the Slurm cluster (a login node) as a user Slurm lets change node states (root or SlurmUser).
@@ -33,6 +33,26 @@ def job_time_limit(job_id: int, minutes: int) -> None:
 def delete_node(name: str) -> None:
     """Remove a dynamic node (one that joined with `slurmd -Z`) from slurmctld."""
     _run("delete", f"nodename={name}")
+
+
+def create_reservation(name: str, *, users: str, nodes: list[str], minutes: int) -> None:
+    """A reservation of whole nodes from now for `minutes` (Slurm refuses TRES=gres/gpu: it reserves nodes or cores).
+    The jobs already on them keep running (ignore_jobs): work the platform ended before the window may still be
+    winding down."""
+    _run(
+        "create",
+        "reservation",
+        f"reservationname={name}",
+        f"users={users}",
+        "starttime=now",
+        f"duration={minutes}",
+        f"nodes={','.join(nodes)}",
+        "flags=ignore_jobs",
+    )
+
+
+def delete_reservation(name: str) -> None:
+    _run("delete", f"reservationname={name}")
 
 
 def _update(*arguments: str) -> None:

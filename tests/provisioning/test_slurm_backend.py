@@ -95,6 +95,9 @@ def slurm_compute(on_slurm, team, run_on_commit):
         api=on_slurm.api,
         cluster=cluster,
         batch=batch,
+        service=service,
+        spec=spec,
+        workspace=workspace,
         team=team,
         run_on_commit=run_on_commit,
     )
