@@ -40,6 +40,8 @@ SENTENCES = {
     "slurm_gres_ambiguous": "The Slurm cluster could not tell which accelerators to give your job.",
     "slurm_slices_unsupported": "The Slurm cluster cannot give out accelerator slices of this kind.",
     "slurm_time_limit_refused": "The Slurm cluster refused the time limit of your order.",
+    "slurm_reservation_refused": "The Slurm cluster refused to hold the nodes of your reservation.",
+    "slurm_reservation_not_deleted": "The Slurm cluster did not give back the nodes of your reservation yet.",
     # Model serving
     "model_missing": "The model's weights are not on the host that was to serve them.",
     "model_checksum_mismatch": "The model's weights on the host are not the approved ones, so they were not served.",

@@ -33,6 +33,8 @@ def test_every_app_declares_its_hooks_in_the_one_registry():
         "open_work",
         "idle_status",
         "starts_if_approved",
+        "held_ends",
+        "earliest_window",
     }
 
 

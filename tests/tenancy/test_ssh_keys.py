@@ -153,7 +153,7 @@ def _target(requester: str, ordered_key: str = "") -> Target:
 
 
 def _authorized(target: Target) -> list[str]:
-    options = ContainerWorkloads()._run_options(target, {"reference": "localhost/workspace:1"})
+    options = ContainerWorkloads()._run_options(target, {"reference": "localhost/workspace:1"}, leader_address="")
     [value] = [option for option in options if option.startswith("WORKSPACE_AUTHORIZED_KEY=")]
     return value.removeprefix("WORKSPACE_AUTHORIZED_KEY=").split("\n")
 
