@@ -42,7 +42,7 @@ def cycle_inputs(*, allocations, expires, bindings, demands: list[Demand], hours
         if reasons.get(int(demand.id), {}).get("code") in TIMED_REASONS
     ][: settings.SCHEDULER_FORECAST_QUEUE]
     history = early_end_ratios(limit=settings.SCHEDULER_FORECAST_HISTORY) if settings.SCHEDULER_FORECAST_QUEUE else []
-    return Inputs(_running([*allocations, *placed], {**expires, **ends}), timed, _early_ends(history))
+    return Inputs(running_work([*allocations, *placed], {**expires, **ends}), timed, _early_ends(history))
 
 
 def _early_ends(history: list[tuple[tuple, float]]) -> EarlyEnds:
@@ -95,7 +95,7 @@ def replay(*, engine_now, inputs: Inputs, queue: list[Queued], now, wanted=None,
     return {demand_id: estimate.as_data() for demand_id, estimate in estimates.items()}
 
 
-def _running(allocations, expires) -> list[Running]:
+def running_work(allocations, expires) -> list[Running]:
     """Running work per request (a replicated request's allocations together), with its start and approved end."""
     by_request: dict[str, list[RunningAllocation]] = {}
     for allocation in allocations:
@@ -132,7 +132,7 @@ def from_stored(data: dict) -> Inputs:
         expires[request_id] = None if ends is None else datetime.fromtimestamp(ends, UTC)
     queue = [(Queued(_demand(fields), hours), rank) for fields, hours, rank in data.get("queue", [])]
     history = [(tuple(row[:-1]), row[-1]) for row in data.get("history", [])]
-    return Inputs(_running(allocations, expires), queue, _early_ends(history))
+    return Inputs(running_work(allocations, expires), queue, _early_ends(history))
 
 
 def _ts(moment: datetime | None) -> float | None:

@@ -104,16 +104,7 @@ def _picture(demand: Demand, outcome) -> tuple[Callable[[], PlacementEngine], li
         return (lambda: outcome.engine_for(demand)), decoded_inputs(outcome).running
     cluster = load_snapshot()
     base = PlacementEngine(cluster.snapshot, workload=[demand])
-    running = forecasting.cycle_inputs(
-        allocations=cluster.snapshot.allocations,
-        expires=cluster.expires,
-        bindings=[],
-        demands=[],
-        hours={},
-        ranks={},
-        reasons={},
-        now=timezone.now(),
-    ).running
+    running = forecasting.running_work(cluster.snapshot.allocations, cluster.expires)
     return base.fork, running
 
 
