@@ -168,7 +168,8 @@ class DeviceAuthorizationView(APIView):
 class DeviceTokenView(APIView):
     """`POST /api/v1/auth/device/token/` (RFC 8628 3.4): the CLI's poll. 200 with a personal API token once the
     person approved; else 400 with RFC 8628's `error` (authorization_pending, slow_down, access_denied,
-    expired_token) or RFC 6749's (invalid_grant, unsupported_grant_type), also as the platform's {code, message}."""
+    expired_token) or RFC 6749's (invalid_request, invalid_grant, unsupported_grant_type), also as the platform's
+    {code, message, details}."""
 
     authentication_classes: list = []
     permission_classes = [permissions.AllowAny]
@@ -177,7 +178,8 @@ class DeviceTokenView(APIView):
     @extend_schema(request=DeviceTokenRequestSerializer, responses={200: DeviceTokenSerializer, 400: ErrorSerializer})
     def post(self, request):
         body = DeviceTokenRequestSerializer(data=request.data)
-        body.is_valid(raise_exception=True)
+        if not body.is_valid():
+            return _oauth_error("invalid_request", _first_problem(body.errors), body.errors)
         if body.validated_data["grant_type"] != device_flow.DEVICE_GRANT_TYPE:
             return _oauth_error("unsupported_grant_type", f"Only {device_flow.DEVICE_GRANT_TYPE} is served here.")
         try:
@@ -197,6 +199,11 @@ class DeviceTokenView(APIView):
             "expires_at": token.expires_at,
         }
         return Response(DeviceTokenSerializer(answer).data, headers={"Cache-Control": "no-store"})
+
+
+def _first_problem(errors: dict) -> str:
+    field, problems = next(iter(errors.items()))
+    return f"{field}: {problems[0]}"
 
 
 def _oauth_error(code: str, message: str, details: dict | None = None) -> Response:

@@ -201,7 +201,9 @@ def test_a_queued_request_shows_its_expected_start_in_status_ls_preview_and_watc
     tmp_path,
     monkeypatch,
 ):
-    monkeypatch.setenv("COLUMNS", "400")  # the table's sentences on one line each
+    # The table's sentences on one line each: the console took its width (COLUMNS, else 80) when the CLI was imported,
+    # and wider ids and names from earlier tests of the process would squeeze the last column into two lines.
+    monkeypatch.setattr(cc.out, "_width", 400)
     terminal("login", "--token", factories.token_for(team.developer))
     add_node(shop.accelerator, cards=2)
     order = _order_file(tmp_path, shop, team.project)

@@ -133,6 +133,12 @@ def test_an_expired_code_gets_expired_token_and_cannot_be_approved(api, client, 
     assert _poll(api, "not-a-device-code").json()["error"] == "invalid_grant"
     wrong_grant = api.post(TOKEN, {"grant_type": "password", "device_code": started["device_code"]}, format="json")
     assert wrong_grant.json()["error"] == "unsupported_grant_type"
+    missing = api.post(TOKEN, {}, format="json")  # RFC 6749 5.2: invalid_request, in both vocabularies
+    assert missing.status_code == 400 and missing.json()["error"] == "invalid_request"
+    assert missing.json()["code"] == "invalid_request" and set(missing.json()["details"]) == {
+        "grant_type",
+        "device_code",
+    }
 
 
 def test_the_token_follows_the_pages_rules_for_scopes_and_lifetime(api, company_sign_in, settings):
