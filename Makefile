@@ -196,7 +196,7 @@ test-deps: $(SYSTEM_PACKAGES)
 # workers, each with its own test database; a module's tests stay in one worker (`--dist loadgroup`, the groups that
 # tests/conftest.py gives), so a module's fixtures and a session daemon start once in the worker that needs them.
 test: test-deps
-	$(BIN)/pytest -n 2 --dist loadgroup --no-loadscope-reorder
+	$(BIN)/pytest -n 2 --dist loadgroup --no-loadscope-reorder --durations=25
 
 # The unit layer alone: no daemon, browser, server, subprocess or committed transaction (the `integration` marker,
 # tests/conftest.py), in two processes (pytest-xdist; each makes its own test database). Still on PostgreSQL, like the

@@ -1,6 +1,7 @@
 from collections import Counter
 
 import pytest
+from django.conf import settings
 from django.core.cache import cache
 from django.core.management import call_command
 from django.db import connection, transaction
@@ -12,6 +13,7 @@ from devcluster.oidc_provider import running_provider
 from tests import factories
 from tests.devcluster_fixtures import cluster_for_tests
 from tests.smtp_server import smtp_server
+from tests.template_database import migrated_template
 
 # Fixtures that start a real daemon, a server or a browser (once per session, reset per test): a test that asks for
 # one belongs to the integration layer, which `make test-fast` leaves out.
@@ -77,6 +79,15 @@ def _worker_group(item) -> str:
     if SHARED_REDIS_FIXTURES.intersection(item.fixturenames):
         return "shared-redis"
     return item.module.__name__
+
+
+@pytest.fixture(scope="session")
+def django_db_modify_db_settings(django_db_modify_db_settings_parallel_suffix):
+    """pytest-django's hook before the test databases are made: each is copied from the migrated template
+    (tests/template_database.py) instead of migrated from nothing."""
+    database = settings.DATABASES["default"]
+    if database["ENGINE"].endswith("postgresql"):
+        database.setdefault("TEST", {})["TEMPLATE"] = migrated_template(database)
 
 
 @pytest.fixture(autouse=True, scope="session")
