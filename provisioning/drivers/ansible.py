@@ -51,6 +51,7 @@ from provisioning.drivers.base import (
     StepPending,
     Target,
     login_name,
+    scontrol_outage,
     slurm_membership,
     tenant_cluster_name,
 )
@@ -229,6 +230,8 @@ class AnsibleHost(InBandDriver):
         removed = True
         try:
             scontrol.delete_node(target.node)
+        except scontrol.ScontrolUnreachable as error:
+            raise scontrol_outage(error) from error
         except scontrol.ScontrolError as error:
             if "invalid node name" not in str(error).lower():
                 raise StepError("cluster_deregistration_failed", str(error)) from error

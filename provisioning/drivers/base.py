@@ -133,6 +133,14 @@ class BackendUnavailable(StepError):
         super().__init__(code, message, retryable=True, details={**(details or {}), "outage": outage})
 
 
+def scontrol_outage(error: Exception) -> BackendUnavailable:
+    """slurmctld out of reach for scontrol (scheduling.slurm.scontrol.ScontrolUnreachable): the same outage as for
+    slurmrestd, waited out, never a failure."""
+    return BackendUnavailable(
+        "slurm_unavailable", str(error), backend="slurm", waiting_for="slurmctld", whole_backend=True
+    )
+
+
 def with_details(error: StepError, **details) -> StepError:
     """The same error (of the same class: an outage stays an outage) with more details, e.g. `isolate`."""
     copy = type(error).__new__(type(error), error.message)

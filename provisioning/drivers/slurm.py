@@ -43,6 +43,7 @@ from provisioning.drivers.base import (
     WorkloadEnd,
     node_share,
     only,
+    scontrol_outage,
     with_details,
 )
 from provisioning.models import ProvisioningStep
@@ -537,6 +538,8 @@ def _raise_time_limit(api: SlurmApi, job_id: int, minutes: int) -> dict:
     except SlurmAccessDenied:
         try:
             scontrol.job_time_limit(job_id, minutes)
+        except scontrol.ScontrolUnreachable as error:
+            raise scontrol_outage(error) from error
         except scontrol.ScontrolError as error:
             raise StepError(
                 "slurm_time_limit_refused",
@@ -697,6 +700,8 @@ def _reserve_nodes(target: Target) -> None:
             nodes=target.nodes,
             minutes=target.term_hours * 60,
         )
+    except scontrol.ScontrolUnreachable as error:
+        raise scontrol_outage(error) from error
     except scontrol.ScontrolError as error:
         if "Duplicate" not in str(error):
             raise StepError("slurm_reservation_refused", f"Slurm did not make the reservation: {error}") from error
@@ -706,6 +711,8 @@ def _release_nodes(target: Target) -> bool:
     """The advance reservation's Slurm reservation deleted (True), or none was there (False)."""
     try:
         scontrol.delete_reservation(reservation_name(target.request_id))
+    except scontrol.ScontrolUnreachable as error:
+        raise scontrol_outage(error) from error
     except scontrol.ScontrolError as error:
         if "not found" in str(error).lower() or "invalid" in str(error).lower():
             return False

@@ -18,6 +18,14 @@ class ScontrolError(RuntimeError):
     """scontrol failed or could not be run; the message holds what it printed."""
 
 
+class ScontrolUnreachable(ScontrolError):
+    """slurmctld did not answer scontrol (down, restarting, or too slow): never a final answer."""
+
+
+# What scontrol prints when it cannot reach slurmctld (Slurm's own error strings).
+UNREACHABLE_MARKS = ("unable to contact slurm controller", "socket timed out", "connection refused")
+
+
 def drain_node(name: str, reason: str) -> None:
     _update(f"nodename={name}", "state=drain", f"reason={reason}")
 
@@ -64,8 +72,13 @@ def _run(verb: str, *arguments: str) -> None:
     env = {**os.environ, "SLURM_CONF": settings.SLURM_CONF} if settings.SLURM_CONF else None
     try:
         result = subprocess.run(command, env=env, capture_output=True, text=True, timeout=SCONTROL_TIMEOUT_SECONDS)
-    except (OSError, subprocess.TimeoutExpired) as error:
+    except subprocess.TimeoutExpired as error:
+        raise ScontrolUnreachable(f"scontrol {verb} got no answer from slurmctld: {error}") from error
+    except OSError as error:
         raise ScontrolError(f"scontrol could not run: {error}") from error
     if result.returncode != 0:
         output = (result.stderr or result.stdout).strip()
-        raise ScontrolError(f"scontrol {verb} failed ({result.returncode}): {output}")
+        unreachable = any(mark in output.lower() for mark in UNREACHABLE_MARKS)
+        raise (ScontrolUnreachable if unreachable else ScontrolError)(
+            f"scontrol {verb} failed ({result.returncode}): {output}"
+        )
