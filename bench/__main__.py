@@ -6,7 +6,17 @@ import importlib
 import os
 import sys
 
-COMMANDS = ("scheduler", "preview", "metering", "execution", "in_band", "gateway", "gang", "start_accuracy_slurm")
+COMMANDS = (
+    "scheduler",
+    "preview",
+    "metering",
+    "execution",
+    "in_band",
+    "gateway",
+    "gang",
+    "start_accuracy_slurm",
+    "gang_replay",
+)
 
 
 def main(argv: list[str]) -> int:

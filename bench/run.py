@@ -33,6 +33,7 @@ BENCHMARKS = [
     "bench.report.placement",
     "bench.report.mig",
     "bench.report.gang",
+    "bench.report.gang_replay",
     "bench.report.metering",
     "bench.report.gateway",
     "bench.report.execution",

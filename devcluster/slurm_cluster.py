@@ -34,7 +34,7 @@ REST_API = "/slurm/v0.0.38"
 REST_USER = "slurmrest"  # runs slurmrestd and owns the JWT the tests use; jobs submitted over REST run as this user
 MUNGE_USER = "munge"
 DAEMONS = ("munged", "slurmctld", "slurmd", "slurmrestd")
-CLIENTS = ("scontrol", "sinfo", "squeue", "scancel")
+CLIENTS = ("scontrol", "sinfo", "squeue", "scancel", "sbatch")
 APT_PACKAGES = "munge slurmctld slurmd slurmrestd slurm-client slurm-wlm-jwt-plugin"
 START_SECONDS = 60
 STOP_SECONDS = 10
@@ -101,7 +101,7 @@ class SlurmCluster:
         return {"X-SLURM-USER-NAME": self.user_name, "X-SLURM-USER-TOKEN": self.token}
 
     def run(self, command: str, *args: str, check: bool = True) -> subprocess.CompletedProcess:
-        """Run one of Slurm's clients (scontrol, sinfo, squeue, scancel) against this cluster, as root."""
+        """Run one of Slurm's clients (CLIENTS) against this cluster, as root (a job sbatch submits runs as root)."""
         if command not in CLIENTS:
             raise ValueError(f"{command!r} is not one of {CLIENTS}")
         return subprocess.run([command, *args], env=self.env, capture_output=True, text=True, timeout=30, check=check)
