@@ -15,9 +15,11 @@ DESCRIPTION = (
     "--gres=gpu:a100:<cards>` per node, `--switches=1` when the rack is required. The platform: the same jobs as "
     "orders of multi-node specs into the scheduling cycle (nodes and racks imported from Slurm and its "
     "topology.conf), provisioned as one Slurm job each, pinned to the nodes it chose; tasks inline. After each "
-    f"event both settle (Slurm: squeue unchanged for {SETTLED_S} s). Each row: an event; for an arrival where each system "
-    "ran the job (its Slurm job's NodeList, with the leaf switches; `waits; step k` when it started later), and "
-    "after the event each system's running/waiting jobs."
+    f"event both settle (Slurm: squeue unchanged for {SETTLED_S} s). Each row: an event; for an arrival where each "
+    "system ran the job (its Slurm job's NodeList, with the leaf switches; `waits; step k` when it started later), "
+    "and after the event each system's running/waiting jobs. Totals: gangs kept in one switch, required-rack "
+    "violations, the waiting counts summed over the events, the jobs that never ran, and whether the platform's "
+    "books named its jobs' NodeLists at every event."
 )
 TARGET = "tracked: every gang where each system put it; 0 required-rack violations on both"
 
@@ -35,7 +37,7 @@ def report_rows(report: dict, load: str) -> list[dict]:
             "step": "total",
             "event": f"{report['seconds']} s, load {load}",
             "slurm: nodes (switch)": _totals_text(report["totals"]["slurm"]),
-            "platform: nodes (switch)": _totals_text(report["totals"]["platform"]),
+            "platform: nodes (switch)": _totals_text(report["totals"]["platform"]) + _books(report["books_disagree"]),
             "slurm run/wait": "-",
             "platform run/wait": "-",
         },
@@ -49,6 +51,11 @@ def _totals_text(figures: dict) -> str:
         f"{figures['required_violations']} required-rack violations, {figures['waiting_after_events']} "
         f"job-events waiting{never}"
     )
+
+
+def _books(disagree: list[str]) -> str:
+    """Whether the platform's books named the nodes of its Slurm jobs' NodeLists at every event."""
+    return f"; books differ from Slurm for {', '.join(disagree)}" if disagree else "; books = Slurm's NodeLists"
 
 
 def headline(rows: list[dict]) -> Headline:

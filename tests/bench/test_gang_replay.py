@@ -115,7 +115,7 @@ def test_a_job_that_waited_shows_the_step_it_started_and_the_totals_close_the_ta
     )
     platform = _played({"a": ("n1",)}, {"a": ("n1",), "b": ("n2", "n3")}, {"b": ("n2", "n3")}, {"b": ("n2", "n3"),
                        "c": ("n4", "n5", "n6")})  # fmt: skip
-    report = {**compare(SMALL, SWITCHES, slurm, platform), "seconds": 61.5}
+    report = {**compare(SMALL, SWITCHES, slurm, platform), "seconds": 61.5, "books_disagree": []}
 
     table = rows(report)
     assert table[1] == {
@@ -131,6 +131,7 @@ def test_a_job_that_waited_shows_the_step_it_started_and_the_totals_close_the_ta
 
     with_totals = gang_replay_report.report_rows(report, "1.0 -> 1.2")
     assert with_totals[-1]["step"] == "total" and with_totals[-1]["event"] == "61.5 s, load 1.0 -> 1.2"
+    assert with_totals[-1]["platform: nodes (switch)"].endswith("; books = Slurm's NodeLists")
     headline = gang_replay_report.headline(with_totals)
     assert headline.figure.startswith("platform: 2/2 gangs in one switch, 0 required-rack violations")
     assert headline.baseline.startswith("Slurm: 1/1 gangs in one switch") and "never ran: c" in headline.baseline
