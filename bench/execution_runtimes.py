@@ -92,20 +92,25 @@ def slurm_runtime(requests: int) -> Iterator[Runtime]:
             nodes=[
                 BenchNode(name, shape.cpus, shape.real_memory_mib, shape.gpu_type, gpus) for name in cluster.node_names
             ],
-            settings={
-                "SLURM_REST_URL": cluster.rest_url,
-                "SLURM_USER_NAME": cluster.user_name,
-                "SLURM_JWT": cluster.token,
-                "SLURM_JWT_FILE": "",
-                "SLURM_CONF": str(cluster.slurm_conf),
-                "SLURM_PARTITION": cluster.partition,
-                "SLURM_JOB_DIRECTORY": str(cluster.job_dir),
-            },
+            settings=slurm_settings(cluster),
             daemon_groups=lambda: cluster.daemon_groups,
         )
 
 
 SLURM_NODE_GPUS = 8
+
+
+def slurm_settings(cluster) -> dict:
+    """The settings that point the platform at a running test cluster (devcluster.slurm_cluster.SlurmCluster)."""
+    return {
+        "SLURM_REST_URL": cluster.rest_url,
+        "SLURM_USER_NAME": cluster.user_name,
+        "SLURM_JWT": cluster.token,
+        "SLURM_JWT_FILE": "",
+        "SLURM_CONF": str(cluster.slurm_conf),
+        "SLURM_PARTITION": cluster.partition,
+        "SLURM_JOB_DIRECTORY": str(cluster.job_dir),
+    }
 
 
 # Slurm's defaults start a batch job submitted while others run only on a later scheduling pass, about 2.7 s after

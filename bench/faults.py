@@ -155,19 +155,11 @@ class _Platform:
     """The cluster in the inventory, a one-GPU service, a developer, the workers; and each scenario's run."""
 
     def __init__(self, cluster):
-        from bench.execution_runtimes import tune_scheduler
+        from bench.execution_runtimes import slurm_settings, tune_scheduler
 
         self.cluster = cluster
         tune_scheduler(cluster)
-        self.settings = {
-            "SLURM_REST_URL": cluster.rest_url,
-            "SLURM_USER_NAME": cluster.user_name,
-            "SLURM_JWT": cluster.token,
-            "SLURM_JWT_FILE": "",
-            "SLURM_CONF": str(cluster.slurm_conf),
-            "SLURM_PARTITION": cluster.partition,
-            "SLURM_JOB_DIRECTORY": str(cluster.job_dir),
-        }
+        self.settings = slurm_settings(cluster)
         self.order, self.developer = _catalog(cluster)
 
     @contextlib.contextmanager

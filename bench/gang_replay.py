@@ -45,7 +45,7 @@ from django.db import connection
 from django.test.utils import override_settings
 from django_q.conf import Conf
 
-from bench.execution_runtimes import SLURM_SCHEDULER_PARAMETERS, tune_scheduler
+from bench.execution_runtimes import SLURM_SCHEDULER_PARAMETERS, slurm_settings, tune_scheduler
 from bench.headline import table
 from catalog.choices import AcceleratorKind, Interconnect, ServiceKind, TopologyLevel, TopologyMode
 from catalog.models import AcceleratorModel, Image, ResourceSpec, Service, Vendor
@@ -404,18 +404,6 @@ def tasks_inline():
         yield
     finally:
         Conf.SYNC = sync
-
-
-def slurm_settings(cluster) -> dict:
-    return {
-        "SLURM_REST_URL": cluster.rest_url,
-        "SLURM_USER_NAME": cluster.user_name,
-        "SLURM_JWT": cluster.token,
-        "SLURM_JWT_FILE": "",
-        "SLURM_CONF": str(cluster.slurm_conf),
-        "SLURM_PARTITION": cluster.partition,
-        "SLURM_JOB_DIRECTORY": str(cluster.job_dir),
-    }
 
 
 # -- the command -----------------------------------------------------------------------------------------------------
