@@ -5,8 +5,10 @@ when it starts, and the cycle starts it at its start and not before. Its expecte
 Holding: each cycle plans the nodes every reservation not begun will run on (`plan_nodes`: placed at its start with
 the running work that has ended by then given back), closes them to its queue, then lets the waiting work onto them
 only where it ends before the reservation starts (`backfill_planned`); work that would still run then waits with
-`reservation_ahead`, naming the reservation and its start. Reservations are never preempted (their allocations are
-not preemptible)."""
+`reservation_ahead`, naming the reservation and its start (and off a node in maintenance, `maintenance`: both codes
+live with the forecast, which times them). Reservations are never preempted (their allocations are not
+preemptible). A planned node that fails before the start is re-planned inside its topology domain, else the owner is
+told (`replan_notes`)."""
 
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -14,9 +16,6 @@ from datetime import datetime, timedelta
 from requests.choices import EventCode
 from requests.models import ResourceRequest
 from scheduling.engine.backfill import CROWDED_OUT
-
-# The queue reasons of work kept off a planned node (it would still run there when the reservation starts) and off a
-# node in maintenance now, or when its maintenance window starts; the forecast times both.
 from scheduling.engine.forecast import MAINTENANCE, RESERVATION_AHEAD, HeldWindow
 from scheduling.engine.model import HEALTHY, INSUFFICIENT_HEALTHY_CAPACITY, Binding, Pending, RunningAllocation
 from scheduling.models import MaintenanceWindow

@@ -44,7 +44,6 @@ RUNNING_WITHOUT_END = "running_without_end"  # work it waits for has no end to r
 BEYOND_FORECAST = "beyond_forecast"  # further back in the queue than the forecast simulates
 NO_RELEASE_FITS = "no_release_fits"  # none of the work in view ends in a way that makes room for it
 NOT_TIMED = "not_timed"  # it waits for something other than capacity (quota, approval, a backend, a shape no node has)
-# The waits the replay times: capacity taken by work that ends, and work ahead of it.
 # The waits for a node held for a window ahead: work would still run there when a reservation starts, or when (or
 # while) the node is in maintenance.
 RESERVATION_AHEAD = "reservation_ahead"
