@@ -65,6 +65,11 @@ def told(mailbox, owner) -> list[str]:
     return [mail["Subject"] for mail in mailbox.to(owner.developer.email) if mail["Subject"].startswith("Reservation")]
 
 
+def maintenance(name, *, start, hours, reason="firmware update"):
+    window = MaintenanceWindow.objects.create(starts_at=start, ends_at=start + hours * HOUR, reason=reason)
+    window.nodes.set([Node.objects.get(name=name)])
+
+
 def test_a_failed_planned_node_is_re_planned_inside_its_domain(shop, team, clock, mailbox, run):  # noqa: F811
     for name in ("n1", "n2", "n3"):
         add_node(shop.accelerator, name=name, cards=2)
@@ -165,11 +170,6 @@ def test_a_plan_back_on_nodes_after_a_failure_is_noted_once(shop, team, clock, m
     assert told(mailbox, team) == [f"Reservation #{reservation.pk}: a planned node failed"]  # the failure only
 
 
-def maintenance(name, *, start, hours, reason="firmware update"):
-    window = MaintenanceWindow.objects.create(starts_at=start, ends_at=start + hours * HOUR, reason=reason)
-    window.nodes.set([Node.objects.get(name=name)])
-
-
 def test_the_forecast_keeps_work_off_planned_and_maintenance_nodes_while_they_are_held(shop, team, clock, api_as):  # noqa: F811
     add_node(shop.accelerator, name="n1", cards=2)
     add_node(shop.accelerator, name="n2", cards=2)
@@ -236,3 +236,18 @@ def test_re_planning_costs_the_same_queries_for_one_reservation_or_many(shop, te
     one = queries([reserve(shop, team, START + 24 * HOUR)])
     many = queries([reserve(shop, team, START + 48 * HOUR + i * 11 * HOUR) for i in range(3)])
     assert many == one
+
+
+def test_maintenance_set_on_a_planned_node_re_plans_the_reservation_in_its_domain(shop, team, clock, mailbox, run):  # noqa: F811
+    for name in ("n1", "n2"):
+        add_node(shop.accelerator, name=name, cards=2)
+    in_domain("island-a", "n1", "n2")
+    reservation = reserve(shop, team, START + 24 * HOUR)
+    run()
+    [first] = planned(reservation)
+    maintenance(first, start=START + 30 * HOUR, hours=2, reason="BIOS update")  # inside the reservation's window
+    run()
+    [(code, message)] = replan_events(reservation)
+    assert planned(reservation) == [({"n1", "n2"} - {first}).pop()] and code == EventCode.RESERVATION_REPLANNED
+    assert f"{first} (in maintenance from Wed 02 Dec 15:00 UTC until Wed 02 Dec 17:00 UTC (BIOS update))" in message
+    assert told(mailbox, team) == []
