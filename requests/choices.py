@@ -107,6 +107,8 @@ class EventCode(models.TextChoices):
     DEVICE_ISOLATED = "device_isolated", "Device isolated"
     DEVICES_REBOUND = "devices_rebound", "Devices rebound to the backend's choice"
     NODE_CORDONED = "node_cordoned", "Node cordoned"
+    RESERVATION_REPLANNED = "reservation_replanned", "Reservation re-planned"
+    PLANNED_NODE_FAILED = "planned_node_failed", "Planned node failed"
     PROVISIONING_STEP_FAILED = "provisioning_step_failed", "Provisioning step failed"
     PROVISIONING_RETRIED = "provisioning_retried", "Provisioning retried"
     PROVISIONING_RECOVERED = "provisioning_recovered", "Provisioning started late by the sweeper"
@@ -183,6 +185,10 @@ class NotificationKind(models.TextChoices):
     REQUEST_IDLE_STOPPED = "request_idle_stopped", "My request was stopped for being idle"
     REQUEST_RELEASED = "request_released", "My request was released"
     REQUEST_WAITING_EXPIRED = "request_waiting_expired", "My request waited too long for quota and was cancelled"
+    RESERVATION_AT_RISK = (
+        "reservation_at_risk",
+        "A node planned for my reservation failed and none of its domain is free",
+    )
     APPROVAL_DIGEST = "approval_digest", "A digest of what waits for my approval"
     BUDGET_WARNING = "budget_warning", "A project I lead used its warning share or all of its monthly budget"
     OPERATOR_RUN_FAILED = "operator_run_failed", "A provisioning run failed (operators)"
@@ -206,6 +212,7 @@ NOTIFICATION_AUDIENCE = {
     NotificationKind.REQUEST_IDLE_STOPPED: NotificationAudience.REQUESTER,
     NotificationKind.REQUEST_RELEASED: NotificationAudience.REQUESTER,
     NotificationKind.REQUEST_WAITING_EXPIRED: NotificationAudience.REQUESTER,
+    NotificationKind.RESERVATION_AT_RISK: NotificationAudience.REQUESTER,
     NotificationKind.APPROVAL_DIGEST: NotificationAudience.APPROVER,
     NotificationKind.BUDGET_WARNING: NotificationAudience.APPROVER,  # a lead approves, so hears as an approver
     NotificationKind.OPERATOR_RUN_FAILED: NotificationAudience.OPERATOR,

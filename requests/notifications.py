@@ -46,6 +46,7 @@ EVENT_KINDS = {
     EventCode.IDLE_STOPPED: K.REQUEST_IDLE_STOPPED,
     EventCode.RELEASED: K.REQUEST_RELEASED,
     EventCode.WAITING_EXPIRED: K.REQUEST_WAITING_EXPIRED,
+    EventCode.PLANNED_NODE_FAILED: K.RESERVATION_AT_RISK,
 }
 NOTIFY_TASK = "requests.tasks.notify_request_events"
 
@@ -60,6 +61,7 @@ SUBJECTS = {
     K.REQUEST_IDLE_STOPPED: "Request #{id} was stopped for being idle",
     K.REQUEST_RELEASED: "Request #{id} released",
     K.REQUEST_WAITING_EXPIRED: "Request #{id} waited too long for quota and was cancelled",
+    K.RESERVATION_AT_RISK: "Reservation #{id}: a planned node failed",
     K.OPERATOR_RUN_FAILED: "Provisioning failed for request #{id}",
 }
 ACCESS_LABELS = {"ssh": "SSH", "jupyter": "Jupyter", "attach": "Attach (Slurm)", "curl": "Try it", "url": "Endpoint"}

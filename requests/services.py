@@ -885,6 +885,25 @@ def requests_note_queue(*, waiting: list[tuple[ResourceRequest, int, dict]], est
     RequestEvent.objects.bulk_create(events)
 
 
+def requests_note_replans(*, notes: list[tuple[ResourceRequest, str, str, dict]]) -> None:
+    """Timeline notes (request, code, sentence, data) on reservations whose planned nodes failed or came back, from
+    scheduling's cycle, in one INSERT; those worth a mail are announced after commit (requests.notifications)."""
+    if notes:
+        write_events(
+            [
+                RequestEvent(
+                    request=request,
+                    from_state=request.state,
+                    to_state=request.state,
+                    code=code,
+                    message=message,
+                    data=data,
+                )
+                for request, code, message, data in notes
+            ]
+        )
+
+
 def _write_queue_status(rows: list[tuple[int, int, str, str]], now) -> None:
     table = ResourceRequest._meta.db_table
     update_from_values(

@@ -13,7 +13,10 @@ NO_TIME = {
     "running_without_end": "No expected start yet: work it waits for has no set end.",
     "beyond_forecast": "No expected start yet: it is further back in the queue than the forecast looks ahead.",
     "no_release_fits": "No expected start: none of the work running or queued ahead ends in a way that makes room.",
+    "no_window_in_horizon": "No expected start: no node is free for its window before the reservation horizon ends.",
 }
+# A timed estimate whose start a window held ahead delays (scheduling.engine.forecast): its reason names the window.
+HELD_WINDOW = frozenset({"reservation_ahead", "maintenance"})
 NOT_TIMED = {
     "quota_exhausted": "No start time while it waits for its project's quota.",
     "no_matching_spec": "No start time: no node could ever hold it.",
@@ -42,10 +45,11 @@ def _message(estimate: dict, now: datetime) -> str:
     if latest <= timedelta(minutes=1):
         return "Expected to start at the next scheduling cycle."
     said = f"Expected to start in about {_span(likely)}"
-    if _span(earliest) == _span(latest):
-        return f"{said}."
-    low, high, unit = _range(earliest, latest)
-    return f"{said} ({low}-{high} {unit})."
+    if _span(earliest) != _span(latest):
+        low, high, unit = _range(earliest, latest)
+        said = f"{said} ({low}-{high} {unit})"
+    held = estimate.get("reason") if estimate.get("code") in HELD_WINDOW else None
+    return f"{said}: {held}." if held else f"{said}."
 
 
 def _span(delta: timedelta) -> str:

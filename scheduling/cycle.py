@@ -26,8 +26,8 @@ from config.words import counted
 from requests.choices import PRIORITY_RANK, PriorityClass, RequestState
 from requests.models import ResourceRequest
 from requests.quota import month_start
-from requests.services import requests_allocate, requests_note_queue
-from scheduling import backends, cluster_state, forecasting, kept_engine, preemption, reservations
+from requests.services import requests_allocate, requests_note_queue, requests_note_replans
+from scheduling import backends, cluster_state, forecasting, kept_engine, preemption, reservations, selectors
 from scheduling.allocations import adjust_device_shares
 from scheduling.engine import (
     NO_MATCHING_SPEC,
@@ -542,11 +542,11 @@ def _place_around_windows(engine, cluster: ClusterSnapshot, demands, hours, not_
     """Place the queue around the windows held ahead (scheduling/reservations.py): the nodes planned for
     reservations not begun and those of maintenance windows, closed to it, then backfilled with the work that ends
     before each window starts (`reserved`: the due reservations' demand ids, which may take reservations' nodes).
-    Returns the placement, the reservations' plans and the cycle's nodes as its outcome keeps them (held nodes open
-    again, nodes in maintenance now closed)."""
+    Returns the placement, the reservations' plans, every window held (for the forecast) and the cycle's nodes as its
+    outcome keeps them (held nodes open again, nodes in maintenance now closed)."""
     # Windows that start before every queued demand would end are the ones that can keep work off a node.
     reach = now + timedelta(hours=max(hours.values(), default=0))
-    maintenance = reservations.maintenance_plans(now=now, until=now + timedelta(days=settings.RESERVATION_HORIZON_DAYS))
+    maintenance = _maintenance_ahead(now)
     plans = reservations.plan_nodes(
         start_engine=engine.start,
         running=cluster.snapshot.allocations,
@@ -555,6 +555,9 @@ def _place_around_windows(engine, cluster: ClusterSnapshot, demands, hours, not_
         closed=list(engine.closed),
         maintenance=maintenance,
         demand_of=demand_of,
+        failures=selectors.node_failures,
+        domains=selectors.domains_of,
+        horizon=now + timedelta(days=settings.RESERVATION_HORIZON_DAYS),
     )
     holding = [plan for plan in [*plans, *maintenance] if plan.start < reach]
     held = {node for plan in holding for node in plan.nodes} - set(engine.closed)
@@ -571,7 +574,12 @@ def _place_around_windows(engine, cluster: ClusterSnapshot, demands, hours, not_
         now=now,
     )
     in_maintenance = {node for plan in maintenance if plan.start <= now for node in plan.nodes}
-    return result, plans, _reopened(engine.milli.nodes, held - in_maintenance)
+    windows = [plan.held_window for plan in [*plans, *maintenance] if plan.nodes]
+    return result, plans, windows, _reopened(engine.milli.nodes, held - in_maintenance)
+
+
+def _maintenance_ahead(now: datetime) -> list[reservations.Plan]:
+    return reservations.maintenance_plans(now=now, until=now + timedelta(days=settings.RESERVATION_HORIZON_DAYS))
 
 
 def _reopened(nodes: list[NodeView], held: set[str]) -> list[NodeView]:
@@ -675,6 +683,7 @@ def _cycle(policy: str) -> CycleResult:
                 ranks={},
                 reasons={},
                 now=now,
+                windows=[plan.held_window for plan in _maintenance_ahead(now) if plan.nodes],  # for the preview
             )
             record_outcome(
                 snapshot=snapshot,
@@ -701,12 +710,15 @@ def _cycle(policy: str) -> CycleResult:
         )
         for name in unavailable.keys() & cluster.node_ids.keys():
             engine.close_node(name)  # the backend does not answer: what would go there waits for it
+        unanswered = list(engine.closed)  # the forecast closes these; the windows' nodes only while they are held
         hours = {demand.id: by_id[int(demand.id)].duration_hours for demand in demands}
         reserved = {str(request.pk) for request in candidates if request.reserved_start is not None}
-        result, plans, reopened = _place_around_windows(
+        result, plans, windows, reopened = _place_around_windows(
             engine, cluster, demands, hours, [by_id[pk] for pk in due], reserved, now
         )
-        reservations.note_plans(due, plans)
+        previous = {pk: by_id[pk].queue_reason for pk in due}
+        reservations.note_plans(due, plans, previous)
+        requests_note_replans(notes=[(by_id[pk], *note) for pk, *note in reservations.replan_notes(plans, previous)])
         cluster = replace(cluster, snapshot=Snapshot(reopened, cluster.snapshot.allocations))
         reservation = _reserve_for_the_head(cluster, engine, result, demands, by_id, now)
         allocated = _commit_bindings(result, cluster, by_id, now, engine)
@@ -744,10 +756,11 @@ def _cycle(policy: str) -> CycleResult:
             ranks={demand.id: _aged_rank_of(by_id[int(demand.id)], now) for demand in demands},
             reasons=reasons,
             now=now,
+            windows=windows,
         )
         placed = forecasting.placed_allocations(result.bindings, now)
         estimates = forecasting.queue_estimates(
-            engine_now=lambda: engine.at_start(placed), inputs=inputs, reasons=reasons, now=now
+            engine_now=lambda: engine.at_start(placed, closed=unanswered), inputs=inputs, reasons=reasons, now=now
         ) | reservations.not_due_estimates(due)
         record_outcome(
             snapshot=cluster.snapshot,

@@ -33,7 +33,7 @@ from scheduling.engine import (
     with_domain_frees,
 )
 from scheduling.engine.forecast import TIMED_REASONS
-from scheduling.expected_start import expected_starts
+from scheduling.expected_start import decoded_inputs, expected_starts
 from scheduling.forecasting import from_stored
 from scheduling.mig import cycle as mig_cycle
 from scheduling.models import Device, Node
@@ -176,7 +176,16 @@ def _estimate_of(demand, order, outcome) -> dict:
         as_of=outcome.finished_at,
         held=_delaying(order, outcome),
         timed=_gang_wait_timed(demand, outcome),
+        windows=_held_in_term(outcome, order.duration_hours),
     )
+
+
+def _held_in_term(outcome, hours) -> list:
+    """The windows held ahead (the last cycle's: reservations' planned nodes, maintenance) that an order starting now
+    would run into."""
+    now = timezone.now()
+    ends = now + timedelta(hours=float(hours))
+    return [window for window in decoded_inputs(outcome).windows if window.start < ends and window.end > now]
 
 
 def _gang_wait_timed(demand: Demand, outcome):
@@ -300,14 +309,19 @@ class UnseenRows:
 _unseen_rows = UnseenRows()
 
 
-def _estimate(demand, fresh_engine, ahead: list[Queued], ahead_count: int, as_of=None, held=None, timed=None) -> dict:
+def _estimate(
+    demand, fresh_engine, ahead: list[Queued], ahead_count: int, as_of=None, held=None, timed=None, windows=()
+) -> dict:
     """`fresh_engine()` gives an engine to place on, at the state the estimate starts from; `timed(engine,
-    pending)` adds to why it waits when what it lacks frees (a gang's)."""
+    pending)` adds to why it waits when what it lacks frees (a gang's); `windows` the windows held that it would run
+    into if it started now."""
     freshness = {
         "as_of": None if as_of is None else as_of.isoformat(),
         "age_seconds": None if as_of is None else _age_seconds(as_of),
     }
     outcome = _place_behind(demand, fresh_engine, ahead, held, timed)
+    if windows and not isinstance(outcome, Pending):
+        outcome = _off_windows(demand, fresh_engine, ahead, outcome, windows)
     if isinstance(outcome, Pending) and outcome.reason == NO_MATCHING_SPEC:
         return {
             "fits_now": False,
@@ -373,6 +387,28 @@ def _place_behind(demand, fresh_engine, ahead: list[Queued], held: dict | None, 
         f"start there ({datetime.fromisoformat(held['start']):%Y-%m-%d %H:%M} UTC); it waits so that larger "
         "request is not starved",
         {"reserved_for": held["request_id"], "node": node, "reserved_from": held["start"]},
+    )
+
+
+def _off_windows(demand, fresh_engine, ahead: list[Queued], placed, windows):
+    """A placement on a node a window holds while the order would run moves off it, as the cycle keeps it off; with
+    no room elsewhere the order waits, naming the window (a wait the forecast times)."""
+    on = {node: window for window in windows for node in window.nodes}
+    node = next((binding.node for binding in placed if binding.node in on), None)
+    if node is None:
+        return placed
+    engine = fresh_engine()
+    for name in on.keys() & engine.node_index.keys():
+        engine.close_node(name)
+    elsewhere = _place_after(engine, demand, ahead)
+    if not isinstance(elsewhere, Pending):
+        return elsewhere
+    window = on[node]
+    return Pending(
+        demand.id,
+        window.code,
+        f"{window.sentence(node)}; it would still run then, so it waits for a node that is free for its whole term",
+        {"node": node, "reserved_from": window.start.isoformat(), "until": window.end.isoformat()},
     )
 
 

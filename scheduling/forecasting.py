@@ -2,38 +2,54 @@
 status (`ResourceRequest.queue_estimate`), so pages and the API read it for nothing.
 
 The replay itself is pure (scheduling/engine/forecast.py); this module hands it the cycle's own state (`Inputs`):
-the running work with its approved ends, the queue in the cycle's order and how early ended work ended
-(`selectors.early_end_ratios`: one indexed read), on the engine as the cycle left it. Requests that wait for
+the running work with its approved ends, the queue in the cycle's order, how early ended work ended
+(`selectors.early_end_ratios`: one indexed read) and the windows held ahead (the nodes planned for reservations not
+begun and those of maintenance windows, each closed in the replay only while it can still keep work off), on the
+engine as the cycle left it. Requests that wait for
 anything but capacity (quota, a backend, a shape no node has) get no time, only their reason.
 
 The cycle also stores its `Inputs` with its outcome (`CycleOutcome.forecast`), so that expected starts of work not
 queued yet (the order preview, the approval inbox: scheduling/expected_start.py) are replayed from the same picture
 with no query of their own."""
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 
 from django.conf import settings
 
 from scheduling.engine import Demand, RunningAllocation
-from scheduling.engine.forecast import TIMED_REASONS, EarlyEnds, Queued, Running, forecast, untimed
+from scheduling.engine.forecast import (
+    MAINTENANCE,
+    RESERVATION_AHEAD,
+    TIMED_REASONS,
+    EarlyEnds,
+    HeldWindow,
+    Queued,
+    Running,
+    forecast,
+    untimed,
+)
 from scheduling.selectors import early_end_ratios
 
 
 @dataclass(frozen=True)
 class Inputs:
     """What a replay starts from: running work (with this cycle's placements), the timed queue in order with each
-    one's aged rank (where new work goes in), and the early-end ratios."""
+    one's aged rank (where new work goes in), the early-end ratios and the windows held ahead."""
 
     running: list[Running]
     queue: list[tuple[Queued, int]]
     early_ends: EarlyEnds
+    windows: list[HeldWindow] = field(default_factory=list)
 
 
-def cycle_inputs(*, allocations, expires, bindings, demands: list[Demand], hours, ranks, reasons, now) -> Inputs:
+def cycle_inputs(
+    *, allocations, expires, bindings, demands: list[Demand], hours, ranks, reasons, now, windows=()
+) -> Inputs:
     """The cycle's state as the replay needs it: `allocations` and `expires` what ran when the cycle started and
     when each ends (by request id), `bindings` what it placed, `demands` its queue in order, `hours` and `ranks`
-    each one's approved duration and aged rank (by demand id), `reasons` the waits it left (by request id)."""
+    each one's approved duration and aged rank (by demand id), `reasons` the waits it left (by request id),
+    `windows` the nodes held ahead."""
     placed = placed_allocations(bindings, now)
     ends = {allocation.id: now + timedelta(hours=hours[allocation.id]) for allocation in placed}
     timed = [
@@ -42,7 +58,8 @@ def cycle_inputs(*, allocations, expires, bindings, demands: list[Demand], hours
         if reasons.get(int(demand.id), {}).get("code") in TIMED_REASONS
     ][: settings.SCHEDULER_FORECAST_QUEUE]
     history = early_end_ratios(limit=settings.SCHEDULER_FORECAST_HISTORY) if settings.SCHEDULER_FORECAST_QUEUE else []
-    return Inputs(running_work([*allocations, *placed], {**expires, **ends}), timed, _early_ends(history))
+    running = running_work([*allocations, *placed], {**expires, **ends})
+    return Inputs(running, timed, _early_ends(history), list(windows))
 
 
 def _early_ends(history: list[tuple[tuple, float]]) -> EarlyEnds:
@@ -70,9 +87,14 @@ def queue_estimates(*, engine_now, inputs: Inputs, reasons, now) -> dict[int, di
     for request_id, reason in reasons.items():
         code = reason["code"]
         data.setdefault(request_id, untimed(code).as_data() if code not in TIMED_REASONS else _BEYOND)
+        estimate = data[request_id]
+        if code in HELD_WINDOW and estimate["likely"] is not None and estimate["code"] is None:
+            # kept off a held node now (the replay tries it from the next moment on): the cycle's wait says which
+            data[request_id] = {**estimate, "code": code, "reason": reason["message"]}
     return data
 
 
+HELD_WINDOW = frozenset({RESERVATION_AHEAD, MAINTENANCE})
 _BEYOND = {"earliest": None, "likely": None, "latest": None, "code": "beyond_forecast", "reason": None}
 
 
@@ -91,6 +113,7 @@ def replay(*, engine_now, inputs: Inputs, queue: list[Queued], now, wanted=None,
         limit=len(queue),
         wanted=wanted,
         tried_now=tried_now,
+        windows=inputs.windows,
     )
     return {demand_id: estimate.as_data() for demand_id, estimate in estimates.items()}
 
@@ -111,7 +134,8 @@ def running_work(allocations, expires) -> list[Running]:
 
 def stored(inputs: Inputs) -> dict:
     """The inputs as JSON: per running allocation (request id, node, devices, cores, memory, start and end as
-    timestamps), per queued demand its fields, hours and rank, per ended term its kind and early-end ratio."""
+    timestamps), per queued demand its fields, hours and rank, per ended term its kind and early-end ratio, per
+    window held its start, end, nodes, code and label."""
     return {
         "running": [
             [a.id, a.node, [list(device) for device in a.devices], a.cpu_milli, a.memory_mib, a.started_at, _ts(w.ends)]
@@ -120,6 +144,7 @@ def stored(inputs: Inputs) -> dict:
         ],
         "queue": [[_demand_data(queued.demand), queued.hours, rank] for queued, rank in inputs.queue],
         "history": [[*kind, ratio] for kind, ratios in inputs.early_ends.by_kind.items() for ratio in ratios],
+        "windows": [[_ts(w.start), _ts(w.end), sorted(w.nodes), w.code, w.label] for w in inputs.windows],
     }
 
 
@@ -132,7 +157,11 @@ def from_stored(data: dict) -> Inputs:
         expires[request_id] = None if ends is None else datetime.fromtimestamp(ends, UTC)
     queue = [(Queued(_demand(fields), hours), rank) for fields, hours, rank in data.get("queue", [])]
     history = [(tuple(row[:-1]), row[-1]) for row in data.get("history", [])]
-    return Inputs(running_work(allocations, expires), queue, _early_ends(history))
+    windows = [
+        HeldWindow(datetime.fromtimestamp(start, UTC), datetime.fromtimestamp(end, UTC), frozenset(nodes), code, label)
+        for start, end, nodes, code, label in data.get("windows", [])
+    ]
+    return Inputs(running_work(allocations, expires), queue, _early_ends(history), windows)
 
 
 def _ts(moment: datetime | None) -> float | None:

@@ -280,3 +280,28 @@ def reservation_calendar(*, now) -> list[dict]:
 def _planned(row: dict) -> list[str]:
     reason = row["queue_reason"] if isinstance(row["queue_reason"], dict) else {}
     return list((reason.get("numbers") or {}).get("nodes") or [])
+
+
+def domains_of(names: set[str]) -> dict[str, str]:
+    """{node: its topology domain} of every node in the domains of these nodes, theirs included (one query)."""
+    domains = Node.objects.filter(name__in=names).values("topology_domain")
+    return dict(Node.objects.filter(topology_domain__in=domains).values_list("name", "topology_domain"))
+
+
+def node_failures(names: set[str]) -> dict[str, str]:
+    """{node: why no work may go there, in words} for these nodes: cordoned, or its cards isolated or not healthy
+    (two queries). A node missing here is gone from the inventory, or fine."""
+    why: dict[str, list[str]] = {}
+    for name, schedulable, reason in Node.objects.filter(name__in=names).values_list(
+        "name", "schedulable", "cordon_reason"
+    ):
+        why[name] = [] if schedulable else [f"cordoned: {reason}"]
+    for name, index, health, detail, isolated, isolation in (
+        Device.objects.filter(node__name__in=names)
+        .exclude(health=DeviceHealth.HEALTHY, isolated=False)
+        .order_by("node__name", "index")
+        .values_list("node__name", "index", "health", "health_detail", "isolated", "isolation_reason")
+    ):
+        said = f"gpu{index} isolated: {isolation}" if isolated else f"gpu{index} {health}: {detail or 'no detail'}"
+        why.setdefault(name, []).append(said)
+    return {name: "; ".join(words) for name, words in why.items() if words}

@@ -15,6 +15,12 @@ The replay runs three times, for a range:
 - ``earliest``: each piece at half its likely quantile.
 Running work that has already outlived a ratio is judged only by the ratios it has not outlived yet.
 
+Windows held ahead (`HeldWindow`: the whole nodes planned for an approved reservation not begun, or an operator's
+maintenance window) are closed in the replay as they are in the cycle: from now until the window ends, a held node
+takes only work that is over, at its approved end, before the window starts (backfill), and is open again once the
+window ended (a moment of the replay). Work kept off a held node it would otherwise have started on says so: its
+estimate carries the window's code and a sentence naming it.
+
 What it cannot time it says so (an `Estimate` without times and a code) rather than guess: running work without an
 end, work beyond the simulated share of the queue (`limit`) or that no release in view makes room for.
 """
@@ -38,8 +44,14 @@ RUNNING_WITHOUT_END = "running_without_end"  # work it waits for has no end to r
 BEYOND_FORECAST = "beyond_forecast"  # further back in the queue than the forecast simulates
 NO_RELEASE_FITS = "no_release_fits"  # none of the work in view ends in a way that makes room for it
 NOT_TIMED = "not_timed"  # it waits for something other than capacity (quota, approval, a backend, a shape no node has)
-# The waits the replay times: capacity taken by work that ends, and work ahead of it.
-TIMED_REASONS = frozenset({*backfill.CROWDED_OUT, "higher_priority_ahead", "preemption_pending"})
+# The waits for a node held for a window ahead: work would still run there when a reservation starts, or when (or
+# while) the node is in maintenance.
+RESERVATION_AHEAD = "reservation_ahead"
+MAINTENANCE = "maintenance"
+# The waits the replay times: capacity taken by work that ends, work ahead of it and windows held that end.
+TIMED_REASONS = frozenset(
+    {*backfill.CROWDED_OUT, "higher_priority_ahead", "preemption_pending", RESERVATION_AHEAD, MAINTENANCE}
+)
 
 # A replay's scale of each piece of work's own quantile (`spread_draw`) of the early-end ratios; None: the limit.
 LIKELY, EARLIEST, LATEST = 1.0, 0.5, None
@@ -60,6 +72,25 @@ class Running:
 class Queued:
     demand: Demand
     hours: float  # the approved duration
+
+
+@dataclass(frozen=True)
+class HeldWindow:
+    """Whole nodes held from `start` to `end`: for a reservation (`code` RESERVATION_AHEAD) or in maintenance
+    (MAINTENANCE); `label` names it in a sentence ("reservation #12", "maintenance (firmware update)")."""
+
+    start: datetime
+    end: datetime
+    nodes: frozenset[str]
+    code: str
+    label: str
+
+    def sentence(self, node: str) -> str:
+        return f"{node} is held for {self.label} from {_said(self.start)} until {_said(self.end)}"
+
+
+def _said(moment: datetime) -> str:
+    return f"{moment:%a %d %b %H:%M} UTC"
 
 
 # Work alike in how early it ends: cards, cores (milli), memory (MiB) and approved hours. Work of a kind with at
@@ -129,13 +160,15 @@ def spread_draw(work_id: str) -> float:
 
 @dataclass(frozen=True)
 class Estimate:
-    """A queued request's expected start (earliest <= likely <= latest), or None times and the `code` saying why."""
+    """A queued request's expected start (earliest <= likely <= latest), or None times and the `code` saying why.
+    A timed estimate's `code` and `reason` name the held window that kept it off a node it would have started on
+    (RESERVATION_AHEAD or MAINTENANCE, and a sentence), when one did."""
 
     earliest: datetime | None = None
     likely: datetime | None = None
     latest: datetime | None = None
     code: str | None = None
-    reason: str | None = None  # the wait reason of an untimed request (NOT_TIMED)
+    reason: str | None = None  # the wait reason of an untimed request (NOT_TIMED); a timed one's held window
 
     def as_data(self) -> dict:
         def stamp(moment):
@@ -164,28 +197,39 @@ def forecast(
     limit: int,
     wanted: frozenset | set | None = None,
     tried_now: bool = False,
+    windows: Sequence[HeldWindow] = (),
 ) -> dict[str, Estimate]:
     """Each queued demand's expected start (by demand id). `engine_now()` gives a fresh engine holding `running`
-    (and nothing queued); `queue` is in the order the cycle considers it; the first `limit` are replayed. With
-    `wanted`, only those ids are answered for, and each replay stops once they are placed. `tried_now`: the queue
-    was just placed at `now` by the cycle, which left it waiting: its answer stands, the replay places from the first
-    release after `now` on."""
+    (and nothing queued, no node closed for `windows`); `queue` is in the order the cycle considers it; the first
+    `limit` are replayed. With `wanted`, only those ids are answered for, and each replay stops once they are placed.
+    `tried_now`: the queue was just placed at `now` by the cycle, which left it waiting: its answer stands, the replay
+    places from the first release after `now` on. `windows`: the nodes held ahead and when."""
     replayed, beyond = list(queue[:limit]), queue[limit:]
-    starts = {
-        share: _replay(engine_now(), running, replayed, now, early_ends, share, wanted, tried_now)
+    replays = {
+        share: _replay(engine_now(), running, replayed, now, early_ends, share, wanted, tried_now, windows)
         for share in (EARLIEST, LIKELY, LATEST)
     }
     endless = any(work.ends is None for work in running)
+    kept_off = replays[LIKELY].kept_off
     estimates = {}
     for queued in replayed:
-        moments = [starts[share].get(queued.demand.id) for share in (EARLIEST, LIKELY, LATEST)]
+        moments = [replays[share].starts.get(queued.demand.id) for share in (EARLIEST, LIKELY, LATEST)]
         if None in moments:
             estimates[queued.demand.id] = Estimate(code=RUNNING_WITHOUT_END if endless else NO_RELEASE_FITS)
-        else:  # replays may place differently: the range is still a range
-            earliest, likely, latest = sorted(moments)
-            estimates[queued.demand.id] = Estimate(earliest, likely, latest)
+            continue
+        earliest, likely, latest = sorted(moments)  # replays may place differently: the range is still a range
+        held = kept_off.get(queued.demand.id)
+        said = {} if held is None else {"code": held[0].code, "reason": held[0].sentence(held[1])}
+        estimates[queued.demand.id] = Estimate(earliest, likely, latest, **said)
     estimates.update((queued.demand.id, Estimate(code=BEYOND_FORECAST)) for queued in beyond)
     return estimates if wanted is None else {key: value for key, value in estimates.items() if key in wanted}
+
+
+@dataclass
+class _Replayed:
+    starts: dict[str, datetime] = field(default_factory=dict)  # demand id -> when it starts
+    # demand id -> the held window (and its node) that last kept it off a node it would have started on
+    kept_off: dict[str, tuple[HeldWindow, str]] = field(default_factory=dict)
 
 
 class _Step:
@@ -200,14 +244,14 @@ class _Step:
         return self.engine.fork()
 
 
-def _replay(engine, running, queue, now, early_ends: EarlyEnds, share, wanted=None, tried_now=False):
+def _replay(engine, running, queue, now, early_ends: EarlyEnds, share, wanted=None, tried_now=False, windows=()):
     """When each queued demand starts if work ends at `share` times its own quantile (None: at its limit), by
-    demand id; with `wanted`, until those have started; with `tried_now`, placing from the first release after
-    `now`."""
+    demand id, and which held window kept it off a node; with `wanted`, until those have started; with `tried_now`,
+    placing from the first release after `now`."""
     holding: dict[str, tuple[RunningAllocation, ...]] = {}
     # What holds capacity -> when it gives it back: the approved end, as the cycle knows it.
     ends: dict[str, datetime] = {}
-    releases: list = []  # (moment it is given back in this replay, tie-break, id)
+    releases: list = []  # (moment it is given back in this replay, tie-break, id; None: a held window ends)
     order = itertools.count()
     for work in running:
         work_id = work.allocations[0].id
@@ -215,13 +259,18 @@ def _replay(engine, running, queue, now, early_ends: EarlyEnds, share, wanted=No
         if work.ends is not None:
             ends[work_id] = work.ends
             heapq.heappush(releases, (early_ends.end_of(work, now, share), next(order), work_id))
+    windows = [window for window in windows if window.end > now]
+    for window in windows:  # its nodes open again then
+        heapq.heappush(releases, (window.end, next(order), None))
     hours = {queued.demand.id: queued.hours for queued in queue}
     by_id = {queued.demand.id: queued for queued in queue}
-    waiting, starts, moment = list(queue), {}, now
+    waiting, replayed, moment = list(queue), _Replayed(), now
+    starts = replayed.starts
     for step in range(MAX_STEPS):
         placed = {}
         if step or not tried_now:
-            engine, placed = _place_at(engine, [queued.demand for queued in waiting], holding, ends, hours, moment)
+            demands = [queued.demand for queued in waiting]
+            engine, placed = _place_around_held(engine, demands, holding, ends, hours, moment, windows, replayed)
         for demand_id, allocations in placed.items():
             starts[demand_id], holding[demand_id] = moment, allocations
             ends[demand_id] = moment + timedelta(hours=hours[demand_id])
@@ -232,10 +281,46 @@ def _replay(engine, running, queue, now, early_ends: EarlyEnds, share, wanted=No
         moment = max(moment, releases[0][0])
         while releases and releases[0][0] <= moment:
             _at, _tie, work_id = heapq.heappop(releases)
+            if work_id is None:
+                continue
             for allocation in holding.pop(work_id):
                 engine.release(_binding(allocation))
             ends.pop(work_id)
-    return starts
+    return replayed
+
+
+def _place_around_held(engine, demands, holding, ends, hours, moment, windows, replayed: _Replayed):
+    """The cycle at `moment` with the nodes of windows not over held (scheduling/reservations.py): the demands
+    placed in order with those nodes closed, then, in order, those left waiting onto a held node where they are over
+    before every window there starts. Returns the engine to go on with (no node closed) and the placed demands'
+    allocations."""
+    held: dict[str, list[HeldWindow]] = {}
+    for window in windows:
+        if window.end > moment:
+            for node in window.nodes:
+                held.setdefault(node, []).append(window)
+    if not held:
+        return _place_at(engine, demands, holding, ends, hours, moment)
+    closed = engine.fork()
+    for node in held.keys() & closed.node_index.keys():
+        closed.close_node(node)
+    _closed, placed = _place_at(closed, demands, holding, ends, hours, moment)
+    engine = engine.fork()
+    engine.hold(allocation for allocations in placed.values() for allocation in allocations)
+    for demand in demands:
+        if demand.id in placed or not engine.fits(demand):  # fits: no explaining of a wait nobody reads
+            continue
+        bindings = engine.place_one(demand)
+        over = moment + timedelta(hours=hours[demand.id])
+        blocking = [(w, b.node) for b in bindings for w in held.get(b.node, ()) if w.start < over]
+        if blocking or any(b.node not in held for b in bindings):  # elsewhere: the head of the queue keeps it
+            for binding in bindings:
+                engine.release(binding)
+            if blocking:
+                replayed.kept_off[demand.id] = min(blocking, key=lambda pair: pair[0].start)
+            continue
+        placed[demand.id] = tuple(_allocation(binding) for binding in bindings)
+    return engine, placed
 
 
 def _place_at(engine, demands: list[Demand], holding, ends, hours, moment):

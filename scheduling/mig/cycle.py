@@ -63,13 +63,14 @@ class CycleEngine:
         # destroyed, the mode switched (for slices, and for whole cards or shares on a MIG-mode card)
         self.card_plans: dict[tuple[str, str, int], mig.Placed] = {}
 
-    def at_start(self, running: Iterable[RunningAllocation]) -> PlacementEngine:
+    def at_start(self, running: Iterable[RunningAllocation], closed: Iterable[str] | None = None) -> PlacementEngine:
         """A milli-share engine at the state the cycle started from plus `running` (bindings of this cycle, as
-        allocations): what the head's reservation and preemption planning work on. A fork, so the shape indexes
+        allocations), with the nodes this cycle closed (or those of `closed`) closed: what the head's reservation and
+        preemption planning work on. A fork, so the shape indexes
         scored on the start state are copied and refreshed for the nodes that changed, not scored again; the same
         state and policy as an engine built over the cycle's snapshot and `running`, so the same answers."""
         engine = self.start.fork()
-        for name in self.closed:
+        for name in self.closed if closed is None else closed:
             engine.close_node(name)
         engine.hold(running)
         return engine

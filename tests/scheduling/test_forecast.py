@@ -5,9 +5,12 @@ from datetime import UTC, datetime, timedelta
 from scheduling.engine import DeviceView, NodeView, PlacementEngine, RunningAllocation, Snapshot
 from scheduling.engine.forecast import (
     BEYOND_FORECAST,
+    MAINTENANCE,
+    RESERVATION_AHEAD,
     RUNNING_WITHOUT_END,
     EarlyEnds,
     Estimate,
+    HeldWindow,
     Queued,
     Running,
     forecast,
@@ -180,3 +183,47 @@ def test_work_of_a_kind_with_enough_history_is_judged_by_its_own():
     assert estimates["next"].likely == at(0.5)
     assert EarlyEnds.of([0.5, 1.0, 1.0], {kind: [0.5]}).ratio(0.0, kind=kind) == 0.5  # one of its kind: all terms
     assert EarlyEnds.of([0.5, 1.0, 1.0], {kind: [0.5]}).ratio(0.5, kind=kind) == 1.0
+
+
+def held_estimate(work, queue, windows):
+    """As `estimate`, on two nodes (n1 and n2, two cards each) with windows held ahead."""
+    second = NodeView("n2", 64000, 1 << 19, (DeviceView(0, "h100"), DeviceView(1, "h100")))
+
+    def engine_now():
+        allocations = [allocation for held in work for allocation in held.allocations]
+        return PlacementEngine(Snapshot([NODE, second], allocations))
+
+    return forecast(
+        engine_now=engine_now,
+        running=work,
+        queue=queue,
+        now=NOW,
+        early_ends=EarlyEnds.of(()),
+        limit=10,
+        windows=windows,
+    )
+
+
+def test_work_stays_off_held_nodes_only_while_it_would_overlap_their_windows():
+    # n1 is held for a reservation from +5 h to +15 h, n2 is in maintenance from +2 h to +8 h. A 1-hour job fits
+    # before the maintenance (now, on n2 or n1); a 10-hour job waits for the maintenance to end (+8 h, n2); the next
+    # 10-hour one for the reservation's window to end (+15 h, n1), and says which window kept it off.
+    reservation = HeldWindow(at(5), at(15), frozenset({"n1"}), RESERVATION_AHEAD, "reservation #7")
+    works = HeldWindow(at(2), at(8), frozenset({"n2"}), MAINTENANCE, "maintenance (firmware)")
+    estimates = held_estimate(
+        [], [queued("short", 2, 1), queued("first", 2, 10), queued("second", 2, 10)], [reservation, works]
+    )
+    assert estimates["short"] == Estimate(at(0), at(0), at(0))
+    assert estimates["first"].likely == at(8)
+    assert estimates["second"] == Estimate(
+        at(15),
+        at(15),
+        at(15),
+        RESERVATION_AHEAD,
+        "n1 is held for reservation #7 from Tue 01 Dec 14:00 UTC until Wed 02 Dec 00:00 UTC",
+    )
+
+
+def test_without_windows_the_same_queue_starts_at_once():
+    estimates = held_estimate([], [queued("first", 2, 10), queued("second", 2, 10)], [])
+    assert estimates["first"].likely == estimates["second"].likely == at(0)

@@ -8,8 +8,10 @@ import time_machine
 
 from config.errors import DomainError
 from requests import services
-from requests.choices import RequestState
+from requests.choices import EventCode, RequestState
 from scheduling import cycle, expected_start, outcome
+from scheduling import services as scheduling_services
+from scheduling.models import Node
 from tests.requests.conftest import make_order
 from tests.scheduling.test_gang_cycle import racks, shop, submit, team  # noqa: F401 (fixtures)
 
@@ -37,3 +39,27 @@ def test_a_gang_reservation_is_offered_the_first_window_where_every_member_has_i
         reservation = reserve(START + 10 * HOUR)  # its first window
         assert reservation.state == RequestState.QUEUED
         assert reservation.approved_spec["reservation"]["start"] == (START + 10 * HOUR).isoformat()
+
+
+def test_a_gang_reservation_whose_planned_node_fails_is_re_planned_whole_in_one_rack(shop, team):  # noqa: F811
+    outcome._decoded.clear()
+    expected_start._decoded.clear()
+    with time_machine.travel(START, tick=False):
+        racks(shop.accelerator, 3, 2, backend="slurm")  # a rack of three nodes and one of two, one domain
+        Node.objects.update(topology_domain="island-a")
+        order = make_order(shop, team.project, spec=shop.gang, start_at=START + 24 * HOUR, duration_hours=10)
+        reservation = services.request_submit(order=order, requester=team.developer)
+        cycle.run_cycle()
+        reservation.refresh_from_db()
+        first = reservation.queue_reason["numbers"]["nodes"]
+        assert len(first) == 2
+        failed = Node.objects.get(name=first[0])
+        scheduling_services.node_cordon(node=failed, reason="NVLink errors", actor=None)
+        cycle.run_cycle()
+        reservation.refresh_from_db()
+        again = reservation.queue_reason["numbers"]["nodes"]
+        assert len(again) == 2 and failed.name not in again
+        assert len({Node.objects.get(name=name).rack_id for name in again}) == 1  # the spec's rack, as before
+        [event] = reservation.events.filter(code=EventCode.RESERVATION_REPLANNED)
+        assert event.data["lost"] == [{"node": failed.name, "reason": "cordoned: NVLink errors"}]
+        assert event.data["nodes"] == again and event.data["in_domain"] is True
