@@ -192,6 +192,8 @@ class SlurmCluster:
             _wait_for(self._controller_answers, self, name)
         if name == "slurmrestd":
             _wait_for(lambda: _rest_answers(self), self, name)
+        if name == "slurmdbd":
+            _wait_for(lambda: _sacctmgr_answers(self), self, name)
 
     def stop_controller(self) -> None:
         """slurmctld stopped (by PID): slurmrestd then answers every call after about 9 s with HTTP 500, errno -1."""
