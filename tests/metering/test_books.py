@@ -4,6 +4,7 @@ counts that do not grow with the rows. Reading Slurm's books from a real slurmdb
 tests/provisioning/test_slurm_books.py."""
 
 import re
+
 import pytest
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
