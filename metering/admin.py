@@ -119,7 +119,7 @@ class SlurmBooksAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
     platform = rounded("platform_card_hours", 4, "Metered card-hours")
     difference = rounded("difference_card_hours", 4, "Difference")
     list_filter = ["final", ("request__project", related_list_filter("tenant"))]
-    list_select_related = ["request__project__tenant"]
+    list_select_related = ["request__project__tenant", "request__service"]
     search_fields = ["=request__id", "request__project__slug"]
 
     def get_ordering(self, request):

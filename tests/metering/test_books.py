@@ -164,6 +164,13 @@ def test_each_role_sees_only_the_projects_it_may_view(api_as, both, url, who, se
     assert sorted(row["project"] for row in response.json()) == sorted(slugs[name] for name in sees)
 
 
+@pytest.mark.parametrize("who", ["developer", "approver", "outsider"])
+def test_only_operators_get_the_books_in_the_console(client, both, who):
+    client.force_login(getattr(both, who))
+    response = client.get("/admin/metering/slurmbooks/")
+    assert response.status_code == 302 and response["Location"].startswith("/admin/login/")
+
+
 @pytest.mark.parametrize(("who", "sees"), MATRIX, ids=[who for who, _ in MATRIX])
 def test_each_role_sees_only_its_projects_on_the_page(client, both, who, sees):
     client.force_login(getattr(both, who))
