@@ -27,7 +27,7 @@ pytestmark = pytest.mark.django_db
 SECONDS_APART = 10 / 3600
 
 
-def ran_and_released(slurm_compute):
+def ran_and_released(slurm_compute):  # noqa: F811
     """A one-GPU order run as a Slurm job through the platform and released; its job has ended in Slurm's books."""
     request = slurm_compute.order()
     assert request.state == RequestState.ACTIVE
@@ -38,17 +38,19 @@ def ran_and_released(slurm_compute):
     )
     request.refresh_from_db()
     assert request.state == RequestState.RELEASED
-    return request, job_id, eventually(lambda: _ended(job_id), seconds=30)
+    return request, job_id, eventually(lambda: ended_books(job_id), seconds=30)
 
 
-def _ended(job_id: int):
+def ended_books(job_id: int):
     """The job's books once they say it ended (slurmctld sends the record a moment after the job ends)."""
     books = jobs_books([job_id]).get(job_id)
     return books if books is not None and books.ended else None
 
 
 def test_a_job_run_through_the_platform_is_reconciled_with_sacct_and_a_difference_is_shown(
-    slurm_compute, api_as, client
+    slurm_compute,  # noqa: F811
+    api_as,
+    client,
 ):
     request, job_id, books = ran_and_released(slurm_compute)
     assert books.gpus == 1 and books.state.startswith("CANCELLED")  # the release cancelled it
@@ -75,8 +77,8 @@ def test_a_job_run_through_the_platform_is_reconciled_with_sacct_and_a_differenc
     assert f'id="slurm-books-{request.pk}"' in page and f"{reading.difference_card_hours:.4f}" in page
 
 
-def test_slurmdbd_out_of_reach_is_waited_out(slurm_compute, settings, client):
-    request, job_id, _books = ran_and_released(slurm_compute)
+def test_slurmdbd_out_of_reach_is_waited_out(slurm_compute, client):  # noqa: F811
+    request, _job_id, _books = ran_and_released(slurm_compute)
     slurm_compute.cluster.stop_daemon("slurmdbd")
 
     outcome = slurm_books_refresh()
