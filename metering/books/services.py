@@ -22,7 +22,7 @@ from metering.models import SlurmBooks
 from metering.selectors import SINCE_EVER
 from scheduling.choices import AllocationState
 from scheduling.models import Allocation
-from scheduling.slurm.accounting import BooksError, JobBooks, jobs_books
+from scheduling.slurm.accounting import BooksError, BooksUnavailable, JobBooks, jobs_books
 
 logger = logging.getLogger(__name__)
 
@@ -34,10 +34,16 @@ NOT_CONFIGURED = "Slurm not configured (SLURM_REST_URL is empty)"
 class BooksOutcome:
     read: list[int] = field(default_factory=list)  # request ids
     not_in_books_yet: list[int] = field(default_factory=list)
-    waiting: str = ""  # slurmdbd out of reach: why nothing was read
+    waiting: str = ""  # slurmdbd out of reach: why nothing was read (the next run reads again)
+    refused: str = ""  # sacct refused or could not run: what it said
 
     def as_dict(self) -> dict:
-        return {"read": self.read, "not_in_books_yet": self.not_in_books_yet, "waiting": self.waiting}
+        return {
+            "read": self.read,
+            "not_in_books_yet": self.not_in_books_yet,
+            "waiting": self.waiting,
+            "refused": self.refused,
+        }
 
 
 def slurm_books_refresh() -> dict:
@@ -60,9 +66,13 @@ def slurm_books_reconcile(*, request_ids: list[int] | None = None, now=None) -> 
         jobs[request_id].add(job_id)
     try:
         books = jobs_books([job_id for ids in jobs.values() for job_id in ids])
-    except BooksError as error:
-        logger.warning("Slurm's books not read: %s", error)
-        outcome.waiting = str(error)
+    except BooksUnavailable as unavailable:
+        logger.info("Slurm's books out of reach, read again next time: %s", unavailable)
+        outcome.waiting = str(unavailable)
+        return outcome
+    except BooksError as refused:
+        logger.warning("Slurm's books not read: %s", refused)
+        outcome.refused = str(refused)
         return outcome
     with transaction.atomic():
         for request_id, (metered, running) in platform.items():

@@ -10,6 +10,7 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
+from metering.books.services import slurm_books_reconcile
 from metering.models import SlurmBooks
 from requests.models import ResourceRequest
 from scheduling.models import Allocation
@@ -223,3 +224,12 @@ def test_the_reserved_idle_window_is_cut_at_the_months(api_as, world):
     [october] = client.get(RESERVED_IDLE, {"from": "2026-10", "to": "2026-10"}).json()
     [november] = client.get(RESERVED_IDLE, {"from": "2026-11", "to": "2026-11"}).json()
     assert october["reserved_idle_card_hours"] == november["reserved_idle_card_hours"] == 2.0
+
+
+def test_a_sacct_that_cannot_run_is_refused_and_writes_nothing(settings, world):
+    settings.SLURM_SACCT = "/nonexistent/sacct"
+    allocation = bound(world, started=at("2026-11-11 08:00"), released=at("2026-11-11 09:00"))
+    Allocation.objects.filter(pk=allocation.pk).update(slurm_job_id=7, metered_from_workload=False)
+    outcome = slurm_books_reconcile()
+    assert outcome.read == [] and not outcome.waiting and "could not run" in outcome.refused
+    assert not SlurmBooks.objects.exists()
