@@ -13,7 +13,6 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 
 from django.conf import settings
-from django.db import transaction
 from django.db.models import Count, Q, Sum
 from django.utils import timezone
 
@@ -55,7 +54,7 @@ def slurm_books_refresh() -> dict:
 
 def slurm_books_reconcile(*, request_ids: list[int] | None = None, now=None) -> BooksOutcome:
     """Read Slurm's books for the requests with Slurm jobs whose reading is not final (or these requests) and store
-    each request's reading and difference. Three queries and one sacct call, however many requests."""
+    each request's reading and difference. Two reads, one sacct call and one upsert, however many requests."""
     now = now or timezone.now()
     outcome = BooksOutcome()
     platform = _platform_card_hours(request_ids, now)
@@ -74,14 +73,19 @@ def slurm_books_reconcile(*, request_ids: list[int] | None = None, now=None) -> 
         logger.warning("Slurm's books not read: %s", refused)
         outcome.refused = str(refused)
         return outcome
-    with transaction.atomic():
-        for request_id, (metered, running) in platform.items():
-            found = [books[job_id] for job_id in sorted(jobs[request_id]) if job_id in books]
-            if len(found) < len(jobs[request_id]):
-                outcome.not_in_books_yet.append(request_id)
-                continue
-            _store(request_id, found, metered, final=not running and all(job.ended for job in found), now=now)
-            outcome.read.append(request_id)
+    readings = []
+    for request_id, (metered, running) in platform.items():
+        found = [books[job_id] for job_id in sorted(jobs[request_id]) if job_id in books]
+        if len(found) < len(jobs[request_id]):
+            outcome.not_in_books_yet.append(request_id)
+            continue
+        readings.append(
+            _reading(request_id, found, metered, final=not running and all(j.ended for j in found), now=now)
+        )
+        outcome.read.append(request_id)
+    SlurmBooks.objects.bulk_create(
+        readings, update_conflicts=True, unique_fields=["request"], update_fields=READING_FIELDS
+    )
     return outcome
 
 
@@ -104,16 +108,17 @@ def _platform_card_hours(request_ids: list[int] | None, now) -> dict[int, tuple[
     return {row["request_id"]: (row["metered"] or 0.0, row["running"]) for row in rows}
 
 
-def _store(request_id: int, found: list[JobBooks], metered: float, *, final: bool, now) -> None:
+READING_FIELDS = ["jobs", "slurm_card_hours", "platform_card_hours", "difference_card_hours", "final", "read_at"]
+
+
+def _reading(request_id: int, found: list[JobBooks], metered: float, *, final: bool, now) -> SlurmBooks:
     slurm = sum(job.card_hours for job in found)
-    SlurmBooks.objects.update_or_create(
+    return SlurmBooks(
         request_id=request_id,
-        defaults={
-            "jobs": [job.as_data() for job in found],
-            "slurm_card_hours": round(slurm, 4),
-            "platform_card_hours": round(metered, 4),
-            "difference_card_hours": round(slurm - metered, 4),
-            "final": final,
-            "read_at": now,
-        },
+        jobs=[job.as_data() for job in found],
+        slurm_card_hours=round(slurm, 4),
+        platform_card_hours=round(metered, 4),
+        difference_card_hours=round(slurm - metered, 4),
+        final=final,
+        read_at=now,
     )
