@@ -13,7 +13,7 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 
 from django.conf import settings
-from django.db.models import Count, Q, Sum
+from django.db.models import Count, F, Q, Sum
 from django.utils import timezone
 
 from metering.expressions import card_hours
@@ -57,7 +57,7 @@ def slurm_books_reconcile(*, request_ids: list[int] | None = None, now=None) -> 
     each request's reading and difference. Two reads, one sacct call and one upsert, however many requests."""
     now = now or timezone.now()
     outcome = BooksOutcome()
-    platform = _platform_card_hours(request_ids, now)
+    platform = platform_card_hours(request_ids=request_ids, now=now)
     jobs = defaultdict(set)
     for request_id, job_id in Allocation.objects.filter(
         request_id__in=list(platform), slurm_job_id__isnull=False
@@ -89,14 +89,20 @@ def slurm_books_reconcile(*, request_ids: list[int] | None = None, now=None) -> 
     return outcome
 
 
-def _platform_card_hours(request_ids: list[int] | None, now) -> dict[int, tuple[float, int]]:
+def platform_card_hours(*, request_ids: list[int] | None = None, now) -> dict[int, tuple[float, int]]:
     """{request id: (card-hours the platform metered for its Slurm-run allocations, how many still run)} for the
-    requests asked for, else those whose books are open (no final reading), at most BATCH: one query."""
-    allocations = Allocation.objects.filter(slurm_job_id__isnull=False)
+    requests asked for, else those whose books are open, at most BATCH: one query. Open: never read, read while
+    something ran, or bound again since the final reading (a preempted request placed again runs a new job)."""
+    slurm_run = Allocation.objects.filter(slurm_job_id__isnull=False)
     if request_ids is not None:
-        allocations = allocations.filter(request_id__in=request_ids)
+        allocations = slurm_run.filter(request_id__in=request_ids)
     else:
-        allocations = allocations.exclude(request__slurm_books__final=True)
+        open_books = (
+            Q(request__slurm_books__isnull=True)
+            | Q(request__slurm_books__final=False)
+            | Q(started_at__gt=F("request__slurm_books__read_at"))
+        )
+        allocations = slurm_run.filter(request_id__in=slurm_run.filter(open_books).values("request_id"))
     rows = (
         allocations.order_by("request_id")
         .values("request_id")

@@ -4,13 +4,14 @@ counts that do not grow with the rows. Reading Slurm's books from a real slurmdb
 tests/provisioning/test_slurm_books.py."""
 
 import re
+from datetime import timedelta
 
 import pytest
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
-from metering.books.services import slurm_books_reconcile
+from metering.books.services import platform_card_hours, slurm_books_reconcile
 from metering.models import SlurmBooks
 from requests.models import ResourceRequest
 from scheduling.models import Allocation
@@ -233,3 +234,23 @@ def test_a_sacct_that_cannot_run_is_refused_and_writes_nothing(settings, world):
     outcome = slurm_books_reconcile()
     assert outcome.read == [] and not outcome.waiting and "could not run" in outcome.refused
     assert not SlurmBooks.objects.exists()
+
+
+def test_books_stay_open_until_final_and_open_again_when_the_request_is_bound_again(world, frozen):
+    cards = list(world.node.devices.order_by("index"))
+    first = bound(world, started=at("2026-11-11 08:00"), released=at("2026-11-11 09:00"))
+    running = bound(world, started=at("2026-11-20 11:00"), devices=cards[:2])
+    books_of(running, slurm=2, platform=2)
+    SlurmBooks.objects.filter(request=running.request).update(final=False)  # read while it ran
+    never_read = bound(world, started=at("2026-11-20 10:00"), devices=cards[2:])
+    Allocation.objects.filter(pk=never_read.pk).update(slurm_job_id=9)
+    books = books_of(first, slurm=2, platform=2)  # final
+    assert set(platform_card_hours(now=frozen)) == {running.request_id, never_read.request_id}
+    # Preempted and placed again after its final reading: a new job, read again with the first one.
+    again = Allocation.objects.create(
+        request=first.request, node=first.node, cpu_milli=1000, memory_mib=1024, priority=50, slurm_job_id=4243
+    )
+    Allocation.objects.filter(pk=again.pk).update(started_at=books.read_at + timedelta(minutes=5))
+    metered = platform_card_hours(now=frozen)
+    assert set(metered) == {first.request_id, running.request_id, never_read.request_id}
+    assert metered[first.request_id] == (2.0, 1)  # the whole request: the released hour, and the new one running
