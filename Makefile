@@ -69,7 +69,8 @@ browser:
 	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium; }
 
 # The Slurm tests start a real local cluster (devcluster/slurm_cluster.py) from Debian's packages; install them when missing.
-SLURM_PACKAGES := munge slurmctld slurmd slurmrestd slurm-client slurm-wlm-jwt-plugin
+# Its slurmdbd keeps the books on MariaDB (.ci/run starts the server).
+SLURM_PACKAGES := munge slurmctld slurmd slurmrestd slurmdbd mariadb-server slurm-client slurm-wlm-jwt-plugin
 slurm:
 	@dpkg-query -W -f='$${Status}\n' $(SLURM_PACKAGES) 2>/dev/null | grep -c "install ok installed" | grep -qx $(words $(SLURM_PACKAGES)) || { \
 	  echo "Installing Debian's Slurm for the Slurm tests"; \

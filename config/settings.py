@@ -385,6 +385,10 @@ SLURM_TIMEOUT_SECONDS = env_float("SLURM_TIMEOUT_SECONDS", 10.0)
 SLURM_WATCH_CONCURRENCY = env_int("SLURM_WATCH_CONCURRENCY", 8)
 SLURM_CONF = env_str("SLURM_CONF")
 SLURM_SCONTROL = env_str("SLURM_SCONTROL", "scontrol")
+# Slurm's own books (slurmdbd), read with sacct (SLURM_CONF as for scontrol): metering reconciles the card-hours of
+# Slurm-run work against them every SLURM_BOOKS_MINUTES while SLURM_REST_URL is set.
+SLURM_SACCT = env_str("SLURM_SACCT", "sacct")
+SLURM_BOOKS_MINUTES = env_int("SLURM_BOOKS_MINUTES", 15)
 # Slurm GRES type -> catalog accelerator model (slug or name) for `import_inventory --from-slurm`, e.g.
 # {"a100": "a100-40gb", "gpu": "t4-16gb"} ("gpu" names untyped GPUs); --gpu-model adds to it.
 SLURM_GPU_MODELS = env_json("SLURM_GPU_MODELS", {})

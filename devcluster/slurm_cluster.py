@@ -11,6 +11,10 @@ Facts this module is built on (measured on Debian 12, Slurm 22.05):
 - slurmd checks the declared CPUs/memory against the machine; `SlurmdParameters=config_overrides` makes it report
   the declared ones, so the test nodes can be larger than this 2-core machine (the jobs are `sleep`s).
 - slurmrestd v0.0.38 has no node update: drain/resume goes through `scontrol update`, with this cluster's SLURM_CONF.
+- Accounting (`accounting=True`): slurmdbd runs as slurm.conf's SlurmUser, as slurmctld does (root here): Slurm's
+  clients restrict their munge credentials to that user, so a slurmdbd running as another user (Debian's `slurm`)
+  refuses every client ("Unauthorized credential"). It keeps its books in a MariaDB database of this cluster's own
+  name, created by slurmdbd at start and dropped at teardown; slurmctld registers the cluster itself when it starts.
 """
 
 import contextlib
@@ -34,8 +38,12 @@ REST_API = "/slurm/v0.0.38"
 REST_USER = "slurmrest"  # runs slurmrestd and owns the JWT the tests use; jobs submitted over REST run as this user
 MUNGE_USER = "munge"
 DAEMONS = ("munged", "slurmctld", "slurmd", "slurmrestd")
-CLIENTS = ("scontrol", "sinfo", "squeue", "scancel", "sbatch")
-APT_PACKAGES = "munge slurmctld slurmd slurmrestd slurm-client slurm-wlm-jwt-plugin"
+CLIENTS = ("scontrol", "sinfo", "squeue", "scancel", "sbatch", "sacct", "sacctmgr")
+APT_PACKAGES = "munge slurmctld slurmd slurmrestd slurmdbd slurm-client slurm-wlm-jwt-plugin"
+SLURM_USER = "root"  # slurm.conf's SlurmUser: slurmctld and slurmdbd run as it
+# Where slurmdbd keeps the books: a MariaDB server the test machine runs (root without a password on the loopback).
+MARIADB = {"host": "127.0.0.1", "port": 3306, "user": "root", "password": ""}
+ACCOUNT = "platform"  # the one Slurm account the platform's jobs are charged to
 START_SECONDS = 60
 STOP_SECONDS = 10
 TOKEN_LIFESPAN_SECONDS = 24 * 3600
@@ -76,6 +84,7 @@ class SlurmCluster:
     slurm_conf: Path
     partition: str = "gpu"
     switches: dict[str, tuple[str, ...]] = field(default_factory=dict)  # leaf switch -> its nodes (topology.conf)
+    accounting_database: str = ""  # slurmdbd's MariaDB database; empty: no accounting
     _processes: dict[str, subprocess.Popen] = field(default_factory=dict, repr=False)
     _commands: dict[str, list[str]] = field(default_factory=dict, repr=False)
     _users: dict[str, str] = field(default_factory=dict, repr=False)
@@ -183,6 +192,8 @@ class SlurmCluster:
             _wait_for(self._controller_answers, self, name)
         if name == "slurmrestd":
             _wait_for(lambda: _rest_answers(self), self, name)
+        if name == "slurmdbd":
+            _wait_for(lambda: _sacctmgr_answers(self), self, name)
 
     def stop_controller(self) -> None:
         """slurmctld stopped (by PID): slurmrestd then answers every call after about 9 s with HTTP 500, errno -1."""
@@ -209,9 +220,10 @@ class SlurmCluster:
         return path.read_text(errors="replace")[-4000:] if path.exists() else f"(no {path})"
 
 
-def missing_parts() -> list[str]:
+def missing_parts(accounting: bool = False) -> list[str]:
     """The programs and users the cluster needs that this machine lacks (`make slurm` installs the programs)."""
-    missing = [f"program {name}" for name in DAEMONS + CLIENTS if shutil.which(name) is None]
+    programs = DAEMONS + CLIENTS + (("slurmdbd",) if accounting else ())
+    missing = [f"program {name}" for name in programs if shutil.which(name) is None]
     try:
         pwd.getpwnam(MUNGE_USER)
     except KeyError:
@@ -221,12 +233,17 @@ def missing_parts() -> list[str]:
 
 @contextlib.contextmanager
 def running_cluster(
-    node_count: int = 3, node_shape: NodeShape = NodeShape(), name_prefix: str = "cc", leaf_switches: int = 0
+    node_count: int = 3,
+    node_shape: NodeShape = NodeShape(),
+    name_prefix: str = "cc",
+    leaf_switches: int = 0,
+    accounting: bool = False,
 ) -> Iterator[SlurmCluster]:
     """Start a cluster, wait until every node is IDLE and slurmrestd answers, yield it, stop it. With
     `leaf_switches`, the nodes are split in that many leaf switches of equal size under one spine in a topology.conf
-    (TopologyPlugin=topology/tree; `SlurmCluster.switches` names them)."""
-    missing = missing_parts()
+    (TopologyPlugin=topology/tree; `SlurmCluster.switches` names them). With `accounting`, slurmdbd keeps the jobs'
+    books (sacct reads them) in a MariaDB database of the cluster's own (MARIADB), dropped at the end."""
+    missing = missing_parts(accounting)
     if missing:
         raise SlurmClusterError(f"Missing for the Slurm test cluster: {', '.join(missing)} (run `make slurm`).")
     _ensure_rest_user()
@@ -245,17 +262,24 @@ def running_cluster(
         user_name=REST_USER,
         token="",
         slurm_conf=root / "slurm.conf",
+        # One database per cluster: two test runs (or pytest workers) never share their books.
+        accounting_database=f"slurm_acct_{cluster_name}" if accounting else "",
     )
+    dbd_port = free_ports(1)[0] if accounting else 0
     try:
         cluster.switches = _switches(node_names, leaf_switches)
-        _write_files(cluster, controller_port=ports[0], node_ports=ports[1:-1])
+        _write_files(cluster, controller_port=ports[0], node_ports=ports[1:-1], dbd_port=dbd_port)
         _start(cluster, "munged", _munged_command(root), user=MUNGE_USER)
         _wait_for(lambda: (root / "munge" / "munge.socket").exists(), cluster, "munged")
+        if accounting:
+            _start_accounting(cluster)
         _start(cluster, "slurmctld", ["slurmctld", "-D", "-c", "-f", str(cluster.slurm_conf)])
         _wait_for(cluster._controller_answers, cluster, "slurmctld")
         for node in node_names:
             _start(cluster, f"slurmd-{node}", ["slurmd", "-D", "-N", node, "-f", str(cluster.slurm_conf)])
         _wait_for(lambda: set(cluster.node_states().values()) == {"idle"}, cluster, "slurmd")
+        if accounting:
+            _register_accounts(cluster)
         cluster.token = _issue_token(cluster)
         _start(
             cluster,
@@ -268,13 +292,15 @@ def running_cluster(
         yield cluster
     finally:
         _stop(cluster)
+        if cluster.accounting_database:
+            _drop_database(cluster.accounting_database)
         shutil.rmtree(root, ignore_errors=True)
 
 
 # --- Files ---------------------------------------------------------------------------------------------------------
 
 
-def _write_files(cluster: SlurmCluster, *, controller_port: int, node_ports: list[int]) -> None:
+def _write_files(cluster: SlurmCluster, *, controller_port: int, node_ports: list[int], dbd_port: int) -> None:
     root = cluster.root
     for directory in ("state", "spool", "log", "run", "dev"):
         (root / directory).mkdir()
@@ -293,7 +319,10 @@ def _write_files(cluster: SlurmCluster, *, controller_port: int, node_ports: lis
             f"RealMemory={shape.real_memory_mib} Gres={shape.gres} State=UNKNOWN"
         )
     (root / "gres.conf").write_text("\n".join(gres_lines) + "\n")
-    (root / "slurm.conf").write_text(_slurm_conf(cluster, controller_port, node_lines))
+    (root / "slurm.conf").write_text(_slurm_conf(cluster, controller_port, node_lines, dbd_port))
+    if dbd_port:
+        # slurmdbd refuses a configuration its SlurmUser does not own or others may read (it holds the password).
+        _write_owned(root / "slurmdbd.conf", _slurmdbd_conf(cluster, dbd_port).encode(), SLURM_USER, 0o600)
     if cluster.switches:
         (root / "topology.conf").write_text(_topology_conf(cluster.switches))
 
@@ -322,13 +351,13 @@ def _fake_gpus(cluster: SlurmCluster, node: str) -> str:
     return f"NodeName={node} Name=gpu{gpu_type} File={directory}/nvidia[0-{last}]"
 
 
-def _slurm_conf(cluster: SlurmCluster, controller_port: int, node_lines: list[str]) -> str:
+def _slurm_conf(cluster: SlurmCluster, controller_port: int, node_lines: list[str], dbd_port: int) -> str:
     root = cluster.root
     settings = {
         "ClusterName": cluster.name,
         "SlurmctldHost": f"{socket.gethostname()}(127.0.0.1)",
         "SlurmctldPort": controller_port,
-        "SlurmUser": "root",
+        "SlurmUser": SLURM_USER,
         "SlurmdUser": "root",
         "AuthType": "auth/munge",
         "CredType": "cred/munge",
@@ -368,9 +397,44 @@ def _slurm_conf(cluster: SlurmCluster, controller_port: int, node_lines: list[st
     }
     if cluster.switches:
         settings["TopologyPlugin"] = "topology/tree"  # topology.conf beside slurm.conf
+    if dbd_port:
+        # Every job's allocated GPUs are in its books (AllocTRES gres/gpu=N), beside CPUs, memory and nodes.
+        settings |= {
+            "AccountingStorageType": "accounting_storage/slurmdbd",
+            "AccountingStorageHost": "127.0.0.1",
+            "AccountingStoragePort": dbd_port,
+            "AccountingStorageTRES": "gres/gpu",
+            # With munge, the "password" names the munge socket the connections to slurmdbd use (AuthInfo does not
+            # reach them): this cluster's munged, not the machine's default socket.
+            "AccountingStoragePass": root / "munge" / "munge.socket",
+        }
     lines = [f"{key}={value}" for key, value in settings.items()]
     lines += node_lines
     lines.append(f"PartitionName={cluster.partition} Nodes=ALL Default=YES MaxTime=INFINITE State=UP")
+    return "\n".join(lines) + "\n"
+
+
+def _slurmdbd_conf(cluster: SlurmCluster, dbd_port: int) -> str:
+    root = cluster.root
+    settings = {
+        "AuthType": "auth/munge",
+        "AuthInfo": f"socket={root / 'munge' / 'munge.socket'}",
+        "DbdHost": "localhost",
+        "DbdAddr": "127.0.0.1",
+        "DbdPort": dbd_port,
+        "SlurmUser": SLURM_USER,
+        "PidFile": root / "run" / "slurmdbd.pid",
+        "LogFile": root / "log" / "slurmdbd.log",
+        "DebugLevel": "info",
+        "StorageType": "accounting_storage/mysql",
+        "StorageHost": MARIADB["host"],
+        "StoragePort": MARIADB["port"],
+        "StorageUser": MARIADB["user"],
+        "StorageLoc": cluster.accounting_database,
+    }
+    lines = [f"{key}={value}" for key, value in settings.items()]
+    if MARIADB["password"]:
+        lines.append(f"StoragePass={MARIADB['password']}")
     return "\n".join(lines) + "\n"
 
 
@@ -460,6 +524,39 @@ def _start(
         cluster._extra_env[name] = extra_env
 
 
+def _start_accounting(cluster: SlurmCluster) -> None:
+    """slurmdbd (root, as slurmctld), before slurmctld, which registers the cluster with it when it starts; it creates
+    its database and tables on the first start."""
+    _start(cluster, "slurmdbd", ["slurmdbd", "-D"])
+    _wait_for(lambda: _sacctmgr_answers(cluster), cluster, "slurmdbd")
+
+
+def _sacctmgr_answers(cluster: SlurmCluster) -> bool:
+    return cluster.run("sacctmgr", "--noheader", "show", "cluster", check=False).returncode == 0
+
+
+def _register_accounts(cluster: SlurmCluster) -> None:
+    """The account the platform's jobs are charged to, with the users that submit them (the REST user, and root for
+    scontrol and the tests), so that the books name who ran what. slurmctld added the cluster itself."""
+    cluster.run("sacctmgr", "--immediate", "add", "account", ACCOUNT, f"cluster={cluster.name}")
+    cluster.run(
+        "sacctmgr", "--immediate", "add", "user", f"{REST_USER},root", f"account={ACCOUNT}", f"cluster={cluster.name}"
+    )
+
+
+def _drop_database(name: str) -> None:
+    """Drop the cluster's books (mysql client, as slurmdbd reached the server); a server gone by now is left alone."""
+    server = [f"--host={MARIADB['host']}", f"--port={MARIADB['port']}", f"--user={MARIADB['user']}"]
+    password = {"MYSQL_PWD": MARIADB["password"]} if MARIADB["password"] else {}
+    subprocess.run(
+        ["mysql", *server, "--execute", f"DROP DATABASE IF EXISTS `{name}`"],
+        env={**os.environ, **password},
+        capture_output=True,
+        timeout=30,
+        check=False,
+    )
+
+
 def _wait_for(condition, cluster: SlurmCluster, part: str) -> None:
     deadline = time.monotonic() + START_SECONDS
     last_error = ""
@@ -542,7 +639,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=main.__doc__)
     parser.add_argument("--env-file", type=Path, default=Path("slurm.env"))
     arguments = parser.parse_args()
-    with running_cluster(name_prefix="demo") as cluster:
+    with running_cluster(name_prefix="demo", accounting=True) as cluster:
         token_file = cluster.root / "rest.jwt"
         token_file.write_text(cluster.token)
         token_file.chmod(0o600)

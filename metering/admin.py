@@ -1,8 +1,10 @@
-"""Operator console for metering: raw telemetry, daily rollups and budget alerts (all read-only: they are written by
-the collector, the rollup and the budget check), and the usage report with the same figures as the portal page."""
+"""Operator console for metering: raw telemetry, daily rollups, budget alerts and Slurm's books (all read-only: they
+are written by the collector, the rollup, the budget check and the books' reader), and the usage report with the same
+figures as the portal page."""
 
 from django.contrib import admin
 from django.core.exceptions import PermissionDenied
+from django.db.models.functions import Abs
 from django.template.response import TemplateResponse
 from django.urls import path, reverse
 from django.utils import timezone
@@ -10,7 +12,7 @@ from django.utils import timezone
 from config.admin_actions import ReadOnlyAdminMixin, related_list_filter
 from config.dashboard import PanelContent, Row, register_panel
 from metering.forms import UsageFilterForm
-from metering.models import BudgetAlert, DailyUsage, IdlePolicy, IdleWatch, TelemetrySample
+from metering.models import BudgetAlert, DailyUsage, IdlePolicy, IdleWatch, SlurmBooks, TelemetrySample
 from metering.views import usage_context
 from tenancy.audited_admin import AuditedAdminMixin
 
@@ -104,6 +106,32 @@ class BudgetAlertAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
     @admin.display(description="%")
     def percent(self, alert):
         return alert.percent
+
+
+@admin.register(SlurmBooks)
+class SlurmBooksAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
+    """Per request, Slurm's card-hours (sacct) against the platform's, and the difference: the largest first."""
+
+    list_display = ["request", "project", "job_ids", "slurm", "platform", "difference", "final", "read_at"]
+    fields = ["request", "job_ids", "slurm", "platform", "difference", "final", "read_at", "jobs"]
+    readonly_fields = ["job_ids", "slurm", "platform", "difference"]
+    slurm = rounded("slurm_card_hours", 4, "Slurm's card-hours")
+    platform = rounded("platform_card_hours", 4, "Metered card-hours")
+    difference = rounded("difference_card_hours", 4, "Difference")
+    list_filter = ["final", ("request__project", related_list_filter("tenant"))]
+    list_select_related = ["request__project__tenant", "request__service"]
+    search_fields = ["=request__id", "request__project__slug"]
+
+    def get_ordering(self, request):
+        return [Abs("difference_card_hours").desc(), "request_id"]
+
+    @admin.display(description="Project", ordering="request__project__slug")
+    def project(self, books):
+        return books.request.project
+
+    @admin.display(description="Slurm jobs")
+    def job_ids(self, books):
+        return ", ".join(str(job["job_id"]) for job in books.jobs)
 
 
 # --- The console's home: budget alerts -------------------------------------------------------------------------

@@ -250,3 +250,27 @@ class IdleWatch(models.Model):
 
     def __str__(self):
         return f"Idle watch of request #{self.request_id}"
+
+
+class SlurmBooks(models.Model):
+    """What Slurm's own books (slurmdbd, read with sacct) say a request's Slurm jobs held, against the card-hours the
+    platform metered for the same allocations. Written only by metering.books.services."""
+
+    request = models.OneToOneField("requests.ResourceRequest", on_delete=models.CASCADE, related_name="slurm_books")
+    jobs = models.JSONField(default=list, help_text="Each job as the books have it (id, state, GPUs, elapsed, times).")
+    slurm_card_hours = models.FloatField(help_text="GPUs x elapsed of its jobs, as Slurm's books have them.")
+    platform_card_hours = models.FloatField(help_text="What the platform metered for the allocations those jobs ran.")
+    difference_card_hours = models.FloatField(help_text="Slurm's card-hours minus the platform's.")
+    final = models.BooleanField(
+        default=False, help_text="Every job has ended in the books and every allocation is released: not read again."
+    )
+    read_at = models.DateTimeField()
+
+    class Meta:
+        verbose_name = "Slurm's books of a request"
+        verbose_name_plural = "Slurm's books"
+        ordering = ["-read_at", "request"]
+        indexes = [models.Index(fields=["final"], condition=Q(final=False), name="slurm_books_open_idx")]
+
+    def __str__(self):
+        return f"Slurm's books of request #{self.request_id}"

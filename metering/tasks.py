@@ -5,6 +5,7 @@ from datetime import datetime
 
 from config.retry import retry_if_locked
 from metering import services
+from metering.books import services as books
 from metering.idle import services as idle_services
 from metering.metrics import SCHEDULER_CYCLE_BOUNDS, SCHEDULER_CYCLE_SECONDS
 
@@ -48,3 +49,8 @@ def store_agent_readings(readings: dict[str, dict[str, float]], at: str) -> int:
 @retry_if_locked
 def sweep_idle() -> dict:
     return idle_services.idle_sweep().as_dict()
+
+
+@retry_if_locked
+def read_slurm_books() -> dict:
+    return books.slurm_books_refresh()

@@ -14,6 +14,7 @@ from django.utils import timezone
 
 from catalog.models import AcceleratorModel
 from metering import selectors
+from metering.books.selectors import reserved_idle_report, slurm_books_report
 from metering.charts import bar_chart, burn_down_chart
 from metering.choices import Grouping
 from metering.forms import UsageFilterForm
@@ -86,6 +87,29 @@ def _share(line: dict) -> float:
     return round(100 * line["idle_card_hours"] / line["card_hours"], 1) if line["card_hours"] else 0.0
 
 
+# The requests listed under "Slurm's books": the largest differences first; the usage API has them all.
+BOOKS_REQUESTS_SHOWN = 20
+
+
+def _slurm_books(*, user: User, project_id: int | None, first: date, last: date, project_names: dict) -> dict:
+    rows = sorted(
+        slurm_books_report(user=user, first_month=first, last_month=last, project_id=project_id),
+        key=lambda row: (-abs(row["difference_card_hours"]), row["request"]),
+    )
+    return {
+        "requests": [
+            {**row, "project_label": project_names.get(row["project"], row["project"])}
+            for row in rows[:BOOKS_REQUESTS_SHOWN]
+        ],
+        "not_shown": max(0, len(rows) - BOOKS_REQUESTS_SHOWN),
+    }
+
+
+def _reserved_idle(*, user: User, project_id: int | None, first: date, last: date, now, project_names: dict):
+    rows = reserved_idle_report(user=user, first_month=first, last_month=last, project_id=project_id, now=now)
+    return [{**row, "project_label": project_names.get(row["project"], row["project"])} for row in rows]
+
+
 def _multi_node(*, user: User, project_id: int | None, first: date, last: date, now) -> list[dict]:
     """The multi-node requests of these months, each one line with its members (their nodes and figures): the
     report grouped by request, a fixed number of queries however many there are."""
@@ -138,6 +162,12 @@ def usage_context(*, user: User, project: Project | None, first: date, last: dat
             for advice in (found.as_data() for found in selectors.recommendations(user=user, project_id=project_id))
         ],
         "idle": _idle(user=user, project_id=project_id, first=first, last=last, project_names=project_names),
+        "reserved_idle": _reserved_idle(
+            user=user, project_id=project_id, first=first, last=last, now=now, project_names=project_names
+        ),
+        "slurm_books": _slurm_books(
+            user=user, project_id=project_id, first=first, last=last, project_names=project_names
+        ),
         "kpi": selectors.zero_touch_kpi(user=user, first_month=first, last_month=last, project_id=project_id),
         "tokens": [
             {**row, "project_label": project_names.get(row["project"], row["project"])}

@@ -12,6 +12,7 @@ USAGE_TASK = "metering.tasks.refresh_usage"
 TELEMETRY_TASK = "metering.tasks.refresh_telemetry"
 ENDED_TASK = "metering.tasks.refresh_ended_allocations"
 IDLE_TASK = "metering.tasks.sweep_idle"
+SLURM_BOOKS_TASK = "metering.tasks.read_slurm_books"
 AGENT_READINGS_TASK = "metering.tasks.store_agent_readings"
 
 
@@ -31,13 +32,15 @@ def record_cycle_duration(*, seconds: float, **_kwargs) -> None:
 
 
 def ensure_schedules(**_kwargs) -> None:
-    """Telemetry every sampling interval, the ledger, budgets and idle sweep every five minutes, rollups hourly."""
+    """Telemetry every sampling interval, the ledger, budgets and idle sweep every five minutes, rollups hourly,
+    Slurm's books every SLURM_BOOKS_MINUTES."""
     every = max(1, settings.METERING_SAMPLE_INTERVAL_SECONDS // 60)
     schedules.ensure(
         ("Metering: collect telemetry", COLLECT_TASK, (Schedule.MINUTES, every)),
         ("Metering: card-hour ledger and budgets", USAGE_TASK, (Schedule.MINUTES, 5)),
         ("Metering: daily rollups and retention", TELEMETRY_TASK, schedules.HOURLY),
         ("Metering: idle warnings and stops", IDLE_TASK, schedules.EVERY_FIVE_MINUTES),
+        ("Metering: Slurm's books", SLURM_BOOKS_TASK, (Schedule.MINUTES, settings.SLURM_BOOKS_MINUTES)),
     )
 
 

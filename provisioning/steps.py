@@ -35,7 +35,7 @@ from provisioning.targets import allocation_target
 from requests.choices import EventCode
 from requests.services import record_event
 from scheduling.allocations import allocations_adopt_backend_bindings, allocations_workload_started
-from scheduling.choices import AllocationState
+from scheduling.choices import AllocationState, ExecutionBackend
 from scheduling.models import Allocation
 from serving.deployments import (
     deployment_for,
@@ -180,7 +180,12 @@ def readiness_checks(contexts: list[StepContext]) -> list[dict | Exception]:
             ctx.run.allocation_id: _workload_started_at(outcome)
             for ctx, outcome in zip(contexts, outcomes, strict=True)
             if isinstance(outcome, dict)
-        }
+        },
+        slurm_jobs={
+            ctx.run.allocation_id: outcome["job_id"]
+            for ctx, outcome in zip(contexts, outcomes, strict=True)
+            if backend == ExecutionBackend.SLURM and isinstance(outcome, dict) and "job_id" in outcome
+        },
     )
     return outcomes
 

@@ -439,10 +439,11 @@ class AllocationAdmin(ReadOnlyAdmin):
         "expires_at",
         "preempt_at",
         "released_at",
+        "slurm_job_id",
     ]
     list_filter = ["state", "preemptible"]
     list_select_related = ["node", "request__service", "request__project"]
-    search_fields = ["node__name", "=request__id"]
+    search_fields = ["node__name", "=request__id", "=slurm_job_id"]
     date_hierarchy = "started_at"
 
     def get_queryset(self, request):

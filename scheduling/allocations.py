@@ -40,16 +40,26 @@ def allocations_meter_from_workload(*, allocation_ids: list[int]) -> None:
     )
 
 
-def allocations_workload_started(*, started: dict[int, datetime]) -> None:
+def allocations_workload_started(*, started: dict[int, datetime], slurm_jobs: dict[int, int] | None = None) -> None:
     """The backend started each allocation's workload (by allocation id) at that time, and the members of the
     gangs they lead with them; the first report counts (a readiness check run again after a crash does not move it).
-    Two statements for the batch."""
+    `slurm_jobs`: the Slurm job that runs each of them (by allocation id), recorded on the gang's members too, so
+    that metering finds them in Slurm's books. Two statements for the batch, three with jobs."""
     if started:
         members = _gang_members_led_by(list(started))
         started = {**started, **{member: started[leader] for member, leader in members.items()}}
         Allocation.objects.filter(pk__in=started, workload_started_at__isnull=True).update(
             workload_started_at=Case(*(When(pk=allocation_id, then=Value(at)) for allocation_id, at in started.items()))
         )
+        slurm_jobs = slurm_jobs or {}
+        jobs = {
+            **slurm_jobs,
+            **{member: slurm_jobs[leader] for member, leader in members.items() if leader in slurm_jobs},
+        }
+        if jobs:
+            Allocation.objects.filter(pk__in=jobs, slurm_job_id__isnull=True).update(
+                slurm_job_id=Case(*(When(pk=allocation_id, then=Value(job)) for allocation_id, job in jobs.items()))
+            )
 
 
 def _gang_members_led_by(allocation_ids: list[int]) -> dict[int, int]:

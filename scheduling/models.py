@@ -403,6 +403,12 @@ class Allocation(ConcurrentTransitionMixin, models.Model):
     workload_started_at = models.DateTimeField(
         null=True, blank=True, help_text="When the backend started the workload (a Slurm job's start time)."
     )
+    slurm_job_id = models.PositiveBigIntegerField(
+        null=True,
+        blank=True,
+        help_text="The Slurm job that ran the workload (a gang's one job, on every member): where Slurm's own books "
+        "(sacct) account for it.",
+    )
     expiry_warned_at = models.DateTimeField(null=True, blank=True)
     heartbeat_at = models.DateTimeField(null=True, blank=True, help_text="Last sign of life from the runtime.")
     session_seen_at = models.DateTimeField(

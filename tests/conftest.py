@@ -163,8 +163,9 @@ def console(client, operator):
 @pytest.fixture(scope="session")
 def slurm_cluster():
     """A real Slurm cluster (devcluster/slurm_cluster.py) shared by the session: 3 idle nodes with gpu:a100:2 each,
-    slurmrestd with a JWT. A missing part fails the test that asked for it (`make slurm` installs the parts)."""
-    with cluster_for_tests() as cluster:
+    slurmrestd with a JWT, and slurmdbd keeping its books in MariaDB (a database of its own, dropped at the end). A
+    missing part fails the test that asked for it (`make slurm` installs the parts)."""
+    with cluster_for_tests(accounting=True) as cluster:
         yield cluster
 
 

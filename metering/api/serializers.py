@@ -172,3 +172,23 @@ class IdleUsageRequestSerializer(IdleUsageLineSerializer):
 class IdleUsageSerializer(serializers.Serializer):
     projects = IdleUsageLineSerializer(many=True)
     requests = IdleUsageRequestSerializer(many=True)
+
+
+class SlurmBooksRowSerializer(serializers.Serializer):
+    request = serializers.IntegerField()
+    project = serializers.CharField()
+    jobs = serializers.ListField(child=serializers.IntegerField(), help_text="The Slurm job ids read.")
+    slurm_card_hours = serializers.FloatField(help_text="GPUs x elapsed of its jobs in Slurm's books (sacct).")
+    platform_card_hours = serializers.FloatField(help_text="What the platform metered for the same allocations.")
+    difference_card_hours = serializers.FloatField(help_text="Slurm's card-hours minus the platform's.")
+    final = serializers.BooleanField(help_text="Every job ended and every allocation released: not read again.")
+    read_at = serializers.DateTimeField()
+
+
+class ReservedIdleRowSerializer(serializers.Serializer):
+    project = serializers.CharField()
+    reservations = serializers.IntegerField(help_text="Advance reservations that held cards in the months.")
+    reserved_card_hours = serializers.FloatField(help_text="Card-hours they held, from the window's start.")
+    reserved_idle_card_hours = serializers.FloatField(
+        help_text="Of those, held with nothing running: before the workload started, or until a no-show's release."
+    )

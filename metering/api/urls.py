@@ -10,4 +10,6 @@ urlpatterns = [
     path("zero-touch/", views.ZeroTouchView.as_view(), name="usage-zero-touch"),
     path("tokens/", views.TokenUsageView.as_view(), name="usage-tokens"),
     path("idle/", views.IdleUsageView.as_view(), name="usage-idle"),
+    path("slurm-books/", views.SlurmBooksView.as_view(), name="usage-slurm-books"),
+    path("reserved-idle/", views.ReservedIdleView.as_view(), name="usage-reserved-idle"),
 ]

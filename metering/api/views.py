@@ -13,6 +13,7 @@ from rest_framework.views import APIView
 
 from metering import selectors
 from metering.api import serializers
+from metering.books.selectors import reserved_idle_report, slurm_books_report
 from metering.idle.selectors import idle_report
 
 PERIOD_PARAMETERS = [
@@ -177,3 +178,34 @@ class IdleUsageView(APIView):
             project_id=project.get("project"),
         )
         return Response(serializers.IdleUsageSerializer(report).data)
+
+
+def _period_and_project(request) -> dict:
+    period = _query(serializers.PeriodQuerySerializer, request)
+    project = _query(serializers.ProjectQuerySerializer, request)
+    return {"first_month": period["first"], "last_month": period["last"], "project_id": project.get("project")}
+
+
+class SlurmBooksView(APIView):
+    @extend_schema(
+        parameters=[*PERIOD_PARAMETERS, OpenApiParameter("project", int)],
+        responses=serializers.SlurmBooksRowSerializer(many=True),
+        description="For each request you may see whose work ran as Slurm jobs in the months: the card-hours Slurm's "
+        "own books (slurmdbd, sacct: gres/gpu x elapsed) hold for its jobs, those the platform metered, and the "
+        "difference, as last read.",
+    )
+    def get(self, request):
+        rows = slurm_books_report(user=request.user, **_period_and_project(request))
+        return Response(serializers.SlurmBooksRowSerializer(rows, many=True).data)
+
+
+class ReservedIdleView(APIView):
+    @extend_schema(
+        parameters=[*PERIOD_PARAMETERS, OpenApiParameter("project", int)],
+        responses=serializers.ReservedIdleRowSerializer(many=True),
+        description="Per project you may see: the card-hours its advance reservations held in the months, and of "
+        "those the hours held with nothing running (reserved but idle).",
+    )
+    def get(self, request):
+        rows = reserved_idle_report(user=request.user, **_period_and_project(request))
+        return Response(serializers.ReservedIdleRowSerializer(rows, many=True).data)

@@ -19,6 +19,7 @@ TASKS = {
     "metering.tasks.refresh_usage",
     "metering.tasks.refresh_telemetry",
     "metering.tasks.sweep_idle",
+    "metering.tasks.read_slurm_books",
 }
 
 

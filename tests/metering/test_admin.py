@@ -8,17 +8,23 @@ from metering import services
 from metering.models import TelemetrySample
 from tests import factories
 from tests.metering.conftest import at, bound, use
+from tests.metering.test_books import books_of
 from tests.queries import queries_for
 from tests.scheduling.inventory_helpers import node
 
 pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("frozen")]
 
-CHANGELISTS = ["/admin/metering/telemetrysample/", "/admin/metering/dailyusage/", "/admin/metering/budgetalert/"]
+CHANGELISTS = [
+    "/admin/metering/telemetrysample/",
+    "/admin/metering/dailyusage/",
+    "/admin/metering/budgetalert/",
+    "/admin/metering/slurmbooks/",
+]
 REPORT = "/admin/metering/dailyusage/report/"
 
 
 def rows(world, roles, eight_cards):
-    """Telemetry, daily rollups and budget alerts of one more project."""
+    """Telemetry, daily rollups, budget alerts and Slurm's books of one more project."""
     project = factories.project()
     use(world, project, eight_cards, world.service)
     [device] = node(devices=1, model=world.model).devices.all()
@@ -33,6 +39,11 @@ def rows(world, roles, eight_cards):
             power_w=200,
         )
         for minute in range(3)
+    )
+    books_of(
+        bound(world, project=project, started=at("2026-11-19 08:00"), released=at("2026-11-19 09:00")),
+        slurm=3,
+        platform=2,
     )
     services.usage_refresh()
 

@@ -12,6 +12,8 @@ import pytest
 
 from catalog.choices import TopologyLevel, TopologyMode
 from catalog.models import Vendor
+from metering.books.services import slurm_books_reconcile
+from metering.models import SlurmBooks
 from provisioning.choices import RunKind, RunState
 from provisioning.models import ProvisioningRun
 from requests import services as request_services
@@ -27,14 +29,16 @@ from tests import factories
 from tests.devcluster_fixtures import cluster_for_tests
 from tests.provisioning.conftest import add_node
 from tests.provisioning.test_slurm_backend import eventually, in_state, job_state
+from tests.provisioning.test_slurm_books import SECONDS_APART, ended_books
 
 pytestmark = [pytest.mark.django_db, pytest.mark.integration]
 
 
 @pytest.fixture(scope="module")
 def gang_cluster():
-    """Six nodes (gpu:a100:2 each) under two leaf switches, for this module only: the session's cluster is unchanged."""
-    with cluster_for_tests(node_count=6, leaf_switches=2, name_prefix="gang") as cluster:
+    """Six nodes (gpu:a100:2 each) under two leaf switches, with Slurm's books, for this module only: the session's
+    cluster is unchanged."""
+    with cluster_for_tests(node_count=6, leaf_switches=2, name_prefix="gang", accounting=True) as cluster:
         yield cluster
 
 
@@ -137,6 +141,7 @@ def test_a_two_node_order_runs_as_one_slurm_job_on_one_switch_and_release_cancel
     job = gangs.api.job(job_id)
     assert (job["tres_per_node"], job["time_limit"]) == ("gres:gpu:a100:2", 60)
     assert all(member.workload_started_at and member.metered_from_workload for member in _fresh(members))
+    assert {member.slurm_job_id for member in _fresh(members)} == {job_id}  # the one job is every member's
 
     gangs.run_on_commit(request_services.request_release, request=request, actor=request.requester, reason="done")
 
@@ -144,6 +149,11 @@ def test_a_two_node_order_runs_as_one_slurm_job_on_one_switch_and_release_cancel
     assert eventually(lambda: job_state(gangs.api, job_id) == "CANCELLED")
     assert {member.state for member in _fresh(members)} == {AllocationState.RELEASED}
     assert not Device.objects.filter(allocated_milli__gt=0).exists()
+    # Slurm's books hold the one job's four GPUs; the platform metered two on each member: the same card-hours.
+    books = eventually(lambda: ended_books(job_id), seconds=30)
+    assert books.gpus == 4
+    assert slurm_books_reconcile().read == [request.pk]
+    assert abs(SlurmBooks.objects.get(request=request).difference_card_hours) <= 4 * SECONDS_APART
 
 
 def test_a_member_node_drained_before_the_job_starts_takes_the_whole_gang_back_to_the_queue(gangs):

@@ -19,6 +19,7 @@ from scheduling import cycle, expected_start, outcome, reclaim
 from scheduling.allocations import allocations_meter_from_workload
 from scheduling.models import MaintenanceWindow
 from tenancy.services import quota_set
+from tests import factories
 from tests.requests.conftest import approval_rule, approver_stage, make_order, order_post
 from tests.scheduling.test_cycle import add_node, queued, shop, team  # noqa: F401 (fixtures)
 
@@ -221,7 +222,13 @@ def test_operators_see_the_reservations_per_spec_and_site_in_constant_queries(
     assert page.count('class="reservation-row"') == 4 and "not planned yet" in page
 
 
-def test_a_reservation_with_nothing_running_after_its_start_is_released_as_a_no_show(shop, team, clock, settings):  # noqa: F811
+def test_a_no_show_is_released_and_its_held_hours_are_reserved_but_idle_in_the_report(
+    shop,  # noqa: F811
+    team,  # noqa: F811
+    clock,
+    settings,
+    api_as,
+):
     settings.RESERVATION_NO_SHOW_MINUTES = 30
     add_node(shop.accelerator, cards=2)
     reservation = reserve(shop, team, START + HOUR)
@@ -238,6 +245,14 @@ def test_a_reservation_with_nothing_running_after_its_start_is_released_as_a_no_
     allocations_meter_from_workload(allocation_ids=[allocation.pk])  # what starting a workload asks for
     allocation.refresh_from_db()
     assert allocation.metered_from_workload is False  # its held hours count, from the allocation, used or not
+    # The usage report shows them apart: held from the window's start to the release, nothing ever ran.
+    [row] = api_as(factories.operator()).get("/api/v1/usage/reserved-idle/", {"project": team.project.pk}).json()
+    half_an_hour = float(reservation.gpu_equivalents) / 2
+    assert (row["reservations"], row["reserved_card_hours"], row["reserved_idle_card_hours"]) == (
+        1,
+        half_an_hour,
+        half_an_hour,
+    )
 
 
 def test_the_order_form_reserves_a_window_and_offers_the_earliest_free_one(shop, team, clock, client):  # noqa: F811
