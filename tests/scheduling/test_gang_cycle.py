@@ -300,3 +300,25 @@ def test_a_crowded_out_gang_at_the_head_holds_all_its_nodes_and_only_work_ending
     assert ending_first.pk in result.allocated
     outlasting.refresh_from_db()
     assert outlasting.queue_reason["numbers"]["reserved_for"] == str(gang.pk)
+
+
+def test_a_gang_never_mixes_slurm_and_container_nodes_and_the_reason_says_so(shop, team):
+    """One rack of a Slurm node and a container node, both free and both able to run multi-node work: the 2-node gang
+    cannot run there as one job, so it never fits this inventory (the reason counts per backend); a second container
+    node in the rack lets it run, on the two container nodes."""
+    racks(shop.accelerator, 1, backend="slurm")
+    rack = Rack.objects.get(name="r1")
+    add_node(shop.accelerator, "r1-c0", rack, backend="container")
+    gang = submit(shop, team, shop.gang)
+    result = cycle.run_cycle()
+    gang.refresh_from_db()
+    assert result.waiting == {gang.pk: "no_matching_spec"} and not gang.allocations.exists()
+    numbers = {"nodes": 2, "level": "rack", "largest": 1, "domain": "r1", "backend": "container"}
+    assert gang.queue_reason["numbers"] == numbers
+    assert "no rack of one backend has 2 nodes" in gang.queue_reason["message"]
+    assert "though r1 has 2 over 2 backends (a gang runs on one)" in gang.queue_reason["message"]
+
+    add_node(shop.accelerator, "r1-c1", rack, backend="container")
+    result = cycle.run_cycle()
+    assert result.allocated == [gang.pk]
+    assert set(gang.allocations.values_list("node__name", flat=True)) == {"r1-c0", "r1-c1"}
