@@ -18,7 +18,7 @@ nodes that changed and the domains, never the whole fleet). Pure Python, no Djan
 from __future__ import annotations
 
 from collections import Counter, defaultdict
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import replace
 from datetime import datetime
 
@@ -273,7 +273,7 @@ class GangPlacer:
         if counts is None:
             paths = self.engine.topology.paths
             counts = self._rooms[key] = Counter(
-                paths[i][level] for i, node in enumerate(self.engine.nodes) if _could_hold(node, demand)
+                paths[i][level] for i, node in enumerate(self.engine.nodes) if could_hold(node, demand)
             )
         return counts
 
@@ -339,7 +339,7 @@ def _models(demand: Demand) -> str:
     return "/".join(sorted(demand.models)) or "cards"
 
 
-def _could_hold(node: NodeView, demand: Demand) -> bool:
+def could_hold(node: NodeView, demand: Demand) -> bool:
     """Whether the node, empty and healthy, could hold one member (whatever its state now)."""
     cards = sum(1 for device in node.devices if not demand.models or device.model in demand.models)
     return (
@@ -426,7 +426,7 @@ def domain_frees(
         if paths[i][demand.level] == path
         and index.spare[i] is None
         and node.schedulable
-        and _could_hold(node, demand)
+        and could_hold(node, demand)
         and (at := _node_frees_at(engine, i, demand, running[node.name], ends)) is not None
     )
     return (lacking, times[lacking - 1]) if len(times) >= lacking else None
@@ -438,19 +438,36 @@ def _node_frees_at(
     """When node i could take one member, its running work given back in the order it ends; None: never by that."""
     node = engine.nodes[i]
     cpu, mem, free = engine.cpu[i], engine.mem[i], list(engine.free[i])
-    wanted = [
-        j
-        for j, device in enumerate(node.devices)
-        if device.health == HEALTHY and (not demand.models or device.model in demand.models)
-    ]
     for allocation in sorted(running, key=lambda allocation: ends[allocation.id]):
         cpu, mem = cpu + allocation.cpu_milli, mem + allocation.memory_mib
         for j, milli in allocation.devices:
             free[j] += milli
-        whole = sum(1 for j in wanted if free[j] >= MILLI)
-        if whole >= demand.count and cpu >= demand.cpu_milli and mem >= demand.memory_mib:
+        if _takes_member(node, free, cpu, mem, demand):
             return ends[allocation.id]
     return None
+
+
+def holds_member_without(engine, i: int, demand: Demand, gone: Iterable[RunningAllocation]) -> bool:
+    """Whether node i could take one member once the running work `gone` has given its share back (the engine's
+    state is only read: preemption planning tries many such sets)."""
+    node = engine.nodes[i]
+    cpu, mem, free = engine.cpu[i], engine.mem[i], list(engine.free[i])
+    for allocation in gone:
+        cpu, mem = cpu + allocation.cpu_milli, mem + allocation.memory_mib
+        for j, milli in allocation.devices:
+            free[j] += milli
+    return _takes_member(node, free, cpu, mem, demand)
+
+
+def _takes_member(node: NodeView, free: Sequence[int], cpu: int, mem: int, demand: Demand) -> bool:
+    """Whether a node with this much free (per device milli, CPU, memory) holds one member: K free healthy whole cards
+    of the wanted models, its CPU and its memory."""
+    whole = sum(
+        1
+        for j, device in enumerate(node.devices)
+        if device.health == HEALTHY and free[j] >= MILLI and (not demand.models or device.model in demand.models)
+    )
+    return whole >= demand.count and cpu >= demand.cpu_milli and mem >= demand.memory_mib
 
 
 def _wait_text(seconds: float) -> str:
