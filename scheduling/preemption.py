@@ -180,16 +180,21 @@ def _still_pending(winner, allocations: list[Allocation], running: dict) -> dict
     return _pending_reason(victims, preempt_at, f"on {node}", {"node": node}, winner.priority)
 
 
-def _no_domain_frees(reason: dict, plan) -> dict:
-    """A gang's queue reason when no domain of its level can be freed enough for it, by any victims its rules allow:
-    its reason, with that said and the closest domain's numbers."""
+def _no_domain_frees(waiting: dict[int, dict], demand: Demand, plan: PreemptionPlan) -> dict[int, dict]:
+    """{id: reason} for a gang no domain of its level can be freed enough for by any victims its rules allow: its
+    reason in `waiting`, with that said and the closest domain's numbers; {} for anything else."""
+    reason = waiting.get(int(demand.id))
+    if demand.nodes == 1 or plan.feasible or reason is None:
+        return {}
     return {
-        **reason,
-        "message": f"{reason['message']}; {plan.message}",
-        "numbers": {
-            **reason["numbers"],
-            "preemption": {"level": plan.level, "best_domain": plan.domain, "reachable": plan.reachable},
-        },
+        int(demand.id): {
+            **reason,
+            "message": f"{reason['message']}; {plan.message}",
+            "numbers": {
+                **reason["numbers"],
+                "preemption": {"level": plan.level, "best_domain": plan.domain, "reachable": plan.reachable},
+            },
+        }
     }
 
 
@@ -306,8 +311,7 @@ def schedule(
         priority, tenant = winner.priority, winner.tenant_id
         shape = (priority, tenant, replace(demand, id=""))
         if shape in hopeless:
-            if demand.nodes > 1 and int(demand.id) in waiting:
-                reasons[int(demand.id)] = _no_domain_frees(waiting[int(demand.id)], hopeless[shape])
+            reasons.update(_no_domain_frees(waiting, demand, hopeless[shape]))
             continue
         allowed = rules[priority]
         if engine.is_mig(demand):
@@ -322,8 +326,7 @@ def schedule(
             plan = planning.plan_preemption(demand, evictable=evictable_by(priority, tenant))
         if not plan.feasible or not plan.victims:
             hopeless[shape] = plan
-            if demand.nodes > 1 and not plan.feasible and int(demand.id) in waiting:
-                reasons[int(demand.id)] = _no_domain_frees(waiting[int(demand.id)], plan)
+            reasons.update(_no_domain_frees(waiting, demand, plan))
             continue
         if not all(
             victim in running and _evictable(running[victim], allowed, tenant, tenants, promised)
