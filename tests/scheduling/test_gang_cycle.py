@@ -419,3 +419,28 @@ def test_a_gang_plans_no_victims_when_no_rack_can_be_freed_and_says_so(shop, ent
         "the best, r1, could offer 1"
     )
     assert gang.queue_reason["numbers"]["preemption"] == {"level": "rack", "best_domain": "r1", "reachable": 1}
+
+
+def test_the_preview_keeps_a_gang_on_one_backend_as_the_cycle_does(shop, team):
+    """Rack r1 has two Slurm and two container nodes, one of each cordoned: the two free nodes are of two backends,
+    so the gang waits, and the preview (from the outcome the cycle stored, which keeps each node's backend) says the
+    same with the numbers per backend."""
+    racks(shop.accelerator, 2, backend="slurm")
+    rack = Rack.objects.get(name="r1")
+    for name in ("r1-c0", "r1-c1"):
+        add_node(shop.accelerator, name, rack, backend="container")
+    for name in ("r1-n1", "r1-c1"):
+        scheduling_services.node_cordon(node=Node.objects.get(name=name), reason="maintenance", actor=None)
+    gang = submit(shop, team, shop.gang)
+    assert cycle.run_cycle().waiting == {gang.pk: "topology_constraint"}
+    gang.refresh_from_db()
+    expected = (
+        "in one rack of one backend; best rack r1 (container) has 1 "
+        "(2 such nodes are free in all: container 1, slurm 1)"
+    )
+    assert expected in gang.queue_reason["message"]
+    assert gang.queue_reason["numbers"]["free_by_backend"] == {"container": 1, "slurm": 1}
+
+    order = make_order(shop, team.project, spec=shop.gang)
+    estimate = placement_estimate(order, size_order(order))
+    assert estimate["code"] == "topology_constraint" and expected in estimate["message"]
