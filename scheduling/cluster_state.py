@@ -151,6 +151,7 @@ class ClusterState:
                 site=site or "",
                 block=block or "",
                 rack="" if rack in (None, UNPLACED_RACK) else rack,
+                backend=backend,
             )
             entries[node_pk] = _NodeEntry(node, tuple(row[0] for row in rows))
         return entries

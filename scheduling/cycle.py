@@ -742,6 +742,7 @@ def _cycle(policy: str) -> CycleResult:
                 demands=demands,
                 requests=by_id,
                 scheduled=carried.scheduled,
+                waiting=reasons,
                 now=now,
                 engine=engine,
             )

@@ -100,7 +100,8 @@ def _decode(row: CycleOutcome) -> Outcome:
     nodes, used = [], []
     for name, kind, cpu, memory, devices, *where in row.nodes["nodes"]:
         cpu_milli, memory_mib, schedulable, engine_devices, capabilities = kinds[kind]
-        site, block, rack = where[0] if where else ("", "", "")  # none in a row written before gangs had domains
+        # None in a row written before gangs had domains; no backend in one written before gangs kept to one.
+        site, block, rack, *backend = where[0] if where else ("", "", "")
         nodes.append(
             NodeView(
                 name,
@@ -112,6 +113,7 @@ def _decode(row: CycleOutcome) -> Outcome:
                 site=site,
                 block=block,
                 rack=rack,
+                backend=backend[0] if backend else "",
             )
         )
         if cpu or memory or devices:
@@ -123,8 +125,8 @@ def _decode(row: CycleOutcome) -> Outcome:
 
 def _in_use(snapshot: Snapshot, bindings) -> dict:
     """{"kinds": each distinct node make once (cores, memory, schedulable, its devices, its capabilities), "nodes":
-    per node its name, kind, what is in use on it (cores, memory, per device index the milli taken) and its site, block
-    and rack}. A fleet is a
+    per node its name, kind, what is in use on it (cores, memory, per device index the milli taken) and its site, block,
+    rack and execution backend}. A fleet is a
     few makes of node, so the inventory is written once per make, not once per node (62,120 devices at 10x the openb
     fleet)."""
     cpu, memory, shares = {}, {}, {}
@@ -169,7 +171,8 @@ def _in_use(snapshot: Snapshot, bindings) -> dict:
                 cpu.get(node.name, 0),
                 memory.get(node.name, 0),
                 sorted(shares.get(node.name, {}).items()),
-                [node.site, node.block, node.rack],  # where it sits: a gang's preview chooses domains as the cycle
+                # Where it sits and what runs its work: a gang's preview chooses domains (of one backend) as the cycle
+                [node.site, node.block, node.rack, node.backend],
             ]
         )
     return {"kinds": makes, "nodes": nodes}

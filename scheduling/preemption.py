@@ -9,12 +9,15 @@ Two steps, both under the cycle's advisory lock and transaction:
    withdrew its `cross_tenant`) are called off.
 2. `schedule` (after placement): for each higher-priority request still waiting for capacity, in queue order, the
    engine plans the smallest set of running allocations whose eviction makes room (for a MIG slice: whose GPU
-   instances, or whole cards that can then change mode, free a valid placement of its profile). When every
+   instances, or whole cards that can then change mode, free a valid placement of its profile; for a multi-node gang,
+   also one waiting for nodes in one domain: victims all inside one domain of its level, the cheapest domain's,
+   `scheduling/engine/gang_preemption.py`; when no domain can be freed enough its reason says so). When every
    victim's class may be preempted by the request's class under an active `PreemptionRule`, every victim belongs to
    the request's own tenant (unless that rule is `cross_tenant`: an operator's explicit choice) and no victim is
    already promised to another request, the victims' allocations get `preempt_at` (now + the longest grace among
    the rules involved, one time for the whole set) and `preempted_for`, their timelines say when and for whom, and
-   the winner's queue reason becomes `preemption_pending` with the victims and the time.
+   the winner's queue reason becomes `preemption_pending` with the victims, where they are (a gang's: the domain and
+   the nodes they free) and the time.
 
 Queries are constant per cycle (a handful when anything is scheduled or due, however many requests wait).
 Planning runs on one engine for the whole cycle: a fork of the cycle's start state holding its placements
@@ -30,11 +33,21 @@ from requests.choices import PRIORITY_RANK, EventCode, RequestState
 from requests.services import PREEMPTABLE_STATES, requests_note, requests_preempt
 from scheduling import reclaim
 from scheduling.choices import AllocationState
-from scheduling.engine import CAPACITY_IN_USE, FRAGMENTATION, Demand, PlacementResult, RunningAllocation
+from scheduling.engine import (
+    CAPACITY_IN_USE,
+    FRAGMENTATION,
+    TOPOLOGY_CONSTRAINT,
+    Demand,
+    PlacementResult,
+    PreemptionPlan,
+    RunningAllocation,
+)
 from scheduling.models import Allocation, PreemptionRule
 
 PREEMPTION_PENDING = "preemption_pending"
 PLANNABLE = frozenset({CAPACITY_IN_USE, FRAGMENTATION})  # waits that evicting can end
+# A gang also waits for nodes in one domain (topology_constraint): evicting inside one domain can end that too.
+PLANNABLE_FOR_GANGS = PLANNABLE | {TOPOLOGY_CONSTRAINT}
 MAX_PLANS_PER_CYCLE = 25  # engine plans tried per cycle (each is an exhaustive search); the rest wait a cycle
 CLASS_OF_RANK = {rank: str(priority.value) for priority, rank in PRIORITY_RANK.items()}
 
@@ -144,14 +157,49 @@ def _call_off(called_off: list[tuple[Allocation, str]]) -> None:
     )
 
 
-def _pending_reason(victims: list[int], preempt_at, node: str, priority: str) -> dict:
+def _pending_reason(victims: list[int], preempt_at, where: str, place: dict, priority: str) -> dict:
+    """`where` the victims are in words ("on a1", a gang's "in rack r2 (freeing r2-n0)"), `place` in numbers."""
     names = ", ".join(f"#{victim}" for victim in victims)
     return {
         "code": PREEMPTION_PENDING,
-        "message": f"Waiting for preemption of {names} on {node} at {_at(preempt_at)} "
+        "message": f"Waiting for preemption of {names} {where} at {_at(preempt_at)} "
         f"(priority {priority} may preempt them).",
-        "numbers": {"victims": victims, "preempt_at": preempt_at.isoformat(), "node": node},
+        "numbers": {"victims": victims, "preempt_at": preempt_at.isoformat(), **place},
     }
+
+
+def _still_pending(winner, allocations: list[Allocation], running: dict) -> dict:
+    """The reason of a winner still waiting for an earlier plan: the one it was given (a gang's names its domain,
+    which the victims' rows do not keep), or, for a one-node plan, the same made again from the victims' node."""
+    victims = sorted({allocation.request_id for allocation in allocations})
+    given = winner.queue_reason or {}
+    if given.get("code") == PREEMPTION_PENDING and given["numbers"].get("victims") == victims:
+        return given
+    node = running[str(victims[0])].node if str(victims[0]) in running else "?"
+    preempt_at = max(a.preempt_at for a in allocations)
+    return _pending_reason(victims, preempt_at, f"on {node}", {"node": node}, winner.priority)
+
+
+def _no_domain_frees(waiting: dict[int, dict], demand: Demand, plan: PreemptionPlan) -> dict[int, dict]:
+    """{id: reason} for a gang no domain of its level can be freed enough for by any victims its rules allow: its
+    reason in `waiting`, with that said and the closest domain's numbers; {} for anything else."""
+    reason = waiting.get(int(demand.id))
+    if demand.nodes == 1 or plan.feasible or reason is None:
+        return {}
+    return {
+        int(demand.id): {
+            **reason,
+            "message": f"{reason['message']}; {plan.message}",
+            "numbers": {
+                **reason["numbers"],
+                "preemption": {"level": plan.level, "best_domain": plan.domain, "reachable": plan.reachable},
+            },
+        }
+    }
+
+
+def _plannable(reason: str | None, demand: Demand) -> bool:
+    return reason in (PLANNABLE_FOR_GANGS if demand.nodes > 1 else PLANNABLE)
 
 
 def _active_rules() -> dict[str, dict[str, PreemptionRule]]:
@@ -195,10 +243,13 @@ def schedule(
     demands: list[Demand],
     requests: dict,
     scheduled: dict[int, list[Allocation]],
+    waiting: dict[int, dict],
     now,
     engine,
 ) -> dict[int, dict]:
-    """Plan and record preemptions for waiting requests; returns queue reasons (preemption_pending) by request id.
+    """Plan and record preemptions for waiting requests; returns queue reasons (preemption_pending) by request id,
+    and, for a multi-node gang no single domain of its level can be freed enough for, its reason in `waiting` (the
+    cycle's reasons so far) with that said.
 
     `cluster` is the cycle's ClusterSnapshot (before placement), `result` the placement just committed, `engine`
     the cycle's engine after it (scheduling.mig.cycle.CycleEngine): a waiting MIG slice is planned on its MIG
@@ -210,13 +261,11 @@ def schedule(
     reasons: dict[int, dict] = {}
     for winner_id, allocations in scheduled.items():  # still waiting for an earlier plan: same reason as before
         if winner_id in pending:
-            victims = sorted({allocation.request_id for allocation in allocations})
-            node = running[str(victims[0])].node if str(victims[0]) in running else "?"
-            reasons[winner_id] = _pending_reason(
-                victims, max(a.preempt_at for a in allocations), node, requests[winner_id].priority
-            )
+            reasons[winner_id] = _still_pending(requests[winner_id], allocations, running)
     candidates = [
-        demand for demand in demands if pending.get(int(demand.id)) in PLANNABLE and int(demand.id) not in scheduled
+        demand
+        for demand in demands
+        if _plannable(pending.get(int(demand.id)), demand) and int(demand.id) not in scheduled
     ]
     if not candidates:
         return reasons
@@ -255,26 +304,29 @@ def schedule(
 
         return evictable
 
-    plans = []  # (winner id, victim ids, node, preempt_at, grace seconds, priority, winner's tenant)
-    hopeless: set = set()  # (class, tenant, demand shape) that found no plan this cycle
+    plans = []  # (winner id, victim ids, plan, preempt_at, grace seconds, priority, winner's tenant)
+    hopeless: dict = {}  # (class, tenant, demand shape) that found no plan this cycle -> that plan
     for demand in candidates[:MAX_PLANS_PER_CYCLE]:
         winner = requests[int(demand.id)]
         priority, tenant = winner.priority, winner.tenant_id
         shape = (priority, tenant, replace(demand, id=""))
         if shape in hopeless:
+            reasons.update(_no_domain_frees(waiting, demand, hopeless[shape]))
             continue
         allowed = rules[priority]
         if engine.is_mig(demand):
-            plan = engine.plan_preemption(
+            sliced = engine.plan_preemption(
                 demand,
                 lambda victim, allowed=allowed, tenant=tenant: (
                     victim in running and _evictable(running[victim], allowed, tenant, tenants, promised)
                 ),
             )
+            plan = PreemptionPlan(sliced.feasible, sliced.node, sliced.victims, sliced.message)
         else:
             plan = planning.plan_preemption(demand, evictable=evictable_by(priority, tenant))
         if not plan.feasible or not plan.victims:
-            hopeless.add(shape)
+            hopeless[shape] = plan
+            reasons.update(_no_domain_frees(waiting, demand, plan))
             continue
         if not all(
             victim in running and _evictable(running[victim], allowed, tenant, tenants, promised)
@@ -284,9 +336,9 @@ def schedule(
         grace = max(allowed[CLASS_OF_RANK[running[victim].priority]].grace_period_seconds for victim in plan.victims)
         preempt_at = now + timedelta(seconds=grace)
         victims = sorted(int(victim) for victim in plan.victims)
-        plans.append((int(demand.id), victims, plan.node, preempt_at, grace, priority, tenant))
+        plans.append((int(demand.id), victims, plan, preempt_at, grace, priority, tenant))
         promised.update(plan.victims)  # the next plan must not count on these victims
-        reasons[int(demand.id)] = _pending_reason(victims, preempt_at, plan.node, priority)
+        reasons[int(demand.id)] = _pending_reason(victims, preempt_at, plan.where, plan.numbers, priority)
     if plans:
         _mark(plans)
     return reasons
@@ -295,8 +347,8 @@ def schedule(
 def _mark(plans) -> None:
     """Write the plans: victims' allocations get preempt_at/preempted_for (two queries), timelines one INSERT."""
     by_victim = {
-        victim: (winner, node, preempt_at, grace, priority, tenant)
-        for winner, victims, node, preempt_at, grace, priority, tenant in plans
+        victim: (winner, plan, preempt_at, grace, priority, tenant)
+        for winner, victims, plan, preempt_at, grace, priority, tenant in plans
         for victim in victims
     }
     rows = list(
@@ -305,12 +357,12 @@ def _mark(plans) -> None:
         )
     )
     for allocation in rows:
-        winner, _node, preempt_at, _grace, _priority, _tenant = by_victim[allocation.request_id]
+        winner, _plan, preempt_at, _grace, _priority, _tenant = by_victim[allocation.request_id]
         allocation.preempt_at, allocation.preempted_for_id = preempt_at, winner
     Allocation.objects.bulk_update(rows, ["preempt_at", "preempted_for"])
     notes = {}
     for allocation in rows:
-        winner, node, preempt_at, grace, priority, tenant = by_victim[allocation.request_id]
+        winner, plan, preempt_at, grace, priority, tenant = by_victim[allocation.request_id]
         crosses = tenant != allocation.request.tenant_id
         notes[allocation.request_id] = (
             allocation.request,
@@ -321,7 +373,7 @@ def _mark(plans) -> None:
                 "for_request": winner,
                 "priority": priority,
                 "preempt_at": preempt_at.isoformat(),
-                "node": node,
+                **plan.numbers,
                 "grace_seconds": grace,
                 "cross_tenant": crosses,
             },

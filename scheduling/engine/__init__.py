@@ -8,8 +8,9 @@ Split by what it does, around one shared state (`place.PlacementEngine`'s per-no
 - `explain.py` — why a demand waits (`Explainer`: counts, topology, fragmentation), in `words.py`'s terms;
 - `never_fits.py` — whether a demand could never run on the inventory (`NeverFits`, `unplaceable`);
 - `preemption.py` — whom to evict for a demand to fit (`PreemptionPlanner`, `smallest_victim_set`);
-- `gang.py` — multi-node gangs: all members or none, inside one rack, block or site (`GangPlacer`, `gang_split`;
-  `with_domain_frees`: when a waiting gang's missing nodes free);
+- `gang.py` — multi-node gangs: all members or none, inside one rack, block or site of one backend (`GangPlacer`,
+  `gang_split`; `with_domain_frees`: when a waiting gang's missing nodes free); `gang_preemption.py` — a gang's
+  victims, all inside one domain;
 - `frag.py` and `policies.py` — fragmentation and the policies that rank nodes; `backfill.py` — the head of the
   queue's reservation.
 

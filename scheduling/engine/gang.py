@@ -7,6 +7,8 @@ for a larger gang while a partly used one will do). Inside it, the members go on
 cards stranded (free cards left on a node after its member took its own). A `preferred` gang that no domain of its
 level holds spills to the next level (block, then site, then the whole fleet) and there takes its nodes from as few
 domains of its own level as it can, the fullest first; `gang_split` says how it was split. A `required` gang waits.
+A gang runs as one job of one execution backend, so every domain is one backend's nodes in it (`domains_of`): a gang
+never spans a Slurm node and a container node, and the spilled gang's last level is one backend's whole fleet.
 
 Per member shape a `GangIndex` keeps which nodes could take a member now and how many there are per domain, brought
 up to date from the engine's change list like the engine's shape indexes (a decision on 12,000 nodes reads the few
@@ -16,7 +18,7 @@ nodes that changed and the domains, never the whole fleet). Pure Python, no Djan
 from __future__ import annotations
 
 from collections import Counter, defaultdict
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import replace
 from datetime import datetime
 
@@ -42,17 +44,32 @@ REQUIRED, PREFERRED = "required", "preferred"
 
 def domains_of(node: NodeView) -> dict[str, str]:
     """The node's domain at each level, as paths unique in the fleet. A node without a rack is its own rack; a rack
-    without a block is its own block."""
+    without a block is its own block. A gang runs as one job of one execution backend (one Slurm job, one set of
+    containers), so a domain is the nodes of one backend inside it: its path starts with the backend
+    ("slurm|dc/b1/r07"), and a rack of Slurm and container nodes is two domains, neither holding a gang's members
+    from the other."""
     rack = f"{node.site}/{node.block}/{node.rack or '@' + node.name}"
-    return {RACK: rack, BLOCK: f"{node.site}/{node.block}" if node.block else rack, SITE: node.site, FLEET: "*"}
+    where = {RACK: rack, BLOCK: f"{node.site}/{node.block}" if node.block else rack, SITE: node.site, FLEET: "*"}
+    return {level: f"{node.backend}|{path}" for level, path in where.items()}
 
 
 def domain_name(path: str) -> str:
-    """A domain's own name (the last part of its path), as the reasons say it."""
-    if path == "*":
+    """A domain's own name (the last part of its path, without its backend), as the reasons say it."""
+    where = path.split("|", 1)[-1]
+    if where == "*":
         return "the fleet"
-    name = path.rsplit("/", 1)[-1]
+    name = where.rsplit("/", 1)[-1]
     return name[1:] if name.startswith("@") else name
+
+
+def backend_of(path: str) -> str:
+    """The execution backend of a domain's nodes."""
+    return path.split("|", 1)[0]
+
+
+def per_backend(counts: Mapping[str, int]) -> str:
+    """Counts by backend in words: "container 2, slurm 1"."""
+    return ", ".join(f"{backend or 'unknown'} {count}" for backend, count in sorted(counts.items()))
 
 
 class Topology:
@@ -123,6 +140,10 @@ class GangIndex:
             if len(members) >= nodes
         ]
         return min(held)[2] if held else None
+
+    def free_by_backend(self) -> dict[str, int]:
+        """Per backend, the nodes that could take a member now (backends with none left out)."""
+        return {backend_of(path): len(members) for path, members in self.members[FLEET].items() if members}
 
     def largest(self, level: str) -> tuple[str, int]:
         """The domain of `level` with the most nodes that could take a member now, and how many ("", 0: none)."""
@@ -219,15 +240,29 @@ class GangPlacer:
         largest, most = max(counts.items(), key=lambda item: item[1], default=("", 0))
         if most >= demand.nodes:
             return None
+        mixed = len({backend_of(path) for path in counts}) > 1
         where = f"one {level}" if level != FLEET else "the fleet"
+        if level != FLEET:
+            noun = level + (" of one backend" if mixed else "")
+        else:
+            noun = "backend" if mixed else "part of the fleet"
+        named = [domain_name(largest)] if largest and level != FLEET else []
+        named += [backend_of(largest)] if mixed else []
         return Pending(
             demand.id,
             NO_MATCHING_SPEC,
-            f"needs {demand.label} in {where}; no {level if level != FLEET else 'part of the fleet'} has "
-            f"{demand.nodes} nodes that could hold {demand.count}×{_models(demand)}: the largest has {most}"  # noqa: RUF001
-            + (f" ({domain_name(largest)})" if largest and level != FLEET else "")
+            f"needs {demand.label} in {where}; no {noun} has {demand.nodes} nodes that could hold "
+            f"{demand.count}×{_models(demand)}: the largest has {most}"  # noqa: RUF001
+            + (f" ({', '.join(named)})" if named else "")
+            + (_mixing_would_hold(counts, demand.nodes) if mixed else "")
             + ", so it can never run on this inventory",
-            {"nodes": demand.nodes, "level": level, "largest": most, "domain": domain_name(largest) if most else ""},
+            {
+                "nodes": demand.nodes,
+                "level": level,
+                "largest": most,
+                "domain": domain_name(largest) if most else "",
+                "backend": backend_of(largest) if most else "",
+            },
         )
 
     def _rooms_of(self, demand: Demand, level: str) -> Counter:
@@ -238,13 +273,14 @@ class GangPlacer:
         if counts is None:
             paths = self.engine.topology.paths
             counts = self._rooms[key] = Counter(
-                paths[i][level] for i, node in enumerate(self.engine.nodes) if _could_hold(node, demand)
+                paths[i][level] for i, node in enumerate(self.engine.nodes) if could_hold(node, demand)
             )
         return counts
 
     def explain(self, demand: Demand) -> Pending:
-        """Why the gang waits, with its numbers: `topology_constraint` when enough nodes are free but no domain of
-        the level holds them together, `capacity_in_use` when too few are free at all."""
+        """Why the gang waits, with its numbers: `capacity_in_use` when too few nodes are free at all,
+        `topology_constraint` when enough are but no domain of the level (of one backend) holds them together, or,
+        for a preferred gang, no backend has enough of them; the free nodes per backend when there are several."""
         never = self.never_fits(demand)
         if never is not None:
             return never
@@ -259,21 +295,51 @@ class GangPlacer:
                 f"needs {what}; {free} such node{'s are' if free != 1 else ' is'} free now",
                 numbers,
             )
+        by_backend = index.free_by_backend()
+        mixed = len(by_backend) > 1
+        in_all = f"{free} such nodes are free in all" + (f": {per_backend(by_backend)}" if mixed else "")
+        if mixed:
+            numbers["free_by_backend"] = dict(sorted(by_backend.items()))
+        if demand.mode == PREFERRED:  # no backend has enough nodes free (else it would have spilled there)
+            path, most = index.largest(FLEET)
+            return Pending(
+                demand.id,
+                TOPOLOGY_CONSTRAINT,
+                f"needs {what} on one backend (a gang runs as one job); best backend {backend_of(path)} has {most} "
+                f"({in_all})",
+                {**numbers, "level": FLEET, "best_domain": "", "best_free_nodes": most, "backend": backend_of(path)},
+            )
         path, most = index.largest(demand.level)
+        level = demand.level + (" of one backend" if mixed else "")
+        name = domain_name(path) + (f" ({backend_of(path)})" if mixed else "")
         return Pending(
             demand.id,
             TOPOLOGY_CONSTRAINT,
-            f"needs {what} in one {demand.level}; best {demand.level} {domain_name(path)} has {most} "
-            f"({free} such nodes are free in all)",
-            {**numbers, "best_domain": domain_name(path), "best_free_nodes": most},
+            f"needs {what} in one {level}; best {demand.level} {name} has {most} ({in_all})",
+            {**numbers, "best_domain": domain_name(path), "best_free_nodes": most, "backend": backend_of(path)},
         )
+
+
+def _mixing_would_hold(counts: Mapping[str, int], nodes: int) -> str:
+    """The clause ", though r1 has 4 over 2 backends" when a domain would hold the gang if its backends' nodes
+    could mix; "" when none would."""
+    together: Counter = Counter()
+    backends: dict[str, set[str]] = defaultdict(set)
+    for path, count in counts.items():
+        where = path.split("|", 1)[-1]
+        together[where] += count
+        backends[where].add(backend_of(path))
+    where, most = max(together.items(), key=lambda item: item[1])
+    if most < nodes:
+        return ""
+    return f", though {domain_name(where)} has {most} over {len(backends[where])} backends (a gang runs on one)"
 
 
 def _models(demand: Demand) -> str:
     return "/".join(sorted(demand.models)) or "cards"
 
 
-def _could_hold(node: NodeView, demand: Demand) -> bool:
+def could_hold(node: NodeView, demand: Demand) -> bool:
     """Whether the node, empty and healthy, could hold one member (whatever its state now)."""
     cards = sum(1 for device in node.devices if not demand.models or device.model in demand.models)
     return (
@@ -321,7 +387,7 @@ def with_domain_frees(
     """A gang's `topology_constraint` with when its best domain gets the nodes it lacks, from the running work's
     approved ends (`ends` by allocation id): "best rack r07 has 3 (1 more frees in ~2 h; ...)". Unchanged when that
     domain cannot get them from ends alone (too few of its nodes could ever hold a member, cordoned ones)."""
-    if pending.reason != TOPOLOGY_CONSTRAINT or demand.nodes <= 1:
+    if pending.reason != TOPOLOGY_CONSTRAINT or demand.nodes <= 1 or pending.numbers.get("level") != demand.level:
         return pending
     frees = domain_frees(engine, demand, allocations, ends)
     if frees is None:
@@ -360,7 +426,7 @@ def domain_frees(
         if paths[i][demand.level] == path
         and index.spare[i] is None
         and node.schedulable
-        and _could_hold(node, demand)
+        and could_hold(node, demand)
         and (at := _node_frees_at(engine, i, demand, running[node.name], ends)) is not None
     )
     return (lacking, times[lacking - 1]) if len(times) >= lacking else None
@@ -372,19 +438,36 @@ def _node_frees_at(
     """When node i could take one member, its running work given back in the order it ends; None: never by that."""
     node = engine.nodes[i]
     cpu, mem, free = engine.cpu[i], engine.mem[i], list(engine.free[i])
-    wanted = [
-        j
-        for j, device in enumerate(node.devices)
-        if device.health == HEALTHY and (not demand.models or device.model in demand.models)
-    ]
     for allocation in sorted(running, key=lambda allocation: ends[allocation.id]):
         cpu, mem = cpu + allocation.cpu_milli, mem + allocation.memory_mib
         for j, milli in allocation.devices:
             free[j] += milli
-        whole = sum(1 for j in wanted if free[j] >= MILLI)
-        if whole >= demand.count and cpu >= demand.cpu_milli and mem >= demand.memory_mib:
+        if _takes_member(node, free, cpu, mem, demand):
             return ends[allocation.id]
     return None
+
+
+def holds_member_without(engine, i: int, demand: Demand, gone: Iterable[RunningAllocation]) -> bool:
+    """Whether node i could take one member once the running work `gone` has given its share back (the engine's
+    state is only read: preemption planning tries many such sets)."""
+    node = engine.nodes[i]
+    cpu, mem, free = engine.cpu[i], engine.mem[i], list(engine.free[i])
+    for allocation in gone:
+        cpu, mem = cpu + allocation.cpu_milli, mem + allocation.memory_mib
+        for j, milli in allocation.devices:
+            free[j] += milli
+    return _takes_member(node, free, cpu, mem, demand)
+
+
+def _takes_member(node: NodeView, free: Sequence[int], cpu: int, mem: int, demand: Demand) -> bool:
+    """Whether a node with this much free (per device milli, CPU, memory) holds one member: K free healthy whole cards
+    of the wanted models, its CPU and its memory."""
+    whole = sum(
+        1
+        for j, device in enumerate(node.devices)
+        if device.health == HEALTHY and free[j] >= MILLI and (not demand.models or device.model in demand.models)
+    )
+    return whole >= demand.count and cpu >= demand.cpu_milli and mem >= demand.memory_mib
 
 
 def _wait_text(seconds: float) -> str:

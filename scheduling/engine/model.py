@@ -59,6 +59,9 @@ class NodeView:
     site: str = ""
     block: str = ""
     rack: str = ""
+    # The execution backend that runs work on it (slurm, container, ...; empty: unknown). A gang runs as one job of
+    # one backend (one Slurm job, one set of containers), so its members never mix nodes of two backends.
+    backend: str = ""
 
 
 @dataclass(frozen=True)

@@ -24,6 +24,7 @@ from dataclasses import replace
 from scheduling.engine.explain import Explainer
 from scheduling.engine.frag import FragTable
 from scheduling.engine.gang import GangPlacer, Topology
+from scheduling.engine.gang_preemption import plan_gang
 from scheduling.engine.model import (
     HEALTHY,
     HIGHER_PRIORITY_AHEAD,
@@ -457,11 +458,14 @@ class PlacementEngine(ShapeScores):
         evictable: Callable[[RunningAllocation], bool] | None = None,
     ) -> PreemptionPlan:
         """Smallest set of running, preemptible, strictly lower-priority allocations whose eviction lets a one-node
-        demand fit: fewest victims, then lowest priorities, then youngest. Exhaustive per node by victim count.
+        demand fit: fewest victims, then lowest priorities, then youngest. Exhaustive per node by victim count. A
+        multi-node gang's victims are all inside one domain of its level (gang_preemption.py).
         ``evictable`` replaces the allocations' own preemptible flag (the caller's rules say who may evict whom), so
         one engine serves every class and tenant instead of one engine built per rule set. The state is left as it
         was: planning evicts and puts back. A replicated demand is not planned for (its replicas would need room on
         several nodes): it waits."""
+        if demand.nodes > 1:
+            return plan_gang(self, demand, evictable or (lambda allocation: allocation.preemptible), max_combinations)
         return PreemptionPlanner(self).plan(demand, max_combinations, evictable)
 
 

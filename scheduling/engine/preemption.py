@@ -12,12 +12,33 @@ from scheduling.engine.model import Demand, DemandShape, RunningAllocation
 
 @dataclass(frozen=True)
 class PreemptionPlan:
-    """Whom to evict, and where, for a demand to fit (``feasible`` False: no set of victims would do)."""
+    """Whom to evict, and where, for a demand to fit (``feasible`` False: no set of victims would do). A one-node
+    demand's victims are on ``node``; a multi-node gang's (gang_preemption.py) inside one ``domain`` of ``level``,
+    freeing ``nodes`` for its members; a gang no domain can be freed enough for names the one that comes closest and
+    the nodes it could offer (``reachable``)."""
 
     feasible: bool
     node: str | None = None
     victims: tuple[str, ...] = ()
     message: str = ""
+    domain: str = ""
+    level: str = ""
+    nodes: tuple[str, ...] = ()
+    reachable: int = 0
+
+    @property
+    def where(self) -> str:
+        """Where the victims are, in words: "on a1", or "in rack r2 (freeing r2-n0, r2-n1)"."""
+        if not self.domain:
+            return f"on {self.node}"
+        return f"in {self.level} {self.domain} (freeing {', '.join(self.nodes)})"
+
+    @property
+    def numbers(self) -> dict:
+        """Where the victims are, as numbers: {"node"}, or a gang's {"level", "domain", "nodes"}."""
+        if not self.domain:
+            return {"node": self.node}
+        return {"level": self.level, "domain": self.domain, "nodes": list(self.nodes)}
 
 
 class PreemptionPlanner:
@@ -37,9 +58,9 @@ class PreemptionPlanner:
         engine = self.engine
         if engine.fits(demand):
             return PreemptionPlan(True, message="fits without preemption")
-        if demand.replicas > 1 or demand.nodes > 1:
+        if demand.replicas > 1:
             return PreemptionPlan(
-                False, message=f"needs {demand.label}; preemption is planned for one-node demands only"
+                False, message=f"needs {demand.label}; preemption is not planned for replicated demands"
             )
         shape = DemandShape(demand)
         may_evict = evictable or (lambda allocation: allocation.preemptible)

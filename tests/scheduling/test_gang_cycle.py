@@ -10,14 +10,16 @@ from decimal import Decimal
 from types import SimpleNamespace
 
 import pytest
+import time_machine
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 from django.urls import reverse
+from django.utils import timezone
 
 from catalog.choices import TopologyLevel, TopologyMode
 from metering.selectors import request_usage
 from requests import services
-from requests.choices import RequestState
+from requests.choices import EventCode, PriorityClass, RequestState
 from requests.models import ResourceRequest
 from requests.orders import size_order
 from scheduling import backends, cycle, reclaim
@@ -26,6 +28,7 @@ from scheduling.allocations import allocation_details
 from scheduling.choices import AllocationState
 from scheduling.estimate import placement_estimate
 from scheduling.models import RUN_ANCHOR, Allocation, Device, Node, Rack, Site
+from scheduling.preemption import PREEMPTION_PENDING
 from tests import factories
 from tests.requests.conftest import GENEROUS_QUOTA, make_order
 
@@ -300,3 +303,144 @@ def test_a_crowded_out_gang_at_the_head_holds_all_its_nodes_and_only_work_ending
     assert ending_first.pk in result.allocated
     outlasting.refresh_from_db()
     assert outlasting.queue_reason["numbers"]["reserved_for"] == str(gang.pk)
+
+
+def test_a_gang_never_mixes_slurm_and_container_nodes_and_the_reason_says_so(shop, team):
+    """One rack of a Slurm node and a container node, both free and both able to run multi-node work: the 2-node gang
+    cannot run there as one job, so it never fits this inventory (the reason counts per backend); a second container
+    node in the rack lets it run, on the two container nodes."""
+    racks(shop.accelerator, 1, backend="slurm")
+    rack = Rack.objects.get(name="r1")
+    add_node(shop.accelerator, "r1-c0", rack, backend="container")
+    gang = submit(shop, team, shop.gang)
+    result = cycle.run_cycle()
+    gang.refresh_from_db()
+    assert result.waiting == {gang.pk: "no_matching_spec"} and not gang.allocations.exists()
+    numbers = {"nodes": 2, "level": "rack", "largest": 1, "domain": "r1", "backend": "container"}
+    assert gang.queue_reason["numbers"] == numbers
+    assert "no rack of one backend has 2 nodes" in gang.queue_reason["message"]
+    assert "though r1 has 2 over 2 backends (a gang runs on one)" in gang.queue_reason["message"]
+
+    add_node(shop.accelerator, "r1-c1", rack, backend="container")
+    result = cycle.run_cycle()
+    assert result.allocated == [gang.pk]
+    assert set(gang.allocations.values_list("node__name", flat=True)) == {"r1-c0", "r1-c1"}
+
+
+# --- a gang's preemption, inside one domain ----------------------------------------------------------------------
+
+
+@pytest.fixture
+def entitled(db):
+    """A team an operator entitled to critical work, with room in its quota for a gang and three whole nodes."""
+    quota = {**GENEROUS_QUOTA, "gpus": Decimal(64), "accelerator_memory_gb": 64 * 80, "concurrent_tasks": 100}
+    project = factories.project(quota=quota, max_priority=PriorityClass.CRITICAL)
+    return SimpleNamespace(project=project, developer=factories.member(project))
+
+
+def run_on(shop, team, name: str, priority: str) -> ResourceRequest:
+    """A whole-node (4-card) request of `priority` running on node `name`: every other open node cordoned while the
+    cycle places it."""
+    spec = shop.service.specs.filter(node_count=1, accelerator_count=4).first()
+    if spec is None:
+        spec = factories.ResourceSpecFactory(accelerator_models=[shop.accelerator], accelerator_count=4, cpu_cores=8)
+        shop.service.specs.add(spec)
+    others = list(Node.objects.filter(schedulable=True).exclude(name=name))
+    for node in others:
+        scheduling_services.node_cordon(node=node, reason="placing a test workload", actor=None)
+    request = services.request_submit(
+        order=make_order(shop, team.project, spec=spec, priority=priority), requester=team.developer
+    )
+    assert cycle.run_cycle().allocated == [request.pk]
+    for node in others:
+        scheduling_services.node_uncordon(node=node, reason="placed", actor=None)
+    return request
+
+
+def test_a_critical_gang_preempts_inside_the_cheaper_rack_only_and_runs_there(shop, entitled):
+    """r1 has a free node and one batch node, r2 two batch nodes: freeing r1 takes one victim, r2 two. The gang's
+    victim is r1's only (never one of r2's, which together with r1's free node would make two free nodes across
+    racks); its reason names the rack, the node freed and the victim; after the grace period it runs in r1."""
+    racks(shop.accelerator, 2, 2, backend="slurm")
+    victim = run_on(shop, entitled, "r1-n0", PriorityClass.BATCH)
+    spared = [run_on(shop, entitled, name, PriorityClass.BATCH) for name in ("r2-n0", "r2-n1")]
+    start = timezone.now()
+    gang = services.request_submit(
+        order=make_order(shop, entitled.project, spec=shop.gang, priority=PriorityClass.CRITICAL),
+        requester=entitled.developer,
+    )
+    with time_machine.travel(start, tick=False):
+        result = cycle.run_cycle()
+    assert result.waiting[gang.pk] == PREEMPTION_PENDING
+    assert dict(Allocation.objects.filter(preempt_at__isnull=False).values_list("request_id", "preempted_for_id")) == {
+        victim.pk: gang.pk
+    }
+    gang.refresh_from_db()
+    preempt_at = start + timedelta(seconds=300)
+    assert gang.queue_reason["numbers"] == {
+        "victims": [victim.pk],
+        "preempt_at": preempt_at.isoformat(),
+        "level": "rack",
+        "domain": "r1",
+        "nodes": ["r1-n0"],
+    }
+    assert f"Waiting for preemption of #{victim.pk} in rack r1 (freeing r1-n0) at" in gang.queue_reason["message"]
+    note = victim.events.get(code=EventCode.PREEMPTION_SCHEDULED)
+    assert (note.data["domain"], note.data["nodes"]) == ("r1", ["r1-n0"])
+
+    with time_machine.travel(start + timedelta(seconds=60), tick=False):  # still in the grace period: same reason
+        assert cycle.run_cycle().waiting[gang.pk] == PREEMPTION_PENDING
+    assert gang.events.filter(code=EventCode.QUEUE_REASON).count() == 1
+
+    with time_machine.travel(start + timedelta(seconds=301), tick=False):
+        result = cycle.run_cycle()
+    assert result.preempted == [victim.pk] and result.allocated == [gang.pk]
+    assert set(gang.allocations.values_list("node__name", flat=True)) == {"r1-n0", "r1-n1"}
+    assert all(ResourceRequest.objects.get(pk=r.pk).state == RequestState.ALLOCATED for r in spared)
+
+
+def test_a_gang_plans_no_victims_when_no_rack_can_be_freed_and_says_so(shop, entitled):
+    """A high gang may evict batch work only. r1: a free node and standard work; r2: batch and standard work. Evicting
+    r2's batch work would give two free nodes, but in two racks: nobody is planned and the reason says why."""
+    racks(shop.accelerator, 2, 2, backend="slurm")
+    run_on(shop, entitled, "r1-n0", PriorityClass.STANDARD)
+    run_on(shop, entitled, "r2-n0", PriorityClass.BATCH)
+    run_on(shop, entitled, "r2-n1", PriorityClass.STANDARD)
+    gang = services.request_submit(
+        order=make_order(shop, entitled.project, spec=shop.gang, priority=PriorityClass.HIGH),
+        requester=entitled.developer,
+    )
+    result = cycle.run_cycle()
+    assert result.waiting[gang.pk] == "capacity_in_use"
+    assert not Allocation.objects.filter(preempt_at__isnull=False).exists()
+    gang.refresh_from_db()
+    assert gang.queue_reason["message"].endswith(
+        "; no rack could hold all 2 nodes even after preempting every lower-priority allocation it may evict; "
+        "the best, r1, could offer 1"
+    )
+    assert gang.queue_reason["numbers"]["preemption"] == {"level": "rack", "best_domain": "r1", "reachable": 1}
+
+
+def test_the_preview_keeps_a_gang_on_one_backend_as_the_cycle_does(shop, team):
+    """Rack r1 has two Slurm and two container nodes, one of each cordoned: the two free nodes are of two backends,
+    so the gang waits, and the preview (from the outcome the cycle stored, which keeps each node's backend) says the
+    same with the numbers per backend."""
+    racks(shop.accelerator, 2, backend="slurm")
+    rack = Rack.objects.get(name="r1")
+    for name in ("r1-c0", "r1-c1"):
+        add_node(shop.accelerator, name, rack, backend="container")
+    for name in ("r1-n1", "r1-c1"):
+        scheduling_services.node_cordon(node=Node.objects.get(name=name), reason="maintenance", actor=None)
+    gang = submit(shop, team, shop.gang)
+    assert cycle.run_cycle().waiting == {gang.pk: "topology_constraint"}
+    gang.refresh_from_db()
+    expected = (
+        "in one rack of one backend; best rack r1 (container) has 1 "
+        "(2 such nodes are free in all: container 1, slurm 1)"
+    )
+    assert expected in gang.queue_reason["message"]
+    assert gang.queue_reason["numbers"]["free_by_backend"] == {"container": 1, "slurm": 1}
+
+    order = make_order(shop, team.project, spec=shop.gang)
+    estimate = placement_estimate(order, size_order(order))
+    assert estimate["code"] == "topology_constraint" and expected in estimate["message"]

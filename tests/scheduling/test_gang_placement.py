@@ -19,9 +19,9 @@ from scheduling.engine import (
 H100 = frozenset({"h100"})
 
 
-def node(name: str, rack: str, block: str = "b1", cards: int = 8, site: str = "dc") -> NodeView:
+def node(name: str, rack: str, block: str = "b1", cards: int = 8, site: str = "dc", backend: str = "") -> NodeView:
     devices = tuple(DeviceView(index, "h100") for index in range(cards))
-    return NodeView(name, 64_000, 512 * 1024, devices, site=site, block=block, rack=rack)
+    return NodeView(name, 64_000, 512 * 1024, devices, site=site, block=block, rack=rack, backend=backend)
 
 
 def gang(nodes: int = 2, level: str = "rack", mode: str = "required", demand_id: str = "g", count: int = 8) -> Demand:
@@ -120,7 +120,7 @@ def test_never_fits_names_the_largest_domain():
     never = engine.never_fits(gang(nodes=4))
     assert never.reason == NO_MATCHING_SPEC
     assert "no rack has 4 nodes that could hold 8×h100: the largest has 3 (r1)" in never.message  # noqa: RUF001
-    assert never.numbers == {"nodes": 4, "level": "rack", "largest": 3, "domain": "r1"}
+    assert never.numbers == {"nodes": 4, "level": "rack", "largest": 3, "domain": "r1", "backend": ""}
     assert engine.never_fits(gang(nodes=4, mode=PREFERRED)) is None
     assert engine.never_fits(gang(nodes=2, count=9)).reason == NO_MATCHING_SPEC  # a member fits no node
 
@@ -162,3 +162,63 @@ def test_a_fork_places_gangs_on_its_own_state():
     fork = origin.fork()
     assert len(fork.place_one(gang(nodes=2))) == 2
     assert fork.place_one(gang(nodes=2, demand_id="again")).reason == CAPACITY_IN_USE
+
+
+# --- one backend per gang -------------------------------------------------------------------------------------------
+
+
+def mixed_rack(slurm: int, container: int, rack: str = "r1") -> list[NodeView]:
+    """One rack holding `slurm` Slurm nodes and `container` container nodes."""
+    return [node(f"{rack}-s{i}", rack, backend="slurm") for i in range(slurm)] + [
+        node(f"{rack}-c{i}", rack, backend="container") for i in range(container)
+    ]
+
+
+def test_a_gang_never_spans_two_backends_even_inside_one_rack():
+    """Four free nodes in one rack, two of each backend (a third Slurm node is busy): a 3-node gang cannot run there
+    as one job, even where it may spill anywhere."""
+    engine = PlacementEngine(Snapshot(mixed_rack(3, 2), [busy("r1-s2")]))
+    waiting = engine.place_one(gang(nodes=3, mode=PREFERRED))
+    assert waiting.reason == TOPOLOGY_CONSTRAINT
+    assert waiting.message == (
+        "needs 3 free nodes × 8 h100 on one backend (a gang runs as one job); best backend container has 2 "  # noqa: RUF001
+        "(4 such nodes are free in all: container 2, slurm 2)"
+    )
+    assert waiting.numbers["free_by_backend"] == {"container": 2, "slurm": 2}
+    placed = engine.place_one(gang(nodes=2, demand_id="pair"))
+    assert len({b.node.split("-")[1][0] for b in placed}) == 1  # both Slurm or both container nodes
+
+
+def test_a_required_gang_takes_the_rack_whose_one_backend_holds_it():
+    """r1 is the tightest rack with 3 free nodes, but 2 Slurm and 1 container; r2 has 4 Slurm nodes: the 3-node gang
+    goes to r2 (a blind best fit would have mixed r1's backends)."""
+    engine = PlacementEngine(Snapshot(mixed_rack(2, 1) + mixed_rack(4, 0, rack="r2")))
+    placed = engine.place_one(gang(nodes=3))
+    assert {b.node[:4] for b in placed} == {"r2-s"} and len({b.node for b in placed}) == 3
+
+
+def test_a_rack_split_over_backends_waits_with_the_numbers_per_backend():
+    """Each rack could hold the gang on its busy backend; free now are 2 + 1 in one rack and 1 + 2 in the other."""
+    nodes = mixed_rack(3, 1) + mixed_rack(1, 3, rack="r2")
+    engine = PlacementEngine(Snapshot(nodes, [busy("r1-s2", allocation_id="a"), busy("r2-c2", allocation_id="b")]))
+    waiting = engine.place_one(gang(nodes=3))
+    assert waiting.reason == TOPOLOGY_CONSTRAINT
+    assert waiting.message == (
+        "needs 3 free nodes × 8 h100 in one rack of one backend; best rack r2 (container) has 2 "  # noqa: RUF001
+        "(6 such nodes are free in all: container 3, slurm 3)"
+    )
+    assert (waiting.numbers["best_domain"], waiting.numbers["backend"]) == ("r2", "container")
+
+
+def test_never_fits_counts_one_backend_and_says_when_mixing_would_have_held_it():
+    engine = PlacementEngine(Snapshot(mixed_rack(3, 2)))
+    never = engine.never_fits(gang(nodes=4))
+    assert never.reason == NO_MATCHING_SPEC
+    assert (
+        "no rack of one backend has 4 nodes that could hold 8×h100: the largest has 3 (r1, slurm), though r1 has 5 "  # noqa: RUF001
+        "over 2 backends (a gang runs on one), so it can never run on this inventory" in never.message
+    )
+    assert never.numbers == {"nodes": 4, "level": "rack", "largest": 3, "domain": "r1", "backend": "slurm"}
+    fleet = engine.never_fits(gang(nodes=4, mode=PREFERRED))
+    assert "no backend has 4 nodes that could hold 8×h100: the largest has 3 (slurm)" in fleet.message  # noqa: RUF001
+    assert engine.never_fits(gang(nodes=3)) is None

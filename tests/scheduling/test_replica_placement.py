@@ -133,7 +133,7 @@ def test_a_replicated_demand_is_not_planned_for_preemption():
     running = [RunningAllocation("5", "a", ((0, 1000), (1, 1000)), 0, 0, priority=1, preemptible=True)]
     plan = PlacementEngine(Snapshot([node("a")], running)).plan_preemption(replicated(2, priority=3))
     assert not plan.feasible and plan.victims == ()
-    assert "preemption is planned for one-node demands only" in plan.message
+    assert "preemption is not planned for replicated demands" in plan.message
 
 
 def test_colocated_is_the_whole_deployment_as_one_demand():
