@@ -42,7 +42,13 @@ class Context:
             raise click.UsageError("No server: run `cc login --server URL` or set CC_SERVER.")
         if not self.settings.token:
             raise ApiError(401, "not_signed_in", "Not signed in: run `cc login`.")
-        return Api(self.server, self.settings.token)
+        return self.client(self.settings.token)
+
+    def client(self, token: str | None) -> Api:
+        """An API client for this command, closed when the command ends."""
+        api = Api(self.server, token)
+        click.get_current_context().call_on_close(api.close)
+        return api
 
 
 def command(group=None, **options):
@@ -108,7 +114,7 @@ def login(context: Context, token: str | None, scopes: tuple[str, ...], days: in
     if not token:
         err.print(f"Make a token at {context.server}{TOKENS_PAGE} and paste it here.")
         token = click.prompt("Token", hide_input=True).strip()
-    api = Api(context.server, token)
+    api = context.client(token)
     try:
         projects = api.all_pages("projects/")  # proves the token works before it is kept
     except ApiError as error:
@@ -126,7 +132,7 @@ def _token_by_device_sign_in(context: Context, scopes: tuple[str, ...], days: in
     """The OAuth 2.0 device authorization grant (RFC 8628): print the portal's address and a code, poll at the
     interval the server gives until the person approves or denies it there. None when the server has no company
     sign-in (it answers device_flow_off): then a token is pasted."""
-    api = Api(context.server, None)
+    api = context.client(None)
     asked = {"client_id": "cc", "name": f"cc on {socket.gethostname()}"[:80]}
     if scopes:
         asked["scope"] = " ".join(scopes)

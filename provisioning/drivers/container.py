@@ -461,13 +461,7 @@ class ContainerWorkloads(WorkloadDriver):
             raise StepError("container_missing", f"The container {container_name(target)} is gone.", retryable=False)
         state = container["State"]
         if state["Status"] in ENDED_STATES or state.get("Error"):
-            raise StepError(
-                "container_exited",
-                f"The container {state['Status']} with code {state['ExitCode']} before it was ready"
-                + (f": {state['Error']}" if state.get("Error") else "."),
-                retryable=False,
-                details={"exit_code": state["ExitCode"], "log": _log_tail(podman, container["Name"])},
-            )
+            raise _exited(podman, container, "before it was ready")
         if not state["Running"]:
             raise StepPending(f"The container is {state['Status']}.", retry_after=PROBE_AGAIN_SECONDS)
         host = settings.CONTAINER_ACCESS_HOST.format(node=target.node)
@@ -485,10 +479,20 @@ class ContainerWorkloads(WorkloadDriver):
 
     def connect_secret_set(self, target: Target, name: str, value: str) -> None:
         """The workspace's `workspace-secret <name>` reads the value from standard input and replaces the file the
-        notebook's sign-in reads (provisioning/images/workspace/)."""
-        Podman.of(target.node).run(
-            "exec", "--interactive", container_name(target), "workspace-secret", name, stdin=value
-        )
+        notebook's sign-in reads (provisioning/images/workspace/). A container that has ended (before or during the
+        exec, whose answer is then an error without output) is refused with its exit code, read by `inspect`."""
+        podman = Podman.of(target.node)
+        try:
+            podman.run("exec", "--interactive", container_name(target), "workspace-secret", name, stdin=value)
+        except PodmanFailed:
+            container = podman.inspect(container_name(target))
+            if container is None:
+                raise StepError(
+                    "container_missing", f"The container {container_name(target)} is gone.", retryable=False
+                ) from None
+            if container["State"]["Status"] in ENDED_STATES:
+                raise _exited(podman, container, f"before it took the new {name} secret") from None
+            raise
 
     def stop_workload(self, target: Target) -> dict:
         """Remove the allocation's container (every member's, for a gang)."""
@@ -622,6 +626,19 @@ def _jupyter_version(host: str, port: int) -> str | None:
     except httpx.HTTPError:
         return None
     return answer.json().get("version") if answer.status_code == 200 else None
+
+
+def _exited(podman: Podman, container: dict, when: str) -> StepError:
+    """A container that has ended (or that the runtime could not start), as the step's lasting failure: its exit
+    code and the tail of its log."""
+    state = container["State"]
+    return StepError(
+        "container_exited",
+        f"The container {state['Status']} with code {state['ExitCode']} {when}"
+        + (f": {state['Error']}" if state.get("Error") else "."),
+        retryable=False,
+        details={"exit_code": state["ExitCode"], "log": _log_tail(podman, container["Name"])},
+    )
 
 
 def _log_tail(podman: Podman, name: str) -> str:

@@ -85,9 +85,11 @@ def _container(workspace, request) -> dict | None:
     return workspace.podman.inspect(_delivered(request)["workload"])
 
 
-def _end_from_inside(workspace, name: str, signal: str) -> None:
-    """The workspace's main process (sshd, PID 1) ends: a process in the container signals it."""
-    workspace.podman.run("exec", name, "kill", f"-{signal}", "1")
+def _end_on_signal(workspace, name: str, signal: str) -> None:
+    """The workspace's main process (sshd, PID 1) ends, as if by itself: the runtime signals it from outside, since a
+    `podman exec kill` inside dies with the container, and its session may answer an error without output; the end
+    is waited for, so the reconciler reads an exited container."""
+    workspace.podman.run("kill", "--signal", signal, name)
     workspace.podman.run("wait", name, timeout=30)
 
 
@@ -153,7 +155,7 @@ def test_a_container_that_exits_by_itself_fails_the_request_with_its_code_and_fr
 ):
     request = workspace.order(jupyter=False)
     name = _delivered(request)["workload"]
-    _end_from_inside(workspace, name, "QUIT")  # sshd ends with 255 on SIGQUIT
+    _end_on_signal(workspace, name, "QUIT")  # sshd ends with 255 on SIGQUIT
     assert run_on_commit(workloads_reconcile) == {request.pk: "failed"}
     request.refresh_from_db()
     assert request.state == RequestState.FAILED
@@ -168,13 +170,26 @@ def test_a_container_that_exits_by_itself_fails_the_request_with_its_code_and_fr
 def test_a_container_that_ends_with_code_0_releases_the_request(workspace, run_on_commit):
     request = workspace.order(jupyter=False)
     name = _delivered(request)["workload"]
-    _end_from_inside(workspace, name, "TERM")  # sshd ends cleanly, with 0, on SIGTERM
+    _end_on_signal(workspace, name, "TERM")  # sshd ends cleanly, with 0, on SIGTERM
     assert workspace.podman.inspect(name)["State"]["ExitCode"] == 0
     assert run_on_commit(workloads_reconcile) == {request.pk: "released"}
     request.refresh_from_db()
     assert request.state == RequestState.RELEASED
     assert "exited by itself with code 0" in request.events.get(code="releasing").message
     assert workspace.podman.inspect(name) is None
+
+
+def test_a_secret_for_a_container_that_has_ended_is_refused_with_its_exit_code(workspace):
+    """`podman exec` into an ended container answers an error (without output when the container ends during the
+    exec): the driver reads the ended container with `inspect` and says so, for good."""
+    request = workspace.order(jupyter=False)
+    step = ProvisioningStep.objects.get(run__request=request, run__kind=RunKind.PROVISION, name="start_workload")
+    _end_on_signal(workspace, _delivered(request)["workload"], "QUIT")
+    with pytest.raises(StepError) as refused:
+        ContainerWorkloads().connect_secret_set(engine._contexts([step])[0].target, "jupyter", "a-new-token")
+    assert refused.value.code == "container_exited" and not refused.value.retryable
+    assert refused.value.details["exit_code"] == 255
+    assert "before it took the new jupyter secret" in refused.value.message
 
 
 def test_a_workspace_without_an_ssh_key_fails_with_a_clear_reason(workspace):

@@ -4,6 +4,7 @@ import os
 import shutil
 
 import pytest
+from django.db import connections
 
 from requests.choices import ApprovalMode
 from tests import factories
@@ -34,6 +35,11 @@ def browser(transactional_db):
         chromium = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
         yield chromium
         chromium.close()
+        # While Playwright's loop runs here, Django keeps this thread's connections apart from the ones opened before
+        # it started (asgiref's Local follows the async context): the test's teardown, after the loop, closes only
+        # those, so the ones the test opened are closed here, or they outlive the session and block the test
+        # database's drop.
+        connections.close_all()
 
 
 PHONE = {"width": 390, "height": 844}
