@@ -3,8 +3,6 @@ its inference servers stopped and its replicas' allocations returned, so its cap
 call wakes it (serving.deployments.deployment_wake): one replica, through the queue, the scheduler and the
 MODEL_SERVING pipeline again."""
 
-from functools import partial
-
 from django.db import transaction
 
 from provisioning.choices import RunKind
@@ -19,25 +17,19 @@ from serving.deployments import deployment_scale_to_zero
 
 @transaction.atomic
 def endpoint_scale_to_zero(*, request_id: int, reason: str) -> dict:
-    """Scale the active request's endpoint to zero, in one transaction: the route leaves the rotation (every gateway
-    within a poll) and the replicas' allocations go back to the pool. Each replica's server is stopped where it runs
-    once that has committed: no row stays locked while a driver waits on a host, and a rolled-back change stops
-    nothing. Nothing happens to a request no longer active or an endpoint not serving (released or scaled down
-    meanwhile)."""
+    """Scale the active request's endpoint to zero: the route leaves the rotation first (every gateway within a
+    poll), then each replica's server is stopped where it runs and the allocations go back to the pool. Nothing
+    happens to a request no longer active or an endpoint not serving (released or scaled down meanwhile)."""
     request = ResourceRequest.objects.select_for_update().filter(pk=request_id, state=RequestState.ACTIVE).first()
     replicas = deployment_scale_to_zero(request=request) if request else None
     if replicas is None:
         return {"scaled_to_zero": False}
     run = ProvisioningRun.objects.filter(request=request, kind=RunKind.PROVISION).latest("pk")
     driver = serving_driver((request.approved_spec.get("serving") or {}).get("runtime", "simulated"))
-    for replica in replicas:
-        if replica.allocation is not None:
-            target = allocation_target(run, replica.allocation)
-            # robust: a server that cannot be stopped is logged, and does not keep the others running
-            transaction.on_commit(partial(driver.stop_inference, target, replica.pid), robust=True)
-    returned = allocation_free(request_ids=[request_id], reason=reason)
-    return {
-        "scaled_to_zero": True,
-        "stopping": [replica.name for replica in replicas if replica.allocation is not None],
-        "allocations_returned": [a.pk for a in returned],
+    stopped = {
+        replica.name: driver.stop_inference(allocation_target(run, replica.allocation), replica.pid)
+        for replica in replicas
+        if replica.allocation is not None
     }
+    returned = allocation_free(request_ids=[request_id], reason=reason)
+    return {"scaled_to_zero": True, "stopped": stopped, "allocations_returned": [a.pk for a in returned]}
