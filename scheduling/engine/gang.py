@@ -238,7 +238,7 @@ class GangPlacer:
         if counts is None:
             paths = self.engine.topology.paths
             counts = self._rooms[key] = Counter(
-                paths[i][level] for i, node in enumerate(self.engine.nodes) if _could_hold(node, demand)
+                paths[i][level] for i, node in enumerate(self.engine.nodes) if could_hold(node, demand)
             )
         return counts
 
@@ -273,7 +273,7 @@ def _models(demand: Demand) -> str:
     return "/".join(sorted(demand.models)) or "cards"
 
 
-def _could_hold(node: NodeView, demand: Demand) -> bool:
+def could_hold(node: NodeView, demand: Demand) -> bool:
     """Whether the node, empty and healthy, could hold one member (whatever its state now)."""
     cards = sum(1 for device in node.devices if not demand.models or device.model in demand.models)
     return (
@@ -360,7 +360,7 @@ def domain_frees(
         if paths[i][demand.level] == path
         and index.spare[i] is None
         and node.schedulable
-        and _could_hold(node, demand)
+        and could_hold(node, demand)
         and (at := _node_frees_at(engine, i, demand, running[node.name], ends)) is not None
     )
     return (lacking, times[lacking - 1]) if len(times) >= lacking else None
