@@ -23,7 +23,9 @@ Variants, all in the same run on the same arrivals:
 Reported per variant (mean ± std over seeds where it varies): alloc% at 100 % arrival (GPU milli allocated over
 capacity when the arrived GPU demand, gangs included, reaches capacity), required-domain violations, the share of
 `preferred` gangs kept in one rack among those one rack could hold at arrival, gangs placed, and decisions/s (all
-arrivals, pods and gangs; reasons for the ones that wait included, the preferred-rack check excluded).
+arrivals, pods and gangs; reasons for the ones that wait included, the preferred-rack check excluded). Beside them,
+the ceiling: the hindsight bound of alloc@100 over the same arrivals (bench/gang_bound.py), the most any placement
+keeping the required domains could reach, per seed and as mean ± std.
 """
 
 from __future__ import annotations
@@ -41,6 +43,7 @@ from django.core.management.base import BaseCommand
 
 from bench import traces
 from bench.fleet import scaled_engine_nodes
+from bench.gang_bound import hindsight_bound
 from scheduling.engine import Binding, Demand, NodeView, PlacementEngine, Snapshot, workload_source
 from scheduling.engine.frag import MILLI
 from scheduling.engine.gang import FLEET, LEVELS, PREFERRED, RACK, REQUIRED, level_used
@@ -51,6 +54,7 @@ GANG_SHARE = 0.10  # of all arrivals
 GANG_SIZES = ((2, 0.5), (4, 0.3), (8, 0.15), (16, 0.05))
 GANG_TOPOLOGY = ((RACK, REQUIRED, 0.2), ("block", REQUIRED, 0.1), (RACK, PREFERRED, 0.7))
 CARDS_PER_MEMBER, MEMBER_CPU, MEMBER_MEMORY = 8, 32_000, 128 * 1024
+MEMBER = Demand("member", count=CARDS_PER_MEMBER, cpu_milli=MEMBER_CPU, memory_mib=MEMBER_MEMORY)  # any model
 NODES_FILE, PODS_FILE = "openb_node_list_gpu_node.csv", "openb_pod_list_default.csv"
 TARGETS = {
     "violations": "0 required-domain violations",
@@ -211,11 +215,13 @@ def run(data: Path, scale: int, seeds: list[int], inflate: float = 1.3, max_arri
     base = scaled_engine_nodes(base, scale) if scale > 1 else base
     pods = traces.read_pods(str(data / PODS_FILE))
     runs: dict[str, list[dict]] = {variant: [] for variant in VARIANTS}
+    ceilings = []
     for seed in seeds:
         nodes = topology_tree(base, seed)
         demands = arrivals(nodes, pods, seed, inflate)[:max_arrivals]
         for variant in VARIANTS:
             runs[variant].append(simulate(nodes, demands, variant, seed))
+        ceilings.append({"alloc_at_100": hindsight_bound(nodes, demands, MEMBER)})
     return {
         "nodes": len(base),
         "gpus": sum(len(node.devices) for node in base),
@@ -228,22 +234,28 @@ def run(data: Path, scale: int, seeds: list[int], inflate: float = 1.3, max_arri
             "racks_per_block": RACKS_PER_BLOCK,
         },
         "variants": {variant: _summary(results) for variant, results in runs.items()},
+        "per_seed_alloc_at_100": {
+            variant: [round(r["alloc_at_100"], 2) for r in results] for variant, results in runs.items()
+        }
+        | {"hindsight bound": [round(c["alloc_at_100"], 2) for c in ceilings]},
+        "hindsight_bound": _summary_of(ceilings, "alloc_at_100"),
         "load_avg": {"start": round(load_start, 2), "end": round(os.getloadavg()[0], 2)},
         "targets": TARGETS,
     }
 
 
-def _summary(results: list[dict]) -> dict:
-    def stat(key: str) -> dict:
-        values = [r[key] for r in results if r[key] == r[key]]  # NaN: nothing to measure in that run
-        if not values:
-            return {"mean": None, "std": None}
-        spread = statistics.stdev(values) if len(values) > 1 else 0.0
-        return {"mean": round(statistics.fmean(values), 2), "std": round(spread, 2)}
+def _summary_of(results: list[dict], key: str) -> dict:
+    values = [r[key] for r in results if r[key] == r[key]]  # NaN: nothing to measure in that run
+    if not values:
+        return {"mean": None, "std": None}
+    spread = statistics.stdev(values) if len(values) > 1 else 0.0
+    return {"mean": round(statistics.fmean(values), 2), "std": round(spread, 2)}
 
+
+def _summary(results: list[dict]) -> dict:
     return {
-        "alloc_at_100": stat("alloc_at_100"),
-        "preferred_in_one_rack": stat("preferred_in_one_rack"),
+        "alloc_at_100": _summary_of(results, "alloc_at_100"),
+        "preferred_in_one_rack": _summary_of(results, "preferred_in_one_rack"),
         "violations": sum(r["violations"] for r in results),
         "gangs": sum(r["gangs"] for r in results),
         "gangs_placed": sum(r["gangs_placed"] for r in results),
@@ -259,6 +271,7 @@ def text(summary: dict) -> str:
             f"{_stat(row['preferred_in_one_rack'])}%  gangs placed {row['gangs_placed']}/{row['gangs']}  "
             f"{row['decisions_per_s']} decisions/s"
         )
+    lines.append(f"ceiling: hindsight bound alloc@100 {_stat(summary['hindsight_bound'])}% (bench/gang_bound.py)")
     lines.append(f"load avg {summary['load_avg']['start']} -> {summary['load_avg']['end']}")
     return "\n".join(lines)
 

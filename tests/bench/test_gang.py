@@ -45,4 +45,5 @@ def test_the_headline_reads_the_platform_beside_slurm_tree(summary):
     rows = gang_report.rows_of(summary)
     line = gang_report.headline(rows)
     assert isinstance(line, Headline) and line.figure.startswith("platform alloc@100 ")
-    assert line.baseline.startswith("slurm-tree ")
+    assert line.baseline.startswith("slurm-tree ") and "ceiling (hindsight bound)" in line.baseline
+    assert rows[-1]["variant"] == gang_report.CEILING and rows[-1]["alloc@100 %"] != "n/a"
