@@ -93,7 +93,6 @@ class Following:
     """The run's next step, pending once the step before it was recorded."""
 
     step_id: int
-    polls: bool  # it waits for something that happens elsewhere (a Slurm job starting)
 
 
 @dataclass
@@ -125,8 +124,9 @@ def steps_execute(*, step_ids: list[int]) -> None:
     belongs to another worker, or the worker is stopping. A finished step's successor is attempted next by the same
     worker while the chain's budget lasts: a request goes through its pipeline at once instead of queueing behind
     every other request's current step, and the broker carries one task per batch of runs instead of one per step.
-    A polling successor goes round the broker: the time other runs' steps take there is time its workload needs to
-    come up anyway, and this worker is not held watching it."""
+    A polling successor (the readiness watch right after the submissions) stays here too: whichever worker took it
+    from the broker would be held watching just as long, and the trip there and back would come on top of the wait
+    (while this worker watches, the others submit: the backend takes one submission at a time anyway)."""
     chain_ends = time.monotonic() + settings.PROVISIONING_CHAIN_SECONDS
     due = dict.fromkeys(step_ids, time.monotonic())  # step id -> when this worker attempts it next
     while due:
@@ -141,7 +141,7 @@ def steps_execute(*, step_ids: list[int]) -> None:
         to_broker = []
         for step_id, then in _execute_once(ready).items():
             if isinstance(then, Following):
-                if then.polls or stopping() or time.monotonic() >= chain_ends:
+                if stopping() or time.monotonic() >= chain_ends:
                     to_broker.append(then.step_id)  # the rest of the run goes back to the broker
                 else:
                     due[then.step_id] = time.monotonic()
@@ -467,7 +467,7 @@ def _succeed(step: ProvisioningStep, output: dict) -> Following | Finished:
     run.current_position = step.position + 1
     if step.following_id is None:
         return Finished(run, output)
-    return Following(step.following_id, polls=definition_of(run.pipeline, run.kind, run.current_position).polls)
+    return Following(step.following_id)
 
 
 def _wait(step: ProvisioningStep, seconds: float, waiting_for: str, message: str) -> float:
