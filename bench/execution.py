@@ -28,7 +28,9 @@ second. worker_cpu_s is the CPU time the qcluster's processes used in the round 
 stretch, this much less), backend_cpu_s what the backend's own daemons used (Slurm's). `breakdown` is where a
 request's time goes, the median over requests (and then over rounds): the cycle, the wait for its first step,
 each step's wait in the task queue and its time in a worker (for `slurm` start_workload is the submissions' REST
-calls, workload_ready the job queries while Slurm starts the job), and the activation; the baseline's own REST
+calls, workload_ready the job queries while Slurm starts the job; readiness_check's wait is the record of the
+submissions and its claim in the same worker, and publish_access is done inside the readiness record, so its two
+parts are that record's), and the activation; the baseline's own REST
 calls (submission and job-list round trips) beside them. The reconciler and every other schedule are deferred while
 the benchmark runs. `load_avg` is the machine's 1-minute load before and after each round.
 
