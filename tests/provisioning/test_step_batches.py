@@ -171,7 +171,8 @@ def test_a_batch_reads_and_writes_its_requests_once_to_start_them_and_once_to_ac
 ):
     """From the start task to all active: the start locks the batch's requests in one read and moves them in one
     UPDATE with one INSERT of their events, and so does the activation; no transition writes the approved snapshot.
-    Each claim and each record of the batch's steps writes them in one statement, and moves their runs on in one."""
+    Each claim and each record of the batch's steps writes them in one statement, and moves their runs on in one;
+    the finished runs are saved in one."""
     requests = submit(6)
     run_on_commit(cycle.run_cycle)
     with CaptureQueriesContext(connection) as queries:
@@ -194,6 +195,8 @@ def test_a_batch_reads_and_writes_its_requests_once_to_start_them_and_once_to_ac
     assert computed == 1
     assert (len(step_writes), len(run_moves)) == (2 * pipeline - computed, pipeline)
     assert not [sql for sql in statements if sql.startswith('UPDATE "provisioning_provisioningstep"')]
+    run_ends = [sql for sql in statements if sql.startswith('UPDATE "provisioning_provisioningrun" SET "state"')]
+    assert len(run_ends) == 1  # the batch's finished runs in one statement
     for request in requests:
         timeline = list(request.events.order_by("id").values_list("from_state", "to_state", "code"))
         assert timeline[-2:] == [
