@@ -4,7 +4,8 @@ End to end on a real execution backend: start the backend's real local runtime (
 devcluster/slurm_cluster.py; for `container`, this machine's podman, bench/execution_runtimes.py; sized so
 every request fits at once), put its nodes into the inventory and start real `qcluster` workers on this database.
 After one unmeasured wave of the baseline (a fresh runtime's first wave is faster than any later one: slurmctld
-holds no finished jobs yet), in each round two measurements on the same runtime, one after the other (their order
+holds no finished jobs yet) and one of the platform (fresh workers' first tasks import the code and open their
+connections), in each round two measurements on the same runtime, one after the other (their order
 alternates from round to round, so neither always meets a warmer, busier or fuller runtime), each begun once the
 broker holds no task and neither the workers nor the backend's daemons use more than a trickle of CPU (what the
 measurement before left behind, a release's tasks or slurmctld's work after a hundred cancellations, is its own;
@@ -114,6 +115,11 @@ class Command(BaseCommand):
             # jobs yet, podman's caches are cold the other way); a runtime in service is past both.
             DIRECT[backend](runtime, requests, timeout)
             with _workers(workers, runtime.settings) as cpu_seconds:
+                # Unmeasured too: fresh workers spend their first tasks importing the provisioning code and opening
+                # their connections (about twice a later round's CPU); the workers of a platform in service are past
+                # that. The same N requests, the same runtime.
+                _wait_until_quiet(runtime, cpu_seconds, timeout)
+                _platform(runtime, orders, requests, timeout, cpu_seconds)
                 results = []
                 for number in range(rounds):
                     load = os.getloadavg()[0]
