@@ -4,7 +4,8 @@ End to end on a real execution backend: start the backend's real local runtime (
 devcluster/slurm_cluster.py; for `container`, this machine's podman, bench/execution_runtimes.py; sized so
 every request fits at once), put its nodes into the inventory and start real `qcluster` workers on this database.
 After one unmeasured wave of the baseline (a fresh runtime's first wave is faster than any later one: slurmctld
-holds no finished jobs yet), in each round two measurements on the same runtime, one after the other (their order
+holds no finished jobs yet) and one of the platform (fresh workers' first tasks import the code and open their
+connections), in each round two measurements on the same runtime, one after the other (their order
 alternates from round to round, so neither always meets a warmer, busier or fuller runtime), each begun once the
 broker holds no task and neither the workers nor the backend's daemons use more than a trickle of CPU (what the
 measurement before left behind, a release's tasks or slurmctld's work after a hundred cancellations, is its own;
@@ -28,7 +29,9 @@ second. worker_cpu_s is the CPU time the qcluster's processes used in the round 
 stretch, this much less), backend_cpu_s what the backend's own daemons used (Slurm's). `breakdown` is where a
 request's time goes, the median over requests (and then over rounds): the cycle, the wait for its first step,
 each step's wait in the task queue and its time in a worker (for `slurm` start_workload is the submissions' REST
-calls, workload_ready the job queries while Slurm starts the job), and the activation; the baseline's own REST
+calls, workload_ready the job queries while Slurm starts the job; readiness_check's wait is the record of the
+submissions and its claim in the same worker, and publish_access is done inside the readiness record, so its two
+parts are that record's), and the activation; the baseline's own REST
 calls (submission and job-list round trips) beside them. The reconciler and every other schedule are deferred while
 the benchmark runs. `load_avg` is the machine's 1-minute load before and after each round.
 
@@ -112,6 +115,11 @@ class Command(BaseCommand):
             # jobs yet, podman's caches are cold the other way); a runtime in service is past both.
             DIRECT[backend](runtime, requests, timeout)
             with _workers(workers, runtime.settings) as cpu_seconds:
+                # Unmeasured too: fresh workers spend their first tasks importing the provisioning code and opening
+                # their connections (about twice a later round's CPU); the workers of a platform in service are past
+                # that. The same N requests, the same runtime.
+                _wait_until_quiet(runtime, cpu_seconds, timeout)
+                _platform(runtime, orders, requests, timeout, cpu_seconds)
                 results = []
                 for number in range(rounds):
                     load = os.getloadavg()[0]

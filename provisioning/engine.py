@@ -25,7 +25,7 @@ from datetime import datetime, timedelta
 
 from django.conf import settings
 from django.db import DatabaseError, connection, connections, transaction
-from django.db.models import Case, F, OuterRef, Q, Subquery, When
+from django.db.models import Case, F, OuterRef, Q, QuerySet, Subquery, When
 from django.utils import timezone
 
 from config.sql import update_from_values
@@ -93,7 +93,7 @@ class Following:
     """The run's next step, pending once the step before it was recorded."""
 
     step_id: int
-    polls: bool  # it waits for something that happens elsewhere (a Slurm job starting)
+    computed: bool = False  # it calls nothing (pipelines.StepDefinition.computed): done in the same record
 
 
 @dataclass
@@ -125,8 +125,9 @@ def steps_execute(*, step_ids: list[int]) -> None:
     belongs to another worker, or the worker is stopping. A finished step's successor is attempted next by the same
     worker while the chain's budget lasts: a request goes through its pipeline at once instead of queueing behind
     every other request's current step, and the broker carries one task per batch of runs instead of one per step.
-    A polling successor goes round the broker: the time other runs' steps take there is time its workload needs to
-    come up anyway, and this worker is not held watching it."""
+    A polling successor (the readiness watch right after the submissions) stays here too: whichever worker took it
+    from the broker would be held watching just as long, and the trip there and back would come on top of the wait
+    (while this worker watches, the others submit: the backend takes one submission at a time anyway)."""
     chain_ends = time.monotonic() + settings.PROVISIONING_CHAIN_SECONDS
     due = dict.fromkeys(step_ids, time.monotonic())  # step id -> when this worker attempts it next
     while due:
@@ -141,7 +142,7 @@ def steps_execute(*, step_ids: list[int]) -> None:
         to_broker = []
         for step_id, then in _execute_once(ready).items():
             if isinstance(then, Following):
-                if then.polls or stopping() or time.monotonic() >= chain_ends:
+                if stopping() or time.monotonic() >= chain_ends:
                     to_broker.append(then.step_id)  # the rest of the run goes back to the broker
                 else:
                     due[then.step_id] = time.monotonic()
@@ -192,16 +193,29 @@ def steps_resume_due(*, now=None) -> int:
 def _claim(step_ids: list[int], owner: uuid.UUID) -> list[Claimed]:
     """The steps now ours under a lease, with the deadline of each attempt; those not ours to run are left out.
     Rows are locked in primary-key order, so two workers claiming overlapping batches cannot deadlock."""
-    steps = (
+    claimed = _claim_locked(_locked_for_attempts(step_ids), owner)
+    _write([item.step for item in claimed], CLAIMED_FIELDS)
+    return claimed
+
+
+def _locked_for_attempts(step_ids) -> QuerySet:
+    return (
         ProvisioningStep.objects.select_for_update(of=("self",))
         .select_related("run__request__requester", "run__allocation__node")  # what the attempts' contexts need
         .filter(pk__in=step_ids)
         .order_by("pk")
     )
+
+
+def _claim_locked(steps: QuerySet, owner: uuid.UUID) -> list[Claimed]:
     now = timezone.now()
-    claimed = [claimed for step in steps if (claimed := _claim_one(step, owner, now)) is not None]
-    _write([item.step for item in claimed], CLAIMED_FIELDS)
-    return claimed
+    return [claimed for step in steps if (claimed := _claim_one(step, owner, now)) is not None]
+
+
+def _following_id() -> Subquery:
+    """The run's next step's id, read with the step."""
+    following = ProvisioningStep.objects.filter(run=OuterRef("run"), position=OuterRef("position") + 1)
+    return Subquery(following.values("pk")[:1])
 
 
 def _claim_one(step: ProvisioningStep, owner: uuid.UUID, now) -> Claimed | None:
@@ -380,11 +394,10 @@ def _record(owner: uuid.UUID, outcomes: dict[int, Outcome]) -> dict[int, float |
     attempt, or the run's next step once this one is done (None when the run is finished or the step is no longer
     ours)."""
     # The runs are locked too: a release cancelling one waits for this record, or this record sees it cancelled.
-    following = ProvisioningStep.objects.filter(run=OuterRef("run"), position=OuterRef("position") + 1)
     steps = (
         ProvisioningStep.objects.select_for_update(of=("self", "run"))
         .select_related("run")
-        .annotate(following_id=Subquery(following.values("pk")[:1]))  # the run's next step, in the same read
+        .annotate(following_id=_following_id())  # the run's next step, in the same read
         .filter(pk__in=outcomes)
         .order_by("pk")
     )
@@ -396,10 +409,36 @@ def _record(owner: uuid.UUID, outcomes: dict[int, Outcome]) -> dict[int, float |
     outages.backends_seen(unavailable=unavailable, answered=answered)
     _write([step for step in ours if step.state != StepState.FAILED], ENDED_FIELDS)  # a failure wrote its own
     _advance([step for step in ours if isinstance(recorded[step.pk], Following | Finished)])
+    recorded |= _computed_successors(owner, recorded)
     finished = [(then.run, then.last_output) for then in recorded.values() if isinstance(then, Finished)]
     if finished:
         services.runs_succeeded(finished=finished)
     return {step.pk: None if isinstance(then := recorded.get(step.pk), Finished) else then for step in steps}
+
+
+def _computed_successors(owner: uuid.UUID, recorded: dict) -> dict[int, Following | Finished | None]:
+    """The successors that call nothing (publishing access from what the steps before recorded) claimed, done and
+    recorded in the transaction that recorded their predecessors: a claim's and a record's transactions saved per
+    batch on the way to active. By predecessor: what the successor's record leaves to do; None when it waits or
+    failed (the sweeper hands a waiting one out when it is due, as any other)."""
+    successor_of = {
+        step_id: then.step_id for step_id, then in recorded.items() if isinstance(then, Following) and then.computed
+    }
+    if not successor_of:
+        return {}
+    # Read with their own successors: a computed step's record needs them, as a record always does.
+    successors = _locked_for_attempts(successor_of.values()).annotate(following_id=_following_id())
+    claimed = _claim_locked(successors, owner)
+    outcomes = _attempt(claimed)
+    done = {item.step.pk: _record_one(item.step, outcomes[item.step.pk]) for item in claimed}
+    steps = [item.step for item in claimed]
+    _write([step for step in steps if step.state != StepState.FAILED], sorted({*CLAIMED_FIELDS, *ENDED_FIELDS}))
+    _advance([step for step in steps if isinstance(done[step.pk], Following | Finished)])
+    return {
+        step_id: then if isinstance(then := done.get(successor_id), Following | Finished) else None
+        for step_id, successor_id in successor_of.items()
+        if successor_id in done
+    }
 
 
 def _outages_over(steps: list[ProvisioningStep], outcomes: dict[int, Outcome]) -> set[str]:
@@ -467,7 +506,7 @@ def _succeed(step: ProvisioningStep, output: dict) -> Following | Finished:
     run.current_position = step.position + 1
     if step.following_id is None:
         return Finished(run, output)
-    return Following(step.following_id, polls=definition_of(run.pipeline, run.kind, run.current_position).polls)
+    return Following(step.following_id, computed=definition_of(run.pipeline, run.kind, run.current_position).computed)
 
 
 def _wait(step: ProvisioningStep, seconds: float, waiting_for: str, message: str) -> float:

@@ -15,6 +15,9 @@ class StepDefinition:
     timeout: int  # seconds for one attempt; for a polling step, for the whole wait
     survives_cleanup: bool = False  # a retry after the failure cleanup need not run it again
     polls: bool = False  # each call is a quick check of something that happens elsewhere (power, installer)
+    # It calls nothing, only computes from what the steps before it recorded (publishing access): the engine does
+    # it in the transaction that records the step before it.
+    computed: bool = False
     # The same work for several runs at once ([context] -> [output or the exception of each]), asking the backend
     # once for all of them; the engine uses it for a batch of runs at this step.
     batch_handler: Callable[[list[steps.StepContext]], list[dict | Exception]] | None = None
@@ -44,7 +47,7 @@ COMPUTE = [
         polls=True,
         batch_handler=steps.readiness_checks,
     ),
-    StepDefinition("publish_access", "Publish access details", steps.publish_compute_access, 60),
+    StepDefinition("publish_access", "Publish access details", steps.publish_compute_access, 60, computed=True),
 ]
 COMPUTE_TEARDOWN = [
     StepDefinition("stop_workload", "Stop the workload", steps.stop_workload, 600),

@@ -287,10 +287,12 @@ def _release_stranded(request_id: int, reason: dict) -> str:
 
 def runs_succeeded(*, finished: list[tuple[ProvisioningRun, dict]]) -> None:
     """Called by the engine inside the transaction that records the runs' last steps (run, its last step's output):
-    the provisioning runs among them activate their requests together, on one locked read of those requests."""
+    the provisioning runs among them activate their requests together, on one locked read of those requests. The
+    runs are saved in one UPDATE: the record holds their locks and has seen each one running, so a save's guard on
+    the state it was read in (ConcurrentTransitionMixin) has nothing to add."""
     for run, last_output in finished:
         run.succeed(delivered=last_output if run.kind == RunKind.PROVISION else None)
-        run.save(update_fields=["state", "finished_at", "delivered"])
+    ProvisioningRun.objects.bulk_update([run for run, _ in finished], ["state", "finished_at", "delivered"])
     provisioned = [(run, last_output) for run, last_output in finished if run.kind == RunKind.PROVISION]
     _activate(provisioned)
     for run, _ in finished:

@@ -238,21 +238,16 @@ def _handed_to_the_broker(monkeypatch) -> list[int]:
     return handed
 
 
-def test_a_worker_goes_on_with_the_run_s_next_step_but_sends_a_polling_one_round_the_broker(compute, monkeypatch):
+def test_a_worker_goes_on_with_the_run_s_next_steps_its_readiness_watch_included(compute, monkeypatch):
+    """The worker that submitted the workload watches it come up (no trip through the broker), and publishing is
+    done in the readiness step's record."""
     handed = _handed_to_the_broker(monkeypatch)
     request = compute.order()
     steps = ProvisioningRun.objects.get(request=request, kind=RunKind.PROVISION).steps
-    assert request.state == RequestState.PROVISIONING
-    assert handed == [steps.get(name="readiness_check").pk]
-    assert dict(steps.values_list("name", "state")) == {
-        "prepare_image": StepState.SUCCEEDED,
-        "start_workload": StepState.SUCCEEDED,
-        "readiness_check": StepState.PENDING,
-        "publish_access": StepState.PENDING,
-    }
-    engine.steps_execute(step_ids=[handed.pop()])  # the broker's task: readiness, then publishing in the same worker
-    request.refresh_from_db()
     assert request.state == RequestState.ACTIVE and handed == []
+    assert set(steps.values_list("state", flat=True)) == {StepState.SUCCEEDED}
+    readiness, published = steps.get(name="readiness_check"), steps.get(name="publish_access")
+    assert published.started_at >= readiness.finished_at
 
 
 def test_a_chain_past_its_budget_hands_the_run_s_next_step_to_the_broker(compute, settings, monkeypatch):

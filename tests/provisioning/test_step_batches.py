@@ -8,11 +8,11 @@ import pytest
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
-from provisioning import pipelines, wiring
-from provisioning.choices import RunKind, RunState
+from provisioning import engine, pipelines, services, wiring
+from provisioning.choices import RunKind, RunState, StepState
 from provisioning.drivers.base import StepError, WorkloadDriver, each
 from provisioning.drivers.simulated import SimulatedHost
-from provisioning.models import ProvisioningRun
+from provisioning.models import ProvisioningRun, ProvisioningStep
 from provisioning.tasks import start_runs
 from requests import notifications
 from requests import services as request_services
@@ -171,7 +171,8 @@ def test_a_batch_reads_and_writes_its_requests_once_to_start_them_and_once_to_ac
 ):
     """From the start task to all active: the start locks the batch's requests in one read and moves them in one
     UPDATE with one INSERT of their events, and so does the activation; no transition writes the approved snapshot.
-    Each claim and each record of the batch's steps writes them in one statement, and moves their runs on in one."""
+    Each claim and each record of the batch's steps writes them in one statement, and moves their runs on in one;
+    the finished runs are saved in one."""
     requests = submit(6)
     run_on_commit(cycle.run_cycle)
     with CaptureQueriesContext(connection) as queries:
@@ -188,11 +189,44 @@ def test_a_batch_reads_and_writes_its_requests_once_to_start_them_and_once_to_ac
     step_writes = [sql for sql in statements if sql.startswith("UPDATE provisioning_provisioningstep SET")]
     run_moves = [sql for sql in statements if sql.startswith('UPDATE "provisioning_provisioningrun" SET "current_')]
     pipeline = len(pipelines.COMPUTE)
-    assert (len(step_writes), len(run_moves)) == (2 * pipeline, pipeline)  # a claim and a record per step
+    computed = sum(definition.computed for definition in pipelines.COMPUTE)
+    # A claim and a record per step; a computed step (publish_access) is claimed and recorded in one statement, in
+    # the transaction that records the step before it.
+    assert computed == 1
+    assert (len(step_writes), len(run_moves)) == (2 * pipeline - computed, pipeline)
     assert not [sql for sql in statements if sql.startswith('UPDATE "provisioning_provisioningstep"')]
+    run_ends = [sql for sql in statements if sql.startswith('UPDATE "provisioning_provisioningrun" SET "state"')]
+    assert len(run_ends) == 1  # the batch's finished runs in one statement
     for request in requests:
         timeline = list(request.events.order_by("id").values_list("from_state", "to_state", "code"))
         assert timeline[-2:] == [
             (RequestState.ALLOCATED, RequestState.PROVISIONING, EventCode.PROVISIONING),
             (RequestState.PROVISIONING, RequestState.ACTIVE, EventCode.ACTIVE),
         ]
+
+
+def test_a_computed_step_is_done_in_the_record_of_the_step_before_it(wide, submit, start_batches, run_on_commit):
+    """publish_access calls nothing: the record that finds the batch's workloads ready publishes their access and
+    activates their requests in the same transaction, without a claim and a record of its own."""
+    requests = submit(2)
+    run_on_commit(cycle.run_cycle)
+    runs = services.runs_start(request_ids=start_batches.pop())
+    step_ids = [run.first_step_id for run in runs]
+    for name in ("prepare_image", "start_workload"):
+        outcomes = engine._execute_once(step_ids)
+        assert all(isinstance(then, engine.Following) and not then.computed for then in outcomes.values()), name
+        step_ids = [then.step_id for then in outcomes.values()]
+
+    with CaptureQueriesContext(connection) as queries:
+        outcomes = run_on_commit(engine._execute_once, step_ids)
+
+    assert list(outcomes.values()) == [None, None]  # both runs finished in that one record
+    assert states(requests) == [RequestState.ACTIVE] * 2
+    published = ProvisioningStep.objects.filter(run__in=runs, name="publish_access")
+    assert [(step.state, step.attempts) for step in published] == [(StepState.SUCCEEDED, 1)] * 2
+    assert all(step.output["host"] for step in published)
+    statements = [query["sql"] for query in queries.captured_queries]
+    locks = [
+        sql for sql in statements if sql.startswith('SELECT "provisioning_provisioningstep"') and "FOR UPDATE" in sql
+    ]
+    assert len(locks) == 3  # the readiness claim, its record, and publish_access locked within that record
