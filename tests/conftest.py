@@ -13,7 +13,7 @@ from devcluster.ldap_directory import running_directory
 from devcluster.oidc_provider import running_provider
 from tests import factories
 from tests.devcluster_fixtures import cluster_for_tests
-from tests.module_data import shareable_builders, shared_by_module
+from tests.module_data import asks_for_shared_data, shareable_builders, shared_by_module
 from tests.smtp_server import smtp_server
 from tests.template_database import migrated_template
 
@@ -68,13 +68,25 @@ def pytest_collection_modifyitems(items):
 def _heaviest_groups_first(items: list) -> list:
     """xdist hands a free worker the next group in collection order (`--no-loadscope-reorder`): the groups with the
     most integration tests (seconds each, against milliseconds for a unit test) go first, so that the last groups to
-    start are short and both workers finish together. A stable sort: a group's tests keep their order."""
+    start are short and both workers finish together. A stable sort: a group's tests keep their order, but for a
+    module's tests that ask for no shared fixture, which run first (tests/module_data.py)."""
     weight, first_seen = Counter(), {}
     for index, item in enumerate(items):
         group = _worker_group(item)
         weight[group] += INTEGRATION_TEST_WEIGHT if item.get_closest_marker("integration") else 1
         first_seen.setdefault(group, index)
-    return sorted(items, key=lambda item: (-weight[_worker_group(item)], first_seen[_worker_group(item)]))
+    module_seen = {}
+    for index, item in enumerate(items):
+        module_seen.setdefault(item.module, index)
+    return sorted(
+        items,
+        key=lambda item: (
+            -weight[_worker_group(item)],
+            first_seen[_worker_group(item)],
+            module_seen[item.module],
+            asks_for_shared_data(item),  # before the module's shared rows exist (tests/module_data.py)
+        ),
+    )
 
 
 def _worker_group(item) -> str:

@@ -2,10 +2,11 @@
 does for a class: the module's tests run in savepoints inside one transaction, rolled back after the last of them,
 and each test gets its own deep copy of the objects, so what one test changes (rows or objects) the next never sees.
 
-A fixture is shared this way only where no test can tell: in a module whose every database test asks for it (no test
-meets rows it did not ask for) and that has no transactional test (its flush would empty the shared transaction).
-Elsewhere it is built for each test, as before. Building the same project and catalog for every test was most of the
-unit layer's time (a project with its people costs about 45 queries)."""
+A fixture is shared this way only where no test can tell: in a module whose every database test that asks for a
+shared fixture asks for it, whose tests asking for none run first (no test meets rows it did not ask for) and that has
+no transactional test (its flush would empty the shared transaction). Elsewhere it is built for each test, as before.
+Building the same project and catalog for every test was most of the unit layer's time (a project with its people
+costs about 45 queries)."""
 
 import copy
 from collections.abc import Callable
@@ -35,21 +36,32 @@ def shared_by_module(build: Callable[[], object]):
 
 
 def shareable_builders(items: list[pytest.Item]) -> dict[Callable, Callable[[], object]]:
-    """The shared fixtures that one module's selected tests (`items`) can share, in the order of the first test's
-    fixtures; none when a test commits or flushes."""
+    """The shared fixtures that one module's selected tests (`items`, in the order they run) can share: those that
+    every database test asking for any of them asks for, in the order the first of those asks. A database test that
+    asks for none must run before them (`asks_for_shared_data` orders the tests so) and none may commit or flush."""
     database_tests = [item for item in items if _uses_database(item)]
-    if not database_tests or any(_is_transactional(item) for item in database_tests):
+    asking = [item for item in database_tests if asks_for_shared_data(item)]
+    if (
+        not asking
+        or any(_is_transactional(item) for item in database_tests)
+        or database_tests[-len(asking) :] != asking
+    ):
         return {}
-    common = [
-        _resolved(database_tests[0], name)
-        for name in database_tests[0].fixturenames
-        if _resolved(database_tests[0], name) in _BUILDERS
-    ]
     return {
         fixture: _BUILDERS[fixture]
-        for fixture in common
-        if all(_resolved(item, fixture.__name__) is fixture for item in database_tests)
+        for fixture in _shared_fixtures(asking[0])
+        if all(fixture in _shared_fixtures(item) for item in asking)
     }
+
+
+def asks_for_shared_data(item: pytest.Item) -> bool:
+    """Whether the test asks for a shared fixture; a module's tests that do not run first (tests/conftest.py sorts
+    them so), before its shared rows exist."""
+    return bool(_shared_fixtures(item))
+
+
+def _shared_fixtures(item: pytest.Item) -> list[Callable]:
+    return [fixture for name in item.fixturenames if (fixture := _resolved(item, name)) in _BUILDERS]
 
 
 def _resolved(item: pytest.Item, name: str) -> Callable | None:
