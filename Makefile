@@ -202,6 +202,9 @@ test: test-deps
 # The unit layer alone: no daemon, browser, server, subprocess or committed transaction (the `integration` marker,
 # tests/conftest.py), in two processes (pytest-xdist; each makes its own test database). Still on PostgreSQL, like the
 # whole suite, which runs in one process: its daemons are started once per session.
+# PYTHONDONTWRITEBYTECODE (set by many Python images) would make each worker compile and assertion-rewrite every
+# module again on every run, most of its collection time.
+test-fast: export PYTHONDONTWRITEBYTECODE :=
 test-fast: install
 	$(BIN)/pytest -m "not integration" -q -n 2
 

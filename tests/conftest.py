@@ -1,3 +1,4 @@
+import contextlib
 from collections import Counter
 
 import pytest
@@ -12,6 +13,7 @@ from devcluster.ldap_directory import running_directory
 from devcluster.oidc_provider import running_provider
 from tests import factories
 from tests.devcluster_fixtures import cluster_for_tests
+from tests.module_data import asks_for_shared_data, shareable_builders, shared_by_module
 from tests.smtp_server import smtp_server
 from tests.template_database import migrated_template
 
@@ -66,13 +68,25 @@ def pytest_collection_modifyitems(items):
 def _heaviest_groups_first(items: list) -> list:
     """xdist hands a free worker the next group in collection order (`--no-loadscope-reorder`): the groups with the
     most integration tests (seconds each, against milliseconds for a unit test) go first, so that the last groups to
-    start are short and both workers finish together. A stable sort: a group's tests keep their order."""
+    start are short and both workers finish together. A stable sort: a group's tests keep their order, but for a
+    module's tests that ask for no shared fixture, which run first (tests/module_data.py)."""
     weight, first_seen = Counter(), {}
     for index, item in enumerate(items):
         group = _worker_group(item)
         weight[group] += INTEGRATION_TEST_WEIGHT if item.get_closest_marker("integration") else 1
         first_seen.setdefault(group, index)
-    return sorted(items, key=lambda item: (-weight[_worker_group(item)], first_seen[_worker_group(item)]))
+    module_seen = {}
+    for index, item in enumerate(items):
+        module_seen.setdefault(item.module, index)
+    return sorted(
+        items,
+        key=lambda item: (
+            -weight[_worker_group(item)],
+            first_seen[_worker_group(item)],
+            module_seen[item.module],
+            asks_for_shared_data(item),  # before the module's shared rows exist (tests/module_data.py)
+        ),
+    )
 
 
 def _worker_group(item) -> str:
@@ -107,22 +121,44 @@ def _fresh_cache():
 DEMO_PASSWORD = "demo-pass-for-tests"
 
 
-@pytest.fixture(scope="module")
-def demo_once(django_db_setup, django_db_blocker):
-    """The demo (seed_demo, DEBUG on, DEMO_PASSWORD) seeded once for a module's tests, in a transaction rolled back
-    after its last test; each test runs in a savepoint inside it, as Django's setUpTestData does for a class. Tests of
-    the module that run after the first one asking for it see the demo too."""
-    with django_db_blocker.unblock(), pytest.MonkeyPatch.context() as env:
-        env.setenv("DEMO_PASSWORD", DEMO_PASSWORD)
+@contextlib.contextmanager
+def _module_transaction(django_db_blocker):
+    """A transaction around a module's tests, rolled back after the last of them: each test runs in a savepoint inside
+    it (pytest-django's TestCase atomics), as under Django's setUpTestData, and sees what was written before it."""
+    with django_db_blocker.unblock():
         outer = transaction.atomic()
         outer.__enter__()
-        try:
-            with override_settings(DEBUG=True):
-                call_command("seed_demo")
-            yield
-        finally:
+    try:
+        yield
+    finally:
+        with django_db_blocker.unblock():
             transaction.set_rollback(True)
             outer.__exit__(None, None, None)
+
+
+@pytest.fixture(scope="module")
+def demo_once(django_db_setup, django_db_blocker):
+    """The demo (seed_demo, DEBUG on, DEMO_PASSWORD) seeded once for a module's tests, in the module's transaction.
+    Tests of the module that run after the first one asking for it see the demo too."""
+    with django_db_blocker.unblock(), pytest.MonkeyPatch.context() as env, _module_transaction(django_db_blocker):
+        env.setenv("DEMO_PASSWORD", DEMO_PASSWORD)
+        with override_settings(DEBUG=True):
+            call_command("seed_demo")
+        yield
+
+
+@pytest.fixture(scope="module")
+def _module_data(request, django_db_setup, django_db_blocker):
+    """The fixtures this module's tests share (tests/module_data.py), built once in the module's transaction; none
+    where they cannot be shared."""
+    builders = shareable_builders([item for item in request.session.items if item.module is request.module])
+    if not builders:
+        yield {}
+        return
+    with _module_transaction(django_db_blocker):
+        with django_db_blocker.unblock():
+            built = {fixture: build() for fixture, build in builders.items()}
+        yield built
 
 
 @pytest.fixture
@@ -141,14 +177,14 @@ def api_as(api):
     return authenticate
 
 
-@pytest.fixture
-def roles(db):
+@shared_by_module
+def roles():
     """One project with a member and an approver, a second project with its own developer, an operator."""
     return factories.role_matrix()
 
 
-@pytest.fixture
-def operator(db):
+@shared_by_module
+def operator():
     """A staff user in the Operators group."""
     return factories.operator()
 

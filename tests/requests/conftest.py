@@ -3,14 +3,13 @@
 from decimal import Decimal
 from types import SimpleNamespace
 
-import pytest
-
 from catalog.models import Vendor
 from requests.choices import ApprovalMode, ApprovalSubject, ApproverSource
 from requests.models import ApprovalPolicy, ApprovalRule, ApprovalRuleStage
 from requests.orders import Order
 from tenancy.choices import Role
 from tests import factories
+from tests.module_data import shared_by_module
 
 GENEROUS_QUOTA = {
     "gpus": Decimal(16),
@@ -22,8 +21,8 @@ GENEROUS_QUOTA = {
 }
 
 
-@pytest.fixture
-def shop(db):
+@shared_by_module
+def shop():
     """A compute service offering a whole-card spec (2 cards, 80 GB each) and a MIG slice spec, one image."""
     nvidia = Vendor.objects.get(slug="nvidia")
     accelerator = factories.AcceleratorModelFactory(vendor=nvidia, memory_gb=80)
@@ -46,8 +45,8 @@ def shop(db):
     return SimpleNamespace(service=service, whole=whole, sliced=sliced, image=image, accelerator=accelerator)
 
 
-@pytest.fixture
-def team(db):
+@shared_by_module
+def team():
     """A project with a generous quota: lead, approver, two developers (one managed by the lead), operator."""
     project = factories.project(quota=GENEROUS_QUOTA)
     developer = factories.member(project)

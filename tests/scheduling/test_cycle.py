@@ -21,6 +21,7 @@ from scheduling.models import Allocation, AllocationDevice, Device, Node
 from tenancy.choices import Role
 from tenancy.services import quota_set
 from tests import factories
+from tests.module_data import shared_by_module
 from tests.requests.conftest import GENEROUS_QUOTA, make_order
 from tests.scheduling.agent_tokens import agent_api
 from tests.scheduling.inventory_helpers import end_terms_at
@@ -30,8 +31,8 @@ pytestmark = pytest.mark.django_db
 HOLDING = [RequestState.ALLOCATED, RequestState.PROVISIONING, RequestState.ACTIVE]
 
 
-@pytest.fixture
-def shop(db):
+@shared_by_module
+def shop():
     """A compute service: whole cards (2 per request) and a 1g slice spec, on one 80 GB accelerator model."""
     from types import SimpleNamespace
 
@@ -50,8 +51,8 @@ def shop(db):
     return SimpleNamespace(service=service, whole=whole, sliced=sliced, image=image, accelerator=accelerator)
 
 
-@pytest.fixture
-def team(db):
+@shared_by_module
+def team():
     from types import SimpleNamespace
 
     project = factories.project(quota=GENEROUS_QUOTA, max_priority=PriorityClass.HIGH)  # may order high itself

@@ -30,13 +30,14 @@ from scheduling.estimate import placement_estimate
 from scheduling.models import RUN_ANCHOR, Allocation, Device, Node, Rack, Site
 from scheduling.preemption import PREEMPTION_PENDING
 from tests import factories
+from tests.module_data import shared_by_module
 from tests.requests.conftest import GENEROUS_QUOTA, make_order
 
 pytestmark = pytest.mark.django_db
 
 
-@pytest.fixture
-def shop(db):
+@shared_by_module
+def shop():
     accelerator = factories.AcceleratorModelFactory(slug="h100-80gb", name="H100 80GB", memory_gb=80)
     one = factories.ResourceSpecFactory(accelerator_models=[accelerator], accelerator_count=1, cpu_cores=8)
     gang = factories.ResourceSpecFactory(
@@ -54,8 +55,8 @@ def shop(db):
     return SimpleNamespace(service=service, one=one, gang=gang, image=image, accelerator=accelerator)
 
 
-@pytest.fixture
-def team(db):
+@shared_by_module
+def team():
     project = factories.project(quota=GENEROUS_QUOTA)
     return SimpleNamespace(project=project, developer=factories.member(project))
 

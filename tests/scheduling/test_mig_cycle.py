@@ -19,6 +19,7 @@ from scheduling.mig import SEEDED, layout_problems
 from scheduling.mig import services as mig_services
 from scheduling.models import Allocation, Device, MigInstance, Node
 from tests import factories
+from tests.module_data import shared_by_module
 from tests.scheduling import test_cycle
 from tests.scheduling.fake_nvidia_smi import FakeGpu, FakeHost
 from tests.scheduling.inventory_helpers import active_request, allocate
@@ -28,8 +29,8 @@ pytestmark = pytest.mark.django_db
 team = test_cycle.team  # the project, developer and approver of the cycle tests
 
 
-@pytest.fixture
-def shop(db):
+@shared_by_module
+def shop():
     accelerator = factories.AcceleratorModelFactory(memory_gb=80)
     accelerator.mig_geometry = MigGeometry.objects.get(name="H100 80GB")
     accelerator.save()

@@ -18,6 +18,7 @@ from scheduling.models import Allocation, Device, PreemptionRule
 from scheduling.preemption import PREEMPTION_PENDING
 from tenancy.services import quota_set
 from tests import factories
+from tests.module_data import shared_by_module
 from tests.requests.conftest import GENEROUS_QUOTA, make_order
 from tests.scheduling.test_cycle import add_node, device_totals_match_bindings
 
@@ -31,8 +32,8 @@ BATCH, STANDARD, HIGH, CRITICAL = (
 )
 
 
-@pytest.fixture
-def shop(db):
+@shared_by_module
+def shop():
     """Whole-card specs of one, two and four cards on one 80 GB accelerator model."""
     accelerator = factories.AcceleratorModelFactory(memory_gb=80)
     specs = {
@@ -46,8 +47,8 @@ def shop(db):
     return SimpleNamespace(service=service, specs=specs, image=image, accelerator=accelerator, whole=specs[2])
 
 
-@pytest.fixture
-def team(db):
+@shared_by_module
+def team():
     project = factories.project(quota=GENEROUS_QUOTA, max_priority=CRITICAL)  # an operator entitled it to critical
     quota_set(
         quota=project.quota,

@@ -25,14 +25,15 @@ from scheduling.models import Allocation, Device
 from scheduling.services import device_isolate
 from tenancy.services import quota_set
 from tests import factories
+from tests.module_data import shared_by_module
 from tests.requests.conftest import GENEROUS_QUOTA
 from tests.scheduling.test_cycle import add_node, device_totals_match_bindings
 
 pytestmark = pytest.mark.django_db
 
 
-@pytest.fixture
-def shop(db):
+@shared_by_module
+def shop():
     """Serving on one card, 4 cores and 16 GiB a replica, three replicas; and a 1-card batch compute spec."""
     accelerator = factories.AcceleratorModelFactory(memory_gb=80)
     one_card = factories.ResourceSpecFactory(
@@ -49,8 +50,8 @@ def shop(db):
     )
 
 
-@pytest.fixture
-def team(db):
+@shared_by_module
+def team():
     project = factories.project(quota=GENEROUS_QUOTA, max_priority=PriorityClass.CRITICAL)
     quota_set(
         quota=project.quota,

@@ -12,6 +12,7 @@ from tenancy.choices import ProjectPermission, Role
 from tenancy.models import Project, User
 from tenancy.selectors import Grants, grants_of, projects_with_permission
 from tests import factories
+from tests.module_data import shared_by_module
 
 pytestmark = pytest.mark.django_db
 
@@ -31,8 +32,8 @@ def group_with(*, permissions=(), on_project=None) -> Group:
     return group
 
 
-@pytest.fixture
-def people(db):
+@shared_by_module
+def people():
     """One user for each way of holding (or not) a global or a project permission."""
     home, other = factories.project(), factories.project()
     member = factories.member(home)
