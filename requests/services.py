@@ -840,20 +840,22 @@ def requests_note(*, code: str, notes: list[tuple[ResourceRequest, str, dict]]) 
     """Put one note (same code) on many timelines in one INSERT; the states stay as they are."""
     now = timezone.now()
     events = RequestEvent.objects.bulk_create(
-        [
-            RequestEvent(
-                request=request,
-                from_state=request.state,
-                to_state=request.state,
-                code=code,
-                message=message,
-                data=data,
-                created_at=now,
-            )
-            for request, message, data in notes
-        ]
+        [_note(request, code, message, data, now) for request, message, data in notes]
     )
     announce_events(events)
+
+
+def _note(request: ResourceRequest, code: str, message: str, data: dict, at) -> RequestEvent:
+    """A timeline note: an event that leaves the request in the state it is in."""
+    return RequestEvent(
+        request=request,
+        from_state=request.state,
+        to_state=request.state,
+        code=code,
+        message=message,
+        data=data,
+        created_at=at,
+    )
 
 
 def requests_note_queue(*, waiting: list[tuple[ResourceRequest, int, dict]], estimates: dict[int, dict]) -> None:
@@ -867,17 +869,7 @@ def requests_note_queue(*, waiting: list[tuple[ResourceRequest, int, dict]], est
     events, changed = [], []
     for request, position, reason in waiting:
         if request.queue_reason.get("code") != reason["code"]:
-            events.append(
-                RequestEvent(
-                    request=request,
-                    from_state=request.state,
-                    to_state=request.state,
-                    code=EventCode.QUEUE_REASON,
-                    message=reason["message"],
-                    data=reason,
-                    created_at=now,
-                )
-            )
+            events.append(_note(request, EventCode.QUEUE_REASON, reason["message"], reason, now))
         estimate = estimates.get(request.pk, {})
         if (request.queue_position, request.queue_reason, request.queue_estimate) != (position, reason, estimate):
             changed.append((request.pk, position, json.dumps(reason, default=str), json.dumps(estimate)))
@@ -889,19 +881,8 @@ def requests_note_replans(*, notes: list[tuple[ResourceRequest, str, str, dict]]
     """Timeline notes (request, code, sentence, data) on reservations whose planned nodes failed or came back, from
     scheduling's cycle, in one INSERT; those worth a mail are announced after commit (requests.notifications)."""
     if notes:
-        write_events(
-            [
-                RequestEvent(
-                    request=request,
-                    from_state=request.state,
-                    to_state=request.state,
-                    code=code,
-                    message=message,
-                    data=data,
-                )
-                for request, code, message, data in notes
-            ]
-        )
+        now = timezone.now()
+        write_events([_note(request, code, message, data, now) for request, code, message, data in notes])
 
 
 def _write_queue_status(rows: list[tuple[int, int, str, str]], now) -> None:
