@@ -68,8 +68,9 @@ from django_q.tasks import async_task, result
 
 from bench.execution_runtimes import BACKENDS, Runtime
 from bench.scheduler import queued_request
-from catalog.choices import AcceleratorKind, Interconnect, ServiceKind
-from catalog.models import AcceleratorModel, Image, ResourceSpec, Service, Vendor
+from bench.shop import bench_service
+from catalog.choices import AcceleratorKind, Interconnect
+from catalog.models import AcceleratorModel, ResourceSpec, Vendor
 from config.env import database_url
 from provisioning.drivers.base import Target
 from provisioning.models import ProvisioningStep
@@ -196,24 +197,14 @@ class _Orders:
             max_duration_hours=24,
         )
         self.spec.accelerator_models.set([self.accelerator])
-        self.image = Image.objects.create(
-            name=f"bench-{stamp}",
-            version="1",
-            reference=runtime.image_reference,
-            os="linux",
-            runtime="cuda",
-            approved=True,
-        )
-        self.service = Service.objects.create(
+        self.service, self.image = bench_service(
             name=f"Bench {stamp}",
             slug=f"bench-{stamp}",
-            kind=ServiceKind.COMPUTE,
-            description="benchmark",
-            default_duration_hours=1,
+            specs=[self.spec],
+            accelerator=self.accelerator,
             max_duration_hours=24,
+            image_reference=runtime.image_reference,
         )
-        self.service.specs.set([self.spec])
-        self.service.images.set([self.image])
         self.parameters = runtime.parameters
 
     def queue(self, count: int) -> list[int]:

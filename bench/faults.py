@@ -451,8 +451,9 @@ def _accounts(cluster, orders, releases) -> dict:
 def _catalog(cluster):
     """The cluster's nodes in the inventory (8 x a100 each), a one-GPU service open to everyone, and a developer of a
     project with room for every order at once."""
-    from catalog.choices import AcceleratorKind, Interconnect, ServiceKind
-    from catalog.models import AcceleratorModel, Image, ResourceSpec, Service, Vendor
+    from bench.shop import bench_service
+    from catalog.choices import AcceleratorKind, Interconnect
+    from catalog.models import AcceleratorModel, ResourceSpec, Vendor
     from requests.orders import Order
     from scheduling.choices import ExecutionBackend
     from scheduling.models import Device, Node
@@ -509,20 +510,9 @@ def _catalog(cluster):
         max_duration_hours=24,
     )
     spec.accelerator_models.set([accelerator])
-    image = Image.objects.create(
-        name="faults-bench", version="1", reference="bench", os="linux", runtime="cuda", approved=True
+    service, image = bench_service(
+        name="Faults bench", slug="faults-bench", specs=[spec], accelerator=accelerator, max_duration_hours=24
     )
-    image.compatible_vendors.set([accelerator.vendor])
-    service = Service.objects.create(
-        name="Faults bench",
-        slug="faults-bench",
-        kind=ServiceKind.COMPUTE,
-        description="benchmark",
-        default_duration_hours=1,
-        max_duration_hours=24,
-    )
-    service.specs.set([spec])
-    service.images.set([image])
     return Order(service=service, project=project, duration_hours=1, spec=spec, image=image), developer
 
 

@@ -47,8 +47,9 @@ from django_q.conf import Conf
 
 from bench.execution_runtimes import SLURM_SCHEDULER_PARAMETERS, slurm_settings, tune_scheduler
 from bench.headline import table
-from catalog.choices import AcceleratorKind, Interconnect, ServiceKind, TopologyLevel, TopologyMode
-from catalog.models import AcceleratorModel, Image, ResourceSpec, Service, Vendor
+from bench.shop import bench_service
+from catalog.choices import AcceleratorKind, Interconnect, TopologyLevel, TopologyMode
+from catalog.models import AcceleratorModel, ResourceSpec, Vendor
 from devcluster.slurm_cluster import running_cluster
 from provisioning.drivers.slurm import JOB_COMMENT
 from provisioning.engine import steps_resume_due
@@ -374,20 +375,13 @@ def _catalog(cluster, sequence) -> tuple[Callable[[Job], Order], User]:
         )
         spec.accelerator_models.set([accelerator])
         specs[nodes, cards_per_node, rack] = spec
-    image = Image.objects.create(
-        name="gang-replay", version="1", reference="bench", os="linux", runtime="cuda", approved=True
-    )
-    image.compatible_vendors.set([accelerator.vendor])
-    service = Service.objects.create(
+    service, image = bench_service(
         name="Gang replay",
         slug="gang-replay",
-        kind=ServiceKind.COMPUTE,
-        description="benchmark",
-        default_duration_hours=1,
+        specs=list(specs.values()),
+        accelerator=accelerator,
         max_duration_hours=longest,
     )
-    service.specs.set(specs.values())
-    service.images.set([image])
 
     def order_for(job: Job) -> Order:
         spec = specs[job.nodes, job.cards, job.rack]
