@@ -1,9 +1,9 @@
 """The migrated database every test database is copied from (PostgreSQL's CREATE DATABASE ... TEMPLATE), built once
 per set of migrations and kept on the server between runs, as pip keeps its wheels: migrating from nothing costs each
 pytest process about 20 seconds of CPU, a copy under one. Its name carries a fingerprint of every migration file and
-the Django version, so a changed, added or removed migration makes a new one (and the old ones are dropped); Django
-still runs `migrate` on the copy (nothing left to apply) and its post_migrate handlers, so those always run as the
-checkout has them."""
+the Django version, so a changed, added or removed migration (or another Django release) makes a new one, and the old
+ones that no running pytest copies from are dropped; Django still runs `migrate` on the copy (nothing left to apply)
+and its post_migrate handlers, so those always run as the checkout has them."""
 
 import hashlib
 import os
@@ -22,17 +22,30 @@ PREFIX = "cc_tests_template_"
 LOCK_KEY = 7_405_193  # pg_advisory_lock: one process builds, the others wait for it
 
 
+# The connection that holds this process's shared lock on the template it copies from, open until the process ends.
+_in_use: list[psycopg.Connection] = []
+
+
 def migrated_template(database: dict) -> str:
-    """The name of the template for this checkout's migrations on `database`'s server, built when missing."""
+    """The name of the template for this checkout's migrations on `database`'s server, built when missing. The
+    process holds a shared lock on it until it ends, so a run of another checkout (other migrations, another Django)
+    never drops it while this run still copies from it."""
     name = PREFIX + _fingerprint()
-    with _server(database) as server:
-        server.execute("SELECT pg_advisory_lock(%s)", [LOCK_KEY])
-        try:
-            if not _exists(server, name):
-                _build(server, database, name)
-        finally:
-            server.execute("SELECT pg_advisory_unlock(%s)", [LOCK_KEY])
+    server = _server(database)
+    _in_use.append(server)
+    server.execute("SELECT pg_advisory_lock(%s)", [LOCK_KEY])
+    try:
+        server.execute("SELECT pg_advisory_lock_shared(%s)", [_use_key(name)])
+        if not _exists(server, name):
+            _build(server, database, name)
+    finally:
+        server.execute("SELECT pg_advisory_unlock(%s)", [LOCK_KEY])
     return name
+
+
+def _use_key(template: str) -> int:
+    """The advisory lock key of a template (or of its half-built copy): 60 bits of its fingerprint."""
+    return int(template[len(PREFIX) : len(PREFIX) + 15], 16)
 
 
 def _fingerprint() -> str:
@@ -60,8 +73,7 @@ def _exists(server: psycopg.Connection, name: str) -> bool:
 
 def _build(server: psycopg.Connection, database: dict, name: str) -> None:
     """Migrate a database under a building name, then rename it: a build that dies half-way is never used."""
-    for (stale,) in server.execute("SELECT datname FROM pg_database WHERE datname LIKE %s", [PREFIX + "%"]).fetchall():
-        server.execute(sql.SQL("DROP DATABASE IF EXISTS {}").format(sql.Identifier(stale)))
+    drop_unused_templates(server)
     building = name + "_building"
     server.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(building)))
     subprocess.run(
@@ -71,3 +83,11 @@ def _build(server: psycopg.Connection, database: dict, name: str) -> None:
         check=True,
     )
     server.execute(sql.SQL("ALTER DATABASE {} RENAME TO {}").format(sql.Identifier(building), sql.Identifier(name)))
+
+
+def drop_unused_templates(server: psycopg.Connection) -> None:
+    """Drop the templates (and half-built ones) that no running pytest process holds a lock on."""
+    for (stale,) in server.execute("SELECT datname FROM pg_database WHERE datname LIKE %s", [PREFIX + "%"]).fetchall():
+        if server.execute("SELECT pg_try_advisory_lock(%s)", [_use_key(stale)]).fetchone()[0]:
+            server.execute(sql.SQL("DROP DATABASE IF EXISTS {}").format(sql.Identifier(stale)))
+            server.execute("SELECT pg_advisory_unlock(%s)", [_use_key(stale)])
