@@ -361,19 +361,23 @@ def drop_database_connections() -> int:
 
 
 def through_drops(condition, *, seconds: float, log: Path) -> int:
-    """Drop the worker's connections at once (the tasks of what was just asked for are in flight) and then once
-    more while a step is running, driving the minute sweeper meanwhile, until `condition()` holds; how many of the
-    drops terminated sessions."""
+    """Drop the worker's connections at once (the tasks of what was just asked for are in flight; again at each
+    look until a drop has cut a session: a worker just started may not have connected yet) and then once more while a
+    step is running, driving the minute sweeper meanwhile, until `condition()` holds; how many of the drops
+    terminated sessions."""
     deadline, dropped = time.monotonic() + seconds, bool(drop_database_connections())
     again = True
     while not condition():
         if time.monotonic() > deadline:
             pytest.fail(f"not converged in {seconds} s after {dropped} drops; worker log:\n{log.read_text()[-3000:]}")
-        if again and ProvisioningStep.objects.filter(state=StepState.RUNNING).exists():
+        if not dropped:
+            dropped = bool(drop_database_connections())
+        elif again and ProvisioningStep.objects.filter(state=StepState.RUNNING).exists():
             dropped += bool(drop_database_connections())
             again = False
         engine.steps_resume_due()
-        services.releases_resume_stranded()  # the minute sweeper's other half
+        services.runs_start_stranded()  # the minute sweeper: a start lost with a dropped session
+        services.releases_resume_stranded()  # and a release's
         time.sleep(0.3)
     return dropped
 
@@ -386,6 +390,7 @@ def test_dropped_database_connections_under_a_real_worker_fail_nothing(faults, m
     task was lost is resumed, and the accounts balance."""
     cluster = faults.cluster
     settings.PROVISIONING_RELEASE_GRACE_SECONDS = 2  # the sweeper below resumes a release whose task was lost
+    settings.PROVISIONING_START_GRACE_SECONDS = 2  # and starts the runs of an allocation whose start was lost
     monkeypatch.setattr(Conf, "SYNC", False)  # this process enqueues; the worker runs the tasks
     Schedule.objects.all().delete()  # the sweeper is driven below, as its schedule would
     log = tmp_path / "worker.log"
