@@ -31,7 +31,11 @@ def start_runs(request_ids: list[int]) -> int:
 
 @retry_if_locked
 def start_stranded_runs() -> dict[str, list[int]]:
-    return {**services.runs_start_stranded(), "releases_resumed": services.releases_resume_stranded()}
+    return {
+        **services.runs_start_stranded(),
+        "releases_resumed": services.releases_resume_stranded(),
+        "scale_downs_resumed": scaling.scale_downs_resume(),
+    }
 
 
 @retry_if_locked

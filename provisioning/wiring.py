@@ -15,6 +15,7 @@ SWEEP_TASK = "provisioning.tasks.resume_due_steps"
 STRANDED_TASK = "provisioning.tasks.start_stranded_runs"
 RECONCILE_TASK = "provisioning.tasks.reconcile_workloads"
 RELEASE_TASK = "provisioning.tasks.start_release"
+SCALE_TO_ZERO_TASK = "provisioning.tasks.scale_to_zero"
 
 
 # At most this many start tasks per cycle: a cycle that placed a few requests gets one task per batch, and one that
@@ -63,7 +64,7 @@ def start_release(*, request_id: int, reason: str, **_kwargs) -> None:
 
 def scale_to_zero(*, request_id: int, reason: str, **_kwargs) -> None:
     """metering's idle sweep acted on an endpoint whose policy scales it to zero."""
-    async_task("provisioning.tasks.scale_to_zero", request_id, reason)
+    async_task(SCALE_TO_ZERO_TASK, request_id, reason)
 
 
 def teardown_after_preemption(*, request_id: int, **_kwargs) -> None:
@@ -83,8 +84,8 @@ def extend_after_approval(*, request_id: int, **_kwargs) -> None:
 
 def ensure_schedules(**_kwargs) -> None:
     """Every minute: resume steps back from a wait or whose worker died; start (or release) allocations whose
-    provisioning never started; settle workloads that ended by themselves on their
-    backend (a finished Slurm job)."""
+    provisioning never started, and go on with releases and scale-downs that stalled; settle workloads that ended
+    by themselves on their backend (a finished Slurm job)."""
     schedules.ensure(
         ("Resume provisioning steps", SWEEP_TASK, schedules.EVERY_MINUTE),
         ("Start stranded provisioning", STRANDED_TASK, schedules.EVERY_MINUTE),

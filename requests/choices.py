@@ -93,6 +93,7 @@ class EventCode(models.TextChoices):
     IDLE_CLEARED = "idle_cleared", "Busy again: idle warning cleared"
     IDLE_STOPPED = "idle_stopped", "Stopped for being idle"
     SCALING_UP = "scaling_up", "Woken: asking for capacity again"
+    REPLICA_NOT_STOPPED = "replica_not_stopped", "Scaling to zero: a server did not stop"
     CANCELLED = "cancelled", "Cancelled"
     WAITING_EXPIRED = "waiting_expired", "Stopped waiting for quota"
     ALLOCATED = "allocated", "Allocated"

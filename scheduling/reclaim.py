@@ -80,18 +80,20 @@ def allocation_release(*, allocations: list[Allocation], reason: Reason) -> None
 
 
 @transaction.atomic
-def allocation_free(*, request_ids: list[int], reason: Reason) -> list[Allocation]:
+def allocation_free(
+    *, request_ids: list[int], reason: Reason, allocation_ids: Iterable[int] | None = None
+) -> list[Allocation]:
     """The end of every release pipeline (release, expiry, staleness, preemption, isolation requeue, the cleanup
-    after a failure): the requests' active allocations go back to the pool, and a releasing request's release
-    finishes. Called by the last teardown step, or at once when nothing was provisioned; idempotent. Locks the
-    requests, then their allocations, in a constant number of queries for any number of requests. After the commit,
-    `allocation_ended` names the allocations it ended (metering brings their card-hours into the ledger then)."""
+    after a failure): the requests' active allocations (or only `allocation_ids` of them: a scale to zero frees those
+    whose server stopped) go back to the pool, and a releasing request's release finishes. Called by the last
+    teardown step, or at once when nothing was provisioned; idempotent. Locks the requests, then their allocations,
+    in a constant number of queries for any number of requests. After the commit, `allocation_ended` names the
+    allocations it ended (metering brings their card-hours into the ledger then)."""
     requests = list(ResourceRequest.objects.select_for_update().filter(pk__in=request_ids).order_by("pk"))
-    allocations = list(
-        Allocation.objects.select_for_update()
-        .filter(request_id__in=request_ids, state=AllocationState.ACTIVE)
-        .order_by("pk")
-    )
+    held = Allocation.objects.filter(request_id__in=request_ids, state=AllocationState.ACTIVE)
+    if allocation_ids is not None:
+        held = held.filter(pk__in=allocation_ids)
+    allocations = list(held.select_for_update().order_by("pk"))
     allocation_release(allocations=allocations, reason=reason)
     if allocations:
         ended = ([allocation.pk for allocation in allocations], sorted({a.request_id for a in allocations}))

@@ -8,11 +8,17 @@ class DeploymentState(models.TextChoices):
 
     DEPLOYING = "deploying", "Deploying"
     SERVING = "serving", "Serving"
+    SCALING_TO_ZERO = "scaling_to_zero", "Scaling to zero: stopping its servers"
     SCALED_TO_ZERO = "scaled_to_zero", "Scaled to zero (woken by its next call)"
     WAKING = "waking", "Waking: starting a replica"
     STOPPED = "stopped", "Stopped"
 
 
-# Deployments the gateway keeps a route for: serving ones, and those at zero replicas, which a call wakes.
-ROUTED_STATES = (DeploymentState.SERVING, DeploymentState.SCALED_TO_ZERO, DeploymentState.WAKING)
-ASLEEP_STATES = (DeploymentState.SCALED_TO_ZERO, DeploymentState.WAKING)
+# Deployments the gateway keeps a route for: serving ones, and those going to or at zero replicas, which a call wakes.
+ROUTED_STATES = (
+    DeploymentState.SERVING,
+    DeploymentState.SCALING_TO_ZERO,
+    DeploymentState.SCALED_TO_ZERO,
+    DeploymentState.WAKING,
+)
+ASLEEP_STATES = (DeploymentState.SCALING_TO_ZERO, DeploymentState.SCALED_TO_ZERO, DeploymentState.WAKING)

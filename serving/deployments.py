@@ -1,6 +1,7 @@
 """Deployments of served models: their replicas (inference processes started by the host driver), health, and
 the endpoint the gateway publishes."""
 
+import contextlib
 import json
 
 import httpx
@@ -11,6 +12,7 @@ from django.urls import reverse
 from django.utils import timezone
 from django.utils.text import slugify
 
+from config.errors import Conflict
 from requests.models import ResourceRequest
 from requests.services import request_ask_for_capacity
 from scheduling.choices import DeviceHealth
@@ -186,38 +188,59 @@ WAKE_REPLICAS = 1
 
 @transaction.atomic
 def deployment_scale_to_zero(*, request) -> list[ServingReplica] | None:
-    """The idle action on an endpoint, first half (the caller, which stops the servers and returns the devices, has
-    locked the request): the deployment leaves the gateways' rotation but keeps its route, its keys and its record,
-    scaled to zero; its replicas are forgotten and returned (with their allocations) for the caller to stop. None
-    when it is not serving (released meanwhile, or at zero already)."""
+    """The idle action on an endpoint, first step (the caller has locked the request; it stops the servers once this
+    has committed, with no lock held, then frees the cards of those that stopped): a serving deployment leaves the
+    gateways' rotation but keeps its route, its keys and its record, `scaling_to_zero`. Returns the replicas whose
+    servers are to be stopped: all of them, or on a deployment scaling to zero already (a retry) those still there.
+    None when it is neither (released meanwhile, or at zero already)."""
     deployment = ServingDeployment.objects.select_for_update().filter(request=request).first()
-    if deployment is None or deployment.state != DeploymentState.SERVING:
+    if deployment is None or deployment.state not in (DeploymentState.SERVING, DeploymentState.SCALING_TO_ZERO):
         return None
-    deployment.scale_to_zero()
-    deployment.save(update_fields=["state", "scaled_to_zero_at"])
-    replicas = list(deployment.replicas.select_related("allocation__node"))
-    ServingReplica.objects.filter(pk__in=[replica.pk for replica in replicas]).delete()
-    routes_changed()
-    return replicas
+    if deployment.state == DeploymentState.SERVING:
+        deployment.scale_to_zero()
+        deployment.save(update_fields=["state", "scaled_to_zero_at"])
+        routes_changed()
+    return list(deployment.replicas.select_related("allocation__node"))
+
+
+def deployment_at_zero(*, request, deployment: ServingDeployment) -> str:
+    """The last server of a deployment scaling to zero has stopped and the cards are back (the caller holds the
+    request's and the deployment's locks): at zero, or woken at once when a call asked meanwhile. A wake the quota
+    refuses now leaves it at zero; the next call hears why. Returns the deployment's state."""
+    wake, deployment.wake_requested = deployment.wake_requested, False
+    deployment.reach_zero()
+    deployment.save(update_fields=["state", "wake_requested"])
+    if wake:
+        with contextlib.suppress(Conflict):
+            _wake(request, deployment)
+    return deployment.state
 
 
 def deployment_wake(*, deployment_id: int) -> str:
     """A gateway received a call for a deployment at zero: ask for one replica through the normal path (the quota
     checked as it stands, the queue, the scheduler's placement, provisioning), once however many calls and gateways
-    ask (the locked deployment leaves `scaled_to_zero` once). Returns the deployment's state afterwards; raises
-    Conflict `quota_exceeded` when the quota no longer holds a replica."""
+    ask (the locked deployment leaves `scaled_to_zero` once). A call while its servers are still stopping is
+    remembered, and wakes it once they have (a replica started now could land on cards a stopping server holds).
+    Returns the deployment's state afterwards; raises Conflict `quota_exceeded` when the quota no longer holds a
+    replica."""
     request_id = ServingDeployment.objects.values_list("request_id", flat=True).get(pk=deployment_id)
     with transaction.atomic():
         request = ResourceRequest.objects.select_for_update().get(pk=request_id)  # the request first, as release
         deployment = ServingDeployment.objects.select_for_update().get(pk=deployment_id)
-        if deployment.state != DeploymentState.SCALED_TO_ZERO:
-            return deployment.state  # woken by another call or gateway, or gone
-        request_ask_for_capacity(
-            request=request,
-            replicas=WAKE_REPLICAS,
-            message=f"Woken by a call to {deployment.slug}: asking for {WAKE_REPLICAS} replica again.",
-            data={"deployment": deployment.slug, "replicas": WAKE_REPLICAS},
-        )
-        deployment.wake()
-        deployment.save(update_fields=["state"])
+        if deployment.state == DeploymentState.SCALING_TO_ZERO and not deployment.wake_requested:
+            deployment.wake_requested = True
+            deployment.save(update_fields=["wake_requested"])
+        if deployment.state == DeploymentState.SCALED_TO_ZERO:
+            _wake(request, deployment)
         return deployment.state
+
+
+def _wake(request, deployment: ServingDeployment) -> None:
+    request_ask_for_capacity(
+        request=request,
+        replicas=WAKE_REPLICAS,
+        message=f"Woken by a call to {deployment.slug}: asking for {WAKE_REPLICAS} replica again.",
+        data={"deployment": deployment.slug, "replicas": WAKE_REPLICAS},
+    )
+    deployment.wake()
+    deployment.save(update_fields=["state"])

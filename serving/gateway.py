@@ -377,12 +377,13 @@ class Gateway:
         )
 
     async def _awake(self, route: routes.Route) -> routes.Route:
-        """A deployment at zero replicas: ask the control plane to wake it, once for all the calls this process
-        holds for it (the control plane, on the locked deployment, wakes it once for all the gateways), then hold
-        the call until the snapshot routes to a healthy replica, for at most GATEWAY_WAKE_SECONDS; else 503 with a
-        Retry-After. The call was admitted first (key, rate, budget): nobody without a key wakes anything."""
+        """A deployment at zero replicas, or going there: ask the control plane to wake it, once for all the calls
+        this process holds for it (the control plane, on the locked deployment, wakes it once for all the gateways,
+        and one whose servers are still stopping once they have), then hold the call until the snapshot routes to a
+        healthy replica, for at most GATEWAY_WAKE_SECONDS; else 503 with a Retry-After. The call was admitted
+        first (key, rate, budget): nobody without a key wakes anything."""
         slug = route.slug
-        if slug not in self.waking and route.state == DeploymentState.SCALED_TO_ZERO:
+        if slug not in self.waking and route.state != DeploymentState.WAKING:
             asking = self.waking[slug] = asyncio.create_task(self._ask_to_wake(route.deployment_id))
             asking.add_done_callback(lambda _done: self.waking.pop(slug, None))
         asking = self.waking.get(slug)

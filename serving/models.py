@@ -23,7 +23,12 @@ class ServingDeployment(ConcurrentTransitionMixin, models.Model):
     )
     created_at = models.DateTimeField(auto_now_add=True)
     stopped_at = models.DateTimeField(null=True, blank=True)
-    scaled_to_zero_at = models.DateTimeField(null=True, blank=True, help_text="When it last went down to no replica.")
+    scaled_to_zero_at = models.DateTimeField(
+        null=True, blank=True, help_text="When it last left the rotation to go down to no replica."
+    )
+    wake_requested = models.BooleanField(
+        default=False, help_text="A call asked for it while its servers were stopping: woken once they are."
+    )
 
     class Meta:
         ordering = ["-created_at"]
@@ -46,6 +51,7 @@ class ServingDeployment(ConcurrentTransitionMixin, models.Model):
         source=[
             DeploymentState.DEPLOYING,
             DeploymentState.SERVING,
+            DeploymentState.SCALING_TO_ZERO,
             DeploymentState.SCALED_TO_ZERO,
             DeploymentState.WAKING,
         ],
@@ -54,9 +60,15 @@ class ServingDeployment(ConcurrentTransitionMixin, models.Model):
     def stop(self):
         self.stopped_at = timezone.now()
 
-    @transition(field=state, source=DeploymentState.SERVING, target=DeploymentState.SCALED_TO_ZERO)
+    # Out of rotation while its servers stop; at zero once every one of them has stopped and freed its cards.
+    @transition(field=state, source=DeploymentState.SERVING, target=DeploymentState.SCALING_TO_ZERO)
     def scale_to_zero(self):
         self.scaled_to_zero_at = timezone.now()
+        self.wake_requested = False
+
+    @transition(field=state, source=DeploymentState.SCALING_TO_ZERO, target=DeploymentState.SCALED_TO_ZERO)
+    def reach_zero(self):
+        pass
 
     @transition(field=state, source=DeploymentState.SCALED_TO_ZERO, target=DeploymentState.WAKING)
     def wake(self):
