@@ -52,8 +52,15 @@ MACHINES = {
     },
     ServingDeployment: {
         "serve": {D.DEPLOYING: D.SERVING, D.STOPPED: D.SERVING, D.WAKING: D.SERVING},
-        "stop": {D.DEPLOYING: D.STOPPED, D.SERVING: D.STOPPED, D.SCALED_TO_ZERO: D.STOPPED, D.WAKING: D.STOPPED},
-        "scale_to_zero": {D.SERVING: D.SCALED_TO_ZERO},
+        "stop": {
+            D.DEPLOYING: D.STOPPED,
+            D.SERVING: D.STOPPED,
+            D.SCALING_TO_ZERO: D.STOPPED,
+            D.SCALED_TO_ZERO: D.STOPPED,
+            D.WAKING: D.STOPPED,
+        },
+        "scale_to_zero": {D.SERVING: D.SCALING_TO_ZERO},
+        "reach_zero": {D.SCALING_TO_ZERO: D.SCALED_TO_ZERO},
         "wake": {D.SCALED_TO_ZERO: D.WAKING},
     },
     DeviceAuthorization: {
