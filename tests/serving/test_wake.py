@@ -123,15 +123,17 @@ def test_asleep_past_its_term_it_is_released_as_expired(at_zero, run_on_commit):
 
 @pytest.fixture
 def stops(monkeypatch):
-    """The stand-in host's stop of an inference server, with `during` run inside each stop, and the host refusing to
-    stop the processes in `refused`."""
-    hooks = SimpleNamespace(during=lambda: None, refused=set())
+    """The stand-in host's stop of an inference server, with `during` run inside each stop, the host refusing to
+    stop the processes in `refused`, and the pids it signalled in `signalled` (in order)."""
+    hooks = SimpleNamespace(during=lambda: None, refused=set(), signalled=[])
     stop = SimulatedHost.stop_inference
 
     def stop_inference(host, target, pid):
         hooks.during()
         if pid in hooks.refused:
             raise StepError("host_refused", f"The host refused to stop process {pid}.", retryable=False)
+        if pid is not None:  # the host signals nothing for a replica that has no process
+            hooks.signalled.append(pid)
         return stop(host, target, pid)
 
     monkeypatch.setattr(SimulatedHost, "stop_inference", stop_inference)
@@ -177,6 +179,26 @@ def test_a_server_that_does_not_stop_keeps_its_cards_with_the_reason_until_the_s
     assert deployment.state == DeploymentState.SCALED_TO_ZERO and not deployment.replicas.exists()
     assert active_allocations(request) == 0
     assert Allocation.objects.get(pk=first.allocation_id).release_reason == "scaled to zero: resumed by the sweeper"
+
+
+def test_released_after_a_server_did_not_stop_the_teardown_stops_it_before_its_cards_go_back(
+    serving, stops, run_on_commit
+):
+    request = serving.order()
+    deployment = ServingDeployment.objects.get(request=request)
+    _first, second = deployment.replicas.order_by("name")
+    stops.refused = {second.pid}
+    scaled = run_on_commit(endpoint_scale_to_zero, request_id=request.pk, reason="scaled to zero: idle")
+    # replica-0 stopped, but keeps the run's first allocation while replica-1 runs: a release tears down on it.
+    assert scaled["allocations_returned"] == [] and active_allocations(request) == 2
+    assert dict(deployment.replicas.values_list("name", "pid")) == {"replica-0": None, "replica-1": second.pid}
+
+    stops.refused, stops.signalled = set(), []
+    run_on_commit(request_services.request_release, request=request, actor=request.requester, reason="done")
+    request.refresh_from_db()
+    assert request.state == RequestState.RELEASED and active_allocations(request) == 0
+    assert stops.signalled == [second.pid]  # the release's teardown stopped it (replica-0 has no process left)
+    assert Allocation.objects.filter(request=request, release_reason="done").count() == 2
 
 
 def test_a_call_while_its_servers_stop_wakes_it_once_they_have(serving, stops, run_on_commit):
