@@ -37,13 +37,17 @@ logger = logging.getLogger(__name__)
 
 
 def endpoint_scale_to_zero(*, request_id: int, reason: str) -> dict:
-    """Scale the active request's endpoint to zero, or go on with a scale-down begun before (idempotent). Nothing
-    happens to a request no longer active or an endpoint neither serving nor scaling to zero (released, or at zero)."""
+    """Scale the active request's endpoint to zero, or go on with a scale-down begun before (idempotent); returns
+    whether it is at zero, the servers stopped and the allocations returned. Nothing happens to a request no longer
+    active or an endpoint neither serving nor scaling to zero (released, or at zero already)."""
     replicas = _leave_rotation(request_id)
     if replicas is None:
         return {"scaled_to_zero": False}
-    run = ProvisioningRun.objects.select_related("request").filter(request_id=request_id, kind=RunKind.PROVISION)
-    run = run.latest("pk")
+    run = (
+        ProvisioningRun.objects.select_related("request")
+        .filter(request_id=request_id, kind=RunKind.PROVISION)
+        .latest("pk")
+    )
     driver = serving_driver((run.request.approved_spec.get("serving") or {}).get("runtime", "simulated"))
     stopped, not_stopped = {}, {}
     for replica in replicas:
@@ -58,6 +62,7 @@ def endpoint_scale_to_zero(*, request_id: int, reason: str) -> dict:
 
 @transaction.atomic
 def _leave_rotation(request_id: int) -> list[ServingReplica] | None:
+    """The first step, on the locked request: out of rotation; the replicas whose servers are to be stopped."""
     request = ResourceRequest.objects.select_for_update().filter(pk=request_id, state=RequestState.ACTIVE).first()
     return deployment_scale_to_zero(request=request) if request else None
 
@@ -69,7 +74,7 @@ def _not_stopped_reason(replica: ServingReplica, error: Exception) -> dict:
         logger.exception("Stopping the server of %s failed", replica)
         code, message = "stop_failed", f"{type(error).__name__}: {error}"
     details = {"replica": replica.name, "node": replica.allocation.node.name, "pid": replica.pid}
-    return {"code": code, "message": message, "details": details}
+    return {"code": code, "message": message[:300], "details": details}  # as long as the replica's last_error
 
 
 @transaction.atomic
@@ -86,12 +91,9 @@ def _free_stopped(request_id: int, not_stopped: dict[int, dict], reason: str) ->
     running = [replica for replica in replicas if replica.pk in not_stopped]
     _record_not_stopped(request, running, not_stopped)
     kept = {replica.allocation_id for replica in running}
-    if running:  # a release tears down on the run's anchor allocation, so the anchor goes back last
-        kept |= set(
-            Allocation.objects.filter(RUN_ANCHOR, request=request, state=AllocationState.ACTIVE).values_list(
-                "pk", flat=True
-            )
-        )
+    if running:  # a release tears down on the run's anchor allocation: it goes back last
+        anchors = Allocation.objects.filter(RUN_ANCHOR, request=request, state=AllocationState.ACTIVE)
+        kept |= set(anchors.values_list("pk", flat=True))
     gone = [replica for replica in replicas if replica.allocation_id not in kept]
     returned = allocation_free(
         request_ids=[request_id],
@@ -108,9 +110,9 @@ def _free_stopped(request_id: int, not_stopped: dict[int, dict], reason: str) ->
 
 def _record_not_stopped(request: ResourceRequest, running: list[ServingReplica], not_stopped: dict[int, dict]) -> None:
     """Each replica shows why its server did not stop; the timeline says so once per new reason, not at each retry."""
-    new = [replica for replica in running if replica.last_error != not_stopped[replica.pk]["message"][:300]]
+    new = [replica for replica in running if replica.last_error != not_stopped[replica.pk]["message"]]
     for replica in running:
-        replica.healthy, replica.last_error = False, not_stopped[replica.pk]["message"][:300]
+        replica.healthy, replica.last_error = False, not_stopped[replica.pk]["message"]
     ServingReplica.objects.bulk_update(running, ["healthy", "last_error"])
     if new:
         reasons = [not_stopped[replica.pk] for replica in new]
