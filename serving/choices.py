@@ -14,11 +14,6 @@ class DeploymentState(models.TextChoices):
     STOPPED = "stopped", "Stopped"
 
 
-# Deployments the gateway keeps a route for: serving ones, and those going to or at zero replicas, which a call wakes.
-ROUTED_STATES = (
-    DeploymentState.SERVING,
-    DeploymentState.SCALING_TO_ZERO,
-    DeploymentState.SCALED_TO_ZERO,
-    DeploymentState.WAKING,
-)
+# Deployments going to, at or coming back from zero replicas: the gateways keep their route (a call wakes them) while
+# their request lives.
 ASLEEP_STATES = (DeploymentState.SCALING_TO_ZERO, DeploymentState.SCALED_TO_ZERO, DeploymentState.WAKING)

@@ -27,7 +27,7 @@ class ServingDeployment(ConcurrentTransitionMixin, models.Model):
         null=True, blank=True, help_text="When it last left the rotation to go down to no replica."
     )
     wake_requested = models.BooleanField(
-        default=False, help_text="A call asked for it while its servers were stopping: woken once they are."
+        default=False, help_text="A call came while its servers were stopping: woken once they have."
     )
 
     class Meta:

@@ -14,7 +14,7 @@ class Migration(migrations.Migration):
             model_name="servingdeployment",
             name="wake_requested",
             field=models.BooleanField(
-                default=False, help_text="A call asked for it while its servers were stopping: woken once they are."
+                default=False, help_text="A call came while its servers were stopping: woken once they have."
             ),
         ),
         migrations.AlterField(
