@@ -50,7 +50,7 @@ class Job:
     at_s: int  # submitted this long after the first
 
 
-# 24 jobs of five kinds (cards x time limit) on 6 GPUs, whose recorded run times end at 20 % to 95 % of their limit,
+# 24 jobs of five kinds (cards x time limit) on 6 GPUs, whose recorded run times end at 21 % to 92 % of their limit,
 # most well before it (as work on shared clusters does): eight at once fill the cluster and queue, the rest arrive
 # every 10 s. About five minutes on Slurm.
 WORKLOAD = (

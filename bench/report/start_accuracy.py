@@ -14,7 +14,7 @@ DESCRIPTION = (
     "5 minutes are the `warmup` row: nothing has ended yet, so the forecast has no history of early ends and takes "
     "all work to its limit. `unknown` counts requests that waited with no time (the code says why). Side by side: "
     "`python -m bench start_accuracy_slurm` (bench/start_accuracy_slurm.py): 24 jobs of five kinds (1 or 2 GPUs, "
-    "limits of 1-3 minutes) that end at 20-95 % of their limit at recorded times, eight at once then one every "
+    "limits of 1-3 minutes) that end at 21-92 % of their limit at recorded times, eight at once then one every "
     "10 s, on the real test Slurm cluster (3 nodes x 2 GPUs, about five minutes; the estimate is the first "
     "StartTime `squeue --start` shows while the job pends) and through the platform's cycle on a fleet of the same "
     "shape (simulated time, a minute of limit an hour of term; nine other runs of four of the kinds before as "
