@@ -133,7 +133,7 @@ class EarlyEnds:
             self._judged_by[kind] = Shrunk.of(self.by_kind.get(kind, ()), self.ratios)
         return self._judged_by[kind].quantile_above(share, ran)
 
-    def lasts(self, queued: Queued, scale: float | None, draw: int = 0) -> timedelta:
+    def lasts(self, queued: Queued, scale: float | None, draw: int) -> timedelta:
         """How long queued work runs once started, at `scale` times its own quantile in `draw` (None: its whole
         term)."""
         if scale is None:
@@ -142,7 +142,7 @@ class EarlyEnds:
         kind = kind_of(demand.count, demand.cpu_milli, demand.memory_mib, queued.hours)
         return timedelta(hours=queued.hours * self.ratio(scale * spread_draw(demand.id, draw), kind=kind))
 
-    def end_of(self, running: Running, now: datetime, scale: float | None, draw: int = 0) -> datetime | None:
+    def end_of(self, running: Running, now: datetime, scale: float | None, draw: int) -> datetime | None:
         """When running work ends at `scale` times its own quantile in `draw` (None: at its limit)."""
         if running.ends is None or scale is None:
             return running.ends
@@ -188,7 +188,7 @@ class Shrunk:
         return self.values[min(at, len(self.values) - 1)]
 
 
-def spread_draw(work_id: str, draw: int = 0) -> float:
+def spread_draw(work_id: str, draw: int) -> float:
     """The quantile in (0, 1) a piece of work ends at in likely replay `draw`: the same in every cycle (its
     estimates do not jump between cycles), spread evenly over work and independent between draws."""
     digest = hashlib.blake2b(f"{work_id}/{draw}".encode(), digest_size=8).digest()
