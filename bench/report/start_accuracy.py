@@ -18,7 +18,8 @@ DESCRIPTION = (
     "10 s, on the real test Slurm cluster (3 nodes x 2 GPUs, about five minutes; the estimate is the first "
     "StartTime `squeue --start` shows while the job pends) and through the platform's cycle on a fleet of the same "
     "shape (simulated time, a minute of limit an hour of term; nine other runs of four of the kinds before as "
-    "history, the fifth kind new)."
+    "history, the fifth kind new). Saturated at 10x, by hand (about 13 minutes): `python -m bench scheduler "
+    "--scale 10 --requests 60000 --steady 6 --arrivals 1000 --warmup 2` (docs/benchmarks/history.md)."
 )
 TARGET = "median <= 0.25, p90 <= 0.60 of the actual wait; better than Slurm's squeue --start on the same workload"
 
