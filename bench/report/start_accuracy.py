@@ -13,10 +13,13 @@ DESCRIPTION = (
     "the wait, for the requests that waited and had a time (bench/start_accuracy.py). Requests submitted in the first "
     "5 minutes are the `warmup` row: nothing has ended yet, so the forecast has no history of early ends and takes "
     "all work to its limit. `unknown` counts requests that waited with no time (the code says why). Side by side: "
-    "`python -m bench start_accuracy_slurm` (bench/start_accuracy_slurm.py): ten jobs with time limits that end "
-    "early at recorded times, on the real test Slurm cluster (3 nodes x 2 GPUs; the estimate is the first StartTime "
-    "`squeue --start` shows while the job pends) and through the platform's cycle on a fleet of the same shape "
-    "(simulated time, a minute of limit an hour of term; one pass of the workload before as history)."
+    "`python -m bench start_accuracy_slurm` (bench/start_accuracy_slurm.py): 24 jobs of five kinds (1 or 2 GPUs, "
+    "limits of 1-3 minutes) that end at 21-92 % of their limit at recorded times, eight at once then one every "
+    "10 s, on the real test Slurm cluster (3 nodes x 2 GPUs, about five minutes; the estimate is the first "
+    "StartTime `squeue --start` shows while the job pends) and through the platform's cycle on a fleet of the same "
+    "shape (simulated time, a minute of limit an hour of term; nine other runs of four of the kinds before as "
+    "history, the fifth kind new). Saturated at 10x, by hand (about 13 minutes): `python -m bench scheduler "
+    "--scale 10 --requests 60000 --steady 6 --arrivals 1000 --warmup 2` (docs/benchmarks/history.md)."
 )
 TARGET = "median <= 0.25, p90 <= 0.60 of the actual wait; better than Slurm's squeue --start on the same workload"
 

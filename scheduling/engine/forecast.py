@@ -6,13 +6,15 @@ gives the work back and places the queue in order with the cycle's own rules (`p
 lower-priority work back; `backfill`: the head of the queue keeps its node from work that would still run when it is
 due). A queued request's expected start is the moment the replay places it.
 
-The replay runs three times, for a range:
+The replay runs for a range:
 - ``latest``: everything runs to its approved end (the limit);
 - ``likely``: each piece of work ends at its own quantile of the measured ratios of actual to approved duration
   (`EarlyEnds`; the quantile a stable draw by its id, `spread_draw`), so that the replay's ends spread over time as
   ended work's did: taking every piece at the median would free all capacity at one moment, too late for the
-  first requests in line and too early for those further back;
-- ``earliest``: each piece at half its likely quantile.
+  first requests in line and too early for those further back. Which piece draws an early end is chance, and one
+  replay's start for a request is one sample of when it starts: the likely start is the median over LIKELY_DRAWS
+  replays, each with its own draws (the median is the estimate that misses the actual start by least, on average);
+- ``earliest``: each piece at half its quantile in the first of those draws.
 Running work that has already outlived a ratio is judged only by the ratios it has not outlived yet.
 
 Windows held ahead (`HeldWindow`: the whole nodes planned for an approved reservation not begun, or an operator's
@@ -55,6 +57,7 @@ TIMED_REASONS = frozenset(
 
 # A replay's scale of each piece of work's own quantile (`spread_draw`) of the early-end ratios; None: the limit.
 LIKELY, EARLIEST, LATEST = 1.0, 0.5, None
+LIKELY_DRAWS = 5  # likely replays, each with its own quantiles: an odd number, so that the median is one of them
 MAX_STEPS = 2000  # moments of release a replay looks through before it calls the rest unknown
 
 
@@ -93,11 +96,12 @@ def _said(moment: datetime) -> str:
     return f"{moment:%a %d %b %H:%M} UTC"
 
 
-# Work alike in how early it ends: cards, cores (milli), memory (MiB) and approved hours. Work of a kind with at
-# least KIND_HISTORY_MIN ended terms is judged by those (a job of the same shape and term tends to run as long as
-# the last ones did), other work by all ended terms.
+# Work alike in how early it ends: cards, cores (milli), memory (MiB) and approved hours (the limit its owner chose).
+# A piece of work is judged by the ended terms of its kind shrunk toward all ended terms, as a Dirichlet-process
+# posterior borrows from its prior: the kind's n ended terms weigh n / (n + KIND_PRIOR_TERMS), all ended terms the
+# rest. A kind with little history is judged mostly by all work, and more by its own as its ended terms add up.
 Kind = tuple[int, int, int, int]
-KIND_HISTORY_MIN = 2
+KIND_PRIOR_TERMS = 2
 
 
 def kind_of(cards: int, cpu_milli: int, memory_mib: int, hours: float) -> Kind:
@@ -111,6 +115,8 @@ class EarlyEnds:
 
     ratios: tuple[float, ...] = ()
     by_kind: dict[Kind, tuple[float, ...]] = field(default_factory=dict)
+    # kind -> the distribution work of that kind is judged by, worked out at its first use
+    _judged_by: dict[Kind | None, Shrunk] = field(default_factory=dict, compare=False, repr=False)
 
     @classmethod
     def of(cls, ratios, kinds: dict[Kind, list[float]] | None = None) -> EarlyEnds:
@@ -121,24 +127,23 @@ class EarlyEnds:
 
     def ratio(self, share: float, ran: float = 0.0, kind: Kind | None = None) -> float:
         """The `share` quantile of the ratios above `ran` (work that ran that share of its term and still runs ends
-        later than that), its kind's where it has enough; 1.0 (its limit) when no history is left to judge by."""
-        own = self.by_kind.get(kind, ())
-        for ratios in (own, self.ratios) if len(own) >= KIND_HISTORY_MIN else (self.ratios,):
-            left = ratios[bisect.bisect_right(ratios, ran) if ran > 0 else 0 :]
-            if left:
-                return left[min(len(left) - 1, int(share * len(left)))]
-        return 1.0
+        later than that) in the distribution its kind is judged by; 1.0 (its limit) when no history is left to
+        judge by."""
+        if kind not in self._judged_by:
+            self._judged_by[kind] = Shrunk.of(self.by_kind.get(kind, ()), self.ratios)
+        return self._judged_by[kind].quantile_above(share, ran)
 
-    def lasts(self, queued: Queued, scale: float | None) -> timedelta:
-        """How long queued work runs once started, at `scale` times its own quantile (None: its whole term)."""
+    def lasts(self, queued: Queued, scale: float | None, draw: int) -> timedelta:
+        """How long queued work runs once started, at `scale` times its own quantile in `draw` (None: its whole
+        term)."""
         if scale is None:
             return timedelta(hours=queued.hours)
         demand = queued.demand
         kind = kind_of(demand.count, demand.cpu_milli, demand.memory_mib, queued.hours)
-        return timedelta(hours=queued.hours * self.ratio(scale * spread_draw(demand.id), kind=kind))
+        return timedelta(hours=queued.hours * self.ratio(scale * spread_draw(demand.id, draw), kind=kind))
 
-    def end_of(self, running: Running, now: datetime, scale: float | None) -> datetime | None:
-        """When running work ends at `scale` times its own quantile (None: at its limit)."""
+    def end_of(self, running: Running, now: datetime, scale: float | None, draw: int) -> datetime | None:
+        """When running work ends at `scale` times its own quantile in `draw` (None: at its limit)."""
         if running.ends is None or scale is None:
             return running.ends
         term = (running.ends - running.started).total_seconds()
@@ -147,14 +152,46 @@ class EarlyEnds:
         ran = max(0.0, (now - running.started).total_seconds()) / term
         first = running.allocations[0]
         kind = kind_of(len(first.devices), first.cpu_milli, first.memory_mib, term / 3600)
-        ratio = self.ratio(scale * spread_draw(first.id), ran=ran, kind=kind)
+        ratio = self.ratio(scale * spread_draw(first.id, draw), ran=ran, kind=kind)
         return max(now, running.started + timedelta(seconds=term * ratio))
 
 
-def spread_draw(work_id: str) -> float:
-    """The quantile in (0, 1) a piece of work ends at in the likely replay: the same in every cycle (its estimates
-    do not jump between cycles), spread evenly over work."""
-    digest = hashlib.blake2b(work_id.encode(), digest_size=8).digest()
+@dataclass(frozen=True)
+class Shrunk:
+    """A distribution of early-end ratios: the distinct values, sorted, and the weight of those up to each one
+    (whole numbers: equal weights give exactly the quantiles of the plain sorted list)."""
+
+    values: tuple[float, ...]
+    cumulative: tuple[int, ...]
+
+    @classmethod
+    def of(cls, own: tuple[float, ...], everything: tuple[float, ...]) -> Shrunk:
+        """A kind's ended terms (`own`) shrunk toward all of them: its n ratios weigh n / (n + KIND_PRIOR_TERMS), all
+        N the rest. Scaled by (n + KIND_PRIOR_TERMS) * N to whole numbers: each of its own weighs N, each of all
+        KIND_PRIOR_TERMS (with no other history, its own are all there is)."""
+        weights: dict[float, int] = {}
+        for ratios, weight in ((own, len(everything) or 1), (everything, KIND_PRIOR_TERMS)):
+            for ratio in ratios:
+                weights[ratio] = weights.get(ratio, 0) + weight
+        values = tuple(sorted(weights))
+        return cls(values, tuple(itertools.accumulate(weights[value] for value in values)))
+
+    def quantile_above(self, share: float, ran: float) -> float:
+        """The smallest ratio above `ran` (all, at 0) whose weight with the ones before it, of those above `ran`,
+        exceeds `share` of theirs; 1.0 when none is above."""
+        first = bisect.bisect_right(self.values, ran) if ran > 0 else 0
+        if first == len(self.values):
+            return 1.0
+        below = self.cumulative[first - 1] if first else 0
+        wanted = share * (self.cumulative[-1] - below)
+        at = bisect.bisect_right(self.cumulative, wanted, lo=first, key=lambda weight: weight - below)
+        return self.values[min(at, len(self.values) - 1)]
+
+
+def spread_draw(work_id: str, draw: int) -> float:
+    """The quantile in (0, 1) a piece of work ends at in likely replay `draw`: the same in every cycle (its
+    estimates do not jump between cycles), spread evenly over work and independent between draws."""
+    digest = hashlib.blake2b(f"{work_id}/{draw}".encode(), digest_size=8).digest()
     return (int.from_bytes(digest, "big") + 0.5) / 2**64
 
 
@@ -205,19 +242,22 @@ def forecast(
     `tried_now`: the queue was just placed at `now` by the cycle, which left it waiting: its answer stands, the replay
     places from the first release after `now` on. `windows`: the nodes held ahead and when."""
     replayed, beyond = list(queue[:limit]), queue[limit:]
-    replays = {
-        share: _replay(engine_now(), running, replayed, now, early_ends, share, wanted, tried_now, windows)
-        for share in (EARLIEST, LIKELY, LATEST)
-    }
+
+    def replay(share, draw=0):
+        return _replay(engine_now(), running, replayed, now, early_ends, share, draw, wanted, tried_now, windows)
+
+    likely_draws = [replay(LIKELY, draw) for draw in range(LIKELY_DRAWS)]
+    replays = [replay(EARLIEST), *likely_draws, replay(LATEST)]
     endless = any(work.ends is None for work in running)
-    kept_off = replays[LIKELY].kept_off
+    kept_off = likely_draws[0].kept_off
     estimates = {}
     for queued in replayed:
-        moments = [replays[share].starts.get(queued.demand.id) for share in (EARLIEST, LIKELY, LATEST)]
-        if None in moments:
+        first, *likely_starts, last = [one.starts.get(queued.demand.id) for one in replays]
+        if None in (first, *likely_starts, last):
             estimates[queued.demand.id] = Estimate(code=RUNNING_WITHOUT_END if endless else NO_RELEASE_FITS)
             continue
-        earliest, likely, latest = sorted(moments)  # replays may place differently: the range is still a range
+        likely = sorted(likely_starts)[LIKELY_DRAWS // 2]
+        earliest, likely, latest = sorted([first, likely, last])  # replays may place differently: still a range
         held = kept_off.get(queued.demand.id)
         said = {} if held is None else {"code": held[0].code, "reason": held[0].sentence(held[1])}
         estimates[queued.demand.id] = Estimate(earliest, likely, latest, **said)
@@ -244,10 +284,10 @@ class _Step:
         return self.engine.fork()
 
 
-def _replay(engine, running, queue, now, early_ends: EarlyEnds, share, wanted=None, tried_now=False, windows=()):
-    """When each queued demand starts if work ends at `share` times its own quantile (None: at its limit), by
-    demand id, and which held window kept it off a node; with `wanted`, until those have started; with `tried_now`,
-    placing from the first release after `now`."""
+def _replay(engine, running, queue, now, early_ends: EarlyEnds, share, draw, wanted, tried_now, windows):
+    """When each queued demand starts if work ends at `share` times its own quantile in `draw` (None: at its
+    limit), by demand id, and which held window kept it off a node; with `wanted`, until those have started; with
+    `tried_now`, placing from the first release after `now`."""
     holding: dict[str, tuple[RunningAllocation, ...]] = {}
     # What holds capacity -> when it gives it back: the approved end, as the cycle knows it.
     ends: dict[str, datetime] = {}
@@ -258,7 +298,7 @@ def _replay(engine, running, queue, now, early_ends: EarlyEnds, share, wanted=No
         holding[work_id] = work.allocations
         if work.ends is not None:
             ends[work_id] = work.ends
-            heapq.heappush(releases, (early_ends.end_of(work, now, share), next(order), work_id))
+            heapq.heappush(releases, (early_ends.end_of(work, now, share, draw), next(order), work_id))
     windows = [window for window in windows if window.end > now]
     for window in windows:  # its nodes open again then
         heapq.heappush(releases, (window.end, next(order), None))
@@ -274,7 +314,7 @@ def _replay(engine, running, queue, now, early_ends: EarlyEnds, share, wanted=No
         for demand_id, allocations in placed.items():
             starts[demand_id], holding[demand_id] = moment, allocations
             ends[demand_id] = moment + timedelta(hours=hours[demand_id])
-            heapq.heappush(releases, (moment + early_ends.lasts(by_id[demand_id], share), next(order), demand_id))
+            heapq.heappush(releases, (moment + early_ends.lasts(by_id[demand_id], share, draw), next(order), demand_id))
         waiting = [queued for queued in waiting if queued.demand.id not in starts]
         if not waiting or not releases or (wanted is not None and wanted <= starts.keys()):
             break

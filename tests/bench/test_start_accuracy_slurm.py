@@ -20,13 +20,13 @@ def test_errors_are_shares_of_each_jobs_wait():
 @pytest.mark.django_db
 def test_the_platform_learns_early_ends_slurm_counts_on_limits(slurm, tmp_path):
     slurm_report = errors(on_slurm(slurm, SMALL, timeout_s=180))
-    platform_report = errors(on_platform(SMALL, node_list=tmp_path / "nodes.csv"), scale_s=60)
+    platform_report = errors(on_platform(SMALL, history=SMALL[:3], node_list=tmp_path / "nodes.csv"), scale_s=60)
     # Slurm shows "d" to start when a job reaches its limit (60 s after it started, a second or two after
     # submission), once its backfill pass has run; it started when the first job ended, about 40 s after.
     assert slurm_report["waited"] == 1
     assert slurm_report["jobs"]["d"]["estimate_s"] >= 60
     assert slurm_report["jobs"]["d"]["waited_s"] == pytest.approx(40, abs=10)
-    # The platform, with the pass before as history (jobs of a, b and c's kind used 40/60 of their term), says 40 s
+    # The platform, with a, b and c run before as history (jobs of their kind used 40/60 of their term), says 40 s
     # at submission.
     assert platform_report["jobs"]["d"] == {"waited_s": 40.0, "estimate_s": 40.0}
     assert platform_report["median_error_share"] == 0.0 < slurm_report["median_error_share"]

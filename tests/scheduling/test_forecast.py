@@ -5,6 +5,7 @@ from datetime import UTC, datetime, timedelta
 from scheduling.engine import DeviceView, NodeView, PlacementEngine, RunningAllocation, Snapshot
 from scheduling.engine.forecast import (
     BEYOND_FORECAST,
+    LIKELY_DRAWS,
     MAINTENANCE,
     RESERVATION_AHEAD,
     RUNNING_WITHOUT_END,
@@ -153,24 +154,30 @@ def test_a_queue_the_cycle_just_left_waiting_starts_no_earlier_than_the_next_rel
     assert estimate(work, [queued("small", 1, 1)])["small"] == Estimate(NOW, NOW, NOW)  # card 1 is free now
 
 
-def test_the_likely_replay_ends_each_piece_of_work_at_its_own_quantile_of_the_history():
-    # Both cards held by work that started now for 1 h; ended work ran 10 %, 20 % .. 100 % of its term. Likely, each
-    # ends at its own quantile (a stable draw by its id), so the two queued requests start at two moments, not both
-    # at the median. (They ask for 10 h: the first cannot end before the second starts.)
+def test_the_likely_start_is_the_median_over_draws_of_each_pieces_own_quantile():
+    # Both cards held by work that started now for 1 h; ended work ran 10 %, 20 % .. 100 % of its term. In each
+    # likely replay each piece ends at its own quantile (a stable draw by its id and the replay), so the two queued
+    # requests start at two moments, not both at the median; each one's likely start is the median over the draws.
+    # (They ask for 10 h: the first cannot end before the second starts.) A's draws end it at 90, 100, 40, 10 and
+    # 30 %, B's at 40, 70, 60, 70 and 40 %: "one" starts at 40, 70, 40, 10 and 30 % (median 40 %), "two" at 90, 100,
+    # 60, 70 and 40 % (median 70 %).
     ratios = tuple(tenth / 10 for tenth in range(1, 11))
     work = [running("A", 0, 0, 1), running("B", 1, 0, 1)]
     estimates = estimate(work, [queued("one", 1, 10), queued("two", 1, 10)], ratios=ratios)
-    ends = sorted(EarlyEnds.of(ratios).ratio(spread_draw(work_id)) for work_id in ("A", "B"))
-    assert ends[0] < ends[1]
-    assert [estimates["one"].likely, estimates["two"].likely] == [at(ends[0]), at(ends[1])]
+    history = EarlyEnds.of(ratios)
+    draws = [sorted(history.ratio(spread_draw(work_id, draw)) for work_id in "AB") for draw in range(LIKELY_DRAWS)]
+    assert draws == [[0.4, 0.9], [0.7, 1.0], [0.4, 0.6], [0.1, 0.7], [0.3, 0.4]]
+    assert [estimates["one"].likely, estimates["two"].likely] == [at(0.4), at(0.7)]
     assert estimates["two"].latest == at(1)
 
 
-def test_work_of_a_kind_with_enough_history_is_judged_by_its_own():
-    # Ended 1-card 1-core terms of 1 h ran 50 % (twice); everything else ran its whole term. A (that kind) likely
-    # ends at half its term; with a single ended term of its kind it would be judged by all of them.
+def test_a_kinds_history_is_shrunk_toward_all_ended_terms_by_its_count():
+    # Ended terms: one of A's kind (1 card, 1 core, 1 h) ran 25 %, four of another kind their whole term. The kind's
+    # one term weighs 1 / (1 + 2), all five terms the other 2/3: 25 % holds 1/3 + 2/3 * 1/5 = 7/15 of the weight.
+    # Three of A's five draws are below that: it likely ends at a quarter of its term, and "next" starts then (by all
+    # terms alone, 25 % would hold 1/5: one draw, and "next" would wait for A's limit).
     kind = kind_of(1, 1000, 1024, 1)
-    ends = EarlyEnds.of([0.5, 0.5, 1.0, 1.0, 1.0, 1.0], {kind: [0.5, 0.5], (2, 1000, 1024, 1): [1.0] * 4})
+    ends = EarlyEnds.of([0.25, 1.0, 1.0, 1.0, 1.0], {kind: [0.25], (2, 1000, 1024, 1): [1.0] * 4})
     work = [running("A", 0, 0, 1), running("B", 1, 0, 4)]
     estimates = forecast(
         engine_now=lambda: PlacementEngine(Snapshot([NODE], [a for held in work for a in held.allocations])),
@@ -180,9 +187,17 @@ def test_work_of_a_kind_with_enough_history_is_judged_by_its_own():
         early_ends=ends,
         limit=10,
     )
-    assert estimates["next"].likely == at(0.5)
-    assert EarlyEnds.of([0.5, 1.0, 1.0], {kind: [0.5]}).ratio(0.0, kind=kind) == 0.5  # one of its kind: all terms
-    assert EarlyEnds.of([0.5, 1.0, 1.0], {kind: [0.5]}).ratio(0.5, kind=kind) == 1.0
+    assert [spread_draw("A", draw) < 7 / 15 for draw in range(LIKELY_DRAWS)] == [False, False, True, True, True]
+    assert [spread_draw("B", draw) < 1 / 5 for draw in range(LIKELY_DRAWS)] == [False] * LIKELY_DRAWS
+    assert estimates["next"].likely == at(0.25)
+    assert (ends.ratio(0.46, kind=kind), ends.ratio(0.47, kind=kind)) == (0.25, 1.0)
+    # A kind with no ended term is judged by all of them (1/5 at 25 %).
+    new_kind = kind_of(1, 1000, 1024, 2)
+    assert (ends.ratio(0.19, kind=new_kind), ends.ratio(0.2, kind=new_kind)) == (0.25, 1.0)
+    # Eight terms of its kind weigh 8 / (8 + 2): 25 % holds 0.8 + 0.2 * 8/12 = 14/15.
+    many = EarlyEnds.of([0.25] * 8 + [1.0] * 4, {kind: [0.25] * 8, (2, 1000, 1024, 1): [1.0] * 4})
+    assert (many.ratio(0.93, kind=kind), many.ratio(0.94, kind=kind)) == (0.25, 1.0)
+    assert many.ratio(0.0, ran=0.3, kind=kind) == 1.0  # work that ran 30 % outlived every 25 % term
 
 
 def held_estimate(work, queue, windows):
