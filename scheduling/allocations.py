@@ -40,11 +40,13 @@ def allocations_meter_from_workload(*, allocation_ids: list[int]) -> None:
     )
 
 
+@transaction.atomic
 def allocations_workload_started(*, started: dict[int, datetime], slurm_jobs: dict[int, int] | None = None) -> None:
     """The backend started each allocation's workload (by allocation id) at that time, and the members of the
     gangs they lead with them; the first report counts (a readiness check run again after a crash does not move it).
     `slurm_jobs`: the Slurm job that runs each of them (by allocation id), recorded on the gang's members too, so
-    that metering finds them in Slurm's books. Two statements for the batch, three with jobs."""
+    that metering finds them in Slurm's books. Two statements for the batch, three with jobs, in one transaction
+    (one commit to wait for, not one per statement)."""
     if started:
         members = _gang_members_led_by(list(started))
         started = {**started, **{member: started[leader] for member, leader in members.items()}}
