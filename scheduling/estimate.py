@@ -33,7 +33,7 @@ from scheduling.engine import (
     with_domain_frees,
 )
 from scheduling.engine.forecast import TIMED_REASONS
-from scheduling.expected_start import decoded_inputs, expected_starts
+from scheduling.expected_start import decoded_inputs, order_expected_start
 from scheduling.forecasting import from_stored
 from scheduling.mig import cycle as mig_cycle
 from scheduling.models import Device, Node
@@ -150,7 +150,7 @@ def _with_expected_start(estimate: dict, demand: Demand, hours, outcome) -> dict
     cycle's picture (scheduling.expected_start: no query of its own)."""
     if estimate["fits_now"] or estimate["code"] not in TIMED_REASONS:
         return estimate
-    data = expected_starts([(demand, float(hours))], outcome).get(demand.id)
+    data = order_expected_start(demand, float(hours), outcome)
     return {**estimate, "expected_start": start_words.expected_start(data)}
 
 

@@ -5,8 +5,13 @@ the engine state it left, with the new work put where the queue order would put 
 ranked as high or higher (it is the newest), ahead of the rest.
 
 No query of its own: the outcome is read (and decoded once per process and cycle) for the preview anyway. The replay
-stops once the new work is placed. Before any cycle there is no picture to replay from: no estimate."""
+stops once the new work is placed. Before any cycle there is no picture to replay from: no estimate.
 
+An order's preview is replayed once per process and cycle for each shape (`order_expected_start`): the order form
+asks again on every change, mostly for the catalog's few specs, and behind a long queue one replay (the whole queue
+ahead placed, in several draws) takes most of a second, while the answer from one cycle's picture does not change."""
+
+import dataclasses
 from datetime import datetime
 
 from django.utils import timezone
@@ -20,6 +25,9 @@ from scheduling.engine.forecast import Queued
 from scheduling.outcome import Outcome, last_outcome
 
 _decoded: dict[datetime, forecasting.Inputs] = {}  # the last outcome's inputs this process decoded, by its time
+# The last outcome's order previews this process replayed: (outcome's time, the demand without its id, hours) -> data.
+_previewed: dict[tuple[datetime, Demand, float], dict | None] = {}
+PREVIEWS_KEPT = 256  # shapes a process keeps per cycle; past that it forgets them all (a new cycle does anyway)
 
 
 def expected_starts(new: list[tuple[Demand, float]], outcome: Outcome | None) -> dict[str, dict]:
@@ -41,6 +49,26 @@ def expected_starts(new: list[tuple[Demand, float]], outcome: Outcome | None) ->
         now=timezone.now(),
         wanted={demand.id for demand, _hours in new},
     )
+
+
+def order_expected_start(demand: Demand, hours: float, outcome: Outcome | None) -> dict | None:
+    """The expected start of one order "if submitted now" (`expected_starts`), the same for every order of its shape
+    and term until the next cycle."""
+    if outcome is None:
+        return None
+    key = (outcome.finished_at, dataclasses.replace(demand, id=""), hours)
+    if key not in _previewed:
+        if len(_previewed) >= PREVIEWS_KEPT or next(iter(_previewed), key)[0] != outcome.finished_at:
+            _previewed.clear()  # all kept are of one cycle's picture
+        _previewed[key] = expected_starts([(demand, hours)], outcome).get(demand.id)
+    return _previewed[key]
+
+
+def forget_pictures() -> None:
+    """Forget the outcomes this process decoded and the previews it replayed (tests with a frozen clock: two cycles
+    of one moment)."""
+    _decoded.clear()
+    _previewed.clear()
 
 
 def decoded_inputs(outcome: Outcome) -> forecasting.Inputs:

@@ -25,7 +25,7 @@ def clock():
     """Every test here runs at the same frozen moment; a process keeps the cycle outcome (and the forecast inputs) it
     decoded last by the cycle's time, so what an earlier test's cycle left is forgotten first."""
     outcome._decoded.clear()
-    expected_start._decoded.clear()
+    expected_start.forget_pictures()
     with time_machine.travel(START, tick=False) as traveller:
         yield traveller
 
@@ -158,3 +158,36 @@ def test_the_inbox_says_when_each_request_would_start_if_approved_now(client, sh
     page = client.get("/approvals/").content.decode()
     assert "If approved now: Expected to start at the next scheduling cycle." in page
     assert "If approved now: Expected to start in about 10 h." in page
+
+
+def test_an_order_s_preview_is_replayed_once_per_shape_and_cycle(shop, team, clock, api_as, monkeypatch):  # noqa: F811
+    add_node(shop.accelerator, cards=2)
+    queued(shop, team)
+    queued(shop, team)
+    cycle.run_cycle()
+    replays = []  # an order's replay: the one that looks for wanted work (the cycle's own replays the whole queue)
+    replay = expected_start.forecasting.replay
+
+    def counted(**kwargs):
+        replays.extend([kwargs["wanted"]] if kwargs.get("wanted") else [])
+        return replay(**kwargs)
+
+    monkeypatch.setattr(expected_start.forecasting, "replay", counted)
+    body = {
+        "project": team.project.pk,
+        "service": shop.service.pk,
+        "spec": shop.whole.pk,
+        "image": shop.image.pk,
+        "duration_hours": 3,
+    }
+
+    def preview(hours):
+        answer = api_as(team.developer).post("/api/v1/requests/preview/", {**body, "duration_hours": hours}, "json")
+        return answer.json()["placement"]["expected_start"]["likely"]
+
+    assert preview(3) == preview(3) == stamp(START + 20 * HOUR) and len(replays) == 1  # the same shape and term
+    preview(4)
+    assert len(replays) == 2  # another term is another replay
+    clock.shift(HOUR)
+    cycle.run_cycle()  # a new picture: replayed again
+    assert preview(3) == stamp(START + 20 * HOUR) and len(replays) == 3

@@ -22,7 +22,7 @@ HOUR = timedelta(hours=1)
 
 def test_a_gang_reservation_is_offered_the_first_window_where_every_member_has_its_node(shop, team):  # noqa: F811
     outcome._decoded.clear()
-    expected_start._decoded.clear()
+    expected_start.forget_pictures()
     with time_machine.travel(START, tick=False):
         racks(shop.accelerator, 2, backend="slurm")  # one rack of two 4-card nodes (Slurm runs gangs): it needs both
         submit(shop, team, shop.one)  # one card on one of them for 10 h
@@ -43,7 +43,7 @@ def test_a_gang_reservation_is_offered_the_first_window_where_every_member_has_i
 
 def test_a_gang_reservation_whose_planned_node_fails_is_re_planned_whole_in_one_rack(shop, team):  # noqa: F811
     outcome._decoded.clear()
-    expected_start._decoded.clear()
+    expected_start.forget_pictures()
     with time_machine.travel(START, tick=False):
         racks(shop.accelerator, 3, 2, backend="slurm")  # a rack of three nodes and one of two, one domain
         Node.objects.update(topology_domain="island-a")

@@ -27,7 +27,7 @@ HOUR = timedelta(hours=1)
 @pytest.fixture
 def clock():
     outcome._decoded.clear()
-    expected_start._decoded.clear()
+    expected_start.forget_pictures()
     with time_machine.travel(START, tick=False) as traveller:
         yield traveller
 

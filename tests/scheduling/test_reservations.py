@@ -32,7 +32,7 @@ HOUR = timedelta(hours=1)
 def clock():
     """A frozen moment; the cycle outcome a process decoded last is forgotten first (as in test_expected_start)."""
     outcome._decoded.clear()
-    expected_start._decoded.clear()
+    expected_start.forget_pictures()
     with time_machine.travel(START, tick=False) as traveller:
         yield traveller
 
