@@ -12,11 +12,11 @@ DESCRIPTION = (
     "node and the head-of-line reservation), 50 more queued after them; then 200 placement estimates of orders of each "
     "shape, as the order form asks on every change. Each estimate reads the last cycle's outcome and the requests "
     "queued since, never the whole queue, and places them on a fork of the engine state the process built once for "
-    "that outcome, never on the whole cluster again. An order that would wait gets its expected start "if submitted "
-    "now", replayed from the last cycle's picture with the whole queue ahead of it (seven replays: earliest, five "
-    "likely draws, latest); a process replays it once per shape, term and cycle, so the first preview of each of the "
-    "6 shapes (`first_of_shape_ms`) costs the replay and the others read it. Target: p95 at most 50 ms with 10,000 queued, a query count "
-    "that does not grow with the queue."
+    "that outcome, never on the whole cluster again. An order that would wait gets its expected start 'if "
+    "submitted now', replayed from the last cycle's picture with the whole queue ahead of it (seven replays: "
+    "earliest, five likely draws, latest); a process replays it once per shape, term and cycle, so the first preview "
+    "of each of the 6 shapes (`first_of_shape_ms`) costs the replay and the others read it. Target: p95 at most "
+    "50 ms with 10,000 queued, a query count that does not grow with the queue."
 )
 TARGET = "p95 <= 50 ms at 10,000 queued; queries constant"
 
