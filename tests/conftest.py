@@ -136,6 +136,13 @@ def _module_transaction(django_db_blocker):
             outer.__exit__(None, None, None)
 
 
+def _check_deferred_constraints():
+    """Checks the foreign keys of the module's rows once, as they are built. Left deferred, they were checked again
+    after each of the module's tests (Django's TestCase checks before rolling back the test's savepoint, and the
+    rollback leaves the module's checks pending again): about a second a test after the demo's thousands of rows."""
+    connection.check_constraints()
+
+
 @pytest.fixture(scope="module")
 def demo_once(django_db_setup, django_db_blocker):
     """The demo (seed_demo, DEBUG on, DEMO_PASSWORD) seeded once for a module's tests, in the module's transaction.
@@ -144,6 +151,7 @@ def demo_once(django_db_setup, django_db_blocker):
         env.setenv("DEMO_PASSWORD", DEMO_PASSWORD)
         with override_settings(DEBUG=True):
             call_command("seed_demo")
+        _check_deferred_constraints()
         yield
 
 
@@ -158,6 +166,7 @@ def _module_data(request, django_db_setup, django_db_blocker):
     with _module_transaction(django_db_blocker):
         with django_db_blocker.unblock():
             built = {fixture: build() for fixture, build in builders.items()}
+            _check_deferred_constraints()
         yield built
 
 

@@ -48,6 +48,11 @@ def shop():
 @shared_by_module
 def team():
     """A project with a generous quota: lead, approver, two developers (one managed by the lead), operator."""
+    return project_team()
+
+
+def project_team() -> SimpleNamespace:
+    """The `team` fixture's people, for a shared fixture that builds on them."""
     project = factories.project(quota=GENEROUS_QUOTA)
     developer = factories.member(project)
     developer.manager = project.lead

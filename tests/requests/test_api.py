@@ -17,7 +17,8 @@ from tenancy import services as tenancy_services
 from tenancy.choices import Role
 from tenancy.models import Project
 from tests import factories
-from tests.requests.conftest import GENEROUS_QUOTA, approval_rule, approver_stage, make_order
+from tests.module_data import shared_by_module
+from tests.requests.conftest import GENEROUS_QUOTA, approval_rule, approver_stage, make_order, project_team
 
 pytestmark = pytest.mark.django_db
 
@@ -30,9 +31,11 @@ ERROR_KEYS = {"code", "message", "details"}
 OUTSIDERS = ["other_developer", "other_approver", "operator"]
 
 
-@pytest.fixture
-def people(team):
-    """The team's project and roles, plus a second project with its own developer and approver."""
+@shared_by_module
+def people():
+    """The team's project and roles (tests/requests/conftest.py), plus a second project with its own developer and
+    approver."""
+    team = project_team()
     elsewhere = factories.project(quota=GENEROUS_QUOTA)
     return SimpleNamespace(
         **vars(team),
