@@ -18,7 +18,9 @@ def test_bench_preview_reports_latency_and_queries_at_a_queue_length(nodes_csv):
     out = StringIO()
     call_command(BenchPreview(), nodes=nodes_csv, queued=40, previews=12, as_json=True, force=True, stdout=out)
     report = json.loads(out.getvalue().strip().splitlines()[-1])
-    assert set(report) == {"queued", "p50_ms", "p95_ms", "queries"}
+    assert set(report) == {"queued", "p50_ms", "p95_ms", "first_of_shape_ms", "queries"}
+    fastest_first, slowest_first = map(float, report["first_of_shape_ms"].split("-"))
+    assert 0 < fastest_first <= slowest_first
     assert report["queued"] == ResourceRequest.objects.filter(state="queued").count() >= 40
     assert 0 < report["p50_ms"] <= report["p95_ms"] and 0 < report["queries"] <= 6
 
