@@ -30,6 +30,17 @@ def clock():
         yield traveller
 
 
+def order_body(shop, team, hours=3) -> dict:  # noqa: F811 (the fixtures, passed on)
+    """A whole-card order's preview body."""
+    return {
+        "project": team.project.pk,
+        "service": shop.service.pk,
+        "spec": shop.whole.pk,
+        "image": shop.image.pk,
+        "duration_hours": hours,
+    }
+
+
 def stamp(moment: datetime) -> str:
     return moment.isoformat()
 
@@ -103,14 +114,8 @@ def test_the_preview_says_when_an_order_would_start_if_submitted_now(shop, team,
     queued(shop, team)
     queued(shop, team)  # waits until +10 h, then runs 10 h
     cycle.run_cycle()
-    body = {
-        "project": team.project.pk,
-        "service": shop.service.pk,
-        "spec": shop.whole.pk,
-        "image": shop.image.pk,
-        "duration_hours": 3,
-    }
-    placement = api_as(team.developer).post("/api/v1/requests/preview/", body, format="json").json()["placement"]
+    placement = api_as(team.developer).post("/api/v1/requests/preview/", order_body(shop, team), format="json")
+    placement = placement.json()["placement"]
     assert placement["fits_now"] is False
     assert placement["expected_start"]["likely"] == stamp(START + 20 * HOUR)
     assert placement["expected_start"]["message"] == "Expected to start in about 20 h."
@@ -173,16 +178,9 @@ def test_an_order_s_preview_is_replayed_once_per_shape_and_cycle(shop, team, clo
         return replay(**kwargs)
 
     monkeypatch.setattr(expected_start.forecasting, "replay", counted)
-    body = {
-        "project": team.project.pk,
-        "service": shop.service.pk,
-        "spec": shop.whole.pk,
-        "image": shop.image.pk,
-        "duration_hours": 3,
-    }
 
     def preview(hours):
-        answer = api_as(team.developer).post("/api/v1/requests/preview/", {**body, "duration_hours": hours}, "json")
+        answer = api_as(team.developer).post("/api/v1/requests/preview/", order_body(shop, team, hours), "json")
         return answer.json()["placement"]["expected_start"]["likely"]
 
     assert preview(3) == preview(3) == stamp(START + 20 * HOUR) and len(replays) == 1  # the same shape and term
