@@ -31,6 +31,7 @@ from provisioning.reconcile import workloads_reconcile
 from requests import services as request_services
 from requests.choices import EventCode, RequestState
 from requests.orders import Order
+from scheduling import cycle
 from scheduling.choices import AllocationState, ExecutionBackend
 from scheduling.models import Allocation, BackendStatus, Device, Node
 from scheduling.slurm.api import SlurmApi
@@ -363,8 +364,8 @@ def drop_database_connections() -> int:
 def through_drops(condition, *, seconds: float, log: Path) -> int:
     """Drop the worker's connections at once (the tasks of what was just asked for are in flight; again at each
     look until a drop has cut a session: a worker just started may not have connected yet) and then once more while a
-    step is running, driving the minute sweeper meanwhile, until `condition()` holds; how many of the drops
-    terminated sessions."""
+    step is running, driving the minute schedule (cycle and sweeper) meanwhile, until `condition()` holds; how many
+    of the drops terminated sessions."""
     deadline, dropped = time.monotonic() + seconds, bool(drop_database_connections())
     again = True
     while not condition():
@@ -375,6 +376,7 @@ def through_drops(condition, *, seconds: float, log: Path) -> int:
         elif again and ProvisioningStep.objects.filter(state=StepState.RUNNING).exists():
             dropped += bool(drop_database_connections())
             again = False
+        cycle.run_cycle()  # the minute schedule's: a cycle cut by a drop before its commit placed nothing
         engine.steps_resume_due()
         services.runs_start_stranded()  # the minute sweeper: a start lost with a dropped session
         services.releases_resume_stranded()  # and a release's
