@@ -20,7 +20,14 @@ from config.probes import NotAnswering, wait_until_answers
 from tests.provisioning.redfish_emulator import free_loopback_port
 
 REPO = Path(__file__).resolve().parents[2]
-REDIS_URL = os.environ.get("GATEWAY_TEST_REDIS_URL", "redis://127.0.0.1:6379/12")
+# Each pytest-xdist worker counts and flushes in a Redis database of its own: the xdist group that should keep these
+# tests in one worker was seen split across both (CI rehearsal, 2026-12-06), and one worker then read the other's
+# rate counters.
+WORKER_DATABASES = {"gw1": 15}
+REDIS_URL = os.environ.get(
+    "GATEWAY_TEST_REDIS_URL",
+    f"redis://127.0.0.1:6379/{WORKER_DATABASES.get(os.environ.get('PYTEST_XDIST_WORKER', ''), 12)}",
+)
 
 
 @dataclass
