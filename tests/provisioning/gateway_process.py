@@ -20,14 +20,16 @@ from config.probes import NotAnswering, wait_until_answers
 from tests.provisioning.redfish_emulator import free_loopback_port
 
 REPO = Path(__file__).resolve().parents[2]
-# Each pytest-xdist worker counts and flushes in a Redis database of its own: the xdist group that should keep these
-# tests in one worker was seen split across both (CI rehearsal, 2026-12-06), and one worker then read the other's
-# rate counters.
-WORKER_DATABASES = {"gw1": 15}
-REDIS_URL = os.environ.get(
-    "GATEWAY_TEST_REDIS_URL",
-    f"redis://127.0.0.1:6379/{WORKER_DATABASES.get(os.environ.get('PYTEST_XDIST_WORKER', ''), 12)}",
-)
+
+
+def worker_redis_url(first_worker: int, second_worker: int) -> str:
+    """A Redis database of this pytest-xdist worker's own: the xdist groups that should keep a module's tests (and the
+    gateway tests of several modules) in one worker were seen split across both (CI rehearsal, 2026-12-06), and one
+    worker then flushed or read the other's counters."""
+    return f"redis://127.0.0.1:6379/{second_worker if os.environ.get('PYTEST_XDIST_WORKER') == 'gw1' else first_worker}"
+
+
+REDIS_URL = os.environ.get("GATEWAY_TEST_REDIS_URL", worker_redis_url(12, 15))
 
 
 @dataclass

@@ -8,8 +8,9 @@ import os
 import pytest
 
 from serving.ratelimit import LEASE_SHARE, RATE_PREFIX, RateLimiter
+from tests.provisioning.gateway_process import worker_redis_url
 
-REDIS_URL = os.environ.get("RATELIMIT_TEST_REDIS_URL", "redis://127.0.0.1:6379/13")
+REDIS_URL = os.environ.get("RATELIMIT_TEST_REDIS_URL", worker_redis_url(13, 9))
 
 
 def admitted_by_two_processes(calls_each: int, limit: int, window: int = 1000) -> tuple[int, int, list]:
