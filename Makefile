@@ -200,13 +200,14 @@ test: test-deps
 	$(BIN)/pytest -n 2 --dist loadgroup --no-loadscope-reorder --durations=25
 
 # The unit layer alone: no daemon, browser, server, subprocess or committed transaction (the `integration` marker,
-# tests/conftest.py), in two processes (pytest-xdist; each makes its own test database). Still on PostgreSQL, like the
-# whole suite, which runs in one process: its daemons are started once per session.
+# tests/conftest.py), in two processes (pytest-xdist; each makes its own test database) with a module's tests in one of
+# them, as in `make test`, so its shared rows (tests/module_data.py) are built once. Still on PostgreSQL, like the
+# whole suite.
 # PYTHONDONTWRITEBYTECODE (set by many Python images) would make each worker compile and assertion-rewrite every
 # module again on every run, most of its collection time.
 test-fast: export PYTHONDONTWRITEBYTECODE :=
 test-fast: install
-	$(BIN)/pytest -m "not integration" -q -n 2
+	$(BIN)/pytest -m "not integration" -q -n 2 --dist loadgroup --no-loadscope-reorder
 
 # The README's walk-through screenshots (docs/screenshots/), made by the demo walk-through test as it orders every demo
 # offering in Chromium, and reduced with Debian's pngquant (installed when missing).
