@@ -8,12 +8,14 @@ from django.core.cache import cache
 from django.core.management import call_command
 from django.db import connection, transaction
 from django.test import override_settings
+from pytest_django.plugin import blocking_manager_key
 from rest_framework.test import APIClient
 
 from devcluster.ldap_directory import running_directory
 from devcluster.oidc_provider import running_provider
 from tests import factories
 from tests.devcluster_fixtures import cluster_for_tests
+from tests.migrated_rows import migrated_rows_reload
 from tests.module_data import asks_for_shared_data, shareable_builders, shared_by_module
 from tests.smtp_server import smtp_server
 from tests.template_database import migrated_template
@@ -42,28 +44,66 @@ DAEMON_FIXTURES = frozenset(
 # Tests that share one Redis database across modules (tests/provisioning/gateway_process.py's): one xdist group, so two
 # workers never flush it under each other.
 SHARED_REDIS_FIXTURES = frozenset({"gateway_redis"})
+# Fixtures that make a test transactional as the marker's transaction=True does (pytest-django).
+TRANSACTIONAL_FIXTURES = frozenset({"transactional_db", "live_server"})
 # An integration test takes about this many unit tests' time (suite durations, 2026-12-06).
 INTEGRATION_TEST_WEIGHT = 50
 
 
-@pytest.hookimpl(tryfirst=True)  # before xdist's own hook, which reads the groups
+def pytest_itemcollected(item):
+    """Each test's worker group and layer, before any collection hook reads them (xdist's groups, `-m`). Every test
+    that commits (transactional), asks for a daemon or is marked so runs in the integration layer. Under
+    pytest-xdist (`--dist loadgroup`) a group's tests run in one worker, which starts their module's fixtures once."""
+    item.add_marker(pytest.mark.xdist_group(_worker_group(item)))
+    if _transactional(item) or DAEMON_FIXTURES.intersection(item.fixturenames):
+        item.add_marker(pytest.mark.integration)
+
+
+@pytest.hookimpl(trylast=True)  # after pytest-django's sort, which puts a group's transactional tests last
 def pytest_collection_modifyitems(items):
     """A transactional test must restore the serialized database (serialized_rollback=True): its flush otherwise
-    re-runs post_migrate, whose Operators group then clashes with the next restoring test's setup. Every test that
-    commits (transactional), asks for a daemon or is marked so runs in the integration layer. Under pytest-xdist
-    (`--dist loadgroup`) a module's tests run in one worker, which starts the module's fixtures once."""
-    unrestored = []
-    for item in items:
-        item.add_marker(pytest.mark.xdist_group(_worker_group(item)))
-        marker = item.get_closest_marker("django_db")
-        transactional = marker is not None and marker.kwargs.get("transaction")
-        if transactional and not marker.kwargs.get("serialized_rollback"):
-            unrestored.append(item.nodeid)
-        if transactional or DAEMON_FIXTURES.intersection(item.fixturenames):
-            item.add_marker(pytest.mark.integration)
+    re-runs post_migrate, whose Operators group then clashes with the next restoring test's setup."""
+    unrestored = [
+        item.nodeid
+        for item in items
+        if _transactional(item)
+        and not getattr(item.get_closest_marker("django_db"), "kwargs", {}).get("serialized_rollback")
+    ]
     if unrestored:
         raise pytest.UsageError("Transactional tests without serialized_rollback=True: " + ", ".join(unrestored))
     items[:] = _heaviest_groups_first(items)
+
+
+def _transactional(item) -> bool:
+    marker = item.get_closest_marker("django_db")
+    committing = marker is not None and bool(marker.kwargs.get("transaction"))
+    return committing or not TRANSACTIONAL_FIXTURES.isdisjoint(item.fixturenames)
+
+
+def _in_a_rolled_back_transaction(item) -> bool:
+    """A database test that is not transactional (pytest-django's own sort tells them apart the same way)."""
+    uses_database = item.get_closest_marker("django_db") is not None or "db" in item.fixturenames
+    return uses_database and not _transactional(item)
+
+
+# Whether this worker's database was emptied by a transactional test's flush since the migrated data was last there.
+FLUSHED = pytest.StashKey[bool]()
+
+
+@pytest.hookimpl(tryfirst=True)  # before the test's fixtures open its transaction
+def pytest_runtest_setup(item):
+    """A transactional test's teardown empties the database (serialized rollback restores it at the next such test's
+    setup, not after). A worker runs one group's transactional tests last, then the next group's other tests, which
+    need the migrated rows (content types, vendors, groups): they are loaded again once, before the first of them."""
+    if item.config.stash.get(FLUSHED, False) and _in_a_rolled_back_transaction(item):
+        with item.config.stash[blocking_manager_key].unblock():
+            migrated_rows_reload()
+        item.config.stash[FLUSHED] = False
+
+
+def pytest_runtest_teardown(item):
+    if _transactional(item):
+        item.config.stash[FLUSHED] = True
 
 
 def pytest_collection_finish(session):

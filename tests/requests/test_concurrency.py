@@ -15,6 +15,7 @@ from requests.models import ResourceRequest
 from requests.quota import lock_quota_scope, usage_of
 from requests.services import QuotaExceeded
 from tenancy.models import Project, ProjectQuota
+from tests.migrated_rows import migrated_rows_reload
 from tests.requests.conftest import make_order
 
 S = RequestState
@@ -34,7 +35,7 @@ def _migrated_data(django_db_setup, django_db_blocker):
         call_command("flush", interactive=False, inhibit_post_migrate=True, verbosity=0)
     yield
     with django_db_blocker.unblock():
-        connection.creation.deserialize_db_from_string(connection._test_serialized_contents)
+        migrated_rows_reload()
 
 
 def in_own_connection(work):
