@@ -23,9 +23,10 @@ REPO = Path(__file__).resolve().parents[2]
 
 
 def worker_redis_url(first_worker: int, second_worker: int) -> str:
-    """A Redis database of this pytest-xdist worker's own: the xdist groups that should keep a module's tests (and the
-    gateway tests of several modules) in one worker were seen split across both (CI rehearsal, 2026-12-06), and one
-    worker then flushed or read the other's counters."""
+    """A Redis database of this pytest-xdist worker's own. `--dist loadgroup` keeps the tests that share one in a
+    single worker (tests/conftest.py), but a run without it (`pytest -n 2` alone, or under pytest 9, which hid the
+    groups from xdist until pyproject.toml pinned it below) spreads them, and one worker then flushed or read the
+    other's counters."""
     return f"redis://127.0.0.1:6379/{second_worker if os.environ.get('PYTEST_XDIST_WORKER') == 'gw1' else first_worker}"
 
 
