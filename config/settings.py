@@ -381,7 +381,7 @@ SLURM_USER_NAME = env_str("SLURM_USER_NAME")
 SLURM_JWT = env_str("SLURM_JWT")
 SLURM_JWT_FILE = env_str("SLURM_JWT_FILE")
 SLURM_TIMEOUT_SECONDS = env_float("SLURM_TIMEOUT_SECONDS", 10.0)
-# How many of a batch's jobs one readiness look asks slurmrestd for at once (each a GET of one job).
+# How many of a batch's nodes or jobs one look asks slurmrestd for at once (each a GET of one node or job).
 SLURM_WATCH_CONCURRENCY = env_int("SLURM_WATCH_CONCURRENCY", 8)
 SLURM_CONF = env_str("SLURM_CONF")
 SLURM_SCONTROL = env_str("SLURM_SCONTROL", "scontrol")

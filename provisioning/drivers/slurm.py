@@ -20,6 +20,7 @@ finds the job it already submitted; two workers submitting at once take turns on
 """
 
 import hashlib
+import itertools
 import logging
 import re
 import shlex
@@ -207,11 +208,11 @@ class SlurmWorkloads(WorkloadDriver):
     def prepare_images(self, items: list[tuple[Target, dict]]) -> list[dict | Exception]:
         """Nothing to pull: check that Slurm knows each chosen node and still starts work there (a node drained or
         down since the placement is the inventory's at once, and its work is placed again), and record what the job
-        will run."""
+        will run. The nodes are asked for side by side: the batch's first submission waits for the last answer."""
         try:
             with self._api() as api:
                 names = sorted({name for target, _ in items for name in target.nodes})
-                nodes = {name: _node_or_none(api, name) for name in names}
+                nodes = _side_by_side(api, _node_or_none, names)
         except StepError as unavailable:
             return [unavailable] * len(items)
         out_of_service = _out_of_service(nodes.values())
@@ -749,23 +750,32 @@ def gang_members(target: Target, job: dict) -> list[dict]:
 
 
 def _watched(api: SlurmApi, job_ids: list[int]) -> dict[int, dict | None]:
-    """The jobs (None for one Slurm does not know), asked for again while every one still waits, up to
-    WATCH_SECONDS: once one has started (or ended, or is unknown), the batch's news goes back at once.
+    """The jobs (None for one Slurm does not know): all of them at once, then, while every one still waits, one of
+    them each WATCH_EVERY_SECONDS, in turn, up to WATCH_SECONDS; once that one has started (or ended, or is unknown),
+    all of them again, and the batch's news goes back at once.
 
-    Each look asks for the batch's jobs side by side (SLURM_WATCH_CONCURRENCY at once): while slurmctld starts a wave
-    of jobs it answers a job query far more slowly than before the wave, and asked one after another a batch saw jobs
-    that were already running only long after they had started."""
-    with ThreadPoolExecutor(max_workers=max(1, min(settings.SLURM_WATCH_CONCURRENCY, len(job_ids)))) as pool:
-
-        def look() -> dict[int, dict | None]:
-            return dict(zip(job_ids, pool.map(lambda job_id: _job_or_none(api, job_id), job_ids), strict=True))
-
-        jobs = look()
-        deadline = time.monotonic() + WATCH_SECONDS
-        while all(map(_waits, jobs.values())) and time.monotonic() < deadline:
-            time.sleep(WATCH_EVERY_SECONDS)
-            jobs = look()
+    Slurm starts a wave of jobs in a few scheduling passes, so while the one asked for waits the others almost always
+    do too: asking for a batch's jobs ten times a second would keep slurmrestd busy on the very CPU that slurmctld needs
+    to start them. The whole batch is asked for side by side (`_side_by_side`): while slurmctld starts a wave it
+    answers a job query far more slowly than before, and asked one after another a batch saw jobs that were already
+    running only long after they had started."""
+    jobs = _side_by_side(api, _job_or_none, job_ids)
+    deadline = time.monotonic() + WATCH_SECONDS
+    for job_id in itertools.cycle(job_ids):
+        if not all(map(_waits, jobs.values())) or time.monotonic() >= deadline:
+            break
+        time.sleep(WATCH_EVERY_SECONDS)
+        jobs[job_id] = _job_or_none(api, job_id)
+        if not _waits(jobs[job_id]):
+            jobs = _side_by_side(api, _job_or_none, job_ids)
     return jobs
+
+
+def _side_by_side(api: SlurmApi, ask: Callable[[SlurmApi, object], dict | None], keys: list) -> dict:
+    """ask(api, key) of every key, SLURM_WATCH_CONCURRENCY at once (each is a round trip through slurmrestd to
+    slurmctld), by key."""
+    with ThreadPoolExecutor(max_workers=max(1, min(settings.SLURM_WATCH_CONCURRENCY, len(keys)))) as pool:
+        return dict(zip(keys, pool.map(lambda key: ask(api, key), keys), strict=True))
 
 
 def _node_refused(errors: list[dict]) -> bool:

@@ -16,6 +16,7 @@ from catalog.models import Vendor
 from provisioning import engine
 from provisioning import services as provisioning_services
 from provisioning.choices import RunKind, RunState
+from provisioning.drivers import slurm as slurm_driver
 from provisioning.drivers.base import StepError, StepPending, Target
 from provisioning.drivers.slurm import (
     START_STEP,
@@ -446,6 +447,44 @@ def test_a_batch_s_running_jobs_are_ready_without_waiting_for_one_slurm_keeps_pe
     assert ready["ready"] is True and ready["job_id"] == items[0][1]["job_id"]
     assert isinstance(pending, StepPending) and pending.retry_after == WATCH_EVERY_SECONDS
     assert job_state(api, items[1][1]["job_id"]) == "PENDING"
+
+
+def test_while_a_batch_s_jobs_all_wait_each_poll_asks_for_one_of_them_in_turn(on_slurm, monkeypatch):
+    """Slurm starts a wave in a few scheduling passes: while the job asked for waits, the others do too, so the watch
+    does not ask slurmrestd for the whole batch ten times a second (CPU that slurmctld needs to start them). The
+    first look asks for all, then one a poll, in turn; once the outside job is gone and Slurm starts them, a look
+    finds them all ready."""
+    cluster, api = on_slurm.cluster, on_slurm.api
+    node = cluster.node_names[1]
+    holder = outside_job(api, cluster, node, gpus=cluster.node_shape.gpus)
+    image = {"name": "img", "version": "1", "reference": "registry.test/img:1", "configuration": {}}
+    targets = [slurm_target(cluster, node, 525271 + position, gpus=1) for position in range(2)]
+    workloads = SlurmWorkloads()
+    items = list(zip(targets, workloads.start_workloads([(target, image) for target in targets]), strict=True))
+    first, second = (started["job_id"] for _, started in items)
+    asked, ask = [], SlurmApi.job
+
+    def counted(self, job_id):
+        asked.append(job_id)
+        return ask(self, job_id)
+
+    monkeypatch.setattr(SlurmApi, "job", counted)
+    monkeypatch.setattr(slurm_driver, "WATCH_SECONDS", 0.5)
+    waiting = workloads.workloads_ready(items)
+
+    assert all(isinstance(outcome, StepPending) for outcome in waiting)
+    assert sorted(asked[:2]) == [first, second]
+    polls = asked[2:]
+    assert 3 <= len(polls) <= 0.5 / WATCH_EVERY_SECONDS + 1
+    assert polls == [first, second] * (len(polls) // 2) + [first] * (len(polls) % 2)
+
+    api.cancel_job(holder)
+    eventually(lambda: {job_state(api, first), job_state(api, second)} == {"RUNNING"})
+    asked.clear()
+    ready = workloads.workloads_ready(items)
+
+    assert [outcome["job_id"] for outcome in ready] == [first, second]
+    assert sorted(asked) == [first, second]  # one look: nothing waits
 
 
 def test_a_readiness_look_asks_for_the_batch_s_jobs_side_by_side(on_slurm, monkeypatch):
