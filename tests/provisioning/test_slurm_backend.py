@@ -475,7 +475,7 @@ def test_while_a_batch_s_jobs_all_wait_each_poll_asks_for_one_of_them_in_turn(on
     assert all(isinstance(outcome, StepPending) for outcome in waiting)
     assert sorted(asked[:2]) == [first, second]
     polls = asked[2:]
-    assert 3 <= len(polls) <= 0.5 / WATCH_EVERY_SECONDS + 1
+    assert 2 <= len(polls) <= 0.5 / WATCH_EVERY_SECONDS + 1  # fewer when slurmrestd answers slowly
     assert polls == [first, second] * (len(polls) // 2) + [first] * (len(polls) % 2)
 
     api.cancel_job(holder)
