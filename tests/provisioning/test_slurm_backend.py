@@ -468,7 +468,14 @@ def test_while_a_batch_s_jobs_all_wait_each_poll_asks_for_one_of_them_in_turn(on
         asked.append(job_id)
         return ask(self, job_id)
 
+    asked_before_each_sleep = []
+
+    def sleep(seconds):
+        asked_before_each_sleep.append(len(asked))
+        time.sleep(seconds)
+
     monkeypatch.setattr(SlurmApi, "job", counted)
+    monkeypatch.setattr(slurm_driver, "time", SimpleNamespace(monotonic=time.monotonic, sleep=sleep))
     monkeypatch.setattr(slurm_driver, "WATCH_SECONDS", 0.5)
     waiting = workloads.workloads_ready(items)
 
@@ -477,6 +484,8 @@ def test_while_a_batch_s_jobs_all_wait_each_poll_asks_for_one_of_them_in_turn(on
     polls = asked[2:]
     assert 2 <= len(polls) <= 0.5 / WATCH_EVERY_SECONDS + 1  # fewer when slurmrestd answers slowly
     assert polls == [first, second] * (len(polls) // 2) + [first] * (len(polls) % 2)
+    # one job asked for between two polls' waits, however slowly slurmrestd answers
+    assert asked_before_each_sleep == list(range(2, 2 + len(asked_before_each_sleep)))
 
     api.cancel_job(holder)
     eventually(lambda: {job_state(api, first), job_state(api, second)} == {"RUNNING"})
