@@ -21,19 +21,21 @@ measurement before left behind, a release's tasks or slurmctld's work after a hu
   cancelled or removed.
 
 Reports {"backend", "requests", "rounds", "active", "wall_s", "jobs_per_s", "p50_s", "p99_s", "worker_cpu_s",
-"backend_cpu_s", "direct_jobs_per_s", "direct_p50_s", "ratio", "breakdown", "load_avg", "per_round"}: the
-platform's figures are the median over the rounds of each round's (wall_s from the cycle's start to the last
+"backend_cpu_s", "direct_jobs_per_s", "direct_p50_s", "ratio", "started_s", "breakdown", "load_avg", "per_round"}:
+the platform's figures are the median over the rounds of each round's (wall_s from the cycle's start to the last
 request active, jobs_per_s = active / wall_s, p50/p99 of each request's time from that start to active), the
 baseline's likewise (from its first submission), ratio the median of the rounds' platform / baseline jobs per
-second. worker_cpu_s is the CPU time the qcluster's processes used in the round (on a loaded machine wall times
-stretch, this much less), backend_cpu_s what the backend's own daemons used (Slurm's). `breakdown` is where a
-request's time goes, the median over requests (and then over rounds): the cycle, the wait for its first step,
-each step's wait in the task queue and its time in a worker (for `slurm` start_workload is the submissions' REST
-calls, workload_ready the job queries while Slurm starts the job; readiness_check's wait is the record of the
-submissions and its claim in the same worker, and publish_access is done inside the readiness record, so its two
-parts are that record's), and the activation; the baseline's own REST
-calls (submission and job-list round trips) beside them. The reconciler and every other schedule are deferred while
-the benchmark runs. `load_avg` is the machine's 1-minute load before and after each round.
+second. started_s is when each side's first workload start began and its last one was done (for `slurm` the
+submissions; the platform's from the cycle's start, the baseline's from its first submission): what follows is the
+backend starting the workloads and each side seeing it. worker_cpu_s is the CPU time the qcluster's processes used
+in the round (on a loaded machine wall times stretch, this much less), backend_cpu_s what the backend's own daemons
+used (Slurm's). `breakdown` is where a request's time goes, the median over requests (and then over rounds): the
+cycle, the wait for its first step, each step's wait in the task queue and its time in a worker (for `slurm`
+start_workload is the submissions' REST calls, workload_ready the job queries while Slurm starts the job;
+readiness_check's wait is the record of the submissions and its claim in the same worker, and publish_access is done
+inside the readiness record, so its two parts are that record's), and the activation; the baseline's own REST calls
+(submission and job-list round trips) beside them. The reconciler and every other schedule are deferred while the
+benchmark runs. `load_avg` is the machine's 1-minute load before and after each round.
 
 A backend plugs in as one more entry of BACKENDS (bench/execution_runtimes.py): a context manager that starts its
 runtime and yields a Runtime (its nodes, and the settings that point the platform at it), and of DIRECT: its
@@ -60,6 +62,7 @@ from pathlib import Path
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 from django.db import connection
+from django.db.models import Max, Min
 from django.test.utils import override_settings
 from django.utils import timezone
 from django_q.brokers import get_broker
@@ -73,6 +76,7 @@ from catalog.choices import AcceleratorKind, Interconnect
 from catalog.models import AcceleratorModel, ResourceSpec, Vendor
 from config.env import database_url
 from provisioning.drivers.base import Target
+from provisioning.drivers.slurm import START_STEP
 from provisioning.models import ProvisioningStep
 from requests.choices import EventCode, RequestState
 from requests.models import RequestEvent, ResourceRequest
@@ -229,7 +233,7 @@ def _platform(runtime: Runtime, orders: _Orders, count: int, timeout: float, cpu
     run_cycle()
     cycle_seconds = time.monotonic() - cycle_started
     _wait_until_settled(request_ids, timeout, SETTLED_STATES)
-    measured = _timed(request_ids, started)
+    measured = {**_timed(request_ids, started), "started_s": _starts_window(request_ids, started)}
     measured["worker_cpu_s"] = round(cpu_seconds() - cpu_before, 2)
     if runtime.daemon_groups():
         measured["backend_cpu_s"] = round(_daemons_cpu_seconds(runtime) - backend_before, 2)
@@ -246,6 +250,16 @@ def _timed(request_ids: list[int], started) -> dict:
         request_id__in=request_ids, code=EventCode.ACTIVE, to_state=RequestState.ACTIVE
     ).values_list("created_at", flat=True)
     return _latencies(len(request_ids), [(moment - started).total_seconds() for moment in active_at])
+
+
+def _starts_window(request_ids: list[int], started) -> list[float]:
+    """When the round's first workload start began and when its last one was done (its start_workload step's first
+    claim and last record; for `slurm`, the submissions), in seconds from the cycle's start: what comes after is the
+    backend starting them and the platform seeing it, as for the backend alone."""
+    window = ProvisioningStep.objects.filter(
+        run__request_id__in=request_ids, name=START_STEP, finished_at__isnull=False
+    ).aggregate(first=Min("started_at"), last=Max("finished_at"))
+    return [round((window[edge] - started).total_seconds(), 2) for edge in ("first", "last")]
 
 
 def _breakdown(request_ids: list[int], started, cycle_seconds: float) -> dict:
@@ -355,12 +369,13 @@ def _direct_slurm(runtime: Runtime, count: int, timeout: float) -> dict:
             asked = time.monotonic()
             ids.add(submitter.submit_job(script, properties)["job_id"])
             calls["submit"].append(time.monotonic() - asked)
+        submitted = time.monotonic() - first
         watching.join()
         stop.set()
         for job_id in ids:
             submitter.cancel_job(job_id)
     _idle_slurm(runtime, timeout)
-    return {**_latencies(count, list(running.values())), **_call_times(calls)}
+    return {**_latencies(count, list(running.values())), "started_s": [0.0, round(submitted, 2)], **_call_times(calls)}
 
 
 def _direct_container(runtime: Runtime, count: int, timeout: float) -> dict:
@@ -407,11 +422,16 @@ def _direct_container(runtime: Runtime, count: int, timeout: float) -> dict:
         with lock:
             podman_nodes[name] = target.node
             started[name] = (podman, name)
+    all_started = time.monotonic() - first
     watching.join()
     stop.set()
     for podman, name in started.values():
         podman.run("rm", "--force", "--time", "0", name)
-    return {**_latencies(count, list(ready.values())), **_call_times(calls)}
+    return {
+        **_latencies(count, list(ready.values())),
+        "started_s": [0.0, round(all_started, 2)],
+        **_call_times(calls),
+    }
 
 
 def _call_times(calls: dict[str, list[float]]) -> dict:
@@ -597,6 +617,10 @@ def _report(backend: str, requests: int, rounds: list[dict]) -> dict:
         "direct_jobs_per_s": median(measured["jobs_per_s"] for measured in direct),
         "direct_p50_s": median(measured["p50_s"] for measured in direct),
         "direct_active": min(measured["active"] for measured in direct),
+        "started_s": {
+            side: [median(measured["started_s"][edge] for measured in measurements) for edge in (0, 1)]
+            for side, measurements in (("platform", platform), ("direct", direct))
+        },
         "ratio": round(statistics.median(r for r in ratios if r is not None), 3) if any(ratios) else None,
         "breakdown": {
             **{part: median(measured["breakdown"].get(part) for measured in platform) for part in sorted(parts)},

@@ -34,6 +34,12 @@ def test_slurm_rounds_put_the_platform_beside_slurm_alone():
         # each measurement began once the workers, the broker and Slurm were quiet again
         assert set(measured["quiet_wait_s"]) == {"direct", "platform"}
         assert all(seconds >= 0 for seconds in measured["quiet_wait_s"].values())
+        # the platform's submissions come after its cycle, the baseline's from its own clock's start; both before
+        # the last of their jobs is seen RUNNING
+        first, last = measured["platform"]["started_s"]
+        assert 0 < first <= last <= measured["platform"]["wall_s"]
+        first, last = measured["direct"]["started_s"]
+        assert first == 0.0 and 0 < last <= measured["direct"]["wall_s"]
     assert report["ratio"] == pytest.approx(statistics.median(r["ratio"] for r in rounds), abs=2e-3)
     parts = report["breakdown"]
     for part in ("cycle_s", "allocated (cycle)", "start_workload: queued", "start_workload: in a worker", "to active"):
