@@ -255,11 +255,14 @@ def _timed(request_ids: list[int], started) -> dict:
 def _starts_window(request_ids: list[int], started) -> list[float]:
     """When the round's first workload start began and when its last one was done (its start_workload step's first
     claim and last record; for `slurm`, the submissions), in seconds from the cycle's start: what comes after is the
-    backend starting them and the platform seeing it, as for the backend alone."""
+    backend starting them and the platform seeing it, as for the backend alone. None for a round none got to."""
     window = ProvisioningStep.objects.filter(
         run__request_id__in=request_ids, name=START_STEP, finished_at__isnull=False
     ).aggregate(first=Min("started_at"), last=Max("finished_at"))
-    return [round((window[edge] - started).total_seconds(), 2) for edge in ("first", "last")]
+    return [
+        None if window[edge] is None else round((window[edge] - started).total_seconds(), 2)
+        for edge in ("first", "last")
+    ]
 
 
 def _breakdown(request_ids: list[int], started, cycle_seconds: float) -> dict:
