@@ -417,7 +417,7 @@ def _direct_container(runtime: Runtime, count: int, timeout: float) -> dict:
     for number in range(count):
         target = _bench_target(runtime, number)
         podman = Podman.of(target.node)
-        options = driver._run_options(target, image)
+        options = driver._run_options(target, image, leader_address="")  # one container, no gang to meet
         name = options[options.index("--name") + 1]
         asked = time.monotonic()
         podman.run("run", "--detach", *options)

@@ -1,7 +1,7 @@
 """`python -m bench execution` measures the platform beside the backend alone, in the same run: on a real Slurm
-cluster, rounds that alternate which goes first, each round's requests active and then released so the next finds
-the cluster empty, each measurement begun on quiet workers and daemons, the baseline's jobs all RUNNING and
-cancelled, and where a request's time went."""
+cluster (and on this machine's podman), rounds that alternate which goes first, each round's requests active and then
+released so the next finds the cluster empty, each measurement begun on quiet workers and daemons, the baseline's
+jobs all RUNNING and cancelled, and where a request's time went."""
 
 import json
 import statistics
@@ -48,3 +48,23 @@ def test_slurm_rounds_put_the_platform_beside_slurm_alone():
     # every round's requests (and the unmeasured warm-up wave's) went active and were released again
     states = set(ResourceRequest.objects.values_list("state", flat=True))
     assert states == {RequestState.RELEASED} and ResourceRequest.objects.count() == 4 * (2 + 1)
+
+
+def test_container_rounds_put_the_platform_beside_podman_alone():
+    """The same on this machine's podman: each side's containers started with the driver's own `podman run` options
+    (a change to the driver's options that the baseline does not follow fails here) and timed to their sshd."""
+    out = StringIO()
+    call_command(
+        BenchExecution(), backend="container", requests=2, rounds=1, workers=2, as_json=True, force=True, stdout=out
+    )
+    report = json.loads(out.getvalue().strip().splitlines()[-1])
+    assert (report["backend"], report["active"], report["direct_active"]) == ("container", 2, 2)
+    [measured] = report["per_round"]
+    assert measured["direct"]["calls"]["podman run"]["count"] == 2
+    assert measured["ratio"] == round(measured["platform"]["jobs_per_s"] / measured["direct"]["jobs_per_s"], 3)
+    first, last = measured["platform"]["started_s"]
+    assert 0 < first <= last <= measured["platform"]["wall_s"]
+    first, last = measured["direct"]["started_s"]
+    assert first == 0.0 and 0 < last <= measured["direct"]["wall_s"]
+    states = set(ResourceRequest.objects.values_list("state", flat=True))
+    assert states == {RequestState.RELEASED} and ResourceRequest.objects.count() == 2 * (1 + 1)
