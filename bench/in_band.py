@@ -99,7 +99,7 @@ class Command(BaseCommand):
             "install_gpu_driver": lambda: driver.install_gpu_driver(target, DRIVER_VERSION),
             "install_monitoring_agent": lambda: driver.install_monitoring_agent(target, "node-exporter"),
             "register_cluster": lambda: driver.register_in_cluster(target, cluster.name),
-            "grant_access": lambda: driver.grant_access(target, ssh_public_key="", root=False),
+            "grant_access": lambda: driver.grant_access(target, ssh_public_keys=[], root=False),
             "health_check": lambda: driver.health_check(target, []),
             "deregister_cluster": lambda: driver.deregister_from_cluster(target, cluster.name),
         }
