@@ -252,7 +252,7 @@ def _timed(request_ids: list[int], started) -> dict:
     return _latencies(len(request_ids), [(moment - started).total_seconds() for moment in active_at])
 
 
-def _starts_window(request_ids: list[int], started) -> list[float]:
+def _starts_window(request_ids: list[int], started) -> list[float | None]:
     """When the round's first workload start began and when its last one was done (its start_workload step's first
     claim and last record; for `slurm`, the submissions), in seconds from the cycle's start: what comes after is the
     backend starting them and the platform seeing it, as for the backend alone. None for a round none got to."""

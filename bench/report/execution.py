@@ -109,6 +109,6 @@ def run() -> list[dict]:
     return rows
 
 
-def _started(platform: list[float], direct: list[float]) -> str:
-    """When each side's workload starts (submissions) began and were all done."""
+def _started(platform: list[float | None], direct: list[float | None]) -> str:
+    """When each side's workload starts (submissions) began and were all done (None: a side that started none)."""
     return f"{platform[0]} -> {platform[1]}; alone {direct[0]} -> {direct[1]}"
