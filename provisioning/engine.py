@@ -192,10 +192,21 @@ def steps_resume_due(*, now=None) -> int:
 @transaction.atomic
 def _claim(step_ids: list[int], owner: uuid.UUID) -> list[Claimed]:
     """The steps now ours under a lease, with the deadline of each attempt; those not ours to run are left out.
-    Rows are locked in primary-key order, so two workers claiming overlapping batches cannot deadlock."""
+    Rows are locked in primary-key order, so two workers claiming overlapping batches cannot deadlock. A claimed step
+    that calls nothing on its run (Slurm's image step: nothing to pull) is done and recorded in this transaction, and
+    its run's next step is claimed in its place: a claim and a record saved per batch, on the way to the backend."""
     claimed = _claim_locked(_locked_for_attempts(step_ids), owner)
     _write([item.step for item in claimed], CLAIMED_FIELDS)
-    return claimed
+    computed = [item for item in claimed if _computed(item.step)]
+    if not computed:
+        return claimed
+    recorded = _record(owner, _attempt(computed))
+    following = [then.step_id for then in recorded.values() if isinstance(then, Following)]
+    return [item for item in claimed if item not in computed] + (_claim(following, owner) if following else [])
+
+
+def _computed(step: ProvisioningStep) -> bool:
+    return definition_of(step.run.pipeline, step.run.kind, step.position).computed_for(step.run)
 
 
 def _locked_for_attempts(step_ids) -> QuerySet:
@@ -506,7 +517,9 @@ def _succeed(step: ProvisioningStep, output: dict) -> Following | Finished:
     run.current_position = step.position + 1
     if step.following_id is None:
         return Finished(run, output)
-    return Following(step.following_id, computed=definition_of(run.pipeline, run.kind, run.current_position).computed)
+    return Following(
+        step.following_id, computed=definition_of(run.pipeline, run.kind, run.current_position).computed_for(run)
+    )
 
 
 def _wait(step: ProvisioningStep, seconds: float, waiting_for: str, message: str) -> float:

@@ -3,7 +3,7 @@
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from provisioning import steps
+from provisioning import drivers, steps
 from provisioning.choices import Pipeline, RunKind
 
 
@@ -16,11 +16,17 @@ class StepDefinition:
     survives_cleanup: bool = False  # a retry after the failure cleanup need not run it again
     polls: bool = False  # each call is a quick check of something that happens elsewhere (power, installer)
     # It calls nothing, only computes from what the steps before it recorded (publishing access): the engine does
-    # it in the transaction that records the step before it.
+    # it in the transaction that records the step before it (or claims it, for a run's first step).
     computed: bool = False
+    # Computed on the runs of the drivers this answers True for (Slurm has no image to pull).
+    computed_on: Callable[[str], bool] | None = None
     # The same work for several runs at once ([context] -> [output or the exception of each]), asking the backend
     # once for all of them; the engine uses it for a batch of runs at this step.
     batch_handler: Callable[[list[steps.StepContext]], list[dict | Exception]] | None = None
+
+    def computed_for(self, run) -> bool:
+        """Whether the step calls nothing on this run (a ProvisioningRun: its driver)."""
+        return self.computed or (self.computed_on is not None and self.computed_on(run.driver))
 
 
 COMPUTE = [
@@ -31,6 +37,7 @@ COMPUTE = [
         1800,
         survives_cleanup=True,
         batch_handler=steps.prepare_images,
+        computed_on=drivers.prepares_images_without_calls,
     ),
     StepDefinition(
         "start_workload",

@@ -13,6 +13,7 @@ enum has no driver.
 """
 
 from collections.abc import Callable
+from functools import cache
 from importlib import import_module
 
 from django.conf import settings
@@ -96,6 +97,13 @@ def bmc_driver(name: str | None = None) -> BmcDriver:
 def workload_driver(backend: str) -> WorkloadDriver:
     """The workload driver of a node's execution backend (scheduling.choices.ExecutionBackend)."""
     return WORKLOAD_DRIVERS.create(backend)
+
+
+@cache
+def prepares_images_without_calls(backend: str) -> bool:
+    """Whether the backend's workload driver prepares an image without calling anything (Slurm: nothing to pull),
+    so that its runs' image step is computed (provisioning/pipelines.py)."""
+    return backend in WORKLOAD_DRIVERS and not workload_driver(backend).image_step_calls
 
 
 def in_band_driver(name: str | None = None, *, timeout: float | None = None) -> InBandDriver:

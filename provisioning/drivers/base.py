@@ -246,6 +246,9 @@ class WorkloadDriver(ABC):
     simulated, slurm, container). The approved snapshot reaches it unchanged, in `target.snapshot`."""
 
     name: str
+    # prepare_image asks the node or the backend something (pulls, verifies); False when it only computes what the
+    # run will start (the engine then does the step in its neighbour's transaction, provisioning/pipelines.py).
+    image_step_calls: bool = True
 
     @abstractmethod
     def prepare_image(self, target: Target, image: dict) -> dict:

@@ -187,6 +187,7 @@ class SlurmWorkloads(WorkloadDriver):
     submissions, one watch over all the jobs starting. The one-run forms are the batch forms for one."""
 
     name = "slurm"
+    image_step_calls = False  # the job runs on the node's own software: nothing to pull
 
     @contextmanager
     def _api(self):
@@ -206,17 +207,10 @@ class SlurmWorkloads(WorkloadDriver):
         return only(self.prepare_images([(target, image)]))
 
     def prepare_images(self, items: list[tuple[Target, dict]]) -> list[dict | Exception]:
-        """Nothing to pull: check that Slurm knows each chosen node and still starts work there (a node drained or
-        down since the placement is the inventory's at once, and its work is placed again), and record what the job
-        will run. The nodes are asked for side by side: the batch's first submission waits for the last answer."""
-        try:
-            with self._api() as api:
-                names = sorted({name for target, _ in items for name in target.nodes})
-                nodes = _side_by_side(api, _node_or_none, names)
-        except StepError as unavailable:
-            return [unavailable] * len(items)
-        out_of_service = _out_of_service(nodes.values())
-        return [_lost_or(target, out_of_service) or _prepared(target, image, nodes) for target, image in items]
+        """Nothing to pull: what the job will run, computed (image_step_calls: the engine does this step in the
+        transaction that claims it). Whether Slurm knows the chosen nodes and still starts work there is asked by the
+        submission step, right before it submits."""
+        return [_prepared(target, image) for target, image in items]
 
     # --- Run -----------------------------------------------------------------------------------------------------
 
@@ -224,17 +218,22 @@ class SlurmWorkloads(WorkloadDriver):
         return only(self.start_workloads([(target, image)]))
 
     def start_workloads(self, items: list[tuple[Target, dict]]) -> list[dict | Exception]:
-        """Under the batch's submission locks, one look at Slurm's job list finds the jobs earlier attempts submitted
-        (unless the batch holds only first tries, which nothing can have submitted yet: `_first_tries`); the others
-        are submitted node by node in the order of the devices the platform chose there, so that Slurm, which binds a
-        node's lowest free GPU indexes to the job it starts first, mostly binds what the platform chose. Once Slurm
-        cannot be reached, the batch's remaining submissions fail with that (retryable) error."""
+        """First the batch's nodes, side by side: a node Slurm does not know fails its runs, one it starts no work on
+        (drained or down since the placement) is the inventory's at once and its work is placed again, unsubmitted.
+        Then, under the batch's submission locks, one look at Slurm's job list finds the jobs earlier attempts
+        submitted (unless the batch holds only first tries, which nothing can have submitted yet: `_first_tries`); the
+        others are submitted node by node in the order of the devices the platform chose there, so that Slurm, which
+        binds a node's lowest free GPU indexes to the job it starts first, mostly binds what the platform chose. Once
+        Slurm cannot be reached, the batch's remaining submissions fail with that (retryable) error."""
         results: list[dict | Exception | None] = [None] * len(items)
         try:
-            with self._api() as api, _submission_locks(sorted({target.request_id for target, _ in items})):
-                jobs = [] if _first_tries([target for target, _ in items]) else api.jobs()
-                for position in sorted(range(len(items)), key=lambda position: _device_order(items[position][0])):
-                    results[position] = _started(api, jobs, *items[position])
+            with self._api() as api:
+                refused = _nodes_refusing(api, [target for target, _ in items])
+                with _submission_locks(sorted({target.request_id for target, _ in items})):
+                    jobs = [] if _first_tries([target for target, _ in items]) else api.jobs()
+                    for position in sorted(range(len(items)), key=lambda position: _device_order(items[position][0])):
+                        target, image = items[position]
+                        results[position] = _started(api, jobs, target, image, refused(target))
         except StepError as unavailable:
             return [unavailable if result is None else result for result in results]
         return results
@@ -622,36 +621,51 @@ def _held_by_node(job: dict | None) -> bool:
     return _waits(job) and job.get("state_reason") in NODE_PENDING_REASONS
 
 
-def _prepared(target: Target, image: dict, nodes: dict[str, dict | None]) -> dict | StepError:
-    unknown = [name for name in target.nodes if nodes[name] is None]
-    if unknown:
-        return StepError(
-            "slurm_node_unknown",
-            f"Slurm has no node {unknown[0]!r}; the inventory and the cluster disagree.",
-            retryable=False,
-            details={"isolate": True, "node": unknown[0]},
-        )
-    node = nodes[target.node]
+def _prepared(target: Target, image: dict) -> dict:
     return {
         "image": f"{image['name']}:{image['version']}",
         "reference": image["reference"],
         "runs": "the image's command" if image_command(image) else "an interactive allocation (no command)",
         "script_sha256": hashlib.sha256(batch_script(target, image).encode()).hexdigest(),
-        "slurm_node_state": node.get("state"),
     }
+
+
+def _nodes_refusing(api: SlurmApi, targets: list[Target]) -> Callable[[Target], StepError | PlacementLost | None]:
+    """The targets' nodes asked for side by side (the batch's first submission waits for the last answer): for a
+    target, why Slurm will not start its work (a node it does not know, or one out of service), or None."""
+    nodes = _side_by_side(api, _node_or_none, sorted({name for target in targets for name in target.nodes}))
+    out_of_service = _out_of_service(nodes.values())
+
+    def refusal(target: Target) -> StepError | PlacementLost | None:
+        unknown = [name for name in target.nodes if nodes[name] is None]
+        if unknown:
+            return StepError(
+                "slurm_node_unknown",
+                f"Slurm has no node {unknown[0]!r}; the inventory and the cluster disagree.",
+                retryable=False,
+                details={"isolate": True, "node": unknown[0]},
+            )
+        return _lost_or(target, out_of_service)
+
+    return refusal
 
 
 def _device_order(target: Target) -> tuple[str, int]:
     return target.node, min((device["index"] for device in target.devices), default=-1)
 
 
-def _started(api: SlurmApi, jobs: list[dict], target: Target, image: dict) -> dict | StepError | PlacementLost:
+def _started(
+    api: SlurmApi, jobs: list[dict], target: Target, image: dict, refusal: StepError | PlacementLost | None
+) -> dict | StepError | PlacementLost:
     """The live job of an earlier attempt, else a new submission (as Slurm holds it then: PENDING; one Slurm
-    accepted with an error, 2068 while its node registers after a restart, is that job, the error kept as a warning).
-    A refusal is this run's outcome; Slurm out of reach is the batch's (raised), and the next attempt looks the job up
-    by its name and comment before submitting again (a submission that timed out may have been accepted). A node that
-    went out of service since the image step and is named by the submission's answer: its work is placed again."""
+    accepted with an error, 2068 while its node registers after a restart, is that job, the error kept as a warning),
+    unless its node refused the work when asked just before (`refusal`). A refusal is this run's outcome; Slurm out of
+    reach is the batch's (raised), and the next attempt looks the job up by its name and comment before submitting
+    again (a submission that timed out may have been accepted). A node that went out of service since it was asked
+    and is named by the submission's answer: its work is placed again."""
     job = _live_job(jobs, target)
+    if job is None and refusal is not None:  # nothing submitted yet, and its node would not take it
+        return refusal
     if job is None:
         try:
             _reserve_nodes(target)
@@ -667,7 +681,7 @@ def _started(api: SlurmApi, jobs: list[dict], target: Target, image: dict) -> di
             if error.retryable:
                 raise
             return classified(error)
-        # Accepted, but its node not available: out of service (drained since the image step: placed again, the
+        # Accepted, but its node not available: out of service (drained since it was asked: placed again, the
         # teardown cancels the job), or registering after a restart (the job is kept; it starts once it has).
         refused = _out_of_service_of(api, target) if _node_refused(job["warnings"]) else {}
         lost = _lost_or(target, refused, job_id=job["job_id"])

@@ -14,6 +14,7 @@ from django.urls import reverse
 from catalog.models import Vendor
 from metering.selectors import request_usage
 from provisioning import engine
+from provisioning.drivers import slurm
 from provisioning.choices import RunKind, RunState
 from provisioning.drivers.base import PlacementLost
 from provisioning.drivers.slurm import SlurmWorkloads, job_name
@@ -181,7 +182,7 @@ def test_an_order_on_a_node_drained_before_its_job_was_submitted_is_placed_on_an
         f"Slurm has node {drained.name} IDLE+DRAIN (rack maintenance) and starts no work there. Back in the queue, "
         "to be placed again where it can run."
     )
-    assert note.data["code"] == "backend_node_unavailable" and note.data["step"] == "prepare_image"
+    assert note.data["code"] == "backend_node_unavailable" and note.data["step"] == "start_workload"
     drained.refresh_from_db()  # known at once, not at the next refresh: nothing is placed there again
     assert drained.cordon_reason == "Slurm reports the node IDLE+DRAIN: rack maintenance"
     first, second = Allocation.objects.filter(request=request).order_by("pk")
@@ -247,10 +248,12 @@ def test_a_job_pending_on_a_node_that_drains_is_placed_again_elsewhere(pool, set
     assert job_state(pool.api, blocker) == "RUNNING"  # what ran there before the drain keeps running
 
 
-def test_a_submission_slurm_answers_with_node_not_available_is_placed_again(pool):
-    """The drain lands between the image step and the submission: Slurm's answer (errno 2068) names the node."""
+def test_a_submission_slurm_answers_with_node_not_available_is_placed_again(pool, monkeypatch):
+    """The drain lands between the step's look-up of the node and the submission: Slurm's answer (errno 2068) names
+    the node."""
     node = pool.add(pool.cluster.node_names[1])
     pool.cluster.scontrol("update", f"nodename={node.name}", "state=drain", "reason=reseating GPUs")
+    monkeypatch.setattr(slurm, "_nodes_refusing", lambda api, targets: lambda target: None)  # read before the drain
     target = slurm_target(pool.cluster, node.name, 626262, gpus=1)
 
     [outcome] = SlurmWorkloads().start_workloads([(target, IMAGE)])
