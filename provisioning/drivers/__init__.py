@@ -13,7 +13,6 @@ enum has no driver.
 """
 
 from collections.abc import Callable
-from functools import cache
 from importlib import import_module
 
 from django.conf import settings
@@ -99,7 +98,6 @@ def workload_driver(backend: str) -> WorkloadDriver:
     return WORKLOAD_DRIVERS.create(backend)
 
 
-@cache
 def prepares_images_without_calls(backend: str) -> bool:
     """Whether the backend's workload driver prepares an image without calling anything (Slurm: nothing to pull),
     so that its runs' image step is computed (provisioning/pipelines.py)."""

@@ -230,3 +230,46 @@ def test_a_computed_step_is_done_in_the_record_of_the_step_before_it(wide, submi
         sql for sql in statements if sql.startswith('SELECT "provisioning_provisioningstep"') and "FOR UPDATE" in sql
     ]
     assert len(locks) == 3  # the readiness claim, its record, and publish_access locked within that record
+
+
+def test_a_step_that_calls_nothing_on_its_run_s_driver_is_done_in_the_claim_of_the_step_after_it(
+    wide, submit, start_batches, monkeypatch, run_on_commit
+):
+    """A driver whose image step calls nothing (Slurm: nothing to pull) has it done in the transaction that claims
+    it, and the submission step claimed there in its place: the first attempt of a batch goes straight to the
+    backend's start, one claim later than it would without the image step, not a claim and a record."""
+    monkeypatch.setattr(SimulatedHost, "image_step_calls", False)
+    spy, spy_calls = calls_to(SimulatedHost.prepare_images)
+    monkeypatch.setattr(SimulatedHost, "prepare_images", spy)
+    requests = submit(2)
+    run_on_commit(cycle.run_cycle)
+    runs = services.runs_start(request_ids=start_batches.pop())
+
+    with CaptureQueriesContext(connection) as queries:
+        outcomes = engine._execute_once([run.first_step_id for run in runs])
+
+    assert len(spy_calls) == 1  # the image step was done, once, for the batch
+    image_steps = ProvisioningStep.objects.filter(run__in=runs, name="prepare_image")
+    assert [(step.state, step.attempts) for step in image_steps] == [(StepState.SUCCEEDED, 1)] * 2
+    started = ProvisioningStep.objects.filter(run__in=runs, name="start_workload")
+    assert [(step.state, step.attempts) for step in started] == [(StepState.SUCCEEDED, 1)] * 2
+    readiness = set(ProvisioningStep.objects.filter(run__in=runs, name="readiness_check").values_list("pk", flat=True))
+    assert {then.step_id for then in outcomes.values()} == readiness  # what the worker goes on with
+    locks = [
+        query["sql"]
+        for query in queries.captured_queries
+        if query["sql"].startswith('SELECT "provisioning_provisioningstep"') and "FOR UPDATE" in query["sql"]
+    ]
+    assert len(locks) == 4  # the image steps' claim, their record there, the start steps' claim, their record
+    assert states(requests) == [RequestState.PROVISIONING] * 2
+
+
+def calls_to(method):
+    """`method` with each call's arguments kept in the returned function's list."""
+    calls = []
+
+    def spy(self, *args):
+        calls.append(args)
+        return method(self, *args)
+
+    return spy, calls
