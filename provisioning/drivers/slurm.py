@@ -250,7 +250,7 @@ class SlurmWorkloads(WorkloadDriver):
         and slurmctld time in proportion to every job they know, on every check."""
         try:
             with self._api() as api:
-                jobs = _watched(api, [started["job_id"] for _, started in items])
+                jobs = _watched(api, [started["job_id"] for _, started in items], _just_submitted(items))
                 held = {
                     name for target, started in items if _held_by_node(jobs[started["job_id"]]) for name in target.nodes
                 }
@@ -763,17 +763,28 @@ def gang_members(target: Target, job: dict) -> list[dict]:
     ]
 
 
-def _watched(api: SlurmApi, job_ids: list[int]) -> dict[int, dict | None]:
-    """The jobs (None for one Slurm does not know): all of them at once, then, while every one still waits, one of
-    them each WATCH_EVERY_SECONDS, in turn, up to WATCH_SECONDS; once that one has started (or ended, or is unknown),
-    all of them again, and the batch's news goes back at once.
+def _just_submitted(items: list[tuple[Target, dict]]) -> dict[int, dict] | None:
+    """The batch's jobs as their submissions left them moments ago (pending), when this is the first readiness check
+    of runs that all submitted their job: nothing to ask Slurm before the first turn of the watch. None otherwise (a
+    later check, or a job an earlier attempt had submitted: it may have started long ago)."""
+    if not all(target.attempt == 1 and started.get("submitted") for target, started in items):
+        return None
+    return {started["job_id"]: {"job_id": started["job_id"], "job_state": started["job_state"]} for _, started in items}
+
+
+def _watched(api: SlurmApi, job_ids: list[int], known: dict[int, dict] | None = None) -> dict[int, dict | None]:
+    """The jobs (None for one Slurm does not know): all of them at once (unless `known` says how they were just now),
+    then, while every one still waits, one of them each WATCH_EVERY_SECONDS, in turn, up to WATCH_SECONDS; once that
+    one has started (or ended, or is unknown), all of them again, and the batch's news goes back at once. Right after
+    the submissions the first look is skipped: every batch asking for all of its jobs then would load slurmctld with
+    a hundred answers all saying pending while it still takes the other batches' submissions.
 
     Slurm starts a wave of jobs in a few scheduling passes, so while the one asked for waits the others almost always
     do too: asking for a batch's jobs ten times a second would keep slurmrestd busy on the very CPU that slurmctld needs
     to start them. The whole batch is asked for side by side (`_side_by_side`): while slurmctld starts a wave it
     answers a job query far more slowly than before, and asked one after another a batch saw jobs that were already
     running only long after they had started."""
-    jobs = _side_by_side(api, _job_or_none, job_ids)
+    jobs = dict(known) if known else _side_by_side(api, _job_or_none, job_ids)
     deadline = time.monotonic() + WATCH_SECONDS
     for job_id in itertools.cycle(job_ids):
         if not all(map(_waits, jobs.values())) or time.monotonic() >= deadline:
