@@ -9,7 +9,9 @@ connections), in each round two measurements on the same runtime, one after the 
 alternates from round to round, so neither always meets a warmer, busier or fuller runtime), each begun once the
 broker holds no task and neither the workers nor the backend's daemons use more than a trickle of CPU (what the
 measurement before left behind, a release's tasks or slurmctld's work after a hundred cancellations, is its own;
-`quiet_wait_s` says how long each waited):
+`quiet_wait_s` says how long each waited), and then at the round's point of the wall clock's second (`phase_s`:
+slurmctld allocates a wave on its background loop's tick at whole seconds, so both measurements of a round meet
+the tick at the same point, and the rounds' points spread over the second):
 
 - the platform: N approved one-GPU requests queued, one scheduling cycle, wait until every request is active (its
   workload RUNNING on the backend) or failed; then they are released and the backend is idle again;
@@ -57,6 +59,7 @@ from collections import defaultdict
 from collections.abc import Callable, Iterator
 from datetime import timedelta
 from decimal import Decimal
+from functools import partial
 from pathlib import Path
 
 from django.conf import settings
@@ -89,6 +92,7 @@ from tenancy.models import User
 from tenancy.services import project_create, tenant_create
 
 SETTLED_STATES = (RequestState.ACTIVE, RequestState.FAILED)
+GOLDEN_RATIO = (1 + 5**0.5) / 2  # round n begins `n * GOLDEN_RATIO % 1` into a second: the rounds spread over it
 WORKER_START_SECONDS = 60
 STOP_SECONDS = 20
 # Quiet: the workers, and the backend's daemons, used less CPU than this over a window (idle, each uses a little).
@@ -128,9 +132,10 @@ class Command(BaseCommand):
                 results = []
                 for number in range(rounds):
                     load = os.getloadavg()[0]
+                    phase = round(number * GOLDEN_RATIO % 1, 3)
                     measure = {
-                        "platform": lambda: _platform(runtime, orders, requests, timeout, cpu_seconds),
-                        "direct": lambda: DIRECT[backend](runtime, requests, timeout),
+                        "platform": partial(_platform, runtime, orders, requests, timeout, cpu_seconds, phase),
+                        "direct": partial(DIRECT[backend], runtime, requests, timeout, phase),
                     }
                     order = ("direct", "platform") if number % 2 == 0 else ("platform", "direct")
                     measured, quiet = {}, {}
@@ -138,7 +143,14 @@ class Command(BaseCommand):
                         quiet[name] = _wait_until_quiet(runtime, cpu_seconds, timeout)
                         measured[name] = measure[name]()
                     results.append(
-                        {"round": number + 1, "first": order[0], **measured, "load_avg": [load], "quiet_wait_s": quiet}
+                        {
+                            "round": number + 1,
+                            "first": order[0],
+                            "phase_s": phase,
+                            **measured,
+                            "load_avg": [load],
+                            "quiet_wait_s": quiet,
+                        }
                     )
                     results[-1]["load_avg"].append(os.getloadavg()[0])
         report = _report(runtime.backend, requests, results)
@@ -224,10 +236,13 @@ class _Orders:
 # --- The platform ------------------------------------------------------------------------------------------------
 
 
-def _platform(runtime: Runtime, orders: _Orders, count: int, timeout: float, cpu_seconds) -> dict:
-    """One round through the platform: queue, one cycle, wait until all are active; then release them all and
-    wait until the backend is idle again."""
+def _platform(
+    runtime: Runtime, orders: _Orders, count: int, timeout: float, cpu_seconds, phase: float | None = None
+) -> dict:
+    """One round through the platform: queue, one cycle (begun at `phase`, `_at_phase`), wait until all are active;
+    then release them all and wait until the backend is idle again."""
     request_ids = orders.queue(count)
+    _at_phase(phase)
     started, cpu_before, backend_before = timezone.now(), cpu_seconds(), _daemons_cpu_seconds(runtime)
     cycle_started = time.monotonic()
     run_cycle()
@@ -243,6 +258,15 @@ def _platform(runtime: Runtime, orders: _Orders, count: int, timeout: float, cpu
     _wait_until_settled(request_ids, timeout, (RequestState.RELEASED, RequestState.FAILED))
     IDLE[runtime.backend](runtime, timeout)
     return measured
+
+
+def _at_phase(phase: float | None) -> None:
+    """Wait until the wall clock is `phase` seconds past a whole second (None: go at once). slurmctld allocates a
+    wave on its background loop's tick, at whole seconds of the wall clock (its allocations are logged 0-50 ms past
+    the second): the two measurements of a round begin at the same point of the second, so neither meets a tick the
+    other missed by luck alone, and the rounds' points spread over the second."""
+    if phase is not None:
+        time.sleep((phase - time.time()) % 1.0)
 
 
 def _timed(request_ids: list[int], started) -> dict:
@@ -335,9 +359,10 @@ def _bench_target(runtime: Runtime, number: int) -> Target:
     )
 
 
-def _direct_slurm(runtime: Runtime, count: int, timeout: float) -> dict:
-    """The same batch jobs submitted to the same slurmrestd by one client, one after another, each timed from the
-    first submission to RUNNING (a second connection reads the job list every 50 ms); then cancelled."""
+def _direct_slurm(runtime: Runtime, count: int, timeout: float, phase: float | None = None) -> dict:
+    """The same batch jobs submitted to the same slurmrestd by one client, one after another (the first at `phase`,
+    `_at_phase`), each timed from the first submission to RUNNING (a second connection reads the job list every
+    50 ms); then cancelled."""
     from provisioning.drivers.slurm import batch_script, job_properties
 
     image = _image(runtime)
@@ -348,6 +373,7 @@ def _direct_slurm(runtime: Runtime, count: int, timeout: float) -> dict:
     running: dict[int, float] = {}
     calls = {"submit": [], "job list": []}
     with _slurm_client() as submitter, _slurm_client() as watcher:
+        _at_phase(phase)
         first = time.monotonic()
         ids: set[int] = set()
         stop = threading.Event()
@@ -381,7 +407,7 @@ def _direct_slurm(runtime: Runtime, count: int, timeout: float) -> dict:
     return {**_latencies(count, list(running.values())), "started_s": [0.0, round(submitted, 2)], **_call_times(calls)}
 
 
-def _direct_container(runtime: Runtime, count: int, timeout: float) -> dict:
+def _direct_container(runtime: Runtime, count: int, timeout: float, phase: float | None = None) -> dict:
     """The same containers (image and options as the platform's driver gives `podman run`) started by one client
     one after another, each timed from the first `podman run` to its sshd answering, as the platform's readiness
     waits for; then removed."""
@@ -393,6 +419,7 @@ def _direct_container(runtime: Runtime, count: int, timeout: float) -> dict:
     podman_nodes: dict[str, str] = {}
     ready: dict[str, float] = {}
     calls = {"podman run": []}
+    _at_phase(phase)
     first = time.monotonic()
     lock = threading.Lock()
     stop = threading.Event()
@@ -476,7 +503,7 @@ def _idle_container(runtime: Runtime, timeout: float) -> None:
 
 LIVE_SLURM_STATES = frozenset({"PENDING", "CONFIGURING", "RUNNING", "COMPLETING", "REQUEUED", "RESIZING"})
 DIRECT_IDS = 10_000_000  # the baselines' workloads are named after ids no request of the platform has
-DIRECT: dict[str, Callable[[Runtime, int, float], dict]] = {
+DIRECT: dict[str, Callable[[Runtime, int, float, float | None], dict]] = {
     ExecutionBackend.SLURM: _direct_slurm,
     ExecutionBackend.CONTAINER: _direct_container,
 }

@@ -7,11 +7,12 @@ from io import StringIO
 from django.core.management import call_command
 
 from bench.execution import Command as BenchExecution
-from bench.report.execution import ROUNDS, rows_of
 from bench.report.execution import headline as headline  # the same rows, read the same way
+from bench.report.execution import rows_of
 
 TITLE = "Execution: container backend (podman), beside podman alone"
 REQUESTS = 20
+ROUNDS = 4
 DESCRIPTION = (
     f"`python -m bench execution --backend container --requests {REQUESTS} --rounds {ROUNDS} --json`: this machine's "
     "rootful podman (runc) as two nodes' runtime behind its REST socket, the workspace image already built and "

@@ -27,6 +27,7 @@ def test_slurm_rounds_put_the_platform_beside_slurm_alone():
     assert report["direct_jobs_per_s"] > 0 and report["direct_p50_s"] > 0
     rounds = report["per_round"]
     assert [r["first"] for r in rounds] == ["direct", "platform"]
+    assert [r["phase_s"] for r in rounds] == [0.0, 0.618]  # both sides of a round begin there in the second
     for measured in rounds:
         assert measured["ratio"] == round(measured["platform"]["jobs_per_s"] / measured["direct"]["jobs_per_s"], 3)
         assert measured["direct"]["calls"]["submit"]["count"] == 4

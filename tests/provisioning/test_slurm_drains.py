@@ -14,8 +14,8 @@ from django.urls import reverse
 from catalog.models import Vendor
 from metering.selectors import request_usage
 from provisioning import engine
-from provisioning.drivers import slurm
 from provisioning.choices import RunKind, RunState
+from provisioning.drivers import slurm
 from provisioning.drivers.base import PlacementLost
 from provisioning.drivers.slurm import SlurmWorkloads, job_name
 from provisioning.models import ProvisioningRun
