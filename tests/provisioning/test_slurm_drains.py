@@ -275,6 +275,22 @@ def test_a_submission_slurm_answers_with_node_not_available_is_placed_again(pool
     assert SlurmWorkloads().stop_workload(target)["cancelled"] == [held["job_id"]]
 
 
+def test_a_node_slurm_does_not_know_fails_its_runs_before_anything_is_submitted(pool):
+    """The inventory names a node the cluster has not got: the submission step's look-up finds no such node, the run
+    fails at once (not retried) and asks for the node to be isolated, and no job is submitted; the batch's other run,
+    on a node Slurm knows, is submitted."""
+    known = slurm_target(pool.cluster, pool.cluster.node_names[0], 626270, gpus=1)
+    unknown = slurm_target(pool.cluster, "no-such-node", 626271, gpus=1)
+
+    started, refused = SlurmWorkloads().start_workloads([(known, IMAGE), (unknown, IMAGE)])
+
+    assert (refused.code, refused.retryable) == ("slurm_node_unknown", False)
+    assert refused.details == {"isolate": True, "node": "no-such-node"}
+    names = [job["name"] for job in pool.api.jobs()]
+    assert job_name(626271) not in names and job_name(626270) in names
+    assert SlurmWorkloads().stop_workload(known)["cancelled"] == [started["job_id"]]
+
+
 def test_a_reservation_keeps_the_job_waiting_with_its_reason_rather_than_placing_it_again(pool):
     """ReqNodeNotAvail on a node Slurm has in service (reserved for others) is a wait, not a lost placement."""
     node = pool.add(pool.cluster.node_names[2])
