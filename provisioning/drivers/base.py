@@ -13,17 +13,26 @@ Two families of operations:
   replica's inference server through the serving driver.
 """
 
+import functools
+import os
 import re
+import threading
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Iterable
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Callable, Iterable, Sequence
+from concurrent.futures import ThreadPoolExecutor, wait
 from dataclasses import dataclass, field, replace
+from typing import TypeVar
+
+from django.db import connections
 
 from catalog.choices import SlurmMembership
 
 # Redfish `ProcessorType`s that count as the server's accelerators (cards in the inventory).
 ACCELERATOR_TYPES = frozenset({"GPU", "Accelerator"})
 NOT_IN_LOGIN_NAME = re.compile(r"[^a-z0-9_-]")
+# The most threads a process keeps for calls side by side (`in_lanes`); it starts them as calls first need them.
+SHARED_THREADS = 32
+Item, Result = TypeVar("Item"), TypeVar("Result")
 
 
 def login_name(username: str) -> str:
@@ -183,11 +192,57 @@ def each(
     call: Callable[[Target, dict], dict], items: list[tuple[Target, dict]], *, side_by_side: int = 1
 ) -> list[dict | Exception]:
     """`call` on each (target, argument), its exception standing for the output of the one that raised; up to
-    `side_by_side` calls at once, each in its own thread, for a backend whose calls wait on the node."""
-    if side_by_side <= 1 or len(items) <= 1:
-        return [outcome_of(call, *item) for item in items]
-    with ThreadPoolExecutor(max_workers=min(side_by_side, len(items))) as pool:
-        return list(pool.map(lambda item: outcome_of(call, *item), items))
+    `side_by_side` calls at once (`in_lanes`), for a backend whose calls wait on the node."""
+    return in_lanes(lambda item: outcome_of(call, *item), items, side_by_side)
+
+
+def in_lanes(call: Callable[[Item], Result], items: Sequence[Item], at_once: int) -> list[Result]:
+    """call(item) of every item, up to `at_once` at a time, the results in the items' order: the calling thread and
+    up to at_once - 1 of the process's kept threads (`_kept_threads`) each take the next item until none is left.
+    The caller takes its share and waits for no kept thread that has not begun by then, so the calls go on even
+    while every kept thread is busy elsewhere (a call side by side inside another waits for nothing). Every item is
+    called; the first exception a call raised is raised once all are done. A call that uses the database does so on
+    its thread's own connection, which a kept thread closes when its lane is done."""
+    results: list = [None] * len(items)
+    errors: list[Exception] = []
+    pending = iter(enumerate(items))
+    taking = threading.Lock()
+
+    def lane() -> None:
+        while True:
+            with taking:
+                position, item = next(pending, (None, None))
+            if position is None:
+                return
+            try:
+                results[position] = call(item)
+            except Exception as error:  # the others still run; the caller gets it once they are done
+                errors.append(error)
+
+    def kept_lane() -> None:
+        try:
+            lane()
+        finally:
+            connections.close_all()  # this thread's own, if a call opened one: kept threads hold none between calls
+
+    helpers = [_kept_threads().submit(kept_lane) for _ in range(min(at_once, len(items)) - 1)]
+    lane()
+    wait([helper for helper in helpers if not helper.cancel()])  # one not begun yet would find nothing left to take
+    if errors:
+        raise errors[0]
+    return results
+
+
+@functools.cache
+def _kept_threads() -> ThreadPoolExecutor:
+    """The process's threads for calls side by side, started as first needed and then kept: on a busy machine a new
+    thread takes milliseconds to tens of milliseconds to start (it must get a core and the GIL), and a batch's
+    look at its Slurm jobs started eight in turn, each before its query could go out. A forked process (a
+    django-q worker) makes its own: the parent's threads do not exist there."""
+    return ThreadPoolExecutor(max_workers=SHARED_THREADS, thread_name_prefix="side-by-side")
+
+
+os.register_at_fork(after_in_child=_kept_threads.cache_clear)
 
 
 def outcome_of(call: Callable[..., dict], *arguments) -> dict | Exception:

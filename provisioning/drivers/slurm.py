@@ -27,7 +27,6 @@ import shlex
 import threading
 import time
 from collections.abc import Callable, Iterable
-from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from datetime import UTC, datetime
 
@@ -42,6 +41,7 @@ from provisioning.drivers.base import (
     Target,
     WorkloadDriver,
     WorkloadEnd,
+    in_lanes,
     node_share,
     only,
     scontrol_outage,
@@ -799,8 +799,7 @@ def _watched(api: SlurmApi, job_ids: list[int], known: dict[int, dict] | None = 
 def _side_by_side(api: SlurmApi, ask: Callable[[SlurmApi, object], dict | None], keys: list) -> dict:
     """ask(api, key) of every key, SLURM_WATCH_CONCURRENCY at once (each is a round trip through slurmrestd to
     slurmctld), by key."""
-    with ThreadPoolExecutor(max_workers=max(1, min(settings.SLURM_WATCH_CONCURRENCY, len(keys)))) as pool:
-        return dict(zip(keys, pool.map(lambda key: ask(api, key), keys), strict=True))
+    return dict(zip(keys, in_lanes(lambda key: ask(api, key), keys, settings.SLURM_WATCH_CONCURRENCY), strict=True))
 
 
 def _node_refused(errors: list[dict]) -> bool:
