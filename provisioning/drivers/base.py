@@ -31,7 +31,7 @@ from catalog.choices import SlurmMembership
 ACCELERATOR_TYPES = frozenset({"GPU", "Accelerator"})
 NOT_IN_LOGIN_NAME = re.compile(r"[^a-z0-9_-]")
 # The most threads a process keeps for calls side by side (`in_lanes`); it starts them as calls first need them.
-SHARED_THREADS = 32
+KEPT_THREADS = 32
 Item, Result = TypeVar("Item"), TypeVar("Result")
 
 
@@ -239,7 +239,7 @@ def _kept_threads() -> ThreadPoolExecutor:
     thread takes milliseconds to tens of milliseconds to start (it must get a core and the GIL), and a batch's
     look at its Slurm jobs started eight in turn, each before its query could go out. A forked process (a
     django-q worker) makes its own: the parent's threads do not exist there."""
-    return ThreadPoolExecutor(max_workers=SHARED_THREADS, thread_name_prefix="side-by-side")
+    return ThreadPoolExecutor(max_workers=KEPT_THREADS, thread_name_prefix="side-by-side")
 
 
 os.register_at_fork(after_in_child=_kept_threads.cache_clear)

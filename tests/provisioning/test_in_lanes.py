@@ -75,7 +75,7 @@ def test_a_call_s_exception_is_raised_after_every_lane_is_done_and_the_other_ite
 
 
 def test_calls_go_on_in_the_caller_while_every_kept_thread_is_busy(monkeypatch):
-    monkeypatch.setattr(base, "SHARED_THREADS", 1)
+    monkeypatch.setattr(base, "KEPT_THREADS", 1)
     base._kept_threads.cache_clear()
     try:
         # The only kept thread runs the outer call's second lane, which itself asks for two at once: its inner
