@@ -29,6 +29,7 @@ token_budget_exhausted, 409 quota_exceeded (waking it would exceed the project's
 
 import asyncio
 import contextlib
+import faulthandler
 import gc
 import hashlib
 import itertools
@@ -163,6 +164,11 @@ class Gateway:
             self.tasks.append(asyncio.create_task(self.stalls.watch_loop()))
 
     async def _shutdown(self, _app) -> None:
+        # A stop takes the shutdown wait at most twice for calls in flight (to finish, then once cancelled), once for
+        # streamed answers' counts, and much less for the last flush. One that outlasts four prints every thread's
+        # stack to the log, so a stop that hangs (on a database lock, say) says where before the supervisor kills it.
+        faulthandler.dump_traceback_later(4 * settings.GATEWAY_SHUTDOWN_SECONDS)
+        logger.info("Gateway stopping; %d tallies to flush", len(self.tally))
         for task in self.tasks:
             task.cancel()
         for task in self.tasks:
@@ -571,3 +577,4 @@ def run(*, host: str, port: int, redis_url: str = "", reuse_port: bool = False) 
             handle_signals=True,
             loop=uvloop.new_event_loop(),
         )
+        faulthandler.cancel_dump_traceback_later()

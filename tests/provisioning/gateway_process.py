@@ -40,12 +40,31 @@ class GatewayProcess:
     log: Path
 
     def stop(self, sig: int = signal.SIGTERM, timeout: float = 20) -> int:
+        """The exit code; a gateway that outlasts `timeout` is killed and fails the test with its log (a stop that
+        hangs prints its threads' stacks there) and what its database sessions were waiting on."""
         with contextlib.suppress(ProcessLookupError):
             self.process.send_signal(sig)
-        return self.process.wait(timeout=timeout)
+        try:
+            return self.process.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            sessions = database_sessions()
+            self.process.kill()
+            self.process.wait()
+            pytest.fail(f"The gateway did not stop within {timeout} s of signal {sig}.\n{sessions}\n{self.tail()}")
 
     def tail(self) -> str:
-        return self.log.read_text()[-3000:] if self.log.exists() else ""
+        return self.log.read_text()[-6000:] if self.log.exists() else ""
+
+
+def database_sessions() -> str:
+    """The other sessions on the test database: what each runs or waits on, and which sessions block it."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT pid, application_name, state, wait_event_type, wait_event, pg_blocking_pids(pid), "
+            "now() - xact_start, left(query, 200) FROM pg_stat_activity "
+            "WHERE datname = current_database() AND pid <> pg_backend_pid()"
+        )
+        return "\n".join(" | ".join(map(str, row)) for row in cursor.fetchall())
 
 
 def start_gateway(log: Path, *, redis_url: str = REDIS_URL, **extra_env: str) -> GatewayProcess:
@@ -55,6 +74,7 @@ def start_gateway(log: Path, *, redis_url: str = REDIS_URL, **extra_env: str) ->
         "DJANGO_SETTINGS_MODULE": "config.settings_test",
         "DATABASE_URL": database_url(connection.settings_dict),
         "REDIS_URL": redis_url,
+        "PGAPPNAME": f"gateway-{port}",  # its sessions, named in database_sessions()
         **extra_env,
     }
     process = subprocess.Popen(
@@ -86,7 +106,8 @@ def gateway_redis(settings):
 
 @pytest.fixture
 def gateways(gateway_redis, tmp_path):
-    """A factory of gateway processes; each is stopped (SIGKILL if it lingers) at the end."""
+    """A factory of gateway processes; each one still running is stopped at the end (one that does not stop fails
+    the test)."""
     started: list[GatewayProcess] = []
 
     def start(**extra_env) -> GatewayProcess:
@@ -97,10 +118,7 @@ def gateways(gateway_redis, tmp_path):
     yield start
     for gateway in started:
         if gateway.process.poll() is None:
-            try:
-                gateway.stop(timeout=15)
-            except subprocess.TimeoutExpired:
-                gateway.stop(signal.SIGKILL)
+            gateway.stop(timeout=15)
 
 
 def until(condition, *, seconds: float, what: str):

@@ -10,6 +10,7 @@ from datetime import timedelta
 
 import httpx
 import pytest
+from django.db import transaction
 from django.utils import timezone
 
 from metering.models import TokenUsage
@@ -17,6 +18,7 @@ from provisioning.choices import RunState
 from provisioning.models import ProvisioningRun
 from requests import services as request_services
 from requests.choices import RequestState
+from requests.models import ResourceRequest
 from scheduling.models import Allocation, Device
 from scheduling.services import node_cordon
 from serving import keys
@@ -216,6 +218,20 @@ def test_sigterm_flushes_what_the_gateway_served(deployed, gateways):
         sum(a["completion_tokens"] for a in answers),
     )
 
+
+
+def test_a_stop_held_up_by_the_database_prints_where_it_waits_and_flushes_once_it_can(deployed, gateways):
+    request, deployment, secret = deployed
+    gateway = gateways(GATEWAY_FLUSH_SECONDS="3600", GATEWAY_SHUTDOWN_SECONDS="0.5")
+    usage = call(gateway, deployment, secret).json()["usage"]
+    with transaction.atomic():
+        # The ledger's row names the request: its insert waits for this lock (the foreign key's check).
+        ResourceRequest.objects.select_for_update().get(pk=request.pk)
+        gateway.process.send_signal(signal.SIGTERM)
+        until(lambda: "(most recent call first)" in gateway.tail(), seconds=10, what="the stacks of the stop that waits")
+        assert gateway.process.poll() is None, gateway.tail()
+    assert gateway.process.wait(timeout=20) == 0, gateway.tail()
+    assert ledger(request) == (1, usage["prompt_tokens"], usage["completion_tokens"])
 
 def test_a_killed_replica_is_marked_down_and_traffic_fails_over(deployed, gateways, api_as):
     request, deployment, secret = deployed
