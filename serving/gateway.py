@@ -167,6 +167,8 @@ class Gateway:
         # A stop takes the shutdown wait at most twice for calls in flight (to finish, then once cancelled), once for
         # streamed answers' counts, and much less for the last flush. One that outlasts four prints every thread's
         # stack to the log, so a stop that hangs (on a database lock, say) says where before the supervisor kills it.
+        # The watch is left running to the process's end: a hang after the cleanup (a thread that exit joins) shows
+        # too.
         faulthandler.dump_traceback_later(4 * settings.GATEWAY_SHUTDOWN_SECONDS)
         logger.info("Gateway stopping; %d tallies to flush", len(self.tally))
         for task in self.tasks:
@@ -186,6 +188,7 @@ class Gateway:
             self.limiter.close()
         await asyncio.get_running_loop().run_in_executor(self.db, close_old_connections)
         self.db.shutdown(wait=True)
+        logger.info("Gateway stopped; its tallies are in the ledger")
 
     async def _in_db(self, function, *args):
         def run():
@@ -577,4 +580,3 @@ def run(*, host: str, port: int, redis_url: str = "", reuse_port: bool = False) 
             handle_signals=True,
             loop=uvloop.new_event_loop(),
         )
-        faulthandler.cancel_dump_traceback_later()

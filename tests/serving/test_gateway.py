@@ -219,7 +219,6 @@ def test_sigterm_flushes_what_the_gateway_served(deployed, gateways):
     )
 
 
-
 def test_a_stop_held_up_by_the_database_prints_where_it_waits_and_flushes_once_it_can(deployed, gateways):
     request, deployment, secret = deployed
     gateway = gateways(GATEWAY_FLUSH_SECONDS="3600", GATEWAY_SHUTDOWN_SECONDS="0.5")
@@ -228,10 +227,11 @@ def test_a_stop_held_up_by_the_database_prints_where_it_waits_and_flushes_once_i
         # The ledger's row names the request: its insert waits for this lock (the foreign key's check).
         ResourceRequest.objects.select_for_update().get(pk=request.pk)
         gateway.process.send_signal(signal.SIGTERM)
-        until(lambda: "(most recent call first)" in gateway.tail(), seconds=10, what="the stacks of the stop that waits")
+        until(lambda: "(most recent call first)" in gateway.tail(), seconds=10, what="the stacks of the stop")
         assert gateway.process.poll() is None, gateway.tail()
     assert gateway.process.wait(timeout=20) == 0, gateway.tail()
     assert ledger(request) == (1, usage["prompt_tokens"], usage["completion_tokens"])
+
 
 def test_a_killed_replica_is_marked_down_and_traffic_fails_over(deployed, gateways, api_as):
     request, deployment, secret = deployed
