@@ -169,7 +169,7 @@ class Gateway:
         # stack to the log, so a stop that hangs (on a database lock, say) says where before the supervisor kills it.
         # The watch is left running to the process's end: a hang after the cleanup (a thread that exit joins) shows
         # too.
-        faulthandler.dump_traceback_later(4 * settings.GATEWAY_SHUTDOWN_SECONDS)
+        faulthandler.dump_traceback_later(max(4 * settings.GATEWAY_SHUTDOWN_SECONDS, 1.0))  # 0 s waits: at 1 s
         logger.info("Gateway stopping; %d tallies to flush", len(self.tally))
         for task in self.tasks:
             task.cancel()
