@@ -48,8 +48,8 @@ class Stalls:
             ms = (time.monotonic() - self.collecting_since) * 1000
             self.collections.append((self.collecting_since - self.began, info["generation"], ms))
 
-    async def watch_loop(self) -> None:
-        while True:
+    async def watch_loop(self, stopping: asyncio.Event) -> None:
+        while not stopping.is_set():
             before = time.monotonic()
             await asyncio.sleep(TICK_SECONDS)
             late_ms = (time.monotonic() - before - TICK_SECONDS) * 1000

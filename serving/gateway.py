@@ -121,7 +121,8 @@ class Gateway:
         self.last_use: dict[str, float] = {}
         self.last_use_written: dict[str, float] = {}
         self.session: aiohttp.ClientSession | None = None
-        self.tasks: list[asyncio.Task] = []
+        self.tasks: list[asyncio.Task] = []  # the loops: the snapshot's watch, the flushes (and the stall watch)
+        self.stopping = asyncio.Event()  # set when the gateway stops: the loops end at their next turn
         self.counting: set[asyncio.Task] = set()  # streamed answers whose prompt tokens are being counted
         self.waking: dict[str, asyncio.Task] = {}  # deployments at zero this process asked to wake, by slug
         self.today, self.today_until = None, 0.0
@@ -161,7 +162,7 @@ class Gateway:
         gc.freeze()
         self.tasks = [asyncio.create_task(self._watch()), asyncio.create_task(self._flushing())]
         if self.stalls is not None:
-            self.tasks.append(asyncio.create_task(self.stalls.watch_loop()))
+            self.tasks.append(asyncio.create_task(self.stalls.watch_loop(self.stopping)))
 
     async def _shutdown(self, _app) -> None:
         # A stop takes the shutdown wait at most twice for calls in flight (to finish, then once cancelled), once for
@@ -171,11 +172,11 @@ class Gateway:
         # too.
         faulthandler.dump_traceback_later(max(4 * settings.GATEWAY_SHUTDOWN_SECONDS, 1.0))  # 0 s waits: at 1 s
         logger.info("Gateway stopping; %d tallies to flush", len(self.tally))
-        for task in self.tasks:
-            task.cancel()
-        for task in self.tasks:
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+        # The loops are told to end, not cancelled. redis-py can swallow a cancellation in a command (redis-py#2028):
+        # the version poll then ran on and the stop waited for it forever. And a flush cancelled while the database
+        # thread ran it put its tallies back for the last flush to write a second time.
+        self.stopping.set()
+        await asyncio.gather(*self.tasks)
 
     async def _cleanup(self, _app) -> None:
         """After the in-flight calls ended: the last tallies go to the ledger, so a clean stop loses nothing."""
@@ -209,33 +210,34 @@ class Gateway:
             totals = await self._in_db(usage.tokens_this_month_by_request, budgeted)
             self.db_tokens.update({request_id: totals.get(request_id, 0) for request_id in budgeted})
 
+    async def _running_after(self, seconds: float) -> bool:
+        """Wait `seconds`, less if the gateway starts stopping; whether it is still running."""
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self.stopping.wait(), seconds)
+        return not self.stopping.is_set()
+
     async def _watch(self) -> None:
         """Reload the snapshot when the control plane's version moves (Redis), else on a short TTL."""
-        while True:
+        every = settings.GATEWAY_POLL_SECONDS if self.redis is not None else settings.GATEWAY_SNAPSHOT_TTL_SECONDS
+        while await self._running_after(every):
             try:
-                if self.redis is not None:
-                    await asyncio.sleep(settings.GATEWAY_POLL_SECONDS)
-                    version = await self.redis.get(routes.ROUTES_VERSION_KEY)
-                    stale = time.monotonic() - self.snapshot.loaded_at > SAFETY_RELOAD_SECONDS
-                    if version != self.version or stale:
-                        self.version = version
-                        await self._reload()
-                else:
-                    await asyncio.sleep(settings.GATEWAY_SNAPSHOT_TTL_SECONDS)
+                if self.redis is None or await self._routes_moved():
                     await self._reload()
-            except asyncio.CancelledError:
-                raise
             except Exception:
                 logger.exception("Gateway snapshot reload failed; serving the previous one")
-                await asyncio.sleep(1.0)
+                await self._running_after(1.0)
+
+    async def _routes_moved(self) -> bool:
+        """The control plane's routes version moved since the last look, or the snapshot is due a safety reload."""
+        version = await self.redis.get(routes.ROUTES_VERSION_KEY)
+        moved = version != self.version or time.monotonic() - self.snapshot.loaded_at > SAFETY_RELOAD_SECONDS
+        self.version = version
+        return moved
 
     async def _flushing(self) -> None:
-        while True:
-            await asyncio.sleep(settings.GATEWAY_FLUSH_SECONDS)
+        while await self._running_after(settings.GATEWAY_FLUSH_SECONDS):
             try:
                 await self._flush()
-            except asyncio.CancelledError:
-                raise
             except Exception:
                 logger.exception("Gateway metering flush failed; keeping the tallies for the next one")
 
@@ -563,8 +565,10 @@ def _usage_of(body: bytes) -> dict | None:
 
 
 def run(*, host: str, port: int, redis_url: str = "", reuse_port: bool = False) -> None:
-    """Serve until SIGTERM/SIGINT; then finish the calls in flight and flush the tallies."""
+    """Serve until SIGTERM/SIGINT; then finish the calls in flight and flush the tallies. SIGUSR1 prints every
+    thread's stack to the log (from C, so it works with the event loop stuck too)."""
     signal.signal(signal.SIGPIPE, signal.SIG_IGN)
+    faulthandler.register(signal.SIGUSR1, all_threads=True)
     import uvloop  # a faster event loop than asyncio's own
 
     with diagnostics.profiled(os.environ.get("GATEWAY_PROFILE", ""), os.environ.get("GATEWAY_STALL_LOG", "")) as stalls:

@@ -10,6 +10,7 @@ import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from urllib.parse import urlsplit
 
 import pytest
 import redis
@@ -48,9 +49,21 @@ class GatewayProcess:
             return self.process.wait(timeout=timeout)
         except subprocess.TimeoutExpired:
             sessions = database_sessions()
+            self.process.send_signal(signal.SIGUSR1)  # its stacks, to its log
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                self.process.wait(timeout=1)
             self.process.kill()
             self.process.wait()
             pytest.fail(f"The gateway did not stop within {timeout} s of signal {sig}.\n{sessions}\n{self.tail()}")
+
+    def waits_on_a_lock(self) -> bool:
+        """Whether one of its database sessions waits for a lock another session holds."""
+        with connection.cursor() as cursor:
+            cursor.execute(
+                "SELECT 1 FROM pg_stat_activity WHERE application_name = %s AND wait_event_type = 'Lock'",
+                [f"gateway-{urlsplit(self.url).port}"],
+            )
+            return cursor.fetchone() is not None
 
     def tail(self) -> str:
         return self.log.read_text()[-6000:] if self.log.exists() else ""
@@ -75,6 +88,7 @@ def start_gateway(log: Path, *, redis_url: str = REDIS_URL, **extra_env: str) ->
         "DATABASE_URL": database_url(connection.settings_dict),
         "REDIS_URL": redis_url,
         "PGAPPNAME": f"gateway-{port}",  # its sessions, named in database_sessions()
+        "GATEWAY_SHUTDOWN_SECONDS": "2",  # a stop that outlasts 8 s prints its stacks (see Gateway._shutdown)
         **extra_env,
     }
     process = subprocess.Popen(

@@ -206,9 +206,7 @@ def test_an_exhausted_token_budget_answers_429(serving, gateways):
 
 def test_sigterm_flushes_what_the_gateway_served(deployed, gateways):
     request, deployment, secret = deployed
-    # Nothing flushes on its own during the test; no call is in flight at the stop, so the stop need not wait the
-    # default 10 s for one (a lingering keep-alive connection made it outlast the 20 s this test waits, under load).
-    gateway = gateways(GATEWAY_FLUSH_SECONDS="3600", GATEWAY_SHUTDOWN_SECONDS="2")
+    gateway = gateways(GATEWAY_FLUSH_SECONDS="3600")  # nothing flushes on its own during the test
     answers = [call(gateway, deployment, secret).json()["usage"] for _ in range(5)]
     assert ledger(request) == (0, 0, 0)
     assert gateway.stop(signal.SIGTERM) == 0, gateway.tail()
@@ -219,17 +217,21 @@ def test_sigterm_flushes_what_the_gateway_served(deployed, gateways):
     )
 
 
-def test_a_stop_held_up_by_the_database_prints_where_it_waits_and_flushes_once_it_can(deployed, gateways):
+def test_a_stop_during_a_flush_held_up_by_the_database_prints_where_it_waits_and_meters_each_call_once(
+    deployed, gateways
+):
     request, deployment, secret = deployed
-    gateway = gateways(GATEWAY_FLUSH_SECONDS="3600", GATEWAY_SHUTDOWN_SECONDS="0.5")
-    usage = call(gateway, deployment, secret).json()["usage"]
+    gateway = gateways(GATEWAY_FLUSH_SECONDS="0.1", GATEWAY_SHUTDOWN_SECONDS="0.5")
     with transaction.atomic():
-        # The ledger's row names the request: its insert waits for this lock (the foreign key's check).
+        # The ledger's row names the request: the flush's commit waits for this lock (the foreign key's check).
         ResourceRequest.objects.select_for_update().get(pk=request.pk)
+        usage = call(gateway, deployment, secret).json()["usage"]
+        until(gateway.waits_on_a_lock, seconds=10, what="the flush to wait for the lock")
         gateway.process.send_signal(signal.SIGTERM)
         until(lambda: "(most recent call first)" in gateway.tail(), seconds=10, what="the stacks of the stop")
         assert gateway.process.poll() is None, gateway.tail()
     assert gateway.process.wait(timeout=20) == 0, gateway.tail()
+    # The stop let the flush under way end: its tallies were not put back for the last flush to write again.
     assert ledger(request) == (1, usage["prompt_tokens"], usage["completion_tokens"])
 
 
